@@ -1,0 +1,5 @@
+import sys
+
+from hazards.cli import main
+
+sys.exit(main())

@@ -1,0 +1,54 @@
+"""The `hazards` command line.
+
+Each subcommand lives in its own module in this package and registers itself on
+`hazards.cli.app.app`; this module imports every sibling module, so adding a command is
+adding a file. `main()` turns expected failures (`stress.errors.UserError` and friends)
+into one line on stderr and a non-zero exit, never a traceback.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+from hazards.cli.app import app
+
+_LOADED = False
+
+
+def load_commands() -> None:
+    """Import every command module in this package (idempotent)."""
+    global _LOADED
+    if _LOADED:
+        return
+    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if mod.name not in ("app",) and not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+    _LOADED = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point."""
+    from stress.errors import UserError
+
+    load_commands()
+    try:
+        rv = app(args=argv, prog_name="hazards", standalone_mode=False)
+    except UserError as e:
+        print(f"hazards: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except SystemExit as e:  # typer.Exit / click's exit
+        return int(e.code or 0)
+    except KeyboardInterrupt:
+        print("hazards: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            return e.exit_code
+        if isinstance(e, click.exceptions.Abort):
+            return 1
+        raise
+    return 0

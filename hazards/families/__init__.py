@@ -1,0 +1,28 @@
+"""The catalog: every module here that defines `FAMILY` is a hazard family."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from hazards.family import Family
+
+
+def all_families() -> list[Family]:
+    """Every family in the catalog, sorted by name."""
+    found: list[Family] = []
+    for mod in pkgutil.iter_modules(__path__):
+        m = importlib.import_module(f"{__name__}.{mod.name}")
+        fam = getattr(m, "FAMILY", None)
+        if isinstance(fam, Family):
+            found.append(fam)
+    return sorted(found, key=lambda f: f.name)
+
+
+def get_family(name: str) -> Family:
+    """The family called `name`; a UserError naming the known ones otherwise."""
+    from stress.errors import UserError
+
+    fams = {f.name: f for f in all_families()}
+    if name not in fams:
+        raise UserError(f"no family {name!r} (known: {', '.join(sorted(fams)) or 'none'})")
+    return fams[name]
