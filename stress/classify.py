@@ -1,0 +1,312 @@
+"""Judge a run: exactly one outcome, a reason in words, and the evidence it rests on.
+
+Two entry points: `classify_exit` for a finished (or timed-out) process and
+`classify_reply` for a server-target reply. Both return `(Outcome, reason, evidence)`;
+`evidence["error_kind"]` is a short machine key ("illegal_address", "sigsegv", "timeout",
+"protocol", ...) that the targets copy into `RunResult.error_kind` and the store uses to
+group repeated failures. The precedence for processes is documented in docs/protocol.md
+("Exit-code convention") and implemented, in that order, in `classify_exit`.
+"""
+from __future__ import annotations
+
+import json
+import re
+import signal
+from typing import Any
+
+from stress.outcome import Outcome
+
+# CUDA statuses that say the machine or the build is unusable, not that a kernel failed.
+_INFRA_ENUMS = ("NoDevice", "InsufficientDriver", "DevicesUnavailable", "NoKernelImageForDevice",
+                "InvalidDeviceFunction", "NotReady", "SystemDriverMismatch",
+                "CompatNotSupportedOnDevice", "UnsupportedPtxVersion")
+_INFRA_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("no_device", r"no CUDA-capable device is detected|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE"
+                  r"|hipErrorNoDevice|all CUDA-capable devices are busy or unavailable"
+                  r"|cudaErrorDevicesUnavailable"),
+    ("driver", r"CUDA driver version is insufficient|cudaErrorInsufficientDriver"
+               r"|cudaErrorSystemDriverMismatch|cudaErrorCompatNotSupportedOnDevice"),
+    ("no_kernel_image", r"no kernel image is available for execution on the device"
+                        r"|cudaErrorNoKernelImageForDevice|cudaErrorInvalidDeviceFunction"
+                        r"|cudaErrorUnsupportedPtxVersion|hipErrorNoBinaryForGpu"),
+)
+_INFRA_RES = tuple((kind, re.compile(pat)) for kind, pat in _INFRA_PATTERNS)
+
+# (error_kind, pattern). Order matters: the first kind whose pattern matches a line wins,
+# so specific messages come before the generic CUDA enum fallback.
+_FAULT_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("illegal_address", r"an illegal memory access was encountered|cudaErrorIllegalAddress"
+                        r"|CUDA_ERROR_ILLEGAL_ADDRESS|hipErrorIllegalAddress"),
+    ("misaligned_address", r"misaligned address|cudaErrorMisalignedAddress"
+                           r"|CUDA_ERROR_MISALIGNED_ADDRESS"),
+    ("launch_failure", r"unspecified launch failure|cudaErrorLaunchFailure"
+                       r"|CUDA_ERROR_LAUNCH_FAILED|hipErrorLaunchFailure"),
+    ("device_assert", r"device-side assert(?:ion)? triggered|cudaErrorAssert|CUDA_ERROR_ASSERT"),
+    ("illegal_instruction", r"an illegal instruction was encountered|cudaErrorIllegalInstruction"
+                            r"|CUDA_ERROR_ILLEGAL_INSTRUCTION"),
+    ("launch_timeout", r"the launch timed out and was terminated|cudaErrorLaunchTimeout"),
+    ("out_of_memory", r"CUDA out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
+                      r"|hipErrorOutOfMemory|(?:CUDA|HIP|cuda|hip|GPU|device)[^\n]*"
+                      r"\bout of memory\b"),
+    ("rocm_memory_fault", r"Memory access fault by GPU node"),
+    ("hsa_error", r"HSA_STATUS_ERROR\w*"),
+    ("ecc_error", r"uncorrectable ECC error|cudaErrorECCUncorrectable"),
+    ("cuda_error", r"\bcudaError(?!_t\b|" + "|".join(_INFRA_ENUMS) + r")[A-Z]\w+"
+                   r"|\bCUDA_ERROR_(?!NO_DEVICE|INVALID_DEVICE|NOT_READY)[A-Z_]+"),
+)
+_FAULT_RES = tuple((kind, re.compile(pat)) for kind, pat in _FAULT_PATTERNS)
+
+RESULT_TAGS = ("HZ_RESULT", "FAITHFUL_RESULT", "KERNEL_RESULT")
+_RESULT_RE = re.compile(r"^\s*(HZ_RESULT|FAITHFUL_RESULT|KERNEL_RESULT)[ \t:=]+(\{.*\})\s*$",
+                        re.MULTILINE)
+
+# One pattern that finds every line worth keeping from a stream too long to keep whole:
+# fault signatures, result lines and Python tracebacks. Used by the watchdog's drains.
+NOTABLE_RE = re.compile(
+    "|".join(f"(?:{pat})" for _, pat in _FAULT_PATTERNS)
+    + "".join(f"|(?:{pat})" for _, pat in _INFRA_PATTERNS)
+    + r"|(?:HZ_RESULT|FAITHFUL_RESULT|KERNEL_RESULT)|Traceback \(most recent call last\)")
+
+# Signals that mean the program crashed by itself (fault), as opposed to being told to
+# stop from outside (an operator, a batch system, the OOM killer: error, not a hazard).
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
+                           signal.SIGABRT, signal.SIGTRAP, signal.SIGSYS})
+EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                              signal.SIGQUIT})
+# Uncaught Python exceptions that mean the program could not even start its work.
+_SETUP_EXCEPTIONS = frozenset({"ModuleNotFoundError", "ImportError", "SyntaxError",
+                               "IndentationError", "TabError", "FileNotFoundError",
+                               "PermissionError", "IsADirectoryError", "NotADirectoryError"})
+_TRACEBACK = "Traceback (most recent call last):"
+_EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+_SHOWN = 300  # characters of a matched line kept in reasons/evidence
+
+
+def signal_name(signum: int) -> str:
+    """`SIGSEGV` for 11; `signal 77` for numbers without a name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _line_at(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    line = text[start:end if end >= 0 else len(text)].strip()
+    return line[:_SHOWN]
+
+
+def _first_match(res: tuple[tuple[str, re.Pattern[str]], ...], text: str) -> tuple[str, str] | None:
+    for kind, rx in res:
+        m = rx.search(text)
+        if m:
+            return kind, _line_at(text, m.start())
+    return None
+
+
+def find_infra_signature(text: str) -> tuple[str, str] | None:
+    """A message saying the GPU or build is unusable (no device, old driver, no kernel
+    image for this architecture) as (error_kind, line): an `error`, not a hazard."""
+    return _first_match(_INFRA_RES, text)
+
+
+def find_fault_signature(text: str) -> tuple[str, str] | None:
+    """The first device-fault signature in `text` as (error_kind, the line it is on).
+
+    Kinds are checked in a fixed order (specific messages before the generic CUDA enum
+    names), so "CUDA error: an illegal memory access was encountered" is `illegal_address`.
+    """
+    return _first_match(_FAULT_RES, text)
+
+
+def parse_result_line(text: str) -> tuple[str, dict[str, Any]] | None:
+    """The last well-formed result line (`HZ_RESULT {json}` etc.) as (tag, payload).
+
+    A tag followed by something that is not a JSON object is ignored (not a result line).
+    """
+    found = None
+    for m in _RESULT_RE.finditer(text):
+        try:
+            payload = json.loads(m.group(2))
+        except ValueError:
+            continue
+        if isinstance(payload, dict):
+            found = (m.group(1), payload)
+    return found
+
+
+def result_verdict(payload: dict[str, Any]) -> tuple[Outcome, str] | None:
+    """The verdict a result line carries, or None if it only carries metrics.
+
+    `"status"` (as in a server reply), `"ok": false`, or `"mismatched": N > 0` mean a
+    failure; `"ok": true` or `"mismatched": 0` mean clean. Any failure indicator wins.
+    """
+    status = payload.get("status")
+    if status == "fault":
+        return Outcome.FAULT, f"result line: fault: {payload.get('message', '')}".rstrip(": ")
+    if status in ("bad_reference", "bad_request"):
+        return Outcome.ERROR, f"result line: {status}"
+    mismatched = payload.get("mismatched")
+    if payload.get("ok") is False:
+        return Outcome.MISMATCH, "result line: ok=false"
+    if isinstance(mismatched, (int, float)) and not isinstance(mismatched, bool) and mismatched > 0:
+        return Outcome.MISMATCH, f"result line: {mismatched} mismatched"
+    if payload.get("ok") is True or mismatched == 0 or status == "ok":
+        return Outcome.CLEAN, "result line: ok"
+    return None
+
+
+def python_exception(stderr: str) -> tuple[str, str] | None:
+    """The uncaught exception of the last Python traceback in `stderr` as (type, line)."""
+    at = stderr.rfind(_TRACEBACK)
+    if at < 0:
+        return None
+    for line in stderr[at + len(_TRACEBACK):].splitlines():
+        if not line or line[0] in " \t":  # frames and source lines are indented
+            continue
+        m = _EXC_LINE_RE.match(line.strip())
+        if m:
+            return m.group(1).rsplit(".", 1)[-1], line.strip()[:_SHOWN]
+    return None
+
+
+def _verdict(outcome: Outcome, reason: str, evidence: dict[str, Any],
+             error_kind: str | None) -> tuple[Outcome, str, dict[str, Any]]:
+    evidence["error_kind"] = error_kind
+    return outcome, reason, evidence
+
+
+def _classify_exit_1(stderr: str, evidence: dict[str, Any]) -> tuple[Outcome, str, dict[str, Any]]:
+    """Exit code 1 without a result-line verdict: mismatch, unless a traceback says otherwise."""
+    exc = python_exception(stderr)
+    if exc is None:
+        return _verdict(Outcome.MISMATCH, "exit code 1 (hazard observed)", evidence, "mismatch")
+    name, line = exc
+    evidence["python_exception"] = line
+    if name == "AssertionError":  # the program's own check failed: a wrong answer
+        return _verdict(Outcome.MISMATCH, f"exit code 1: {line}", evidence, "mismatch")
+    if name in _SETUP_EXCEPTIONS:  # it never got to run its work: infrastructure
+        return _verdict(Outcome.ERROR, f"exit code 1: {line}", evidence, f"python_{name}")
+    return _verdict(Outcome.FAULT, f"exit code 1: uncaught {line}", evidence, f"python_{name}")
+
+
+def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
+                  timed_out: bool = False, timeout: float | None = None,
+                  result_regex: re.Pattern[str] | None = None,
+                  ) -> tuple[Outcome, str, dict[str, Any]]:
+    """Judge a process from its exit status and output. Returns (outcome, reason, evidence).
+
+    Precedence (first rule that applies): timed out -> hang; crash signal or fault
+    signature -> fault; infra signature (no device, driver, no kernel
+    image) -> error; signal from outside -> error; exit 3 -> fault; exit 2 -> error;
+    other exit >= 4 -> fault (128+N crash signals named); a result line's fault/error
+    status; a failing result line or a `result_regex` match -> mismatch; exit 1 ->
+    mismatch (or the uncaught Python exception's class: AssertionError mismatch, import /
+    file errors error, anything else fault); exit 0 -> clean, unless the result line or
+    regex said otherwise. A result line never turns a non-zero exit into clean.
+    `returncode` is Popen's: negative for death by signal; None if still running.
+    """
+    text = f"{stdout}\n{stderr}"
+    evidence: dict[str, Any] = {"exit_code": returncode}
+    signature = find_fault_signature(text)
+    if signature:
+        evidence["fault_signature"] = {"kind": signature[0], "line": signature[1]}
+    result = parse_result_line(stdout) or parse_result_line(stderr)
+    if result:
+        evidence["result"] = {"tag": result[0], "payload": result[1]}
+    signum = None
+    if returncode is not None and returncode < 0:
+        signum = -returncode
+    elif returncode is not None and 128 < returncode <= 128 + 64 \
+            and (returncode - 128) in CRASH_SIGNALS:
+        signum = returncode - 128  # a shell reporting its child's death by signal
+        evidence["shell_reported"] = True
+    if signum is not None:
+        evidence["signal"] = signal_name(signum)
+
+    if timed_out:
+        limit = f" after {timeout:g}s" if timeout is not None else ""
+        return _verdict(Outcome.HANG, f"timed out{limit}", evidence, "timeout")
+    if signum is not None and signum not in EXTERNAL_SIGNALS:
+        sig = signal_name(signum)
+        if signature:
+            return _verdict(Outcome.FAULT, f"{signature[1]} ({sig})", evidence, signature[0])
+        return _verdict(Outcome.FAULT, f"killed by {sig}", evidence, sig.lower().replace(" ", "_"))
+    if signature:
+        return _verdict(Outcome.FAULT, signature[1], evidence, signature[0])
+    infra = find_infra_signature(text)
+    if infra:
+        evidence["infra_signature"] = {"kind": infra[0], "line": infra[1]}
+        return _verdict(Outcome.ERROR, f"unusable GPU or build: {infra[1]}", evidence, infra[0])
+    if signum is not None:
+        sig = signal_name(signum)
+        return _verdict(Outcome.ERROR, f"killed by {sig} from outside the watchdog "
+                        "(operator, batch system or OOM killer)", evidence, sig.lower())
+    if returncode is None:
+        return _verdict(Outcome.ERROR, "process has not exited", evidence, "no_exit")
+    if returncode == 3:
+        return _verdict(Outcome.FAULT, "exit code 3 (device error)", evidence, "exit_3")
+    if returncode == 2:
+        return _verdict(Outcome.ERROR, "exit code 2 (bad reference or bad input)",
+                        evidence, "exit_2")
+    if returncode not in (0, 1):
+        return _verdict(Outcome.FAULT, f"exit code {returncode}", evidence, f"exit_{returncode}")
+
+    verdict = result_verdict(result[1]) if result else None
+    if verdict and verdict[0] in (Outcome.FAULT, Outcome.ERROR):
+        kind = "result_fault" if verdict[0] is Outcome.FAULT else "result_error"
+        return _verdict(verdict[0], verdict[1], evidence, kind)
+    if verdict and verdict[0] is Outcome.MISMATCH:
+        return _verdict(Outcome.MISMATCH, verdict[1], evidence, "mismatch")
+    if result_regex is not None:
+        m = result_regex.search(text)
+        if m:
+            evidence["regex_match"] = {"line": _line_at(text, m.start()),
+                                       "groups": m.groupdict()}
+            return _verdict(Outcome.MISMATCH, f"output matched {result_regex.pattern!r}",
+                            evidence, "mismatch")
+    if returncode == 1:
+        return _classify_exit_1(stderr, evidence)
+    return _verdict(Outcome.CLEAN, verdict[1] if verdict else "exit code 0", evidence, None)
+
+
+def reply_metrics(reply: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a server reply reports: its counts and timings, plus its `metrics`."""
+    metrics = {k: reply[k] for k in ("launches", "mismatched", "bad_elements", "max_rel_err",
+                                     "kernel_ms", "seed") if k in reply}
+    metrics.update(reply.get("metrics") or {})
+    return metrics
+
+
+def classify_reply(reply: dict[str, Any]) -> tuple[Outcome, str, dict[str, Any]]:
+    """Judge one validated server reply (docs/protocol.md, "Reply").
+
+    ok -> clean or mismatch (by `mismatched`); fault -> fault (error_kind from the fault
+    signature in `message` if any, else "device_error"); bad_reference / bad_request ->
+    error. An unknown status is a protocol error (error), never clean.
+    """
+    status = reply.get("status")
+    evidence: dict[str, Any] = {"status": status}
+    message = str(reply.get("message", ""))[:_SHOWN]
+    if message:
+        evidence["message"] = message
+    if status == "ok":
+        mismatched = reply.get("mismatched")
+        if type(mismatched) is not int or mismatched < 0:
+            return _verdict(Outcome.ERROR, f"protocol error: ok reply with mismatched="
+                            f"{mismatched!r}", evidence, "protocol")
+        if mismatched > 0:
+            launches = reply.get("launches")
+            of = f" of {launches}" if launches is not None else ""
+            return _verdict(Outcome.MISMATCH, f"{mismatched}{of} launches mismatched",
+                            evidence, "mismatch")
+        return _verdict(Outcome.CLEAN, "ok", evidence, None)
+    if status == "fault":
+        signature = find_fault_signature(message)
+        kind = signature[0] if signature else "device_error"
+        return _verdict(Outcome.FAULT, f"device fault: {message or 'no message'}", evidence, kind)
+    if status in ("bad_reference", "bad_request"):
+        return _verdict(Outcome.ERROR, f"{status}: {message or 'no message'}", evidence, status)
+    return _verdict(Outcome.ERROR, f"protocol error: unknown status {str(status)[:50]!r}",
+                    evidence, "protocol")

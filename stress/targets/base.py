@@ -1,0 +1,145 @@
+"""What every target shares: input validation (one-line UserErrors) and the interface."""
+from __future__ import annotations
+
+import abc
+import math
+import os
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+from stress.errors import UserError
+from stress.outcome import RunResult
+
+_NAME_CHARS = 200
+
+
+def check_argv(argv: Any, cwd: str | os.PathLike[str] | None, env: dict[str, str]) -> list[str]:
+    """A validated argv: a non-empty list of strings whose program exists and is executable.
+
+    Raises UserError (one line) before any process is started. A program with a slash is
+    resolved against `cwd`; one without is looked up on the PATH the child will get.
+    """
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise UserError("command must be a list of arguments, not a string (no shell is used)")
+    if not argv:
+        raise UserError("empty command: nothing to run")
+    if not all(isinstance(a, str) for a in argv):
+        raise UserError(f"command arguments must be strings: {argv!r}")
+    program = argv[0]
+    if not program.strip():
+        raise UserError("empty command: the program name is blank")
+    if "\0" in "".join(argv):
+        raise UserError("command contains a NUL byte")
+    if os.sep in program:
+        path = Path(program) if os.path.isabs(program) or cwd is None else Path(cwd) / program
+        if not path.exists():
+            raise UserError(f"command not found: {program}")
+        if path.is_dir():
+            raise UserError(f"command is a directory: {program}")
+        if not os.access(path, os.X_OK):
+            raise UserError(f"command is not executable: {program}")
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise UserError(f"command not found on PATH: {program}")
+    return list(argv)
+
+
+def check_cwd(cwd: str | os.PathLike[str] | None) -> str | None:
+    """`cwd` as a string, or UserError if it is given and is not a directory."""
+    if cwd is None:
+        return None
+    if not Path(cwd).is_dir():
+        raise UserError(f"working directory does not exist: {cwd}")
+    return os.fspath(cwd)
+
+
+def check_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The child's environment: ours with `env` laid over it (values must be strings)."""
+    merged = dict(os.environ)
+    for key, value in (env or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key:
+            raise UserError(f"bad environment entry {key!r}={value!r}: names and values "
+                            "must be strings")
+        merged[key] = value
+    return merged
+
+
+def _seconds(value: Any, what: str, allow_zero: bool) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{what} must be a number of seconds, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "positive"
+        raise UserError(f"{what} must be {bound} and finite, got {value!r}")
+    return seconds
+
+
+def check_timeout(timeout: Any) -> float:
+    """A positive, finite timeout in seconds, or UserError."""
+    return _seconds(timeout, "timeout", allow_zero=False)
+
+
+def check_grace(grace_s: Any) -> float:
+    """A non-negative, finite grace period (SIGTERM to SIGKILL) in seconds, or UserError."""
+    return _seconds(grace_s, "grace period", allow_zero=True)
+
+
+def check_params(params: Any) -> dict[str, Any]:
+    """Run parameters as a dict (None means none), or UserError."""
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise UserError(f"params must be a mapping, got {type(params).__name__}")
+    return dict(params)
+
+
+def check_launches(launches: Any) -> int | None:
+    """A positive integer launch count, None, or UserError."""
+    if launches is None:
+        return None
+    if type(launches) is not int or launches < 1:
+        raise UserError(f"launches must be a positive integer, got {launches!r}")
+    return launches
+
+
+def default_name(argv: list[str]) -> str:
+    """A target's name when none is given: its command line (bounded)."""
+    name = shlex.join(argv)
+    return name if len(name) <= _NAME_CHARS else name[:_NAME_CHARS - 3] + "..."
+
+
+def prepare_artifact_dir(artifact_dir: str | os.PathLike[str] | None) -> Path | None:
+    """Create the run's artifact folder if one was asked for; UserError if we cannot."""
+    if artifact_dir is None:
+        return None
+    path = Path(artifact_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create artifact folder {path}: {exc.strerror}") from None
+    return path
+
+
+class Target(abc.ABC):
+    """Something that can be run and judged; one `run` is one RunResult.
+
+    Use as a context manager (or call `close`) so no child outlives the target.
+    """
+
+    name: str
+
+    @abc.abstractmethod
+    def run(self, params: dict[str, Any] | None = None, *, timeout: float,
+            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
+        """Run once with `params` under a `timeout` (seconds) and return the judged result."""
+
+    def close(self) -> None:
+        """Release every process this target started (no-op by default)."""
+
+    def __enter__(self) -> "Target":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

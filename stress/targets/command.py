@@ -1,0 +1,107 @@
+"""A command target: any program, one process per run, judged by how it ended.
+
+The program gets its run parameters as JSON in the environment variable `HZ_PARAMS`
+(plus `HZ_LAUNCHES` when a launch count is given, and `HZ_ARTIFACT_DIR` when the run has
+an artifact folder). No shell is ever involved: argv goes to exec as given.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from stress.classify import NOTABLE_RE, classify_exit
+from stress.errors import UserError
+from stress.outcome import Outcome, RunResult
+from stress.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
+                                 check_launches, check_params, check_timeout, default_name,
+                                 prepare_artifact_dir)
+from stress.watchdog import Supervised
+
+EVIDENCE_TAIL_CHARS = 4000  # of each stream, kept in the evidence of non-clean runs
+
+
+def tail_text(data: bytes, chars: int = EVIDENCE_TAIL_CHARS) -> str:
+    """The last `chars` characters of a byte stream, decoded leniently."""
+    text = data.decode("utf-8", "replace")
+    return text[-chars:]
+
+
+class CommandTarget(Target):
+    """Run `argv` once per `run()`; classify by exit status, signal, output and result line.
+
+    `env` is laid over this process's environment. `result_regex`, if given, is searched
+    in stdout and stderr after the run: a match marks the run a `mismatch` (its named
+    groups are kept as evidence), e.g. ``r"MISMATCH|max_err=(?P<max_err>\\S+) FAIL"``.
+    `grace_s` is the time between SIGTERM and SIGKILL when a run must be killed.
+    Bad input (missing program, bad cwd, bad regex) raises UserError here, before any run.
+    """
+
+    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None,
+                 cwd: str | Path | None = None, name: str | None = None,
+                 result_regex: str | re.Pattern[str] | None = None,
+                 grace_s: float = 2.0) -> None:
+        self.cwd = check_cwd(cwd)
+        self.env = check_env(env)
+        self.argv = check_argv(argv, self.cwd, self.env)
+        self.name = name or default_name(self.argv)
+        self.grace_s = check_grace(grace_s)
+        try:
+            self.result_regex = (re.compile(result_regex, re.MULTILINE)
+                                 if isinstance(result_regex, str) else result_regex)
+        except re.error as exc:
+            raise UserError(f"bad result regex {result_regex!r}: {exc}") from None
+
+    def run(self, params: dict[str, Any] | None = None, *, timeout: float,
+            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
+        """Start the program, wait up to `timeout` s, kill its whole tree, judge the run."""
+        timeout = check_timeout(timeout)
+        params = check_params(params)
+        launches = check_launches(launches)
+        artifacts = prepare_artifact_dir(artifact_dir)
+        env = dict(self.env)
+        try:
+            env["HZ_PARAMS"] = json.dumps(params)
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"params are not JSON-serialisable: {exc}") from None
+        if launches is not None:
+            env["HZ_LAUNCHES"] = str(launches)
+        if artifacts is not None:
+            env["HZ_ARTIFACT_DIR"] = str(artifacts.resolve())
+
+        started_at = time.time()
+        t0 = time.monotonic()
+        try:
+            child = Supervised(self.argv, env=env, cwd=self.cwd, target=self.name,
+                               log_dir=artifacts, grace_s=self.grace_s,
+                               notable_re=NOTABLE_RE)
+        except OSError as exc:
+            raise UserError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
+        try:
+            exited = child.wait_exit(t0 + timeout)
+            duration = time.monotonic() - t0
+            if exited:
+                kill_evidence = child.kill()  # leftovers the program left behind
+            else:
+                kill_evidence = child.hang(artifacts)
+        finally:
+            child.kill()  # idempotent; also runs if a collector or wait raised
+        outcome, reason, evidence = classify_exit(
+            child.proc.returncode if exited else None, child.stdout_text(), child.stderr_text(),
+            timed_out=not exited, timeout=timeout, result_regex=self.result_regex)
+        evidence.update(kill_evidence)
+        evidence["pid"] = child.pid
+        if kill_evidence.get("killed") and exited:
+            evidence["leftovers"] = kill_evidence["killed"]
+        if outcome is not Outcome.CLEAN:
+            evidence["stdout_tail"] = tail_text(child.stdout_drain.tail())
+            evidence["stderr_tail"] = tail_text(child.stderr_drain.tail())
+        metrics = dict(evidence["result"]["payload"]) if "result" in evidence else {}
+        return RunResult(
+            outcome=outcome, reason=reason, target=self.name,
+            variant=str(params.get("variant", "")), params=params, evidence=evidence,
+            metrics=metrics, started_at=started_at, duration_s=duration,
+            artifact_dir=str(artifacts) if artifacts else None,
+            error_kind=evidence.get("error_kind"))

@@ -1,0 +1,379 @@
+"""A server target: a long-lived child speaking the JSON-lines protocol (docs/protocol.md).
+
+One `run()` is one request. The worker is respawned after a hang, a fault (a sticky
+device error poisons the context), a protocol error, or every `respawn_every` requests.
+The hot path (write a request, wait for the reply) uses no threads and no polling sleeps:
+one poll() on the server's stdout and its pidfd, against the request's deadline.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import select
+import time
+from pathlib import Path
+from typing import Any
+
+from stress import protocol
+from stress.classify import (NOTABLE_RE, classify_exit, classify_reply, find_fault_signature,
+                             reply_metrics, signal_name)
+from stress.errors import ProtocolError, UserError
+from stress.outcome import Outcome, RunResult
+from stress.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
+                                 check_launches, check_params, check_timeout, default_name,
+                                 prepare_artifact_dir)
+from stress.targets.command import tail_text
+from stress.watchdog import Supervised
+
+DEFAULT_HANDSHAKE_TIMEOUT_S = 60.0  # a torch import alone takes ~6 s
+SAMPLE_EVERY_S = 1.0  # descendant sampling cadence: amortised to nothing per request
+
+
+class _Worker:
+    """One server process: its pipes, its read buffer, and how many requests it served."""
+
+    def __init__(self, child: Supervised) -> None:
+        self.child = child
+        self.age = 0
+        self.handshake: dict[str, Any] = {}
+        self._buf = bytearray()
+        self._eof = False
+        self._out = child.stdout_fd
+        self._poll = select.poll()
+        self._poll.register(self._out, select.POLLIN)
+        if child.pidfd is not None:
+            self._poll.register(child.pidfd, select.POLLIN)
+
+    def _read_available(self) -> None:
+        while not self._eof:
+            try:
+                data = os.read(self._out, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._eof = True
+                self._poll.unregister(self._out)
+                return
+            self._buf += data
+
+    def read_line(self, deadline: float) -> tuple[str, bytes]:
+        """("line", line) | ("eof", partial bytes) | ("timeout", b"") | ("overlong", head)."""
+        buf = self._buf
+        while True:
+            nl = buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(buf[:nl + 1])
+                del buf[:nl + 1]
+                return "line", line
+            if len(buf) > protocol.MAX_LINE_BYTES:
+                return "overlong", bytes(buf[:200])
+            if self._eof:
+                return "eof", bytes(buf)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout", b""
+            for fd, _ in self._poll.poll(left * 1000.0):
+                if fd == self._out:
+                    self._read_available()
+                elif fd == self.child.pidfd:
+                    # Exited: take what it wrote; a holder of its stdout must not stall us.
+                    self._poll.unregister(fd)
+                    self._read_available()
+                    self._eof = True
+
+    def send(self, data: bytes, deadline: float) -> str:
+        """Write a request: "ok", "broken" (the server is gone) or "timeout" (not reading)."""
+        fd = self.child.stdin_fd
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                writable = select.poll()
+                writable.register(fd, select.POLLOUT)
+                if left <= 0 or not writable.poll(left * 1000.0):
+                    return "timeout"
+            except (BrokenPipeError, OSError):
+                return "broken"
+        return "ok"
+
+    def wait_exit(self, deadline: float) -> int | None:
+        """The server's exit status once it exits (by `deadline`), else None."""
+        return self.child.exit_status() if self.child.wait_exit(deadline) else None
+
+
+class ServerTarget(Target):
+    """A warm server process serving many runs; one run = one request/reply.
+
+    `respawn_every` > 0 replaces the worker after that many requests. `grace_s` is the
+    SIGTERM-to-SIGKILL grace (and how long a retiring worker may take to quit).
+    `handshake_timeout_s` bounds the wait for the handshake line of each new worker.
+    A worker that fails its handshake is an `error` run (kind `handshake` or
+    `handshake_timeout`); if the very first worker fails, `run()` and `start()` raise
+    UserError instead, since the target itself is unusable.
+    """
+
+    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None,
+                 cwd: str | Path | None = None, name: str | None = None,
+                 respawn_every: int = 0, grace_s: float = 2.0,
+                 handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S) -> None:
+        self.cwd = check_cwd(cwd)
+        self.env = check_env(env)
+        self.argv = check_argv(argv, self.cwd, self.env)
+        self.name = name or default_name(self.argv)
+        self.grace_s = check_grace(grace_s)
+        self.handshake_timeout_s = check_timeout(handshake_timeout_s)
+        if type(respawn_every) is not int or respawn_every < 0:
+            raise UserError(f"respawn_every must be an integer >= 0, got {respawn_every!r}")
+        self.respawn_every = respawn_every
+        self._worker: _Worker | None = None
+        self._ids = itertools.count(1)
+        self._ever_started = False
+        self.spawns = 0  # workers started so far (for tests and reports)
+
+    # -- public state ----------------------------------------------------------------
+    @property
+    def worker_age(self) -> int:
+        """Requests served by the current worker (0 when there is none)."""
+        return self._worker.age if self._worker else 0
+
+    @property
+    def gpu_uuid(self) -> str | None:
+        """The GPU the current worker reported in its handshake, if any."""
+        return self._worker.handshake.get("gpu_uuid") if self._worker else None
+
+    @property
+    def pid(self) -> int | None:
+        """The current worker's pid (None when there is none)."""
+        return self._worker.child.pid if self._worker else None
+
+    @property
+    def handshake(self) -> dict[str, Any]:
+        """The current worker's handshake object ({} when there is none)."""
+        return dict(self._worker.handshake) if self._worker else {}
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        """Start a worker now (if none runs); UserError if its handshake fails."""
+        failure = self._ensure_worker()
+        if failure:
+            raise UserError(f"server target {self.name}: {failure[1]}")
+
+    def close(self) -> None:
+        """Ask the worker to quit, then make sure its whole process tree is gone."""
+        self._retire(graceful=True)
+
+    def _spawn(self) -> tuple[str, str] | None:
+        """Start a worker and read its handshake; (error_kind, message) on failure."""
+        try:
+            child = Supervised(self.argv, env=self.env, cwd=self.cwd, target=self.name,
+                               stdin=True, line_stdout=True, grace_s=self.grace_s,
+                               notable_re=NOTABLE_RE, sample_every_s=SAMPLE_EVERY_S)
+        except OSError as exc:
+            raise UserError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
+        self.spawns += 1
+        worker = _Worker(child)
+        deadline = time.monotonic() + self.handshake_timeout_s
+        banners = 0
+        failure: tuple[str, str] | None = None
+        while failure is None:
+            kind, line = worker.read_line(deadline)
+            if kind == "timeout":
+                failure = ("handshake_timeout", f"handshake timeout: no hz_protocol line "
+                           f"within {self.handshake_timeout_s:g}s")
+            elif kind == "overlong":
+                failure = ("protocol", "protocol error: overlong handshake line")
+            elif kind == "eof" and line:
+                failure = ("protocol", f"protocol error: truncated handshake line "
+                           f"{protocol.shown(line)!r}")
+            elif kind == "eof":
+                rc = worker.wait_exit(time.monotonic() + self.grace_s)
+                child.kill()  # reaps it and drains its stderr for the hint below
+                failure = ("handshake", f"server {_exit_words(rc)} before its handshake"
+                           f"{_stderr_hint(child)}")
+            elif protocol.is_banner(line):
+                banners += 1
+                if banners > protocol.MAX_BANNER_LINES:
+                    failure = ("protocol", f"protocol error: more than "
+                               f"{protocol.MAX_BANNER_LINES} lines before the handshake")
+            else:
+                try:
+                    worker.handshake = protocol.validate_handshake(protocol.decode(line))
+                except ProtocolError as exc:
+                    failure = ("protocol", f"protocol error in handshake: {exc}")
+                else:
+                    break
+        if failure:
+            child.kill()
+            return failure
+        self._worker = worker
+        self._ever_started = True
+        return None
+
+    def _ensure_worker(self) -> tuple[str, str] | None:
+        if self._worker and self.respawn_every and self._worker.age >= self.respawn_every:
+            self._retire(graceful=True)
+        if self._worker is None:
+            return self._spawn()
+        return None
+
+    def _retire(self, graceful: bool) -> dict[str, Any]:
+        """End the current worker (asking it to quit first if `graceful`); kill evidence."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return {}
+        child = worker.child
+        if graceful and child.exit_status() is None:
+            deadline = time.monotonic() + self.grace_s
+            if worker.send(protocol.encode(protocol.quit_request(next(self._ids))),
+                           deadline) == "ok":
+                child.wait_exit(deadline)
+        return child.kill()
+
+    # -- one run ---------------------------------------------------------------------
+    def run(self, params: dict[str, Any] | None = None, *, timeout: float,
+            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
+        """Send one request (`launches` defaults to 1) and judge the reply within `timeout`."""
+        timeout = check_timeout(timeout)
+        params = check_params(params)
+        launches = check_launches(launches) or 1
+        artifacts = prepare_artifact_dir(artifact_dir)
+        request_id = next(self._ids)
+        try:
+            request = protocol.encode(protocol.request(request_id, launches, params))
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"params are not JSON-serialisable: {exc}") from None
+        started_at = time.time()
+        failure = self._ensure_worker()
+        if failure:
+            if not self._ever_started:
+                raise UserError(f"server target {self.name}: {failure[1]}")
+            return self._result(Outcome.ERROR, failure[1], {"error_kind": failure[0]},
+                                params, started_at, 0.0, 0, artifacts)
+        worker = self._worker
+        assert worker is not None
+        try:
+            return self._exchange(worker, request, request_id, params, timeout,
+                                  artifacts, started_at)
+        except BaseException:
+            if self._worker is worker:  # interrupted mid-request: leave nothing behind
+                self._retire(graceful=False)
+            raise
+
+    def _exchange(self, worker: _Worker, request: bytes, request_id: int,
+                  params: dict[str, Any], timeout: float, artifacts: Path | None,
+                  started_at: float) -> RunResult:
+        worker.child.maybe_sample()
+        age = worker.age
+        worker.age += 1
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        sent = worker.send(request, deadline)
+        if sent == "ok":
+            kind, data = worker.read_line(deadline)
+        else:
+            kind, data = ("timeout", b"") if sent == "timeout" else ("eof", b"")
+        duration = time.monotonic() - t0
+        evidence: dict[str, Any] = {"request_id": request_id, "server_pid": worker.child.pid}
+        metrics: dict[str, Any] = {}
+        gpu_uuid = worker.handshake.get("gpu_uuid")
+        if kind == "line":
+            try:
+                reply = protocol.validate_reply(protocol.decode(data), request_id)
+            except ProtocolError as exc:
+                outcome, reason = Outcome.ERROR, f"protocol error: {exc}"
+                evidence.update(error_kind="protocol", line=protocol.shown(data))
+            else:
+                outcome, reason, judged = classify_reply(reply)
+                evidence.update(judged)
+                metrics = reply_metrics(reply)
+        elif kind == "overlong":
+            outcome, reason = Outcome.ERROR, (f"protocol error: line longer than "
+                                              f"{protocol.MAX_LINE_BYTES} bytes")
+            evidence.update(error_kind="protocol", line=protocol.shown(data))
+        elif kind == "timeout":
+            outcome, reason = Outcome.HANG, f"no reply within {timeout:g}s"
+            evidence["error_kind"] = "timeout"
+            self._worker = None
+            evidence.update(worker.child.hang(artifacts))
+        else:
+            outcome, reason = self._judge_death(worker, data, deadline, timeout, evidence,
+                                                artifacts)
+        # A fault poisons the device context; garbage means we lost sync: start afresh.
+        if self._worker is worker and (outcome is Outcome.FAULT
+                                       or evidence.get("error_kind") == "protocol"):
+            evidence.update(self._retire(graceful=False))
+        if outcome is not Outcome.CLEAN and outcome is not Outcome.MISMATCH:
+            evidence["stderr_tail"] = tail_text(worker.child.stderr_drain.tail())
+            if artifacts is not None:
+                _write_artifacts(artifacts, request, data, worker.child)
+        return self._result(outcome, reason, evidence, params, started_at, duration, age,
+                            artifacts, metrics, gpu_uuid)
+
+    def _judge_death(self, worker: _Worker, partial: bytes, deadline: float, timeout: float,
+                     evidence: dict[str, Any], artifacts: Path | None) -> tuple[Outcome, str]:
+        """The server's stdout ended mid-request: fault (or protocol error / hang)."""
+        # An exiting process closes its stdout a moment before it can be reaped.
+        settle = time.monotonic() + min(self.grace_s, 0.5)
+        if worker.wait_exit(max(deadline, settle)) is None:  # closed stdout, kept running
+            self._worker = None
+            evidence.update(worker.child.hang(artifacts))
+            evidence["error_kind"] = "timeout"
+            return Outcome.HANG, f"closed its stdout and no exit within {timeout:g}s"
+        evidence.update(self._retire(graceful=False))  # reaps it and drains its stderr
+        rc = worker.child.proc.returncode
+        outcome, reason, judged = classify_exit(rc, "", worker.child.stderr_text())
+        judged.pop("exit_code", None)
+        evidence["exit_code"] = rc
+        explained = outcome in (Outcome.FAULT, Outcome.ERROR) and any(
+            k in judged for k in ("signal", "fault_signature", "infra_signature",
+                                  "python_exception"))
+        if partial and not explained:
+            evidence.update(error_kind="protocol", line=protocol.shown(partial))
+            return Outcome.ERROR, (f"protocol error: truncated line (EOF without newline): "
+                                   f"{protocol.shown(partial)!r}")
+        if partial:
+            evidence["line"] = protocol.shown(partial)
+        if explained:
+            evidence.update(judged)
+            return outcome, f"server died mid-request: {reason}"
+        evidence["error_kind"] = f"exit_{rc}"
+        return Outcome.FAULT, f"server died mid-request: {_exit_words(rc)}"
+
+    def _result(self, outcome: Outcome, reason: str, evidence: dict[str, Any],
+                params: dict[str, Any], started_at: float, duration: float, age: int,
+                artifacts: Path | None, metrics: dict[str, Any] | None = None,
+                gpu_uuid: str | None = None) -> RunResult:
+        return RunResult(
+            outcome=outcome, reason=reason, target=self.name,
+            variant=str(params.get("variant", "")), params=params, evidence=evidence,
+            metrics=metrics or {}, started_at=started_at, duration_s=duration,
+            gpu_uuid=gpu_uuid, worker_age=age,
+            artifact_dir=str(artifacts) if artifacts else None,
+            error_kind=evidence.get("error_kind"))
+
+
+def _exit_words(rc: int | None) -> str:
+    if rc is None:
+        return "closed its stdout"
+    return f"was killed by {signal_name(-rc)}" if rc < 0 else f"exited with code {rc}"
+
+
+def _stderr_hint(child: Supervised) -> str:
+    """": <why>" from the server's stderr: a fault signature, else its last line."""
+    text = child.stderr_text()
+    sig = find_fault_signature(text)
+    if sig:
+        return f": {sig[1]}"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return f": {lines[-1][:200]}" if lines else ""
+
+
+def _write_artifacts(folder: Path, request: bytes, reply: bytes, child: Supervised) -> None:
+    """What a failed request leaves for a human: the request, the raw reply, stderr's tail."""
+    (folder / "request.json").write_bytes(request)
+    (folder / "reply.raw").write_bytes(reply)
+    (folder / "server-stderr.log").write_bytes(child.stderr_drain.tail())

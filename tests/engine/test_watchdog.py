@@ -1,0 +1,165 @@
+"""The watchdog's parts: collectors, output drains, descendant discovery, the verified kill."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from engine_fakes import FAKES, assert_none_running, running
+from stress.watchdog import (Drain, HangContext, Supervised, kill_group, register_on_hang,
+                             run_collectors, scan_for, unregister_on_hang)
+
+SLEEPER = [sys.executable, str(FAKES / "sleeper.py")]
+
+
+def _ctx():
+    return HangContext(pid=1, pgid=1, argv=["x"], target="t", started_at=0.0,
+                       artifact_dir=None, env={})
+
+
+@pytest.fixture
+def only_these_collectors():
+    added = []
+
+    def add(fn):
+        register_on_hang(fn)
+        added.append(fn)
+
+    yield add
+    for fn in added:
+        unregister_on_hang(fn)
+
+
+def test_collector_errors_and_odd_outputs_are_recorded_not_raised(only_these_collectors):
+    def fails(ctx):
+        raise ValueError("no tripwire")
+
+    def returns_set(ctx):
+        return {"path": FAKES}  # a Path is not JSON: stored as its str
+
+    def exits(ctx):
+        raise SystemExit(3)
+
+    for fn in (fails, returns_set, exits):
+        only_these_collectors(fn)
+    out = run_collectors(_ctx())
+    assert out[fails.__qualname__] == {"error": "ValueError: no tripwire"}
+    assert out[returns_set.__qualname__] == {"path": str(FAKES)}
+    assert out[exits.__qualname__] == {"error": "SystemExit: 3"}
+
+
+def test_registering_twice_calls_once_and_unregister_is_forgiving(only_these_collectors):
+    calls = []
+    only_these_collectors(calls.append)
+    register_on_hang(calls.append)
+    run_collectors(_ctx())
+    assert len(calls) == 1
+    unregister_on_hang(calls.append)
+    unregister_on_hang(calls.append)  # not registered any more: no error
+    run_collectors(_ctx())
+    assert len(calls) == 1
+
+
+def test_a_blocking_collector_cannot_stall_the_supervisor(only_these_collectors):
+    only_these_collectors(lambda ctx: time.sleep(30))
+    t0 = time.monotonic()
+    out = run_collectors(_ctx(), budget_s=0.2)
+    assert time.monotonic() - t0 < 1.0
+    assert "still running" in next(iter(out.values()))["error"]
+
+
+def _drain_bytes(data: bytes, **kw) -> Drain:
+    r, w = os.pipe()
+    drain = Drain(r, name="t", **kw)
+    drain.start()
+    os.write(w, data) if len(data) < 60000 else _write_all(w, data)
+    os.close(w)
+    drain.join(5)
+    os.close(r)
+    return drain
+
+
+def _write_all(fd, data):
+    with os.fdopen(os.dup(fd), "wb") as f:
+        f.write(data)
+
+
+def test_drain_keeps_a_bounded_tail_and_notable_lines_that_scrolled_out():
+    body = b"CUDA error: misaligned address\n" + b"".join(
+        b"line %d\n" % i for i in range(50000)) + b"last line without newline"
+    drain = _drain_bytes(body, tail_bytes=1024, notable_re=re.compile(r"misaligned address"))
+    assert drain.total == len(body)
+    assert len(drain.tail()) == 1024 and drain.tail().endswith(b"last line without newline")
+    assert drain.text().startswith("CUDA error: misaligned address\n")
+
+
+def test_drain_writes_the_full_log(tmp_path):
+    body = b"".join(b"row %d\n" % i for i in range(30000))
+    _drain_bytes(body, tail_bytes=100, log_path=tmp_path / "out.log")
+    assert (tmp_path / "out.log").read_bytes() == body
+
+
+def test_scan_finds_a_marked_process_in_another_session():
+    mark = b"HZ_SUPERVISED_testmark="
+    env = dict(os.environ, HZ_SUPERVISED_testmark="1")
+    proc = subprocess.Popen(SLEEPER, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 5
+        while proc.pid not in scan_for(-1, mark) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.pid in scan_for(-1, mark)
+        assert proc.pid in scan_for(proc.pid)  # and by its process group
+        assert proc.pid not in scan_for(-1, b"HZ_SUPERVISED_other=")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_kill_group_escalates_to_sigkill_and_verifies_no_survivor():
+    code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+            f" p = subprocess.Popen({SLEEPER!r}); print(p.pid, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    child_pid = int(proc.stdout.readline())
+    t0 = time.monotonic()
+    evidence = kill_group(proc.pid, grace_s=0.3, leader=proc)
+    assert time.monotonic() - t0 < 0.3 + 1.0
+    assert set(evidence["killed"]) == {proc.pid, child_pid}
+    # The sleeper inherited SIG_IGN for SIGTERM across exec, so both needed SIGKILL.
+    assert evidence["sigkill"] == sorted({proc.pid, child_pid})
+    assert evidence["survivors"] == []
+    assert proc.returncode == -signal.SIGKILL
+    assert_none_running({proc.pid, child_pid})
+
+
+def test_supervised_exit_status_does_not_reap_before_the_group_is_killed():
+    child = Supervised([sys.executable, "-c", "import sys; sys.exit(5)"], env=dict(os.environ))
+    assert child.wait_exit(time.monotonic() + 10)
+    assert child.exit_status() == 5
+    assert os.path.exists(f"/proc/{child.pid}")  # still a zombie: its group id stays ours
+    evidence = child.kill()
+    assert evidence["survivors"] == [] and child.proc.returncode == 5
+    assert not os.path.exists(f"/proc/{child.pid}")
+    assert child.kill() == evidence  # idempotent
+
+
+def test_supervised_wait_times_out_on_a_live_child_and_kill_ends_it():
+    child = Supervised(SLEEPER, env=dict(os.environ), grace_s=0.5)
+    t0 = time.monotonic()
+    assert not child.wait_exit(t0 + 0.3)
+    assert 0.3 <= time.monotonic() - t0 < 0.6
+    assert running(child.pid)
+    assert child.kill()["survivors"] == []
+    assert not running(child.pid)
+
+
+def test_the_supervisor_never_imports_a_gpu_library():
+    code = ("import sys, stress.targets, stress.watchdog, stress.classify, stress.protocol; "
+            "bad = [m for m in ('torch', 'cupy', 'pycuda', 'cuda', 'triton', 'jax', "
+            "'tensorflow', 'numba', 'pynvml') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=FAKES.parent.parent, check=True)
+    assert out.stdout.strip() == "[]"

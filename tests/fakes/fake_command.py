@@ -1,0 +1,130 @@
+"""A fake command target: `fake_command.py MODE [ARG]` behaves as MODE says.
+
+Every process it starts records its pid (fakelib.record_pid) before it does anything
+else, and a hanging mode prints "ready" on stdout only once all its processes exist.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from fakelib import record_pid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SLEEPER = [sys.executable, os.path.join(HERE, "sleeper.py")]
+
+
+def ready() -> None:
+    print("ready", flush=True)
+
+
+def passes() -> int:
+    params = json.loads(os.environ.get("HZ_PARAMS", "{}"))
+    print("computing...")
+    print("HZ_RESULT " + json.dumps({"ok": True, "mismatched": 0, "params": params,
+                                     "launches": os.environ.get("HZ_LAUNCHES")}))
+    return 0
+
+
+def busy_loop() -> int:
+    ready()
+    while True:
+        pass
+
+
+def block_with_child() -> int:
+    """Blocks in wait() on a child that itself blocks (sleeps) forever."""
+    child = subprocess.Popen(SLEEPER)
+    record_pid(child.pid)
+    ready()
+    child.wait()
+    return 0
+
+
+def setsid_grandchild(clear_env: bool) -> int:
+    """Child starts a grandchild that setsid()s (leaves our group), then the child exits,
+    so the grandchild is reparented to init; we block forever."""
+    # Without the supervisor's HZ_SUPERVISED_* marker: only its psutil samples can find it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HZ_SUPERVISED_")}
+    code = ("import subprocess, sys, time; "
+            f"sys.path.insert(0, {HERE!r}); from fakelib import record_pid; record_pid(); "
+            f"p = subprocess.Popen({SLEEPER!r}, start_new_session=True, "
+            f"env={env if clear_env else None!r}); record_pid(p.pid); "
+            f"time.sleep({1.0 if clear_env else 0.0})")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    ready()
+    while True:
+        time.sleep(3600)
+
+
+def leftover() -> int:
+    """Exits 0 at once, leaving a background process in its group."""
+    record_pid(subprocess.Popen(SLEEPER).pid)
+    print("HZ_RESULT {\"ok\": true}")
+    return 0
+
+
+def ignore_sigterm() -> int:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready()
+    while True:
+        time.sleep(3600)
+
+
+def segfault() -> int:
+    os.kill(os.getpid(), signal.SIGSEGV)
+    return 0
+
+
+def aborts() -> int:
+    os.abort()
+
+
+def cuda_fault() -> int:
+    print("Traceback (most recent call last):\n  File \"demo.py\", line 3, in <module>\n"
+          "    torch.cuda.synchronize()\nRuntimeError: CUDA error: an illegal memory access "
+          "was encountered\nCUDA kernel errors might be asynchronously reported",
+          file=sys.stderr)
+    return 1
+
+
+def wrong_result() -> int:
+    print("HZ_RESULT " + json.dumps({"ok": False, "mismatched": 3, "max_rel_err": 0.51}))
+    return 0
+
+
+def exit_with(code: str) -> int:
+    return int(code)
+
+
+def raises(exc_name: str) -> int:
+    raise getattr(__builtins__, exc_name, RuntimeError)(f"fake {exc_name}")
+
+
+def chatty_fault() -> int:
+    """A fault line early, then far more output than any tail keeps, then exit 1."""
+    print("CUDA error: misaligned address", file=sys.stderr, flush=True)
+    for i in range(20000):
+        print(f"filler line {i} " + "x" * 40, file=sys.stderr)
+    return 1
+
+
+def prints(text: str) -> int:
+    print(text)
+    return 0
+
+
+MODES = {
+    "pass": passes, "busy": busy_loop, "block_with_child": block_with_child,
+    "setsid_grandchild": lambda: setsid_grandchild(False),
+    "setsid_grandchild_noenv": lambda: setsid_grandchild(True),
+    "leftover": leftover, "ignore_sigterm": ignore_sigterm, "segfault": segfault,
+    "abort": aborts, "cuda_fault": cuda_fault, "wrong_result": wrong_result,
+    "exit": exit_with, "raise": raises, "chatty_fault": chatty_fault, "print": prints,
+}
+
+if __name__ == "__main__":
+    record_pid()
+    sys.exit(MODES[sys.argv[1]](*sys.argv[2:]))
