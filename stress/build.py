@@ -96,7 +96,13 @@ def compiler_version(compiler: str) -> str:
             out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ToolchainMissing(f"{compiler} --version failed: {exc}") from None
-        _VERSION_CACHE[compiler] = out.stdout.strip() or out.stderr.strip()
+        text = out.stdout.strip() or out.stderr.strip()
+        # Keep the lines that name the release ("Cuda compilation tools, release 13.0,
+        # V13.0.88", "HIP version: ..."): the same compiler installed on another machine
+        # (a different "Built on" date or copyright line) then shares the cache.
+        keep = [ln for ln in text.splitlines() if re.search(r"release|version", ln, re.I)
+                and not re.search(r"copyright|built on", ln, re.I)]
+        _VERSION_CACHE[compiler] = "\n".join(keep) or text
     return _VERSION_CACHE[compiler]
 
 

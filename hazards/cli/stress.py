@@ -1,0 +1,189 @@
+"""`hazards stress FAMILY`: stress a family's variants on the GPU through the engine."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hazards.cli.app import app
+from stress.errors import UserError
+from stress.outcome import RunResult
+from stress.stats import percent
+from stress.store import Store
+
+DEFAULT_REQUESTS = 10
+SANITIZER_DEFAULT_LAUNCHES = 4
+SANITIZER_DEFAULT_REQUESTS = 2
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERRORS = 0, 1, 3
+
+_HELP = """Stress a family's variants on the GPU; store every batch; judge the catalog.
+
+Each request is one batch of --launches launches served by the family's warm server
+(docs/protocol.md), validated on the device. Canaries (broken variants) must be detected;
+every other variant must stay clean. With --sanitizer the family runs `--once` under
+compute-sanitizer (one process per request) and a sanitizer error makes the run a
+`fault` (error_kind sanitizer_race / sanitizer_sync / sanitizer_memcheck).
+
+Exit status: 0 every expectation met; 1 a canary was missed or a clean variant failed;
+2 bad input; 3 some variant had only `error` runs.
+
+Examples:\n
+  hazards stress pipeline --launches 1000 --requests 10\n
+  hazards stress ordering --variant mp_plain --set shuffle=true --set stress_blocks=256\n
+  hazards stress pipeline --variant broken_war --variant fixed --sanitizer racecheck
+"""
+
+
+def parse_sets(items: list[str], allowed: dict[str, str]) -> dict[str, Any]:
+    """`k=v` overrides: v as JSON when it parses (numbers, true/false), else a string."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise UserError(f"--set takes NAME=VALUE, got {item!r}")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if key not in allowed:
+            raise UserError(f"unknown parameter {key!r} (known: {', '.join(allowed)})")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+def _rate_text(k: int, n: int) -> str:
+    from stress.stats import rate_ci, upper_bound
+
+    if n == 0:
+        return "n/a"
+    if k == 0:
+        return f"0 (≤ {percent(upper_bound(0, n))})"
+    lo, hi = rate_ci(k, n)
+    return f"{percent(k / n)} ({percent(lo)}–{percent(hi)})"
+
+
+def print_reports(reports: list[Any]) -> None:
+    """One table: per variant the launches, mismatched launches with CI, throughput, verdict."""
+    out = Console(width=None if sys.stdout.isatty() else 220)
+    table = Table()
+    for col in ("variant", "role", "static", "oracle", "runs", "launches", "mismatched",
+                "per-launch rate (95% CI)", "weak/instance", "launches/s", "verdict"):
+        table.add_column(col)
+    for r in reports:
+        t = r.tally
+        weak = f"{t.weak:.0f}/{t.instances:.3g}" if t.instances else "-"
+        lps = f"{t.launches / r.wall_s:,.0f}" if r.wall_s > 0 and t.launches else "-"
+        counts = " ".join(f"{k}:{v}" for k, v in r.summary.counts.items() if v)
+        style = {"MISSED": "bold red", "UNEXPECTED": "bold red", "error": "cyan"}.get(r.verdict, "green")
+        table.add_row(r.variant, r.role, "hazard" if r.static_hazardous else "safe", r.oracle, counts,
+                      str(t.launches), str(t.mismatched), _rate_text(t.mismatched, t.launches), weak, lps,
+                      f"[{style}]{r.verdict}[/]")
+    out.print(table)
+    for r in reports:
+        if r.oracle == "sanitizer" and r.tally.sanitizer_errors:
+            out.print(f"{r.variant}: {r.tally.sanitizer_errors} sanitizer error(s) reported", highlight=False)
+
+
+class _Progress:
+    """A rich progress bar per variant (stderr) with launches/s and mismatches so far."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=False)
+        self.launches = 0
+        self.mismatched = 0
+        self.task: Any = None
+
+    def start(self, label: str, total: int) -> None:
+        self.launches = self.mismatched = 0
+        if self.enabled:
+            self.task = self.progress.add_task(label, total=total, info="")
+
+    def update(self, seq: int, result: RunResult, counts: dict[str, int]) -> None:
+        m = result.metrics or {}
+        self.launches += int(m.get("launches") or 0)
+        self.mismatched += int(m.get("mismatched") or 0)
+        if self.enabled:
+            elapsed = self.progress.tasks[self.task].elapsed or 1e-9
+            info = (f"{self.launches} launches, {self.mismatched} mismatched, "
+                    f"{self.launches / elapsed:,.0f}/s  " + " ".join(f"{k}:{v}" for k, v in counts.items() if v))
+            self.progress.update(self.task, completed=sum(counts.values()), info=info)
+
+
+@app.command("stress", help=_HELP)
+def stress_command(
+    family: str = typer.Argument(..., help="Family name (see `hazards list`)."),
+    variant: Optional[List[str]] = typer.Option(None, "--variant", "-v", help="Variant(s) to run [default: all]."),
+    launches: Optional[int] = typer.Option(None, "--launches", "-l", help="Launches per request [default: the family's]."),
+    requests: Optional[int] = typer.Option(None, "--requests", "-r", help=f"Requests (batches) per variant [default: {DEFAULT_REQUESTS}]."),
+    sanitizer: Optional[str] = typer.Option(None, "--sanitizer", help="racecheck | synccheck | memcheck | initcheck"),
+    sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a run-time parameter: NAME=VALUE (repeatable)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per request before it is a hang [default: the family's]."),
+    build_target: str = typer.Option("sm_90a", "--target", help="Build target (sm_90a; gfx942 where hipcc exists)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
+) -> None:
+    from hazards.families import get_family
+    from hazards.sanitizer import TOOLS
+    from hazards.stress_family import family_target, stress_variant
+
+    fam = get_family(family)
+    if not fam.binary:
+        raise UserError(f"family {fam.name!r} has no runtime binary: use `hazards check --static`")
+    names = list(variant) if variant else [v.name for v in fam.variants]
+    for n in names:
+        fam.variant(n)  # UserError naming the known ones
+    if sanitizer is not None and sanitizer not in TOOLS:
+        raise UserError(f"--sanitizer must be one of {', '.join(TOOLS)}, got {sanitizer!r}")
+    n_launch = launches if launches is not None else (SANITIZER_DEFAULT_LAUNCHES if sanitizer else fam.default_launches)
+    n_req = requests if requests is not None else (SANITIZER_DEFAULT_REQUESTS if sanitizer else DEFAULT_REQUESTS)
+    if n_launch < 1 or n_req < 1:
+        raise UserError("--launches and --requests must be at least 1")
+    if timeout is not None and not timeout > 0:
+        raise UserError(f"--timeout must be positive, got {timeout:g}")
+    overrides = parse_sets(list(sets or []), fam.runtime_params)
+
+    reports = []
+    progress = _Progress(enabled=not json_out)
+    with Store(store_path) as store:
+        # One warm server for all variants (no sanitizer): the point of a server target.
+        target = None if sanitizer else family_target(fam, target=build_target)
+        try:
+            if target is not None:
+                target.start()  # a server that cannot start is one clear line, before any bar
+            with progress.progress if progress.enabled else _nullcontext():
+                for n in names:
+                    progress.start(f"{fam.name}/{n}", n_req)
+                    reports.append(stress_variant(
+                        fam, n, store=store, launches=n_launch, requests=n_req, timeout=timeout,
+                        sanitizer=sanitizer, overrides=overrides, target=target,
+                        build_target=build_target, on_result=progress.update))
+        finally:
+            if target is not None:
+                target.close()
+    if json_out:
+        print(json.dumps({"family": fam.name, "launches_per_request": n_launch, "requests": n_req,
+                          "sanitizer": sanitizer, "overrides": overrides,
+                          "variants": [r.to_json() for r in reports]}))
+    else:
+        print_reports(reports)
+    if any(r.verdict in ("MISSED", "UNEXPECTED") for r in reports):
+        raise typer.Exit(EXIT_CHECK_FAILED)
+    if any(r.verdict == "error" for r in reports):
+        raise typer.Exit(EXIT_ERRORS)
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -1,0 +1,160 @@
+"""Run a target under NVIDIA compute-sanitizer and make its report the run's evidence.
+
+`SanitizerTarget` wraps a `--once`-style command (one process per run: the sanitizer's
+report is only complete when the process exits, and its output must not mix with a
+server's protocol stream). The report goes to a log file in the run's artifact folder and
+is parsed into counts.
+
+Decision (documented in docs/families/pipeline.md): a sanitizer *error* (a racecheck
+hazard reported as an error, a synccheck barrier error, a memcheck invalid access) makes
+the run a `fault` with error_kind `sanitizer_race` / `sanitizer_sync` / `sanitizer_memcheck`
+/ `sanitizer_initcheck`, whatever the kernel's own output said: the sanitizer has proven a
+hazard even on launches whose output happened to be right, and DESIGN.md lists sanitizer
+errors under `fault`. Racecheck *warnings* alone are kept as evidence and do not change
+the outcome. A sanitizer that cannot run at all (unsupported device) is an `error`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from stress.errors import ToolchainMissing, UserError
+from stress.outcome import Outcome, RunResult
+
+TOOLS = ("racecheck", "synccheck", "memcheck", "initcheck")
+ERROR_KINDS = {"racecheck": "sanitizer_race", "synccheck": "sanitizer_sync",
+               "memcheck": "sanitizer_memcheck", "initcheck": "sanitizer_initcheck"}
+# Slowdown factors seen on the H200 (racecheck ~25x): callers scale their timeouts.
+SLOWDOWN = {"racecheck": 40.0, "synccheck": 10.0, "memcheck": 10.0, "initcheck": 10.0}
+
+_ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) errors?")
+_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
+_ERROR_LINE = re.compile(r"^=+\s+(?:Error|ERROR)\b.*$", re.MULTILINE)
+_HAZARD_KIND = re.compile(r"\b(RAW|WAR|WAW)\b")
+_RACE_BETWEEN = re.compile(r"Race reported between (\w+) access.*?\n.*?and (\w+) access", re.DOTALL)
+_HAZARD_COUNT = re.compile(r"\[(\d+) hazards?\]")
+_UNUSABLE = re.compile(r"Device not supported|Unable to (?:find|load|initialize)|"
+                       r"Target application terminated before first instrumented API call")
+
+
+def find_sanitizer() -> str:
+    """Path of compute-sanitizer; ToolchainMissing (one line) when there is none."""
+    found = shutil.which(os.environ.get("HZ_COMPUTE_SANITIZER", "compute-sanitizer"))
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if found is None and home and os.access(Path(home) / "bin" / "compute-sanitizer", os.X_OK):
+            found = str(Path(home) / "bin" / "compute-sanitizer")
+    if found is None:
+        raise ToolchainMissing("compute-sanitizer not found (part of the CUDA toolkit; or set HZ_COMPUTE_SANITIZER)")
+    return found
+
+
+def _race_kind(first: str, second: str) -> str:
+    a, b = first.lower(), second.lower()
+    if a == "write" and b == "write":
+        return "WAW"
+    return "RAW" if a == "write" else "WAR"
+
+
+def parse_report(text: str, tool: str) -> dict[str, Any]:
+    """Counts from a compute-sanitizer log: errors, warnings, hazards by kind, first error."""
+    errors = max([int(m) for m in _ERROR_SUMMARY.findall(text)] or [0])
+    warnings = 0
+    race = _RACE_SUMMARY.search(text)
+    if race:
+        errors = max(errors, int(race.group(2)))
+        warnings = int(race.group(3))
+    error_lines = _ERROR_LINE.findall(text)
+    errors = max(errors, len(error_lines))
+    kinds: dict[str, int] = {}
+    for first, second in _RACE_BETWEEN.findall(text):
+        k = _race_kind(first, second)
+        kinds[k] = kinds.get(k, 0) + 1
+    for line in error_lines:
+        for k in _HAZARD_KIND.findall(line):
+            kinds[k] = kinds.get(k, 0) + 1
+    report: dict[str, Any] = {
+        "tool": tool, "errors": errors, "warnings": warnings,
+        "hazards": sum(int(n) for n in _HAZARD_COUNT.findall(text)), "kinds": kinds,
+        "unusable": bool(_UNUSABLE.search(text)),
+    }
+    if error_lines:
+        report["first_error"] = error_lines[0].strip("= ").strip()[:300]
+    if race:
+        report["summary"] = race.group(0)
+    return report
+
+
+def judge(result: RunResult, report: dict[str, Any]) -> RunResult:
+    """Fold a sanitizer report into a run's outcome (see the module docstring)."""
+    result.evidence["sanitizer"] = report
+    tool = report["tool"]
+    if report["unusable"]:  # the sanitizer never instrumented the kernel: nothing is proven
+        result.outcome = Outcome.ERROR
+        result.reason = f"{tool} could not instrument the program"
+        result.error_kind = "sanitizer_unavailable"
+        result.evidence["error_kind"] = result.error_kind
+    elif report["errors"] > 0:
+        result.outcome = Outcome.FAULT
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(report["kinds"].items()))
+        result.reason = (f"{tool}: {report['errors']} error(s)" + (f" ({kinds})" if kinds else "")
+                         + (f"; {report['first_error']}" if "first_error" in report else ""))
+        result.error_kind = ERROR_KINDS[tool]
+        result.evidence["error_kind"] = result.error_kind
+    return result
+
+
+class SanitizerTarget:
+    """Run `argv` (a one-batch command such as `BIN --once`) under compute-sanitizer."""
+
+    def __init__(self, argv: list[str], tool: str, *, env: dict[str, str] | None = None,
+                 name: str | None = None, print_limit: int = 20) -> None:
+        if tool not in TOOLS:
+            raise UserError(f"unknown sanitizer tool {tool!r} (known: {', '.join(TOOLS)})")
+        self.tool = tool
+        self.sanitizer = find_sanitizer()
+        self.argv = list(argv)
+        self.env = env
+        self.name = name or f"{tool}:{Path(argv[0]).name}"
+        self.print_limit = print_limit
+
+    def run(self, params: dict[str, Any] | None = None, *, timeout: float,
+            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
+        """One process under the sanitizer; its report becomes the evidence."""
+        from stress.targets import CommandTarget
+
+        tmp = None
+        if artifact_dir is None:
+            tmp = tempfile.mkdtemp(prefix="hz-sanitizer-")
+            log_dir = Path(tmp)
+        else:
+            log_dir = Path(artifact_dir)
+            log_dir.mkdir(parents=True, exist_ok=True)
+        log = log_dir / f"{self.tool}.log"
+        cmd = [self.sanitizer, "--tool", self.tool, "--log-file", str(log),
+               "--print-limit", str(self.print_limit), *self.argv]
+        try:
+            target = CommandTarget(cmd, env=self.env, name=self.name)
+            result = target.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
+            text = log.read_text(errors="replace") if log.exists() else ""
+            report = parse_report(text, self.tool)
+            if tmp is None:
+                report["log"] = str(log)
+            else:
+                report["log_tail"] = text[-2000:]
+            return judge(result, report)
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def close(self) -> None:
+        """Nothing stays running between runs."""
+
+    def __enter__(self) -> "SanitizerTarget":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,112 @@
+"""stress/build.py: content-addressed cache, toolchain errors, build failures (fake compiler)."""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from stress import build
+from stress.errors import ToolchainMissing
+
+FAKE_NVCC = """#!/bin/sh
+# A stand-in for nvcc: --version prints a release line; otherwise copy the source to -o,
+# count invocations, and fail when the source contains BROKEN.
+if [ "$1" = "--version" ]; then
+  echo "Copyright (c) 2005-2099 NVIDIA Corporation"; echo "Built on $(date +%N)"
+  echo "Cuda compilation tools, release 99.0, V99.0.1"; exit 0; fi
+out=""; src=""
+while [ $# -gt 0 ]; do
+  case "$1" in -o) out="$2"; shift;; *.cu) src="$1";; esac; shift
+done
+echo x >> "$FAKE_NVCC_COUNT"
+if grep -q BROKEN "$src"; then echo "$src(3): error: identifier BROKEN is undefined" >&2; exit 2; fi
+cp "$src" "$out"
+"""
+
+
+@pytest.fixture
+def fake_tree(tmp_path, monkeypatch):
+    nvcc = tmp_path / "fake-nvcc"
+    nvcc.write_text(FAKE_NVCC)
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IEXEC)
+    count = tmp_path / "count"
+    count.write_text("")
+    monkeypatch.setenv("HZ_NVCC", str(nvcc))
+    monkeypatch.setenv("FAKE_NVCC_COUNT", str(count))
+    build._VERSION_CACHE.clear()
+    root = tmp_path / "standalone"
+    (root / "fam").mkdir(parents=True)
+    (root / "common").mkdir()
+    (root / "other").mkdir()
+    (root / "common" / "h.h").write_text("// harness\n")
+    (root / "other" / "x.c").write_text("// included from elsewhere\n")
+    (root / "fam" / "fam.cu").write_text('#include "../common/h.h"\n#include "../other/x.c"\nint main(){}\n')
+    return root, count, tmp_path / "cache"
+
+
+def compiles(count: Path) -> int:
+    return len(count.read_text().split())
+
+
+def test_unchanged_sources_reuse_the_cached_binary(fake_tree):
+    root, count, cache = fake_tree
+    a = build.build_family(root, "fam", "fam", cache_dir=cache)
+    b = build.build_family(root, "fam", "fam", cache_dir=cache)
+    assert a == b and a.is_file() and os.access(a, os.X_OK) and compiles(count) == 1
+
+
+@pytest.mark.parametrize("edit", ["fam/fam.cu", "common/h.h", "other/x.c"])
+def test_changing_any_source_or_included_file_rebuilds(fake_tree, edit):
+    root, count, cache = fake_tree
+    a = build.build_family(root, "fam", "fam", cache_dir=cache)
+    (root / edit).write_text((root / edit).read_text() + "// changed\n")
+    b = build.build_family(root, "fam", "fam", cache_dir=cache)
+    assert a != b and compiles(count) == 2
+
+
+def test_defines_and_flags_are_part_of_the_key(fake_tree):
+    root, count, cache = fake_tree
+    a = build.build_family(root, "fam", "fam", cache_dir=cache)
+    b = build.build_family(root, "fam", "fam", cache_dir=cache, defines={"HZ_X": True})
+    c = build.build_family(root, "fam", "fam", cache_dir=cache, extra_flags=["-G"])
+    assert len({a, b, c}) == 3 and compiles(count) == 3
+
+
+def test_compile_error_is_one_line_with_the_log_path(fake_tree):
+    root, count, cache = fake_tree
+    (root / "fam" / "fam.cu").write_text("BROKEN\n")
+    with pytest.raises(build.BuildFailed) as exc:
+        build.build_family(root, "fam", "fam", cache_dir=cache)
+    msg = str(exc.value)
+    assert "identifier BROKEN is undefined" in msg and "build.log" in msg and "\n" not in msg
+
+
+def test_missing_compiler_is_toolchain_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("HZ_NVCC", str(tmp_path / "no-such-nvcc"))
+    with pytest.raises(ToolchainMissing):
+        build.find_compiler("sm_90a")
+    monkeypatch.delenv("HZ_NVCC")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.setattr(build.os, "access", lambda *a: False)
+    with pytest.raises(ToolchainMissing, match="nvcc not found"):
+        build.find_compiler("sm_90a")
+    with pytest.raises(ToolchainMissing, match="hipcc not found"):
+        build.find_compiler("gfx942")
+
+
+def test_unknown_target_and_missing_source_are_user_errors(fake_tree):
+    from stress.errors import UserError
+
+    root, _, cache = fake_tree
+    with pytest.raises(UserError, match="unknown build target"):
+        build.build_family(root, "fam", "fam", cache_dir=cache, target="sm_1000")
+    with pytest.raises(UserError, match="no kernel source"):
+        build.build_family(root, "fam", "nope", cache_dir=cache)
+
+
+def test_version_key_ignores_build_dates(fake_tree):
+    build._VERSION_CACHE.clear()  # the fake prints a different "Built on" line every call
+    assert build.compiler_version(build.find_compiler("sm_90a")) == "Cuda compilation tools, release 99.0, V99.0.1"

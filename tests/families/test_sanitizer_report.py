@@ -1,0 +1,56 @@
+"""hazards/sanitizer.py: compute-sanitizer reports become evidence and outcomes."""
+from __future__ import annotations
+
+from stress.outcome import Outcome, RunResult
+from hazards.sanitizer import judge, parse_report
+
+RACE_LOG = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at pipeline_kernel+0x3c0 in pipeline.cu:70
+=========     and Read access at pipeline_kernel+0x5a0 in pipeline.cu:102 [123456 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+CLEAN_LOG = """========= COMPUTE-SANITIZER
+========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
+"""
+MEMCHECK_LOG = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at bad_store+0x70
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def run(outcome=Outcome.CLEAN) -> RunResult:
+    return RunResult(outcome=outcome, reason="result line: ok")
+
+
+def test_racecheck_error_makes_a_clean_run_a_sanitizer_fault():
+    rep = parse_report(RACE_LOG, "racecheck")
+    assert rep["errors"] == 1 and rep["hazards"] == 123456 and rep["kinds"] == {"RAW": 1}
+    r = judge(run(), rep)
+    assert r.outcome is Outcome.FAULT and r.error_kind == "sanitizer_race"
+    assert "racecheck: 1 error(s)" in r.reason and r.evidence["sanitizer"]["hazards"] == 123456
+
+
+def test_a_clean_report_keeps_the_kernels_verdict():
+    for outcome in (Outcome.CLEAN, Outcome.MISMATCH):
+        r = judge(run(outcome), parse_report(CLEAN_LOG, "racecheck"))
+        assert r.outcome is outcome and r.evidence["sanitizer"]["errors"] == 0
+
+
+def test_memcheck_error_summary_is_counted():
+    r = judge(run(), parse_report(MEMCHECK_LOG, "memcheck"))
+    assert r.outcome is Outcome.FAULT and r.error_kind == "sanitizer_memcheck"
+
+
+def test_war_and_waw_are_named_from_the_access_order():
+    log = ("========= Error: Race reported between Read access at a\n=========     and Write access at b [2 hazards]\n"
+           "========= Error: Race reported between Write access at c\n=========     and Write access at d [3 hazards]\n")
+    rep = parse_report(log, "racecheck")
+    assert rep["kinds"] == {"WAR": 1, "WAW": 1} and rep["hazards"] == 5 and rep["errors"] == 2
+
+
+def test_an_unsupported_device_is_an_error_not_clean():
+    for text in ("========= Error: Device not supported\n", "Device not supported\n"):
+        r = judge(run(), parse_report(text, "racecheck"))
+        assert r.outcome is Outcome.ERROR and r.error_kind == "sanitizer_unavailable"

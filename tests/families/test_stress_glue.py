@@ -1,0 +1,83 @@
+"""hazards/stress_family.py and `hazards stress` against a fake family server (CPU)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from hazards.families import get_family
+from hazards.stress_family import stress_variant
+from stress.targets import ServerTarget
+
+FAKE = Path(__file__).with_name("fake_harness_server.py")
+
+
+@pytest.fixture
+def fake_target():
+    t = ServerTarget([sys.executable, str(FAKE)], name="fake")
+    yield t
+    t.close()
+
+
+def test_a_detected_canary_reports_its_per_launch_rate(store, fake_target):
+    r = stress_variant(get_family("pipeline"), "broken_war", store=store, launches=50, requests=4,
+                       target=fake_target)
+    assert r.verdict == "detected" and r.expected == "detect" and r.static_hazardous
+    assert (r.tally.launches, r.tally.mismatched) == (200, 200)
+    d = r.to_json()
+    assert d["launch_rate"] == 1.0 and d["launch_rate_ci95"][0] > 0.98
+    assert d["campaign"]["counts"]["mismatch"] == 4
+
+
+def test_a_clean_fixed_variant_is_clean_with_a_zero_rate(store, fake_target):
+    r = stress_variant(get_family("pipeline"), "fixed", store=store, launches=100, requests=3,
+                       target=fake_target)
+    assert r.verdict == "clean" and (r.tally.launches, r.tally.mismatched) == (300, 0)
+    assert r.to_json()["launch_rate_ci95"][1] < 0.02
+
+
+def test_weak_outcomes_are_counted_per_instance(store, fake_target):
+    r = stress_variant(get_family("ordering"), "mp_plain", store=store, launches=10, requests=2,
+                       target=fake_target)
+    d = r.to_json()
+    assert d["instances"] == 20000 and d["weak"] == 60 and d["weak_per_instance"] == pytest.approx(0.003)
+
+
+def test_every_batch_is_stored_with_its_campaign(store, fake_target):
+    r = stress_variant(get_family("ordering"), "pc_fixed", store=store, launches=5, requests=3,
+                       target=fake_target)
+    runs = store.runs(r.summary.campaign_id)
+    assert len(runs) == 3 and all(x.result.params["variant"] == "pc_fixed" for x in runs)
+    assert store.campaign(r.summary.campaign_id).kind == "stress"
+
+
+def test_overrides_change_the_static_expectation(store, fake_target):
+    # a fixed variant pushed into a hazardous point is not expected clean any more
+    r = stress_variant(get_family("pipeline"), "fixed", store=store, launches=1, requests=1,
+                       target=fake_target, overrides={"wait_depth": 3})
+    assert r.static_hazardous and r.expected == "n/a"
+
+
+def test_hazards_stress_rejects_bad_input_in_one_line(capsys):
+    from hazards.cli import main
+
+    assert main(["stress", "pipeline", "--variant", "nope"]) == 2
+    assert main(["stress", "pipeline", "--sanitizer", "helgrind"]) == 2
+    assert main(["stress", "pipeline", "--set", "stages"]) == 2
+    assert main(["stress", "earlyclobber"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("hazards: error:") == 4 and "Traceback" not in err
+
+
+def test_hazards_list_json_names_every_canary(capsys):
+    import json
+
+    from hazards.cli import main
+
+    assert main(["list", "--json"]) == 0
+    fams = {f["name"]: f for f in json.loads(capsys.readouterr().out)["families"]}
+    canaries = {v["name"] for v in fams["pipeline"]["variants"] if v["canary"]}
+    assert canaries == {"broken_war", "broken_wait", "broken_tail"}
+    assert all(v["static"]["hazardous"] == v["canary"] for f in ("pipeline", "ordering")
+               for v in fams[f]["variants"])
