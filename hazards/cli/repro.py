@@ -1,0 +1,217 @@
+"""`hazards repro`: run until the first failure, catch the hung kernel's breadcrumbs live,
+keep everything needed to reproduce it, and say how often it happens."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+
+from hazards.cli.app import app
+from stress.errors import UserError
+from stress.outcome import OUTCOMES, Outcome, RunResult
+from stress.stats import describe_rate, rate_ci
+from stress.store import Store
+
+KIND = "repro"
+DEFAULT_MAX_RUNS = 100
+DEFAULT_TIMEOUT_S = 60.0
+
+_HELP = """Run a program (or a family variant) until its first hang, fault or mismatch.
+
+With --tripwire, a private file in /dev/shm is named in HZ_TRIPWIRE_PATH; an instrumented kernel (standalone/include/hz_tripwire.h) writes its breadcrumbs there, and a hang is read twice, ~1 s apart, before the kill: the diagnosis names the barrier, the epoch and the stragglers. A fault gets a post-mortem diagnosis from the same file.
+
+Kept per run: output logs, tripwire snapshots and diagnosis, Xid lines, evidence.json; per campaign: binary hash, `git describe`, environment (repro-context.json). The rate so far is printed with its 95% CI.
+
+Exit status: 0 every run clean; 1 a hazard observed; 2 bad input; 3 only errors.
+
+Examples:\n
+  hazards repro --tripwire --timeout 5 -- ./my_megakernel --seq 4096\n
+  hazards repro --family deadlock --variant broken_epoch --timeout 3\n
+  hazards repro --family deadlock --variant broken_epoch --keep-going --max-runs 30
+"""
+
+
+def _parse_params(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise UserError(f"--params is not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise UserError("--params must be a JSON object, e.g. '{\"workers\": 64}'")
+    return value
+
+
+def _family_spec(family: str, variant: str | None, params: dict[str, Any], launches: int | None,
+                 binary: Path | None) -> tuple[list[str], dict[str, Any], Path | None, Any]:
+    """argv, run params, names file and the Family for a --family target."""
+    from hazards.family import STANDALONE
+    from hazards.families import get_family
+    from stress.build import build_family
+
+    fam = get_family(family)
+    v = fam.variant(variant or fam.variants[0].name)
+    if binary is not None and not binary.exists():
+        raise UserError(f"--binary {binary} does not exist")
+    if binary is None and fam.binary is None:
+        raise UserError(f"family {fam.name!r} has no binary (static checks only)")
+    exe = binary if binary is not None else build_family(STANDALONE, fam.source_dir or fam.name, fam.binary)
+    run_params = {"variant": v.name, **params}
+    if launches is not None:
+        run_params["launches"] = launches
+    names = fam.source_path / f"{fam.name}_names.h"
+    return [str(exe), "--once"], run_params, names if names.exists() else None, fam
+
+
+def _print_failure(out: Console, seq: int, r: RunResult) -> None:
+    out.print(f"[bold]run {seq}: {r.outcome}[/] — {r.reason}", highlight=False)
+    tw = r.evidence.get("tripwire") or {}
+    if tw.get("sentence"):
+        out.print(f"  tripwire ({tw.get('when', '?')}): {tw['sentence']}", highlight=False, markup=False)
+        for note in tw.get("notes", [])[:4]:
+            out.print(f"    note: {note}", highlight=False, markup=False)
+    xid = r.evidence.get("xid") or {}
+    lines = xid.get("kernel_log")
+    if isinstance(lines, list) and lines:
+        out.print(f"  kernel log: {lines[-1]}", highlight=False, markup=False)
+    if isinstance(xid.get("nvml"), list) and xid["nvml"]:
+        out.print(f"  NVML Xid: {xid['nvml']}", highlight=False)
+    if r.artifact_dir:
+        out.print(f"  artifacts: {r.artifact_dir}", highlight=False)
+
+
+def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command("repro", help=_HELP, context_settings={"allow_interspersed_args": False})
+def repro_command(
+    command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
+                                                  show_default=False),
+    family: Optional[str] = typer.Option(None, "--family", help="Run a catalog family's binary instead of CMD."),
+    variant: Optional[str] = typer.Option(None, "--variant", help="The family variant [default: its first]."),
+    params: Optional[str] = typer.Option(None, "--params", help="JSON object of run parameters (family)."),
+    launches: Optional[int] = typer.Option(None, "--launches", help="Launches per run (family)."),
+    binary: Optional[Path] = typer.Option(None, "--binary", help="Prebuilt family binary (skips the build)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per run before it is a hang."),
+    max_runs: int = typer.Option(DEFAULT_MAX_RUNS, "--max-runs", "-n", help="Stop after this many runs."),
+    keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first failure (measure a rate)."),
+    tripwire: Optional[bool] = typer.Option(None, "--tripwire/--no-tripwire",
+                                            help="Give the program a tripwire file [default: on for --family]."),
+    names: Optional[Path] = typer.Option(None, "--names", help="Phase/barrier names: JSON or a C header."),
+    keep_tripwire: bool = typer.Option(False, "--keep-tripwire", help="Keep the raw tripwire file of clean runs too."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: .hazards/results.db]."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    from stress.targets.base import check_argv
+    from stress.tripwire import load_names
+
+    if max_runs < 1:
+        raise UserError(f"--max-runs must be at least 1, got {max_runs}")
+    if timeout is not None and not timeout > 0:
+        raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if launches is not None and launches < 1:
+        raise UserError(f"--launches must be at least 1, got {launches}")
+    run_params = _parse_params(params)
+    if family is not None:
+        if command:
+            raise UserError("give either --family or a command after --, not both")
+        argv, run_params, default_names, fam = _family_spec(family, variant, run_params, launches, binary)
+        timeout = timeout if timeout is not None else fam.timeout_s
+        names = names if names is not None else default_names
+        tripwire = True if tripwire is None else tripwire
+    else:
+        if variant or launches or binary:
+            raise UserError("--variant/--launches/--binary go with --family")
+        argv = check_argv(list(command or []), None, dict(os.environ))
+        timeout = timeout if timeout is not None else DEFAULT_TIMEOUT_S
+        tripwire = bool(tripwire)
+    name_table = load_names(names) if names is not None else None
+
+    spec = {"argv": argv, "cwd": os.getcwd(), "family": family, "params": run_params, "timeout": timeout,
+            "max_runs": max_runs, "until_fail": not keep_going, "tripwire": tripwire,
+            "names": str(names) if names else None}
+    store = Store(store_path)
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        with store:
+            summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _report(summary, failures, spec, store, json_out)
+    sys.exit(1 if summary.failures else (3 if summary.errors else 0))
+
+
+def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[str, Any], tripwire: bool,
+         name_table: Any, keep_tripwire: bool, name: str | None) -> tuple[Any, list[tuple[int, RunResult]]]:
+    from hazards.cli.run import OutcomeProgress
+    from hazards.repro.evidence import KernelLog, ReproTarget, run_context
+    from stress.campaign import run_campaign
+    from stress.gpus import all_gpu_uuids
+    from stress.targets import CommandTarget
+    from stress.telemetry import TelemetryMonitor
+    from stress.tripwire import TripwireFile, TripwireTarget
+
+    failures: list[tuple[int, RunResult]] = []
+    tw = TripwireFile() if tripwire else None
+    try:
+        env = tw.env() if tw else None
+        target: Any = CommandTarget(argv, env=env, name=name)
+        if tw is not None:
+            target = TripwireTarget(target, tw, names=name_table, keep="always" if keep_tripwire else "failures")
+        uuids = all_gpu_uuids()
+        with TelemetryMonitor(uuids[:1]) as tele:
+            target = ReproTarget(target, tele if uuids else None, KernelLog(), gpu_uuid=uuids[0] if uuids else None)
+            cid = store.create_campaign(KIND, spec, name=name)
+            ctx_dir = store.artifact_root(cid)
+            ctx_dir.mkdir(parents=True, exist_ok=True)
+            (ctx_dir / "repro-context.json").write_text(json.dumps(run_context(argv, spec["cwd"]), indent=1))
+
+            def on_result(seq: int, r: RunResult, counts: dict[str, int]) -> None:
+                bar.update(seq, r, counts)
+                if Outcome(r.outcome).is_failure or r.outcome is Outcome.ERROR:
+                    failures.append((seq, r))
+
+            with OutcomeProgress(spec["max_runs"], f"repro {Path(argv[0]).name}", {o.value: 0 for o in OUTCOMES}) as bar:
+                summary = run_campaign(target, store, n=spec["max_runs"], timeout=spec["timeout"],
+                                       until_fail=spec["until_fail"], params=run_params, campaign_id=cid,
+                                       kind=KIND, spec=spec, on_result=on_result)
+            target.close()
+    finally:
+        if tw is not None:
+            tw.close()
+    return summary, failures
+
+
+def _report(summary: Any, failures: list[tuple[int, RunResult]], spec: dict[str, Any], store: Store,
+            json_out: bool) -> None:
+    k, n = summary.failures, summary.judged
+    lo, hi = rate_ci(k, n) if n else (0.0, 1.0)
+    if json_out:
+        d = summary.to_json()
+        d.update({"store": str(store.path), "argv": spec["argv"], "rate_in_words": describe_rate(k, n),
+                  "failures": [{"seq": s, "outcome": str(r.outcome), "reason": r.reason,
+                                "tripwire": r.evidence.get("tripwire"), "xid": r.evidence.get("xid"),
+                                "artifact_dir": r.artifact_dir} for s, r in failures[:50]],
+                  "ci_95": [lo, hi]})
+        print(json.dumps(d, default=str))
+        return
+    out = Console(width=None if sys.stdout.isatty() else 200)
+    out.print(f"[bold]repro campaign {summary.campaign_id}[/]: {' '.join(spec['argv'])}", highlight=False)
+    for seq, r in failures[:3]:
+        _print_failure(out, seq, r)
+    if len(failures) > 3:
+        out.print(f"  … {len(failures) - 3} more failing runs (see `hazards stats`)", highlight=False)
+    out.print("counts: " + ", ".join(f"{o} {c}" for o, c in summary.counts.items() if c), highlight=False)
+    out.print(describe_rate(k, n), highlight=False)
+    if summary.stop_reason:
+        out.print(f"stopped: {summary.stop_reason}", highlight=False)
+    out.print(f"artifacts: {store.artifact_root(summary.campaign_id)}", highlight=False)

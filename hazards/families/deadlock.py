@@ -1,0 +1,153 @@
+"""Family `deadlock`: the persistent-grid deadlocks of seed 002_79daa8f540f6a64d.
+
+Kernels: `standalone/deadlock/deadlock.cu` (every wait instrumented with the tripwire;
+phase/barrier names in `standalone/deadlock/deadlock_names.h`). Three scenarios, each with
+a seeded hang and its fix:
+
+- grid_barrier: a software grid barrier launched with `grid_extra` blocks beyond the
+  co-residency limit the occupancy API gives (N+1 vs N): the extra block can never start.
+- chunk_count: the chunk-merge barrier counts `chunks` arrivals but, nested inside the QKV
+  guard, only min(qkv_tiles, chunks) workers arrive (the seed's 10 of 16).
+- snapshot_epoch: the layer's release epoch snapshotted as "counter + 1" at layer entry;
+  a non-participant that falls a layer behind waits for a bump that never comes. Skew is
+  injected with probability `skew_ppm` per worker and layer, so the hang is intermittent.
+
+The static model says, from the parameters alone, whether a point deadlocks, and for the
+intermittent one what fraction of launches should.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from hazards.family import STANDALONE, Family, StaticVerdict, Variant
+
+NAMES_HEADER = STANDALONE / "deadlock" / "deadlock_names.h"
+
+# Defaults of the binary's parameters (deadlock.cu's ParamSpec list) that the model reads.
+DEFAULTS: dict[str, Any] = {
+    "scenario": "grid_barrier", "grid_extra": 0, "rounds": 2, "workers": 30, "nested": False,
+    "qkv_tiles": 10, "chunks": 16, "participants": 16, "layers": 8, "epoch_fix": "derive",
+    "skew_ppm": 0, "skew_cycles": 400000,
+}
+
+VARIANTS = (
+    Variant("fixed_grid", "fixed", "grid barrier with grid = co-residency limit",
+            params={"scenario": "grid_barrier"}, detected_by=()),
+    Variant("broken_grid", "broken", "grid barrier with one block more than can be co-resident",
+            params={"scenario": "grid_barrier", "grid_extra": 1}, detected_by=("stress",)),
+    Variant("fixed_chunk", "fixed", "chunk phase un-nested: all 16 chunk ranks arrive",
+            params={"scenario": "chunk_count", "workers": 30, "qkv_tiles": 10, "chunks": 16, "nested": False}),
+    Variant("broken_chunk", "broken", "chunk phase nested in the QKV guard: 10 of 16 arrive",
+            params={"scenario": "chunk_count", "workers": 30, "qkv_tiles": 10, "chunks": 16, "nested": True},
+            detected_by=("stress",)),
+    Variant("fixed_epoch", "fixed", "expected epoch derived from the layer index, skew injected",
+            params={"scenario": "snapshot_epoch", "workers": 64, "participants": 16, "layers": 8,
+                    "epoch_fix": "derive", "skew_ppm": 1000}),
+    Variant("fixed_epoch_widen", "fixed", "every worker arrives at the first barrier, skew injected",
+            params={"scenario": "snapshot_epoch", "workers": 64, "participants": 16, "layers": 8,
+                    "epoch_fix": "widen", "skew_ppm": 1000}),
+    Variant("broken_epoch", "broken", "expected epoch snapshotted as counter+1 at layer entry, skew injected",
+            params={"scenario": "snapshot_epoch", "workers": 64, "participants": 16, "layers": 8,
+                    "epoch_fix": "none", "skew_ppm": 1000}, detected_by=("stress",)),
+)
+_BY_NAME = {v.name: v for v in VARIANTS}
+
+
+def resolve(params: dict[str, Any]) -> dict[str, Any]:
+    """Defaults <- the named variant's preset <- explicit fields (as the binary does)."""
+    out = dict(DEFAULTS)
+    name = params.get("variant")
+    if name in _BY_NAME:
+        out.update(_BY_NAME[name].params)
+    out.update({k: v for k, v in params.items() if k != "variant"})
+    return out
+
+
+def epoch_hang_probability(p: dict[str, Any]) -> float:
+    """Chance that the injected skew alone hangs one launch of the snapshot-epoch bug.
+
+    A hang needs one non-participant to fall behind between its MoE arrival of layer k and
+    its snapshot at layer k+1 (k < layers-1) for longer than the next merger takes; the
+    injected delay (~200 µs at 400k cycles) is far longer than that path (~µs), so each
+    skew event of a non-participant is fatal and the events are independent. A lower
+    bound: the same race also fires without injection, at layer 0, when a non-participant
+    block starts after the first merger has already bumped (block dispatch order).
+    """
+    if p["epoch_fix"] != "none":
+        return 0.0
+    opportunities = max(0, p["workers"] - p["participants"]) * max(0, p["layers"] - 1)
+    q = p["skew_ppm"] / 1e6
+    return 1.0 - (1.0 - q) ** opportunities
+
+
+def static_model(params: dict[str, Any]) -> StaticVerdict:
+    """Does this parameter point deadlock? From the parameters alone."""
+    p = resolve(params)
+    sc = p["scenario"]
+    if sc == "grid_barrier":
+        if p["grid_extra"] > 0:
+            return StaticVerdict(True, f"grid is {p['grid_extra']} block(s) over the co-residency limit: "
+                                       "the extra blocks never start, the barrier never completes")
+        return StaticVerdict(False, "grid fits the co-residency limit: every block is resident")
+    if sc == "chunk_count":
+        arrivals = min(p["qkv_tiles"], p["chunks"]) if p["nested"] else p["chunks"]
+        arrivals = min(arrivals, p["workers"])
+        if arrivals < p["chunks"]:
+            return StaticVerdict(True, f"only {arrivals} of {p['chunks']} chunk workers can arrive "
+                                       "(chunk phase nested in the QKV guard)")
+        return StaticVerdict(False, f"all {p['chunks']} chunk ranks arrive")
+    prob = epoch_hang_probability(p)
+    if p["epoch_fix"] != "none":
+        return StaticVerdict(False, f"epoch_fix={p['epoch_fix']}: every expected value is ordered before its bump")
+    if p["participants"] >= p["workers"]:
+        return StaticVerdict(False, "every worker arrives before the bump: no snapshot can follow it")
+    return StaticVerdict(True, f"non-participants can read an already-bumped epoch; the injected skew alone "
+                               f"hangs ~{prob:.1%} of launches, plus a natural race at layer 0 (a block that "
+                               "starts after the first merger bumped)")
+
+
+def strategy() -> Any:
+    """Points over grid size, participants and layer count, every scenario and variant."""
+    grid = st.fixed_dictionaries({
+        "variant": st.sampled_from(["fixed_grid", "broken_grid"]),
+        "grid_extra": st.integers(-64, 4), "rounds": st.integers(1, 4)})
+    chunk = st.integers(1, 64).flatmap(lambda w: st.fixed_dictionaries({
+        "variant": st.sampled_from(["fixed_chunk", "broken_chunk"]),
+        "workers": st.just(w), "qkv_tiles": st.integers(0, w), "chunks": st.integers(1, w),
+        "nested": st.booleans()}))
+    epoch = st.integers(2, 96).flatmap(lambda w: st.fixed_dictionaries({
+        "variant": st.sampled_from(["fixed_epoch", "fixed_epoch_widen", "broken_epoch"]),
+        "workers": st.just(w), "participants": st.integers(1, w), "layers": st.integers(1, 12),
+        "skew_ppm": st.sampled_from([0, 1000, 20000])}))
+    return st.one_of(grid, chunk, epoch)
+
+
+FAMILY = Family(
+    name="deadlock",
+    summary="persistent-grid deadlocks: grid barrier over co-residency, chunk-count participants, "
+            "epoch snapshot skew; diagnosed live by the tripwire",
+    variants=VARIANTS,
+    static_model=static_model,
+    strategy=strategy,
+    source_dir="deadlock",
+    binary="deadlock",
+    platforms=("cuda",),
+    default_launches=100,
+    timeout_s=5.0,
+    runtime_params={
+        "scenario": "grid_barrier | chunk_count | snapshot_epoch",
+        "grid_extra": "grid_barrier: blocks beyond the co-residency limit (>0 hangs)",
+        "rounds": "grid_barrier: barrier rounds per launch",
+        "workers": "chunk_count/snapshot_epoch: persistent workers (blocks)",
+        "nested": "chunk_count: chunk phase nested in the QKV guard (the bug)",
+        "qkv_tiles": "chunk_count: workers with a QKV tile",
+        "chunks": "chunk_count: arrivals the chunk-merge barrier expects",
+        "participants": "snapshot_epoch: workers arriving at the first barrier",
+        "layers": "snapshot_epoch: layers per launch",
+        "epoch_fix": "snapshot_epoch: none | derive | widen",
+        "skew_ppm": "snapshot_epoch: chance per worker-layer of a skew delay",
+        "skew_cycles": "snapshot_epoch: that delay in SM clocks",
+    },
+)

@@ -1,0 +1,1 @@
+"""Support for `hazards repro`: the run context and Xid evidence it keeps."""

@@ -1,0 +1,142 @@
+"""What `hazards repro` keeps besides the run itself: the context a failure needs to be
+reproduced elsewhere (binary hash, `git describe`, environment) and the kernel's word on
+it (Xid lines from the kernel log when `dmesg` is readable, NVML Xid events otherwise).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from stress.outcome import RunResult
+
+# Environment entries never written to an artifact (they may hold credentials).
+_SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(^|_)KEY($|_)|AUTH|COOKIE|SESSION", re.IGNORECASE)
+_XID_LINE = re.compile(r"\bXid\b|NVRM:", re.IGNORECASE)
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str | None:
+    """Hex SHA-256 of a file, None when it cannot be read."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def resolve_program(argv0: str, cwd: str | None = None) -> str | None:
+    """The file argv[0] runs (PATH lookup for bare names)."""
+    if os.sep in argv0:
+        p = Path(argv0) if os.path.isabs(argv0) or cwd is None else Path(cwd) / argv0
+        return str(p.resolve()) if p.exists() else None
+    found = shutil.which(argv0)
+    return str(Path(found).resolve()) if found else None
+
+
+def git_describe(cwd: str | None) -> str | None:
+    """`git describe --always --dirty --tags` of cwd, None outside a repository."""
+    try:
+        r = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=cwd or None,
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() or None if r.returncode == 0 else None
+
+
+def safe_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment with anything that looks like a credential left out."""
+    env = dict(os.environ if env is None else env)
+    return {k: v for k, v in sorted(env.items()) if not _SECRET.search(k)}
+
+
+def run_context(argv: list[str], cwd: str | None = None) -> dict[str, Any]:
+    """Everything about where and what ran that is not in a single run's result."""
+    program = resolve_program(argv[0], cwd) if argv else None
+    scripts = [a for a in argv[1:] if a.endswith((".py", ".sh")) and Path(cwd or ".", a).exists()]
+    return {
+        "argv": list(argv), "cwd": cwd or os.getcwd(), "host": socket.gethostname(),
+        "program": program, "program_sha256": sha256_of(program) if program else None,
+        "scripts_sha256": {s: sha256_of(Path(cwd or ".", s)) for s in scripts},
+        "git_describe": git_describe(cwd), "python": sys.version.split()[0],
+        "platform": platform.platform(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "environment": safe_environment(),
+    }
+
+
+class KernelLog:
+    """Xid/NVRM lines of the kernel log that appeared during a run, when dmesg is readable."""
+
+    def __init__(self) -> None:
+        self.readable, self.why = True, ""
+        self._seen = set(self._lines())
+
+    def _lines(self) -> list[str]:
+        if not self.readable:
+            return []
+        try:
+            r = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.readable, self.why = False, f"dmesg not runnable: {e}"
+            return []
+        if r.returncode != 0:
+            self.readable, self.why = False, (r.stderr.strip().splitlines() or ["dmesg failed"])[0]
+            return []
+        return [line for line in r.stdout.splitlines() if _XID_LINE.search(line)]
+
+    def new_lines(self) -> list[str]:
+        """Xid/NVRM lines not seen before this call (and remembers them)."""
+        fresh = [line for line in self._lines() if line not in self._seen]
+        self._seen.update(fresh)
+        return fresh
+
+
+class ReproTarget:
+    """Wraps a target: per run, Xid evidence (kernel log + NVML window) and evidence.json."""
+
+    def __init__(self, inner: Any, telemetry: Any | None, kernel_log: KernelLog | None,
+                 gpu_uuid: str | None = None) -> None:
+        self.inner = inner
+        self.gpu_uuid = gpu_uuid
+        self.telemetry = telemetry
+        self.kernel_log = kernel_log
+
+    def run(self, params: dict | None = None, *, timeout: float, launches: int | None = None,
+            artifact_dir: Path | None = None) -> RunResult:
+        window = self.telemetry.begin(self.gpu_uuid) if self.telemetry else None
+        r = self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
+        xid: dict[str, Any] = {}
+        if self.kernel_log is not None:
+            lines = self.kernel_log.new_lines()
+            xid["kernel_log"] = lines if self.kernel_log.readable else f"unreadable: {self.kernel_log.why}"
+        if self.telemetry is not None and window is not None:
+            tele = self.telemetry.end(window)
+            xid["nvml"] = tele.get("xids", []) if tele else f"xid watch {self.telemetry.xid_watch}"
+        if xid:
+            r.evidence["xid"] = xid
+        art = Path(r.artifact_dir) if r.artifact_dir else artifact_dir
+        if art is not None:
+            art.mkdir(parents=True, exist_ok=True)
+            (art / "evidence.json").write_text(json.dumps(r.to_json(), indent=1, default=str))
+            if r.artifact_dir is None:
+                r.artifact_dir = str(art)
+        return r
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -1,0 +1,28 @@
+"""Tripwire: decode the breadcrumbs a kernel leaves in a /dev/shm file, and diagnose hangs.
+
+- `layout`: the file format (mirrors standalone/include/hz_tripwire.h; docs/tripwire.md).
+- `names`: phase/barrier names from JSON or a C header.
+- `analysis`: snapshots → `Diagnosis` (grouping, stragglers, causes, sentinels).
+- `session`: the private file, the watchdog's on-hang collector, `TripwireTarget`.
+"""
+from stress.tripwire.analysis import Diagnosis, Group, analyze
+from stress.tripwire.layout import Header, Slot, Snapshot, decode, read_snapshot, tag_of
+from stress.tripwire.names import Names, load_names, parse_c_names
+from stress.tripwire.session import (
+    ENV_PATH,
+    TripwireFile,
+    TripwireTarget,
+    collect_on_hang,
+    find_tripwire_evidence,
+    install_hang_collector,
+    register_names,
+    uninstall_hang_collector,
+    write_artifacts,
+)
+
+__all__ = [
+    "Diagnosis", "Group", "analyze", "Header", "Slot", "Snapshot", "decode", "read_snapshot", "tag_of",
+    "Names", "load_names", "parse_c_names", "ENV_PATH", "TripwireFile", "TripwireTarget", "collect_on_hang",
+    "find_tripwire_evidence", "install_hang_collector", "register_names", "uninstall_hang_collector",
+    "write_artifacts",
+]

@@ -1,0 +1,270 @@
+"""The supervisor's side of a tripwire: the private file, the on-hang collector, and a
+target wrapper that adds post-mortem diagnoses.
+
+Lifecycle for one target (one file; every run truncates it first, and the program's
+`hz_tw_host_open` sizes and re-initialises it, so no run can read another's breadcrumbs):
+
+    with TripwireFile() as tw:                                   # /dev/shm/hz-tw-…, 0600
+        target = TripwireTarget(CommandTarget(argv, env=tw.env()), tw, names=names)
+        result = target.run(timeout=5)       # hang: collector snapshots twice, then the kill
+    # file removed here; kept only as a copy in the run's artifact folder
+
+The collector is registered with the watchdog (`install_hang_collector`) and acts on any
+hung child whose environment names a tripwire file, so server targets get it too.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from stress.outcome import Outcome, RunResult
+from stress.tripwire.analysis import Diagnosis, analyze
+from stress.tripwire.layout import Snapshot, decode
+from stress.tripwire.names import Names
+
+ENV_PATH = "HZ_TRIPWIRE_PATH"
+SHM_DIR = "/dev/shm"
+SECOND_SNAPSHOT_S = 1.0  # between the two live snapshots: long enough for ~thousands of polls
+PREFIX = "hz-tw-"
+MARKER = "hz_tripwire"  # key that identifies this collector's output inside evidence
+
+_live_files: set[str] = set()
+_names_by_path: dict[str, Names] = {}
+_lock = threading.Lock()
+
+
+def _remove_leftovers() -> None:
+    for p in list(_live_files):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+
+
+atexit.register(_remove_leftovers)
+
+
+class TripwireFile:
+    """A private, uniquely named file for one target's breadcrumbs (mode 0600, O_EXCL).
+
+    Placed in /dev/shm (cudaHostRegister accepts tmpfs pages; a disk file is refused and
+    the program falls back to its snapshot thread). Removed by `close()`, by the context
+    manager, and at interpreter exit as a last resort.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, prefix: str = PREFIX) -> None:
+        d = Path(directory) if directory else Path(SHM_DIR if os.path.isdir(SHM_DIR) else tempfile.gettempdir())
+        for _ in range(16):
+            path = d / f"{prefix}{os.getpid()}-{secrets.token_hex(6)}"
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                continue
+            os.close(fd)
+            break
+        else:  # pragma: no cover - 16 collisions of 48 random bits
+            raise OSError(f"could not create a unique tripwire file in {d}")
+        self.path = path
+        with _lock:
+            _live_files.add(str(path))
+
+    def env(self) -> dict[str, str]:
+        """The environment entry the child needs."""
+        return {ENV_PATH: str(self.path)}
+
+    def reset(self) -> None:
+        """Empty the file, so a run that never opens it reads as 'never opened'."""
+        try:
+            os.truncate(self.path, 0)
+        except FileNotFoundError:
+            pass
+
+    def read(self) -> bytes:
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def snapshot(self) -> Snapshot:
+        return decode(self.read(), str(self.path))
+
+    def keep(self, dest: Path, name: str = "tripwire.bin") -> Path | None:
+        """Copy the current contents into `dest` (an artifact); None when empty."""
+        data = self.read()
+        if not data:
+            return None
+        dest.mkdir(parents=True, exist_ok=True)
+        out = dest / name
+        out.write_bytes(data)
+        return out
+
+    def close(self) -> None:
+        """Remove the file (idempotent)."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        with _lock:
+            _live_files.discard(str(self.path))
+            _names_by_path.pop(str(self.path), None)
+
+    def __enter__(self) -> "TripwireFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def register_names(path: str | os.PathLike[str], names: Names) -> None:
+    """Names the collector uses for the file at `path`."""
+    with _lock:
+        _names_by_path[str(path)] = names
+
+
+def write_artifacts(dest: Path | None, stem: str, diag: Diagnosis,
+                    images: list[tuple[bytes, Snapshot]]) -> list[str]:
+    """tripwire-<stem>.json (diagnosis + decoded snapshots), .txt, and the raw images."""
+    if dest is None:
+        return []
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    j = dest / f"tripwire-{stem}.json"
+    j.write_text(json.dumps({"diagnosis": diag.to_json(), "snapshots": [s.to_json() for _, s in images]},
+                            indent=1, default=str))
+    t = dest / f"tripwire-{stem}.txt"
+    t.write_text(diag.to_text())
+    written += [str(j), str(t)]
+    for i, (raw, _) in enumerate(images, 1):
+        if raw:
+            b = dest / f"tripwire-{stem}-{i}.bin"
+            b.write_bytes(raw)
+            written.append(str(b))
+    return written
+
+
+def _summary(diag: Diagnosis, artifacts: list[str], when: str) -> dict[str, Any]:
+    return {MARKER: 1, "when": when, "verdict": diag.verdict, "sentence": diag.sentence,
+            "counts": diag.counts, "stragglers": diag.stragglers[:64], "skewed": diag.skewed[:16],
+            "never_started": diag.never_started[:64], "notes": diag.notes, "artifacts": artifacts}
+
+
+def collect_on_hang(ctx: Any) -> dict[str, Any] | None:
+    """Watchdog collector: two live snapshots SECOND_SNAPSHOT_S apart, then a diagnosis.
+
+    `ctx` is a `stress.watchdog.HangContext`; returns None when the child has no tripwire.
+    """
+    path = (ctx.env or {}).get(ENV_PATH)
+    if not path:
+        return None
+    with _lock:
+        names = _names_by_path.get(path)
+    first_raw = _read(path)
+    first = decode(first_raw, path)
+    time.sleep(SECOND_SNAPSHOT_S)
+    second_raw = _read(path)
+    second = decode(second_raw, path)
+    diag = analyze(first, second, names, live=True)
+    arts = write_artifacts(ctx.artifact_dir, "hang", diag, [(first_raw, first), (second_raw, second)])
+    return _summary(diag, arts, "hang")
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def install_hang_collector() -> None:
+    """Register `collect_on_hang` with the watchdog (idempotent)."""
+    from stress.watchdog import register_on_hang
+
+    register_on_hang(collect_on_hang)
+
+
+def uninstall_hang_collector() -> None:
+    from stress.watchdog import unregister_on_hang
+
+    unregister_on_hang(collect_on_hang)
+
+
+def find_tripwire_evidence(evidence: Any) -> dict[str, Any] | None:
+    """This collector's output wherever the target stored it inside `evidence`."""
+    if isinstance(evidence, dict):
+        if evidence.get(MARKER) == 1:
+            return evidence
+        for v in evidence.values():
+            found = find_tripwire_evidence(v)
+            if found is not None:
+                return found
+    elif isinstance(evidence, list):
+        for v in evidence:
+            found = find_tripwire_evidence(v)
+            if found is not None:
+                return found
+    return None
+
+
+class TripwireTarget:
+    """Wraps a target whose environment carries `tw.env()`.
+
+    Before each run: truncate the file. After it: a hang already carries the collector's
+    live diagnosis; a fault (or a hang the collector could not read) gets a post-mortem
+    one from the file, which survives the process. The summary lands in
+    `result.evidence["tripwire"]`; with `keep` the raw file is copied into the run's
+    artifact folder ("failures": only for non-clean runs).
+    """
+
+    def __init__(self, inner: Any, tw: TripwireFile, names: Names | None = None, keep: str = "failures") -> None:
+        if keep not in ("always", "failures", "never"):
+            raise ValueError(f"keep must be always|failures|never, not {keep!r}")
+        self.inner = inner
+        self.tw = tw
+        self.names = names or Names()
+        self.keep_mode = keep
+        register_names(tw.path, self.names)
+        install_hang_collector()
+
+    def run(self, params: dict | None = None, *, timeout: float, launches: int | None = None,
+            artifact_dir: Path | None = None) -> RunResult:
+        self.tw.reset()
+        r = self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
+        art = Path(r.artifact_dir) if r.artifact_dir else artifact_dir
+        found = find_tripwire_evidence(r.evidence)
+        if found is None and r.outcome in (Outcome.FAULT, Outcome.HANG):
+            raw = self.tw.read()
+            snap = decode(raw, str(self.tw.path))
+            diag = analyze(snap, None, self.names, live=False)
+            found = _summary(diag, write_artifacts(art, "postmortem", diag, [(raw, snap)]), "post-mortem")
+        if found is not None:
+            r.evidence["tripwire"] = {k: v for k, v in found.items() if k != MARKER}
+        failed = Outcome(r.outcome) is not Outcome.CLEAN
+        if art is not None and (self.keep_mode == "always" or (self.keep_mode == "failures" and failed)):
+            kept = self.tw.keep(art, "tripwire-final.bin")
+            if kept is not None:
+                r.evidence.setdefault("tripwire", {})["raw"] = str(kept)
+                if r.artifact_dir is None:
+                    r.artifact_dir = str(art)
+        return r
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> "TripwireTarget":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -1,0 +1,64 @@
+"""Emitted code: with HZ_TRIPWIRE off no tripwire store remains; on, the stores are there.
+
+PTX from nvcc (sm_90a) and AMDGCN from clang-19 (gfx942), both on the CPU. The probe
+kernel has exactly one store of its own, so "off" must leave exactly one.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = HERE.parents[1] / "standalone" / "include"
+PROBE = HERE / "ptx_probe.cu"
+
+
+def _ptx_stores(tmp_path: Path, on: bool) -> list[str]:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not installed: cannot check the emitted PTX")
+    out = tmp_path / f"probe_{on}.ptx"
+    cmd = [nvcc, "-ptx", "-O3", "-arch=sm_90a", f"-I{INCLUDE}", str(PROBE), "-o", str(out)]
+    r = subprocess.run(cmd + (["-DHZ_TRIPWIRE"] if on else []), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return re.findall(r"^\s*(st\.\S+)", out.read_text(), re.MULTILINE)
+
+
+def _amdgcn_stores(tmp_path: Path, on: bool) -> list[str]:
+    clang = shutil.which("clang-19")
+    if clang is None:
+        pytest.skip("clang-19 not installed: cannot check the AMDGCN code")
+    out = tmp_path / f"probe_{on}.s"
+    cmd = [clang, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-nogpuinc", "--cuda-device-only", "-O3",
+           "-S", "-include", str(HERE / "hip_shim.h"), f"-I{INCLUDE}", str(PROBE), "-o", str(out)]
+    r = subprocess.run(cmd + (["-DHZ_TRIPWIRE"] if on else []), capture_output=True, text=True)
+    if r.returncode != 0 and "amdgcn" in r.stderr.lower() and "target" in r.stderr.lower():
+        pytest.skip(f"clang-19 has no AMDGPU backend: {r.stderr.strip().splitlines()[0]}")
+    assert r.returncode == 0, r.stderr
+    return re.findall(r"^\s*((?:global|flat|buffer)_store.*)$", out.read_text(), re.MULTILINE)
+
+
+def test_ptx_without_tripwire_keeps_only_the_kernels_own_store(tmp_path: Path) -> None:
+    assert _ptx_stores(tmp_path, on=False) == ["st.global.f32"]
+
+
+def test_ptx_with_tripwire_has_volatile_64_bit_and_byte_stores(tmp_path: Path) -> None:
+    stores = _ptx_stores(tmp_path, on=True)
+    assert stores.count("st.global.f32") == 1
+    tw = [s for s in stores if s != "st.global.f32"]
+    assert tw and all(s.startswith("st.volatile.") for s in tw)
+    assert any(s.endswith(".u64") for s in tw) and any(s.endswith(".u8") for s in tw)
+
+
+def test_amdgcn_without_tripwire_keeps_only_the_kernels_own_store(tmp_path: Path) -> None:
+    assert len(_amdgcn_stores(tmp_path, on=False)) == 1
+
+
+def test_amdgcn_with_tripwire_stores_system_coherent(tmp_path: Path) -> None:
+    stores = _amdgcn_stores(tmp_path, on=True)
+    coherent = [s for s in stores if "sc0 sc1" in s]  # volatile -> system scope on gfx942
+    assert len(stores) > 1 and len(coherent) == len(stores) - 1
