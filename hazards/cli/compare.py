@@ -1,0 +1,83 @@
+"""`hazards compare`: did a change fix the hazard? Before/after failure counts in words."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from hazards.cli.app import app
+from stress.errors import UserError
+from stress.stats import compare
+from stress.store import Store
+
+_KN = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_k_of_n(text: str, option: str) -> tuple[int, int]:
+    """'4/7' -> (4, 7); UserError for anything else (k > n, n == 0, not two integers)."""
+    m = _KN.match(text or "")
+    if not m:
+        raise UserError(f"{option} must be FAILURES/RUNS such as 4/7, got {text!r}")
+    k, n = int(m.group(1)), int(m.group(2))
+    if n == 0:
+        raise UserError(f"{option} {text}: the number of runs must be at least 1")
+    if k > n:
+        raise UserError(f"{option} {text}: more failures than runs")
+    return k, n
+
+
+def campaign_k_of_n(store: Store, campaign_id: int) -> tuple[int, int]:
+    """Hazards (hang + fault + mismatch) and judged runs (all but `error`) of a campaign."""
+    store.campaign(campaign_id)
+    t = store.counts(campaign_id)
+    k = t["hang"] + t["fault"] + t["mismatch"]
+    n = sum(t.values()) - t["error"]
+    if n == 0:
+        raise UserError(f"campaign {campaign_id} has no judged runs to compare")
+    return k, n
+
+
+@app.command("compare")
+def compare_command(
+    before: Optional[str] = typer.Option(None, "--before", help="Failures/runs before the change, e.g. 4/7."),
+    after: Optional[str] = typer.Option(None, "--after", help="Failures/runs after the change, e.g. 0/10."),
+    before_campaign: Optional[int] = typer.Option(None, "--before-campaign", help="Stored campaign before the change."),
+    after_campaign: Optional[int] = typer.Option(None, "--after-campaign", help="Stored campaign after the change."),
+    conf: float = typer.Option(0.95, "--conf", help="Confidence level."),
+    bound: float = typer.Option(0.01, "--bound", help="The after-rate a fix must be shown to stay below."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database for campaign ids."),
+) -> None:
+    """Compare failure counts before and after a change and say what they show.
+
+    One-sided Fisher and Boschloo tests for a drop; the after-rate's exact upper bound;
+    how many clean runs would bound it below --bound. Example:
+    `hazards compare --before 4/7 --after 0/10` -> rate dropped (p=0.015); after-rate ≤ 26%
+    at 95%: not yet evidence of a fix, 299 clean runs bound it below 1%.
+    Campaign counts use hang + fault + mismatch over all runs that are not `error`.
+    """
+    if not 0 < conf < 1:
+        raise UserError(f"--conf must be between 0 and 1, got {conf:g}")
+    if not 0 < bound < 1:
+        raise UserError(f"--bound must be between 0 and 1, got {bound:g}")
+    if (before is None) == (before_campaign is None) or (after is None) == (after_campaign is None):
+        raise UserError("give exactly one of --before K/N and --before-campaign ID, and one of "
+                        "--after K/N and --after-campaign ID")
+    kb_nb = parse_k_of_n(before, "--before") if before is not None else None
+    ka_na = parse_k_of_n(after, "--after") if after is not None else None
+    if kb_nb is None or ka_na is None:
+        with Store(store_path, create=False) as store:
+            kb_nb = kb_nb or campaign_k_of_n(store, before_campaign)  # type: ignore[arg-type]
+            ka_na = ka_na or campaign_k_of_n(store, after_campaign)  # type: ignore[arg-type]
+    c = compare(*kb_nb, *ka_na, conf=conf, rate_bound=bound)
+    if json_out:
+        d = c.to_json()
+        d.update({"before_campaign": before_campaign, "after_campaign": after_campaign})
+        print(json.dumps(d))
+    else:
+        print(f"before {c.k_before}/{c.n_before}, after {c.k_after}/{c.n_after} "
+              f"(one-sided Fisher p={c.fisher_p_one_sided:.3g}, Boschloo p={c.boschloo_p:.3g})")
+        print(c.verdict)

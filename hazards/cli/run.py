@@ -1,0 +1,231 @@
+"""`hazards run`: run any program N times, judge every run, store it, report the rate."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hazards.cli.app import app
+from stress.campaign import CampaignSummary, run_campaign
+from stress.errors import UserError
+from stress.outcome import OUTCOMES, RunResult
+from stress.stats import describe_rate
+from stress.store import Store
+from stress.targets import CommandTarget
+from stress.targets.base import check_argv, check_env
+
+DEFAULT_N = 20
+DEFAULT_N_UNTIL_FAIL = 1000
+DEFAULT_TIMEOUT_S = 60.0
+KIND = "run"
+
+OUTCOME_STYLE = {"clean": "green", "hang": "magenta", "fault": "red", "mismatch": "yellow", "error": "cyan"}
+
+# Exit codes of `hazards run` (also in the command's help).
+EXIT_CLEAN, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_ERRORS_ONLY = 0, 1, 2, 3
+
+_HELP = f"""Run a program N times; judge, store and count every run.
+
+Each run is exactly one of clean, hang, fault, mismatch, error (see docs/protocol.md
+for how exit codes, signals, fault messages and HZ_RESULT lines are judged). Every run
+is committed to the results store the moment it ends, so a killed campaign can be
+continued with --resume.
+
+Exit status: 0 every run was clean; 1 a hazard was observed (hang, fault or mismatch);
+2 bad input; 3 no hazard observed but some runs ended in `error` (the check itself
+failed, so "clean" cannot be claimed); 130 interrupted.
+
+Examples:\n
+  hazards run -n 50 --timeout 10 -- python3 demo.py --seq 4096\n
+  hazards run --until-fail -- ./my_kernel_test\n
+  hazards run --resume 3 -n 500
+"""
+
+
+def check_run_options(n: int | None, timeout: float | None, result_regex: str | None) -> None:
+    """Validate the numeric and regex options before anything is opened or run."""
+    if n is not None and n < 1:
+        raise UserError(f"-n must be at least 1, got {n}")
+    if timeout is not None and not timeout > 0:
+        raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if result_regex is not None:
+        try:
+            re.compile(result_regex)
+        except re.error as e:
+            raise UserError(f"--result-regex is not a valid regular expression: {e}") from None
+
+
+def validate_argv(argv: list[str], cwd: str | Path | None = None) -> list[str]:
+    """argv if it names a program we can start, else a one-line UserError (nothing runs)."""
+    if not argv or not str(argv[0]).strip():
+        raise UserError("no command given: put it after `--`, e.g. hazards run -n 10 -- ./my_test")
+    return check_argv(list(argv), cwd, check_env(None))
+
+
+def make_command_target(spec: dict[str, Any]) -> CommandTarget:
+    """A CommandTarget for a `run` spec (argv, cwd, name, result_regex).
+
+    Checks the program first (exists, executable, on PATH) and raises a one-line
+    UserError, so call this before anything is written.
+    """
+    validate_argv(spec.get("argv") or [], spec.get("cwd"))
+    return CommandTarget(spec["argv"], cwd=spec.get("cwd"), name=spec.get("name"),
+                         result_regex=spec.get("result_regex"))
+
+
+class OutcomeProgress:
+    """A rich progress bar on stderr with a live count per outcome."""
+
+    def __init__(self, total: int, label: str, start_counts: dict[str, int]) -> None:
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[counts]}"), TimeElapsedColumn(),
+            console=self.console, transient=False)
+        done = sum(start_counts.values())
+        self.task = self.progress.add_task(label, total=total, completed=done,
+                                           counts=self._fmt(start_counts))
+
+    @staticmethod
+    def _fmt(counts: dict[str, int]) -> str:
+        return "  ".join(f"[{OUTCOME_STYLE[o.value]}]{o.value} {counts.get(o.value, 0)}[/]" for o in OUTCOMES)
+
+    def __enter__(self) -> "OutcomeProgress":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def update(self, seq: int, result: RunResult, counts: dict[str, int]) -> None:
+        self.progress.update(self.task, completed=sum(counts.values()), counts=self._fmt(counts))
+
+
+def summary_json(summary: CampaignSummary, store: Store, spec: dict[str, Any], target_name: str) -> dict[str, Any]:
+    """The one JSON object `hazards run --json` prints."""
+    d = summary.to_json()
+    d.update({"store": str(store.path), "target": target_name, "argv": spec["argv"],
+              "rate_in_words": describe_rate(summary.failures, summary.judged)})
+    d["signatures"] = [{"outcome": s.outcome, "error_kind": s.error_kind, "message": s.message,
+                        "count": s.count} for s in store.signatures(summary.campaign_id)]
+    return d
+
+
+def print_summary(summary: CampaignSummary, store: Store, spec: dict[str, Any]) -> None:
+    """Human summary: outcome counts, the rate in words, top failure signatures, resume hint."""
+    out = Console(width=None if sys.stdout.isatty() else 200)  # logs: no folding
+    out.print(f"[bold]campaign {summary.campaign_id}[/]: {shlex.join(spec['argv'])}", highlight=False)
+    table = Table()
+    for o in OUTCOMES:
+        table.add_column(f"[{OUTCOME_STYLE[o.value]}]{o.value}[/]", justify="right")
+    table.add_column("total", justify="right")
+    table.add_row(*[str(summary.counts[o.value]) for o in OUTCOMES], str(summary.n))
+    out.print(table)
+    out.print(describe_rate(summary.failures, summary.judged), highlight=False)
+    if summary.errors:
+        out.print(f"{summary.errors} run(s) ended in `error` (the check itself failed); "
+                  "they are not counted in the rate", highlight=False)
+    for s in store.signatures(summary.campaign_id)[:5]:
+        kind = f" ({s.error_kind})" if s.error_kind and s.error_kind != s.outcome else ""
+        out.print(f"  {s.count:>5} x {s.outcome}{kind}: {s.message}", highlight=False, markup=False)
+    if summary.stop_reason:
+        out.print(f"stopped early: {summary.stop_reason}", highlight=False)
+    if summary.n < summary.requested and summary.stop_reason is None:
+        out.print(f"incomplete: continue with `hazards run --resume {summary.campaign_id}`", highlight=False)
+    out.print(f"store: {store.path}", highlight=False)
+
+
+def exit_code(summary: CampaignSummary) -> int:
+    """0 all clean, 1 a hazard observed, 3 only infrastructure errors besides clean runs."""
+    if summary.failures:
+        return EXIT_FAILURE
+    if summary.errors:
+        return EXIT_ERRORS_ONLY
+    return EXIT_CLEAN
+
+
+def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, timeout: float | None,
+                  until_fail: bool) -> tuple[Store, CommandTarget, dict[str, Any]]:
+    """Store, target and spec of a campaign to resume; -n/--timeout/--until-fail update it."""
+    store = Store(store_path, create=False)
+    try:
+        camp = store.campaign(campaign_id)
+        if camp.kind != KIND:
+            raise UserError(f"campaign {campaign_id} is a '{camp.kind}' campaign, not a `hazards run` one")
+        spec = dict(camp.spec)
+        target = make_command_target(spec)
+    except BaseException:
+        store.close()
+        raise
+    changed = {"n": n, "timeout": timeout, "until_fail": until_fail or None}
+    changed = {k: v for k, v in changed.items() if v is not None and spec.get(k) != v}
+    if changed:
+        spec.update(changed)
+        store.update_campaign_spec(campaign_id, spec)
+    return store, target, spec
+
+
+def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command("run", help=_HELP, context_settings={"allow_interspersed_args": False})
+def run_command(
+    command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
+                                                  show_default=False),
+    n: Optional[int] = typer.Option(None, "-n", "--runs",
+                                    help=f"Total runs [default: {DEFAULT_N}; {DEFAULT_N_UNTIL_FAIL} with --until-fail]."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help=f"Seconds per run before it is a hang [default: {DEFAULT_TIMEOUT_S:g}]."),
+    until_fail: bool = typer.Option(False, "--until-fail", help="Stop at the first hang, fault or mismatch."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign and the target."),
+    result_regex: Optional[str] = typer.Option(None, "--result-regex", help="A regex on the output that marks a run as a mismatch."),
+    resume: Optional[int] = typer.Option(None, "--resume", help="Continue this campaign (its stored command); -n raises its total."),
+) -> None:
+    check_run_options(n, timeout, result_regex)
+    if resume is not None:
+        if command:
+            raise UserError("--resume takes the command from the stored campaign; do not give one")
+        if name is not None or result_regex is not None:
+            raise UserError("--resume keeps the campaign's --name and --result-regex; do not give them")
+        store, target, spec = _open_resumed(store_path, resume, n, timeout, until_fail)
+        campaign_id = resume
+    else:
+        spec = {"argv": list(command or []), "cwd": os.getcwd(), "name": name,
+                "result_regex": result_regex, "until_fail": until_fail,
+                "n": n if n is not None else (DEFAULT_N_UNTIL_FAIL if until_fail else DEFAULT_N),
+                "timeout": timeout if timeout is not None else DEFAULT_TIMEOUT_S}
+        target = make_command_target(spec)  # checks the program before the store is touched
+        store = Store(store_path)
+        campaign_id = store.create_campaign(KIND, spec, name=name)
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        with store, target:
+            start = store.counts(campaign_id)
+            with OutcomeProgress(spec["n"], f"run {target.name}", start) as bar:
+                summary = run_campaign(
+                    target, store, n=spec["n"], timeout=spec["timeout"], until_fail=spec["until_fail"],
+                    campaign_id=campaign_id, on_result=bar.update)
+            if json_out:
+                print(json.dumps(summary_json(summary, store, spec, target.name)))
+            else:
+                print_summary(summary, store, spec)
+    except KeyboardInterrupt:
+        # typer turns this into an exit code the entry point would drop: say it and exit here
+        print(f"hazards: interrupted; campaign {campaign_id} keeps every finished run "
+              f"(continue with `hazards run --resume {campaign_id}`)", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    sys.exit(exit_code(summary))

@@ -1,0 +1,71 @@
+"""`hazards stats`: failure rates with confidence intervals per target and variant."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hazards.cli.app import app
+from stress.errors import UserError
+from stress.outcome import OUTCOMES
+from stress.stats import percent
+from stress.store import Store, Tally
+
+
+def tally_json(t: Tally, conf: float) -> dict[str, Any]:
+    """One target/variant row: n, counts, failure rate over judged runs with its CI."""
+    return {"target": t.target, "variant": t.variant, "n": t.n, "counts": dict(t.counts),
+            "failures": t.failures, "errors": t.errors, "judged": t.judged, "rate": t.rate(),
+            "ci": list(t.ci(conf)), "ci_conf": conf, "ci_method": "exact",
+            "upper_one_sided": t.upper(conf)}
+
+
+def _rate_cell(t: Tally, conf: float) -> str:
+    if not t.judged:
+        return "n/a (no judged runs)"
+    if t.failures == 0:
+        return f"≤ {percent(t.upper(conf))}"
+    lo, hi = t.ci(conf)
+    return f"{percent(t.failures / t.judged)} ({percent(lo)}–{percent(hi)})"
+
+
+@app.command("stats")
+def stats_command(
+    campaign: Optional[int] = typer.Option(None, "--campaign", help="Only this campaign's runs."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    conf: float = typer.Option(0.95, "--conf", help="Confidence level of the intervals."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
+) -> None:
+    """Failure rate per target/variant: n, counts per outcome, rate with an exact CI.
+
+    The rate is hazards (hang + fault + mismatch) over judged runs (all but `error`);
+    with no failure the one-sided upper bound is shown instead of an interval.
+    """
+    if not 0 < conf < 1:
+        raise UserError(f"--conf must be between 0 and 1, got {conf:g}")
+    with Store(store_path, create=False) as store:
+        if campaign is not None:
+            store.campaign(campaign)  # one-line UserError when it does not exist
+        tallies = store.tally(campaign)
+        if json_out:
+            print(json.dumps({"store": str(store.path), "campaign": campaign,
+                              "rows": [tally_json(t, conf) for t in tallies]}))
+            return
+        console = Console(width=None if sys.stdout.isatty() else 200)  # logs: no folding
+        console.print(f"{store.path}" + (f", campaign {campaign}" if campaign is not None else ""),
+                      highlight=False)
+        table = Table()
+        table.add_column("target", overflow="fold", min_width=24)
+        table.add_column("variant", overflow="fold")
+        for col in ("n", *[o.value for o in OUTCOMES]):
+            table.add_column(col, justify="right", no_wrap=True)
+        table.add_column(f"rate ({percent(conf)} CI)", justify="right", no_wrap=True)
+        for t in tallies:
+            table.add_row(t.target, t.variant or "-", str(t.n), *[str(t.counts[o.value]) for o in OUTCOMES],
+                          _rate_cell(t, conf))
+        console.print(table if tallies else "no runs stored yet")

@@ -1,0 +1,467 @@
+"""The results store: SQLite in WAL mode, one row per run, committed the moment it ends.
+
+Default location `.hazards/results.db` in the working directory; `HZ_STORE` or an
+explicit path overrides it. Several processes may write at once (WAL + busy timeout +
+`BEGIN IMMEDIATE` for every write). A writer killed at any point leaves a consistent
+database: each run is its own transaction, so every run that finished is present.
+
+Tables
+  campaigns  (id, kind, name, spec JSON, created, status, host)
+  runs       (id, campaign_id, seq, target, variant, params JSON, outcome, reason,
+              error_kind, evidence JSON, metrics JSON, started_at, duration_s, host,
+              gpu_uuid, worker_age, artifact_dir, signature_id)
+  signatures (id, key, outcome, error_kind, target, variant, message, first_seen,
+              last_seen, count)
+
+The schema is versioned with `PRAGMA user_version`; a database with another version is
+refused with a clear error instead of being misread or migrated silently.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from stress.errors import UserError
+from stress.outcome import OUTCOMES, HOST, Outcome, RunResult
+from stress.signatures import signature_of
+from stress.stats import CiMethod, rate_ci, upper_bound
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = Path(".hazards") / "results.db"
+BUSY_TIMEOUT_MS = 60_000
+
+_SCHEMA = """
+CREATE TABLE campaigns (
+    id       INTEGER PRIMARY KEY,
+    kind     TEXT NOT NULL,
+    name     TEXT,
+    spec     TEXT NOT NULL,
+    created  REAL NOT NULL,
+    status   TEXT NOT NULL,
+    host     TEXT NOT NULL
+);
+CREATE TABLE signatures (
+    id          INTEGER PRIMARY KEY,
+    key         TEXT NOT NULL UNIQUE,
+    outcome     TEXT NOT NULL,
+    error_kind  TEXT NOT NULL,
+    target      TEXT NOT NULL,
+    variant     TEXT NOT NULL,
+    message     TEXT NOT NULL,
+    first_seen  REAL NOT NULL,
+    last_seen   REAL NOT NULL,
+    count       INTEGER NOT NULL
+);
+CREATE TABLE runs (
+    id            INTEGER PRIMARY KEY,
+    campaign_id   INTEGER NOT NULL REFERENCES campaigns(id),
+    seq           INTEGER NOT NULL,
+    target        TEXT NOT NULL,
+    variant       TEXT NOT NULL,
+    params        TEXT NOT NULL,
+    outcome       TEXT NOT NULL CHECK (outcome IN ('clean','hang','fault','mismatch','error')),
+    reason        TEXT NOT NULL,
+    error_kind    TEXT,
+    evidence      TEXT NOT NULL,
+    metrics       TEXT NOT NULL,
+    started_at    REAL NOT NULL,
+    duration_s    REAL NOT NULL,
+    host          TEXT NOT NULL,
+    gpu_uuid      TEXT,
+    worker_age    INTEGER NOT NULL,
+    artifact_dir  TEXT,
+    signature_id  INTEGER REFERENCES signatures(id),
+    UNIQUE (campaign_id, seq)
+);
+CREATE INDEX runs_by_target ON runs (target, variant);
+CREATE INDEX runs_by_signature ON runs (signature_id);
+"""
+
+
+@dataclasses.dataclass
+class Campaign:
+    """One stored campaign: what was asked (`spec`) and how far it got (`status`)."""
+
+    id: int
+    kind: str
+    name: str | None
+    spec: dict[str, Any]
+    created: float
+    status: str
+    host: str
+
+
+@dataclasses.dataclass
+class StoredRun:
+    """A run as stored: its place in a campaign plus the judged result."""
+
+    id: int
+    campaign_id: int
+    seq: int
+    signature_id: int | None
+    result: RunResult
+
+
+@dataclasses.dataclass
+class Signature:
+    """A group of failures that look the same; `count` is over the selection asked for."""
+
+    id: int
+    key: str
+    outcome: str
+    error_kind: str
+    target: str
+    variant: str
+    message: str
+    first_seen: float
+    last_seen: float
+    count: int
+
+
+class OutcomeCounts:
+    """Derived numbers of a `counts` mapping (outcome -> runs); mixed into result classes."""
+
+    counts: dict[str, int]
+
+    @property
+    def n(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def failures(self) -> int:
+        """Runs that observed a hazard (hang, fault, mismatch)."""
+        return sum(c for o, c in self.counts.items() if Outcome(o).is_failure)
+
+    @property
+    def errors(self) -> int:
+        """Runs that ended in `error` (our infrastructure, not the target)."""
+        return self.counts.get(Outcome.ERROR.value, 0)
+
+    @property
+    def judged(self) -> int:
+        """Runs with a verdict on the hazard: all but `error`."""
+        return self.n - self.errors
+
+    def rate(self) -> float | None:
+        """Failure rate over judged runs (None when there are none)."""
+        return self.failures / self.judged if self.judged else None
+
+    def ci(self, conf: float = 0.95, method: CiMethod = "exact") -> tuple[float, float]:
+        """Two-sided interval on the failure rate over judged runs."""
+        return rate_ci(self.failures, self.judged, conf, method)
+
+    def upper(self, conf: float = 0.95) -> float:
+        """One-sided exact upper bound on the failure rate over judged runs."""
+        return upper_bound(self.failures, self.judged, conf)
+
+
+@dataclasses.dataclass
+class Tally(OutcomeCounts):
+    """Outcome counts of one target/variant (optionally within one campaign)."""
+
+    target: str
+    variant: str
+    counts: dict[str, int]
+
+
+def empty_counts() -> dict[str, int]:
+    """A count of zero for each of the five outcomes, in their canonical order."""
+    return {o.value: 0 for o in OUTCOMES}
+
+
+def resolve_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """The store path: `path` if given, else $HZ_STORE, else .hazards/results.db."""
+    if path is not None and str(path) != "":
+        return Path(path)
+    env = os.environ.get("HZ_STORE")
+    return Path(env) if env else DEFAULT_PATH
+
+
+def _json(value: Any) -> str:
+    """JSON for a stored column; non-finite floats and odd objects must not lose the run."""
+    def fallback(o: Any) -> Any:
+        if isinstance(o, (set, tuple)):
+            return list(o)
+        if isinstance(o, Path):
+            return str(o)
+        return repr(o)
+
+    try:
+        return json.dumps(value if value is not None else {}, default=fallback, allow_nan=True)
+    except (TypeError, ValueError):
+        return json.dumps({"unserialisable": repr(value)})
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse (UserError) a store path we could not write, creating only its own folder."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UserError(f"store path {path} is a directory; give a file path such as {path / 'results.db'}")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create store folder {parent}: {e.strerror or e}") from None
+    if not parent.is_dir():
+        raise UserError(f"cannot use store path {path}: {parent} is not a directory")
+    # os.access is not enough (root passes it on read-only mounts and /proc): probe
+    # with a real file next to the store, removed at once.
+    probe = parent / f".hz-write-probe-{os.getpid()}"
+    try:
+        with open(probe, "wb"):
+            pass
+    except OSError as e:
+        raise UserError(f"store path {path} is not writable: {e.strerror or e}") from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UserError(f"store file {path} is not writable")
+
+
+class Store:
+    """A results database. Open it, create campaigns, record runs, query them.
+
+    `create=False` opens an existing store only (for read-only commands such as
+    `hazards stats`): a missing file is a UserError and nothing is created.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+        self.path = resolve_path(path)
+        if create:
+            _check_writable(self.path)
+        elif not self.path.is_file():
+            raise UserError(f"no results store at {self.path} (run `hazards run` first, or pass --store)")
+        try:
+            self._db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000,
+                                       isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise UserError(f"cannot open results store {self.path}: {e}") from None
+        try:
+            self._setup(create)
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise UserError(f"{self.path} is not a usable hazards results store: {e}") from None
+        except UserError:
+            self._db.close()
+            raise
+
+    # -- setup -------------------------------------------------------------------------
+    def _setup(self, create: bool) -> None:
+        db = self._db
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            has_tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if has_tables:
+                raise UserError(f"{self.path} is an SQLite database but not a hazards results store")
+            if not create:
+                raise UserError(f"{self.path} is an empty results store")
+            self._create_schema()
+        elif version != SCHEMA_VERSION:
+            raise UserError(
+                f"results store {self.path} has schema version {version}; this hazards "
+                f"understands version {SCHEMA_VERSION} (use a matching hazards or another --store)")
+        if create and db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            db.execute("PRAGMA journal_mode = WAL")
+        # NORMAL in WAL mode loses no committed transaction when the process dies; only a
+        # power cut can lose the last few (acceptable for stress results).
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute("PRAGMA foreign_keys = ON")
+
+    def _create_schema(self) -> None:
+        db = self._db
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            # another process may have created it while we waited for the lock
+            if db.execute("PRAGMA user_version").fetchone()[0] == 0:
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        db.execute(stmt)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None  # type: ignore[assignment]
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self) -> "_Txn":
+        return _Txn(self._db)
+
+    # -- campaigns -----------------------------------------------------------------------
+    def create_campaign(self, kind: str, spec: dict[str, Any], name: str | None = None) -> int:
+        """Create a campaign (status 'running') and return its id."""
+        with self._write() as db:
+            cur = db.execute(
+                "INSERT INTO campaigns (kind, name, spec, created, status, host) VALUES (?,?,?,?,?,?)",
+                (kind, name, _json(spec), time.time(), "running", HOST))
+            return int(cur.lastrowid)
+
+    def campaign(self, campaign_id: int) -> Campaign:
+        """The campaign with this id; UserError if there is none."""
+        row = self._db.execute(
+            "SELECT id, kind, name, spec, created, status, host FROM campaigns WHERE id = ?",
+            (int(campaign_id),)).fetchone()
+        if row is None:
+            raise UserError(f"no campaign {campaign_id} in {self.path}")
+        return Campaign(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6])
+
+    def campaigns(self, kind: str | None = None) -> list[Campaign]:
+        """All campaigns (optionally of one kind), oldest first."""
+        sql = "SELECT id FROM campaigns" + (" WHERE kind = ?" if kind else "") + " ORDER BY id"
+        return [self.campaign(r[0]) for r in self._db.execute(sql, (kind,) if kind else ())]
+
+    def set_campaign_status(self, campaign_id: int, status: str) -> None:
+        """Set a campaign's status (running, complete, stopped, interrupted, ...)."""
+        with self._write() as db:
+            db.execute("UPDATE campaigns SET status = ? WHERE id = ?", (status, int(campaign_id)))
+
+    finish_campaign = set_campaign_status
+
+    def update_campaign_spec(self, campaign_id: int, spec: dict[str, Any]) -> None:
+        """Replace a campaign's spec (e.g. a resume that raises the requested total)."""
+        with self._write() as db:
+            db.execute("UPDATE campaigns SET spec = ? WHERE id = ?", (_json(spec), int(campaign_id)))
+
+    # -- runs ----------------------------------------------------------------------------
+    def record_run(self, campaign_id: int, result: RunResult, seq: int | None = None) -> int:
+        """Store one finished run and its failure signature, committed before returning.
+
+        `seq` defaults to one past the campaign's last run. Returns the run's row id.
+        """
+        outcome = Outcome(result.outcome)
+        sig = signature_of(result)
+        now = time.time()
+        with self._write() as db:
+            if seq is None:
+                seq = int(db.execute("SELECT coalesce(max(seq), 0) + 1 FROM runs WHERE campaign_id = ?",
+                                     (int(campaign_id),)).fetchone()[0])
+            sig_id = None
+            if sig is not None:
+                db.execute(
+                    "INSERT INTO signatures (key, outcome, error_kind, target, variant, message,"
+                    " first_seen, last_seen, count) VALUES (?,?,?,?,?,?,?,?,1)"
+                    " ON CONFLICT(key) DO UPDATE SET count = count + 1, last_seen = excluded.last_seen",
+                    (sig.key, sig.outcome, sig.error_kind, sig.target, sig.variant, sig.message, now, now))
+                sig_id = int(db.execute("SELECT id FROM signatures WHERE key = ?", (sig.key,)).fetchone()[0])
+            cur = db.execute(
+                "INSERT INTO runs (campaign_id, seq, target, variant, params, outcome, reason, error_kind,"
+                " evidence, metrics, started_at, duration_s, host, gpu_uuid, worker_age, artifact_dir,"
+                " signature_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (int(campaign_id), int(seq), result.target or "", result.variant or "", _json(result.params),
+                 outcome.value, result.reason or "", result.error_kind, _json(result.evidence),
+                 _json(result.metrics), float(result.started_at or 0.0),
+                 float(result.duration_s if math.isfinite(result.duration_s) else 0.0),
+                 result.host or HOST, result.gpu_uuid, int(result.worker_age or 0),
+                 str(result.artifact_dir) if result.artifact_dir else None, sig_id))
+            return int(cur.lastrowid)
+
+    def runs(self, campaign_id: int | None = None, *, outcome: str | Outcome | None = None,
+             target: str | None = None, variant: str | None = None) -> list[StoredRun]:
+        """Stored runs matching the filters, in (campaign, seq) order."""
+        return list(self.iter_runs(campaign_id, outcome=outcome, target=target, variant=variant))
+
+    def iter_runs(self, campaign_id: int | None = None, *, outcome: str | Outcome | None = None,
+                  target: str | None = None, variant: str | None = None) -> Iterator[StoredRun]:
+        """Like `runs`, without loading them all at once."""
+        where, args = _where(campaign_id=campaign_id, outcome=outcome, target=target, variant=variant)
+        sql = ("SELECT id, campaign_id, seq, signature_id, target, variant, params, outcome, reason,"
+               " error_kind, evidence, metrics, started_at, duration_s, host, gpu_uuid, worker_age,"
+               " artifact_dir FROM runs" + where + " ORDER BY campaign_id, seq")
+        for r in self._db.execute(sql, args):
+            yield StoredRun(r[0], r[1], r[2], r[3], RunResult(
+                outcome=Outcome(r[7]), reason=r[8], target=r[4], variant=r[5],
+                params=json.loads(r[6]), evidence=json.loads(r[10]), metrics=json.loads(r[11]),
+                started_at=r[12], duration_s=r[13], host=r[14], gpu_uuid=r[15], worker_age=r[16],
+                artifact_dir=r[17], error_kind=r[9]))
+
+    def run_count(self, campaign_id: int) -> int:
+        """How many runs a campaign has stored."""
+        return int(self._db.execute("SELECT count(*) FROM runs WHERE campaign_id = ?",
+                                    (int(campaign_id),)).fetchone()[0])
+
+    def last_seq(self, campaign_id: int) -> int:
+        """The highest seq stored for a campaign (0 when it has none)."""
+        return int(self._db.execute("SELECT coalesce(max(seq), 0) FROM runs WHERE campaign_id = ?",
+                                    (int(campaign_id),)).fetchone()[0])
+
+    def counts(self, campaign_id: int | None = None) -> dict[str, int]:
+        """Outcome counts (all five outcomes present) for one campaign or the whole store."""
+        where, args = _where(campaign_id=campaign_id)
+        out = empty_counts()
+        for outcome, c in self._db.execute(f"SELECT outcome, count(*) FROM runs{where} GROUP BY outcome", args):
+            out[outcome] = int(c)
+        return out
+
+    def tally(self, campaign_id: int | None = None) -> list[Tally]:
+        """Outcome counts per (target, variant), sorted by target then variant."""
+        where, args = _where(campaign_id=campaign_id)
+        tallies: dict[tuple[str, str], Tally] = {}
+        for target, variant, outcome, c in self._db.execute(
+                f"SELECT target, variant, outcome, count(*) FROM runs{where}"
+                " GROUP BY target, variant, outcome ORDER BY target, variant", args):
+            t = tallies.setdefault((target, variant), Tally(target, variant, empty_counts()))
+            t.counts[outcome] = int(c)
+        return list(tallies.values())
+
+    def signatures(self, campaign_id: int | None = None) -> list[Signature]:
+        """Failure signatures, most frequent first; counts restricted to a campaign if given."""
+        where, args = _where(campaign_id=campaign_id, prefix="r.")
+        rows = self._db.execute(
+            "SELECT s.id, s.key, s.outcome, s.error_kind, s.target, s.variant, s.message,"
+            " min(r.started_at), max(r.started_at), count(r.id)"
+            " FROM signatures s JOIN runs r ON r.signature_id = s.id" + where +
+            " GROUP BY s.id ORDER BY count(r.id) DESC, s.id", args)
+        return [Signature(*row) for row in rows]
+
+    def integrity_check(self) -> str:
+        """SQLite's own check: 'ok' when the database file is sound."""
+        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def artifact_root(self, campaign_id: int) -> Path:
+        """Folder for a campaign's artifacts, next to the database (not created here)."""
+        return self.path.parent / "artifacts" / f"campaign-{int(campaign_id)}"
+
+
+def _where(*, campaign_id: int | None = None, outcome: str | Outcome | None = None,
+           target: str | None = None, variant: str | None = None, prefix: str = "") -> tuple[str, tuple]:
+    clauses, args = [], []
+    for col, val in (("campaign_id", campaign_id), ("outcome", outcome), ("target", target), ("variant", variant)):
+        if val is not None:
+            clauses.append(f"{prefix}{col} = ?")
+            args.append(Outcome(val).value if col == "outcome" else val)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
+
+
+class _Txn:
+    """`BEGIN IMMEDIATE` ... `COMMIT`: take the write lock up front (waits busy_timeout)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")

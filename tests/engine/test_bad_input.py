@@ -1,0 +1,115 @@
+"""Bad input through the real entry point: one line on stderr, non-zero exit, no traceback,
+and the existing results store byte-identical."""
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from cli_helpers import hazards, sha256, tree
+from stress.outcome import Outcome, RunResult
+from stress.store import Store
+
+
+@pytest.fixture
+def store_file(tmp_path):
+    """A store with one campaign and two runs, closed (WAL checkpointed into the file)."""
+    path = tmp_path / "results.db"
+    with Store(path) as s:
+        cid = s.create_campaign("run", {"argv": ["true"], "cwd": str(tmp_path), "n": 5, "timeout": 5.0,
+                                        "until_fail": False, "name": None, "result_regex": None})
+        for o in ("clean", "fault"):
+            s.record_run(cid, RunResult(outcome=Outcome(o), reason=o, target="true", started_at=time.time()))
+    return path
+
+
+def assert_one_line_error(proc, exit_code=2, match=None):
+    err_lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == exit_code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert len(err_lines) == 1, proc.stderr
+    assert err_lines[0].startswith("hazards: error: ")
+    if match:
+        assert match in err_lines[0]
+
+
+BAD_RUNS = {
+    "nonexistent path": (["run", "-n", "2", "--", "/no/such/program"], "command not found"),
+    "not on PATH": (["run", "-n", "2", "--", "hz-no-such-program-x"], "command not found"),
+    "not executable": (["run", "-n", "2", "--", "./results.db"], "not executable"),
+    "empty command": (["run", "-n", "2", "--"], "no command given"),
+    "no command at all": (["run", "-n", "2"], "no command given"),
+    "negative timeout": (["run", "--timeout", "-1", "--", "true"], "--timeout"),
+    "zero timeout": (["run", "--timeout", "0", "--", "true"], "--timeout"),
+    "zero runs": (["run", "-n", "0", "--", "true"], "-n must be"),
+    "bad regex": (["run", "--result-regex", "([", "--", "true"], "--result-regex"),
+    "resume missing campaign": (["run", "--resume", "999"], "no campaign 999"),
+    "resume with a command": (["run", "--resume", "1", "--", "true"], "do not give one"),
+    "stats missing campaign": (["stats", "--campaign", "999"], "no campaign 999"),
+    "compare missing campaign": (["compare", "--before-campaign", "999", "--after", "0/10"], "no campaign 999"),
+    "malformed K/N": (["compare", "--before", "4of7", "--after", "0/10"], "FAILURES/RUNS"),
+    "K/N letters": (["compare", "--before", "a/b", "--after", "0/10"], "FAILURES/RUNS"),
+    "K above N": (["compare", "--before", "8/7", "--after", "0/10"], "more failures than runs"),
+    "N zero": (["compare", "--before", "0/0", "--after", "0/10"], "at least 1"),
+    "K/N missing": (["compare", "--before", "4/7"], "exactly one of"),
+    "K/N and campaign": (["compare", "--before", "4/7", "--before-campaign", "1", "--after", "0/1"], "exactly one of"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RUNS))
+def test_bad_input_is_one_line_and_leaves_the_store_byte_identical(tmp_path, store_file, case):
+    args, match = BAD_RUNS[case]
+    digest, files = sha256(store_file), tree(tmp_path)
+    proc = hazards(*args, "--store", str(store_file), cwd=tmp_path) if "--" not in args else \
+        hazards(*args[:args.index("--")], "--store", str(store_file), *args[args.index("--"):], cwd=tmp_path)
+    assert_one_line_error(proc, match=match)
+    assert sha256(store_file) == digest
+    assert tree(tmp_path) == files
+
+
+@pytest.mark.parametrize("store", ["/proc/hz-no-such/results.db", "{tmp}/afile/results.db", "{tmp}"])
+def test_unwritable_store_path_fails_before_running_and_creates_nothing(tmp_path, store):
+    (tmp_path / "afile").write_text("not a folder")
+    marker = tmp_path / "ran"
+    files = tree(tmp_path)
+    proc = hazards("run", "-n", "3", "--store", store.format(tmp=tmp_path), "--",
+                   "touch", str(marker), cwd=tmp_path)
+    assert_one_line_error(proc)
+    assert not marker.exists()  # the command never ran
+    assert tree(tmp_path) == files  # no .hazards/ or stray database anywhere
+
+
+def test_unwritable_store_from_env_is_refused_too(tmp_path):
+    proc = hazards("run", "-n", "1", "--", "true", cwd=tmp_path, env={"HZ_STORE": "/proc/hz-x/r.db"})
+    assert_one_line_error(proc)
+    assert tree(tmp_path) == []
+
+
+def test_stats_and_resume_without_a_store_create_nothing(tmp_path):
+    for args in (["stats"], ["run", "--resume", "1"], ["compare", "--before-campaign", "1", "--after", "0/3"]):
+        proc = hazards(*args, cwd=tmp_path)
+        assert_one_line_error(proc, match="no results store")
+    assert tree(tmp_path) == []
+
+
+def test_store_with_unknown_schema_version_is_refused_untouched(tmp_path, store_file):
+    db = sqlite3.connect(store_file)
+    db.execute("PRAGMA user_version = 7")
+    db.commit()
+    db.close()
+    digest = sha256(store_file)
+    for args in (["run", "-n", "1", "--store", str(store_file), "--", "true"],
+                 ["stats", "--store", str(store_file)]):
+        proc = hazards(*args, cwd=tmp_path)
+        assert_one_line_error(proc, match="schema version 7")
+    assert sha256(store_file) == digest
+
+
+def test_garbage_store_file_is_refused_untouched(tmp_path):
+    bad = tmp_path / "results.db"
+    bad.write_bytes(b"this is not sqlite\n" * 200)
+    digest = sha256(bad)
+    proc = hazards("run", "-n", "1", "--store", str(bad), "--", "true", cwd=tmp_path)
+    assert_one_line_error(proc, match="not a usable hazards results store")
+    assert sha256(bad) == digest
