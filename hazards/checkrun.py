@@ -1,0 +1,295 @@
+"""The pre-merge check: static checks, then every canary and clean variant on every leased GPU.
+
+Exit 0 only when the static checks pass, every canary (broken variant detected by
+stress) failed at least once, no clean variant (reference/fixed) failed, and nothing
+was left unjudged. A canary that never failed "went blind": the check can no longer see
+the hazard it exists for, which is a failure of the check, never good news.
+
+Each variant runs until its SPRT settles (canary: p0 = 0.1% "blind" against p1 = 30%
+"detected"; clean: the same pair, stopping at the first failure), the per-variant cap,
+or the budget. Families are found with `hazards.families.all_families()`, so a new
+family is checked without touching this file. Without a GPU the static part runs and
+the report names every GPU check that was skipped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Iterable
+
+from hazards.family import Family, Variant
+from stress.errors import UserError
+from stress.executor import SprtStop, StoreSink, TargetFactory, WorkItem, default_target_factory, run_local
+from stress.junit import JUnitCase, JUnitSuite
+from stress.leases import acquire_free, lease_candidates, release_all
+from stress.outcome import RunResult
+from stress.stats import Sprt, upper_bound
+from stress.store import Store
+from stress.telemetry import TelemetryMonitor
+
+KIND = "check"
+SPRT_P0, SPRT_P1, SPRT_ALPHA, SPRT_BETA = 0.001, 0.3, 0.01, 0.01
+MAX_RUNS_PER_VARIANT = 200
+ItemsFor = Callable[[Family, list[Variant]], list[WorkItem]]
+
+
+@dataclasses.dataclass
+class VariantVerdict:
+    """How one variant fared: detected / went blind (canary), clean / failed, error, skipped."""
+
+    family: str
+    variant: str
+    role: str
+    status: str
+    runs: int = 0
+    failures: int = 0
+    errors: int = 0
+    message: str = ""
+    time_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("detected", "clean", "skipped")
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """Everything `hazards check` found; `exit_code` is the command's exit status."""
+
+    findings: list[Any] = dataclasses.field(default_factory=list)
+    static_note: str = ""
+    verdicts: list[VariantVerdict] = dataclasses.field(default_factory=list)
+    gpu_note: str = ""
+    campaign_id: int | None = None
+    started_at: float = dataclasses.field(default_factory=time.time)
+    static_s: float = 0.0
+
+    @property
+    def static_failures(self) -> list[Any]:
+        return [f for f in self.findings if getattr(f, "fails", True)]
+
+    @property
+    def blind(self) -> list[VariantVerdict]:
+        return [v for v in self.verdicts if v.status == "went blind"]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if not self.static_failures and all(v.ok for v in self.verdicts) else 1
+
+    def junit_suites(self) -> list[JUnitSuite]:
+        """A static suite and a GPU suite for the JUnit writer."""
+        static = JUnitSuite("hazards.check.static", started_at=self.started_at,
+                            stdout="\n".join(f.format() for f in self.findings) if self.findings else self.static_note)
+        for f in self.static_failures:
+            static.cases.append(JUnitCase(f"{f.check} {f.subject or f.location()}", f"hazards.static.{f.check}",
+                                          status="failure", message=f.message, type=f.check, text=f.format()))
+        if not self.static_failures:
+            static.cases.append(JUnitCase("static checks", "hazards.static", self.static_s,
+                                          status="skipped" if self.static_note and not self.findings else "passed",
+                                          message=self.static_note))
+        gpu = JUnitSuite("hazards.check.gpu", started_at=self.started_at, stdout=self.gpu_note)
+        for v in self.verdicts:
+            case = JUnitCase(f"{v.family}/{v.variant} ({v.role})", f"hazards.check.{v.family}", v.time_s)
+            if v.status == "skipped":
+                case.status, case.message = "skipped", v.message
+            elif v.status == "error":
+                case.status, case.message, case.type = "error", v.message, "error"
+            elif not v.ok:
+                case.status, case.message, case.type = "failure", v.message, v.status.replace(" ", "-")
+            gpu.cases.append(case)
+        return [static, gpu]
+
+    def summary_lines(self) -> list[str]:
+        """Plain-text verdict, one line per variant plus the headline."""
+        lines = []
+        if self.static_note:
+            lines.append(f"static: {self.static_note}")
+        for f in self.static_failures:
+            lines.append(f"static FAIL {f.location()}: [{f.check}] {f.message}")
+        if self.gpu_note:
+            lines.append(self.gpu_note)
+        for v in self.verdicts:
+            mark = "ok  " if v.ok else "FAIL"
+            lines.append(f"{mark} {v.family}/{v.variant} [{v.role}] {v.status}: {v.message}")
+        n_bad = len(self.static_failures) + sum(1 for v in self.verdicts if not v.ok)
+        lines.append("check passed" if self.exit_code == 0 else f"check FAILED ({n_bad} problem(s))")
+        return lines
+
+
+def run_static(paths: Iterable[str]) -> tuple[list[Any], str]:
+    """(findings, note) from hazards.static.runner, or ([], why it did not run)."""
+    try:
+        from hazards.static.runner import run_static_checks
+    except ImportError as e:
+        return [], f"static checks not available ({e})"
+    findings = list(run_static_checks(list(paths)))
+    return findings, f"{len(findings)} finding(s), {sum(1 for f in findings if f.fails)} failing"
+
+
+def gpu_variants(family: Family) -> list[Variant]:
+    """The variants a GPU check runs: canaries that stress should detect, and clean ones."""
+    if not family.binary:
+        return []
+    return [v for v in family.variants
+            if (v.is_canary and "stress" in v.detected_by) or not v.is_canary]
+
+
+def default_items_for(family: Family, variants: list[Variant]) -> list[WorkItem]:
+    """Work items for these variants on the family's launch server (`<binary> --serve`).
+
+    The binary is built (or taken from the build cache) by hazards.stress_family; it
+    resolves each variant's parameter preset from the variant name, as `hazards stress` does.
+    """
+    from hazards.stress_family import family_binary
+
+    exe = str(family_binary(family).resolve())
+    return [WorkItem(target=family.name, variant=v.name, role=_role(v), kind="server", argv=(exe, "--serve"),
+                     params={"variant": v.name}, launches=family.default_launches, timeout_s=family.timeout_s)
+            for v in variants]
+
+
+def _role(v: Variant) -> str:
+    if v.is_canary:
+        return "canary" if "stress" in v.detected_by else "broken"
+    return "clean"
+
+
+def family_items(family: Family, variants: list[Variant], items_for: ItemsFor) -> list[WorkItem]:
+    """`items_for`'s work items with the role of each set from the catalog (canary/broken/clean)."""
+    roles = {v.name: _role(v) for v in variants}
+    items = items_for(family, variants)
+    for item in items:
+        item.target = item.target or family.name
+        item.role = roles.get(item.variant, item.role)
+    return items
+
+
+def select_families(names: Iterable[str] | None) -> list[Family]:
+    """Every family, or the named ones (UserError for an unknown name)."""
+    from hazards.families import all_families, get_family
+
+    names = [n for n in (names or ()) if n]
+    return [get_family(n) for n in names] if names else all_families()
+
+
+def _sprt_for(item: WorkItem) -> Sprt:
+    return Sprt(SPRT_P0, SPRT_P1, SPRT_ALPHA, SPRT_BETA)
+
+
+def judge(item: WorkItem, counts: dict[str, int], decision: str | None, dropped: str | None,
+          time_s: float) -> VariantVerdict:
+    """The verdict on one variant from its outcome counts and its SPRT decision."""
+    fam, var = item.target, item.variant
+    failures = counts["hang"] + counts["fault"] + counts["mismatch"]
+    judged = failures + counts["clean"]
+    v = VariantVerdict(fam, var, item.role, "", judged + counts["error"], failures, counts["error"], time_s=time_s)
+    detail = ", ".join(f"{o} {n}" for o, n in counts.items() if n) or "no runs"
+    if dropped:
+        v.status, v.message = "error", f"stopped after repeated errors ({dropped})"
+    elif judged == 0:
+        v.status = "error"
+        v.message = f"no judged run ({detail})" if counts["error"] else "not run: the budget ended first"
+    elif item.role == "canary":
+        if failures:
+            v.status = "detected"
+            weak = " (below the expected detection rate)" if decision == "accept_h0" else ""
+            v.message = f"{failures}/{judged} runs failed{weak}: {detail}"
+        else:
+            v.status = "went blind"
+            v.message = (f"canary {fam}/{var} went blind: 0 failures in {judged} runs "
+                         f"({'SPRT accepted the blind rate' if decision == 'accept_h0' else 'budget ended'})")
+    elif failures:
+        v.status, v.message = "failed", f"clean variant failed {failures}/{judged} runs: {detail}"
+    else:
+        v.status = "clean"
+        v.message = f"0/{judged} failures; rate <= {upper_bound(0, judged):.2g} at 95%"
+    return v
+
+
+def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None, paths: Iterable[str] = (),
+              static_only: bool = False, store: Store | None = None, lock_dir: str | None = None,
+              wait_s: float = 60.0, exclusive: bool = False, items_for: ItemsFor | None = None,
+              target_factory: TargetFactory = default_target_factory, catalog: list[Family] | None = None,
+              log: Callable[[str], None] = lambda s: None) -> CheckResult:
+    """Run the pre-merge check and return its result (the caller writes JUnit / exits)."""
+    if not budget_s > 0:
+        raise UserError(f"budget must be positive, got {budget_s!r}")
+    res = CheckResult()
+    fams = catalog if catalog is not None else select_families(families)
+    t0 = time.monotonic()
+    res.findings, res.static_note = run_static(paths)
+    res.static_s = time.monotonic() - t0
+    log(f"static: {res.static_note}")
+    if static_only:
+        return res
+    wanted = [(f, v) for f in fams for v in gpu_variants(f)]
+    if not wanted:
+        res.gpu_note = "GPU checks: no family with a launch server in the selection"
+        return res
+    if not lease_candidates():
+        res.gpu_note = ("GPU checks SKIPPED: no usable GPU (NVML/nvidia-smi found none, or "
+                        "CUDA_VISIBLE_DEVICES is empty); not run: " + ", ".join(f"{f.name}/{v.name}" for f, v in wanted))
+        res.verdicts = [VariantVerdict(f.name, v.name, _role(v), "skipped", message="no usable GPU")
+                        for f, v in wanted]
+        return res
+    items: list[WorkItem] = []
+    items_for = items_for or default_items_for
+    for f in fams:
+        if not gpu_variants(f):
+            continue
+        try:
+            items.extend(family_items(f, gpu_variants(f), items_for))
+        except UserError as e:  # a family that cannot be built is an error of that family
+            res.verdicts += [VariantVerdict(f.name, v.name, _role(v), "error", message=str(e)) for v in gpu_variants(f)]
+    if items:
+        _run_gpu_part(res, items, budget_s - (time.monotonic() - t0), store, lock_dir, wait_s, exclusive,
+                      target_factory, log)
+    return res
+
+
+def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, store: Store | None,
+                  lock_dir: str | None, wait_s: float, exclusive: bool, target_factory: TargetFactory,
+                  log: Callable[[str], None]) -> None:
+    leases, busy = acquire_free("hazards check", lock_dir=lock_dir, wait_s=wait_s, exclusive=exclusive)
+    if not leases:
+        why = "; ".join(busy.values()) or "no GPU could be leased"
+        res.gpu_note = f"GPU checks could not run: {why}"
+        res.verdicts += [VariantVerdict(i.target, i.variant, i.role, "error", message=why) for i in items]
+        return
+    own_store = store is None
+    store = store or Store()
+    try:
+        res.gpu_note = f"GPU checks on {len(leases)} GPU(s): " + ", ".join(lease.uuid or lease.gpu for lease in leases)
+        log(res.gpu_note)
+        cid = store.create_campaign(KIND, {"budget_s": budget_s, "items": [i.to_json() for i in items],
+                                           "sessions": [{"started": time.time(),
+                                                         "gpus": [lease.info() for lease in leases]}]})
+        res.campaign_id = cid
+        source = SprtStop(items, _sprt_for, stop_on_failure=lambda i: i.role == "clean",
+                          max_runs=MAX_RUNS_PER_VARIANT)
+        times: dict[str, float] = {}
+
+        def on_result(item: WorkItem, r: RunResult) -> None:
+            times[item.key] = times.get(item.key, 0.0) + (r.duration_s or 0.0)
+
+        monitor = TelemetryMonitor([lease.uuid for lease in leases]).start()
+        status = "interrupted"
+        try:
+            run_local(leases, source, StoreSink(store, cid, on_result=on_result), budget_s=max(1.0, budget_s),
+                      telemetry=monitor, target_factory=target_factory)
+            status = "complete"
+        finally:
+            monitor.stop()
+            spec = dict(store.campaign(cid).spec)
+            spec["telemetry"] = monitor.summary()
+            store.update_campaign_spec(cid, spec)
+            store.set_campaign_status(cid, status)
+        dropped = source.dropped()
+        for key, st in source.states.items():
+            v = judge(st.item, st.counts, source.decision(key), dropped.get(key), times.get(key, 0.0))
+            res.verdicts.append(v)
+            log(f"{'ok  ' if v.ok else 'FAIL'} {key} [{v.role}] {v.status}: {v.message}")
+    finally:
+        release_all(leases)
+        if own_store:
+            store.close()

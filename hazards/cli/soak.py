@@ -1,0 +1,97 @@
+"""`hazards soak`: every family/variant and registered target on every free GPU for a budget."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from hazards.cli.app import app
+from hazards.cli.check import parse_duration, split_names
+from stress.errors import UserError
+
+_HELP = """Nightly soak: every family/variant plus the targets of a TOML file, spread over
+every free GPU (one warm launch server per family per GPU), for a time budget, as one
+campaign. Resumable with --resume ID (the remaining budget is recomputed from the stored
+runs). At the end the campaign is compared with the previous soak: new failure signatures
+and significant rate changes are flagged, and an HTML report is written.
+
+Exit status: 0 nothing flagged; 1 a regression, a canary that went blind, or a target
+dropped after repeated errors; 2 bad input (or no free GPU).
+
+Examples:\n
+  hazards soak --budget 30m --report soak.html\n
+  hazards soak --families pipeline --targets targets.toml\n
+  hazards soak --resume 12
+"""
+
+
+def soak_items(families: list[str], targets: Path | None, no_families: bool) -> list:
+    """Work items for the selected families (all variants) and the TOML targets."""
+    from hazards.checkrun import default_items_for, family_items, select_families
+    from stress.soak import load_targets
+
+    items = []
+    if not no_families:
+        for fam in select_families(families):
+            if fam.binary:
+                items.extend(family_items(fam, list(fam.variants), default_items_for))
+    if targets is not None:
+        items.extend(load_targets(targets))
+    return items
+
+
+@app.command("soak", help=_HELP)
+def soak_command(
+    budget: str = typer.Option("30m", "--budget", help="Time budget (e.g. 5m, 30m, 2h)."),
+    families: Optional[List[str]] = typer.Option(None, "--families", help="Only these families (repeat or comma-separate)."),
+    targets: Optional[Path] = typer.Option(None, "--targets", help="TOML file of registered targets ([[target]] tables)."),
+    no_families: bool = typer.Option(False, "--no-families", help="Only the --targets, no catalog families."),
+    resume: Optional[int] = typer.Option(None, "--resume", help="Continue this soak campaign with its remaining budget."),
+    executor: str = typer.Option("local", "--executor", help="Where the per-GPU loops run: local."),
+    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="Lease at most this many GPUs."),
+    report: Optional[Path] = typer.Option(None, "--report", help="HTML report path [default: next to the store]."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
+    lease_dir: Optional[Path] = typer.Option(None, "--lease-dir", help="GPU lease folder [default: $HZ_LEASE_DIR or .hazards/leases]."),
+    wait: str = typer.Option("0s", "--wait", help="How long to wait for a GPU leased by someone else."),
+    exclusive: bool = typer.Option(False, "--exclusive", help="Refuse GPUs that run compute processes of others (NVML)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign."),
+) -> None:
+    from stress.leases import acquire_free, release_all
+    from stress.report import render_markdown, write_report
+    from stress.soak import run_soak
+    from stress.store import Store
+
+    if executor != "local":
+        raise UserError(f"unknown executor {executor!r}: only 'local' is available")
+    if max_gpus is not None and max_gpus < 1:
+        raise UserError("--max-gpus must be at least 1")
+    budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
+    items = None if resume is not None else soak_items(split_names(families), targets, no_families)
+    if items is not None and not items:
+        raise UserError("nothing to soak: no family with a launch server selected and no --targets")
+    store = Store(store_path)
+    leases, busy = acquire_free("hazards soak", lock_dir=str(lease_dir) if lease_dir else None,
+                                max_gpus=max_gpus, wait_s=wait_s, exclusive=exclusive)
+    try:
+        if not leases:
+            why = "; ".join(busy.values()) or "no usable GPU (NVML found none, or CUDA_VISIBLE_DEVICES is empty)"
+            raise UserError(f"hazards soak needs a free GPU: {why}")
+        typer.echo(f"soak on {len(leases)} GPU(s): {', '.join(lease.uuid or lease.gpu for lease in leases)}", err=True)
+        res = run_soak(store, leases, items, budget_s=budget_s, resume=resume, name=name)
+    finally:
+        release_all(leases)
+    out = report or store.path.parent / "reports" / f"campaign-{res.campaign_id}.html"
+    rep = write_report(store, res.campaign_id, out)
+    store.close()
+    typer.echo(render_markdown(rep))
+    for g in res.gpu_stats:
+        typer.echo(f"GPU {g.uuid or g.gpu}: {g.runs} runs, {g.launches} launches, "
+                   f"{g.launch_rate:.0f} launches/s over {g.elapsed_s:.0f} s")
+    for key, why in res.dropped.items():
+        typer.echo(f"DROPPED {key}: {why}")
+    for key in res.blind:
+        typer.echo(f"WENT BLIND {key}: the canary never failed in this soak")
+    typer.echo(f"campaign {res.campaign_id}; report: {out}")
+    sys.exit(1 if res.flagged else 0)

@@ -1,0 +1,360 @@
+"""The built-in local executor: one worker loop per leased GPU, all pulling from one queue.
+
+The pieces are separate so that another executor (Ray, issue 8) can host the same
+per-GPU loop in an actor:
+
+- `WorkItem`: what to run (a family variant on its launch server, or a registered
+  command/server target), JSON-serialisable for campaign specs and resumes.
+- a *work source* (`next_item(gpu)`, `report(item, result)`, `finished()`): decides what
+  runs next and when to stop; `Rotation` (soak: every item, least-run first, until the
+  budget ends) and `SprtStop` (check: each item until its SPRT verdict) are here.
+- a *sink* (`allocate()`, `record(seq, item, result)`): where results go; `StoreSink`
+  commits each run to the results store the moment it ends.
+- `GpuLoop`: the per-GPU loop itself: a lease, a source, a sink, a deadline; one warm
+  ServerTarget per server binary (shared by every variant of that family), a
+  CommandTarget per command item, telemetry around every run.
+- `run_local`: one thread per lease running a `GpuLoop`; returns per-GPU statistics.
+
+A target that cannot even start (missing binary, build failure) produces `error` runs; a
+source stops issuing an item after a few consecutive errors so a broken item cannot eat
+the budget.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from stress.leases import GpuLease
+from stress.outcome import Outcome, RunResult
+from stress.stats import Sprt
+from stress.store import Store, empty_counts
+
+MAX_CONSECUTIVE_ERRORS = 3
+
+
+@dataclasses.dataclass
+class WorkItem:
+    """One thing to run. `kind` is 'server' (a request to a launch server) or 'command'."""
+
+    target: str
+    variant: str = ""
+    role: str = "target"  # canary | clean | target
+    kind: str = "server"
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    cwd: str | None = None
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    launches: int | None = None
+    timeout_s: float = 20.0
+    respawn_every: int = 0
+    result_regex: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.target}/{self.variant}" if self.variant else self.target
+
+    @property
+    def target_key(self) -> tuple:
+        """Items with the same key share one warm target per GPU (one server per binary)."""
+        if self.kind == "server":
+            return ("server", self.argv, self.cwd, tuple(sorted(self.env.items())), self.respawn_every)
+        return ("command", self.key, self.argv, self.cwd, tuple(sorted(self.env.items())))
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["argv"] = list(self.argv)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "WorkItem":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in fields}
+        kw["argv"] = tuple(kw.get("argv", ()))
+        return cls(**kw)
+
+
+class WorkSource(Protocol):
+    """Decides what a GPU runs next. Must be thread-safe: every GPU loop calls it."""
+
+    def next_item(self, gpu: str) -> WorkItem | None: ...  # None: nothing left to run
+    def report(self, item: WorkItem, result: RunResult) -> None: ...
+    def finished(self) -> bool: ...
+
+
+class Sink(Protocol):
+    """Where results go. Must be thread-safe."""
+
+    def allocate(self) -> tuple[int, Path | None]: ...  # (seq, artifact dir for the run)
+    def record(self, seq: int, item: WorkItem, result: RunResult) -> None: ...
+
+
+@dataclasses.dataclass
+class _ItemState:
+    item: WorkItem
+    runs: int = 0
+    in_flight: int = 0
+    errors_in_a_row: int = 0
+    dropped: str | None = None
+    counts: dict[str, int] = dataclasses.field(default_factory=empty_counts)
+
+
+class Rotation:
+    """Every item again and again, the one with the fewest runs first (soak).
+
+    `prior` seeds the run counts (a resumed campaign evens out what it already has).
+    An item with MAX_CONSECUTIVE_ERRORS error runs in a row is dropped (see `dropped`).
+    """
+
+    def __init__(self, items: list[WorkItem], prior: dict[str, int] | None = None) -> None:
+        self._mu = threading.Lock()
+        self.states = {i.key: _ItemState(i, runs=(prior or {}).get(i.key, 0)) for i in items}
+
+    def _eligible(self, st: _ItemState) -> bool:
+        return st.dropped is None
+
+    def next_item(self, gpu: str) -> WorkItem | None:
+        with self._mu:
+            live = [s for s in self.states.values() if self._eligible(s)]
+            if not live:
+                return None
+            st = min(live, key=lambda s: (s.runs + s.in_flight, s.in_flight))
+            st.in_flight += 1
+            return st.item
+
+    def report(self, item: WorkItem, result: RunResult) -> None:
+        with self._mu:
+            st = self.states[item.key]
+            st.in_flight -= 1
+            st.runs += 1
+            outcome = Outcome(result.outcome)
+            st.counts[outcome.value] += 1
+            st.errors_in_a_row = st.errors_in_a_row + 1 if outcome is Outcome.ERROR else 0
+            if st.errors_in_a_row >= MAX_CONSECUTIVE_ERRORS and st.dropped is None:
+                st.dropped = f"{st.errors_in_a_row} errors in a row, last: {result.reason}"
+            self._after(st, outcome)
+
+    def _after(self, st: _ItemState, outcome: Outcome) -> None:
+        """Hook for subclasses (SPRT bookkeeping); called under the lock."""
+
+    def finished(self) -> bool:
+        with self._mu:
+            return not any(self._eligible(s) for s in self.states.values())
+
+    def dropped(self) -> dict[str, str]:
+        """{item key: why it stopped being run} for items dropped after repeated errors."""
+        with self._mu:
+            return {k: s.dropped for k, s in self.states.items() if s.dropped}
+
+
+class SprtStop(Rotation):
+    """Each item until its sequential test decides (check).
+
+    `sprt_for(item)` gives a fresh `Sprt`; `stop_on_failure(item)` says whether one
+    failure settles it (a clean variant that fails has failed the check). `max_runs`
+    caps every item. `decision(key)` is 'accept_h1', 'accept_h0', 'failed', or None.
+    """
+
+    def __init__(self, items: list[WorkItem], sprt_for: Callable[[WorkItem], Sprt],
+                 stop_on_failure: Callable[[WorkItem], bool] = lambda i: False, max_runs: int = 1000) -> None:
+        super().__init__(items)
+        self.sprts = {i.key: sprt_for(i) for i in items}
+        self.stop_on_failure = stop_on_failure
+        self.max_runs = max_runs
+        self.failed: set[str] = set()
+
+    def _eligible(self, st: _ItemState) -> bool:
+        key = st.item.key
+        return (st.dropped is None and key not in self.failed and self.sprts[key].decision is None
+                and st.runs + st.in_flight < self.max_runs)
+
+    def _after(self, st: _ItemState, outcome: Outcome) -> None:
+        if outcome is Outcome.ERROR:
+            return  # our infrastructure: no evidence either way
+        self.sprts[st.item.key].update(outcome.is_failure)
+        if outcome.is_failure and self.stop_on_failure(st.item):
+            self.failed.add(st.item.key)
+
+    def decision(self, key: str) -> str | None:
+        with self._mu:
+            return "failed" if key in self.failed else self.sprts[key].decision
+
+
+class StoreSink:
+    """Commits every run to the store as it ends (one lock: the store is one connection)."""
+
+    def __init__(self, store: Store, campaign_id: int, *, artifacts: bool = True,
+                 on_result: Callable[[WorkItem, RunResult], None] | None = None) -> None:
+        self.store, self.campaign_id, self.artifacts, self.on_result = store, campaign_id, artifacts, on_result
+        self._mu = threading.Lock()
+        self._seq = store.last_seq(campaign_id)
+
+    def allocate(self) -> tuple[int, Path | None]:
+        with self._mu:
+            self._seq += 1
+            seq = self._seq
+        art = self.store.artifact_root(self.campaign_id) / f"run-{seq:06d}" if self.artifacts else None
+        return seq, art
+
+    def record(self, seq: int, item: WorkItem, result: RunResult) -> None:
+        with self._mu:
+            self.store.record_run(self.campaign_id, result, seq=seq)
+        if self.on_result is not None:
+            self.on_result(item, result)
+
+
+TargetFactory = Callable[[WorkItem, dict[str, str]], Any]
+
+
+def default_target_factory(item: WorkItem, env: dict[str, str]) -> Any:
+    """A ServerTarget or CommandTarget for `item`, with `env` added to its environment."""
+    from stress.targets import CommandTarget, ServerTarget
+
+    if item.kind == "server":
+        return ServerTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
+                            respawn_every=item.respawn_every)
+    if item.kind == "command":
+        return CommandTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
+                             result_regex=item.result_regex)
+    raise ValueError(f"unknown work item kind {item.kind!r}")
+
+
+@dataclasses.dataclass
+class GpuStats:
+    """What one GPU loop did."""
+
+    gpu: str
+    uuid: str | None
+    runs: int = 0
+    launches: int = 0
+    busy_s: float = 0.0
+    elapsed_s: float = 0.0
+    counts: dict[str, int] = dataclasses.field(default_factory=empty_counts)
+    crashed: str | None = None
+
+    @property
+    def launch_rate(self) -> float:
+        """Launches per second of wall time."""
+        return self.launches / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class GpuLoop:
+    """The per-GPU loop: pull items from `source`, run them on this lease's GPU, `sink` them.
+
+    Stops at `deadline` (time.monotonic()), when the source has nothing left, or when
+    `stop` is set; a run in flight always finishes (bounded by its own timeout).
+    """
+
+    def __init__(self, lease: GpuLease, source: WorkSource, sink: Sink, *, deadline: float,
+                 telemetry: Any = None, stop: threading.Event | None = None,
+                 target_factory: TargetFactory = default_target_factory) -> None:
+        self.lease, self.source, self.sink, self.deadline = lease, source, sink, deadline
+        self.telemetry, self.stop = telemetry, stop or threading.Event()
+        self.target_factory = target_factory
+        self.targets: dict[tuple, Any] = {}
+        self.stats = GpuStats(lease.gpu, lease.uuid)
+
+    def _target(self, item: WorkItem) -> Any:
+        key = item.target_key
+        if key not in self.targets:
+            self.targets[key] = self.target_factory(item, {**item.env, **self.lease.env()})
+        return self.targets[key]
+
+    def run_one(self, item: WorkItem) -> RunResult:
+        """Run one item once on this GPU and judge it (never raises for a target's failure)."""
+        seq, art = self.sink.allocate()
+        window = self.telemetry.begin(self.lease.uuid) if self.telemetry else None
+        t0 = time.time()
+        try:
+            result = self._target(item).run(dict(item.params), timeout=item.timeout_s,
+                                            launches=item.launches, artifact_dir=art)
+        except Exception as e:  # a target that cannot start is our infrastructure's error
+            result = RunResult(Outcome.ERROR, f"{type(e).__name__}: {e}", started_at=t0,
+                               duration_s=time.time() - t0, error_kind="target_start")
+        result.target, result.variant = item.target, item.variant
+        result.params = {**item.params, **(result.params or {})}
+        result.gpu_uuid = result.gpu_uuid or self.lease.uuid
+        if window is not None:
+            tel = self.telemetry.end(window)
+            if tel:
+                result.evidence = {**(result.evidence or {}), "telemetry": tel}
+        if result.artifact_dir is None and art is not None and art.exists():
+            result.artifact_dir = str(art)
+        self.sink.record(seq, item, result)
+        self._count(result)
+        return result
+
+    def _count(self, result: RunResult) -> None:
+        s = self.stats
+        s.runs += 1
+        s.counts[Outcome(result.outcome).value] += 1
+        s.busy_s += max(0.0, result.duration_s or 0.0)
+        launches = (result.metrics or {}).get("launches")
+        if isinstance(launches, int) and launches > 0:
+            s.launches += launches
+
+    def run(self) -> GpuStats:
+        """Loop until the deadline, the source runs dry, or `stop`; close every target."""
+        t0 = time.monotonic()
+        try:
+            while not self.stop.is_set() and time.monotonic() < self.deadline:
+                item = self.source.next_item(self.lease.gpu)
+                if item is None:
+                    break
+                result = self.run_one(item)
+                self.source.report(item, result)
+        except BaseException as e:  # record why this GPU stopped; the others carry on
+            self.stats.crashed = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            self.stats.elapsed_s = time.monotonic() - t0
+            self.close()
+        return self.stats
+
+    def close(self) -> None:
+        """Close every warm target of this loop (kills their process groups)."""
+        for t in self.targets.values():
+            try:
+                t.close()
+            except Exception:
+                pass
+        self.targets.clear()
+
+
+def run_local(leases: list[GpuLease], source: WorkSource, sink: Sink, *, budget_s: float,
+              telemetry: Any = None, target_factory: TargetFactory = default_target_factory,
+              stop: threading.Event | None = None) -> list[GpuStats]:
+    """Run one `GpuLoop` thread per lease until the budget ends; per-GPU statistics.
+
+    Ctrl-C sets the shared stop flag, waits for the runs in flight, and re-raises.
+    """
+    stop = stop or threading.Event()
+    deadline = time.monotonic() + max(0.0, budget_s)
+    loops = [GpuLoop(lease, source, sink, deadline=deadline, telemetry=telemetry, stop=stop,
+                     target_factory=target_factory) for lease in leases]
+    errors: list[BaseException] = []
+
+    def body(loop: GpuLoop) -> None:
+        try:
+            loop.run()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(lp,), name=f"hz-gpu-{lp.lease.gpu}", daemon=True)
+               for lp in loops]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=0.5)
+    except KeyboardInterrupt:
+        stop.set()
+        for t in threads:
+            t.join()
+        raise
+    if errors:
+        raise errors[0]
+    return [lp.stats for lp in loops]

@@ -1,0 +1,313 @@
+"""Exclusive GPU leases: one holder per GPU, released by the OS when the holder dies.
+
+A lease is an `flock` on `<lock dir>/<gpu>.lock` (default `.hazards/leases/`, or
+$HZ_LEASE_DIR, or an explicit `lock_dir`). The kernel drops an flock when the last file
+descriptor closes, so a SIGKILLed holder never leaves a stale lease behind. The lock fd is
+not inherited by children (Python's default), so a child cannot keep a lease alive after
+its supervisor is gone. Use a host-wide lock dir (e.g. `HZ_LEASE_DIR=/tmp/hazards-leases`)
+to coordinate checkouts in different folders; the optional NVML exclusive-card check
+(`exclusive=True`) catches compute processes that did not take a lease at all.
+
+Which GPUs may be leased follows the caller's CUDA_VISIBLE_DEVICES (`stress.gpus`); index
+entries are read in PCI bus order, as nvidia-smi and NVML number them. A lease gives its
+children `CUDA_VISIBLE_DEVICES=<uuid>` (unambiguous whatever CUDA_DEVICE_ORDER says).
+For tests, `HZ_FAKE_GPUS="0,1"` pretends those GPUs exist (no NVML involved).
+
+Every acquire, release, refusal and reclaim (a lease whose previous holder died without
+releasing) is appended as one JSON line to `<lock dir>/log.jsonl`: who (pid, host, holder
+tag) held which GPU, when.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from stress.errors import UserError
+from stress.outcome import HOST
+
+DEFAULT_LOCK_DIR = Path(".hazards") / "leases"
+LOG_NAME = "log.jsonl"
+FAKE_ENV = "HZ_FAKE_GPUS"
+
+
+class LeaseUnavailable(UserError):
+    """The GPU asked for is held by someone else (or runs foreign compute processes)."""
+
+
+def lock_dir_path(lock_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The lock folder: `lock_dir` if given, else $HZ_LEASE_DIR, else .hazards/leases."""
+    if lock_dir:
+        return Path(lock_dir)
+    env = os.environ.get("HZ_LEASE_DIR")
+    return Path(env) if env else DEFAULT_LOCK_DIR
+
+
+def fake_gpus() -> list[str] | None:
+    """The GPU list of $HZ_FAKE_GPUS (tests), or None when it is not set."""
+    raw = os.environ.get(FAKE_ENV)
+    if raw is None:
+        return None
+    return [e.strip() for e in raw.split(",") if e.strip()]
+
+
+def _fake_visible(fakes: list[str]) -> list[str]:
+    # The same rule CUDA applies to CUDA_VISIBLE_DEVICES, over the fake device list.
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is None:
+        return list(fakes)
+    out = []
+    for e in (x.strip() for x in cvd.split(",") if x.strip()):
+        if e not in fakes:
+            break
+        out.append(e)
+    return out
+
+
+def lease_candidates() -> list[tuple[str, str | None]]:
+    """(CUDA_VISIBLE_DEVICES entry, UUID or None) for every GPU this process may lease."""
+    fakes = fake_gpus()
+    if fakes is not None:
+        return [(e, None) for e in _fake_visible(fakes)]
+    from stress.gpus import uuid_of, visible_gpus
+
+    return [(e, uuid_of(e)) for e in visible_gpus()]
+
+
+def _lock_name(gpu: str, uuid: str | None) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", uuid or f"gpu{gpu}") + ".lock"
+
+
+def _log(lock_dir: Path, event: str, **fields: Any) -> None:
+    line = json.dumps({"event": event, "t": time.time(), **fields}, sort_keys=True) + "\n"
+    # O_APPEND writes of one short line land whole even with several writers.
+    fd = os.open(lock_dir / LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@dataclasses.dataclass
+class GpuLease:
+    """An exclusive hold on one GPU. Release it (or let the process die) to give it back."""
+
+    gpu: str
+    uuid: str | None
+    holder: str
+    lock_path: Path
+    pid: int
+    host: str
+    acquired_at: float
+    _fd: int | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    @property
+    def visible_devices(self) -> str:
+        """The CUDA_VISIBLE_DEVICES value a child of this lease gets."""
+        return self.uuid or self.gpu
+
+    def env(self) -> dict[str, str]:
+        """Environment additions for children that run on this GPU."""
+        return {"CUDA_VISIBLE_DEVICES": self.visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+    def info(self) -> dict[str, Any]:
+        """Who holds what, as JSON-ready fields (lease log, campaign spec)."""
+        return {"gpu": self.gpu, "uuid": self.uuid, "holder": self.holder, "pid": self.pid,
+                "host": self.host, "acquired_at": self.acquired_at}
+
+    def release(self) -> None:
+        """Give the GPU back (idempotent)."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)  # no stale holder info for the next reader
+        except OSError:
+            pass
+        try:
+            _log(self.lock_path.parent, "release", **self.info(), held_s=round(time.time() - self.acquired_at, 3))
+        except OSError:
+            pass
+        os.close(fd)  # closing drops the flock
+
+    def __enter__(self) -> "GpuLease":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:  # a forgotten lease must not outlive its object
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+
+
+def _prepare_dir(lock_dir: Path) -> None:
+    try:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create lease folder {lock_dir}: {e.strerror or e}") from None
+
+
+def _try_lock(path: Path) -> tuple[int | None, dict[str, Any]]:
+    """(fd, previous holder info) when the lock was taken; (None, current holder) if busy."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise UserError(f"cannot open lease file {path}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = _read_holder(fd)
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None, holder
+        raise UserError(f"cannot lock lease file {path}: {e.strerror or e}") from None
+    return fd, _read_holder(fd)
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        return json.loads(raw) if raw.strip() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def holder_text(info: dict[str, Any]) -> str:
+    """'pid 12 on host (holder soak) since 12:00:01' from a lock file's holder info."""
+    if not info:
+        return "an unknown holder"
+    since = time.strftime("%H:%M:%S", time.localtime(info.get("acquired_at", 0)))
+    return f"pid {info.get('pid')} on {info.get('host')} (holder {info.get('holder')!r}) since {since}"
+
+
+def acquire(gpu: str, holder: str, *, uuid: str | None = None, lock_dir: str | os.PathLike[str] | None = None,
+            wait_s: float = 0.0, exclusive: bool = False, poll_s: float = 0.2) -> GpuLease:
+    """Lease one GPU (a CUDA_VISIBLE_DEVICES entry) for `holder`, waiting up to `wait_s`.
+
+    Raises LeaseUnavailable naming the current holder when it stays busy, or, with
+    `exclusive=True`, when NVML shows compute processes on the card that are not ours.
+    """
+    ldir = lock_dir_path(lock_dir)
+    _prepare_dir(ldir)
+    if uuid is None and fake_gpus() is None:
+        from stress.gpus import uuid_of
+
+        uuid = uuid_of(gpu)
+    path = ldir / _lock_name(gpu, uuid)
+    deadline = time.monotonic() + max(0.0, wait_s)
+    while True:
+        fd, other = _try_lock(path)
+        if fd is not None:
+            break
+        if time.monotonic() >= deadline:
+            _log(ldir, "refused", gpu=gpu, uuid=uuid, holder=holder, pid=os.getpid(), host=HOST,
+                 reason="busy", held_by=other)
+            raise LeaseUnavailable(f"GPU {gpu} is leased by {holder_text(other)}")
+        time.sleep(poll_s)
+    lease = GpuLease(gpu, uuid, holder, path, os.getpid(), HOST, time.time(), fd)
+    if other:  # the lock file still names a holder: it died without releasing
+        _log(ldir, "reclaim", gpu=gpu, uuid=uuid, holder=holder, pid=lease.pid, host=HOST, previous=other)
+    if exclusive:
+        foreign = _foreign_pids(uuid)
+        if foreign:
+            os.ftruncate(fd, 0)
+            os.close(fd)
+            lease._fd = None
+            _log(ldir, "refused", gpu=gpu, uuid=uuid, holder=holder, pid=lease.pid, host=HOST,
+                 reason="foreign compute processes", foreign_pids=foreign)
+            raise LeaseUnavailable(f"GPU {gpu} is not exclusive: foreign compute processes {foreign}")
+    blob = json.dumps(lease.info()).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, blob, 0)
+    _log(ldir, "acquire", **lease.info())
+    return lease
+
+
+def _foreign_pids(uuid: str | None) -> list[int]:
+    if uuid is None:
+        return []
+    from stress.telemetry import compute_pids
+
+    pids = compute_pids(uuid)
+    if not pids:
+        return []
+    ours = {os.getpid()}
+    try:
+        import psutil
+
+        ours |= {c.pid for c in psutil.Process().children(recursive=True)}
+    except Exception:
+        pass
+    return sorted(p for p in pids if p not in ours)
+
+
+def acquire_free(holder: str, *, lock_dir: str | os.PathLike[str] | None = None, max_gpus: int | None = None,
+                 wait_s: float = 0.0, exclusive: bool = False) -> tuple[list[GpuLease], dict[str, str]]:
+    """Lease every free GPU this process may use (at most `max_gpus`).
+
+    Returns (leases, {gpu: why it was not leased}). When nothing is free at first, waits
+    up to `wait_s` for at least one GPU.
+    """
+    deadline = time.monotonic() + max(0.0, wait_s)
+    while True:
+        leases: list[GpuLease] = []
+        skipped: dict[str, str] = {}
+        for gpu, uuid in lease_candidates():
+            if max_gpus is not None and len(leases) >= max_gpus:
+                break
+            try:
+                leases.append(acquire(gpu, holder, uuid=uuid, lock_dir=lock_dir, exclusive=exclusive))
+            except LeaseUnavailable as e:
+                skipped[gpu] = str(e)
+        if leases or not skipped or time.monotonic() >= deadline:
+            return leases, skipped
+        time.sleep(0.5)
+
+
+def release_all(leases: list[GpuLease]) -> None:
+    """Release every lease in the list (idempotent)."""
+    for lease in leases:
+        lease.release()
+
+
+def read_lease_log(lock_dir: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """Every event of the lease log, oldest first (unparseable lines are skipped)."""
+    path = lock_dir_path(lock_dir) / LOG_NAME
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def current_holders(lock_dir: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
+    """{lock file name: holder info} for every lease held right now."""
+    ldir = lock_dir_path(lock_dir)
+    out: dict[str, dict[str, Any]] = {}
+    if not ldir.is_dir():
+        return out
+    for path in sorted(ldir.glob("*.lock")):
+        fd, info = _try_lock(path)
+        if fd is None:
+            out[path.name] = info
+        else:
+            os.close(fd)
+    return out

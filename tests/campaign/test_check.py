@@ -1,0 +1,128 @@
+"""`hazards check`: canaries must be detected, clean variants must stay clean, a harmless
+canary "went blind" and fails the check, and without a GPU the GPU part is skipped by name."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from campaign_fakes import fake_items_for, make_family
+
+from hazards import checkrun
+from hazards.checkrun import run_check
+from hazards.cli import main
+from hazards.family import Variant
+from hazards.static.findings import Finding
+from stress.junit import validate, write_junit
+
+NO_STATIC = ([], "static checks stubbed out in this test")
+
+
+@pytest.fixture
+def no_static(monkeypatch):
+    monkeypatch.setattr(checkrun, "run_static", lambda paths: NO_STATIC)
+
+
+def _check(fams, store, **kw):
+    return run_check(budget_s=60, catalog=fams, store=store, items_for=fake_items_for, wait_s=0, **kw)
+
+
+def test_check_passes_when_every_canary_is_detected_and_clean_variants_stay_clean(fake_gpus, store, no_static, tmp_path):
+    res = _check([make_family(canary_fail_prob=1.0)], store)
+    verdicts = {v.variant: v for v in res.verdicts}
+    assert verdicts["broken"].status == "detected" and verdicts["broken"].failures >= 1
+    assert verdicts["fixed"].status == "clean" and verdicts["fixed"].runs >= 13
+    assert verdicts["reference"].status == "clean"
+    assert res.exit_code == 0, res.summary_lines()
+    assert res.campaign_id is not None and store.campaign(res.campaign_id).status == "complete"
+    assert "GPU checks on 2 GPU(s)" in res.gpu_note
+    path = write_junit(tmp_path / "j.xml", res.junit_suites())
+    if _has_xmlschema():
+        assert validate(path) == []
+
+
+def test_a_canary_made_harmless_went_blind_and_fails_the_check(fake_gpus, store, no_static, tmp_path):
+    res = _check([make_family(canary_fail_prob=0.0)], store)
+    blind = res.blind
+    assert [v.variant for v in blind] == ["broken"]
+    # 13 clean runs settle the SPRT; the second GPU may have had one more in flight
+    assert re.search(r"went blind: 0 failures in 1[34] runs \(SPRT accepted the blind rate\)", blind[0].message)
+    assert res.exit_code != 0
+    assert any(line.startswith("FAIL fakefam/broken [canary] went blind") for line in res.summary_lines())
+    text = write_junit(tmp_path / "j.xml", res.junit_suites()).read_text()
+    assert 'type="went-blind"' in text
+
+
+def test_a_clean_variant_that_fails_fails_the_check(fake_gpus, store, no_static):
+    res = _check([make_family(clean_fail_prob=1.0)], store)
+    fixed = next(v for v in res.verdicts if v.variant == "fixed")
+    assert fixed.status == "failed" and fixed.runs <= 2  # stops at the first failure
+    assert res.exit_code != 0
+
+
+def test_a_canary_only_the_static_checks_can_see_is_not_run_on_the_gpu(fake_gpus, store, no_static):
+    static_only = Variant("broken_static", "broken", "asm register overlap", params={"fail_prob": 0.0},
+                          detected_by=("static",))
+    res = _check([make_family(extra=(static_only,))], store)
+    assert "broken_static" not in {v.variant for v in res.verdicts}
+    assert res.exit_code == 0
+
+
+def test_without_a_gpu_the_static_part_runs_and_gpu_checks_are_skipped_by_name(monkeypatch, store, no_static):
+    monkeypatch.setenv("HZ_FAKE_GPUS", "")
+    res = _check([make_family()], store)
+    assert res.gpu_note.startswith("GPU checks SKIPPED: no usable GPU")
+    assert "fakefam/broken" in res.gpu_note and "fakefam/fixed" in res.gpu_note
+    assert {v.status for v in res.verdicts} == {"skipped"} and res.exit_code == 0
+    assert res.campaign_id is None and store.campaigns() == []
+
+
+def test_failing_static_findings_fail_the_check(monkeypatch, store):
+    bad = Finding("asm-overlap", "error", "k.s", 12, "load 1's destination covers load 2's address")
+    monkeypatch.setattr(checkrun, "run_static", lambda paths: ([bad], "1 finding(s), 1 failing"))
+    res = run_check(budget_s=10, catalog=[], static_only=True)
+    assert res.exit_code == 1 and "static FAIL k.s:12: [asm-overlap]" in "\n".join(res.summary_lines())
+
+
+def test_build_failure_of_a_family_is_an_error_not_a_pass(fake_gpus, store, no_static):
+    from stress.errors import UserError
+
+    def broken_build(family, variants):
+        raise UserError("nvcc failed: pipeline.cu:12: error")
+
+    res = run_check(budget_s=10, catalog=[make_family()], store=store, items_for=broken_build, wait_s=0)
+    assert {v.status for v in res.verdicts} == {"error"} and res.exit_code != 0
+
+
+def test_cli_check_exits_non_zero_and_says_went_blind(fake_gpus, monkeypatch, tmp_path, capsys, no_static):
+    import hazards.families as families
+
+    monkeypatch.setattr(families, "all_families", lambda: [make_family(canary_fail_prob=0.0)])
+    monkeypatch.setattr(checkrun, "default_items_for", fake_items_for)
+    junit = tmp_path / "check.xml"
+    rc = main(["check", "--budget", "1m", "--junit", str(junit), "--store", str(tmp_path / "r.db"),
+               "--families", "fakefam"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "went blind" in out and "check FAILED" in out
+    assert junit.is_file()
+
+
+def test_cli_check_static_only_touches_no_gpu_and_no_store(fake_gpus, tmp_path, capsys, no_static, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = main(["check", "--static"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "check passed" in out
+    assert not (tmp_path / ".hazards").exists()
+
+
+def test_cli_check_rejects_a_bad_budget_in_one_line(capsys):
+    rc = main(["check", "--budget", "soon"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip() == "hazards: error: cannot read duration 'soon' (use e.g. 90s, 3m, 1h30m)"
+
+
+def _has_xmlschema() -> bool:
+    try:
+        import xmlschema  # noqa: F401
+    except ImportError:
+        return False
+    return True

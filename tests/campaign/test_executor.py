@@ -1,0 +1,86 @@
+"""The local executor: one loop per leased GPU, children on their lease's GPU, every run
+stored, broken items dropped, SPRT stopping, nothing leaked."""
+from __future__ import annotations
+
+import sys
+
+from campaign_fakes import fake_items_for, make_family
+
+from stress.executor import Rotation, SprtStop, StoreSink, WorkItem, run_local
+from stress.leases import acquire_free, release_all
+from stress.stats import Sprt
+
+
+def test_every_leased_gpu_runs_work_with_its_own_cuda_visible_devices(fake_gpus, store):
+    fam = make_family(canary_fail_prob=1.0)
+    items = fake_items_for(fam, list(fam.variants))
+    leases, _ = acquire_free("test")
+    try:
+        cid = store.create_campaign("soak", {})
+        stats = run_local(leases, Rotation(items), StoreSink(store, cid), budget_s=2.0)
+    finally:
+        release_all(leases)
+    runs = store.runs(cid)
+    assert len(runs) == sum(s.runs for s in stats) and len(runs) >= 6
+    assert {s.gpu for s in stats} == {"0", "1"} and all(s.runs > 0 for s in stats)
+    for sr in runs:
+        r = sr.result
+        assert r.gpu_uuid == f"GPU-fake-{r.metrics['cvd']}"  # the server ran on the lease's GPU
+        assert r.metrics["variant"] == r.variant and r.target == "fakefam"
+        assert (r.outcome.value == "mismatch") == (r.variant == "broken")
+    assert sorted(sr.seq for sr in runs) == list(range(1, len(runs) + 1))
+    # the rotation keeps the variants balanced
+    per_key = [sum(1 for sr in runs if sr.result.variant == v.name) for v in fam.variants]
+    assert max(per_key) - min(per_key) <= 2
+    assert sum(s.launches for s in stats) == 10 * len(runs)
+
+
+def test_an_item_that_cannot_start_is_dropped_and_the_rest_goes_on(fake_gpus, store):
+    fam = make_family()
+    good = fake_items_for(fam, [fam.variants[0]])
+    broken = WorkItem(target="nosuch", kind="server", argv=("/nonexistent/server",), timeout_s=5.0)
+    source = Rotation(good + [broken])
+    leases, _ = acquire_free("test", max_gpus=1)
+    try:
+        cid = store.create_campaign("soak", {})
+        run_local(leases, source, StoreSink(store, cid), budget_s=1.5)
+    finally:
+        release_all(leases)
+    assert "nosuch" in source.dropped() and "errors in a row" in source.dropped()["nosuch"]
+    errs = store.runs(cid, target="nosuch")
+    assert len(errs) == 3 and all(sr.result.outcome.value == "error" for sr in errs)
+    assert "command not found" in errs[0].result.reason
+    assert len(store.runs(cid, target="fakefam")) > 3
+
+
+def test_sprt_stop_settles_each_item_and_then_stops(fake_gpus, store):
+    fam = make_family(canary_fail_prob=1.0)
+    items = fake_items_for(fam, list(fam.variants))
+    source = SprtStop(items, lambda i: Sprt(0.001, 0.3, 0.01, 0.01), stop_on_failure=lambda i: i.variant != "broken")
+    leases, _ = acquire_free("test")
+    try:
+        cid = store.create_campaign("check", {})
+        run_local(leases, source, StoreSink(store, cid), budget_s=60.0)
+    finally:
+        release_all(leases)
+    assert source.finished()
+    assert source.decision("fakefam/broken") == "accept_h1"
+    assert source.decision("fakefam/fixed") == "accept_h0"
+    n_broken = len(store.runs(cid, variant="broken"))
+    n_fixed = len(store.runs(cid, variant="fixed"))
+    assert 1 <= n_broken <= 2  # one failure settles it (a second GPU may have had one in flight)
+    assert 13 <= n_fixed <= 14  # log(0.01/0.99) / log(0.7/0.999) -> 13 clean runs
+
+
+def test_command_items_get_the_lease_environment_too(fake_gpus, store):
+    code = "import os, sys; print('HZ_RESULT {\"ok\": true, \"cvd\": \"%s\"}' % os.environ['CUDA_VISIBLE_DEVICES'])"
+    item = WorkItem(target="cmd", kind="command", argv=(sys.executable, "-c", code), timeout_s=10.0)
+    leases, _ = acquire_free("test", max_gpus=1)
+    try:
+        cid = store.create_campaign("soak", {})
+        run_local(leases, SprtStop([item], lambda i: Sprt(0.001, 0.3, 0.01, 0.01)), StoreSink(store, cid), budget_s=30)
+    finally:
+        release_all(leases)
+    runs = store.runs(cid)
+    assert runs and all(sr.result.outcome.value == "clean" for sr in runs)
+    assert all(sr.result.metrics["cvd"] == "0" for sr in runs), runs[0].result.metrics
