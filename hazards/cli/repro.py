@@ -54,15 +54,19 @@ def _family_spec(family: str, variant: str | None, params: dict[str, Any], launc
     """argv, run params, names file and the Family for a --family target."""
     from hazards.family import STANDALONE
     from hazards.families import get_family
-    from stress.build import build_family
 
     fam = get_family(family)
     v = fam.variant(variant or fam.variants[0].name)
-    if binary is not None and not binary.exists():
-        raise UserError(f"--binary {binary} does not exist")
-    if binary is None and fam.binary is None:
+    if binary is not None:
+        if not binary.is_file():
+            raise UserError(f"--binary {binary} is not a file")
+        exe = binary
+    elif fam.binary is None:
         raise UserError(f"family {fam.name!r} has no binary (static checks only)")
-    exe = binary if binary is not None else build_family(STANDALONE, fam.source_dir or fam.name, fam.binary)
+    else:
+        from stress.build import build_family
+
+        exe = build_family(STANDALONE, fam.source_dir or fam.name, fam.binary)
     run_params = {"variant": v.name, **params}
     if launches is not None:
         run_params["launches"] = launches

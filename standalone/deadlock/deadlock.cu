@@ -178,13 +178,14 @@ __global__ void __launch_bounds__(kWorkerThreads)
 hz_tw_host g_tw;
 bool g_tw_open = false;
 
+// One slot per worker of the current launch shape: a slot nobody uses would read as a
+// block that was never resident. Re-opened (re-initialised) when the worker count changes.
 hz_tw_t tripwire_launch(uint32_t workers) {
-  if (!g_tw_open || g_tw.workers < workers) {
+  if (!g_tw_open || g_tw.workers != workers) {
     if (g_tw_open) hz_tw_host_close(&g_tw);
-    uint32_t want = workers < 2048 ? 2048 : workers;
-    if (hz_tw_host_open(&g_tw, want) != 0) std::fprintf(stderr, "hz-deadlock: %s\n", g_tw.error);
+    if (hz_tw_host_open(&g_tw, workers) != 0) std::fprintf(stderr, "hz-deadlock: %s\n", g_tw.error);
     else if (g_tw.mode != HZ_TW_MODE_NONE)
-      std::fprintf(stderr, "hz-deadlock: tripwire mode %s, %u slots%s%s\n", hz_tw_mode_name(g_tw.mode), want,
+      std::fprintf(stderr, "hz-deadlock: tripwire mode %s, %u slots%s%s\n", hz_tw_mode_name(g_tw.mode), workers,
                    g_tw.error[0] ? ": " : "", g_tw.error);
     g_tw_open = true;
   }

@@ -46,6 +46,10 @@ typedef struct hz_tw_host {
     char error[256];        /* why open() failed or fell back; "" otherwise */
 } hz_tw_host;
 
+/* Map HZ_TRIPWIRE_PATH (if set) with room for `workers` slots: exactly the workers the
+ * kernel launches (a slot no worker writes reads as "block never resident"); re-open when
+ * the launch shape changes. Launch one kernel at a time per tripwire (synchronise between
+ * launches), so the header's generation names the launch that hangs. */
 /* Map HZ_TRIPWIRE_PATH (if set) with room for `workers` slots. 0 on success (mode may be
  * NONE when the variable is unset), -1 on failure with a message in h->error; on failure
  * the program should run without the tripwire (launch() then returns a disabled arg). */

@@ -1,0 +1,54 @@
+"""Family `deadlock` on a GPU: fixed variants clean, seeded hangs diagnosed by name.
+
+Each broken variant runs as a command target with a tripwire file; the watchdog's
+collector must classify it `hang` and name the barrier and the stragglers.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hazards.family import STANDALONE
+from stress.outcome import Outcome
+from stress.targets import CommandTarget
+from stress.tripwire import TripwireFile, TripwireTarget, load_names
+
+pytestmark = pytest.mark.gpu
+NAMES = load_names(STANDALONE / "deadlock" / "deadlock_names.h")
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    from stress.build import build_family
+
+    return build_family(STANDALONE, "deadlock", "deadlock")
+
+
+def run_variant(binary: Path, params: dict, timeout: float, tmp_path: Path):
+    with TripwireFile() as tw:
+        target = TripwireTarget(CommandTarget([str(binary), "--once"], env=tw.env()), tw, names=NAMES)
+        return target.run(params, timeout=timeout, artifact_dir=tmp_path)
+
+
+@pytest.mark.parametrize("variant", ["fixed_grid", "fixed_chunk", "fixed_epoch", "fixed_epoch_widen"])
+def test_fixed_variants_are_clean_over_1000_launches(binary: Path, tmp_path: Path, variant: str) -> None:
+    r = run_variant(binary, {"variant": variant, "launches": 1000}, 60, tmp_path)
+    assert r.outcome is Outcome.CLEAN, (r.reason, r.evidence.get("stderr_tail"))
+    assert r.metrics.get("launches") == 1000 and r.metrics.get("mismatched") == 0
+
+
+@pytest.mark.parametrize("variant, launches, must_name", [
+    ("broken_grid", 1, ["wait at barrier GRID", "never started (block never resident)"]),
+    ("broken_chunk", 1, ["wait at barrier ATTN_RELEASE epoch 1 (observed 0)",
+                         "CHUNK_MERGE counted 10 arrivals, all of them waiting there, of the 16"]),
+    ("broken_epoch", 40, ["wait at barrier ATTN_RELEASE"]),
+])
+def test_seeded_deadlocks_hang_and_are_named(binary: Path, tmp_path: Path, variant: str, launches: int,
+                                             must_name: list[str]) -> None:
+    r = run_variant(binary, {"variant": variant, "launches": launches}, 3, tmp_path)
+    assert r.outcome is Outcome.HANG, r.reason
+    tw = r.evidence["tripwire"]
+    assert tw["when"] == "hang" and tw["verdict"] == "producer_never_arrived", tw
+    for text in must_name:
+        assert text in tw["sentence"], tw["sentence"]
