@@ -4,14 +4,16 @@ and a kill that verifies nothing it started survives.
 The supervisor never imports a GPU library: a hung kernel or a sticky CUDA error lives in
 the child, and the child's whole process group can always be killed from here.
 
-How descendants are found when it is time to kill (any of the three suffices):
+How descendants are found when it is time to kill (any one suffices):
 1. the child's process group (the child runs with `start_new_session=True`);
 2. descendants sampled with psutil while the run is going (children that were later
    reparented to init are still known);
 3. an environment marker `HZ_SUPERVISED_<token>=1` inherited by every descendant that did
    not clear its environment: a scan of /proc finds processes that called setsid() and
-   were reparented before any sample saw them.
-Signals to processes outside the group go through pidfds, so a recycled pid is never hit.
+   were reparented before any sample saw them;
+4. after the kill, if the child's output pipes still see no EOF, whoever holds them.
+Signals to processes outside the group go through pidfds, so a recycled pid is never hit
+(stress/proctree.py). Whatever is still running after SIGKILL is listed in `survivors`.
 """
 from __future__ import annotations
 
@@ -20,23 +22,26 @@ import dataclasses
 import json
 import os
 import select
-import signal
 import subprocess
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
 import psutil
 
+from stress.proctree import (KILL_WAIT_S, PIDFDS, kill_group, kill_pids, pipe_holders, scan_for,
+                             start_ticks, still_same)
+
 TAIL_BYTES = 64 * 1024          # kept in memory per stream for classification
 NOTABLE_KEEP = 50               # first and last notable lines kept per stream
 COLLECTOR_BUDGET_S = 10.0       # all on-hang collectors together, per hang
-KILL_WAIT_S = 1.0               # after SIGKILL, how long to wait for the kernel to reap
 MARK_PREFIX = "HZ_SUPERVISED_"
 
-_HAS_PIDFD = hasattr(os, "pidfd_open")
+__all__ = ["HangContext", "register_on_hang", "unregister_on_hang", "run_collectors", "Drain",
+           "Supervised", "kill_group", "scan_for"]
 
 
 @dataclasses.dataclass
@@ -130,32 +135,50 @@ class Drain(threading.Thread):
         self._log_path = log_path
         self._notable_re = notable_re
         self._carry = b""
+        self.log_error: str | None = None
         self._first: list[str] = []
         self._last: collections.deque[str] = collections.deque(maxlen=NOTABLE_KEEP)
         self._lock = threading.Lock()
 
     def run(self) -> None:
-        log = open(self._log_path, "wb") if self._log_path else None
-        try:
-            while True:
+        log = self._open_log()
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            if log is not None:
                 try:
-                    data = os.read(self.fd, 65536)
-                except OSError:
-                    break
-                if not data:
-                    break
-                if log:
                     log.write(data)
-                self._scan(data)
-                with self._lock:
-                    self.total += len(data)
-                    self._tail += data
-                    if len(self._tail) > 2 * self._cap:
-                        del self._tail[:-self._cap]
-            self._scan(b"\n")  # the last line may lack its newline
-        finally:
-            if log:
+                except OSError as exc:  # a full disk must not stop the draining
+                    self.log_error = f"{self._log_path}: {exc.strerror}"
+                    log = self._close_log(log)
+            self._scan(data)
+            with self._lock:
+                self.total += len(data)
+                self._tail += data
+                if len(self._tail) > 2 * self._cap:
+                    del self._tail[:-self._cap]
+        self._scan(b"\n")  # the last line may lack its newline
+        self._close_log(log)
+
+    def _open_log(self) -> Any:
+        if self._log_path is None:
+            return None
+        try:
+            return open(self._log_path, "wb")
+        except OSError as exc:
+            self.log_error = f"{self._log_path}: {exc.strerror}"
+            return None
+
+    def _close_log(self, log: Any) -> None:
+        if log is not None:
+            try:
                 log.close()
+            except OSError as exc:
+                self.log_error = f"{self._log_path}: {exc.strerror}"
 
     def _scan(self, data: bytes) -> None:
         if self._notable_re is None:
@@ -191,161 +214,6 @@ class Drain(threading.Thread):
         return "\n".join(notable) + "\n" + body if notable else body
 
 
-def _read_proc(path: str, whole: bool = True) -> bytes | None:
-    # os.open/os.read: a third of the cost of open() for these tiny generated files.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        chunks = [os.read(fd, 65536)]
-        while whole and chunks[-1]:
-            chunks.append(os.read(fd, 65536))
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state letter, process group, start time in clock ticks) of a pid, None if gone."""
-    raw = _read_proc(f"/proc/{pid}/stat", whole=False)
-    if raw is None:
-        return None
-    fields = raw[raw.rfind(b")") + 2:].split()
-    return fields[0].decode(), int(fields[2]), int(fields[19])
-
-
-def start_ticks(pid: int) -> int:
-    """A process's start time in clock ticks since boot (0 if it is gone)."""
-    stat = _proc_stat(pid)
-    return stat[2] if stat else 0
-
-
-def _is_running(pid: int) -> bool:
-    stat = _proc_stat(pid)
-    return stat is not None and stat[0] not in ("Z", "X")
-
-
-def scan_for(pgid: int, mark: bytes | None = None, since_ticks: int = 0) -> set[int]:
-    """Live pids (not zombies) in process group `pgid` or carrying env marker `mark`.
-
-    Only processes started at or after `since_ticks` can carry the marker (they descend
-    from a child started then), so older ones are not read: the scan stays ~1 ms.
-    """
-    found = set()
-    me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        if pid == me:
-            continue
-        stat = _proc_stat(pid)
-        if stat is None or stat[0] in ("Z", "X"):
-            continue
-        if stat[1] == pgid:
-            found.add(pid)
-            continue
-        if not mark or stat[2] < since_ticks:
-            continue
-        environ = _read_proc(f"/proc/{pid}/environ")
-        if environ and mark in environ:
-            found.add(pid)
-    return found
-
-
-def _open_pidfds(pids: set[int]) -> dict[int, int]:
-    fds = {}
-    for pid in pids:
-        try:
-            fds[pid] = os.pidfd_open(pid)
-        except (ProcessLookupError, OSError):
-            continue
-    return fds
-
-
-def _wait_gone(pidfds: dict[int, int], timeout: float) -> None:
-    """Block until every pidfd's process has exited, or `timeout` passes. No polling sleeps."""
-    poller = select.poll()
-    for fd in pidfds.values():
-        poller.register(fd, select.POLLIN)
-    pending = set(pidfds.values())
-    deadline = time.monotonic() + timeout
-    while pending:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        for fd, _ in poller.poll(left * 1000):
-            pending.discard(fd)
-            poller.unregister(fd)
-
-
-def _signal_all(pgid: int, pidfds: dict[int, int], sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for fd in pidfds.values():
-        try:
-            signal.pidfd_send_signal(fd, sig)
-        except (ProcessLookupError, OSError):
-            pass
-
-
-def _signal_and_wait(pgid: int, pids: set[int], sig: int, wait_s: float) -> None:
-    """Send `sig` to the group and to each of `pids` (by pidfd); wait for them to exit."""
-    pidfds = _open_pidfds(pids)
-    try:
-        _signal_all(pgid, pidfds, sig)
-        _wait_gone(pidfds, wait_s)
-    finally:
-        for fd in pidfds.values():
-            os.close(fd)
-
-
-def kill_group(pgid: int, *, grace_s: float, known_pids: set[int] = frozenset(),
-               mark: bytes | None = None, since_ticks: int = 0,
-               leader: subprocess.Popen | None = None) -> dict[str, Any]:
-    """SIGTERM the group and every known or marked descendant, wait `grace_s`, SIGKILL
-    what is left, then verify. Returns evidence: `killed` (pids signalled), `sigkill`
-    (pids that needed SIGKILL) and `survivors` (pids still running: [] when clean).
-
-    `leader` (the group leader's Popen) is reaped only after the group was signalled, so
-    the group id cannot be recycled while we still signal it.
-    """
-    def victims() -> set[int]:
-        return scan_for(pgid, mark, since_ticks) | {p for p in known_pids if _is_running(p)}
-
-    evidence: dict[str, Any] = {"killed": [], "sigkill": [], "survivors": []}
-    first = victims()
-    if first:
-        evidence["killed"] = sorted(first)
-        _signal_and_wait(pgid, first, signal.SIGTERM, grace_s)
-        rest = victims()  # includes anything forked during the grace period
-        if rest:
-            evidence["sigkill"] = sorted(rest)
-            evidence["killed"] = sorted(first | rest)
-            _signal_and_wait(pgid, rest, signal.SIGKILL, KILL_WAIT_S)
-    if leader is not None:
-        try:
-            leader.wait(timeout=KILL_WAIT_S)
-        except subprocess.TimeoutExpired:
-            pass
-    # Nothing was running a moment ago: no need to look twice.
-    evidence["survivors"] = [_describe(pid) for pid in sorted(victims())] if first else []
-    return evidence
-
-
-def _describe(pid: int) -> dict[str, Any]:
-    try:
-        p = psutil.Process(pid)
-        return {"pid": pid, "name": p.name(), "status": p.status()}
-    except psutil.Error:
-        return {"pid": pid}
-
-
 class Supervised:
     """One child in its own session and process group, its output drained into tails.
 
@@ -373,8 +241,12 @@ class Supervised:
             env=self.env, start_new_session=True, close_fds=True)
         self.pid = self.proc.pid
         self.pgid = self.pid  # setsid() made it the leader of a new session and group
-        self.pidfd: int | None = os.pidfd_open(self.pid) if _HAS_PIDFD else None
+        self.pidfd: int | None = os.pidfd_open(self.pid) if PIDFDS else None
         self._start_ticks = start_ticks(self.pid)
+        # If the owner forgets kill() (an exception, interpreter exit), the tree still dies.
+        self._finalizer = weakref.finalize(self, kill_group, self.pgid, grace_s=0.0,
+                                           mark=self.mark, since_ticks=self._start_ticks,
+                                           leader=self.proc)
         self._tracked: dict[int, psutil.Process] = {}
         self._next_sample = 0.02
         self._sample_every = sample_every_s
@@ -468,15 +340,29 @@ class Supervised:
             return dict(self._killed)
         if self.exit_status() is None:
             self.sample_descendants()
-        known = {pid for pid, p in self._tracked.items() if _still_same(p)}
+        known = {pid for pid, p in self._tracked.items() if still_same(p)}
         evidence = kill_group(self.pgid, grace_s=self.grace_s, known_pids=known,
                               mark=self.mark, since_ticks=self._start_ticks, leader=self.proc)
-        for drain in (self.stdout_drain, self.stderr_drain):
-            if drain is not None:
-                drain.join(timeout=KILL_WAIT_S)
+        self._kill_pipe_holders(evidence)
+        self._finalizer.detach()
         self._close_fds()
         self._killed = evidence
         return dict(evidence)
+
+    def _kill_pipe_holders(self, evidence: dict[str, Any]) -> None:
+        """A drain that sees no EOF means a process still holds the child's pipe: one that
+        left the group and dropped the marker before any sample. Find it by the pipe."""
+        drains = [d for d in (self.stdout_drain, self.stderr_drain) if d is not None]
+        for drain in drains:
+            drain.join(timeout=0.1)
+        open_pipes = {os.fstat(d.fd).st_ino for d in drains if d.is_alive()}
+        holders = pipe_holders(open_pipes) if open_pipes else set()
+        if holders:
+            evidence["pipe_holders"] = sorted(holders)
+            evidence["killed"] = sorted(set(evidence["killed"]) | holders)
+            evidence["survivors"] += [{"pid": p} for p in kill_pids(holders, self.grace_s)]
+        for drain in drains:
+            drain.join(timeout=KILL_WAIT_S)
 
     def _close_fds(self) -> None:
         if self.pidfd is not None:
@@ -490,10 +376,3 @@ class Supervised:
                     stream.close()
                 except OSError:
                     pass
-
-
-def _still_same(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

@@ -95,6 +95,10 @@ class CommandTarget(Target):
         evidence["pid"] = child.pid
         if kill_evidence.get("killed") and exited:
             evidence["leftovers"] = kill_evidence["killed"]
+        log_errors = [d.log_error for d in (child.stdout_drain, child.stderr_drain)
+                      if d.log_error]
+        if log_errors:
+            evidence["log_errors"] = log_errors
         if outcome is not Outcome.CLEAN:
             evidence["stdout_tail"] = tail_text(child.stdout_drain.tail())
             evidence["stderr_tail"] = tail_text(child.stderr_drain.tail())

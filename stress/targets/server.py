@@ -45,7 +45,8 @@ class _Worker:
             self._poll.register(child.pidfd, select.POLLIN)
 
     def _read_available(self) -> None:
-        while not self._eof:
+        # Bounded, so a server spewing bytes without a newline cannot keep us here.
+        while not self._eof and len(self._buf) <= protocol.MAX_LINE_BYTES:
             try:
                 data = os.read(self._out, 65536)
             except BlockingIOError:
@@ -175,43 +176,49 @@ class ServerTarget(Target):
         except OSError as exc:
             raise UserError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
         self.spawns += 1
-        worker = _Worker(child)
-        deadline = time.monotonic() + self.handshake_timeout_s
-        banners = 0
-        failure: tuple[str, str] | None = None
-        while failure is None:
-            kind, line = worker.read_line(deadline)
-            if kind == "timeout":
-                failure = ("handshake_timeout", f"handshake timeout: no hz_protocol line "
-                           f"within {self.handshake_timeout_s:g}s")
-            elif kind == "overlong":
-                failure = ("protocol", "protocol error: overlong handshake line")
-            elif kind == "eof" and line:
-                failure = ("protocol", f"protocol error: truncated handshake line "
-                           f"{protocol.shown(line)!r}")
-            elif kind == "eof":
-                rc = worker.wait_exit(time.monotonic() + self.grace_s)
-                child.kill()  # reaps it and drains its stderr for the hint below
-                failure = ("handshake", f"server {_exit_words(rc)} before its handshake"
-                           f"{_stderr_hint(child)}")
-            elif protocol.is_banner(line):
-                banners += 1
-                if banners > protocol.MAX_BANNER_LINES:
-                    failure = ("protocol", f"protocol error: more than "
-                               f"{protocol.MAX_BANNER_LINES} lines before the handshake")
-            else:
-                try:
-                    worker.handshake = protocol.validate_handshake(protocol.decode(line))
-                except ProtocolError as exc:
-                    failure = ("protocol", f"protocol error in handshake: {exc}")
-                else:
-                    break
+        try:
+            worker = _Worker(child)
+            failure = self._handshake(worker)
+        except BaseException:
+            child.kill()
+            raise
         if failure:
             child.kill()
             return failure
         self._worker = worker
         self._ever_started = True
         return None
+
+    def _handshake(self, worker: _Worker) -> tuple[str, str] | None:
+        """Read banners and the handshake line; (error_kind, message) on failure."""
+        deadline = time.monotonic() + self.handshake_timeout_s
+        banners = 0
+        while True:
+            kind, line = worker.read_line(deadline)
+            if kind == "timeout":
+                return ("handshake_timeout", f"handshake timeout: no hz_protocol line "
+                        f"within {self.handshake_timeout_s:g}s")
+            if kind == "overlong":
+                return ("protocol", "protocol error: overlong handshake line")
+            if kind == "eof" and line:
+                return ("protocol", f"protocol error: truncated handshake line "
+                        f"{protocol.shown(line)!r}")
+            if kind == "eof":
+                rc = worker.wait_exit(time.monotonic() + self.grace_s)
+                worker.child.kill()  # reaps it and drains its stderr for the hint below
+                return ("handshake", f"server {_exit_words(rc)} before its handshake"
+                        f"{_stderr_hint(worker.child)}")
+            if protocol.is_banner(line):
+                banners += 1
+                if banners > protocol.MAX_BANNER_LINES:
+                    return ("protocol", f"protocol error: more than "
+                            f"{protocol.MAX_BANNER_LINES} lines before the handshake")
+                continue
+            try:
+                worker.handshake = protocol.validate_handshake(protocol.decode(line))
+            except ProtocolError as exc:
+                return ("protocol", f"protocol error in handshake: {exc}")
+            return None
 
     def _ensure_worker(self) -> tuple[str, str] | None:
         if self._worker and self.respawn_every and self._worker.age >= self.respawn_every:
@@ -246,32 +253,33 @@ class ServerTarget(Target):
             request = protocol.encode(protocol.request(request_id, launches, params))
         except (TypeError, ValueError) as exc:
             raise UserError(f"params are not JSON-serialisable: {exc}") from None
-        started_at = time.time()
         failure = self._ensure_worker()
         if failure:
             if not self._ever_started:
                 raise UserError(f"server target {self.name}: {failure[1]}")
             return self._result(Outcome.ERROR, failure[1], {"error_kind": failure[0]},
-                                params, started_at, 0.0, 0, artifacts)
+                                params, time.time(), 0.0, 0, artifacts)
         worker = self._worker
         assert worker is not None
         try:
-            return self._exchange(worker, request, request_id, params, timeout,
-                                  artifacts, started_at)
+            return self._exchange(worker, request, request_id, params, timeout, artifacts)
         except BaseException:
             if self._worker is worker:  # interrupted mid-request: leave nothing behind
                 self._retire(graceful=False)
             raise
 
     def _exchange(self, worker: _Worker, request: bytes, request_id: int,
-                  params: dict[str, Any], timeout: float, artifacts: Path | None,
-                  started_at: float) -> RunResult:
+                  params: dict[str, Any], timeout: float, artifacts: Path | None) -> RunResult:
         worker.child.maybe_sample()
         age = worker.age
         worker.age += 1
+        started_at = time.time()
         t0 = time.monotonic()
         deadline = t0 + timeout
-        sent = worker.send(request, deadline)
+        # One waitid() per request: a server that died after its last reply is reported
+        # as such, not as a death during this request.
+        when = "between requests" if worker.child.exit_status() is not None else "mid-request"
+        sent = worker.send(request, deadline) if when == "mid-request" else "broken"
         if sent == "ok":
             kind, data = worker.read_line(deadline)
         else:
@@ -301,7 +309,7 @@ class ServerTarget(Target):
             evidence.update(worker.child.hang(artifacts))
         else:
             outcome, reason = self._judge_death(worker, data, deadline, timeout, evidence,
-                                                artifacts)
+                                                artifacts, when)
         # A fault poisons the device context; garbage means we lost sync: start afresh.
         if self._worker is worker and (outcome is Outcome.FAULT
                                        or evidence.get("error_kind") == "protocol"):
@@ -314,8 +322,10 @@ class ServerTarget(Target):
                             artifacts, metrics, gpu_uuid)
 
     def _judge_death(self, worker: _Worker, partial: bytes, deadline: float, timeout: float,
-                     evidence: dict[str, Any], artifacts: Path | None) -> tuple[Outcome, str]:
-        """The server's stdout ended mid-request: fault (or protocol error / hang)."""
+                     evidence: dict[str, Any], artifacts: Path | None,
+                     when: str) -> tuple[Outcome, str]:
+        """The server's stdout ended (`when`: mid-request or between requests): a fault,
+        or a protocol error (truncated line) or a hang (stdout closed, no exit)."""
         # An exiting process closes its stdout a moment before it can be reaped.
         settle = time.monotonic() + min(self.grace_s, 0.5)
         if worker.wait_exit(max(deadline, settle)) is None:  # closed stdout, kept running
@@ -339,9 +349,9 @@ class ServerTarget(Target):
             evidence["line"] = protocol.shown(partial)
         if explained:
             evidence.update(judged)
-            return outcome, f"server died mid-request: {reason}"
+            return outcome, f"server died {when}: {reason}"
         evidence["error_kind"] = f"exit_{rc}"
-        return Outcome.FAULT, f"server died mid-request: {_exit_words(rc)}"
+        return Outcome.FAULT, f"server died {when}: {_exit_words(rc)}"
 
     def _result(self, outcome: Outcome, reason: str, evidence: dict[str, Any],
                 params: dict[str, Any], started_at: float, duration: float, age: int,

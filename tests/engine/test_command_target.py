@@ -60,9 +60,12 @@ def test_blocking_hang_with_hanging_child_kills_both(fake_env, pidfile):
 @pytest.mark.parametrize("mode,timeout", [
     # The grandchild keeps the HZ_SUPERVISED_* marker: the /proc scan finds it.
     ("setsid_grandchild", 2.0),
-    # It drops the marker; only the psutil samples taken while its parent was alive (1 s)
-    # still know it after it was reparented to init.
+    # It drops the marker and closes our pipes; only the psutil samples taken while its
+    # parent was alive (1 s) still know it after it was reparented to init.
     ("setsid_grandchild_noenv", 3.0),
+    # It drops the marker, its parent exits at once (before a sample can see it), but it
+    # still holds the program's stdout/stderr pipe: found as a pipe holder.
+    ("setsid_grandchild_pipe", 2.0),
 ])
 def test_grandchild_that_called_setsid_is_found_and_killed(fake_env, pidfile, mode, timeout):
     result, elapsed = run_fake(mode, fake_env, timeout=timeout)
@@ -147,6 +150,15 @@ def test_full_logs_go_to_the_artifact_dir(fake_env, tmp_path):
     log = (art / "stderr.log").read_text()
     assert log.startswith("CUDA error: misaligned address") and "filler line 19999" in log
     assert (art / "stdout.log").exists()
+
+
+def test_unwritable_log_is_reported_and_does_not_stall_the_run(fake_env, tmp_path):
+    art = tmp_path / "art"
+    (art / "stderr.log").mkdir(parents=True)  # the log cannot be created
+    result, elapsed = run_fake("chatty_fault", fake_env, timeout=10.0, artifact_dir=art)
+    assert result.outcome is Outcome.FAULT and result.error_kind == "misaligned_address"
+    assert "stderr.log" in result.evidence["log_errors"][0]
+    assert elapsed < 10.0
 
 
 def test_on_hang_collectors_see_the_live_child_and_their_errors_are_recorded(fake_env, pidfile):

@@ -1,4 +1,5 @@
 """The watchdog's parts: collectors, output drains, descendant discovery, the verified kill."""
+import gc
 import os
 import re
 import signal
@@ -6,9 +7,10 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
-from engine_fakes import FAKES, assert_none_running, running
+from engine_fakes import FAKES, assert_none_running, fake_command, recorded_pids, running
 from stress.watchdog import (Drain, HangContext, Supervised, kill_group, register_on_hang,
                              run_collectors, scan_for, unregister_on_hang)
 
@@ -154,6 +156,49 @@ def test_supervised_wait_times_out_on_a_live_child_and_kill_ends_it():
     assert running(child.pid)
     assert child.kill()["survivors"] == []
     assert not running(child.pid)
+
+
+def test_a_forgotten_child_is_killed_when_its_supervised_object_is_collected():
+    child = Supervised(SLEEPER, env=dict(os.environ))
+    pid = child.pid
+    assert running(pid)
+    del child
+    gc.collect()
+    assert not running(pid)
+
+
+def _escaped_grandchild(mode, tmp_path):
+    """Start the fake in `mode`, wait until its grandchild has left the group and been
+    reparented, without ever sampling descendants; return (child, grandchild pid)."""
+    pidfile = tmp_path / "pids"
+    child = Supervised(fake_command(mode), env=dict(os.environ, HZ_FAKE_PIDFILE=str(pidfile)),
+                       grace_s=0.5)
+    deadline = time.monotonic() + 10
+    while b"ready" not in child.stdout_drain.tail() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pids = recorded_pids(pidfile)
+    assert len(pids) == 3, pids
+    # Its parent has exited (reaped by the program), so only the program and it run.
+    (grandchild,) = [p for p in pids if running(p) and p != child.pid]
+    assert psutil.Process(grandchild).ppid() not in pids
+    assert os.getpgid(grandchild) != child.pgid
+    return child, grandchild, pids
+
+
+def test_escaped_grandchild_with_the_marker_is_killed_without_any_sample(tmp_path):
+    child, grandchild, pids = _escaped_grandchild("setsid_grandchild", tmp_path)
+    evidence = child.kill()
+    assert grandchild in evidence["killed"] and "pipe_holders" not in evidence
+    assert evidence["survivors"] == []
+    assert_none_running(pids)
+
+
+def test_escaped_grandchild_without_marker_is_found_by_the_pipe_it_holds(tmp_path):
+    child, grandchild, pids = _escaped_grandchild("setsid_grandchild_pipe", tmp_path)
+    evidence = child.kill()
+    assert evidence["pipe_holders"] == [grandchild] and grandchild in evidence["killed"]
+    assert evidence["survivors"] == []
+    assert_none_running(pids)
 
 
 def test_the_supervisor_never_imports_a_gpu_library():

@@ -43,16 +43,20 @@ def block_with_child() -> int:
     return 0
 
 
-def setsid_grandchild(clear_env: bool) -> int:
-    """Child starts a grandchild that setsid()s (leaves our group), then the child exits,
-    so the grandchild is reparented to init; we block forever."""
-    # Without the supervisor's HZ_SUPERVISED_* marker: only its psutil samples can find it.
+def setsid_grandchild(clear_env: bool, keep_pipes: bool, linger_s: float) -> int:
+    """Child starts a grandchild that setsid()s (leaves our group); the child exits after
+    `linger_s`, so the grandchild is reparented to init; we block forever.
+
+    `clear_env` drops the supervisor's HZ_SUPERVISED_* marker from the grandchild;
+    `keep_pipes=False` points its stdio at /dev/null, as a daemon would.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("HZ_SUPERVISED_")}
+    stdio = "None" if keep_pipes else "subprocess.DEVNULL"
     code = ("import subprocess, sys, time; "
             f"sys.path.insert(0, {HERE!r}); from fakelib import record_pid; record_pid(); "
             f"p = subprocess.Popen({SLEEPER!r}, start_new_session=True, "
-            f"env={env if clear_env else None!r}); record_pid(p.pid); "
-            f"time.sleep({1.0 if clear_env else 0.0})")
+            f"env={env if clear_env else None!r}, stdin={stdio}, stdout={stdio}, "
+            f"stderr={stdio}); record_pid(p.pid); time.sleep({linger_s})")
     subprocess.run([sys.executable, "-c", code], check=True)
     ready()
     while True:
@@ -118,8 +122,10 @@ def prints(text: str) -> int:
 
 MODES = {
     "pass": passes, "busy": busy_loop, "block_with_child": block_with_child,
-    "setsid_grandchild": lambda: setsid_grandchild(False),
-    "setsid_grandchild_noenv": lambda: setsid_grandchild(True),
+    # Each escape is found by a different mechanism of the watchdog (see its docstring):
+    "setsid_grandchild": lambda: setsid_grandchild(False, False, 0.0),       # env marker
+    "setsid_grandchild_noenv": lambda: setsid_grandchild(True, False, 1.0),  # psutil samples
+    "setsid_grandchild_pipe": lambda: setsid_grandchild(True, True, 0.0),    # pipe holder
     "leftover": leftover, "ignore_sigterm": ignore_sigterm, "segfault": segfault,
     "abort": aborts, "cuda_fault": cuda_fault, "wrong_result": wrong_result,
     "exit": exit_with, "raise": raises, "chatty_fault": chatty_fault, "print": prints,

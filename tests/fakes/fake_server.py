@@ -10,6 +10,7 @@ wrong_id      reply to a different id
 truncate      write half a reply, no newline, and exit 0
 die_segv      die by SIGSEGV mid-request
 die_cuda      print a CUDA fault on stderr and exit 1 mid-request
+abort_after   reply ok, then abort (SIGABRT) before reading the next request
 
 `fake_server.py --handshake MODE` changes the start: ok, banner (library chatter first),
 bad_version, garbage, truncated, silent (never shakes hands), crash (exits 1 first).
@@ -86,6 +87,9 @@ def serve() -> None:
             os._exit(0)
         elif action == "die_segv":
             os.kill(os.getpid(), signal.SIGSEGV)
+        elif action == "abort_after":
+            send({"id": rid, "status": "ok", "mismatched": 0})
+            os.abort()
         elif action == "die_cuda":
             print("CUDA error: an illegal memory access was encountered", file=sys.stderr,
                   flush=True)
