@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hazards.family import Family, Variant
@@ -80,10 +81,13 @@ class CheckResult:
         """A static suite and a GPU suite for the JUnit writer."""
         static = JUnitSuite("hazards.check.static", started_at=self.started_at,
                             stdout="\n".join(f.format() for f in self.findings) if self.findings else self.static_note)
-        for f in self.static_failures:
-            static.cases.append(JUnitCase(f"{f.check} {f.subject or f.location()}", f"hazards.static.{f.check}",
-                                          status="failure", message=f.message, type=f.check, text=f.format()))
-        if not self.static_failures:
+        for f in self.findings:
+            if f.fails:
+                static.cases.append(JUnitCase(f"{f.check} {f.subject or f.location()}", f"hazards.static.{f.check}",
+                                              status="failure", message=f.message, type=f.check, text=f.format()))
+            elif f.check == "canary-detected":
+                static.cases.append(JUnitCase(f"canary {f.subject or f.location()}", "hazards.static.canary"))
+        if not static.cases:
             static.cases.append(JUnitCase("static checks", "hazards.static", self.static_s,
                                           status="skipped" if self.static_note and not self.findings else "passed",
                                           message=self.static_note))
@@ -109,21 +113,29 @@ class CheckResult:
         if self.gpu_note:
             lines.append(self.gpu_note)
         for v in self.verdicts:
-            mark = "ok  " if v.ok else "FAIL"
+            mark = "skip" if v.status == "skipped" else "ok  " if v.ok else "FAIL"
             lines.append(f"{mark} {v.family}/{v.variant} [{v.role}] {v.status}: {v.message}")
         n_bad = len(self.static_failures) + sum(1 for v in self.verdicts if not v.ok)
-        lines.append("check passed" if self.exit_code == 0 else f"check FAILED ({n_bad} problem(s))")
+        skipped = sum(1 for v in self.verdicts if v.status == "skipped")
+        if self.exit_code:
+            lines.append(f"check FAILED ({n_bad} problem(s))")
+        elif skipped:
+            lines.append(f"check passed for the static part only: {skipped} GPU check(s) SKIPPED")
+        else:
+            lines.append("check passed")
         return lines
 
 
-def run_static(paths: Iterable[str]) -> tuple[list[Any], str]:
-    """(findings, note) from hazards.static.runner, or ([], why it did not run)."""
+def run_static(paths: Iterable[str], families: list[str] | None = None) -> tuple[list[Any], str]:
+    """(findings, note) from hazards.static.runner (catalog + paths), or ([], why it did not run)."""
     try:
         from hazards.static.runner import run_static_checks
     except ImportError as e:
         return [], f"static checks not available ({e})"
-    findings = list(run_static_checks(list(paths)))
-    return findings, f"{len(findings)} finding(s), {sum(1 for f in findings if f.fails)} failing"
+    findings = list(run_static_checks([Path(p) for p in paths], families=families))
+    detected = sum(1 for f in findings if f.check == "canary-detected")
+    failing = sum(1 for f in findings if f.fails)
+    return findings, f"{len(findings)} finding(s), {failing} failing, {detected} static canaries detected"
 
 
 def gpu_variants(family: Family) -> list[Variant]:
@@ -217,9 +229,8 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
     res = CheckResult()
     fams = catalog if catalog is not None else select_families(families)
     t0 = time.monotonic()
-    res.findings, res.static_note = run_static(paths)
+    res.findings, res.static_note = run_static(paths, [f.name for f in fams] if families else None)
     res.static_s = time.monotonic() - t0
-    log(f"static: {res.static_note}")
     if static_only:
         return res
     wanted = [(f, v) for f in fams for v in gpu_variants(f)]

@@ -95,6 +95,7 @@ class Sink(Protocol):
 class _ItemState:
     item: WorkItem
     runs: int = 0
+    busy_s: float = 0.0
     in_flight: int = 0
     errors_in_a_row: int = 0
     dropped: str | None = None
@@ -102,15 +103,17 @@ class _ItemState:
 
 
 class Rotation:
-    """Every item again and again, the one with the fewest runs first (soak).
+    """Every item again and again, the one that has had the least GPU time first (soak).
 
-    `prior` seeds the run counts (a resumed campaign evens out what it already has).
-    An item with MAX_CONSECUTIVE_ERRORS error runs in a row is dropped (see `dropped`).
+    Balancing time rather than run counts keeps a variant that hangs every time (each run
+    costs its whole timeout) from starving the fast ones. `prior` seeds {key: (runs,
+    seconds)} from stored runs, so a resumed campaign evens out what it already has. An
+    item with MAX_CONSECUTIVE_ERRORS error runs in a row is dropped (see `dropped`).
     """
 
-    def __init__(self, items: list[WorkItem], prior: dict[str, int] | None = None) -> None:
+    def __init__(self, items: list[WorkItem], prior: dict[str, tuple[int, float]] | None = None) -> None:
         self._mu = threading.Lock()
-        self.states = {i.key: _ItemState(i, runs=(prior or {}).get(i.key, 0)) for i in items}
+        self.states = {i.key: _ItemState(i, *(prior or {}).get(i.key, (0, 0.0))) for i in items}
 
     def _eligible(self, st: _ItemState) -> bool:
         return st.dropped is None
@@ -120,7 +123,8 @@ class Rotation:
             live = [s for s in self.states.values() if self._eligible(s)]
             if not live:
                 return None
-            st = min(live, key=lambda s: (s.runs + s.in_flight, s.in_flight))
+            # runs in flight count with the item's mean duration so far
+            st = min(live, key=lambda s: (s.busy_s + s.in_flight * s.busy_s / max(1, s.runs), s.runs + s.in_flight))
             st.in_flight += 1
             return st.item
 
@@ -129,6 +133,7 @@ class Rotation:
             st = self.states[item.key]
             st.in_flight -= 1
             st.runs += 1
+            st.busy_s += max(0.0, result.duration_s or 0.0)
             outcome = Outcome(result.outcome)
             st.counts[outcome.value] += 1
             st.errors_in_a_row = st.errors_in_a_row + 1 if outcome is Outcome.ERROR else 0

@@ -209,6 +209,17 @@ def spent_seconds(store: Store, campaign_id: int) -> float:
     return sum(max(0.0, e - s) for s, e in zip(starts, ends))
 
 
+def stored_time(store: Store, campaign_id: int) -> dict[str, tuple[int, float]]:
+    """{item key: (runs, seconds of run time)} already stored for a campaign."""
+    out: dict[str, tuple[int, float]] = {}
+    for sr in store.iter_runs(campaign_id):
+        r = sr.result
+        key = f"{r.target}/{r.variant}" if r.variant else r.target
+        n, s = out.get(key, (0, 0.0))
+        out[key] = (n + 1, s + max(0.0, r.duration_s or 0.0))
+    return out
+
+
 def start_or_resume(store: Store, items: list[WorkItem] | None, *, budget_s: float, resume: int | None,
                     leases: list[GpuLease], spec_extra: dict[str, Any] | None = None,
                     name: str | None = None) -> tuple[int, list[WorkItem], float]:
@@ -242,8 +253,7 @@ def run_soak(store: Store, leases: list[GpuLease], items: list[WorkItem] | None,
         raise UserError("a soak needs at least one leased GPU")
     cid, items, left = start_or_resume(store, items, budget_s=budget_s, resume=resume, leases=leases,
                                        spec_extra=spec_extra, name=name)
-    prior = {(f"{t.target}/{t.variant}" if t.variant else t.target): t.n for t in store.tally(cid)}
-    source = Rotation(items, prior)
+    source = Rotation(items, stored_time(store, cid))
     sink = StoreSink(store, cid, on_result=on_result)
     monitor = TelemetryMonitor([lease.uuid for lease in leases]) if telemetry else None
     store.set_campaign_status(cid, RUNNING)

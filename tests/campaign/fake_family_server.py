@@ -10,6 +10,7 @@ import json
 import os
 import random
 import sys
+import time
 
 out = sys.stdout.buffer
 cvd = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -30,6 +31,7 @@ for raw in sys.stdin.buffer:
     if "variant" not in params:
         send({"id": req["id"], "status": "bad_request", "message": "no variant"})
         continue
+    time.sleep(float(params.get("sleep_s", 0.0)))
     failed = random.random() < float(params.get("fail_prob", 0.0))
     send({"id": req["id"], "status": "ok", "launches": launches,
           "mismatched": launches if failed else 0, "kernel_ms": round(random.uniform(0.05, 0.2), 4),

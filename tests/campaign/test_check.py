@@ -19,7 +19,7 @@ NO_STATIC = ([], "static checks stubbed out in this test")
 
 @pytest.fixture
 def no_static(monkeypatch):
-    monkeypatch.setattr(checkrun, "run_static", lambda paths: NO_STATIC)
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None: NO_STATIC)
 
 
 def _check(fams, store, **kw):
@@ -73,12 +73,13 @@ def test_without_a_gpu_the_static_part_runs_and_gpu_checks_are_skipped_by_name(m
     assert res.gpu_note.startswith("GPU checks SKIPPED: no usable GPU")
     assert "fakefam/broken" in res.gpu_note and "fakefam/fixed" in res.gpu_note
     assert {v.status for v in res.verdicts} == {"skipped"} and res.exit_code == 0
+    assert res.summary_lines()[-1] == "check passed for the static part only: 3 GPU check(s) SKIPPED"
     assert res.campaign_id is None and store.campaigns() == []
 
 
 def test_failing_static_findings_fail_the_check(monkeypatch, store):
     bad = Finding("asm-overlap", "error", "k.s", 12, "load 1's destination covers load 2's address")
-    monkeypatch.setattr(checkrun, "run_static", lambda paths: ([bad], "1 finding(s), 1 failing"))
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None: ([bad], "1 finding(s), 1 failing"))
     res = run_check(budget_s=10, catalog=[], static_only=True)
     assert res.exit_code == 1 and "static FAIL k.s:12: [asm-overlap]" in "\n".join(res.summary_lines())
 
@@ -126,3 +127,16 @@ def _has_xmlschema() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_static_canaries_become_junit_cases(monkeypatch, tmp_path):
+    seen = Finding("canary-detected", "info", "k.s", 3, "flagged as expected", subject="earlyclobber/broken")
+    blind = Finding("canary-blind", "error", "k2.s", 0, "nothing fired: the check went blind",
+                    subject="earlyclobber/broken_shared_base")
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None: ([seen, blind], "2 finding(s)"))
+    res = run_check(budget_s=10, catalog=[], static_only=True)
+    assert res.exit_code == 1
+    text = write_junit(tmp_path / "s.xml", res.junit_suites()).read_text()
+    assert 'name="canary earlyclobber/broken"' in text and 'type="canary-blind"' in text
+    if _has_xmlschema():
+        assert validate(tmp_path / "s.xml") == []
