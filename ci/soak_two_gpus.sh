@@ -9,13 +9,15 @@
 #   bash ci/soak_two_gpus.sh all     # the three in a row (~15 min: more than one 10-min slot)
 #
 # Budgets can be shortened for a dry run: CHECK_BUDGET (3m), SOAK_BUDGET (5m), BENCH_SECONDS (60).
-# Everything lands in $OUT/soak_two_gpus (or ./ci-out/soak_two_gpus): the results store,
-# the lease log, reports, JUnit files, logs, and verdicts.txt with one PASS/FAIL line per
-# acceptance point. Exit status: 0 when every point of the stages run passed.
+# Everything is written under .hazards/ci/soak_two_gpus (git-ignored, so it stays between
+# stages on one machine: the results store, the lease log, reports, JUnit, logs, and
+# verdicts.txt with one PASS/FAIL line per acceptance point). When $OUT is set, each stage
+# also copies at most 8 small files there, flat (the device runner brings back 8 files).
+# Exit status: 0 when every point of the stages run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-DIR="${OUT:-$PWD/ci-out}/soak_two_gpus"
+DIR="${HZ_CI_DIR:-$PWD/.hazards/ci/soak_two_gpus}"
 mkdir -p "$DIR"
 export HZ_STORE="$DIR/results.db"
 export HZ_LEASE_DIR="$DIR/leases"
@@ -24,6 +26,10 @@ FAILED=0
 pass() { echo "PASS $*" | tee -a "$VERDICTS"; }
 fail() { echo "FAIL $*" | tee -a "$VERDICTS"; FAILED=1; }
 py() { python3 "$@"; }
+collect() {  # copy the named files of $DIR to $OUT (flat), if $OUT is set
+  [ -n "${OUT:-}" ] || return 0
+  for f in "$@"; do [ -f "$DIR/$f" ] && cp "$DIR/$f" "$OUT/$(echo "$f" | tr '/' '_')"; done
+}
 
 n_gpus=$(py -c 'from stress.leases import lease_candidates; print(len(lease_candidates()))')
 echo "$(date -Is) $(hostname): ${n_gpus} GPU(s) visible; output in $DIR" | tee -a "$VERDICTS"
@@ -72,6 +78,7 @@ EOF
   py -m pytest -q -rs -p no:cacheprovider tests/campaign/test_check_gpu.py >"$DIR/pytest_gpu.txt" 2>&1 \
     && grep -q " passed" "$DIR/pytest_gpu.txt" && ! grep -q "skipped" "$DIR/pytest_gpu.txt" \
     && pass "tests/campaign/test_check_gpu.py" || fail "tests/campaign/test_check_gpu.py failed or skipped (see pytest_gpu.txt)"
+  collect verdicts.txt check.txt check.err check.xml check_harmless.txt check_harmless.xml pytest_gpu.txt
 }
 
 stage_soak() {
@@ -125,6 +132,8 @@ for f in ("check.xml", "check_harmless.xml", "soak.xml"):
 sys.exit(bad)
 EOF
   fi
+  cp "$HZ_LEASE_DIR/log.jsonl" "$DIR/lease-log.jsonl" 2>/dev/null
+  collect verdicts.txt soak.txt soak.err report.html report.md soak.xml lease-log.jsonl gpus.txt
 }
 
 stage_bench() {
@@ -133,6 +142,7 @@ stage_bench() {
   local rc=$?
   cat "$DIR/bench.txt"
   [ $rc -eq 0 ] && pass "throughput: $(tail -n 1 "$DIR/bench.txt")" || fail "bench/soak_vs_stress.py exit $rc"
+  collect verdicts.txt bench.txt bench/soak_vs_stress.json bench/soak.html
 }
 
 case "${1:-all}" in

@@ -49,7 +49,8 @@ def soak_command(
     targets: Optional[Path] = typer.Option(None, "--targets", help="TOML file of registered targets ([[target]] tables)."),
     no_families: bool = typer.Option(False, "--no-families", help="Only the --targets, no catalog families."),
     resume: Optional[int] = typer.Option(None, "--resume", help="Continue this soak campaign with its remaining budget."),
-    executor: str = typer.Option("local", "--executor", help="Where the per-GPU loops run: local."),
+    executor: str = typer.Option("local", "--executor", help="Where the per-GPU loops run: local, or ray (a Ray cluster)."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (--executor ray) [default: a local Ray]."),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="Lease at most this many GPUs."),
     report: Optional[Path] = typer.Option(None, "--report", help="HTML report path [default: next to the store]."),
     store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
@@ -59,12 +60,11 @@ def soak_command(
     name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign."),
 ) -> None:
     from stress.leases import acquire_free, release_all
-    from stress.report import render_markdown, write_report
     from stress.soak import run_soak
     from stress.store import Store
 
     if executor != "local":
-        raise UserError(f"unknown executor {executor!r}: only 'local' is available")
+        _check_executor(executor)
     if max_gpus is not None and max_gpus < 1:
         raise UserError("--max-gpus must be at least 1")
     budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
@@ -72,6 +72,10 @@ def soak_command(
     if items is not None and not items:
         raise UserError("nothing to soak: no family with a launch server selected and no --targets")
     store = Store(store_path)
+    if executor != "local":
+        res = _remote_soak(executor, store, items, budget_s=budget_s, resume=resume, name=name,
+                           address=address, max_gpus=max_gpus)
+        return _finish(store, res, report)
     leases, busy = acquire_free("hazards soak", lock_dir=str(lease_dir) if lease_dir else None,
                                 max_gpus=max_gpus, wait_s=wait_s, exclusive=exclusive)
     try:
@@ -82,6 +86,29 @@ def soak_command(
         res = run_soak(store, leases, items, budget_s=budget_s, resume=resume, name=name)
     finally:
         release_all(leases)
+    _finish(store, res, report)
+
+
+def _check_executor(executor: str) -> None:
+    """UserError unless `executor` is known and its dependencies are installed."""
+    try:
+        from stress.executors import check_executor
+    except ImportError:
+        raise UserError(f"unknown executor {executor!r}: only 'local' is available in this build") from None
+    check_executor(executor)
+
+
+def _remote_soak(executor: str, store, items, **kw):
+    """A soak on another executor's per-GPU loops (stress.executors, e.g. Ray)."""
+    from stress.executors import run_soak_with
+
+    return run_soak_with(executor, store, items, **kw)
+
+
+def _finish(store, res, report: Path | None) -> None:
+    """Write the report, print the summary, exit 1 when something was flagged."""
+    from stress.report import render_markdown, write_report
+
     out = report or store.path.parent / "reports" / f"campaign-{res.campaign_id}.html"
     rep = write_report(store, res.campaign_id, out)
     store.close()
