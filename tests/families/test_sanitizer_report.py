@@ -54,3 +54,16 @@ def test_an_unsupported_device_is_an_error_not_clean():
     for text in ("========= Error: Device not supported\n", "Device not supported\n"):
         r = judge(run(), parse_report(text, "racecheck"))
         assert r.outcome is Outcome.ERROR and r.error_kind == "sanitizer_unavailable"
+
+
+def test_a_real_h200_racecheck_report_of_broken_war_is_a_race_fault():
+    """An excerpt (first error and the summary) of the report racecheck wrote on the H200 for
+    pipeline/broken_war (2026-11-30, docs/results/families-h200.md)."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / "racecheck_broken_war_h200.log").read_text()
+    rep = parse_report(text, "racecheck")
+    assert rep["errors"] == 12 and rep["warnings"] == 0  # from the RACECHECK SUMMARY line
+    assert rep["hazards"] > 100000 and rep["kinds"].get("WAR", 0) >= 1
+    assert "pipeline.cu:102" in rep["first_error"]
+    assert judge(run(), rep).error_kind == "sanitizer_race"

@@ -64,8 +64,8 @@ def test_pipeline_strategy_points_resolve_inside_the_declared_domain(data):
 # --------------------------------------------------------------------------- ordering --
 @pytest.mark.parametrize("variant, hazardous", [
     ("mp_fenced", False), ("mp_relacq", False), ("mp_plain", True), ("sb_fenced", False),
-    ("lb_fenced", False), ("corr", False), ("pc_fixed", False), ("pc_fence", False),
-    ("pc_no_acquire", True),
+    ("sb_plain", True), ("lb_fenced", False), ("lb_plain", True), ("corr", False),
+    ("pc_fixed", False), ("pc_fence", False), ("pc_no_acquire", True),
 ])
 def test_ordering_named_variants_have_the_expected_verdict(variant, hazardous):
     assert ordering.static_model({"variant": variant}).hazardous is hazardous
@@ -105,5 +105,7 @@ def test_ordering_strategy_points_resolve_inside_the_declared_domain(data):
     assert p["test"] in ("mp", "sb", "lb", "corr", "pc")
     blocks = (p["test_blocks"] or 132) * (2 if p["test"] == "pc" else 1) + (
         0 if p["test"] == "pc" else p["stress_blocks"])
-    assert blocks <= 132 * 2 + 32  # always co-resident on an H200: no deadlock by construction
+    # always co-resident on an H200 (the litmus kernel fits 6 blocks of 256 threads per SM,
+    # 792 in all): no point of the strategy is a bad request or a deadlock
+    assert blocks <= 792
     assert ordering.static_model(point).reason
