@@ -1,0 +1,185 @@
+"""Python side of the ragged-decode megakernel: the seed's contract over a ctypes library.
+
+    handle = build_sched(weights, kv_cache, cfg, max_seq_len)   # untimed: buffers, counters
+    out = ragged_decode(handle, q, starts, lens)                # one kernel launch
+    teardown(handle)
+
+`ragged_decode` launches exactly one kernel on torch's current stream and never
+synchronises: `starts`/`lens` stay on the device, where the kernel builds its schedule.
+The work counter and per-request arrival counters are reset by the kernel itself, so
+calls can follow each other (or be captured in a CUDA graph) with nothing in between.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hazards.megakernel import schedule as sched
+from hazards.megakernel.build import build_library
+from stress.errors import UserError
+
+SCHEDULES = ("guided", "split", "per_request")
+PROBES = {"none": 0, "stream_only": 1, "compute_only": 2}  # diagnostics: results are garbage
+ERROR_BITS = {1: "a request's starts/lens lie outside the arena (its output is NaN)",
+              2: "the split schedule needs more partial slots than were allocated (output NaN)"}
+
+
+@functools.lru_cache(maxsize=None)
+def load_library(path: Path | None = None) -> ctypes.CDLL:
+    """Build (if needed) and load the library; declare the C signatures."""
+    lib = ctypes.CDLL(str(path or build_library()))
+    c_int, c_ll, c_p = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+    lib.hz_rd_launch.argtypes = [c_p] * 9 + [c_ll] + [c_int] * 11 + [c_p]
+    lib.hz_rd_launch.restype = c_int
+    lib.hz_rd_occupancy.argtypes = [c_int, c_int, c_int, ctypes.POINTER(c_int), ctypes.POINTER(c_int)]
+    lib.hz_rd_occupancy.restype = c_int
+    lib.hz_rd_error_string.argtypes = [c_int]
+    lib.hz_rd_error_string.restype = ctypes.c_char_p
+    lib.hz_rd_smem_bytes.argtypes = [c_int, c_int, c_int]
+    lib.hz_rd_smem_bytes.restype = ctypes.c_size_t
+    lib.hz_rd_graph_node_counts.argtypes = [c_p, ctypes.POINTER(c_int), ctypes.POINTER(c_int)]
+    lib.hz_rd_graph_node_counts.restype = c_int
+    for name in ("hz_rd_head_dim", "hz_rd_max_kv_heads", "hz_rd_threads", "hz_rd_counter_words"):
+        getattr(lib, name).restype = c_int
+    lib.hz_rd_counter_words.argtypes = [c_int]
+    return lib
+
+
+def _check(lib: ctypes.CDLL, code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"{what}: CUDA error {code}: {lib.hz_rd_error_string(code).decode()}")
+
+
+@dataclass
+class Handle:
+    """Everything one configuration needs per call; opaque to callers."""
+
+    lib: Any
+    k: torch.Tensor
+    v: torch.Tensor
+    B: int
+    n_q: int
+    n_kv: int
+    hd: int
+    schedule: str
+    tile: int
+    phases: int
+    phase_chunks: int
+    grid: int
+    n_slots: int
+    pacc: torch.Tensor
+    pml: torch.Tensor
+    counters: torch.Tensor
+    probe: int = 0
+    contiguous: int = 0
+
+    @property
+    def launch_schedule(self) -> int:
+        return sched.GUIDED if self.schedule == "guided" else sched.SPLIT
+
+
+def build_sched(weights: dict, kv_cache: dict, cfg: dict, max_seq_len: int, *,
+                schedule: str = "guided", split_tokens: int = 2048, phases: int = 6,
+                grid: int | None = None, probe: str = "none", copies: str = "contiguous") -> Handle:
+    """Allocate partial buffers and counters for `cfg`; choose the schedule (untimed).
+
+    schedule: "guided" (default: geometric chunks from an atomic counter), "split"
+    (every request cut into `split_tokens` tiles, atomic counter), or "per_request" (one
+    block per request: the naive baseline). `weights` and `max_seq_len` are ignored, as
+    the seed's contract says. `grid` overrides the persistent grid (default: every SM);
+    `probe` ("stream_only", "compute_only") is a diagnostic that skips half the work.
+    `copies`: "contiguous" (default: one bulk copy per 16-token stage and tensor, reads
+    de-conflicted in registers) or "rows" (one bulk copy per token row into padded rows;
+    measured 3x slower per SM on the H200, kept for comparison).
+    """
+    del weights, max_seq_len
+    if schedule not in SCHEDULES:
+        raise UserError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    k, v = kv_cache.get("k"), kv_cache.get("v")
+    if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
+        raise UserError("kv_cache must hold tensors 'k' and 'v'")
+    lib = load_library()
+    n_q, n_kv, hd, lens = int(cfg["n_q"]), int(cfg["n_kv"]), int(cfg["hd"]), list(cfg["lens"])
+    if not (k.is_cuda and v.is_cuda and k.dtype == v.dtype == torch.bfloat16 and k.shape == v.shape
+            and k.is_contiguous() and v.is_contiguous() and k.dim() == 3 and k.shape[1:] == (n_kv, hd)):
+        raise UserError(f"kv_cache k/v must be contiguous bf16 CUDA tensors of shape (T, {n_kv}, {hd}) "
+                        f"(got {tuple(k.shape)} {k.dtype} on {k.device})")
+    if hd != lib.hz_rd_head_dim() or n_kv > lib.hz_rd_max_kv_heads() or n_q % n_kv or n_q // n_kv > 8:
+        raise UserError(f"the kernel supports hd={lib.hz_rd_head_dim()}, n_kv <= {lib.hz_rd_max_kv_heads()}, "
+                        f"n_q a multiple of n_kv with group <= 8 (got n_q={n_q}, n_kv={n_kv}, hd={hd})")
+    if n_kv * ((n_q // n_kv + 1) // 2) > 16:
+        raise UserError(f"the merge holds n_kv * ceil(group/2) <= 16 (got n_q={n_q}, n_kv={n_kv})")
+    if not 1 <= phases <= 16 or split_tokens < 1 or probe not in PROBES or copies not in ("rows", "contiguous"):
+        raise UserError(f"phases must be in 1..16, split_tokens >= 1, probe one of {', '.join(PROBES)}, "
+                        "copies 'rows' or 'contiguous'")
+    B = len(lens)
+    per_sm, sms = ctypes.c_int(0), ctypes.c_int(0)
+    with torch.cuda.device(k.device):
+        _check(lib, lib.hz_rd_occupancy(B, n_q, n_kv, ctypes.byref(per_sm), ctypes.byref(sms)), "occupancy")
+    if per_sm.value < 1:
+        raise UserError(f"the kernel does not fit on this GPU ({lib.hz_rd_smem_bytes(B, n_q, n_kv)} bytes "
+                        f"of shared memory per block for B={B})")
+    grid = grid or per_sm.value * sms.value
+    tile = 0 if schedule == "per_request" else split_tokens
+    phase_chunks = grid
+    kind = sched.GUIDED if schedule == "guided" else sched.SPLIT
+    n_slots = sched.slot_capacity(lens, kind, tile, phases, phase_chunks)
+    tq = (n_q // n_kv + 1) // 2
+    dev = k.device
+    return Handle(lib=lib, k=k, v=v, B=B, n_q=n_q, n_kv=n_kv, hd=hd, schedule=schedule, tile=tile,
+                  phases=phases, phase_chunks=phase_chunks, grid=grid, n_slots=n_slots,
+                  pacc=torch.empty(n_slots * n_kv * 8 * tq * 32, dtype=torch.float32, device=dev),
+                  pml=torch.empty(n_slots * n_q * 2, dtype=torch.float32, device=dev),
+                  counters=torch.zeros(lib.hz_rd_counter_words(B), dtype=torch.int32, device=dev),
+                  probe=PROBES[probe], contiguous=int(copies == "contiguous"))
+
+
+def ragged_decode(handle: Handle, q: torch.Tensor, starts: torch.Tensor, lens: torch.Tensor, *,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """Decode attention per request over its own arena slice: (B, n_q*hd) fp32, one launch.
+
+    `out` (optional, (B, n_q*hd) fp32 contiguous) is written in place; tests poison it.
+    """
+    h = handle
+    if q.shape != (h.B, h.n_q, h.hd) or q.dtype != torch.bfloat16 or not q.is_contiguous() or q.device != h.k.device:
+        raise UserError(f"q must be contiguous bf16 ({h.B}, {h.n_q}, {h.hd}) on {h.k.device}")
+    for name, t in (("starts", starts), ("lens", lens)):
+        if t.shape != (h.B,) or t.dtype != torch.int32 or not t.is_contiguous() or t.device != h.k.device:
+            raise UserError(f"{name} must be contiguous int32 ({h.B},) on {h.k.device}")
+    if out is None:
+        out = torch.empty(h.B, h.n_q * h.hd, dtype=torch.float32, device=h.k.device)
+    elif out.shape != (h.B, h.n_q * h.hd) or out.dtype != torch.float32 or not out.is_contiguous():
+        raise UserError(f"out must be contiguous fp32 ({h.B}, {h.n_q * h.hd})")
+    stream = torch.cuda.current_stream(h.k.device).cuda_stream
+    code = h.lib.hz_rd_launch(q.data_ptr(), h.k.data_ptr(), h.v.data_ptr(), starts.data_ptr(), lens.data_ptr(),
+                              out.data_ptr(), h.pacc.data_ptr(), h.pml.data_ptr(), h.counters.data_ptr(),
+                              h.k.shape[0], h.B, h.n_q, h.n_kv, h.launch_schedule, h.tile, h.phases,
+                              h.phase_chunks, h.n_slots, h.grid, h.probe, h.contiguous, stream)
+    _check(h.lib, code, "ragged_decode launch")
+    return out
+
+
+def error_flags(handle: Handle) -> list[str]:
+    """What the kernel flagged so far (synchronises; for tests and diagnostics, not the hot path)."""
+    bits = int(handle.counters[2].item())
+    return [msg for bit, msg in ERROR_BITS.items() if bits & bit]
+
+
+def graph_node_counts(handle: Handle, graph: torch.cuda.CUDAGraph) -> tuple[int, int]:
+    """(kernel nodes, all nodes) of a captured torch CUDA graph (needs keep_graph=True)."""
+    kernels, total = ctypes.c_int(0), ctypes.c_int(0)
+    _check(handle.lib, handle.lib.hz_rd_graph_node_counts(ctypes.c_void_p(graph.raw_cuda_graph()),
+                                                          ctypes.byref(kernels), ctypes.byref(total)),
+           "cudaGraphGetNodes")
+    return kernels.value, total.value
+
+
+def teardown(handle: Handle) -> None:
+    """Drop the handle's device buffers (the library stays loaded for later handles)."""
+    for name in ("pacc", "pml", "counters", "k", "v"):
+        setattr(handle, name, None)
