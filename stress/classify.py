@@ -60,12 +60,74 @@ RESULT_TAGS = ("HZ_RESULT", "FAITHFUL_RESULT", "KERNEL_RESULT")
 _RESULT_RE = re.compile(r"^\s*(HZ_RESULT|FAITHFUL_RESULT|KERNEL_RESULT)[ \t:=]+(\{.*\})\s*$",
                         re.MULTILINE)
 
-# One pattern that finds every line worth keeping from a stream too long to keep whole:
-# fault signatures, result lines and Python tracebacks. Used by the watchdog's drains.
-NOTABLE_RE = re.compile(
-    "|".join(f"(?:{pat})" for _, pat in _FAULT_PATTERNS)
-    + "".join(f"|(?:{pat})" for _, pat in _INFRA_PATTERNS)
-    + r"|(?:HZ_RESULT|FAITHFUL_RESULT|KERNEL_RESULT)|Traceback \(most recent call last\)")
+class NotableLines:
+    """Finds the lines worth keeping from a stream too long to keep whole (fault and
+    infrastructure signatures, result lines, tracebacks), at memory-search speed.
+
+    One regex with all the alternatives above scans ~1 MB/s in Python, which would
+    throttle a chatty program. So each chunk is searched for literal keywords (C memmem,
+    ~100 MB/s for all of them); a line with a keyword is kept (filed under that keyword)
+    if it passes that keyword's cheap check, if any. Keeping a few lines too many is
+    harmless: classification runs the real patterns over what was kept. Every pattern
+    must contain a keyword, or its lines could be lost (checked at construction).
+    """
+
+    # keyword -> a cheap check for keywords that also occur in ordinary output
+    KEYWORDS: dict[str, str | None] = {
+        "llegal": None, "ILLEGAL": None, "isaligned": None, "MISALIGNED": None,
+        "launch failure": None, "launch timed out": None, "cudaError": r"cudaError[A-Z]",
+        "CUDA_ERROR_": None, "hipError": r"hipError[A-Z]", "device-side assert": None,
+        "out of memory": None, "Memory access fault": None, "HSA_STATUS_ERROR": None,
+        "ECC error": None, "CUDA-capable": None, "driver version": None,
+        "kernel image": None, "_RESULT": r"(?:HZ|FAITHFUL|KERNEL)_RESULT",
+        "Traceback": r"Traceback \(most recent call last\)"}
+
+    def __init__(self, patterns: tuple[str, ...], keep: int = 10) -> None:
+        for pattern in patterns:
+            if not any(k in pattern for k in self.KEYWORDS):
+                raise ValueError(f"notable pattern without a keyword: {pattern!r}")
+        self.keep = keep
+        self.checks = {k.encode(): re.compile(v.encode()) if v else None
+                       for k, v in self.KEYWORDS.items()}
+
+    def _positions(self, data: bytes, keyword: bytes, check: re.Pattern[bytes] | None
+                   ) -> list[int]:
+        """Where `keyword` (passing `check`) occurs: all of them, or in a flood only the
+        first and last `keep` (the drain keeps no more), so a flood costs no more."""
+        if keyword not in data:  # memmem first: the common case costs nothing more
+            return []
+        if check is not None:
+            at = [m.start() for m in check.finditer(data)]
+            return at if len(at) <= 2 * self.keep else at[:self.keep] + at[-self.keep:]
+        count = data.count(keyword)
+        if count == 0:
+            return []
+        head, tail, pos = [], [], -1
+        for _ in range(min(count, self.keep)):
+            pos = data.find(keyword, pos + 1)
+            head.append(pos)
+        pos = len(data)
+        for _ in range(min(count - len(head), self.keep)):
+            pos = data.rfind(keyword, 0, pos)
+            tail.append(pos)
+        return head + tail[::-1]
+
+    def lines(self, data: bytes) -> list[tuple[str, str]]:
+        """(keyword, line) for each kept line of `data` (complete lines), in order."""
+        found: dict[int, tuple[str, str]] = {}
+        for keyword, check in self.checks.items():
+            for at in self._positions(data, keyword, check):
+                start = data.rfind(b"\n", 0, at) + 1
+                if start not in found:
+                    end = data.find(b"\n", at)
+                    line = data[start:end if end >= 0 else len(data)]
+                    found[start] = (keyword.decode(), line.decode("utf-8", "replace")[:1000])
+        return [found[start] for start in sorted(found)]
+
+
+# What the watchdog's drains keep (pass as `Supervised(..., notable_re=NOTABLE_RE)`).
+NOTABLE_RE = NotableLines(tuple(pat for _, pat in _FAULT_PATTERNS + _INFRA_PATTERNS)
+                          + ("HZ_RESULT|FAITHFUL_RESULT|KERNEL_RESULT", "Traceback"))
 
 # Signals that mean the program crashed by itself (fault), as opposed to being told to
 # stop from outside (an operator, a batch system, the OOM killer: error, not a hazard).

@@ -36,7 +36,7 @@ from stress.proctree import (KILL_WAIT_S, PIDFDS, kill_group, kill_pids, pipe_ho
                              start_ticks, still_same)
 
 TAIL_BYTES = 64 * 1024          # kept in memory per stream for classification
-NOTABLE_KEEP = 50               # first and last notable lines kept per stream
+NOTABLE_KEEP = 10               # first and last notable lines kept per stream and keyword
 COLLECTOR_BUDGET_S = 10.0       # all on-hang collectors together, per hang
 MARK_PREFIX = "HZ_SUPERVISED_"
 
@@ -121,8 +121,10 @@ def run_collectors(ctx: HangContext, budget_s: float = COLLECTOR_BUDGET_S) -> di
 class Drain(threading.Thread):
     """Reads one pipe to EOF: a bounded tail, an optional full log, and notable lines.
 
-    Notable lines (fault signatures, result lines, tracebacks: `notable_re`) are kept
-    even when they scroll out of the tail: the first and the last `NOTABLE_KEEP`.
+    Notable lines (fault signatures, result lines, tracebacks: `notable_re`, a regex or
+    an object with `.lines(bytes) -> list[str]` such as classify.NOTABLE_RE) are kept
+    even when they scroll out of the tail: the first and the last `NOTABLE_KEEP` of each
+    kind.
     """
 
     def __init__(self, fd: int, *, name: str, tail_bytes: int = TAIL_BYTES,
@@ -136,8 +138,7 @@ class Drain(threading.Thread):
         self._notable_re = notable_re
         self._carry = b""
         self.log_error: str | None = None
-        self._first: list[str] = []
-        self._last: collections.deque[str] = collections.deque(maxlen=NOTABLE_KEEP)
+        self._notable: dict[str, tuple[list[str], collections.deque[str]]] = {}
         self._lock = threading.Lock()
 
     def run(self) -> None:
@@ -189,16 +190,23 @@ class Drain(threading.Thread):
             self._carry = text
             return
         complete, self._carry = (text[:cut], text[cut:]) if cut else (text, b"")
-        decoded = complete.decode("utf-8", "replace")
-        for m in self._notable_re.finditer(decoded):
-            start = decoded.rfind("\n", 0, m.start()) + 1
-            end = decoded.find("\n", m.end())
-            line = decoded[start:end if end >= 0 else len(decoded)][:1000]
-            with self._lock:
-                if len(self._first) < NOTABLE_KEEP:
-                    self._first.append(line)
-                elif not self._last or self._last[-1] != line:
-                    self._last.append(line)
+        if hasattr(self._notable_re, "lines"):  # a fast matcher (classify.NotableLines)
+            lines = self._notable_re.lines(complete)
+        else:  # a plain regex: fine for short, literal patterns
+            decoded = complete.decode("utf-8", "replace")
+            lines = [("", ln[:1000]) for ln in decoded.splitlines()
+                     if self._notable_re.search(ln)]
+        if not lines:
+            return
+        with self._lock:
+            for key, line in lines:
+                # Per keyword, so a flood of one kind (result lines) cannot push out another.
+                first, last = self._notable.setdefault(
+                    key, ([], collections.deque(maxlen=NOTABLE_KEEP)))
+                if len(first) < NOTABLE_KEEP:
+                    first.append(line)
+                elif not last or last[-1] != line:
+                    last.append(line)
 
     def tail(self) -> bytes:
         """The last `tail_bytes` bytes read so far."""
@@ -208,7 +216,7 @@ class Drain(threading.Thread):
     def text(self) -> str:
         """What classification reads: the notable lines, then the tail, as text."""
         with self._lock:
-            notable = self._first + list(self._last)
+            notable = [ln for first, last in self._notable.values() for ln in first + list(last)]
             tail = bytes(self._tail[-self._cap:])
         body = tail.decode("utf-8", "replace")
         return "\n".join(notable) + "\n" + body if notable else body

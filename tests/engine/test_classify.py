@@ -4,7 +4,7 @@ import signal
 
 import pytest
 
-from stress.classify import (classify_exit, classify_reply, find_fault_signature,
+from stress.classify import (NOTABLE_RE, NotableLines, classify_exit, classify_reply, find_fault_signature,
                              find_infra_signature, parse_result_line, python_exception,
                              reply_metrics, result_verdict, signal_name)
 from stress.outcome import Outcome
@@ -38,6 +38,28 @@ def test_fault_signatures_are_recognised_with_their_kind(line, kind):
                                   "cudaErrorNoDevice: no CUDA-capable device is detected"])
 def test_ordinary_text_and_infra_errors_are_not_fault_signatures(text):
     assert find_fault_signature(text) is None
+
+
+@pytest.mark.parametrize("line", [m for m, _ in CUDA_MESSAGES] + [
+    "CUDA error: no CUDA-capable device is detected", "CUDA driver version is insufficient",
+    "no kernel image is available for execution on the device", 'HZ_RESULT {"ok": true}',
+    '  FAITHFUL_RESULT {"cos": 1}', "Traceback (most recent call last):"])
+def test_every_signature_line_is_kept_by_the_streaming_filter(line):
+    data = f"noise 1\n{line}\nnoise 2\n".encode()
+    assert [text for _, text in NOTABLE_RE.lines(data)] == [line]
+
+
+def test_streaming_filter_keeps_first_and_last_of_a_flood_and_skips_lookalikes():
+    flood = "".join(f'KERNEL_RESULT {{"i": {i}}}\ncudaError_t e{i};\n' for i in range(100))
+    kept = [text for _, text in NOTABLE_RE.lines(flood.encode())]
+    assert kept[:2] == ['KERNEL_RESULT {"i": 0}', 'KERNEL_RESULT {"i": 1}']
+    assert kept[-1] == 'KERNEL_RESULT {"i": 99}' and len(kept) == 2 * NOTABLE_RE.keep
+    assert not any("cudaError_t" in k for k in kept)
+
+
+def test_a_pattern_without_a_keyword_is_refused():
+    with pytest.raises(ValueError, match="without a keyword"):
+        NotableLines(("segmentation violation",))
 
 
 def test_infra_signatures_are_recognised():

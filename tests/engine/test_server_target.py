@@ -199,7 +199,7 @@ def test_close_asks_the_server_to_quit_and_leaves_nothing(fake_env, pidfile):
     target.run(timeout=TIMEOUT)
     t0 = time.monotonic()
     target.close()
-    assert time.monotonic() - t0 < 0.5  # quit was honoured: no SIGTERM grace was needed
+    assert time.monotonic() - t0 < 2.0  # quit was honoured: no 2 s SIGTERM grace was needed
     assert target.pid is None
     assert_none_running(recorded_pids(pidfile))
 
