@@ -8,6 +8,7 @@ own copy of it, in interleaved blocks so machine load drifts hit all of them ali
              classification, RunResult)
   campaign   ServerTarget.run() + Store.record_run() (the campaign loop's per-run cost,
              including the SQLite WAL commit)
+  store      Store.record_run() alone of a stored-looking clean result (the commit cost)
 
 The overhead is the difference of the per-request medians against `direct`.
 
@@ -89,6 +90,7 @@ def main() -> int:
         serve()
         return 0
 
+    load_before = os.getloadavg()[0]
     tmp = tempfile.TemporaryDirectory(prefix="hz-bench-")
     store = Store(Path(tmp.name) / "results.db")
     cid = store.create_campaign("bench", {"what": "supervisor overhead"})
@@ -104,7 +106,12 @@ def main() -> int:
         r = target2.run({}, timeout=10.0, launches=1)
         store.record_run(cid, r)
 
-    clients = {"direct": direct.run, "target": via_target, "campaign": via_campaign}
+    sample = target.run({}, timeout=10.0, launches=1)
+
+    def store_only() -> None:
+        store.record_run(cid, sample)
+
+    clients = {"direct": direct.run, "target": via_target, "campaign": via_campaign, "store": store_only}
     try:
         for fn in clients.values():  # warm up: imports, first spawn, page cache
             time_block(fn, 50)
@@ -113,7 +120,7 @@ def main() -> int:
             order = list(clients) if b % 2 == 0 else list(reversed(clients))
             for name in order:
                 per[name].append(time_block(clients[name], args.per_block))
-        assert store.run_count(cid) == 50 + args.blocks * args.per_block
+        assert store.run_count(cid) == 2 * (50 + args.blocks * args.per_block)
     finally:
         direct.close()
         target.close()
@@ -124,7 +131,7 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in per.items()}
     lo = {k: min(v) for k, v in per.items()}
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"load avg {os.getloadavg()[0]:.2f}")
+          f"load avg {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print(f"{args.blocks} interleaved blocks x {args.per_block} requests per client\n")
     print(f"{'client':<10} {'median us/req':>14} {'best block us/req':>18} {'x direct':>9}")
     for k in clients:
@@ -136,6 +143,8 @@ def main() -> int:
     print(f"with the store commit (run + record_run - direct):           "
           f"{(med['campaign'] - med['direct']) * 1e6:.1f} us (median), "
           f"{(lo['campaign'] - lo['direct']) * 1e6:.1f} us (best blocks)")
+    print(f"the store commit alone (record_run):                         "
+          f"{med['store'] * 1e6:.1f} us (median), {lo['store'] * 1e6:.1f} us (best block)")
     return 0
 
 

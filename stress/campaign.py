@@ -9,6 +9,7 @@ first failure or on an SPRT decision, and the campaign's final status.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -62,6 +63,19 @@ class CampaignSummary(OutcomeCounts):
         }
 
 
+ARTIFACT_POLICIES = ("failures", "all", "none")
+
+
+def _settle_artifacts(result: RunResult, folder: Path, keep: bool) -> None:
+    """Point the result at its artifact folder, or remove the folder of a clean run."""
+    if Outcome(result.outcome) is Outcome.CLEAN and not keep:
+        # Only this run's own folder (made for it under our store) is ever removed.
+        shutil.rmtree(folder, ignore_errors=True)
+        result.artifact_dir = None
+    elif result.artifact_dir is None and folder.exists():
+        result.artifact_dir = str(folder)
+
+
 def run_campaign(
     target: Target,
     store: Store,
@@ -77,7 +91,7 @@ def run_campaign(
     launches: int | None = None,
     sprt: Sprt | None = None,
     on_result: OnResult | None = None,
-    artifacts: bool = True,
+    artifacts: str = "failures",
 ) -> CampaignSummary:
     """Run `target` until the campaign has `n` runs, recording each one as it ends.
 
@@ -87,12 +101,17 @@ def run_campaign(
     that already met its stop condition runs nothing more).
     `params` is a dict for every run or a function of the run's seq.
     `on_result(seq, result, counts)` is called after each run is committed.
+    `artifacts`: "failures" (default) gives each run a folder under the store's
+    artifacts/campaign-N/ and removes it again when the run was clean; "all" keeps every
+    run's folder; "none" gives runs no folder (a hang collector then has nowhere to write).
     A KeyboardInterrupt marks the campaign 'interrupted' and propagates.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n!r}")
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
+    if artifacts not in ARTIFACT_POLICIES:
+        raise ValueError(f"artifacts must be one of {ARTIFACT_POLICIES}, got {artifacts!r}")
     t0 = time.monotonic()
     if campaign_id is None:
         campaign_id = store.create_campaign(kind, spec or {}, name=name)
@@ -122,10 +141,10 @@ def run_campaign(
         while sum(counts.values()) < n and stop_reason() is None:
             seq += 1
             run_params = params(seq) if callable(params) else dict(params or {})
-            art = store.artifact_root(campaign_id) / f"run-{seq:06d}" if artifacts else None
+            art = store.artifact_root(campaign_id) / f"run-{seq:06d}" if artifacts != "none" else None
             result = target.run(run_params, timeout=timeout, launches=launches, artifact_dir=art)
-            if result.artifact_dir is None and art is not None and art.exists():
-                result.artifact_dir = str(art)
+            if art is not None:
+                _settle_artifacts(result, art, keep=artifacts == "all")
             store.record_run(campaign_id, result, seq=seq)
             ran_now += 1
             outcome = Outcome(result.outcome)

@@ -53,11 +53,9 @@ def compare_command(
 ) -> None:
     """Compare failure counts before and after a change and say what they show.
 
-    One-sided Fisher and Boschloo tests for a drop; the after-rate's exact upper bound;
-    how many clean runs would bound it below --bound. Example:
-    `hazards compare --before 4/7 --after 0/10` -> rate dropped (p=0.015); after-rate ≤ 26%
-    at 95%: not yet evidence of a fix, 299 clean runs bound it below 1%.
-    Campaign counts use hang + fault + mismatch over all runs that are not `error`.
+    One-sided Fisher and Boschloo tests for a drop, the after-rate's exact upper bound, and how many clean runs would bound it below --bound. Campaign counts are hang + fault + mismatch over all runs that are not `error`.
+
+    Example: hazards compare --before 4/7 --after 0/10 prints "rate dropped (p=0.015); after-rate ≤ 26% at 95%: not yet evidence of a fix, 299 clean runs bound it below 1%".
     """
     if not 0 < conf < 1:
         raise UserError(f"--conf must be between 0 and 1, got {conf:g}")

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hazards.cli.app import app
-from stress.campaign import CampaignSummary, run_campaign
+from stress.campaign import ARTIFACT_POLICIES, CampaignSummary, run_campaign
 from stress.errors import UserError
 from stress.outcome import OUTCOMES, RunResult
 from stress.stats import describe_rate
@@ -34,22 +34,19 @@ OUTCOME_STYLE = {"clean": "green", "hang": "magenta", "fault": "red", "mismatch"
 # Exit codes of `hazards run` (also in the command's help).
 EXIT_CLEAN, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_ERRORS_ONLY = 0, 1, 2, 3
 
-_HELP = f"""Run a program N times; judge, store and count every run.
-
-Each run is exactly one of clean, hang, fault, mismatch, error (see docs/protocol.md
-for how exit codes, signals, fault messages and HZ_RESULT lines are judged). Every run
-is committed to the results store the moment it ends, so a killed campaign can be
-continued with --resume.
-
-Exit status: 0 every run was clean; 1 a hazard was observed (hang, fault or mismatch);
-2 bad input; 3 no hazard observed but some runs ended in `error` (the check itself
-failed, so "clean" cannot be claimed); 130 interrupted.
-
-Examples:\n
-  hazards run -n 50 --timeout 10 -- python3 demo.py --seq 4096\n
-  hazards run --until-fail -- ./my_kernel_test\n
-  hazards run --resume 3 -n 500
-"""
+_HELP = (
+    "Run a program N times; judge, store and count every run.\n\n"
+    "Each run is exactly one of clean, hang, fault, mismatch, error (docs/protocol.md says how exit "
+    "codes, signals, fault messages and HZ_RESULT lines are judged). Every run is committed to the "
+    "results store the moment it ends, so a killed campaign can be continued with --resume.\n\n"
+    "Exit status: 0 every run was clean; 1 a hazard was observed (hang, fault or mismatch); 2 bad "
+    "input; 3 no hazard observed but some runs ended in `error` (the check itself failed, so clean "
+    "cannot be claimed); 130 interrupted.\n\n"
+    "Examples:\n\n"
+    "hazards run -n 50 --timeout 10 -- python3 demo.py --seq 4096\n\n"
+    "hazards run --until-fail -- ./my_kernel_test\n\n"
+    "hazards run --resume 3 -n 500"
+)
 
 
 def check_run_options(n: int | None, timeout: float | None, result_regex: str | None) -> None:
@@ -87,9 +84,10 @@ class OutcomeProgress:
     """A rich progress bar on stderr with a live count per outcome."""
 
     def __init__(self, total: int, label: str, start_counts: dict[str, int]) -> None:
+        label = label if len(label) <= 24 else label[:23] + "…"
         self.console = Console(stderr=True)
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
             TextColumn("{task.fields[counts]}"), TimeElapsedColumn(),
             console=self.console, transient=False)
         done = sum(start_counts.values())
@@ -184,16 +182,21 @@ def run_command(
     command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
                                                   show_default=False),
     n: Optional[int] = typer.Option(None, "-n", "--runs",
-                                    help=f"Total runs [default: {DEFAULT_N}; {DEFAULT_N_UNTIL_FAIL} with --until-fail]."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help=f"Seconds per run before it is a hang [default: {DEFAULT_TIMEOUT_S:g}]."),
+                                    help=f"Total runs (default: {DEFAULT_N}; {DEFAULT_N_UNTIL_FAIL} with --until-fail)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help=f"Seconds per run before it is a hang (default: {DEFAULT_TIMEOUT_S:g})."),
     until_fail: bool = typer.Option(False, "--until-fail", help="Stop at the first hang, fault or mismatch."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database (default: $HZ_STORE or .hazards/results.db)."),
     name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign and the target."),
     result_regex: Optional[str] = typer.Option(None, "--result-regex", help="A regex on the output that marks a run as a mismatch."),
     resume: Optional[int] = typer.Option(None, "--resume", help="Continue this campaign (its stored command); -n raises its total."),
+    artifacts: str = typer.Option("failures", "--artifacts",
+                                  help="Per-run folders (logs, hang snapshots) under the store's artifacts/: "
+                                       "failures (keep them for non-clean runs), all, none."),
 ) -> None:
     check_run_options(n, timeout, result_regex)
+    if artifacts not in ARTIFACT_POLICIES:
+        raise UserError(f"--artifacts must be one of {', '.join(ARTIFACT_POLICIES)}, got {artifacts!r}")
     if resume is not None:
         if command:
             raise UserError("--resume takes the command from the stored campaign; do not give one")
@@ -213,10 +216,11 @@ def run_command(
     try:
         with store, target:
             start = store.counts(campaign_id)
-            with OutcomeProgress(spec["n"], f"run {target.name}", start) as bar:
+            label = f"#{campaign_id} {Path(spec['argv'][0]).name}"
+            with OutcomeProgress(spec["n"], label, start) as bar:
                 summary = run_campaign(
                     target, store, n=spec["n"], timeout=spec["timeout"], until_fail=spec["until_fail"],
-                    campaign_id=campaign_id, on_result=bar.update)
+                    campaign_id=campaign_id, on_result=bar.update, artifacts=artifacts)
             if json_out:
                 print(json.dumps(summary_json(summary, store, spec, target.name)))
             else:

@@ -1,6 +1,7 @@
 """`hazards stats`: failure rates with confidence intervals per target and variant."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ from stress.errors import UserError
 from stress.outcome import OUTCOMES
 from stress.stats import percent
 from stress.store import Store, Tally
+
+TOP_SIGNATURES = 10
 
 
 def tally_json(t: Tally, conf: float) -> dict[str, Any]:
@@ -39,12 +42,11 @@ def stats_command(
     campaign: Optional[int] = typer.Option(None, "--campaign", help="Only this campaign's runs."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     conf: float = typer.Option(0.95, "--conf", help="Confidence level of the intervals."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
+    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database (default: $HZ_STORE or .hazards/results.db)."),
 ) -> None:
     """Failure rate per target/variant: n, counts per outcome, rate with an exact CI.
 
-    The rate is hazards (hang + fault + mismatch) over judged runs (all but `error`);
-    with no failure the one-sided upper bound is shown instead of an interval.
+    The rate is hazards (hang + fault + mismatch) over judged runs (all but `error`); with no failure, the one-sided upper bound is shown instead of an interval. The most frequent failure signatures follow the table.
     """
     if not 0 < conf < 1:
         raise UserError(f"--conf must be between 0 and 1, got {conf:g}")
@@ -52,9 +54,11 @@ def stats_command(
         if campaign is not None:
             store.campaign(campaign)  # one-line UserError when it does not exist
         tallies = store.tally(campaign)
+        sigs = store.signatures(campaign)
         if json_out:
             print(json.dumps({"store": str(store.path), "campaign": campaign,
-                              "rows": [tally_json(t, conf) for t in tallies]}))
+                              "rows": [tally_json(t, conf) for t in tallies],
+                              "signatures": [dataclasses.asdict(s) for s in sigs]}))
             return
         console = Console(width=None if sys.stdout.isatty() else 200)  # logs: no folding
         console.print(f"{store.path}" + (f", campaign {campaign}" if campaign is not None else ""),
@@ -69,3 +73,8 @@ def stats_command(
             table.add_row(t.target, t.variant or "-", str(t.n), *[str(t.counts[o.value]) for o in OUTCOMES],
                           _rate_cell(t, conf))
         console.print(table if tallies else "no runs stored yet")
+        if sigs:
+            console.print(f"failure signatures (top {min(len(sigs), TOP_SIGNATURES)} of {len(sigs)}):")
+        for s in sigs[:TOP_SIGNATURES]:
+            where = f"{s.target}/{s.variant}" if s.variant else s.target
+            console.print(f"  {s.count:>6} x {s.outcome:<8} {where}: {s.message}", highlight=False, markup=False)

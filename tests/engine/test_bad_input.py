@@ -2,6 +2,7 @@
 and the existing results store byte-identical."""
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 
@@ -68,7 +69,8 @@ def test_bad_input_is_one_line_and_leaves_the_store_byte_identical(tmp_path, sto
     assert tree(tmp_path) == files
 
 
-@pytest.mark.parametrize("store", ["/proc/hz-no-such/results.db", "{tmp}/afile/results.db", "{tmp}"])
+@pytest.mark.parametrize("store", ["/proc/hz-no-such/results.db", "/sys/hz-results.db",
+                                   "{tmp}/afile/results.db", "{tmp}"])
 def test_unwritable_store_path_fails_before_running_and_creates_nothing(tmp_path, store):
     (tmp_path / "afile").write_text("not a folder")
     marker = tmp_path / "ran"
@@ -87,6 +89,8 @@ def test_unwritable_store_from_env_is_refused_too(tmp_path):
 
 
 def test_stats_and_resume_without_a_store_create_nothing(tmp_path):
+    proc = hazards("run", "-n", "1", "--", "/no/such/program", cwd=tmp_path)  # default store path
+    assert_one_line_error(proc, match="command not found")
     for args in (["stats"], ["run", "--resume", "1"], ["compare", "--before-campaign", "1", "--after", "0/3"]):
         proc = hazards(*args, cwd=tmp_path)
         assert_one_line_error(proc, match="no results store")
@@ -113,3 +117,16 @@ def test_garbage_store_file_is_refused_untouched(tmp_path):
     proc = hazards("run", "-n", "1", "--store", str(bad), "--", "true", cwd=tmp_path)
     assert_one_line_error(proc, match="not a usable hazards results store")
     assert sha256(bad) == digest
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders; /proc covers it here")
+def test_store_under_a_read_only_folder_is_refused(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        proc = hazards("run", "-n", "1", "--store", str(ro / "r.db"), "--", "true", cwd=tmp_path)
+        assert_one_line_error(proc, match="not writable")
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o755)

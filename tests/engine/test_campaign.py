@@ -104,12 +104,36 @@ def test_params_may_depend_on_the_run_seq(store):
     assert [c["params"] for c in t.calls] == [{"seed": 10}, {"seed": 20}, {"seed": 30}]
 
 
-def test_artifact_dirs_are_per_run_under_the_campaign_folder(store):
-    t = ScriptedTarget(["clean"])
-    s = run_campaign(t, store, n=2, timeout=1.0)
+class ArtifactWriter(ScriptedTarget):
+    """Writes a log into the run's artifact folder, as the real targets do."""
+
+    def run(self, params=None, *, timeout, launches=None, artifact_dir=None):
+        r = super().run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
+        if artifact_dir is not None:
+            artifact_dir.mkdir(parents=True, exist_ok=True)
+            (artifact_dir / "stdout.log").write_text("out")
+            r.artifact_dir = str(artifact_dir)
+        return r
+
+
+def test_artifact_folders_of_clean_runs_are_removed_and_failures_kept(store):
+    t = ArtifactWriter(["clean", "fault"])
+    s = run_campaign(t, store, n=4, timeout=1.0)
     dirs = [c["artifact_dir"] for c in t.calls]
-    assert dirs[0].parent == store.artifact_root(s.campaign_id) and dirs[0] != dirs[1]
-    assert store.runs(s.campaign_id)[0].result.artifact_dir is None  # nothing written there
+    assert all(d.parent == store.artifact_root(s.campaign_id) for d in dirs) and len(set(dirs)) == 4
+    assert [d.exists() for d in dirs] == [False, True, False, True]
+    stored = [r.result.artifact_dir for r in store.runs(s.campaign_id)]
+    assert stored == [None, str(dirs[1]), None, str(dirs[3])]
+
+
+def test_artifact_policy_all_keeps_every_folder_and_none_gives_none(store):
+    t = ArtifactWriter(["clean"])
+    run_campaign(t, store, n=2, timeout=1.0, artifacts="all")
+    assert all(c["artifact_dir"].exists() for c in t.calls)
+    t = ArtifactWriter(["fault"])
+    s = run_campaign(t, store, n=2, timeout=1.0, artifacts="none")
+    assert [c["artifact_dir"] for c in t.calls] == [None, None]
+    assert not store.artifact_root(s.campaign_id).exists()
 
 
 def test_sprt_stops_a_canary_as_soon_as_it_is_decided(store):

@@ -122,7 +122,7 @@ def test_store_path_from_env_and_default(tmp_path, monkeypatch):
     assert resolve_path(tmp_path / "explicit.db") == tmp_path / "explicit.db"
 
 
-@pytest.mark.parametrize("bad", ["/proc/hz-no-such/results.db", "{file}/results.db", "{dir}"])
+@pytest.mark.parametrize("bad", ["/proc/hz-no-such/results.db", "/sys/hz-results.db", "{file}/results.db", "{dir}"])
 def test_unwritable_store_path_is_a_user_error_and_creates_nothing(tmp_path, bad):
     (tmp_path / "afile").write_text("x")
     path = bad.format(file=tmp_path / "afile", dir=tmp_path)
