@@ -112,6 +112,10 @@ class ServerTarget(Target):
     `respawn_every` > 0 replaces the worker after that many requests. `grace_s` is the
     SIGTERM-to-SIGKILL grace (and how long a retiring worker may take to quit).
     `handshake_timeout_s` bounds the wait for the handshake line of each new worker.
+    With `artifact_dir`, a hang/fault/error run leaves request.json, reply.raw (the raw
+    line, possibly garbage) and server-stderr.log (the worker's stderr tail) there; clean
+    and mismatch runs write nothing (a soak does thousands of requests a second).
+    Not thread-safe: one run at a time per target (one target per GPU).
     A worker that fails its handshake is an `error` run (kind `handshake` or
     `handshake_timeout`); if the very first worker fails, `run()` and `start()` raise
     UserError instead, since the target itself is unusable.
