@@ -8,11 +8,11 @@
 // Why this is the fixed (correct) variant of a megakernel, and where its hazards are:
 //  * The schedule is computed on the device every call: each block ranks the requests
 //    longest-first, prefix-sums their lengths into one "line" of tokens, and its producer
-//    warp takes chunks of that line from an atomic counter. In the default (guided)
-//    schedule chunk sizes shrink geometrically (phase j has `phase_chunks` chunks of
-//    weight 2^(J-1-j)), so blocks finish within one small chunk of each other. `split`
-//    cuts each request into fixed tiles; tile 0 is the naive one-block-per-request
-//    schedule, kept as a runtime switch for comparison, not as a copy.
+//    warp takes chunks of that line from an atomic counter. The default (`split`)
+//    schedule cuts each request into fixed tiles (2048 tokens), so the splits per request
+//    follow from `lens`; `guided` instead cuts the whole line into geometrically shrinking
+//    chunks (phase j has `phase_chunks` chunks of weight 2^(J-1-j)); tile 0 is the naive
+//    one-block-per-request schedule. All three are one runtime switch, not copies.
 //  * A chunk may cover parts of several requests ("pieces"). A piece that is a whole
 //    request writes the output directly; otherwise it writes (m, l, acc) partials into
 //    slot (chunk + line position), unique for non-empty pieces because chunk and request
