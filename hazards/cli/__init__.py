@@ -42,13 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hazards: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
+    except Exception as e:
+        # click's exceptions and typer>=0.29's vendored copies (typer._click) alike
+        show, code = getattr(e, "show", None), getattr(e, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            return code
+        if type(e).__name__ == "Abort":
             return 1
         raise
-    return 0
+    # click returns the exit code of typer.Exit in non-standalone mode
+    return rv if isinstance(rv, int) else 0

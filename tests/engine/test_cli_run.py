@@ -207,9 +207,6 @@ def test_sigterm_marks_the_campaign_interrupted_and_exits_cleanly(tmp_path):
     assert db.execute("SELECT status FROM campaigns").fetchone()[0] == "interrupted"
 
 
-@pytest.mark.xfail(strict=True, reason="hazards/cli/__init__.py catches click's exceptions, but typer "
-                   "0.29 raises typer._click's: a usage error prints a traceback (lead's file; remove "
-                   "this mark with the fix)")
 def test_usage_errors_are_one_line_too(tmp_path):
     proc = hazards("run", "-n", "abc", "--", "true", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
