@@ -1,0 +1,114 @@
+"""Family `mfma_pipeline`: the seed's MFMA pipeline hazard pair, plus loop-exit parity.
+
+Seed 002_79daa8f540f6a64d.txt: a software-pipelined MFMA loop in inline asm (1) reloaded
+the operand registers of an in-flight MFMA (WAR; ~17-22% of launches wrong), (2) read the
+accumulator after `s_nop 7; s_nop 0` (9 wait states) where the op needs 11 (every launch
+wrong), and (3) its ping-pong fix needs one exit tail per trip-count parity. Kernel:
+`standalone/mfma_pipeline/mfma_pipeline.hip` + `mfma_kernel.inc`, built for gfx942 with
+v_mfma_f32_32x32x8_f16 (8 passes: needs 11) or v_mfma_f32_16x16x16_f16 (4 passes: 7).
+
+Oracle here: the AMDGCN checks on clang-19's output. The hipcc runtime comparison (bit-exact
+against the reference at both parities) exists in the source but has never been run: no AMD
+GPU on these machines.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from hazards.family import STANDALONE, Family, StaticVerdict, Variant
+from hazards.static.variants import Points
+from hazards.static import mfma_table
+
+SOURCE = STANDALONE / "mfma_pipeline" / "mfma_pipeline.hip"
+DEFAULTS: dict[str, Any] = {"shape": 32, "banks": 2, "overlap": True, "exit_tails": 2, "tail": 32}
+DEFINE_NAMES = {"shape": "HZ_SHAPE", "banks": "HZ_BANKS", "overlap": "HZ_OVERLAP",
+                "exit_tails": "HZ_EXIT_TAILS", "tail": "HZ_TAIL"}
+TAIL_WAIT_STATES = {32: 32, 11: 11, 9: 9}  # s_nop 15 x2, s_nop 7+2, s_nop 7+0
+MNEMONIC = {32: "v_mfma_f32_32x32x8_f16", 16: "v_mfma_f32_16x16x16_f16"}
+
+VARIANTS = (
+    Variant("reference", "reference", "one bank, no overlap: the MFMA retires before reload",
+            params={"banks": 1, "overlap": False}),
+    Variant("fixed", "fixed", "two banks ping-ponged, 32-wait-state tail, a tail per exit parity",
+            params={}),
+    Variant("broken_war", "broken", "one bank: the next tile is read into the in-flight MFMA's "
+            "sources", params={"banks": 1, "overlap": True}, detected_by=("static",)),
+    Variant("broken_tail9", "broken", "the ping-pong loop with the 9-wait-state tail "
+            "(s_nop 7; s_nop 0) before v_accvgpr_read", params={"tail": 9},
+            detected_by=("static",)),
+    Variant("broken_single_tail", "broken", "the ping-pong loop with one exit tail for both "
+            "parities", params={"exit_tails": 1}, detected_by=("static",)),
+)
+POINTS = Points(DEFAULTS, VARIANTS, DEFINE_NAMES)
+resolve = POINTS.resolve
+defines = POINTS.defines
+
+
+def _extra_wait(p: dict[str, Any]) -> int:
+    """Wait states the schedule itself puts between the last MFMA and the tail (shortest
+    path): the reference's s_nop 15 + 5 loop instructions, the one-bank exit test (2), the
+    bank-0 tail's s_branch (1, the only tail when exits share it) or nothing (bank 1)."""
+    if p["banks"] == 1:
+        return 21 if not p["overlap"] else 2
+    return 0 if p["exit_tails"] == 2 else 1
+
+
+def predicted_checks(params: dict[str, Any]) -> set[str]:
+    """The AMDGCN check ids this point must trigger (empty = clean)."""
+    p = resolve(params)
+    shape = mfma_table.lookup(MNEMONIC[p["shape"]], "gfx942")
+    need = mfma_table.required_wait_states(shape, "valu")
+    out = set()
+    if p["banks"] == 1 and p["overlap"]:
+        out.add("mfma-src-war")
+    if TAIL_WAIT_STATES[p["tail"]] + _extra_wait(p) < need:
+        out.add("mfma-acc-read")
+    if p["banks"] == 2 and p["exit_tails"] == 1:
+        out.add("mfma-exit-parity")
+    return out
+
+
+def static_model(params: dict[str, Any]) -> StaticVerdict:
+    """Hazardous iff a source bank is reloaded in flight, the tail is short for the shape,
+    or two banks share one exit tail."""
+    found = predicted_checks(params)
+    p = resolve(params)
+    if not found:
+        return StaticVerdict(False, f"{MNEMONIC[p['shape']]}: disjoint reloads, tail long "
+                                    "enough, every exit parity consumes its own bank")
+    return StaticVerdict(True, ", ".join(sorted(found)))
+
+
+def strategy() -> Any:
+    """Schedule points: shape, banks (one bank: overlapped or not), exit tails, tail length."""
+    def point(variant, shape, banks, overlap, exit_tails, tail):
+        return {"variant": variant, "shape": shape, "banks": banks,
+                "overlap": overlap if banks == 1 else True, "exit_tails": exit_tails,
+                "tail": tail}
+    return st.builds(point, st.sampled_from([v.name for v in VARIANTS]), st.sampled_from([32, 16]),
+                     st.sampled_from([1, 2]), st.booleans(), st.sampled_from([1, 2]),
+                     st.sampled_from(sorted(TAIL_WAIT_STATES)))
+
+
+def static_check(params: dict[str, Any]):
+    """Findings for one point: the AMDGCN checks on clang-19's gfx942 assembly."""
+    from hazards.static import amdgcn
+
+    d = defines(params)
+    label = POINTS.label("mfma_pipeline", params)
+    return amdgcn.compile_and_check(SOURCE, defines=d, label=label)
+
+
+FAMILY = Family(
+    name="mfma_pipeline",
+    summary="software-pipelined MFMA in inline asm: operand WAR, short accumulator tail, "
+            "exit parity (AMD gfx942, static; hipcc runtime path untested)",
+    variants=VARIANTS,
+    static_model=static_model,
+    strategy=strategy,
+    source_dir="mfma_pipeline",
+    binary=None,
+    platforms=("amd",),
+)

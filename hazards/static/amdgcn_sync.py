@@ -1,0 +1,234 @@
+"""(d) Release/acquire sequences around flag stores and polls in gfx94x assembly.
+
+On gfx942 (MI300: one L2 per XCD, several XCDs per agent) the memory model is spelled with
+cache-coherence bits and cache maintenance instructions (LLVM AMDGPUUsage, "Memory Model
+GFX942"):
+
+- load/store `sc0`/`sc1` bits name a scope: none = this CU (may hit vL1), sc0 = workgroup,
+  sc1 = agent (every XCD), sc0 sc1 = system (a store is written through to memory);
+- `buffer_wbl2 sc1` writes this XCD's dirty L2 lines back (agent-scope release; `sc0 sc1`:
+  system), `s_waitcnt vmcnt(0)` waits until this wave's earlier memory ops are done;
+- `buffer_inv sc1` invalidates vL1 and this XCD's L2 copies of remote data (agent-scope
+  acquire; `sc0 sc1`: system); a bare `buffer_inv` drops only this CU's vL1 lines, enough
+  when producer and consumer share one XCD's L2 (seed 002's per-XCD chunk barrier).
+
+Checks, applied to functions that synchronise across blocks (they contain a poll loop or a
+write-through store):
+
+- [release-order]  a data store/atomic reaches a flag store (sc1 store, write-through store
+  or global atomic) on some path with no `s_waitcnt vmcnt(0)` in between;
+- [release-scope]  the flag is written through to memory (`sc0 sc1`) but L2-resident data
+  before it were never written back (`buffer_wbl2 sc1`): the flag can reach memory - and
+  another XCD - ahead of the data it publishes (seed 002, the TopK routing flag);
+- [acquire-missing] a poll loop exits into a plain load (no sc1) with no `buffer_inv` on the
+  way: the load may hit stale vL1/L2 lines;
+- [sync-scope] (info) the scope each release and acquire provides, in words.
+"""
+from __future__ import annotations
+
+from hazards.static import amdgcn_isa as isa
+from hazards.static.findings import Finding
+
+_STEP_LIMIT = 400
+
+
+def _bits(ins: isa.Instr) -> set[str]:
+    return {m for m in ins.operands + ins.modifiers if m in ("sc0", "sc1", "nt", "glc", "slc")}
+
+
+def access_scope(ins: isa.Instr) -> str:
+    """The scope an access's coherence bits give it, in words."""
+    b = _bits(ins)
+    if {"sc0", "sc1"} <= b:
+        return "system scope (sc0 sc1: written through to / read from memory)"
+    if "sc1" in b:
+        return "agent scope (sc1: coherent across every XCD of the GPU)"
+    if "sc0" in b or "glc" in b:
+        return "workgroup scope (sc0)"
+    return "no scope bits (may be served by this CU's vL1)"
+
+
+def fence_scope(ins: isa.Instr) -> str:
+    """What a `buffer_wbl2` / `buffer_inv` covers, in words."""
+    b = _bits(ins)
+    if ins.mnemonic.startswith("buffer_wbl2"):
+        if {"sc0", "sc1"} <= b:
+            return "system-scope release (L2 written back to memory for other agents/host)"
+        return "agent-scope release (this XCD's dirty L2 lines written back for other XCDs)"
+    if {"sc0", "sc1"} <= b:
+        return "system-scope acquire (vL1 and L2 invalidated)"
+    if "sc1" in b:
+        return "agent-scope acquire (vL1 and this XCD's L2 copies of remote data invalidated)"
+    if "sc0" in b:
+        return "workgroup-scope acquire (vL1, matters in threadgroup-split mode)"
+    return ("CU-local acquire (only this CU's vL1 dropped: enough when producer and consumer "
+            "share one XCD's L2)")
+
+
+def _preds(func: isa.Function) -> dict[int, list[int]]:
+    preds: dict[int, list[int]] = {}
+    for i in range(len(func.instrs)):
+        for s in func.successors(i):
+            preds.setdefault(s, []).append(i)
+    return preds
+
+
+_COND_REG = {"vccz": "vcc", "vccnz": "vcc", "execz": "exec", "execnz": "exec",
+             "scc0": "scc", "scc1": "scc"}
+
+
+def _implicit_writes(ins: isa.Instr) -> set[tuple[str, int]]:
+    m = ins.mnemonic
+    if m.startswith(("s_cmp", "s_bitcmp")) or (m.startswith("s_") and m.endswith(("_b32", "_b64"))
+                                               and not m.startswith(("s_mov", "s_load"))):
+        out = {("scc", 0)}
+        if "saveexec" in m:
+            out |= {("exec", 0), ("exec", 1)}
+        return out
+    return set()
+
+
+def _is_data_load(ins: isa.Instr) -> bool:
+    return ins.mnemonic.startswith(("global_load", "flat_load", "buffer_load", "scratch_load"))
+
+
+def poll_loops(func: isa.Function) -> list[tuple[int, int, int]]:
+    """(loop head, back-branch, poll load) for loops whose exit depends on a loaded value:
+    the branch condition (vcc/exec/scc) is computed, in the loop body, from a memory read."""
+    loops = []
+    for b, ins in enumerate(func.instrs):
+        t = func.target_index(b) if ins.is_conditional else None
+        if t is None or t > b:
+            continue
+        cond = _COND_REG.get(ins.mnemonic.removeprefix("s_cbranch_"))
+        for i in range(t, b):
+            ld = func.instrs[i]
+            if not (ld.is_vmem and ld.is_load):
+                continue
+            taint = isa.units(ld.writes())
+            for k in range(i + 1, b):
+                nxt = func.instrs[k]
+                if isa.units(nxt.reads()) & taint:
+                    taint |= isa.units(nxt.writes()) | _implicit_writes(nxt)
+            if cond is None or any(f == cond for f, _ in taint):
+                loops.append((t, b, i))
+                break
+    return loops
+
+
+def _is_flag_store(ins: isa.Instr) -> bool:
+    if not ins.is_vmem:
+        return False
+    if ins.is_atomic:
+        return True
+    return ins.is_store and bool({"sc1", "nt"} & _bits(ins))
+
+
+def _is_data_write(ins: isa.Instr) -> bool:
+    """A plain store: the data a flag publishes (flags and atomics are not data)."""
+    return ins.is_vmem and ins.is_store and not _is_flag_store(ins)
+
+
+def _waits_all_vm(ins: isa.Instr) -> bool:
+    if ins.mnemonic != "s_waitcnt":
+        return False
+    text = " ".join(ins.operands + ins.modifiers)
+    return "vmcnt(0)" in text or text.strip() == "0"
+
+
+def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
+    """Every (d) check over the functions of one listing."""
+    out: list[Finding] = []
+    for func in funcs:
+        loops = poll_loops(func)
+        has_wt = any(i.is_store and {"sc0", "sc1"} <= _bits(i) for i in func.instrs)
+        if not loops and not has_wt:
+            continue
+        for head, back, poll in loops:
+            out += _check_acquire(func, path, head, back, poll)
+        preds = _preds(func)
+        for f_idx, ins in enumerate(func.instrs):
+            if _is_flag_store(ins):
+                out += _check_release(func, path, f_idx, preds)
+    return out
+
+
+def _check_acquire(func, path, head, back, poll) -> list[Finding]:
+    p = func.instrs[poll]
+    seen: set[tuple[int, bool]] = set()
+    stack: list[tuple[int, isa.Instr | None]] = [(s, None) for s in func.successors(poll)]
+    steps, out, scopes = 0, [], set()
+    while stack and steps < _STEP_LIMIT:
+        i, inv = stack.pop()
+        steps += 1
+        if i >= len(func.instrs) or (i, inv is not None) in seen:
+            continue
+        seen.add((i, inv is not None))
+        ins = func.instrs[i]
+        if ins.mnemonic.startswith("buffer_inv"):
+            inv = ins
+        elif _is_data_load(ins) and not head <= i <= back:
+            if inv is not None:
+                scopes.add(f"`{inv.text}` at line {inv.line}: {fence_scope(inv)}")
+            elif "sc1" in _bits(ins):
+                scopes.add(f"the load itself: {access_scope(ins)}")
+            else:
+                out.append(Finding(
+                    "acquire-missing", "error", path, ins.line,
+                    f"`{ins.mnemonic}` after the poll loop at line {p.line} is not preceded by "
+                    f"a `buffer_inv` (acquire) on some path, and has no sc1 bit: it may read "
+                    f"stale vL1/L2 lines of the data the flag publishes",
+                    f"{p.text}\n...\n{ins.text}"))
+                break
+            continue  # one data load per path is enough
+        stack.extend((s, inv) for s in func.successors(i))
+    if not out:
+        where = "; ".join(sorted(scopes)) or "no data load follows"
+        out.append(Finding("sync-scope", "info", path, p.line,
+                           f"poll `{p.mnemonic}` ({access_scope(p)}); acquire: {where}", p.text))
+    return out
+
+
+def _check_release(func, path, f_idx, preds) -> list[Finding]:
+    flag = func.instrs[f_idx]
+    flag_wt = flag.is_store and {"sc0", "sc1"} <= _bits(flag)
+    seen: set[tuple[int, bool, bool]] = set()
+    stack = [(p, False, None) for p in preds.get(f_idx, [])]
+    steps, out, fences = 0, [], set()
+    while stack and steps < _STEP_LIMIT:
+        i, waited, wb = stack.pop()
+        steps += 1
+        key = (i, waited, wb is not None)
+        if key in seen:
+            continue
+        seen.add(key)
+        ins = func.instrs[i]
+        if _waits_all_vm(ins):
+            waited = True
+        elif ins.mnemonic.startswith("buffer_wbl2"):
+            wb = ins
+        elif _is_data_write(ins):
+            if not waited:
+                out.append(Finding(
+                    "release-order", "error", path, flag.line,
+                    f"`{ins.text}` (line {ins.line}) reaches the flag store without "
+                    f"`s_waitcnt vmcnt(0)`: the flag may become visible before that write",
+                    f"{ins.text}\n...\n{flag.text}"))
+                return out
+            if flag_wt and wb is None:
+                out.append(Finding(
+                    "release-scope", "error", path, flag.line,
+                    f"the flag is written through to memory (sc0 sc1) but `{ins.text}` "
+                    f"(line {ins.line}) stays in this XCD's L2 with no `buffer_wbl2 sc1`: "
+                    f"another XCD can see the flag before the data",
+                    f"{ins.text}\n...\n{flag.text}"))
+                return out
+            fences.add(f"`{wb.text}`: {fence_scope(wb)}" if wb is not None
+                       else "s_waitcnt only: the data reach this XCD's L2 (no write-back)")
+            continue
+        stack.extend((p, waited, wb) for p in preds.get(i, []))
+    rel = "; ".join(sorted(fences)) or "no earlier write on any path"
+    out.append(Finding("sync-scope", "info", path, flag.line,
+                       f"flag `{flag.mnemonic}` ({access_scope(flag)}); release: {rel}",
+                       flag.text))
+    return out

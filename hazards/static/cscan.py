@@ -1,0 +1,248 @@
+"""A small C/C++/CUDA/HIP scanner: comments out, strings kept, asm statements found and split.
+
+Enough of C's lexical rules to find every `asm`/`__asm__` statement (with `volatile`,
+`goto`, `inline` qualifiers), including ones inside macros with line continuations, and to
+split it into its template (adjacent string literals and macro names) and its operand
+lists. It is not a preprocessor: object-like string macros (``#define OC "=v"``) are
+collected so that a template or constraint spelled through one can be resolved; a macro
+with several definitions (``#ifdef`` branches) yields every alternative.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+from typing import Iterator
+
+_ASM_RE = re.compile(r"\b(?:__asm__|__asm|asm)\b((?:\s|\\\n|\bvolatile\b|\b__volatile__\b|"
+                     r"\b__volatile\b|\bgoto\b|\binline\b)*)\(")
+_STRING_MACRO_RE = re.compile(
+    r'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+((?:"(?:[^"\\\n]|\\.)*"[ \t]*)+)$', re.M)
+_LITERAL_RE = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "r": "", "0": ""}
+_LINE_MARKER_RE = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"([^"]*)"')
+
+
+@dataclasses.dataclass
+class Scanned:
+    """A source with comments blanked (same offsets, newlines kept) and where strings are."""
+
+    code: str
+    comments: list[tuple[int, str]]  # (line, comment text)
+    string_spans: list[tuple[int, int]]
+    line_starts: list[int]
+
+    def line_of(self, offset: int) -> int:
+        """1-based line number of a character offset."""
+        return bisect.bisect_right(self.line_starts, offset)
+
+    def in_string(self, offset: int) -> bool:
+        i = bisect.bisect_right(self.string_spans, (offset, 1 << 62)) - 1
+        return i >= 0 and self.string_spans[i][0] <= offset < self.string_spans[i][1]
+
+
+def scan(text: str) -> Scanned:
+    """Blank out comments (keeping newlines) and record string-literal spans."""
+    out = list(text)
+    comments: list[tuple[int, str]] = []
+    spans: list[tuple[int, int]] = []
+    i, n, line = 0, len(text), 1
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+            i += 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            comments.append((line, text[i + 2:j]))
+            for k in range(i, j):
+                out[k] = " "
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            comments.append((line, text[i + 2:j - 2]))
+            for k in range(i, j):
+                if text[k] != "\n":
+                    out[k] = " "
+            line += text.count("\n", i, j)
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            if c == '"':
+                spans.append((i, j))
+            i = j
+        else:
+            i += 1
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    return Scanned("".join(out), comments, spans, starts)
+
+
+def string_macros(code: str) -> dict[str, list[str]]:
+    """Object-like macros whose body is only string literals: name -> every definition."""
+    macros: dict[str, list[str]] = {}
+    for m in _STRING_MACRO_RE.finditer(code):
+        value = "".join(unescape(s) for s in _LITERAL_RE.findall(m.group(2)))
+        macros.setdefault(m.group(1), []).append(value)
+    return macros
+
+
+def unescape(body: str) -> str:
+    """The value of a C string literal's body (the escapes asm templates use)."""
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)
+
+
+@dataclasses.dataclass
+class Operand:
+    """One asm operand: `[name] "constraint" (expr)`; `constraints` lists macro alternatives."""
+
+    index: int
+    name: str
+    constraints: list[str]
+    expr: str
+    is_output: bool
+
+
+@dataclasses.dataclass
+class AsmStatement:
+    """One asm statement as written: where, its template text and its operands."""
+
+    start: int
+    end: int
+    line: int
+    end_line: int
+    template: str
+    template_unresolved: list[str]
+    template_end: int  # offset just after the template's last literal/macro token
+    outputs: list[Operand]
+    inputs: list[Operand]
+    clobbers: list[str]
+    text: str
+
+
+def _code_chars(code: str, scanned: Scanned, lo: int, hi: int) -> Iterator[tuple[int, str, int]]:
+    """(offset, char, bracket depth before it) for code[lo:hi] outside string literals."""
+    depth, i = 0, lo
+    while i < hi:
+        if scanned.in_string(i):
+            i = _span_end(scanned, i)
+            continue
+        c = code[i]
+        yield i, c, depth
+        depth += (c in "([{") - (c in ")]}")
+        i += 1
+
+
+def _matching_paren(code: str, scanned: Scanned, open_at: int) -> int:
+    for i, c, depth in _code_chars(code, scanned, open_at, len(code)):
+        if c in ")]}" and depth == 1:
+            return i
+    return -1
+
+
+def _span_end(scanned: Scanned, offset: int) -> int:
+    i = bisect.bisect_right(scanned.string_spans, (offset, 1 << 62)) - 1
+    return scanned.string_spans[i][1]
+
+
+def _split_top(code: str, scanned: Scanned, lo: int, hi: int, sep: str) -> list[tuple[int, int]]:
+    """Split code[lo:hi] at top-level `sep` characters (outside strings and brackets)."""
+    parts, start = [], lo
+    for i, c, depth in _code_chars(code, scanned, lo, hi):
+        if c == sep and depth == 0:
+            parts.append((start, i))
+            start = i + 1
+    parts.append((start, hi))
+    return parts
+
+
+def _strings_and_names(code: str, scanned: Scanned, lo: int, hi: int,
+                       macros: dict[str, list[str]]) -> tuple[list[str], list[str], int]:
+    """Concatenate literals and known string macros in code[lo:hi]; return unknown names."""
+    values, unknown, i, last = [""], [], lo, lo
+    while i < hi:
+        if scanned.in_string(i):
+            j = _span_end(scanned, i)
+            lit = unescape(code[i + 1:j - 1])
+            values = [v + lit for v in values]
+            i = last = j
+            continue
+        m = re.match(r"[A-Za-z_]\w*", code[i:hi])
+        if m:
+            name = m.group(0)
+            if name in macros:
+                values = [v + alt for v in values for alt in macros[name]][:16]
+            else:
+                unknown.append(name)
+            i += len(name)
+            last = i
+            continue
+        i += 1
+    return values, unknown, last
+
+
+def _operands(code: str, scanned: Scanned, lo: int, hi: int, macros: dict[str, list[str]],
+              first_index: int, is_output: bool) -> list[Operand]:
+    ops = []
+    if not code[lo:hi].strip():
+        return ops
+    for k, (a, b) in enumerate(_split_top(code, scanned, lo, hi, ",")):
+        piece = code[a:b]
+        name_m = re.match(r"\s*\[\s*(\w+)\s*\]", piece)
+        name = name_m.group(1) if name_m else ""
+        paren = piece.rfind("(")
+        expr = piece[paren + 1:piece.rfind(")")].strip() if paren >= 0 else ""
+        c_lo = a + (name_m.end() if name_m else 0)
+        c_hi = a + paren if paren >= 0 else b
+        cons, _, _ = _strings_and_names(code, scanned, c_lo, c_hi, macros)
+        ops.append(Operand(first_index + k, name, cons, " ".join(expr.split()), is_output))
+    return ops
+
+
+def asm_statements(text: str, scanned: Scanned | None = None) -> list[AsmStatement]:
+    """Every asm statement in a C-family source, in order of appearance."""
+    scanned = scanned or scan(text)
+    code = scanned.code
+    macros = string_macros(code)
+    found = []
+    for m in _ASM_RE.finditer(code):
+        if scanned.in_string(m.start()):
+            continue
+        open_at = m.end() - 1
+        close = _matching_paren(code, scanned, open_at)
+        if close < 0:
+            continue
+        sections = _split_top(code, scanned, open_at + 1, close, ":")
+        tmpl_vals, unknown, tmpl_end = _strings_and_names(code, scanned, *sections[0], macros)
+        outs = _operands(code, scanned, *sections[1], macros, 0, True) if len(sections) > 1 else []
+        ins = (_operands(code, scanned, *sections[2], macros, len(outs), False)
+               if len(sections) > 2 else [])
+        clob: list[str] = []
+        if len(sections) > 3:
+            clob = [unescape(s) for s in _LITERAL_RE.findall(code[sections[3][0]:sections[3][1]])]
+        found.append(AsmStatement(
+            start=m.start(), end=close + 1, line=scanned.line_of(m.start()),
+            end_line=scanned.line_of(close), template=tmpl_vals[0],
+            template_unresolved=unknown, template_end=tmpl_end, outputs=outs, inputs=ins,
+            clobbers=clob, text=text[m.start():close + 1]))
+    return found
+
+
+def line_map(preprocessed: str) -> list[tuple[str, int]] | None:
+    """For text with `# N "file"` markers: each line's (original file, original line)."""
+    if not re.search(r'^#\s*\d+\s+"', preprocessed, re.M):
+        return None
+    mapping, cur_file, cur_line = [], "", 1
+    for raw in preprocessed.split("\n"):
+        m = _LINE_MARKER_RE.match(raw)
+        if m:
+            mapping.append((cur_file, cur_line))
+            cur_file, cur_line = m.group(2), int(m.group(1))
+            continue
+        mapping.append((cur_file, cur_line))
+        cur_line += 1
+    return mapping

@@ -1,0 +1,119 @@
+"""Source lint of inline asm: each rule with a minimal positive and negative case."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+
+from hazards.static import asm_lint, cscan
+from hazards.strategies.static import asm_blocks, block_hazard
+
+TWO_LOADS = '''
+__global__ void k(const float4* p, float4* o) {
+  float4 a, b;
+  asm volatile("global_load_dwordx4 %0, %2, off\\n\\t"
+               "global_load_dwordx4 %1, %3, off\\n\\t"
+               "s_waitcnt vmcnt(0)"
+               : "=v"(a), "=v"(b) : "v"(p), "v"(p + 1));
+  o[0] = a; o[1] = b;
+}
+'''
+
+
+def lint(src: str, **kw):
+    return asm_lint.lint_text(src, "t.hip", **kw)
+
+
+def test_two_loads_with_plain_outputs_are_flagged_with_file_line_and_block():
+    (f,) = lint(TWO_LOADS)
+    assert (f.check, f.severity, f.path, f.line) == ("early-clobber", "error", "t.hip", 4)
+    assert "output %0" in f.message and "input %3" in f.message
+    assert "global_load_dwordx4 %1, %3" in f.snippet
+
+
+def test_early_clobber_outputs_are_clean():
+    assert lint(TWO_LOADS.replace('"=v"', '"=&v"')) == []
+
+
+def test_only_the_last_output_may_stay_plain():
+    src = TWO_LOADS.replace('"=v"(a)', '"=&v"(a)')
+    assert lint(src) == []  # output 1 is written by the last load: no input read after it
+
+
+def test_single_instruction_block_is_clean():
+    src = 'void f(int* p){ int a; asm volatile("global_load_dword %0, %1, off" : "=v"(a) : "v"(p)); }'
+    assert lint(src) == []
+
+
+def test_tied_and_inout_operands_cannot_alias():
+    tied = ('void f(int x){ int a; asm("v_mov_b32 %0, 1\\n v_add_u32 %0, %0, %1" '
+            ': "=v"(a) : "0"(x)); }')
+    inout = ('void f(int x, int y){ asm("v_mov_b32 %0, 1\\n v_add_u32 %0, %0, %0" '
+             ': "+v"(x)); }')
+    assert lint(tied) == [] and lint(inout) == []
+
+
+def test_output_and_input_in_different_register_files_cannot_alias():
+    src = ('void f(int n){ float r; asm volatile("v_accvgpr_read_b32 %0, a0\\n s_cmp_eq_u32 %1, 0"'
+           ' : "=v"(r) : "s"(n)); }')
+    assert lint(src) == []
+
+
+def test_ptx_templates_are_skipped_because_ptx_registers_are_virtual():
+    src = ('__device__ void f(const int* p){ int a, b; asm volatile("ld.global.u32 %0, [%2];\\n'
+           '\\tld.global.u32 %1, [%3];" : "=r"(a), "=r"(b) : "l"(p), "l"(p+1)); }')
+    assert lint(src) == []
+
+
+def test_generic_isa_is_checked_conservatively():
+    # x86 AT&T: the classic GCC early-clobber bug (mov clobbers %2 before add reads it)
+    src = 'int f(int x, int y){ int r; asm("movl %1, %0; addl %2, %0" : "=r"(r) : "r"(x), "r"(y)); return r; }'
+    assert [f.check for f in lint(src)] == ["early-clobber"]
+    assert lint(src.replace('"=r"', '"=&r"')) == []
+
+
+def test_string_macros_and_continued_macro_bodies_are_resolved():
+    src = '''
+#ifdef FIXED
+#define OUT "=&v"
+#else
+#define OUT "=v"
+#endif
+#define LOAD "global_load_dwordx4 "
+#define TWO(a, b, p, q) asm volatile(LOAD "%0, %2, off\\n" \\
+      LOAD "%1, %3, off" : OUT(a), OUT(b) : "v"(p), "v"(q))
+'''
+    (f,) = lint(src)
+    assert f.line == 8 and '"=&v" or "=v"' in f.message  # one definition may lack the &
+
+
+def test_allowlist_comment_with_reason_silences_a_reviewed_block():
+    src = TWO_LOADS.replace("  asm volatile", "  // hazards: allow(early-clobber) seeded on purpose\n  asm volatile")
+    assert lint(src) == []
+    assert len(lint(src, honor_allowlist=False)) == 1
+
+
+def test_allowlist_comment_without_reason_is_ignored_and_reported():
+    src = TWO_LOADS.replace("  asm volatile", "  // hazards: allow(early-clobber)\n  asm volatile")
+    checks = sorted((f.severity, f.check) for f in lint(src))
+    assert checks == [("error", "early-clobber"), ("warning", "early-clobber")]
+
+
+def test_allowlist_for_another_check_does_not_silence():
+    src = TWO_LOADS.replace("  asm volatile", "  // hazards: allow(mfma-acc-read) not this\n  asm volatile")
+    assert [f.severity for f in lint(src)] == ["error"]
+
+
+def test_asm_inside_strings_and_comments_is_not_a_statement():
+    src = '/* asm volatile("a %0\\n b %1" : "=v"(x) : "v"(y)); */ const char* s = "asm(";'
+    assert cscan.asm_statements(src) == []
+
+
+def test_preprocessed_text_maps_findings_to_original_lines():
+    pre = '# 1 "orig.hip"\n\n\n# 40 "orig.hip"\n' + TWO_LOADS
+    (f,) = lint(pre, line_map=cscan.line_map(pre))
+    assert (f.path, f.line) == ("orig.hip", 43)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(asm_blocks())
+def test_lint_agrees_with_the_structural_model_on_generated_blocks(spec):
+    assert bool(lint(spec.source())) == block_hazard(spec)

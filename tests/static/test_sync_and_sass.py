@@ -1,0 +1,126 @@
+"""(d) AMDGCN release/acquire and the NVIDIA SASS checks, on real compiler output."""
+from __future__ import annotations
+
+import pytest
+
+from hazards.static import amdgcn, amdgcn_isa, amdgcn_sync, sass
+from hazards.static.compile import compile_amdgcn, compile_cubin
+from static_helpers import DATA, listing, requires_clang, requires_nvdisasm
+
+
+@pytest.fixture(scope="module")
+def amd_sync():
+    build = compile_amdgcn(DATA / "sync.hip", label="sync")
+    funcs = {f.name: f for f in amdgcn_isa.parse_listing(build.text)}
+    return {name: amdgcn_sync.check_sync([f], "sync.s") for name, f in funcs.items()}
+
+
+def _one(amd_sync, name):
+    (key,) = [k for k in amd_sync if name in k]
+    return amd_sync[key]
+
+
+@requires_clang
+def test_system_release_with_writeback_is_clean_and_its_scope_is_said(amd_sync):
+    found = _one(amd_sync, "release_system_ok")
+    assert not [f for f in found if f.fails]
+    (info,) = [f for f in found if f.check == "sync-scope"]
+    assert "system-scope release" in info.message and "buffer_wbl2 sc0 sc1" in info.message
+
+
+@requires_clang
+def test_write_through_flag_after_a_barrier_only_is_flagged(amd_sync):
+    found = _one(amd_sync, "release_barrier_only")
+    assert {f.check for f in found if f.fails} == {"release-order"}
+
+
+@requires_clang
+def test_agent_acquire_is_clean_and_named(amd_sync):
+    found = _one(amd_sync, "acquire_agent_ok")
+    assert not [f for f in found if f.fails]
+    assert any("agent-scope acquire" in f.message for f in found)
+
+
+@requires_clang
+@pytest.mark.parametrize("name,bad", [("poll_relaxed_no_acquire", True), ("poll_then_fence_ok", False)])
+def test_poll_followed_by_plain_load_needs_buffer_inv(amd_sync, name, bad):
+    found = _one(amd_sync, name)
+    assert ({f.check for f in found if f.fails} == {"acquire-missing"}) is bad
+    assert bad or not [f for f in found if f.fails]
+
+
+def test_release_scope_mismatch_on_a_minimal_listing():
+    body = """
+global_store_dword v0, v1, s[0:1]
+s_waitcnt vmcnt(0)
+global_store_dword v0, v1, s[2:3] sc0 sc1
+"""
+    found = amdgcn.check_listing(listing(body), "t.s")
+    assert {f.check for f in found if f.fails} == {"release-scope"}
+    fixed = body.replace("s_waitcnt vmcnt(0)", "buffer_wbl2 sc1\ns_waitcnt vmcnt(0)")
+    assert not [f for f in amdgcn.check_listing(listing(fixed), "t.s") if f.fails]
+
+
+@pytest.fixture(scope="module")
+def polls_sass():
+    build = compile_cubin(DATA / "polls.cu", label="polls")
+    return sass.check_cubin(build.path)
+
+
+@requires_nvdisasm
+def test_spin_on_a_plain_flag_is_a_certain_hang(polls_sass):
+    (f,) = [f for f in polls_sass if f.check == "spin-no-load"]
+    assert "spin_plain_flag_hangs" in f.message
+
+
+@requires_nvdisasm
+def test_volatile_poll_then_plain_load_without_acquire_is_flagged(polls_sass):
+    (f,) = [f for f in polls_sass if f.check == "poll-no-acquire"]
+    assert "spin_volatile_no_acquire" in f.message
+
+
+@requires_nvdisasm
+def test_acquire_load_and_fence_after_poll_are_clean(polls_sass):
+    notes = [f.message for f in polls_sass if f.check == "sync-scope"]
+    assert any("spin_acquire_ok" in m and "CCTL.IVALL" in m for m in notes)
+    assert any("spin_volatile_then_fence_ok" in m and "MEMBAR" in m for m in notes)
+    flagged = " ".join(f.message for f in polls_sass if f.fails)
+    assert "_ok" not in flagged and "counted_loop" not in flagged
+
+
+@requires_nvdisasm
+@pytest.mark.parametrize("serial", [True, False])
+def test_ptxas_wgmma_serialization_is_a_performance_finding(serial):
+    found = sass.compile_and_check(DATA / "wgmma.cu", defines={"HZ_SERIAL": 1} if serial else {},
+                                   label=f"wgmma-{serial}")
+    perf = [f for f in found if f.check == "wgmma-serialized"]
+    assert bool(perf) is serial
+    assert all(f.severity == "perf" and not f.fails for f in perf)
+
+
+SASS_SPIN = """
+//--------------------- .text.k --------------------------
+.text.k:
+        /*0000*/                   LDG.E R2, desc[UR4][R2.64] ;
+        /*0010*/                   ISETP.NE.AND P0, PT, R2, RZ, PT ;
+        /*0020*/              @!P0 BRA `(.L_x_1) ;
+        /*0030*/                   EXIT ;
+.L_x_1:
+        /*0040*/                   BRA `(.L_x_1) ;
+.L_x_2:
+        /*0050*/                   BRA `(.L_x_2);
+"""
+
+
+def test_sass_parser_flags_a_reachable_self_loop_and_ignores_the_padding_loop():
+    (f,) = [f for f in sass.check_sass(SASS_SPIN, "k.sass") if f.fails]
+    assert f.check == "spin-no-load" and "/*0040*/" in f.message
+
+
+def test_sass_loop_with_a_changing_exit_is_not_a_spin():
+    text = SASS_SPIN.replace("        /*0040*/                   BRA `(.L_x_1) ;",
+                             "        /*0038*/                   IADD3 R2, R2, 0x1, RZ ;\n"
+                             "        /*003c*/                   ISETP.NE.AND P0, PT, R2, RZ, PT ;\n"
+                             "        /*0040*/              @!P0 BRA `(.L_x_1) ;\n"
+                             "        /*0048*/                   EXIT ;")
+    assert not [f for f in sass.check_sass(text, "k.sass") if f.fails]
