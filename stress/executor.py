@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from stress.campaign import ARTIFACT_POLICIES
+from stress.campaign import _settle_artifacts as settle_artifacts  # the same policy as run_campaign
 from stress.leases import GpuLease
 from stress.outcome import Outcome, RunResult
 from stress.stats import Sprt
@@ -188,22 +190,34 @@ class SprtStop(Rotation):
 
 
 class StoreSink:
-    """Commits every run to the store as it ends (one lock: the store is one connection)."""
+    """Commits every run to the store as it ends (one lock: the store is one connection).
 
-    def __init__(self, store: Store, campaign_id: int, *, artifacts: bool = True,
+    `artifacts` is the policy of `stress.campaign.run_campaign`: "failures" (default) gives
+    each run a folder under the store's artifacts/campaign-N/ and removes it again when
+    the run was clean (a long soak would otherwise leave one folder per request), "all"
+    keeps every folder, "none" gives runs no folder.
+    """
+
+    def __init__(self, store: Store, campaign_id: int, *, artifacts: str = "failures",
                  on_result: Callable[[WorkItem, RunResult], None] | None = None) -> None:
+        if artifacts not in ARTIFACT_POLICIES:
+            raise ValueError(f"artifacts must be one of {ARTIFACT_POLICIES}, got {artifacts!r}")
         self.store, self.campaign_id, self.artifacts, self.on_result = store, campaign_id, artifacts, on_result
         self._mu = threading.Lock()
         self._seq = store.last_seq(campaign_id)
+
+    def _folder(self, seq: int) -> Path:
+        return self.store.artifact_root(self.campaign_id) / f"run-{seq:06d}"
 
     def allocate(self) -> tuple[int, Path | None]:
         with self._mu:
             self._seq += 1
             seq = self._seq
-        art = self.store.artifact_root(self.campaign_id) / f"run-{seq:06d}" if self.artifacts else None
-        return seq, art
+        return seq, (self._folder(seq) if self.artifacts != "none" else None)
 
     def record(self, seq: int, item: WorkItem, result: RunResult) -> None:
+        if self.artifacts != "none":
+            settle_artifacts(result, self._folder(seq), keep=self.artifacts == "all")
         with self._mu:
             self.store.record_run(self.campaign_id, result, seq=seq)
         if self.on_result is not None:
@@ -285,9 +299,7 @@ class GpuLoop:
             tel = self.telemetry.end(window)
             if tel:
                 result.evidence = {**(result.evidence or {}), "telemetry": tel}
-        if result.artifact_dir is None and art is not None and art.exists():
-            result.artifact_dir = str(art)
-        self.sink.record(seq, item, result)
+        self.sink.record(seq, item, result)  # the sink settles the artifact folder
         self._count(result)
         return result
 

@@ -98,3 +98,22 @@ def test_command_items_get_the_lease_environment_too(fake_gpus, store):
     runs = store.runs(cid)
     assert runs and all(sr.result.outcome.value == "clean" for sr in runs)
     assert all(sr.result.metrics["cvd"] == "0" for sr in runs), runs[0].result.metrics
+
+
+def test_clean_runs_leave_no_artifact_folder_behind(fake_gpus, store):
+    fam = make_family(canary_fail_prob=1.0)
+    items = fake_items_for(fam, [fam.variants[1], fam.variants[2]])  # fixed (clean), broken (mismatch)
+    leases, _ = acquire_free("test", max_gpus=1)
+    try:
+        cid = store.create_campaign("soak", {})
+        run_local(leases, Rotation(items), StoreSink(store, cid), budget_s=1.0)
+    finally:
+        release_all(leases)
+    runs = store.runs(cid)
+    clean = [sr for sr in runs if sr.result.outcome.value == "clean"]
+    failed = [sr for sr in runs if sr.result.outcome.value == "mismatch"]
+    assert clean and failed
+    assert all(sr.result.artifact_dir is None for sr in clean)
+    kept = {p.name for p in store.artifact_root(cid).iterdir()} if store.artifact_root(cid).exists() else set()
+    assert kept == {f"run-{sr.seq:06d}" for sr in failed if sr.result.artifact_dir}
+    assert not any(f"run-{sr.seq:06d}" in kept for sr in clean)
