@@ -1,0 +1,90 @@
+"""Hypothesis settings profiles for hazard property tests: `ci` and `nightly`.
+
+`ci` is for pre-merge: derandomized (the same examples every run, so a red CI run is
+reproducible by rerunning it), few examples, no deadline (a GPU launch batch takes as
+long as it takes; hypothesis' deadline would flag slow batches as failures), and no
+example database (CI machines are fresh; nothing to share).
+
+`nightly` is for soaks: many examples, random generation, and an example database under
+`.hazards/hypothesis/` so that a point that failed last night is tried first tonight.
+
+Select one with hypothesis' own pytest option `--hypothesis-profile ci`, or with the
+environment variable HZ_HYPOTHESIS_PROFILE (the option wins). The pytest plugin registers
+both profiles at configure time; outside pytest (or in a conftest) call
+`register_profiles()` or `load_profile_from_env()`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROFILE_ENV = "HZ_HYPOTHESIS_PROFILE"
+DATABASE_DIR = Path(".hazards") / "hypothesis"
+CI_MAX_EXAMPLES = 12
+NIGHTLY_MAX_EXAMPLES = 400
+PROFILES = ("ci", "nightly")
+
+
+def register_profiles(database_dir: str | os.PathLike[str] | None = None) -> None:
+    """Register the `ci` and `nightly` profiles (idempotent; re-registering replaces them).
+
+    `database_dir` overrides where `nightly` keeps its example database
+    (default `.hazards/hypothesis/`, relative to the working directory like the results store).
+    hypothesis is imported here, not at module import, so importing this module is cheap.
+    """
+    from hypothesis import HealthCheck, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    # Both profiles: a family point can legitimately take seconds (a batch of launches),
+    # and a server fixture shared across examples is the point of a warm server.
+    suppressed = (HealthCheck.too_slow, HealthCheck.function_scoped_fixture)
+    settings.register_profile(
+        "ci",
+        derandomize=True,
+        max_examples=CI_MAX_EXAMPLES,
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=suppressed,
+    )
+    settings.register_profile(
+        "nightly",
+        max_examples=NIGHTLY_MAX_EXAMPLES,
+        deadline=None,
+        database=DirectoryBasedExampleDatabase(str(Path(database_dir) if database_dir else DATABASE_DIR)),
+        print_blob=True,
+        suppress_health_check=suppressed,
+    )
+
+
+def profile_from_env() -> str | None:
+    """The profile named by $HZ_HYPOTHESIS_PROFILE, or None when it is unset or empty."""
+    name = os.environ.get(PROFILE_ENV, "").strip()
+    return name or None
+
+
+def load_profile_from_env() -> str | None:
+    """Load the profile named by $HZ_HYPOTHESIS_PROFILE (if set) and return its name.
+
+    Raises stress.errors.UserError for a name that is not a registered profile.
+    """
+    name = profile_from_env()
+    if name is None:
+        return None
+    load(name)
+    return name
+
+
+def load(name: str) -> None:
+    """Load a profile by name (registering ours first); a UserError naming the known ones otherwise."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    from stress.errors import UserError
+
+    register_profiles()
+    try:
+        settings.load_profile(name)
+    except InvalidArgument:
+        raise UserError(f"unknown hypothesis profile {name!r} (from ${PROFILE_ENV}); "
+                        f"known: {', '.join(PROFILES)} and any registered by your conftest") from None

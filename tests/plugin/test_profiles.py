@@ -1,0 +1,80 @@
+"""The hypothesis profiles: `ci` is deterministic, selectable by option or environment."""
+from __future__ import annotations
+
+import json
+
+from hazards import hypothesis_profiles
+
+EXAMPLES_TEST = """
+    import json, os
+    from pathlib import Path
+    from hypothesis import given, settings, strategies as st
+
+    OUT = Path(os.environ["HZ_TEST_OUT"])
+
+    def test_record_profile():
+        db = "nodb" if settings.default.database is None else "db"
+        OUT.with_suffix(".profile").write_text(f"{settings.get_current_profile_name()} {db}")
+
+    @given(st.integers(), st.text(max_size=5))
+    def test_record_examples(n, s):
+        with OUT.open("a") as f:
+            f.write(json.dumps([n, s]) + "\\n")
+"""
+
+
+def _examples(inner, tag, *args, env=None):
+    out = inner.path / f"{tag}.jsonl"
+    res = inner.run(*args, env={"HZ_TEST_OUT": str(out), **(env or {})})
+    assert res.ret == 0, res.stdout + res.stderr
+    return [json.loads(line) for line in out.read_text().splitlines()], res
+
+
+def test_ci_profile_generates_the_same_examples_in_two_runs(inner):
+    inner.write("test_examples.py", EXAMPLES_TEST)
+    first, res = _examples(inner, "a", "--hypothesis-profile", "ci")
+    second, _ = _examples(inner, "b", "--hypothesis-profile", "ci")
+    assert first == second
+    assert 1 < len(first) <= hypothesis_profiles.CI_MAX_EXAMPLES
+    assert (inner.path / "a.profile").read_text() == "ci nodb"  # no example database in CI
+    assert "hypothesis profile 'ci'" in res.stdout
+
+
+def test_default_profile_is_random_so_the_determinism_check_can_fail(inner):
+    inner.write("test_examples.py", EXAMPLES_TEST)
+    first, _ = _examples(inner, "a", "-p", "no:randomly")
+    second, _ = _examples(inner, "b")
+    assert first != second
+
+
+def test_environment_variable_selects_the_profile_and_the_option_wins(inner):
+    inner.write("test_examples.py", EXAMPLES_TEST)
+    by_env, res = _examples(inner, "env", env={"HZ_HYPOTHESIS_PROFILE": "ci"})
+    by_opt, _ = _examples(inner, "opt", "--hypothesis-profile", "ci")
+    assert by_env == by_opt
+    assert "hypothesis profile 'ci' (from $HZ_HYPOTHESIS_PROFILE)" in res.stdout
+    res = inner.run("-k", "test_record_profile", "--hypothesis-profile", "nightly",
+                    env={"HZ_TEST_OUT": str(inner.path / "n.jsonl"), "HZ_HYPOTHESIS_PROFILE": "ci"})
+    assert res.ret == 0, res.stdout
+    assert (inner.path / "n.profile").read_text() == "nightly db"
+
+
+def test_unknown_profile_in_environment_is_a_one_line_usage_error(inner):
+    inner.write("test_ok.py", "def test_ok():\n    pass\n")
+    res = inner.run(env={"HZ_HYPOTHESIS_PROFILE": "weekly"})
+    assert res.ret == 4
+    assert "unknown hypothesis profile 'weekly'" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_nightly_keeps_its_example_database_under_dot_hazards(tmp_path, monkeypatch):
+    from hypothesis import settings
+
+    monkeypatch.chdir(tmp_path)
+    hypothesis_profiles.register_profiles()
+    db = settings.get_profile("nightly").database
+    assert db is not None and str(db.path) == str(hypothesis_profiles.DATABASE_DIR)
+    db.save(b"key", b"value")
+    assert (tmp_path / ".hazards" / "hypothesis").is_dir()
+    ci = settings.get_profile("ci")
+    assert ci.derandomize and ci.deadline is None and ci.database is None
