@@ -104,6 +104,13 @@ class GpuActor:
             if tel:
                 result.evidence = {**(result.evidence or {}), "telemetry": {**tel, "host": self.lease.host}}
         result.gpu_uuid = result.gpu_uuid or self.lease.uuid
+        if artifact_dir and result.outcome is Outcome.CLEAN:
+            # The driver's sink settles artifact folders, but cannot see this host's disk
+            # when the actor runs elsewhere: an empty folder of a clean run goes here.
+            try:
+                os.rmdir(artifact_dir)
+            except OSError:
+                pass  # not empty (kept for the driver's policy) or already gone
         return result.to_json()
 
     def close_target(self, item_json: dict[str, Any]) -> None:

@@ -94,7 +94,7 @@ def test_ray_executor_writes_the_same_rows_as_the_local_executor(ray_cluster, tm
     leases, _ = acquire_free("local executor", lock_dir=lock_dir)
     assert [lease.gpu for lease in leases] == ["0", "1"]
     try:
-        local_stats = run_local(leases, EachTimes(fake_items(), 6), StoreSink(store, local_id, artifacts=False),
+        local_stats = run_local(leases, EachTimes(fake_items(), 6), StoreSink(store, local_id),
                                 budget_s=120)
     finally:
         release_all(leases)
@@ -103,7 +103,7 @@ def test_ray_executor_writes_the_same_rows_as_the_local_executor(ray_cluster, tm
     with RayExecutor(lock_dir=lock_dir) as ex:
         assert sorted(lease.gpu.split(":")[1] for lease in ex.leases) == ["0", "1"]
         assert len(current_holders(lock_dir)) == 2  # each actor holds its GPU's lease
-        ray_stats = run_ray(ex, EachTimes(fake_items(), 6), StoreSink(store, ray_id, artifacts=False), budget_s=120)
+        ray_stats = run_ray(ex, EachTimes(fake_items(), 6), StoreSink(store, ray_id), budget_s=120)
 
     assert store.run_count(local_id) == store.run_count(ray_id) == 18
     assert _rows(store, local_id) == _rows(store, ray_id)
@@ -111,6 +111,11 @@ def test_ray_executor_writes_the_same_rows_as_the_local_executor(ray_cluster, tm
     # Both executors spread the work over both GPUs, each child on its lease's device.
     assert _cvds(store, local_id) == _cvds(store, ray_id) == {"0", "1"}
     assert sum(s.runs for s in local_stats) == sum(s.runs for s in ray_stats) == 18
+    # The default artifact policy on both: a folder per failing run, none for clean runs.
+    for cid in (local_id, ray_id):
+        folders = sorted(p.name for p in store.artifact_root(cid).iterdir())
+        failing = sorted(f"run-{sr.seq:06d}" for sr in store.runs(cid) if sr.result.outcome.value != "clean")
+        assert folders == failing and len(failing) == 6
     assert all(s.crashed is None for s in ray_stats)
     assert current_holders(lock_dir) == {}  # actors released their leases
     holders = {e["holder"] for e in read_lease_log(lock_dir) if e["event"] == "release"}
