@@ -66,7 +66,7 @@ class CampaignSummary(OutcomeCounts):
 ARTIFACT_POLICIES = ("failures", "all", "none")
 
 
-def _settle_artifacts(result: RunResult, folder: Path, keep: bool) -> None:
+def settle_artifacts(result: RunResult, folder: Path, keep: bool) -> None:
     """Point the result at its artifact folder, or remove the folder of a clean run."""
     if Outcome(result.outcome) is Outcome.CLEAN and not keep:
         # Only this run's own folder (made for it under our store) is ever removed.
@@ -144,7 +144,7 @@ def run_campaign(
             art = store.artifact_root(campaign_id) / f"run-{seq:06d}" if artifacts != "none" else None
             result = target.run(run_params, timeout=timeout, launches=launches, artifact_dir=art)
             if art is not None:
-                _settle_artifacts(result, art, keep=artifacts == "all")
+                settle_artifacts(result, art, keep=artifacts == "all")
             store.record_run(campaign_id, result, seq=seq)
             ran_now += 1
             outcome = Outcome(result.outcome)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from stress.campaign import ARTIFACT_POLICIES
-from stress.campaign import _settle_artifacts as settle_artifacts  # the same policy as run_campaign
+from stress.campaign import settle_artifacts  # the same policy as run_campaign
 from stress.leases import GpuLease
 from stress.outcome import Outcome, RunResult
 from stress.stats import Sprt
