@@ -3,13 +3,21 @@
 Seed 002_79daa8f540f6a64d.txt: eight write-through release flags at [0..7] and the L2
 atomic arrival counter at [8] of one 64-B line; an L2 write-back reverted releases that had
 fired and the waiters hung. Kernel: `standalone/barrier_layout/barrier_layout.cu`
-(HIP-portable), variants by -D parameters; it embeds its own layout as `hz_barrier_layout`.
+(HIP-portable), in two builds of one source.
 
-Static oracles, on real compiler output: the layout table read back from clang-19's gfx942
-listing (64-B lines) and from nvcc's PTX (128-B lines, 32-B sectors) goes through
-`hazards.static.layout`; the gfx942 listing through the AMDGCN release/acquire checks; the
-sm_90a cubin (nvdisasm) through the SASS poll checks. The H200 runtime (correctness under
-stress and the measured cost of sharing a line) is deferred: the harness is built, not run.
+Static oracles, on real compiler output of the *point build* (-D parameters, the seed's
+unbounded spins): the layout table read back from clang-19's gfx942 listing (64-B lines)
+and from nvcc's PTX (128-B lines, 32-B sectors) goes through `hazards.static.layout`; the
+gfx942 listing through the AMDGCN release/acquire checks; the sm_90a cubin (nvdisasm)
+through the SASS poll checks.
+
+Runtime oracle, the *runtime build* (`binary`, served by the harness): every parameter is
+a request field, every spin is bounded by `spin_timeout_us` (a lost release is a counted
+`spin_timeouts` and a mismatched launch, never a hang), every data word and the barrier's
+final state are checked on the device per launch, and `ns_per_barrier` is measured on the
+device. On NVIDIA the L2 is the point of coherence, so the seed's lost release has no
+mechanism there: the static layout check stays the oracle for the AMD hazard, and the H200
+measures the cost of sharing a line (bench/barrier_layout_cost.py).
 """
 from __future__ import annotations
 
@@ -23,9 +31,31 @@ from hazards.static import layout
 
 SOURCE = STANDALONE / "barrier_layout" / "barrier_layout.cu"
 RELEASES = 8
-DEFAULTS: dict[str, Any] = {"slot_stride": 128, "done_offset": 16 * 128, "poll": 0}
-DEFINE_NAMES = {"slot_stride": "HZ_SLOT_STRIDE", "done_offset": "HZ_DONE_OFFSET", "poll": "HZ_POLL"}
+# The layout/poll/release point: -D parameters of the point build, request fields of the
+# runtime build (same names and defaults as barrier_layout_host.h's ParamSpec list).
+DEFAULTS: dict[str, Any] = {"slot_stride": 128, "done_offset": 16 * 128, "poll": 0, "release": 0}
+DEFINE_NAMES = {"slot_stride": "HZ_SLOT_STRIDE", "done_offset": "HZ_DONE_OFFSET", "poll": "HZ_POLL",
+                "release": "HZ_RELEASE"}
 POLLS = {0: "acquire load", 1: "volatile load, no acquire", 2: "plain load (hoistable)"}
+RELEASE_KINDS = {0: "write-through store (st.global.wt; AMD sc0 sc1)", 1: "release store (st.release.gpu)",
+                 2: "L2 atomic exchange (atom.release.gpu.exch)"}
+RELEASE_ACCESS = {0: 1, 1: 2, 2: 0}  # release kind -> layout access code (1 write-through, 2 plain, 0 atomic)
+# Request fields of the runtime build only.
+RUNTIME_DEFAULTS: dict[str, Any] = {"epochs": 64, "words": 256, "blocks": 0, "producers": 0, "jitter": 0,
+                                    "spin_timeout_us": 20000, "drop_release": 0}
+RUNTIME_PARAMS = {
+    "slot_stride": "bytes between release flags; the arrival counter sits at 8 x stride (4: the seed's one line)",
+    "done_offset": "byte offset of the consumers' done counter (1028: next to the arrival counter)",
+    "poll": "0 ld.acquire.gpu, 1 volatile load without acquire, 2 plain load (hoisted: a timeout)",
+    "release": "0 st.global.wt (the seed's write-through), 1 st.release.gpu, 2 atom.release.gpu.exch",
+    "epochs": "barrier rounds per launch",
+    "words": "data words per producer and epoch (every consumer checks all of them)",
+    "blocks": "grid size (0: one per SM); all blocks must be co-resident",
+    "producers": "producer blocks (0: an eighth of the grid)",
+    "jitter": "random delay before each arrival, up to jitter*128 clocks",
+    "spin_timeout_us": "a spin gives up after this long: spin_timeouts + a mismatched launch",
+    "drop_release": "emulated lost release: flag 0 is not written at this epoch (0: never)",
+}
 
 VARIANTS = (
     Variant("fixed", "fixed", "every barrier word on its own 128-B line, acquire poll", params={}),
@@ -35,11 +65,19 @@ VARIANTS = (
             "producers' arrival counter", params={"done_offset": RELEASES * 128 + 4},
             detected_by=("static",)),
     Variant("broken_no_acquire", "broken", "consumers poll a volatile flag, then read data "
-            "with no acquire", params={"poll": 1}, detected_by=("static",)),
+            "with no acquire", params={"poll": 1}, detected_by=("static", "stress")),
     Variant("broken_hoisted_poll", "broken", "consumers poll a plain flag: nvcc hoists the load "
-            "(certain hang); clang drops the empty loop (no wait at all)", params={"poll": 2},
-            detected_by=("static",)),
+            "(certain hang; the runtime build's bounded spin times out); clang drops the empty "
+            "loop (no wait at all)", params={"poll": 2, "spin_timeout_us": 2000},
+            detected_by=("static", "stress")),
+    Variant("fixed_release_store", "fixed", "separate lines, releases by st.release.gpu",
+            params={"release": 1}),
+    Variant("fixed_atomic_release", "fixed", "separate lines, releases by an L2 atomic exchange",
+            params={"release": 2}),
+    Variant("shared_line_atomic", "fixed", "seed layout, but every word of the line an L2 atomic",
+            params={"slot_stride": 4, "release": 2}),
 )
+_BY_NAME = {v.name: v for v in VARIANTS}
 POINTS = Points(DEFAULTS, VARIANTS, DEFINE_NAMES)
 resolve = POINTS.resolve
 defines = POINTS.defines
@@ -48,7 +86,8 @@ defines = POINTS.defines
 def model_layout(params: dict[str, Any], platform: str) -> layout.Layout:
     """The layout the kernel should build for these parameters (the model side)."""
     p = resolve(params)
-    rows = [(x * p["slot_stride"], 4, 1, 0) for x in range(RELEASES)]
+    access = RELEASE_ACCESS[int(p["release"])]
+    rows = [(x * p["slot_stride"], 4, access, 0) for x in range(RELEASES)]
     rows += [(RELEASES * p["slot_stride"], 4, 0, 0), (p["done_offset"], 4, 0, 1)]
     return layout.layout_from_table(rows, platform)
 
@@ -66,22 +105,28 @@ def predicted_checks(params: dict[str, Any]) -> set[str]:
 
 
 def static_model(params: dict[str, Any]) -> StaticVerdict:
-    """Hazardous iff a layout check or a poll check must fire for these parameters."""
+    """Hazardous iff a layout check or a poll check must fire for these parameters, or the
+    runtime request emulates a lost release (`drop_release`)."""
     found = predicted_checks(params)
+    if resolve(params).get("drop_release"):
+        found.add("emulated lost release (drop_release)")
     if not found:
-        return StaticVerdict(False, "one line per barrier word; acquire after the poll")
+        return StaticVerdict(False, "no write-through word in a line with an L2 writer, no line "
+                                    "shared by unrelated barriers; acquire after the poll")
     return StaticVerdict(True, ", ".join(sorted(found)))
 
 
 def strategy() -> Any:
-    """Layout points: slot stride, where the other barrier's counter sits, the poll kind."""
-    def point(variant, stride, done_delta, poll):
+    """Layout points: slot stride, where the other barrier's counter sits, the poll kind, the
+    release kind."""
+    def point(variant, stride, done_delta, poll, release):
         counter = RELEASES * stride
         return {"variant": variant, "slot_stride": stride, "done_offset": counter + done_delta,
-                "poll": poll}
+                "poll": poll, "release": release}
     return st.builds(point, st.sampled_from([v.name for v in VARIANTS]),
                      st.sampled_from([4, 8, 16, 32, 64, 128]),
-                     st.sampled_from([4, 32, 64, 128, 1024]), st.sampled_from(sorted(POLLS)))
+                     st.sampled_from([4, 32, 64, 128, 1024]), st.sampled_from(sorted(POLLS)),
+                     st.sampled_from(sorted(RELEASE_KINDS)))
 
 
 def static_check(params: dict[str, Any]):
@@ -113,13 +158,15 @@ def static_check(params: dict[str, Any]):
 FAMILY = Family(
     name="barrier_layout",
     summary="release flags and arrival counters: write-through + L2 atomic in one line (lost "
-            "release), false sharing, polls without acquire, hoisted polls",
+            "release, AMD), false sharing, polls without acquire, hoisted polls; release by "
+            "st.wt / st.release / atomic; bounded spins at run time",
     variants=VARIANTS,
     static_model=static_model,
     strategy=strategy,
     source_dir="barrier_layout",
-    binary=None,
+    binary="barrier_layout",
     platforms=("cuda", "amd"),
-    runtime_params={"epochs": "barrier rounds per launch (H200 harness, not yet run)",
-                    "words": "data words per producer and epoch"},
+    default_launches=200,
+    timeout_s=20.0,
+    runtime_params=RUNTIME_PARAMS,
 )

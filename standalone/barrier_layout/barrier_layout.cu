@@ -1,30 +1,44 @@
 // barrier_layout.cu -- family `barrier_layout`: a release-flag + arrival-counter barrier
-// whose words are laid out by compile-time parameters (HIP-portable; CUDA spelling).
+// whose words are laid out by parameters (HIP-portable; CUDA spelling).
 //
 // Hazards seeded:
-//  * shared line (HZ_SLOT_STRIDE=4): the seed's MoE W13->W2 barrier
+//  * shared line (slot_stride 4): the seed's MoE W13->W2 barrier
 //    (002_79daa8f540f6a64d.txt) kept eight write-through release flags at [0..7] and the
 //    L2-atomic arrival counter at [8] of one 64-B line. On AMD the write-through releases
 //    land in HBM, and an L2 write-back of the same line, still holding the old releases,
-//    reverts them: waiters spin forever on a release that did fire.
-//  * false sharing (HZ_DONE_OFFSET next to the arrival counter): an unrelated barrier's
-//    counter in the same line - every arrival at one invalidates the other.
-//  * poll without acquire (HZ_POLL=1): consumers spin on a volatile flag and then read the
+//    reverts them: waiters spin forever on a release that did fire. On NVIDIA the L2 is
+//    the point of coherence for stores and atomics alike, so the mechanism does not exist
+//    there; what remains is the cost of every poll and arrival hitting one line.
+//  * false sharing (done_offset next to the arrival counter): an unrelated barrier's
+//    counter in the same line - every arrival at one contends with the other.
+//  * poll without acquire (poll 1): consumers spin on a volatile flag and then read the
 //    producers' data with plain loads and no fence; stale L1 lines are read (~100% stale on
 //    an H200, ../shared/notes/h200-measurements.md).
-//  * hoisted poll (HZ_POLL=2): a plain, non-volatile flag; the compiler loads it once and
-//    spins on a register - a certain hang.
-// Why the fixed variant is correct: every word has its own line (HZ_SLOT_STRIDE=128 covers
-// both AMD's 64-B and NVIDIA's 128-B lines), producers release with a gpu-scope fence
-// before their arrival, and consumers poll with an acquire load.
+//  * hoisted poll (poll 2): a plain, non-volatile flag; the compiler loads it once and
+//    spins on a register - a certain hang (the runtime build turns it into a timeout).
+// Release kinds (release): 0 write-through store (the seed's; AMD sc0 sc1, NVIDIA
+// st.global.wt), 1 release store (st.release.gpu), 2 L2 atomic exchange (atom.release.gpu).
+// Why the fixed variants are correct: every word has its own line (slot_stride 128 covers
+// both AMD's 64-B and NVIDIA's 128-B lines) or every word of the shared line is an L2
+// atomic; producers release their data before arriving (the last arrival also acquires the
+// others' releases), and consumers poll with an acquire load.
 //
-// The layout the kernel uses is also emitted into the binary as `hz_barrier_layout`
-// (offset, size, access, barrier) rows, computed from the same macros as the addresses,
-// so `hazards.static` checks the layout the compiler actually built.
+// Two builds of this one source:
+//  * point build (any of HZ_SLOT_STRIDE / HZ_DONE_OFFSET / HZ_POLL / HZ_RELEASE defined, or
+//    HZ_STATIC_ONLY): one kernel, `hz_barrier_point`, for the point the -D parameters name,
+//    with the seed's unbounded spins, plus its layout as `hz_barrier_layout` (offset, size,
+//    access, barrier rows) computed from the same macros as the addresses, so that
+//    `hazards.static` checks the layout and the polls the compiler actually built. A
+//    bounded spin can always exit, so the static hoisted-poll check needs these loops as
+//    written. The point build's host harness refuses to run (it exists to be compiled).
+//  * runtime build (no -D; what `hazards stress` builds): every poll x release kind as a
+//    template instance, the layout a run-time parameter, every spin bounded by a time limit
+//    (a lost release becomes a counted `spin_timeouts` and a mismatched launch, never a
+//    hang), per-launch validation of every data word and of the barrier's final state, and
+//    the kernel's duration measured on the device (%globaltimer) for the cost benchmark.
 //
-// Builds: nvcc -arch=sm_90a (runtime harness below; THE H200 RUN IS NOT DONE YET) and
 // clang-19 -x hip --offload-arch=gfx942 -nogpulib -nogpuinc --cuda-device-only -S
-// -DHZ_STATIC_ONLY (device code only, for the AMDGCN checks).
+// -DHZ_STATIC_ONLY compiles the device code of a point for the AMDGCN checks.
 #if defined(HZ_STATIC_ONLY) && defined(__HIP__)
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
@@ -33,30 +47,44 @@
 #define HZ_TID __builtin_amdgcn_workitem_id_x()
 #define HZ_BID __builtin_amdgcn_workgroup_id_x()
 typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
 #else
-#include "../common/compat.h"
+#include "../common/harness.h"
 #define HZ_TID threadIdx.x
 #define HZ_BID blockIdx.x
 #endif
 #define HZ_THREADS 256  // the block size the kernel is launched with
+#define HZ_RELEASES 8   // release fan-out (the seed's one slot per XCD)
 
+#if defined(HZ_STATIC_ONLY) || defined(HZ_SLOT_STRIDE) || defined(HZ_DONE_OFFSET) || defined(HZ_POLL) || \
+    defined(HZ_RELEASE)
+#define HZ_POINT_BUILD 1
+#else
+#define HZ_POINT_BUILD 0
+#endif
+
+enum { POLL_ACQUIRE = 0, POLL_VOLATILE = 1, POLL_PLAIN = 2 };
+enum { REL_WRITE_THROUGH = 0, REL_STORE_RELEASE = 1, REL_ATOMIC = 2 };
+
+#if HZ_POINT_BUILD
 #ifndef HZ_SLOT_STRIDE
 #define HZ_SLOT_STRIDE 128  // bytes between consecutive barrier words
-#endif
-#ifndef HZ_RELEASES
-#define HZ_RELEASES 8  // release fan-out (the seed's one slot per XCD)
 #endif
 #define HZ_COUNTER_OFFSET (HZ_RELEASES * HZ_SLOT_STRIDE)
 #ifndef HZ_DONE_OFFSET
 #define HZ_DONE_OFFSET (16 * 128)  // the consumers' barrier: far away unless seeded
 #endif
 #ifndef HZ_POLL
-#define HZ_POLL 0  // 0 acquire load, 1 volatile load without acquire, 2 plain load
+#define HZ_POLL POLL_ACQUIRE
 #endif
-#define HZ_WORDS_BYTES (HZ_DONE_OFFSET + 4 > HZ_COUNTER_OFFSET + 4 ? HZ_DONE_OFFSET + 4 : HZ_COUNTER_OFFSET + 4)
+#ifndef HZ_RELEASE
+#define HZ_RELEASE REL_WRITE_THROUGH
+#endif
+// layout access codes: 0 atomic / 1 write-through / 2 plain store
+#define HZ_REL_ACCESS (HZ_RELEASE == REL_WRITE_THROUGH ? 1 : HZ_RELEASE == REL_STORE_RELEASE ? 2 : 0)
 
-// (offset, size, access: 0 atomic / 1 write-through / 2 plain, barrier id)
-#define HZ_REL(x) (x) * HZ_SLOT_STRIDE, 4, 1, 0
+// (offset, size, access, barrier id)
+#define HZ_REL(x) (x) * HZ_SLOT_STRIDE, 4, HZ_REL_ACCESS, 0
 __device__ __attribute__((used)) const uint32_t hz_barrier_layout[] = {
     HZ_REL(0), HZ_REL(1), HZ_REL(2), HZ_REL(3), HZ_REL(4), HZ_REL(5), HZ_REL(6), HZ_REL(7),
     HZ_COUNTER_OFFSET, 4, 0, 0,
@@ -65,51 +93,77 @@ __device__ __attribute__((used)) const uint32_t hz_barrier_layout[] = {
 #if HZ_RELEASES != 8
 #error "hz_barrier_layout lists 8 releases"
 #endif
+#endif  // HZ_POINT_BUILD
+
+// Byte offsets of the barrier words from the (line-aligned) base.
+struct BarrierLayout {
+  int slot_stride;  // release flag x at x * slot_stride
+  int counter;      // the producers' arrival counter
+  int done;         // the consumers' arrival counter (a second barrier)
+};
 
 __device__ __forceinline__ uint32_t* hz_word(uint32_t* bar, int byte_offset) {
   return (uint32_t*)((char*)bar + byte_offset);
 }
 
-// Write-through store of a release flag (AMD: sc0 sc1, the seed's st_wt; NVIDIA: st.wt).
-__device__ __forceinline__ void hz_store_wt(uint32_t* p, uint32_t v) {
+// Publish epoch `v` on a release flag.
+template <int Release>
+__device__ __forceinline__ void hz_release_store(uint32_t* p, uint32_t v) {
 #if HZ_HIP
-  __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  if (Release == REL_WRITE_THROUGH) __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  else if (Release == REL_STORE_RELEASE) __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+  else __hip_atomic_exchange(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
 #else
-  asm volatile("st.global.wt.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
+  // st.global.wt is a weak store in the PTX model (cache operators exist for weak stores
+  // only): the seed's write-through release, reproduced as written.
+  if (Release == REL_WRITE_THROUGH) asm volatile("st.global.wt.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
+  else if (Release == REL_STORE_RELEASE) asm volatile("st.release.gpu.global.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
+  else {
+    uint32_t old;
+    asm volatile("atom.release.gpu.global.exch.b32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    (void)old;
+  }
 #endif
 }
 
-// gpu/agent-scope arrival: release fence, then an L2 atomic add. Returns the old count.
-__device__ __forceinline__ uint32_t hz_arrive(uint32_t* counter) {
+// A producer's arrival: releases its data; the last arrival also acquires everyone's (it
+// publishes their data next). Returns the old count.
+__device__ __forceinline__ uint32_t hz_arrive_producer(uint32_t* counter) {
 #if HZ_HIP
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
   return __hip_atomic_fetch_add(counter, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 #else
-  __threadfence();
-  return atomicAdd(counter, 1u);
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+  return old;
 #endif
 }
 
-__device__ __forceinline__ void hz_count(uint32_t* p, uint32_t n) {
+// A consumer's arrival at `done`: its reads of the data come before (release). Not a
+// __threadfence: fence.sc invalidates this SM's L1 (CCTL.IVALL), which would hide the
+// stale lines the no-acquire poll exists to expose.
+__device__ __forceinline__ void hz_arrive_consumer(uint32_t* done) {
 #if HZ_HIP
-  __hip_atomic_fetch_add(p, n, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
+  __hip_atomic_fetch_add(done, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 #else
-  atomicAdd(p, n);
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" : : "l"(done) : "memory");
 #endif
 }
 
+template <int Poll>
 __device__ __forceinline__ uint32_t hz_poll(uint32_t* p) {
-#if HZ_POLL == 0 && HZ_HIP
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
-#elif HZ_POLL == 0
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-#elif HZ_POLL == 1
-  return *(volatile uint32_t*)p;
+  if (Poll == POLL_ACQUIRE) {
+#if HZ_HIP
+    return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
 #else
-  return *p;
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
 #endif
+  }
+  if (Poll == POLL_VOLATILE) return *(volatile uint32_t*)p;
+  return *p;
 }
 
 __device__ __forceinline__ void hz_block_sync() {
@@ -126,101 +180,159 @@ __device__ __forceinline__ uint32_t hz_value(uint32_t epoch, uint32_t producer, 
   return epoch * 0x9E3779B1u ^ (producer << 20) ^ i;
 }
 
-// Launched with HZ_THREADS threads per block. Blocks [0, producers) produce `words` values per epoch and arrive; the last arrival
-// fans the epoch out to the HZ_RELEASES release flags. Blocks [producers, grid) consume:
-// poll their flag, check every producer's data, then arrive at the `done` barrier, which
-// producers wait on before overwriting the data. All blocks must be co-resident.
-__global__ void hz_barrier_kernel(uint32_t* bar, uint32_t* data, uint32_t* bad,
-                                  int producers, int consumers, int words, int epochs) {
+#if HZ_POINT_BUILD
+// ------------------------------------------------------------------------ point build --
+// The seed's barrier as written: unbounded spins, wrong words counted into `bad`.
+struct RunCtl {
+  uint32_t* bad;
+};
+#define HZ_STOPPED() false
+#define HZ_DROPPED(rc, e, x) false
+// Written out in place, not as a function: nvcc deletes a side-effect-free spin loop that
+// sits in a device function of its own (C++ forward progress), but keeps it - hoisted
+// plain load and all - in the caller, which is what the seed's kernel did.
+#define HZ_WAIT_AT_LEAST(Poll, p, target, rc) \
+  while (hz_poll<Poll>(p) < (target)) {       \
+  }
+__device__ __forceinline__ void hz_count_wrong(const RunCtl& rc, uint32_t wrong) {
+#if HZ_HIP
+  __hip_atomic_fetch_add(rc.bad, wrong, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  atomicAdd(rc.bad, wrong);
+#endif
+}
+__device__ __forceinline__ void hz_jitter(const RunCtl&, int) {}
+__device__ __forceinline__ void hz_mark_start(const RunCtl&) {}
+__device__ __forceinline__ void hz_mark_end(const RunCtl&) {}
+#else
+// ---------------------------------------------------------------------- runtime build --
+// Per-launch control and result words, in their own allocation (never in a barrier line).
+struct LaunchCtl {
+  uint32_t abort;     // set by the first spin that gave up: every other spin stops too
+  uint32_t timeouts;  // spins that reached the time limit
+  uint32_t wrong;     // data words a consumer saw with the wrong value
+  uint32_t pad;
+  unsigned long long t_first;  // %globaltimer ns: earliest block start (reset to ~0)
+  unsigned long long t_last;   // latest block end
+};
+struct RunCtl {
+  LaunchCtl* ctl;
+  unsigned long long limit_ns;  // a spin gives up after this long
+  unsigned long long seed;      // per launch (jitter)
+  int jitter;                   // random delay before each arrival, up to jitter*128 clocks
+  int drop_epoch;               // emulated lost release: flag 0 is not written at this epoch (0: never)
+};
+
+__device__ __forceinline__ unsigned long long hz_now_ns() {
+#if HZ_HIP
+  return __builtin_amdgcn_s_memrealtime() * 10ull;  // gfx9 wall clock: 100 MHz (untested here)
+#else
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#endif
+}
+
+__shared__ int hz_stop;  // this block saw a timeout or the abort flag: leave the epoch loop
+#define HZ_STOPPED() (hz_stop != 0)
+#define HZ_DROPPED(rc, e, x) ((x) == 0 && (e) == (rc).drop_epoch)
+#define HZ_WAIT_AT_LEAST(Poll, p, target, rc) hz_wait_at_least<Poll>(p, target, rc)
+
+// Bounded spin. The abort flag is read once, before the loop: a volatile load inside would
+// keep the compiler from hoisting a plain poll, and the hoisted poll is the hazard the
+// `poll 2` variant exists to show (here: it spins on the clock until the limit).
+template <int Poll>
+__device__ __forceinline__ void hz_wait_at_least(uint32_t* p, uint32_t target, const RunCtl& rc) {
+  if (*(volatile uint32_t*)&rc.ctl->abort) {
+    hz_stop = 1;
+    return;
+  }
+  const unsigned long long t0 = hz_now_ns();
+  while (hz_poll<Poll>(p) < target) {
+    if (hz_now_ns() - t0 > rc.limit_ns) {
+      atomicAdd(&rc.ctl->timeouts, 1u);
+      atomicExch(&rc.ctl->abort, 1u);
+      hz_stop = 1;
+      return;
+    }
+  }
+}
+__device__ __forceinline__ void hz_count_wrong(const RunCtl& rc, uint32_t wrong) { atomicAdd(&rc.ctl->wrong, wrong); }
+__device__ __forceinline__ void hz_jitter(const RunCtl& rc, int e) {
+  if (rc.jitter) {
+    unsigned long long h = hz::splitmix64(rc.seed ^ ((unsigned long long)HZ_BID << 32) ^ (unsigned long long)e);
+    hz_spin_cycles((long long)(h % (unsigned long long)(rc.jitter * 128 + 1)));
+  }
+}
+__device__ __forceinline__ void hz_mark_start(const RunCtl& rc) {
+  hz_stop = 0;
+  atomicMin(&rc.ctl->t_first, hz_now_ns());
+}
+__device__ __forceinline__ void hz_mark_end(const RunCtl& rc) { atomicMax(&rc.ctl->t_last, hz_now_ns()); }
+#endif
+
+// `epochs` barrier rounds over co-resident blocks. Blocks [0, producers) write `words`
+// values per epoch and arrive; the last arrival fans the epoch out to the HZ_RELEASES
+// release flags. Blocks [producers, grid) consume: poll their flag, check every producer's
+// data, then arrive at the `done` barrier, which producers wait on before overwriting the
+// data. Thread 0 of each block does the barrier work; HZ_THREADS threads per block.
+template <int Poll, int Release>
+__device__ __forceinline__ void hz_barrier_rounds(const BarrierLayout L, uint32_t* bar, uint32_t* data,
+                                                  const RunCtl& rc, int producers, int consumers, int words,
+                                                  int epochs) {
   const int tid = HZ_TID, nthreads = HZ_THREADS;
-  uint32_t* counter = hz_word(bar, HZ_COUNTER_OFFSET);
-  uint32_t* done = hz_word(bar, HZ_DONE_OFFSET);
+  uint32_t* counter = hz_word(bar, L.counter);
+  uint32_t* done = hz_word(bar, L.done);
+  if (tid == 0) hz_mark_start(rc);
   if ((int)HZ_BID < producers) {
     const int p = HZ_BID;
     for (int e = 1; e <= epochs; ++e) {
-      if (tid == 0 && e > 1) {
-        while (hz_poll(done) < (uint32_t)((e - 1) * consumers)) {
-        }
-      }
+      if (tid == 0 && e > 1) HZ_WAIT_AT_LEAST(Poll, done, (uint32_t)((e - 1) * consumers), rc);
       hz_block_sync();
+      if (HZ_STOPPED()) break;
       for (int i = tid; i < words; i += nthreads) data[p * words + i] = hz_value(e, p, i);
       hz_block_sync();
-      if (tid == 0 && hz_arrive(counter) == (uint32_t)(e * producers - 1)) {
-        for (int x = 0; x < HZ_RELEASES; ++x) hz_store_wt(hz_word(bar, x * HZ_SLOT_STRIDE), e);
+      if (tid == 0) {
+        hz_jitter(rc, e);
+        if (hz_arrive_producer(counter) == (uint32_t)(e * producers - 1)) {
+          for (int x = 0; x < HZ_RELEASES; ++x) {
+            if (HZ_DROPPED(rc, e, x)) continue;
+            hz_release_store<Release>(hz_word(bar, x * L.slot_stride), e);
+          }
+        }
       }
     }
   } else {
     const int c = HZ_BID - producers;
-    uint32_t* release = hz_word(bar, (c % HZ_RELEASES) * HZ_SLOT_STRIDE);
+    uint32_t* release = hz_word(bar, (c % HZ_RELEASES) * L.slot_stride);
     for (int e = 1; e <= epochs; ++e) {
-      if (tid == 0) {
-        while (hz_poll(release) < (uint32_t)e) {
-        }
-      }
+      if (tid == 0) HZ_WAIT_AT_LEAST(Poll, release, (uint32_t)e, rc);
       hz_block_sync();
+      if (HZ_STOPPED()) break;
       uint32_t wrong = 0;
       for (int k = tid; k < producers * words; k += nthreads) {
         wrong += data[k] != hz_value(e, k / words, k % words);
       }
-      if (wrong) hz_count(bad, wrong);
+      if (wrong) hz_count_wrong(rc, wrong);
       hz_block_sync();
-      if (tid == 0) hz_arrive(done);
+      if (tid == 0) {
+        hz_jitter(rc, e);
+        hz_arrive_consumer(done);
+      }
     }
   }
+  if (tid == 0) hz_mark_end(rc);
 }
+
+#if HZ_POINT_BUILD
+__global__ void hz_barrier_point(uint32_t* bar, uint32_t* data, uint32_t* bad, int producers, int consumers,
+                                 int words, int epochs) {
+  const BarrierLayout L = {HZ_SLOT_STRIDE, HZ_COUNTER_OFFSET, HZ_DONE_OFFSET};
+  const RunCtl rc = {bad};
+  hz_barrier_rounds<HZ_POLL, HZ_RELEASE>(L, bar, data, rc, producers, consumers, words, epochs);
+}
+#endif
 
 #if !defined(HZ_STATIC_ONLY)
-// Host harness: `barrier_layout [epochs] [words]`; grid = one block per SM (co-resident),
-// an eighth of them producers. Prints one HZ_RESULT line (docs/protocol.md); exit 0 clean,
-// 1 stale data seen, 3 device error. NOT YET RUN ON AN H200 (deferred).
-#include <stdio.h>
-#include <stdlib.h>
-
-#define HZ_CHECK(call)                                                                   \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      printf("HZ_RESULT {\"status\": \"fault\", \"message\": \"%s\"}\n", cudaGetErrorString(e_)); \
-      return 3;                                                                          \
-    }                                                                                    \
-  } while (0)
-
-int main(int argc, char** argv) {
-  const int epochs = argc > 1 ? atoi(argv[1]) : 1000;
-  const int words = argc > 2 ? atoi(argv[2]) : 1024;
-  if (epochs < 1 || words < 1) {
-    printf("HZ_RESULT {\"status\": \"bad_request\", \"message\": \"epochs and words must be > 0\"}\n");
-    return 2;
-  }
-  int dev = 0, sms = 0;
-  HZ_CHECK(cudaGetDevice(&dev));
-  cudaDeviceProp prop;
-  HZ_CHECK(cudaGetDeviceProperties(&prop, dev));
-  sms = prop.multiProcessorCount;
-  const int blocks = sms, producers = blocks / 8 > 0 ? blocks / 8 : 1;
-  uint32_t *bar, *data, *bad;
-  HZ_CHECK(cudaMalloc((void**)&bar, HZ_WORDS_BYTES + 256));
-  HZ_CHECK(cudaMalloc((void**)&data, (size_t)producers * words * 4));
-  HZ_CHECK(cudaMalloc((void**)&bad, 4));
-  HZ_CHECK(cudaMemset(bar, 0, HZ_WORDS_BYTES + 256));
-  HZ_CHECK(cudaMemset(bad, 0, 4));
-  cudaEvent_t t0, t1;
-  HZ_CHECK(cudaEventCreate(&t0));
-  HZ_CHECK(cudaEventCreate(&t1));
-  HZ_CHECK(cudaEventRecord(t0));
-  hz_barrier_kernel<<<blocks, HZ_THREADS>>>(bar, data, bad, producers, blocks - producers, words,
-                                            epochs);
-  HZ_CHECK(cudaGetLastError());
-  HZ_CHECK(cudaEventRecord(t1));
-  HZ_CHECK(cudaEventSynchronize(t1));
-  float ms = 0.f;
-  HZ_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-  uint32_t h_bad = 0;
-  HZ_CHECK(cudaMemcpy(&h_bad, bad, 4, cudaMemcpyDeviceToHost));
-  printf("HZ_RESULT {\"status\": \"ok\", \"launches\": 1, \"mismatched\": %d, \"bad_elements\": %u, "
-         "\"kernel_ms\": %.4f, \"metrics\": {\"us_per_epoch\": %.4f, \"slot_stride\": %d, "
-         "\"done_offset\": %d, \"poll\": %d}}\n",
-         h_bad ? 1 : 0, h_bad, ms, 1000.0 * ms / epochs, HZ_SLOT_STRIDE, HZ_DONE_OFFSET, HZ_POLL);
-  return h_bad ? 1 : 0;
-}
+#include "barrier_layout_host.h"  // the harness side: entry points, validation, parameters
 #endif
