@@ -16,7 +16,12 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 OUTCOME_COLOURS = {"clean": "#4c9a2a", "hang": "#7b3294", "fault": "#d7191c",
                    "mismatch": "#fdae61", "error": "#8c8c8c"}
-MAX_KEYS = 24  # more bars than this stop being readable
+MAX_KEYS = 120  # figures grow with their rows; past this a figure says what it left out
+
+
+def _shown(n_total: int) -> str:
+    """Title suffix when a figure shows only the first MAX_KEYS of n_total rows."""
+    return f" (first {MAX_KEYS} of {n_total})" if n_total > MAX_KEYS else ""
 
 
 def _png(fig: "plt.Figure") -> bytes:
@@ -30,6 +35,7 @@ def outcome_bars(labels: Sequence[str], counts: Sequence[dict[str, int]]) -> byt
     """Stacked horizontal bars: outcome counts per target/variant."""
     if not labels:
         return None
+    n_total = len(labels)
     labels, counts = list(labels)[:MAX_KEYS], list(counts)[:MAX_KEYS]
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(labels) + 1.2))
     left = [0] * len(labels)
@@ -41,13 +47,15 @@ def outcome_bars(labels: Sequence[str], counts: Sequence[dict[str, int]]) -> byt
     ax.invert_yaxis()
     ax.set_xlabel("runs")
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title("Outcomes per target/variant")
+    ax.set_title("Outcomes per target/variant" + _shown(n_total))
     return _png(fig)
 
 
 def rate_intervals(labels: Sequence[str], rates: Sequence[float], cis: Sequence[tuple[float, float]]) -> bytes | None:
     """Failure rate with its confidence interval per target/variant (log-free, 0..1)."""
-    pts = [(lab, r, ci) for lab, r, ci in zip(labels, rates, cis) if r is not None][:MAX_KEYS]
+    pts = [(lab, r, ci) for lab, r, ci in zip(labels, rates, cis) if r is not None]
+    n_total = len(pts)
+    pts = pts[:MAX_KEYS]
     if not pts:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(pts) + 1.2))
@@ -60,7 +68,7 @@ def rate_intervals(labels: Sequence[str], rates: Sequence[float], cis: Sequence[
     ax.invert_yaxis()
     ax.set_xlim(-0.02, 1.02)
     ax.set_xlabel("failure rate (95% exact CI)")
-    ax.set_title("Failure rate per target/variant")
+    ax.set_title("Failure rate per target/variant" + _shown(n_total))
     return _png(fig)
 
 
@@ -79,7 +87,8 @@ def trends(series: dict[str, list[tuple[int, float, float, float]]]) -> bytes | 
     ax.set_ylabel("failure rate")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7, loc="best")
-    ax.set_title("Failure rate over recent campaigns")
+    shown = f" ({min(10, len(series))} of {len(series)} keys)" if len(series) > 10 else ""
+    ax.set_title("Failure rate over recent campaigns" + shown)
     return _png(fig)
 
 
@@ -89,6 +98,7 @@ def distributions(samples: dict[str, list[float]], *, title: str, xlabel: str, l
     if not samples:
         return None
     keys = list(samples)[:MAX_KEYS]
+    title += _shown(len(samples))
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(keys) + 1.4))
     data = [samples[k] for k in keys]
     try:
