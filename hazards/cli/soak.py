@@ -74,7 +74,8 @@ def soak_command(
     store = Store(store_path)
     if executor != "local":
         res = _remote_soak(executor, store, items, budget_s=budget_s, resume=resume, name=name,
-                           address=address, max_gpus=max_gpus)
+                           address=address, max_gpus=max_gpus,
+                           lock_dir=str(lease_dir) if lease_dir else None, exclusive=exclusive)
         return _finish(store, res, report)
     leases, busy = acquire_free("hazards soak", lock_dir=str(lease_dir) if lease_dir else None,
                                 max_gpus=max_gpus, wait_s=wait_s, exclusive=exclusive)
