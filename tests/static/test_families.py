@@ -82,4 +82,4 @@ def test_barrier_layout_harness_builds_with_nvcc_for_sm_90a(tmp_path):
                            "-DHZ_SLOT_STRIDE=4", str(barrier_layout.SOURCE), "-o", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert out.stat().st_size > 0  # built, not run: the H200 run is deferred
+    assert out.stat().st_size > 0  # built here; run on the H200 in docs/results/barrier-layout-h200.md
