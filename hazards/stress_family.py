@@ -9,6 +9,11 @@ per-launch rates with confidence intervals.
 Verdict per variant: a canary (role `broken`) must be *detected* by the oracle that ran
 (stress, or the sanitizer) when it lists that oracle in `detected_by`; every other
 variant must be *clean*. Anything else is reported as MISSED / UNEXPECTED.
+
+A detection counts only when the oracle itself proved the hazard (`is_attributed`): under
+the sanitizer, a sanitizer error (not a mismatch or a timeout of the slowed-down kernel);
+under stress, a failing run whose harness did not report its own machinery going wrong
+(a bounded spin that gave up, a result slot never written: `HARNESS_ANOMALIES`).
 """
 from __future__ import annotations
 
@@ -25,6 +30,30 @@ from stress.stats import rate_ci
 from stress.store import Store
 
 KIND = "stress"
+
+# Counters a family reports when its own machinery, not the seeded hazard, went wrong
+# (ordering.cu: a bounded spin gave up; a litmus result slot was never written). A failing
+# run that reports one of them does not show the seeded hazard.
+HARNESS_ANOMALIES = ("spin_timeouts", "invalid")
+
+
+def is_attributed(result: RunResult, oracle: str, tool: str | None = None) -> bool:
+    """Did this run fail *because of the hazard the oracle looks for*?
+
+    sanitizer: only a sanitizer error of `tool` (a kernel mismatch, or a hang of the
+    instrumented kernel, proves nothing about races). stress: any hang, fault or mismatch
+    whose metrics report no harness anomaly.
+    """
+    if not Outcome(result.outcome).is_failure:
+        return False
+    if oracle == "sanitizer":
+        from hazards.sanitizer import ERROR_KINDS
+
+        kind = result.error_kind or (result.evidence or {}).get("error_kind")
+        wanted = {ERROR_KINDS[tool]} if tool else set(ERROR_KINDS.values())
+        return kind in wanted
+    m = result.metrics or {}
+    return not any(float(m.get(k) or 0) > 0 for k in HARNESS_ANOMALIES)
 
 
 def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
@@ -62,10 +91,17 @@ class LaunchTally:
     max_rel_err: float = 0.0
     sanitizer_errors: int = 0
     requests: int = 0
+    attributed: int = 0  # failing runs the oracle proved (see `is_attributed`)
+    unattributed: int = 0  # failing runs it did not: a harness anomaly, a sanitizer-side timeout
 
-    def add(self, result: RunResult) -> None:
+    def add(self, result: RunResult, oracle: str = "stress", tool: str | None = None) -> None:
         m = result.metrics or {}
         self.requests += 1
+        if Outcome(result.outcome).is_failure:
+            if is_attributed(result, oracle, tool):
+                self.attributed += 1
+            else:
+                self.unattributed += 1
         if result.outcome in (Outcome.CLEAN, Outcome.MISMATCH):
             self.launches += int(m.get("launches") or 0)
             self.mismatched += int(m.get("mismatched") or 0)
@@ -108,6 +144,7 @@ class VariantReport:
             "max_rel_err": t.max_rel_err, "kernel_ms": t.kernel_ms, "wall_s": self.wall_s,
             "validated_launches_per_s": t.launches / self.wall_s if self.wall_s > 0 else None,
             "sanitizer_errors": t.sanitizer_errors,
+            "attributed_failures": t.attributed, "unattributed_failures": t.unattributed,
         }
         if t.instances:
             wlo, whi = rate_ci(int(t.weak), int(t.instances))
@@ -123,11 +160,14 @@ def expectation(variant: Variant, oracle: str, hazardous: bool) -> str:
     return "clean" if not hazardous else "n/a"
 
 
-def verdict_for(expected: str, summary: CampaignSummary) -> str:
+def verdict_for(expected: str, summary: CampaignSummary, tally: LaunchTally | None = None) -> str:
+    """The variant's verdict. A canary is `detected` only by runs the oracle proved
+    (`tally.attributed`); failures for another reason leave it MISSED."""
     if summary.judged == 0:
         return "error"
     if expected == "detect":
-        return "detected" if summary.failures else "MISSED"
+        proved = tally.attributed if tally is not None else summary.failures
+        return "detected" if proved else "MISSED"
     if expected == "clean":
         return "clean" if not summary.failures else "UNEXPECTED"
     return "detected" if summary.failures else "clean"
@@ -159,7 +199,7 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
     tally = LaunchTally()
 
     def record(seq: int, result: RunResult, counts: dict[str, int]) -> None:
-        tally.add(result)
+        tally.add(result, oracle, sanitizer)
         if on_result is not None:
             on_result(seq, result, counts)
 
@@ -177,4 +217,4 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
     wall = time.monotonic() - t0
     expected = expectation(v, oracle, static.hazardous)
     return VariantReport(family.name, v.name, v.role, oracle, static.hazardous, static.reason,
-                         summary, tally, wall, expected, verdict_for(expected, summary))
+                         summary, tally, wall, expected, verdict_for(expected, summary, tally))

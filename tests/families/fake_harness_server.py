@@ -2,6 +2,8 @@
 
 Variants whose name starts with "broken" or "mp_plain"/"pc_no" report every launch
 mismatched; litmus-style metrics (instances, weak) are reported for ordering names.
+The request field `"fake": "spin_timeouts"` makes every launch fail through bounded spins
+that gave up (the harness's own anomaly, no weak outcome).
 """
 import json
 import os
@@ -22,6 +24,9 @@ for raw in sys.stdin:
     v = params.get("variant", "")
     bad = v.startswith(("broken", "mp_plain", "pc_no"))
     metrics = {"variant": v, "instances": 1000 * n, "weak": 3 * n if bad else 0}
+    if params.get("fake") == "spin_timeouts":  # every launch fails, but only because a spin gave up
+        bad = True
+        metrics.update(weak=0, spin_timeouts=n)
     send({"id": req["id"], "status": "ok", "launches": n, "mismatched": n if bad else 0,
           "bad_elements": 7 * n if bad else 0, "max_rel_err": 0.5 if bad else 0.0,
           "kernel_ms": 0.01 * n, "seed": 1, "metrics": metrics})

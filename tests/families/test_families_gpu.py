@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 
 from hazards.families import get_family
+from hazards.stress_family import is_attributed
 from stress.gpus import gpu_available
 from stress.outcome import Outcome
 
@@ -72,7 +73,10 @@ def test_canary_is_detected_within_its_budget(servers, name, variant):
     fam = get_family(name)
     for _ in range(CANARY_REQUESTS):
         r = _run(servers[name], {"variant": variant}, fam.default_launches, fam.timeout_s)
-        if r.outcome is Outcome.MISMATCH:
+        # a mismatch through a spin timeout or an unwritten slot is the harness, not the hazard
+        if r.outcome is Outcome.MISMATCH and is_attributed(r, "stress"):
+            if name == "ordering":
+                assert r.metrics.get("weak", 0) > 0, r.metrics
             return
     pytest.fail(f"canary {name}/{variant} not detected in {CANARY_REQUESTS} x {fam.default_launches} "
                 "launches: the check has gone blind")

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from hazards.families import get_family
-from hazards.stress_family import stress_variant
+from hazards.stress_family import is_attributed, stress_variant
+from stress.outcome import Outcome, RunResult
 from stress.targets import ServerTarget
 
 FAKE = Path(__file__).with_name("fake_harness_server.py")
@@ -50,6 +51,38 @@ def test_every_batch_is_stored_with_its_campaign(store, fake_target):
     runs = store.runs(r.summary.campaign_id)
     assert len(runs) == 3 and all(x.result.params["variant"] == "pc_fixed" for x in runs)
     assert store.campaign(r.summary.campaign_id).kind == "stress"
+
+
+def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(store, fake_target):
+    r = stress_variant(get_family("ordering"), "pc_no_acquire", store=store, launches=5, requests=2,
+                       target=fake_target, overrides={"fake": "spin_timeouts"})
+    assert r.summary.failures == 2  # the runs did fail...
+    assert (r.tally.attributed, r.tally.unattributed) == (0, 2)
+    assert r.verdict == "MISSED"  # ...but not because of the seeded hazard
+
+
+def test_a_canary_failing_with_weak_outcomes_is_attributed(store, fake_target):
+    r = stress_variant(get_family("ordering"), "pc_no_acquire", store=store, launches=5, requests=2,
+                       target=fake_target)
+    assert (r.tally.attributed, r.tally.unattributed) == (2, 0) and r.verdict == "detected"
+
+
+@pytest.mark.parametrize("outcome, error_kind, proved", [
+    (Outcome.FAULT, "sanitizer_race", True),
+    (Outcome.MISMATCH, None, False),  # the kernel's own comparison, not racecheck
+    (Outcome.HANG, None, False),      # the 40x-slowed kernel ran past its timeout
+    (Outcome.FAULT, "sanitizer_memcheck", False),  # another tool's finding
+    (Outcome.CLEAN, None, False),
+])
+def test_only_a_sanitizer_error_counts_as_a_sanitizer_detection(outcome, error_kind, proved):
+    r = RunResult(outcome=outcome, reason="x", error_kind=error_kind)
+    assert is_attributed(r, "sanitizer", "racecheck") is proved
+
+
+def test_a_stress_failure_with_a_harness_anomaly_is_not_attributed():
+    assert is_attributed(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 4}), "stress")
+    assert not is_attributed(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 0, "invalid": 3}), "stress")
+    assert is_attributed(RunResult(Outcome.HANG, "x"), "stress")
 
 
 def test_overrides_change_the_static_expectation(store, fake_target):
