@@ -21,6 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from hazards import presets
 from hazards.family import STANDALONE, Family, StaticVerdict, Variant
 
 NAMES_HEADER = STANDALONE / "deadlock" / "deadlock_names.h"
@@ -52,17 +53,11 @@ VARIANTS = (
             params={"scenario": "snapshot_epoch", "workers": 64, "participants": 16, "layers": 8,
                     "epoch_fix": "none", "skew_ppm": 1000}, detected_by=("stress",)),
 )
-_BY_NAME = {v.name: v for v in VARIANTS}
 
 
 def resolve(params: dict[str, Any]) -> dict[str, Any]:
     """Defaults <- the named variant's preset <- explicit fields (as the binary does)."""
-    out = dict(DEFAULTS)
-    name = params.get("variant")
-    if name in _BY_NAME:
-        out.update(_BY_NAME[name].params)
-    out.update({k: v for k, v in params.items() if k != "variant"})
-    return out
+    return presets.resolve(DEFAULTS, VARIANTS, params)
 
 
 def epoch_hang_probability(p: dict[str, Any]) -> float:
