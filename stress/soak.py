@@ -273,7 +273,8 @@ def run_soak(store: Store, leases: list[GpuLease], items: list[WorkItem] | None,
         store.update_campaign_spec(cid, spec)
         store.set_campaign_status(cid, status)
     tallies = {(f"{t.target}/{t.variant}" if t.variant else t.target): t for t in store.tally(cid)}
-    blind = [i.key for i in items if i.role == "canary" and i.key in tallies and tallies[i.key].judged
-             and not tallies[i.key].failures]
+    # A canary with no judged run (the budget ended before it ran, or only errors) saw
+    # nothing either: it must be flagged, never pass as if it had been checked.
+    blind = [i.key for i in items if i.role == "canary" and not (i.key in tallies and tallies[i.key].failures)]
     return SoakResult(cid, status, stats, spent_seconds(store, cid), float(store.campaign(cid).spec["budget_s"]),
                       compare_campaigns(store, cid), source.dropped(), blind)

@@ -115,6 +115,35 @@ def test_canary_that_never_fails_in_a_soak_is_flagged_blind(fake_gpus, store):
     assert res.blind == ["fakefam/broken"] and res.flagged
 
 
+class _SlowCleanTarget:
+    """Every run is clean and takes `seconds`: a budget shorter than one run ends the soak."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def run(self, params=None, *, timeout, launches=None, artifact_dir=None):
+        time.sleep(self.seconds)
+        return RunResult(Outcome.CLEAN, "ok", started_at=time.time(), duration_s=self.seconds)
+
+    def close(self) -> None:
+        pass
+
+
+def test_canary_the_budget_never_reached_is_flagged_blind(fake_gpus, store):
+    fam = make_family()
+    items = fake_items_for(fam, list(fam.variants))
+    for i in items:
+        i.role = "canary" if i.variant == "broken" else "clean"
+    leases, _ = acquire_free("soak-test", max_gpus=1)
+    try:
+        res = run_soak(store, leases, items, budget_s=0.2, telemetry=False,
+                       target_factory=lambda item, env: _SlowCleanTarget(0.5))
+    finally:
+        release_all(leases)
+    assert not store.runs(res.campaign_id, variant="broken")  # the canary never ran
+    assert res.blind == ["fakefam/broken"] and res.flagged
+
+
 def test_resume_continues_the_same_campaign_with_the_budget_left(fake_gpus, store):
     fam = make_family()
     items = fake_items_for(fam, list(fam.variants))
