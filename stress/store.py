@@ -198,6 +198,15 @@ def _json(value: Any) -> str:
         return json.dumps({"unserialisable": repr(value)})
 
 
+def _finite_or_zero(value: Any) -> float:
+    """A REAL column's value: a missing (None) or non-finite time must not lose the run."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) else 0.0
+
+
 def _check_writable(path: Path) -> None:
     """Refuse (UserError) a store path we could not write, creating only its own folder."""
     parent = path.parent if str(path.parent) else Path(".")
@@ -370,8 +379,8 @@ class Store:
                 " signature_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (int(campaign_id), int(seq), result.target or "", result.variant or "", _json(result.params),
                  outcome.value, result.reason or "", result.error_kind, _json(result.evidence),
-                 _json(result.metrics), float(result.started_at or 0.0),
-                 float(result.duration_s if math.isfinite(result.duration_s) else 0.0),
+                 _json(result.metrics), _finite_or_zero(result.started_at),
+                 _finite_or_zero(result.duration_s),
                  result.host or HOST, result.gpu_uuid, int(result.worker_age or 0),
                  str(result.artifact_dir) if result.artifact_dir else None, sig_id))
             return int(cur.lastrowid)

@@ -62,6 +62,17 @@ def test_seq_numbers_continue_per_campaign(tmp_path):
             s.record_run(a, result(), seq=2)  # a seq is never stored twice
 
 
+@pytest.mark.parametrize("times", [{"duration_s": None}, {"started_at": float("nan")},
+                                   {"duration_s": float("inf")}, {"started_at": None}])
+def test_missing_or_non_finite_times_do_not_lose_the_run(tmp_path, times):
+    with Store(tmp_path / "r.db") as s:
+        cid = s.create_campaign("run", {})
+        s.record_run(cid, RunResult(Outcome.HANG, "timed out", target="demo", **times))
+        (stored,) = s.runs(cid)
+    assert stored.result.outcome is Outcome.HANG
+    assert (stored.result.started_at, stored.result.duration_s) == (0.0, 0.0)
+
+
 def test_counts_have_all_five_outcomes(tmp_path):
     with Store(tmp_path / "r.db") as s:
         cid = s.create_campaign("run", {})
