@@ -67,6 +67,11 @@ class Family:
     default_launches: int = 200
     timeout_s: float = 20.0
     runtime_params: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> doc
+    # Metrics that, when > 0 in a failing run, mean the harness's own machinery went wrong
+    # rather than the seeded hazard (e.g. ordering: a bounded spin that gave up, a litmus slot
+    # never written). Such a run does not count as detecting a canary. Families whose seeded
+    # hazard *is* a spin that never ends (barrier_layout's lost release) leave it empty.
+    harness_anomalies: tuple[str, ...] = ()
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

@@ -13,7 +13,8 @@ variant must be *clean*. Anything else is reported as MISSED / UNEXPECTED.
 A detection counts only when the oracle itself proved the hazard (`is_attributed`): under
 the sanitizer, a sanitizer error (not a mismatch or a timeout of the slowed-down kernel);
 under stress, a failing run whose harness did not report its own machinery going wrong
-(a bounded spin that gave up, a result slot never written: `HARNESS_ANOMALIES`).
+(the family's `harness_anomalies`, e.g. ordering's bounded spin that gave up or a result
+slot never written; barrier_layout's spin timeouts are its seeded lost release, not one).
 """
 from __future__ import annotations
 
@@ -31,18 +32,14 @@ from stress.store import Store
 
 KIND = "stress"
 
-# Counters a family reports when its own machinery, not the seeded hazard, went wrong
-# (ordering.cu: a bounded spin gave up; a litmus result slot was never written). A failing
-# run that reports one of them does not show the seeded hazard.
-HARNESS_ANOMALIES = ("spin_timeouts", "invalid")
-
-
-def is_attributed(result: RunResult, oracle: str, tool: str | None = None) -> bool:
+def is_attributed(result: RunResult, oracle: str, tool: str | None = None,
+                  anomalies: tuple[str, ...] = ()) -> bool:
     """Did this run fail *because of the hazard the oracle looks for*?
 
     sanitizer: only a sanitizer error of `tool` (a kernel mismatch, or a hang of the
     instrumented kernel, proves nothing about races). stress: any hang, fault or mismatch
-    whose metrics report no harness anomaly.
+    whose metrics report none of the family's `anomalies` (`Family.harness_anomalies`:
+    counters of the harness's own machinery going wrong, such as ordering's spin timeouts).
     """
     if not Outcome(result.outcome).is_failure:
         return False
@@ -53,7 +50,7 @@ def is_attributed(result: RunResult, oracle: str, tool: str | None = None) -> bo
         wanted = {ERROR_KINDS[tool]} if tool else set(ERROR_KINDS.values())
         return kind in wanted
     m = result.metrics or {}
-    return not any(float(m.get(k) or 0) > 0 for k in HARNESS_ANOMALIES)
+    return not any(float(m.get(k) or 0) > 0 for k in anomalies)
 
 
 def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
@@ -94,11 +91,12 @@ class LaunchTally:
     attributed: int = 0  # failing runs the oracle proved (see `is_attributed`)
     unattributed: int = 0  # failing runs it did not: a harness anomaly, a sanitizer-side timeout
 
-    def add(self, result: RunResult, oracle: str = "stress", tool: str | None = None) -> None:
+    def add(self, result: RunResult, oracle: str = "stress", tool: str | None = None,
+            anomalies: tuple[str, ...] = ()) -> None:
         m = result.metrics or {}
         self.requests += 1
         if Outcome(result.outcome).is_failure:
-            if is_attributed(result, oracle, tool):
+            if is_attributed(result, oracle, tool, anomalies):
                 self.attributed += 1
             else:
                 self.unattributed += 1
@@ -199,7 +197,7 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
     tally = LaunchTally()
 
     def record(seq: int, result: RunResult, counts: dict[str, int]) -> None:
-        tally.add(result, oracle, sanitizer)
+        tally.add(result, oracle, sanitizer, family.harness_anomalies)
         if on_result is not None:
             on_result(seq, result, counts)
 

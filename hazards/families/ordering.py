@@ -144,4 +144,6 @@ FAMILY = Family(
     default_launches=200,
     timeout_s=30.0,
     runtime_params=RUNTIME_PARAMS,
+    # a pc spin that gave up or a litmus slot never written is the rig, not a weak outcome
+    harness_anomalies=("spin_timeouts", "invalid"),
 )

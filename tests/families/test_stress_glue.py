@@ -80,9 +80,19 @@ def test_only_a_sanitizer_error_counts_as_a_sanitizer_detection(outcome, error_k
 
 
 def test_a_stress_failure_with_a_harness_anomaly_is_not_attributed():
-    assert is_attributed(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 4}), "stress")
-    assert not is_attributed(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 0, "invalid": 3}), "stress")
-    assert is_attributed(RunResult(Outcome.HANG, "x"), "stress")
+    anomalies = get_family("ordering").harness_anomalies
+    assert is_attributed(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 4}), "stress", anomalies=anomalies)
+    assert not is_attributed(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 0, "invalid": 3}), "stress",
+                             anomalies=anomalies)
+    assert is_attributed(RunResult(Outcome.HANG, "x"), "stress", anomalies=anomalies)
+
+
+def test_spin_timeouts_are_the_seeded_hazard_where_a_family_says_so():
+    # barrier_layout's lost release / hoisted poll shows *only* as bounded spins giving up:
+    # for that family a spin timeout is the detection, not a harness anomaly
+    timed_out = RunResult(Outcome.MISMATCH, "x", metrics={"spin_timeouts": 132})
+    assert is_attributed(timed_out, "stress", anomalies=get_family("barrier_layout").harness_anomalies)
+    assert not is_attributed(timed_out, "stress", anomalies=get_family("ordering").harness_anomalies)
 
 
 def test_overrides_change_the_static_expectation(store, fake_target):
