@@ -198,7 +198,8 @@ def parse_instr(line_no: int, text: str) -> Instr | None:
     code = re.split(r";|//", text, maxsplit=1)[0].strip()
     if not code or code.startswith(".") or _LABEL_RE.match(code):
         return None
-    mnem, _, rest = code.partition(" ")
+    # Inline asm reaches the listing verbatim, so the mnemonic may end in a tab.
+    mnem, _, rest = code.replace("\t", " ").partition(" ")
     ops, depth, cur = [], 0, ""
     for ch in rest:
         if ch in "[(":

@@ -61,6 +61,37 @@ s_nop 7
     assert "asm-overlap" not in failing_ids(check(body))
 
 
+def test_seed_listing_is_flagged_when_the_asm_separates_mnemonic_and_operands_by_tab():
+    # clang copies inline asm into the listing verbatim: `"global_load_dwordx4\\t%0, ..."`
+    assert "asm-overlap" in failing_ids(check(SEED_LISTING.replace("dwordx4 ", "dwordx4\t")))
+
+
+TAB_SEED = r'''
+typedef float f4 __attribute__((ext_vector_type(4)));
+__attribute__((global)) void k(const f4* p, f4* o) {
+  f4 a, b, c, d;
+  asm volatile("global_load_dwordx4\t%0, %4, off\n\t"
+               "global_load_dwordx4\t%1, %5, off\n\t"
+               "global_load_dwordx4\t%2, %6, off\n\t"
+               "global_load_dwordx4\t%3, %7, off\n\t"
+               "s_waitcnt vmcnt(0)"
+               : "=v"(a), "=v"(b), "=v"(c), "=v"(d) : "v"(p), "v"(p + 1), "v"(p + 2), "v"(p + 3));
+  o[0] = a + b + c + d;
+}
+'''
+
+
+@requires_clang
+@pytest.mark.parametrize("clobber", ["=v", "=&v"])
+def test_tab_separated_four_load_block_from_clang_output(tmp_path: Path, clobber: str):
+    src = tmp_path / "tab.hip"
+    src.write_text(TAB_SEED.replace('"=v"', f'"{clobber}"'))
+    build, _ = amdgcn.compile_annotated(src)
+    assert "global_load_dwordx4\tv[" in build.text  # the tab really reaches the listing
+    found = "asm-overlap" in failing_ids(amdgcn.compile_and_check(src))
+    assert found == (clobber == "=v")
+
+
 @requires_clang
 def test_seed_four_load_block_is_flagged_from_clang_output():
     found = earlyclobber.static_check({"variant": "broken"})

@@ -29,6 +29,12 @@ def test_two_loads_with_plain_outputs_are_flagged_with_file_line_and_block():
     assert "global_load_dwordx4 %1, %3" in f.snippet
 
 
+def test_tab_between_mnemonic_and_operands_is_still_flagged():
+    (f,) = lint(TWO_LOADS.replace("dwordx4 %", "dwordx4\\t%"))
+    assert "output %0" in f.message and "input %3" in f.message
+    assert lint(TWO_LOADS.replace("dwordx4 %", "dwordx4\\t%").replace('"=v"', '"=&v"')) == []
+
+
 def test_early_clobber_outputs_are_clean():
     assert lint(TWO_LOADS.replace('"=v"', '"=&v"')) == []
 
