@@ -219,6 +219,28 @@ def acquire(gpu: str, holder: str, *, uuid: str | None = None, lock_dir: str | o
             raise LeaseUnavailable(f"GPU {gpu} is leased by {holder_text(other)}")
         time.sleep(poll_s)
     lease = GpuLease(gpu, uuid, holder, path, os.getpid(), HOST, time.time(), fd)
+    try:
+        return _claim(lease, other, ldir, exclusive)
+    except BaseException as e:
+        # Whatever failed after the flock was taken (a full disk, an unwritable log), the
+        # GPU must not stay leased by a lease object nobody holds.
+        if lease._fd is not None:
+            fd, lease._fd = lease._fd, None
+            try:
+                os.ftruncate(fd, 0)  # it never held the GPU: no holder info left behind
+            except OSError:
+                pass
+            os.close(fd)
+        if isinstance(e, OSError):
+            raise UserError(f"cannot record the lease of GPU {gpu} in {ldir}: "
+                            f"{e.strerror or e}") from None
+        raise
+
+
+def _claim(lease: GpuLease, other: dict[str, Any], ldir: Path, exclusive: bool) -> GpuLease:
+    """Log a reclaim, run the exclusive check, write the holder info; the lease is held."""
+    gpu, uuid, holder, fd = lease.gpu, lease.uuid, lease.holder, lease._fd
+    assert fd is not None
     if other:  # the lock file still names a holder: it died without releasing
         _log(ldir, "reclaim", gpu=gpu, uuid=uuid, holder=holder, pid=lease.pid, host=HOST, previous=other)
     if exclusive:

@@ -170,3 +170,25 @@ def test_unusable_lease_folder_is_a_one_line_user_error(fake_gpus, tmp_path):
     blocker.write_text("x")
     with pytest.raises(UserError, match="cannot create lease folder"):
         acquire("0", "me", lock_dir=blocker / "sub")
+
+
+def test_a_lease_that_fails_to_be_recorded_is_released_and_a_user_error(fake_gpus, monkeypatch):
+    import stress.leases as leases
+
+    real_log = leases._log
+
+    def full_disk(lock_dir, event, **fields):
+        if event == "acquire":
+            raise OSError(28, "No space left on device")
+        real_log(lock_dir, event, **fields)
+
+    monkeypatch.setattr(leases, "_log", full_disk)
+    with pytest.raises(UserError, match="No space left on device") as failed:
+        acquire("0", "doomed")
+    monkeypatch.setattr(leases, "_log", real_log)
+    # The traceback (which keeps the failed acquire's frame alive) is still held here: the
+    # lease must have been dropped explicitly, not by garbage collection.
+    assert failed.value is not None
+    p = _py(TRY, "0")
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0 and "acquired" in out, (out, err)
