@@ -31,7 +31,8 @@ _LABEL_RE = re.compile(r"^(\.L_x_\d+|[.\w$]+):")
 _FUNC_RE = re.compile(r"^\s*\.text\.([\w$.]+):")
 _PRED_RE = re.compile(r"^!?U?P[0-6T]$")
 _MEM_LOADS = ("LDG", "LD", "LDS", "LDSM", "ATOMG", "ATOM", "ATOMS", "LDGSTS", "SUATOM", "SULD",
-              "TLD", "LDL")
+              "TLD", "LDL",
+              "SYNCS")  # mbarrier ops: PHASECHK.TRANS64.TRYWAIT polls the barrier in smem
 _FENCES = ("CCTL", "MEMBAR", "FENCE")
 _WGMMA_RE = re.compile(r"\(C75(1[0-6])\) Potential Performance Loss: (wgmma[^\n]*)")
 

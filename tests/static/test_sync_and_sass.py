@@ -74,6 +74,12 @@ def test_spin_on_a_plain_flag_is_a_certain_hang(polls_sass):
 
 
 @requires_nvdisasm
+def test_mbarrier_try_wait_loop_is_a_memory_poll_not_a_spin(polls_sass):
+    spins = " ".join(f.message for f in polls_sass if f.check == "spin-no-load")
+    assert "spin_plain_flag_hangs" in spins and "mbarrier_try_wait_loop_ok" not in spins
+
+
+@requires_nvdisasm
 def test_volatile_poll_then_plain_load_without_acquire_is_flagged(polls_sass):
     (f,) = [f for f in polls_sass if f.check == "poll-no-acquire"]
     assert "spin_volatile_no_acquire" in f.message
