@@ -233,9 +233,26 @@ def lint_paths(paths: Iterable[Path], *, honor_allowlist: bool = True) -> list[F
     for f in iter_sources(paths):
         try:
             if f.stat().st_size > MAX_FILE_BYTES:
+                if _mentions_asm(f):  # a skipped file must not read as a clean one
+                    out.append(Finding(CHECK_ID, "warning", str(f), 0,
+                                       f"not linted: larger than {MAX_FILE_BYTES >> 20} MiB "
+                                       f"and it contains `asm`"))
                 continue
             text = f.read_text(errors="replace")
-        except OSError:
+        except OSError as e:
+            out.append(Finding(CHECK_ID, "warning", str(f), 0,
+                               f"not linted: cannot read it ({e.strerror or e})"))
             continue
         out += lint_text(text, str(f), honor_allowlist=honor_allowlist)
     return out
+
+
+def _mentions_asm(path: Path, chunk: int = 1 << 20) -> bool:
+    """Whether a (large) file contains `asm`, read in bounded chunks."""
+    tail = b""
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            if b"asm" in tail + block:
+                return True
+            tail = block[-2:]
+    return False

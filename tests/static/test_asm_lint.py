@@ -123,3 +123,24 @@ def test_preprocessed_text_maps_findings_to_original_lines():
 @given(asm_blocks())
 def test_lint_agrees_with_the_structural_model_on_generated_blocks(spec):
     assert bool(lint(spec.source())) == block_hazard(spec)
+
+
+def test_a_file_too_large_to_lint_is_reported_not_passed_as_clean(tmp_path, monkeypatch):
+    big, plain = tmp_path / "big.hip", tmp_path / "plain.hip"
+    big.write_text(TWO_LOADS)
+    plain.write_text("int x;\n")
+    monkeypatch.setattr(asm_lint, "MAX_FILE_BYTES", 16)
+    (f,) = asm_lint.lint_paths([big, plain])
+    assert f.fails and f.path == str(big) and "not linted" in f.message
+
+
+def test_an_unreadable_file_is_reported_not_passed_as_clean(tmp_path, monkeypatch):
+    src = tmp_path / "k.hip"
+    src.write_text(TWO_LOADS)
+
+    def denied(self, *a, **kw):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(type(src), "read_text", denied)  # root ignores chmod 000
+    (f,) = asm_lint.lint_paths([src])
+    assert f.fails and "not linted" in f.message and "Permission denied" in f.message
