@@ -209,7 +209,19 @@ def run_item_in_child(item: pytest.Item, seconds: float, startup: float) -> list
             reports.append(rep)
     phases = {r.when for r in reports}
     if "teardown" in phases:
-        return reports  # the child ran the test to its end: its verdict stands
+        # The child ran the test to its end: its verdict stands, unless the process then
+        # hung or crashed on its way out (a kernel still spinning when the context is torn
+        # down): that is a hazard of this test, never a pass.
+        died = result.outcome is Outcome.FAULT and "signal" in result.evidence
+        if result.outcome is Outcome.HANG or died:
+            what = ("hz_timeout: the child pytest did not exit within "
+                    f"{startup:g}s after the test's teardown" if not died else
+                    "hz_timeout: the child pytest died after the test's teardown")
+            for rep in reports:
+                if rep.when == "teardown" and rep.passed:
+                    rep.outcome, rep.longrepr = "failed", describe_run(result, what)
+                rep.user_properties.append(("hz_outcome", result.outcome.value))
+        return reports
     if result.outcome is Outcome.HANG and result.evidence.get("phase") == "call":
         what = f"hz_timeout: test body still running after {seconds:g}s"
     elif result.outcome is Outcome.HANG:

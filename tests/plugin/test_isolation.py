@@ -139,3 +139,22 @@ def test_out_of_process_runs_an_argv_command():
     result = run_out_of_process([sys.executable, "-c", "import sys; sys.exit(3)"], 10, check=False)
     assert result.outcome is Outcome.FAULT  # exit 3: device error, by the exit-code convention
     assert run_out_of_process([sys.executable, "-c", "pass"], 10) is None
+
+
+def test_hz_timeout_fails_a_test_whose_child_hangs_after_its_teardown(inner):
+    inner.write("test_exit_hang.py", """
+        import threading
+
+        import pytest
+
+        @pytest.mark.hz_timeout(30, startup=15)
+        def test_passes_then_blocks_the_exit():
+            # A non-daemon thread keeps the interpreter from exiting, as a spinning kernel
+            # keeps a CUDA context from being torn down.
+            threading.Thread(target=threading.Event().wait).start()
+    """)
+    t0 = time.monotonic()
+    res = inner.run("-rA")
+    assert res.outcomes.get("passed") == 1 and res.outcomes.get("errors") == 1, res.stdout + res.stderr
+    assert "did not exit within 15s after the test's teardown" in res.stdout
+    assert time.monotonic() - t0 < 120
