@@ -184,6 +184,30 @@ def _allowed(scanned: cscan.Scanned, st: cscan.AsmStatement, path: str) -> tuple
     return False, notes
 
 
+def _unresolved_note(st: cscan.AsmStatement, path: str, lines: list[str]) -> Finding | None:
+    """An `info` finding for a block whose template the lint could not read in full.
+
+    A template spelled through a function-like macro (or a name defined elsewhere) cannot be
+    expanded without preprocessing, so an overlap in it would pass unseen; say so rather
+    than count the block as checked. Only blocks that could have the hazard (a register
+    output without early-clobber) are reported.
+    """
+    if not st.template_unresolved or dialect(st.template) == "ptx":
+        return None
+    if not any(_may_lack_early_clobber(op) for op in st.outputs):
+        return None
+    directives = {"if", "ifdef", "ifndef", "elif", "else", "endif", "defined"}
+    unknown = set(st.template_unresolved)
+    names = ", ".join(sorted(unknown - directives)) or "preprocessor conditionals"
+    if unknown & directives and unknown - directives:
+        names += " and #if blocks"
+    return Finding(CHECK_ID, "info", path, st.line,
+                   f"not checked: the asm template uses {names}, which the lint cannot expand "
+                   f"without preprocessing; `hazards static` checks the compiled code, or "
+                   f"spell the template with string literals / object-like string macros",
+                   "\n".join(lines[st.line - 1:st.end_line]))
+
+
 def lint_text(text: str, path: str, *, honor_allowlist: bool = True,
               line_map: list[tuple[str, int]] | None = None) -> list[Finding]:
     """Findings for one source text. `line_map` maps lines of preprocessed text back."""
@@ -195,6 +219,9 @@ def lint_text(text: str, path: str, *, honor_allowlist: bool = True,
     for st in cscan.asm_statements(text, scanned):
         why = check_statement(st)
         if why is None:
+            unchecked = _unresolved_note(st, path, lines)
+            if unchecked is not None:
+                out.append(unchecked)
             continue
         if honor_allowlist:
             ok, notes = _allowed(scanned, st, path)

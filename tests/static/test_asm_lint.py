@@ -144,3 +144,26 @@ def test_an_unreadable_file_is_reported_not_passed_as_clean(tmp_path, monkeypatc
     monkeypatch.setattr(type(src), "read_text", denied)  # root ignores chmod 000
     (f,) = asm_lint.lint_paths([src])
     assert f.fails and "not linted" in f.message and "Permission denied" in f.message
+
+
+MACRO_TEMPLATE = '''
+#define SRC(reg, off) "%" #reg ", off offset:" #off "\\n\\t"
+__global__ void k(const float4* p, float4* o) {
+  float4 a, b;
+  asm volatile("global_load_dwordx4 %0, " SRC(2, 0)
+               "global_load_dwordx4 %1, " SRC(3, 16)
+               "s_waitcnt vmcnt(0)"
+               : %s(a), %s(b) : "v"(p), "v"(p + 1));
+  o[0] = a; o[1] = b;
+}
+'''
+
+
+def test_a_template_built_from_function_like_macros_is_reported_unchecked_not_clean():
+    (f,) = lint(MACRO_TEMPLATE.replace("%s", '"=v"'))
+    assert (f.severity, f.line) == ("info", 5) and not f.fails
+    assert "not checked" in f.message and "SRC" in f.message
+
+
+def test_an_unexpandable_template_with_early_clobber_outputs_needs_no_note():
+    assert lint(MACRO_TEMPLATE.replace("%s", '"=&v"')) == []
