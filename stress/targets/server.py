@@ -354,6 +354,11 @@ class ServerTarget(Target):
         if explained:
             evidence.update(judged)
             return outcome, f"server died {when}: {reason}"
+        if rc == 0 and when == "between requests":
+            # It quit on its own after its last reply: this request never ran, so it shows
+            # nothing about the kernel; the next request gets a fresh server.
+            evidence["error_kind"] = "server_exited"
+            return Outcome.ERROR, "server exited with code 0 between requests (this request never ran)"
         evidence["error_kind"] = f"exit_{rc}"
         return Outcome.FAULT, f"server died {when}: {_exit_words(rc)}"
 

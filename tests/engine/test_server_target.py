@@ -96,6 +96,18 @@ def test_server_dying_after_its_reply_is_reported_at_the_next_request(server):
     assert server.run(timeout=TIMEOUT).outcome is Outcome.CLEAN and server.pid != first_pid
 
 
+def test_server_quitting_cleanly_after_its_reply_makes_the_unrun_request_an_error(server):
+    assert server.run({"action": "exit0_after"}, timeout=TIMEOUT).outcome is Outcome.CLEAN
+    first_pid = server.pid
+    deadline = time.monotonic() + 5
+    while running(first_pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    result = server.run(timeout=TIMEOUT)
+    assert result.outcome is Outcome.ERROR and result.error_kind == "server_exited"
+    assert "never ran" in result.reason
+    assert server.run(timeout=TIMEOUT).outcome is Outcome.CLEAN and server.pid != first_pid
+
+
 def test_fault_reply_is_a_fault_and_the_poisoned_server_is_replaced(server):
     server.run(timeout=TIMEOUT)
     first_pid = server.pid

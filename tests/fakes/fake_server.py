@@ -90,6 +90,9 @@ def serve() -> None:
         elif action == "abort_after":
             send({"id": rid, "status": "ok", "mismatched": 0})
             os.abort()
+        elif action == "exit0_after":
+            send({"id": rid, "status": "ok", "mismatched": 0})
+            os._exit(0)
         elif action == "die_cuda":
             print("CUDA error: an illegal memory access was encountered", file=sys.stderr,
                   flush=True)
