@@ -1,0 +1,166 @@
+"""The megakernel as a target the engine can soak: correctness of ragged decode, call by call.
+
+    python3 -m hazards.megakernel.check --calls 8            # one batch: HZ_RESULT line, exit code
+    python3 -m hazards.megakernel.check --serve              # JSON-lines server (docs/protocol.md)
+
+Each call draws a fresh permutation of `starts`/`lens` and fresh queries, poisons the output
+with NaN, runs the kernel (one launch) and compares it with the seed's per-request torch
+loop: a call whose relative error exceeds the seed's tolerance (1e-2), or that the kernel
+flags itself, is a mismatched launch. Exit codes follow the standalone convention: 0 clean,
+1 mismatch, 2 bad input / no GPU, 3 device error (the message names the CUDA error).
+`--lens-scale S` divides every length of the seed's multiset by S, for short soaks.
+
+`--mishandle clamp8192|ignore_starts` feeds the kernel the seed's known-bad inputs (every
+length clamped at 8192, scaled by --lens-scale like the lengths; every request read from
+the top of the arena) while the reference
+keeps the true ones: canaries proving this oracle still catches a mishandled ragged batch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+TOL = 1e-2
+MISHANDLINGS = ("none", "clamp8192", "ignore_starts")
+
+
+class NoDevice(RuntimeError):
+    """No GPU to check on: bad input for this check (exit 2), not a device error."""
+
+
+class Checker:
+    """A built schedule plus its arena: runs batches of checked calls."""
+
+    def __init__(self, lens_scale: int = 1, schedule: str = "split", arena_seed: int = 0) -> None:
+        import torch
+
+        from hazards.megakernel import kernel, reference
+
+        if not torch.cuda.is_available():
+            raise NoDevice("no CUDA-capable device is detected by torch")
+        self.torch, self.kernel, self.ref = torch, kernel, reference
+        cfg = dict(reference.SEED_CFG)
+        cfg["lens"] = [max(1, n // lens_scale) for n in reference.SEED_LENS]
+        self.cfg = cfg
+        self.clamp = max(1, 8192 // lens_scale)  # the seed's clamp, scaled with the lengths
+        self.k, self.v = reference.make_arena(cfg["lens"], cfg["n_kv"], cfg["hd"], device="cuda", seed=arena_seed)
+        self.handle = kernel.build_sched({}, {"k": self.k, "v": self.v}, cfg, 1, schedule=schedule)
+        self.out = torch.empty(len(cfg["lens"]), cfg["n_q"] * cfg["hd"], dtype=torch.float32, device="cuda")
+
+    def batch(self, calls: int, seed: int, mishandle: str = "none") -> dict[str, Any]:
+        """Run `calls` checked calls with draws from `seed`; counts and the worst error."""
+        if mishandle not in MISHANDLINGS:
+            raise ValueError(f"unknown mishandling {mishandle!r} (known: {', '.join(MISHANDLINGS)})")
+        torch = self.torch
+        gen = torch.Generator().manual_seed(seed)
+        mismatched, worst, flags = 0, 0.0, set()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        kernel_ms = 0.0
+        for _ in range(calls):
+            q, starts, lens = self.ref.draw_call(self.cfg["lens"], self.cfg["n_q"], self.cfg["hd"], gen,
+                                                 device="cuda")
+            self.out.fill_(float("nan"))
+            start.record()
+            k_starts, k_lens = starts, lens
+            if mishandle == "clamp8192":
+                k_lens = lens.clamp(max=self.clamp)
+            elif mishandle == "ignore_starts":
+                k_starts = torch.zeros_like(starts)
+            self.kernel.ragged_decode(self.handle, q, k_starts, k_lens, out=self.out)
+            stop.record()
+            expected = self.ref.reference_decode(q, self.k, self.v, starts, lens)
+            torch.cuda.synchronize()
+            kernel_ms += start.elapsed_time(stop)
+            err = self.ref.rel_err(self.out, expected)
+            call_flags = self.kernel.error_flags(self.handle)
+            flags.update(call_flags)
+            worst = max(worst, err)
+            mismatched += int(not err <= TOL or bool(call_flags))
+        return {"launches": calls, "mismatched": mismatched, "max_rel_err": worst,
+                "kernel_ms": kernel_ms / max(calls, 1), "seed": seed,
+                "metrics": {"tol": TOL, "kernel_flags": sorted(flags)}}
+
+
+def _device_error(exc: BaseException) -> bool:
+    """A CUDA runtime error (sticky or not), as opposed to bad input or a missing GPU."""
+    if isinstance(exc, NoDevice):
+        return False
+    text = str(exc)
+    return "CUDA" in text or "cuda" in text or "illegal" in text
+
+
+def once(args: argparse.Namespace) -> int:
+    try:
+        res = Checker(args.lens_scale, args.schedule).batch(args.calls, args.seed, args.mishandle)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
+        print(f"megakernel check: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3 if _device_error(exc) else 2
+    print("HZ_RESULT " + json.dumps({"ok": res["mismatched"] == 0, **res}), flush=True)
+    return 1 if res["mismatched"] else 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    from stress import protocol
+
+    out = sys.stdout.buffer
+
+    def send(obj: dict[str, Any]) -> None:
+        out.write(protocol.encode(obj))
+        out.flush()
+
+    try:
+        checker = Checker(args.lens_scale, args.schedule)
+        props = checker.torch.cuda.get_device_properties(0)
+        uuid = getattr(props, "uuid", None)
+    except Exception as exc:  # noqa: BLE001
+        print(f"megakernel check: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3 if _device_error(exc) else 2
+    send({"hz_protocol": protocol.PROTOCOL_VERSION, "server": "megakernel", "pid": os.getpid(),
+          "device": props.name, **({"gpu_uuid": f"GPU-{uuid}"} if uuid else {})})
+    for raw in sys.stdin.buffer:
+        req = json.loads(raw)
+        rid = req.get("id")
+        if req.get("cmd") == "quit":
+            return 0
+        params = req.get("params") or {}
+        unknown = set(params) - {"seed", "variant", "mishandle"}
+        if unknown:
+            send({"id": rid, "status": "bad_request", "message": f"unknown params: {sorted(unknown)}"})
+            continue
+        mishandle = str(params.get("mishandle", "none"))
+        if mishandle not in MISHANDLINGS:
+            send({"id": rid, "status": "bad_request",
+                  "message": f"unknown mishandling {mishandle!r} (known: {', '.join(MISHANDLINGS)})"})
+            continue
+        try:
+            res = checker.batch(int(req.get("launches", 1)), int(params.get("seed", rid)), mishandle)
+        except Exception as exc:  # noqa: BLE001 - a sticky CUDA error poisons the context
+            send({"id": rid, "status": "fault" if _device_error(exc) else "bad_request",
+                  "message": f"{type(exc).__name__}: {exc}"})
+            return 3
+        send({"id": rid, "status": "ok", **res})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m hazards.megakernel.check", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--serve", action="store_true", help="speak the JSON-lines server protocol")
+    ap.add_argument("--calls", type=int, default=8, help="checked calls in the one batch (not --serve)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the draws (not --serve)")
+    ap.add_argument("--lens-scale", type=int, default=1, help="divide the seed's lengths by this")
+    ap.add_argument("--schedule", default="split", choices=("split", "guided", "per_request"))
+    ap.add_argument("--mishandle", default="none", choices=MISHANDLINGS,
+                    help="feed the kernel a known-bad input (a canary for this check)")
+    args = ap.parse_args(argv)
+    if args.calls < 1 or args.lens_scale < 1:
+        print("megakernel check: --calls and --lens-scale must be >= 1", file=sys.stderr)
+        return 2
+    return serve(args) if args.serve else once(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
