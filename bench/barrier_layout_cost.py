@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hazards.families import get_family  # noqa: E402
 from hazards.families.barrier_layout import RELEASE_KINDS  # noqa: E402
 from hazards.stress_family import family_binary  # noqa: E402
-from stress.outcome import Outcome  # noqa: E402
-from stress.targets import ServerTarget  # noqa: E402
+from hazards.engine.outcome import Outcome  # noqa: E402
+from hazards.engine.targets import ServerTarget  # noqa: E402
 
 SHARED_STRIDE, SEPARATE_STRIDE, NEXT_TO_COUNTER = 4, 128, 8 * 128 + 4
 

@@ -1,8 +1,8 @@
 """Weak outcomes of the MP litmus test without fences, with and without each incantation.
 
-Needs a GPU. Runs family `ordering` through its warm server (stress.targets.ServerTarget);
+Needs a GPU. Runs family `ordering` through its warm server (hazards.engine.targets.ServerTarget);
 every configuration is measured for at most --seconds (or --launches launches), and the
-weak rate is reported per 100k instances with an exact 95% CI (stress.stats.rate_ci) and
+weak rate is reported per 100k instances with an exact 95% CI (hazards.engine.stats.rate_ci) and
 as a ratio to the no-incantation baseline. Phases:
 
   A  each incantation alone, then all together (mp_plain)
@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hazards.families import get_family  # noqa: E402
 from hazards.stress_family import family_binary  # noqa: E402
-from stress.outcome import Outcome  # noqa: E402
-from stress.stats import rate_ci  # noqa: E402
-from stress.targets import ServerTarget  # noqa: E402
+from hazards.engine.outcome import Outcome  # noqa: E402
+from hazards.engine.stats import rate_ci  # noqa: E402
+from hazards.engine.targets import ServerTarget  # noqa: E402
 
 # 264 stress blocks + 132 test blocks fit the 792 co-resident blocks of 256 threads the
 # litmus kernel gets on an H200 (6 per SM); 792 stress blocks would be a bad request.

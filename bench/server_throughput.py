@@ -4,7 +4,7 @@ One script, one run, side by side (needs a GPU):
 
   raw        BIN --raw-loop N: N launches of the family kernel, no poisoning, no comparison,
              no protocol; rate = N / (CUDA-event time of the launch loop)
-  validated  the same kernel through `stress.targets.ServerTarget`: every launch poisoned
+  validated  the same kernel through `hazards.engine.targets.ServerTarget`: every launch poisoned
              and compared on the device, R requests of L launches each; rate = R*L / wall
              time seen by the supervisor (request written -> reply parsed), per L
   device     the validated loop's own CUDA-event time from the replies (kernel + compare),
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hazards.families import get_family  # noqa: E402
 from hazards.stress_family import family_binary  # noqa: E402
-from stress.outcome import Outcome  # noqa: E402
-from stress.targets import ServerTarget  # noqa: E402
+from hazards.engine.outcome import Outcome  # noqa: E402
+from hazards.engine.targets import ServerTarget  # noqa: E402
 
 
 def raw_rate(exe: Path, variant: str, n: int) -> dict:

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from hazards.families import get_family  # noqa: E402
 from hazards.stress_family import family_binary  # noqa: E402
-from stress.leases import lease_candidates  # noqa: E402
-from stress.store import Store  # noqa: E402
+from hazards.engine.leases import lease_candidates  # noqa: E402
+from hazards.engine.store import Store  # noqa: E402
 
 
 def hazards(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:

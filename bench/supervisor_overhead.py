@@ -4,7 +4,7 @@ Three clients talk to the same trivial JSON-lines server (docs/protocol.md), eac
 own copy of it, in interleaved blocks so machine load drifts hit all of them alike:
 
   direct     a minimal pipe client: write the request line, read the reply line
-  target     stress.targets.ServerTarget.run() (protocol checks, watchdog deadline,
+  target     hazards.engine.targets.ServerTarget.run() (protocol checks, watchdog deadline,
              classification, RunResult)
   campaign   ServerTarget.run() + Store.record_run() (the campaign loop's per-run cost,
              including the SQLite WAL commit)
@@ -31,8 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stress.store import Store  # noqa: E402
-from stress.targets import ServerTarget  # noqa: E402
+from hazards.engine.store import Store  # noqa: E402
+from hazards.engine.targets import ServerTarget  # noqa: E402
 
 
 def serve() -> None:

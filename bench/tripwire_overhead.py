@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from stress.tripwire import TripwireFile  # noqa: E402
+from hazards.engine.tripwire import TripwireFile  # noqa: E402
 
 SRC = ROOT / "standalone" / "tripwire_bench"
 FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"]

@@ -31,7 +31,7 @@ collect() {  # copy the named files of $DIR to $OUT (flat), if $OUT is set
   for f in "$@"; do [ -f "$DIR/$f" ] && cp "$DIR/$f" "$OUT/$(echo "$f" | tr '/' '_')"; done
 }
 
-n_gpus=$(py -c 'from stress.leases import lease_candidates; print(len(lease_candidates()))')
+n_gpus=$(py -c 'from hazards.engine.leases import lease_candidates; print(len(lease_candidates()))')
 echo "$(date -Is) $(hostname): ${n_gpus} GPU(s) visible; output in $DIR" | tee -a "$VERDICTS"
 nvidia-smi --query-gpu=index,uuid,name,driver_version --format=csv,noheader >> "$DIR/gpus.txt" 2>&1 || true
 if [ "${n_gpus:-0}" -lt 2 ]; then fail "two GPUs needed, ${n_gpus:-0} visible"; exit 1; fi
@@ -88,14 +88,14 @@ stage_soak() {
     >"$DIR/soak.txt" 2>"$DIR/soak.err"
   local rc=$?
   tail -n 30 "$DIR/soak.txt"
-  local cid; cid=$(py -c 'from stress.store import Store; print(Store(create=False).campaigns("soak")[-1].id)' 2>/dev/null)
+  local cid; cid=$(py -c 'from hazards.engine.store import Store; print(Store(create=False).campaigns("soak")[-1].id)' 2>/dev/null)
   if [ -z "$cid" ]; then fail "soak: no campaign stored (exit $rc, see soak.err)"; return; fi
   [ $rc -le 1 ] && pass "soak campaign $cid ran (exit $rc: 1 = something flagged, see soak.txt)" \
                 || fail "soak exit $rc (see soak.err)"
   # Both GPUs held at once: two acquires by the soak before its first release.
   py - "$t0" <<'EOF' && pass "lease log: the soak held both GPUs at once" || fail "lease log: GPUs not held together"
 import sys
-from stress.leases import read_lease_log
+from hazards.engine.leases import read_lease_log
 t0 = float(sys.argv[1])
 ev = [e for e in read_lease_log() if e["holder"] == "hazards soak" and e["t"] >= t0]
 acq = [e for e in ev if e["event"] == "acquire"]
@@ -106,7 +106,7 @@ sys.exit(0 if len(held) >= 2 and rel and max(e["t"] for e in acq) < min(e["t"] f
 EOF
   py - "$cid" <<'EOF' && pass "soak runs spread over both GPUs" || fail "soak runs not on two GPUs"
 import sys
-from stress.store import Store
+from hazards.engine.store import Store
 runs = Store(create=False).runs(int(sys.argv[1]))
 per = {}
 for sr in runs:
@@ -121,7 +121,7 @@ EOF
     py - "$DIR" <<'EOF' && pass "JUnit files validate against tests/data/junit.xsd" || fail "JUnit schema errors"
 import sys
 from pathlib import Path
-from stress.junit import validate
+from hazards.engine.junit import validate
 bad = 0
 for f in ("check.xml", "check_harmless.xml", "soak.xml"):
     p = Path(sys.argv[1]) / f

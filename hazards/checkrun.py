@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hazards.family import Family, Variant
-from stress.errors import UserError
-from stress.executor import SprtStop, StoreSink, TargetFactory, WorkItem, default_target_factory, run_local
-from stress.junit import JUnitCase, JUnitSuite
-from stress.leases import acquire_free, lease_candidates, release_all
-from stress.outcome import RunResult
-from stress.stats import Sprt, upper_bound
-from stress.store import Store
-from stress.telemetry import TelemetryMonitor
+from hazards.engine.errors import UserError
+from hazards.engine.executor import SprtStop, StoreSink, TargetFactory, WorkItem, default_target_factory, run_local
+from hazards.engine.junit import JUnitCase, JUnitSuite
+from hazards.engine.leases import acquire_free, lease_candidates, release_all
+from hazards.engine.outcome import RunResult
+from hazards.engine.stats import Sprt, upper_bound
+from hazards.engine.store import Store
+from hazards.engine.telemetry import TelemetryMonitor
 
 KIND = "check"
 SPRT_P0, SPRT_P1, SPRT_ALPHA, SPRT_BETA = 0.001, 0.3, 0.01, 0.01

@@ -77,7 +77,7 @@ class Family:
         for v in self.variants:
             if v.name == name:
                 return v
-        from stress.errors import UserError
+        from hazards.engine.errors import UserError
 
         known = ", ".join(v.name for v in self.variants)
         raise UserError(f"family {self.name!r} has no variant {name!r} (known: {known})")

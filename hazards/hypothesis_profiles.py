@@ -66,7 +66,7 @@ def profile_from_env() -> str | None:
 def load_profile_from_env() -> str | None:
     """Load the profile named by $HZ_HYPOTHESIS_PROFILE (if set) and return its name.
 
-    Raises stress.errors.UserError for a name that is not a registered profile.
+    Raises hazards.engine.errors.UserError for a name that is not a registered profile.
     """
     name = profile_from_env()
     if name is None:
@@ -80,7 +80,7 @@ def load(name: str) -> None:
     from hypothesis import settings
     from hypothesis.errors import InvalidArgument
 
-    from stress.errors import UserError
+    from hazards.engine.errors import UserError
 
     register_profiles()
     try:

@@ -14,7 +14,7 @@ import shlex
 import sys
 from typing import Any, Callable, TextIO
 
-from stress.outcome import Outcome, RunResult
+from hazards.engine.outcome import Outcome, RunResult
 
 RunPoint = Callable[[dict[str, Any]], RunResult]
 
@@ -73,7 +73,7 @@ def measure_point(family: str, params: dict[str, Any], run_point: RunPoint, runs
     A run counts as failed when its outcome is a hazard (hang, fault, mismatch); `error`
     runs (our own infrastructure) count neither way and are excluded from R.
     """
-    from stress.stats import rate_ci
+    from hazards.engine.stats import rate_ci
 
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")

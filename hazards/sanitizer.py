@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from stress.errors import ToolchainMissing, UserError
-from stress.outcome import Outcome, RunResult
+from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.engine.outcome import Outcome, RunResult
 
 TOOLS = ("racecheck", "synccheck", "memcheck", "initcheck")
 ERROR_KINDS = {"racecheck": "sanitizer_race", "synccheck": "sanitizer_sync",
@@ -124,7 +124,7 @@ class SanitizerTarget:
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
             launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
         """One process under the sanitizer; its report becomes the evidence."""
-        from stress.targets import CommandTarget
+        from hazards.engine.targets import CommandTarget
 
         tmp = None
         if artifact_dir is None:

@@ -1,7 +1,7 @@
 """Stress a family's variants through the engine: build, serve, run, judge, aggregate.
 
-The one loop is `stress.campaign.run_campaign`; this module only builds the family binary
-(`stress.build`), wraps it as a target (a warm `ServerTarget` speaking docs/protocol.md,
+The one loop is `hazards.engine.campaign.run_campaign`; this module only builds the family binary
+(`hazards.engine.build`), wraps it as a target (a warm `ServerTarget` speaking docs/protocol.md,
 or a `SanitizerTarget` running `--once` under compute-sanitizer), and sums what the
 replies report (launches, mismatched launches, litmus instances and weak outcomes) into
 per-launch rates with confidence intervals.
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hazards.family import STANDALONE, Family, Variant
-from stress.build import build_family
-from stress.campaign import CampaignSummary, run_campaign
-from stress.outcome import Outcome, RunResult
-from stress.stats import rate_ci
-from stress.store import Store
+from hazards.engine.build import build_family
+from hazards.engine.campaign import CampaignSummary, run_campaign
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.stats import rate_ci
+from hazards.engine.store import Store
 
 KIND = "stress"
 
@@ -56,7 +56,7 @@ def is_attributed(result: RunResult, oracle: str, tool: str | None = None,
 def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
     """Build (or reuse from the cache) the family's binary for `target`."""
     if not family.binary:
-        from stress.errors import UserError
+        from hazards.engine.errors import UserError
 
         raise UserError(f"family {family.name!r} has no runtime binary (static checks only)")
     return build_family(STANDALONE, family.source_dir or family.name, family.binary, target=target)
@@ -70,7 +70,7 @@ def family_target(family: Family, *, target: str = "sm_90a", sanitizer: str | No
         from hazards.sanitizer import SanitizerTarget
 
         return SanitizerTarget([exe, "--once"], sanitizer, env=env, name=f"{family.name}[{sanitizer}]")
-    from stress.targets import ServerTarget
+    from hazards.engine.targets import ServerTarget
 
     return ServerTarget([exe, "--serve"], env=env, name=family.name, respawn_every=respawn_every)
 

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from filelock import FileLock
 
-from stress.errors import ToolchainMissing, UserError
+from hazards.engine.errors import ToolchainMissing, UserError
 
 DEFAULT_CACHE = Path(".hazards") / "build"
 COMPILE_TIMEOUT_S = 900.0

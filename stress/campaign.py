@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from stress.outcome import Outcome, RunResult
-from stress.stats import Sprt
-from stress.store import OutcomeCounts, Store, empty_counts
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.stats import Sprt
+from hazards.engine.store import OutcomeCounts, Store, empty_counts
 
 # Campaign statuses written by the loop.
 RUNNING = "running"          # in progress, or its supervisor died (resume it)

@@ -14,7 +14,7 @@ import re
 import signal
 from typing import Any
 
-from stress.outcome import Outcome
+from hazards.engine.outcome import Outcome
 
 # CUDA statuses that say the machine or the build is unusable, not that a kernel failed.
 _INFRA_ENUMS = ("NoDevice", "InsufficientDriver", "DevicesUnavailable", "NoKernelImageForDevice",

@@ -27,12 +27,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from stress.campaign import ARTIFACT_POLICIES
-from stress.campaign import settle_artifacts  # the same policy as run_campaign
-from stress.leases import GpuLease
-from stress.outcome import Outcome, RunResult
-from stress.stats import Sprt
-from stress.store import Store, empty_counts
+from hazards.engine.campaign import ARTIFACT_POLICIES
+from hazards.engine.campaign import settle_artifacts  # the same policy as run_campaign
+from hazards.engine.leases import GpuLease
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.stats import Sprt
+from hazards.engine.store import Store, empty_counts
 
 MAX_CONSECUTIVE_ERRORS = 3
 
@@ -192,7 +192,7 @@ class SprtStop(Rotation):
 class StoreSink:
     """Commits every run to the store as it ends (one lock: the store is one connection).
 
-    `artifacts` is the policy of `stress.campaign.run_campaign`: "failures" (default) gives
+    `artifacts` is the policy of `hazards.engine.campaign.run_campaign`: "failures" (default) gives
     each run a folder under the store's artifacts/campaign-N/ and removes it again when
     the run was clean (a long soak would otherwise leave one folder per request), "all"
     keeps every folder, "none" gives runs no folder.
@@ -229,7 +229,7 @@ TargetFactory = Callable[[WorkItem, dict[str, str]], Any]
 
 def default_target_factory(item: WorkItem, env: dict[str, str]) -> Any:
     """A ServerTarget or CommandTarget for `item`, with `env` added to its environment."""
-    from stress.targets import CommandTarget, ServerTarget
+    from hazards.engine.targets import CommandTarget, ServerTarget
 
     if item.kind == "server":
         return ServerTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,

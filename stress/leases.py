@@ -8,7 +8,7 @@ its supervisor is gone. Use a host-wide lock dir (e.g. `HZ_LEASE_DIR=/tmp/hazard
 to coordinate checkouts in different folders; the optional NVML exclusive-card check
 (`exclusive=True`) catches compute processes that did not take a lease at all.
 
-Which GPUs may be leased follows the caller's CUDA_VISIBLE_DEVICES (`stress.gpus`); index
+Which GPUs may be leased follows the caller's CUDA_VISIBLE_DEVICES (`hazards.engine.gpus`); index
 entries are read in PCI bus order, as nvidia-smi and NVML number them. A lease gives its
 children `CUDA_VISIBLE_DEVICES=<uuid>` (unambiguous whatever CUDA_DEVICE_ORDER says).
 For tests, `HZ_FAKE_GPUS="0,1"` pretends those GPUs exist (no NVML involved).
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress.errors import UserError
-from stress.outcome import HOST
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import HOST
 
 DEFAULT_LOCK_DIR = Path(".hazards") / "leases"
 LOG_NAME = "log.jsonl"
@@ -75,7 +75,7 @@ def lease_candidates() -> list[tuple[str, str | None]]:
     fakes = fake_gpus()
     if fakes is not None:
         return [(e, None) for e in _fake_visible(fakes)]
-    from stress.gpus import uuid_of, visible_gpus
+    from hazards.engine.gpus import uuid_of, visible_gpus
 
     return [(e, uuid_of(e)) for e in visible_gpus()]
 
@@ -204,7 +204,7 @@ def acquire(gpu: str, holder: str, *, uuid: str | None = None, lock_dir: str | o
     ldir = lock_dir_path(lock_dir)
     _prepare_dir(ldir)
     if uuid is None and fake_gpus() is None:
-        from stress.gpus import uuid_of
+        from hazards.engine.gpus import uuid_of
 
         uuid = uuid_of(gpu)
     path = ldir / _lock_name(gpu, uuid)
@@ -262,7 +262,7 @@ def _claim(lease: GpuLease, other: dict[str, Any], ldir: Path, exclusive: bool) 
 def _foreign_pids(uuid: str | None) -> list[int]:
     if uuid is None:
         return []
-    from stress.telemetry import compute_pids
+    from hazards.engine.telemetry import compute_pids
 
     pids = compute_pids(uuid)
     if not pids:

@@ -19,11 +19,11 @@ from typing import Any
 
 import jinja2
 
-from stress import report_figures as figs
-from stress.outcome import Outcome
-from stress.store import OutcomeCounts, Store, empty_counts
-from stress.junit import JUnitCase, JUnitSuite
-from stress.telemetry import APPLICATION_XIDS, hardware_suspect
+from hazards.engine import report_figures as figs
+from hazards.engine.outcome import Outcome
+from hazards.engine.store import OutcomeCounts, Store, empty_counts
+from hazards.engine.junit import JUnitCase, JUnitSuite
+from hazards.engine.telemetry import APPLICATION_XIDS, hardware_suspect
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -158,7 +158,7 @@ def _trend(store: Store, campaign: Any, last: int) -> dict[str, list[tuple[int, 
 
 def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: bool = True) -> Report:
     """Gather one campaign's report data (and render its figures unless `figures=False`)."""
-    from stress.soak import compare_campaigns  # soak builds on the store too; no cycle at import
+    from hazards.engine.soak import compare_campaigns  # soak builds on the store too; no cycle at import
 
     camp = store.campaign(campaign_id)
     rows, gpus = _collect(store, campaign_id)

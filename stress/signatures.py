@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 
-from stress.outcome import Outcome, RunResult
+from hazards.engine.outcome import Outcome, RunResult
 
 MAX_MESSAGE = 200
 

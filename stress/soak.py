@@ -20,14 +20,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from stress.campaign import COMPLETE, INTERRUPTED, RUNNING
-from stress.errors import UserError
-from stress.executor import GpuStats, Rotation, StoreSink, TargetFactory, WorkItem, default_target_factory, run_local
-from stress.leases import GpuLease
-from stress.outcome import RunResult
-from stress.stats import boschloo, fisher_one_sided
-from stress.store import Signature, Store
-from stress.telemetry import TelemetryMonitor
+from hazards.engine.campaign import COMPLETE, INTERRUPTED, RUNNING
+from hazards.engine.errors import UserError
+from hazards.engine.executor import GpuStats, Rotation, StoreSink, TargetFactory, WorkItem, default_target_factory, run_local
+from hazards.engine.leases import GpuLease
+from hazards.engine.outcome import RunResult
+from hazards.engine.stats import boschloo, fisher_one_sided
+from hazards.engine.store import Signature, Store
+from hazards.engine.telemetry import TelemetryMonitor
 
 KIND = "soak"
 BOSCHLOO_MAX_N = 200  # scipy's boschloo_exact takes ~0.1 s at n=100 and seconds beyond 1000

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from stress.errors import UserError
-from stress.outcome import OUTCOMES, HOST, Outcome, RunResult
-from stress.signatures import signature_of
-from stress.stats import CiMethod, rate_ci, upper_bound
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import OUTCOMES, HOST, Outcome, RunResult
+from hazards.engine.signatures import signature_of
+from hazards.engine.stats import CiMethod, rate_ci, upper_bound
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(".hazards") / "results.db"

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import psutil
 
-from stress.proctree import (KILL_WAIT_S, PIDFDS, kill_group, kill_pids, pipe_holders, scan_for,
+from hazards.engine.proctree import (KILL_WAIT_S, PIDFDS, kill_group, kill_pids, pipe_holders, scan_for,
                              start_ticks, still_same)
 
 TAIL_BYTES = 64 * 1024          # kept in memory per stream for classification

@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module in this package and registers itself on
 `hazards.cli.app.app`; this module imports every sibling module, so adding a command is
-adding a file. `main()` turns expected failures (`stress.errors.UserError` and friends)
+adding a file. `main()` turns expected failures (`hazards.engine.errors.UserError` and friends)
 into one line on stderr and a non-zero exit, never a traceback.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def load_commands() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point."""
-    from stress.errors import UserError
+    from hazards.engine.errors import UserError
 
     load_commands()
     try:

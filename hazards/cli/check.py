@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from stress.errors import UserError
+from hazards.engine.errors import UserError
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
@@ -63,8 +63,8 @@ def check_command(
     exclusive: bool = typer.Option(False, "--exclusive", help="Refuse GPUs that run compute processes of others (NVML)."),
 ) -> None:
     from hazards.checkrun import run_check
-    from stress.junit import write_junit
-    from stress.store import Store
+    from hazards.engine.junit import write_junit
+    from hazards.engine.store import Store
 
     budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
     store = None if static else Store(store_path)

@@ -9,9 +9,9 @@ from typing import Optional
 import typer
 
 from hazards.cli.app import app
-from stress.errors import UserError
-from stress.stats import compare
-from stress.store import Store
+from hazards.engine.errors import UserError
+from hazards.engine.stats import compare
+from hazards.engine.store import Store
 
 _KN = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from hazards.cli.app import app
-from stress.errors import UserError
+from hazards.engine.errors import UserError
 
 _HELP = """Report on a campaign (default: the latest): outcome counts and failure rates
 with 95% intervals per target/variant, trends over the last N campaigns of the same kind,
@@ -29,9 +29,9 @@ def report_command(
     last: int = typer.Option(10, "--last", help="Campaigns shown in the trends."),
     store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
 ) -> None:
-    from stress.junit import write_junit
-    from stress.report import junit_suites, render_markdown, write_report
-    from stress.store import Store
+    from hazards.engine.junit import write_junit
+    from hazards.engine.report import junit_suites, render_markdown, write_report
+    from hazards.engine.store import Store
 
     if last < 1:
         raise UserError("--last must be at least 1")

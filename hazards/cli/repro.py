@@ -13,10 +13,10 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from stress.errors import UserError
-from stress.outcome import OUTCOMES, Outcome, RunResult
-from stress.stats import describe_rate, rate_ci
-from stress.store import Store
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import OUTCOMES, Outcome, RunResult
+from hazards.engine.stats import describe_rate, rate_ci
+from hazards.engine.store import Store
 
 KIND = "repro"
 DEFAULT_MAX_RUNS = 100
@@ -64,7 +64,7 @@ def _family_spec(family: str, variant: str | None, params: dict[str, Any], launc
     elif fam.binary is None:
         raise UserError(f"family {fam.name!r} has no binary (static checks only)")
     else:
-        from stress.build import build_family
+        from hazards.engine.build import build_family
 
         exe = build_family(STANDALONE, fam.source_dir or fam.name, fam.binary)
     run_params = {"variant": v.name, **params}
@@ -115,8 +115,8 @@ def repro_command(
     name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    from stress.targets.base import check_argv
-    from stress.tripwire import load_names
+    from hazards.engine.targets.base import check_argv
+    from hazards.engine.tripwire import load_names
 
     if max_runs < 1:
         raise UserError(f"--max-runs must be at least 1, got {max_runs}")
@@ -158,11 +158,11 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
          name_table: Any, keep_tripwire: bool, name: str | None) -> tuple[Any, list[tuple[int, RunResult]]]:
     from hazards.cli.run import OutcomeProgress
     from hazards.repro.evidence import KernelLog, ReproTarget, run_context
-    from stress.campaign import run_campaign
-    from stress.gpus import all_gpu_uuids
-    from stress.targets import CommandTarget
-    from stress.telemetry import TelemetryMonitor
-    from stress.tripwire import TripwireFile, TripwireTarget
+    from hazards.engine.campaign import run_campaign
+    from hazards.engine.gpus import all_gpu_uuids
+    from hazards.engine.targets import CommandTarget
+    from hazards.engine.telemetry import TelemetryMonitor
+    from hazards.engine.tripwire import TripwireFile, TripwireTarget
 
     failures: list[tuple[int, RunResult]] = []
     tw = TripwireFile() if tripwire else None

@@ -16,13 +16,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hazards.cli.app import app
-from stress.campaign import ARTIFACT_POLICIES, CampaignSummary, run_campaign
-from stress.errors import UserError
-from stress.outcome import OUTCOMES, RunResult
-from stress.stats import describe_rate
-from stress.store import Store
-from stress.targets import CommandTarget
-from stress.targets.base import check_argv, check_env
+from hazards.engine.campaign import ARTIFACT_POLICIES, CampaignSummary, run_campaign
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import OUTCOMES, RunResult
+from hazards.engine.stats import describe_rate
+from hazards.engine.store import Store
+from hazards.engine.targets import CommandTarget
+from hazards.engine.targets.base import check_argv, check_env
 
 DEFAULT_N = 20
 DEFAULT_N_UNTIL_FAIL = 1000

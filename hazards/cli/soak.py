@@ -9,7 +9,7 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.check import parse_duration, split_names
-from stress.errors import UserError
+from hazards.engine.errors import UserError
 
 _HELP = """Nightly soak: every family/variant plus the targets of a TOML file, spread over
 every free GPU (one warm launch server per family per GPU), for a time budget, as one
@@ -30,7 +30,7 @@ Examples:\n
 def soak_items(families: list[str], targets: Path | None, no_families: bool) -> list:
     """Work items for the selected families (all variants) and the TOML targets."""
     from hazards.checkrun import default_items_for, family_items, select_families
-    from stress.soak import load_targets
+    from hazards.engine.soak import load_targets
 
     items = []
     if not no_families:
@@ -59,9 +59,9 @@ def soak_command(
     exclusive: bool = typer.Option(False, "--exclusive", help="Refuse GPUs that run compute processes of others (NVML)."),
     name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign."),
 ) -> None:
-    from stress.leases import acquire_free, release_all
-    from stress.soak import run_soak
-    from stress.store import Store
+    from hazards.engine.leases import acquire_free, release_all
+    from hazards.engine.soak import run_soak
+    from hazards.engine.store import Store
 
     if executor != "local":
         _check_executor(executor)
@@ -93,22 +93,22 @@ def soak_command(
 def _check_executor(executor: str) -> None:
     """UserError unless `executor` is known and its dependencies are installed."""
     try:
-        from stress.executors import check_executor
+        from hazards.engine.executors import check_executor
     except ImportError:
         raise UserError(f"unknown executor {executor!r}: only 'local' is available in this build") from None
     check_executor(executor)
 
 
 def _remote_soak(executor: str, store, items, **kw):
-    """A soak on another executor's per-GPU loops (stress.executors, e.g. Ray)."""
-    from stress.executors import run_soak_with
+    """A soak on another executor's per-GPU loops (hazards.engine.executors, e.g. Ray)."""
+    from hazards.engine.executors import run_soak_with
 
     return run_soak_with(executor, store, items, **kw)
 
 
 def _finish(store, res, report: Path | None) -> None:
     """Write the report, print the summary, exit 1 when something was flagged."""
-    from stress.report import render_markdown, write_report
+    from hazards.engine.report import render_markdown, write_report
 
     out = report or store.path.parent / "reports" / f"campaign-{res.campaign_id}.html"
     rep = write_report(store, res.campaign_id, out)

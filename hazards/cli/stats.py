@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from stress.errors import UserError
-from stress.outcome import OUTCOMES
-from stress.stats import percent
-from stress.store import Store, Tally
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import OUTCOMES
+from hazards.engine.stats import percent
+from hazards.engine.store import Store, Tally
 
 TOP_SIGNATURES = 10
 

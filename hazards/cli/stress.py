@@ -12,10 +12,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hazards.cli.app import app
-from stress.errors import UserError
-from stress.outcome import RunResult
-from stress.stats import percent
-from stress.store import Store
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import RunResult
+from hazards.engine.stats import percent
+from hazards.engine.store import Store
 
 DEFAULT_REQUESTS = 10
 SANITIZER_DEFAULT_LAUNCHES = 4
@@ -58,7 +58,7 @@ def parse_sets(items: list[str], allowed: dict[str, str]) -> dict[str, Any]:
 
 
 def _rate_text(k: int, n: int) -> str:
-    from stress.stats import rate_ci, upper_bound
+    from hazards.engine.stats import rate_ci, upper_bound
 
     if n == 0:
         return "n/a"

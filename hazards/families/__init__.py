@@ -20,7 +20,7 @@ def all_families() -> list[Family]:
 
 def get_family(name: str) -> Family:
     """The family called `name`; a UserError naming the known ones otherwise."""
-    from stress.errors import UserError
+    from hazards.engine.errors import UserError
 
     fams = {f.name: f for f in all_families()}
     if name not in fams:

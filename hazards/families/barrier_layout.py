@@ -135,7 +135,7 @@ def static_check(params: dict[str, Any]):
     from hazards.static import amdgcn, sass
     from hazards.static.compile import compile_ptx
     from hazards.static.findings import Finding
-    from stress.errors import ToolchainMissing
+    from hazards.engine.errors import ToolchainMissing
 
     d = defines(params)
     label = POINTS.label("barrier_layout", params)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stress.errors import ToolchainMissing, UserError
+from hazards.engine.errors import ToolchainMissing, UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCE = REPO_ROOT / "standalone" / "megakernel" / "ragged_decode.cu"

@@ -103,7 +103,7 @@ def once(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from stress import protocol
+    from hazards.engine import protocol
 
     out = sys.stdout.buffer
 

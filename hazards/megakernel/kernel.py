@@ -21,7 +21,7 @@ import torch
 
 from hazards.megakernel import schedule as sched
 from hazards.megakernel.build import build_library
-from stress.errors import UserError
+from hazards.engine.errors import UserError
 
 SCHEDULES = ("guided", "split", "per_request")
 PROBES = {"none": 0, "stream_only": 1, "compute_only": 2}  # diagnostics: results are garbage

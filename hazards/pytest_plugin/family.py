@@ -1,6 +1,6 @@
 """`hz_family_server`: a warm family launch server for a test, and what a failing point gets.
 
-`hz_family_server("pipeline")` builds the family's binary (cached, `stress.build`),
+`hz_family_server("pipeline")` builds the family's binary (cached, `hazards.engine.build`),
 starts its `--serve` launch server on this process's leased GPU (through
 `hazards.stress_family.family_target`) and returns a `FamilyServer`; every server the
 test opened is closed after it. `FamilyServer.run(params)` runs one point (a batch of
@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from hazards.replay import PointRate, failure_note, measure_point, repro_command, target_mismatch_rate
-from stress.outcome import RunResult
+from hazards.engine.outcome import RunResult
 
 DEFAULT_POINT_RUNS = 10
 _SERVERS_KEY = pytest.StashKey[list]()
@@ -39,7 +39,7 @@ class FamilyServer:
     """A running launch server for one family (any variant; `variant` is the default)."""
 
     family: str
-    target: Any  # a stress.targets.ServerTarget, or any object with its run()/close()
+    target: Any  # a hazards.engine.targets.ServerTarget, or any object with its run()/close()
     variant: str | None = None
     launches: int = 200
     timeout: float = 20.0

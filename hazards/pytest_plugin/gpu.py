@@ -1,7 +1,7 @@
 """The `gpu` marker, one exclusive GPU lease per pytest process, and the `hz_gpu` fixture.
 
 Every pytest process that runs tests (a plain session, or each pytest-xdist worker; never
-the xdist controller) leases one free GPU through `stress.leases` as early as the plugin
+the xdist controller) leases one free GPU through `hazards.engine.leases` as early as the plugin
 can act: in `pytest_load_initial_conftests`, before conftests and test modules are
 imported, so CUDA_VISIBLE_DEVICES is set before any CUDA use in that process (a CUDA
 runtime reads it once, at initialisation). `pytest -n 2` on two GPUs therefore pins the
@@ -9,7 +9,7 @@ two workers to distinct devices. A process that finds no free GPU sets
 CUDA_VISIBLE_DEVICES to the empty string (so it cannot touch a GPU someone else leased)
 and its GPU tests skip, saying why.
 
-Fake GPUs ($HZ_FAKE_GPUS, see `stress.leases`) are leased like real ones, which is how the
+Fake GPUs ($HZ_FAKE_GPUS, see `hazards.engine.leases`) are leased like real ones, which is how the
 CPU tests check the pinning; the `gpu` marker still needs a real device.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ _STATE_KEY = pytest.StashKey["LeaseState"]()
 class LeaseState:
     """What this pytest process holds: a lease, or the reason it holds none."""
 
-    lease: object | None = None  # stress.leases.GpuLease
+    lease: object | None = None  # hazards.engine.leases.GpuLease
     reason: str = ""
     saved_env: dict[str, str | None] = dataclasses.field(default_factory=dict)
 
@@ -80,7 +80,7 @@ def lease_for_session(config: pytest.Config) -> LeaseState:
     if _option(config, "hz_no_lease", False):
         state.reason = "--hz-no-lease: using CUDA_VISIBLE_DEVICES as given"
         return state
-    from stress import leases
+    from hazards.engine import leases
 
     if not leases.lease_candidates():
         state.reason = "no GPU visible to this process"
@@ -155,7 +155,7 @@ def lease_state(config: pytest.Config) -> LeaseState:
 
 def gpu_skip_reason(config: pytest.Config) -> str | None:
     """Why a `gpu` test cannot run here, or None when a GPU is usable."""
-    from stress.gpus import gpu_available
+    from hazards.engine.gpus import gpu_available
 
     state = lease_state(config)
     if state.lease is None and state.reason.startswith("no free GPU lease"):

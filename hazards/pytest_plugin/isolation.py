@@ -4,7 +4,7 @@
 pytest-timeout's signal method raises in the main thread, which never happens while that
 thread sits in a GIL-released CUDA call (a spinning kernel's synchronize); its thread
 method kills the whole pytest process. Here the GPU body runs in a child that the
-engine's watchdog (`stress.watchdog` through `stress.targets.command.CommandTarget`)
+engine's watchdog (`hazards.engine.watchdog` through `hazards.engine.targets.command.CommandTarget`)
 supervises: on expiry the on-hang collectors run (tripwire snapshot, ...), then the
 child's process group is killed and checked gone; the test fails with outcome `hang`
 and that evidence, and the session goes on.
@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from hazards.pytest_plugin.gpu import CHILD_ENV
-from stress.outcome import Outcome, RunResult
+from hazards.engine.outcome import Outcome, RunResult
 
 REPORTS_ENV = "HZ_CHILD_REPORTS"
 DEFAULT_STARTUP_S = 20.0
@@ -159,10 +159,10 @@ def supervise_test_child(argv: list[str], env: dict[str, str], cwd: str, reports
     the test body (until the call report), then `startup` again for teardown and exit.
     On expiry the on-hang collectors run and the process group is killed (a `hang`).
     """
-    from stress.classify import NOTABLE_RE, classify_exit
-    from stress.targets.base import check_env
-    from stress.targets.command import tail_text
-    from stress.watchdog import Supervised
+    from hazards.engine.classify import NOTABLE_RE, classify_exit
+    from hazards.engine.targets.base import check_env
+    from hazards.engine.targets.command import tail_text
+    from hazards.engine.watchdog import Supervised
 
     started_at, t0 = time.time(), time.monotonic()
     child = Supervised(argv, env=check_env(env), cwd=cwd, target=name, notable_re=NOTABLE_RE)
@@ -278,7 +278,7 @@ def run_out_of_process(fn_or_argv: Callable[..., Any] | Sequence[str], timeout: 
     the outcome and carrying the output tails; with `check=False` the RunResult is
     returned (for a callable: `(RunResult, value or None)`).
     """
-    from stress.targets.command import CommandTarget
+    from hazards.engine.targets.command import CommandTarget
 
     if callable(fn_or_argv):
         with tempfile.TemporaryDirectory(prefix="hz-oop-") as tmp:

@@ -171,7 +171,7 @@ def _pct(x: float) -> str:
 
 def summary_lines(book: RateBook, conf: float, verbose: bool) -> list[str]:
     """The rate table: one line per test, flaky ones first."""
-    from stress.stats import rate_ci
+    from hazards.engine.stats import rate_ci
 
     rows = sorted(book.tests.items(), key=lambda kv: (not kv[1].flaky, -kv[1].failed, kv[0]))
     rows = [(name, r) for name, r in rows if r.n > 0]

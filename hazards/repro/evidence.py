@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress.outcome import RunResult
+from hazards.engine.outcome import RunResult
 
 # Environment entries never written to an artifact (they may hold credentials).
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(^|_)KEY($|_)|AUTH|COOKIE|SESSION", re.IGNORECASE)

@@ -244,7 +244,7 @@ def iter_sources(paths: Iterable[Path]) -> Iterable[Path]:
             yield p
             continue
         if not p.is_dir():
-            from stress.errors import UserError
+            from hazards.engine.errors import UserError
 
             raise UserError(f"no such file or directory: {p}")
         for root, dirs, files in os.walk(p):

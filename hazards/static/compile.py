@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from stress.errors import ToolchainMissing, UserError
+from hazards.engine.errors import ToolchainMissing, UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AMD_FLAGS = ("-x", "hip", "-nogpulib", "-nogpuinc", "--cuda-device-only", "-O3", "-S")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from hazards.static.findings import Finding
-from stress.errors import UserError
+from hazards.engine.errors import UserError
 
 Access = Literal["atomic", "write_through", "plain"]
 ACCESSES: tuple[str, ...] = ("atomic", "write_through", "plain")

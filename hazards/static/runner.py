@@ -19,7 +19,7 @@ from typing import Iterable
 
 from hazards.static import asm_lint
 from hazards.static.findings import Finding, with_subject
-from stress.errors import ToolchainMissing, UserError
+from hazards.engine.errors import ToolchainMissing, UserError
 
 LISTING_SUFFIXES = {".s": "amdgcn", ".sass": "sass", ".cubin": "cubin"}
 LAYOUT_SUFFIXES = (".layout.toml", ".layout.json")

@@ -6,8 +6,8 @@ cluster (a local one when no address is given). Per GPU there is one `GpuActor`
 would hide a hang or a crash, so a lost actor is an error that ends the soak (resumable),
 never a silent re-run.
 
-Split of the per-GPU loop (`stress.executor.GpuLoop`):
-- in the actor, on the GPU's host: the GPU lease (`stress.leases`, so local users of the
+Split of the per-GPU loop (`hazards.engine.executor.GpuLoop`):
+- in the actor, on the GPU's host: the GPU lease (`hazards.engine.leases`, so local users of the
   host see it held), the warm targets (one launch server per binary, as locally), the
   watchdog of each run, and NVML telemetry around every run (per-host telemetry, attached
   to the run's evidence; the per-GPU campaign summary goes into the campaign spec);
@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress.errors import UserError
-from stress.executor import GpuStats, WorkItem, default_target_factory, run_local
-from stress.leases import GpuLease
-from stress.outcome import Outcome, RunResult
+from hazards.engine.errors import UserError
+from hazards.engine.executor import GpuStats, WorkItem, default_target_factory, run_local
+from hazards.engine.leases import GpuLease
+from hazards.engine.outcome import Outcome, RunResult
 
 STARTUP_TIMEOUT_S = 120.0   # actors created, leases taken, first call answered
 ANSWER_MARGIN_S = 60.0      # beyond a run's own timeout + kill grace + hang collectors
@@ -66,7 +66,7 @@ class GpuActor:
 
     def __init__(self, holder: str, lock_dir: str | None = None, exclusive: bool = False,
                  telemetry: bool = True) -> None:
-        from stress.leases import acquire_free
+        from hazards.engine.leases import acquire_free
 
         got, refused = acquire_free(holder, lock_dir=lock_dir, max_gpus=1, exclusive=exclusive)
         if not got:
@@ -77,7 +77,7 @@ class GpuActor:
         self.targets: dict[tuple, Any] = {}
         self.monitor = None
         if telemetry:
-            from stress.telemetry import TelemetryMonitor
+            from hazards.engine.telemetry import TelemetryMonitor
 
             self.monitor = TelemetryMonitor([self.lease.uuid]).start()
 
@@ -206,7 +206,7 @@ class RayExecutor:
             return
         kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR", **self.init_kwargs}
         if self.address is None:  # a local cluster: workers import this checkout like the driver does
-            from stress.leases import FAKE_ENV, fake_gpus
+            from hazards.engine.leases import FAKE_ENV, fake_gpus
 
             root = str(Path(__file__).resolve().parents[2])
             env = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
@@ -251,7 +251,7 @@ class RayExecutor:
             self.leases.append(lease)
 
     def target_factory(self, item: WorkItem, env: dict[str, str]) -> RemoteTarget:
-        """`stress.executor.TargetFactory` for the driver's loops: the pseudo-lease's
+        """`hazards.engine.executor.TargetFactory` for the driver's loops: the pseudo-lease's
         CUDA_VISIBLE_DEVICES in `env` names the actor that runs the target."""
         label = env["CUDA_VISIBLE_DEVICES"]
         return RemoteTarget(self, self.actors[label], label, item)
@@ -288,9 +288,9 @@ def run_soak_ray(store: Any, items: list[WorkItem] | None, *, budget_s: float, r
                  name: str | None = None, address: str | None = None, max_gpus: int | None = None,
                  lock_dir: str | None = None, exclusive: bool = False, init_kwargs: dict[str, Any] | None = None,
                  telemetry: bool = True) -> Any:
-    """`stress.soak.run_soak` on a Ray cluster; the SoakResult. A lost actor ends the soak
+    """`hazards.engine.soak.run_soak` on a Ray cluster; the SoakResult. A lost actor ends the soak
     with a UserError naming the campaign to resume (nothing is retried)."""
-    from stress.soak import run_soak
+    from hazards.engine.soak import run_soak
 
     spec_extra = {"executor": {"name": "ray", "address": address}}
     with RayExecutor(address=address, max_gpus=max_gpus, lock_dir=lock_dir, exclusive=exclusive,

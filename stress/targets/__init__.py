@@ -3,8 +3,8 @@
 `CommandTarget` runs a program once per run; `ServerTarget` keeps a warm server process
 and sends it one request per run (docs/protocol.md).
 """
-from stress.targets.base import Target
-from stress.targets.command import CommandTarget
-from stress.targets.server import ServerTarget
+from hazards.engine.targets.base import Target
+from hazards.engine.targets.command import CommandTarget
+from hazards.engine.targets.server import ServerTarget
 
 __all__ = ["Target", "CommandTarget", "ServerTarget"]

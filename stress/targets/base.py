@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from stress.errors import UserError
-from stress.outcome import RunResult
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import RunResult
 
 _NAME_CHARS = 200
 

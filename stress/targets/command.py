@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress.classify import NOTABLE_RE, classify_exit
-from stress.errors import UserError
-from stress.outcome import Outcome, RunResult
-from stress.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
+from hazards.engine.classify import NOTABLE_RE, classify_exit
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
                                  check_launches, check_params, check_timeout, default_name,
                                  prepare_artifact_dir)
-from stress.watchdog import Supervised
+from hazards.engine.watchdog import Supervised
 
 EVIDENCE_TAIL_CHARS = 4000  # of each stream, kept in the evidence of non-clean runs
 

@@ -14,16 +14,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress import protocol
-from stress.classify import (NOTABLE_RE, classify_exit, classify_reply, find_fault_signature,
+from hazards.engine import protocol
+from hazards.engine.classify import (NOTABLE_RE, classify_exit, classify_reply, find_fault_signature,
                              reply_metrics, signal_name)
-from stress.errors import ProtocolError, UserError
-from stress.outcome import Outcome, RunResult
-from stress.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
+from hazards.engine.errors import ProtocolError, UserError
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
                                  check_launches, check_params, check_timeout, default_name,
                                  prepare_artifact_dir)
-from stress.targets.command import tail_text
-from stress.watchdog import Supervised
+from hazards.engine.targets.command import tail_text
+from hazards.engine.watchdog import Supervised
 
 DEFAULT_HANDSHAKE_TIMEOUT_S = 60.0  # a torch import alone takes ~6 s
 SAMPLE_EVERY_S = 1.0  # descendant sampling cadence: amortised to nothing per request

@@ -5,10 +5,10 @@
 - `analysis`: snapshots → `Diagnosis` (grouping, stragglers, causes, sentinels).
 - `session`: the private file, the watchdog's on-hang collector, `TripwireTarget`.
 """
-from stress.tripwire.analysis import Diagnosis, Group, analyze
-from stress.tripwire.layout import Header, Slot, Snapshot, decode, read_snapshot, tag_of
-from stress.tripwire.names import Names, load_names, parse_c_names
-from stress.tripwire.session import (
+from hazards.engine.tripwire.analysis import Diagnosis, Group, analyze
+from hazards.engine.tripwire.layout import Header, Slot, Snapshot, decode, read_snapshot, tag_of
+from hazards.engine.tripwire.names import Names, load_names, parse_c_names
+from hazards.engine.tripwire.session import (
     ENV_PATH,
     TripwireFile,
     TripwireTarget,

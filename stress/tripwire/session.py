@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress.outcome import Outcome, RunResult
-from stress.tripwire.analysis import Diagnosis, analyze
-from stress.tripwire.layout import Snapshot, decode
-from stress.tripwire.names import Names
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.tripwire.analysis import Diagnosis, analyze
+from hazards.engine.tripwire.layout import Snapshot, decode
+from hazards.engine.tripwire.names import Names
 
 ENV_PATH = "HZ_TRIPWIRE_PATH"
 SHM_DIR = "/dev/shm"
@@ -158,7 +158,7 @@ def _summary(diag: Diagnosis, artifacts: list[str], when: str) -> dict[str, Any]
 def collect_on_hang(ctx: Any) -> dict[str, Any] | None:
     """Watchdog collector: two live snapshots SECOND_SNAPSHOT_S apart, then a diagnosis.
 
-    `ctx` is a `stress.watchdog.HangContext`; returns None when the child has no tripwire.
+    `ctx` is a `hazards.engine.watchdog.HangContext`; returns None when the child has no tripwire.
     """
     path = (ctx.env or {}).get(ENV_PATH)
     if not path:
@@ -185,13 +185,13 @@ def _read(path: str) -> bytes:
 
 def install_hang_collector() -> None:
     """Register `collect_on_hang` with the watchdog (idempotent)."""
-    from stress.watchdog import register_on_hang
+    from hazards.engine.watchdog import register_on_hang
 
     register_on_hang(collect_on_hang)
 
 
 def uninstall_hang_collector() -> None:
-    from stress.watchdog import unregister_on_hang
+    from hazards.engine.watchdog import unregister_on_hang
 
     unregister_on_hang(collect_on_hang)
 

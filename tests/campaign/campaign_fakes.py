@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from hazards.family import Family, StaticVerdict, Variant
-from stress.executor import WorkItem
+from hazards.engine.executor import WorkItem
 
 HERE = Path(__file__).resolve().parent
 FAKE_SERVER = HERE / "fake_family_server.py"
@@ -41,7 +41,7 @@ def synthetic_soaks(store, *, n: int = 60) -> tuple[int, int]:
     """
     import random
 
-    from stress.outcome import Outcome, RunResult
+    from hazards.engine.outcome import Outcome, RunResult
 
     rng = random.Random(7)
     items = [{"target": "pipeline", "variant": "broken", "role": "canary"},

@@ -17,7 +17,7 @@ def fake_gpus(monkeypatch, tmp_path):
 
 @pytest.fixture
 def store(tmp_path):
-    from stress.store import Store
+    from hazards.engine.store import Store
 
     with Store(tmp_path / "results.db") as s:
         yield s
@@ -37,7 +37,7 @@ def fake_nvml():
     """Install a fake NVML with two GPUs (GPU-aaaa, GPU-bbbb) for the test; forget it after."""
     from fake_nvml import FakeNvml
 
-    from stress import telemetry
+    from hazards.engine import telemetry
 
     nv = FakeNvml(["GPU-aaaa", "GPU-bbbb"])
     telemetry.use_nvml(nv)

@@ -1,4 +1,4 @@
-"""A fake NVML module (the subset of nvidia-ml-py that stress.telemetry and stress.leases use).
+"""A fake NVML module (the subset of nvidia-ml-py that hazards.engine.telemetry and hazards.engine.leases use).
 
 Tests drive it: `gpus[uuid]` holds each GPU's readings, `post_xid(uuid, xid)` queues an
 Xid critical-error event, `ecc[uuid]` the volatile (corrected, uncorrected) totals,

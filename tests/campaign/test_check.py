@@ -12,7 +12,7 @@ from hazards.checkrun import run_check
 from hazards.cli import main
 from hazards.family import Variant
 from hazards.static.findings import Finding
-from stress.junit import validate, write_junit
+from hazards.engine.junit import validate, write_junit
 
 NO_STATIC = ([], "static checks stubbed out in this test")
 
@@ -85,7 +85,7 @@ def test_failing_static_findings_fail_the_check(monkeypatch, store):
 
 
 def test_build_failure_of_a_family_is_an_error_not_a_pass(fake_gpus, store, no_static):
-    from stress.errors import UserError
+    from hazards.engine.errors import UserError
 
     def broken_build(family, variants):
         raise UserError("nvcc failed: pipeline.cu:12: error")

@@ -6,8 +6,8 @@ import pytest
 
 from hazards.checkrun import default_items_for, run_check
 from hazards.families import get_family
-from stress.gpus import gpu_available
-from stress.store import Store
+from hazards.engine.gpus import gpu_available
+from hazards.engine.store import Store
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)")]

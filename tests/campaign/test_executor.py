@@ -6,9 +6,9 @@ import sys
 
 from campaign_fakes import fake_items_for, make_family
 
-from stress.executor import Rotation, SprtStop, StoreSink, WorkItem, run_local
-from stress.leases import acquire_free, release_all
-from stress.stats import Sprt
+from hazards.engine.executor import Rotation, SprtStop, StoreSink, WorkItem, run_local
+from hazards.engine.leases import acquire_free, release_all
+from hazards.engine.stats import Sprt
 
 
 def test_every_leased_gpu_runs_work_with_its_own_cuda_visible_devices(fake_gpus, store):

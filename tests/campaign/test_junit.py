@@ -5,8 +5,8 @@ import pytest
 from campaign_fakes import synthetic_soaks
 
 from hazards.checkrun import CheckResult, VariantVerdict
-from stress.junit import JUnitCase, JUnitSuite, validate, write_junit
-from stress.report import build_report, junit_suites
+from hazards.engine.junit import JUnitCase, JUnitSuite, validate, write_junit
+from hazards.engine.report import build_report, junit_suites
 
 pytest.importorskip("xmlschema", reason="xmlschema is a dev extra (pip install xmlschema)")
 

@@ -11,15 +11,15 @@ import time
 
 import pytest
 
-from stress.errors import UserError
-from stress.leases import (LeaseUnavailable, acquire, acquire_free, current_holders, lease_candidates,
+from hazards.engine.errors import UserError
+from hazards.engine.leases import (LeaseUnavailable, acquire, acquire_free, current_holders, lease_candidates,
                            read_lease_log)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from stress.leases import acquire
+    from hazards.engine.leases import acquire
     lease = acquire(sys.argv[1], "child-holder")
     print("held", flush=True)
     time.sleep(120)
@@ -27,7 +27,7 @@ HOLDER = textwrap.dedent("""
 
 TRY = textwrap.dedent("""
     import sys
-    from stress.leases import acquire, LeaseUnavailable
+    from hazards.engine.leases import acquire, LeaseUnavailable
     try:
         acquire(sys.argv[1], "second")
     except LeaseUnavailable as e:
@@ -173,7 +173,7 @@ def test_unusable_lease_folder_is_a_one_line_user_error(fake_gpus, tmp_path):
 
 
 def test_a_lease_that_fails_to_be_recorded_is_released_and_a_user_error(fake_gpus, monkeypatch):
-    import stress.leases as leases
+    import hazards.engine.leases as leases
 
     real_log = leases._log
 

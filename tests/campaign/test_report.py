@@ -13,7 +13,7 @@ import matplotlib.image as mpimg
 import pytest
 from campaign_fakes import synthetic_soaks
 
-from stress.report import build_report, render_markdown, write_report
+from hazards.engine.report import build_report, render_markdown, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 IMG_RE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
@@ -56,7 +56,7 @@ def test_report_flags_new_signatures_rate_rises_and_a_hardware_suspect_gpu(store
 
 
 def test_hardware_suspect_hint_appears_when_failures_are_confined_to_one_gpu(store):
-    from stress.outcome import Outcome, RunResult
+    from hazards.engine.outcome import Outcome, RunResult
 
     cid = store.create_campaign("soak", {})
     for i in range(40):
@@ -148,7 +148,7 @@ def test_chromium_probe_does_catch_script_errors_and_broken_images(tmp_path):
 
 def test_cli_report_writes_html_markdown_and_junit(tmp_path, capsys):
     from hazards.cli import main
-    from stress.store import Store
+    from hazards.engine.store import Store
 
     db = tmp_path / "r.db"
     with Store(db) as s:
@@ -163,7 +163,7 @@ def test_cli_report_writes_html_markdown_and_junit(tmp_path, capsys):
 
 def test_cli_report_of_an_unknown_campaign_is_a_one_line_error(tmp_path, capsys):
     from hazards.cli import main
-    from stress.store import Store
+    from hazards.engine.store import Store
 
     db = tmp_path / "r.db"
     Store(db).close()

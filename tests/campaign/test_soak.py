@@ -9,10 +9,10 @@ import pytest
 from campaign_fakes import FAKE_SERVER, fake_items_for, make_family
 
 from hazards.cli import main
-from stress.errors import UserError
-from stress.leases import acquire_free, read_lease_log, release_all
-from stress.outcome import Outcome, RunResult
-from stress.soak import load_targets, run_soak, spent_seconds, start_or_resume
+from hazards.engine.errors import UserError
+from hazards.engine.leases import acquire_free, read_lease_log, release_all
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.soak import load_targets, run_soak, spent_seconds, start_or_resume
 
 TOML = f"""
 [[target]]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from stress import telemetry
-from stress.telemetry import TelemetryMonitor, hardware_suspect
+from hazards.engine import telemetry
+from hazards.engine.telemetry import TelemetryMonitor, hardware_suspect
 
 
 def _wait_for(cond, timeout=5.0):

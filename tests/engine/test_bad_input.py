@@ -9,8 +9,8 @@ import time
 import pytest
 
 from cli_helpers import hazards, sha256, tree
-from stress.outcome import Outcome, RunResult
-from stress.store import Store
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.store import Store
 
 
 @pytest.fixture

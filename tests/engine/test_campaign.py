@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from stress.campaign import COMPLETE, INTERRUPTED, STOPPED, run_campaign
-from stress.outcome import Outcome, RunResult
-from stress.stats import Sprt
-from stress.store import Store
+from hazards.engine.campaign import COMPLETE, INTERRUPTED, STOPPED, run_campaign
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.stats import Sprt
+from hazards.engine.store import Store
 
 
 class ScriptedTarget:

@@ -4,10 +4,10 @@ import signal
 
 import pytest
 
-from stress.classify import (NOTABLE_RE, NotableLines, classify_exit, classify_reply, find_fault_signature,
+from hazards.engine.classify import (NOTABLE_RE, NotableLines, classify_exit, classify_reply, find_fault_signature,
                              find_infra_signature, parse_result_line, python_exception,
                              reply_metrics, result_verdict, signal_name)
-from stress.outcome import Outcome
+from hazards.engine.outcome import Outcome
 
 CUDA_MESSAGES = [
     ("RuntimeError: CUDA error: an illegal memory access was encountered", "illegal_address"),

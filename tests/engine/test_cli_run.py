@@ -12,8 +12,8 @@ import time
 import pytest
 
 from cli_helpers import REPO, hazards
-from stress.outcome import Outcome, RunResult
-from stress.store import Store
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.store import Store
 
 FAKE = [sys.executable, str(REPO / "tests" / "fakes" / "fake_command.py")]
 

@@ -11,10 +11,10 @@ import time
 import pytest
 
 from engine_fakes import assert_none_running, fake_command, recorded_pids, running
-from stress.errors import UserError
-from stress.outcome import Outcome
-from stress.targets import CommandTarget
-from stress.watchdog import register_on_hang, unregister_on_hang
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import Outcome
+from hazards.engine.targets import CommandTarget
+from hazards.engine.watchdog import register_on_hang, unregister_on_hang
 
 TIMEOUT = 1.0
 HANG_TIMEOUT = 2.0

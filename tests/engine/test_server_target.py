@@ -7,11 +7,11 @@ import time
 import pytest
 
 from engine_fakes import assert_none_running, fake_server, recorded_pids, running
-from stress import protocol
-from stress.errors import ProtocolError, UserError
-from stress.outcome import Outcome
-from stress.targets import ServerTarget
-from stress.watchdog import register_on_hang, unregister_on_hang
+from hazards.engine import protocol
+from hazards.engine.errors import ProtocolError, UserError
+from hazards.engine.outcome import Outcome
+from hazards.engine.targets import ServerTarget
+from hazards.engine.watchdog import register_on_hang, unregister_on_hang
 
 TIMEOUT = 1.0
 

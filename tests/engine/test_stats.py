@@ -7,7 +7,7 @@ import random
 import pytest
 from scipy import stats as st
 
-from stress.stats import (Sprt, boschloo, compare, describe_rate, fisher_one_sided, rate_ci,
+from hazards.engine.stats import (Sprt, boschloo, compare, describe_rate, fisher_one_sided, rate_ci,
                           runs_needed, upper_bound, zero_failure_upper)
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from stress.errors import UserError
-from stress.outcome import Outcome, RunResult
-from stress.signatures import normalize_message, signature_of
-from stress.store import SCHEMA_VERSION, Store, resolve_path
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.signatures import normalize_message, signature_of
+from hazards.engine.store import SCHEMA_VERSION, Store, resolve_path
 
 
 def result(outcome: str = "clean", reason: str = "exit 0", **kw) -> RunResult:

@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from engine_fakes import FAKES, assert_none_running, fake_command, recorded_pids, running
-from stress.classify import NOTABLE_RE, find_fault_signature
-from stress.watchdog import (Drain, HangContext, Supervised, kill_group, register_on_hang,
+from hazards.engine.classify import NOTABLE_RE, find_fault_signature
+from hazards.engine.watchdog import (Drain, HangContext, Supervised, kill_group, register_on_hang,
                              run_collectors, scan_for, unregister_on_hang)
 
 SLEEPER = [sys.executable, str(FAKES / "sleeper.py")]
@@ -211,7 +211,7 @@ def test_escaped_grandchild_without_marker_is_found_by_the_pipe_it_holds(tmp_pat
 
 
 def test_the_supervisor_never_imports_a_gpu_library():
-    code = ("import sys, stress.targets, stress.watchdog, stress.classify, stress.protocol; "
+    code = ("import sys, hazards.engine.targets, hazards.engine.watchdog, hazards.engine.classify, hazards.engine.protocol; "
             "bad = [m for m in ('torch', 'cupy', 'pycuda', 'cuda', 'triton', 'jax', "
             "'tensorflow', 'numba', 'pynvml') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -7,8 +7,8 @@ import pytest
 
 
 def _nvcc_or_skip() -> None:
-    from stress.build import find_compiler
-    from stress.errors import ToolchainMissing
+    from hazards.engine.build import find_compiler
+    from hazards.engine.errors import ToolchainMissing
 
     try:
         find_compiler("sm_90a")
@@ -28,7 +28,7 @@ def family_binaries() -> dict:
 
 @pytest.fixture
 def store(tmp_path):
-    from stress.store import Store
+    from hazards.engine.store import Store
 
     with Store(tmp_path / "results.db") as s:
         yield s

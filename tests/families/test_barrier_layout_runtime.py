@@ -15,8 +15,8 @@ import pytest
 
 from hazards.families import barrier_layout as bl
 from hazards.families import get_family
-from stress.gpus import gpu_available
-from stress.outcome import Outcome
+from hazards.engine.gpus import gpu_available
+from hazards.engine.outcome import Outcome
 
 FAMILY = get_family("barrier_layout")
 # Variants that must run clean on NVIDIA: the fixed ones, and the two layout canaries whose
@@ -27,8 +27,8 @@ CLEAN_LAUNCHES = 2000
 
 @pytest.fixture(scope="module")
 def exe():
-    from stress.build import find_compiler
-    from stress.errors import ToolchainMissing
+    from hazards.engine.build import find_compiler
+    from hazards.engine.errors import ToolchainMissing
     from hazards.stress_family import family_binary
 
     try:
@@ -80,7 +80,7 @@ def test_runtime_build_has_only_bounded_spins_and_keeps_the_poll_semantics(exe):
     (no poll loop at all: at run time it waits on the clock until the limit)."""
     from hazards.static import compile as hz_compile
     from hazards.static import sass
-    from stress.errors import ToolchainMissing
+    from hazards.engine.errors import ToolchainMissing
 
     try:
         hz_compile.find_nv_tool("nvdisasm")
@@ -118,7 +118,7 @@ needs_gpu = pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU
 
 @pytest.fixture(scope="module")
 def server(exe):
-    from stress.targets import ServerTarget
+    from hazards.engine.targets import ServerTarget
 
     target = ServerTarget([str(exe.resolve()), "--serve"], name="barrier_layout")
     yield target

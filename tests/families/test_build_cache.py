@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stress import build
-from stress.errors import ToolchainMissing
+from hazards.engine import build
+from hazards.engine.errors import ToolchainMissing
 
 FAKE_NVCC = """#!/bin/sh
 # A stand-in for nvcc: --version prints a release line; otherwise copy the source to -o,
@@ -98,7 +98,7 @@ def test_missing_compiler_is_toolchain_missing(monkeypatch, tmp_path):
 
 
 def test_unknown_target_and_missing_source_are_user_errors(fake_tree):
-    from stress.errors import UserError
+    from hazards.engine.errors import UserError
 
     root, _, cache = fake_tree
     with pytest.raises(UserError, match="unknown build target"):

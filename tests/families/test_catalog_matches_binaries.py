@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from hazards.families import all_families
-from stress.build import find_compiler
-from stress.errors import ToolchainMissing
+from hazards.engine.build import find_compiler
+from hazards.engine.errors import ToolchainMissing
 
 RUNTIME = [f for f in all_families() if f.binary]
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 
 from hazards.families import get_family
 from hazards.stress_family import is_attributed
-from stress.gpus import gpu_available
-from stress.outcome import Outcome
+from hazards.engine.gpus import gpu_available
+from hazards.engine.outcome import Outcome
 
 SAFE_LAUNCHES = 50
 CANARY_REQUESTS = 5
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.gpu,
 
 @pytest.fixture(scope="module")
 def servers(family_binaries):
-    from stress.targets import ServerTarget
+    from hazards.engine.targets import ServerTarget
 
     targets = {name: ServerTarget([str(exe.resolve()), "--serve"], name=name)
                for name, exe in family_binaries.items()}

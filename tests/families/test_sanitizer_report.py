@@ -1,7 +1,7 @@
 """hazards/sanitizer.py: compute-sanitizer reports become evidence and outcomes."""
 from __future__ import annotations
 
-from stress.outcome import Outcome, RunResult
+from hazards.engine.outcome import Outcome, RunResult
 from hazards.sanitizer import judge, parse_report
 
 RACE_LOG = """========= COMPUTE-SANITIZER

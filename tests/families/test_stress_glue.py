@@ -8,8 +8,8 @@ import pytest
 
 from hazards.families import get_family
 from hazards.stress_family import is_attributed, stress_variant
-from stress.outcome import Outcome, RunResult
-from stress.targets import ServerTarget
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.targets import ServerTarget
 
 FAKE = Path(__file__).with_name("fake_harness_server.py")
 

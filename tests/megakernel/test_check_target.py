@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stress.outcome import Outcome
-from stress.targets import CommandTarget, ServerTarget
+from hazards.engine.outcome import Outcome
+from hazards.engine.targets import CommandTarget, ServerTarget
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = [sys.executable, "-m", "hazards.megakernel.check"]

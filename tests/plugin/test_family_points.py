@@ -12,16 +12,16 @@ import pytest
 
 from hazards.replay import (PointRate, failure_note, measure_point, mismatch_rate, params_json,
                             repro_argv, repro_command, target_mismatch_rate)
-from stress.outcome import Outcome, RunResult
-from stress.stats import rate_ci
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.stats import rate_ci
 
 FAKE = Path(__file__).with_name("fakes") / "family_server.py"
 
 FAMILY_TESTS = f"""
     import sys
     from hypothesis import given, strategies as st
-    from stress.outcome import Outcome
-    from stress.targets import ServerTarget
+    from hazards.engine.outcome import Outcome
+    from hazards.engine.targets import ServerTarget
 
     def fake():
         return ServerTarget([sys.executable, {str(FAKE)!r}], name="fakefam")
@@ -116,7 +116,7 @@ def test_family_server_feeds_the_mismatch_rate_to_hypothesis_targeting(inner):
     inner.write("test_target.py", f"""
         import sys
         from hypothesis import HealthCheck, given, settings, strategies as st
-        from stress.targets import ServerTarget
+        from hazards.engine.targets import ServerTarget
 
         def fake():
             return ServerTarget([sys.executable, {str(FAKE)!r}])

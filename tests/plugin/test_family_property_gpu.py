@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 
 from hazards.families import get_family
 from hazards.hypothesis_profiles import register_profiles
-from stress.outcome import Outcome
+from hazards.engine.outcome import Outcome
 
 FAMILY = get_family("pipeline")
 SAFE_LAUNCHES = 200

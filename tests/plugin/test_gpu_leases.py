@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from stress import leases
-from stress.gpus import gpu_available
+from hazards.engine import leases
+from hazards.engine.gpus import gpu_available
 
 # The conftest records what CUDA_VISIBLE_DEVICES was when it was imported: before any
 # test module (and any CUDA library) is imported, the worker must already be pinned.

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from hazards.pytest_plugin.isolation import OutOfProcessFailure, run_out_of_process
-from stress.outcome import Outcome
+from hazards.engine.outcome import Outcome
 
 HANGING_TESTS = """
     import os, threading, time

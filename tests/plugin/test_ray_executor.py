@@ -1,7 +1,7 @@
 """The Ray executor writes the same campaign rows as the built-in one for the same fake targets.
 
 A local Ray cluster with fake GPU resources (`ray.init(num_gpus=2, num_cpus=2)`) and the
-fake GPUs of `stress.leases` ($HZ_FAKE_GPUS): each actor leases the GPU Ray gave it.
+fake GPUs of `hazards.engine.leases` ($HZ_FAKE_GPUS): each actor leases the GPU Ray gave it.
 """
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-hazards[ray]\"")
 
-from stress.executor import Rotation, StoreSink, WorkItem, run_local  # noqa: E402
-from stress.executors import check_executor  # noqa: E402
-from stress.executors.ray_executor import RayExecutor, run_ray, run_soak_ray  # noqa: E402
-from stress.leases import acquire_free, current_holders, read_lease_log, release_all  # noqa: E402
-from stress.soak import run_soak  # noqa: E402
-from stress.store import Store  # noqa: E402
+from hazards.engine.executor import Rotation, StoreSink, WorkItem, run_local  # noqa: E402
+from hazards.engine.executors import check_executor  # noqa: E402
+from hazards.engine.executors.ray_executor import RayExecutor, run_ray, run_soak_ray  # noqa: E402
+from hazards.engine.leases import acquire_free, current_holders, read_lease_log, release_all  # noqa: E402
+from hazards.engine.soak import run_soak  # noqa: E402
+from hazards.engine.store import Store  # noqa: E402
 
 FAKE = Path(__file__).with_name("fakes") / "family_server.py"
 CMD = ("import json, os; print('HZ_RESULT ' + json.dumps({'ok': True, "
@@ -145,7 +145,7 @@ def test_ray_soak_writes_a_soak_campaign_like_the_local_soak(ray_cluster, tmp_pa
 
 
 def test_unknown_executor_is_a_user_error():
-    from stress.errors import UserError
+    from hazards.engine.errors import UserError
 
     with pytest.raises(UserError, match="unknown executor 'slurm'"):
         check_executor("slurm")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from stress.stats import rate_ci
+from hazards.engine.stats import rate_ci
 
 # Fails on every third call: deliberately flaky, and deterministic so the counts are known.
 FLAKY_TESTS = """

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hazards.static import compile as hz_compile
-from stress.errors import ToolchainMissing
+from hazards.engine.errors import ToolchainMissing
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"

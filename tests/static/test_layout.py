@@ -10,7 +10,7 @@ from hazards.static import layout
 from hazards.static.layout import Layout, Slot
 from hazards.strategies.static import layout_hazards, layouts
 from static_helpers import DATA, failing_ids
-from stress.errors import UserError
+from hazards.engine.errors import UserError
 
 
 def ids(lay: Layout) -> set[str]:

@@ -8,7 +8,7 @@ import pytest
 from hazards.static import compile as hz_compile
 from hazards.static.runner import run_static_checks
 from static_helpers import CLANG_MISSING, DATA, NVDISASM_MISSING, REPO, hazards
-from stress.errors import ToolchainMissing, UserError
+from hazards.engine.errors import ToolchainMissing, UserError
 
 HAZARD = '''void f(const int* p) {
   int a, b;

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from hazards.family import STANDALONE
-from stress.outcome import Outcome
-from stress.targets import CommandTarget
-from stress.tripwire import TripwireFile, TripwireTarget, load_names
+from hazards.engine.outcome import Outcome
+from hazards.engine.targets import CommandTarget
+from hazards.engine.tripwire import TripwireFile, TripwireTarget, load_names
 
 pytestmark = pytest.mark.gpu
 NAMES = load_names(STANDALONE / "deadlock" / "deadlock_names.h")
@@ -20,7 +20,7 @@ NAMES = load_names(STANDALONE / "deadlock" / "deadlock_names.h")
 
 @pytest.fixture(scope="module")
 def binary() -> Path:
-    from stress.build import build_family
+    from hazards.engine.build import build_family
 
     return build_family(STANDALONE, "deadlock", "deadlock")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stress.errors import UserError
-from stress.tripwire import Names, analyze, decode, load_names
+from hazards.engine.errors import UserError
+from hazards.engine.tripwire import Names, analyze, decode, load_names
 from tw_synth import Image
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from stress.tripwire import layout
-from stress.tripwire.layout import decode, read_snapshot
-from stress.tripwire.session import TripwireFile
+from hazards.engine.tripwire import layout
+from hazards.engine.tripwire.layout import decode, read_snapshot
+from hazards.engine.tripwire.session import TripwireFile
 
 ROOT = Path(__file__).resolve().parents[2]
 STRIDE = 1024  # HZ_TW_SPIN_STRIDE default

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from stress.outcome import Outcome
-from stress.targets import CommandTarget
-from stress.tripwire import Names, TripwireFile, TripwireTarget
-from stress.tripwire.session import PREFIX, SHM_DIR
+from hazards.engine.outcome import Outcome
+from hazards.engine.targets import CommandTarget
+from hazards.engine.tripwire import Names, TripwireFile, TripwireTarget
+from hazards.engine.tripwire.session import PREFIX, SHM_DIR
 
 NAMES = Names(barriers={3: "ATTN_RELEASE"}, phases={7: "MOE_W13_W2"})
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 import time
 
-from stress.tripwire.layout import Snapshot, decode
+from hazards.engine.tripwire.layout import Snapshot, decode
 
 
 def _tag(gen: int) -> int:
