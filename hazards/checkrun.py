@@ -127,9 +127,9 @@ class CheckResult:
 
 
 def run_static(paths: Iterable[str], families: list[str] | None = None) -> tuple[list[Any], str]:
-    """(findings, note) from hazards.static.runner (catalog + paths), or ([], why it did not run)."""
+    """(findings, note) from hazards.static_catalog (catalog + paths), or ([], why it did not run)."""
     try:
-        from hazards.static.runner import run_static_checks
+        from hazards.static_catalog import run_static_checks
     except ImportError as e:
         return [], f"static checks not available ({e})"
     findings = list(run_static_checks([Path(p) for p in paths], families=families))

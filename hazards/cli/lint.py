@@ -65,7 +65,7 @@ def static_command(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print info findings."),
     fail_on_perf: bool = typer.Option(False, "--fail-on-perf", help="Performance findings fail too."),
 ) -> None:
-    from hazards.static.runner import run_static_checks
+    from hazards.static_catalog import run_static_checks
 
     names = [n.strip() for v in families or () for n in v.split(",") if n.strip()]
     t0 = time.monotonic()

@@ -26,8 +26,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from hazards.family import STANDALONE, Family, StaticVerdict, Variant
-from hazards.static.variants import Points
-from hazards.static import layout
+from hazards.presets import Points
+from hazards.static import checks, layout
 
 SOURCE = STANDALONE / "barrier_layout" / "barrier_layout.cu"
 RELEASES = 8
@@ -98,9 +98,9 @@ def predicted_checks(params: dict[str, Any]) -> set[str]:
     out = {f.check for plat in ("amd", "nvidia")
            for f in layout.check_layout(model_layout(p, plat)) if f.fails}
     if p["poll"] == 1:
-        out |= {"acquire-missing", "poll-no-acquire"}
+        out |= {checks.ACQUIRE_MISSING.id, checks.POLL_NO_ACQUIRE.id}
     if p["poll"] == 2:
-        out.add("spin-no-load")  # NVIDIA; clang-19 deletes the side-effect-free loop instead
+        out.add(checks.SPIN_NO_LOAD.id)  # NVIDIA; clang-19 deletes the side-effect-free loop instead
     return out
 
 
@@ -134,7 +134,6 @@ def static_check(params: dict[str, Any]):
     A missing NVIDIA disassembler leaves an `info` finding naming what was skipped."""
     from hazards.static import amdgcn, sass
     from hazards.static.compile import compile_ptx
-    from hazards.static.findings import Finding
     from hazards.engine.errors import ToolchainMissing
 
     d = defines(params)
@@ -150,8 +149,8 @@ def static_check(params: dict[str, Any]):
                                                               "nvidia"), str(ptx.path))
         found += sass.compile_and_check(SOURCE, defines=d, label=label)
     except ToolchainMissing as e:
-        found.append(Finding("toolchain-missing", "info", str(SOURCE), 0,
-                             f"NVIDIA checks skipped: {e}"))
+        found.append(checks.TOOLCHAIN_MISSING.finding(str(SOURCE), 0,
+                                                      f"NVIDIA checks skipped: {e}"))
     return found
 
 

@@ -7,7 +7,7 @@ static (AMD, checked on clang-19's gfx942 output): on these machines AMD code is
 and checked, never run. NVIDIA cannot have this bug (PTX operands are virtual registers).
 
 Oracles: the source lint (on the variant's preprocessed text) and the AMDGCN overlap
-check (a) on the emitted assembly, which sees the registers the allocator really chose.
+check (`asm-overlap`) on the emitted assembly, which sees the registers the allocator really chose.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from hazards.family import STANDALONE, Family, StaticVerdict, Variant
-from hazards.static.variants import Points
+from hazards.presets import Points
+from hazards.static import checks
 
 SOURCE = STANDALONE / "earlyclobber" / "earlyclobber.hip"
 DEFAULTS: dict[str, Any] = {"early_clobber": False, "split": False, "loads": 4,
@@ -51,6 +52,14 @@ def static_model(params: dict[str, Any]) -> StaticVerdict:
         return StaticVerdict(False, "\"=&v\": outputs are kept disjoint from every input")
     return StaticVerdict(True, f"{p['loads']} loads in one block with \"=v\" outputs: an "
                                "output may cover a later load's address")
+
+
+def predicted_checks(params: dict[str, Any]) -> set[str]:
+    """The check ids this point must trigger: the source lint and the overlap check on the
+    emitted assembly (empty = clean)."""
+    if not static_model(params).hazardous:
+        return set()
+    return {checks.EARLY_CLOBBER.id, checks.ASM_OVERLAP.id}
 
 
 def strategy() -> Any:

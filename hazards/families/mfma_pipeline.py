@@ -18,8 +18,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from hazards.family import STANDALONE, Family, StaticVerdict, Variant
-from hazards.static.variants import Points
-from hazards.static import mfma_table
+from hazards.presets import Points
+from hazards.static import checks, mfma_table
 
 SOURCE = STANDALONE / "mfma_pipeline" / "mfma_pipeline.hip"
 DEFAULTS: dict[str, Any] = {"shape": 32, "banks": 2, "overlap": True, "exit_tails": 2, "tail": 32}
@@ -62,11 +62,11 @@ def predicted_checks(params: dict[str, Any]) -> set[str]:
     need = mfma_table.required_wait_states(shape, "valu")
     out = set()
     if p["banks"] == 1 and p["overlap"]:
-        out.add("mfma-src-war")
+        out.add(checks.MFMA_SRC_WAR.id)
     if TAIL_WAIT_STATES[p["tail"]] + _extra_wait(p) < need:
-        out.add("mfma-acc-read")
+        out.add(checks.MFMA_ACC_READ.id)
     if p["banks"] == 2 and p["exit_tails"] == 1:
-        out.add("mfma-exit-parity")
+        out.add(checks.MFMA_EXIT_PARITY.id)
     return out
 
 

@@ -1,2 +1,7 @@
 """Static hazard checks on CPU: inline-asm source lint, AMDGCN and SASS checks on real
-compiler output, and the barrier layout checker. Entry point: `runner.run_static_checks`."""
+compiler output, and the barrier layout checker.
+
+Every check id is registered in `checks`; `runner.check_paths` runs the checks a user's
+paths need. This package checks artifacts and imports nothing from the catalog: the
+catalog's verdicts on its own variants are `hazards.static_catalog`.
+"""

@@ -1,22 +1,22 @@
 """Hazard checks on AMDGCN assembly emitted by clang (gfx942; gfx950 mnemonics pass through).
 
-Checks (ids in brackets):
+Checks (ids registered in `hazards.static.checks`):
 
-(a) [asm-overlap]   inside a `;;#ASMSTART`..`;;#ASMEND` region, a register written by one
+[asm-overlap]       inside a `;;#ASMSTART`..`;;#ASMEND` region, a register written by one
     instruction and read as an input by a later one because the allocator gave an output
     and an input overlapping registers (range-aware: `v[4:7]` overlaps `v[6:7]`). Precise
     when the source was compiled through `compile_annotated` (each template carries a
     `; HZ_ASM` line listing which registers every operand got); on a bare listing, only
     partial overlaps (different tuples sharing registers) are reported.
-(b) [mfma-acc-read] an MFMA result read by a VALU (`v_accvgpr_read` included), a memory op or
+[mfma-acc-read]     an MFMA result read by a VALU (`v_accvgpr_read` included), a memory op or
     another MFMA with fewer wait states than `mfma_table.required_wait_states` (every path,
     loops included; `s_nop N` = N+1).
-(c) [mfma-src-war]  a load whose destination overlaps the sources of an MFMA still in flight
+[mfma-src-war]      a load whose destination overlaps the sources of an MFMA still in flight
     (hand-written code: the load or the MFMA lies in an inline-asm region).
-(e) [mfma-exit-parity] a load into MFMA operand registers that reaches the end of its asm
+[mfma-exit-parity]  a load into MFMA operand registers that reaches the end of its asm
     region (or is overwritten) on some path without an MFMA reading it: the prefetched bank
     is dropped on that exit path while the tail consumes the other one.
-(d) release/acquire around flag stores and polls: `release-order`, `release-scope`,
+release/acquire around flag stores and polls: `release-order`, `release-scope`,
     `acquire-missing`, and `sync-scope` (info: the scope each sequence provides, in words);
     see `hazards.static.amdgcn_sync`.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hazards.static import amdgcn_isa as isa
-from hazards.static import cscan, mfma_table
+from hazards.static import checks, cscan, mfma_table
 from hazards.static.compile import compile_amdgcn
 from hazards.static.findings import Finding
 
@@ -86,7 +86,7 @@ def _region_text(func: isa.Function, reg: isa.Region) -> str:
 def check_asm_overlap(funcs: list[isa.Function], path: str,
                       stmts: list[cscan.AsmStatement] | None = None,
                       source_path: str | None = None) -> list[Finding]:
-    """(a): registers an asm region writes and then reads as an input, by overlap."""
+    """[asm-overlap]: registers an asm region writes and then reads as an input, by overlap."""
     out: list[Finding] = []
     for func in funcs:
         for reg in func.regions:
@@ -107,8 +107,8 @@ def check_asm_overlap(funcs: list[isa.Function], path: str,
             if parsed and stmts is not None and parsed[0] < len(stmts) and source_path:
                 line, where = stmts[parsed[0]].line, source_path
             more = f" (+{len(reasons) - 1} more overlaps in this block)" if len(reasons) > 1 else ""
-            out.append(Finding(
-                "asm-overlap", "error", where, line,
+            out.append(checks.ASM_OVERLAP.finding(
+                where, line,
                 f"{reasons[0][1]}{more} [listing {path}:{reasons[0][0]}, function {func.name}]",
                 _region_text(func, reg)))
     return out
@@ -165,8 +165,9 @@ def _reader_kind(reader: isa.Instr, dst: set) -> str | None:
 
 
 def check_mfma_waits(funcs: list[isa.Function], path: str, target: str = "any") -> list[Finding]:
-    """(b) read-after-MFMA wait states, (c) loads over in-flight MFMA sources, and unknown
-    MFMA shapes (which cannot be checked and are reported as warnings)."""
+    """[mfma-acc-read] read-after-MFMA wait states, [mfma-src-war] loads over in-flight MFMA
+    sources, and [mfma-unknown-shape] for MFMAs the table does not know (a warning: they
+    cannot be checked)."""
     out: list[Finding] = []
     for func in funcs:
         for m_idx, m in enumerate(func.instrs):
@@ -175,7 +176,7 @@ def check_mfma_waits(funcs: list[isa.Function], path: str, target: str = "any") 
             shape = mfma_table.lookup(m.mnemonic, target) or mfma_table.lookup(m.mnemonic)
             # (a gfx950 mnemonic in a gfx942 listing: inline asm passes through -S unassembled)
             if shape is None:
-                out.append(Finding("mfma-unknown-shape", "warning", path, m.line,
+                out.append(checks.MFMA_UNKNOWN_SHAPE.finding(path, m.line,
                                    f"{m.mnemonic} is not in the wait-state table for "
                                    f"{target}; its hazards cannot be checked", m.text))
                 continue
@@ -204,8 +205,8 @@ def _acc_read(func: isa.Function, m_idx: int, shape, path: str) -> list[Finding]
             continue
         need = mfma_table.required_wait_states(shape, kind)
         if waited < need:
-            out.append(Finding(
-                "mfma-acc-read", "error", path, reader.line,
+            out.append(checks.MFMA_ACC_READ.finding(
+                path, reader.line,
                 f"`{reader.mnemonic}` reads the result of {m.mnemonic} (line {m.line}, "
                 f"{shape.passes} passes, {shape.kind}) after {waited} wait states on some "
                 f"path; it needs {need} ({kind} read; s_nop N provides N+1)",
@@ -230,8 +231,8 @@ def _src_war(func: isa.Function, m_idx: int, shape, path: str) -> list[Finding]:
             continue
         hit = isa.units(ld.writes()) & srcs
         if hit:
-            out.append(Finding(
-                "mfma-src-war", "error", path, ld.line,
+            out.append(checks.MFMA_SRC_WAR.finding(
+                path, ld.line,
                 f"`{ld.mnemonic}` writes {isa.describe_units(hit)}, a source of {m.mnemonic} "
                 f"(line {m.line}) that may still be in flight ({waited} wait states since "
                 f"issue, {need} to retire, no dependent MFMA in between); lgkmcnt/vmcnt say "
@@ -241,7 +242,7 @@ def _src_war(func: isa.Function, m_idx: int, shape, path: str) -> list[Finding]:
 
 
 def check_exit_parity(funcs: list[isa.Function], path: str) -> list[Finding]:
-    """(e): a load into MFMA operand registers dropped on some path out of its asm region."""
+    """[mfma-exit-parity]: a load into MFMA operand registers dropped on some path out of its asm region."""
     out: list[Finding] = []
     for func in funcs:
         for reg in func.regions:
@@ -259,8 +260,8 @@ def check_exit_parity(funcs: list[isa.Function], path: str) -> list[Finding]:
                 if bank:
                     exit_line = _dropped_on(func, reg, i, bank)
                     if exit_line is not None:
-                        out.append(Finding(
-                            "mfma-exit-parity", "error", path, ld.line,
+                        out.append(checks.MFMA_EXIT_PARITY.finding(
+                            path, ld.line,
                             f"the operands `{ld.mnemonic}` loads into "
                             f"{isa.describe_units(bank)} are never read by an MFMA on a path "
                             f"that leaves the loop at line {exit_line}: that exit consumes the "

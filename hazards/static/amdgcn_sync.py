@@ -1,4 +1,4 @@
-"""(d) Release/acquire sequences around flag stores and polls in gfx94x assembly.
+"""Release/acquire sequences around flag stores and polls in gfx94x assembly.
 
 On gfx942 (MI300: one L2 per XCD, several XCDs per agent) the memory model is spelled with
 cache-coherence bits and cache maintenance instructions (LLVM AMDGPUUsage, "Memory Model
@@ -27,6 +27,7 @@ write-through store):
 from __future__ import annotations
 
 from hazards.static import amdgcn_isa as isa
+from hazards.static import checks
 from hazards.static.findings import Finding
 
 _STEP_LIMIT = 400
@@ -137,7 +138,7 @@ def _waits_all_vm(ins: isa.Instr) -> bool:
 
 
 def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
-    """Every (d) check over the functions of one listing."""
+    """Every release/acquire check over the functions of one listing."""
     out: list[Finding] = []
     for func in funcs:
         loops = poll_loops(func)
@@ -173,8 +174,8 @@ def _check_acquire(func, path, head, back, poll) -> list[Finding]:
             elif "sc1" in _bits(ins):
                 scopes.add(f"the load itself: {access_scope(ins)}")
             else:
-                out.append(Finding(
-                    "acquire-missing", "error", path, ins.line,
+                out.append(checks.ACQUIRE_MISSING.finding(
+                    path, ins.line,
                     f"`{ins.mnemonic}` after the poll loop at line {p.line} is not preceded by "
                     f"a `buffer_inv` (acquire) on some path, and has no sc1 bit: it may read "
                     f"stale vL1/L2 lines of the data the flag publishes",
@@ -184,7 +185,7 @@ def _check_acquire(func, path, head, back, poll) -> list[Finding]:
         stack.extend((s, inv) for s in func.successors(i))
     if not out:
         where = "; ".join(sorted(scopes)) or "no data load follows"
-        out.append(Finding("sync-scope", "info", path, p.line,
+        out.append(checks.SYNC_SCOPE.finding(path, p.line,
                            f"poll `{p.mnemonic}` ({access_scope(p)}); acquire: {where}", p.text))
     return out
 
@@ -209,15 +210,15 @@ def _check_release(func, path, f_idx, preds) -> list[Finding]:
             wb = ins
         elif _is_data_write(ins):
             if not waited:
-                out.append(Finding(
-                    "release-order", "error", path, flag.line,
+                out.append(checks.RELEASE_ORDER.finding(
+                    path, flag.line,
                     f"`{ins.text}` (line {ins.line}) reaches the flag store without "
                     f"`s_waitcnt vmcnt(0)`: the flag may become visible before that write",
                     f"{ins.text}\n...\n{flag.text}"))
                 return out
             if flag_wt and wb is None:
-                out.append(Finding(
-                    "release-scope", "error", path, flag.line,
+                out.append(checks.RELEASE_SCOPE.finding(
+                    path, flag.line,
                     f"the flag is written through to memory (sc0 sc1) but `{ins.text}` "
                     f"(line {ins.line}) stays in this XCD's L2 with no `buffer_wbl2 sc1`: "
                     f"another XCD can see the flag before the data",
@@ -228,7 +229,7 @@ def _check_release(func, path, f_idx, preds) -> list[Finding]:
             continue
         stack.extend((p, waited, wb) for p in preds.get(i, []))
     rel = "; ".join(sorted(fences)) or "no earlier write on any path"
-    out.append(Finding("sync-scope", "info", path, flag.line,
+    out.append(checks.SYNC_SCOPE.finding(path, flag.line,
                        f"flag `{flag.mnemonic}` ({access_scope(flag)}); release: {rel}",
                        flag.text))
     return out

@@ -26,11 +26,10 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from hazards.static import cscan
+from hazards.static import checks, cscan
 from hazards.static.amdgcn_isa import parse_instr
 from hazards.static.findings import Finding
 
-CHECK_ID = "early-clobber"
 SOURCE_SUFFIXES = frozenset({".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".cu",
                              ".cuh", ".hip", ".inl", ".ipp", ".inc"})
 SKIP_DIRS = frozenset({".git", ".hg", "build", ".hazards", "node_modules", "__pycache__",
@@ -174,11 +173,11 @@ def _allowed(scanned: cscan.Scanned, st: cscan.AsmStatement, path: str) -> tuple
         if not m:
             continue
         ids = {x.strip() for x in m.group(1).split(",")}
-        if CHECK_ID not in ids and "all" not in ids:
+        if checks.EARLY_CLOBBER.id not in ids and "all" not in ids:
             continue
         if m.group(2).strip().strip("*/").strip():
             return True, []
-        notes.append(Finding(CHECK_ID, "warning", path, line,
+        notes.append(checks.ALLOW_NO_REASON.finding(path, line,
                              "allowlist comment without a reason is ignored: write "
                              "`hazards: allow(early-clobber) <why this block is safe>`"))
     return False, notes
@@ -201,7 +200,7 @@ def _unresolved_note(st: cscan.AsmStatement, path: str, lines: list[str]) -> Fin
     names = ", ".join(sorted(unknown - directives)) or "preprocessor conditionals"
     if unknown & directives and unknown - directives:
         names += " and #if blocks"
-    return Finding(CHECK_ID, "info", path, st.line,
+    return checks.ASM_UNCHECKED.finding(path, st.line,
                    f"not checked: the asm template uses {names}, which the lint cannot expand "
                    f"without preprocessing; `hazards static` checks the compiled code, or "
                    f"spell the template with string literals / object-like string macros",
@@ -232,7 +231,7 @@ def lint_text(text: str, path: str, *, honor_allowlist: bool = True,
         if line_map and st.line - 1 < len(line_map) and line_map[st.line - 1][0]:
             where, line = line_map[st.line - 1]
         snippet = "\n".join(lines[st.line - 1:st.end_line])
-        out.append(Finding(CHECK_ID, "error", where, line, why, snippet))
+        out.append(checks.EARLY_CLOBBER.finding(where, line, why, snippet))
     return out
 
 
@@ -261,13 +260,13 @@ def lint_paths(paths: Iterable[Path], *, honor_allowlist: bool = True) -> list[F
         try:
             if f.stat().st_size > MAX_FILE_BYTES:
                 if _mentions_asm(f):  # a skipped file must not read as a clean one
-                    out.append(Finding(CHECK_ID, "warning", str(f), 0,
+                    out.append(checks.LINT_SKIPPED.finding(str(f), 0,
                                        f"not linted: larger than {MAX_FILE_BYTES >> 20} MiB "
                                        f"and it contains `asm`"))
                 continue
             text = f.read_text(errors="replace")
         except OSError as e:
-            out.append(Finding(CHECK_ID, "warning", str(f), 0,
+            out.append(checks.LINT_SKIPPED.finding(str(f), 0,
                                f"not linted: cannot read it ({e.strerror or e})"))
             continue
         out += lint_text(text, str(f), honor_allowlist=honor_allowlist)

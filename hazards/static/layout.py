@@ -27,6 +27,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
+from hazards.static import checks
 from hazards.static.findings import Finding
 from hazards.engine.errors import UserError
 
@@ -146,13 +147,13 @@ def check_layout(layout: Layout, path: str = "<layout>") -> list[Finding]:
     slots = sorted(layout.slots, key=lambda s: s.offset)
     for s in slots:
         if s.access == "atomic" and (s.offset % s.size or len(_lines_of(s, line)) > 1):
-            out.append(Finding("layout-misaligned", "error", path, 0,
+            out.append(checks.LAYOUT_MISALIGNED.finding(path, 0,
                                f"atomic slot {s.name} at {s.offset} (+{s.size}) is not naturally "
                                f"aligned or crosses a {line}-B line"))
     for i, a in enumerate(slots):
         for b in slots[i + 1:]:
             if a.offset < b.end and b.offset < a.end:
-                out.append(Finding("layout-overlap", "error", path, 0,
+                out.append(checks.LAYOUT_OVERLAP.finding(path, 0,
                                    f"slots {a.name} and {b.name} share bytes"))
                 continue
             if not _may_share(a, b, line, align):
@@ -160,18 +161,19 @@ def check_layout(layout: Layout, path: str = "<layout>") -> list[Finding]:
             kinds = {a.access, b.access}
             if "write_through" in kinds and kinds & {"atomic", "plain"}:
                 wt, other = (a, b) if a.access == "write_through" else (b, a)
-                out.append(Finding(
-                    "layout-wt-l2-line", "warning" if nvidia else "error", path, 0,
+                out.append(checks.LAYOUT_WT_L2_LINE.finding(
+                    path, 0,
                     f"{wt.name} (write-through, offset {wt.offset}) shares a {line}-B line with "
                     f"{other.name} ({other.access}, offset {other.offset}): an L2 write-back "
                     f"of that line can revert the write-through value (seed 002's lost "
                     f"release)" + ("; on NVIDIA the L2 is the point of coherence, so this is "
-                                   "the AMD mechanism - separate lines stay portable" if nvidia else "")))
+                                   "the AMD mechanism - separate lines stay portable" if nvidia else ""),
+                    severity="warning" if nvidia else None))
             if a.barrier != b.barrier:
                 same_sector = sector is not None and _may_share(a, b, sector, align)
                 where = f"one {line}-B line" + (", and one 32-B sector" if same_sector else "")
-                out.append(Finding(
-                    "layout-false-sharing", "warning", path, 0,
+                out.append(checks.LAYOUT_FALSE_SHARING.finding(
+                    path, 0,
                     f"{a.name} ({a.barrier}) and {b.name} ({b.barrier}) of unrelated barriers "
                     f"share {where}: every arrival or release of one invalidates the other"))
     return out

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from hazards.static import checks
 from hazards.static.compile import compile_cubin, disassemble
 from hazards.static.findings import Finding
 
@@ -189,8 +190,8 @@ def check_spin_loops(func: SassFunction, path: str) -> list[Finding]:
         if has_exit and not preds:
             continue  # an unconditional way out
         head = func.instrs[min(loop)]
-        out.append(Finding(
-            "spin-no-load", "error", path, head.line,
+        out.append(checks.SPIN_NO_LOAD.finding(
+            path, head.line,
             f"{func.name}: the loop at /*{head.addr:04x}*/ loads nothing from memory and its exit "
             f"condition never changes inside it - a certain hang once entered (a polled flag "
             f"was loaded once, before the loop: make it volatile or use ld.acquire)",
@@ -249,8 +250,8 @@ def check_polls(func: SassFunction, path: str) -> list[Finding]:
                 break
             stack.extend((s, acquired) for s in func.successors(i))
         if bad is not None:
-            out.append(Finding(
-                "poll-no-acquire", "error", path, bad.line,
+            out.append(checks.POLL_NO_ACQUIRE.finding(
+                path, bad.line,
                 f"{func.name}: `{bad.opcode}` at /*{bad.addr:04x}*/ follows the poll "
                 f"`{poll.opcode}` at /*{poll.addr:04x}*/ with no acquire in between (no "
                 f"CCTL.IVALL / MEMBAR): it may read stale L1 lines of the data the flag "
@@ -259,7 +260,7 @@ def check_polls(func: SassFunction, path: str) -> list[Finding]:
         else:
             scope = {"SYS": "system (volatile)", "GPU": "gpu"}.get(poll.opcode.split(".")[-1], poll.opcode)
             acq = f"`{fence.opcode}` at /*{fence.addr:04x}*/" if fence else "no weak load follows"
-            out.append(Finding("sync-scope", "info", path, poll.line,
+            out.append(checks.SYNC_SCOPE.finding(path, poll.line,
                                f"{func.name}: poll `{poll.opcode}` ({scope}); acquire: {acq}",
                                poll.text))
     return out
@@ -275,7 +276,7 @@ def check_sass(text: str, path: str) -> list[Finding]:
 
 def check_ptxas_log(log: str, path: str) -> list[Finding]:
     """[wgmma-serialized] performance findings from ptxas' diagnostics."""
-    return [Finding("wgmma-serialized", "perf", path, 0, f"ptxas C75{m.group(1)}: {m.group(2)}")
+    return [checks.WGMMA_SERIALIZED.finding(path, 0, f"ptxas C75{m.group(1)}: {m.group(2)}")
             for m in _WGMMA_RE.finditer(log)]
 
 

@@ -1,4 +1,4 @@
-"""AMDGCN checks (a)-(e) on minimal listings and on clang-19's real output."""
+"""The AMDGCN checks on minimal listings and on clang-19's real output."""
 from __future__ import annotations
 
 import itertools
@@ -23,7 +23,7 @@ def test_register_ranges_overlap_by_range():
     assert isa.describe_units(a.units() & b.units()) == "v[6:7]"
 
 
-# --- (a) asm-overlap ------------------------------------------------------------------
+# --- asm-overlap ----------------------------------------------------------------------
 
 SEED_LISTING = """
 v_lshl_add_u64 v[6:7], v[4:5], 0, 16
@@ -116,7 +116,7 @@ def test_emitted_overlap_only_where_the_model_allows_it(tmp_path: Path, mode: st
         assert not overlap or block_hazard(spec), spec  # model-safe => compiled clean
 
 
-# --- (b) mfma-acc-read ----------------------------------------------------------------
+# --- mfma-acc-read --------------------------------------------------------------------
 
 TAIL = """
 ;;#ASMSTART
@@ -177,7 +177,7 @@ def test_gfx950_scaled_mnemonic_passes_through_clang19_unassembled():
     assert failing_ids(amdgcn.check_listing(build.text, str(build.path))) == {"mfma-acc-read"}
 
 
-# --- (c) mfma-src-war -----------------------------------------------------------------
+# --- mfma-src-war ---------------------------------------------------------------------
 
 WAR = """
 ;;#ASMSTART
@@ -208,7 +208,7 @@ def test_lds_read_after_the_mfma_retired_is_clean():
     assert failing_ids(check(WAR.format(between="s_nop 15", dst="v[40:41]"))) == set()
 
 
-# --- (e) mfma-exit-parity -------------------------------------------------------------
+# --- mfma-exit-parity -----------------------------------------------------------------
 
 PARITY = """
 ;;#ASMSTART

@@ -16,8 +16,6 @@ FEW = settings(max_examples=6, deadline=None, derandomize=True,
 
 
 def _expected(mod, params) -> set[str]:
-    if mod is earlyclobber:
-        return {"early-clobber", "asm-overlap"} if mod.static_model(params).hazardous else set()
     return mod.predicted_checks(params)
 
 

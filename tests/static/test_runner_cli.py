@@ -6,7 +6,7 @@ import time
 import pytest
 
 from hazards.static import compile as hz_compile
-from hazards.static.runner import run_static_checks
+from hazards.static_catalog import run_static_checks
 from static_helpers import CLANG_MISSING, DATA, NVDISASM_MISSING, REPO, hazards
 from hazards.engine.errors import ToolchainMissing, UserError
 

@@ -1,4 +1,4 @@
-"""(d) AMDGCN release/acquire and the NVIDIA SASS checks, on real compiler output."""
+"""AMDGCN release/acquire and the NVIDIA SASS checks, on real compiler output."""
 from __future__ import annotations
 
 import pytest

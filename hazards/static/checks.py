@@ -1,0 +1,155 @@
+"""The registry of static check ids: what each check reads, its severity, one line of doc.
+
+Every `Finding` a checker in `hazards.static` reports is made through its `Check`
+(`EARLY_CLOBBER.finding(path, line, message)`), so an id is spelled once, here, and the
+table in `docs/static-checks.md` is generated from this registry (`markdown_table`; a test
+keeps the two in sync). Families name the checks they expect by these constants too.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from hazards.static.findings import SEVERITIES, Finding, Severity
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One static check: a stable id, its severity, what it reads, and what it flags.
+
+    `also` lists the other severities a finding of this check may carry, with `also_doc`
+    saying when (e.g. a layout hazard that is an error on AMD is a warning on NVIDIA).
+    """
+
+    id: str
+    severity: Severity
+    on: str
+    doc: str
+    also: tuple[Severity, ...] = ()
+    also_doc: str = ""
+
+    def __post_init__(self) -> None:
+        for sev in (self.severity, *self.also):
+            if sev not in SEVERITIES:
+                raise ValueError(f"check {self.id}: unknown severity {sev!r}")
+
+    def finding(self, path: str, line: int, message: str, snippet: str = "", *,
+                severity: Severity | None = None, subject: str = "") -> Finding:
+        """A finding of this check (`severity` only when it differs, from `also`)."""
+        sev = severity or self.severity
+        if sev != self.severity and sev not in self.also:
+            raise ValueError(f"check {self.id} is never {sev!r}")
+        return Finding(self.id, sev, path, line, message, snippet, subject)
+
+    @property
+    def severity_text(self) -> str:
+        """The severity column of the docs table."""
+        return f"{self.severity} ({self.also_doc})" if self.also else self.severity
+
+
+REGISTRY: dict[str, Check] = {}
+
+
+def register(check: Check) -> Check:
+    """Add a check to the registry (ids are unique)."""
+    if check.id in REGISTRY and REGISTRY[check.id] != check:
+        raise ValueError(f"check id {check.id!r} registered twice")
+    REGISTRY[check.id] = check
+    return check
+
+
+def get(check_id: str) -> Check:
+    """The registered check with this id (KeyError names the known ones)."""
+    try:
+        return REGISTRY[check_id]
+    except KeyError:
+        raise KeyError(f"no static check {check_id!r} (known: {', '.join(sorted(REGISTRY))})") from None
+
+
+def markdown_table(checks: Iterable[Check]) -> str:
+    """The `| id | severity | on | flags |` table of docs/static-checks.md."""
+    rows = ["| id | severity | on | flags |", "|---|---|---|---|"]
+    for c in checks:
+        rows.append(f"| `{c.id}` | {c.severity_text} | {c.on} | {c.doc} |")
+    return "\n".join(rows) + "\n"
+
+
+# --- source lint ---------------------------------------------------------------------------
+EARLY_CLOBBER = register(Check(
+    "early-clobber", "error", "source",
+    "an asm block with >= 2 instructions where an output without `&` is written before a "
+    "later instruction reads a register input"))
+ASM_UNCHECKED = register(Check(
+    "asm-unchecked", "info", "source",
+    "an asm block that could have the hazard but whose template the lint could not read "
+    "(a macro it could not expand): counted as skipped, never as clean"))
+LINT_SKIPPED = register(Check(
+    "lint-skipped", "warning", "source",
+    "a source file containing `asm` that was not linted (too large, unreadable)"))
+ALLOW_NO_REASON = register(Check(
+    "allow-no-reason", "warning", "source",
+    "an allowlist comment `hazards: allow(...)` without a reason: ignored"))
+
+# --- AMDGCN (clang-19 listings) -------------------------------------------------------------
+ASM_OVERLAP = register(Check(
+    "asm-overlap", "error", "AMDGCN",
+    "inside `;;#ASMSTART`..`;;#ASMEND`, an output and an input got overlapping registers and "
+    "the block writes the output before it reads the input (range-aware: `v[4:7]` overlaps "
+    "`v[6:7]`)"))
+MFMA_ACC_READ = register(Check(
+    "mfma-acc-read", "error", "AMDGCN",
+    "an MFMA result read (VALU incl. `v_accvgpr_read`, memory op, another MFMA) with too few "
+    "wait states on some path"))
+MFMA_SRC_WAR = register(Check(
+    "mfma-src-war", "error", "AMDGCN",
+    "a hand-written load into the sources of an MFMA still in flight"))
+MFMA_EXIT_PARITY = register(Check(
+    "mfma-exit-parity", "error", "AMDGCN",
+    "a load into MFMA operand registers that leaves its asm region unread on some path (one "
+    "tail for two parities)"))
+MFMA_UNKNOWN_SHAPE = register(Check(
+    "mfma-unknown-shape", "warning", "AMDGCN",
+    "an MFMA the wait-state table does not know: its hazards cannot be checked"))
+RELEASE_ORDER = register(Check(
+    "release-order", "error", "AMDGCN",
+    "a plain store reaches a flag store (sc1 / write-through / atomic) without "
+    "`s_waitcnt vmcnt(0)`"))
+RELEASE_SCOPE = register(Check(
+    "release-scope", "error", "AMDGCN",
+    "a write-through (`sc0 sc1`) flag after L2-resident data with no `buffer_wbl2 sc1`"))
+ACQUIRE_MISSING = register(Check(
+    "acquire-missing", "error", "AMDGCN",
+    "a poll loop exits into a plain load with no `buffer_inv`"))
+SYNC_SCOPE = register(Check(
+    "sync-scope", "info", "AMDGCN, SASS",
+    "the scope each release/acquire sequence provides, in words"))
+
+# --- NVIDIA (SASS, ptxas) -------------------------------------------------------------------
+SPIN_NO_LOAD = register(Check(
+    "spin-no-load", "error", "SASS",
+    "a reachable loop with no memory load whose exit never changes: the hoisted poll, a "
+    "certain hang"))
+POLL_NO_ACQUIRE = register(Check(
+    "poll-no-acquire", "error", "SASS",
+    "a poll loop followed by weak global loads with no `CCTL.IVALL`/`MEMBAR`"))
+WGMMA_SERIALIZED = register(Check(
+    "wgmma-serialized", "perf", "ptxas log",
+    "ptxas serialized `wgmma.mma_async` (C7510-C7516), with its reason"))
+
+# --- barrier layouts ------------------------------------------------------------------------
+LAYOUT_WT_L2_LINE = register(Check(
+    "layout-wt-l2-line", "error", "layout",
+    "a write-through slot in one line with an L2-resident writer (atomic or plain)", also=("warning",), also_doc="warning on NVIDIA"))
+LAYOUT_FALSE_SHARING = register(Check(
+    "layout-false-sharing", "warning", "layout",
+    "one line (NVIDIA: and whether one 32-B sector) shared by unrelated barriers"))
+LAYOUT_OVERLAP = register(Check(
+    "layout-overlap", "error", "layout", "slots sharing bytes"))
+LAYOUT_MISALIGNED = register(Check(
+    "layout-misaligned", "error", "layout",
+    "an atomic slot not naturally aligned or crossing a line"))
+
+# --- when a check could not look ------------------------------------------------------------
+TOOLCHAIN_MISSING = register(Check(
+    "toolchain-missing", "info", "any",
+    "a compiler or disassembler is not installed: names the checks that were skipped"))
