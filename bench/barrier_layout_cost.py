@@ -8,7 +8,7 @@ block end per launch, summed, over L x E rounds). Configurations, per release ki
 (0 st.global.wt, 1 st.release.gpu, 2 atom.release.gpu.exch):
 
   separate   slot_stride 128: eight release flags and the arrival counter on nine lines
-  shared     slot_stride 4: all nine words in one 128-B line (seed 002's layout)
+  shared     slot_stride 4: all nine words in one 128-B line (the MoE barrier report's)
 
 plus `false_sharing` (separate lines, but the consumers' done counter in the arrival
 counter's line, next to it). Rounds are interleaved (every configuration once per round,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The acceptance run of issue 3 on one GPU (H200): stress every variant of `pipeline` and
-# `ordering` through the engine, racecheck through `hazards stress --sanitizer`, the
+# The first runtime families' acceptance run on one GPU (H200): stress every variant of
+# `pipeline` and `ordering` through the engine, racecheck through `hazards stress --sanitizer`, the
 # server-throughput and litmus-incantation benchmarks, and the GPU tests. Every step has a
 # time cap so one hang cannot eat the whole device lease; outputs go to $OUT (<= 8 files).
 #

@@ -5,7 +5,7 @@
 One process, one GPU (written for the H200): measures the device copy bandwidth BW and the
 floor 3.24 GB / BW; times the megakernel (guided schedule; the split and one-block-per-
 request schedules of the same kernel), torch's eager per-request loop and torch's varlen
-FlashAttention, each over fresh permutations of the seed's length multiset; counts
+FlashAttention, each over fresh permutations of the contract's length multiset; counts
 kernel launches per call with the profiler (and a CUDA graph for the megakernel); checks
 every implementation against the reference over 8 calls x 2 seeds beside the tolerance
 calibration table; prints the tables and writes them as markdown.
@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hazards.megakernel import schedule as sched  # noqa: E402
 from hazards.megakernel.calibration import calibrate  # noqa: E402
 from hazards.megakernel.kernel import build_sched, graph_node_counts, ragged_decode  # noqa: E402
-from hazards.megakernel.reference import SEED_CFG, draw_call, make_arena, reference_decode, rel_err  # noqa: E402
+from hazards.megakernel.reference import CONTRACT_CFG, draw_call, make_arena, reference_decode, rel_err  # noqa: E402
 
-CFG = SEED_CFG
+CFG = CONTRACT_CFG
 BYTES = sum(CFG["lens"]) * CFG["n_kv"] * CFG["hd"] * 2 * 2  # K and V, bf16, read once
 
 
@@ -167,7 +167,7 @@ def varlen_flash(k, v, draw) -> tuple[object | None, str]:
 
 
 def markdown(res: dict) -> str:
-    lines = ["# Ragged decode attention on the H200 (seed 004)", "",
+    lines = ["# Ragged decode attention on the H200 (the ragged-decode contract)", "",
              f"Measured {res['date']} on {res['device']} ({res['sms']} SMs), torch {res['torch']}, "
              f"CUDA {res['cuda']}, driver {res['driver']}.", "",
              f"Command: `{res['command']}`", "",

@@ -11,7 +11,8 @@ Side by side in one run, on the same family variant and batch size:
            the first (the first one includes the server's start) over the time from the end
            of its first request to the end of its last
 
-Prints one line per GPU and the ratio soak/stress per GPU (goal: >= 0.8, issue 7).
+Prints one line per GPU and the ratio soak/stress per GPU (goal: >= 0.8: a soak keeps
+the GPUs as busy as a plain stress run).
 
 Usage: python3 bench/soak_vs_stress.py [--family pipeline] [--variant fixed]
            [--launches 200] [--requests 1000] [--seconds 60] [--out DIR] [--json PATH]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 7 acceptance on a machine with two GPUs (two H200s). Run from anywhere:
+# Campaigns on every GPU (leases, check, soak, telemetry, report, JUnit) on two H200s.
+# Run from anywhere:
 #
 #   bash ci/soak_two_gpus.sh check   # hazards check passes on the landed catalog; a canary
 #                                    # made harmless on purpose fails it with "went blind"
@@ -121,7 +122,8 @@ EOF
     py - "$DIR" <<'EOF' && pass "JUnit files validate against tests/data/junit.xsd" || fail "JUnit schema errors"
 import sys
 from pathlib import Path
-from hazards.engine.junit import validate
+sys.path.insert(0, "tests/campaign")
+from junit_schema import validate
 bad = 0
 for f in ("check.xml", "check_harmless.xml", "soak.xml"):
     p = Path(sys.argv[1]) / f

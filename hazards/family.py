@@ -23,13 +23,12 @@ class Variant:
 
     `role == "broken"` makes the variant a *canary*: it must be detected by every oracle in
     `detected_by` within the family's budget, or the check has gone blind.
-    `defines` are compile-time (-D) parameters; `params` are run-time request fields.
+    `params` are the variant's parameters (run-time request fields or -D defines by family).
     """
 
     name: str
     role: Role
     description: str
-    defines: dict[str, Any] = dataclasses.field(default_factory=dict)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     detected_by: tuple[Oracle, ...] = ()
 

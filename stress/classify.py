@@ -56,7 +56,6 @@ _FAULT_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 _FAULT_RES = tuple((kind, re.compile(pat)) for kind, pat in _FAULT_PATTERNS)
 
-RESULT_TAGS = ("HZ_RESULT", "FAITHFUL_RESULT", "KERNEL_RESULT")
 _RESULT_RE = re.compile(r"^\s*(HZ_RESULT|FAITHFUL_RESULT|KERNEL_RESULT)[ \t:=]+(\{.*\})\s*$",
                         re.MULTILINE)
 

@@ -1,7 +1,7 @@
 """The built-in local executor: one worker loop per leased GPU, all pulling from one queue.
 
-The pieces are separate so that another executor (Ray, issue 8) can host the same
-per-GPU loop in an actor:
+The pieces are separate so that another executor (Ray: `executors/ray_executor.py`) can host
+the same per-GPU loop in an actor:
 
 - `WorkItem`: what to run (a family variant on its launch server, or a registered
   command/server target), JSON-serialisable for campaign specs and resumes.

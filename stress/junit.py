@@ -4,8 +4,8 @@ Written to the strictest common reading of the Ant/Jenkins JUnit format: a `<tes
 root whose `<testsuite>` elements carry name, id, package, timestamp (ISO 8601, no zone),
 hostname, tests, failures, errors, skipped and time, and contain `<properties>`, then
 `<testcase>` elements (each with at most one of `<failure>`, `<error>`, `<skipped>`),
-then `<system-out>` and `<system-err>`. `tests/data/junit.xsd` states exactly that;
-`validate()` checks a file against it with xmlschema (or lxml when that is what exists).
+then `<system-out>` and `<system-err>`. `tests/data/junit.xsd` states exactly that, and
+the tests validate every file they write against it.
 """
 from __future__ import annotations
 
@@ -100,31 +100,3 @@ def write_junit(path: str | os.PathLike[str], suites: list[JUnitSuite]) -> Path:
     tree.write(tmp, encoding="utf-8", xml_declaration=True)
     os.replace(tmp, out)
     return out
-
-
-def schema_path() -> Path:
-    """The JUnit XSD shipped with the tests (tests/data/junit.xsd)."""
-    return Path(__file__).resolve().parent.parent / "tests" / "data" / "junit.xsd"
-
-
-def validate(path: str | os.PathLike[str], xsd: str | os.PathLike[str] | None = None) -> list[str]:
-    """Schema errors of a JUnit file (empty list = valid).
-
-    Uses xmlschema, else lxml; raises RuntimeError when neither is installed (the dev
-    extras include xmlschema).
-    """
-    xsd = Path(xsd) if xsd else schema_path()
-    try:
-        import xmlschema
-    except ImportError:
-        xmlschema = None
-    if xmlschema is not None:
-        schema = xmlschema.XMLSchema(str(xsd))
-        return [str(e.reason or e) for e in schema.iter_errors(str(path))]
-    try:
-        from lxml import etree
-    except ImportError:
-        raise RuntimeError("validating JUnit XML needs xmlschema or lxml (pip install xmlschema)") from None
-    schema = etree.XMLSchema(etree.parse(str(xsd)))
-    ok = schema.validate(etree.parse(str(path)))
-    return [] if ok else [str(e) for e in schema.error_log]

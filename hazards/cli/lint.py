@@ -13,9 +13,10 @@ from hazards.cli.app import app
 _LINT_HELP = """Lint inline asm in C/C++/CUDA/HIP sources (files or directories).
 
 Flags every asm block with two or more instructions whose register outputs are not
-early-clobber where an output may be written before a later instruction reads an input
-(seed 002's four-load block). Prints file:line, the reason and the block; exits 1 when
-anything is found. Silence a reviewed block with a comment on its lines or the line above:
+early-clobber where an output may be written before a later instruction reads an input (the
+MI355 megakernel PR's four-load block). Prints file:line, the reason and the block; exits 1
+when anything is found. Silence a reviewed block with a comment on its lines or the line
+above:
 `// hazards: allow(early-clobber) <reason>`.
 """
 

@@ -20,7 +20,7 @@ def family_json(f: Family) -> dict[str, Any]:
         verdict = f.static_model({"variant": v.name, **v.params})
         variants.append({"name": v.name, "role": v.role, "canary": v.is_canary,
                          "description": v.description, "params": dict(v.params),
-                         "defines": dict(v.defines), "detected_by": list(v.detected_by),
+                         "detected_by": list(v.detected_by),
                          "static": {"hazardous": verdict.hazardous, "reason": verdict.reason}})
     return {"name": f.name, "summary": f.summary, "binary": f.binary,
             "source": str(f.source_path) if f.binary or f.source_dir else None,

@@ -1,11 +1,11 @@
 """Family `barrier_layout`: where the words of a release-flag + arrival-counter barrier live.
 
-Seed 002_79daa8f540f6a64d.txt: eight write-through release flags at [0..7] and the L2
-atomic arrival counter at [8] of one 64-B line; an L2 write-back reverted releases that had
-fired and the waiters hung. Kernel: `standalone/barrier_layout/barrier_layout.cu`
-(HIP-portable), in two builds of one source.
+The MoE barrier report (in the MI355 megakernel PR): eight write-through release flags at
+[0..7] and the L2 atomic arrival counter at [8] of one 64-B line; an L2 write-back reverted
+releases that had fired and the waiters hung. Kernel:
+`standalone/barrier_layout/barrier_layout.cu` (HIP-portable), in two builds of one source.
 
-Static oracles, on real compiler output of the *point build* (-D parameters, the seed's
+Static oracles, on real compiler output of the *point build* (-D parameters, the report's
 unbounded spins): the layout table read back from clang-19's gfx942 listing (64-B lines)
 and from nvcc's PTX (128-B lines, 32-B sectors) goes through `hazards.static.layout`; the
 gfx942 listing through the AMDGCN release/acquire checks; the sm_90a cubin (nvdisasm)
@@ -15,7 +15,7 @@ Runtime oracle, the *runtime build* (`binary`, served by the harness): every par
 a request field, every spin is bounded by `spin_timeout_us` (a lost release is a counted
 `spin_timeouts` and a mismatched launch, never a hang), every data word and the barrier's
 final state are checked on the device per launch, and `ns_per_barrier` is measured on the
-device. On NVIDIA the L2 is the point of coherence, so the seed's lost release has no
+device. On NVIDIA the L2 is the point of coherence, so the report's lost release has no
 mechanism there: the static layout check stays the oracle for the AMD hazard, and the H200
 measures the cost of sharing a line (bench/barrier_layout_cost.py).
 """
@@ -44,10 +44,12 @@ RELEASE_ACCESS = {0: 1, 1: 2, 2: 0}  # release kind -> layout access code (1 wri
 RUNTIME_DEFAULTS: dict[str, Any] = {"epochs": 64, "words": 256, "blocks": 0, "producers": 0, "jitter": 0,
                                     "spin_timeout_us": 20000, "drop_release": 0}
 RUNTIME_PARAMS = {
-    "slot_stride": "bytes between release flags; the arrival counter sits at 8 x stride (4: the seed's one line)",
+    "slot_stride": "bytes between release flags; the arrival counter sits at 8 x stride "
+                   "(4: one line, the MoE barrier report's layout)",
     "done_offset": "byte offset of the consumers' done counter (1028: next to the arrival counter)",
     "poll": "0 ld.acquire.gpu, 1 volatile load without acquire, 2 plain load (hoisted: a timeout)",
-    "release": "0 st.global.wt (the seed's write-through), 1 st.release.gpu, 2 atom.release.gpu.exch",
+    "release": "0 st.global.wt (the MoE barrier report's write-through), 1 st.release.gpu, "
+               "2 atom.release.gpu.exch",
     "epochs": "barrier rounds per launch",
     "words": "data words per producer and epoch (every consumer checks all of them)",
     "blocks": "grid size (0: one per SM); all blocks must be co-resident",
@@ -59,7 +61,8 @@ RUNTIME_PARAMS = {
 
 VARIANTS = (
     Variant("fixed", "fixed", "every barrier word on its own 128-B line, acquire poll", params={}),
-    Variant("broken_shared_line", "broken", "seed layout: releases [0..7] and the counter [8] "
+    Variant("broken_shared_line", "broken", "the MoE barrier report's layout: releases [0..7] "
+            "and the counter [8] "
             "in one line (4-B stride)", params={"slot_stride": 4}, detected_by=("static",)),
     Variant("broken_false_sharing", "broken", "the consumers' done counter next to the "
             "producers' arrival counter", params={"done_offset": RELEASES * 128 + 4},
@@ -74,7 +77,8 @@ VARIANTS = (
             params={"release": 1}),
     Variant("fixed_atomic_release", "fixed", "separate lines, releases by an L2 atomic exchange",
             params={"release": 2}),
-    Variant("shared_line_atomic", "fixed", "seed layout, but every word of the line an L2 atomic",
+    Variant("shared_line_atomic", "fixed",
+            "the MoE barrier report's layout, but every word of the line an L2 atomic",
             params={"slot_stride": 4, "release": 2}),
 )
 _BY_NAME = {v.name: v for v in VARIANTS}

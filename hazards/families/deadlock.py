@@ -1,4 +1,4 @@
-"""Family `deadlock`: the persistent-grid deadlocks of seed 002_79daa8f540f6a64d.
+"""Family `deadlock`: the persistent-grid deadlocks of the MI355 megakernel PR.
 
 Kernels: `standalone/deadlock/deadlock.cu` (every wait instrumented with the tripwire;
 phase/barrier names in `standalone/deadlock/deadlock_names.h`). Three scenarios, each with
@@ -7,7 +7,7 @@ a seeded hang and its fix:
 - grid_barrier: a software grid barrier launched with `grid_extra` blocks beyond the
   co-residency limit the occupancy API gives (N+1 vs N): the extra block can never start.
 - chunk_count: the chunk-merge barrier counts `chunks` arrivals but, nested inside the QKV
-  guard, only min(qkv_tiles, chunks) workers arrive (the seed's 10 of 16).
+  guard, only min(qkv_tiles, chunks) workers arrive (the PR's 10 of 16).
 - snapshot_epoch: the layer's release epoch snapshotted as "counter + 1" at layer entry;
   a non-participant that falls a layer behind waits for a bump that never comes. Skew is
   injected with probability `skew_ppm` per worker and layer, so the hang is intermittent.
@@ -22,9 +22,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from hazards import presets
-from hazards.family import STANDALONE, Family, StaticVerdict, Variant
+from hazards.family import Family, StaticVerdict, Variant
 
-NAMES_HEADER = STANDALONE / "deadlock" / "deadlock_names.h"
 
 # Defaults of the binary's parameters (deadlock.cu's ParamSpec list) that the model reads.
 DEFAULTS: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """Family `earlyclobber`: a multi-load inline-asm block with non-early-clobber outputs.
 
-Seed 002_79daa8f540f6a64d.txt: four NT loads in one `asm volatile` with plain "=v"
+The MI355 megakernel PR: four NT loads in one `asm volatile` with plain "=v"
 outputs; the allocator put load 1's destination over load 2's address. Kernel:
 `standalone/earlyclobber/earlyclobber.hip`, variants by -D parameters. The family is
 static (AMD, checked on clang-19's gfx942 output): on these machines AMD code is compiled
@@ -28,9 +28,9 @@ DEFINE_NAMES = {"early_clobber": "HZ_EARLY_CLOBBER", "split": "HZ_SPLIT", "loads
 VARIANTS = (
     Variant("reference", "reference", "one load per asm statement: nothing to alias",
             params={"split": True}),
-    Variant("fixed", "fixed", "the seed's four loads in one block with \"=&v\" outputs",
+    Variant("fixed", "fixed", "the MI355 PR's four loads in one block with \"=&v\" outputs",
             params={"early_clobber": True}),
-    Variant("broken", "broken", "the seed's four loads in one block with \"=v\" outputs",
+    Variant("broken", "broken", "the MI355 PR's four loads in one block with \"=v\" outputs",
             params={"early_clobber": False}, detected_by=("static",)),
     Variant("broken_shared_base", "broken",
             "one base address and offset: immediates, \"=v\" outputs (load 1 covers the base)",

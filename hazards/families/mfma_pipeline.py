@@ -1,6 +1,7 @@
-"""Family `mfma_pipeline`: the seed's MFMA pipeline hazard pair, plus loop-exit parity.
+"""Family `mfma_pipeline`: the MI355 megakernel PR's MFMA pipeline hazard pair, plus
+loop-exit parity.
 
-Seed 002_79daa8f540f6a64d.txt: a software-pipelined MFMA loop in inline asm (1) reloaded
+The MI355 megakernel PR: a software-pipelined MFMA loop in inline asm (1) reloaded
 the operand registers of an in-flight MFMA (WAR; ~17-22% of launches wrong), (2) read the
 accumulator after `s_nop 7; s_nop 0` (9 wait states) where the op needs 11 (every launch
 wrong), and (3) its ping-pong fix needs one exit tail per trip-count parity. Kernel:

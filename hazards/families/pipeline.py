@@ -1,5 +1,5 @@
 """Family `pipeline`: a shared-memory ring feeding an FMA dot (NVIDIA counterpart of the
-seed's MFMA ping-pong hazards, `002_79daa8f540f6a64d.txt`).
+MFMA ping-pong hazards of the MI355 megakernel PR).
 
 Kernel: `standalone/pipeline/pipeline.cu` (one template over stages x copy kind; every
 other knob is a run-time parameter, so generators vary points without recompiling).

@@ -1,8 +1,9 @@
-"""The reference ragged-decode attention megakernel (seed 004) and its torch reference.
+"""The reference ragged-decode attention megakernel (after the ragged-decode contract) and its
+torch reference.
 
 Submodules: `build` (nvcc -> cached shared library; no torch), `schedule` (pure-Python
 model of the device-side schedule; no torch), `kernel` (ctypes contract: build_sched /
-ragged_decode / teardown), `reference` (the seed's per-request loop and fixtures),
+ragged_decode / teardown), `reference` (the contract's per-request loop and fixtures),
 `calibration` (tolerance table). torch is imported only by the last three, and only when
 they are used: importing this package imports nothing heavy.
 """

@@ -1,4 +1,4 @@
-"""Tolerance calibration for ragged decode (the seed's correctness table).
+"""Tolerance calibration for ragged decode (the ragged-decode contract's correctness table).
 
 Two kinds of rows, measured on the same draws (calls x seeds, fresh permutations):
   * E: the error of an independent correct implementation (fp32, 2048-token tiles,
@@ -27,7 +27,7 @@ def tiled_decode_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts:
     """Independent implementation: fp32 attention per `tile` tokens, then the merge.
 
     With rescale=False the per-tile softmax outputs are averaged instead of merged with
-    exp(m_i - m) weights: the silent, plausible-looking mis-merge the seed warns about.
+    exp(m_i - m) weights: the silent, plausible-looking mis-merge the contract warns about.
     """
     B, n_q, hd = q.shape
     n_kv = k.shape[1]

@@ -4,13 +4,14 @@
     python3 -m hazards.megakernel.check --serve              # JSON-lines server (docs/protocol.md)
 
 Each call draws a fresh permutation of `starts`/`lens` and fresh queries, poisons the output
-with NaN, runs the kernel (one launch) and compares it with the seed's per-request torch
-loop: a call whose relative error exceeds the seed's tolerance (1e-2), or that the kernel
-flags itself, is a mismatched launch. Exit codes follow the standalone convention: 0 clean,
-1 mismatch, 2 bad input / no GPU, 3 device error (the message names the CUDA error).
-`--lens-scale S` divides every length of the seed's multiset by S, for short soaks.
+with NaN, runs the kernel (one launch) and compares it with the ragged-decode contract's
+per-request torch loop: a call whose relative error exceeds the contract's tolerance (1e-2),
+or that the kernel flags itself, is a mismatched launch. Exit codes follow the standalone
+convention: 0 clean, 1 mismatch, 2 bad input / no GPU, 3 device error (the message names the
+CUDA error). `--lens-scale S` divides every length of the contract's multiset by S, for
+short soaks.
 
-`--mishandle clamp8192|ignore_starts` feeds the kernel the seed's known-bad inputs (every
+`--mishandle clamp8192|ignore_starts` feeds the kernel the contract's known-bad inputs (every
 length clamped at 8192, scaled by --lens-scale like the lengths; every request read from
 the top of the arena) while the reference
 keeps the true ones: canaries proving this oracle still catches a mishandled ragged batch.
@@ -42,10 +43,10 @@ class Checker:
         if not torch.cuda.is_available():
             raise NoDevice("no CUDA-capable device is detected by torch")
         self.torch, self.kernel, self.ref = torch, kernel, reference
-        cfg = dict(reference.SEED_CFG)
-        cfg["lens"] = [max(1, n // lens_scale) for n in reference.SEED_LENS]
+        cfg = dict(reference.CONTRACT_CFG)
+        cfg["lens"] = [max(1, n // lens_scale) for n in reference.CONTRACT_LENS]
         self.cfg = cfg
-        self.clamp = max(1, 8192 // lens_scale)  # the seed's clamp, scaled with the lengths
+        self.clamp = max(1, 8192 // lens_scale)  # the contract's clamp, scaled with the lengths
         self.k, self.v = reference.make_arena(cfg["lens"], cfg["n_kv"], cfg["hd"], device="cuda", seed=arena_seed)
         self.handle = kernel.build_sched({}, {"k": self.k, "v": self.v}, cfg, 1, schedule=schedule)
         self.out = torch.empty(len(cfg["lens"]), cfg["n_q"] * cfg["hd"], dtype=torch.float32, device="cuda")
@@ -151,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serve", action="store_true", help="speak the JSON-lines server protocol")
     ap.add_argument("--calls", type=int, default=8, help="checked calls in the one batch (not --serve)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the draws (not --serve)")
-    ap.add_argument("--lens-scale", type=int, default=1, help="divide the seed's lengths by this")
+    ap.add_argument("--lens-scale", type=int, default=1,
+                    help="divide the contract's lengths by this")
     ap.add_argument("--schedule", default="split", choices=("split", "guided", "per_request"))
     ap.add_argument("--mishandle", default="none", choices=MISHANDLINGS,
                     help="feed the kernel a known-bad input (a canary for this check)")

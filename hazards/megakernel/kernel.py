@@ -1,4 +1,5 @@
-"""Python side of the ragged-decode megakernel: the seed's contract over a ctypes library.
+"""Python side of the ragged-decode megakernel: the ragged-decode contract over a ctypes
+library.
 
     handle = build_sched(weights, kv_cache, cfg, max_seq_len)   # untimed: buffers, counters
     out = ragged_decode(handle, q, starts, lens)                # one kernel launch
@@ -91,9 +92,10 @@ def build_sched(weights: dict, kv_cache: dict, cfg: dict, max_seq_len: int, *,
     schedule: "split" (default: every request cut on the device into `split_tokens`-token
     tiles, longest request first, tiles handed out by an atomic counter), "guided"
     (geometrically shrinking chunks of the whole line, `phases` phases), or "per_request"
-    (one block per request: the naive baseline). On the H200 split/2048 measured fastest. `weights` and `max_seq_len` are ignored, as
-    the seed's contract says. `grid` overrides the persistent grid (default: every SM);
-    `probe` ("stream_only", "compute_only") is a diagnostic that skips half the work.
+    (one block per request: the naive baseline). On the H200 split/2048 measured fastest.
+    `weights` and `max_seq_len` are ignored, as the ragged-decode contract says. `grid`
+    overrides the persistent grid (default: every SM); `probe` ("stream_only",
+    "compute_only") is a diagnostic that skips half the work.
     `copies`: "contiguous" (default: one bulk copy per 16-token stage and tensor, reads
     de-conflicted in registers) or "rows" (one bulk copy per token row into padded rows;
     measured 3x slower per SM on the H200, kept for comparison).

@@ -1,10 +1,11 @@
-"""The torch reference for ragged decode (the seed's per-request loop) and its fixtures.
+"""The torch reference for ragged decode (the ragged-decode contract's per-request loop) and
+its fixtures.
 
-`reference_decode` is seed 004's `/app/reference.py` computation: one host-driven
-attention per request over that request's own slice of the flat arena. `make_arena` and
-`draw_call` build the fixture the seed describes: one contiguous bf16 arena holding a
-fixed multiset of segments, and per call a fresh random assignment of segments to
-requests (`starts`, `lens`) plus fresh queries.
+`reference_decode` is the ragged-decode contract's `/app/reference.py` computation: one
+host-driven attention per request over that request's own slice of the flat arena.
+`make_arena` and `draw_call` build the fixture the contract describes: one contiguous bf16
+arena holding a fixed multiset of segments, and per call a fresh random assignment of
+segments to requests (`starts`, `lens`) plus fresh queries.
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-SEED_LENS = [65536] * 2 + [32768] * 4 + [16384] * 8 + [8192] * 16 + [4096] * 32 + [2048] * 66
-SEED_CFG = dict(n_q=32, n_kv=8, hd=128, lens=SEED_LENS, wdtype="bf16")
+CONTRACT_LENS = [65536] * 2 + [32768] * 4 + [16384] * 8 + [8192] * 16 + [4096] * 32 + [2048] * 66
+CONTRACT_CFG = dict(n_q=32, n_kv=8, hd=128, lens=CONTRACT_LENS, wdtype="bf16")
 
 
 def reference_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: torch.Tensor,

@@ -3,8 +3,8 @@
 A multi-instruction `asm` block whose register outputs are not early-clobber (`"=v"` rather
 than `"=&v"`) lets the compiler give an output the same register as an input it considers
 dead after the block. If an instruction writes that output and a *later* instruction of the
-same block reads that input, the later instruction reads what the earlier one wrote: seed
-`002_79daa8f540f6a64d.txt`'s four-load block, where load 1's destination `v[4:7]` covered
+same block reads that input, the later instruction reads what the earlier one wrote: the
+MI355 megakernel PR's four-load block, where load 1's destination `v[4:7]` covered
 load 2's address `v[6:7]` (a garbage address: a nil-address fault or a wave parked on
 `s_waitcnt` forever).
 

@@ -93,19 +93,6 @@ def find_nv_tool(name: str) -> str:
         "'nvidia-cuda-cuobjdump>=13.2,<14' (the `nvtools` extra) for the SASS checks")
 
 
-def toolchain_status() -> dict[str, str]:
-    """Each tool the static checks use -> its path, or 'missing: <reason>' (for reports)."""
-    status: dict[str, str] = {}
-    for label, finder in (("clang", find_clang), ("nvcc", find_nvcc),
-                          ("nvdisasm", lambda: find_nv_tool("nvdisasm")),
-                          ("cuobjdump", lambda: find_nv_tool("cuobjdump"))):
-        try:
-            status[label] = finder()
-        except ToolchainMissing as e:
-            status[label] = f"missing: {e}"
-    return status
-
-
 @dataclasses.dataclass(frozen=True)
 class Build:
     """One compiler output: the artifact on disk, its text (for listings) and the log."""

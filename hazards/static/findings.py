@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Iterable, Literal
 
 Severity = Literal["error", "warning", "perf", "info"]
@@ -68,16 +67,6 @@ class Finding:
 def with_subject(findings: Iterable[Finding], subject: str) -> list[Finding]:
     """The same findings tagged with a subject (family/variant) for catalog reports."""
     return [dataclasses.replace(f, subject=subject) for f in findings]
-
-
-def relocate(findings: Iterable[Finding], path: str | Path) -> list[Finding]:
-    """The same findings re-pointed at another file (e.g. the saved listing of a build)."""
-    return [dataclasses.replace(f, path=str(path)) for f in findings]
-
-
-def failing(findings: Iterable[Finding]) -> list[Finding]:
-    """Only the findings that fail a check (errors and warnings)."""
-    return [f for f in findings if f.fails]
 
 
 def to_json(findings: Iterable[Finding]) -> str:

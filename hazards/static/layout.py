@@ -5,11 +5,11 @@ barrier it belongs to). Line sizes: 64 B on AMD (gfx9 L2 line); 128 B lines made
 sectors on NVIDIA. Checks:
 
 - [layout-wt-l2-line] a line holding a write-through / non-temporal store slot and an
-  L2-resident writer (an atomic RMW, performed in L2, or a plain store): seed 002's lost
-  release - the write-through releases land in HBM, then an L2 write-back of the same line,
-  still holding the old release values, lands on top and reverts them. Error on AMD; a
-  warning on NVIDIA, whose L2 is the single point of coherence (the mechanism is AMD's,
-  the separate-line layout is still the portable one).
+  L2-resident writer (an atomic RMW, performed in L2, or a plain store): the lost release of
+  the MoE barrier report - the write-through releases land in HBM, then an L2 write-back of
+  the same line, still holding the old release values, lands on top and reverts them. Error
+  on AMD; a warning on NVIDIA, whose L2 is the single point of coherence (the mechanism is
+  AMD's, the separate-line layout is still the portable one).
 - [layout-false-sharing] a line (NVIDIA: and whether the same 32 B sector) holding slots of
   two different barriers: unrelated synchronisation contending for one line.
 - [layout-overlap] two slots sharing bytes; [layout-misaligned] an atomic slot that is not
@@ -165,9 +165,10 @@ def check_layout(layout: Layout, path: str = "<layout>") -> list[Finding]:
                     path, 0,
                     f"{wt.name} (write-through, offset {wt.offset}) shares a {line}-B line with "
                     f"{other.name} ({other.access}, offset {other.offset}): an L2 write-back "
-                    f"of that line can revert the write-through value (seed 002's lost "
-                    f"release)" + ("; on NVIDIA the L2 is the point of coherence, so this is "
-                                   "the AMD mechanism - separate lines stay portable" if nvidia else ""),
+                    f"of that line can revert the write-through value (the lost release of "
+                    f"the MoE barrier report)" + (
+                        "; on NVIDIA the L2 is the point of coherence, so this is the AMD "
+                        "mechanism - separate lines stay portable" if nvidia else ""),
                     severity="warning" if nvidia else None))
             if a.barrier != b.barrier:
                 same_sector = sector is not None and _may_share(a, b, sector, align)

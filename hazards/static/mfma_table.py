@@ -19,14 +19,15 @@ Sources (cited, and cross-checked on this machine):
   read back from clang-19's own output: tests/static/test_mfma_table.py compiles one kernel
   per intrinsic for gfx942 and asserts that the wait states LLVM inserted before the first
   read of each result equal `required_wait_states(...)` here, for every gfx942 row.
-- gfx950 (MI350/MI355, CDNA4): clang-19 cannot target it, so its rows come from seed
-  `002_79daa8f540f6a64d.txt`: `v_mfma_scale_f32_16x16x128_f8f6f4` is a 32-cycle (8-pass) op,
+- gfx950 (MI350/MI355, CDNA4): clang-19 cannot target it, so its rows come from
+  the MI355 megakernel PR: `v_mfma_scale_f32_16x16x128_f8f6f4` is a 32-cycle (8-pass) op,
   the measured threshold before `v_accvgpr_read_b32` is 11 wait states (10 fails 300/300,
   11 passes 300/300) and LLVM's recognizer emits exactly `s_nop 7; s_nop 2` (8 + 3 = 11).
   Pass counts are the f8 ones (the longest; f4/f6 operands take half). Not cross-checked
   against a compiler here; the mnemonics pass through `clang-19 -S` unassembled.
 
-One wait state is one issue slot; `s_nop N` provides N+1. The seed calls them clocks.
+One wait state is one issue slot; `s_nop N` provides N+1. The MI355 megakernel PR calls
+them clocks.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class MfmaShape:
 
 
 _LLVM = "LLVM GCNHazardRecognizer gfx940 rules + SISchedule pass count (checked vs clang-19)"
-_SEED = "seed 002_79daa8f540f6a64d.txt (32-cycle op, measured threshold 11 on MI355)"
+_MI355_PR = "the MI355 megakernel PR (32-cycle op, measured threshold 11 on MI355)"
 
 _GFX942 = {
     # non-XDL ("SMFMA") on gfx940: the f32-input shapes
@@ -85,7 +86,7 @@ _GFX950_EXTRA = {
 TABLE: dict[str, dict[str, MfmaShape]] = {
     "gfx942": {m: MfmaShape(m, p, k, _LLVM) for m, (p, k) in _GFX942.items()},
     "gfx950": {**{m: MfmaShape(m, p, k, _LLVM) for m, (p, k) in _GFX942.items()},
-               **{m: MfmaShape(m, p, k, _SEED) for m, (p, k) in _GFX950_EXTRA.items()}},
+               **{m: MfmaShape(m, p, k, _MI355_PR) for m, (p, k) in _GFX950_EXTRA.items()}},
 }
 # A listing that names no target is checked against the union (gfx950 is a superset here).
 TABLE["any"] = TABLE["gfx950"]
@@ -122,8 +123,8 @@ def required_wait_states(shape: MfmaShape, reader: ReaderKind) -> int:
 def retire_wait_states(shape: MfmaShape) -> int:
     """Wait states after which an MFMA has certainly finished reading its sources.
 
-    The ISA exposes no counter for operand sampling (seed 002: a 16x16x128 MFMA streams its
-    operands over its whole duration), so a load may overwrite a source register only once
-    the op has retired: the same bound as a VALU read of its result.
+    The ISA exposes no counter for operand sampling (the MI355 megakernel PR: a 16x16x128
+    MFMA streams its operands over its whole duration), so a load may overwrite a source
+    register only once the op has retired: the same bound as a VALU read of its result.
     """
     return required_wait_states(shape, "valu")

@@ -56,10 +56,6 @@ class SassInstr:
         return self.base in _MEM_LOADS
 
     @property
-    def is_strong_load(self) -> bool:
-        return (self.base in ("LDG", "LD") and ".STRONG" in self.opcode) or self.base in ("ATOMG", "ATOM")
-
-    @property
     def is_weak_global_load(self) -> bool:
         return self.base in ("LDG", "LD") and ".STRONG" not in self.opcode
 

@@ -2,8 +2,8 @@
 // whose words are laid out by parameters (HIP-portable; CUDA spelling).
 //
 // Hazards seeded:
-//  * shared line (slot_stride 4): the seed's MoE W13->W2 barrier
-//    (002_79daa8f540f6a64d.txt) kept eight write-through release flags at [0..7] and the
+//  * shared line (slot_stride 4): the MoE W13->W2 barrier of the MoE barrier report (in
+//    the MI355 megakernel PR) kept eight write-through release flags at [0..7] and the
 //    L2-atomic arrival counter at [8] of one 64-B line. On AMD the write-through releases
 //    land in HBM, and an L2 write-back of the same line, still holding the old releases,
 //    reverts them: waiters spin forever on a release that did fire. On NVIDIA the L2 is
@@ -16,7 +16,7 @@
 //    an H200, ../shared/notes/h200-measurements.md).
 //  * hoisted poll (poll 2): a plain, non-volatile flag; the compiler loads it once and
 //    spins on a register - a certain hang (the runtime build turns it into a timeout).
-// Release kinds (release): 0 write-through store (the seed's; AMD sc0 sc1, NVIDIA
+// Release kinds (release): 0 write-through store (the report's; AMD sc0 sc1, NVIDIA
 // st.global.wt), 1 release store (st.release.gpu), 2 L2 atomic exchange (atom.release.gpu).
 // Why the fixed variants are correct: every word has its own line (slot_stride 128 covers
 // both AMD's 64-B and NVIDIA's 128-B lines) or every word of the shared line is an L2
@@ -26,7 +26,7 @@
 // Two builds of this one source:
 //  * point build (any of HZ_SLOT_STRIDE / HZ_DONE_OFFSET / HZ_POLL / HZ_RELEASE defined, or
 //    HZ_STATIC_ONLY): one kernel, `hz_barrier_point`, for the point the -D parameters name,
-//    with the seed's unbounded spins, plus its layout as `hz_barrier_layout` (offset, size,
+//    with the report's unbounded spins, plus its layout as `hz_barrier_layout` (offset, size,
 //    access, barrier rows) computed from the same macros as the addresses, so that
 //    `hazards.static` checks the layout and the polls the compiler actually built. A
 //    bounded spin can always exit, so the static hoisted-poll check needs these loops as
@@ -54,7 +54,7 @@ typedef unsigned long long uint64_t;
 #define HZ_BID blockIdx.x
 #endif
 #define HZ_THREADS 256  // the block size the kernel is launched with
-#define HZ_RELEASES 8   // release fan-out (the seed's one slot per XCD)
+#define HZ_RELEASES 8   // release fan-out (the report's one slot per XCD)
 
 #if defined(HZ_STATIC_ONLY) || defined(HZ_SLOT_STRIDE) || defined(HZ_DONE_OFFSET) || defined(HZ_POLL) || \
     defined(HZ_RELEASE)
@@ -115,7 +115,7 @@ __device__ __forceinline__ void hz_release_store(uint32_t* p, uint32_t v) {
   else __hip_atomic_exchange(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
 #else
   // st.global.wt is a weak store in the PTX model (cache operators exist for weak stores
-  // only): the seed's write-through release, reproduced as written.
+  // only): the report's write-through release, reproduced as written.
   if (Release == REL_WRITE_THROUGH) asm volatile("st.global.wt.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
   else if (Release == REL_STORE_RELEASE) asm volatile("st.release.gpu.global.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
   else {
@@ -182,7 +182,7 @@ __device__ __forceinline__ uint32_t hz_value(uint32_t epoch, uint32_t producer, 
 
 #if HZ_POINT_BUILD
 // ------------------------------------------------------------------------ point build --
-// The seed's barrier as written: unbounded spins, wrong words counted into `bad`.
+// The report's barrier as written: unbounded spins, wrong words counted into `bad`.
 struct RunCtl {
   uint32_t* bad;
 };
@@ -190,7 +190,7 @@ struct RunCtl {
 #define HZ_DROPPED(rc, e, x) false
 // Written out in place, not as a function: nvcc deletes a side-effect-free spin loop that
 // sits in a device function of its own (C++ forward progress), but keeps it - hoisted
-// plain load and all - in the caller, which is what the seed's kernel did.
+// plain load and all - in the caller, which is what the report's kernel did.
 #define HZ_WAIT_AT_LEAST(Poll, p, target, rc) \
   while (hz_poll<Poll>(p) < (target)) {       \
   }

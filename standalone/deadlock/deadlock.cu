@@ -1,4 +1,4 @@
-// Family `deadlock`: the three persistent-grid deadlocks of seed 002_79daa8f540f6a64d, each
+// Family `deadlock`: the three persistent-grid deadlocks of the MI355 megakernel PR, each
 // with its fix, every wait instrumented with the tripwire (hz_tripwire.h) so a hang turns
 // into a sentence naming the barrier, the epoch and the stragglers.
 //
@@ -9,13 +9,13 @@
 //     resident block exits before the barrier: hang. Fixed: grid <= limit.
 //   * chunk_count: the chunk-merge barrier expects `chunks` arrivals, but the chunk phase
 //     is nested inside the QKV guard (rank < qkv_tiles), so with chunks > qkv_tiles only
-//     qkv_tiles workers ever arrive (the seed's 10-of-16). Everyone then waits for a
+//     qkv_tiles workers ever arrive (the PR's 10-of-16). Everyone then waits for a
 //     release that the merge never publishes. Fixed: the chunk phase is un-nested, every
-//     rank < chunks arrives; chunks > workers is rejected as a bad request (the seed's guard).
+//     rank < chunks arrives; chunks > workers is rejected as a bad request (the PR's guard).
 //   * snapshot_epoch: each layer's release epoch is snapshotted at layer entry as
 //     "counter + 1". Only `participants` workers arrive at the layer's first barrier, so a
 //     non-participant that falls a layer behind (skew_ppm: chance per worker and layer of a
-//     skew_cycles delay, the "workers skew freely" of the seed) reads a counter the layer's
+//     skew_cycles delay, the "workers skew freely" of the PR) reads a counter the layer's
 //     merger already bumped and waits for a bump that layer never makes, while the next
 //     layer's merger waits for that worker's MoE arrival: an intermittent hang.
 //     Fixed "derive": the expected epoch is computed from the layer index (counters start
@@ -228,7 +228,7 @@ void validate(const hz::Params& p, const hz::Device& d) {
     throw hz::BadRequest("workers above the co-residency limit (" + std::to_string(worker_limit(d)) +
                          "): that deadlocks for the grid_barrier reason, not this scenario's");
   if (sc == "chunk_count" && p.i("chunks") > W)
-    throw hz::BadRequest("chunks > workers: rejected, as the seed's guard does (no worker could serve them)");
+    throw hz::BadRequest("chunks > workers: rejected, as the MI355 PR's guard does (no worker can serve them)");
   if (sc == "snapshot_epoch" && p.i("participants") > W) throw hz::BadRequest("participants > workers");
 }
 

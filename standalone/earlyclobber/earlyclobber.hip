@@ -1,7 +1,7 @@
 // earlyclobber.hip -- family `earlyclobber` (AMD, static): a multi-load inline-asm block
 // whose outputs are not early-clobber.
 //
-// Hazard seeded (seed 002_79daa8f540f6a64d.txt, "Root cause of the intermittent
+// Hazard seeded (the MI355 megakernel PR, "Root cause of the intermittent
 // long-sequence hang"): four `global_load_dwordx4` in ONE asm block with plain "=v"
 // outputs. The compiler treats every input as read at the start of the block and every
 // output as written at its end, so it may give an output the registers of an input it
@@ -61,7 +61,7 @@ typedef float hz_f4 __attribute__((ext_vector_type(4)));
 #define HZ_SRC(opnd, off) "%" #opnd ", off sc0 sc1 nt\n\t"
 #endif
 
-// Streams a row of 16-byte chunks (the seed's FP8-quant input), four chunks per thread.
+// Streams a row of 16-byte chunks (the MI355 PR's FP8-quant input), four chunks per thread.
 __global__ void hz_earlyclobber(const hz_f4* __restrict__ src, hz_f4* __restrict__ dst) {
   const unsigned tid = __builtin_amdgcn_workitem_id_x();
   const hz_f4* p = src + 4 * tid;

@@ -1,4 +1,4 @@
-// Ragged decode attention as one persistent kernel (seed 004_7857eeb99bc0f1cf).
+// Ragged decode attention as one persistent kernel (the ragged-decode contract).
 //
 // What it computes: for each request b, out[b] = softmax(q[b] K_b^T / sqrt(hd)) V_b with
 // K_b = k[starts[b] : starts[b]+lens[b]] (GQA: `group` query heads share one KV head),

@@ -1,6 +1,6 @@
 // mfma_pipeline.hip -- family `mfma_pipeline` (AMD): a software-pipelined MFMA loop in
-// inline asm, the seed's own hazard pair (002_79daa8f540f6a64d.txt, "Two register hazards
-// in software-pipelined v_mfma_scale_f32_16x16x128_f8f6f4 loops").
+// inline asm, the MI355 megakernel PR's own hazard pair ("Two register hazards in
+// software-pipelined v_mfma_scale_f32_16x16x128_f8f6f4 loops").
 //
 // Hazards seeded (variants are -D parameters, the kernel text is mfma_kernel.inc):
 //  1. WAR on MFMA sources (HZ_BANKS=1 HZ_OVERLAP=1): tile k+1 is ds_read into the VGPRs

@@ -10,7 +10,7 @@
 //   * RAW: cp.async.wait_group allows one group too many in flight (wait_depth above the
 //     schedule's correct depth), so a warp computes on a tile that has not landed.
 //   * single exit tail: the last trip is peeled and reads slot 0, as a port written for a
-//     trip count of 1 mod `stages` would (the seed's ping-pong loop-exit parity bug): right
+//     trip count of 1 mod `stages` would (the MI355 PR's ping-pong exit-parity bug): right
 //     at one parity, deterministically wrong at the other.
 // Why the fixed schedules are correct: the refill of slot (t-1)%S is issued after the
 // barrier of iteration t, which every warp reaches only after computing tile t-1 (WAR);

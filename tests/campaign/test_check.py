@@ -6,13 +6,14 @@ import re
 
 import pytest
 from campaign_fakes import fake_items_for, make_family
+from junit_schema import validate
 
 from hazards import checkrun
 from hazards.checkrun import run_check
 from hazards.cli import main
 from hazards.family import Variant
 from hazards.static.findings import Finding
-from hazards.engine.junit import validate, write_junit
+from hazards.engine.junit import write_junit
 
 NO_STATIC = ([], "static checks stubbed out in this test")
 

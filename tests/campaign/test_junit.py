@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 from campaign_fakes import synthetic_soaks
+from junit_schema import validate
 
 from hazards.checkrun import CheckResult, VariantVerdict
-from hazards.engine.junit import JUnitCase, JUnitSuite, validate, write_junit
+from hazards.engine.junit import JUnitCase, JUnitSuite, write_junit
 from hazards.engine.report import build_report, junit_suites
 
 pytest.importorskip("xmlschema", reason="xmlschema is a dev extra (pip install xmlschema)")

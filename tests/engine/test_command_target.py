@@ -1,9 +1,9 @@
 """The command target against fake programs: each judged correctly, quickly, leaving nothing.
 
-Time bounds: a hang must be judged within timeout + 1 s (issue 2). Nothing here adds
-slack for CI load beyond that second. Tests that need the fake to be fully started when
-the watchdog fires (they assert its "ready" line) use HANG_TIMEOUT: a fake's python
-start-up alone takes ~0.25 s of CPU here, and far longer in wall time on a loaded machine.
+Time bounds: a hang must be judged within timeout + 1 s (the engine's promise). Nothing here
+adds slack for CI load beyond that second. Tests that need the fake to be fully started when
+the watchdog fires (they assert its "ready" line) use HANG_TIMEOUT: a fake's python start-up
+alone takes ~0.25 s of CPU here, and far longer in wall time on a loaded machine.
 """
 import json
 import time

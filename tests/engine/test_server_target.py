@@ -1,6 +1,7 @@
 """The server target against fake servers: protocol, judgement, respawn, nothing left behind.
 
-Time bounds: a hang must be judged within timeout + 1 s (issue 2), with no extra slack.
+Time bounds: a hang must be judged within timeout + 1 s (the engine's promise), with no extra
+slack.
 """
 import time
 

@@ -135,7 +135,8 @@ def _run(server, params, launches, timeout=60.0):
 @needs_gpu
 @pytest.mark.parametrize("variant", CLEAN_ON_NVIDIA)
 def test_layouts_and_release_kinds_run_clean_on_nvidia(server, variant):
-    """On NVIDIA the L2 is the point of coherence: the seed's shared line loses nothing."""
+    """On NVIDIA the L2 is the point of coherence: the MoE barrier report's shared line loses
+    nothing."""
     r = _run(server, {"variant": variant}, CLEAN_LAUNCHES)
     m = r.metrics
     assert r.outcome is Outcome.CLEAN, f"{variant}: {r.reason} {m}"

@@ -1,6 +1,6 @@
 """The megakernel as an engine target (`python3 -m hazards.megakernel.check`): the exit-code
 convention and HZ_RESULT on a command target, the JSON-lines protocol on a server target,
-and its canaries (the seed's known-bad mishandlings) detected."""
+and its canaries (the ragged-decode contract's known-bad mishandlings) detected."""
 from __future__ import annotations
 
 import subprocess

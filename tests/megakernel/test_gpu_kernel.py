@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hazards.megakernel.calibration import tiled_decode_fp32  # noqa: E402
-from hazards.megakernel.reference import SEED_CFG, draw_call, make_arena, reference_decode, rel_err  # noqa: E402
+from hazards.megakernel.reference import CONTRACT_CFG, draw_call, make_arena, reference_decode, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-2
@@ -27,9 +27,9 @@ def run(handle, q, starts, lens):
 
 
 @pytest.fixture(scope="module")
-def seed_arena():
+def contract_arena():
     needs_hopper()
-    k, v = make_arena(SEED_CFG["lens"], SEED_CFG["n_kv"], SEED_CFG["hd"], device="cuda", seed=0)
+    k, v = make_arena(CONTRACT_CFG["lens"], CONTRACT_CFG["n_kv"], CONTRACT_CFG["hd"], device="cuda", seed=0)
     yield k, v
     del k, v
     torch.cuda.empty_cache()
@@ -37,14 +37,14 @@ def seed_arena():
 
 @pytest.mark.parametrize("schedule,copies", [("guided", "contiguous"), ("guided", "rows"), ("split", "contiguous"),
                                              ("per_request", "contiguous")])
-def test_seed_fixture_matches_reference_with_fresh_permutations(seed_arena, schedule, copies):
+def test_contract_fixture_matches_reference_with_fresh_permutations(contract_arena, schedule, copies):
     from hazards.megakernel.kernel import build_sched, error_flags
 
-    k, v = seed_arena
-    h = build_sched({}, {"k": k, "v": v}, SEED_CFG, 1, schedule=schedule, copies=copies)
+    k, v = contract_arena
+    h = build_sched({}, {"k": k, "v": v}, CONTRACT_CFG, 1, schedule=schedule, copies=copies)
     gen = torch.Generator().manual_seed(7)
     for _ in range(2):
-        q, starts, lens = draw_call(SEED_CFG["lens"], SEED_CFG["n_q"], SEED_CFG["hd"], gen, device="cuda")
+        q, starts, lens = draw_call(CONTRACT_CFG["lens"], CONTRACT_CFG["n_q"], CONTRACT_CFG["hd"], gen, device="cuda")
         out = run(h, q, starts, lens)
         assert torch.isfinite(out).all(), "unwritten or non-finite output"
         assert rel_err(out, reference_decode(q, k, v, starts, lens)) < TOL
@@ -73,13 +73,13 @@ def test_odd_lengths_tails_and_group_sizes(n_q, n_kv, schedule, copies):
         assert empty and all(torch.count_nonzero(out[b]) == 0 for b in empty)
 
 
-def test_repeated_calls_are_bitwise_identical(seed_arena):
+def test_repeated_calls_are_bitwise_identical(contract_arena):
     """Counters reset inside the kernel and partials merge in slot order: no drift, no race."""
     from hazards.megakernel.kernel import build_sched
 
-    k, v = seed_arena
-    h = build_sched({}, {"k": k, "v": v}, SEED_CFG, 1)
-    q, starts, lens = draw_call(SEED_CFG["lens"], 32, 128, torch.Generator().manual_seed(1), device="cuda")
+    k, v = contract_arena
+    h = build_sched({}, {"k": k, "v": v}, CONTRACT_CFG, 1)
+    q, starts, lens = draw_call(CONTRACT_CFG["lens"], 32, 128, torch.Generator().manual_seed(1), device="cuda")
     first = run(h, q, starts, lens)
     for _ in range(5):
         assert torch.equal(run(h, q, starts, lens), first)
@@ -100,12 +100,12 @@ def test_bad_request_is_nan_and_flagged_not_a_fault():
     assert error_flags(h)
 
 
-def test_graph_capture_holds_one_kernel_and_replays_correctly(seed_arena):
+def test_graph_capture_holds_one_kernel_and_replays_correctly(contract_arena):
     from hazards.megakernel.kernel import build_sched, graph_node_counts, ragged_decode
 
-    k, v = seed_arena
-    h = build_sched({}, {"k": k, "v": v}, SEED_CFG, 1)
-    q, starts, lens = draw_call(SEED_CFG["lens"], 32, 128, torch.Generator().manual_seed(2), device="cuda")
+    k, v = contract_arena
+    h = build_sched({}, {"k": k, "v": v}, CONTRACT_CFG, 1)
+    q, starts, lens = draw_call(CONTRACT_CFG["lens"], 32, 128, torch.Generator().manual_seed(2), device="cuda")
     out = torch.empty(128, 4096, device="cuda")
     ragged_decode(h, q, starts, lens, out=out)  # warm up outside the capture
     try:

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from hazards.megakernel import schedule as sched
 
-SEED_LENS = [65536] * 2 + [32768] * 4 + [16384] * 8 + [8192] * 16 + [4096] * 32 + [2048] * 66
+CONTRACT_LENS = [65536] * 2 + [32768] * 4 + [16384] * 8 + [8192] * 16 + [4096] * 32 + [2048] * 66
 CONFIGS = [(sched.GUIDED, 0), (sched.SPLIT, 2048), (sched.SPLIT, 0)]
 
 
@@ -29,21 +29,21 @@ def check_invariants(lens, kind, tile, phases=6, phase_chunks=132):
     return ps
 
 
-def test_seed_lengths_are_covered_once_with_unique_slots():
+def test_contract_lengths_are_covered_once_with_unique_slots():
     for kind, tile in CONFIGS:
-        check_invariants(SEED_LENS, kind, tile)
+        check_invariants(CONTRACT_LENS, kind, tile)
 
 
 def test_per_request_schedule_gives_one_whole_piece_per_request():
-    ps = check_invariants(SEED_LENS, sched.SPLIT, 0)
-    assert len(ps) == len(SEED_LENS) and all(p.whole for p in ps)
+    ps = check_invariants(CONTRACT_LENS, sched.SPLIT, 0)
+    assert len(ps) == len(CONTRACT_LENS) and all(p.whole for p in ps)
 
 
 def test_guided_chunks_shrink_and_split_the_longest_requests():
-    chunks = sched.chunks(SEED_LENS, sched.GUIDED, 0, 6, 132)
+    chunks = sched.chunks(CONTRACT_LENS, sched.GUIDED, 0, 6, 132)
     sizes = [e - a for a, e in chunks]
-    assert sizes[0] > 30 * sizes[-1] and sum(sizes) == sum(SEED_LENS)
-    ps = list(sched.pieces(SEED_LENS, sched.GUIDED, 0, 6, 132))
+    assert sizes[0] > 30 * sizes[-1] and sum(sizes) == sum(CONTRACT_LENS)
+    ps = list(sched.pieces(CONTRACT_LENS, sched.GUIDED, 0, 6, 132))
     assert len({p.chunk for p in ps if p.req == 0}) > 10  # a 65536-token request is shared
 
 

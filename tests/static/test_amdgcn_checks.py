@@ -25,7 +25,7 @@ def test_register_ranges_overlap_by_range():
 
 # --- asm-overlap ----------------------------------------------------------------------
 
-SEED_LISTING = """
+MI355_LISTING = """
 v_lshl_add_u64 v[6:7], v[4:5], 0, 16
 v_lshl_add_u64 v[8:9], v[4:5], 0, 32
 v_lshl_add_u64 v[10:11], v[4:5], 0, 48
@@ -38,13 +38,13 @@ global_load_dwordx4 v[16:19], v[10:11], off sc0 sc1 nt
 """
 
 
-def test_seed_listing_is_flagged_on_a_bare_listing():
-    (f,) = [f for f in check(SEED_LISTING) if f.fails]
+def test_mi355_listing_is_flagged_on_a_bare_listing():
+    (f,) = [f for f in check(MI355_LISTING) if f.fails]
     assert f.check == "asm-overlap" and "v[6:7]" in f.message
 
 
 def test_disjoint_addresses_are_clean_on_a_bare_listing():
-    fixed = SEED_LISTING.replace("v[4:7], v[4:5]", "v[4:7], v[20:21]").replace(
+    fixed = MI355_LISTING.replace("v[4:7], v[4:5]", "v[4:7], v[20:21]").replace(
         "v[8:11], v[6:7]", "v[8:11], v[22:23]").replace("v[12:15], v[8:9]", "v[12:15], v[24:25]")
     fixed = fixed.replace("v[16:19], v[10:11]", "v[16:19], v[26:27]")
     assert failing_ids(check(fixed)) == set()
@@ -61,12 +61,12 @@ s_nop 7
     assert "asm-overlap" not in failing_ids(check(body))
 
 
-def test_seed_listing_is_flagged_when_the_asm_separates_mnemonic_and_operands_by_tab():
+def test_mi355_listing_is_flagged_when_the_asm_separates_mnemonic_and_operands_by_tab():
     # clang copies inline asm into the listing verbatim: `"global_load_dwordx4\\t%0, ..."`
-    assert "asm-overlap" in failing_ids(check(SEED_LISTING.replace("dwordx4 ", "dwordx4\t")))
+    assert "asm-overlap" in failing_ids(check(MI355_LISTING.replace("dwordx4 ", "dwordx4\t")))
 
 
-TAB_SEED = r'''
+TAB_MI355_LISTING = r'''
 typedef float f4 __attribute__((ext_vector_type(4)));
 __attribute__((global)) void k(const f4* p, f4* o) {
   f4 a, b, c, d;
@@ -85,7 +85,7 @@ __attribute__((global)) void k(const f4* p, f4* o) {
 @pytest.mark.parametrize("clobber", ["=v", "=&v"])
 def test_tab_separated_four_load_block_from_clang_output(tmp_path: Path, clobber: str):
     src = tmp_path / "tab.hip"
-    src.write_text(TAB_SEED.replace('"=v"', f'"{clobber}"'))
+    src.write_text(TAB_MI355_LISTING.replace('"=v"', f'"{clobber}"'))
     build, _ = amdgcn.compile_annotated(src)
     assert "global_load_dwordx4\tv[" in build.text  # the tab really reaches the listing
     found = "asm-overlap" in failing_ids(amdgcn.compile_and_check(src))
@@ -93,7 +93,7 @@ def test_tab_separated_four_load_block_from_clang_output(tmp_path: Path, clobber
 
 
 @requires_clang
-def test_seed_four_load_block_is_flagged_from_clang_output():
+def test_mi355_four_load_block_is_flagged_from_clang_output():
     found = earlyclobber.static_check({"variant": "broken"})
     (f,) = [f for f in found if f.check == "asm-overlap"]
     assert "output %0 and input %5" in f.message and "v[2:3]" in f.message
@@ -101,7 +101,7 @@ def test_seed_four_load_block_is_flagged_from_clang_output():
 
 
 @requires_clang
-def test_seed_four_load_block_with_early_clobber_outputs_is_clean_from_clang_output():
+def test_mi355_four_load_block_with_early_clobber_outputs_is_clean_from_clang_output():
     assert failing_ids(earlyclobber.static_check({"variant": "fixed"})) == set()
 
 
@@ -154,7 +154,7 @@ v_accvgpr_read_b32 v4, a3
     assert failing_ids(check(body)) == {"mfma-acc-read"}  # via the branch: 1 + 6 = 7 < 11
 
 
-def test_gfx950_scaled_mfma_is_checked_with_the_seed_threshold():
+def test_gfx950_scaled_mfma_is_checked_with_the_mi355_threshold():
     body = """
 ;;#ASMSTART
 v_mfma_scale_f32_16x16x128_f8f6f4 a[0:3], v[0:7], v[8:15], a[0:3], v20, v21

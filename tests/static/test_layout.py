@@ -1,4 +1,5 @@
-"""Barrier layout checker: seed layouts, line/sector sizes, loaders, and a brute-force oracle."""
+"""Barrier layout checker: the MoE barrier report's layouts, line/sector sizes, loaders, and a
+brute-force oracle."""
 from __future__ import annotations
 
 import json
@@ -17,15 +18,15 @@ def ids(lay: Layout) -> set[str]:
     return failing_ids(layout.check_layout(lay))
 
 
-def test_seed_moe_barrier_before_the_fix_loses_releases():
-    found = layout.check_layout_file(DATA / "seed_moe_barrier_before.toml")
+def test_moe_barrier_before_the_fix_loses_releases():
+    found = layout.check_layout_file(DATA / "moe_barrier_before.toml")
     wt = [f for f in found if f.check == "layout-wt-l2-line"]
     assert wt and all(f.severity == "error" for f in wt)
     assert any("release[7]" in f.message and "arrivals" in f.message for f in wt)
 
 
-def test_seed_moe_barrier_after_the_fix_is_clean():
-    assert failing_ids(layout.check_layout_file(DATA / "seed_moe_barrier_after.toml")) == set()
+def test_moe_barrier_after_the_fix_is_clean():
+    assert failing_ids(layout.check_layout_file(DATA / "moe_barrier_after.toml")) == set()
 
 
 def test_amd_lines_are_64_bytes_and_nvidia_lines_128():

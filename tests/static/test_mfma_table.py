@@ -114,4 +114,4 @@ def test_required_wait_states_follow_llvm_formulas():
     f32 = mfma_table.lookup("v_mfma_f32_32x32x2_f32", "gfx942")
     assert mfma_table.required_wait_states(f32, "valu") == 18  # SMFMA: N + 2
     scaled = mfma_table.lookup("v_mfma_scale_f32_16x16x128_f8f6f4")
-    assert mfma_table.required_wait_states(scaled, "valu") == 11  # seed: measured threshold 11
+    assert mfma_table.required_wait_states(scaled, "valu") == 11  # the MI355 PR's measured threshold

@@ -31,7 +31,7 @@ def test_catalog_run_detects_every_canary_and_fails_nothing():
 def test_user_paths_get_the_check_their_kind_needs(tmp_path):
     src = tmp_path / "k.cu"
     src.write_text(HAZARD)
-    found = run_static_checks([src, DATA / "seed_moe_barrier_before.toml"], catalog=False)
+    found = run_static_checks([src, DATA / "moe_barrier_before.toml"], catalog=False)
     assert {f.check for f in found if f.fails} == {"early-clobber", "layout-wt-l2-line"}
 
 
@@ -79,8 +79,8 @@ def test_lint_of_the_whole_repository_is_clean_and_under_15_seconds():
 
 
 def test_static_cli_on_user_paths_only(tmp_path):
-    (tmp_path / "seed.layout.toml").write_text((DATA / "seed_moe_barrier_before.toml").read_text())
+    (tmp_path / "moe.layout.toml").write_text((DATA / "moe_barrier_before.toml").read_text())
     proc = hazards("static", "--no-catalog", str(tmp_path))
     assert proc.returncode == 1 and "[layout-wt-l2-line]" in proc.stdout
-    ok = hazards("static", "--no-catalog", str(DATA / "seed_moe_barrier_after.toml"))
+    ok = hazards("static", "--no-catalog", str(DATA / "moe_barrier_after.toml"))
     assert ok.returncode == 0, ok.stdout

@@ -128,7 +128,7 @@ def test_static_model_matches_the_simulation_for_chunk_count(W: int, Q: int, C: 
     assert v.hazardous == simulate_chunk(W, Q, C, nested)
 
 
-def test_the_seed_point_of_chunk_count_is_ten_of_sixteen() -> None:
+def test_the_mi355_point_of_chunk_count_is_ten_of_sixteen() -> None:
     v = static_model({"variant": "broken_chunk"})
     assert v.hazardous and "only 10 of 16" in v.reason
     assert not static_model({"variant": "fixed_chunk"}).hazardous

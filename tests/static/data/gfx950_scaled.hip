@@ -1,4 +1,4 @@
-// The seed's hazard 2 with its own instruction: a gfx950 scaled MFMA followed by the
+// The MI355 megakernel PR's hazard 2, its own instruction: a gfx950 scaled MFMA, then the
 // 9-wait-state tail. clang-19 cannot target gfx950; compiled for gfx942 with -S the inline
 // asm passes through unassembled, so the checks still see (and flag) the mnemonic.
 #define __global__ __attribute__((global))

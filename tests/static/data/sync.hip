@@ -8,7 +8,7 @@ __global__ void release_system_ok(int* data, int* flag) {
   data[TID] = 1;
   __hip_atomic_store(flag, 1, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
 }
-// seed 002's TopK routing flag: data, a workgroup barrier only, then a write-through flag
+// the MI355 PR's TopK routing flag: data, a workgroup barrier only, then a write-through flag
 __global__ void release_barrier_only(int* data, int* flag) {
   data[TID] = 1;
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
