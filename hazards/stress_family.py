@@ -44,7 +44,7 @@ def is_attributed(result: RunResult, oracle: str, tool: str | None = None,
     if not Outcome(result.outcome).is_failure:
         return False
     if oracle == "sanitizer":
-        from hazards.sanitizer import ERROR_KINDS
+        from hazards.engine.targets.sanitizer import ERROR_KINDS
 
         kind = result.error_kind or (result.evidence or {}).get("error_kind")
         wanted = {ERROR_KINDS[tool]} if tool else set(ERROR_KINDS.values())
@@ -65,12 +65,13 @@ def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
 def family_target(family: Family, *, target: str = "sm_90a", sanitizer: str | None = None,
                   respawn_every: int = 0, env: dict[str, str] | None = None) -> Any:
     """A target for the family: a warm server, or `--once` under compute-sanitizer."""
+    from hazards.engine.targets import CommandTarget, ServerTarget
+
     exe = str(family_binary(family, target=target).resolve())
     if sanitizer:
-        from hazards.sanitizer import SanitizerTarget
+        from hazards.engine.targets.sanitizer import SanitizerTarget
 
-        return SanitizerTarget([exe, "--once"], sanitizer, env=env, name=f"{family.name}[{sanitizer}]")
-    from hazards.engine.targets import ServerTarget
+        return SanitizerTarget(CommandTarget([exe, "--once"], env=env), sanitizer, name=f"{family.name}[{sanitizer}]")
 
     return ServerTarget([exe, "--serve"], env=env, name=family.name, respawn_every=respawn_every)
 
@@ -188,7 +189,7 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
     if timeout is None:
         timeout = family.timeout_s
         if sanitizer:
-            from hazards.sanitizer import SLOWDOWN
+            from hazards.engine.targets.sanitizer import SLOWDOWN
 
             timeout = max(120.0, family.timeout_s * SLOWDOWN[sanitizer])
     own = target is None

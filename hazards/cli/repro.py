@@ -157,12 +157,13 @@ def repro_command(
 def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[str, Any], tripwire: bool,
          name_table: Any, keep_tripwire: bool, name: str | None) -> tuple[Any, list[tuple[int, RunResult]]]:
     from hazards.cli.run import OutcomeProgress
-    from hazards.repro.evidence import KernelLog, ReproTarget, run_context
+    from hazards.engine.targets.repro import KernelLog, ReproTarget, run_context
     from hazards.engine.campaign import run_campaign
     from hazards.engine.gpus import all_gpu_uuids
     from hazards.engine.targets import CommandTarget
     from hazards.engine.telemetry import TelemetryMonitor
-    from hazards.engine.tripwire import TripwireFile, TripwireTarget
+    from hazards.engine.targets.tripwire import TripwireTarget
+    from hazards.engine.tripwire import TripwireFile
 
     failures: list[tuple[int, RunResult]] = []
     tw = TripwireFile() if tripwire else None

@@ -132,7 +132,7 @@ def stress_command(
     store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
 ) -> None:
     from hazards.families import get_family
-    from hazards.sanitizer import TOOLS
+    from hazards.engine.targets.sanitizer import TOOLS
     from hazards.stress_family import family_target, stress_variant
 
     fam = get_family(family)

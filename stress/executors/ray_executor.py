@@ -33,6 +33,7 @@ from hazards.engine.errors import UserError
 from hazards.engine.executor import GpuStats, WorkItem, default_target_factory, run_local
 from hazards.engine.leases import GpuLease
 from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.targets.base import Target
 
 STARTUP_TIMEOUT_S = 120.0   # actors created, leases taken, first call answered
 ANSWER_MARGIN_S = 60.0      # beyond a run's own timeout + kill grace + hang collectors
@@ -135,7 +136,7 @@ class GpuActor:
         return summary
 
 
-class RemoteTarget:
+class RemoteTarget(Target):
     """Driver-side stand-in for a target that lives in a GPU actor."""
 
     def __init__(self, executor: "RayExecutor", actor: Any, label: str, item: WorkItem) -> None:

@@ -1,10 +1,13 @@
 """Targets: things that can be run and judged. One `run()` is one RunResult.
 
-`CommandTarget` runs a program once per run; `ServerTarget` keeps a warm server process
-and sends it one request per run (docs/protocol.md).
+Every target subclasses `Target`. `CommandTarget` runs a program once per run;
+`ServerTarget` keeps a warm server process and sends it one request per run
+(docs/protocol.md). Targets that wrap another target subclass `WrapperTarget`:
+`TripwireTarget` (tripwire diagnoses), `SanitizerTarget` (compute-sanitizer reports),
+`ReproTarget` (kernel-log Xid lines and evidence.json for `hazards repro`).
 """
-from hazards.engine.targets.base import Target
+from hazards.engine.targets.base import Target, WrapperTarget
 from hazards.engine.targets.command import CommandTarget
 from hazards.engine.targets.server import ServerTarget
 
-__all__ = ["Target", "CommandTarget", "ServerTarget"]
+__all__ = ["Target", "WrapperTarget", "CommandTarget", "ServerTarget"]

@@ -1,4 +1,5 @@
-"""What every target shares: input validation (one-line UserErrors) and the interface."""
+"""What every target shares: input validation (one-line UserErrors), the `Target` interface,
+and `WrapperTarget`, the base of targets that add something around another target's runs."""
 from __future__ import annotations
 
 import abc
@@ -143,3 +144,33 @@ class Target(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class WrapperTarget(Target):
+    """A target that runs another one and adds to its results (a tripwire diagnosis, a
+    sanitizer report, kernel-log Xid lines...).
+
+    Subclasses override `run` and call `self.inner.run(...)` inside it. Closing the
+    wrapper closes the inner target; attributes the wrapper does not have (a server's
+    `start`, `gpu_uuid`, `spawns`...) are the inner target's, so wrappers stack freely.
+    """
+
+    def __init__(self, inner: Target, name: str | None = None) -> None:
+        self.inner = inner
+        self.name = name or getattr(inner, "name", type(inner).__name__)
+
+    def run(self, params: dict[str, Any] | None = None, *, timeout: float,
+            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
+        """Run the inner target unchanged (subclasses add their part around this)."""
+        return self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
+
+    def close(self) -> None:
+        """Close the inner target (and with it every process it started)."""
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for attributes not found normally; `inner` itself must exist first
+        # (copy/pickle probe attributes before __init__ has run).
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)

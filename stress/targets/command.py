@@ -6,6 +6,7 @@ an artifact folder). No shell is ever involved: argv goes to exec as given.
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 import time
@@ -53,6 +54,14 @@ class CommandTarget(Target):
                                  if isinstance(result_regex, str) else result_regex)
         except re.error as exc:
             raise UserError(f"bad result regex {result_regex!r}: {exc}") from None
+
+    def with_prefix(self, prefix: list[str], *, name: str | None = None) -> "CommandTarget":
+        """This command run through another program (a sanitizer, a profiler): the same
+        environment, working directory and result rules, with argv `prefix + argv`."""
+        other = copy.copy(self)
+        other.argv = check_argv(list(prefix) + self.argv, self.cwd, self.env)
+        other.name = name or self.name
+        return other
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
             launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:

@@ -3,7 +3,8 @@
 - `layout`: the file format (mirrors standalone/include/hz_tripwire.h; docs/tripwire.md).
 - `names`: phase/barrier names from JSON or a C header.
 - `analysis`: snapshots → `Diagnosis` (grouping, stragglers, causes, sentinels).
-- `session`: the private file, the watchdog's on-hang collector, `TripwireTarget`.
+- `session`: the private file and the watchdog's on-hang collector (the target wrapper is
+  `hazards.engine.targets.tripwire.TripwireTarget`).
 """
 from hazards.engine.tripwire.analysis import Diagnosis, Group, analyze
 from hazards.engine.tripwire.layout import Header, Slot, Snapshot, decode, read_snapshot, tag_of
@@ -11,7 +12,7 @@ from hazards.engine.tripwire.names import Names, load_names, parse_c_names
 from hazards.engine.tripwire.session import (
     ENV_PATH,
     TripwireFile,
-    TripwireTarget,
+    diagnosis_evidence,
     collect_on_hang,
     find_tripwire_evidence,
     install_hang_collector,
@@ -22,7 +23,7 @@ from hazards.engine.tripwire.session import (
 
 __all__ = [
     "Diagnosis", "Group", "analyze", "Header", "Slot", "Snapshot", "decode", "read_snapshot", "tag_of",
-    "Names", "load_names", "parse_c_names", "ENV_PATH", "TripwireFile", "TripwireTarget", "collect_on_hang",
+    "Names", "load_names", "parse_c_names", "ENV_PATH", "TripwireFile", "collect_on_hang", "diagnosis_evidence",
     "find_tripwire_evidence", "install_hang_collector", "register_names", "uninstall_hang_collector",
     "write_artifacts",
 ]

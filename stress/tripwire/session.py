@@ -1,13 +1,6 @@
-"""The supervisor's side of a tripwire: the private file, the on-hang collector, and a
-target wrapper that adds post-mortem diagnoses.
-
-Lifecycle for one target (one file; every run truncates it first, and the program's
-`hz_tw_host_open` sizes and re-initialises it, so no run can read another's breadcrumbs):
-
-    with TripwireFile() as tw:                                   # /dev/shm/hz-tw-…, 0600
-        target = TripwireTarget(CommandTarget(argv, env=tw.env()), tw, names=names)
-        result = target.run(timeout=5)       # hang: collector snapshots twice, then the kill
-    # file removed here; kept only as a copy in the run's artifact folder
+"""The supervisor's side of a tripwire: the private file and the on-hang collector (the
+target wrapper that adds post-mortem diagnoses, and the lifecycle of a file, are in
+`hazards.engine.targets.tripwire`).
 
 The collector is registered with the watchdog (`install_hang_collector`) and acts on any
 hung child whose environment names a tripwire file, so server targets get it too.
@@ -24,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.tripwire.analysis import Diagnosis, analyze
 from hazards.engine.tripwire.layout import Snapshot, decode
 from hazards.engine.tripwire.names import Names
@@ -149,7 +141,8 @@ def write_artifacts(dest: Path | None, stem: str, diag: Diagnosis,
     return written
 
 
-def _summary(diag: Diagnosis, artifacts: list[str], when: str) -> dict[str, Any]:
+def diagnosis_evidence(diag: Diagnosis, artifacts: list[str], when: str) -> dict[str, Any]:
+    """A diagnosis as run evidence, marked so `find_tripwire_evidence` finds it anywhere."""
     return {MARKER: 1, "when": when, "verdict": diag.verdict, "sentence": diag.sentence,
             "counts": diag.counts, "stragglers": diag.stragglers[:64], "skewed": diag.skewed[:16],
             "never_started": diag.never_started[:64], "notes": diag.notes, "artifacts": artifacts}
@@ -172,7 +165,7 @@ def collect_on_hang(ctx: Any) -> dict[str, Any] | None:
     second = decode(second_raw, path)
     diag = analyze(first, second, names, live=True)
     arts = write_artifacts(ctx.artifact_dir, "hang", diag, [(first_raw, first), (second_raw, second)])
-    return _summary(diag, arts, "hang")
+    return diagnosis_evidence(diag, arts, "hang")
 
 
 def _read(path: str) -> bytes:
@@ -211,60 +204,3 @@ def find_tripwire_evidence(evidence: Any) -> dict[str, Any] | None:
             if found is not None:
                 return found
     return None
-
-
-class TripwireTarget:
-    """Wraps a target whose environment carries `tw.env()`.
-
-    Before each run: truncate the file. After it: a hang already carries the collector's
-    live diagnosis; a fault (or a hang the collector could not read) gets a post-mortem
-    one from the file, which survives the process. The summary lands in
-    `result.evidence["tripwire"]`; with `keep` the raw file is copied into the run's
-    artifact folder ("failures": only for non-clean runs).
-    """
-
-    def __init__(self, inner: Any, tw: TripwireFile, names: Names | None = None, keep: str = "failures") -> None:
-        if keep not in ("always", "failures", "never"):
-            raise ValueError(f"keep must be always|failures|never, not {keep!r}")
-        self.inner = inner
-        self.tw = tw
-        self.names = names or Names()
-        self.keep_mode = keep
-        register_names(tw.path, self.names)
-        install_hang_collector()
-
-    def run(self, params: dict | None = None, *, timeout: float, launches: int | None = None,
-            artifact_dir: Path | None = None) -> RunResult:
-        self.tw.reset()
-        r = self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
-        art = Path(r.artifact_dir) if r.artifact_dir else artifact_dir
-        found = find_tripwire_evidence(r.evidence)
-        if found is None and r.outcome in (Outcome.FAULT, Outcome.HANG):
-            raw = self.tw.read()
-            snap = decode(raw, str(self.tw.path))
-            diag = analyze(snap, None, self.names, live=False)
-            found = _summary(diag, write_artifacts(art, "postmortem", diag, [(raw, snap)]), "post-mortem")
-        if found is not None:
-            r.evidence["tripwire"] = {k: v for k, v in found.items() if k != MARKER}
-        failed = Outcome(r.outcome) is not Outcome.CLEAN
-        if art is not None and (self.keep_mode == "always" or (self.keep_mode == "failures" and failed)):
-            kept = self.tw.keep(art, "tripwire-final.bin")
-            if kept is not None:
-                r.evidence.setdefault("tripwire", {})["raw"] = str(kept)
-                if r.artifact_dir is None:
-                    r.artifact_dir = str(art)
-        return r
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
-
-    def __enter__(self) -> "TripwireTarget":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)

@@ -1,8 +1,8 @@
-"""hazards/sanitizer.py: compute-sanitizer reports become evidence and outcomes."""
+"""stress/targets/sanitizer.py: compute-sanitizer reports become evidence and outcomes."""
 from __future__ import annotations
 
 from hazards.engine.outcome import Outcome, RunResult
-from hazards.sanitizer import judge, parse_report
+from hazards.engine.targets.sanitizer import judge, parse_report
 
 RACE_LOG = """========= COMPUTE-SANITIZER
 ========= Error: Race reported between Write access at pipeline_kernel+0x3c0 in pipeline.cu:70
@@ -67,3 +67,43 @@ def test_a_real_h200_racecheck_report_of_broken_war_is_a_race_fault():
     assert rep["hazards"] > 100000 and rep["kinds"].get("WAR", 0) >= 1
     assert "pipeline.cu:102" in rep["first_error"]
     assert judge(run(), rep).error_kind == "sanitizer_race"
+
+
+FAKE_SANITIZER = '''#!/usr/bin/env python3
+"""compute-sanitizer as far as SanitizerTarget sees it: writes RACE_LOG, runs the command."""
+import os, sys
+args = sys.argv[1:]
+log = args[args.index("--log-file") + 1]
+command = args[args.index("--print-limit") + 2:]
+with open(log, "w") as f:
+    f.write(os.environ["FAKE_REPORT"])
+os.execvp(command[0], command)
+'''
+
+
+def test_the_sanitizer_wraps_a_command_target_and_its_report_decides(tmp_path, monkeypatch):
+    import sys
+
+    import pytest
+
+    from hazards.engine.errors import UserError
+    from hazards.engine.targets import CommandTarget, ServerTarget, WrapperTarget
+    from hazards.engine.targets.sanitizer import SanitizerTarget
+
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(FAKE_SANITIZER)
+    fake.chmod(0o755)
+    monkeypatch.setenv("HZ_COMPUTE_SANITIZER", str(fake))
+    ok = [sys.executable, "-c", "print('HZ_RESULT {\"ok\": true}')"]
+    inner = CommandTarget(ok, env={"FAKE_REPORT": RACE_LOG}, name="kernel")
+    with SanitizerTarget(inner, "racecheck") as target:
+        assert isinstance(target, WrapperTarget) and target.inner is inner
+        r = target.run(timeout=20, artifact_dir=tmp_path / "run-1")
+    assert r.outcome is Outcome.FAULT and r.error_kind == "sanitizer_race"
+    assert r.target == "racecheck:" + inner.argv[0].rsplit("/", 1)[-1]
+    assert (tmp_path / "run-1" / "racecheck.log").read_text() == RACE_LOG
+    clean = SanitizerTarget(CommandTarget(ok, env={"FAKE_REPORT": CLEAN_LOG}), "racecheck", name="k[racecheck]")
+    r = clean.run(timeout=20)  # no artifact folder: the log goes to a temporary one
+    assert r.outcome is Outcome.CLEAN and r.evidence["sanitizer"]["errors"] == 0 and r.target == "k[racecheck]"
+    with pytest.raises(UserError, match="wraps a command target"):
+        SanitizerTarget(ServerTarget.__new__(ServerTarget), "racecheck")

@@ -12,7 +12,8 @@ import pytest
 from hazards.family import STANDALONE
 from hazards.engine.outcome import Outcome
 from hazards.engine.targets import CommandTarget
-from hazards.engine.tripwire import TripwireFile, TripwireTarget, load_names
+from hazards.engine.targets.tripwire import TripwireTarget
+from hazards.engine.tripwire import TripwireFile, load_names
 
 pytestmark = pytest.mark.gpu
 NAMES = load_names(STANDALONE / "deadlock" / "deadlock_names.h")

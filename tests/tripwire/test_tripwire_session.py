@@ -13,7 +13,8 @@ import pytest
 
 from hazards.engine.outcome import Outcome
 from hazards.engine.targets import CommandTarget
-from hazards.engine.tripwire import Names, TripwireFile, TripwireTarget
+from hazards.engine.targets.tripwire import TripwireTarget
+from hazards.engine.tripwire import Names, TripwireFile
 from hazards.engine.tripwire.session import PREFIX, SHM_DIR
 
 NAMES = Names(barriers={3: "ATTN_RELEASE"}, phases={7: "MOE_W13_W2"})

@@ -1,6 +1,7 @@
-"""What `hazards repro` keeps besides the run itself: the context a failure needs to be
-reproduced elsewhere (binary hash, `git describe`, environment) and the kernel's word on
-it (Xid lines from the kernel log when `dmesg` is readable, NVML Xid events otherwise).
+"""The repro evidence target, and what `hazards repro` keeps besides the runs: the context a
+failure needs to be reproduced elsewhere (binary hash, `git describe`, environment) and
+the kernel's word on it (Xid lines from the kernel log when `dmesg` is readable, NVML Xid
+events otherwise).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hazards.engine.outcome import RunResult
+from hazards.engine.targets.base import Target, WrapperTarget
 
 # Environment entries never written to an artifact (they may hold credentials).
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(^|_)KEY($|_)|AUTH|COOKIE|SESSION", re.IGNORECASE)
@@ -102,12 +104,12 @@ class KernelLog:
         return fresh
 
 
-class ReproTarget:
+class ReproTarget(WrapperTarget):
     """Wraps a target: per run, Xid evidence (kernel log + NVML window) and evidence.json."""
 
-    def __init__(self, inner: Any, telemetry: Any | None, kernel_log: KernelLog | None,
+    def __init__(self, inner: Target, telemetry: Any | None, kernel_log: KernelLog | None,
                  gpu_uuid: str | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.gpu_uuid = gpu_uuid
         self.telemetry = telemetry
         self.kernel_log = kernel_log
@@ -132,11 +134,3 @@ class ReproTarget:
             if r.artifact_dir is None:
                 r.artifact_dir = str(art)
         return r
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)

@@ -1,9 +1,9 @@
-"""Run a target under NVIDIA compute-sanitizer and make its report the run's evidence.
+"""Run a command target under NVIDIA compute-sanitizer and make its report the run's evidence.
 
-`SanitizerTarget` wraps a `--once`-style command (one process per run: the sanitizer's
-report is only complete when the process exits, and its output must not mix with a
-server's protocol stream). The report goes to a log file in the run's artifact folder and
-is parsed into counts.
+`SanitizerTarget` wraps a `CommandTarget` of a `--once`-style command (one process per run:
+the sanitizer's report is only complete when the process exits, and its output must not
+mix with a server's protocol stream). The report goes to a log file in the run's artifact
+folder and is parsed into counts.
 
 Decision (documented in docs/families/pipeline.md): a sanitizer *error* (a racecheck
 hazard reported as an error, a synccheck barrier error, a memcheck invalid access) makes
@@ -24,6 +24,8 @@ from typing import Any
 
 from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.targets.base import WrapperTarget
+from hazards.engine.targets.command import CommandTarget
 
 TOOLS = ("racecheck", "synccheck", "memcheck", "initcheck")
 ERROR_KINDS = {"racecheck": "sanitizer_race", "synccheck": "sanitizer_sync",
@@ -107,25 +109,24 @@ def judge(result: RunResult, report: dict[str, Any]) -> RunResult:
     return result
 
 
-class SanitizerTarget:
-    """Run `argv` (a one-batch command such as `BIN --once`) under compute-sanitizer."""
+class SanitizerTarget(WrapperTarget):
+    """Run a one-batch command target (such as `BIN --once`) under compute-sanitizer."""
 
-    def __init__(self, argv: list[str], tool: str, *, env: dict[str, str] | None = None,
-                 name: str | None = None, print_limit: int = 20) -> None:
+    def __init__(self, inner: CommandTarget, tool: str, *, name: str | None = None,
+                 print_limit: int = 20) -> None:
         if tool not in TOOLS:
             raise UserError(f"unknown sanitizer tool {tool!r} (known: {', '.join(TOOLS)})")
+        if not isinstance(inner, CommandTarget):
+            raise UserError("compute-sanitizer wraps a command target (one process per run), "
+                            f"not a {type(inner).__name__}")
+        super().__init__(inner, name or f"{tool}:{Path(inner.argv[0]).name}")
         self.tool = tool
         self.sanitizer = find_sanitizer()
-        self.argv = list(argv)
-        self.env = env
-        self.name = name or f"{tool}:{Path(argv[0]).name}"
         self.print_limit = print_limit
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
             launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
         """One process under the sanitizer; its report becomes the evidence."""
-        from hazards.engine.targets import CommandTarget
-
         tmp = None
         if artifact_dir is None:
             tmp = tempfile.mkdtemp(prefix="hz-sanitizer-")
@@ -134,11 +135,11 @@ class SanitizerTarget:
             log_dir = Path(artifact_dir)
             log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{self.tool}.log"
-        cmd = [self.sanitizer, "--tool", self.tool, "--log-file", str(log),
-               "--print-limit", str(self.print_limit), *self.argv]
+        prefix = [self.sanitizer, "--tool", self.tool, "--log-file", str(log),
+                  "--print-limit", str(self.print_limit)]
         try:
-            target = CommandTarget(cmd, env=self.env, name=self.name)
-            result = target.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
+            result = self.inner.with_prefix(prefix, name=self.name).run(
+                params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
             text = log.read_text(errors="replace") if log.exists() else ""
             report = parse_report(text, self.tool)
             if tmp is None:
@@ -149,12 +150,3 @@ class SanitizerTarget:
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
-
-    def close(self) -> None:
-        """Nothing stays running between runs."""
-
-    def __enter__(self) -> "SanitizerTarget":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

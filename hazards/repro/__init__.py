@@ -1,1 +1,0 @@
-"""Support for `hazards repro`: the run context and Xid evidence it keeps."""
