@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hazards.family import Family, Variant
+from hazards.stress_family import expectation
 from hazards.engine.errors import UserError
 from hazards.engine.executor import SprtStop, StoreSink, TargetFactory, WorkItem, default_target_factory, run_local
 from hazards.engine.junit import JUnitCase, JUnitSuite
 from hazards.engine.leases import acquire_free, lease_candidates, release_all
-from hazards.engine.outcome import RunResult
-from hazards.engine.stats import Sprt, upper_bound
+from hazards.engine.stats import Sprt
 from hazards.engine.store import Store
 from hazards.engine.telemetry import TelemetryMonitor
+from hazards.engine.verdict import Expect, ItemTally, Judgement, Verdict, judge, not_judged, skipped
 
 KIND = "check"
 SPRT_P0, SPRT_P1, SPRT_ALPHA, SPRT_BETA = 0.001, 0.3, 0.01, 0.01
@@ -36,21 +37,41 @@ ItemsFor = Callable[[Family, list[Variant]], list[WorkItem]]
 
 @dataclasses.dataclass
 class VariantVerdict:
-    """How one variant fared: detected / went blind (canary), clean / failed, error, skipped."""
+    """How one variant fared (a `hazards.engine.verdict.Verdict`: detected / went blind for
+    a canary, clean / failed, error, skipped). `role` is 'canary' or 'clean'."""
 
     family: str
     variant: str
     role: str
-    status: str
+    status: Verdict
     runs: int = 0
     failures: int = 0
     errors: int = 0
     message: str = ""
     time_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        self.status = Verdict(self.status)
+
+    @classmethod
+    def of(cls, family: str, variant: str, expect: Expect | None, judgement: Judgement,
+           tally: ItemTally | None = None, time_s: float = 0.0) -> "VariantVerdict":
+        t = tally or ItemTally()
+        return cls(family, variant, expect.noun if expect else "", judgement.verdict,
+                   t.n, t.failures, t.errors, judgement.message, time_s)
+
+    @property
+    def judgement(self) -> Judgement:
+        return Judgement(self.status, self.message)
+
     @property
     def ok(self) -> bool:
-        return self.status in ("detected", "clean", "skipped")
+        return self.status.ok
+
+    def line(self) -> str:
+        """The verdict as one line of the check's output."""
+        expect = Expect.DETECT if self.role == "canary" else Expect.CLEAN if self.role == "clean" else None
+        return self.judgement.line(f"{self.family}/{self.variant}", expect)
 
 
 @dataclasses.dataclass
@@ -71,7 +92,7 @@ class CheckResult:
 
     @property
     def blind(self) -> list[VariantVerdict]:
-        return [v for v in self.verdicts if v.status == "went blind"]
+        return [v for v in self.verdicts if v.status is Verdict.WENT_BLIND]
 
     @property
     def exit_code(self) -> int:
@@ -82,25 +103,22 @@ class CheckResult:
         static = JUnitSuite("hazards.check.static", started_at=self.started_at,
                             stdout="\n".join(f.format() for f in self.findings) if self.findings else self.static_note)
         for f in self.findings:
-            if f.fails:
+            canary = static_canary_judgement(f)
+            if canary is not None:
+                case = canary.junit_case(f"canary {f.subject or f.location()}", "hazards.static.canary")
+                case.text = f.format() if not canary.ok else ""
+                static.cases.append(case)
+            elif f.fails:
                 static.cases.append(JUnitCase(f"{f.check} {f.subject or f.location()}", f"hazards.static.{f.check}",
                                               status="failure", message=f.message, type=f.check, text=f.format()))
-            elif f.check == "canary-detected":
-                static.cases.append(JUnitCase(f"canary {f.subject or f.location()}", "hazards.static.canary"))
         if not static.cases:
             static.cases.append(JUnitCase("static checks", "hazards.static", self.static_s,
                                           status="skipped" if self.static_note and not self.findings else "passed",
                                           message=self.static_note))
         gpu = JUnitSuite("hazards.check.gpu", started_at=self.started_at, stdout=self.gpu_note)
         for v in self.verdicts:
-            case = JUnitCase(f"{v.family}/{v.variant} ({v.role})", f"hazards.check.{v.family}", v.time_s)
-            if v.status == "skipped":
-                case.status, case.message = "skipped", v.message
-            elif v.status == "error":
-                case.status, case.message, case.type = "error", v.message, "error"
-            elif not v.ok:
-                case.status, case.message, case.type = "failure", v.message, v.status.replace(" ", "-")
-            gpu.cases.append(case)
+            gpu.cases.append(v.judgement.junit_case(f"{v.family}/{v.variant} ({v.role})",
+                                                    f"hazards.check.{v.family}", v.time_s))
         return [static, gpu]
 
     def summary_lines(self) -> list[str]:
@@ -113,14 +131,13 @@ class CheckResult:
         if self.gpu_note:
             lines.append(self.gpu_note)
         for v in self.verdicts:
-            mark = "skip" if v.status == "skipped" else "ok  " if v.ok else "FAIL"
-            lines.append(f"{mark} {v.family}/{v.variant} [{v.role}] {v.status}: {v.message}")
+            lines.append(v.line())
         n_bad = len(self.static_failures) + sum(1 for v in self.verdicts if not v.ok)
-        skipped = sum(1 for v in self.verdicts if v.status == "skipped")
+        n_skipped = sum(1 for v in self.verdicts if v.status is Verdict.SKIPPED)
         if self.exit_code:
             lines.append(f"check FAILED ({n_bad} problem(s))")
-        elif skipped:
-            lines.append(f"check passed for the static part only: {skipped} GPU check(s) SKIPPED")
+        elif n_skipped:
+            lines.append(f"check passed for the static part only: {n_skipped} GPU check(s) SKIPPED")
         else:
             lines.append("check passed")
         return lines
@@ -138,12 +155,22 @@ def run_static(paths: Iterable[str], families: list[str] | None = None) -> tuple
     return findings, f"{len(findings)} finding(s), {failing} failing, {detected} static canaries detected"
 
 
+def static_canary_judgement(finding: Any) -> Judgement | None:
+    """A static canary's verdict from its catalog finding (None for any other finding)."""
+    from hazards.static_catalog import CANARY_BLIND, CANARY_DETECTED
+
+    if finding.check == CANARY_DETECTED.id:
+        return Judgement(Verdict.DETECTED, finding.message)
+    if finding.check == CANARY_BLIND.id:
+        return Judgement(Verdict.WENT_BLIND, finding.message)
+    return None
+
+
 def gpu_variants(family: Family) -> list[Variant]:
     """The variants a GPU check runs: canaries that stress should detect, and clean ones."""
     if not family.binary:
         return []
-    return [v for v in family.variants
-            if (v.is_canary and "stress" in v.detected_by) or not v.is_canary]
+    return [v for v in family.variants if expectation(v, "stress") is not None]
 
 
 def default_items_for(family: Family, variants: list[Variant]) -> list[WorkItem]:
@@ -155,24 +182,22 @@ def default_items_for(family: Family, variants: list[Variant]) -> list[WorkItem]
     from hazards.stress_family import family_binary
 
     exe = str(family_binary(family).resolve())
-    return [WorkItem(target=family.name, variant=v.name, role=_role(v), kind="server", argv=(exe, "--serve"),
+    return [WorkItem(target=family.name, variant=v.name, kind="server", argv=(exe, "--serve"),
                      params={"variant": v.name}, launches=family.default_launches, timeout_s=family.timeout_s)
             for v in variants]
 
 
-def _role(v: Variant) -> str:
-    if v.is_canary:
-        return "canary" if "stress" in v.detected_by else "broken"
-    return "clean"
-
-
 def family_items(family: Family, variants: list[Variant], items_for: ItemsFor) -> list[WorkItem]:
-    """`items_for`'s work items with the role of each set from the catalog (canary/broken/clean)."""
-    roles = {v.name: _role(v) for v in variants}
+    """`items_for`'s work items with what stress must report for each (the catalog's
+    expectation of the variant) and what proves a detection (the family's harness anomalies)."""
+    by_name = {v.name: v for v in variants}
     items = items_for(family, variants)
     for item in items:
         item.target = item.target or family.name
-        item.role = roles.get(item.variant, item.role)
+        if item.variant in by_name:
+            expect = expectation(by_name[item.variant], "stress")
+            item.expect = expect.value if expect else None
+        item.anomalies = tuple(family.harness_anomalies)
     return items
 
 
@@ -186,36 +211,6 @@ def select_families(names: Iterable[str] | None) -> list[Family]:
 
 def _sprt_for(item: WorkItem) -> Sprt:
     return Sprt(SPRT_P0, SPRT_P1, SPRT_ALPHA, SPRT_BETA)
-
-
-def judge(item: WorkItem, counts: dict[str, int], decision: str | None, dropped: str | None,
-          time_s: float) -> VariantVerdict:
-    """The verdict on one variant from its outcome counts and its SPRT decision."""
-    fam, var = item.target, item.variant
-    failures = counts["hang"] + counts["fault"] + counts["mismatch"]
-    judged = failures + counts["clean"]
-    v = VariantVerdict(fam, var, item.role, "", judged + counts["error"], failures, counts["error"], time_s=time_s)
-    detail = ", ".join(f"{o} {n}" for o, n in counts.items() if n) or "no runs"
-    if dropped:
-        v.status, v.message = "error", f"stopped after repeated errors ({dropped})"
-    elif judged == 0:
-        v.status = "error"
-        v.message = f"no judged run ({detail})" if counts["error"] else "not run: the budget ended first"
-    elif item.role == "canary":
-        if failures:
-            v.status = "detected"
-            weak = " (below the expected detection rate)" if decision == "accept_h0" else ""
-            v.message = f"{failures}/{judged} runs failed{weak}: {detail}"
-        else:
-            v.status = "went blind"
-            v.message = (f"canary {fam}/{var} went blind: 0 failures in {judged} runs "
-                         f"({'SPRT accepted the blind rate' if decision == 'accept_h0' else 'budget ended'})")
-    elif failures:
-        v.status, v.message = "failed", f"clean variant failed {failures}/{judged} runs: {detail}"
-    else:
-        v.status = "clean"
-        v.message = f"0/{judged} failures; rate <= {upper_bound(0, judged):.2g} at 95%"
-    return v
 
 
 def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None, paths: Iterable[str] = (),
@@ -240,7 +235,7 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
     if not lease_candidates():
         res.gpu_note = ("GPU checks SKIPPED: no usable GPU (NVML/nvidia-smi found none, or "
                         "CUDA_VISIBLE_DEVICES is empty); not run: " + ", ".join(f"{f.name}/{v.name}" for f, v in wanted))
-        res.verdicts = [VariantVerdict(f.name, v.name, _role(v), "skipped", message="no usable GPU")
+        res.verdicts = [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), skipped("no usable GPU"))
                         for f, v in wanted]
         return res
     items: list[WorkItem] = []
@@ -251,7 +246,8 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
         try:
             items.extend(family_items(f, gpu_variants(f), items_for))
         except UserError as e:  # a family that cannot be built is an error of that family
-            res.verdicts += [VariantVerdict(f.name, v.name, _role(v), "error", message=str(e)) for v in gpu_variants(f)]
+            res.verdicts += [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), not_judged(str(e)))
+                             for v in gpu_variants(f)]
     if items:
         _run_gpu_part(res, items, budget_s - (time.monotonic() - t0), store, lock_dir, wait_s, exclusive,
                       target_factory, log)
@@ -265,7 +261,7 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
     if not leases:
         why = "; ".join(busy.values()) or "no GPU could be leased"
         res.gpu_note = f"GPU checks could not run: {why}"
-        res.verdicts += [VariantVerdict(i.target, i.variant, i.role, "error", message=why) for i in items]
+        res.verdicts += [VariantVerdict.of(i.target, i.variant, i.expectation, not_judged(why)) for i in items]
         return
     own_store = store is None
     store = store or Store()
@@ -276,17 +272,12 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
                                            "sessions": [{"started": time.time(),
                                                          "gpus": [lease.info() for lease in leases]}]})
         res.campaign_id = cid
-        source = SprtStop(items, _sprt_for, stop_on_failure=lambda i: i.role == "clean",
+        source = SprtStop(items, _sprt_for, stop_on_failure=lambda i: i.expectation is Expect.CLEAN,
                           max_runs=MAX_RUNS_PER_VARIANT)
-        times: dict[str, float] = {}
-
-        def on_result(item: WorkItem, r: RunResult) -> None:
-            times[item.key] = times.get(item.key, 0.0) + (r.duration_s or 0.0)
-
         monitor = TelemetryMonitor([lease.uuid for lease in leases]).start()
         status = "interrupted"
         try:
-            run_local(leases, source, StoreSink(store, cid, on_result=on_result), budget_s=max(1.0, budget_s),
+            run_local(leases, source, StoreSink(store, cid), budget_s=max(1.0, budget_s),
                       telemetry=monitor, target_factory=target_factory)
             status = "complete"
         finally:
@@ -297,9 +288,10 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
             store.set_campaign_status(cid, status)
         dropped = source.dropped()
         for key, st in source.states.items():
-            v = judge(st.item, st.counts, source.decision(key), dropped.get(key), times.get(key, 0.0))
+            j = judge(st.item.expectation, st.tally, decision=source.decision(key), dropped=dropped.get(key))
+            v = VariantVerdict.of(st.item.target, st.item.variant, st.item.expectation, j, st.tally, st.busy_s)
             res.verdicts.append(v)
-            log(f"{'ok  ' if v.ok else 'FAIL'} {key} [{v.role}] {v.status}: {v.message}")
+            log(v.line())
     finally:
         release_all(leases)
         if own_store:

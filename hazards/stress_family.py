@@ -6,15 +6,15 @@ or a `SanitizerTarget` running `--once` under compute-sanitizer), and sums what 
 replies report (launches, mismatched launches, litmus instances and weak outcomes) into
 per-launch rates with confidence intervals.
 
-Verdict per variant: a canary (role `broken`) must be *detected* by the oracle that ran
-(stress, or the sanitizer) when it lists that oracle in `detected_by`; every other
-variant must be *clean*. Anything else is reported as MISSED / UNEXPECTED.
-
-A detection counts only when the oracle itself proved the hazard (`is_attributed`): under
-the sanitizer, a sanitizer error (not a mismatch or a timeout of the slowed-down kernel);
-under stress, a failing run whose harness did not report its own machinery going wrong
-(the family's `harness_anomalies`, e.g. ordering's bounded spin that gave up or a result
-slot never written; barrier_layout's spin timeouts are its seeded lost release, not one).
+The catalog's side of the verdict: `expectation` says what a correct check must report
+for a variant under an oracle (a canary, role `broken`, must be detected by every oracle
+in its `detected_by`; a clean variant at a point the static model calls safe must stay
+clean), and `proof` what counts as the oracle seeing its hazard (under the sanitizer, a
+sanitizer error, not a mismatch or a timeout of the slowed-down kernel; under stress, a
+failing run whose harness did not report its own machinery going wrong: the family's
+`harness_anomalies`, e.g. ordering's bounded spin that gave up or a result slot never
+written; barrier_layout's spin timeouts are its seeded lost release, not one). The verdict
+itself is `hazards.engine.verdict.judge`, the same for check, soak, stress and reports.
 """
 from __future__ import annotations
 
@@ -29,28 +29,22 @@ from hazards.engine.campaign import CampaignSummary, run_campaign
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import rate_ci
 from hazards.engine.store import Store
+from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, Verdict, judge
 
 KIND = "stress"
 
-def is_attributed(result: RunResult, oracle: str, tool: str | None = None,
-                  anomalies: tuple[str, ...] = ()) -> bool:
-    """Did this run fail *because of the hazard the oracle looks for*?
+def expectation(variant: Variant, oracle: str = "stress", hazardous: bool = False) -> Expect | None:
+    """What a correct check must report for this variant under this oracle: DETECT for a
+    canary that names the oracle in `detected_by`, CLEAN for a clean variant at a point the
+    static model calls safe (`hazardous` False), None (its runs are only counted) otherwise."""
+    if variant.is_canary:
+        return Expect.DETECT if oracle in variant.detected_by else None
+    return None if hazardous else Expect.CLEAN
 
-    sanitizer: only a sanitizer error of `tool` (a kernel mismatch, or a hang of the
-    instrumented kernel, proves nothing about races). stress: any hang, fault or mismatch
-    whose metrics report none of the family's `anomalies` (`Family.harness_anomalies`:
-    counters of the harness's own machinery going wrong, such as ordering's spin timeouts).
-    """
-    if not Outcome(result.outcome).is_failure:
-        return False
-    if oracle == "sanitizer":
-        from hazards.engine.targets.sanitizer import ERROR_KINDS
 
-        kind = result.error_kind or (result.evidence or {}).get("error_kind")
-        wanted = {ERROR_KINDS[tool]} if tool else set(ERROR_KINDS.values())
-        return kind in wanted
-    m = result.metrics or {}
-    return not any(float(m.get(k) or 0) > 0 for k in anomalies)
+def proof(family: Family, sanitizer: str | None = None) -> Proof:
+    """What counts as the oracle seeing a variant's hazard (see the module docstring)."""
+    return Proof(sanitizer=sanitizer, anomalies=tuple(family.harness_anomalies))
 
 
 def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
@@ -89,18 +83,10 @@ class LaunchTally:
     max_rel_err: float = 0.0
     sanitizer_errors: int = 0
     requests: int = 0
-    attributed: int = 0  # failing runs the oracle proved (see `is_attributed`)
-    unattributed: int = 0  # failing runs it did not: a harness anomaly, a sanitizer-side timeout
 
-    def add(self, result: RunResult, oracle: str = "stress", tool: str | None = None,
-            anomalies: tuple[str, ...] = ()) -> None:
+    def add(self, result: RunResult) -> None:
         m = result.metrics or {}
         self.requests += 1
-        if Outcome(result.outcome).is_failure:
-            if is_attributed(result, oracle, tool, anomalies):
-                self.attributed += 1
-            else:
-                self.unattributed += 1
         if result.outcome in (Outcome.CLEAN, Outcome.MISMATCH):
             self.launches += int(m.get("launches") or 0)
             self.mismatched += int(m.get("mismatched") or 0)
@@ -125,16 +111,22 @@ class VariantReport:
     static_reason: str
     summary: CampaignSummary
     tally: LaunchTally
+    runs: ItemTally
     wall_s: float
-    expected: str   # "detect" | "clean" | "n/a"
-    verdict: str    # "detected" | "clean" | "MISSED" | "UNEXPECTED" | "error" | "n/a"
+    expected: Expect | None
+    judgement: Judgement
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.judgement.verdict
 
     def to_json(self) -> dict[str, Any]:
         t = self.tally
         lo, hi = rate_ci(t.mismatched, t.launches) if t.launches else (0.0, 1.0)
         d: dict[str, Any] = {
             "family": self.family, "variant": self.variant, "role": self.role,
-            "oracle": self.oracle, "expected": self.expected, "verdict": self.verdict,
+            "oracle": self.oracle, "expected": self.expected.value if self.expected else "n/a",
+            "verdict": self.verdict.value, "message": self.judgement.message,
             "static": {"hazardous": self.static_hazardous, "reason": self.static_reason},
             "campaign": self.summary.to_json(),
             "launches": t.launches, "mismatched_launches": t.mismatched,
@@ -143,33 +135,13 @@ class VariantReport:
             "max_rel_err": t.max_rel_err, "kernel_ms": t.kernel_ms, "wall_s": self.wall_s,
             "validated_launches_per_s": t.launches / self.wall_s if self.wall_s > 0 else None,
             "sanitizer_errors": t.sanitizer_errors,
-            "attributed_failures": t.attributed, "unattributed_failures": t.unattributed,
+            "attributed_failures": self.runs.proved, "unattributed_failures": self.runs.unproved,
         }
         if t.instances:
             wlo, whi = rate_ci(int(t.weak), int(t.instances))
             d.update(instances=t.instances, weak=t.weak, weak_per_instance=t.weak / t.instances,
                      weak_per_instance_ci95=[wlo, whi])
         return d
-
-
-def expectation(variant: Variant, oracle: str, hazardous: bool) -> str:
-    """What a correct check must report for this variant under this oracle."""
-    if variant.is_canary:
-        return "detect" if oracle in variant.detected_by else "n/a"
-    return "clean" if not hazardous else "n/a"
-
-
-def verdict_for(expected: str, summary: CampaignSummary, tally: LaunchTally | None = None) -> str:
-    """The variant's verdict. A canary is `detected` only by runs the oracle proved
-    (`tally.attributed`); failures for another reason leave it MISSED."""
-    if summary.judged == 0:
-        return "error"
-    if expected == "detect":
-        proved = tally.attributed if tally is not None else summary.failures
-        return "detected" if proved else "MISSED"
-    if expected == "clean":
-        return "clean" if not summary.failures else "UNEXPECTED"
-    return "detected" if summary.failures else "clean"
 
 
 def stress_variant(family: Family, variant: str, *, store: Store, launches: int, requests: int,
@@ -195,10 +167,11 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
     own = target is None
     if own:
         target = family_target(family, target=build_target, sanitizer=sanitizer)
-    tally = LaunchTally()
+    tally, runs, proves = LaunchTally(), ItemTally(), proof(family, sanitizer)
 
     def record(seq: int, result: RunResult, counts: dict[str, int]) -> None:
-        tally.add(result, oracle, sanitizer, family.harness_anomalies)
+        tally.add(result)
+        runs.add(result, proves)
         if on_result is not None:
             on_result(seq, result, counts)
 
@@ -216,4 +189,4 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
     wall = time.monotonic() - t0
     expected = expectation(v, oracle, static.hazardous)
     return VariantReport(family.name, v.name, v.role, oracle, static.hazardous, static.reason,
-                         summary, tally, wall, expected, verdict_for(expected, summary, tally))
+                         summary, tally, runs, wall, expected, judge(expected, runs))

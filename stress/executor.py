@@ -4,7 +4,8 @@ The pieces are separate so that another executor (Ray: `executors/ray_executor.p
 the same per-GPU loop in an actor:
 
 - `WorkItem`: what to run (a family variant on its launch server, or a registered
-  command/server target), JSON-serialisable for campaign specs and resumes.
+  command/server target) and what a correct check must report for it (an expectation
+  and a proof, `hazards.engine.verdict`), JSON-serialisable for campaign specs and resumes.
 - a *work source* (`next_item(gpu)`, `report(item, result)`, `finished()`): decides what
   runs next and when to stop; `Rotation` (soak: every item, least-run first, until the
   budget ends) and `SprtStop` (check: each item until its SPRT verdict) are here.
@@ -30,20 +31,26 @@ from typing import Any, Callable, Protocol
 from hazards.engine.campaign import ARTIFACT_POLICIES
 from hazards.engine.campaign import settle_artifacts  # the same policy as run_campaign
 from hazards.engine.leases import GpuLease
-from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.outcome import Outcome, RunResult, item_key
 from hazards.engine.stats import Sprt
 from hazards.engine.store import Store, empty_counts
+from hazards.engine.verdict import Expect, ItemTally, Proof, expect_of
 
 MAX_CONSECUTIVE_ERRORS = 3
 
 
 @dataclasses.dataclass
 class WorkItem:
-    """One thing to run. `kind` is 'server' (a request to a launch server) or 'command'."""
+    """One thing to run. `kind` is 'server' (a request to a launch server) or 'command'.
+
+    `expect` is what a correct check must report ('detect': a canary; 'clean'; None: runs
+    are only counted). `anomalies` and `sanitizer` make its `proof` (what counts as seeing
+    the hazard); a command item with `sanitizer` runs under that compute-sanitizer tool.
+    """
 
     target: str
     variant: str = ""
-    role: str = "target"  # canary | clean | target
+    expect: str | None = None  # "detect" | "clean" | None
     kind: str = "server"
     argv: tuple[str, ...] = ()
     env: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -53,28 +60,41 @@ class WorkItem:
     timeout_s: float = 20.0
     respawn_every: int = 0
     result_regex: str | None = None
+    anomalies: tuple[str, ...] = ()
+    sanitizer: str | None = None
+
+    @property
+    def expectation(self) -> Expect | None:
+        return expect_of(self.expect)
+
+    @property
+    def proof(self) -> Proof:
+        return Proof(self.sanitizer, tuple(self.anomalies))
 
     @property
     def key(self) -> str:
-        return f"{self.target}/{self.variant}" if self.variant else self.target
+        return item_key(self.target, self.variant)
 
     @property
     def target_key(self) -> tuple:
         """Items with the same key share one warm target per GPU (one server per binary)."""
         if self.kind == "server":
             return ("server", self.argv, self.cwd, tuple(sorted(self.env.items())), self.respawn_every)
-        return ("command", self.key, self.argv, self.cwd, tuple(sorted(self.env.items())))
+        return ("command", self.key, self.argv, self.cwd, tuple(sorted(self.env.items())), self.sanitizer)
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["argv"] = list(self.argv)
+        d["argv"], d["anomalies"] = list(self.argv), list(self.anomalies)
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "WorkItem":
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in fields}
-        kw["argv"] = tuple(kw.get("argv", ()))
+        kw["argv"], kw["anomalies"] = tuple(kw.get("argv", ())), tuple(kw.get("anomalies", ()))
+        if "expect" not in d:  # a spec stored before expectations: its role word says it
+            expect = expect_of(d.get("role"))
+            kw["expect"] = expect.value if expect else None
         return cls(**kw)
 
 
@@ -101,7 +121,7 @@ class _ItemState:
     in_flight: int = 0
     errors_in_a_row: int = 0
     dropped: str | None = None
-    counts: dict[str, int] = dataclasses.field(default_factory=empty_counts)
+    tally: ItemTally = dataclasses.field(default_factory=ItemTally)
 
 
 class Rotation:
@@ -137,13 +157,13 @@ class Rotation:
             st.runs += 1
             st.busy_s += max(0.0, result.duration_s or 0.0)
             outcome = Outcome(result.outcome)
-            st.counts[outcome.value] += 1
+            st.tally.add(result, item.proof)
             st.errors_in_a_row = st.errors_in_a_row + 1 if outcome is Outcome.ERROR else 0
             if st.errors_in_a_row >= MAX_CONSECUTIVE_ERRORS and st.dropped is None:
                 st.dropped = f"{st.errors_in_a_row} errors in a row, last: {result.reason}"
-            self._after(st, outcome)
+            self._after(st, result)
 
-    def _after(self, st: _ItemState, outcome: Outcome) -> None:
+    def _after(self, st: _ItemState, result: RunResult) -> None:
         """Hook for subclasses (SPRT bookkeeping); called under the lock."""
 
     def finished(self) -> bool:
@@ -162,6 +182,7 @@ class SprtStop(Rotation):
     `sprt_for(item)` gives a fresh `Sprt`; `stop_on_failure(item)` says whether one
     failure settles it (a clean variant that fails has failed the check). `max_runs`
     caps every item. `decision(key)` is 'accept_h1', 'accept_h0', 'failed', or None.
+    For a canary (expect 'detect') only failures its proof accepts count as detections.
     """
 
     def __init__(self, items: list[WorkItem], sprt_for: Callable[[WorkItem], Sprt],
@@ -177,11 +198,14 @@ class SprtStop(Rotation):
         return (st.dropped is None and key not in self.failed and self.sprts[key].decision is None
                 and st.runs + st.in_flight < self.max_runs)
 
-    def _after(self, st: _ItemState, outcome: Outcome) -> None:
+    def _after(self, st: _ItemState, result: RunResult) -> None:
+        outcome = Outcome(result.outcome)
         if outcome is Outcome.ERROR:
             return  # our infrastructure: no evidence either way
-        self.sprts[st.item.key].update(outcome.is_failure)
-        if outcome.is_failure and self.stop_on_failure(st.item):
+        item = st.item
+        seen = item.proof.proves(result) if item.expectation is Expect.DETECT else outcome.is_failure
+        self.sprts[item.key].update(seen)
+        if outcome.is_failure and self.stop_on_failure(item):
             self.failed.add(st.item.key)
 
     def decision(self, key: str) -> str | None:
@@ -235,8 +259,13 @@ def default_target_factory(item: WorkItem, env: dict[str, str]) -> Any:
         return ServerTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
                             respawn_every=item.respawn_every)
     if item.kind == "command":
-        return CommandTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
-                             result_regex=item.result_regex)
+        target = CommandTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
+                               result_regex=item.result_regex)
+        if item.sanitizer:
+            from hazards.engine.targets.sanitizer import SanitizerTarget
+
+            return SanitizerTarget(target, item.sanitizer, name=item.target)
+        return target
     raise ValueError(f"unknown work item kind {item.kind!r}")
 
 

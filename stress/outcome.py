@@ -32,6 +32,11 @@ OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)
 HOST = socket.gethostname()
 
 
+def item_key(target: str, variant: str = "") -> str:
+    """How runs of one target/variant are named and grouped: 'target/variant', or 'target'."""
+    return f"{target}/{variant}" if variant else target
+
+
 @dataclasses.dataclass
 class RunResult:
     """One judged execution: a command run, or one server request.
@@ -55,6 +60,11 @@ class RunResult:
     worker_age: int = 0
     artifact_dir: str | None = None
     error_kind: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The target/variant this run belongs to (`item_key`)."""
+        return item_key(self.target, self.variant)
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

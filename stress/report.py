@@ -20,22 +20,24 @@ from typing import Any
 import jinja2
 
 from hazards.engine import report_figures as figs
-from hazards.engine.outcome import Outcome
-from hazards.engine.store import OutcomeCounts, Store, empty_counts
-from hazards.engine.junit import JUnitCase, JUnitSuite
+from hazards.engine.executor import WorkItem
+from hazards.engine.outcome import Outcome, item_key
+from hazards.engine.store import Store, empty_counts
+from hazards.engine.junit import JUnitSuite
 from hazards.engine.telemetry import APPLICATION_XIDS, hardware_suspect
+from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, judge
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
-@dataclasses.dataclass
-class KeyRow(OutcomeCounts):
-    """One target/variant of the campaign (n, failures, judged, rate(), ci() from OutcomeCounts)."""
+@dataclasses.dataclass(kw_only=True)
+class KeyRow(ItemTally):
+    """One target/variant of the campaign: its runs counted with its proof (n, failures,
+    judged, rate(), ci() from OutcomeCounts), what was expected of it, and the verdict."""
 
     target: str
     variant: str
-    role: str
-    counts: dict[str, int]
+    expect: Expect | None
     first_failure_s: float | None = None   # that key's own running time to its first failure
     first_failure_run: int | None = None
     kernel_ms_median: float | None = None
@@ -46,7 +48,11 @@ class KeyRow(OutcomeCounts):
 
     @property
     def label(self) -> str:
-        return f"{self.target}/{self.variant}" if self.variant else self.target
+        return item_key(self.target, self.variant)
+
+    @property
+    def judgement(self) -> Judgement:
+        return judge(self.expect, self)
 
 
 @dataclasses.dataclass
@@ -87,23 +93,26 @@ class Report:
         return out
 
 
-def _roles(spec: dict[str, Any]) -> dict[tuple[str, str], str]:
-    return {(i.get("target", ""), i.get("variant", "")): i.get("role", "")
-            for i in spec.get("items", []) if isinstance(i, dict)}
+def _expectations(spec: dict[str, Any]) -> dict[str, tuple[Expect | None, Proof]]:
+    """{target/variant: (expectation, proof)} of the campaign's work items. A run of
+    anything the spec does not list (a `hazards run` command) is expected clean."""
+    items = [WorkItem.from_json(i) for i in spec.get("items", []) if isinstance(i, dict)]
+    return {i.key: (i.expectation, i.proof) for i in items}
 
 
 def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, GpuRow]]:
     camp = store.campaign(campaign_id)
-    roles = _roles(camp.spec)
+    expected = _expectations(camp.spec)
     rows: dict[tuple[str, str], KeyRow] = {}
     since_fail: dict[tuple[str, str], float] = {}
     gpus: dict[str, GpuRow] = {}
     for sr in store.iter_runs(campaign_id):
         r = sr.result
         key = (r.target, r.variant)
-        row = rows.setdefault(key, KeyRow(r.target, r.variant, roles.get(key, ""), empty_counts()))
+        expect, proof = expected.get(r.key, (Expect.CLEAN, Proof()))
+        row = rows.setdefault(key, KeyRow(target=r.target, variant=r.variant, expect=expect))
         outcome = Outcome(r.outcome)
-        row.counts[outcome.value] += 1
+        row.add(r, proof)
         launches = r.metrics.get("launches")
         if isinstance(launches, int):
             row.launches += launches
@@ -151,7 +160,7 @@ def _trend(store: Store, campaign: Any, last: int) -> dict[str, list[tuple[int, 
         for t in store.tally(c.id):
             if t.judged:
                 lo, hi = t.ci()
-                label = f"{t.target}/{t.variant}" if t.variant else t.target
+                label = item_key(t.target, t.variant)
                 series.setdefault(label, []).append((c.id, t.rate(), lo, hi))
     return series
 
@@ -243,12 +252,12 @@ def render_markdown(rep: Report) -> str:
     out = [f"## hazards {c.kind} campaign {c.id}" + (f" ({c.name})" if c.name else ""),
            "", f"{_when(c.created)} on {c.host}, status **{c.status}**; runs: {counts or 'none'}", ""]
     if rep.rows:
-        out += ["| target/variant | role | runs | clean | hang | fault | mismatch | error | failure rate [95% CI] |",
-                "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+        out += ["| target/variant | expect | runs | clean | hang | fault | mismatch | error | failure rate [95% CI] "
+                "| verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
         for r in rep.rows:
             k = r.counts
-            out.append(f"| {r.label} | {r.role or ''} | {r.n} | {k['clean']} | {k['hang']} | {k['fault']} "
-                       f"| {k['mismatch']} | {k['error']} | {_fmt_rate(r)} |")
+            out.append(f"| {r.label} | {r.expect or '-'} | {r.n} | {k['clean']} | {k['hang']} | {k['fault']} "
+                       f"| {k['mismatch']} | {k['error']} | {_fmt_rate(r)} | {r.judgement.verdict} |")
         out.append("")
     new = [s for s in rep.signatures if s["new"]]
     if rep.previous_id is not None:
@@ -267,26 +276,15 @@ def render_markdown(rep: Report) -> str:
 
 
 def junit_suites(rep: Report) -> list[JUnitSuite]:
-    """The campaign as JUnit: one case per target/variant.
-
-    A canary passes when it failed at least once (else: "went blind"); every other
-    target/variant passes when it never failed; one with only `error` runs is an error.
-    """
+    """The campaign as JUnit: one case per target/variant, judged by
+    `hazards.engine.verdict.judge` (a canary fails as "went-blind", anything expected
+    clean that failed as "failed", one with no judged run is an error)."""
     c = rep.campaign
     suite = JUnitSuite(f"hazards.{c.kind}", started_at=c.created, stdout=render_markdown(rep),
                        properties={"campaign": str(c.id), "host": c.host, "status": c.status})
     for r in rep.rows:
-        case = JUnitCase(r.label + (f" ({r.role})" if r.role else ""), f"hazards.{c.kind}.{r.target}", r.busy_s)
-        detail = ", ".join(f"{o} {n}" for o, n in r.counts.items() if n)
-        if not r.judged:
-            case.status, case.type, case.message = "error", "error", f"no judged run ({detail})"
-        elif r.role == "canary" and not r.failures:
-            case.status, case.type = "failure", "went-blind"
-            case.message = f"canary {r.label} went blind: 0 failures in {r.judged} runs"
-        elif r.role != "canary" and r.failures:
-            case.status, case.type = "failure", "hazard"
-            case.message = f"{r.failures}/{r.judged} runs failed ({detail}); rate {_fmt_rate(r)}"
-        suite.cases.append(case)
+        name = r.label + (f" ({r.expect.noun})" if r.expect else "")
+        suite.cases.append(r.judgement.junit_case(name, f"hazards.{c.kind}.{r.target}", r.busy_s))
     return [suite]
 
 

@@ -28,12 +28,14 @@ from hazards.engine.outcome import RunResult
 from hazards.engine.stats import boschloo, fisher_one_sided
 from hazards.engine.store import Signature, Store
 from hazards.engine.telemetry import TelemetryMonitor
+from hazards.engine.verdict import Expect, ItemTally, Judgement, campaign_tallies, judge
 
 KIND = "soak"
 BOSCHLOO_MAX_N = 200  # scipy's boschloo_exact takes ~0.1 s at n=100 and seconds beyond 1000
 
 _TARGET_KEYS = {"name": str, "kind": str, "argv": list, "cwd": str, "env": dict, "timeout": (int, float),
-                "params": dict, "launches": int, "respawn_every": int, "result_regex": str, "variant": str}
+                "params": dict, "launches": int, "respawn_every": int, "result_regex": str, "variant": str,
+                "expect": str}
 
 
 def load_targets(path: str | os.PathLike[str]) -> list[WorkItem]:
@@ -42,7 +44,8 @@ def load_targets(path: str | os.PathLike[str]) -> list[WorkItem]:
     Keys: name (required), argv (required, list of strings), kind ('command' default, or
     'server'), cwd (relative to the file's folder), env (table of strings), timeout
     (seconds, default 60), params (table), launches (server), respawn_every (server),
-    result_regex (command), variant (a label). Anything else is a UserError.
+    result_regex (command), variant (a label), expect ('clean', the default: any failure is a
+    hazard; or 'detect': a canary that must fail). Anything else is a UserError.
     """
     p = Path(path)
     try:
@@ -89,9 +92,12 @@ def _target_item(path: Path, index: int, t: Any) -> WorkItem:
         raise UserError(f"{where} ({name}): timeout must be > 0")
     if not all(isinstance(v, str) for v in t.get("env", {}).values()):
         raise UserError(f"{where} ({name}): env values must be strings")
+    expect = t.get("expect", "clean")
+    if expect not in ("clean", "detect"):
+        raise UserError(f"{where} ({name}): expect must be 'clean' or 'detect', not {expect!r}")
     cwd = t.get("cwd")
     cwd = str((path.parent / cwd).resolve()) if cwd else None
-    return WorkItem(target=name, variant=t.get("variant", ""), role="target", kind=kind, argv=tuple(argv),
+    return WorkItem(target=name, variant=t.get("variant", ""), expect=expect, kind=kind, argv=tuple(argv),
                     env=dict(t.get("env", {})), cwd=cwd, params=dict(t.get("params", {})),
                     launches=t.get("launches"), timeout_s=timeout, respawn_every=int(t.get("respawn_every", 0)),
                     result_regex=t.get("result_regex"))
@@ -183,7 +189,18 @@ class SoakResult:
     budget_s: float
     comparison: CampaignComparison | None
     dropped: dict[str, str]
-    blind: list[str]
+    expectations: dict[str, Expect | None]
+    judgements: dict[str, Judgement]
+
+    @property
+    def blind(self) -> list[str]:
+        """Canaries that were not detected: went blind, or never judged (the budget ended
+        before they ran, or only errors), which must be flagged too, never pass unseen."""
+        return [k for k, e in self.expectations.items() if e is Expect.DETECT and not self.judgements[k].ok]
+
+    def canary_lines(self) -> list[str]:
+        """One verdict line per canary that was not detected."""
+        return [self.judgements[k].line(k, Expect.DETECT) for k in self.blind]
 
     @property
     def flagged(self) -> bool:
@@ -214,7 +231,7 @@ def stored_time(store: Store, campaign_id: int) -> dict[str, tuple[int, float]]:
     out: dict[str, tuple[int, float]] = {}
     for sr in store.iter_runs(campaign_id):
         r = sr.result
-        key = f"{r.target}/{r.variant}" if r.variant else r.target
+        key = r.key
         n, s = out.get(key, (0, 0.0))
         out[key] = (n + 1, s + max(0.0, r.duration_s or 0.0))
     return out
@@ -272,9 +289,9 @@ def run_soak(store: Store, leases: list[GpuLease], items: list[WorkItem] | None,
         spec["dropped"] = {**spec.get("dropped", {}), **source.dropped()}
         store.update_campaign_spec(cid, spec)
         store.set_campaign_status(cid, status)
-    tallies = {(f"{t.target}/{t.variant}" if t.variant else t.target): t for t in store.tally(cid)}
-    # A canary with no judged run (the budget ended before it ran, or only errors) saw
-    # nothing either: it must be flagged, never pass as if it had been checked.
-    blind = [i.key for i in items if i.role == "canary" and not (i.key in tallies and tallies[i.key].failures)]
+    dropped = source.dropped()
+    tallies = campaign_tallies(store, cid, {i.key: i.proof for i in items})
+    judgements = {i.key: judge(i.expectation, tallies.get(i.key, ItemTally()), dropped=dropped.get(i.key))
+                  for i in items}
     return SoakResult(cid, status, stats, spent_seconds(store, cid), float(store.campaign(cid).spec["budget_s"]),
-                      compare_campaigns(store, cid), source.dropped(), blind)
+                      compare_campaigns(store, cid), dropped, {i.key: i.expectation for i in items}, judgements)

@@ -119,7 +119,7 @@ def _finish(store, res, report: Path | None) -> None:
                    f"{g.launch_rate:.0f} launches/s over {g.elapsed_s:.0f} s")
     for key, why in res.dropped.items():
         typer.echo(f"DROPPED {key}: {why}")
-    for key in res.blind:
-        typer.echo(f"WENT BLIND {key}: the canary never failed in this soak")
+    for line in res.canary_lines():
+        typer.echo(line)
     typer.echo(f"campaign {res.campaign_id}; report: {out}")
     sys.exit(1 if res.flagged else 0)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from hazards.cli.app import app
 from hazards.engine.errors import UserError
-from hazards.engine.outcome import OUTCOMES
+from hazards.engine.outcome import OUTCOMES, item_key
 from hazards.engine.stats import percent
 from hazards.engine.store import Store, Tally
 
@@ -76,5 +76,5 @@ def stats_command(
         if sigs:
             console.print(f"failure signatures (top {min(len(sigs), TOP_SIGNATURES)} of {len(sigs)}):")
         for s in sigs[:TOP_SIGNATURES]:
-            where = f"{s.target}/{s.variant}" if s.variant else s.target
+            where = item_key(s.target, s.variant)
             console.print(f"  {s.count:>6} x {s.outcome:<8} {where}: {s.message}", highlight=False, markup=False)

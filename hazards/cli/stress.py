@@ -16,6 +16,7 @@ from hazards.engine.errors import UserError
 from hazards.engine.outcome import RunResult
 from hazards.engine.stats import percent
 from hazards.engine.store import Store
+from hazards.engine.verdict import Verdict
 
 DEFAULT_REQUESTS = 10
 SANITIZER_DEFAULT_LAUNCHES = 4
@@ -30,7 +31,10 @@ every other variant must stay clean. With --sanitizer the family runs `--once` u
 compute-sanitizer (one process per request) and a sanitizer error makes the run a
 `fault` (error_kind sanitizer_race / sanitizer_sync / sanitizer_memcheck).
 
-Exit status: 0 every expectation met; 1 a canary was missed or a clean variant failed;
+Verdicts (the same words as `hazards check` and `hazards soak`): detected, went blind (a
+canary its oracle never proved failing), clean, failed (a clean variant failed), error.
+
+Exit status: 0 every expectation met; 1 a canary went blind or a clean variant failed;
 2 bad input; 3 some variant had only `error` runs.
 
 Examples:\n
@@ -80,12 +84,14 @@ def print_reports(reports: list[Any]) -> None:
         weak = f"{t.weak:.0f}/{t.instances:.3g}" if t.instances else "-"
         lps = f"{t.launches / r.wall_s:,.0f}" if r.wall_s > 0 and t.launches else "-"
         counts = " ".join(f"{k}:{v}" for k, v in r.summary.counts.items() if v)
-        style = {"MISSED": "bold red", "UNEXPECTED": "bold red", "error": "cyan"}.get(r.verdict, "green")
+        style = "cyan" if r.verdict is Verdict.ERROR else "green" if r.verdict.ok else "bold red"
         table.add_row(r.variant, r.role, "hazard" if r.static_hazardous else "safe", r.oracle, counts,
                       str(t.launches), str(t.mismatched), _rate_text(t.mismatched, t.launches), weak, lps,
                       f"[{style}]{r.verdict}[/]")
     out.print(table)
     for r in reports:
+        if not r.verdict.ok:
+            out.print(r.judgement.line(f"{r.family}/{r.variant}", r.expected), highlight=False, markup=False)
         if r.oracle == "sanitizer" and r.tally.sanitizer_errors:
             out.print(f"{r.variant}: {r.tally.sanitizer_errors} sanitizer error(s) reported", highlight=False)
 
@@ -175,9 +181,9 @@ def stress_command(
                           "variants": [r.to_json() for r in reports]}))
     else:
         print_reports(reports)
-    if any(r.verdict in ("MISSED", "UNEXPECTED") for r in reports):
+    if any(r.verdict in (Verdict.WENT_BLIND, Verdict.FAILED) for r in reports):
         raise typer.Exit(EXIT_CHECK_FAILED)
-    if any(r.verdict == "error" for r in reports):
+    if any(r.verdict is Verdict.ERROR for r in reports):
         raise typer.Exit(EXIT_ERRORS)
 
 

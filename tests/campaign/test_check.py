@@ -46,9 +46,9 @@ def test_a_canary_made_harmless_went_blind_and_fails_the_check(fake_gpus, store,
     blind = res.blind
     assert [v.variant for v in blind] == ["broken"]
     # 13 clean runs settle the SPRT; the second GPU may have had one more in flight
-    assert re.search(r"went blind: 0 failures in 1[34] runs \(SPRT accepted the blind rate\)", blind[0].message)
+    assert re.fullmatch(r"0 failures in 1[34] runs \(SPRT accepted the blind rate\)", blind[0].message)
     assert res.exit_code != 0
-    assert any(line.startswith("FAIL fakefam/broken [canary] went blind") for line in res.summary_lines())
+    assert f"FAIL fakefam/broken [canary] went blind: {blind[0].message}" in res.summary_lines()
     text = write_junit(tmp_path / "j.xml", res.junit_suites()).read_text()
     assert 'type="went-blind"' in text
 
@@ -138,6 +138,45 @@ def test_static_canaries_become_junit_cases(monkeypatch, tmp_path):
     res = run_check(budget_s=10, catalog=[], static_only=True)
     assert res.exit_code == 1
     text = write_junit(tmp_path / "s.xml", res.junit_suites()).read_text()
-    assert 'name="canary earlyclobber/broken"' in text and 'type="canary-blind"' in text
+    assert 'name="canary earlyclobber/broken"' in text and 'type="went-blind"' in text
     if _has_xmlschema():
         assert validate(tmp_path / "s.xml") == []
+
+
+def test_one_broken_run_gets_one_word_in_check_soak_stress_and_report(fake_gpus, store, no_static):
+    """A canary whose every run fails only through a harness anomaly (a bounded spin that gave
+    up) proves nothing: every command says it went blind (check used to say "detected")."""
+    import dataclasses
+    import sys
+
+    from campaign_fakes import FAKE_SERVER
+
+    from hazards.engine.leases import acquire_free, release_all
+    from hazards.engine.report import build_report, junit_suites
+    from hazards.engine.soak import run_soak
+    from hazards.engine.targets import ServerTarget
+    from hazards.engine.verdict import Verdict
+    from hazards.stress_family import stress_variant
+
+    spins = Variant("broken", "broken", "fails only by spin timeouts",
+                    params={"fail_prob": 1.0, "anomaly": "spin_timeouts"}, detected_by=("stress",))
+    base = make_family()
+    fam = dataclasses.replace(base, variants=base.variants[:2] + (spins,), harness_anomalies=("spin_timeouts",))
+    words = {}
+    res = _check([fam], store)
+    words["check"] = next(v.status for v in res.verdicts if v.variant == "broken")
+    leases, _ = acquire_free("soak-test", max_gpus=1)
+    try:
+        soak = run_soak(store, leases, checkrun.family_items(fam, list(fam.variants), fake_items_for), budget_s=1.0)
+    finally:
+        release_all(leases)
+    words["soak"] = soak.judgements["fakefam/broken"].verdict
+    words["report"] = next(r.judgement.verdict for r in build_report(store, soak.campaign_id, figures=False).rows
+                           if r.variant == "broken")
+    with ServerTarget([sys.executable, str(FAKE_SERVER)], name="fakefam") as target:
+        words["stress"] = stress_variant(fam, "broken", store=store, launches=5, requests=2, target=target).verdict
+    assert words == dict.fromkeys(("check", "soak", "report", "stress"), Verdict.WENT_BLIND), words
+    assert soak.flagged and soak.blind == ["fakefam/broken"]
+    case = next(c for c in junit_suites(build_report(store, soak.campaign_id, figures=False))[0].cases
+                if c.name == "fakefam/broken (canary)")
+    assert (case.status, case.type) == ("failure", "went-blind")

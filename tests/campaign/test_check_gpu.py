@@ -38,4 +38,4 @@ def test_pipeline_check_passes_and_a_harmless_canary_went_blind(tmp_path):
         "broken_war": "detected", "broken_wait": "detected", "broken_tail": "detected"}
     assert bad.exit_code == 1
     assert [v.variant for v in bad.blind] == ["broken_war"], "\n".join(bad.summary_lines())
-    assert "went blind" in bad.blind[0].message
+    assert bad.blind[0].line().startswith("FAIL pipeline/broken_war [canary] went blind: ")

@@ -64,7 +64,7 @@ def test_soak_holds_every_gpu_runs_every_item_and_writes_one_campaign(fake_gpus,
     f.write_text(TOML)
     fam = make_family()
     items = fake_items_for(fam, list(fam.variants)) + load_targets(f)
-    items[2].role = "canary"
+    items[2].expect = "detect"
     leases, _ = acquire_free("soak-test")
     try:
         t0 = time.monotonic()
@@ -106,13 +106,14 @@ def test_canary_that_never_fails_in_a_soak_is_flagged_blind(fake_gpus, store):
     fam = make_family(canary_fail_prob=0.0)
     items = fake_items_for(fam, list(fam.variants))
     for i in items:
-        i.role = "canary" if i.variant == "broken" else "clean"
+        i.expect = "detect" if i.variant == "broken" else "clean"
     leases, _ = acquire_free("soak-test", max_gpus=1)
     try:
         res = run_soak(store, leases, items, budget_s=1.0)
     finally:
         release_all(leases)
     assert res.blind == ["fakefam/broken"] and res.flagged
+    assert res.canary_lines()[0].startswith("FAIL fakefam/broken [canary] went blind: 0 failures in ")
 
 
 class _SlowCleanTarget:
@@ -133,7 +134,7 @@ def test_canary_the_budget_never_reached_is_flagged_blind(fake_gpus, store):
     fam = make_family()
     items = fake_items_for(fam, list(fam.variants))
     for i in items:
-        i.role = "canary" if i.variant == "broken" else "clean"
+        i.expect = "detect" if i.variant == "broken" else "clean"
     leases, _ = acquire_free("soak-test", max_gpus=1)
     try:
         res = run_soak(store, leases, items, budget_s=0.2, telemetry=False,
@@ -142,6 +143,7 @@ def test_canary_the_budget_never_reached_is_flagged_blind(fake_gpus, store):
         release_all(leases)
     assert not store.runs(res.campaign_id, variant="broken")  # the canary never ran
     assert res.blind == ["fakefam/broken"] and res.flagged
+    assert res.judgements["fakefam/broken"].message == "not run: the budget ended first"
 
 
 def test_resume_continues_the_same_campaign_with_the_budget_left(fake_gpus, store):

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from hazards.families import get_family
-from hazards.stress_family import is_attributed, stress_variant
+from hazards.engine.verdict import Proof, Verdict
+from hazards.stress_family import proof, stress_variant
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.targets import ServerTarget
 
@@ -24,7 +25,7 @@ def fake_target():
 def test_a_detected_canary_reports_its_per_launch_rate(store, fake_target):
     r = stress_variant(get_family("pipeline"), "broken_war", store=store, launches=50, requests=4,
                        target=fake_target)
-    assert r.verdict == "detected" and r.expected == "detect" and r.static_hazardous
+    assert r.verdict is Verdict.DETECTED and r.expected == "detect" and r.static_hazardous
     assert (r.tally.launches, r.tally.mismatched) == (200, 200)
     d = r.to_json()
     assert d["launch_rate"] == 1.0 and d["launch_rate_ci95"][0] > 0.98
@@ -34,7 +35,7 @@ def test_a_detected_canary_reports_its_per_launch_rate(store, fake_target):
 def test_a_clean_fixed_variant_is_clean_with_a_zero_rate(store, fake_target):
     r = stress_variant(get_family("pipeline"), "fixed", store=store, launches=100, requests=3,
                        target=fake_target)
-    assert r.verdict == "clean" and (r.tally.launches, r.tally.mismatched) == (300, 0)
+    assert r.verdict is Verdict.CLEAN and (r.tally.launches, r.tally.mismatched) == (300, 0)
     assert r.to_json()["launch_rate_ci95"][1] < 0.02
 
 
@@ -57,14 +58,15 @@ def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(store, fa
     r = stress_variant(get_family("ordering"), "pc_no_acquire", store=store, launches=5, requests=2,
                        target=fake_target, overrides={"fake": "spin_timeouts"})
     assert r.summary.failures == 2  # the runs did fail...
-    assert (r.tally.attributed, r.tally.unattributed) == (0, 2)
-    assert r.verdict == "MISSED"  # ...but not because of the seeded hazard
+    assert (r.runs.proved, r.runs.unproved) == (0, 2)
+    assert r.verdict is Verdict.WENT_BLIND  # ...but not because of the seeded hazard
+    assert "no failure its oracle proved in 2 runs (2 failed for another reason" in r.judgement.message
 
 
 def test_a_canary_failing_with_weak_outcomes_is_attributed(store, fake_target):
     r = stress_variant(get_family("ordering"), "pc_no_acquire", store=store, launches=5, requests=2,
                        target=fake_target)
-    assert (r.tally.attributed, r.tally.unattributed) == (2, 0) and r.verdict == "detected"
+    assert (r.runs.proved, r.runs.unproved) == (2, 0) and r.verdict is Verdict.DETECTED
 
 
 @pytest.mark.parametrize("outcome, error_kind, proved", [
@@ -76,30 +78,29 @@ def test_a_canary_failing_with_weak_outcomes_is_attributed(store, fake_target):
 ])
 def test_only_a_sanitizer_error_counts_as_a_sanitizer_detection(outcome, error_kind, proved):
     r = RunResult(outcome=outcome, reason="x", error_kind=error_kind)
-    assert is_attributed(r, "sanitizer", "racecheck") is proved
+    assert Proof(sanitizer="racecheck").proves(r) is proved
 
 
 def test_a_stress_failure_with_a_harness_anomaly_is_not_attributed():
-    anomalies = get_family("ordering").harness_anomalies
-    assert is_attributed(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 4}), "stress", anomalies=anomalies)
-    assert not is_attributed(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 0, "invalid": 3}), "stress",
-                             anomalies=anomalies)
-    assert is_attributed(RunResult(Outcome.HANG, "x"), "stress", anomalies=anomalies)
+    stress = proof(get_family("ordering"))
+    assert stress.proves(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 4}))
+    assert not stress.proves(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 0, "invalid": 3}))
+    assert stress.proves(RunResult(Outcome.HANG, "x"))
 
 
 def test_spin_timeouts_are_the_seeded_hazard_where_a_family_says_so():
     # barrier_layout's lost release / hoisted poll shows *only* as bounded spins giving up:
     # for that family a spin timeout is the detection, not a harness anomaly
     timed_out = RunResult(Outcome.MISMATCH, "x", metrics={"spin_timeouts": 132})
-    assert is_attributed(timed_out, "stress", anomalies=get_family("barrier_layout").harness_anomalies)
-    assert not is_attributed(timed_out, "stress", anomalies=get_family("ordering").harness_anomalies)
+    assert proof(get_family("barrier_layout")).proves(timed_out)
+    assert not proof(get_family("ordering")).proves(timed_out)
 
 
 def test_overrides_change_the_static_expectation(store, fake_target):
     # a fixed variant pushed into a hazardous point is not expected clean any more
     r = stress_variant(get_family("pipeline"), "fixed", store=store, launches=1, requests=1,
                        target=fake_target, overrides={"wait_depth": 3})
-    assert r.static_hazardous and r.expected == "n/a"
+    assert r.static_hazardous and r.expected is None and r.to_json()["expected"] == "n/a"
 
 
 def test_hazards_stress_rejects_bad_input_in_one_line(capsys):

@@ -29,9 +29,9 @@ CMD = ("import json, os; print('HZ_RESULT ' + json.dumps({'ok': True, "
 def fake_items() -> list[WorkItem]:
     server = (sys.executable, str(FAKE))
     return [
-        WorkItem(target="fakefam", variant="steady", role="clean", kind="server", argv=server,
+        WorkItem(target="fakefam", variant="steady", expect="clean", kind="server", argv=server,
                  params={"variant": "steady", "rate": 0.0}, launches=10, timeout_s=20),
-        WorkItem(target="fakefam", variant="broken", role="canary", kind="server", argv=server,
+        WorkItem(target="fakefam", variant="broken", expect="detect", kind="server", argv=server,
                  params={"variant": "broken", "rate": 0.3}, launches=10, timeout_s=20),
         WorkItem(target="py-command", kind="command", argv=(sys.executable, "-c", CMD),
                  params={"seed": 7}, timeout_s=30),
