@@ -3,7 +3,8 @@
 Two runs fail "the same way" when they share the outcome, the error kind, the target and
 variant, and the failure message once everything that changes from run to run is
 stripped: numbers, hex addresses, pids, GPU UUIDs, temporary paths. A signature's `key`
-is a stable hash of those five parts; the store counts runs per key.
+is a stable hash of those five parts; the store counts runs per key. A hang that the
+hang-forensics collector located is grouped by its stuck locations instead of its message.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import hashlib
 import json
 import re
 
+from hazards.engine.forensics.collector import stuck_locations
 from hazards.engine.outcome import Outcome, RunResult
 
 MAX_MESSAGE = 200
@@ -66,10 +68,14 @@ def signature_of(result: RunResult) -> SignatureKey | None:
     outcome = Outcome(result.outcome)
     if outcome is Outcome.CLEAN:
         return None
+    stuck = stuck_locations(result.evidence) if outcome is Outcome.HANG else []
+    # A hang whose stuck locations are known is grouped by them, exactly (line numbers
+    # are the point): two hangs at the same source lines are one signature.
+    message = ("stuck at " + ", ".join(stuck))[:MAX_MESSAGE] if stuck else normalize_message(result.reason)
     return SignatureKey(
         outcome=outcome.value,
         error_kind=result.error_kind or "",
         target=result.target or "",
         variant=result.variant or "",
-        message=normalize_message(result.reason),
+        message=message,
     )

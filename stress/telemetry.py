@@ -14,8 +14,12 @@ without ECC, a container without event permission, a CPU-only machine.
 from __future__ import annotations
 
 import dataclasses
+import re
+import subprocess
 import threading
 import time
+import weakref
+from pathlib import Path
 from typing import Any
 
 # Xids that an application can cause on its own (illegal access, its kernel killed, a
@@ -25,6 +29,9 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 69})
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"module": None, "tried": False, "why": ""}
+_monitors: "weakref.WeakSet[TelemetryMonitor]" = weakref.WeakSet()  # started, not yet stopped
+_XID_LINE = re.compile(r"\bXid\b|NVRM:", re.IGNORECASE)
+_DMESG_STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 
 def use_nvml(module: Any | None) -> None:
@@ -177,11 +184,13 @@ class TelemetryMonitor:
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="hz-telemetry", daemon=True)
         self._thread.start()
+        _monitors.add(self)
         return self
 
     def stop(self) -> None:
         """Stop the thread and free the event set (idempotent)."""
         self._stop.set()
+        _monitors.discard(self)
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -277,6 +286,102 @@ class TelemetryMonitor:
                     row["ecc_corrected"] = now[0] - g.start_ecc[0]
                     row["ecc_uncorrected"] = now[1] - g.start_ecc[1]
                 out[g.uuid] = row
+        return out
+
+
+def xids_since(t0: float) -> list[dict[str, Any]] | None:
+    """Xid events every running TelemetryMonitor received at or after epoch `t0`.
+
+    None when no monitor with an Xid watch is running (nobody was listening), which is
+    not the same as an empty list (listened, nothing came).
+    """
+    watching = [m for m in list(_monitors) if m.xid_watch == "on"]
+    if not watching:
+        return None
+    out: list[dict[str, Any]] = []
+    for m in watching:
+        with m._mu:
+            out += [dict(x) for x in m.xids if x["t"] >= t0]
+    return sorted(out, key=lambda x: x["t"])
+
+
+def read_gpu_state(nv: Any, handle: Any) -> dict[str, Any]:
+    """`read_gpu` plus what a hang report needs: utilization, memory and compute processes."""
+    out = read_gpu(nv, handle)
+    util = _try(nv.nvmlDeviceGetUtilizationRates, handle)
+    if util is not None:
+        out["util_gpu_pct"], out["util_mem_pct"] = int(util.gpu), int(util.memory)
+    mem = _try(nv.nvmlDeviceGetMemoryInfo, handle)
+    if mem is not None:
+        out["mem_used_mib"], out["mem_total_mib"] = int(mem.used) >> 20, int(mem.total) >> 20
+    procs = _try(nv.nvmlDeviceGetComputeRunningProcesses, handle)
+    if procs is not None:
+        out["processes"] = [{"pid": int(p.pid), "used_mib": (int(p.usedGpuMemory) >> 20)
+                             if isinstance(p.usedGpuMemory, int) else None} for p in procs]
+    uuid = _try(nv.nvmlDeviceGetUUID, handle)
+    if uuid is not None:
+        out["uuid"] = _s(uuid)
+    return out
+
+
+def gpu_states() -> tuple[list[dict[str, Any]], str]:
+    """`read_gpu_state` of every GPU NVML sees now, and '' or why there are none."""
+    nv = nvml()
+    if nv is None:
+        return [], nvml_unavailable_reason()
+    n = _try(nv.nvmlDeviceGetCount)
+    if not n:
+        return [], "NVML sees no GPU"
+    states = []
+    for i in range(int(n)):
+        h = _try(nv.nvmlDeviceGetHandleByIndex, i)
+        if h is not None:
+            states.append({"index": i, **read_gpu_state(nv, h)})
+    return states, ""
+
+
+class KernelLog:
+    """Xid/NVRM lines of the kernel log (`dmesg`), when it is readable.
+
+    `new_lines()` gives the lines that appeared since the previous call (or since this
+    object was made); `lines_since(t0)` those stamped at or after epoch `t0`.
+    """
+
+    def __init__(self, baseline: bool = True) -> None:
+        self.readable, self.why = True, ""
+        self._seen = set(self._lines()) if baseline else set()
+
+    def _lines(self, timeout_s: float = 5.0) -> list[str]:
+        if not self.readable:
+            return []
+        try:
+            r = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.readable, self.why = False, f"dmesg not runnable: {e}"
+            return []
+        if r.returncode != 0:
+            self.readable, self.why = False, (r.stderr.strip().splitlines() or ["dmesg failed"])[0]
+            return []
+        return [line for line in r.stdout.splitlines() if _XID_LINE.search(line)]
+
+    def new_lines(self) -> list[str]:
+        """Xid/NVRM lines not seen before this call (and remembers them)."""
+        fresh = [line for line in self._lines() if line not in self._seen]
+        self._seen.update(fresh)
+        return fresh
+
+    def lines_since(self, t0: float, *, slack_s: float = 1.0, timeout_s: float = 5.0) -> list[str]:
+        """Xid/NVRM lines whose `[seconds since boot]` stamp falls at or after epoch `t0`
+        (less `slack_s`); unstamped lines are kept (their time is unknown)."""
+        try:
+            boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            boot = None
+        out = []
+        for line in self._lines(timeout_s):
+            m = _DMESG_STAMP.match(line)
+            if m is None or boot is None or boot + float(m.group(1)) >= t0 - slack_s:
+                out.append(line)
         return out
 
 

@@ -40,7 +40,8 @@ NOTABLE_KEEP = 10               # first and last notable lines kept per stream a
 COLLECTOR_BUDGET_S = 10.0       # all on-hang collectors together, per hang
 MARK_PREFIX = "HZ_SUPERVISED_"
 
-__all__ = ["HangContext", "register_on_hang", "unregister_on_hang", "run_collectors", "Drain",
+__all__ = ["HangContext", "register_on_hang", "unregister_on_hang", "run_collectors", "set_collector_budget",
+           "collector_budget", "find_marked", "Drain",
            "Supervised", "kill_group", "scan_for"]
 
 
@@ -55,25 +56,51 @@ class HangContext:
     started_at: float
     artifact_dir: Path | None
     env: dict[str, str]
+    # Set by run_collectors: when the shared budget ends (time.monotonic()), and the
+    # outputs of the collectors that ran before this one (a later collector may cite them).
+    deadline: float | None = None
+    collected: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def remaining(self) -> float:
+        """Seconds left of the collectors' budget (inf when no deadline was set)."""
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
 
 
 HangCollector = Callable[[HangContext], "dict[str, Any] | None"]
-_collectors: list[HangCollector] = []
+_collectors: list[tuple[int, HangCollector]] = []
 _collectors_lock = threading.Lock()
+_budget = {"s": COLLECTOR_BUDGET_S}
 
 
-def register_on_hang(fn: HangCollector) -> None:
-    """Call `fn(ctx)` on every hang, before the child is signalled. Idempotent."""
+def register_on_hang(fn: HangCollector, order: int = 0) -> None:
+    """Call `fn(ctx)` on every hang, before the child is signalled. Idempotent.
+
+    Collectors run in ascending `order`, then registration order. Passive readers (the
+    tripwire's snapshots) keep the default 0; a collector that stops the process (a
+    debugger attach) registers later so it cannot disturb what the readers see.
+    """
     with _collectors_lock:
-        if fn not in _collectors:
-            _collectors.append(fn)
+        if all(f != fn for _, f in _collectors):  # == : bound methods are made anew per access
+            _collectors.append((order, fn))
+            _collectors.sort(key=lambda item: item[0])  # stable: registration order within an order
 
 
 def unregister_on_hang(fn: HangCollector) -> None:
     """Stop calling `fn` on hangs (no error if it was not registered)."""
     with _collectors_lock:
-        if fn in _collectors:
-            _collectors.remove(fn)
+        _collectors[:] = [(o, f) for o, f in _collectors if f != fn]
+
+
+def set_collector_budget(seconds: float) -> None:
+    """Seconds all on-hang collectors together may take per hang (the hang budget)."""
+    if not seconds > 0:
+        raise ValueError(f"collector budget must be > 0 s, got {seconds!r}")
+    _budget["s"] = float(seconds)
+
+
+def collector_budget() -> float:
+    """The current hang budget in seconds (default COLLECTOR_BUDGET_S)."""
+    return _budget["s"]
 
 
 def _jsonable(value: Any) -> Any:
@@ -81,16 +108,38 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def run_collectors(ctx: HangContext, budget_s: float = COLLECTOR_BUDGET_S) -> dict[str, Any]:
+def find_marked(evidence: Any, marker: str) -> dict[str, Any] | None:
+    """The first dict with `marker: 1` anywhere inside `evidence` (a collector's output,
+    wherever a target or wrapper stored it)."""
+    if isinstance(evidence, dict):
+        if evidence.get(marker) == 1:
+            return evidence
+        values: Any = evidence.values()
+    elif isinstance(evidence, list):
+        values = evidence
+    else:
+        return None
+    for v in values:
+        found = find_marked(v, marker)
+        if found is not None:
+            return found
+    return None
+
+
+def run_collectors(ctx: HangContext, budget_s: float | None = None) -> dict[str, Any]:
     """Run every registered collector on `ctx`; return {name: output or {"error": ...}}.
 
-    Each runs in its own thread against one shared time budget, so a collector that
-    raises or blocks is recorded as evidence and never takes the supervisor down.
+    Each runs in its own thread against one shared time budget (default: the hang
+    budget, `collector_budget()`), so a collector that raises or blocks is recorded as
+    evidence and never takes the supervisor down. `ctx.deadline` tells collectors when
+    the budget ends; `ctx.collected` holds the outputs of those that ran before.
     """
     with _collectors_lock:
-        fns = list(_collectors)
+        fns = [fn for _, fn in _collectors]
+    budget_s = collector_budget() if budget_s is None else budget_s
     deadline = time.monotonic() + budget_s
-    results: dict[str, Any] = {}
+    ctx.deadline = deadline
+    results: dict[str, Any] = ctx.collected
     for fn in fns:
         name = getattr(fn, "__qualname__", None) or repr(fn)
         while name in results:
@@ -328,12 +377,13 @@ class Supervised:
         return self.stderr_drain.text()
 
     # -- ending ----------------------------------------------------------------------
-    def hang(self, artifact_dir: Path | None = None) -> dict[str, Any]:
-        """Run the on-hang collectors on the live child, then kill. Returns evidence."""
+    def hang(self, artifact_dir: Path | None = None, budget_s: float | None = None) -> dict[str, Any]:
+        """Run the on-hang collectors on the live child (within `budget_s`, default the
+        hang budget), then kill. Returns evidence."""
         ctx = HangContext(pid=self.pid, pgid=self.pgid, argv=list(self.argv),
                           target=self.target, started_at=self.started_at,
                           artifact_dir=artifact_dir, env=dict(self.env))
-        collected = run_collectors(ctx)
+        collected = run_collectors(ctx, budget_s)
         evidence = self.kill()
         evidence["collectors"] = collected
         return evidence

@@ -33,7 +33,7 @@ PTRACE_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
 CAP_SYS_PTRACE = 19
 DETACH_RESERVE_S = 1.5  # kept back from the budget for `detach` + `quit`
 _PROMPT = re.compile(r"^(?:\((?:cuda-gdb|gdb|rocgdb)\) )+")
-_SETUP = ("set pagination off", "set height 0", "set width 0", "set confirm off",
+_SETUP = ("set pagination off", "set height 0", "set width 0", "set confirm off", "set print asm-demangle on",
           "set print pretty off", "set debuginfod enabled off")
 # gdb's words for a refused attach, as printed by the `attach` command.
 _REFUSED = re.compile(r"ptrace: (Operation not permitted|No such process)[^\n]*|"
@@ -144,6 +144,10 @@ class DebuggerGone(Exception):
     """The debugger exited or stopped answering."""
 
 
+class AttachRefused(DebuggerGone):
+    """The debugger could not attach (ptrace denied, process gone, already traced)."""
+
+
 class DebuggerSession:
     """A debugger process fed commands over a pipe, with a hard deadline (monotonic).
 
@@ -160,6 +164,7 @@ class DebuggerSession:
         self.notes: list[str] = []
         self.attached_pid: int | None = None
         self._buf = b""
+        self._answering = True  # False once a command overran: the debugger may be wedged
         self._token = uuid.uuid4().hex[:12]
         self._n = 0
         run_env = dict(os.environ if env is None else env)
@@ -168,8 +173,12 @@ class DebuggerSession:
             [debugger, "-q", "-nx", "-nh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, env=run_env, start_new_session=True, close_fds=True)
         os.set_blocking(self.proc.stdout.fileno(), False)
-        for cmd in _SETUP:
-            self.run(cmd, record=False)
+        try:
+            for cmd in _SETUP:
+                self.run(cmd, record=False)
+        except DebuggerGone:
+            self.close()
+            raise
 
     # -- talking -----------------------------------------------------------------------
     def remaining(self) -> float:
@@ -198,6 +207,7 @@ class DebuggerSession:
         if record:
             self.transcript.append(out)
         if not complete:
+            self._answering = False
             alive = self.proc.poll() is None
             raise DebuggerGone(f"`{command}` did not finish within its time" if alive
                                else f"debugger exited during `{command}`")
@@ -233,18 +243,18 @@ class DebuggerSession:
     # -- attach / detach ---------------------------------------------------------------
     def attach(self, pid: int) -> CommandOutput:
         """`attach PID`; raises DebuggerGone with gdb's one-line reason when refused."""
+        self.attached_pid = pid  # from now on close() checks that `pid` is left running
         out = self.run(f"attach {pid}")
         refused = _REFUSED.search(out.text)
         if refused or not re.search(r"Attaching to (process|program)", out.text):
             why = refused.group(0) if refused else (out.text.strip().splitlines() or ["no answer"])[-1]
-            raise DebuggerGone(f"attach refused: {why.strip()}")
-        self.attached_pid = pid
+            raise AttachRefused(f"{Path(self.debugger).name} could not attach: {why.strip()}")
         return out
 
     def close(self) -> None:
         """Detach if attached and time allows, quit, and leave the tracee running. Idempotent."""
         if self.proc.poll() is None:
-            if self.attached_pid is not None and self.remaining() > 0.2:
+            if self.attached_pid is not None and self.remaining() > 0.2 and self._answering:
                 try:
                     self.detach_reserve_s = 0.0
                     self.run("detach", budget_s=max(0.1, self.remaining()))

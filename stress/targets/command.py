@@ -15,6 +15,7 @@ from typing import Any
 
 from hazards.engine.classify import NOTABLE_RE, classify_exit
 from hazards.engine.errors import UserError
+from hazards.engine.forensics.collector import hang_reason
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
                                  check_launches, check_params, check_timeout, default_name,
@@ -101,6 +102,8 @@ class CommandTarget(Target):
             child.proc.returncode if exited else None, child.stdout_text(), child.stderr_text(),
             timed_out=not exited, timeout=timeout, result_regex=self.result_regex)
         evidence.update(kill_evidence)
+        if outcome is Outcome.HANG:
+            reason = hang_reason(reason, evidence)  # where it is stuck, when a collector saw it
         evidence["pid"] = child.pid
         if kill_evidence.get("killed") and exited:
             evidence["leftovers"] = kill_evidence["killed"]

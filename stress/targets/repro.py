@@ -20,10 +20,10 @@ from typing import Any
 
 from hazards.engine.outcome import RunResult
 from hazards.engine.targets.base import Target, WrapperTarget
+from hazards.engine.telemetry import KernelLog
 
 # Environment entries never written to an artifact (they may hold credentials).
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(^|_)KEY($|_)|AUTH|COOKIE|SESSION", re.IGNORECASE)
-_XID_LINE = re.compile(r"\bXid\b|NVRM:", re.IGNORECASE)
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str | None:
@@ -75,33 +75,6 @@ def run_context(argv: list[str], cwd: str | None = None) -> dict[str, Any]:
         "platform": platform.platform(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "environment": safe_environment(),
     }
-
-
-class KernelLog:
-    """Xid/NVRM lines of the kernel log that appeared during a run, when dmesg is readable."""
-
-    def __init__(self) -> None:
-        self.readable, self.why = True, ""
-        self._seen = set(self._lines())
-
-    def _lines(self) -> list[str]:
-        if not self.readable:
-            return []
-        try:
-            r = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            self.readable, self.why = False, f"dmesg not runnable: {e}"
-            return []
-        if r.returncode != 0:
-            self.readable, self.why = False, (r.stderr.strip().splitlines() or ["dmesg failed"])[0]
-            return []
-        return [line for line in r.stdout.splitlines() if _XID_LINE.search(line)]
-
-    def new_lines(self) -> list[str]:
-        """Xid/NVRM lines not seen before this call (and remembers them)."""
-        fresh = [line for line in self._lines() if line not in self._seen]
-        self._seen.update(fresh)
-        return fresh
 
 
 class ReproTarget(WrapperTarget):

@@ -18,6 +18,7 @@ from hazards.engine import protocol
 from hazards.engine.classify import (NOTABLE_RE, classify_exit, classify_reply, find_fault_signature,
                              reply_metrics, signal_name)
 from hazards.engine.errors import ProtocolError, UserError
+from hazards.engine.forensics.collector import hang_reason
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
                                  check_launches, check_params, check_timeout, default_name,
@@ -366,6 +367,8 @@ class ServerTarget(Target):
                 params: dict[str, Any], started_at: float, duration: float, age: int,
                 artifacts: Path | None, metrics: dict[str, Any] | None = None,
                 gpu_uuid: str | None = None) -> RunResult:
+        if outcome is Outcome.HANG:
+            reason = hang_reason(reason, evidence)  # where it is stuck, when a collector saw it
         return RunResult(
             outcome=outcome, reason=reason, target=self.name,
             variant=str(params.get("variant", "")), params=params, evidence=evidence,

@@ -191,16 +191,6 @@ def uninstall_hang_collector() -> None:
 
 def find_tripwire_evidence(evidence: Any) -> dict[str, Any] | None:
     """This collector's output wherever the target stored it inside `evidence`."""
-    if isinstance(evidence, dict):
-        if evidence.get(MARKER) == 1:
-            return evidence
-        for v in evidence.values():
-            found = find_tripwire_evidence(v)
-            if found is not None:
-                return found
-    elif isinstance(evidence, list):
-        for v in evidence:
-            found = find_tripwire_evidence(v)
-            if found is not None:
-                return found
-    return None
+    from hazards.engine.watchdog import find_marked
+
+    return find_marked(evidence, MARKER)

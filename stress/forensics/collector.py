@@ -1,0 +1,422 @@
+"""The on-hang collector: where a hung program is stuck, on the device and on the host.
+
+Registered with the watchdog (`install_hang_collector`, order 100: after the tripwire's
+passive snapshots, because a debugger attach stops the process). Within the hang budget
+(`ctx.deadline`) it collects, in this order:
+
+1. system: NVML state of the GPUs and the Xids since the run started (no ptrace);
+2. host, Python processes of the run: `py-spy dump` (native frames included);
+3. device: cuda-gdb (rocgdb on ROCm) attached to the run's GPU process: kernels, every
+   resident warp's PC grouped into locations with a wait kind, and that process's
+   native host stacks from the same attach;
+4. host, other processes: native stacks through gdb.
+
+Each step is skipped with a one-line reason when it cannot run (no debugger, ptrace not
+permitted, no GPU process, budget spent), and never leaves a process stopped or
+attached. Everything lands in the run's artifact folder (`hang.md`, `hang.json`,
+`hang-device.txt`, `hang-host-<pid>.txt`) and the summary sentence is returned for the
+run's reason (`hang_reason`) and the failure signature (`stuck_locations`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hazards.engine.forensics.debugger import (DEBUGGERS, HOST_DEBUGGERS, AttachRefused, DebuggerGone,
+                                               DebuggerSession, attach_refusal, find_debugger)
+from hazards.engine.forensics.device import LINEINFO_HINT, cuda_device_report, rocgdb_device_report
+from hazards.engine.forensics.host import (host_report, is_python_process, parse_gdb_backtraces,
+                                           py_spy_dump)
+from hazards.engine.forensics.system import describe_system, system_report
+from hazards.engine.tripwire.session import MARKER as TRIPWIRE_MARKER
+from hazards.engine.watchdog import find_marked
+
+MARKER = "hz_forensics"           # identifies this collector's output inside evidence
+ORDER = 100                       # after passive collectors (the tripwire reads first)
+MAX_HOST_PROCESSES = 4            # processes of the run whose stacks are read
+FINISH_RESERVE_S = 0.3            # kept for writing the artifacts
+_GPU_DEVICES = ("/dev/nvidia", "/dev/kfd", "/dev/dri/renderD")
+_MARK_PREFIX = "HZ_SUPERVISED_"
+
+
+# -- which processes --------------------------------------------------------------------------
+def run_processes(pid: int, pgid: int) -> list[int]:
+    """The run's live processes: the child first, then its process group, by pid."""
+    from hazards.engine.proctree import scan_for
+
+    found = scan_for(pgid) | ({pid} if Path(f"/proc/{pid}").exists() else set())
+    return sorted(found, key=lambda p: (p != pid, p))
+
+
+def uses_gpu(pid: int) -> str | None:
+    """'nvidia' or 'amd' when `pid` holds a GPU device file open, else None."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/dev/nvidia"):
+            return "nvidia"
+        if target.startswith(("/dev/kfd", "/dev/dri/renderD")):
+            return "amd"
+    return None
+
+
+def _tool_env(ctx_env: dict[str, str]) -> dict[str, str]:
+    """Our environment plus the run's supervision marker: the watchdog's kill finds a
+    debugger or py-spy that outlived its step."""
+    env = dict(os.environ)
+    env.update({k: v for k, v in (ctx_env or {}).items() if k.startswith(_MARK_PREFIX)})
+    return env
+
+
+def _cwd_of(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+# -- steps -----------------------------------------------------------------------------------------
+def _transcript(s: DebuggerSession) -> str:
+    parts = [f"(debugger) {o.command}    # {o.seconds:.3f}s{'' if o.complete else ' INCOMPLETE'}\n{o.text}"
+             for o in s.transcript]
+    return "\n\n".join(parts + [f"note: {n}" for n in s.notes]) + "\n"
+
+
+def device_step(pid: int, vendor: str, *, deadline: float, env: dict[str, str],
+                want_host_stacks: bool, debuggers: tuple[str, ...] = DEBUGGERS,
+                path: str | None = None) -> dict[str, Any]:
+    """Attach the GPU debugger to `pid`; the device report (and host stacks when asked)."""
+    names = ("cuda-gdb",) if vendor == "nvidia" else ("rocgdb",)
+    exe = find_debugger([n for n in debuggers if n in names], path=path)
+    if exe is None:
+        return {"skipped": f"no {names[0]} on PATH: device state not read"}
+    refusal = attach_refusal(pid)
+    if refusal:
+        return {"skipped": refusal}
+    t0 = time.monotonic()
+    out: dict[str, Any] = {"debugger": exe}
+    try:
+        s = DebuggerSession(exe, deadline=deadline, env=env)
+    except (DebuggerGone, OSError) as e:
+        return {**out, "error": f"{Path(exe).name} did not start: {e}", "seconds": round(time.monotonic() - t0, 3)}
+    try:
+        attach = s.attach(pid)
+        out["attach_s"] = attach.seconds
+        if want_host_stacks:  # host focus still: before any device focus switch
+            bt = s.run("thread apply all bt", budget_s=max(0.5, (deadline - time.monotonic()) / 3))
+            out["host"] = host_report(pid, parse_gdb_backtraces(bt.text), Path(exe).name)
+        report = (cuda_device_report if vendor == "nvidia" else rocgdb_device_report)(s, cwd=_cwd_of(pid))
+        out.update(report)
+    except AttachRefused as e:
+        out["skipped"] = str(e)
+    except DebuggerGone as e:
+        out["error"] = str(e)
+    finally:
+        s.close()
+        out["transcript"] = _transcript(s)
+        out["notes"] = out.get("notes", []) + s.notes
+        out["seconds"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def native_host_step(pid: int, *, deadline: float, env: dict[str, str], path: str | None = None) -> dict[str, Any]:
+    """Native stacks of every thread of `pid` through gdb."""
+    exe = find_debugger(HOST_DEBUGGERS, path=path)
+    if exe is None:
+        return {"skipped": "no debugger (gdb, cuda-gdb or rocgdb) on PATH: native stacks not read"}
+    refusal = attach_refusal(pid)
+    if refusal:
+        return {"skipped": refusal}
+    t0 = time.monotonic()
+    out: dict[str, Any]
+    try:
+        s = DebuggerSession(exe, deadline=deadline, env=env, detach_reserve_s=min(1.0, max(0.2, (deadline - t0) / 4)))
+    except (DebuggerGone, OSError) as e:
+        return {"pid": pid, "error": f"{Path(exe).name} did not start: {e}", "seconds": round(time.monotonic() - t0, 3)}
+    try:
+        s.attach(pid)
+        bt = s.run("thread apply all bt")
+        out = host_report(pid, parse_gdb_backtraces(bt.text), Path(exe).name)
+    except AttachRefused as e:
+        out = {"pid": pid, "skipped": str(e)}
+    except DebuggerGone as e:
+        out = {"pid": pid, "error": str(e)}
+    finally:
+        s.close()
+    out["raw"] = _transcript(s)
+    out["notes"] = s.notes
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def python_host_step(pid: int, *, deadline: float, env: dict[str, str], path: str | None = None) -> dict[str, Any]:
+    """Python (and native) stacks of `pid` through py-spy."""
+    refusal = attach_refusal(pid)
+    if refusal:
+        return {"pid": pid, "skipped": refusal}
+    r = py_spy_dump(pid, deadline=deadline, env=env, path=path)
+    if "threads" not in r:
+        return {"pid": pid, **r}
+    out = host_report(pid, r["threads"], "py-spy" + (" --native" if r["native"] else ""))
+    out.update(raw=r["raw"], seconds=r["seconds"])
+    return out
+
+
+# -- the collector -------------------------------------------------------------------------------
+def collect(ctx: Any, *, path: str | None = None) -> dict[str, Any]:
+    """Everything this module knows about a hung run (see the module docstring)."""
+    t_start = time.monotonic()
+    deadline = (ctx.deadline if getattr(ctx, "deadline", None) else t_start + 10.0) - FINISH_RESERVE_S
+    env = _tool_env(ctx.env)
+    pids = run_processes(ctx.pid, ctx.pgid)
+    seconds: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    result: dict[str, Any] = {MARKER: 1, "pid": ctx.pid, "processes": pids}
+
+    t = time.monotonic()
+    result["system"] = system_report(ctx.started_at, set(pids), deadline=deadline)
+    seconds["system"] = round(time.monotonic() - t, 3)
+
+    vendors = {p: uses_gpu(p) for p in pids}
+    gpu_pids = [p for p in pids if vendors[p]]
+    python = {p for p in pids[:MAX_HOST_PROCESSES] if is_python_process(p)}
+    hosts: dict[int, dict[str, Any]] = {}
+
+    t = time.monotonic()
+    for p in sorted(python, key=pids.index):
+        if deadline - time.monotonic() < 0.5:
+            skipped[f"host {p}"] = "no time left in the hang budget"
+            continue
+        hosts[p] = python_host_step(p, deadline=deadline, env=env, path=path)
+    if python:
+        seconds["host_python"] = round(time.monotonic() - t, 3)
+
+    device: dict[str, Any] = {}
+    if not gpu_pids:
+        skipped["device"] = "no process of the run holds a GPU open: nothing on a device to read"
+    elif deadline - time.monotonic() < 1.0:
+        skipped["device"] = "no time left in the hang budget for a debugger attach"
+    else:
+        g = gpu_pids[0]
+        t = time.monotonic()
+        device = device_step(g, vendors[g] or "nvidia", deadline=deadline, env=env,
+                             want_host_stacks=g not in python, path=path)
+        seconds["device"] = round(time.monotonic() - t, 3)
+        device["pid"] = g
+        if "host" in device:
+            hosts[g] = device.pop("host")
+        if "skipped" in device:
+            skipped["device"] = device["skipped"]
+        if len(gpu_pids) > 1:
+            device.setdefault("notes", []).append(f"other GPU processes of the run not attached: {gpu_pids[1:]}")
+    result["device"] = device
+
+    t = time.monotonic()
+    for p in pids[:MAX_HOST_PROCESSES]:
+        if p in hosts:
+            continue
+        if deadline - time.monotonic() < 0.5:
+            skipped[f"host {p}"] = "no time left in the hang budget"
+            continue
+        hosts[p] = native_host_step(p, deadline=deadline, env=env, path=path)
+    if any(p not in python for p in hosts):
+        seconds["host_native"] = round(time.monotonic() - t, 3)
+    for p, h in hosts.items():
+        if "skipped" in h:
+            skipped[f"host {p}"] = h["skipped"]
+    result["host"] = {str(p): h for p, h in hosts.items()}
+    result["skipped"] = skipped
+    result["seconds"] = seconds
+    result["sentence"], result["stuck_at"] = summarize(result)
+    tripwire = find_marked(getattr(ctx, "collected", None) or {}, TRIPWIRE_MARKER)
+    if tripwire:
+        result["tripwire"] = {"sentence": tripwire.get("sentence"), "counts": tripwire.get("counts"),
+                              "agreement": agreement(tripwire, device)}
+    result["artifacts"] = write_artifacts(ctx.artifact_dir, result, target=getattr(ctx, "target", ""))
+    result["seconds"]["total"] = round(time.monotonic() - t_start, 3)
+    return _slim(result)
+
+
+def hang_forensics(ctx: Any) -> dict[str, Any]:
+    """The watchdog collector (`ctx`: a `hazards.engine.watchdog.HangContext`)."""
+    return collect(ctx)
+
+
+def install_hang_collector() -> None:
+    """Register `hang_forensics` with the watchdog, after the passive collectors (idempotent)."""
+    from hazards.engine.watchdog import register_on_hang
+
+    register_on_hang(hang_forensics, order=ORDER)
+
+
+def uninstall_hang_collector() -> None:
+    from hazards.engine.watchdog import unregister_on_hang
+
+    unregister_on_hang(hang_forensics)
+
+
+# -- words -------------------------------------------------------------------------------------
+def summarize(result: dict[str, Any]) -> tuple[str, list[str]]:
+    """(one sentence, stuck locations) for the run: device locations first, then the host."""
+    dev = result.get("device") or {}
+    parts: list[str] = []
+    stuck: list[str] = []
+    if dev.get("sentences"):
+        parts += dev["sentences"][:3]
+        if len(dev["sentences"]) > 3:
+            parts.append(f"{len(dev['sentences']) - 3} more locations")
+        stuck += dev.get("stuck_at", [])
+    elif dev.get("kernels") == [] and "error" not in dev:
+        parts.append("no kernel active on the GPU")
+    hosts = result.get("host") or {}
+    first = next((h for h in hosts.values() if h.get("sentence")), None)
+    if first is not None:
+        parts.append(f"host: {first['sentence']}")
+        if not stuck and first.get("stuck_at"):
+            stuck.append(str(first["stuck_at"]))
+    if not parts:
+        reasons = "; ".join(f"{k}: {v}" for k, v in (result.get("skipped") or {}).items())
+        errors = [v.get("error") for v in [dev, *hosts.values()] if isinstance(v, dict) and v.get("error")]
+        return ("where it hangs is unknown: " + ("; ".join(e for e in errors if e) or reasons or "nothing read"),
+                [])
+    return "; ".join(parts), stuck
+
+
+def agreement(tripwire: dict[str, Any], device: dict[str, Any]) -> str:
+    """Do the tripwire and the debugger tell the same story? Compares the tripwire's waiting
+    workers with the blocks the debugger found in a wait (one worker per block assumed)."""
+    waiting = (tripwire.get("counts") or {}).get("waiting")
+    locs = [loc for loc in device.get("locations", []) if loc.get("kind") in ("spin", "sleep_spin", "mbarrier")]
+    if waiting is None or not locs:
+        return "not compared: " + ("the tripwire saw no waiting worker" if waiting is None
+                                   else "the debugger found no warp in a poll loop")
+    main = max(locs, key=lambda loc: loc.get("warps", 0))
+    n_blocks = _count_blocks(main.get("blocks", ""))
+    if n_blocks == waiting:
+        return (f"agree: the tripwire's {waiting} waiting workers and the debugger's {n_blocks} blocks "
+                f"polling at {main.get('where')} (one worker per block)")
+    return (f"differ: the tripwire counts {waiting} waiting workers, the debugger {n_blocks} blocks polling at "
+            f"{main.get('where')} (workers need not be blocks)")
+
+
+def _count_blocks(ranges: str) -> int:
+    n = 0
+    for part in ranges.replace("…", "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        a, _, b = part.partition("–")
+        n += (int(b) - int(a) + 1) if b else 1
+    return n
+
+
+def _slim(result: dict[str, Any]) -> dict[str, Any]:
+    """What goes into the run's evidence (the store): no raw transcripts, those are files."""
+    out = dict(result)
+    dev = dict(out.get("device") or {})
+    dev.pop("transcript", None)
+    dev.pop("kernels", None)
+    dev["locations"] = [{k: v for k, v in loc.items() if k not in ("window",)} for loc in dev.get("locations", [])]
+    out["device"] = dev
+    out["host"] = {p: {k: v for k, v in h.items() if k not in ("raw", "threads")} for p, h in out["host"].items()}
+    return out
+
+
+def hang_markdown(result: dict[str, Any], target: str = "") -> str:
+    """hang.md: the sentence, then device, host, system, tripwire and collector times."""
+    lines = [f"# Hang{': ' + target if target else ''} (pid {result.get('pid')})", "", result["sentence"], ""]
+    dev = result.get("device") or {}
+    lines.append(f"## Device{' (' + Path(dev['debugger']).name + ')' if dev.get('debugger') else ''}")
+    skipped_device = dev.get("skipped") or (result.get("skipped") or {}).get("device")
+    if skipped_device:
+        lines.append(f"skipped: {skipped_device}")
+    if dev.get("error"):
+        lines.append(f"error: {dev['error']}")
+    for k in dev.get("kernels", []):
+        lines.append(f"- kernel {k['id']}: {k['invocation']} grid {tuple(k['grid'])} block {tuple(k['block'])} "
+                     f"({k['status']})")
+    for s in dev.get("sentences", []):
+        lines.append(f"- {s}")
+    for loc in dev.get("locations", [])[:4]:
+        if loc.get("window"):
+            lines += ["", f"SASS around {loc['where']} ({loc.get('function')}+0x{loc.get('offset') or 0:x}):", "```"]
+            lines += loc["window"]
+            lines.append("```")
+    lines += [f"note: {n}" for n in dev.get("notes", [])]
+    lines += ["", "## Host"]
+    for p, h in (result.get("host") or {}).items():
+        what = h.get("sentence") or h.get("skipped") or h.get("error") or "nothing read"
+        lines.append(f"- pid {p} ({h.get('tool', '?')}): {what}")
+    if not result.get("host"):
+        lines.append("no host stacks read")
+    lines += ["", "## System"] + describe_system(result.get("system") or {})
+    tw = result.get("tripwire")
+    if tw:
+        lines += ["", "## Tripwire and debugger, side by side", "", "| tripwire | debugger |", "|---|---|",
+                  f"| {tw.get('sentence') or '—'} | {'; '.join(dev.get('sentences', [])[:3]) or '—'} |", "",
+                  tw.get("agreement", "")]
+    lines += ["", "## Collectors"]
+    lines.append(", ".join(f"{k} {v:.2f} s" for k, v in (result.get("seconds") or {}).items()))
+    for k, v in (result.get("skipped") or {}).items():
+        lines.append(f"- skipped {k}: {v}")
+    return "\n".join(lines) + "\n"
+
+
+def write_artifacts(dest: Path | None, result: dict[str, Any], target: str = "") -> list[str]:
+    """hang.md, hang.json, hang-device.txt and hang-host-<pid>.txt in `dest` (None: nothing)."""
+    if dest is None:
+        return []
+    dest = Path(dest)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        written = []
+        dev = result.get("device") or {}
+        if dev.get("transcript"):
+            (dest / "hang-device.txt").write_text(dev["transcript"])
+            written.append(str(dest / "hang-device.txt"))
+        for p, h in (result.get("host") or {}).items():
+            if h.get("raw"):
+                f = dest / f"hang-host-{p}.txt"
+                f.write_text(h["raw"] if isinstance(h["raw"], str) else json.dumps(h["raw"]))
+                written.append(str(f))
+        md = dest / "hang.md"
+        md.write_text(hang_markdown(result, target))
+        js = dest / "hang.json"
+        js.write_text(json.dumps({k: v for k, v in result.items() if k != "artifacts"}, indent=1, default=str))
+        return written + [str(md), str(js)]
+    except OSError as e:
+        result.setdefault("skipped", {})["artifacts"] = f"could not write to {dest}: {e.strerror or e}"
+        return []
+
+
+# -- readers for the rest of the engine -----------------------------------------------------------
+def find_forensics_evidence(evidence: Any) -> dict[str, Any] | None:
+    """This collector's output wherever it sits inside a run's evidence."""
+    return find_marked(evidence, MARKER)
+
+
+def hang_reason(reason: str, evidence: dict[str, Any]) -> str:
+    """A hang's reason with the forensics sentence appended ('timed out after 5s: …')."""
+    found = find_forensics_evidence(evidence)
+    if not found or not found.get("sentence"):
+        return reason
+    return f"{reason}: {found['sentence']}"
+
+
+def stuck_locations(evidence: dict[str, Any]) -> list[str]:
+    """The sorted, de-duplicated stuck locations a hang's signature groups by."""
+    found = find_forensics_evidence(evidence)
+    return sorted(set(found.get("stuck_at") or [])) if found else []
+
+
+__all__ = ["MARKER", "collect", "hang_forensics", "install_hang_collector", "uninstall_hang_collector",
+           "find_forensics_evidence", "hang_reason", "stuck_locations", "hang_markdown", "LINEINFO_HINT"]
