@@ -14,6 +14,7 @@ from rich.console import Console
 
 from hazards.cli.app import app
 from hazards.engine.errors import UserError
+from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.outcome import OUTCOMES, Outcome, RunResult
 from hazards.engine.stats import describe_rate, rate_ci
 from hazards.engine.store import Store
@@ -21,12 +22,17 @@ from hazards.engine.store import Store
 KIND = "repro"
 DEFAULT_MAX_RUNS = 100
 DEFAULT_TIMEOUT_S = 60.0
+# What the on-hang collectors may take per hang: a cuda-gdb attach to a PyTorch process
+# took 7.3 s on the H200 (symbols of torch's libraries), to a plain CUDA program 0.3 s.
+DEFAULT_HANG_BUDGET_S = 20.0
 
 _HELP = """Run a program (or a family variant) until its first hang, fault or mismatch.
 
 With --tripwire, a private file in /dev/shm is named in HZ_TRIPWIRE_PATH; an instrumented kernel (standalone/include/hz_tripwire.h) writes its breadcrumbs there, and a hang is read twice, ~1 s apart, before the kill: the diagnosis names the barrier, the epoch and the stragglers. A fault gets a post-mortem diagnosis from the same file.
 
-Kept per run: output logs, tripwire snapshots and diagnosis, Xid lines, evidence.json; per campaign: binary hash, `git describe`, environment (repro-context.json). The rate so far is printed with its 95% CI.
+Before a hung program is killed, hang forensics (on by default, --no-forensics) attach to it within --hang-budget seconds: cuda-gdb names every resident warp's stuck source line (build with -lineinfo) and the kind of wait, py-spy (the package's forensics extra) or gdb the host threads' stacks, NVML and dmesg the GPU's state; hang.md in the run's artifacts says it in one sentence, which is also the run's reason.
+
+Kept per run: output logs, hang.md, tripwire snapshots and diagnosis, Xid lines, evidence.json; per campaign: binary hash, `git describe`, environment (repro-context.json). The rate so far is printed with its 95% CI.
 
 Exit status: 0 every run clean; 1 a hazard observed; 2 bad input; 3 only errors.
 
@@ -87,6 +93,15 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
         out.print(f"  kernel log: {lines[-1]}", highlight=False, markup=False)
     if isinstance(xid.get("nvml"), list) and xid["nvml"]:
         out.print(f"  NVML Xid: {xid['nvml']}", highlight=False)
+    found = find_forensics_evidence(r.evidence)
+    if found:
+        if (found.get("tripwire") or {}).get("agreement"):
+            out.print(f"  tripwire vs debugger: {found['tripwire']['agreement']}", highlight=False, markup=False)
+        for why in list((found.get("skipped") or {}).values())[:3]:
+            out.print(f"  forensics skipped: {why}", highlight=False, markup=False)
+        md = [a for a in found.get("artifacts", []) if a.endswith("hang.md")]
+        if md:
+            out.print(f"  hang report: {md[0]}", highlight=False)
     if r.artifact_dir:
         out.print(f"  artifacts: {r.artifact_dir}", highlight=False)
 
@@ -111,6 +126,10 @@ def repro_command(
                                             help="Give the program a tripwire file [default: on for --family]."),
     names: Optional[Path] = typer.Option(None, "--names", help="Phase/barrier names: JSON or a C header."),
     keep_tripwire: bool = typer.Option(False, "--keep-tripwire", help="Keep the raw tripwire file of clean runs too."),
+    forensics: bool = typer.Option(True, "--forensics/--no-forensics",
+                                   help="On a hang, read device warps, host stacks and GPU state before the kill."),
+    hang_budget: float = typer.Option(DEFAULT_HANG_BUDGET_S, "--hang-budget",
+                                      help="Seconds the on-hang collectors may take per hang."),
     store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: .hazards/results.db]."),
     name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -122,6 +141,8 @@ def repro_command(
         raise UserError(f"--max-runs must be at least 1, got {max_runs}")
     if timeout is not None and not timeout > 0:
         raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if not hang_budget > 0:
+        raise UserError(f"--hang-budget must be a positive number of seconds, got {hang_budget:g}")
     if launches is not None and launches < 1:
         raise UserError(f"--launches must be at least 1, got {launches}")
     run_params = _parse_params(params)
@@ -142,6 +163,7 @@ def repro_command(
 
     spec = {"argv": argv, "cwd": os.getcwd(), "family": family, "params": run_params, "timeout": timeout,
             "max_runs": max_runs, "until_fail": not keep_going, "tripwire": tripwire,
+            "forensics": forensics, "hang_budget": hang_budget,
             "names": str(names) if names else None}
     store = Store(store_path)
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
@@ -163,10 +185,16 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
     from hazards.engine.targets import CommandTarget
     from hazards.engine.telemetry import TelemetryMonitor
     from hazards.engine.targets.tripwire import TripwireTarget
+    from hazards.engine.forensics import install_hang_collector, uninstall_hang_collector
     from hazards.engine.tripwire import TripwireFile
+    from hazards.engine.watchdog import collector_budget, set_collector_budget
 
     failures: list[tuple[int, RunResult]] = []
     tw = TripwireFile() if tripwire else None
+    budget_before = collector_budget()
+    if spec["forensics"]:
+        install_hang_collector()
+    set_collector_budget(spec["hang_budget"])
     try:
         env = tw.env() if tw else None
         target: Any = CommandTarget(argv, env=env, name=name)
@@ -193,6 +221,8 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
     finally:
         if tw is not None:
             tw.close()
+        uninstall_hang_collector()
+        set_collector_budget(budget_before)
     return summary, failures
 
 
@@ -205,6 +235,7 @@ def _report(summary: Any, failures: list[tuple[int, RunResult]], spec: dict[str,
         d.update({"store": str(store.path), "argv": spec["argv"], "rate_in_words": describe_rate(k, n),
                   "failures": [{"seq": s, "outcome": str(r.outcome), "reason": r.reason,
                                 "tripwire": r.evidence.get("tripwire"), "xid": r.evidence.get("xid"),
+                                "forensics": find_forensics_evidence(r.evidence),
                                 "artifact_dir": r.artifact_dir} for s, r in failures[:50]],
                   "ci_95": [lo, hi]})
         print(json.dumps(d, default=str))

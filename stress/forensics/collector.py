@@ -29,7 +29,7 @@ from hazards.engine.forensics.debugger import (DEBUGGERS, HOST_DEBUGGERS, Attach
                                                DebuggerSession, attach_refusal, find_debugger)
 from hazards.engine.forensics.device import LINEINFO_HINT, cuda_device_report, rocgdb_device_report
 from hazards.engine.forensics.host import (host_report, is_python_process, parse_gdb_backtraces,
-                                           py_spy_dump)
+                                           py_spy_dump, render_threads)
 from hazards.engine.forensics.system import describe_system, system_report
 from hazards.engine.tripwire.session import MARKER as TRIPWIRE_MARKER
 from hazards.engine.watchdog import find_marked
@@ -123,6 +123,8 @@ def device_step(pid: int, vendor: str, *, deadline: float, env: dict[str, str],
     finally:
         s.close()
         out["transcript"] = _transcript(s)
+        out["commands"] = [{"command": o.command, "seconds": o.seconds, "complete": o.complete, "text": o.text}
+                           for o in s.transcript]
         out["notes"] = out.get("notes", []) + s.notes
         out["seconds"] = round(time.monotonic() - t0, 3)
     return out
@@ -167,7 +169,8 @@ def python_host_step(pid: int, *, deadline: float, env: dict[str, str], path: st
     if "threads" not in r:
         return {"pid": pid, **r}
     out = host_report(pid, r["threads"], "py-spy" + (" --native" if r["native"] else ""))
-    out.update(raw=r["raw"], seconds=r["seconds"])
+    out.update(raw=render_threads(r["threads"]) + "\npy-spy dump --json" + (" --native" if r["native"] else "")
+               + ":\n" + r["raw"], seconds=r["seconds"])
     return out
 
 
@@ -241,8 +244,8 @@ def collect(ctx: Any, *, path: str | None = None) -> dict[str, Any]:
     if tripwire:
         result["tripwire"] = {"sentence": tripwire.get("sentence"), "counts": tripwire.get("counts"),
                               "agreement": agreement(tripwire, device)}
+    result["seconds"]["total"] = round(time.monotonic() - t_start, 3)  # all but writing the files
     result["artifacts"] = write_artifacts(ctx.artifact_dir, result, target=getattr(ctx, "target", ""))
-    result["seconds"]["total"] = round(time.monotonic() - t_start, 3)
     return _slim(result)
 
 
@@ -324,6 +327,7 @@ def _slim(result: dict[str, Any]) -> dict[str, Any]:
     out = dict(result)
     dev = dict(out.get("device") or {})
     dev.pop("transcript", None)
+    dev.pop("commands", None)
     dev.pop("kernels", None)
     dev["locations"] = [{k: v for k, v in loc.items() if k not in ("window",)} for loc in dev.get("locations", [])]
     out["device"] = dev
@@ -391,7 +395,9 @@ def write_artifacts(dest: Path | None, result: dict[str, Any], target: str = "")
         md = dest / "hang.md"
         md.write_text(hang_markdown(result, target))
         js = dest / "hang.json"
-        js.write_text(json.dumps({k: v for k, v in result.items() if k != "artifacts"}, indent=1, default=str))
+        whole = {k: v for k, v in result.items() if k != "artifacts"}
+        whole["device"] = {k: v for k, v in dev.items() if k != "transcript"}  # that one is hang-device.txt
+        js.write_text(json.dumps(whole, indent=1, default=str))
         return written + [str(md), str(js)]
     except OSError as e:
         result.setdefault("skipped", {})["artifacts"] = f"could not write to {dest}: {e.strerror or e}"

@@ -428,11 +428,15 @@ class _Code:
         return self.lines[addr]
 
 
+def _coord(c: tuple[int, int, int]) -> str:
+    """cuda-gdb's focus coordinates: `5` for (5,0,0) (the form measured on the H200), else `(x,y,z)`."""
+    return str(c[0]) if c[1] == c[2] == 0 else f"({c[0]},{c[1]},{c[2]})"
+
+
 def _locate(code: _Code, g: PcGroup) -> tuple[str, int, list[Insn]]:
     """(kind, anchor, window) for one PC group, reading code only when not read before."""
-    b, t = g.focus_block, g.focus_thread
     if g.pc not in code.insns:  # focus a thread of this group: its kernel's code is then readable
-        code.s.run(f"cuda kernel {g.kernel} block ({b[0]},{b[1]},{b[2]}) thread ({t[0]},{t[1]},{t[2]})",
+        code.s.run(f"cuda kernel {g.kernel} block {_coord(g.focus_block)} thread {_coord(g.focus_thread)}",
                    budget_s=5.0)
     window, start = code.window(g.pc)
     kind, anchor = classify_wait(window, g.pc, start)

@@ -255,6 +255,16 @@ def summarize_thread(t: HostThread, pid: int | None = None) -> tuple[str, str | 
     return text, (own or inner).function
 
 
+def render_threads(threads: list[HostThread]) -> str:
+    """Every thread's frames as text, innermost first (the hang-host-<pid>.txt artifact)."""
+    out = []
+    for t in threads:
+        out.append(f"Thread {t.tid} \"{t.name}\":")
+        out += [f"    {f.where()}" for f in t.frames]
+        out.append("")
+    return "\n".join(out)
+
+
 def host_report(pid: int, threads: list[HostThread], tool: str) -> dict[str, Any]:
     """The JSON a host collector stores: every thread's frames and the main thread's summary."""
     main = main_thread(threads, pid)

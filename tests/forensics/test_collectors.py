@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import PROGRAMS, env_without, needs_gdb, needs_ptrace, needs_py_spy
+from forensics_helpers import PROGRAMS, env_without, needs_gdb, needs_ptrace, needs_py_spy
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.outcome import Outcome
 from hazards.engine.targets import CommandTarget

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_gdb, needs_ptrace
+from forensics_helpers import needs_gdb, needs_ptrace
 from hazards.engine.forensics.debugger import (AttachRefused, DebuggerGone, DebuggerSession, attach_refusal,
                                                find_debugger, stopped_tasks, tracer_of)
 

@@ -1,0 +1,131 @@
+"""A located hang becomes the run's reason, its stuck locations its signature (two hangs at
+the same lines are one signature, whatever their counts), and `hazards repro` / `stats`
+show it; with the tripwire, both diagnoses side by side."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from forensics_helpers import PROGRAMS, needs_ptrace, needs_py_spy
+from hazards.engine.forensics.collector import MARKER, agreement, hang_markdown, hang_reason
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.signatures import signature_of
+from hazards.engine.watchdog import HangContext, register_on_hang, run_collectors, unregister_on_hang
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hang(stuck: list[str], sentence: str, reason: str = "timed out after 5s") -> RunResult:
+    ev = {"collectors": {"hang_forensics": {MARKER: 1, "sentence": sentence, "stuck_at": stuck}}}
+    return RunResult(Outcome.HANG, hang_reason(reason, ev), target="t", evidence=ev)
+
+
+def test_same_stuck_lines_are_one_signature_whatever_the_counts():
+    a = _hang(["k.cu:23 (spin)", "k.cu:26 (barrier)"], "blocks 0–131 (132 warps) spin at k.cu:23")
+    b = _hang(["k.cu:26 (barrier)", "k.cu:23 (spin)"], "blocks 0–63 (64 warps) spin at k.cu:23",
+              reason="timed out after 9s")
+    c = _hang(["k.cu:24 (spin)", "k.cu:26 (barrier)"], "blocks 0–131 (132 warps) spin at k.cu:24")
+    assert signature_of(a).key == signature_of(b).key
+    assert signature_of(a).key != signature_of(c).key  # line numbers are the point: not normalised away
+    assert signature_of(a).message == "stuck at k.cu:23 (spin), k.cu:26 (barrier)"
+
+
+def test_the_forensics_sentence_is_the_reason_and_an_unlocated_hang_keeps_its_own():
+    assert _hang(["x.py:3"], "host: MainThread waits in f (x.py:3)").reason == \
+        "timed out after 5s: host: MainThread waits in f (x.py:3)"
+    plain = RunResult(Outcome.HANG, hang_reason("timed out after 5s", {}), target="t")
+    assert plain.reason == "timed out after 5s"
+    assert signature_of(plain).message == "timed out after <n>s"
+
+
+def test_passive_collectors_run_before_the_forensics_and_it_sees_their_output():
+    order = []
+
+    def late(ctx):
+        order.append("late")
+        return {"saw": sorted(ctx.collected), "deadline_set": ctx.deadline is not None}
+
+    def early(ctx):
+        order.append("early")
+        return {"x": 1}
+
+    register_on_hang(late, order=100)
+    register_on_hang(early)
+    try:
+        ctx = HangContext(pid=1, pgid=1, argv=["x"], target="t", started_at=0.0, artifact_dir=None, env={})
+        out = run_collectors(ctx, budget_s=5)
+    finally:
+        unregister_on_hang(late)
+        unregister_on_hang(early)
+    assert order == ["early", "late"]
+    late_name = next(k for k in out if k.endswith("late"))
+    assert out[late_name]["deadline_set"] and any(k.endswith("early") for k in out[late_name]["saw"])
+
+
+def _device(blocks: str, where: str = "deadlock.cu:120") -> dict:
+    return {"debugger": "/usr/local/cuda/bin/cuda-gdb",
+            "sentences": [f"blocks {blocks} (64 threads in 64 warps) of k spin on a load at {where}"],
+            "locations": [{"kind": "spin", "warps": 64, "blocks": blocks, "where": where}]}
+
+
+def test_tripwire_and_debugger_agree_when_waiting_workers_are_the_polling_blocks():
+    tw = {"sentence": "63 workers wait at barrier ATTN_RELEASE epoch 5 (observed 4)", "counts": {"waiting": 63}}
+    assert agreement(tw, _device("0–62")).startswith("agree: the tripwire's 63 waiting workers and the "
+                                                     "debugger's 63 blocks polling at deadlock.cu:120")
+    assert agreement(tw, _device("0–31, 40–63")).startswith("differ: the tripwire counts 63")
+    assert agreement({"counts": {}}, _device("0–62")).startswith("not compared")
+
+
+def test_hang_md_shows_both_diagnoses_side_by_side():
+    tw = {"sentence": "63 workers wait at barrier GRID epoch 2 (observed 1)", "counts": {"waiting": 63}}
+    result = {"pid": 7, "sentence": "blocks 0–62 … at deadlock.cu:120", "device": _device("0–62"),
+              "host": {}, "system": {"gpus": [], "nvml": "NVML not available", "kernel_log_xids": [],
+                                     "nvml_xids": "no Xid watch was running"},
+              "tripwire": {**tw, "agreement": agreement(tw, _device("0–62"))},
+              "seconds": {"device": 1.2}, "skipped": {}}
+    md = hang_markdown(result, "deadlock")
+    assert "| tripwire | debugger |" in md
+    assert "| 63 workers wait at barrier GRID epoch 2 (observed 1) | blocks 0–62 (64 threads in 64 warps)" in md
+    assert "agree: the tripwire's 63 waiting workers" in md
+
+
+def _repro(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "hazards", "repro", "--store", str(store), *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+
+
+@needs_py_spy
+@needs_ptrace
+def test_repro_reports_where_a_python_program_hangs_and_stats_groups_the_hangs(tmp_path):
+    store = tmp_path / "r.db"
+    r = _repro("--timeout", "1", "--keep-going", "--max-runs", "2", "--",
+               sys.executable, str(PROGRAMS / "hung_python.py"), store=store)
+    assert r.returncode == 1, r.stderr
+    assert "run 1: hang — timed out after 1s: host: MainThread waits in" in r.stdout
+    assert "wait_for_result (hung_python.py:14)" in r.stdout
+    assert "hang report: " in r.stdout and (tmp_path / "artifacts" / "campaign-1" / "run-000001" / "hang.md").is_file()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    stats = subprocess.run([sys.executable, "-m", "hazards", "stats", "--store", str(store), "--json"],
+                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    sigs = json.loads(stats.stdout)["signatures"]
+    assert [(s["count"], s["message"]) for s in sigs] == [(2, "stuck at hung_python.py:14")]
+
+
+def test_repro_without_forensics_keeps_the_plain_reason(tmp_path):
+    t0 = time.monotonic()
+    r = _repro("--no-forensics", "--timeout", "1", "--", sys.executable, str(PROGRAMS / "hung_python.py"),
+               store=tmp_path / "r.db")
+    assert r.returncode == 1
+    assert "run 1: hang — timed out after 1s\n" in r.stdout
+    assert not (tmp_path / "artifacts" / "campaign-1" / "run-000001" / "hang.md").exists()
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_bad_hang_budget_is_a_one_line_error(tmp_path):
+    r = _repro("--hang-budget", "0", "--", "true", store=tmp_path / "r.db")
+    assert r.returncode == 2 and "--hang-budget must be a positive number of seconds" in r.stderr
