@@ -20,7 +20,7 @@ nvcc --version | tail -2 | head -1
 DL=$BIN/deadlock
 TB=$BIN/tw_bench
 if ! { [ -x "$DL" ] && "$DL" --list >/dev/null 2>&1; }; then
-  log "building deadlock here"; DL=$(python3 -c 'from hazards.engine.build import build_family; from hazards.family import STANDALONE; print(build_family(STANDALONE,"deadlock","deadlock"))')
+  log "building deadlock here"; DL=$(python3 -c 'from hazards.families import get_family; from hazards.stress_family import family_binary; print(family_binary(get_family("deadlock")))')
 fi
 R="python3 -m hazards repro --family deadlock --binary $DL --store $S"
 

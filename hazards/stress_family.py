@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.family import STANDALONE, Family, Variant
+from hazards.family import HEADER_NAME, Family, Variant
 from hazards.engine.build import build_family
 from hazards.engine.campaign import CampaignSummary, run_campaign
 from hazards.engine.outcome import Outcome, RunResult
@@ -53,7 +53,10 @@ def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
         from hazards.engine.errors import UserError
 
         raise UserError(f"family {family.name!r} has no runtime binary (static checks only)")
-    return build_family(STANDALONE, family.source_dir or family.name, family.binary, target=target)
+    from hazards.sources import standalone_dir
+
+    return build_family(standalone_dir(), family.source_dir or family.name, family.binary, target=target,
+                        generated={HEADER_NAME: family.table_header()})
 
 
 def family_target(family: Family, *, target: str = "sm_90a", sanitizer: str | None = None,
@@ -156,7 +159,7 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
     """
     v = family.variant(variant)
     params = {"variant": v.name, **(overrides or {})}
-    static = family.static_model(params)
+    static = family.static_model(params)  # also refuses a bad override before anything runs
     oracle = "sanitizer" if sanitizer else "stress"
     if timeout is None:
         timeout = family.timeout_s
@@ -168,10 +171,14 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
     if own:
         target = family_target(family, target=build_target, sanitizer=sanitizer)
     tally, runs, proves = LaunchTally(), ItemTally(), proof(family, sanitizer)
+    ran: dict[str, Any] = {}  # the point the binary reports it resolved (metrics.resolved)
 
     def record(seq: int, result: RunResult, counts: dict[str, int]) -> None:
         tally.add(result)
         runs.add(result, proves)
+        resolved = (result.metrics or {}).get("resolved")
+        if not ran and isinstance(resolved, dict):
+            ran.update(resolved)
         if on_result is not None:
             on_result(seq, result, counts)
 
@@ -187,6 +194,8 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
         if own:
             target.close()
     wall = time.monotonic() - t0
+    if ran:  # judge what the binary ran, not what we think it resolves to
+        static = family.static_model(ran)
     expected = expectation(v, oracle, static.hazardous)
     return VariantReport(family.name, v.name, v.role, oracle, static.hazardous, static.reason,
                          summary, tally, runs, wall, expected, judge(expected, runs))

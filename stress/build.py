@@ -160,12 +160,15 @@ def define_flags(defines: Mapping[str, Any] | None) -> list[str]:
 
 def build(source_dir: Path, binary: str, *, target: str = "sm_90a",
           defines: Mapping[str, Any] | None = None, shared_dirs: Sequence[Path] = (),
-          cache_dir: Path | None = None, extra_flags: Sequence[str] = ()) -> Path:
+          cache_dir: Path | None = None, extra_flags: Sequence[str] = (),
+          generated: Mapping[str, str] | None = None) -> Path:
     """Compile `source_dir/<binary>.cu` for `target`; return the cached executable's path.
 
-    The key covers every file in `source_dir` and `shared_dirs` and every file reached by
-    `#include "..."` from the main source. Concurrent callers
-    building the same key wait on a file lock and share one compile.
+    `generated` maps header names to their text (e.g. a family's `hz_family_table.h`):
+    they are written beside the build and found through `-I`. The key covers every file in
+    `source_dir` and `shared_dirs`, every file reached by `#include "..."` from the main
+    source and the generated headers. Concurrent callers building the same key wait on a
+    file lock and share one compile.
     """
     source_dir = Path(source_dir)
     main = source_dir / f"{binary}.cu"
@@ -176,7 +179,9 @@ def build(source_dir: Path, binary: str, *, target: str = "sm_90a",
     version = compiler_version(compiler)
     flags = [*t.flags, *define_flags(defines), *extra_flags]
     root = source_dir.parent
-    key = cache_key(source_files([source_dir, *shared_dirs], main), root, flags, version)
+    gen = dict(sorted((generated or {}).items()))
+    key = cache_key(source_files([source_dir, *shared_dirs], main), root,
+                    [*flags, *(f"{k}\0{v}" for k, v in gen.items())], version)
     cache = Path(cache_dir or os.environ.get("HZ_BUILD_DIR") or DEFAULT_CACHE)
     out_dir = cache / f"{binary}-{target}-{key[:16]}"
     exe = out_dir / binary
@@ -187,9 +192,15 @@ def build(source_dir: Path, binary: str, *, target: str = "sm_90a",
         if exe.is_file():  # another process built it while we waited
             return exe
         out_dir.mkdir(parents=True, exist_ok=True)
+        gen_flags = []
+        if gen:
+            (out_dir / "include").mkdir(exist_ok=True)
+            for name, text in gen.items():
+                (out_dir / "include" / name).write_text(text)
+            gen_flags = [f"-I{out_dir / 'include'}"]
         fd, tmp = tempfile.mkstemp(prefix=f".{binary}.", dir=out_dir)
         os.close(fd)
-        cmd = [compiler, *flags, "-o", tmp, str(main)]
+        cmd = [compiler, *flags, *gen_flags, "-o", tmp, str(main)]
         log = out_dir / "build.log"
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)

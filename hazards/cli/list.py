@@ -19,7 +19,7 @@ def family_json(f: Family) -> dict[str, Any]:
     for v in f.variants:
         verdict = f.static_model({"variant": v.name, **v.params})
         variants.append({"name": v.name, "role": v.role, "canary": v.is_canary,
-                         "description": v.description, "params": dict(v.params),
+                         "description": v.description, "why": v.why, "params": dict(v.params),
                          "detected_by": list(v.detected_by),
                          "static": {"hazardous": verdict.hazardous, "reason": verdict.reason}})
     return {"name": f.name, "summary": f.summary, "binary": f.binary,

@@ -58,7 +58,6 @@ def _parse_params(text: str | None) -> dict[str, Any]:
 def _family_spec(family: str, variant: str | None, params: dict[str, Any], launches: int | None,
                  binary: Path | None) -> tuple[list[str], dict[str, Any], Path | None, Any]:
     """argv, run params, names file and the Family for a --family target."""
-    from hazards.family import STANDALONE
     from hazards.families import get_family
 
     fam = get_family(family)
@@ -70,9 +69,9 @@ def _family_spec(family: str, variant: str | None, params: dict[str, Any], launc
     elif fam.binary is None:
         raise UserError(f"family {fam.name!r} has no binary (static checks only)")
     else:
-        from hazards.engine.build import build_family
+        from hazards.stress_family import family_binary
 
-        exe = build_family(STANDALONE, fam.source_dir or fam.name, fam.binary)
+        exe = family_binary(fam)
     run_params = {"variant": v.name, **params}
     if launches is not None:
         run_params["launches"] = launches

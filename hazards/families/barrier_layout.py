@@ -25,71 +25,21 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from hazards.family import STANDALONE, Family, StaticVerdict, Variant
-from hazards.presets import Points
+from hazards.family import StaticVerdict, load_family
+from hazards.sources import family_dir
 from hazards.static import checks, layout
 
-SOURCE = STANDALONE / "barrier_layout" / "barrier_layout.cu"
+SOURCE = family_dir("barrier_layout") / "barrier_layout.cu"
 RELEASES = 8
-# The layout/poll/release point: -D parameters of the point build, request fields of the
-# runtime build (same names and defaults as barrier_layout_host.h's ParamSpec list).
-DEFAULTS: dict[str, Any] = {"slot_stride": 128, "done_offset": 16 * 128, "poll": 0, "release": 0}
-DEFINE_NAMES = {"slot_stride": "HZ_SLOT_STRIDE", "done_offset": "HZ_DONE_OFFSET", "poll": "HZ_POLL",
-                "release": "HZ_RELEASE"}
 POLLS = {0: "acquire load", 1: "volatile load, no acquire", 2: "plain load (hoistable)"}
 RELEASE_KINDS = {0: "write-through store (st.global.wt; AMD sc0 sc1)", 1: "release store (st.release.gpu)",
                  2: "L2 atomic exchange (atom.release.gpu.exch)"}
 RELEASE_ACCESS = {0: 1, 1: 2, 2: 0}  # release kind -> layout access code (1 write-through, 2 plain, 0 atomic)
-# Request fields of the runtime build only.
-RUNTIME_DEFAULTS: dict[str, Any] = {"epochs": 64, "words": 256, "blocks": 0, "producers": 0, "jitter": 0,
-                                    "spin_timeout_us": 20000, "drop_release": 0}
-RUNTIME_PARAMS = {
-    "slot_stride": "bytes between release flags; the arrival counter sits at 8 x stride "
-                   "(4: one line, the MoE barrier report's layout)",
-    "done_offset": "byte offset of the consumers' done counter (1028: next to the arrival counter)",
-    "poll": "0 ld.acquire.gpu, 1 volatile load without acquire, 2 plain load (hoisted: a timeout)",
-    "release": "0 st.global.wt (the MoE barrier report's write-through), 1 st.release.gpu, "
-               "2 atom.release.gpu.exch",
-    "epochs": "barrier rounds per launch",
-    "words": "data words per producer and epoch (every consumer checks all of them)",
-    "blocks": "grid size (0: one per SM); all blocks must be co-resident",
-    "producers": "producer blocks (0: an eighth of the grid)",
-    "jitter": "random delay before each arrival, up to jitter*128 clocks",
-    "spin_timeout_us": "a spin gives up after this long: spin_timeouts + a mismatched launch",
-    "drop_release": "emulated lost release: flag 0 is not written at this epoch (0: never)",
-}
-
-VARIANTS = (
-    Variant("fixed", "fixed", "every barrier word on its own 128-B line, acquire poll", params={}),
-    Variant("broken_shared_line", "broken", "the MoE barrier report's layout: releases [0..7] "
-            "and the counter [8] "
-            "in one line (4-B stride)", params={"slot_stride": 4}, detected_by=("static",)),
-    Variant("broken_false_sharing", "broken", "the consumers' done counter next to the "
-            "producers' arrival counter", params={"done_offset": RELEASES * 128 + 4},
-            detected_by=("static",)),
-    Variant("broken_no_acquire", "broken", "consumers poll a volatile flag, then read data "
-            "with no acquire", params={"poll": 1}, detected_by=("static", "stress")),
-    Variant("broken_hoisted_poll", "broken", "consumers poll a plain flag: nvcc hoists the load "
-            "(certain hang; the runtime build's bounded spin times out); clang drops the empty "
-            "loop (no wait at all)", params={"poll": 2, "spin_timeout_us": 2000},
-            detected_by=("static", "stress")),
-    Variant("fixed_release_store", "fixed", "separate lines, releases by st.release.gpu",
-            params={"release": 1}),
-    Variant("fixed_atomic_release", "fixed", "separate lines, releases by an L2 atomic exchange",
-            params={"release": 2}),
-    Variant("shared_line_atomic", "fixed",
-            "the MoE barrier report's layout, but every word of the line an L2 atomic",
-            params={"slot_stride": 4, "release": 2}),
-)
-_BY_NAME = {v.name: v for v in VARIANTS}
-POINTS = Points(DEFAULTS, VARIANTS, DEFINE_NAMES)
-resolve = POINTS.resolve
-defines = POINTS.defines
 
 
 def model_layout(params: dict[str, Any], platform: str) -> layout.Layout:
     """The layout the kernel should build for these parameters (the model side)."""
-    p = resolve(params)
+    p = FAMILY.resolve(params)
     access = RELEASE_ACCESS[int(p["release"])]
     rows = [(x * p["slot_stride"], 4, access, 0) for x in range(RELEASES)]
     rows += [(RELEASES * p["slot_stride"], 4, 0, 0), (p["done_offset"], 4, 0, 1)]
@@ -98,7 +48,7 @@ def model_layout(params: dict[str, Any], platform: str) -> layout.Layout:
 
 def predicted_checks(params: dict[str, Any]) -> set[str]:
     """The failing check ids this point must trigger (empty = clean)."""
-    p = resolve(params)
+    p = FAMILY.resolve(params)
     out = {f.check for plat in ("amd", "nvidia")
            for f in layout.check_layout(model_layout(p, plat)) if f.fails}
     if p["poll"] == 1:
@@ -112,7 +62,7 @@ def static_model(params: dict[str, Any]) -> StaticVerdict:
     """Hazardous iff a layout check or a poll check must fire for these parameters, or the
     runtime request emulates a lost release (`drop_release`)."""
     found = predicted_checks(params)
-    if resolve(params).get("drop_release"):
+    if FAMILY.resolve(params)["drop_release"]:
         found.add("emulated lost release (drop_release)")
     if not found:
         return StaticVerdict(False, "no write-through word in a line with an L2 writer, no line "
@@ -127,7 +77,7 @@ def strategy() -> Any:
         counter = RELEASES * stride
         return {"variant": variant, "slot_stride": stride, "done_offset": counter + done_delta,
                 "poll": poll, "release": release}
-    return st.builds(point, st.sampled_from([v.name for v in VARIANTS]),
+    return st.builds(point, st.sampled_from([v.name for v in FAMILY.variants]),
                      st.sampled_from([4, 8, 16, 32, 64, 128]),
                      st.sampled_from([4, 32, 64, 128, 1024]), st.sampled_from(sorted(POLLS)),
                      st.sampled_from(sorted(RELEASE_KINDS)))
@@ -140,8 +90,8 @@ def static_check(params: dict[str, Any]):
     from hazards.static.compile import compile_ptx
     from hazards.engine.errors import ToolchainMissing
 
-    d = defines(params)
-    label = POINTS.label("barrier_layout", params)
+    d = FAMILY.defines(params)
+    label = FAMILY.build_label(params)
     amd, stmts = amdgcn.compile_annotated(SOURCE, defines=d, label=label)
     found = amdgcn.check_listing(amd.text, str(amd.path), target="gfx942", stmts=stmts,
                                  source_path=str(SOURCE))
@@ -158,18 +108,6 @@ def static_check(params: dict[str, Any]):
     return found
 
 
-FAMILY = Family(
-    name="barrier_layout",
-    summary="release flags and arrival counters: write-through + L2 atomic in one line (lost "
-            "release, AMD), false sharing, polls without acquire, hoisted polls; release by "
-            "st.wt / st.release / atomic; bounded spins at run time",
-    variants=VARIANTS,
-    static_model=static_model,
-    strategy=strategy,
-    source_dir="barrier_layout",
-    binary="barrier_layout",
-    platforms=("cuda", "amd"),
-    default_launches=200,
-    timeout_s=20.0,
-    runtime_params=RUNTIME_PARAMS,
-)
+# Parameters (the -D ones and the run-time ones), variants and their reasons:
+# standalone/barrier_layout/family.toml.
+FAMILY = load_family("barrier_layout", static_model=static_model, strategy=strategy)

@@ -21,42 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from hazards import presets
-from hazards.family import Family, StaticVerdict, Variant
-
-
-# Defaults of the binary's parameters (deadlock.cu's ParamSpec list) that the model reads.
-DEFAULTS: dict[str, Any] = {
-    "scenario": "grid_barrier", "grid_extra": 0, "rounds": 2, "workers": 30, "nested": False,
-    "qkv_tiles": 10, "chunks": 16, "participants": 16, "layers": 8, "epoch_fix": "derive",
-    "skew_ppm": 0, "skew_cycles": 400000,
-}
-
-VARIANTS = (
-    Variant("fixed_grid", "fixed", "grid barrier with grid = co-residency limit",
-            params={"scenario": "grid_barrier"}, detected_by=()),
-    Variant("broken_grid", "broken", "grid barrier with one block more than can be co-resident",
-            params={"scenario": "grid_barrier", "grid_extra": 1}, detected_by=("stress",)),
-    Variant("fixed_chunk", "fixed", "chunk phase un-nested: all 16 chunk ranks arrive",
-            params={"scenario": "chunk_count", "workers": 30, "qkv_tiles": 10, "chunks": 16, "nested": False}),
-    Variant("broken_chunk", "broken", "chunk phase nested in the QKV guard: 10 of 16 arrive",
-            params={"scenario": "chunk_count", "workers": 30, "qkv_tiles": 10, "chunks": 16, "nested": True},
-            detected_by=("stress",)),
-    Variant("fixed_epoch", "fixed", "expected epoch derived from the layer index, skew injected",
-            params={"scenario": "snapshot_epoch", "workers": 64, "participants": 16, "layers": 8,
-                    "epoch_fix": "derive", "skew_ppm": 1000}),
-    Variant("fixed_epoch_widen", "fixed", "every worker arrives at the first barrier, skew injected",
-            params={"scenario": "snapshot_epoch", "workers": 64, "participants": 16, "layers": 8,
-                    "epoch_fix": "widen", "skew_ppm": 1000}),
-    Variant("broken_epoch", "broken", "expected epoch snapshotted as counter+1 at layer entry, skew injected",
-            params={"scenario": "snapshot_epoch", "workers": 64, "participants": 16, "layers": 8,
-                    "epoch_fix": "none", "skew_ppm": 1000}, detected_by=("stress",)),
-)
-
-
-def resolve(params: dict[str, Any]) -> dict[str, Any]:
-    """Defaults <- the named variant's preset <- explicit fields (as the binary does)."""
-    return presets.resolve(DEFAULTS, VARIANTS, params)
+from hazards.family import StaticVerdict, load_family
 
 
 def epoch_hang_probability(p: dict[str, Any]) -> float:
@@ -78,7 +43,7 @@ def epoch_hang_probability(p: dict[str, Any]) -> float:
 
 def static_model(params: dict[str, Any]) -> StaticVerdict:
     """Does this parameter point deadlock? From the parameters alone."""
-    p = resolve(params)
+    p = FAMILY.resolve(params)
     sc = p["scenario"]
     if sc == "grid_barrier":
         if p["grid_extra"] > 0:
@@ -118,30 +83,5 @@ def strategy() -> Any:
     return st.one_of(grid, chunk, epoch)
 
 
-FAMILY = Family(
-    name="deadlock",
-    summary="persistent-grid deadlocks: grid barrier over co-residency, chunk-count participants, "
-            "epoch snapshot skew; diagnosed live by the tripwire",
-    variants=VARIANTS,
-    static_model=static_model,
-    strategy=strategy,
-    source_dir="deadlock",
-    binary="deadlock",
-    platforms=("cuda",),
-    default_launches=100,
-    timeout_s=5.0,
-    runtime_params={
-        "scenario": "grid_barrier | chunk_count | snapshot_epoch",
-        "grid_extra": "grid_barrier: blocks beyond the co-residency limit (>0 hangs)",
-        "rounds": "grid_barrier: barrier rounds per launch",
-        "workers": "chunk_count/snapshot_epoch: persistent workers (blocks)",
-        "nested": "chunk_count: chunk phase nested in the QKV guard (the bug)",
-        "qkv_tiles": "chunk_count: workers with a QKV tile",
-        "chunks": "chunk_count: arrivals the chunk-merge barrier expects",
-        "participants": "snapshot_epoch: workers arriving at the first barrier",
-        "layers": "snapshot_epoch: layers per launch",
-        "epoch_fix": "snapshot_epoch: none | derive | widen",
-        "skew_ppm": "snapshot_epoch: chance per worker-layer of a skew delay",
-        "skew_cycles": "snapshot_epoch: that delay in SM clocks",
-    },
-)
+# Parameters, variants and their reasons: standalone/deadlock/family.toml.
+FAMILY = load_family("deadlock", static_model=static_model, strategy=strategy)

@@ -15,39 +15,18 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from hazards.family import STANDALONE, Family, StaticVerdict, Variant
-from hazards.presets import Points
+from hazards.family import StaticVerdict, load_family
+from hazards.sources import family_dir
 from hazards.static import checks
 
-SOURCE = STANDALONE / "earlyclobber" / "earlyclobber.hip"
-DEFAULTS: dict[str, Any] = {"early_clobber": False, "split": False, "loads": 4,
-                            "shared_base": False}
-DEFINE_NAMES = {"early_clobber": "HZ_EARLY_CLOBBER", "split": "HZ_SPLIT", "loads": "HZ_LOADS",
-                "shared_base": "HZ_SHARED_BASE"}
-
-VARIANTS = (
-    Variant("reference", "reference", "one load per asm statement: nothing to alias",
-            params={"split": True}),
-    Variant("fixed", "fixed", "the MI355 PR's four loads in one block with \"=&v\" outputs",
-            params={"early_clobber": True}),
-    Variant("broken", "broken", "the MI355 PR's four loads in one block with \"=v\" outputs",
-            params={"early_clobber": False}, detected_by=("static",)),
-    Variant("broken_shared_base", "broken",
-            "one base address and offset: immediates, \"=v\" outputs (load 1 covers the base)",
-            params={"early_clobber": False, "shared_base": True}, detected_by=("static",)),
-)
-POINTS = Points(DEFAULTS, VARIANTS, DEFINE_NAMES)
-resolve = POINTS.resolve
-defines = POINTS.defines
+SOURCE = family_dir("earlyclobber") / "earlyclobber.hip"
 
 
 def static_model(params: dict[str, Any]) -> StaticVerdict:
     """Hazardous iff one block holds >= 2 loads and its outputs are not early-clobber."""
-    p = resolve(params)
+    p = FAMILY.resolve(params)
     if p["split"]:
         return StaticVerdict(False, "one instruction per asm statement: outputs cannot alias")
-    if p["loads"] < 2:
-        return StaticVerdict(False, "a single load reads its address before writing")
     if p["early_clobber"]:
         return StaticVerdict(False, "\"=&v\": outputs are kept disjoint from every input")
     return StaticVerdict(True, f"{p['loads']} loads in one block with \"=v\" outputs: an "
@@ -66,7 +45,7 @@ def strategy() -> Any:
     """Parameter points: a variant plus the load count and how addresses are passed."""
     return st.builds(
         lambda v, loads, base: {"variant": v, "loads": loads, "shared_base": base},
-        st.sampled_from([v.name for v in VARIANTS]), st.integers(2, 4), st.booleans())
+        st.sampled_from([v.name for v in FAMILY.variants]), st.integers(2, 4), st.booleans())
 
 
 def static_check(params: dict[str, Any]):
@@ -75,22 +54,13 @@ def static_check(params: dict[str, Any]):
     from hazards.static import amdgcn, asm_lint, cscan
     from hazards.static.compile import preprocess
 
-    d = defines(params)
-    label = POINTS.label("earlyclobber", params)
+    d = FAMILY.defines(params)
+    label = FAMILY.build_label(params)
     pre = preprocess(SOURCE, defines=d, label=label + "-pp")
     found = asm_lint.lint_text(pre.text, str(SOURCE), honor_allowlist=False,
                                line_map=cscan.line_map(pre.text))
     return found + amdgcn.compile_and_check(SOURCE, defines=d, label=label)
 
 
-FAMILY = Family(
-    name="earlyclobber",
-    summary="multi-load inline asm with non-early-clobber outputs: an output covers a later "
-            "load's address (AMD, static)",
-    variants=VARIANTS,
-    static_model=static_model,
-    strategy=strategy,
-    source_dir="earlyclobber",
-    binary=None,
-    platforms=("amd",),
-)
+# Parameters (-D of the point build), variants and their reasons: standalone/earlyclobber/family.toml.
+FAMILY = load_family("earlyclobber", static_model=static_model, strategy=strategy)

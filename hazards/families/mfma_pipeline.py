@@ -18,33 +18,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from hazards.family import STANDALONE, Family, StaticVerdict, Variant
-from hazards.presets import Points
+from hazards.family import StaticVerdict, load_family
+from hazards.sources import family_dir
 from hazards.static import checks, mfma_table
 
-SOURCE = STANDALONE / "mfma_pipeline" / "mfma_pipeline.hip"
-DEFAULTS: dict[str, Any] = {"shape": 32, "banks": 2, "overlap": True, "exit_tails": 2, "tail": 32}
-DEFINE_NAMES = {"shape": "HZ_SHAPE", "banks": "HZ_BANKS", "overlap": "HZ_OVERLAP",
-                "exit_tails": "HZ_EXIT_TAILS", "tail": "HZ_TAIL"}
+SOURCE = family_dir("mfma_pipeline") / "mfma_pipeline.hip"
 TAIL_WAIT_STATES = {32: 32, 11: 11, 9: 9}  # s_nop 15 x2, s_nop 7+2, s_nop 7+0
 MNEMONIC = {32: "v_mfma_f32_32x32x8_f16", 16: "v_mfma_f32_16x16x16_f16"}
-
-VARIANTS = (
-    Variant("reference", "reference", "one bank, no overlap: the MFMA retires before reload",
-            params={"banks": 1, "overlap": False}),
-    Variant("fixed", "fixed", "two banks ping-ponged, 32-wait-state tail, a tail per exit parity",
-            params={}),
-    Variant("broken_war", "broken", "one bank: the next tile is read into the in-flight MFMA's "
-            "sources", params={"banks": 1, "overlap": True}, detected_by=("static",)),
-    Variant("broken_tail9", "broken", "the ping-pong loop with the 9-wait-state tail "
-            "(s_nop 7; s_nop 0) before v_accvgpr_read", params={"tail": 9},
-            detected_by=("static",)),
-    Variant("broken_single_tail", "broken", "the ping-pong loop with one exit tail for both "
-            "parities", params={"exit_tails": 1}, detected_by=("static",)),
-)
-POINTS = Points(DEFAULTS, VARIANTS, DEFINE_NAMES)
-resolve = POINTS.resolve
-defines = POINTS.defines
 
 
 def _extra_wait(p: dict[str, Any]) -> int:
@@ -58,7 +38,7 @@ def _extra_wait(p: dict[str, Any]) -> int:
 
 def predicted_checks(params: dict[str, Any]) -> set[str]:
     """The AMDGCN check ids this point must trigger (empty = clean)."""
-    p = resolve(params)
+    p = FAMILY.resolve(params)
     shape = mfma_table.lookup(MNEMONIC[p["shape"]], "gfx942")
     need = mfma_table.required_wait_states(shape, "valu")
     out = set()
@@ -75,7 +55,7 @@ def static_model(params: dict[str, Any]) -> StaticVerdict:
     """Hazardous iff a source bank is reloaded in flight, the tail is short for the shape,
     or two banks share one exit tail."""
     found = predicted_checks(params)
-    p = resolve(params)
+    p = FAMILY.resolve(params)
     if not found:
         return StaticVerdict(False, f"{MNEMONIC[p['shape']]}: disjoint reloads, tail long "
                                     "enough, every exit parity consumes its own bank")
@@ -88,7 +68,7 @@ def strategy() -> Any:
         return {"variant": variant, "shape": shape, "banks": banks,
                 "overlap": overlap if banks == 1 else True, "exit_tails": exit_tails,
                 "tail": tail}
-    return st.builds(point, st.sampled_from([v.name for v in VARIANTS]), st.sampled_from([32, 16]),
+    return st.builds(point, st.sampled_from([v.name for v in FAMILY.variants]), st.sampled_from([32, 16]),
                      st.sampled_from([1, 2]), st.booleans(), st.sampled_from([1, 2]),
                      st.sampled_from(sorted(TAIL_WAIT_STATES)))
 
@@ -97,19 +77,10 @@ def static_check(params: dict[str, Any]):
     """Findings for one point: the AMDGCN checks on clang-19's gfx942 assembly."""
     from hazards.static import amdgcn
 
-    d = defines(params)
-    label = POINTS.label("mfma_pipeline", params)
+    d = FAMILY.defines(params)
+    label = FAMILY.build_label(params)
     return amdgcn.compile_and_check(SOURCE, defines=d, label=label)
 
 
-FAMILY = Family(
-    name="mfma_pipeline",
-    summary="software-pipelined MFMA in inline asm: operand WAR, short accumulator tail, "
-            "exit parity (AMD gfx942, static; hipcc runtime path untested)",
-    variants=VARIANTS,
-    static_model=static_model,
-    strategy=strategy,
-    source_dir="mfma_pipeline",
-    binary=None,
-    platforms=("amd",),
-)
+# Parameters (-D of the point build), variants and their reasons: standalone/mfma_pipeline/family.toml.
+FAMILY = load_family("mfma_pipeline", static_model=static_model, strategy=strategy)

@@ -193,46 +193,8 @@ void run(hz::Batch& b) {
 }
 #endif  // HZ_POINT_BUILD
 
-hz::FamilySpec barrier_layout_spec() {
-  hz::FamilySpec f;
-  f.name = "barrier_layout";
-  f.summary = "release flags + arrival counter: shared line vs separate lines, write-through / release / atomic "
-              "releases, polls with and without acquire; every spin bounded";
-  f.params = {
-      hz::ParamSpec::Int("slot_stride", 128, 4, 1024, "bytes between release flags (counter at 8 x stride)"),
-      hz::ParamSpec::Int("done_offset", 16 * 128, 0, 65536, "byte offset of the consumers' done counter"),
-      hz::ParamSpec::Int("poll", 0, 0, 2, "0 ld.acquire.gpu, 1 volatile load without acquire, 2 plain load"),
-      hz::ParamSpec::Int("release", 0, 0, 2, "0 st.global.wt (the MoE barrier report's), 1 st.release.gpu, "
-                         "2 atom.release.gpu.exch"),
-      hz::ParamSpec::Int("epochs", 64, 1, 1 << 20, "barrier rounds per launch"),
-      hz::ParamSpec::Int("words", 256, 1, 1 << 20, "data words per producer and epoch"),
-      hz::ParamSpec::Int("blocks", 0, 0, 4096, "grid size (0: one per SM); all must be co-resident"),
-      hz::ParamSpec::Int("producers", 0, 0, 4096, "producer blocks (0: an eighth of the grid)"),
-      hz::ParamSpec::Int("jitter", 0, 0, 64, "random delay before each arrival, up to jitter*128 clocks"),
-      hz::ParamSpec::Int("spin_timeout_us", 20000, 10, 60000000, "a spin gives up (spin_timeouts, mismatch) after this"),
-      hz::ParamSpec::Int("drop_release", 0, 0, 1 << 20, "emulated lost release: flag 0 is not written at this epoch"),
-  };
-  f.variants = {
-      {"fixed", "fixed", "every barrier word on its own 128-B line, write-through releases, acquire poll", "{}"},
-      {"broken_shared_line", "broken",
-       "the MoE barrier report's layout: write-through releases [0..7] and the counter [8] in one line",
-       R"({"slot_stride":4})"},
-      {"broken_false_sharing", "broken", "the consumers' done counter next to the producers' arrival counter",
-       R"({"done_offset":1028})"},
-      {"broken_no_acquire", "broken", "consumers poll a volatile flag, then read data with no acquire",
-       R"({"poll":1})"},
-      {"broken_hoisted_poll", "broken", "consumers poll a plain flag: the load is hoisted (here: a timeout)",
-       R"({"poll":2,"spin_timeout_us":2000})"},
-      {"fixed_release_store", "fixed", "separate lines, releases by st.release.gpu", R"({"release":1})"},
-      {"fixed_atomic_release", "fixed", "separate lines, releases by an L2 atomic exchange", R"({"release":2})"},
-      {"shared_line_atomic", "fixed", "the MoE barrier report's layout, but every word of the line an L2 atomic",
-       R"({"slot_stride":4,"release":2})"},
-  };
-  f.counter_names = {"spin_timeouts", "wrong_words", "bad_final_words", "aborted_launches", "device_ns"};
-  f.validate = validate;
-  f.run = run;
-  return f;
-}
+// Parameters, variants and counters: standalone/barrier_layout/family.toml (embedded by the build).
+hz::FamilySpec barrier_layout_spec() { return {validate, run}; }
 
 }  // namespace
 

@@ -1,8 +1,10 @@
 // harness.h -- the standalone kernel harness every family binary is built on.
 //
-// A family writes one .cu file that defines a `hz::FamilySpec` (its run-time parameters,
-// named variants = parameter presets, and a `run(Batch&)` function that launches and
-// validates one batch) and ends with `HZ_FAMILY_MAIN(spec_function)`. The harness supplies:
+// A family is a folder `standalone/<family>/` with a `family.toml` (its parameters, named
+// variants = parameter presets, counters; docs/family-table.md) and one .cu file that defines
+// a `hz::FamilySpec` (a `run(Batch&)` function that launches and validates one batch, and an
+// optional `validate`) and ends with `HZ_FAMILY_MAIN(spec_function)`. The build embeds the
+// table as the generated header hz_family_table.h. The harness supplies:
 //
 //   BIN --list                   variants and parameters as one JSON object (no GPU needed)
 //   BIN --once [JSON]            one batch; prints `HZ_RESULT {...}`; exit 0 clean,
@@ -60,40 +62,37 @@ inline void check_cuda(cudaError_t e, const char* expr, const char* file, int li
 #define HZ_CHECK_LAUNCH() ::hz::check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 // ------------------------------------------------------------------------- parameters --
+// A family's parameters, variants and counters are not written here or in the family's
+// .cu: they live in `standalone/<family>/family.toml`, which the build embeds as the
+// generated header hz_family_table.h (the table as JSON). `FamilyTable::parse` reads it at
+// startup; the family's C++ keeps only its behaviour (`FamilySpec`: validate, run).
 struct ParamSpec {
   std::string name;
   std::string kind;  // "int" | "bool" | "str"
   json::Value def;
   double lo = 0, hi = 0;             // inclusive range for "int"
-  std::vector<std::string> choices;  // allowed values for "str"
+  std::vector<json::Value> choices;  // allowed values: always for "str", optional for "int"
   std::string doc;
-
-  static ParamSpec Int(const std::string& n, long long d, long long lo, long long hi, const std::string& doc) {
-    ParamSpec p{n, "int", {}, (double)lo, (double)hi, {}, doc};
-    p.def.type = json::Value::Number;
-    p.def.num = (double)d;
-    return p;
-  }
-  static ParamSpec Bool(const std::string& n, bool d, const std::string& doc) {
-    ParamSpec p{n, "bool", {}, 0, 1, {}, doc};
-    p.def.type = json::Value::Bool;
-    p.def.b = d;
-    return p;
-  }
-  static ParamSpec Str(const std::string& n, const std::string& d, std::vector<std::string> ch, const std::string& doc) {
-    ParamSpec p{n, "str", {}, 0, 0, std::move(ch), doc};
-    p.def.type = json::Value::String;
-    p.def.str = d;
-    return p;
-  }
 };
 
-// A named preset: `params` is a JSON object text overriding the defaults.
+// A named preset: `params` (an object) overrides the defaults.
 struct VariantSpec {
   std::string name;
   std::string role;  // reference | fixed | broken
   std::string description;
-  std::string params;
+  json::Value params;
+};
+
+// The family's table, parsed from the JSON the build generated from family.toml.
+struct FamilyTable {
+  std::string name;
+  std::string summary;
+  std::vector<ParamSpec> params;
+  std::vector<VariantSpec> variants;       // the first one is the default
+  std::vector<std::string> counter_names;  // DeviceCheck::counters reported as metrics
+
+  // Throws std::logic_error naming what is wrong: a table that does not parse is a build bug.
+  static FamilyTable parse(const std::string& text);
 };
 
 // Resolved parameters of one request: defaults <- variant preset <- explicit fields.
@@ -167,13 +166,8 @@ class Batch {
   json::Writer metrics_;
 };
 
-// A family: its parameters, presets and the function that runs one batch.
+// A family's behaviour; everything it declares is in its table (FamilyTable).
 struct FamilySpec {
-  std::string name;
-  std::string summary;
-  std::vector<ParamSpec> params;
-  std::vector<VariantSpec> variants;         // the first one is the default
-  std::vector<std::string> counter_names;    // DeviceCheck::counters reported as metrics
   std::function<void(const Params&, const Device&)> validate;  // throw BadRequest; may be empty
   std::function<void(Batch&)> run;
 };
@@ -181,7 +175,7 @@ struct FamilySpec {
 // ------------------------------------------------------------------ request handling --
 namespace detail {
 
-inline const ParamSpec* find_param(const FamilySpec& f, const std::string& k) {
+inline const ParamSpec* find_param(const FamilyTable& f, const std::string& k) {
   for (const auto& p : f.params)
     if (p.name == k) return &p;
   return nullptr;
@@ -193,31 +187,42 @@ inline void set_value(json::Value& obj, const std::string& k, const json::Value&
   obj.obj.emplace_back(k, v);
 }
 
+inline bool same_value(const json::Value& a, const json::Value& b) {
+  if (a.type != b.type) return false;
+  return a.type == json::Value::String ? a.str == b.str : a.type == json::Value::Number ? a.num == b.num : a.b == b.b;
+}
+
+// Check one value against its declaration; throws BadRequest naming the parameter.
+inline void check_value(const ParamSpec& ps, const json::Value& v) {
+  const std::string& k = ps.name;
+  if (ps.kind == "int") {
+    if (!v.is_integer()) throw BadRequest("parameter '" + k + "' must be an integer");
+    if (v.num < ps.lo || v.num > ps.hi)
+      throw BadRequest("parameter '" + k + "' = " + json::number(v.num) + " outside [" + json::number(ps.lo) + ", " +
+                       json::number(ps.hi) + "]");
+  } else if (ps.kind == "bool") {
+    if (v.type != json::Value::Bool) throw BadRequest("parameter '" + k + "' must be true or false");
+  } else if (v.type != json::Value::String) {
+    throw BadRequest("parameter '" + k + "' must be a string");
+  }
+  if (ps.choices.empty()) return;
+  for (const auto& c : ps.choices)
+    if (same_value(c, v)) return;
+  throw BadRequest("parameter '" + k + "' = " + json::dump(v) + " is not one of the allowed values");
+}
+
 // Apply `src` (object) to `dst` after checking names, types and ranges.
-inline void apply_params(const FamilySpec& f, const json::Value& src, json::Value& dst, const char* where) {
+inline void apply_params(const FamilyTable& f, const json::Value& src, json::Value& dst, const char* where) {
   for (const auto& kv : src.obj) {
     if (kv.first == "variant" || kv.first == "seed") continue;
     const ParamSpec* ps = find_param(f, kv.first);
     if (!ps) throw BadRequest(std::string("unknown parameter '") + kv.first + "' in " + where);
-    const json::Value& v = kv.second;
-    if (ps->kind == "int") {
-      if (!v.is_integer()) throw BadRequest("parameter '" + kv.first + "' must be an integer");
-      if (v.num < ps->lo || v.num > ps->hi)
-        throw BadRequest("parameter '" + kv.first + "' = " + json::number(v.num) + " outside [" + json::number(ps->lo) +
-                         ", " + json::number(ps->hi) + "]");
-    } else if (ps->kind == "bool") {
-      if (v.type != json::Value::Bool) throw BadRequest("parameter '" + kv.first + "' must be true or false");
-    } else {
-      if (v.type != json::Value::String) throw BadRequest("parameter '" + kv.first + "' must be a string");
-      bool ok = false;
-      for (const auto& c : ps->choices) ok = ok || c == v.str;
-      if (!ok) throw BadRequest("parameter '" + kv.first + "' = '" + v.str + "' is not one of the allowed values");
-    }
-    set_value(dst, kv.first, v);
+    check_value(*ps, kv.second);
+    set_value(dst, kv.first, kv.second);
   }
 }
 
-inline Params resolve(const FamilySpec& f, const json::Value& req_params) {
+inline Params resolve(const FamilyTable& f, const json::Value& req_params) {
   if (req_params.type != json::Value::Object) throw BadRequest("params must be an object");
   Params out;
   out.values.type = json::Value::Object;
@@ -229,13 +234,87 @@ inline Params resolve(const FamilySpec& f, const json::Value& req_params) {
   for (const auto& v : f.variants)
     if (v.name == out.variant) vs = &v;
   if (!vs) throw BadRequest("unknown variant '" + out.variant + "'");
-  json::Value preset;
-  std::string err;
-  if (!json::parse(vs->params, preset, err)) throw std::logic_error("variant preset is not JSON: " + err);
-  apply_params(f, preset, out.values, "variant preset");
+  apply_params(f, vs->params, out.values, "variant preset");
   apply_params(f, req_params, out.values, "request");
   return out;
 }
+
+// --------------------------------------------------------------------- table parsing --
+inline const json::Value& member(const json::Value& obj, const std::string& key, json::Value::Type type,
+                                 const std::string& where) {
+  const json::Value* v = obj.get(key);
+  if (!v || v->type != type) throw std::logic_error("family table: " + where + "." + key + " missing or of the wrong type");
+  return *v;
+}
+
+inline ParamSpec parse_param(const json::Value& p) {
+  ParamSpec ps;
+  ps.name = member(p, "name", json::Value::String, "params[]").str;
+  const std::string where = "params." + ps.name;
+  ps.kind = member(p, "kind", json::Value::String, where).str;
+  ps.doc = member(p, "doc", json::Value::String, where).str;
+  const json::Value* def = p.get("default");
+  if (!def) throw std::logic_error("family table: " + where + " has no default");
+  ps.def = *def;
+  if (ps.kind == "int") {
+    ps.lo = member(p, "min", json::Value::Number, where).num;
+    ps.hi = member(p, "max", json::Value::Number, where).num;
+  } else if (ps.kind != "bool" && ps.kind != "str") {
+    throw std::logic_error("family table: " + where + ".kind '" + ps.kind + "' is not int, bool or str");
+  }
+  if (const json::Value* ch = p.get("choices")) ps.choices = ch->arr;
+  if (ps.kind == "str" && ps.choices.empty()) throw std::logic_error("family table: " + where + " has no choices");
+  try {
+    check_value(ps, ps.def);
+  } catch (const BadRequest& e) {
+    throw std::logic_error(std::string("family table: default of ") + e.what());
+  }
+  return ps;
+}
+
+}  // namespace detail
+
+inline FamilyTable FamilyTable::parse(const std::string& text) {
+  json::Value t;
+  std::string err;
+  if (!json::parse(text, t, err) || t.type != json::Value::Object)
+    throw std::logic_error("family table is not a JSON object: " + err);
+  FamilyTable f;
+  f.name = detail::member(t, "family", json::Value::String, "table").str;
+  f.summary = detail::member(t, "summary", json::Value::String, "table").str;
+  for (const auto& p : detail::member(t, "params", json::Value::Array, "table").arr)
+    f.params.push_back(detail::parse_param(p));
+  for (const auto& v : detail::member(t, "variants", json::Value::Array, "table").arr) {
+    VariantSpec vs;
+    vs.name = detail::member(v, "name", json::Value::String, "variants[]").str;
+    vs.role = detail::member(v, "role", json::Value::String, "variants." + vs.name).str;
+    vs.description = detail::member(v, "description", json::Value::String, "variants." + vs.name).str;
+    vs.params = detail::member(v, "params", json::Value::Object, "variants." + vs.name);
+    f.variants.push_back(vs);
+  }
+  if (f.variants.empty()) throw std::logic_error("family table has no variants");
+  for (const auto& c : detail::member(t, "counters", json::Value::Array, "table").arr) {
+    if (c.type != json::Value::String) throw std::logic_error("family table: counters must be strings");
+    f.counter_names.push_back(c.str);
+  }
+  if (f.counter_names.size() > (size_t)kNumCounters) throw std::logic_error("family table: too many counters");
+  for (const auto& v : f.variants) {  // every preset must resolve: a bad table never serves
+    json::Value req;
+    req.type = json::Value::Object;
+    json::Value name;
+    name.type = json::Value::String;
+    name.str = v.name;
+    req.obj.emplace_back("variant", name);
+    try {
+      detail::resolve(f, req);
+    } catch (const BadRequest& e) {
+      throw std::logic_error("family table: variant " + v.name + ": " + e.what());
+    }
+  }
+  return f;
+}
+
+namespace detail {
 
 inline std::string format_uuid(const cudaDeviceProp& prop) {
   const unsigned char* u = (const unsigned char*)&prop.uuid;
@@ -245,7 +324,7 @@ inline std::string format_uuid(const cudaDeviceProp& prop) {
   return buf;
 }
 
-inline std::string list_json(const FamilySpec& f) {
+inline std::string list_json(const FamilyTable& f) {
   json::Writer w;
   w.num("hz_protocol", kProtocolVersion).str("family", f.name).str("summary", f.summary);
   std::string ps = "[";
@@ -254,7 +333,12 @@ inline std::string list_json(const FamilySpec& f) {
     json::Writer pw;
     pw.str("name", p.name).str("kind", p.kind).value("default", p.def).str("doc", p.doc);
     if (p.kind == "int") pw.num("min", p.lo).num("max", p.hi);
-    if (p.kind == "str") pw.strings("choices", p.choices);
+    if (!p.choices.empty()) {
+      json::Value ch;
+      ch.type = json::Value::Array;
+      ch.arr = p.choices;
+      pw.value("choices", ch);
+    }
     ps += (i ? "," : "") + pw.done();
   }
   w.raw("params", ps + "]");
@@ -262,7 +346,7 @@ inline std::string list_json(const FamilySpec& f) {
   for (size_t i = 0; i < f.variants.size(); ++i) {
     const VariantSpec& v = f.variants[i];
     json::Writer vw;
-    vw.str("name", v.name).str("role", v.role).str("description", v.description).raw("params", v.params);
+    vw.str("name", v.name).str("role", v.role).str("description", v.description).value("params", v.params);
     vs += (i ? "," : "") + vw.done();
   }
   w.raw("variants", vs + "]").strings("counters", f.counter_names);
@@ -275,7 +359,8 @@ inline std::string list_json(const FamilySpec& f) {
 // Owns the device, the stream and the check buffers; runs batches.
 class Runner {
  public:
-  explicit Runner(const FamilySpec& f) : fam_(f), rng_(std::random_device{}() ^ (uint64_t)getpid() << 32) {}
+  Runner(const FamilyTable& t, const FamilySpec& f)
+      : table_(t), fam_(f), rng_(std::random_device{}() ^ (uint64_t)getpid() << 32) {}
 
   void init_device() {
     int n = 0;
@@ -296,7 +381,7 @@ class Runner {
   std::string run_batch(const json::Value& req_params, long launches, bool validate = true,
                         double* wall_s_out = nullptr) {
     if (launches < 1 || launches > (1l << 26)) throw BadRequest("launches must be in [1, 67108864]");
-    Params p = detail::resolve(fam_, req_params);
+    Params p = detail::resolve(table_, req_params);
     if (fam_.validate) fam_.validate(p, dev_);
     const json::Value* sv = req_params.get("seed");
     uint64_t seed;
@@ -324,8 +409,8 @@ class Runner {
     if (b.timed_) HZ_CHECK(cudaEventElapsedTime(&kernel_ms, ev_[0], ev_[1]));
     float max_rel;
     std::memcpy(&max_rel, &host.max_rel_err_bits, sizeof max_rel);
-    for (size_t k = 0; k < fam_.counter_names.size() && k < (size_t)kNumCounters; ++k)
-      b.metric(fam_.counter_names[k], (double)host.counters[k]);
+    for (size_t k = 0; k < table_.counter_names.size() && k < (size_t)kNumCounters; ++k)
+      b.metric(table_.counter_names[k], (double)host.counters[k]);
     b.metric("wall_ms", wall_s * 1e3);
     if (host.mismatched_launches) b.metric("first_bad_launch", (double)host.first_bad_launch);
     b.metric("variant", p.variant);
@@ -352,6 +437,7 @@ class Runner {
     HZ_CHECK(cudaMalloc(&bits_, words * sizeof(unsigned)));
     bits_words_ = words;
   }
+  const FamilyTable& table_;
   const FamilySpec& fam_;
   Device dev_;
   cudaStream_t stream_ = nullptr;
@@ -370,7 +456,7 @@ int main_entry(int argc, char** argv, const FamilySpec& spec);
 #include "harness_main.h"
 
 // Ends a family source: `HZ_FAMILY_MAIN(my_family_spec)` where my_family_spec() returns a
-// hz::FamilySpec.
+// hz::FamilySpec (behaviour only; the table comes from hz_family_table.h).
 #define HZ_FAMILY_MAIN(spec_fn)                          \
   int main(int argc, char** argv) {                      \
     static const ::hz::FamilySpec spec = spec_fn();      \

@@ -287,45 +287,8 @@ void run(hz::Batch& b) {
   b.metric("tripwire_mode", hz_tw_mode_name(g_tw.mode));
 }
 
-hz::FamilySpec deadlock_spec() {
-  hz::FamilySpec f;
-  f.name = "deadlock";
-  f.summary = "persistent-grid deadlocks: grid barrier over co-residency, chunk-count participants, epoch snapshot skew";
-  f.params = {
-      hz::ParamSpec::Str("scenario", "grid_barrier", {"grid_barrier", "chunk_count", "snapshot_epoch"},
-                         "which seeded deadlock"),
-      hz::ParamSpec::Int("grid_extra", 0, -100000, 64, "grid_barrier: blocks beyond the co-residency limit"),
-      hz::ParamSpec::Int("rounds", 2, 1, 64, "grid_barrier: barrier rounds per launch"),
-      hz::ParamSpec::Int("workers", 30, 1, 4096, "chunk_count/snapshot_epoch: persistent workers (blocks)"),
-      hz::ParamSpec::Bool("nested", false, "chunk_count: chunk phase nested inside the QKV guard (the bug)"),
-      hz::ParamSpec::Int("qkv_tiles", 10, 0, 4096, "chunk_count: workers with a QKV tile"),
-      hz::ParamSpec::Int("chunks", 16, 1, 4096, "chunk_count: arrivals the chunk-merge barrier expects"),
-      hz::ParamSpec::Int("participants", 16, 1, 4096, "snapshot_epoch: workers arriving at the first barrier"),
-      hz::ParamSpec::Int("layers", 8, 1, 4095, "snapshot_epoch: layers per launch"),
-      hz::ParamSpec::Str("epoch_fix", "derive", {"none", "derive", "widen"},
-                         "snapshot_epoch: none (snapshot counter+1), derive (from layer), widen (all arrive)"),
-      hz::ParamSpec::Int("skew_ppm", 0, 0, 1000000, "snapshot_epoch: chance per worker-layer of falling behind"),
-      hz::ParamSpec::Int("skew_cycles", 400000, 0, 100000000, "snapshot_epoch: length of that delay (SM clocks)"),
-  };
-  f.variants = {
-      {"fixed_grid", "fixed", "grid barrier with grid = co-residency limit", R"({"scenario":"grid_barrier"})"},
-      {"broken_grid", "broken", "grid barrier with one block more than can be co-resident",
-       R"({"scenario":"grid_barrier","grid_extra":1})"},
-      {"fixed_chunk", "fixed", "chunk phase un-nested: all 16 chunk ranks arrive",
-       R"({"scenario":"chunk_count","workers":30,"qkv_tiles":10,"chunks":16,"nested":false})"},
-      {"broken_chunk", "broken", "chunk phase nested in the QKV guard: 10 of 16 arrive",
-       R"({"scenario":"chunk_count","workers":30,"qkv_tiles":10,"chunks":16,"nested":true})"},
-      {"fixed_epoch", "fixed", "expected epoch derived from the layer index, skew injected",
-       R"({"scenario":"snapshot_epoch","workers":64,"participants":16,"layers":8,"epoch_fix":"derive","skew_ppm":1000})"},
-      {"fixed_epoch_widen", "fixed", "every worker arrives at the first barrier, skew injected",
-       R"({"scenario":"snapshot_epoch","workers":64,"participants":16,"layers":8,"epoch_fix":"widen","skew_ppm":1000})"},
-      {"broken_epoch", "broken", "expected epoch snapshotted as counter+1 at layer entry, skew injected",
-       R"({"scenario":"snapshot_epoch","workers":64,"participants":16,"layers":8,"epoch_fix":"none","skew_ppm":1000})"},
-  };
-  f.validate = validate;
-  f.run = run;
-  return f;
-}
+// Parameters, variants and counters: standalone/deadlock/family.toml (embedded by the build).
+hz::FamilySpec deadlock_spec() { return {validate, run}; }
 
 }  // namespace
 

@@ -373,65 +373,8 @@ void run(hz::Batch& b) {
   b.timer_stop();
 }
 
-#define HZ_LITMUS_STRESS \
-  R"("barrier":true,"stress_blocks":264,"stress_pattern":"st_st","stress_lines":64,"stress_iters":1024)"
-
-hz::FamilySpec ordering_spec() {
-  hz::FamilySpec f;
-  f.name = "ordering";
-  f.summary = "memory ordering across blocks: litmus MP/SB/LB/CoRR with incantations; persistent producer/consumer";
-  f.params = {
-      hz::ParamSpec::Str("test", "mp", {"mp", "sb", "lb", "corr", "pc"}, "litmus shape, or pc (producer/consumer loop)"),
-      hz::ParamSpec::Str("writer_sync", "fence", {"none", "fence", "release"},
-                         "between thread 0's accesses (pc: producer's data and flag)"),
-      hz::ParamSpec::Str("reader_sync", "fence", {"none", "fence", "acquire"},
-                         "between thread 1's accesses (pc: consumer's flag and data)"),
-      hz::ParamSpec::Int("test_blocks", 0, 0, 4096, "blocks running instances (pc: pairs); 0 = one per SM"),
-      hz::ParamSpec::Int("threads", 256, 32, 1024, "threads per block (power of two)"),
-      hz::ParamSpec::Int("stride", 1, 1, 64, "words between consecutive instances' locations"),
-      hz::ParamSpec::Bool("permute", false, "place y of instance i at a permuted slot (location permutation)"),
-      hz::ParamSpec::Bool("shuffle", false, "randomise block roles, thread ids and partner blocks per launch"),
-      hz::ParamSpec::Bool("barrier", false, "spin barrier over the test blocks before the test"),
-      hz::ParamSpec::Int("stress_blocks", 0, 0, 4096, "extra blocks stressing a disjoint scratch region"),
-      hz::ParamSpec::Int("stress_lines", 64, 1, 1 << 20, "128-byte scratch lines the stress hits"),
-      hz::ParamSpec::Str("stress_pattern", "st_ld", {"st_st", "st_ld", "ld_st", "ld_ld"}, "stress access pair"),
-      hz::ParamSpec::Int("stress_iters", 4096, 0, 1 << 22, "stress iterations per thread (stop early when done)"),
-      hz::ParamSpec::Int("pre_stress", 0, 0, 1 << 20, "stress iterations by the testing threads before the test"),
-      hz::ParamSpec::Int("iters", 64, 1, 1 << 20, "pc: iterations per launch"),
-      hz::ParamSpec::Int("elems", 4, 1, 256, "pc: buffer words per thread"),
-  };
-  f.variants = {
-      // Litmus variants run under the stress measured best on the H200 (spin barrier + 264
-      // stress blocks, st_st on 64 lines: docs/results/families-h200.md); without it MP's
-      // weak outcome was never seen (0 in 4.8e9 instances).
-      {"mp_fenced", "fixed", "message passing with __threadfence on both sides, under stress",
-       R"({"test":"mp","writer_sync":"fence","reader_sync":"fence",)" HZ_LITMUS_STRESS "}"},
-      {"mp_relacq", "fixed", "message passing with st.release / ld.acquire at gpu scope, under stress",
-       R"({"test":"mp","writer_sync":"release","reader_sync":"acquire",)" HZ_LITMUS_STRESS "}"},
-      {"mp_plain", "broken", "message passing with plain volatile accesses, no fences, under stress",
-       R"({"test":"mp","writer_sync":"none","reader_sync":"none",)" HZ_LITMUS_STRESS "}"},
-      {"sb_fenced", "fixed", "store buffering with __threadfence on both sides, under stress",
-       R"({"test":"sb","writer_sync":"fence","reader_sync":"fence",)" HZ_LITMUS_STRESS "}"},
-      {"sb_plain", "broken", "store buffering without fences, under stress",
-       R"({"test":"sb","writer_sync":"none","reader_sync":"none",)" HZ_LITMUS_STRESS "}"},
-      {"lb_fenced", "fixed", "load buffering with __threadfence on both sides, under stress",
-       R"({"test":"lb","writer_sync":"fence","reader_sync":"fence",)" HZ_LITMUS_STRESS "}"},
-      {"lb_plain", "broken", "load buffering without fences, under stress",
-       R"({"test":"lb","writer_sync":"none","reader_sync":"none",)" HZ_LITMUS_STRESS "}"},
-      {"corr", "fixed", "read-read coherence on one location (no fences needed), under stress",
-       R"({"test":"corr","writer_sync":"none","reader_sync":"none",)" HZ_LITMUS_STRESS "}"},
-      {"pc_fixed", "fixed", "producer/consumer: release fence before the flag, ld.acquire.gpu on it",
-       R"({"test":"pc","writer_sync":"fence","reader_sync":"acquire"})"},
-      {"pc_fence", "fixed", "producer/consumer: __threadfence on both sides",
-       R"({"test":"pc","writer_sync":"fence","reader_sync":"fence"})"},
-      {"pc_no_acquire", "broken", "consumer spins on a volatile flag, then plain loads: stale L1 lines",
-       R"({"test":"pc","writer_sync":"fence","reader_sync":"none"})"},
-  };
-  f.counter_names = {"weak", "invalid", "outcome_00", "outcome_01", "outcome_10", "outcome_11", "spin_timeouts"};
-  f.validate = validate;
-  f.run = run;
-  return f;
-}
+// Parameters, variants and counters: standalone/ordering/family.toml (embedded by the build).
+hz::FamilySpec ordering_spec() { return {validate, run}; }
 
 }  // namespace
 

@@ -23,7 +23,7 @@ def family_binaries() -> dict:
     from hazards.families import all_families
     from hazards.stress_family import family_binary
 
-    return {f.name: family_binary(f) for f in all_families() if f.name in ("pipeline", "ordering")}
+    return {f.name: family_binary(f) for f in all_families() if f.binary}
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Both runtime families compile for sm_90a, and the binaries agree with the Python side.
+"""The runtime families compile for sm_90a and embed their family table.
 
 Compile-only on CPU machines (skipped with a reason when nvcc is absent): `--list` and bad
 requests are answered without touching a GPU, so they are checked here too.
@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from hazards.families import get_family
+from hazards.families import all_families
 
-FAMILIES = ("pipeline", "ordering")
+RUNTIME = [f for f in all_families() if f.binary]
 
 
 def list_json(exe) -> dict:
@@ -20,25 +20,26 @@ def list_json(exe) -> dict:
     return json.loads(out.stdout)
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-def test_family_compiles_for_sm90a_and_lists_its_variants(family_binaries, name):
-    listing = list_json(family_binaries[name])
-    assert listing["hz_protocol"] == 1 and listing["family"] == name
-    fam = get_family(name)
-    assert [v["name"] for v in listing["variants"]] == [v.name for v in fam.variants]
-    assert [v["role"] for v in listing["variants"]] == [v.role for v in fam.variants]
+@pytest.mark.parametrize("family", RUNTIME, ids=[f.name for f in RUNTIME])
+def test_generated_table_header_round_trips_through_the_binary(family_binaries, family):
+    """The binary parses the table the build embedded (hz_family_table.h) and lists it back:
+    parameters, defaults, ranges, choices, docs, variants, presets and counters all equal
+    the family.toml the Python Family was built from."""
+    listing = list_json(family_binaries[family.name])
+    assert listing == {"hz_protocol": 1, **family.harness_json()}
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-def test_python_defaults_and_presets_match_the_binary(family_binaries, name):
-    import importlib
+def test_every_runtime_family_is_round_tripped():
+    assert {"pipeline", "ordering", "deadlock", "barrier_layout"} <= {f.name for f in RUNTIME}
 
-    mod = importlib.import_module(f"hazards.families.{name}")
-    listing = list_json(family_binaries[name])
-    assert {p["name"]: p["default"] for p in listing["params"]} == mod.DEFAULTS
-    assert set(mod.RUNTIME_PARAMS) == set(mod.DEFAULTS)
-    for v in listing["variants"]:
-        assert v["params"] == mod._BY_NAME[v["name"]].params, v["name"]
+
+def test_a_binary_built_without_its_table_says_so_and_exits_2(tmp_path):
+    from hazards.engine.build import build_family
+    from hazards.sources import standalone_dir
+
+    exe = build_family(standalone_dir(), "pipeline", "pipeline", cache_dir=tmp_path)
+    out = subprocess.run([str(exe), "--list"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "built without its family table" in out.stderr
 
 
 @pytest.mark.parametrize("request_json, fragment", [

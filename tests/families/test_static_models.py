@@ -52,9 +52,9 @@ def test_pipeline_missing_war_barrier_needs_a_refill_of_a_read_slot():
 @settings(max_examples=60, deadline=None)
 def test_pipeline_strategy_points_resolve_inside_the_declared_domain(data):
     point = data.draw(get_family("pipeline").strategy())
-    assert point["variant"] in {v.name for v in pipeline.VARIANTS}
-    p = pipeline.resolve(point)
-    assert set(p) == set(pipeline.DEFAULTS)
+    assert point["variant"] in {v.name for v in pipeline.FAMILY.variants}
+    p = pipeline.FAMILY.resolve(point)
+    assert set(p) == set(pipeline.FAMILY.defaults)
     assert 1 <= p["stages"] <= 4 and 1 <= p["ktiles"] <= 256 and -1 <= p["wait_depth"] <= 7
     assert p["copy"] in ("plain", "cp_async") and p["tail"] in ("parity", "single")
     verdict = pipeline.static_model(point)
@@ -99,8 +99,8 @@ def test_instances_per_launch_follow_the_shape():
 @settings(max_examples=60, deadline=None)
 def test_ordering_strategy_points_resolve_inside_the_declared_domain(data):
     point = data.draw(get_family("ordering").strategy())
-    p = ordering.resolve(point)
-    assert set(p) == set(ordering.DEFAULTS)
+    p = ordering.FAMILY.resolve(point)
+    assert set(p) == set(ordering.FAMILY.defaults)
     assert p["threads"] & (p["threads"] - 1) == 0
     assert p["test"] in ("mp", "sb", "lb", "corr", "pc")
     blocks = (p["test_blocks"] or 132) * (2 if p["test"] == "pc" else 1) + (

@@ -1,6 +1,7 @@
 """hazards/stress_family.py and `hazards stress` against a fake family server (CPU)."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -54,9 +55,10 @@ def test_every_batch_is_stored_with_its_campaign(store, fake_target):
     assert store.campaign(r.summary.campaign_id).kind == "stress"
 
 
-def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(store, fake_target):
-    r = stress_variant(get_family("ordering"), "pc_no_acquire", store=store, launches=5, requests=2,
-                       target=fake_target, overrides={"fake": "spin_timeouts"})
+def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(store):
+    with ServerTarget([sys.executable, str(FAKE), "--spin-timeouts"], name="fake") as target:
+        r = stress_variant(get_family("ordering"), "pc_no_acquire", store=store, launches=5, requests=2,
+                           target=target)
     assert r.summary.failures == 2  # the runs did fail...
     assert (r.runs.proved, r.runs.unproved) == (0, 2)
     assert r.verdict is Verdict.WENT_BLIND  # ...but not because of the seeded hazard
@@ -125,3 +127,12 @@ def test_hazards_list_json_names_every_canary(capsys):
     assert canaries == {"broken_war", "broken_wait", "broken_tail"}
     assert all(v["static"]["hazardous"] == v["canary"] for f in ("pipeline", "ordering")
                for v in fams[f]["variants"])
+
+
+def test_the_static_model_judges_the_point_the_binary_reports_it_ran(store):
+    fam = get_family("pipeline")
+    ran = {**fam.resolve({"variant": "fixed"}), "wait_depth": 2}  # a binary whose idea differs
+    with ServerTarget([sys.executable, str(FAKE), "--resolved", json.dumps(ran)], name="fake") as target:
+        r = stress_variant(fam, "fixed", store=store, launches=5, requests=1, target=target)
+    assert fam.static_model({"variant": "fixed"}).hazardous is False
+    assert r.static_hazardous is True and "wait_group 2" in r.static_reason

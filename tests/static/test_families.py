@@ -10,7 +10,7 @@ from static_helpers import CLANG_MISSING, NVCC_MISSING, NVDISASM_MISSING, failin
 
 MODULES = {"earlyclobber": earlyclobber, "mfma_pipeline": mfma_pipeline,
            "barrier_layout": barrier_layout}
-CASES = [(name, v.name) for name, mod in MODULES.items() for v in mod.VARIANTS]
+CASES = [(name, v.name) for name, mod in MODULES.items() for v in mod.FAMILY.variants]
 FEW = settings(max_examples=6, deadline=None, derandomize=True,
                suppress_health_check=[HealthCheck.too_slow])
 

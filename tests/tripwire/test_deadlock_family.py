@@ -13,7 +13,7 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from hazards.families import get_family
-from hazards.families.deadlock import epoch_hang_probability, resolve, static_model
+from hazards.families.deadlock import epoch_hang_probability, static_model
 
 FAM = get_family("deadlock")
 
@@ -141,9 +141,9 @@ def test_grid_barrier_hazard_is_exactly_grid_over_the_limit() -> None:
 
 
 def test_epoch_hang_probability_counts_non_participant_layer_boundaries() -> None:
-    p = resolve({"variant": "broken_epoch"})
+    p = FAM.resolve({"variant": "broken_epoch"})
     assert epoch_hang_probability(p) == 1 - (1 - 1e-3) ** ((64 - 16) * 7)
-    assert epoch_hang_probability(resolve({"variant": "fixed_epoch"})) == 0.0
+    assert epoch_hang_probability(FAM.resolve({"variant": "fixed_epoch"})) == 0.0
     assert epoch_hang_probability({**p, "participants": 64}) == 0.0
 
 
@@ -155,7 +155,7 @@ def test_every_broken_variant_is_hazardous_and_every_fixed_one_is_not() -> None:
 @settings(max_examples=50, deadline=None)
 @given(FAM.strategy())
 def test_strategy_points_are_valid_for_the_binary(point: dict) -> None:
-    p = resolve(point)
+    p = FAM.resolve(point)
     assert point["variant"] in {v.name for v in FAM.variants}
     if p["scenario"] == "chunk_count":
         assert p["chunks"] <= p["workers"]  # the binary rejects more

@@ -9,21 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from hazards.family import STANDALONE
+from hazards.sources import family_dir
 from hazards.engine.outcome import Outcome
 from hazards.engine.targets import CommandTarget
 from hazards.engine.targets.tripwire import TripwireTarget
 from hazards.engine.tripwire import TripwireFile, load_names
 
 pytestmark = pytest.mark.gpu
-NAMES = load_names(STANDALONE / "deadlock" / "deadlock_names.h")
+NAMES = load_names(family_dir("deadlock") / "deadlock_names.h")
 
 
 @pytest.fixture(scope="module")
 def binary() -> Path:
-    from hazards.engine.build import build_family
+    from hazards.families import get_family
+    from hazards.stress_family import family_binary
 
-    return build_family(STANDALONE, "deadlock", "deadlock")
+    return family_binary(get_family("deadlock"))
 
 
 def run_variant(binary: Path, params: dict, timeout: float, tmp_path: Path):
