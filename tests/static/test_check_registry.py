@@ -66,6 +66,6 @@ def test_a_finding_carries_its_checks_severity_and_only_a_declared_alternative()
 
 @pytest.mark.parametrize("mod", [earlyclobber, mfma_pipeline, barrier_layout])
 def test_every_id_a_family_predicts_is_registered(mod):
-    for v in mod.VARIANTS:
+    for v in mod.FAMILY.variants:
         for check_id in mod.predicted_checks({"variant": v.name}):
             assert checks.get(check_id).id == check_id
