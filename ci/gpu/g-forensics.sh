@@ -23,8 +23,8 @@ mkdir -p $B
 SRC=tests/forensics/programs/hung_kernels.cu
 ARCH="-gencode=arch=compute_90a,code=sm_90a"
 # the deadlock family's binary (cached build, -lineinfo) in the background while the rest runs
-( python3 -c "from hazards.family import STANDALONE; from hazards.engine.build import build_family; \
-print(build_family(STANDALONE, 'deadlock', 'deadlock'))" > "$OUTD/build-deadlock.log" 2>&1; echo "rc=$?" >> "$OUTD/build-deadlock.log" ) &
+( python3 -c "from hazards.families import get_family; from hazards.stress_family import family_binary; \
+print(family_binary(get_family('deadlock')))" > "$OUTD/build-deadlock.log" 2>&1; echo "rc=$?" >> "$OUTD/build-deadlock.log" ) &
 BUILD_PID=$!
 nvcc -O3 $ARCH -lineinfo -o $B/hung-li $SRC > "$OUTD/build-li.log" 2>&1 &
 P1=$!
