@@ -16,3 +16,13 @@ def test_loading_every_command_and_family_imports_no_gpu_library():
     n_families, loaded = out.stdout.strip().split(" ", 1)
     assert int(n_families) >= 6
     assert loaded == "[]"
+
+
+def test_every_command_lives_in_the_module_named_after_it():
+    from hazards.cli import load_commands
+    from hazards.cli.app import app
+
+    load_commands()
+    homes = {c.name: c.callback.__module__ for c in app.registered_commands}
+    assert {"check", "soak", "lint", "static", "run", "repro", "stress", "report"} <= set(homes)
+    assert {name: home for name, home in homes.items() if home != f"hazards.cli.{name}"} == {}

@@ -1,8 +1,9 @@
 """The `hazards` command line.
 
-Each subcommand lives in its own module in this package and registers itself on
-`hazards.cli.app.app`; this module imports every sibling module, so adding a command is
-adding a file. `main()` turns expected failures (`hazards.engine.errors.UserError` and friends)
+Each subcommand lives in its own module in this package (named after it) and registers
+itself on `hazards.cli.app.app`; this module imports every sibling module, so adding a
+command is adding a file. What several commands share (options, value parsers) lives in
+`hazards.cli.options`. `main()` turns expected failures (`hazards.engine.errors.UserError` and friends)
 into one line on stderr and a non-zero exit, never a traceback.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from hazards.cli.app import app
 
 _LOADED = False
+_NOT_COMMANDS = ("app", "options")  # what the commands share, not commands themselves
 
 
 def load_commands() -> None:
@@ -22,7 +24,7 @@ def load_commands() -> None:
     if _LOADED:
         return
     for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if mod.name not in ("app",) and not mod.name.startswith("_"):
+        if mod.name not in _NOT_COMMANDS and not mod.name.startswith("_"):
             importlib.import_module(f"{__name__}.{mod.name}")
     _LOADED = True
 

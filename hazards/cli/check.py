@@ -1,7 +1,6 @@
 """`hazards check`: the pre-merge hazard check (static checks, then canaries on every GPU)."""
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -9,10 +8,8 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.engine.errors import UserError
-
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
+from hazards.cli.options import (BudgetOption, ExclusiveOption, FamiliesOption, LeaseDirOption, StoreOption,
+                                 WaitOption, parse_duration, split_names)
 
 _HELP = """Pre-merge hazard check: static checks, then a short stress of every family's
 canaries (broken variants) and clean variants on each free GPU.
@@ -29,38 +26,17 @@ Examples:\n
 """
 
 
-def parse_duration(text: str, *, allow_zero: bool = False) -> float:
-    """Seconds from '90', '90s', '3m', '1h30m', '1.5h'; UserError for anything else."""
-    s = (text or "").strip().lower()
-    pos, total = 0, 0.0
-    for m in _PART.finditer(s):
-        if m.start() != pos or (not m.group(2) and m.end() != len(s)):
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if not s or pos != len(s):
-        raise UserError(f"cannot read duration {text!r} (use e.g. 90s, 3m, 1h30m)")
-    if total <= 0 and not allow_zero:
-        raise UserError(f"duration must be positive, got {text!r}")
-    return total
-
-
-def split_names(values: Optional[List[str]]) -> list[str]:
-    """Family names from repeated and/or comma-separated options."""
-    return [n.strip() for v in values or () for n in v.split(",") if n.strip()]
-
-
 @app.command("check", help=_HELP)
 def check_command(
     paths: Optional[List[str]] = typer.Argument(None, help="Sources or listings for the static checks [default: the catalog]."),
-    budget: str = typer.Option("3m", "--budget", help="Time budget for the whole check (e.g. 90s, 3m)."),
+    budget: BudgetOption = "3m",
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
     static: bool = typer.Option(False, "--static", help="Run only the static checks (no GPU)."),
-    families: Optional[List[str]] = typer.Option(None, "--families", help="Only these families (repeat or comma-separate)."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
-    lease_dir: Optional[Path] = typer.Option(None, "--lease-dir", help="GPU lease folder [default: $HZ_LEASE_DIR or .hazards/leases]."),
-    wait: str = typer.Option("60s", "--wait", help="How long to wait for a GPU leased by someone else."),
-    exclusive: bool = typer.Option(False, "--exclusive", help="Refuse GPUs that run compute processes of others (NVML)."),
+    families: FamiliesOption = None,
+    store_path: StoreOption = None,
+    lease_dir: LeaseDirOption = None,
+    wait: WaitOption = "60s",
+    exclusive: ExclusiveOption = False,
 ) -> None:
     from hazards.checkrun import run_check
     from hazards.engine.junit import write_junit

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Optional
 
 import typer
 
 from hazards.cli.app import app
+from hazards.cli.options import JsonOption, StoreOption
 from hazards.engine.errors import UserError
 from hazards.engine.stats import compare
 from hazards.engine.store import Store
@@ -48,8 +48,8 @@ def compare_command(
     after_campaign: Optional[int] = typer.Option(None, "--after-campaign", help="Stored campaign after the change."),
     conf: float = typer.Option(0.95, "--conf", help="Confidence level."),
     bound: float = typer.Option(0.01, "--bound", help="The after-rate a fix must be shown to stay below."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database for campaign ids."),
+    json_out: JsonOption = False,
+    store_path: StoreOption = None,
 ) -> None:
     """Compare failure counts before and after a change and say what they show.
 

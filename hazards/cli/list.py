@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
+from hazards.cli.options import JsonOption
 from hazards.family import Family
 
 
@@ -31,7 +32,7 @@ def family_json(f: Family) -> dict[str, Any]:
 
 @app.command("list")
 def list_command(
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    json_out: JsonOption = False,
     params: bool = typer.Option(False, "--params", help="Also list each family's run-time parameters."),
 ) -> None:
     """The hazard catalog: families, their variants (canaries marked) and parameters."""

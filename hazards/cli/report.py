@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from hazards.cli.app import app
+from hazards.cli.options import StoreOption
 from hazards.engine.errors import UserError
 
 _HELP = """Report on a campaign (default: the latest): outcome counts and failure rates
@@ -27,7 +28,7 @@ def report_command(
     markdown: bool = typer.Option(False, "--markdown", help="Also print a markdown summary on stdout."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Also write the campaign as JUnit XML."),
     last: int = typer.Option(10, "--last", help="Campaigns shown in the trends."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
+    store_path: StoreOption = None,
 ) -> None:
     from hazards.engine.junit import write_junit
     from hazards.engine.report import junit_suites, render_markdown, write_report

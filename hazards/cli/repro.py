@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -13,6 +12,7 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
+from hazards.cli.options import CampaignNameOption, JsonOption, StoreOption, sigterm_as_interrupt
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.outcome import OUTCOMES, Outcome, RunResult
@@ -105,10 +105,6 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
         out.print(f"  artifacts: {r.artifact_dir}", highlight=False)
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 @app.command("repro", help=_HELP, context_settings={"allow_interspersed_args": False})
 def repro_command(
     command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
@@ -129,9 +125,9 @@ def repro_command(
                                    help="On a hang, read device warps, host stacks and GPU state before the kill."),
     hang_budget: float = typer.Option(DEFAULT_HANG_BUDGET_S, "--hang-budget",
                                       help="Seconds the on-hang collectors may take per hang."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: .hazards/results.db]."),
-    name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    store_path: StoreOption = None,
+    name: CampaignNameOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     from hazards.engine.targets.base import check_argv
     from hazards.engine.tripwire import load_names
@@ -165,12 +161,8 @@ def repro_command(
             "forensics": forensics, "hang_budget": hang_budget,
             "names": str(names) if names else None}
     store = Store(store_path)
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    try:
-        with store:
-            summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with sigterm_as_interrupt(), store:
+        summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name)
     _report(summary, failures, spec, store, json_out)
     sys.exit(1 if summary.failures else (3 if summary.errors else 0))
 

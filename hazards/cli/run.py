@@ -5,7 +5,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -16,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hazards.cli.app import app
+from hazards.cli.options import JsonOption, StoreOption, sigterm_as_interrupt
 from hazards.engine.campaign import ARTIFACT_POLICIES, CampaignSummary, run_campaign
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import OUTCOMES, RunResult
@@ -173,10 +173,6 @@ def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, time
     return store, target, spec
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 @app.command("run", help=_HELP, context_settings={"allow_interspersed_args": False})
 def run_command(
     command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
@@ -185,8 +181,8 @@ def run_command(
                                     help=f"Total runs (default: {DEFAULT_N}; {DEFAULT_N_UNTIL_FAIL} with --until-fail)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help=f"Seconds per run before it is a hang (default: {DEFAULT_TIMEOUT_S:g})."),
     until_fail: bool = typer.Option(False, "--until-fail", help="Stop at the first hang, fault or mismatch."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database (default: $HZ_STORE or .hazards/results.db)."),
+    json_out: JsonOption = False,
+    store_path: StoreOption = None,
     name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign and the target."),
     result_regex: Optional[str] = typer.Option(None, "--result-regex", help="A regex on the output that marks a run as a mismatch."),
     resume: Optional[int] = typer.Option(None, "--resume", help="Continue this campaign (its stored command); -n raises its total."),
@@ -212,9 +208,8 @@ def run_command(
         target = make_command_target(spec)  # checks the program before the store is touched
         store = Store(store_path)
         campaign_id = store.create_campaign(KIND, spec, name=name)
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
-        with store, target:
+        with sigterm_as_interrupt(), store, target:
             start = store.counts(campaign_id)
             label = f"#{campaign_id} {Path(spec['argv'][0]).name}"
             with OutcomeProgress(spec["n"], label, start) as bar:
@@ -230,6 +225,4 @@ def run_command(
         print(f"hazards: interrupted; campaign {campaign_id} keeps every finished run "
               f"(continue with `hazards run --resume {campaign_id}`)", file=sys.stderr)
         sys.exit(130)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     sys.exit(exit_code(summary))

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.check import parse_duration, split_names
+from hazards.cli.options import (BudgetOption, CampaignNameOption, ExclusiveOption, FamiliesOption, LeaseDirOption,
+                                 StoreOption, WaitOption, parse_duration, split_names)
 from hazards.engine.errors import UserError
 
 _HELP = """Nightly soak: every family/variant plus the targets of a TOML file, spread over
@@ -44,8 +45,8 @@ def soak_items(families: list[str], targets: Path | None, no_families: bool) -> 
 
 @app.command("soak", help=_HELP)
 def soak_command(
-    budget: str = typer.Option("30m", "--budget", help="Time budget (e.g. 5m, 30m, 2h)."),
-    families: Optional[List[str]] = typer.Option(None, "--families", help="Only these families (repeat or comma-separate)."),
+    budget: BudgetOption = "30m",
+    families: FamiliesOption = None,
     targets: Optional[Path] = typer.Option(None, "--targets", help="TOML file of registered targets ([[target]] tables)."),
     no_families: bool = typer.Option(False, "--no-families", help="Only the --targets, no catalog families."),
     resume: Optional[int] = typer.Option(None, "--resume", help="Continue this soak campaign with its remaining budget."),
@@ -53,11 +54,11 @@ def soak_command(
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (--executor ray) [default: a local Ray]."),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="Lease at most this many GPUs."),
     report: Optional[Path] = typer.Option(None, "--report", help="HTML report path [default: next to the store]."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
-    lease_dir: Optional[Path] = typer.Option(None, "--lease-dir", help="GPU lease folder [default: $HZ_LEASE_DIR or .hazards/leases]."),
-    wait: str = typer.Option("0s", "--wait", help="How long to wait for a GPU leased by someone else."),
-    exclusive: bool = typer.Option(False, "--exclusive", help="Refuse GPUs that run compute processes of others (NVML)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign."),
+    store_path: StoreOption = None,
+    lease_dir: LeaseDirOption = None,
+    wait: WaitOption = "0s",
+    exclusive: ExclusiveOption = False,
+    name: CampaignNameOption = None,
 ) -> None:
     from hazards.engine.leases import acquire_free, release_all
     from hazards.engine.soak import run_soak

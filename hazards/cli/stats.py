@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -12,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
+from hazards.cli.options import JsonOption, StoreOption
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import OUTCOMES, item_key
 from hazards.engine.stats import percent
@@ -40,9 +40,9 @@ def _rate_cell(t: Tally, conf: float) -> str:
 @app.command("stats")
 def stats_command(
     campaign: Optional[int] = typer.Option(None, "--campaign", help="Only this campaign's runs."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    json_out: JsonOption = False,
     conf: float = typer.Option(0.95, "--conf", help="Confidence level of the intervals."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database (default: $HZ_STORE or .hazards/results.db)."),
+    store_path: StoreOption = None,
 ) -> None:
     """Failure rate per target/variant: n, counts per outcome, rate with an exact CI.
 

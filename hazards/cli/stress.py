@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
@@ -12,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hazards.cli.app import app
+from hazards.cli.options import JsonOption, StoreOption
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import RunResult
 from hazards.engine.stats import percent
@@ -134,8 +134,8 @@ def stress_command(
     sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a run-time parameter: NAME=VALUE (repeatable)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per request before it is a hang [default: the family's]."),
     build_target: str = typer.Option("sm_90a", "--target", help="Build target (sm_90a; gfx942 where hipcc exists)."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    store_path: Optional[Path] = typer.Option(None, "--store", help="Results database [default: $HZ_STORE or .hazards/results.db]."),
+    json_out: JsonOption = False,
+    store_path: StoreOption = None,
 ) -> None:
     from hazards.families import get_family
     from hazards.engine.targets.sanitizer import TOOLS

@@ -24,6 +24,8 @@ import os
 import sys
 from typing import Any
 
+from hazards.engine.protocol_server import StopServing
+
 TOL = 1e-2
 MISHANDLINGS = ("none", "clamp8192", "ignore_starts")
 
@@ -103,14 +105,26 @@ def once(args: argparse.Namespace) -> int:
     return 1 if res["mismatched"] else 0
 
 
-def serve(args: argparse.Namespace) -> int:
-    from hazards.engine import protocol
+def handle(checker: Checker, req: dict[str, Any]) -> dict[str, Any]:
+    """One protocol request: `launches` checked calls, or a bad_request reply saying why not."""
+    params = req.get("params") or {}
+    unknown = set(params) - {"seed", "variant", "mishandle"}
+    if unknown:
+        return {"status": "bad_request", "message": f"unknown params: {sorted(unknown)}"}
+    mishandle = str(params.get("mishandle", "none"))
+    if mishandle not in MISHANDLINGS:
+        return {"status": "bad_request",
+                "message": f"unknown mishandling {mishandle!r} (known: {', '.join(MISHANDLINGS)})"}
+    try:
+        res = checker.batch(int(req.get("launches", 1)), int(params.get("seed", req.get("id"))), mishandle)
+    except Exception as exc:  # noqa: BLE001 - a sticky CUDA error poisons the context
+        raise StopServing(3, {"status": "fault" if _device_error(exc) else "bad_request",
+                              "message": f"{type(exc).__name__}: {exc}"}) from None
+    return {"status": "ok", **res}
 
-    out = sys.stdout.buffer
 
-    def send(obj: dict[str, Any]) -> None:
-        out.write(protocol.encode(obj))
-        out.flush()
+def serve_checks(args: argparse.Namespace) -> int:
+    from hazards.engine.protocol_server import serve
 
     try:
         checker = Checker(args.lens_scale, args.schedule)
@@ -119,31 +133,9 @@ def serve(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001
         print(f"megakernel check: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3 if _device_error(exc) else 2
-    send({"hz_protocol": protocol.PROTOCOL_VERSION, "server": "megakernel", "pid": os.getpid(),
-          "device": props.name, **({"gpu_uuid": f"GPU-{uuid}"} if uuid else {})})
-    for raw in sys.stdin.buffer:
-        req = json.loads(raw)
-        rid = req.get("id")
-        if req.get("cmd") == "quit":
-            return 0
-        params = req.get("params") or {}
-        unknown = set(params) - {"seed", "variant", "mishandle"}
-        if unknown:
-            send({"id": rid, "status": "bad_request", "message": f"unknown params: {sorted(unknown)}"})
-            continue
-        mishandle = str(params.get("mishandle", "none"))
-        if mishandle not in MISHANDLINGS:
-            send({"id": rid, "status": "bad_request",
-                  "message": f"unknown mishandling {mishandle!r} (known: {', '.join(MISHANDLINGS)})"})
-            continue
-        try:
-            res = checker.batch(int(req.get("launches", 1)), int(params.get("seed", rid)), mishandle)
-        except Exception as exc:  # noqa: BLE001 - a sticky CUDA error poisons the context
-            send({"id": rid, "status": "fault" if _device_error(exc) else "bad_request",
-                  "message": f"{type(exc).__name__}: {exc}"})
-            return 3
-        send({"id": rid, "status": "ok", **res})
-    return 0
+    return serve(lambda req: handle(checker, req),
+                 {"server": "megakernel", "pid": os.getpid(), "device": props.name,
+                  **({"gpu_uuid": f"GPU-{uuid}"} if uuid else {})})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.calls < 1 or args.lens_scale < 1:
         print("megakernel check: --calls and --lens-scale must be >= 1", file=sys.stderr)
         return 2
-    return serve(args) if args.serve else once(args)
+    return serve_checks(args) if args.serve else once(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Helpers for the campaign tests: a fake family served by fake_family_server.py."""
+"""Helpers for the campaign tests: a fake family served by the fake server (tests/fakes)."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +8,7 @@ from hazards.family import Family, StaticVerdict, Variant
 from hazards.engine.executor import WorkItem
 
 HERE = Path(__file__).resolve().parent
-FAKE_SERVER = HERE / "fake_family_server.py"
+FAKE_SERVER = HERE.parent / "fakes" / "fake_server.py"
 
 
 def make_family(name: str = "fakefam", *, canary_fail_prob: float = 1.0, clean_fail_prob: float = 0.0,

@@ -38,7 +38,7 @@ def test_correct_server_serves_many_requests_in_one_warm_process(server):
     assert [r.worker_age for r in results] == [0, 1, 2, 3]
     assert {r.metrics["worker_pid"] for r in results} == {server.pid}
     assert server.spawns == 1 and server.worker_age == 4
-    assert server.gpu_uuid == "GPU-fake-0000" == results[0].gpu_uuid
+    assert server.gpu_uuid.startswith("GPU-fake-") and server.gpu_uuid == results[0].gpu_uuid
     assert results[0].metrics["launches"] == 10 and results[0].variant == "ref"
     assert server.handshake["server"] == "fake"
 

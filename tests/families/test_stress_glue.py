@@ -13,12 +13,12 @@ from hazards.stress_family import proof, stress_variant
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.targets import ServerTarget
 
-FAKE = Path(__file__).with_name("fake_harness_server.py")
+HARNESS = [sys.executable, str(Path(__file__).resolve().parent.parent / "fakes" / "fake_server.py"), "--harness"]
 
 
 @pytest.fixture
 def fake_target():
-    t = ServerTarget([sys.executable, str(FAKE)], name="fake")
+    t = ServerTarget(HARNESS, name="fake")
     yield t
     t.close()
 
@@ -56,7 +56,7 @@ def test_every_batch_is_stored_with_its_campaign(store, fake_target):
 
 
 def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(store):
-    with ServerTarget([sys.executable, str(FAKE), "--spin-timeouts"], name="fake") as target:
+    with ServerTarget([*HARNESS, "--spin-timeouts"], name="fake") as target:
         r = stress_variant(get_family("ordering"), "pc_no_acquire", store=store, launches=5, requests=2,
                            target=target)
     assert r.summary.failures == 2  # the runs did fail...
@@ -132,7 +132,7 @@ def test_hazards_list_json_names_every_canary(capsys):
 def test_the_static_model_judges_the_point_the_binary_reports_it_ran(store):
     fam = get_family("pipeline")
     ran = {**fam.resolve({"variant": "fixed"}), "wait_depth": 2}  # a binary whose idea differs
-    with ServerTarget([sys.executable, str(FAKE), "--resolved", json.dumps(ran)], name="fake") as target:
+    with ServerTarget([*HARNESS, "--resolved", json.dumps(ran)], name="fake") as target:
         r = stress_variant(fam, "fixed", store=store, launches=5, requests=1, target=target)
     assert fam.static_model({"variant": "fixed"}).hazardous is False
     assert r.static_hazardous is True and "wait_group 2" in r.static_reason

@@ -15,7 +15,7 @@ from hazards.replay import (PointRate, failure_note, measure_point, mismatch_rat
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import rate_ci
 
-FAKE = Path(__file__).with_name("fakes") / "family_server.py"
+FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_server.py"
 
 FAMILY_TESTS = f"""
     import sys

@@ -21,7 +21,7 @@ from hazards.engine.leases import acquire_free, current_holders, read_lease_log,
 from hazards.engine.soak import run_soak  # noqa: E402
 from hazards.engine.store import Store  # noqa: E402
 
-FAKE = Path(__file__).with_name("fakes") / "family_server.py"
+FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_server.py"
 CMD = ("import json, os; print('HZ_RESULT ' + json.dumps({'ok': True, "
        "'cvd': os.environ.get('CUDA_VISIBLE_DEVICES'), 'params': json.loads(os.environ['HZ_PARAMS'])}))")
 

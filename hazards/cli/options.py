@@ -1,0 +1,81 @@
+"""What several commands share: the options they have in common (one spelling, one meaning,
+one help text per flag), the parsers of option values, and two small helpers.
+
+A command declares a shared option by its type, e.g. `store_path: StoreOption = None`; the
+default stays in the command's signature, where a reader looks for it.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Iterator, List, Optional
+
+import typer
+
+from hazards.engine.errors import UserError
+
+StoreOption = Annotated[Optional[Path], typer.Option(
+    "--store", help="Results database.", show_default="$HZ_STORE or .hazards/results.db")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+FamiliesOption = Annotated[Optional[List[str]], typer.Option(
+    "--families", help="Only these families (repeat or comma-separate).", show_default="all")]
+BudgetOption = Annotated[str, typer.Option("--budget", help="Time budget (e.g. 90s, 3m, 1h30m).")]
+LeaseDirOption = Annotated[Optional[Path], typer.Option(
+    "--lease-dir", help="GPU lease folder.", show_default="$HZ_LEASE_DIR or .hazards/leases")]
+WaitOption = Annotated[str, typer.Option("--wait", help="How long to wait for a GPU leased by someone else.")]
+ExclusiveOption = Annotated[bool, typer.Option(
+    "--exclusive", help="Refuse GPUs that run compute processes of others (NVML).")]
+CampaignNameOption = Annotated[Optional[str], typer.Option(
+    "--name", help="Name for the campaign.", show_default="none")]
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
+
+
+def parse_duration(text: str, *, allow_zero: bool = False) -> float:
+    """Seconds from '90', '90s', '3m', '1h30m', '1.5h'; UserError for anything else."""
+    s = (text or "").strip().lower()
+    pos, total = 0, 0.0
+    for m in _PART.finditer(s):
+        if m.start() != pos or (not m.group(2) and m.end() != len(s)):
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if not s or pos != len(s):
+        raise UserError(f"cannot read duration {text!r} (use e.g. 90s, 3m, 1h30m)")
+    if total <= 0 and not allow_zero:
+        raise UserError(f"duration must be positive, got {text!r}")
+    return total
+
+
+def split_names(values: Optional[Iterable[str]]) -> list[str]:
+    """Names from repeated and/or comma-separated options."""
+    return [n.strip() for v in values or () for n in v.split(",") if n.strip()]
+
+
+def print_findings(findings: Iterable[Any], as_json: bool, show_info: bool) -> None:
+    """Static-check findings as text lines or one JSON array (`info` ones only if asked)."""
+    from hazards.static.findings import to_json
+
+    shown = [f for f in findings if show_info or f.severity != "info"]
+    if as_json:
+        typer.echo(to_json(shown))
+        return
+    for f in shown:
+        typer.echo(f.format())
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM ends a campaign like Ctrl-C (finished runs kept, children stopped)."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
