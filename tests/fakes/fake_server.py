@@ -80,7 +80,7 @@ class FakeServer:
         bad = self.fails(params, launches)
         if bad and params.get("anomaly"):
             metrics[params["anomaly"]] = launches
-        reply = {"status": "ok", "launches": launches, "kernel_ms": round(random.uniform(0.05, 0.2), 4)}
+        reply = {"status": "ok", "launches": launches, "kernel_ms": 0.01 * launches}
         if self.harness:  # a harness's reply: litmus metrics, element counts, the error
             bad = bad or (launches if variant.startswith(CANARY_NAMES) else 0)
             metrics.update(instances=1000 * launches, weak=3 * launches if bad else 0)

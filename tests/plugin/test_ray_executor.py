@@ -74,9 +74,9 @@ def _rows(store: Store, cid: int) -> list[tuple]:
     out = []
     for sr in store.runs(cid):
         r = sr.result
-        metrics = {k: v for k, v in r.metrics.items() if k != "cvd"}
+        metrics = {k: v for k, v in r.metrics.items() if k not in ("cvd", "worker_pid")}
         out.append((r.target, r.variant, json.dumps(r.params, sort_keys=True), r.outcome.value, r.reason,
-                    r.error_kind, json.dumps(metrics, sort_keys=True), r.host, r.gpu_uuid))
+                    r.error_kind, json.dumps(metrics, sort_keys=True), r.host))
     return sorted(out)
 
 
