@@ -69,7 +69,7 @@ __device__ void produce(const Params& p, const Smem& s, int n_chunks) {
       }
       for (long long t0 = a; t0 < pe; t0 += STEP) {
         const int n = (int)min((long long)STEP, pe - t0);
-        mbar_wait(&s.empty[stage], phase ^ 1);
+        hz_mbar_wait(&s.empty[stage], phase ^ 1);
         if (lane == 0) {
           StageDesc d;
           d.req = req;
@@ -79,8 +79,8 @@ __device__ void produce(const Params& p, const Smem& s, int n_chunks) {
           d.piece_len = (int)(pe - a);
           d.pad0 = d.pad1 = d.pad2 = 0;
           s.desc[stage] = d;
-          if (p.probe == PROBE_COMPUTE_ONLY) mbar_arrive(&s.full[stage]);
-          else mbar_arrive_expect_tx(&s.full[stage], 2u * n * row_bytes);
+          if (p.probe == PROBE_COMPUTE_ONLY) hz_mbar_arrive(&s.full[stage]);
+          else hz_mbar_arrive_expect_tx(&s.full[stage], 2u * n * row_bytes);
         }
         __syncwarp();
         const long long row = row_first + (t0 - a) + (lane & 15);
@@ -89,12 +89,12 @@ __device__ void produce(const Params& p, const Smem& s, int n_chunks) {
           if (lane < 2) {
             const size_t off = (size_t)(row_first + (t0 - a)) * p.n_kv * HD;
             char* dst = (lane == 0 ? s.kst : s.vst) + (size_t)stage * STEP * row_bytes;
-            bulk_copy_g2s(dst, (lane == 0 ? p.k : p.v) + off, n * row_bytes, &s.full[stage], policy);
+            hz_bulk_g2s_hint(dst, (lane == 0 ? p.k : p.v) + off, n * row_bytes, &s.full[stage], policy);
           }
         } else if ((lane & 15) < n) {  // one copy per row into a padded (conflict-free) row
           const size_t off = (size_t)row * p.n_kv * HD;
           char* dst = (lane < 16 ? s.kst : s.vst) + ((size_t)stage * STEP + (lane & 15)) * s.row_stride;
-          bulk_copy_g2s(dst, (lane < 16 ? p.k : p.v) + off, row_bytes, &s.full[stage], policy);
+          hz_bulk_g2s_hint(dst, (lane < 16 ? p.k : p.v) + off, row_bytes, &s.full[stage], policy);
         }
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
@@ -102,10 +102,10 @@ __device__ void produce(const Params& p, const Smem& s, int n_chunks) {
     }
     k = __shfl_sync(0xffffffffu, next, 0);
   }
-  mbar_wait(&s.empty[stage], phase ^ 1);
+  hz_mbar_wait(&s.empty[stage], phase ^ 1);
   if (lane == 0) {
     s.desc[stage].flags = ST_STOP;
-    mbar_arrive(&s.full[stage]);
+    hz_mbar_arrive(&s.full[stage]);
   }
 }
 
@@ -353,12 +353,12 @@ __device__ void consume(const Params& p, const Smem& s) {
   int stage = 0;
   uint32_t phase = 0;
   while (true) {
-    mbar_wait(&s.full[stage], phase);
+    hz_mbar_wait(&s.full[stage], phase);
     const StageDesc d = s.desc[stage];
     if (d.flags & ST_STOP) break;
     if (p.probe == PROBE_STREAM_ONLY) {
       __syncwarp();
-      if (lane == 0) mbar_arrive(&s.empty[stage]);
+      if (lane == 0) hz_mbar_arrive(&s.empty[stage]);
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
       continue;
     }
@@ -385,7 +385,7 @@ __device__ void consume(const Params& p, const Smem& s) {
       }
     }
     __syncwarp();
-    if (lane == 0) mbar_arrive(&s.empty[stage]);  // this warp is done reading the stage
+    if (lane == 0) hz_mbar_arrive(&s.empty[stage]);  // this warp is done reading the stage
     if (d.flags & ST_LAST) finish_piece(p, s, st, d, h);
     if (++stage == STAGES) { stage = 0; phase ^= 1; }
   }
@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(THREADS, 1) ragged_decode_kernel(const Params 
   const Smem s = carve(smem_raw, p.B, p.n_q, p.n_kv);
   const int tid = threadIdx.x;
   if (tid == 0) {
-    for (int i = 0; i < STAGES; ++i) { mbar_init(&s.full[i], 1); mbar_init(&s.empty[i], CONSUMER_WARPS); }
+    for (int i = 0; i < STAGES; ++i) { hz_mbar_init(&s.full[i], 1); hz_mbar_init(&s.empty[i], CONSUMER_WARPS); }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   prologue(p, s);  // ends with __syncthreads: barriers initialised, line built

@@ -1,0 +1,456 @@
+// Family `mma_pingpong` (sm_90a): the MI355 megakernel PR's software-pipelined MMA loop
+// rebuilt for Hopper. One warpgroup per block computes a 64 x BN tile of D = A * B (bf16
+// in, f32 accumulate) over T K-tiles of BK. Thread 0 streams each K-tile's A and B slices
+// into a ring of `stages` shared-memory operand banks with two bulk copies
+// (cp.async.bulk) completing on the bank's mbarrier; the warpgroup consumes a bank with
+// BK/16 wgmma.mma_async, commits them as one group, and waits with
+// wgmma.wait_group<W> before thread 0 refills bank (t+1) % S with tile t+1.
+//
+// Seeded hazards (run-time parameters except W and the accumulator read, which are
+// template arguments so that the SASS of each schedule is definite):
+//   * WAR on the operand bank (`wait_depth` W > stages-1): the refilled bank was last read
+//     by the wgmma group t+1-S, which wait_group<W> leaves in flight when W > S-1. The
+//     bulk copy then overwrites operands the tensor core may still be reading: nothing in
+//     the mbarrier/bulk-copy protocol orders the copy after the wgmma's reads, and ptxas
+//     does not track shared memory written by the async proxy.
+//   * single exit tail (`tail` = single): the peeled last trip reads bank 0, right only
+//     when (T-1) % S == 0 -- odd trip counts for the ping-pong (the PR's exit-parity lesson).
+//   * accumulator read before the retiring wait (`acc_read` = before_wait): the epilogue
+//     stores the accumulators before wgmma.wait_group 0. This is undefined in PTX, but
+//     ptxas sees it and serializes every wgmma of the kernel (C7514), so the emitted code
+//     is correct: the static checks detect it, the runtime oracle cannot (measured).
+// Why the fixed schedule is correct: with W <= S-1, wait_group<W> retires group t-W,
+// which is at or after the group t+1-S that last read the refilled bank; the
+// __syncthreads after it makes all four warps' waits precede the refill; the last trip
+// reads bank (T-1) % S; every copy has completed (the drain) before the block exits.
+// Oracle: every launch is compared bit-exactly with the reference schedule (one bank,
+// wait_group 0: no overlap) on the same inputs, and the reference itself is checked
+// against a double-precision host GEMM within a calibrated tolerance every batch.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../common/harness.h"
+#include "../include/hz_async.cuh"
+#include "wgmma.cuh"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 128;  // one warpgroup
+constexpr int kMaxStages = 4;
+constexpr int kMaxWait = 3;    // wait depths compiled: 0..3
+
+struct Schedule {
+  int ktiles;       // trip count T
+  int stages;       // operand banks S
+  int tail_single;  // the peeled last trip reads bank 0 instead of (T-1) % S
+  int jitter;       // thread 0 spins up to jitter*64 clocks before each refill
+  unsigned long long seed;
+};
+
+template <int BN, int BK>
+struct Tile {
+  static constexpr int kA = mma::kBM * BK;  // elements of one A slice
+  static constexpr int kB = BN * BK;
+  static constexpr uint32_t kBytesA = kA * 2, kBytesB = kB * 2, kBankBytes = kBytesA + kBytesB;
+  static constexpr uint32_t kLboA = mma::kBM * 16, kLboB = BN * 16;  // bytes between k groups
+  static_assert(mma::layout_consistent<mma::kBM, BK>() && mma::layout_consistent<BN, BK>(),
+                "the descriptor strides do not address the tiles the way tile_offset stores them");
+};
+
+template <int BN, int BK, int W, bool kEarlyRead>
+__global__ void __launch_bounds__(kThreads, 1)
+    mma_pingpong_kernel(const bf16* __restrict__ At, const bf16* __restrict__ Bt, float* __restrict__ D,
+                        Schedule sc) {
+  using Tl = Tile<BN, BK>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ uint64_t full[kMaxStages];
+  const int S = sc.stages, T = sc.ktiles, tid = threadIdx.x;
+  const bf16* a_src = At + (size_t)blockIdx.x * T * Tl::kA;
+  const uint32_t smem0 = hz_smem_addr(smem);
+
+  auto issue = [&](int tile, int bank) {  // thread 0: tile -> bank, completing on full[bank]
+    unsigned char* dst = smem + (size_t)bank * Tl::kBankBytes;
+    hz_mbar_arrive_expect_tx(&full[bank], Tl::kBankBytes);
+    hz_bulk_g2s(dst, a_src + (size_t)tile * Tl::kA, Tl::kBytesA, &full[bank]);
+    hz_bulk_g2s(dst + Tl::kBytesA, Bt + (size_t)tile * Tl::kB, Tl::kBytesB, &full[bank]);
+  };
+  if (tid == 0) {
+    for (int b = 0; b < S; ++b) hz_mbar_init(&full[b], 1);
+    hz_mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int j = 0; j < S && j < T; ++j) issue(j, j);
+
+  float d[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+  mma::fence_operands(d);
+
+  // Consume tile t from `bank`: wait for its bytes, issue BK/16 wgmmas, commit one group.
+  auto consume = [&](int t, int bank) {
+    hz_mbar_wait(&full[bank], (uint32_t)(t / S) & 1u);
+    const uint32_t a = smem0 + (uint32_t)bank * Tl::kBankBytes, b = a + Tl::kBytesA;
+    mma::fence();
+    mma::fence_operands(d);
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)
+      mma::mma_async<BN>(d, mma::make_desc(a + 2 * kk * Tl::kLboA, Tl::kLboA),
+                         mma::make_desc(b + 2 * kk * Tl::kLboB, Tl::kLboB));
+    mma::fence_operands(d);
+    mma::commit();
+  };
+
+  for (int t = 0; t < T - 1; ++t) {
+    consume(t, t % S);
+    mma::wait<W>();  // groups t-W+1 .. t may still be reading their banks
+    mma::fence_operands(d);
+    __syncthreads();  // every warp of the warpgroup has passed its wait
+    if (tid == 0 && t + 1 >= S) {
+      if (sc.jitter)
+        hz_spin_cycles((long long)(hz::splitmix64(sc.seed ^ ((unsigned long long)blockIdx.x << 20) ^ t) %
+                                   (unsigned long long)(sc.jitter * 64 + 1)));
+      issue(t + 1, (t + 1) % S);  // bank last read by group t+1-S
+    }
+  }
+  // Exit tail: the peeled last trip. Its bank depends on the trip count's residue; a
+  // single-tail port hard-codes bank 0 (right only when (T-1) % S == 0).
+  consume(T - 1, sc.tail_single ? 0 : (T - 1) % S);
+  float* out = D + (size_t)blockIdx.x * mma::kBM * BN;
+  if (kEarlyRead) {  // BROKEN: reads the accumulators before the group that writes them retires
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) out[mma::acc_row(tid, i) * BN + mma::acc_col(tid, i)] = d[i];
+    mma::wait<0>();
+  } else {
+    mma::wait<0>();
+    mma::fence_operands(d);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) out[mma::acc_row(tid, i) * BN + mma::acc_col(tid, i)] = d[i];
+  }
+  // Drain: no bulk copy may still be writing this block's shared memory when it exits
+  // (the single-tail port leaves the last tile's copy unconsumed).
+  if (tid == 0)
+    for (int b = 0; b < S && b < T; ++b) hz_mbar_wait(&full[b], (uint32_t)((T - 1 - b) / S) & 1u);
+}
+
+using KernelFn = void (*)(const bf16*, const bf16*, float*, Schedule);
+
+template <int BN, int BK, bool kEarly>
+KernelFn pick_depth(int w) {
+  switch (w) {
+    case 0: return mma_pingpong_kernel<BN, BK, 0, kEarly>;
+    case 1: return mma_pingpong_kernel<BN, BK, 1, kEarly>;
+    case 2: return mma_pingpong_kernel<BN, BK, 2, kEarly>;
+    default: return mma_pingpong_kernel<BN, BK, 3, kEarly>;
+  }
+}
+
+// The compiled tile shapes, "BNxBK" (BM is 64: one warpgroup).
+const char* const kShapes[] = {"64x16", "128x64", "256x64"};
+
+struct Shape {
+  int bn, bk;
+};
+
+Shape parse_shape(const std::string& s) {
+  size_t x = s.find('x');
+  return {std::stoi(s.substr(0, x)), std::stoi(s.substr(x + 1))};
+}
+
+KernelFn pick_kernel(Shape sh, int w, bool early) {
+  if (sh.bn == 64 && sh.bk == 16) return early ? pick_depth<64, 16, true>(w) : pick_depth<64, 16, false>(w);
+  if (sh.bn == 128 && sh.bk == 64) return early ? pick_depth<128, 64, true>(w) : pick_depth<128, 64, false>(w);
+  if (sh.bn == 256 && sh.bk == 64) return early ? pick_depth<256, 64, true>(w) : pick_depth<256, 64, false>(w);
+  throw hz::BadRequest("shape not compiled");
+}
+
+size_t bank_bytes(Shape sh) { return (size_t)(mma::kBM + sh.bn) * sh.bk * 2; }
+
+// -------------------------------------------------------------------------- inputs --
+// uniform: A and B uniform in [-1, 1), rounded to bf16. The probes are exact integer GEMMs
+// whose output names what the MMA read: probe_rows (A = [I | 0], B[n][k] = k % 256) gives
+// D[m][n] = m % K; probe_cols (only k = 0 nonzero: A = 1, B[n][0] = n) gives D[m][n] = n.
+enum Inputs { IN_UNIFORM = 0, IN_PROBE_ROWS = 1, IN_PROBE_COLS = 2 };
+
+__global__ void probe_inputs_kernel(float* A, float* B, size_t M, size_t N, size_t K, int mode) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < M * K; i += stride) {
+    size_t m = i / K, k = i % K;
+    A[i] = mode == IN_PROBE_ROWS ? (k == m % K ? 1.f : 0.f) : (k == 0 ? 1.f : 0.f);
+  }
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N * K; i += stride) {
+    size_t n = i / K, k = i % K;
+    B[i] = mode == IN_PROBE_ROWS ? (float)(k % 256) : (k == 0 ? (float)n : 0.f);
+  }
+}
+
+// Round a row-major R_total x K float matrix to bf16 (row-major copy for the host check and
+// the magnitudes) and scatter it into per-(row block, K-tile) slices in the wgmma layout.
+__global__ void tile_kernel(const float* src, bf16* rowmajor, bf16* tiled, size_t rows, int K, int R, int BK) {
+  const int T = K / BK;
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * K; i += stride) {
+    size_t r = i / K;
+    int k = (int)(i % K);
+    bf16 v = __float2bfloat16_rn(src[i]);
+    rowmajor[i] = v;
+    size_t blk = r / R, t = (size_t)(k / BK);
+    tiled[(blk * T + t) * (size_t)R * BK + mma::tile_offset((int)(r % R), k % BK, R)] = v;
+  }
+}
+
+// mag[m][n] = sum_k |A[m][k] * B[n][k]|: the scale errors are measured against.
+__global__ void magnitude_kernel(const bf16* A, const bf16* B, float* mag, size_t M, int N, int K) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < M * N; i += stride) {
+    size_t m = i / N, n = i % N;
+    float s = 0.f;
+    for (int k = 0; k < K; ++k) s += fabsf(__bfloat162float(A[m * K + k]) * __bfloat162float(B[n * K + k]));
+    mag[i] = s;
+  }
+}
+
+// Bit-exact comparison with the reference schedule's output; the error reported for a bad
+// element is |got - ref| / mag (FLT_MAX when not finite). Re-poisons `out`.
+__global__ void __launch_bounds__(256) compare_kernel(float* out, const float* ref, const float* mag, size_t n,
+                                                      long launch, hz::DeviceCheck* c, unsigned* bits) {
+  unsigned long long nbad = 0;
+  float worst = 0.f;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float o = out[i], r = ref[i];
+    if (!(o == r)) {
+      ++nbad;
+      worst = fmaxf(worst, isfinite(o) ? fabsf(o - r) / fmaxf(mag[i], 1e-30f) : hz::kNonFiniteRelErr);
+    }
+    out[i] = __uint_as_float(0xffffffffu);
+  }
+  hz::hz_block_reduce_report<256>(nbad, worst, c, bits, launch);
+}
+
+// ------------------------------------------------------------------------- buffers --
+struct Buffers {
+  float *Af = nullptr, *Bf = nullptr, *out = nullptr, *ref = nullptr, *mag = nullptr;
+  bf16 *A = nullptr, *B = nullptr, *At = nullptr, *Bt = nullptr;
+  size_t M = 0, N = 0, K = 0;
+  void ensure(size_t m, size_t n, size_t k) {
+    if (m == M && n == N && k == K) return;
+    for (void* p : {(void*)Af, (void*)Bf, (void*)out, (void*)ref, (void*)mag, (void*)A, (void*)B, (void*)At,
+                    (void*)Bt})
+      if (p) HZ_CHECK(cudaFree(p));
+    HZ_CHECK(cudaMalloc(&Af, m * k * 4));
+    HZ_CHECK(cudaMalloc(&Bf, n * k * 4));
+    HZ_CHECK(cudaMalloc(&A, m * k * 2));
+    HZ_CHECK(cudaMalloc(&B, n * k * 2));
+    HZ_CHECK(cudaMalloc(&At, m * k * 2));
+    HZ_CHECK(cudaMalloc(&Bt, n * k * 2));
+    HZ_CHECK(cudaMalloc(&out, m * n * 4));
+    HZ_CHECK(cudaMalloc(&ref, m * n * 4));
+    HZ_CHECK(cudaMalloc(&mag, m * n * 4));
+    M = m, N = n, K = k;
+  }
+} g_buf;
+
+float bf16_bits_to_float(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Calibrated tolerance of the reference vs the double-precision host GEMM, in units of
+// sum_k |a*b|: the first-order bound of f32 accumulation of K/16 wgmma steps, each adding
+// a 16-term sum (docs/families/mma_pingpong.md, "Oracle"). Probes are exact: 0.
+double host_tolerance(size_t K, int inputs) {
+  return inputs == IN_UNIFORM ? ((double)K / 16 + 16) * std::ldexp(1.0, -24) : 0.0;
+}
+
+struct HostCheck {
+  double worst = 0;   // largest normalized error seen
+  size_t checked = 0, bad = 0;
+  std::string first;  // the first bad element, in words
+};
+
+// Rows 0, 7, 8 and 63 (warps 0 and 3, both halves of the fragment) of the first and the
+// last block, every column: the reference against a double GEMM of the same bf16 inputs.
+HostCheck check_reference_on_host(const Buffers& b, int blocks, int inputs, cudaStream_t st) {
+  const int N = (int)b.N, K = (int)b.K;
+  std::vector<uint16_t> Bh((size_t)N * K), arow(K);
+  std::vector<float> drow(N);
+  HZ_CHECK(cudaMemcpyAsync(Bh.data(), b.B, Bh.size() * 2, cudaMemcpyDeviceToHost, st));
+  HZ_CHECK(cudaStreamSynchronize(st));
+  std::vector<float> Bf(Bh.size());
+  for (size_t i = 0; i < Bh.size(); ++i) Bf[i] = bf16_bits_to_float(Bh[i]);
+  const double tol = host_tolerance(b.K, inputs);
+  HostCheck hc;
+  const int blk_list[2] = {0, blocks - 1};
+  const int row_list[4] = {0, 7, 8, 63};
+  for (int bi = 0; bi < (blocks > 1 ? 2 : 1); ++bi) {
+    for (int r : row_list) {
+      size_t m = (size_t)blk_list[bi] * mma::kBM + r;
+      HZ_CHECK(cudaMemcpyAsync(arow.data(), b.A + m * K, (size_t)K * 2, cudaMemcpyDeviceToHost, st));
+      HZ_CHECK(cudaMemcpyAsync(drow.data(), b.ref + m * N, (size_t)N * 4, cudaMemcpyDeviceToHost, st));
+      HZ_CHECK(cudaStreamSynchronize(st));
+      std::vector<double> a(K);
+      for (int k = 0; k < K; ++k) a[k] = bf16_bits_to_float(arow[k]);
+      for (int n = 0; n < N; ++n) {
+        double want = 0, mag = 0;
+        const float* bn = &Bf[(size_t)n * K];
+        for (int k = 0; k < K; ++k) {
+          want += a[k] * bn[k];
+          mag += std::fabs(a[k] * bn[k]);
+        }
+        double err = std::fabs(drow[n] - want) / (mag > 0 ? mag : 1.0);
+        if (!std::isfinite(drow[n])) err = INFINITY;
+        ++hc.checked;
+        hc.worst = std::fmax(hc.worst, err);
+        if (err > tol) {
+          if (!hc.bad++) {
+            char buf[256];
+            std::snprintf(buf, sizeof buf, "block %d row %d col %d: got %.9g, host %.9g (error %.3g > tol %.3g)",
+                          blk_list[bi], r, n, drow[n], want, err, tol);
+            hc.first = buf;
+          }
+        }
+      }
+      if (inputs != IN_UNIFORM && hc.bad && hc.first.find("row") != std::string::npos && r == 0 && bi == 0) {
+        // A probe's wrong row, as read: tells which operand element the MMA picked up.
+        std::string got = "; row 0 cols 0..15 read [";
+        for (int n = 0; n < 16 && n < N; ++n) got += (n ? " " : "") + std::to_string((long long)drow[n]);
+        hc.first += got + "]";
+      }
+    }
+  }
+  return hc;
+}
+
+// ------------------------------------------------------------------------- the run --
+int grid_blocks(const hz::Params& p, const hz::Device& d) {
+  long long b = p.i("blocks");
+  return (int)(b > 0 ? b : d.prop.multiProcessorCount);
+}
+
+int effective_wait_depth(const hz::Params& p) {
+  long long w = p.i("wait_depth");
+  return w >= 0 ? (int)w : std::min((int)p.i("stages") - 1, kMaxWait);
+}
+
+int inputs_mode(const hz::Params& p) {
+  const std::string& s = p.s("inputs");
+  return s == "probe_rows" ? IN_PROBE_ROWS : s == "probe_cols" ? IN_PROBE_COLS : IN_UNIFORM;
+}
+
+void validate(const hz::Params& p, const hz::Device& d) {
+  Shape sh = parse_shape(p.s("shape"));
+  size_t M = (size_t)grid_blocks(p, d) * mma::kBM, K = (size_t)p.i("ktiles") * sh.bk;
+  if ((double)M * K * 8 > 8e9) throw hz::BadRequest("blocks*64 x ktiles*BK too large (inputs exceed 8 GB)");
+  if (p.s("inputs") == "probe_rows" && K > 256 && M > K)
+    throw hz::BadRequest("inputs=probe_rows needs K (ktiles*BK) <= 256 or M <= K (exact bf16 integers)");
+  if ((size_t)p.i("stages") * bank_bytes(sh) > 200 * 1024) throw hz::BadRequest("stages x bank exceeds 200 KB");
+  if (d.prop.major != 9) throw hz::DeviceFault("mma_pingpong needs an sm_90 GPU (wgmma)");
+}
+
+void launch(KernelFn k, int blocks, size_t smem, cudaStream_t st, const Buffers& b, Schedule sc) {
+  k<<<blocks, kThreads, smem, st>>>(b.At, b.Bt, b.out, sc);
+  HZ_CHECK_LAUNCH();
+}
+
+void run(hz::Batch& b) {
+  const hz::Params& p = b.params;
+  const Shape sh = parse_shape(p.s("shape"));
+  const int blocks = grid_blocks(p, b.device), T = (int)p.i("ktiles"), S = (int)p.i("stages");
+  const int W = effective_wait_depth(p), inputs = inputs_mode(p);
+  const size_t M = (size_t)blocks * mma::kBM, N = sh.bn, K = (size_t)T * sh.bk;
+  Schedule sc{T, S, p.s("tail") == "single", (int)p.i("jitter"), 0};
+  const Schedule ref_sc{T, 1, 0, 0, 0};
+  KernelFn kernel = pick_kernel(sh, W, p.s("acc_read") == "before_wait");
+  KernelFn golden = pick_kernel(sh, 0, false);
+  const size_t smem = (size_t)S * bank_bytes(sh), ref_smem = bank_bytes(sh);
+  HZ_CHECK(cudaFuncSetAttribute((const void*)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  HZ_CHECK(cudaFuncSetAttribute((const void*)golden, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ref_smem));
+
+  g_buf.ensure(M, N, K);
+  if (inputs == IN_UNIFORM) {
+    b.fill_uniform(g_buf.Af, M * K, -1.f, 1.f, 1);
+    b.fill_uniform(g_buf.Bf, N * K, -1.f, 1.f, 2);
+  } else {
+    probe_inputs_kernel<<<b.grid_for(M * K), 256, 0, b.stream>>>(g_buf.Af, g_buf.Bf, M, N, K, inputs);
+    HZ_CHECK_LAUNCH();
+  }
+  tile_kernel<<<b.grid_for(M * K), 256, 0, b.stream>>>(g_buf.Af, g_buf.A, g_buf.At, M, (int)K, mma::kBM, sh.bk);
+  HZ_CHECK_LAUNCH();
+  tile_kernel<<<b.grid_for(N * K), 256, 0, b.stream>>>(g_buf.Bf, g_buf.B, g_buf.Bt, N, (int)K, (int)N, sh.bk);
+  HZ_CHECK_LAUNCH();
+  // The reference schedule on the same inputs: what every launch must reproduce bit for bit.
+  Buffers ref_view = g_buf;
+  ref_view.out = g_buf.ref;
+  launch(golden, blocks, ref_smem, b.stream, ref_view, ref_sc);
+  if (b.validate) {
+    magnitude_kernel<<<b.grid_for(M * N), 256, 0, b.stream>>>(g_buf.A, g_buf.B, g_buf.mag, M, (int)N, (int)K);
+    HZ_CHECK_LAUNCH();
+    HostCheck hc = check_reference_on_host(g_buf, blocks, inputs, b.stream);
+    b.metric("host_err", hc.worst);
+    b.metric("host_tol", host_tolerance(K, inputs));
+    b.metric("host_checked", (double)hc.checked);
+    if (hc.bad)
+      throw hz::BadReference("reference schedule disagrees with the host GEMM in " + std::to_string(hc.bad) + " of " +
+                             std::to_string(hc.checked) + " checked elements; first: " + hc.first);
+    b.poison(g_buf.out, M * N * 4);
+  }
+  b.metric("effective_wait_depth", W);
+  b.metric("correct_wait_depth", std::min(S - 1, kMaxWait));
+  b.metric("tail_bank", sc.tail_single ? 0 : (T - 1) % S);
+  b.timer_start();
+  for (long i = 0; i < b.launches; ++i) {
+    sc.seed = hz::splitmix64(b.seed + (unsigned long long)i);
+    launch(kernel, blocks, smem, b.stream, g_buf, sc);
+    if (b.validate) {
+      compare_kernel<<<b.grid_for(M * N), 256, 0, b.stream>>>(g_buf.out, g_buf.ref, g_buf.mag, M * N, i, b.check,
+                                                            b.launch_bits);
+      HZ_CHECK_LAUNCH();
+    }
+  }
+  b.timer_stop();
+}
+
+hz::FamilySpec mma_pingpong_spec() {
+  hz::FamilySpec f;
+  f.name = "mma_pingpong";
+  f.summary = "bulk-copy-fed wgmma GEMM loop (sm_90a): operand-bank WAR, exit-tail parity, early accumulator read";
+  std::vector<std::string> shapes(std::begin(kShapes), std::end(kShapes));
+  f.params = {
+      hz::ParamSpec::Str("shape", "128x64", shapes, "tile BNxBK (BM = 64: one warpgroup)"),
+      hz::ParamSpec::Int("stages", 2, 1, kMaxStages, "shared-memory operand banks S"),
+      hz::ParamSpec::Int("wait_depth", -1, -1, kMaxWait, "wgmma.wait_group depth before a refill (-1: S-1)"),
+      hz::ParamSpec::Str("tail", "parity", {"parity", "single"}, "exit tail reads bank (T-1)%S, or always bank 0"),
+      hz::ParamSpec::Str("acc_read", "after_wait", {"after_wait", "before_wait"},
+                         "epilogue reads the accumulators after or before wgmma.wait_group 0"),
+      hz::ParamSpec::Int("ktiles", 16, 1, 128, "trip count T (K = BK*T)"),
+      hz::ParamSpec::Int("jitter", 0, 0, 64, "thread 0 spins up to jitter*64 clocks before each refill"),
+      hz::ParamSpec::Int("blocks", 0, 0, 1024, "grid size (0: one per SM)"),
+      hz::ParamSpec::Str("inputs", "uniform", {"uniform", "probe_rows", "probe_cols"},
+                         "uniform bf16 in [-1,1), or an exact probe that names what the MMA read"),
+  };
+  f.variants = {
+      {"reference", "reference", "one bank, wait_group 0 before every refill: no overlap",
+       R"({"stages":1,"wait_depth":0})"},
+      {"fixed", "fixed", "two banks ping-ponged, wait_group 1 retires the bank being refilled, parity exit tail",
+       R"({"stages":2,"wait_depth":1})"},
+      {"broken_war", "broken", "one bank refilled after wait_group 1: the copy overwrites the in-flight wgmma's operands",
+       R"({"stages":1,"wait_depth":1})"},
+      {"broken_tail", "broken", "the fixed ping-pong with a single exit tail (bank 0), even trip count",
+       R"({"stages":2,"wait_depth":1,"tail":"single","ktiles":16})"},
+      {"broken_acc_read", "broken", "the fixed ping-pong storing the accumulators before wait_group 0",
+       R"({"stages":2,"wait_depth":1,"acc_read":"before_wait"})"},
+  };
+  f.validate = validate;
+  f.run = run;
+  return f;
+}
+
+}  // namespace
+
+HZ_FAMILY_MAIN(mma_pingpong_spec)
