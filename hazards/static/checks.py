@@ -136,6 +136,25 @@ WGMMA_SERIALIZED = register(Check(
     "wgmma-serialized", "perf", "ptxas log",
     "ptxas serialized `wgmma.mma_async` (C7510-C7516), with its reason"))
 
+# --- NVIDIA wgmma pipelines (hazards/static/wgmma.py) ---------------------------------------
+WGMMA_REFILL_IN_FLIGHT = register(Check(
+    "wgmma-refill-in-flight", "error", "SASS",
+    "a bulk copy into shared memory (`UBLKCP.S.G`, `UTMALDG`) issued while as many wgmma groups "
+    "may be pending (after the `WARPGROUP.DEPBAR` before it) as the ring has operand buffers: "
+    "the copy can overwrite operands the tensor core still reads"))
+WGMMA_REFILL_DEPTH = register(Check(
+    "wgmma-refill-depth", "info", "SASS",
+    "how many wgmma groups may be pending at the shared-memory refills of a function (safe "
+    "only for rings with more buffers; stated when the ring size is not known)"))
+WGMMA_REGISTER_IN_FLIGHT = register(Check(
+    "wgmma-register-in-flight", "error", "SASS",
+    "a non-wgmma instruction reads or writes an accumulator or register-A operand of a wgmma "
+    "that may still be pending"))
+WGMMA_EARLY_ACCESS = register(Check(
+    "wgmma-early-access", "warning", "ptxas log",
+    "the PTX touches the registers of an in-flight wgmma (C7513-C7515: undefined); ptxas "
+    "serialized every wgmma of the function to keep it correct"))
+
 # --- barrier layouts ------------------------------------------------------------------------
 LAYOUT_WT_L2_LINE = register(Check(
     "layout-wt-l2-line", "error", "layout",

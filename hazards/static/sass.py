@@ -12,6 +12,8 @@
 - [wgmma-serialized] (perf) ptxas reports that `wgmma.mma_async` instructions were
   serialized (C7510-C7516 "Potential Performance Loss"), with its reason.
 - [sync-scope] (info) the scope of each poll and its acquire, in words.
+- the wgmma pipeline checks of `hazards.static.wgmma` (refill depth, registers of an in-flight
+  wgmma), run on every function that has one.
 
 The disassemblers come from the pip wheels `nvidia-cuda-nvdisasm` / `nvidia-cuda-cuobjdump`
 (`hazards.static.compile.find_nv_tool`); without them these checks raise ToolchainMissing.
@@ -263,10 +265,13 @@ def check_polls(func: SassFunction, path: str) -> list[Finding]:
 
 
 def check_sass(text: str, path: str) -> list[Finding]:
-    """Every SASS check over one listing."""
+    """Every SASS check over one listing (the wgmma pipeline checks without a known ring
+    size: refill depths are reported, not judged; see hazards/static/wgmma.py)."""
+    from hazards.static import wgmma  # it builds on this module's parser
+
     out: list[Finding] = []
     for func in parse_sass(text):
-        out += check_spin_loops(func, path) + check_polls(func, path)
+        out += check_spin_loops(func, path) + check_polls(func, path) + wgmma.check_function(func, path)
     return out
 
 

@@ -1,0 +1,246 @@
+"""wgmma pipelines in SASS: which wgmma groups may still be in flight where, and what touches
+their operands while they are.
+
+`wgmma.mma_async` (SASS `HGMMA`/`IGMMA`/`QGMMA`/`BGMMA`) reads its shared-memory operands and
+its registers asynchronously. A batch of them ends with one that carries `gsb0` (the PTX
+`wgmma.commit_group`), and `WARPGROUP.DEPBAR.LE gsb0, N` (`wgmma.wait_group N`) waits until at
+most N committed groups are pending. This module runs a forward dataflow over a function's
+control-flow graph whose state is the list of groups that may be pending (oldest first, each
+with the registers it owns), joined over paths (conservative), and reports:
+
+- [wgmma-refill-in-flight] a bulk copy into shared memory (`UBLKCP.S.G`, `UTMALDG`) issued
+  while d >= `banks` groups may be pending. In a ring of `banks` operand buffers refilled in
+  order, the refilled buffer's last reader is the group `banks - 1` before the newest; if d
+  groups may be pending, that reader may be one of them and the copy overwrites operands the
+  tensor core is still reading (the bulk-copy engine and the tensor core are both the async
+  proxy: nothing orders them but the wait). ptxas does not track this: it cannot see which
+  buffer a descriptor or a copy addresses. Without `banks` (a user's cubin) the depth at each
+  refill is reported as [wgmma-refill-depth] (info): the ring size decides.
+- [wgmma-register-in-flight] a non-wgmma instruction that reads or writes an accumulator or
+  register-A operand of a group that may still be pending. ptxas prevents this in code it
+  compiles (it serializes the wgmma instead, see [wgmma-early-access]); the check is for
+  hand-edited or other-compiler SASS.
+- [wgmma-early-access] from ptxas' log (C7513-C7515): the PTX touches the registers of an
+  in-flight wgmma (undefined behaviour); ptxas kept the program correct by serializing every
+  wgmma of the function. The source has the hazard, the binary does not, and it is slower.
+
+What the checks cannot see: which buffer a copy really writes (the ring model above is an
+assumption the caller states with `banks`), copies issued by another warp (a producer warp
+waiting on an "empty" mbarrier is outside this per-path analysis), and plain `STS`/`LDGSTS`
+writes into operand buffers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Iterable
+
+from hazards.static import checks
+from hazards.static.findings import Finding
+from hazards.static.sass import SassFunction, SassInstr, parse_sass
+
+GROUP_CAP = 8  # groups tracked per path; older ones merge (depths beyond this saturate)
+_WGMMA_OPS = ("HGMMA", "IGMMA", "QGMMA", "BGMMA")
+_SHAPE_RE = re.compile(r"\.64x(\d+)x\d+\.(\w+)")
+_REG_RE = re.compile(r"\bR(\d+)\b")
+_PTXAS_EARLY_RE = re.compile(
+    r"\(C75(1[345])\) Potential Performance Loss: wgmma\.mma_async instructions are serialized "
+    r"due to (non wgmma instructions (?:defining|reading) [^']*?) between start and end of the "
+    r"pipeline stage in the function '([^']+)'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Flight:
+    """Groups that may be pending on entry to an instruction: committed ones (oldest first)
+    and the uncommitted batch (wgmma without `gsb0` yet), each as the registers it owns."""
+
+    groups: tuple[frozenset[str], ...] = ()
+    open: frozenset[str] | None = None
+
+    @property
+    def depth(self) -> int:
+        """How many groups may be pending (the open batch counts as one)."""
+        return len(self.groups) + (self.open is not None)
+
+    def registers(self) -> frozenset[str]:
+        regs = frozenset().union(*self.groups) if self.groups else frozenset()
+        return regs | (self.open or frozenset())
+
+    def join(self, other: "Flight") -> "Flight":
+        """Both paths at once: groups aligned from the newest, registers united."""
+        n = max(len(self.groups), len(other.groups))
+        a = (frozenset(),) * (n - len(self.groups)) + self.groups
+        b = (frozenset(),) * (n - len(other.groups)) + other.groups
+        opened = None if self.open is None and other.open is None else (self.open or frozenset()) | (other.open or frozenset())
+        return Flight(tuple(x | y for x, y in zip(a, b)), opened)
+
+
+def is_wgmma(ins: SassInstr) -> bool:
+    return ins.base in _WGMMA_OPS
+
+
+def is_smem_refill(ins: SassInstr) -> bool:
+    """A bulk/tensor copy that writes shared memory (global -> shared)."""
+    return (ins.base == "UBLKCP" and ".S.G" in ins.opcode) or ins.base == "UTMALDG"
+
+
+def _register_span(first: str, count: int) -> set[str]:
+    m = _REG_RE.fullmatch(first)
+    return {f"R{int(m.group(1)) + i}" for i in range(count)} if m else set()
+
+
+def wgmma_registers(ins: SassInstr) -> frozenset[str]:
+    """The accumulator registers (and register-A operands) of one wgmma instruction."""
+    m = _SHAPE_RE.search(ins.opcode)
+    n = int(m.group(1)) if m else 8
+    per_reg = 2 if m and m.group(2) in ("F16",) else 1  # f16 accumulators pack two per register
+    regs = _register_span(ins.operands[0], n // 2 // per_reg) if ins.operands else set()
+    if len(ins.operands) > 1 and _REG_RE.fullmatch(ins.operands[1]):
+        regs |= _register_span(ins.operands[1], 4)  # A from registers: four 32-bit registers
+    return frozenset(regs)
+
+
+def _depbar_level(ins: SassInstr) -> int | None:
+    if not (ins.base == "WARPGROUP" and ".DEPBAR" in ins.opcode):
+        return None
+    try:
+        return int(ins.operands[-1], 0)
+    except (ValueError, IndexError):
+        return 0
+
+
+def step(state: Flight, ins: SassInstr) -> Flight:
+    """The state after `ins`."""
+    if is_wgmma(ins):
+        batch = (state.open or frozenset()) | wgmma_registers(ins)
+        if "gsb0" not in ins.operands:
+            return Flight(state.groups, batch)
+        groups = state.groups + (batch,)
+        if len(groups) > GROUP_CAP:
+            groups = (groups[0] | groups[1],) + groups[2:]
+        return Flight(groups, None)
+    level = _depbar_level(ins)
+    if level is not None:
+        return Flight(state.groups[max(0, len(state.groups) - level):], state.open)
+    return state
+
+
+def in_flight(func: SassFunction) -> list[Flight | None]:
+    """The state on entry to every instruction (None: unreachable)."""
+    states: list[Flight | None] = [None] * len(func.instrs)
+    if not func.instrs:
+        return states
+    states[0] = Flight()
+    work = [0]
+    while work:
+        i = work.pop()
+        after = step(states[i], func.instrs[i])  # type: ignore[arg-type]
+        for s in func.successors(i):
+            old = states[s]
+            new = after if old is None else old.join(after)
+            if new != old:
+                states[s] = new
+                work.append(s)
+    return states
+
+
+def _touched(ins: SassInstr) -> set[str]:
+    """Registers an instruction reads or writes (vector widths of stores/loads expanded)."""
+    regs: set[str] = set()
+    width = 4 if ".128" in ins.opcode else 2 if ".64" in ins.opcode else 1
+    for k, op in enumerate(ins.operands):
+        if op.startswith(("[", "desc[", "gdesc[")) or "[" in op:
+            regs |= {f"R{r}" for r in _REG_RE.findall(op)}  # an address: its base register
+            continue
+        for r in _REG_RE.findall(op):
+            regs |= _register_span(f"R{r}", width if k in (0, len(ins.operands) - 1) else 1)
+    return regs
+
+
+def _last_depbar(func: SassFunction, i: int) -> SassInstr | None:
+    for k in range(i - 1, -1, -1):
+        if _depbar_level(func.instrs[k]) is not None:
+            return func.instrs[k]
+    return None
+
+
+def check_function(func: SassFunction, path: str, banks: int | None = None) -> list[Finding]:
+    """The wgmma checks for one function; `banks` = operand buffers in its refill ring."""
+    if not any(is_wgmma(ins) for ins in func.instrs):
+        return []
+    states = in_flight(func)
+    refills = [(i, s.depth) for i, s in enumerate(states) if s is not None and is_smem_refill(func.instrs[i])]
+    out: list[Finding] = []
+    hot = [(i, d) for i, d in refills if banks is not None and d >= banks]
+    if hot:
+        i, d = max(hot, key=lambda x: x[1])
+        ins, bar = func.instrs[i], _last_depbar(func, i)
+        after = f"after `{bar.text}`" if bar else "with no WARPGROUP.DEPBAR before it"
+        out.append(checks.WGMMA_REFILL_IN_FLIGHT.finding(
+            path, ins.line,
+            f"{func.name}: `{ins.opcode}` at /*{ins.addr:04x}*/ refills shared memory with up to {d} "
+            f"wgmma group(s) in flight ({after}); a ring of {banks} operand buffer(s) leaves the "
+            f"refilled buffer's last reader among them: the copy can overwrite operands the "
+            f"tensor core is still reading ({len(hot)} refill instruction(s) like this)",
+            ins.text))
+    elif refills:
+        deepest = max(d for _, d in refills)
+        ring = f"with {banks} operand buffer(s): safe" if banks is not None else (
+            f"safe only if the ring has more than {deepest} operand buffers")
+        i = next(i for i, d in refills if d == deepest)
+        out.append(checks.WGMMA_REFILL_DEPTH.finding(
+            path, func.instrs[i].line,
+            f"{func.name}: {len(refills)} shared-memory refill instruction(s), at most {deepest} "
+            f"wgmma group(s) in flight at any ({ring})", func.instrs[i].text))
+    out += _register_hazards(func, states, path)
+    return out
+
+
+def _register_hazards(func: SassFunction, states: list[Flight | None], path: str) -> list[Finding]:
+    hits = []
+    for i, s in enumerate(states):
+        ins = func.instrs[i]
+        if s is None or not s.depth or is_wgmma(ins):
+            continue
+        clash = _touched(ins) & s.registers()
+        if clash:
+            hits.append((ins, sorted(clash, key=lambda r: int(r[1:]))))
+    if not hits:
+        return []
+    ins, regs = hits[0]
+    return [checks.WGMMA_REGISTER_IN_FLIGHT.finding(
+        path, ins.line,
+        f"{func.name}: `{ins.opcode}` at /*{ins.addr:04x}*/ touches {', '.join(regs[:4])} of a wgmma "
+        f"that may still be in flight (no WARPGROUP.DEPBAR retiring it on some path; "
+        f"{len(hits)} instruction(s) like this)", ins.text)]
+
+
+def check_sass(text: str, path: str, banks: int | None = None,
+               functions: Iterable[str] | None = None) -> list[Finding]:
+    """The wgmma checks over a listing (only the functions whose names contain one of
+    `functions`, when given)."""
+    wanted = tuple(functions or ())
+    out: list[Finding] = []
+    for func in parse_sass(text):
+        if wanted and not any(w in func.name for w in wanted):
+            continue
+        out += check_function(func, path, banks)
+    return out
+
+
+def check_ptxas_log(log: str, path: str, functions: Iterable[str] | None = None) -> list[Finding]:
+    """[wgmma-early-access] for every function ptxas serialized because the PTX touches the
+    registers of an in-flight wgmma (C7513 input registers, C7514 reading / C7515 defining
+    accumulators)."""
+    wanted = tuple(functions or ())
+    out = []
+    for m in _PTXAS_EARLY_RE.finditer(log):
+        code, what, func = m.group(1), " ".join(m.group(2).split()), m.group(3)
+        if wanted and not any(w in func for w in wanted):
+            continue
+        out.append(checks.WGMMA_EARLY_ACCESS.finding(
+            path, 0,
+            f"{func}: the PTX has {what} inside a wgmma pipeline stage (undefined: the registers "
+            f"of an in-flight wgmma); ptxas kept it correct by serializing every wgmma of the "
+            f"function (C75{code})"))
+    return out
