@@ -14,6 +14,8 @@ SASS checks of `hazards.static.wgmma` on the compiled kernels.
 """
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any
 
 from hazards import presets
@@ -115,22 +117,32 @@ def kernel_symbol(params: dict[str, Any]) -> str:
     return f"mma_pingpong_kernelILi{bn}ELi{bk}ELi{effective_wait_depth(p)}ELb{early}EE"
 
 
-def static_check(params: dict[str, Any]):
-    """Findings for one point: the wgmma SASS checks on the kernel instantiation it runs
-    (ring of `stages` banks) and ptxas' diagnostics for it. One cubin serves every point."""
-    from hazards.engine.errors import UserError
-    from hazards.static import wgmma
+@functools.lru_cache(maxsize=2)
+def _compiled(source: str, mtime: float) -> tuple[Any, Any, tuple[Any, ...]]:
+    """(cubin build with ptxas' log, SASS listing, parsed functions) of the family source;
+    one compile serves every point (the build is cached on disk too)."""
     from hazards.static.compile import compile_cubin, disassemble
     from hazards.static.sass import parse_sass
 
-    p = resolve(params)
-    build = compile_cubin(SOURCE, label="mma_pingpong")
+    build = compile_cubin(Path(source), label="mma_pingpong")
     listing = disassemble(build.path)
+    return build, listing, tuple(parse_sass(listing.text))
+
+
+def static_check(params: dict[str, Any]):
+    """Findings for one point: the wgmma SASS checks on the kernel instantiation it runs
+    (ring of `stages` banks) and ptxas' diagnostics for it."""
+    from hazards.engine.errors import UserError
+    from hazards.static import wgmma
+
+    p = resolve(params)
+    build, listing, funcs = _compiled(str(SOURCE), SOURCE.stat().st_mtime)
     sym = kernel_symbol(p)
-    if not any(sym in f.name for f in parse_sass(listing.text)):
+    mine = [f for f in funcs if sym in f.name]
+    if not mine:
         raise UserError(f"no kernel {sym} in {listing.path}: the SASS check could not look")
-    return (wgmma.check_sass(listing.text, str(listing.path), banks=int(p["stages"]), functions=[sym])
-            + wgmma.check_ptxas_log(build.log, str(SOURCE), functions=[sym]))
+    found = [x for f in mine for x in wgmma.check_function(f, str(listing.path), banks=int(p["stages"]))]
+    return found + wgmma.check_ptxas_log(build.log, str(SOURCE), functions=[sym])
 
 
 def strategy() -> Any:
