@@ -30,7 +30,7 @@ MAX_WAIT = 3  # wait depths compiled: 0..3
 # this against `mma_pingpong --list`.
 DEFAULTS: dict[str, Any] = {
     "shape": "128x64", "stages": 2, "wait_depth": -1, "tail": "parity", "acc_read": "after_wait",
-    "ktiles": 16, "jitter": 0, "blocks": 0, "inputs": "uniform",
+    "ktiles": 16, "jitter": 0, "mma_reps": 8, "blocks": 0, "inputs": "uniform",
 }
 
 VARIANTS = (
@@ -39,7 +39,7 @@ VARIANTS = (
     Variant("fixed", "fixed", "two banks ping-ponged, wait_group 1 retires the bank being refilled, "
             "parity exit tail", params={"stages": 2, "wait_depth": 1}),
     Variant("broken_war", "broken", "one bank refilled after wait_group 1: the copy overwrites the "
-            "in-flight wgmma's operands", params={"stages": 1, "wait_depth": 1},
+            "in-flight wgmma's operands", params={"stages": 1, "wait_depth": 1, "mma_reps": 16},
             detected_by=("stress", "static")),
     Variant("broken_tail", "broken", "the fixed ping-pong with a single exit tail (bank 0), even "
             "trip count", params={"stages": 2, "wait_depth": 1, "tail": "single", "ktiles": 16},
@@ -58,6 +58,8 @@ RUNTIME_PARAMS = {
     "acc_read": "after_wait | before_wait: the epilogue reads the accumulators after or before wait_group 0",
     "ktiles": "trip count T (K = BK*T), 1-128",
     "jitter": "thread 0 spins up to jitter*64 clocks before each refill",
+    "mma_reps": "each tile's wgmma batch is issued this many times, 1-16 (K' = reps*K): how long "
+                "the tensor core reads a bank relative to the copy that refills it",
     "blocks": "grid size (0: one per SM)",
     "inputs": "uniform | probe_rows | probe_cols: random bf16, or exact probes naming what the MMA read",
 }

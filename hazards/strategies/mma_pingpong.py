@@ -11,8 +11,8 @@ from hazards.families.mma_pingpong import MAX_WAIT, SHAPES
 def mma_pingpong_points(variants: Sequence[str]) -> Any:
     """A variant plus any subset of overrides: tile shape, banks, wait depth (including one
     too shallow), trip count with both parities and the small counts around the bank count,
-    exit tail, accumulator-read placement, jitter between the MMA issue and the refill, and
-    small grids (cheap on a GPU)."""
+    exit tail, accumulator-read placement, jitter between the MMA issue and the refill, how
+    long each tile's MMA batch reads its bank (`mma_reps`), and small grids (cheap on a GPU)."""
     overrides = st.fixed_dictionaries({}, optional={
         "shape": st.sampled_from(SHAPES),
         "stages": st.integers(1, 4),
@@ -21,6 +21,7 @@ def mma_pingpong_points(variants: Sequence[str]) -> Any:
         "acc_read": st.sampled_from(["after_wait", "before_wait"]),
         "ktiles": st.one_of(st.integers(1, 6), st.integers(7, 64)),
         "jitter": st.integers(0, 16),
+        "mma_reps": st.sampled_from([1, 2, 4, 8, 16]),
         "blocks": st.sampled_from([1, 8, 66, 132]),
     })
     return st.builds(lambda v, o: {"variant": v, **o}, st.sampled_from(list(variants)), overrides)

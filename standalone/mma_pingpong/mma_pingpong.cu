@@ -3,7 +3,8 @@
 // in, f32 accumulate) over T K-tiles of BK. Thread 0 streams each K-tile's A and B slices
 // into a ring of `stages` shared-memory operand banks with two bulk copies
 // (cp.async.bulk) completing on the bank's mbarrier; the warpgroup consumes a bank with
-// BK/16 wgmma.mma_async, commits them as one group, and waits with
+// BK/16 wgmma.mma_async (issued `mma_reps` times: how long the tensor core reads a bank
+// relative to the bulk copy that refills it), commits them as one group, and waits with
 // wgmma.wait_group<W> before thread 0 refills bank (t+1) % S with tile t+1.
 //
 // Seeded hazards (run-time parameters except W and the accumulator read, which are
@@ -48,6 +49,7 @@ struct Schedule {
   int stages;       // operand banks S
   int tail_single;  // the peeled last trip reads bank 0 instead of (T-1) % S
   int jitter;       // thread 0 spins up to jitter*64 clocks before each refill
+  int reps;         // each tile's wgmma batch is issued `reps` times (the bank is read that long)
   unsigned long long seed;
 };
 
@@ -97,10 +99,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t a = smem0 + (uint32_t)bank * Tl::kBankBytes, b = a + Tl::kBytesA;
     mma::fence();
     mma::fence_operands(d);
+    for (int r = 0; r < sc.reps; ++r)
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk)
-      mma::mma_async<BN>(d, mma::make_desc(a + 2 * kk * Tl::kLboA, Tl::kLboA),
-                         mma::make_desc(b + 2 * kk * Tl::kLboB, Tl::kLboB));
+      for (int kk = 0; kk < BK / 16; ++kk)
+        mma::mma_async<BN>(d, mma::make_desc(a + 2 * kk * Tl::kLboA, Tl::kLboA),
+                           mma::make_desc(b + 2 * kk * Tl::kLboB, Tl::kLboB));
     mma::fence_operands(d);
     mma::commit();
   };
@@ -173,7 +176,8 @@ size_t bank_bytes(Shape sh) { return (size_t)(mma::kBM + sh.bn) * sh.bk * 2; }
 // -------------------------------------------------------------------------- inputs --
 // uniform: A and B uniform in [-1, 1), rounded to bf16. The probes are exact integer GEMMs
 // whose output names what the MMA read: probe_rows (A = [I | 0], B[n][k] = k % 256) gives
-// D[m][n] = m % K; probe_cols (only k = 0 nonzero: A = 1, B[n][0] = n) gives D[m][n] = n.
+// D[m][n] = reps * (m % K); probe_cols (only k = 0 nonzero: A = 1, B[n][0] = n) gives
+// D[m][n] = reps * n.
 enum Inputs { IN_UNIFORM = 0, IN_PROBE_ROWS = 1, IN_PROBE_COLS = 2 };
 
 __global__ void probe_inputs_kernel(float* A, float* B, size_t M, size_t N, size_t K, int mode) {
@@ -203,14 +207,14 @@ __global__ void tile_kernel(const float* src, bf16* rowmajor, bf16* tiled, size_
   }
 }
 
-// mag[m][n] = sum_k |A[m][k] * B[n][k]|: the scale errors are measured against.
-__global__ void magnitude_kernel(const bf16* A, const bf16* B, float* mag, size_t M, int N, int K) {
+// mag[m][n] = reps * sum_k |A[m][k] * B[n][k]|: the scale errors are measured against.
+__global__ void magnitude_kernel(const bf16* A, const bf16* B, float* mag, size_t M, int N, int K, int reps) {
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < M * N; i += stride) {
     size_t m = i / N, n = i % N;
     float s = 0.f;
     for (int k = 0; k < K; ++k) s += fabsf(__bfloat162float(A[m * K + k]) * __bfloat162float(B[n * K + k]));
-    mag[i] = s;
+    mag[i] = s * reps;  // every tile is accumulated `reps` times
   }
 }
 
@@ -267,10 +271,10 @@ float bf16_bits_to_float(uint16_t h) {
 }
 
 // Calibrated tolerance of the reference vs the double-precision host GEMM, in units of
-// sum_k |a*b|: the first-order bound of f32 accumulation of K/16 wgmma steps, each adding
-// a 16-term sum (docs/families/mma_pingpong.md, "Oracle"). Probes are exact: 0.
-double host_tolerance(size_t K, int inputs) {
-  return inputs == IN_UNIFORM ? ((double)K / 16 + 16) * std::ldexp(1.0, -24) : 0.0;
+// reps * sum_k |a*b|: the first-order bound of f32 accumulation of reps*K/16 wgmma steps,
+// each adding a 16-term sum (docs/families/mma_pingpong.md, "Oracle"). Probes are exact: 0.
+double host_tolerance(size_t K, int reps, int inputs) {
+  return inputs == IN_UNIFORM ? ((double)K * reps / 16 + 16) * std::ldexp(1.0, -24) : 0.0;
 }
 
 struct HostCheck {
@@ -282,7 +286,7 @@ struct HostCheck {
 
 // Rows 0, 7, 8 and 63 (warps 0 and 3, both halves of the fragment) of the first and the
 // last block, every column: the reference against a double GEMM of the same bf16 inputs.
-HostCheck check_reference_on_host(const Buffers& b, int blocks, int inputs, cudaStream_t st) {
+HostCheck check_reference_on_host(const Buffers& b, int blocks, int reps, int inputs, cudaStream_t st) {
   const int N = (int)b.N, K = (int)b.K;
   std::vector<uint16_t> Bh((size_t)N * K), arow(K);
   std::vector<float> drow(N);
@@ -290,7 +294,7 @@ HostCheck check_reference_on_host(const Buffers& b, int blocks, int inputs, cuda
   HZ_CHECK(cudaStreamSynchronize(st));
   std::vector<float> Bf(Bh.size());
   for (size_t i = 0; i < Bh.size(); ++i) Bf[i] = bf16_bits_to_float(Bh[i]);
-  const double tol = host_tolerance(b.K, inputs);
+  const double tol = host_tolerance(b.K, reps, inputs);
   HostCheck hc;
   const int blk_list[2] = {0, blocks - 1};
   const int row_list[4] = {0, 7, 8, 63};
@@ -309,6 +313,8 @@ HostCheck check_reference_on_host(const Buffers& b, int blocks, int inputs, cuda
           want += a[k] * bn[k];
           mag += std::fabs(a[k] * bn[k]);
         }
+        want *= reps;  // the kernel accumulates every tile `reps` times
+        mag *= reps;
         double err = std::isfinite(drow[n]) ? std::fabs(drow[n] - want) / (mag > 0 ? mag : 1.0) : INFINITY;
         ++hc.checked;
         hc.worst = std::fmax(hc.worst, err);
@@ -386,8 +392,9 @@ void run(hz::Batch& b) {
   const int blocks = grid_blocks(p, b.device), T = (int)p.i("ktiles"), S = (int)p.i("stages");
   const int W = effective_wait_depth(p), inputs = inputs_mode(p);
   const size_t M = (size_t)blocks * mma::kBM, N = sh.bn, K = (size_t)T * sh.bk;
-  Schedule sc{T, S, p.s("tail") == "single", (int)p.i("jitter"), 0};
-  const Schedule ref_sc{T, 1, 0, 0, 0};
+  const int reps = (int)p.i("mma_reps");
+  Schedule sc{T, S, p.s("tail") == "single", (int)p.i("jitter"), reps, 0};
+  const Schedule ref_sc{T, 1, 0, 0, reps, 0};
   KernelFn kernel = pick_kernel(sh, W, p.s("acc_read") == "before_wait");
   KernelFn golden = pick_kernel(sh, 0, false);
   const size_t smem = (size_t)S * bank_bytes(sh), ref_smem = bank_bytes(sh);
@@ -411,11 +418,11 @@ void run(hz::Batch& b) {
   ref_view.out = g_buf.ref;
   launch(golden, blocks, ref_smem, b.stream, ref_view, ref_sc);
   if (b.validate) {
-    magnitude_kernel<<<b.grid_for(M * N), 256, 0, b.stream>>>(g_buf.A, g_buf.B, g_buf.mag, M, (int)N, (int)K);
+    magnitude_kernel<<<b.grid_for(M * N), 256, 0, b.stream>>>(g_buf.A, g_buf.B, g_buf.mag, M, (int)N, (int)K, reps);
     HZ_CHECK_LAUNCH();
-    HostCheck hc = check_reference_on_host(g_buf, blocks, inputs, b.stream);
+    HostCheck hc = check_reference_on_host(g_buf, blocks, reps, inputs, b.stream);
     b.metric("host_err", hc.worst);
-    b.metric("host_tol", host_tolerance(K, inputs));
+    b.metric("host_tol", host_tolerance(K, reps, inputs));
     b.metric("host_checked", (double)hc.checked);
     if (hc.bad)
       throw hz::BadReference("reference schedule disagrees with the host GEMM in " + std::to_string(hc.bad) + " of " +
@@ -454,6 +461,7 @@ hz::FamilySpec mma_pingpong_spec() {
                          "epilogue reads the accumulators after or before wgmma.wait_group 0"),
       hz::ParamSpec::Int("ktiles", 16, 1, 128, "trip count T (K = BK*T)"),
       hz::ParamSpec::Int("jitter", 0, 0, 64, "thread 0 spins up to jitter*64 clocks before each refill"),
+      hz::ParamSpec::Int("mma_reps", 8, 1, 16, "each tile's wgmma batch is issued this many times (K' = reps*K)"),
       hz::ParamSpec::Int("blocks", 0, 0, 1024, "grid size (0: one per SM)"),
       hz::ParamSpec::Str("inputs", "uniform", {"uniform", "probe_rows", "probe_cols"},
                          "uniform bf16 in [-1,1), or an exact probe that names what the MMA read"),
@@ -464,7 +472,7 @@ hz::FamilySpec mma_pingpong_spec() {
       {"fixed", "fixed", "two banks ping-ponged, wait_group 1 retires the bank being refilled, parity exit tail",
        R"({"stages":2,"wait_depth":1})"},
       {"broken_war", "broken", "one bank refilled after wait_group 1: the copy overwrites the in-flight wgmma's operands",
-       R"({"stages":1,"wait_depth":1})"},
+       R"({"stages":1,"wait_depth":1,"mma_reps":16})"},
       {"broken_tail", "broken", "the fixed ping-pong with a single exit tail (bank 0), even trip count",
        R"({"stages":2,"wait_depth":1,"tail":"single","ktiles":16})"},
       {"broken_acc_read", "broken", "the fixed ping-pong storing the accumulators before wait_group 0",
