@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# GPU round 1 for family mma_pingpong (helper e-mma): build the binary, run every variant at
-# a few points through one warm server, print enough to fix a wrong layout from the output
-# alone (probes, host-check messages, first bad element), measure launch rates, and try
-# compute-sanitizer on a tiny grid. Writes $OUT/e-mma.tar.gz. Budget: 120 s of script time.
+# GPU round 2 for family mma_pingpong (helper e-mma): `hazards stress mma_pingpong`
+# acceptance (10,000 launches per point for reference/fixed at several trip-count parities
+# and shapes; every canary), broken-variant rates over the timing knobs (shape, mma_reps,
+# banks/wait depth, jitter, grid), the host-tolerance calibration (floor E, distance D), the
+# static-vs-runtime agreement over 40 strategy points (ci/gpu/e-mma-points.json), the
+# compute-sanitizer table, the family's GPU tests. Writes $OUT/e-mma.tar.gz.
+# Budget: 170 s of script time; every step checks what is left.
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD
@@ -10,104 +13,162 @@ OUT=${OUT:-/tmp/e-mma-out}
 R=$OUT/e-mma
 mkdir -p "$R"
 T0=$(date +%s)
+BUDGET=165
 exec > >(tee "$R/console.log") 2>&1
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+step() { echo; echo "== $1 ($(( $(date +%s) - T0 )) s so far, $(left) s left)"; }
+finish() { step "done"; sleep 1; tar -czf "$OUT/e-mma.tar.gz" -C "$OUT" e-mma; exit 0; }
 
-echo "== machine"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
-git log -1 --format='commit %H %s' 2>/dev/null || true
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+nvcc --version | tail -1
+git log -1 --format='commit %H %s' 2>/dev/null || echo "commit: $(cat .git/HEAD 2>/dev/null)"
+date -u +"date %Y-%m-%dT%H:%M:%SZ"
 
-echo "== build (nvcc -split-compile=0)"
-BIN=$R/mma_pingpong
-( time timeout 90 nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo -split-compile=0 \
-    standalone/mma_pingpong/mma_pingpong.cu -o "$BIN" ) > "$R/build.log" 2>&1
-grep -v "C7514" "$R/build.log" | tail -4
-echo "C7514 lines (early-read kernels, expected 12): $(grep -c C7514 "$R/build.log")"
-[ -x "$BIN" ] || { echo "BUILD FAILED"; tar -czf "$OUT/e-mma.tar.gz" -C "$OUT" e-mma; exit 1; }
+step "build through the hazards build cache (nvcc, serial)"
+BIN=$(timeout 90 python3 -c "
+from hazards.families import get_family
+from hazards.stress_family import family_binary
+print(family_binary(get_family('mma_pingpong')).resolve())" 2> "$R/build.err" | tail -1)
+echo "binary: $BIN"
+[ -x "$BIN" ] || { echo "BUILD FAILED"; tail -20 "$R/build.err"; finish; }
 
-echo "== runs through one server ($(( $(date +%s) - T0 )) s so far)"
-timeout 60 python3 - "$BIN" "$R/runs.jsonl" <<'EOF'
+step "acceptance: hazards stress mma_pingpong (defaults, 10,000 launches per variant)"
+timeout $(( $(left) - 5 )) python3 -m hazards stress mma_pingpong --launches 10000 --requests 1 --json \
+    --store "$OUT/stress.db" > "$R/accept-defaults.json" 2> "$R/accept-defaults.err"
+echo "exit $?"
+python3 - "$R/accept-defaults.json" <<'EOF'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("no JSON:", e); sys.exit(0)
+for v in d["variants"]:
+    print(f"{v['variant']:16s} {v['verdict']:10s} {v['mismatched_launches']}/{v['launches']} "
+          f"rate {v['launch_rate']} ci95 {v['launch_rate_ci95']} maxerr {v['max_rel_err']:.3g} wall {v['wall_s']:.1f}s")
+EOF
+
+step "rates, calibration and the 40 strategy points through one server"
+timeout $(( $(left) - 60 > 20 ? $(left) - 60 : 20 )) python3 - "$BIN" "$R/sweep.jsonl" ci/gpu/e-mma-points.json <<'EOF'
 import json, select, subprocess, sys, time
-binary, out_path = sys.argv[1], sys.argv[2]
-S = ["64x16", "128x64", "256x64"]
+binary, out_path, points_path = sys.argv[1:4]
 reqs = []
-def add(label, launches, **params):
-    reqs.append((label, launches, params))
-for sh in S:   # exact probes: the reply names what the MMA read when the layout is wrong
-    add(f"probe_rows {sh}", 2, variant="reference", shape=sh, ktiles=4, blocks=2, inputs="probe_rows")
-    add(f"probe_cols {sh}", 2, variant="reference", shape=sh, ktiles=4, blocks=2, inputs="probe_cols")
-for sh in S:
-    add(f"reference {sh} T16", 50, variant="reference", shape=sh, ktiles=16)
-    for t in (15, 16):
-        add(f"fixed {sh} T{t}", 2000, variant="fixed", shape=sh, ktiles=t)
-    add(f"broken_war {sh} T16", 2000, variant="broken_war", shape=sh, ktiles=16)
-for t in (1, 2, 3):
-    add(f"reference 128x64 T{t}", 20, variant="reference", ktiles=t)
-    add(f"fixed 128x64 T{t}", 200, variant="fixed", ktiles=t)
-add("fixed S3 W2 T17", 1000, variant="fixed", stages=3, wait_depth=2, ktiles=17)
-add("fixed S4 W3 T18", 1000, variant="fixed", stages=4, wait_depth=3, ktiles=18)
-add("fixed S3 W1 T17 (deeper wait)", 500, variant="fixed", stages=3, wait_depth=1, ktiles=17)
-add("broken_war jitter4", 2000, variant="broken_war", jitter=4)
-add("S2 W2 T16 (one too shallow)", 2000, variant="fixed", wait_depth=2, ktiles=16)
-add("S3 W3 T16 (one too shallow)", 2000, variant="fixed", stages=3, wait_depth=3, ktiles=16)
-add("broken_war 256x64 T64", 1000, variant="broken_war", shape="256x64", ktiles=64)
-for t in (16, 15):
-    add(f"broken_tail T{t}", 100, variant="broken_tail", ktiles=t)
-add("broken_acc_read T16", 2000, variant="broken_acc_read")
-add("broken_acc_read S1 W1 T16", 1000, variant="broken_acc_read", stages=1)
+def add(group, label, launches, **params):
+    reqs.append((group, label, launches, params))
+for sh in ("64x16", "128x64", "256x64"):
+    for reps in (1, 2, 4, 8, 16):
+        add("war_reps", f"broken_war {sh} reps{reps}", 2000, variant="broken_war", shape=sh, mma_reps=reps)
+for reps in (8, 16):
+    add("war_shallow", f"S2 W2 reps{reps}", 2000, variant="fixed", wait_depth=2, mma_reps=reps)
+    add("war_shallow", f"S3 W3 reps{reps}", 2000, variant="fixed", stages=3, wait_depth=3, mma_reps=reps)
+    add("war_shallow", f"S2 W2 256x64 reps{reps}", 2000, variant="fixed", shape="256x64", wait_depth=2, mma_reps=reps)
+for j in (0, 4, 16, 64):
+    add("war_jitter", f"broken_war jitter{j}", 2000, variant="broken_war", jitter=j)
+for b in (1, 8, 66, 264):
+    add("war_blocks", f"broken_war blocks{b}", 2000, variant="broken_war", blocks=b)
+for t in (2, 3, 15, 16, 63, 64):
+    add("tail", f"broken_tail T{t}", 200, variant="broken_tail", ktiles=t)
+for t in (16, 17, 18):  # three banks: the single tail is right only when (T-1) % 3 == 0
+    add("tail", f"broken_tail S3 T{t}", 200, variant="broken_tail", stages=3, wait_depth=2, ktiles=t)
+add("acc", "broken_acc_read", 5000, variant="broken_acc_read")
+add("acc", "broken_acc_read S1 reps16", 5000, variant="broken_acc_read", stages=1, mma_reps=16)
+for sh in ("64x16", "128x64", "256x64"):   # calibration: floor E of the reference vs the host GEMM
+    for t, reps in ((1, 1), (16, 8), (128, 16)):
+        add("calib", f"reference {sh} T{t} reps{reps}", 20, variant="reference", shape=sh, ktiles=t, mma_reps=reps)
+add("calib_d", "broken_tail T128 reps1 (cheapest D)", 20, variant="broken_tail", ktiles=128, mma_reps=1)
+add("calib_d", "broken_tail 256x64 T128 reps1", 20, variant="broken_tail", shape="256x64", ktiles=128, mma_reps=1)
+for k, p in enumerate(json.load(open(points_path))):
+    add("points", f"point {k}", 1000, **p["point"])
 
 def start():
     p = subprocess.Popen([binary, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    hello = p.stdout.readline()
-    return p, hello
-proc, hello = start()
-print("hello:", hello.strip())
+    p.stdout.readline()
+    return p
+proc = start()
 with open(out_path, "w") as fh:
-    for i, (label, n, params) in enumerate(reqs):
+    for i, (group, label, n, params) in enumerate(reqs):
         if proc.poll() is not None:
-            proc, hello = start()
+            proc = start()
         t0 = time.time()
-        proc.stdin.write(json.dumps({"id": i, "launches": n, "params": {**params, "seed": 1000 + i}}) + "\n")
+        proc.stdin.write(json.dumps({"id": i, "launches": n, "params": {**params, "seed": 5000 + i}}) + "\n")
         proc.stdin.flush()
-        ready, _, _ = select.select([proc.stdout], [], [], 12.0)
+        ready, _, _ = select.select([proc.stdout], [], [], 30.0)
         line = proc.stdout.readline() if ready else ""
-        if not ready:  # a hang: kill the server, the next request gets a fresh one
+        if not ready:
             proc.kill(); proc.wait()
-            line = json.dumps({"status": "hang", "message": "no reply in 12 s (server killed)"})
+            line = json.dumps({"status": "hang", "message": "no reply in 30 s (server killed)"})
         wall = time.time() - t0
         try:
             rep = json.loads(line)
         except Exception:
             rep = {"status": "no_reply", "raw": line}
-        fh.write(json.dumps({"label": label, "params": params, "launches": n, "wall_s": wall, "reply": rep}) + "\n")
+        fh.write(json.dumps({"group": group, "label": label, "params": params, "launches": n,
+                             "wall_s": wall, "reply": rep}) + "\n"); fh.flush()
+        if group == "points":
+            continue
         m = rep.get("metrics", {})
-        keys = ("host_err", "host_tol", "diag_reproduced", "diag_bad_elements", "diag_block", "diag_row",
-                "diag_col", "diag_got", "diag_want", "effective_wait_depth", "tail_bank")
-        extra = " ".join(f"{k}={m[k]}" for k in keys if k in m)
         if rep.get("status") == "ok":
-            print(f"{label:34s} ok mism {rep['mismatched']}/{rep['launches']} bad_el {rep['bad_elements']} "
-                  f"maxerr {rep['max_rel_err']:.3g} kernel_ms {rep['kernel_ms']:.1f} wall {wall:.2f}s {extra}")
+            print(f"{label:36s} mism {rep['mismatched']}/{rep['launches']} maxerr {rep['max_rel_err']:.3g} "
+                  f"host_err {m.get('host_err', 0):.3g} tol {m.get('host_tol', 0):.3g} "
+                  f"ms/launch {rep['kernel_ms'] / max(1, rep['launches']):.4f}")
         else:
-            print(f"{label:34s} {rep.get('status')} {rep.get('message', rep.get('raw', ''))}")
+            print(f"{label:36s} {rep.get('status')} {rep.get('message', '')[:200]}")
+print("points run:", sum(1 for r in reqs if r[0] == "points"))
 proc.stdin.write('{"cmd":"quit"}\n'); proc.stdin.flush(); proc.wait(timeout=10)
 EOF
 
-echo "== raw launch rate ($(( $(date +%s) - T0 )) s so far)"
-for v in reference fixed; do
-  timeout 15 "$BIN" --raw-loop 2000 "{\"variant\":\"$v\"}" | tee -a "$R/raw.log"
-done
+run_accept() {  # name, then hazards stress arguments
+  local name=$1; shift
+  [ "$(left)" -lt 25 ] && { echo "skip $name: budget"; return; }
+  timeout $(( $(left) - 15 )) python3 -m hazards stress mma_pingpong "$@" --json --store "$OUT/stress.db" \
+      > "$R/accept-$name.json" 2> "$R/accept-$name.err"
+  local rc=$?
+  python3 - "$R/accept-$name.json" "$name" "$rc" <<'EOF'
+import json, sys
+path, name, rc = sys.argv[1:]
+try:
+    d = json.load(open(path))
+except Exception as e:
+    print(f"{name}: exit {rc}, no JSON ({e})"); sys.exit(0)
+for v in d["variants"]:
+    print(f"{name:22s} {v['variant']:16s} {v['verdict']:10s} {v['mismatched_launches']}/{v['launches']} "
+          f"rate {v['launch_rate']} ci95 {[round(x, 6) for x in v['launch_rate_ci95']]} exit {rc}")
+EOF
+}
 
-echo "== compute-sanitizer, tiny grid ($(( $(date +%s) - T0 )) s so far)"
-SAN_REQ='{"launches":1,"params":{"variant":"VARIANT","blocks":2,"ktiles":4,"seed":7}}'
-for tool_var in racecheck:broken_war racecheck:fixed synccheck:broken_war; do
+step "acceptance at other trip-count parities and shapes (reference, fixed: 10,000 launches each)"
+run_accept T15 --variant reference --variant fixed --set ktiles=15 --launches 10000 --requests 1
+run_accept T17 --variant reference --variant fixed --set ktiles=17 --launches 10000 --requests 1
+run_accept 64x16-T7 --variant reference --variant fixed --set shape=64x16 --set ktiles=7 --launches 10000 --requests 1
+run_accept 256x64-r16-T16 --variant reference --variant fixed --set shape=256x64 --set mma_reps=16 --launches 10000 --requests 1
+run_accept 256x64-r16-T15 --variant reference --variant fixed --set shape=256x64 --set mma_reps=16 --set ktiles=15 --launches 10000 --requests 1
+run_accept war-256x64 --variant broken_war --set shape=256x64 --launches 10000 --requests 1
+
+step "compute-sanitizer (tiny grid: 2 blocks, 4 tiles, 1 launch per variant)"
+for tool in racecheck synccheck; do
+  run_accept "san-$tool" --sanitizer "$tool" --set blocks=2 --set ktiles=4 --launches 1 --requests 1
+done
+for tool_var in racecheck:broken_war racecheck:fixed synccheck:broken_war; do  # the raw reports, kept
   tool=${tool_var%%:*}; var=${tool_var##*:}
-  left=$(( 115 - ($(date +%s) - T0) ))
-  [ "$left" -lt 12 ] && { echo "skip $tool $var: budget"; continue; }
-  lim=$(( left < 25 ? left - 5 : 25 ))
-  s0=$(date +%s)
-  timeout "$lim" compute-sanitizer --tool "$tool" --print-limit 5 "$BIN" --once "${SAN_REQ/VARIANT/$var}" \
+  [ "$(left)" -lt 20 ] && break
+  timeout 15 compute-sanitizer --tool "$tool" --print-limit 5 "$BIN" --once \
+      "{\"launches\":1,\"params\":{\"variant\":\"$var\",\"blocks\":2,\"ktiles\":4,\"seed\":7}}" \
       > "$R/san-$tool-$var.log" 2>&1
-  rc=$?
-  echo "$tool $var: rc=$rc in $(( $(date +%s) - s0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|HZ_RESULT' "$R/san-$tool-$var.log" | tr '\n' ' ' | cut -c1-300)"
+  echo "$tool $var: rc=$? $(grep -E 'SUMMARY' "$R/san-$tool-$var.log" | tr '\n' ' ') $(grep -o '"mismatched":[0-9]*' "$R/san-$tool-$var.log")"
 done
 
-echo "== done in $(( $(date +%s) - T0 )) s"
-tar -czf "$OUT/e-mma.tar.gz" -C "$OUT" e-mma
+step "raw launch rates"
+for v in reference fixed broken_war; do
+  [ "$(left)" -lt 8 ] && break
+  timeout 10 "$BIN" --raw-loop 5000 "{\"variant\":\"$v\"}" | tee -a "$R/raw.log"
+done
+
+step "GPU tests of the family"
+if [ "$(left)" -gt 25 ]; then
+  timeout $(( $(left) - 5 )) python3 -m pytest -q -p hazards.pytest_plugin tests/families/test_mma_pingpong_gpu.py \
+      > "$R/pytest-gpu.txt" 2>&1
+  echo "pytest exit $?"; tail -5 "$R/pytest-gpu.txt"
+else
+  echo "skipped: budget"
+fi
+finish

@@ -1,0 +1,62 @@
+"""On a GPU (sm_90): family mma_pingpong's oracle end to end through one warm server.
+
+Reference and fixed stay bit-exact (and the reference within tolerance of the host GEMM) at
+both trip-count parities and at the timing where the one-bank refill races; the exit-tail
+port fails at even trip counts only; the one-bank refill is detected; the early accumulator
+read runs clean because ptxas serialized it (its canary is static).
+"""
+from __future__ import annotations
+
+import pytest
+
+from hazards.engine.gpus import gpu_available
+from hazards.engine.outcome import Outcome
+from hazards.families import get_family
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)")]
+
+FAM = get_family("mma_pingpong")
+LAUNCHES = 500
+
+
+@pytest.fixture(scope="module")
+def server():
+    from hazards.engine.targets import ServerTarget
+    from hazards.stress_family import family_binary
+
+    t = ServerTarget([str(family_binary(FAM).resolve()), "--serve"], name="mma_pingpong")
+    yield t
+    t.close()
+
+
+def _run(server, params, launches=LAUNCHES):
+    r = server.run(params, timeout=FAM.timeout_s, launches=launches)
+    assert r.outcome is not Outcome.ERROR, f"{params}: {r.reason}"
+    return r
+
+
+@pytest.mark.parametrize("variant", ["reference", "fixed"])
+@pytest.mark.parametrize("extra", [{"ktiles": 15}, {"ktiles": 16}, {"shape": "64x16", "ktiles": 7},
+                                   {"shape": "256x64", "mma_reps": 16}])
+def test_reference_and_fixed_are_bit_exact_at_both_parities(server, variant, extra):
+    r = _run(server, {"variant": variant, **extra})
+    assert r.outcome is Outcome.CLEAN, (r.reason, r.metrics)
+    assert r.metrics["host_err"] <= r.metrics["host_tol"]
+
+
+def test_the_single_exit_tail_fails_at_even_trip_counts_only(server):
+    even = _run(server, {"variant": "broken_tail", "ktiles": 16}, 50)
+    odd = _run(server, {"variant": "broken_tail", "ktiles": 15}, 50)
+    assert even.outcome is Outcome.MISMATCH and even.metrics["mismatched"] == 50
+    assert odd.outcome is Outcome.CLEAN
+
+
+def test_the_one_bank_refill_is_detected(server):
+    r = _run(server, {"variant": "broken_war"}, 2000)
+    assert r.outcome is Outcome.MISMATCH, r.metrics
+
+
+def test_the_early_accumulator_read_runs_clean_because_ptxas_serialized_it(server):
+    r = _run(server, {"variant": "broken_acc_read", "stages": 1, "mma_reps": 16})
+    assert r.outcome is Outcome.CLEAN, r.metrics
