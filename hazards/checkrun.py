@@ -1,9 +1,11 @@
 """The pre-merge check: static checks, then every canary and clean variant on every leased GPU.
 
 Exit 0 only when the static checks pass, every canary (broken variant detected by
-stress) failed at least once, no clean variant (reference/fixed) failed, and nothing
-was left unjudged. A canary that never failed "went blind": the check can no longer see
-the hazard it exists for, which is a failure of the check, never good news.
+stress) was detected (a failure its oracle proved), no clean variant (reference/fixed)
+failed, and nothing was left unjudged. A canary that was not "went blind": the check can
+no longer see the hazard it exists for, which is a failure of the check, never good news.
+The GPU part runs in one leased-campaign frame (`hazards.engine.campaign`) over every
+free GPU; verdicts are `hazards.engine.verdict`'s.
 
 Each variant runs until its SPRT settles (canary: p0 = 0.1% "blind" against p1 = 30%
 "detected"; clean: the same pair, stopping at the first failure), the per-variant cap,
@@ -21,12 +23,13 @@ from typing import Any, Callable, Iterable
 from hazards.family import Family, Variant
 from hazards.stress_family import expectation
 from hazards.engine.errors import UserError
-from hazards.engine.executor import SprtStop, StoreSink, TargetFactory, WorkItem, default_target_factory, run_local
+from hazards.engine.campaign import LeasedCampaign
+from hazards.engine.executor import TargetFactory, WorkItem, default_target_factory
 from hazards.engine.junit import JUnitCase, JUnitSuite
-from hazards.engine.leases import acquire_free, lease_candidates, release_all
+from hazards.engine.leases import lease_candidates
+from hazards.engine.sources import SprtStop
 from hazards.engine.stats import Sprt
 from hazards.engine.store import Store
-from hazards.engine.telemetry import TelemetryMonitor
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Verdict, judge, not_judged, skipped
 
 KIND = "check"
@@ -174,17 +177,13 @@ def gpu_variants(family: Family) -> list[Variant]:
 
 
 def default_items_for(family: Family, variants: list[Variant]) -> list[WorkItem]:
-    """Work items for these variants on the family's launch server (`<binary> --serve`).
+    """Work items for these variants on the family's launch server (`<binary> --serve`,
+    built or taken from the build cache by `hazards.stress_family.family_item`); the
+    server resolves each variant's parameter preset from its name, as `hazards stress` does."""
+    from hazards.stress_family import family_item
 
-    The binary is built (or taken from the build cache) by hazards.stress_family; it
-    resolves each variant's parameter preset from the variant name, as `hazards stress` does.
-    """
-    from hazards.stress_family import family_binary
-
-    exe = str(family_binary(family).resolve())
-    return [WorkItem(target=family.name, variant=v.name, kind="server", argv=(exe, "--serve"),
-                     params={"variant": v.name}, launches=family.default_launches, timeout_s=family.timeout_s)
-            for v in variants]
+    server = family_item(family)
+    return [dataclasses.replace(server, variant=v.name, params={"variant": v.name}) for v in variants]
 
 
 def family_items(family: Family, variants: list[Variant], items_for: ItemsFor) -> list[WorkItem]:
@@ -257,35 +256,25 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
 def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, store: Store | None,
                   lock_dir: str | None, wait_s: float, exclusive: bool, target_factory: TargetFactory,
                   log: Callable[[str], None]) -> None:
-    leases, busy = acquire_free("hazards check", lock_dir=lock_dir, wait_s=wait_s, exclusive=exclusive)
-    if not leases:
-        why = "; ".join(busy.values()) or "no GPU could be leased"
-        res.gpu_note = f"GPU checks could not run: {why}"
-        res.verdicts += [VariantVerdict.of(i.target, i.variant, i.expectation, not_judged(why)) for i in items]
-        return
     own_store = store is None
     store = store or Store()
     try:
-        res.gpu_note = f"GPU checks on {len(leases)} GPU(s): " + ", ".join(lease.uuid or lease.gpu for lease in leases)
-        log(res.gpu_note)
-        cid = store.create_campaign(KIND, {"budget_s": budget_s, "items": [i.to_json() for i in items],
-                                           "sessions": [{"started": time.time(),
-                                                         "gpus": [lease.info() for lease in leases]}]})
-        res.campaign_id = cid
-        source = SprtStop(items, _sprt_for, stop_on_failure=lambda i: i.expectation is Expect.CLEAN,
-                          max_runs=MAX_RUNS_PER_VARIANT)
-        monitor = TelemetryMonitor([lease.uuid for lease in leases]).start()
-        status = "interrupted"
         try:
-            run_local(leases, source, StoreSink(store, cid), budget_s=max(1.0, budget_s),
-                      telemetry=monitor, target_factory=target_factory)
-            status = "complete"
-        finally:
-            monitor.stop()
-            spec = dict(store.campaign(cid).spec)
-            spec["telemetry"] = monitor.summary()
-            store.update_campaign_spec(cid, spec)
-            store.set_campaign_status(cid, status)
+            frame = LeasedCampaign.acquire(store, "hazards check", lock_dir=lock_dir, wait_s=wait_s,
+                                           exclusive=exclusive, target_factory=target_factory)
+        except UserError as e:  # every GPU busy (or gone since we looked): nothing judged
+            res.gpu_note = f"GPU checks could not run: {e}"
+            res.verdicts += [VariantVerdict.of(i.target, i.variant, i.expectation, not_judged(str(e)))
+                             for i in items]
+            return
+        with frame:
+            res.gpu_note = f"GPU checks on {frame.describe()}"
+            log(res.gpu_note)
+            cid = frame.create(KIND, {"budget_s": budget_s, "items": [i.to_json() for i in items]})
+            res.campaign_id = cid
+            source = SprtStop(items, _sprt_for, stop_on_failure=lambda i: i.expectation is Expect.CLEAN,
+                              max_runs=MAX_RUNS_PER_VARIANT)
+            frame.run(cid, source, budget_s=max(1.0, budget_s))
         dropped = source.dropped()
         for key, st in source.states.items():
             j = judge(st.item.expectation, st.tally, decision=source.decision(key), dropped=dropped.get(key))
@@ -293,6 +282,5 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
             res.verdicts.append(v)
             log(v.line())
     finally:
-        release_all(leases)
         if own_store:
             store.close()

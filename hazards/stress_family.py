@@ -1,10 +1,11 @@
 """Stress a family's variants through the engine: build, serve, run, judge, aggregate.
 
-The one loop is `hazards.engine.campaign.run_campaign`; this module only builds the family binary
-(`hazards.engine.build`), wraps it as a target (a warm `ServerTarget` speaking docs/protocol.md,
-or a `SanitizerTarget` running `--once` under compute-sanitizer), and sums what the
-replies report (launches, mismatched launches, litmus instances and weak outcomes) into
-per-launch rates with confidence intervals.
+This module builds the family binary (`hazards.engine.build`), describes a variant as a
+`WorkItem` (a request to the family's warm launch server speaking docs/protocol.md, or
+`--once` under compute-sanitizer), runs it on the one loop in a leased-campaign frame
+(`LeasedCampaign.repeat`), and sums what the replies report (launches, mismatched
+launches, litmus instances and weak outcomes) into per-launch rates with confidence
+intervals.
 
 The catalog's side of the verdict: `expectation` says what a correct check must report
 for a variant under an oracle (a canary, role `broken`, must be detected by every oracle
@@ -25,10 +26,10 @@ from typing import Any, Callable
 
 from hazards.family import HEADER_NAME, Family, Variant
 from hazards.engine.build import build_family
-from hazards.engine.campaign import CampaignSummary, run_campaign
+from hazards.engine.campaign import CampaignSummary, LeasedCampaign
+from hazards.engine.executor import WorkItem, default_target_factory
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import rate_ci
-from hazards.engine.store import Store
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, Verdict, judge
 
 KIND = "stress"
@@ -59,18 +60,43 @@ def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
                         generated={HEADER_NAME: family.table_header()})
 
 
+def family_timeout(family: Family, sanitizer: str | None = None) -> float:
+    """Seconds per request: the family's, scaled for the sanitizer's slowdown."""
+    if not sanitizer:
+        return family.timeout_s
+    from hazards.engine.targets.sanitizer import SLOWDOWN
+
+    return max(120.0, family.timeout_s * SLOWDOWN[sanitizer])
+
+
+def family_item(family: Family, variant: str | None = None, *, sanitizer: str | None = None,
+                build_target: str = "sm_90a", overrides: dict[str, Any] | None = None,
+                launches: int | None = None, timeout: float | None = None, respawn_every: int = 0) -> WorkItem:
+    """The work item that runs `variant` (None: the family's server for any variant): a
+    request of `launches` launches to its warm launch server (`BIN --serve`), or `BIN --once`
+    under compute-sanitizer; with what a correct check expects of it and what proves it.
+    Builds the binary (or takes it from the build cache)."""
+    exe = str(family_binary(family, target=build_target).resolve())
+    item = WorkItem(target=f"{family.name}[{sanitizer}]" if sanitizer else family.name,
+                    kind="command" if sanitizer else "server", argv=(exe, "--once" if sanitizer else "--serve"),
+                    launches=launches or family.default_launches, timeout_s=timeout or family_timeout(family, sanitizer),
+                    respawn_every=respawn_every, sanitizer=sanitizer, anomalies=tuple(family.harness_anomalies))
+    return _for_variant(item, family, variant, overrides) if variant else item
+
+
+def _for_variant(item: WorkItem, family: Family, variant: str, overrides: dict[str, Any] | None) -> WorkItem:
+    v = family.variant(variant)
+    params = {"variant": v.name, **(overrides or {})}
+    expect = expectation(v, "sanitizer" if item.sanitizer else "stress", family.static_model(params).hazardous)
+    return dataclasses.replace(item, variant=v.name, params=params, expect=expect.value if expect else None)
+
+
 def family_target(family: Family, *, target: str = "sm_90a", sanitizer: str | None = None,
                   respawn_every: int = 0, env: dict[str, str] | None = None) -> Any:
-    """A target for the family: a warm server, or `--once` under compute-sanitizer."""
-    from hazards.engine.targets import CommandTarget, ServerTarget
-
-    exe = str(family_binary(family, target=target).resolve())
-    if sanitizer:
-        from hazards.engine.targets.sanitizer import SanitizerTarget
-
-        return SanitizerTarget(CommandTarget([exe, "--once"], env=env), sanitizer, name=f"{family.name}[{sanitizer}]")
-
-    return ServerTarget([exe, "--serve"], env=env, name=family.name, respawn_every=respawn_every)
+    """A target for the family outside a campaign (the pytest plugin's servers): a warm
+    server, or `--once` under compute-sanitizer."""
+    return default_target_factory(family_item(family, sanitizer=sanitizer, build_target=target,
+                                              respawn_every=respawn_every), dict(env or {}))
 
 
 @dataclasses.dataclass
@@ -147,30 +173,31 @@ class VariantReport:
         return d
 
 
-def stress_variant(family: Family, variant: str, *, store: Store, launches: int, requests: int,
+def stress_variant(family: Family, variant: str, *, frame: LeasedCampaign, launches: int, requests: int,
                    timeout: float | None = None, sanitizer: str | None = None,
                    overrides: dict[str, Any] | None = None, target: Any = None,
                    build_target: str = "sm_90a",
                    on_result: Callable[[int, RunResult, dict[str, int]], None] | None = None,
                    ) -> VariantReport:
-    """Run `requests` batches of `launches` launches of one variant; aggregate and judge.
+    """Run `requests` batches of `launches` launches of one variant in `frame` (one campaign
+    of kind 'stress'); aggregate and judge.
 
-    `target` may be passed to reuse a warm server across variants (the caller closes it).
+    The family's server stays warm in the frame for the next variant. A ready-made
+    `target` (a test double, a prebuilt server) is used instead, and stays the caller's.
     """
     v = family.variant(variant)
     params = {"variant": v.name, **(overrides or {})}
     static = family.static_model(params)  # also refuses a bad override before anything runs
     oracle = "sanitizer" if sanitizer else "stress"
-    if timeout is None:
-        timeout = family.timeout_s
-        if sanitizer:
-            from hazards.engine.targets.sanitizer import SLOWDOWN
-
-            timeout = max(120.0, family.timeout_s * SLOWDOWN[sanitizer])
-    own = target is None
-    if own:
-        target = family_target(family, target=build_target, sanitizer=sanitizer)
-    tally, runs, proves = LaunchTally(), ItemTally(), proof(family, sanitizer)
+    timeout = timeout or family_timeout(family, sanitizer)
+    item = None if target is not None else family_item(
+        family, v.name, sanitizer=sanitizer, build_target=build_target, overrides=overrides,
+        launches=launches, timeout=timeout)
+    expected = expectation(v, oracle, static.hazardous)
+    described = item or WorkItem(target=getattr(target, "name", family.name), variant=v.name,
+                                 expect=expected.value if expected else None, params=params,
+                                 anomalies=tuple(family.harness_anomalies), sanitizer=sanitizer)
+    tally, runs, proves = LaunchTally(), ItemTally(), described.proof
     ran: dict[str, Any] = {}  # the point the binary reports it resolved (metrics.resolved)
 
     def record(seq: int, result: RunResult, counts: dict[str, int]) -> None:
@@ -183,19 +210,19 @@ def stress_variant(family: Family, variant: str, *, store: Store, launches: int,
             on_result(seq, result, counts)
 
     spec = {"family": family.name, "variant": v.name, "params": params, "launches": launches,
-            "requests": requests, "sanitizer": sanitizer, "build_target": build_target}
+            "requests": requests, "sanitizer": sanitizer, "build_target": build_target,
+            "items": [described.to_json()]}
     t0 = time.monotonic()
-    try:
-        summary = run_campaign(target, store, n=requests, timeout=timeout, params=params,
-                               launches=launches, kind=KIND, spec=spec,
-                               name=f"{family.name}/{v.name}" + (f"[{sanitizer}]" if sanitizer else ""),
-                               on_result=record)
-    finally:
-        if own:
-            target.close()
+    summary = frame.repeat(target, item=item, n=requests, timeout=timeout, params=params, launches=launches,
+                           kind=KIND, spec=spec, on_result=record,
+                           name=f"{family.name}/{v.name}" + (f"[{sanitizer}]" if sanitizer else ""))
     wall = time.monotonic() - t0
     if ran:  # judge what the binary ran, not what we think it resolves to
         static = family.static_model(ran)
-    expected = expectation(v, oracle, static.hazardous)
+    if expectation(v, oracle, static.hazardous) != expected:  # the stored item says what was judged
+        expected = expectation(v, oracle, static.hazardous)
+        stored = dict(frame.store.campaign(summary.campaign_id).spec)
+        stored["items"] = [dataclasses.replace(described, expect=expected.value if expected else None).to_json()]
+        frame.store.update_campaign_spec(summary.campaign_id, stored)
     return VariantReport(family.name, v.name, v.role, oracle, static.hazardous, static.reason,
                          summary, tally, runs, wall, expected, judge(expected, runs))

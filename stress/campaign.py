@@ -1,44 +1,66 @@
-"""The campaign loop: run a target N times, store every run the moment it ends.
+"""The leased-campaign frame: lease(s), telemetry, the store and warm targets, around the loop.
 
-Every command that repeats a target (`hazards run`, and later stress, soak, repro) goes
-through `run_campaign`. The loop owns the bookkeeping that must be right everywhere:
-sequence numbers, immediate commits (a SIGKILLed supervisor loses at most the run in
-flight), resume of an interrupted campaign up to its requested total, early stop at the
-first failure or on an SPRT decision, and the campaign's final status.
+Every command that runs anything opens one `LeasedCampaign` and runs its campaign(s) in it:
+
+    with LeasedCampaign.acquire(store, "hazards soak", wait_s=60) as frame:    # every free GPU
+        cid = frame.create("soak", spec)                     # spec["sessions"] gets this session
+        stats = frame.run(cid, Rotation(items), budget_s=1800)               # the one loop
+
+    with LeasedCampaign.acquire(store, "hazards run", max_gpus=1, without_gpu=True) as frame:
+        summary = frame.repeat(item=WorkItem("demo", kind="command", argv=argv), n=20, timeout=60)
+
+The frame owns what every campaign needs around `hazards.engine.executor.run_local`: the
+GPU leases (released when the frame closes; a machine with no GPU gets the no-GPU
+pseudo-lease where the caller allows it), an NVML telemetry monitor on exactly the leased
+GPUs (every run gets a telemetry window; the summary lands in the campaign spec), one
+warm-target cache per lease that lives as long as the frame (so `hazards stress` keeps one
+launch server for all the variants it runs as separate campaigns), and the campaign's
+status: 'running' while the loop runs, then 'complete', 'stopped' (the work source ended it
+early: first failure, SPRT decision) or 'interrupted' (Ctrl-C, SIGTERM, a lost executor).
+A run is committed the moment it ends, so a SIGKILLed supervisor leaves a campaign in
+'running' that `--resume` continues.
+
+Repetition (n runs, until the first failure, an SPRT stop, resume up to the requested
+total) is the `Repeat` work source; `repeat()` runs one item that way and returns a
+`CampaignSummary`.
 """
 from __future__ import annotations
 
 import dataclasses
-import shutil
+import math
 import time
-from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
-from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.errors import UserError
+from hazards.engine.executor import (ARTIFACT_POLICIES, GpuStats, StoreSink, TargetFactory, WorkItem, WorkSource,
+                                     close_targets, default_target_factory, run_local, warm_target)
+from hazards.engine.leases import GpuLease, acquire_free, lease_candidates, no_gpu_lease
+from hazards.engine.outcome import RunResult
 from hazards.engine.stats import Sprt
-from hazards.engine.store import OutcomeCounts, Store, empty_counts
+from hazards.engine.store import Campaign, OutcomeCounts, Store
 
-# Campaign statuses written by the loop.
+# Campaign statuses written by the frame.
 RUNNING = "running"          # in progress, or its supervisor died (resume it)
-COMPLETE = "complete"        # ran the requested number of runs
+COMPLETE = "complete"        # ran what it was asked to (the runs, the budget)
 STOPPED = "stopped"          # stopped early: first failure (--until-fail) or an SPRT decision
-INTERRUPTED = "interrupted"  # Ctrl-C / SIGTERM reached the loop
+INTERRUPTED = "interrupted"  # Ctrl-C / SIGTERM reached the loop, or the loop failed
+
+NO_GPU_VISIBLE = "no usable GPU (NVML/nvidia-smi found none, or CUDA_VISIBLE_DEVICES is empty)"
+
+OnResult = Callable[[int, RunResult, dict[str, int]], None]  # (seq, result, counts so far)
 
 
-class Target(Protocol):
-    """What the loop needs from a target (CommandTarget, ServerTarget, test doubles)."""
-
-    def run(self, params: dict | None = None, *, timeout: float, launches: int | None = None,
-            artifact_dir: Path | None = None) -> RunResult: ...
+class NoGpuVisible(UserError):
+    """No GPU is visible to this process (and the caller cannot run without one)."""
 
 
-Params = dict[str, Any] | Callable[[int], dict[str, Any]] | None
-OnResult = Callable[[int, RunResult, dict[str, int]], None]
+class NoGpuFree(UserError):
+    """GPUs are visible but every one is leased by someone else (or not exclusive)."""
 
 
 @dataclasses.dataclass
 class CampaignSummary(OutcomeCounts):
-    """Where a campaign stands after `run_campaign` returns (stored runs included)."""
+    """Where a repeated campaign stands after `LeasedCampaign.repeat` (stored runs included)."""
 
     campaign_id: int
     status: str
@@ -63,106 +85,218 @@ class CampaignSummary(OutcomeCounts):
         }
 
 
-ARTIFACT_POLICIES = ("failures", "all", "none")
+class LeasedCampaign:
+    """Leases + telemetry + store + warm targets: the frame every campaign runs in.
 
-
-def settle_artifacts(result: RunResult, folder: Path, keep: bool) -> None:
-    """Point the result at its artifact folder, or remove the folder of a clean run."""
-    if Outcome(result.outcome) is Outcome.CLEAN and not keep:
-        # Only this run's own folder (made for it under our store) is ever removed.
-        shutil.rmtree(folder, ignore_errors=True)
-        result.artifact_dir = None
-    elif result.artifact_dir is None and folder.exists():
-        result.artifact_dir = str(folder)
-
-
-def run_campaign(
-    target: Target,
-    store: Store,
-    *,
-    n: int,
-    timeout: float,
-    until_fail: bool = False,
-    params: Params = None,
-    campaign_id: int | None = None,
-    kind: str = "run",
-    spec: dict[str, Any] | None = None,
-    name: str | None = None,
-    launches: int | None = None,
-    sprt: Sprt | None = None,
-    on_result: OnResult | None = None,
-    artifacts: str = "failures",
-) -> CampaignSummary:
-    """Run `target` until the campaign has `n` runs, recording each one as it ends.
-
-    New campaign (campaign_id None): created with `kind`, `spec` and `name`.
-    Resume (campaign_id given): stored runs count towards `n`, numbering continues after
-    the last stored seq, and `until_fail` / `sprt` see the stored runs first (a campaign
-    that already met its stop condition runs nothing more).
-    `params` is a dict for every run or a function of the run's seq.
-    `on_result(seq, result, counts)` is called after each run is committed.
-    `artifacts`: "failures" (default) gives each run a folder under the store's
-    artifacts/campaign-N/ and removes it again when the run was clean; "all" keeps every
-    run's folder; "none" gives runs no folder (a hang collector then has nowhere to write).
-    A KeyboardInterrupt marks the campaign 'interrupted' and propagates.
+    Build one with `acquire` (leases the GPUs), `on_cpu` (the no-GPU pseudo-lease,
+    telemetry off: tests, CPU-only commands), or directly from leases someone else holds
+    (`owns_leases=False`: they are not released here; the Ray executor's pseudo-leases).
+    `target_factory` makes the targets of work items (default: ServerTarget / CommandTarget /
+    SanitizerTarget from the item); `run` and `repeat` may override it. Close it (or use it
+    as a context manager): warm targets are closed, telemetry stopped, owned leases released.
+    The store stays open (it is the caller's).
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n!r}")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be > 0, got {timeout!r}")
-    if artifacts not in ARTIFACT_POLICIES:
-        raise ValueError(f"artifacts must be one of {ARTIFACT_POLICIES}, got {artifacts!r}")
-    t0 = time.monotonic()
-    if campaign_id is None:
-        campaign_id = store.create_campaign(kind, spec or {}, name=name)
-    else:
-        store.campaign(campaign_id)  # UserError if it does not exist
-    counts = empty_counts()
-    first_failure: int | None = None
-    for stored in store.iter_runs(campaign_id):
-        counts[Outcome(stored.result.outcome).value] += 1
-        if first_failure is None and Outcome(stored.result.outcome).is_failure:
-            first_failure = stored.seq
-        if sprt is not None and stored.result.outcome is not Outcome.ERROR:
-            sprt.update(Outcome(stored.result.outcome).is_failure)
-    seq = store.last_seq(campaign_id)
-    ran_now = 0
 
-    def stop_reason() -> str | None:
-        if until_fail and first_failure is not None:
-            return f"first failure at run {first_failure}"
-        if sprt is not None and sprt.decision is not None:
-            return f"SPRT {sprt.decision}"
-        return None
+    def __init__(self, store: Store, leases: list[GpuLease], *, telemetry: bool = True,
+                 owns_leases: bool = False, target_factory: TargetFactory = default_target_factory) -> None:
+        if not leases:
+            raise ValueError("a leased campaign needs at least one lease")
+        self.store, self.leases, self.owns_leases = store, list(leases), owns_leases
+        self.target_factory = target_factory
+        self.caches: dict[str, dict[tuple, Any]] = {}
+        self.monitor = None
+        gpus = [lease for lease in self.leases if lease.is_gpu]
+        if telemetry and gpus:
+            from hazards.engine.telemetry import TelemetryMonitor
 
-    store.set_campaign_status(campaign_id, RUNNING)
-    status = RUNNING
-    try:
-        while sum(counts.values()) < n and stop_reason() is None:
-            seq += 1
-            run_params = params(seq) if callable(params) else dict(params or {})
-            art = store.artifact_root(campaign_id) / f"run-{seq:06d}" if artifacts != "none" else None
-            result = target.run(run_params, timeout=timeout, launches=launches, artifact_dir=art)
-            if art is not None:
-                settle_artifacts(result, art, keep=artifacts == "all")
-            store.record_run(campaign_id, result, seq=seq)
-            ran_now += 1
-            outcome = Outcome(result.outcome)
-            counts[outcome.value] += 1
-            if outcome.is_failure and first_failure is None:
-                first_failure = seq
-            if sprt is not None and outcome is not Outcome.ERROR:
-                sprt.update(outcome.is_failure)
+            self.monitor = TelemetryMonitor([lease.uuid for lease in gpus]).start()
+
+    @classmethod
+    def acquire(cls, store: Store, holder: str, *, max_gpus: int | None = None, lock_dir: str | None = None,
+                wait_s: float = 0.0, exclusive: bool = False, telemetry: bool = True,
+                without_gpu: bool = False,
+                target_factory: TargetFactory = default_target_factory) -> "LeasedCampaign":
+        """Lease every free GPU this process may use (at most `max_gpus`), waiting up to
+        `wait_s` for one. No GPU visible: the no-GPU pseudo-lease if `without_gpu`, else
+        NoGpuVisible; every GPU busy: NoGpuFree naming the holders (both one-line UserErrors)."""
+        if not lease_candidates():
+            if without_gpu:
+                return cls.on_cpu(store, holder, target_factory=target_factory)
+            raise NoGpuVisible(NO_GPU_VISIBLE)
+        leases, busy = acquire_free(holder, lock_dir=lock_dir, max_gpus=max_gpus, wait_s=wait_s,
+                                    exclusive=exclusive)
+        if not leases:
+            raise NoGpuFree("; ".join(busy.values()) or "no GPU could be leased")
+        return cls(store, leases, telemetry=telemetry, owns_leases=True, target_factory=target_factory)
+
+    @classmethod
+    def on_cpu(cls, store: Store, holder: str = "hazards",
+               target_factory: TargetFactory = default_target_factory) -> "LeasedCampaign":
+        """A frame on the no-GPU pseudo-lease: the children's environment is left as it is."""
+        return cls(store, [no_gpu_lease(holder)], telemetry=False, owns_leases=True,
+                   target_factory=target_factory)
+
+    # -- what the frame holds --------------------------------------------------------------
+    @property
+    def on_gpu(self) -> bool:
+        """False when the frame runs on the no-GPU pseudo-lease."""
+        return any(lease.is_gpu for lease in self.leases)
+
+    def describe(self) -> str:
+        """'2 GPU(s): GPU-aaaa, GPU-bbbb' or 'no GPU'."""
+        gpus = [lease.uuid or lease.gpu for lease in self.leases if lease.is_gpu]
+        return f"{len(gpus)} GPU(s): {', '.join(gpus)}" if gpus else "no GPU"
+
+    def session(self) -> dict[str, Any]:
+        """This frame as one entry of a campaign spec's `sessions`."""
+        return {"started": time.time(), "gpus": [lease.info() for lease in self.leases if lease.is_gpu]}
+
+    def target(self, item: WorkItem, lease: GpuLease | None = None,
+               target_factory: TargetFactory | None = None) -> Any:
+        """The warm target `item` runs on on `lease` (default: the first), made if needed."""
+        lease = lease or self.leases[0]
+        return warm_target(self.caches.setdefault(lease.gpu, {}), item, lease,
+                           target_factory or self.target_factory)
+
+    def warm(self, item: WorkItem, target_factory: TargetFactory | None = None) -> None:
+        """Start `item`'s target on every lease now (UserError if one cannot start), so a
+        server that will not come up is one clear line before any run, not error runs."""
+        for lease in self.leases:
+            start = getattr(self.target(item, lease, target_factory), "start", None)
+            if start is not None:
+                start()
+
+    # -- campaigns -------------------------------------------------------------------------
+    def create(self, kind: str, spec: dict[str, Any], name: str | None = None) -> int:
+        """A new campaign whose spec records this session; its id."""
+        return self.store.create_campaign(kind, {**spec, "sessions": [self.session()]}, name=name)
+
+    def reopen(self, campaign_id: int, kind: str) -> Campaign:
+        """A stored campaign of `kind` to continue (UserError otherwise), this session added."""
+        camp = self.store.campaign(campaign_id)
+        if camp.kind != kind:
+            raise UserError(f"campaign {campaign_id} is a {camp.kind!r} campaign, not a {kind!r} one")
+        spec = dict(camp.spec)
+        spec["sessions"] = list(spec.get("sessions", [])) + [self.session()]
+        self.store.update_campaign_spec(campaign_id, spec)
+        return self.store.campaign(campaign_id)
+
+    def run(self, campaign_id: int, source: WorkSource, *, budget_s: float = math.inf,
+            target_factory: TargetFactory | None = None, on_result: Callable[[int, WorkItem, RunResult], None] | None = None,
+            artifacts: str = "failures", evidence_json: bool = False,
+            caches: dict[str, dict[tuple, Any]] | None = None) -> list[GpuStats]:
+        """Run the loop on every lease for campaign `campaign_id` until `source` is done or
+        the budget ends; every run committed as it ends (`StoreSink`, its `artifacts`
+        policy, `on_result(seq, item, result)` after each commit). The campaign's status
+        is set here; the telemetry summary and the items the source dropped go into its spec."""
+        sink = StoreSink(self.store, campaign_id, artifacts=artifacts, on_result=on_result,
+                         evidence_json=evidence_json)
+        self.store.set_campaign_status(campaign_id, RUNNING)
+        status, stats = INTERRUPTED, []
+        try:
+            stats = run_local(self.leases, source, sink, budget_s=budget_s, telemetry=self.monitor,
+                              target_factory=target_factory or self.target_factory,
+                              caches=self.caches if caches is None else caches)
+            status = STOPPED if getattr(source, "stop_reason", None) else COMPLETE
+        finally:
+            self._finish(campaign_id, source, status)
+        return stats
+
+    def _finish(self, campaign_id: int, source: WorkSource, status: str) -> None:
+        dropped = source.dropped() if hasattr(source, "dropped") else {}
+        if self.monitor is not None or dropped:
+            spec = dict(self.store.campaign(campaign_id).spec)
+            if self.monitor is not None:
+                spec["telemetry"] = {**spec.get("telemetry", {}), **self.monitor.summary()}
+            if dropped:
+                spec["dropped"] = {**spec.get("dropped", {}), **dropped}
+            self.store.update_campaign_spec(campaign_id, spec)
+        self.store.set_campaign_status(campaign_id, status)
+
+    def repeat(self, target: Any = None, *, item: WorkItem | None = None, n: int, timeout: float,
+               until_fail: bool = False, params: dict[str, Any] | Callable[[int], dict[str, Any]] | None = None,
+               launches: int | None = None, sprt: Sprt | None = None, campaign_id: int | None = None,
+               kind: str = "run", spec: dict[str, Any] | None = None, name: str | None = None,
+               on_result: OnResult | None = None, artifacts: str = "failures", evidence_json: bool = False,
+               target_factory: TargetFactory | None = None) -> CampaignSummary:
+        """Run one thing until its campaign has `n` runs (the `Repeat` work source).
+
+        What runs: `item` (its target made by the target factory with the lease's
+        environment, and kept warm in the frame), or a ready-made `target` (the caller
+        built it, owns it and closes it). New campaign (campaign_id None): created with
+        `kind`, `spec` and `name`. Resume (campaign_id given): stored runs count towards
+        `n`, numbering continues after the last stored seq, and `until_fail` / `sprt` see
+        the stored runs first. `params` (a dict, or a function of the run's number in the
+        campaign) and `launches` / `timeout` override the item's. `on_result(seq, result,
+        counts)` is called after each run is committed. A KeyboardInterrupt marks the
+        campaign 'interrupted' and propagates.
+        """
+        from hazards.engine.sources import Repeat
+
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        if artifacts not in ARTIFACT_POLICIES:
+            raise ValueError(f"artifacts must be one of {ARTIFACT_POLICIES}, got {artifacts!r}")
+        if (target is None) == (item is None):
+            raise ValueError("give exactly one of target and item")
+        item = _repeat_item(item, target, timeout, params, launches)
+        t0 = time.monotonic()
+        if campaign_id is None:
+            if n < 1:
+                raise ValueError(f"n must be >= 1, got {n!r}")
+            campaign_id = self.create(kind, spec or {}, name=name)
+        self.store.campaign(campaign_id)  # UserError if there is no such campaign
+        prior = [sr.result for sr in self.store.iter_runs(campaign_id)]
+        source = Repeat(item, n, until_fail=until_fail, sprt=sprt, prior=prior,
+                        params=params if callable(params) else None)
+        counts = dict(source.counts)
+
+        def observe(seq: int, _item: WorkItem, result: RunResult) -> None:
+            counts[result.outcome.value] += 1
             if on_result is not None:
                 on_result(seq, result, dict(counts))
-        status = STOPPED if stop_reason() is not None else COMPLETE
-    except KeyboardInterrupt:
-        status = INTERRUPTED
-        raise
-    finally:
-        if status != RUNNING:
-            store.set_campaign_status(campaign_id, status)
-    return CampaignSummary(
-        campaign_id=campaign_id, status=status, requested=n, counts=counts, ran_now=ran_now,
-        first_failure_seq=first_failure, stop_reason=stop_reason(),
-        elapsed_s=time.monotonic() - t0, sprt_decision=sprt.decision if sprt else None)
+
+        caches = None if target is None else {lease.gpu: {item.target_key: target} for lease in self.leases}
+        self.run(campaign_id, source, target_factory=target_factory, on_result=observe, artifacts=artifacts,
+                 evidence_json=evidence_json, caches=caches)
+        status = self.store.campaign(campaign_id).status
+        first = self.store.first_failure_seq(campaign_id)
+        stop = source.stop_reason
+        if stop == "first failure":
+            stop = f"first failure at run {first}"
+        return CampaignSummary(
+            campaign_id=campaign_id, status=status, requested=n, counts=dict(source.counts),
+            ran_now=source.ran_now, first_failure_seq=first, stop_reason=stop,
+            elapsed_s=time.monotonic() - t0, sprt_decision=sprt.decision if sprt else None)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every warm target, stop telemetry, release the leases the frame owns."""
+        try:
+            for cache in self.caches.values():
+                close_targets(cache)
+        finally:
+            if self.monitor is not None:
+                self.monitor.stop()
+            if self.owns_leases:
+                for lease in self.leases:
+                    lease.release()
+
+    def __enter__(self) -> "LeasedCampaign":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _repeat_item(item: WorkItem | None, target: Any, timeout: float, params: Any,
+                 launches: int | None) -> WorkItem:
+    """The work item `repeat` runs: `item` with the run options laid over it, or a label
+    for a ready-made target (its name; the variant its params name)."""
+    fixed = dict(params) if isinstance(params, dict) else None
+    if item is None:
+        item = WorkItem(target=getattr(target, "name", "") or "", kind="ready-made",
+                        variant=str((fixed or {}).get("variant", "")))
+    return dataclasses.replace(item, timeout_s=timeout,
+                               params=fixed if fixed is not None else item.params,
+                               launches=launches if launches is not None else item.launches)

@@ -1,24 +1,28 @@
-"""The built-in local executor: one worker loop per leased GPU, all pulling from one queue.
+"""The one run loop: a loop per leased GPU, each pulling work from a shared work source.
 
-The pieces are separate so that another executor (Ray: `executors/ray_executor.py`) can host
-the same per-GPU loop in an actor:
+Every command that runs anything goes through it (`hazards run`, `repro`, `stress`, `check`,
+`soak`, through the leased-campaign frame of `hazards.engine.campaign`). The pieces are
+separate so that another executor (Ray: `executors/ray_executor.py`) can host the same
+per-GPU loop in an actor:
 
-- `WorkItem`: what to run (a family variant on its launch server, or a registered
+- `WorkItem`: what to run (a family variant on its launch server, a registered or user's
   command/server target) and what a correct check must report for it (an expectation
   and a proof, `hazards.engine.verdict`), JSON-serialisable for campaign specs and resumes.
-- a *work source* (`next_item(gpu)`, `report(item, result)`, `finished()`): decides what
-  runs next and when to stop; `Rotation` (soak: every item, least-run first, until the
-  budget ends) and `SprtStop` (check: each item until its SPRT verdict) are here.
+- a *work source* (`WorkSource`: `next_item(gpu)`, `report(item, result)`, `finished()`):
+  decides what runs next and when to stop; repetition (n runs, until-fail, SPRT, resume),
+  rotation and SPRT-stopping are the sources of `hazards.engine.sources`.
 - a *sink* (`allocate()`, `record(seq, item, result)`): where results go; `StoreSink`
-  commits each run to the results store the moment it ends.
+  commits each run to the results store the moment it ends (artifact folders settled by
+  the policy, an observer called with `(seq, item, result)`).
 - `GpuLoop`: the per-GPU loop itself: a lease, a source, a sink, a deadline; one warm
-  ServerTarget per server binary (shared by every variant of that family), a
-  CommandTarget per command item, telemetry around every run.
-- `run_local`: one thread per lease running a `GpuLoop`; returns per-GPU statistics.
+  target per `WorkItem.target_key` (one ServerTarget per server binary, shared by every
+  variant of that family), made by a target factory with the lease's environment
+  (`CUDA_VISIBLE_DEVICES`), and telemetry around every run.
+- `run_local`: a `GpuLoop` per lease (one lease: in the calling thread, so Ctrl-C and
+  SIGTERM reach the run in flight at once; several: one thread each); per-GPU statistics.
 
-A target that cannot even start (missing binary, build failure) produces `error` runs; a
-source stops issuing an item after a few consecutive errors so a broken item cannot eat
-the budget.
+A target that cannot even start (missing binary, build failure) gives `error` runs, never
+an exception out of the loop.
 """
 from __future__ import annotations
 
@@ -28,15 +32,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from hazards.engine.campaign import ARTIFACT_POLICIES
-from hazards.engine.campaign import settle_artifacts  # the same policy as run_campaign
+import json
+import shutil
+
 from hazards.engine.leases import GpuLease
 from hazards.engine.outcome import Outcome, RunResult, item_key
-from hazards.engine.stats import Sprt
 from hazards.engine.store import Store, empty_counts
-from hazards.engine.verdict import Expect, ItemTally, Proof, expect_of
+from hazards.engine.verdict import Expect, Proof, expect_of
 
-MAX_CONSECUTIVE_ERRORS = 3
+ARTIFACT_POLICIES = ("failures", "all", "none")
+OnRun = Callable[[int, "WorkItem", RunResult], None]  # (seq, item, result) after the commit
 
 
 @dataclasses.dataclass
@@ -98,8 +103,20 @@ class WorkItem:
         return cls(**kw)
 
 
+def settle_artifacts(result: RunResult, folder: Path, keep: bool) -> None:
+    """Point the result at its artifact folder, or remove the folder of a clean run."""
+    if Outcome(result.outcome) is Outcome.CLEAN and not keep:
+        # Only this run's own folder (made for it under our store) is ever removed.
+        shutil.rmtree(folder, ignore_errors=True)
+        result.artifact_dir = None
+    elif result.artifact_dir is None and folder.exists():
+        result.artifact_dir = str(folder)
+
+
 class WorkSource(Protocol):
-    """Decides what a GPU runs next. Must be thread-safe: every GPU loop calls it."""
+    """Decides what a GPU runs next. Must be thread-safe: every GPU loop calls it.
+    (Optional: `stop_reason`, set when it ended the campaign early; `dropped()`, the items
+    it stopped issuing and why.)"""
 
     def next_item(self, gpu: str) -> WorkItem | None: ...  # None: nothing left to run
     def report(self, item: WorkItem, result: RunResult) -> None: ...
@@ -113,120 +130,23 @@ class Sink(Protocol):
     def record(self, seq: int, item: WorkItem, result: RunResult) -> None: ...
 
 
-@dataclasses.dataclass
-class _ItemState:
-    item: WorkItem
-    runs: int = 0
-    busy_s: float = 0.0
-    in_flight: int = 0
-    errors_in_a_row: int = 0
-    dropped: str | None = None
-    tally: ItemTally = dataclasses.field(default_factory=ItemTally)
-
-
-class Rotation:
-    """Every item again and again, the one that has had the least GPU time first (soak).
-
-    Balancing time rather than run counts keeps a variant that hangs every time (each run
-    costs its whole timeout) from starving the fast ones. `prior` seeds {key: (runs,
-    seconds)} from stored runs, so a resumed campaign evens out what it already has. An
-    item with MAX_CONSECUTIVE_ERRORS error runs in a row is dropped (see `dropped`).
-    """
-
-    def __init__(self, items: list[WorkItem], prior: dict[str, tuple[int, float]] | None = None) -> None:
-        self._mu = threading.Lock()
-        self.states = {i.key: _ItemState(i, *(prior or {}).get(i.key, (0, 0.0))) for i in items}
-
-    def _eligible(self, st: _ItemState) -> bool:
-        return st.dropped is None
-
-    def next_item(self, gpu: str) -> WorkItem | None:
-        with self._mu:
-            live = [s for s in self.states.values() if self._eligible(s)]
-            if not live:
-                return None
-            # runs in flight count with the item's mean duration so far
-            st = min(live, key=lambda s: (s.busy_s + s.in_flight * s.busy_s / max(1, s.runs), s.runs + s.in_flight))
-            st.in_flight += 1
-            return st.item
-
-    def report(self, item: WorkItem, result: RunResult) -> None:
-        with self._mu:
-            st = self.states[item.key]
-            st.in_flight -= 1
-            st.runs += 1
-            st.busy_s += max(0.0, result.duration_s or 0.0)
-            outcome = Outcome(result.outcome)
-            st.tally.add(result, item.proof)
-            st.errors_in_a_row = st.errors_in_a_row + 1 if outcome is Outcome.ERROR else 0
-            if st.errors_in_a_row >= MAX_CONSECUTIVE_ERRORS and st.dropped is None:
-                st.dropped = f"{st.errors_in_a_row} errors in a row, last: {result.reason}"
-            self._after(st, result)
-
-    def _after(self, st: _ItemState, result: RunResult) -> None:
-        """Hook for subclasses (SPRT bookkeeping); called under the lock."""
-
-    def finished(self) -> bool:
-        with self._mu:
-            return not any(self._eligible(s) for s in self.states.values())
-
-    def dropped(self) -> dict[str, str]:
-        """{item key: why it stopped being run} for items dropped after repeated errors."""
-        with self._mu:
-            return {k: s.dropped for k, s in self.states.items() if s.dropped}
-
-
-class SprtStop(Rotation):
-    """Each item until its sequential test decides (check).
-
-    `sprt_for(item)` gives a fresh `Sprt`; `stop_on_failure(item)` says whether one
-    failure settles it (a clean variant that fails has failed the check). `max_runs`
-    caps every item. `decision(key)` is 'accept_h1', 'accept_h0', 'failed', or None.
-    For a canary (expect 'detect') only failures its proof accepts count as detections.
-    """
-
-    def __init__(self, items: list[WorkItem], sprt_for: Callable[[WorkItem], Sprt],
-                 stop_on_failure: Callable[[WorkItem], bool] = lambda i: False, max_runs: int = 1000) -> None:
-        super().__init__(items)
-        self.sprts = {i.key: sprt_for(i) for i in items}
-        self.stop_on_failure = stop_on_failure
-        self.max_runs = max_runs
-        self.failed: set[str] = set()
-
-    def _eligible(self, st: _ItemState) -> bool:
-        key = st.item.key
-        return (st.dropped is None and key not in self.failed and self.sprts[key].decision is None
-                and st.runs + st.in_flight < self.max_runs)
-
-    def _after(self, st: _ItemState, result: RunResult) -> None:
-        outcome = Outcome(result.outcome)
-        if outcome is Outcome.ERROR:
-            return  # our infrastructure: no evidence either way
-        item = st.item
-        seen = item.proof.proves(result) if item.expectation is Expect.DETECT else outcome.is_failure
-        self.sprts[item.key].update(seen)
-        if outcome.is_failure and self.stop_on_failure(item):
-            self.failed.add(st.item.key)
-
-    def decision(self, key: str) -> str | None:
-        with self._mu:
-            return "failed" if key in self.failed else self.sprts[key].decision
-
-
 class StoreSink:
     """Commits every run to the store as it ends (one lock: the store is one connection).
 
-    `artifacts` is the policy of `hazards.engine.campaign.run_campaign`: "failures" (default) gives
-    each run a folder under the store's artifacts/campaign-N/ and removes it again when
-    the run was clean (a long soak would otherwise leave one folder per request), "all"
-    keeps every folder, "none" gives runs no folder.
+    `artifacts`: "failures" (default) gives each run a folder under the store's
+    artifacts/campaign-N/ and removes it again when the run was clean (a long soak would
+    otherwise leave one folder per request), "all" keeps every folder, "none" gives runs
+    no folder (a hang collector then has nowhere to write). `evidence_json` writes the
+    whole result (telemetry included) as evidence.json into every folder that is kept.
+    `on_result(seq, item, result)` is called after each commit.
     """
 
     def __init__(self, store: Store, campaign_id: int, *, artifacts: str = "failures",
-                 on_result: Callable[[WorkItem, RunResult], None] | None = None) -> None:
+                 on_result: OnRun | None = None, evidence_json: bool = False) -> None:
         if artifacts not in ARTIFACT_POLICIES:
             raise ValueError(f"artifacts must be one of {ARTIFACT_POLICIES}, got {artifacts!r}")
         self.store, self.campaign_id, self.artifacts, self.on_result = store, campaign_id, artifacts, on_result
+        self.evidence_json = evidence_json
         self._mu = threading.Lock()
         self._seq = store.last_seq(campaign_id)
 
@@ -242,10 +162,13 @@ class StoreSink:
     def record(self, seq: int, item: WorkItem, result: RunResult) -> None:
         if self.artifacts != "none":
             settle_artifacts(result, self._folder(seq), keep=self.artifacts == "all")
+        if self.evidence_json and result.artifact_dir:
+            (Path(result.artifact_dir) / "evidence.json").write_text(
+                json.dumps(result.to_json(), indent=1, default=str))
         with self._mu:
             self.store.record_run(self.campaign_id, result, seq=seq)
         if self.on_result is not None:
-            self.on_result(item, result)
+            self.on_result(seq, item, result)
 
 
 TargetFactory = Callable[[WorkItem, dict[str, str]], Any]
@@ -293,22 +216,24 @@ class GpuLoop:
 
     Stops at `deadline` (time.monotonic()), when the source has nothing left, or when
     `stop` is set; a run in flight always finishes (bounded by its own timeout).
+    `targets` is the warm-target cache to use ({WorkItem.target_key: target}); a caller
+    that passes one keeps its targets open across loops and closes them itself (the
+    leased-campaign frame does); without one the loop closes its own targets when it ends.
     """
 
     def __init__(self, lease: GpuLease, source: WorkSource, sink: Sink, *, deadline: float,
                  telemetry: Any = None, stop: threading.Event | None = None,
-                 target_factory: TargetFactory = default_target_factory) -> None:
+                 target_factory: TargetFactory = default_target_factory,
+                 targets: dict[tuple, Any] | None = None) -> None:
         self.lease, self.source, self.sink, self.deadline = lease, source, sink, deadline
         self.telemetry, self.stop = telemetry, stop or threading.Event()
         self.target_factory = target_factory
-        self.targets: dict[tuple, Any] = {}
+        self.owns_targets = targets is None
+        self.targets: dict[tuple, Any] = {} if targets is None else targets
         self.stats = GpuStats(lease.gpu, lease.uuid)
 
     def _target(self, item: WorkItem) -> Any:
-        key = item.target_key
-        if key not in self.targets:
-            self.targets[key] = self.target_factory(item, {**item.env, **self.lease.env()})
-        return self.targets[key]
+        return warm_target(self.targets, item, self.lease, self.target_factory)
 
     def run_one(self, item: WorkItem) -> RunResult:
         """Run one item once on this GPU and judge it (never raises for a target's failure)."""
@@ -356,30 +281,49 @@ class GpuLoop:
             raise
         finally:
             self.stats.elapsed_s = time.monotonic() - t0
-            self.close()
+            if self.owns_targets:
+                close_targets(self.targets)
         return self.stats
 
-    def close(self) -> None:
-        """Close every warm target of this loop (kills their process groups)."""
-        for t in self.targets.values():
-            try:
-                t.close()
-            except Exception:
-                pass
-        self.targets.clear()
+
+def warm_target(cache: dict[tuple, Any], item: WorkItem, lease: GpuLease, factory: TargetFactory) -> Any:
+    """The warm target `item` runs on in `cache`, made by `factory` with the lease's
+    environment the first time (items with the same `target_key` share it)."""
+    key = item.target_key
+    if key not in cache:
+        cache[key] = factory(item, {**item.env, **lease.env()})
+    return cache[key]
+
+
+def close_targets(cache: dict[tuple, Any]) -> None:
+    """Close every target of a warm-target cache (kills their process groups) and empty it."""
+    for t in cache.values():
+        try:
+            t.close()
+        except Exception:
+            pass
+    cache.clear()
 
 
 def run_local(leases: list[GpuLease], source: WorkSource, sink: Sink, *, budget_s: float,
               telemetry: Any = None, target_factory: TargetFactory = default_target_factory,
-              stop: threading.Event | None = None) -> list[GpuStats]:
-    """Run one `GpuLoop` thread per lease until the budget ends; per-GPU statistics.
+              stop: threading.Event | None = None,
+              caches: dict[str, dict[tuple, Any]] | None = None) -> list[GpuStats]:
+    """Run one `GpuLoop` per lease until the budget ends; per-GPU statistics.
 
-    Ctrl-C sets the shared stop flag, waits for the runs in flight, and re-raises.
+    One lease runs its loop in the calling thread (Ctrl-C / SIGTERM interrupt the run in
+    flight, whose target kills its children). Several run one thread each; Ctrl-C then
+    sets the shared stop flag, waits for the runs in flight, and re-raises. `caches`
+    ({lease.gpu: warm-target cache}) keeps targets open beyond this call (see `GpuLoop`).
     """
     stop = stop or threading.Event()
     deadline = time.monotonic() + max(0.0, budget_s)
     loops = [GpuLoop(lease, source, sink, deadline=deadline, telemetry=telemetry, stop=stop,
-                     target_factory=target_factory) for lease in leases]
+                     target_factory=target_factory,
+                     targets=None if caches is None else caches.setdefault(lease.gpu, {}))
+             for lease in leases]
+    if len(loops) == 1:
+        return [loops[0].run()]
     errors: list[BaseException] = []
 
     def body(loop: GpuLoop) -> None:

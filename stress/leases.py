@@ -16,6 +16,15 @@ For tests, `HZ_FAKE_GPUS="0,1"` pretends those GPUs exist (no NVML involved).
 Every acquire, release, refusal and reclaim (a lease whose previous holder died without
 releasing) is appended as one JSON line to `<lock dir>/log.jsonl`: who (pid, host, holder
 tag) held which GPU, when.
+
+A lease's children get its token in `HZ_LEASED` (with CUDA_VISIBLE_DEVICES). A process
+whose environment carries the token of the lease that holds a GPU may run on that GPU:
+`acquire` returns an *inherited* lease that holds no lock and releases nothing (logged as
+"inherit"), so a `hazards run` started by a campaign, by the lease broker, or by a test
+under the pytest plugin runs on its parent's GPU instead of refusing it. Anyone else is
+refused as before. `no_gpu_lease` is the pseudo-lease of a machine
+with no GPU: commands that need none (`hazards run -- CMD` on a CPU runner) run on it,
+with the environment left as it is.
 """
 from __future__ import annotations
 
@@ -35,6 +44,7 @@ from hazards.engine.outcome import HOST
 DEFAULT_LOCK_DIR = Path(".hazards") / "leases"
 LOG_NAME = "log.jsonl"
 FAKE_ENV = "HZ_FAKE_GPUS"
+LEASE_ENV = "HZ_LEASED"  # tokens ("<lock file name>:<holder pid>") of the leases a child runs under
 
 
 class LeaseUnavailable(UserError):
@@ -106,24 +116,40 @@ class GpuLease:
     host: str
     acquired_at: float
     _fd: int | None = dataclasses.field(default=None, repr=False)
+    inherited_from: int | None = None  # pid of the ancestor whose lease this runs under
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
     @property
+    def is_gpu(self) -> bool:
+        """False for the no-GPU pseudo-lease."""
+        return True
+
+    @property
     def visible_devices(self) -> str:
         """The CUDA_VISIBLE_DEVICES value a child of this lease gets."""
         return self.uuid or self.gpu
 
+    @property
+    def token(self) -> str:
+        """What names this lease to the children it runs (`LEASE_ENV`): an inherited lease
+        passes its holder's token on."""
+        return f"{self.lock_path.name}:{self.inherited_from or self.pid}"
+
     def env(self) -> dict[str, str]:
         """Environment additions for children that run on this GPU."""
-        return {"CUDA_VISIBLE_DEVICES": self.visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        return {"CUDA_VISIBLE_DEVICES": self.visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                LEASE_ENV: self.token}
 
     def info(self) -> dict[str, Any]:
         """Who holds what, as JSON-ready fields (lease log, campaign spec)."""
-        return {"gpu": self.gpu, "uuid": self.uuid, "holder": self.holder, "pid": self.pid,
+        info = {"gpu": self.gpu, "uuid": self.uuid, "holder": self.holder, "pid": self.pid,
                 "host": self.host, "acquired_at": self.acquired_at}
+        if self.inherited_from is not None:
+            info["inherited_from"] = self.inherited_from
+        return info
 
     def release(self) -> None:
         """Give the GPU back (idempotent)."""
@@ -152,6 +178,33 @@ class GpuLease:
                 os.close(self._fd)
             except OSError:
                 pass
+
+
+NO_GPU = "none"
+
+
+@dataclasses.dataclass
+class NoGpuLease(GpuLease):
+    """The pseudo-lease of a machine with no usable GPU: holds nothing, changes no
+    environment variable (a child sees CUDA_VISIBLE_DEVICES as the caller set it)."""
+
+    @property
+    def is_gpu(self) -> bool:
+        return False
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+
+def no_gpu_lease(holder: str) -> NoGpuLease:
+    """A pseudo-lease for running without a GPU (see `NoGpuLease`)."""
+    return NoGpuLease(NO_GPU, None, holder, Path(os.devnull), os.getpid(), HOST, time.time())
+
+
+def _runs_under(path: Path, holder: dict[str, Any]) -> bool:
+    """Whether our environment names the lease that holds `path` (we are its child)."""
+    tokens = os.environ.get(LEASE_ENV, "").split(",")
+    return holder.get("host") == HOST and f"{path.name}:{holder.get('pid')}" in tokens
 
 
 def _prepare_dir(lock_dir: Path) -> None:
@@ -213,6 +266,11 @@ def acquire(gpu: str, holder: str, *, uuid: str | None = None, lock_dir: str | o
         fd, other = _try_lock(path)
         if fd is not None:
             break
+        if _runs_under(path, other):  # our parent's lease: run under it
+            _log(ldir, "inherit", gpu=gpu, uuid=uuid, holder=holder, pid=os.getpid(), host=HOST,
+                 held_by=other)
+            return GpuLease(gpu, uuid, holder, path, os.getpid(), HOST, time.time(),
+                            inherited_from=int(other["pid"]))
         if time.monotonic() >= deadline:
             _log(ldir, "refused", gpu=gpu, uuid=uuid, holder=holder, pid=os.getpid(), host=HOST,
                  reason="busy", held_by=other)

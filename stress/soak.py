@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.engine.campaign import COMPLETE, INTERRUPTED, RUNNING
+from hazards.engine.campaign import LeasedCampaign
 from hazards.engine.errors import UserError
-from hazards.engine.executor import GpuStats, Rotation, StoreSink, TargetFactory, WorkItem, default_target_factory, run_local
-from hazards.engine.leases import GpuLease
+from hazards.engine.executor import GpuStats, TargetFactory, WorkItem
 from hazards.engine.outcome import RunResult
+from hazards.engine.sources import Rotation
 from hazards.engine.stats import boschloo, fisher_one_sided
 from hazards.engine.store import Signature, Store
-from hazards.engine.telemetry import TelemetryMonitor
 from hazards.engine.verdict import Expect, ItemTally, Judgement, campaign_tallies, judge
 
 KIND = "soak"
@@ -237,58 +235,36 @@ def stored_time(store: Store, campaign_id: int) -> dict[str, tuple[int, float]]:
     return out
 
 
-def start_or_resume(store: Store, items: list[WorkItem] | None, *, budget_s: float, resume: int | None,
-                    leases: list[GpuLease], spec_extra: dict[str, Any] | None = None,
-                    name: str | None = None) -> tuple[int, list[WorkItem], float]:
-    """Create the soak campaign (or reopen `resume`); returns (id, items, budget left)."""
-    session = {"started": time.time(), "gpus": [lease.info() for lease in leases]}
+def start_or_resume(frame: LeasedCampaign, items: list[WorkItem] | None, *, budget_s: float, resume: int | None,
+                    spec_extra: dict[str, Any] | None = None, name: str | None = None) -> tuple[int, list[WorkItem], float]:
+    """Create the soak campaign in `frame` (or reopen `resume`); returns (id, items, budget left)."""
     if resume is None:
         if not items:
             raise UserError("nothing to soak: no families with a launch server and no --targets")
-        spec = {"budget_s": budget_s, "items": [i.to_json() for i in items], "sessions": [session],
-                **(spec_extra or {})}
-        return store.create_campaign(KIND, spec, name=name), items, budget_s
-    camp = store.campaign(resume)
+        spec = {"budget_s": budget_s, "items": [i.to_json() for i in items], **(spec_extra or {})}
+        return frame.create(KIND, spec, name=name), items, budget_s
+    camp = frame.store.campaign(resume)
     if camp.kind != KIND:
         raise UserError(f"campaign {resume} is a {camp.kind!r} campaign, not a soak")
     stored = [WorkItem.from_json(d) for d in camp.spec.get("items", [])]
     if not stored:
         raise UserError(f"campaign {resume} has no work items to resume")
-    left = float(camp.spec.get("budget_s", 0.0)) - spent_seconds(store, resume)
-    spec = dict(camp.spec)
-    spec["sessions"] = list(spec.get("sessions", [])) + [session]
-    store.update_campaign_spec(resume, spec)
+    left = float(camp.spec.get("budget_s", 0.0)) - spent_seconds(frame.store, resume)
+    frame.reopen(resume, KIND)
     return resume, stored, max(0.0, left)
 
 
-def run_soak(store: Store, leases: list[GpuLease], items: list[WorkItem] | None, *, budget_s: float,
+def run_soak(frame: LeasedCampaign, items: list[WorkItem] | None, *, budget_s: float,
              resume: int | None = None, name: str | None = None, spec_extra: dict[str, Any] | None = None,
-             on_result: Callable[[WorkItem, RunResult], None] | None = None,
-             target_factory: TargetFactory = default_target_factory, telemetry: bool = True) -> SoakResult:
-    """Run (or resume) one soak campaign over `leases` and compare it with the previous soak."""
-    if not leases:
-        raise UserError("a soak needs at least one leased GPU")
-    cid, items, left = start_or_resume(store, items, budget_s=budget_s, resume=resume, leases=leases,
-                                       spec_extra=spec_extra, name=name)
+             on_result: Callable[[int, WorkItem, RunResult], None] | None = None,
+             target_factory: TargetFactory | None = None) -> SoakResult:
+    """Run (or resume) one soak campaign on the frame's leases and compare it with the previous soak."""
+    store = frame.store
+    cid, items, left = start_or_resume(frame, items, budget_s=budget_s, resume=resume, spec_extra=spec_extra,
+                                       name=name)
     source = Rotation(items, stored_time(store, cid))
-    sink = StoreSink(store, cid, on_result=on_result)
-    monitor = TelemetryMonitor([lease.uuid for lease in leases]) if telemetry else None
-    store.set_campaign_status(cid, RUNNING)
-    status, stats = INTERRUPTED, []
-    try:
-        if monitor:
-            monitor.start()
-        stats = run_local(leases, source, sink, budget_s=left, telemetry=monitor, target_factory=target_factory)
-        status = COMPLETE
-    finally:
-        if monitor:
-            monitor.stop()
-        spec = dict(store.campaign(cid).spec)
-        if monitor:
-            spec["telemetry"] = {**spec.get("telemetry", {}), **monitor.summary()}
-        spec["dropped"] = {**spec.get("dropped", {}), **source.dropped()}
-        store.update_campaign_spec(cid, spec)
-        store.set_campaign_status(cid, status)
+    stats = frame.run(cid, source, budget_s=left, target_factory=target_factory, on_result=on_result)
+    status = store.campaign(cid).status
     dropped = source.dropped()
     tallies = campaign_tallies(store, cid, {i.key: i.proof for i in items})
     judgements = {i.key: judge(i.expectation, tallies.get(i.key, ItemTally()), dropped=dropped.get(i.key))

@@ -414,6 +414,14 @@ class Store:
         return int(self._db.execute("SELECT coalesce(max(seq), 0) FROM runs WHERE campaign_id = ?",
                                     (int(campaign_id),)).fetchone()[0])
 
+    def first_failure_seq(self, campaign_id: int) -> int | None:
+        """The seq of a campaign's first hang, fault or mismatch (None when it has none)."""
+        failures = tuple(o.value for o in OUTCOMES if o.is_failure)
+        row = self._db.execute(
+            f"SELECT min(seq) FROM runs WHERE campaign_id = ? AND outcome IN ({','.join('?' * len(failures))})",
+            (int(campaign_id), *failures)).fetchone()
+        return int(row[0]) if row[0] is not None else None
+
     def counts(self, campaign_id: int | None = None) -> dict[str, int]:
         """Outcome counts (all five outcomes present) for one campaign or the whole store."""
         where, args = _where(campaign_id=campaign_id)

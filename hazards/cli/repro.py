@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import CampaignNameOption, JsonOption, StoreOption, sigterm_as_interrupt
+from hazards.cli.options import (CampaignNameOption, JsonOption, StoreOption, WaitOption, parse_duration,
+                                 sigterm_as_interrupt)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.outcome import OUTCOMES, Outcome, RunResult
@@ -32,7 +33,9 @@ With --tripwire, a private file in /dev/shm is named in HZ_TRIPWIRE_PATH; an ins
 
 Before a hung program is killed, hang forensics (on by default, --no-forensics) attach to it within --hang-budget seconds: cuda-gdb names every resident warp's stuck source line (build with -lineinfo) and the kind of wait, py-spy (the package's forensics extra) or gdb the host threads' stacks, NVML and dmesg the GPU's state; hang.md in the run's artifacts says it in one sentence, which is also the run's reason.
 
-Kept per run: output logs, hang.md, tripwire snapshots and diagnosis, Xid lines, evidence.json; per campaign: binary hash, `git describe`, environment (repro-context.json). The rate so far is printed with its 95% CI.
+The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry and Xid events of that GPU per run); on a machine with no GPU it runs as it is.
+
+Kept per failing run (every run with --keep-tripwire): output logs, hang.md, tripwire snapshots and diagnosis, Xid lines, evidence.json; per campaign: binary hash, `git describe`, environment (repro-context.json). The rate so far is printed with its 95% CI.
 
 Exit status: 0 every run clean; 1 a hazard observed; 2 bad input; 3 only errors.
 
@@ -86,7 +89,7 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
         out.print(f"  tripwire ({tw.get('when', '?')}): {tw['sentence']}", highlight=False, markup=False)
         for note in tw.get("notes", [])[:4]:
             out.print(f"    note: {note}", highlight=False, markup=False)
-    xid = r.evidence.get("xid") or {}
+    xid = _xid(r)
     lines = xid.get("kernel_log")
     if isinstance(lines, list) and lines:
         out.print(f"  kernel log: {lines[-1]}", highlight=False, markup=False)
@@ -128,6 +131,7 @@ def repro_command(
     store_path: StoreOption = None,
     name: CampaignNameOption = None,
     json_out: JsonOption = False,
+    wait: WaitOption = "0s",
 ) -> None:
     from hazards.engine.targets.base import check_argv
     from hazards.engine.tripwire import load_names
@@ -140,6 +144,7 @@ def repro_command(
         raise UserError(f"--hang-budget must be a positive number of seconds, got {hang_budget:g}")
     if launches is not None and launches < 1:
         raise UserError(f"--launches must be at least 1, got {launches}")
+    wait_s = parse_duration(wait, allow_zero=True)
     run_params = _parse_params(params)
     if family is not None:
         if command:
@@ -162,39 +167,48 @@ def repro_command(
             "names": str(names) if names else None}
     store = Store(store_path)
     with sigterm_as_interrupt(), store:
-        summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name)
+        summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name, wait_s)
     _report(summary, failures, spec, store, json_out)
     sys.exit(1 if summary.failures else (3 if summary.errors else 0))
 
 
 def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[str, Any], tripwire: bool,
-         name_table: Any, keep_tripwire: bool, name: str | None) -> tuple[Any, list[tuple[int, RunResult]]]:
+         name_table: Any, keep_tripwire: bool, name: str | None,
+         wait_s: float) -> tuple[Any, list[tuple[int, RunResult]]]:
+    from contextlib import nullcontext
+
     from hazards.cli.run import OutcomeProgress
-    from hazards.engine.targets.repro import KernelLog, ReproTarget, run_context
-    from hazards.engine.campaign import run_campaign
-    from hazards.engine.gpus import all_gpu_uuids
-    from hazards.engine.targets import CommandTarget
-    from hazards.engine.telemetry import TelemetryMonitor
-    from hazards.engine.targets.tripwire import TripwireTarget
+    from hazards.engine.campaign import LeasedCampaign
+    from hazards.engine.executor import WorkItem
     from hazards.engine.forensics import install_hang_collector, uninstall_hang_collector
+    from hazards.engine.targets import CommandTarget
+    from hazards.engine.targets.base import default_name
+    from hazards.engine.targets.repro import KernelLog, ReproTarget, run_context
+    from hazards.engine.targets.tripwire import TripwireTarget
     from hazards.engine.tripwire import TripwireFile
     from hazards.engine.watchdog import collector_budget, set_collector_budget
 
     failures: list[tuple[int, RunResult]] = []
-    tw = TripwireFile() if tripwire else None
+    item = WorkItem(target=name or default_name(argv), variant=str(run_params.get("variant", "")), kind="command",
+                    argv=tuple(argv), params=run_params, timeout_s=spec["timeout"])
     budget_before = collector_budget()
     if spec["forensics"]:
         install_hang_collector()
     set_collector_budget(spec["hang_budget"])
     try:
-        env = tw.env() if tw else None
-        target: Any = CommandTarget(argv, env=env, name=name)
-        if tw is not None:
-            target = TripwireTarget(target, tw, names=name_table, keep="always" if keep_tripwire else "failures")
-        uuids = all_gpu_uuids()
-        with TelemetryMonitor(uuids[:1]) as tele:
-            target = ReproTarget(target, tele if uuids else None, KernelLog(), gpu_uuid=uuids[0] if uuids else None)
-            cid = store.create_campaign(KIND, spec, name=name)
+        with (TripwireFile() if tripwire else nullcontext()) as tw, \
+                LeasedCampaign.acquire(store, "hazards repro", max_gpus=1, wait_s=wait_s, without_gpu=True) as frame:
+            kernel_log = KernelLog()  # what the log held before the first run
+
+            def make_target(item: WorkItem, env: dict[str, str]) -> Any:
+                # CommandTarget -> TripwireTarget -> ReproTarget, on the leased GPU
+                target: Any = CommandTarget(argv, env={**(tw.env() if tw else {}), **env}, name=item.target)
+                if tw is not None:
+                    target = TripwireTarget(target, tw, names=name_table,
+                                            keep="always" if keep_tripwire else "failures")
+                return ReproTarget(target, kernel_log)
+
+            cid = frame.create(KIND, spec, name=name)
             ctx_dir = store.artifact_root(cid)
             ctx_dir.mkdir(parents=True, exist_ok=True)
             (ctx_dir / "repro-context.json").write_text(json.dumps(run_context(argv, spec["cwd"]), indent=1))
@@ -205,16 +219,24 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
                     failures.append((seq, r))
 
             with OutcomeProgress(spec["max_runs"], f"repro {Path(argv[0]).name}", {o.value: 0 for o in OUTCOMES}) as bar:
-                summary = run_campaign(target, store, n=spec["max_runs"], timeout=spec["timeout"],
-                                       until_fail=spec["until_fail"], params=run_params, campaign_id=cid,
-                                       kind=KIND, spec=spec, on_result=on_result)
-            target.close()
+                summary = frame.repeat(item=item, n=spec["max_runs"], timeout=spec["timeout"],
+                                       until_fail=spec["until_fail"], campaign_id=cid, on_result=on_result,
+                                       target_factory=make_target, evidence_json=True,
+                                       artifacts="all" if keep_tripwire else "failures")
     finally:
-        if tw is not None:
-            tw.close()
         uninstall_hang_collector()
         set_collector_budget(budget_before)
     return summary, failures
+
+
+def _xid(r: RunResult) -> dict[str, Any]:
+    """The run's Xid evidence: kernel-log lines (ReproTarget) and NVML's events on the
+    leased GPU (the loop's telemetry window; absent without NVML)."""
+    xid = dict(r.evidence.get("xid") or {})
+    tel = r.evidence.get("telemetry")
+    if isinstance(tel, dict) and "xids" in tel:
+        xid["nvml"] = tel["xids"]
+    return xid
 
 
 def _report(summary: Any, failures: list[tuple[int, RunResult]], spec: dict[str, Any], store: Store,
@@ -225,7 +247,7 @@ def _report(summary: Any, failures: list[tuple[int, RunResult]], spec: dict[str,
         d = summary.to_json()
         d.update({"store": str(store.path), "argv": spec["argv"], "rate_in_words": describe_rate(k, n),
                   "failures": [{"seq": s, "outcome": str(r.outcome), "reason": r.reason,
-                                "tripwire": r.evidence.get("tripwire"), "xid": r.evidence.get("xid"),
+                                "tripwire": r.evidence.get("tripwire"), "xid": _xid(r),
                                 "forensics": find_forensics_evidence(r.evidence),
                                 "artifact_dir": r.artifact_dir} for s, r in failures[:50]],
                   "ci_95": [lo, hi]})

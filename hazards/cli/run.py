@@ -15,14 +15,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, StoreOption, sigterm_as_interrupt
-from hazards.engine.campaign import ARTIFACT_POLICIES, CampaignSummary, run_campaign
+from hazards.cli.options import JsonOption, StoreOption, WaitOption, parse_duration, sigterm_as_interrupt
+from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.errors import UserError
+from hazards.engine.executor import ARTIFACT_POLICIES, WorkItem
 from hazards.engine.outcome import OUTCOMES, RunResult
 from hazards.engine.stats import describe_rate
 from hazards.engine.store import Store
-from hazards.engine.targets import CommandTarget
-from hazards.engine.targets.base import check_argv, check_env
+from hazards.engine.targets.base import check_argv, check_cwd, check_env, default_name
 
 DEFAULT_N = 20
 DEFAULT_N_UNTIL_FAIL = 1000
@@ -39,6 +39,8 @@ _HELP = (
     "Each run is exactly one of clean, hang, fault, mismatch, error (docs/protocol.md says how exit "
     "codes, signals, fault messages and HZ_RESULT lines are judged). Every run is committed to the "
     "results store the moment it ends, so a killed campaign can be continued with --resume.\n\n"
+    "The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry per run); "
+    "on a machine with no GPU it runs as it is, with its environment untouched.\n\n"
     "Exit status: 0 every run was clean; 1 a hazard was observed (hang, fault or mismatch); 2 bad "
     "input; 3 no hazard observed but some runs ended in `error` (the check itself failed, so clean "
     "cannot be claimed); 130 interrupted.\n\n"
@@ -69,15 +71,16 @@ def validate_argv(argv: list[str], cwd: str | Path | None = None) -> list[str]:
     return check_argv(list(argv), cwd, check_env(None))
 
 
-def make_command_target(spec: dict[str, Any]) -> CommandTarget:
-    """A CommandTarget for a `run` spec (argv, cwd, name, result_regex).
+def command_item(spec: dict[str, Any]) -> WorkItem:
+    """The work item of a `run` spec (argv, cwd, name, result_regex, timeout).
 
-    Checks the program first (exists, executable, on PATH) and raises a one-line
-    UserError, so call this before anything is written.
+    Checks the program (exists, executable, on PATH) and the working directory first and
+    raises a one-line UserError, so call this before anything is written.
     """
-    validate_argv(spec.get("argv") or [], spec.get("cwd"))
-    return CommandTarget(spec["argv"], cwd=spec.get("cwd"), name=spec.get("name"),
-                         result_regex=spec.get("result_regex"))
+    argv = validate_argv(spec.get("argv") or [], check_cwd(spec.get("cwd")))
+    return WorkItem(target=spec.get("name") or default_name(argv), kind="command", argv=tuple(argv),
+                    cwd=spec.get("cwd"), result_regex=spec.get("result_regex"),
+                    timeout_s=spec.get("timeout") or DEFAULT_TIMEOUT_S)
 
 
 class OutcomeProgress:
@@ -153,15 +156,16 @@ def exit_code(summary: CampaignSummary) -> int:
 
 
 def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, timeout: float | None,
-                  until_fail: bool) -> tuple[Store, CommandTarget, dict[str, Any]]:
-    """Store, target and spec of a campaign to resume; -n/--timeout/--until-fail update it."""
+                  until_fail: bool) -> tuple[Store, dict[str, Any]]:
+    """Store and spec of a campaign to resume (its program checked); -n/--timeout/--until-fail
+    update it."""
     store = Store(store_path, create=False)
     try:
         camp = store.campaign(campaign_id)
         if camp.kind != KIND:
             raise UserError(f"campaign {campaign_id} is a '{camp.kind}' campaign, not a `hazards run` one")
         spec = dict(camp.spec)
-        target = make_command_target(spec)
+        command_item(spec)
     except BaseException:
         store.close()
         raise
@@ -170,7 +174,7 @@ def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, time
     if changed:
         spec.update(changed)
         store.update_campaign_spec(campaign_id, spec)
-    return store, target, spec
+    return store, spec
 
 
 @app.command("run", help=_HELP, context_settings={"allow_interspersed_args": False})
@@ -189,8 +193,10 @@ def run_command(
     artifacts: str = typer.Option("failures", "--artifacts",
                                   help="Per-run folders (logs, hang snapshots) under the store's artifacts/: "
                                        "failures (keep them for non-clean runs), all, none."),
+    wait: WaitOption = "0s",
 ) -> None:
     check_run_options(n, timeout, result_regex)
+    wait_s = parse_duration(wait, allow_zero=True)
     if artifacts not in ARTIFACT_POLICIES:
         raise UserError(f"--artifacts must be one of {', '.join(ARTIFACT_POLICIES)}, got {artifacts!r}")
     if resume is not None:
@@ -198,31 +204,38 @@ def run_command(
             raise UserError("--resume takes the command from the stored campaign; do not give one")
         if name is not None or result_regex is not None:
             raise UserError("--resume keeps the campaign's --name and --result-regex; do not give them")
-        store, target, spec = _open_resumed(store_path, resume, n, timeout, until_fail)
-        campaign_id = resume
+        store, spec = _open_resumed(store_path, resume, n, timeout, until_fail)
+        campaign_id: int | None = resume
     else:
         spec = {"argv": list(command or []), "cwd": os.getcwd(), "name": name,
                 "result_regex": result_regex, "until_fail": until_fail,
                 "n": n if n is not None else (DEFAULT_N_UNTIL_FAIL if until_fail else DEFAULT_N),
                 "timeout": timeout if timeout is not None else DEFAULT_TIMEOUT_S}
-        target = make_command_target(spec)  # checks the program before the store is touched
+        command_item(spec)  # checks the program before the store is touched
         store = Store(store_path)
-        campaign_id = store.create_campaign(KIND, spec, name=name)
+        campaign_id = None
+    item = command_item(spec)
     try:
-        with sigterm_as_interrupt(), store, target:
+        with sigterm_as_interrupt(), store, LeasedCampaign.acquire(store, "hazards run", max_gpus=1, wait_s=wait_s,
+                                                                   without_gpu=True) as frame:
+            if campaign_id is None:
+                campaign_id = frame.create(KIND, spec, name=name)
+            else:
+                frame.reopen(campaign_id, KIND)
             start = store.counts(campaign_id)
             label = f"#{campaign_id} {Path(spec['argv'][0]).name}"
             with OutcomeProgress(spec["n"], label, start) as bar:
-                summary = run_campaign(
-                    target, store, n=spec["n"], timeout=spec["timeout"], until_fail=spec["until_fail"],
-                    campaign_id=campaign_id, on_result=bar.update, artifacts=artifacts)
+                summary = frame.repeat(item=item, n=spec["n"], timeout=spec["timeout"],
+                                       until_fail=spec["until_fail"], campaign_id=campaign_id,
+                                       on_result=bar.update, artifacts=artifacts)
             if json_out:
-                print(json.dumps(summary_json(summary, store, spec, target.name)))
+                print(json.dumps(summary_json(summary, store, spec, item.target)))
             else:
                 print_summary(summary, store, spec)
     except KeyboardInterrupt:
         # typer turns this into an exit code the entry point would drop: say it and exit here
-        print(f"hazards: interrupted; campaign {campaign_id} keeps every finished run "
-              f"(continue with `hazards run --resume {campaign_id}`)", file=sys.stderr)
+        kept = (f"campaign {campaign_id} keeps every finished run (continue with "
+                f"`hazards run --resume {campaign_id}`)" if campaign_id is not None else "no run had started")
+        print(f"hazards: interrupted; {kept}", file=sys.stderr)
         sys.exit(130)
     sys.exit(exit_code(summary))

@@ -60,7 +60,7 @@ def soak_command(
     exclusive: ExclusiveOption = False,
     name: CampaignNameOption = None,
 ) -> None:
-    from hazards.engine.leases import acquire_free, release_all
+    from hazards.engine.campaign import LeasedCampaign
     from hazards.engine.soak import run_soak
     from hazards.engine.store import Store
 
@@ -78,16 +78,15 @@ def soak_command(
                            address=address, max_gpus=max_gpus,
                            lock_dir=str(lease_dir) if lease_dir else None, exclusive=exclusive)
         return _finish(store, res, report)
-    leases, busy = acquire_free("hazards soak", lock_dir=str(lease_dir) if lease_dir else None,
-                                max_gpus=max_gpus, wait_s=wait_s, exclusive=exclusive)
     try:
-        if not leases:
-            why = "; ".join(busy.values()) or "no usable GPU (NVML found none, or CUDA_VISIBLE_DEVICES is empty)"
-            raise UserError(f"hazards soak needs a free GPU: {why}")
-        typer.echo(f"soak on {len(leases)} GPU(s): {', '.join(lease.uuid or lease.gpu for lease in leases)}", err=True)
-        res = run_soak(store, leases, items, budget_s=budget_s, resume=resume, name=name)
-    finally:
-        release_all(leases)
+        frame = LeasedCampaign.acquire(store, "hazards soak", lock_dir=str(lease_dir) if lease_dir else None,
+                                       max_gpus=max_gpus, wait_s=wait_s, exclusive=exclusive)
+    except UserError as e:
+        store.close()
+        raise UserError(f"hazards soak needs a free GPU: {e}") from None
+    with frame:
+        typer.echo(f"soak on {frame.describe()}", err=True)
+        res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name)
     _finish(store, res, report)
 
 

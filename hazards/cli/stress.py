@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 from typing import Any, List, Optional
 
 import typer
@@ -11,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, StoreOption
+from hazards.cli.options import JsonOption, StoreOption, WaitOption, parse_duration
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import RunResult
 from hazards.engine.stats import percent
@@ -23,7 +24,7 @@ SANITIZER_DEFAULT_LAUNCHES = 4
 SANITIZER_DEFAULT_REQUESTS = 2
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERRORS = 0, 1, 3
 
-_HELP = """Stress a family's variants on the GPU; store every batch; judge the catalog.
+_HELP = """Stress a family's variants on a leased GPU; store every batch; judge the catalog.
 
 Each request is one batch of --launches launches served by the family's warm server
 (docs/protocol.md), validated on the device. Canaries (broken variants) must be detected;
@@ -136,10 +137,12 @@ def stress_command(
     build_target: str = typer.Option("sm_90a", "--target", help="Build target (sm_90a; gfx942 where hipcc exists)."),
     json_out: JsonOption = False,
     store_path: StoreOption = None,
+    wait: WaitOption = "0s",
 ) -> None:
+    from hazards.engine.campaign import LeasedCampaign
     from hazards.families import get_family
     from hazards.engine.targets.sanitizer import TOOLS
-    from hazards.stress_family import family_target, stress_variant
+    from hazards.stress_family import family_item, stress_variant
 
     fam = get_family(family)
     if not fam.binary:
@@ -156,25 +159,23 @@ def stress_command(
     if timeout is not None and not timeout > 0:
         raise UserError(f"--timeout must be positive, got {timeout:g}")
     overrides = parse_sets(list(sets or []), fam.runtime_params)
+    wait_s = parse_duration(wait, allow_zero=True)
 
     reports = []
     progress = _Progress(enabled=not json_out)
-    with Store(store_path) as store:
-        # One warm server for all variants (no sanitizer): the point of a server target.
-        target = None if sanitizer else family_target(fam, target=build_target)
-        try:
-            if target is not None:
-                target.start()  # a server that cannot start is one clear line, before any bar
-            with progress.progress if progress.enabled else _nullcontext():
-                for n in names:
-                    progress.start(f"{fam.name}/{n}", n_req)
-                    reports.append(stress_variant(
-                        fam, n, store=store, launches=n_launch, requests=n_req, timeout=timeout,
-                        sanitizer=sanitizer, overrides=overrides, target=target,
-                        build_target=build_target, on_result=progress.update))
-        finally:
-            if target is not None:
-                target.close()
+    with Store(store_path) as store, LeasedCampaign.acquire(store, "hazards stress", max_gpus=1, wait_s=wait_s,
+                                                            without_gpu=True) as frame:
+        if not sanitizer:
+            # One warm server in the frame for all variants (the point of a server target);
+            # one that cannot start is one clear line, before any bar.
+            frame.warm(family_item(fam, build_target=build_target))
+        with progress.progress if progress.enabled else nullcontext():
+            for n in names:
+                progress.start(f"{fam.name}/{n}", n_req)
+                reports.append(stress_variant(
+                    fam, n, frame=frame, launches=n_launch, requests=n_req, timeout=timeout,
+                    sanitizer=sanitizer, overrides=overrides, build_target=build_target,
+                    on_result=progress.update))
     if json_out:
         print(json.dumps({"family": fam.name, "launches_per_request": n_launch, "requests": n_req,
                           "sanitizer": sanitizer, "overrides": overrides,
@@ -185,11 +186,3 @@ def stress_command(
         raise typer.Exit(EXIT_CHECK_FAILED)
     if any(r.verdict is Verdict.ERROR for r in reports):
         raise typer.Exit(EXIT_ERRORS)
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

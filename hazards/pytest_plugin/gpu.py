@@ -87,7 +87,7 @@ def lease_for_session(config: pytest.Config) -> LeaseState:
         return state
     holder = f"pytest:{_worker_id()}"
     got, refused = leases.acquire_free(holder, max_gpus=1, wait_s=float(_option(config, "hz_lease_wait", 0.0)))
-    for key in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+    for key in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", leases.LEASE_ENV):
         state.saved_env[key] = os.environ.get(key)
     if got:
         state.lease = got[0]

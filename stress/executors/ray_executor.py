@@ -11,8 +11,9 @@ Split of the per-GPU loop (`hazards.engine.executor.GpuLoop`):
   host see it held), the warm targets (one launch server per binary, as locally), the
   watchdog of each run, and NVML telemetry around every run (per-host telemetry, attached
   to the run's evidence; the per-GPU campaign summary goes into the campaign spec);
-- on the driver: a `GpuLoop` thread per actor, run by the same `run_local` and
-  `run_soak` as the local executor, so what runs next, the budget, resume and the
+- on the driver: a `GpuLoop` thread per actor, run by the same leased-campaign frame
+  (`hazards.engine.campaign.LeasedCampaign`, over the actors' pseudo-leases), `run_local`
+  and `run_soak` as the local executor, so what runs next, the budget, resume and the
   comparison with the previous soak are the same code, and every run is committed to the
   driver's store the moment its result arrives.
 
@@ -291,6 +292,7 @@ def run_soak_ray(store: Any, items: list[WorkItem] | None, *, budget_s: float, r
                  telemetry: bool = True) -> Any:
     """`hazards.engine.soak.run_soak` on a Ray cluster; the SoakResult. A lost actor ends the soak
     with a UserError naming the campaign to resume (nothing is retried)."""
+    from hazards.engine.campaign import LeasedCampaign
     from hazards.engine.soak import run_soak
 
     spec_extra = {"executor": {"name": "ray", "address": address}}
@@ -298,8 +300,9 @@ def run_soak_ray(store: Any, items: list[WorkItem] | None, *, budget_s: float, r
                      telemetry=telemetry, init_kwargs=init_kwargs) as ex:
         t0 = time.time()
         try:
-            res = run_soak(store, ex.leases, items, budget_s=budget_s, resume=resume, name=name,
-                           spec_extra=spec_extra, target_factory=ex.target_factory, telemetry=False)
+            # telemetry is read in the actors, next to their GPUs (see `GpuActor.run`)
+            with LeasedCampaign(store, ex.leases, telemetry=False, target_factory=ex.target_factory) as frame:
+                res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, spec_extra=spec_extra)
         except ActorLost as e:
             cid = resume or next((c.id for c in reversed(store.campaigns("soak")) if c.created >= t0 - 1), None)
             raise UserError(f"{e}; campaign {cid} stopped: continue it with "

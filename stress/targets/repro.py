@@ -1,12 +1,11 @@
 """The repro evidence target, and what `hazards repro` keeps besides the runs: the context a
 failure needs to be reproduced elsewhere (binary hash, `git describe`, environment) and
-the kernel's word on it (Xid lines from the kernel log when `dmesg` is readable, NVML Xid
-events otherwise).
+the kernel's word on it (Xid lines from the kernel log when `dmesg` is readable; NVML's
+Xid events of the leased GPU are in every run's telemetry, from the loop).
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import re
@@ -78,32 +77,17 @@ def run_context(argv: list[str], cwd: str | None = None) -> dict[str, Any]:
 
 
 class ReproTarget(WrapperTarget):
-    """Wraps a target: per run, Xid evidence (kernel log + NVML window) and evidence.json."""
+    """Wraps a target: after each run, the Xid/NVRM lines the kernel log gained during it
+    (`evidence["xid"]["kernel_log"]`, or why the log could not be read)."""
 
-    def __init__(self, inner: Target, telemetry: Any | None, kernel_log: KernelLog | None,
-                 gpu_uuid: str | None = None) -> None:
+    def __init__(self, inner: Target, kernel_log: KernelLog | None = None) -> None:
         super().__init__(inner)
-        self.gpu_uuid = gpu_uuid
-        self.telemetry = telemetry
-        self.kernel_log = kernel_log
+        self.kernel_log = kernel_log or KernelLog()
 
     def run(self, params: dict | None = None, *, timeout: float, launches: int | None = None,
             artifact_dir: Path | None = None) -> RunResult:
-        window = self.telemetry.begin(self.gpu_uuid) if self.telemetry else None
         r = self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
-        xid: dict[str, Any] = {}
-        if self.kernel_log is not None:
-            lines = self.kernel_log.new_lines()
-            xid["kernel_log"] = lines if self.kernel_log.readable else f"unreadable: {self.kernel_log.why}"
-        if self.telemetry is not None and window is not None:
-            tele = self.telemetry.end(window)
-            xid["nvml"] = tele.get("xids", []) if tele else f"xid watch {self.telemetry.xid_watch}"
-        if xid:
-            r.evidence["xid"] = xid
-        art = Path(r.artifact_dir) if r.artifact_dir else artifact_dir
-        if art is not None:
-            art.mkdir(parents=True, exist_ok=True)
-            (art / "evidence.json").write_text(json.dumps(r.to_json(), indent=1, default=str))
-            if r.artifact_dir is None:
-                r.artifact_dir = str(art)
+        lines = self.kernel_log.new_lines()
+        log = self.kernel_log
+        r.evidence["xid"] = {"kernel_log": lines if log.readable else f"unreadable: {log.why}"}
         return r

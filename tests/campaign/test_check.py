@@ -151,7 +151,7 @@ def test_one_broken_run_gets_one_word_in_check_soak_stress_and_report(fake_gpus,
 
     from campaign_fakes import FAKE_SERVER
 
-    from hazards.engine.leases import acquire_free, release_all
+    from hazards.engine.campaign import LeasedCampaign
     from hazards.engine.report import build_report, junit_suites
     from hazards.engine.soak import run_soak
     from hazards.engine.targets import ServerTarget
@@ -165,16 +165,14 @@ def test_one_broken_run_gets_one_word_in_check_soak_stress_and_report(fake_gpus,
     words = {}
     res = _check([fam], store)
     words["check"] = next(v.status for v in res.verdicts if v.variant == "broken")
-    leases, _ = acquire_free("soak-test", max_gpus=1)
-    try:
-        soak = run_soak(store, leases, checkrun.family_items(fam, list(fam.variants), fake_items_for), budget_s=1.0)
-    finally:
-        release_all(leases)
+    with LeasedCampaign.acquire(store, "soak-test", max_gpus=1) as frame:
+        soak = run_soak(frame, checkrun.family_items(fam, list(fam.variants), fake_items_for), budget_s=1.0)
     words["soak"] = soak.judgements["fakefam/broken"].verdict
     words["report"] = next(r.judgement.verdict for r in build_report(store, soak.campaign_id, figures=False).rows
                            if r.variant == "broken")
-    with ServerTarget([sys.executable, str(FAKE_SERVER)], name="fakefam") as target:
-        words["stress"] = stress_variant(fam, "broken", store=store, launches=5, requests=2, target=target).verdict
+    with ServerTarget([sys.executable, str(FAKE_SERVER)], name="fakefam") as target, \
+            LeasedCampaign.on_cpu(store) as frame:
+        words["stress"] = stress_variant(fam, "broken", frame=frame, launches=5, requests=2, target=target).verdict
     assert words == dict.fromkeys(("check", "soak", "report", "stress"), Verdict.WENT_BLIND), words
     assert soak.flagged and soak.blind == ["fakefam/broken"]
     case = next(c for c in junit_suites(build_report(store, soak.campaign_id, figures=False))[0].cases

@@ -66,6 +66,28 @@ def test_two_processes_cannot_hold_one_lease(fake_gpus):
     assert p.returncode == 0 and "acquired" in out, (out, err)
 
 
+def test_a_child_given_its_parents_lease_runs_under_it_and_nobody_else_does(fake_gpus):
+    inherit = textwrap.dedent("""
+        import sys
+        from hazards.engine.leases import acquire, LeaseUnavailable
+        try:
+            lease = acquire(sys.argv[1], "second")
+        except LeaseUnavailable:
+            sys.exit(3)
+        print("acquired", lease.held, lease.inherited_from)
+    """)
+    with acquire("0", "campaign") as lease:
+        child = _py(inherit, "0", env={**os.environ, **lease.env()})
+        out, err = child.communicate(timeout=30)
+        assert child.returncode == 0 and out.split() == ["acquired", "False", str(os.getpid())], (out, err)
+        # a stale or foreign token is not the holder's: refused
+        other = _py(inherit, "0", env={**os.environ, "HZ_LEASED": lease.lock_path.name + ":1"})
+        assert other.wait(30) == 3
+        other.stdout.close(), other.stderr.close()
+        assert lease.held  # the child's inherited lease released nothing
+    assert [e["event"] for e in read_lease_log() if e.get("holder") == "second"][:2] == ["inherit", "refused"]
+
+
 def test_a_second_lease_in_the_same_process_is_refused(fake_gpus):
     with acquire("1", "first"):
         with pytest.raises(LeaseUnavailable, match="first"):

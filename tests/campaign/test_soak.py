@@ -10,7 +10,8 @@ from campaign_fakes import FAKE_SERVER, fake_items_for, make_family
 
 from hazards.cli import main
 from hazards.engine.errors import UserError
-from hazards.engine.leases import acquire_free, read_lease_log, release_all
+from hazards.engine.campaign import LeasedCampaign
+from hazards.engine.leases import read_lease_log
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.soak import load_targets, run_soak, spent_seconds, start_or_resume
 
@@ -65,13 +66,10 @@ def test_soak_holds_every_gpu_runs_every_item_and_writes_one_campaign(fake_gpus,
     fam = make_family()
     items = fake_items_for(fam, list(fam.variants)) + load_targets(f)
     items[2].expect = "detect"
-    leases, _ = acquire_free("soak-test")
-    try:
+    with LeasedCampaign.acquire(store, "soak-test") as frame:
         t0 = time.monotonic()
-        res = run_soak(store, leases, items, budget_s=3.0)
+        res = run_soak(frame, items, budget_s=3.0)
         wall = time.monotonic() - t0
-    finally:
-        release_all(leases)
     assert wall < 3.0 + 10  # the budget, plus at most the runs in flight
     camp = store.campaign(res.campaign_id)
     assert camp.kind == "soak" and camp.status == "complete" and len(camp.spec["items"]) == 5
@@ -86,14 +84,11 @@ def test_soak_holds_every_gpu_runs_every_item_and_writes_one_campaign(fake_gpus,
 
 
 def test_second_soak_flags_a_new_signature_and_a_rate_that_rose(fake_gpus, store):
-    leases, _ = acquire_free("soak-test")
-    try:
+    with LeasedCampaign.acquire(store, "soak-test") as frame:
         good = make_family(clean_fail_prob=0.0)
-        first = run_soak(store, leases, fake_items_for(good, list(good.variants)), budget_s=2.0)
+        first = run_soak(frame, fake_items_for(good, list(good.variants)), budget_s=2.0)
         worse = make_family(clean_fail_prob=1.0)
-        second = run_soak(store, leases, fake_items_for(worse, list(worse.variants)), budget_s=2.0)
-    finally:
-        release_all(leases)
+        second = run_soak(frame, fake_items_for(worse, list(worse.variants)), budget_s=2.0)
     assert first.comparison is None
     cmp = second.comparison
     assert cmp is not None and cmp.previous_id == first.campaign_id and cmp.regressed and second.flagged
@@ -107,11 +102,8 @@ def test_canary_that_never_fails_in_a_soak_is_flagged_blind(fake_gpus, store):
     items = fake_items_for(fam, list(fam.variants))
     for i in items:
         i.expect = "detect" if i.variant == "broken" else "clean"
-    leases, _ = acquire_free("soak-test", max_gpus=1)
-    try:
-        res = run_soak(store, leases, items, budget_s=1.0)
-    finally:
-        release_all(leases)
+    with LeasedCampaign.acquire(store, "soak-test", max_gpus=1) as frame:
+        res = run_soak(frame, items, budget_s=1.0)
     assert res.blind == ["fakefam/broken"] and res.flagged
     assert res.canary_lines()[0].startswith("FAIL fakefam/broken [canary] went blind: 0 failures in ")
 
@@ -135,12 +127,8 @@ def test_canary_the_budget_never_reached_is_flagged_blind(fake_gpus, store):
     items = fake_items_for(fam, list(fam.variants))
     for i in items:
         i.expect = "detect" if i.variant == "broken" else "clean"
-    leases, _ = acquire_free("soak-test", max_gpus=1)
-    try:
-        res = run_soak(store, leases, items, budget_s=0.2, telemetry=False,
-                       target_factory=lambda item, env: _SlowCleanTarget(0.5))
-    finally:
-        release_all(leases)
+    with LeasedCampaign.acquire(store, "soak-test", max_gpus=1, telemetry=False) as frame:
+        res = run_soak(frame, items, budget_s=0.2, target_factory=lambda item, env: _SlowCleanTarget(0.5))
     assert not store.runs(res.campaign_id, variant="broken")  # the canary never ran
     assert res.blind == ["fakefam/broken"] and res.flagged
     assert res.judgements["fakefam/broken"].message == "not run: the budget ended first"
@@ -149,10 +137,9 @@ def test_canary_the_budget_never_reached_is_flagged_blind(fake_gpus, store):
 def test_resume_continues_the_same_campaign_with_the_budget_left(fake_gpus, store):
     fam = make_family()
     items = fake_items_for(fam, list(fam.variants))
-    leases, _ = acquire_free("soak-test", max_gpus=1)
-    try:
+    with LeasedCampaign.acquire(store, "soak-test", max_gpus=1) as frame:
         # a first session that "was killed" after 4 s of its 6 s budget: runs stored, no end
-        cid, _, left = start_or_resume(store, items, budget_s=6.0, resume=None, leases=leases)
+        cid, _, left = start_or_resume(frame, items, budget_s=6.0, resume=None)
         assert left == 6.0
         t0 = store.campaign(cid).spec["sessions"][0]["started"]
         for k in range(4):
@@ -160,17 +147,15 @@ def test_resume_continues_the_same_campaign_with_the_budget_left(fake_gpus, stor
                                             started_at=t0 + k, duration_s=1.0))
         assert spent_seconds(store, cid) == pytest.approx(4.0)
         t1 = time.monotonic()
-        res = run_soak(store, leases, None, budget_s=999, resume=cid)
+        res = run_soak(frame, None, budget_s=999, resume=cid)
         took = time.monotonic() - t1
-    finally:
-        release_all(leases)
     assert res.campaign_id == cid and len(store.campaign(cid).spec["sessions"]) == 2
     assert 1.5 <= took < 2.0 + 10
     # the resumed session evened out the variants the first one had not run
     n = {v.name: len(store.runs(cid, variant=v.name)) for v in fam.variants}
     assert n["reference"] >= 4 and n["broken"] >= 4
-    with pytest.raises(UserError, match="is a 'check' campaign, not a soak"):
-        start_or_resume(store, None, budget_s=1, resume=store.create_campaign("check", {}), leases=[])
+    with pytest.raises(UserError, match="is a 'check' campaign, not a soak"), LeasedCampaign.on_cpu(store) as frame:
+        start_or_resume(frame, None, budget_s=1, resume=store.create_campaign("check", {}))
 
 
 def test_cli_soak_writes_a_report_and_exits_zero(fake_gpus, tmp_path, capsys, monkeypatch):

@@ -1,14 +1,21 @@
-"""The campaign loop: counting, immediate recording, resume, early stops."""
+"""Repetition on the one loop (the `Repeat` work source through `LeasedCampaign.repeat`):
+counting, immediate recording, resume, early stops."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from hazards.engine.campaign import COMPLETE, INTERRUPTED, STOPPED, run_campaign
+from hazards.engine.campaign import COMPLETE, INTERRUPTED, STOPPED, LeasedCampaign
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import Sprt
 from hazards.engine.store import Store
+
+
+def run_campaign(target, store, **kw):
+    """Repeat a ready-made target in a frame without a GPU (the targets here need none)."""
+    with LeasedCampaign.on_cpu(store, "test") as frame:
+        return frame.repeat(target, **kw)
 
 
 class ScriptedTarget:

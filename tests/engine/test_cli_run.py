@@ -210,3 +210,38 @@ def test_sigterm_marks_the_campaign_interrupted_and_exits_cleanly(tmp_path):
 def test_usage_errors_are_one_line_too(tmp_path):
     proc = hazards("run", "-n", "abc", "--", "true", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+SHOW_GPU = "import os, json; print('HZ_RESULT ' + json.dumps({'ok': True, 'cvd': os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}))"
+
+
+def test_run_leases_a_gpu_and_the_program_runs_on_it(tmp_path):
+    from hazards.engine.leases import read_lease_log
+
+    gpus = {"HZ_FAKE_GPUS": "0,1", "HZ_LEASE_DIR": str(tmp_path / "leases"), "CUDA_VISIBLE_DEVICES": "1"}
+    proc = hazards("run", "--json", "-n", "2", "--store", str(tmp_path / "r.db"), "--", sys.executable, "-c",
+                   SHOW_GPU, cwd=tmp_path, env=gpus)
+    assert proc.returncode == 0, proc.stderr
+    with Store(tmp_path / "r.db") as store:
+        assert {r.result.metrics["cvd"] for r in store.runs(json.loads(proc.stdout)["campaign"])} == {"1"}
+    events = [(e["event"], e["gpu"]) for e in read_lease_log(tmp_path / "leases") if e.get("holder") == "hazards run"]
+    assert events == [("acquire", "1"), ("release", "1")]
+
+
+def test_run_on_a_gpu_someone_else_holds_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    from hazards.engine.leases import acquire
+
+    monkeypatch.setenv("HZ_FAKE_GPUS", "0")
+    monkeypatch.setenv("HZ_LEASE_DIR", str(tmp_path / "leases"))
+    with acquire("0", "night soak"):
+        proc = hazards("run", "-n", "1", "--store", str(tmp_path / "r.db"), "--", "true", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("hazards: error: GPU 0 is leased by pid ")
+    assert "night soak" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_run_without_a_gpu_leaves_the_programs_environment_alone(tmp_path):
+    proc = hazards("run", "--json", "-n", "1", "--store", str(tmp_path / "r.db"), "--", sys.executable, "-c",
+                   SHOW_GPU, cwd=tmp_path, env={"HZ_FAKE_GPUS": "", "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr
+    with Store(tmp_path / "r.db") as store:
+        assert store.runs(json.loads(proc.stdout)["campaign"])[0].result.metrics["cvd"] == ""

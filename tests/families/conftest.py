@@ -35,6 +35,15 @@ def store(tmp_path):
 
 
 @pytest.fixture
+def frame(store):
+    """A leased-campaign frame over the private store, without a GPU (fake targets need none)."""
+    from hazards.engine.campaign import LeasedCampaign
+
+    with LeasedCampaign.on_cpu(store, "test") as f:
+        yield f
+
+
+@pytest.fixture
 def gxx() -> str:
     path = shutil.which("g++") or shutil.which("clang++") or shutil.which("clang++-19")
     if path is None:

@@ -23,8 +23,8 @@ def fake_target():
     t.close()
 
 
-def test_a_detected_canary_reports_its_per_launch_rate(store, fake_target):
-    r = stress_variant(get_family("pipeline"), "broken_war", store=store, launches=50, requests=4,
+def test_a_detected_canary_reports_its_per_launch_rate(frame, fake_target):
+    r = stress_variant(get_family("pipeline"), "broken_war", frame=frame, launches=50, requests=4,
                        target=fake_target)
     assert r.verdict is Verdict.DETECTED and r.expected == "detect" and r.static_hazardous
     assert (r.tally.launches, r.tally.mismatched) == (200, 200)
@@ -33,31 +33,31 @@ def test_a_detected_canary_reports_its_per_launch_rate(store, fake_target):
     assert d["campaign"]["counts"]["mismatch"] == 4
 
 
-def test_a_clean_fixed_variant_is_clean_with_a_zero_rate(store, fake_target):
-    r = stress_variant(get_family("pipeline"), "fixed", store=store, launches=100, requests=3,
+def test_a_clean_fixed_variant_is_clean_with_a_zero_rate(frame, fake_target):
+    r = stress_variant(get_family("pipeline"), "fixed", frame=frame, launches=100, requests=3,
                        target=fake_target)
     assert r.verdict is Verdict.CLEAN and (r.tally.launches, r.tally.mismatched) == (300, 0)
     assert r.to_json()["launch_rate_ci95"][1] < 0.02
 
 
-def test_weak_outcomes_are_counted_per_instance(store, fake_target):
-    r = stress_variant(get_family("ordering"), "mp_plain", store=store, launches=10, requests=2,
+def test_weak_outcomes_are_counted_per_instance(frame, fake_target):
+    r = stress_variant(get_family("ordering"), "mp_plain", frame=frame, launches=10, requests=2,
                        target=fake_target)
     d = r.to_json()
     assert d["instances"] == 20000 and d["weak"] == 60 and d["weak_per_instance"] == pytest.approx(0.003)
 
 
-def test_every_batch_is_stored_with_its_campaign(store, fake_target):
-    r = stress_variant(get_family("ordering"), "pc_fixed", store=store, launches=5, requests=3,
+def test_every_batch_is_stored_with_its_campaign(frame, fake_target):
+    r = stress_variant(get_family("ordering"), "pc_fixed", frame=frame, launches=5, requests=3,
                        target=fake_target)
-    runs = store.runs(r.summary.campaign_id)
+    runs = frame.store.runs(r.summary.campaign_id)
     assert len(runs) == 3 and all(x.result.params["variant"] == "pc_fixed" for x in runs)
-    assert store.campaign(r.summary.campaign_id).kind == "stress"
+    assert frame.store.campaign(r.summary.campaign_id).kind == "stress"
 
 
-def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(store):
+def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(frame):
     with ServerTarget([*HARNESS, "--spin-timeouts"], name="fake") as target:
-        r = stress_variant(get_family("ordering"), "pc_no_acquire", store=store, launches=5, requests=2,
+        r = stress_variant(get_family("ordering"), "pc_no_acquire", frame=frame, launches=5, requests=2,
                            target=target)
     assert r.summary.failures == 2  # the runs did fail...
     assert (r.runs.proved, r.runs.unproved) == (0, 2)
@@ -65,8 +65,8 @@ def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(store):
     assert "no failure its oracle proved in 2 runs (2 failed for another reason" in r.judgement.message
 
 
-def test_a_canary_failing_with_weak_outcomes_is_attributed(store, fake_target):
-    r = stress_variant(get_family("ordering"), "pc_no_acquire", store=store, launches=5, requests=2,
+def test_a_canary_failing_with_weak_outcomes_is_attributed(frame, fake_target):
+    r = stress_variant(get_family("ordering"), "pc_no_acquire", frame=frame, launches=5, requests=2,
                        target=fake_target)
     assert (r.runs.proved, r.runs.unproved) == (2, 0) and r.verdict is Verdict.DETECTED
 
@@ -98,9 +98,9 @@ def test_spin_timeouts_are_the_seeded_hazard_where_a_family_says_so():
     assert not proof(get_family("ordering")).proves(timed_out)
 
 
-def test_overrides_change_the_static_expectation(store, fake_target):
+def test_overrides_change_the_static_expectation(frame, fake_target):
     # a fixed variant pushed into a hazardous point is not expected clean any more
-    r = stress_variant(get_family("pipeline"), "fixed", store=store, launches=1, requests=1,
+    r = stress_variant(get_family("pipeline"), "fixed", frame=frame, launches=1, requests=1,
                        target=fake_target, overrides={"wait_depth": 3})
     assert r.static_hazardous and r.expected is None and r.to_json()["expected"] == "n/a"
 
@@ -129,10 +129,12 @@ def test_hazards_list_json_names_every_canary(capsys):
                for v in fams[f]["variants"])
 
 
-def test_the_static_model_judges_the_point_the_binary_reports_it_ran(store):
+def test_the_static_model_judges_the_point_the_binary_reports_it_ran(frame):
     fam = get_family("pipeline")
     ran = {**fam.resolve({"variant": "fixed"}), "wait_depth": 2}  # a binary whose idea differs
     with ServerTarget([*HARNESS, "--resolved", json.dumps(ran)], name="fake") as target:
-        r = stress_variant(fam, "fixed", store=store, launches=5, requests=1, target=target)
+        r = stress_variant(fam, "fixed", frame=frame, launches=5, requests=1, target=target)
     assert fam.static_model({"variant": "fixed"}).hazardous is False
     assert r.static_hazardous is True and "wait_group 2" in r.static_reason
+    # nothing is expected of a fixed variant at a hazardous point, and the campaign says so
+    assert r.expected is None and frame.store.campaign(r.summary.campaign_id).spec["items"][0]["expect"] is None

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 _SCRUBBED = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
              "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS", "HZ_PYTEST_CHILD", "HZ_CHILD_REPORTS",
              "HZ_HYPOTHESIS_PROFILE", "HZ_FAKE_GPUS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-             "HZ_LEASE_DIR",
+             "HZ_LEASE_DIR", "HZ_LEASED",
              # hypothesis loads its own derandomized 'ci' profile when it sees one of these
              # (hypothesis._settings._CI_VARS); inner sessions must start from the real default
              "CI", "__TOX_ENVIRONMENT_VARIABLE_ORIGINAL_CI", "TF_BUILD", "bamboo.buildKey", "BUILDKITE",

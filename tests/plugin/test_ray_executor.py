@@ -14,7 +14,9 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-hazards[ray]\"")
 
-from hazards.engine.executor import Rotation, StoreSink, WorkItem, run_local  # noqa: E402
+from hazards.engine.executor import StoreSink, WorkItem, run_local  # noqa: E402
+from hazards.engine.sources import Rotation  # noqa: E402
+from hazards.engine.campaign import LeasedCampaign  # noqa: E402
 from hazards.engine.executors import check_executor  # noqa: E402
 from hazards.engine.executors.ray_executor import RayExecutor, run_ray, run_soak_ray  # noqa: E402
 from hazards.engine.leases import acquire_free, current_holders, read_lease_log, release_all  # noqa: E402
@@ -126,11 +128,8 @@ def test_ray_soak_writes_a_soak_campaign_like_the_local_soak(ray_cluster, tmp_pa
     monkeypatch.setenv("HZ_FAKE_GPUS", "0,1")
     lock_dir = str(tmp_path / "leases")
     store = Store(tmp_path / "results.db")
-    leases, _ = acquire_free("local soak", lock_dir=lock_dir)
-    try:
-        local = run_soak(store, leases, fake_items(), budget_s=3.0, telemetry=False)
-    finally:
-        release_all(leases)
+    with LeasedCampaign.acquire(store, "local soak", lock_dir=lock_dir, telemetry=False) as frame:
+        local = run_soak(frame, fake_items(), budget_s=3.0)
     remote = run_soak_ray(store, fake_items(), budget_s=3.0, lock_dir=lock_dir)
     assert (local.status, remote.status) == ("complete", "complete")
     a, b = store.campaign(local.campaign_id), store.campaign(remote.campaign_id)
