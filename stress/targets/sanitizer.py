@@ -35,7 +35,7 @@ SLOWDOWN = {"racecheck": 40.0, "synccheck": 10.0, "memcheck": 10.0, "initcheck":
 
 _ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) errors?")
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
-_ERROR_LINE = re.compile(r"^=+\s+(?:Error|ERROR)\b.*$", re.MULTILINE)
+_ERROR_LINE = re.compile(r"^=+\s+(?:Error|ERROR)\b(?! SUMMARY).*$", re.MULTILINE)  # not the summary line
 _HAZARD_KIND = re.compile(r"\b(RAW|WAR|WAW)\b")
 _RACE_BETWEEN = re.compile(r"Race reported between (\w+) access.*?\n.*?and (\w+) access", re.DOTALL)
 _HAZARD_COUNT = re.compile(r"\[(\d+) hazards?\]")

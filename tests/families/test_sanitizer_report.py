@@ -43,6 +43,17 @@ def test_memcheck_error_summary_is_counted():
     assert r.outcome is Outcome.FAULT and r.error_kind == "sanitizer_memcheck"
 
 
+def test_a_clean_synccheck_or_memcheck_summary_is_zero_errors_not_an_error_line():
+    """The whole synccheck log of a clean mma_pingpong run on the H200 (2026-12-01): its
+    summary line starts like an error line and was once counted as one (every clean run a
+    sanitizer fault)."""
+    log = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+    for tool in ("synccheck", "memcheck"):
+        rep = parse_report(log, tool)
+        assert rep["errors"] == 0 and "first_error" not in rep
+        assert judge(run(), rep).outcome is Outcome.CLEAN
+
+
 def test_war_and_waw_are_named_from_the_access_order():
     log = ("========= Error: Race reported between Read access at a\n=========     and Write access at b [2 hazards]\n"
            "========= Error: Race reported between Write access at c\n=========     and Write access at d [3 hazards]\n")
