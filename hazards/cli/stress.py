@@ -165,10 +165,10 @@ def stress_command(
     progress = _Progress(enabled=not json_out)
     with Store(store_path) as store, LeasedCampaign.acquire(store, "hazards stress", max_gpus=1, wait_s=wait_s,
                                                             without_gpu=True) as frame:
-        if not sanitizer:
-            # One warm server in the frame for all variants (the point of a server target);
-            # one that cannot start is one clear line, before any bar.
-            frame.warm(family_item(fam, build_target=build_target))
+        # One warm server in the frame for all variants (the point of a server target). A
+        # server that cannot start, or a sanitizer that is not installed, is one clear line
+        # before any bar, not a column of error runs.
+        frame.warm(family_item(fam, sanitizer=sanitizer, build_target=build_target))
         with progress.progress if progress.enabled else nullcontext():
             for n in names:
                 progress.start(f"{fam.name}/{n}", n_req)
