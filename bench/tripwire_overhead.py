@@ -20,7 +20,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -29,15 +28,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hazards.engine import toolchain  # noqa: E402
 from hazards.engine.tripwire import TripwireFile  # noqa: E402
 
 SRC = ROOT / "standalone" / "tripwire_bench"
-FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"]
+FLAGS = ["-O3", "-std=c++17", *toolchain.nvcc_arch_flags(toolchain.SM90A)]
 
 
 def build(cache: Path) -> Path:
     """Compile the kernel twice (on/off) and link with the main; cached by source hash."""
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    nvcc = toolchain.find_tool("nvcc", needed_for="to build the tripwire benchmark")
     files = sorted(SRC.glob("*.cu")) + [ROOT / "standalone" / "include" / "hz_tripwire.h",
                                         ROOT / "standalone" / "include" / "hz_tripwire_host.h",
                                         ROOT / "standalone" / "tripwire_host" / "hz_tripwire_host.c"]

@@ -16,7 +16,7 @@
   wgmma), run on every function that has one.
 
 The disassemblers come from the pip wheels `nvidia-cuda-nvdisasm` / `nvidia-cuda-cuobjdump`
-(`hazards.static.compile.find_nv_tool`); without them these checks raise ToolchainMissing.
+(`hazards.engine.toolchain.find_tool`); without them these checks raise ToolchainMissing.
 """
 from __future__ import annotations
 

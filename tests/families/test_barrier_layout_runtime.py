@@ -63,12 +63,13 @@ def test_runtime_build_has_only_bounded_spins_and_keeps_the_poll_semantics(exe):
     cannot exit (every spin is bounded), the volatile-poll instances still read data with
     no acquire (the canary is the same code), and the plain poll is hoisted out of its loop
     (no poll loop at all: at run time it waits on the clock until the limit)."""
+    from hazards.engine.toolchain import find_tool
     from hazards.static import compile as hz_compile
     from hazards.static import sass
     from hazards.engine.errors import ToolchainMissing
 
     try:
-        hz_compile.find_nv_tool("nvdisasm")
+        find_tool("nvdisasm")
     except ToolchainMissing as e:
         pytest.skip(str(e))
     listing = hz_compile.disassemble(hz_compile.compile_cubin(bl.SOURCE, label="barrier_layout-runtime").path)

@@ -1,4 +1,5 @@
-"""stress/build.py: content-addressed cache, toolchain errors, build failures (fake compiler)."""
+"""stress/build.py and stress/toolchain.py: content-addressed cache, toolchain errors, build
+failures (fake compiler), the per-user cache folder."""
 from __future__ import annotations
 
 import os
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hazards.engine import build
+from hazards.engine import build, toolchain
 from hazards.engine.errors import ToolchainMissing
 
 FAKE_NVCC = """#!/bin/sh
@@ -35,7 +36,7 @@ def fake_tree(tmp_path, monkeypatch):
     count.write_text("")
     monkeypatch.setenv("HZ_NVCC", str(nvcc))
     monkeypatch.setenv("FAKE_NVCC_COUNT", str(count))
-    build._VERSION_CACHE.clear()
+    toolchain.tool_version.cache_clear()
     root = tmp_path / "standalone"
     (root / "fam").mkdir(parents=True)
     (root / "common").mkdir()
@@ -90,10 +91,10 @@ def test_missing_compiler_is_toolchain_missing(monkeypatch, tmp_path):
     monkeypatch.delenv("HZ_NVCC")
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
-    monkeypatch.setattr(build.os, "access", lambda *a: False)
-    with pytest.raises(ToolchainMissing, match="nvcc not found"):
+    monkeypatch.setattr(toolchain.os, "access", lambda *a: False)
+    with pytest.raises(ToolchainMissing, match="nvcc not found .needed to build for sm_90a.: install the CUDA"):
         build.find_compiler("sm_90a")
-    with pytest.raises(ToolchainMissing, match="hipcc not found"):
+    with pytest.raises(ToolchainMissing, match="hipcc not found .*install ROCm"):
         build.find_compiler("gfx942")
 
 
@@ -108,5 +109,48 @@ def test_unknown_target_and_missing_source_are_user_errors(fake_tree):
 
 
 def test_version_key_ignores_build_dates(fake_tree):
-    build._VERSION_CACHE.clear()  # the fake prints a different "Built on" line every call
-    assert build.compiler_version(build.find_compiler("sm_90a")) == "Cuda compilation tools, release 99.0, V99.0.1"
+    toolchain.tool_version.cache_clear()  # the fake prints a different "Built on" line every call
+    assert toolchain.tool_version(build.find_compiler("sm_90a")) == "Cuda compilation tools, release 99.0, V99.0.1"
+
+
+def test_the_cache_is_per_user_and_never_the_current_folder(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HZ_BUILD_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert toolchain.cache_dir("family") == tmp_path / "xdg" / "gpu-hazards" / "family"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert toolchain.cache_root() == tmp_path / "home" / ".cache" / "gpu-hazards"
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "mine"))
+    assert toolchain.cache_dir("static") == tmp_path / "mine" / "static"
+    assert not (tmp_path / "build").exists()
+    assert not (tmp_path / ".hazards").exists()
+
+
+def test_a_family_build_lands_in_the_per_user_cache(fake_tree, monkeypatch, tmp_path):
+    root, count, _ = fake_tree
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache-root"))
+    exe = build.build_family(root, "fam", "fam")
+    assert exe.is_relative_to(tmp_path / "cache-root" / "family")
+
+
+def test_every_tool_names_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for name in ("CUDA_HOME", "CUDA_PATH", "HZ_NVDISASM", "HZ_CLANG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(toolchain.os, "access", lambda *a: False)
+    monkeypatch.setattr(toolchain, "_nvidia_wheel_bins", lambda: [])
+    toolchain.find_tool.cache_clear()
+    try:
+        with pytest.raises(ToolchainMissing, match="nvdisasm not found: pip install 'nvidia-cuda-nvdisasm"):
+            toolchain.find_tool("nvdisasm")
+        with pytest.raises(ToolchainMissing, match="clang-19 with the AMDGPU backend not found: apt-get install clang-19"):
+            toolchain.find_tool("clang")
+    finally:
+        toolchain.find_tool.cache_clear()
+
+
+def test_the_sm90a_flags_are_spelled_once():
+    assert toolchain.nvcc_arch_flags("sm_90a") == ("-gencode=arch=compute_90a,code=sm_90a",)
+    assert build.TARGETS["sm_90a"].flags[-1] == "-gencode=arch=compute_90a,code=sm_90a"
+    assert toolchain.amd_arch_flag("gfx942") == "--offload-arch=gfx942"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from hazards.megakernel import build
 
 pytestmark = pytest.mark.skipif(
-    shutil.which("nvcc") is None and not build.os.environ.get("HZ_NVCC"),
+    shutil.which("nvcc") is None and not os.environ.get("HZ_NVCC"),
     reason="nvcc is not installed: the sm_90a build of standalone/megakernel cannot be checked")
 
 
@@ -31,11 +32,12 @@ def test_library_exports_the_launch_api():
 
 def test_cache_key_follows_the_source_and_its_headers(tmp_path, monkeypatch):
     src, hdr = tmp_path / "k.cu", tmp_path / "k.cuh"
-    src.write_text(build.SOURCE.read_text())
+    src.write_text('#include "k.cuh"\n' + build.SOURCE.read_text())
     hdr.write_text("// header\n")
     monkeypatch.setattr(build, "SOURCE", src)
-    monkeypatch.setenv("HZ_MEGAKERNEL_BUILD_DIR", str(tmp_path / "b"))
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "b"))
     first = build.library_path()
+    assert first.parent == tmp_path / "b" / "megakernel"
     src.write_text(src.read_text() + "\n// changed\n")
     second = build.library_path()
     hdr.write_text("// header changed\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hazards.static import compile as hz_compile
+from hazards.engine.toolchain import find_tool
 from hazards.engine.errors import ToolchainMissing
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,9 +23,9 @@ def _missing(finder) -> str | None:
         return str(e)
 
 
-CLANG_MISSING = _missing(hz_compile.find_clang)
-NVCC_MISSING = _missing(hz_compile.find_nvcc)
-NVDISASM_MISSING = _missing(lambda: hz_compile.find_nv_tool("nvdisasm"))
+CLANG_MISSING = _missing(lambda: find_tool("clang"))
+NVCC_MISSING = _missing(lambda: find_tool("nvcc"))
+NVDISASM_MISSING = _missing(lambda: find_tool("nvdisasm"))
 
 requires_clang = pytest.mark.skipif(CLANG_MISSING is not None,
                                     reason=f"needs clang-19 with AMDGPU: {CLANG_MISSING}")

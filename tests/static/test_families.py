@@ -73,10 +73,10 @@ def test_barrier_layout_points_match_the_model(params):
 def test_barrier_layout_harness_builds_with_nvcc_for_sm_90a(tmp_path):
     import subprocess
 
-    from hazards.static.compile import find_nvcc
+    from hazards.engine.toolchain import find_tool, nvcc_arch_flags
 
     out = tmp_path / "barrier_layout"
-    proc = subprocess.run([find_nvcc(), "-O3", "-gencode=arch=compute_90a,code=sm_90a",
+    proc = subprocess.run([find_tool("nvcc"), "-O3", *nvcc_arch_flags("sm_90a"),
                            "-DHZ_SLOT_STRIDE=4", str(barrier_layout.SOURCE), "-o", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

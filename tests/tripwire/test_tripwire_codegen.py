@@ -6,35 +6,40 @@ kernel has exactly one store of its own, so "off" must leave exactly one.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from hazards.engine import toolchain
+from hazards.engine.errors import ToolchainMissing
+from hazards.sources import include_dir
+
 HERE = Path(__file__).resolve().parent
-INCLUDE = HERE.parents[1] / "standalone" / "include"
+INCLUDE = include_dir()
 PROBE = HERE / "ptx_probe.cu"
 
 
+def _tool_or_skip(name: str) -> str:
+    try:
+        return toolchain.find_tool(name)
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot check the emitted code: {e}")
+
+
 def _ptx_stores(tmp_path: Path, on: bool) -> list[str]:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc not installed: cannot check the emitted PTX")
+    nvcc = _tool_or_skip("nvcc")
     out = tmp_path / f"probe_{on}.ptx"
-    cmd = [nvcc, "-ptx", "-O3", "-arch=sm_90a", f"-I{INCLUDE}", str(PROBE), "-o", str(out)]
+    cmd = [nvcc, "-ptx", "-O3", *toolchain.nvcc_arch_flags(), f"-I{INCLUDE}", str(PROBE), "-o", str(out)]
     r = subprocess.run(cmd + (["-DHZ_TRIPWIRE"] if on else []), capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return re.findall(r"^\s*(st\.\S+)", out.read_text(), re.MULTILINE)
 
 
 def _amdgcn_stores(tmp_path: Path, on: bool) -> list[str]:
-    clang = shutil.which("clang-19")
-    if clang is None:
-        pytest.skip("clang-19 not installed: cannot check the AMDGCN code")
+    clang = _tool_or_skip("clang")
     out = tmp_path / f"probe_{on}.s"
-    cmd = [clang, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-nogpuinc", "--cuda-device-only", "-O3",
-           "-S", "-include", str(HERE / "hip_shim.h"), f"-I{INCLUDE}", str(PROBE), "-o", str(out)]
+    cmd = [clang, *toolchain.AMD_DEVICE_ONLY_FLAGS, toolchain.amd_arch_flag(), "-O3", "-S", "-include", str(HERE / "hip_shim.h"), f"-I{INCLUDE}", str(PROBE), "-o", str(out)]
     r = subprocess.run(cmd + (["-DHZ_TRIPWIRE"] if on else []), capture_output=True, text=True)
     if r.returncode != 0 and "amdgcn" in r.stderr.lower() and "target" in r.stderr.lower():
         pytest.skip(f"clang-19 has no AMDGPU backend: {r.stderr.strip().splitlines()[0]}")

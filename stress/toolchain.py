@@ -1,0 +1,253 @@
+"""The one home of the toolchain: compilers and disassemblers, GPU-target flags, compiler
+versions, cache keys and the build cache.
+
+- `find_tool(name)`: nvcc, hipcc, clang (with the AMDGPU backend), nvdisasm, cuobjdump. An
+  `HZ_<TOOL>` variable overrides the lookup (HZ_NVCC, HZ_HIPCC, HZ_CLANG, HZ_NVDISASM,
+  HZ_CUOBJDUMP); a missing tool raises `ToolchainMissing` naming the tool and how to
+  install it.
+- The GPU targets' flags are spelled here once: `SM90A` / `nvcc_arch_flags()` for NVIDIA
+  (`-gencode=arch=compute_90a,code=sm_90a`), `GFX942` / `amd_arch_flag()` for AMD
+  (`--offload-arch=gfx942`), and the clang flags of AMD device-only static builds.
+- `tool_version(path)` is the part of `--version` that names the release, and
+  `cache_key(...)` hashes that version, the arguments and the text of every source file a
+  build reads (the main file and everything it reaches through `#include "..."`).
+- `cache_dir(kind)`: the per-user build cache, `$HZ_BUILD_DIR` or
+  `$XDG_CACHE_HOME/gpu-hazards` or `~/.cache/gpu-hazards`, one folder per kind of build
+  ("family", "static", "megakernel"). Nothing is ever written into the installed package or
+  into the current folder. `cached_output(path, produce)` fills one cache entry atomically,
+  with a file lock so that concurrent builders of one key share one compile.
+
+The engine never imports the catalog: callers pass paths.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from filelock import FileLock
+
+from hazards.engine.errors import ToolchainMissing, UserError
+
+SM90A = "sm_90a"
+GFX942 = "gfx942"
+# clang flags of an AMD device-only build without ROCm installed (static checks: -S listings).
+AMD_DEVICE_ONLY_FLAGS: tuple[str, ...] = ("-x", "hip", "-nogpulib", "-nogpuinc", "--cuda-device-only")
+SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".c", ".cc", ".cpp", ".inc", ".hip")
+
+
+def nvcc_arch_flags(arch: str = SM90A) -> tuple[str, ...]:
+    """nvcc flags that compile for one real architecture (`sm_90a` -> compute_90a SASS)."""
+    m = re.fullmatch(r"sm_(\d+[a-z]?)", arch)
+    if not m:
+        raise UserError(f"not an NVIDIA architecture: {arch!r} (e.g. {SM90A})")
+    return (f"-gencode=arch=compute_{m.group(1)},code={arch}",)
+
+
+def amd_arch_flag(arch: str = GFX942) -> str:
+    """The clang/hipcc flag that compiles device code for one AMD architecture."""
+    if not re.fullmatch(r"gfx[0-9a-f]+", arch):
+        raise UserError(f"not an AMD architecture: {arch!r} (e.g. {GFX942})")
+    return f"--offload-arch={arch}"
+
+
+# ----------------------------------------------------------------------------- tools --
+def _cuda_homes() -> list[Path]:
+    return [Path(h) / "bin" for h in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                                      "/usr/local/cuda") if h]
+
+
+def _nvidia_wheel_bins() -> list[Path]:
+    """`nvidia/*/bin` of the pip wheels (nvidia-cuda-nvdisasm, nvidia-cuda-cuobjdump)."""
+    try:
+        import nvidia  # namespace package installed by the nvidia-cuda-* wheels
+    except ImportError:
+        return []
+    return sorted(p for root in nvidia.__path__ for p in Path(root).glob("*/bin"))
+
+
+def _has_amdgpu_backend(path: str) -> bool:
+    try:
+        out = subprocess.run([path, "-print-targets"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "amdgcn" in out
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """How to find one program: an override variable, names on PATH, extra folders, an
+    optional capability probe, and what to tell a user who does not have it."""
+
+    name: str
+    env_var: str
+    programs: tuple[str, ...]
+    install: str
+    folders: Callable[[], Iterable[Path]] = lambda: ()
+    usable: Callable[[str], bool] = lambda path: True
+    what: str = ""  # how the error names it, when the program name alone says too little
+
+
+_NV_TOOLS_INSTALL = "pip install 'nvidia-cuda-nvdisasm>=13.2,<14' 'nvidia-cuda-cuobjdump>=13.2,<14' (the nvtools extra)"
+TOOLS: dict[str, Tool] = {
+    "nvcc": Tool("nvcc", "HZ_NVCC", ("nvcc",), "install the CUDA toolkit (nvcc) or set HZ_NVCC",
+                 folders=_cuda_homes),
+    "hipcc": Tool("hipcc", "HZ_HIPCC", ("hipcc",), "install ROCm (hipcc) or set HZ_HIPCC",
+                  folders=lambda: [Path("/opt/rocm/bin")]),
+    "clang": Tool("clang", "HZ_CLANG", ("clang-19", "clang"), "apt-get install clang-19, or set HZ_CLANG",
+                  usable=_has_amdgpu_backend, what="clang-19 with the AMDGPU backend"),
+    "nvdisasm": Tool("nvdisasm", "HZ_NVDISASM", ("nvdisasm",), _NV_TOOLS_INSTALL,
+                     folders=lambda: [*_cuda_homes(), *_nvidia_wheel_bins()]),
+    "cuobjdump": Tool("cuobjdump", "HZ_CUOBJDUMP", ("cuobjdump",), _NV_TOOLS_INSTALL,
+                      folders=lambda: [*_cuda_homes(), *_nvidia_wheel_bins()]),
+}
+
+
+def find_tool(name: str, needed_for: str = "") -> str:
+    """Path of tool `name` (a key of TOOLS); ToolchainMissing (one line: the tool, what
+    needed it, how to install it) if it is not installed. Looked up again whenever the
+    override variable, PATH or CUDA_HOME/CUDA_PATH change; capability probes run once."""
+    if name not in TOOLS:
+        raise UserError(f"unknown tool {name!r} (known: {', '.join(TOOLS)})")
+    env = tuple(os.environ.get(k, "") for k in (TOOLS[name].env_var, "PATH", "CUDA_HOME", "CUDA_PATH"))
+    found, reason = _lookup(name, env)
+    if found is None:
+        tool = TOOLS[name]
+        why = f" (needed {needed_for})" if needed_for else ""
+        raise ToolchainMissing(f"{tool.what or tool.name} not found{why}: {reason or tool.install}")
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _lookup(name: str, env: tuple[str, ...]) -> tuple[str | None, str]:
+    """(path or None, reason). `env` is part of the cache key only."""
+    tool = TOOLS[name]
+    override = env[0]
+    if override:
+        path = shutil.which(override)
+        if path is None:
+            return None, f"{tool.env_var}={override} is not an executable"
+        if not tool.usable(path):
+            return None, f"{tool.env_var}={override} cannot do the job ({tool.install})"
+        return path, ""
+    candidates = [shutil.which(p) for p in tool.programs]
+    candidates += [str(d / p) for d in tool.folders() for p in tool.programs]
+    for cand in candidates:
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK) and tool.usable(cand):
+            return cand, ""
+    return None, ""
+
+
+find_tool.cache_clear = _lookup.cache_clear  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=None)
+def tool_version(path: str) -> str:
+    """The lines of `path --version` that name the release ("Cuda compilation tools,
+    release 13.0, V13.0.88", "Ubuntu clang version 19.1.1"): the same compiler installed
+    on another machine (another "Built on" date or copyright line) then shares a cache key."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainMissing(f"{path} --version failed: {exc}") from None
+    text = out.stdout.strip() or out.stderr.strip()
+    keep = [ln for ln in text.splitlines() if re.search(r"release|version", ln, re.I)
+            and not re.search(r"copyright|built on", ln, re.I)]
+    return "\n".join(keep) or text
+
+
+# ------------------------------------------------------------------------ cache keys --
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+def included_files(main: Path, include_dirs: Sequence[Path] = ()) -> list[Path]:
+    """`main` and every file it reaches through `#include "..."`, transitively, each name
+    resolved as the compiler does: beside the including file, then in `include_dirs` (-I).
+    System includes (<...>) are the compiler's business."""
+    seen: set[Path] = set()
+    todo = [Path(main).resolve()]
+    while todo:
+        f = todo.pop()
+        if f in seen or not f.is_file():
+            continue
+        seen.add(f)
+        for name in _INCLUDE_RE.findall(f.read_text(errors="replace")):
+            for folder in (f.parent, *include_dirs):
+                if (Path(folder) / name).is_file():
+                    todo.append((Path(folder) / name).resolve())
+                    break
+    return sorted(seen)
+
+
+def source_files(dirs: Sequence[Path], main: Path | None = None) -> list[Path]:
+    """Every source file under `dirs` plus what `main` includes (sorted: a stable hash)."""
+    files: list[Path] = list(included_files(main)) if main else []
+    for d in dirs:
+        if d.is_dir():
+            files += [p.resolve() for p in d.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES]
+    return sorted(set(files))
+
+
+def cache_key(files: Sequence[Path], args: Sequence[str], version: str, *, root: Path | None = None) -> str:
+    """sha256 over every file (its path relative to `root`, when under it, and its bytes),
+    the arguments and the tool's version."""
+    h = hashlib.sha256()
+    for f in files:
+        name = Path(f).resolve()
+        if root is not None:
+            try:
+                name = name.relative_to(Path(root).resolve())
+            except ValueError:
+                pass
+        h.update(str(name).encode() + b"\0" + Path(f).read_bytes() + b"\0")
+    h.update("\0".join(args).encode() + b"\0" + version.encode())
+    return h.hexdigest()
+
+
+# -------------------------------------------------------------------- the build cache --
+def cache_root() -> Path:
+    """The per-user build cache: $HZ_BUILD_DIR, else $XDG_CACHE_HOME/gpu-hazards, else
+    ~/.cache/gpu-hazards. Never the installed package, never the current folder."""
+    override = os.environ.get("HZ_BUILD_DIR")
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "gpu-hazards"
+
+
+def cache_dir(kind: str) -> Path:
+    """One kind of build's folder in the cache ("family", "static", "megakernel"), created."""
+    d = cache_root() / kind
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the build cache {d}: {e.strerror} (set HZ_BUILD_DIR)") from None
+    return d
+
+
+def cached_output(out: Path, produce: Callable[[Path], None]) -> Path:
+    """`out`, produced first if it is not in the cache yet: `produce(tmp)` writes `tmp` (a
+    name beside `out`), which then replaces `out` atomically; a reader never sees half a
+    file. Concurrent producers of one `out` wait on a lock and share one run. If `produce`
+    raises, nothing is cached."""
+    out = Path(out)
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        if out.exists():  # another process produced it while we waited
+            return out
+        tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
+        try:
+            produce(tmp)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return out
