@@ -43,7 +43,7 @@ def test_a_refill_races_iff_the_wait_leaves_its_banks_last_reader_in_flight():
 def test_the_default_wait_depth_is_the_deepest_safe_overlap():
     for stages in (1, 2, 3, 4):
         p = {"variant": "fixed", "stages": stages, "wait_depth": -1, "ktiles": 40}
-        assert mp.effective_wait_depth(mp.resolve(p)) == min(stages - 1, mp.MAX_WAIT)
+        assert mp.effective_wait_depth(mp.FAMILY.resolve(p)) == min(stages - 1, mp.MAX_WAIT)
         assert not mp.static_model(p).hazardous
 
 
@@ -69,8 +69,8 @@ def test_kernel_symbol_names_the_template_instantiation():
 @settings(max_examples=80, deadline=None)
 def test_strategy_points_resolve_inside_the_binarys_domain(data):
     point = data.draw(mp.strategy())
-    p = mp.resolve(point)
-    assert set(p) == set(mp.DEFAULTS) and point["variant"] in {v.name for v in mp.VARIANTS}
+    p = mp.FAMILY.resolve(point)
+    assert set(p) == set(mp.FAMILY.defaults) and point["variant"] in {v.name for v in mp.FAMILY.variants}
     assert p["shape"] in mp.SHAPES and 1 <= p["stages"] <= 4 and -1 <= p["wait_depth"] <= mp.MAX_WAIT
     assert 1 <= p["ktiles"] <= 128 and 0 <= p["jitter"] <= 64 and p["inputs"] == "uniform"
     assert mp.static_model(point).reason
@@ -79,8 +79,8 @@ def test_strategy_points_resolve_inside_the_binarys_domain(data):
 @pytest.mark.parametrize("want", [
     lambda p: p["ktiles"] % 2 == 0 and mp.static_model(p).hazardous and p["tail"] == "single",
     lambda p: p["ktiles"] % 2 == 1 and not mp.static_model(p).hazardous,
-    lambda p: mp.effective_wait_depth(mp.resolve(p)) == int(mp.resolve(p)["stages"]),  # one too shallow
-    lambda p: int(mp.resolve(p)["jitter"]) > 0 and mp.resolve(p)["shape"] == "64x16",
+    lambda p: mp.effective_wait_depth(mp.FAMILY.resolve(p)) == int(mp.FAMILY.resolve(p)["stages"]),  # one too shallow
+    lambda p: int(mp.FAMILY.resolve(p)["jitter"]) > 0 and mp.FAMILY.resolve(p)["shape"] == "64x16",
 ])
 def test_the_strategy_reaches_both_parities_shallow_waits_jitter_and_every_shape(want):
-    find(mp.strategy(), lambda point: want(mp.resolve(point)), settings=settings(max_examples=2000, database=None))
+    find(mp.strategy(), lambda point: want(mp.FAMILY.resolve(point)), settings=settings(max_examples=2000, database=None))

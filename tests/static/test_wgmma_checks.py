@@ -28,7 +28,7 @@ def _function(compiled, **params):
 
 
 @requires_nvdisasm
-@pytest.mark.parametrize("variant", [v.name for v in mma_pingpong.VARIANTS])
+@pytest.mark.parametrize("variant", [v.name for v in mma_pingpong.FAMILY.variants])
 def test_each_variant_triggers_exactly_the_checks_its_role_and_schedule_predict(variant):
     got = failing_ids(mma_pingpong.static_check({"variant": variant}))
     assert got == mma_pingpong.predicted_checks({"variant": variant})
