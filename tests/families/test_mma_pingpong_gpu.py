@@ -1,9 +1,9 @@
 """On a GPU (sm_90): family mma_pingpong's oracle end to end through one warm server.
 
 Reference and fixed stay bit-exact (and the reference within tolerance of the host GEMM) at
-both trip-count parities and at the timing where the one-bank refill races; the exit-tail
-port fails at even trip counts only; the one-bank refill is detected; the early accumulator
-read runs clean because ptxas serialized it (its canary is static).
+both trip-count parities and shapes; the exit-tail port fails at even trip counts only; the
+one-bank bulk refill and the early accumulator read run clean as measured (their canaries
+are static: the refill cannot race a bulk copy, ptxas serialized the read).
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def _run(server, params, launches=LAUNCHES):
 
 @pytest.mark.parametrize("variant", ["reference", "fixed"])
 @pytest.mark.parametrize("extra", [{"ktiles": 15}, {"ktiles": 16}, {"shape": "64x16", "ktiles": 7},
-                                   {"shape": "256x64", "mma_reps": 16}])
+                                   {"shape": "256x64", "mma_reps": 16},
+                                   {"stages": 2, "wait_depth": 0}])  # same kernel as the golden
 def test_reference_and_fixed_are_bit_exact_at_both_parities(server, variant, extra):
     r = _run(server, {"variant": variant, **extra})
     assert r.outcome is Outcome.CLEAN, (r.reason, r.metrics)
@@ -52,9 +53,13 @@ def test_the_single_exit_tail_fails_at_even_trip_counts_only(server):
     assert odd.outcome is Outcome.CLEAN
 
 
-def test_the_one_bank_refill_is_detected(server):
+def test_the_one_bank_bulk_refill_stays_invisible_at_run_time_as_measured(server):
+    """Measured on the H200 (docs/results/mma-pingpong-h200.md): the one-bank refill never
+    changed a result, because wgmma issue stalls until only the batch's tail is in flight,
+    shorter than a bulk copy's latency. If this fails, the race has become observable:
+    add "stress" to broken_war's detected_by (standalone/mma_pingpong/family.toml)."""
     r = _run(server, {"variant": "broken_war"}, 2000)
-    assert r.outcome is Outcome.MISMATCH, r.metrics
+    assert r.outcome is Outcome.CLEAN, r.metrics
 
 
 def test_the_early_accumulator_read_runs_clean_because_ptxas_serialized_it(server):
