@@ -7,6 +7,8 @@
 // table as the generated header hz_family_table.h. The harness supplies:
 //
 //   BIN --list                   variants and parameters as one JSON object (no GPU needed)
+//   BIN --resolve JSON           `HZ_RESOLVED {"variant":..,"resolved":{..}}`: the point a request
+//                                runs (no GPU needed); exit 2 with the message for a bad one
 //   BIN --once [JSON]            one batch; prints `HZ_RESULT {...}`; exit 0 clean,
 //                                1 mismatch, 2 bad request/reference, 3 device fault.
 //                                JSON is a request ({"launches":N,"params":{...}}) or a bare

@@ -65,11 +65,27 @@ inline json::Value parse_or_throw(const std::string& text) {
 
 inline int usage(const char* prog) {
   std::fprintf(stderr,
-               "usage: %s --list | --once [JSON] | --serve | --raw-loop N [JSON]\n"
+               "usage: %s --list | --resolve JSON | --once [JSON] | --serve | --raw-loop N [JSON]\n"
                "  JSON: {\"launches\": N, \"params\": {\"variant\": ..., ...}} or a bare params object;\n"
                "  --once without JSON reads the params from the env var HZ_PARAMS.\n",
                prog);
   return 2;
+}
+
+// The point a request resolves to, without touching the device: what `--once` would run
+// (metrics.resolved of its reply). Exit 0, or 2 with the bad_request message.
+inline int run_resolve(const FamilyTable& table, const std::string& text) {
+  try {
+    json::Value params;
+    long ignored = 0;
+    split_request(parse_or_throw(text), params, ignored);
+    Params p = resolve(table, params);
+    emit("HZ_RESOLVED " + json::Writer().str("variant", p.variant).value("resolved", p.values).done());
+    return 0;
+  } catch (const BadRequest& e) {
+    emit("HZ_RESOLVED " + error_reply("bad_request", e.what()));
+    return 2;
+  }
 }
 
 inline int run_once(const FamilyTable& table, const FamilySpec& spec, const std::string& text) {
@@ -221,6 +237,7 @@ inline int main_entry(int argc, char** argv, const FamilySpec& spec) {
     return detail::run_once(table, spec, text);
   }
   if (mode == "--serve") return detail::run_serve(table, spec);
+  if (mode == "--resolve" && argc >= 3) return detail::run_resolve(table, argv[2]);
   if (mode == "--raw-loop" && argc >= 3) {
     long n = std::atol(argv[2]);
     if (n < 1) return detail::usage(argv[0]);

@@ -29,6 +29,54 @@ def test_generated_table_header_round_trips_through_the_binary(family_binaries, 
     assert listing == {"hz_protocol": 1, **family.harness_json()}
 
 
+def _binary_resolve(exe, point: dict) -> tuple[int, dict]:
+    out = subprocess.run([str(exe), "--resolve", json.dumps(point)], capture_output=True, text=True, timeout=30)
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("HZ_RESOLVED "))
+    return out.returncode, json.loads(line[len("HZ_RESOLVED "):])
+
+
+def _bad_points(family, point: dict):
+    """The point broken in each way the harness refuses: an unknown name, a value past an
+    int's range, a wrong type."""
+    yield {**point, "no_such_param": 1}, "unknown parameter 'no_such_param'"
+    for p in family.params:
+        if p.kind == "int":
+            yield {**point, p.name: p.max + 1}, "outside ["
+            yield {**point, p.name: True}, "must be an integer"
+        elif p.kind == "bool":
+            yield {**point, p.name: 1}, "must be true or false"
+        else:
+            yield {**point, p.name: "no-such-choice"}, "not one of the allowed values"
+
+
+@pytest.mark.parametrize("family", RUNTIME, ids=[f.name for f in RUNTIME])
+def test_python_resolves_every_point_exactly_as_the_binary_does(family_binaries, family):
+    """The one resolver: on the family's own strategy points, Family.resolve gives the very
+    point the binary reports it would run, and every broken variation of a point is refused
+    by both with the same complaint."""
+    from hypothesis import HealthCheck, given, settings
+
+    from hazards.family import BadPoint
+
+    exe = family_binaries[family.name]
+
+    @given(family.strategy())
+    @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    def check(point):
+        rc, reply = _binary_resolve(exe, point)
+        assert rc == 0, reply
+        assert reply["resolved"] == family.resolve(point)
+        assert reply["variant"] == point.get("variant", family.variants[0].name)
+
+    check()
+    for bad, fragment in _bad_points(family, {"variant": family.variants[-1].name}):
+        rc, reply = _binary_resolve(exe, bad)
+        assert rc == 2 and reply["status"] == "bad_request" and fragment in reply["message"], (bad, reply)
+        with pytest.raises(BadPoint) as exc:
+            family.resolve(bad)
+        assert fragment in str(exc.value)
+
+
 def test_every_runtime_family_is_round_tripped():
     assert {"pipeline", "ordering", "deadlock", "barrier_layout"} <= {f.name for f in RUNTIME}
 

@@ -41,10 +41,13 @@ PROFILE = settings.get_profile(PROFILE_NAME) if PROFILE_NAME == "ci" else settin
 @given(point=FAMILY.strategy())
 def test_pipeline_points_the_static_model_calls_safe_run_clean(hz_gpu, hz_family_server, point):
     server = hz_family_server("pipeline", launches=SAFE_LAUNCHES)
-    verdict = FAMILY.static_model(point)
     event(f"profile: {PROFILE_NAME}")
-    event("static model: " + ("hazardous" if verdict.hazardous else "safe"))
     result = server.run(point)
+    # the static model judges the point the binary reports it ran (one resolver: the same one)
+    ran = result.metrics.get("resolved")
+    assert ran == FAMILY.resolve(point), f"{point}: the binary ran {ran}"
+    verdict = FAMILY.static_model(ran)
+    event("static model: " + ("hazardous" if verdict.hazardous else "safe"))
     if hz_gpu.startswith("GPU-") and server.target.gpu_uuid:
         assert server.target.gpu_uuid.lower() == hz_gpu.lower(), "the server must run on this process's leased GPU"
     server.target_rate(result)
