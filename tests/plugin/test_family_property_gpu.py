@@ -43,6 +43,7 @@ def test_pipeline_points_the_static_model_calls_safe_run_clean(hz_gpu, hz_family
     server = hz_family_server("pipeline", launches=SAFE_LAUNCHES)
     event(f"profile: {PROFILE_NAME}")
     result = server.run(point)
+    assert result.outcome is not Outcome.ERROR, f"{point}: {result.reason}"
     # the static model judges the point the binary reports it ran (one resolver: the same one)
     ran = result.metrics.get("resolved")
     assert ran == FAMILY.resolve(point), f"{point}: the binary ran {ran}"
@@ -52,7 +53,6 @@ def test_pipeline_points_the_static_model_calls_safe_run_clean(hz_gpu, hz_family
         assert server.target.gpu_uuid.lower() == hz_gpu.lower(), "the server must run on this process's leased GPU"
     server.target_rate(result)
     event(f"outcome: {result.outcome.value}")
-    assert result.outcome is not Outcome.ERROR, f"{point}: {result.reason}"
     if not verdict.hazardous:
         assert result.outcome is Outcome.CLEAN, (f"static model says safe ({verdict.reason}) but the point gave "
                                                  f"{result.outcome.value}: {result.reason}; metrics {result.metrics}")
