@@ -59,11 +59,12 @@ class PointRate:
         return self.failed / self.n if self.n else 0.0
 
     def text(self) -> str:
-        """One line: `7/20 runs failed (35.0%, 95% CI 15.4%-59.2%; hang 2, mismatch 5)`."""
+        """One line: `7/20 runs failed: 35% (95% CI 15%–59%); hang 2, mismatch 5`."""
+        from hazards.engine.stats import format_rate
+
         parts = ", ".join(f"{o} {c}" for o, c in sorted(self.counts.items()) if c and o != "clean")
         detail = f"; {parts}" if parts else ""
-        return (f"{self.failed}/{self.n} runs failed ({self.rate:.1%}, {self.conf:.0%} CI "
-                f"{self.low:.1%}-{self.high:.1%}{detail})")
+        return f"{self.failed}/{self.n} runs failed: {format_rate(self.failed, self.n, self.conf)}{detail}"
 
 
 def measure_point(family: str, params: dict[str, Any], run_point: RunPoint, runs: int,

@@ -22,6 +22,7 @@ import jinja2
 from hazards.engine import report_figures as figs
 from hazards.engine.executor import WorkItem
 from hazards.engine.outcome import Outcome, item_key
+from hazards.engine.stats import format_rate
 from hazards.engine.store import Store, empty_counts
 from hazards.engine.junit import JUnitSuite
 from hazards.engine.telemetry import APPLICATION_XIDS, hardware_suspect
@@ -206,11 +207,7 @@ def render_figures(rep: Report) -> dict[str, str]:
 
 
 def _fmt_rate(row: KeyRow) -> str:
-    rate = row.rate()
-    if rate is None:
-        return "n/a (no judged runs)"
-    lo, hi = row.ci()
-    return f"{rate:.3g} [{lo:.3g}, {hi:.3g}]"
+    return format_rate(row.failures, row.judged)
 
 
 def _gpu_cells(g: GpuRow) -> dict[str, str]:
@@ -252,7 +249,7 @@ def render_markdown(rep: Report) -> str:
     out = [f"## hazards {c.kind} campaign {c.id}" + (f" ({c.name})" if c.name else ""),
            "", f"{_when(c.created)} on {c.host}, status **{c.status}**; runs: {counts or 'none'}", ""]
     if rep.rows:
-        out += ["| target/variant | expect | runs | clean | hang | fault | mismatch | error | failure rate [95% CI] "
+        out += ["| target/variant | expect | runs | clean | hang | fault | mismatch | error | failure rate "
                 "| verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
         for r in rep.rows:
             k = r.counts

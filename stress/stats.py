@@ -217,7 +217,7 @@ def compare(
     dropped = p_drop < alpha
     rose = p_rose < alpha
     fixed = after_upper < rate_bound and not rose
-    conf_s, bound_s = percent(conf), percent(rate_bound)
+    bound_s = percent(rate_bound)
 
     if dropped:
         head = f"rate dropped (p={p_drop:.2g})"
@@ -225,7 +225,7 @@ def compare(
         head = f"rate rose (p={p_rose:.2g})"
     else:
         head = f"no significant change (p={p_drop:.2g} for a drop)"
-    bound = f"after-rate ≤ {percent(after_upper)} at {conf_s}"
+    bound = f"after-rate {format_rate(k_after, n_after, conf)}"
     if fixed:
         tail = f"evidence of a fix: the after-rate is below {bound_s}"
     elif k_after == 0:
@@ -296,16 +296,25 @@ class Sprt:
         return max(0, math.ceil((self.lower - self.llr) / self._llr_pass))
 
 
-def describe_rate(k: int, n: int, conf: float = 0.95, what: str = "failure") -> str:
-    """A rate in words with its interval, e.g. '4 failures in 7 runs: rate 57% (95% CI 18%–90%, exact)'.
+def format_rate(k: int, n: int, conf: float = 0.95) -> str:
+    """The one way every command, report and test summary writes a rate.
 
-    With no failures it gives the one-sided upper bound instead ('rate ≤ 26% at 95%').
+    '57% (95% CI 18%–90%)' for 4 of 7 (exact interval); with no failure the exact one-sided
+    bound, '≤ 26% (95% upper bound)' for 0 of 10; 'n/a (no judged runs)' for none.
     """
+    _check_counts(k, n)
+    if n == 0:
+        return "n/a (no judged runs)"
+    if k == 0:
+        return f"≤ {percent(upper_bound(0, n, conf))} ({percent(conf)} upper bound)"
+    lo, hi = rate_ci(k, n, conf)
+    return f"{percent(k / n)} ({percent(conf)} CI {percent(lo)}–{percent(hi)})"
+
+
+def describe_rate(k: int, n: int, conf: float = 0.95, what: str = "failure") -> str:
+    """A rate in words, e.g. '4 failures in 7 runs: rate 57% (95% CI 18%–90%)' (`format_rate`)."""
     _check_counts(k, n)
     if n == 0:
         return f"no judged runs: nothing known about the {what} rate"
     head = f"{k} {what}{'s' if k != 1 else ''} in {n} run{'s' if n != 1 else ''}"
-    if k == 0:
-        return f"{head}: rate ≤ {percent(upper_bound(0, n, conf))} at {percent(conf)} (exact, one-sided)"
-    lo, hi = rate_ci(k, n, conf)
-    return f"{head}: rate {percent(k / n)} ({percent(conf)} CI {percent(lo)}–{percent(hi)}, exact)"
+    return f"{head}: rate {format_rate(k, n, conf)}"

@@ -14,7 +14,7 @@ from hazards.cli.app import app
 from hazards.cli.options import JsonOption, StoreOption
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import OUTCOMES, item_key
-from hazards.engine.stats import percent
+from hazards.engine.stats import format_rate
 from hazards.engine.store import Store, Tally
 
 TOP_SIGNATURES = 10
@@ -26,15 +26,6 @@ def tally_json(t: Tally, conf: float) -> dict[str, Any]:
             "failures": t.failures, "errors": t.errors, "judged": t.judged, "rate": t.rate(),
             "ci": list(t.ci(conf)), "ci_conf": conf, "ci_method": "exact",
             "upper_one_sided": t.upper(conf)}
-
-
-def _rate_cell(t: Tally, conf: float) -> str:
-    if not t.judged:
-        return "n/a (no judged runs)"
-    if t.failures == 0:
-        return f"≤ {percent(t.upper(conf))}"
-    lo, hi = t.ci(conf)
-    return f"{percent(t.failures / t.judged)} ({percent(lo)}–{percent(hi)})"
 
 
 @app.command("stats")
@@ -68,10 +59,10 @@ def stats_command(
         table.add_column("variant", overflow="fold")
         for col in ("n", *[o.value for o in OUTCOMES]):
             table.add_column(col, justify="right", no_wrap=True)
-        table.add_column(f"rate ({percent(conf)} CI)", justify="right", no_wrap=True)
+        table.add_column("failure rate", justify="right", no_wrap=True)
         for t in tallies:
             table.add_row(t.target, t.variant or "-", str(t.n), *[str(t.counts[o.value]) for o in OUTCOMES],
-                          _rate_cell(t, conf))
+                          format_rate(t.failures, t.judged, conf))
         console.print(table if tallies else "no runs stored yet")
         if sigs:
             console.print(f"failure signatures (top {min(len(sigs), TOP_SIGNATURES)} of {len(sigs)}):")

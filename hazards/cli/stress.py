@@ -15,7 +15,7 @@ from hazards.cli.app import app
 from hazards.cli.options import JsonOption, StoreOption, WaitOption, parse_duration
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import RunResult
-from hazards.engine.stats import percent
+from hazards.engine.stats import format_rate
 from hazards.engine.store import Store
 from hazards.engine.verdict import Verdict
 
@@ -62,17 +62,6 @@ def parse_sets(items: list[str], allowed: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def _rate_text(k: int, n: int) -> str:
-    from hazards.engine.stats import rate_ci, upper_bound
-
-    if n == 0:
-        return "n/a"
-    if k == 0:
-        return f"0 (≤ {percent(upper_bound(0, n))})"
-    lo, hi = rate_ci(k, n)
-    return f"{percent(k / n)} ({percent(lo)}–{percent(hi)})"
-
-
 def print_reports(reports: list[Any]) -> None:
     """One table: per variant the launches, mismatched launches with CI, throughput, verdict."""
     out = Console(width=None if sys.stdout.isatty() else 220)
@@ -87,7 +76,7 @@ def print_reports(reports: list[Any]) -> None:
         counts = " ".join(f"{k}:{v}" for k, v in r.summary.counts.items() if v)
         style = "cyan" if r.verdict is Verdict.ERROR else "green" if r.verdict.ok else "bold red"
         table.add_row(r.variant, r.role, "hazard" if r.static_hazardous else "safe", r.oracle, counts,
-                      str(t.launches), str(t.mismatched), _rate_text(t.mismatched, t.launches), weak, lps,
+                      str(t.launches), str(t.mismatched), format_rate(t.mismatched, t.launches), weak, lps,
                       f"[{style}]{r.verdict}[/]")
     out.print(table)
     for r in reports:

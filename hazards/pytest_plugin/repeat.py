@@ -165,24 +165,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     return report
 
 
-def _pct(x: float) -> str:
-    return f"{100.0 * x:5.1f}%"
-
-
 def summary_lines(book: RateBook, conf: float, verbose: bool) -> list[str]:
     """The rate table: one line per test, flaky ones first."""
-    from hazards.engine.stats import rate_ci
+    from hazards.engine.stats import format_rate
 
     rows = sorted(book.tests.items(), key=lambda kv: (not kv[1].flaky, -kv[1].failed, kv[0]))
     rows = [(name, r) for name, r in rows if r.n > 0]
     shown = rows if verbose or len(rows) <= MAX_LINES else [(n, r) for n, r in rows if r.failed]
     lines = []
     for name, r in shown:
-        lo, hi = rate_ci(r.failed, r.n, conf=conf, method="exact")
         tag = "FLAKY" if r.flaky else "     "
         note = f" (hypothesis FlakyFailure x{r.hypothesis_flaky})" if r.hypothesis_flaky else ""
-        lines.append(f"{tag} {r.failed:>4}/{r.n:<4} failed {_pct(r.failed / r.n)} "
-                     f"[{_pct(lo)}, {_pct(hi)}]  {name}{note}")
+        lines.append(f"{tag} {r.failed:>4}/{r.n:<4} failed {format_rate(r.failed, r.n, conf):<26} {name}{note}")
     hidden = len(rows) - len(shown)
     if hidden:
         lines.append(f"      ... and {hidden} tests that never failed (-v lists them)")
@@ -213,7 +207,7 @@ class RateReporter:
             return
         conf = config.getoption("hz_conf")
         tr = terminalreporter
-        title = f"hazards: failure rates ({f'--hz-repeat {repeat}, ' if repeat else ''}{conf:.0%} exact CI)"
+        title = f"hazards: failure rates{f' (--hz-repeat {repeat})' if repeat else ''}"
         tr.write_sep("=", title)
         for line in summary_lines(book, conf, verbose=config.getoption("verbose") > 0):
             tr.write_line(line, red=line.startswith("FLAKY"))

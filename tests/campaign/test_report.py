@@ -75,7 +75,7 @@ def test_markdown_summary_has_rates_with_intervals_and_the_comparison(store):
     md = render_markdown(build_report(store, cur, figures=False))
     assert md.startswith(f"## hazards soak campaign {cur}")
     row = next(line for line in md.splitlines() if line.startswith("| pipeline/fixed |"))
-    assert re.search(r"\| clean \|.*\| 0\.33\d* \[0\.\d+, 0\.\d+\] \| failed \|$", row), row
+    assert re.search(r"\| clean \|.*\| 33% \(95% CI \d+%–\d+%\) \| failed \|$", row), row
     canary = next(line for line in md.splitlines() if line.startswith("| pipeline/broken |"))
     assert canary.startswith("| pipeline/broken | detect |") and canary.endswith("| detected |")
     assert f"Compared with campaign {prev}: 2 new failure signature(s), 1 significant rate change(s)." in md

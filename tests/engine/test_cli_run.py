@@ -69,7 +69,7 @@ def test_until_fail_stops_at_the_first_failure(tmp_path):
 def test_human_summary_gives_the_rate_in_words(tmp_path):
     proc = hazards("run", "-n", "2", "--store", str(tmp_path / "r.db"), "--", "true", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "0 failures in 2 runs: rate ≤ 78% at 95%" in proc.stdout
+    assert "0 failures in 2 runs: rate ≤ 78% (95% upper bound)" in proc.stdout
     assert "campaign 1" in proc.stdout
     assert "clean 2" in proc.stderr  # the progress bar's final state
 
@@ -116,7 +116,7 @@ def test_stats_reports_rates_per_target(tmp_path):
 def test_compare_in_words_and_json():
     proc = hazards("compare", "--before", "4/7", "--after", "0/10", cwd=REPO)
     assert proc.returncode == 0
-    assert ("rate dropped (p=0.015); after-rate ≤ 26% at 95%: not yet evidence of a fix, "
+    assert ("rate dropped (p=0.015); after-rate ≤ 26% (95% upper bound): not yet evidence of a fix, "
             "299 clean runs bound it below 1%") in proc.stdout
     out = json.loads(hazards("compare", "--before", "4/7", "--after", "0/10", "--json", cwd=REPO).stdout)
     assert out["fisher_p_one_sided"] == pytest.approx(0.0147, abs=5e-5)

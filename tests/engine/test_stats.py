@@ -48,7 +48,7 @@ def test_compare_reproduces_the_design_verdict():
     assert c.after_upper == pytest.approx(0.2589, abs=5e-4)
     assert c.runs_needed == 299
     assert c.dropped and not c.evidence_of_fix
-    assert c.verdict.startswith("rate dropped (p=0.015); after-rate ≤ 26% at 95%: "
+    assert c.verdict.startswith("rate dropped (p=0.015); after-rate ≤ 26% (95% upper bound): "
                                 "not yet evidence of a fix, 299 clean runs bound it below 1%")
     j = c.to_json()
     assert j["fisher_p_one_sided"] == c.fisher_p_one_sided
@@ -118,8 +118,8 @@ def test_intervals_reject_impossible_counts():
 
 
 def test_describe_rate_in_words():
-    assert describe_rate(4, 7) == "4 failures in 7 runs: rate 57% (95% CI 18%–90%, exact)"
-    assert describe_rate(0, 10) == "0 failures in 10 runs: rate ≤ 26% at 95% (exact, one-sided)"
+    assert describe_rate(4, 7) == "4 failures in 7 runs: rate 57% (95% CI 18%–90%)"
+    assert describe_rate(0, 10) == "0 failures in 10 runs: rate ≤ 26% (95% upper bound)"
 
 
 def test_sprt_accepts_h1_for_a_variant_that_keeps_failing():

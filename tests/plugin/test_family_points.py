@@ -13,7 +13,7 @@ import pytest
 from hazards.replay import (PointRate, failure_note, measure_point, mismatch_rate, params_json,
                             repro_argv, repro_command, target_mismatch_rate)
 from hazards.engine.outcome import Outcome, RunResult
-from hazards.engine.stats import rate_ci
+from hazards.engine.stats import format_rate, rate_ci
 
 FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_server.py"
 
@@ -49,9 +49,8 @@ def test_failing_point_gets_its_rate_and_replay_command(inner):
     assert m, res.stdout
     point = json.loads(m.group(1))
     assert point["fail_every"] == 3 and point["variant"] == "flaky" and "salt" in point
-    lo, hi = rate_ci(3, 9)
     # The fake fails exactly every third request: 3 of 9 re-runs, whatever came before.
-    assert f"rate at this point: 3/9 runs failed (33.3%, 95% CI {lo:.1%}-{hi:.1%}; mismatch 3)" in res.stdout
+    assert f"rate at this point: 3/9 runs failed: {format_rate(3, 9)}; mismatch 3" in res.stdout
     assert f"replay: {repro_command('fakefam', point)}" in res.stdout
     # hypothesis prints the same replay line with its falsifying example (note()).
     assert "hazards: replay with `hazards repro --family fakefam --params" in res.stdout
@@ -89,7 +88,7 @@ def test_measure_point_counts_failures_and_excludes_errors():
     assert (rate.failed, rate.n) == (3, 5)
     assert (rate.low, rate.high) == pytest.approx(rate_ci(3, 5))
     assert rate.counts["error"] == 1 and seen == [{"x": 1}] * 6
-    assert "3/5 runs failed (60.0%" in rate.text() and "hang 1" in rate.text()
+    assert "3/5 runs failed: 60% (95% CI" in rate.text() and "hang 1" in rate.text()
     note = failure_note("fam", {"x": 1}, rate)
     assert note.splitlines()[-1] == "replay: hazards repro --family fam --params '{\"x\":1}'"
 
