@@ -124,6 +124,20 @@ class CheckResult:
                                                     f"hazards.check.{v.family}", v.time_s))
         return [static, gpu]
 
+    def to_json(self) -> dict[str, Any]:
+        """What `hazards check --json` prints: the exit code, the static findings, one verdict
+        per variant (with its failure rate) and where the runs are stored."""
+        from hazards.engine.stats import format_rate
+
+        verdicts = [{"family": v.family, "variant": v.variant, "role": v.role, "verdict": v.status.value,
+                     "ok": v.ok, "runs": v.runs, "failures": v.failures, "errors": v.errors,
+                     "rate_text": format_rate(v.failures, v.runs - v.errors), "message": v.message,
+                     "time_s": v.time_s} for v in self.verdicts]
+        return {"ok": self.exit_code == 0, "exit_code": self.exit_code, "campaign": self.campaign_id,
+                "static": {"note": self.static_note, "failing": len(self.static_failures),
+                           "findings": [f.to_dict() for f in self.findings]},
+                "gpu_note": self.gpu_note, "verdicts": verdicts}
+
     def summary_lines(self) -> list[str]:
         """Plain-text verdict, one line per variant plus the headline."""
         lines = []

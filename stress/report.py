@@ -272,6 +272,24 @@ def render_markdown(rep: Report) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def report_json(rep: Report) -> dict[str, Any]:
+    """The report as one JSON object (`hazards report --json`, `hazards soak --json`): the
+    campaign, its counts, one row per target/variant with its rate and verdict, the GPUs,
+    the failure signatures and the significant changes against the previous campaign."""
+    c = rep.campaign
+    rows = [{"target": r.target, "variant": r.variant, "expect": r.expect.value if r.expect else None,
+             "runs": r.n, "counts": dict(r.counts), "failures": r.failures, "judged": r.judged,
+             "rate": r.rate(), "ci_95": list(r.ci()) if r.judged else None,
+             "rate_text": format_rate(r.failures, r.judged), "verdict": r.judgement.verdict.value,
+             "message": r.judgement.message, "launches": r.launches,
+             "first_failure_s": r.first_failure_s, "kernel_ms_median": r.kernel_ms_median} for r in rep.rows]
+    return {"campaign": {"id": c.id, "kind": c.kind, "name": c.name, "status": c.status,
+                         "created": c.created, "host": c.host},
+            "counts": rep.counts, "rows": rows, "gpus": [dataclasses.asdict(g) for g in rep.gpus],
+            "signatures": rep.signatures, "previous_id": rep.previous_id, "changes": rep.changes,
+            "hint": rep.hint, "notes": list(rep.notes)}
+
+
 def junit_suites(rep: Report) -> list[JUnitSuite]:
     """The campaign as JUnit: one case per target/variant, judged by
     `hazards.engine.verdict.judge` (a canary fails as "went-blind", anything expected

@@ -1,42 +1,46 @@
 """`hazards check`: the pre-merge hazard check (static checks, then canaries on every GPU)."""
 from __future__ import annotations
 
+import json
 import sys
-from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, ExclusiveOption, FamiliesOption, LeaseDirOption, StoreOption,
-                                 WaitOption, parse_duration, split_names)
+from hazards.cli.options import (BudgetOption, ExclusiveOption, FamiliesOption, JsonOption, JUnitOption,
+                                 LeaseDirOption, StoreOption, WaitOption, parse_duration, split_names)
 
-_HELP = """Pre-merge hazard check: static checks, then a short stress of every family's
-canaries (broken variants) and clean variants on each free GPU.
+_HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
 
-Each variant runs until its SPRT verdict is settled, its cap, or the budget. Exit 0 only
-if the static checks pass, every canary was detected and no clean variant failed; a canary
-that was not detected "went blind" and fails the check. Without a GPU the static part
-runs and the GPU checks are reported as skipped (by name).
+The static checks run on the catalog's families (and the given paths); then every family's
+canaries (broken variants) and clean variants run on each free GPU. Each variant runs until
+its SPRT verdict is settled, its cap, or the budget. Exit 0 only if the static checks pass,
+every canary was detected and no clean variant failed; a canary that was not detected "went
+blind" and fails the check. Without a GPU the static part runs and the GPU checks are
+reported as skipped (by name).
 
-Examples:\n
-  hazards check --budget 3m --junit hazards-junit.xml\n
-  hazards check --static src/kernels/\n
-  hazards check --families pipeline,ordering
+Examples:
+
+    hazards check --budget 3m --junit hazards-junit.xml
+    hazards check --static src/kernels/
+    hazards check --families pipeline,ordering --json
 """
 
 
 @app.command("check", help=_HELP)
 def check_command(
-    paths: Optional[List[str]] = typer.Argument(None, help="Sources or listings for the static checks [default: the catalog]."),
+    paths: Optional[List[str]] = typer.Argument(None, show_default="the catalog only",
+                                                help="Sources or listings for the static checks too."),
     budget: BudgetOption = "3m",
-    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
+    junit: JUnitOption = None,
     static: bool = typer.Option(False, "--static", help="Run only the static checks (no GPU)."),
     families: FamiliesOption = None,
     store_path: StoreOption = None,
     lease_dir: LeaseDirOption = None,
     wait: WaitOption = "60s",
     exclusive: ExclusiveOption = False,
+    json_out: JsonOption = False,
 ) -> None:
     from hazards.checkrun import run_check
     from hazards.engine.junit import write_junit
@@ -51,11 +55,15 @@ def check_command(
     finally:
         if store is not None:
             store.close()
+    if junit is not None:
+        write_junit(junit, res.junit_suites())
+    if json_out:
+        typer.echo(json.dumps({**res.to_json(), "junit": str(junit) if junit else None}))
+        sys.exit(res.exit_code)
     for line in res.summary_lines():
         typer.echo(line)
     if res.campaign_id is not None:
         typer.echo(f"campaign {res.campaign_id} (hazards report {res.campaign_id} -o report.html)")
     if junit is not None:
-        write_junit(junit, res.junit_suites())
         typer.echo(f"JUnit report: {junit}")
     sys.exit(res.exit_code)  # main() keeps SystemExit codes (a typer.Exit code would be lost)

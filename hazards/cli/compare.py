@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Optional
 
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, StoreOption
+from hazards.cli.options import ConfOption, JsonOption, StoreOption
 from hazards.engine.errors import UserError
 from hazards.engine.stats import compare
 from hazards.engine.store import Store
@@ -40,23 +41,42 @@ def campaign_k_of_n(store: Store, campaign_id: int) -> tuple[int, int]:
     return k, n
 
 
-@app.command("compare")
+EXIT_ROSE = 1
+
+_HELP = """Compare failure counts before and after a change and say what they show.
+
+One-sided Fisher and Boschloo tests for a drop, the after-rate with its bound, and how many
+clean runs would bound it below `--bound`. Campaign counts are hang + fault + mismatch over
+all runs that are not `error`. Give each side as counts (`--before K/N`) or as a stored
+campaign (`--before-campaign ID`).
+
+Exit status: 0 the rate did not rise significantly (dropped, or no significant change); 1 it
+rose significantly (one-sided Fisher p below 1 - `--conf`): a regression; 2 bad input.
+
+Example:
+
+    hazards compare --before 4/7 --after 0/10
+
+prints "rate dropped (p=0.015); after-rate ≤ 26% (95% upper bound): not yet evidence of a
+fix, 299 clean runs bound it below 1% (289 more)".
+"""
+
+
+@app.command("compare", help=_HELP)
 def compare_command(
-    before: Optional[str] = typer.Option(None, "--before", help="Failures/runs before the change, e.g. 4/7."),
-    after: Optional[str] = typer.Option(None, "--after", help="Failures/runs after the change, e.g. 0/10."),
-    before_campaign: Optional[int] = typer.Option(None, "--before-campaign", help="Stored campaign before the change."),
-    after_campaign: Optional[int] = typer.Option(None, "--after-campaign", help="Stored campaign after the change."),
-    conf: float = typer.Option(0.95, "--conf", help="Confidence level."),
+    before: Optional[str] = typer.Option(None, "--before", show_default="none",
+                                         help="Failures/runs before the change, e.g. 4/7."),
+    after: Optional[str] = typer.Option(None, "--after", show_default="none",
+                                        help="Failures/runs after the change, e.g. 0/10."),
+    before_campaign: Optional[int] = typer.Option(None, "--before-campaign", show_default="none",
+                                                  help="Stored campaign before the change."),
+    after_campaign: Optional[int] = typer.Option(None, "--after-campaign", show_default="none",
+                                                 help="Stored campaign after the change."),
+    conf: ConfOption = 0.95,
     bound: float = typer.Option(0.01, "--bound", help="The after-rate a fix must be shown to stay below."),
     json_out: JsonOption = False,
     store_path: StoreOption = None,
 ) -> None:
-    """Compare failure counts before and after a change and say what they show.
-
-    One-sided Fisher and Boschloo tests for a drop, the after-rate's exact upper bound, and how many clean runs would bound it below --bound. Campaign counts are hang + fault + mismatch over all runs that are not `error`.
-
-    Example: hazards compare --before 4/7 --after 0/10 prints "rate dropped (p=0.015); after-rate ≤ 26% at 95%: not yet evidence of a fix, 299 clean runs bound it below 1%".
-    """
     if not 0 < conf < 1:
         raise UserError(f"--conf must be between 0 and 1, got {conf:g}")
     if not 0 < bound < 1:
@@ -77,5 +97,7 @@ def compare_command(
         print(json.dumps(d))
     else:
         print(f"before {c.k_before}/{c.n_before}, after {c.k_after}/{c.n_after} "
-              f"(one-sided Fisher p={c.fisher_p_one_sided:.3g}, Boschloo p={c.boschloo_p:.3g})")
+              f"(one-sided Fisher p={c.fisher_p_one_sided:.3g} for a drop, {c.fisher_p_rose:.3g} for a rise; "
+              f"Boschloo p={c.boschloo_p:.3g} for a drop)")
         print(c.verdict)
+    sys.exit(EXIT_ROSE if c.rose else 0)  # main() keeps SystemExit codes

@@ -5,12 +5,11 @@ import json
 import sys
 from typing import Any
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption
+from hazards.cli.options import JsonOption, VerboseOption
 from hazards.family import Family
 
 
@@ -33,9 +32,12 @@ def family_json(f: Family) -> dict[str, Any]:
 @app.command("list")
 def list_command(
     json_out: JsonOption = False,
-    params: bool = typer.Option(False, "--params", help="Also list each family's run-time parameters."),
+    verbose: VerboseOption = False,
 ) -> None:
-    """The hazard catalog: families, their variants (canaries marked) and parameters."""
+    """The hazard catalog: families and their variants (canaries marked).
+
+    With `-v` each family's run-time parameters are listed too (`--json` always has them).
+    """
     from hazards.families import all_families
 
     fams = all_families()
@@ -53,7 +55,7 @@ def list_command(
             role = f"[red]{v.role}[/]" if v.is_canary else v.role
             table.add_row(v.name, role, ", ".join(v.detected_by) or "-", v.description)
         out.print(table)
-        if params and f.runtime_params:
+        if verbose and f.runtime_params:
             for name, doc in f.runtime_params.items():
                 out.print(f"    {name}: {doc}", highlight=False, markup=False)
         out.print()

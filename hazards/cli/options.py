@@ -29,6 +29,33 @@ ExclusiveOption = Annotated[bool, typer.Option(
     "--exclusive", help="Refuse GPUs that run compute processes of others (NVML).")]
 CampaignNameOption = Annotated[Optional[str], typer.Option(
     "--name", help="Name for the campaign.", show_default="none")]
+ResumeOption = Annotated[Optional[int], typer.Option(
+    "--resume", help="Continue this campaign (by id).", show_default="a new campaign")]
+JUnitOption = Annotated[Optional[Path], typer.Option(
+    "--junit", help="Also write the result as JUnit XML to this file.", show_default="none")]
+ConfOption = Annotated[float, typer.Option("--conf", help="Confidence level of the intervals.")]
+VerboseOption = Annotated[bool, typer.Option("-v", "--verbose", help="Print more detail.")]
+
+
+def runs_option(default: str) -> Any:
+    """-n/--runs: how many runs a campaign makes at most (a stop at the first failure ends it sooner)."""
+    return typer.Option("-n", "--runs", show_default=default,
+                        help="Runs to make (at most: a stop at the first failure ends sooner).")
+
+
+def timeout_option(default: str) -> Any:
+    """--timeout: seconds one run may take before it is judged a hang."""
+    return typer.Option("--timeout", show_default=default, help="Seconds a run may take before it is a hang.")
+
+
+def variant_option(default: str) -> Any:
+    """--variant: the family variant(s) to run."""
+    return typer.Option("--variant", show_default=default, help="Family variant to run.")
+
+
+def launches_option(default: str) -> Any:
+    """--launches: kernel launches per run (one batch on a family's server)."""
+    return typer.Option("--launches", "-l", show_default=default, help="Kernel launches per run.")
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")

@@ -6,14 +6,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import (CampaignNameOption, JsonOption, StoreOption, WaitOption, parse_duration,
-                                 sigterm_as_interrupt)
+from hazards.cli.options import (CampaignNameOption, JsonOption, StoreOption, WaitOption, launches_option,
+                                 parse_duration, runs_option, sigterm_as_interrupt, timeout_option,
+                                 variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.outcome import OUTCOMES, Outcome, RunResult
@@ -29,20 +30,31 @@ DEFAULT_HANG_BUDGET_S = 20.0
 
 _HELP = """Run a program (or a family variant) until its first hang, fault or mismatch.
 
-With --tripwire, a private file in /dev/shm is named in HZ_TRIPWIRE_PATH; an instrumented kernel (standalone/include/hz_tripwire.h) writes its breadcrumbs there, and a hang is read twice, ~1 s apart, before the kill: the diagnosis names the barrier, the epoch and the stragglers. A fault gets a post-mortem diagnosis from the same file.
+With `--tripwire`, a private file in /dev/shm is named in HZ_TRIPWIRE_PATH; an instrumented
+kernel (standalone/include/hz_tripwire.h) writes its breadcrumbs there, and a hang is read
+twice, ~1 s apart, before the kill: the diagnosis names the barrier, the epoch and the
+stragglers. A fault gets a post-mortem diagnosis from the same file.
 
-Before a hung program is killed, hang forensics (on by default, --no-forensics) attach to it within --hang-budget seconds: cuda-gdb names every resident warp's stuck source line (build with -lineinfo) and the kind of wait, py-spy (the package's forensics extra) or gdb the host threads' stacks, NVML and dmesg the GPU's state; hang.md in the run's artifacts says it in one sentence, which is also the run's reason.
+Before a hung program is killed, hang forensics (on by default, `--no-forensics`) attach to it
+within `--hang-budget` seconds: cuda-gdb names every resident warp's stuck source line (build
+with -lineinfo) and the kind of wait, py-spy (the package's forensics extra) or gdb the host
+threads' stacks, NVML and dmesg the GPU's state; hang.md in the run's artifacts says it in one
+sentence, which is also the run's reason.
 
-The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry and Xid events of that GPU per run); on a machine with no GPU it runs as it is.
+The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry and Xid
+events of that GPU per run); on a machine with no GPU it runs as it is.
 
-Kept per failing run (every run with --keep-tripwire): output logs, hang.md, tripwire snapshots and diagnosis, Xid lines, evidence.json; per campaign: binary hash, `git describe`, environment (repro-context.json). The rate so far is printed with its 95% CI.
+Kept per failing run (every run with `--keep-tripwire`): output logs, hang.md, tripwire
+snapshots and diagnosis, Xid lines, evidence.json; per campaign: binary hash, `git describe`,
+environment (repro-context.json). The rate so far is printed with its 95% CI.
 
 Exit status: 0 every run clean; 1 a hazard observed; 2 bad input; 3 only errors.
 
-Examples:\n
-  hazards repro --tripwire --timeout 5 -- ./my_megakernel --seq 4096\n
-  hazards repro --family deadlock --variant broken_epoch --timeout 3\n
-  hazards repro --family deadlock --variant broken_epoch --keep-going --max-runs 30
+Examples:
+
+    hazards repro --tripwire --timeout 5 -- ./my_megakernel --seq 4096
+    hazards repro --family deadlock --variant broken_epoch --timeout 3
+    hazards repro --family deadlock --variant broken_epoch --keep-going -n 30
 """
 
 
@@ -112,17 +124,22 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
 def repro_command(
     command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
                                                   show_default=False),
-    family: Optional[str] = typer.Option(None, "--family", help="Run a catalog family's binary instead of CMD."),
-    variant: Optional[str] = typer.Option(None, "--variant", help="The family variant [default: its first]."),
-    params: Optional[str] = typer.Option(None, "--params", help="JSON object of run parameters (family)."),
-    launches: Optional[int] = typer.Option(None, "--launches", help="Launches per run (family)."),
-    binary: Optional[Path] = typer.Option(None, "--binary", help="Prebuilt family binary (skips the build)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per run before it is a hang."),
-    max_runs: int = typer.Option(DEFAULT_MAX_RUNS, "--max-runs", "-n", help="Stop after this many runs."),
+    family: Optional[str] = typer.Option(None, "--family", show_default="none: run CMD",
+                                         help="Run a catalog family's binary instead of CMD."),
+    variant: Annotated[Optional[str], variant_option("the family's first")] = None,
+    params: Optional[str] = typer.Option(None, "--params", show_default="none",
+                                         help="JSON object of run parameters (family)."),
+    launches: Annotated[Optional[int], launches_option("the family's")] = None,
+    binary: Optional[Path] = typer.Option(None, "--binary", show_default="built from the catalog",
+                                          help="Prebuilt family binary (skips the build)."),
+    timeout: Annotated[Optional[float], timeout_option(f"the family's, else {DEFAULT_TIMEOUT_S:g}")] = None,
+    max_runs: Annotated[int, runs_option(str(DEFAULT_MAX_RUNS))] = DEFAULT_MAX_RUNS,
+    old_max_runs: Optional[int] = typer.Option(None, "--max-runs", hidden=True, help="Old spelling of -n/--runs."),
     keep_going: bool = typer.Option(False, "--keep-going", help="Do not stop at the first failure (measure a rate)."),
-    tripwire: Optional[bool] = typer.Option(None, "--tripwire/--no-tripwire",
-                                            help="Give the program a tripwire file [default: on for --family]."),
-    names: Optional[Path] = typer.Option(None, "--names", help="Phase/barrier names: JSON or a C header."),
+    tripwire: Optional[bool] = typer.Option(None, "--tripwire/--no-tripwire", show_default="on for --family",
+                                            help="Give the program a tripwire file."),
+    names: Optional[Path] = typer.Option(None, "--names", show_default="the family's, else none",
+                                         help="Phase/barrier names: JSON or a C header."),
     keep_tripwire: bool = typer.Option(False, "--keep-tripwire", help="Keep the raw tripwire file of clean runs too."),
     forensics: bool = typer.Option(True, "--forensics/--no-forensics",
                                    help="On a hang, read device warps, host stacks and GPU state before the kill."),
@@ -136,8 +153,9 @@ def repro_command(
     from hazards.engine.targets.base import check_argv
     from hazards.engine.tripwire import load_names
 
+    max_runs = old_max_runs if old_max_runs is not None else max_runs
     if max_runs < 1:
-        raise UserError(f"--max-runs must be at least 1, got {max_runs}")
+        raise UserError(f"-n/--runs must be at least 1, got {max_runs}")
     if timeout is not None and not timeout > 0:
         raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     if not hang_budget > 0:

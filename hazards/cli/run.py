@@ -7,7 +7,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, StoreOption, WaitOption, parse_duration, sigterm_as_interrupt
+from hazards.cli.options import (CampaignNameOption, JsonOption, ResumeOption, StoreOption, WaitOption,
+                                 parse_duration, runs_option, sigterm_as_interrupt, timeout_option)
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.errors import UserError
 from hazards.engine.executor import ARTIFACT_POLICIES, WorkItem
@@ -34,21 +35,26 @@ OUTCOME_STYLE = {"clean": "green", "hang": "magenta", "fault": "red", "mismatch"
 # Exit codes of `hazards run` (also in the command's help).
 EXIT_CLEAN, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_ERRORS_ONLY = 0, 1, 2, 3
 
-_HELP = (
-    "Run a program N times; judge, store and count every run.\n\n"
-    "Each run is exactly one of clean, hang, fault, mismatch, error (docs/protocol.md says how exit "
-    "codes, signals, fault messages and HZ_RESULT lines are judged). Every run is committed to the "
-    "results store the moment it ends, so a killed campaign can be continued with --resume.\n\n"
-    "The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry per run); "
-    "on a machine with no GPU it runs as it is, with its environment untouched.\n\n"
-    "Exit status: 0 every run was clean; 1 a hazard was observed (hang, fault or mismatch); 2 bad "
-    "input; 3 no hazard observed but some runs ended in `error` (the check itself failed, so clean "
-    "cannot be claimed); 130 interrupted.\n\n"
-    "Examples:\n\n"
-    "hazards run -n 50 --timeout 10 -- python3 demo.py --seq 4096\n\n"
-    "hazards run --until-fail -- ./my_kernel_test\n\n"
-    "hazards run --resume 3 -n 500"
-)
+_HELP = """Run a program N times; judge, store and count every run.
+
+Each run is exactly one of clean, hang, fault, mismatch, error (docs/protocol.md says how exit
+codes, signals, fault messages and HZ_RESULT lines are judged). Every run is committed to the
+results store the moment it ends, so a killed campaign can be continued with `--resume ID`
+(its stored command; `-n` raises its total).
+
+The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry per run);
+on a machine with no GPU it runs as it is, with its environment untouched.
+
+Exit status: 0 every run was clean; 1 a hazard was observed (hang, fault or mismatch); 2 bad
+input; 3 no hazard observed but some runs ended in `error` (the check itself failed, so clean
+cannot be claimed); 130 interrupted.
+
+Examples:
+
+    hazards run -n 50 --timeout 10 -- python3 demo.py --seq 4096
+    hazards run --until-fail -- ./my_kernel_test
+    hazards run --resume 3 -n 500
+"""
 
 
 def check_run_options(n: int | None, timeout: float | None, result_regex: str | None) -> None:
@@ -181,15 +187,15 @@ def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, time
 def run_command(
     command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
                                                   show_default=False),
-    n: Optional[int] = typer.Option(None, "-n", "--runs",
-                                    help=f"Total runs (default: {DEFAULT_N}; {DEFAULT_N_UNTIL_FAIL} with --until-fail)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help=f"Seconds per run before it is a hang (default: {DEFAULT_TIMEOUT_S:g})."),
+    n: Annotated[Optional[int], runs_option(f"{DEFAULT_N}; {DEFAULT_N_UNTIL_FAIL} with --until-fail")] = None,
+    timeout: Annotated[Optional[float], timeout_option(f"{DEFAULT_TIMEOUT_S:g}")] = None,
     until_fail: bool = typer.Option(False, "--until-fail", help="Stop at the first hang, fault or mismatch."),
     json_out: JsonOption = False,
     store_path: StoreOption = None,
-    name: Optional[str] = typer.Option(None, "--name", help="Name for the campaign and the target."),
-    result_regex: Optional[str] = typer.Option(None, "--result-regex", help="A regex on the output that marks a run as a mismatch."),
-    resume: Optional[int] = typer.Option(None, "--resume", help="Continue this campaign (its stored command); -n raises its total."),
+    name: CampaignNameOption = None,
+    result_regex: Optional[str] = typer.Option(None, "--result-regex", show_default="none",
+                                               help="A regex on the output that marks a run as a mismatch."),
+    resume: ResumeOption = None,
     artifacts: str = typer.Option("failures", "--artifacts",
                                   help="Per-run folders (logs, hang snapshots) under the store's artifacts/: "
                                        "failures (keep them for non-clean runs), all, none."),

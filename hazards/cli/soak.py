@@ -1,6 +1,7 @@
 """`hazards soak`: every family/variant and registered target on every free GPU for a budget."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -8,23 +9,27 @@ from typing import Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, CampaignNameOption, ExclusiveOption, FamiliesOption, LeaseDirOption,
-                                 StoreOption, WaitOption, parse_duration, split_names)
+from hazards.cli.options import (BudgetOption, CampaignNameOption, ExclusiveOption, FamiliesOption, JsonOption,
+                                 LeaseDirOption, ResumeOption, StoreOption, WaitOption, parse_duration,
+                                 split_names)
 from hazards.engine.errors import UserError
 
-_HELP = """Nightly soak: every family/variant plus the targets of a TOML file, spread over
-every free GPU (one warm launch server per family per GPU), for a time budget, as one
-campaign. Resumable with --resume ID (the remaining budget is recomputed from the stored
-runs). At the end the campaign is compared with the previous soak: new failure signatures
-and significant rate changes are flagged, and an HTML report is written.
+_HELP = """Nightly soak: every family/variant and registered target on every free GPU, for a time budget.
+
+Every family/variant plus the targets of a TOML file run spread over every free GPU (one warm
+launch server per family per GPU), as one campaign. Resumable with `--resume ID` (the
+remaining budget is recomputed from the stored runs). At the end the campaign is compared
+with the previous soak: new failure signatures and significant rate changes are flagged, and
+an HTML report is written.
 
 Exit status: 0 nothing flagged; 1 a regression, a canary that went blind, or a target
 dropped after repeated errors; 2 bad input (or no free GPU).
 
-Examples:\n
-  hazards soak --budget 30m --report soak.html\n
-  hazards soak --families pipeline --targets targets.toml\n
-  hazards soak --resume 12
+Examples:
+
+    hazards soak --budget 30m --report soak.html
+    hazards soak --families pipeline --targets targets.toml
+    hazards soak --resume 12 --json
 """
 
 
@@ -47,18 +52,23 @@ def soak_items(families: list[str], targets: Path | None, no_families: bool) -> 
 def soak_command(
     budget: BudgetOption = "30m",
     families: FamiliesOption = None,
-    targets: Optional[Path] = typer.Option(None, "--targets", help="TOML file of registered targets ([[target]] tables)."),
+    targets: Optional[Path] = typer.Option(None, "--targets", show_default="none",
+                                           help="TOML file of registered targets (`[[target]]` tables)."),
     no_families: bool = typer.Option(False, "--no-families", help="Only the --targets, no catalog families."),
-    resume: Optional[int] = typer.Option(None, "--resume", help="Continue this soak campaign with its remaining budget."),
+    resume: ResumeOption = None,
     executor: str = typer.Option("local", "--executor", help="Where the per-GPU loops run: local, or ray (a Ray cluster)."),
-    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (--executor ray) [default: a local Ray]."),
-    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="Lease at most this many GPUs."),
-    report: Optional[Path] = typer.Option(None, "--report", help="HTML report path [default: next to the store]."),
+    address: Optional[str] = typer.Option(None, "--address", show_default="a local Ray",
+                                          help="Ray cluster address (--executor ray)."),
+    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", show_default="every free one",
+                                           help="Lease at most this many GPUs."),
+    report: Optional[Path] = typer.Option(None, "--report", show_default=".hazards/reports/campaign-ID.html",
+                                          help="HTML report path."),
     store_path: StoreOption = None,
     lease_dir: LeaseDirOption = None,
     wait: WaitOption = "0s",
     exclusive: ExclusiveOption = False,
     name: CampaignNameOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     from hazards.engine.campaign import LeasedCampaign
     from hazards.engine.soak import run_soak
@@ -77,7 +87,7 @@ def soak_command(
         res = _remote_soak(executor, store, items, budget_s=budget_s, resume=resume, name=name,
                            address=address, max_gpus=max_gpus,
                            lock_dir=str(lease_dir) if lease_dir else None, exclusive=exclusive)
-        return _finish(store, res, report)
+        return _finish(store, res, report, json_out)
     try:
         frame = LeasedCampaign.acquire(store, "hazards soak", lock_dir=str(lease_dir) if lease_dir else None,
                                        max_gpus=max_gpus, wait_s=wait_s, exclusive=exclusive)
@@ -87,7 +97,7 @@ def soak_command(
     with frame:
         typer.echo(f"soak on {frame.describe()}", err=True)
         res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name)
-    _finish(store, res, report)
+    _finish(store, res, report, json_out)
 
 
 def _check_executor(executor: str) -> None:
@@ -106,13 +116,21 @@ def _remote_soak(executor: str, store, items, **kw):
     return run_soak_with(executor, store, items, **kw)
 
 
-def _finish(store, res, report: Path | None) -> None:
-    """Write the report, print the summary, exit 1 when something was flagged."""
-    from hazards.engine.report import render_markdown, write_report
+def _finish(store, res, report: Path | None, json_out: bool) -> None:
+    """Write the report, print the summary (or one JSON object), exit 1 when something was flagged."""
+    from hazards.engine.report import render_markdown, report_json, write_report
 
     out = report or store.path.parent / "reports" / f"campaign-{res.campaign_id}.html"
     rep = write_report(store, res.campaign_id, out)
     store.close()
+    if json_out:
+        typer.echo(json.dumps({
+            "campaign": res.campaign_id, "flagged": res.flagged, "report_html": str(out),
+            "status": res.status, "spent_s": res.spent_s, "budget_s": res.budget_s,
+            "gpus": [{"gpu": g.gpu, "uuid": g.uuid, "runs": g.runs, "launches": g.launches,
+                      "launch_rate": g.launch_rate, "elapsed_s": g.elapsed_s} for g in res.gpu_stats],
+            "dropped": res.dropped, "blind": res.blind, "report": report_json(rep)}, default=str))
+        sys.exit(1 if res.flagged else 0)
     typer.echo(render_markdown(rep))
     for g in res.gpu_stats:
         typer.echo(f"GPU {g.uuid or g.gpu}: {g.runs} runs, {g.launches} launches, "

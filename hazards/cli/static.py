@@ -9,23 +9,25 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import FamiliesOption, JsonOption, print_findings, split_names
+from hazards.cli.options import FamiliesOption, JsonOption, VerboseOption, print_findings, split_names
 
-_HELP = """Run every static check: the catalog's families (compiled for real with
-clang-19 / nvcc; every broken variant must be flagged, every fixed one clean) and the given
-paths (sources: asm lint; .s: AMDGCN checks; .sass/.cubin: SASS checks; .toml/.json:
-barrier layouts). Exits 1 on any error or warning (with --fail-on-perf also on
-performance findings).
+_HELP = """Run every static check on the catalog's families and on the given paths.
+
+The catalog's families are compiled for real with clang-19 / nvcc: every broken variant must
+be flagged, every fixed one clean. Paths: sources get the asm lint, `.s` the AMDGCN checks,
+`.sass`/`.cubin` the SASS checks, `.toml`/`.json` the barrier-layout checks. Exits 1 on any
+error or warning (with `--fail-on-perf` also on performance findings); `-v` also prints info
+findings.
 """
 
 
 @app.command("static", help=_HELP)
 def static_command(
-    paths: Optional[List[Path]] = typer.Argument(None, help="Extra sources, listings, layouts."),
+    paths: Optional[List[Path]] = typer.Argument(None, show_default="none", help="Extra sources, listings, layouts."),
     no_catalog: bool = typer.Option(False, "--no-catalog", help="Skip the catalog's families."),
     families: FamiliesOption = None,
     as_json: JsonOption = False,
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print info findings."),
+    verbose: VerboseOption = False,
     fail_on_perf: bool = typer.Option(False, "--fail-on-perf", help="Performance findings fail too."),
 ) -> None:
     from hazards.static_catalog import run_static_checks

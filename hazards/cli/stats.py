@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, StoreOption
+from hazards.cli.options import ConfOption, JsonOption, StoreOption
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import OUTCOMES, item_key
 from hazards.engine.stats import format_rate
@@ -30,14 +30,17 @@ def tally_json(t: Tally, conf: float) -> dict[str, Any]:
 
 @app.command("stats")
 def stats_command(
-    campaign: Optional[int] = typer.Option(None, "--campaign", help="Only this campaign's runs."),
+    campaign: Optional[int] = typer.Option(None, "--campaign", show_default="every campaign",
+                                           help="Only this campaign's runs."),
     json_out: JsonOption = False,
-    conf: float = typer.Option(0.95, "--conf", help="Confidence level of the intervals."),
+    conf: ConfOption = 0.95,
     store_path: StoreOption = None,
 ) -> None:
     """Failure rate per target/variant: n, counts per outcome, rate with an exact CI.
 
-    The rate is hazards (hang + fault + mismatch) over judged runs (all but `error`); with no failure, the one-sided upper bound is shown instead of an interval. The most frequent failure signatures follow the table.
+    The rate is hazards (hang + fault + mismatch) over judged runs (all but `error`); with no
+    failure, the one-sided upper bound is shown instead of an interval. The most frequent
+    failure signatures follow the table.
     """
     if not 0 < conf < 1:
         raise UserError(f"--conf must be between 0 and 1, got {conf:g}")

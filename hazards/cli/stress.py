@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import nullcontext
-from typing import Any, List, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, StoreOption, WaitOption, parse_duration
+from hazards.cli.options import (JsonOption, StoreOption, WaitOption, launches_option, parse_duration,
+                                 timeout_option, variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import RunResult
 from hazards.engine.stats import format_rate
@@ -26,11 +27,12 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERRORS = 0, 1, 3
 
 _HELP = """Stress a family's variants on a leased GPU; store every batch; judge the catalog.
 
-Each request is one batch of --launches launches served by the family's warm server
+Each request is one batch of `--launches` launches served by the family's warm server
 (docs/protocol.md), validated on the device. Canaries (broken variants) must be detected;
-every other variant must stay clean. With --sanitizer the family runs `--once` under
-compute-sanitizer (one process per request) and a sanitizer error makes the run a
-`fault` (error_kind sanitizer_race / sanitizer_sync / sanitizer_memcheck).
+every other variant must stay clean; `--variant` picks some (repeat it). With `--sanitizer`
+the family runs `--once` under compute-sanitizer (one process per request) and a sanitizer
+error makes the run a `fault` (error_kind sanitizer_race / sanitizer_sync /
+sanitizer_memcheck).
 
 Verdicts (the same words as `hazards check` and `hazards soak`): detected, went blind (a
 canary its oracle never proved failing), clean, failed (a clean variant failed), error.
@@ -38,10 +40,11 @@ canary its oracle never proved failing), clean, failed (a clean variant failed),
 Exit status: 0 every expectation met; 1 a canary went blind or a clean variant failed;
 2 bad input; 3 some variant had only `error` runs.
 
-Examples:\n
-  hazards stress pipeline --launches 1000 --requests 10\n
-  hazards stress ordering --variant mp_plain --set shuffle=true --set stress_blocks=256\n
-  hazards stress pipeline --variant broken_war --variant fixed --sanitizer racecheck
+Examples:
+
+    hazards stress pipeline --launches 1000 --requests 10
+    hazards stress ordering --variant mp_plain --set shuffle=true --set stress_blocks=256
+    hazards stress pipeline --variant broken_war --variant fixed --sanitizer racecheck
 """
 
 
@@ -117,13 +120,18 @@ class _Progress:
 @app.command("stress", help=_HELP)
 def stress_command(
     family: str = typer.Argument(..., help="Family name (see `hazards list`)."),
-    variant: Optional[List[str]] = typer.Option(None, "--variant", "-v", help="Variant(s) to run [default: all]."),
-    launches: Optional[int] = typer.Option(None, "--launches", "-l", help="Launches per request [default: the family's]."),
-    requests: Optional[int] = typer.Option(None, "--requests", "-r", help=f"Requests (batches) per variant [default: {DEFAULT_REQUESTS}]."),
-    sanitizer: Optional[str] = typer.Option(None, "--sanitizer", help="racecheck | synccheck | memcheck | initcheck"),
-    sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a run-time parameter: NAME=VALUE (repeatable)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per request before it is a hang [default: the family's]."),
-    build_target: str = typer.Option("sm_90a", "--target", help="Build target (sm_90a; gfx942 where hipcc exists)."),
+    variant: Annotated[Optional[List[str]], variant_option("all")] = None,
+    launches: Annotated[Optional[int], launches_option(
+        f"the family's; {SANITIZER_DEFAULT_LAUNCHES} with --sanitizer")] = None,
+    requests: Optional[int] = typer.Option(
+        None, "--requests", "-r", show_default=f"{DEFAULT_REQUESTS}; {SANITIZER_DEFAULT_REQUESTS} with --sanitizer",
+        help="Requests (batches, one run each) per variant."),
+    sanitizer: Optional[str] = typer.Option(None, "--sanitizer", show_default="none",
+                                            help="Run under compute-sanitizer: racecheck, synccheck, memcheck or initcheck."),
+    sets: Optional[List[str]] = typer.Option(None, "--set", show_default="none",
+                                             help="Override a run-time parameter: NAME=VALUE (repeatable)."),
+    timeout: Annotated[Optional[float], timeout_option("the family's")] = None,
+    arch: str = typer.Option("sm_90a", "--arch", help="GPU architecture to build for (sm_90a; gfx942 where hipcc exists)."),
     json_out: JsonOption = False,
     store_path: StoreOption = None,
     wait: WaitOption = "0s",
@@ -157,13 +165,13 @@ def stress_command(
         # One warm server in the frame for all variants (the point of a server target). A
         # server that cannot start, or a sanitizer that is not installed, is one clear line
         # before any bar, not a column of error runs.
-        frame.warm(family_item(fam, sanitizer=sanitizer, build_target=build_target))
+        frame.warm(family_item(fam, sanitizer=sanitizer, build_target=arch))
         with progress.progress if progress.enabled else nullcontext():
             for n in names:
                 progress.start(f"{fam.name}/{n}", n_req)
                 reports.append(stress_variant(
                     fam, n, frame=frame, launches=n_launch, requests=n_req, timeout=timeout,
-                    sanitizer=sanitizer, overrides=overrides, build_target=build_target,
+                    sanitizer=sanitizer, overrides=overrides, build_target=arch,
                     on_result=progress.update))
     if json_out:
         print(json.dumps({"family": fam.name, "launches_per_request": n_launch, "requests": n_req,

@@ -108,6 +108,21 @@ def test_cli_check_exits_non_zero_and_says_went_blind(fake_gpus, monkeypatch, tm
     assert junit.is_file()
 
 
+def test_cli_check_json_is_one_object_with_every_verdict(fake_gpus, monkeypatch, tmp_path, capsys, no_static):
+    import json
+
+    import hazards.families as families
+
+    monkeypatch.setattr(families, "all_families", lambda: [make_family(canary_fail_prob=0.0)])
+    monkeypatch.setattr(checkrun, "default_items_for", fake_items_for)
+    rc = main(["check", "--budget", "1m", "--store", str(tmp_path / "r.db"), "--families", "fakefam", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1 and out["exit_code"] == 1 and not out["ok"]
+    verdicts = {v["variant"]: v for v in out["verdicts"]}
+    assert verdicts["broken"]["verdict"] == "went blind" and verdicts["fixed"]["verdict"] == "clean"
+    assert verdicts["fixed"]["rate_text"].startswith("≤ ") and out["campaign"] is not None
+
+
 def test_cli_check_static_only_touches_no_gpu_and_no_store(fake_gpus, tmp_path, capsys, no_static, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc = main(["check", "--static"])

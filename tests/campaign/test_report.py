@@ -163,6 +163,24 @@ def test_cli_report_writes_html_markdown_and_junit(tmp_path, capsys):
     assert len(_pngs(out.read_text())) == 5
 
 
+def test_cli_report_json_has_every_row_with_its_rate_and_verdict(tmp_path, capsys):
+    import json
+
+    from hazards.cli import main
+    from hazards.engine.stats import format_rate
+    from hazards.engine.store import Store
+
+    db = tmp_path / "r.db"
+    with Store(db) as s:
+        _, cur = synthetic_soaks(s)
+    rc = main(["report", "--store", str(db), "-o", str(tmp_path / "rep.html"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["campaign"]["id"] == cur and out["report_html"].endswith("rep.html")
+    row = next(r for r in out["rows"] if (r["target"], r["variant"]) == ("pipeline", "fixed"))
+    assert row["verdict"] == "failed" and row["rate_text"] == format_rate(row["failures"], row["judged"])
+    assert main(["report", "--store", str(db), "--json", "--markdown"]) == 2
+
+
 def test_cli_report_of_an_unknown_campaign_is_a_one_line_error(tmp_path, capsys):
     from hazards.cli import main
     from hazards.engine.store import Store

@@ -171,6 +171,19 @@ def test_cli_soak_writes_a_report_and_exits_zero(fake_gpus, tmp_path, capsys, mo
     assert "GPU 0:" in out and "GPU 1:" in out
 
 
+def test_cli_soak_json_is_one_object_with_the_report(fake_gpus, tmp_path, capsys):
+    import json
+
+    f = tmp_path / "targets.toml"
+    f.write_text(TOML)
+    rc = main(["soak", "--budget", "2s", "--targets", str(f), "--no-families", "--store", str(tmp_path / "r.db"),
+               "--report", str(tmp_path / "soak.html"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["flagged"] is False and out["campaign"] == 1
+    assert {g["gpu"] for g in out["gpus"]} == {"0", "1"}
+    assert out["report"]["campaign"]["kind"] == "soak" and out["report"]["rows"][0]["target"] == "fake-server"
+
+
 def test_cli_soak_without_a_gpu_is_a_one_line_error(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("HZ_FAKE_GPUS", "")
     monkeypatch.setenv("HZ_LEASE_DIR", str(tmp_path / "leases"))

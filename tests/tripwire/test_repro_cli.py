@@ -19,7 +19,7 @@ def repro(*args: str, store: Path, timeout: float = 60) -> subprocess.CompletedP
 
 
 def test_repro_stops_at_the_hang_and_prints_the_diagnosis_and_rate(fake_kernel: Path, tmp_path: Path) -> None:
-    r = repro("--tripwire", "--timeout", "1", "--max-runs", "5", "--", str(fake_kernel), "hang",
+    r = repro("--tripwire", "--timeout", "1", "--runs", "5", "--", str(fake_kernel), "hang",
               store=tmp_path / "r.db")
     assert r.returncode == 1, r.stderr
     assert "run 1: hang" in r.stdout
@@ -35,7 +35,7 @@ def test_repro_stops_at_the_hang_and_prints_the_diagnosis_and_rate(fake_kernel: 
 
 
 def test_repro_json_keeps_going_and_counts_every_run(fake_kernel: Path, tmp_path: Path) -> None:
-    r = repro("--tripwire", "--json", "--keep-going", "--max-runs", "3", "--", str(fake_kernel), "clean",
+    r = repro("--tripwire", "--json", "--keep-going", "-n", "3", "--", str(fake_kernel), "clean",
               store=tmp_path / "r.db")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
@@ -54,7 +54,8 @@ def test_names_file_turns_ids_into_names(fake_kernel: Path, tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--max-runs", "0", "--", "true"], "--max-runs must be at least 1"),
+    (["-n", "0", "--", "true"], "-n/--runs must be at least 1"),
+    (["--max-runs", "0", "--", "true"], "-n/--runs must be at least 1"),
     (["--timeout", "-1", "--", "true"], "--timeout must be a positive"),
     (["--params", "{bad", "--family", "deadlock"], "--params is not JSON"),
     (["--family", "no_such_family"], "no family 'no_such_family'"),
