@@ -23,12 +23,22 @@ def store(tmp_path):
         yield s
 
 
+def _is_resource_tracker(p: psutil.Process) -> bool:
+    """multiprocessing's resource tracker: started once per interpreter by any test that uses
+    a spawn context (tests/engine/test_store.py), it lives as long as the test process."""
+    try:
+        return any("multiprocessing.resource_tracker" in part for part in p.cmdline())
+    except psutil.Error:
+        return False
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_children():
     """Every test must leave no child process behind."""
     yield
     me = psutil.Process()
-    left = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    left = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            and not _is_resource_tracker(p)]
     assert not left, f"leaked processes: {[(p.pid, p.cmdline()) for p in left]}"
 
 
