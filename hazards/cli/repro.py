@@ -94,6 +94,18 @@ def _family_spec(family: str, variant: str | None, params: dict[str, Any], launc
     return [str(exe), "--once"], run_params, names if names.exists() else None, fam
 
 
+def _family_explainer(family: str | None) -> Any:
+    """The family module's `explain_hang(snapshot, params)`, if it has one."""
+    if not family:
+        return None
+    import importlib
+
+    from hazards.families import get_family
+
+    mod = importlib.import_module(f"hazards.families.{get_family(family).name}")
+    return getattr(mod, "explain_hang", None)
+
+
 def _print_failure(out: Console, seq: int, r: RunResult) -> None:
     out.print(f"[bold]run {seq}: {r.outcome}[/] — {r.reason}", highlight=False)
     tw = r.evidence.get("tripwire") or {}
@@ -223,7 +235,8 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
                 target: Any = CommandTarget(argv, env={**(tw.env() if tw else {}), **env}, name=item.target)
                 if tw is not None:
                     target = TripwireTarget(target, tw, names=name_table,
-                                            keep="always" if keep_tripwire else "failures")
+                                            keep="always" if keep_tripwire else "failures",
+                                            explain=_family_explainer(spec.get("family")))
                 return ReproTarget(target, kernel_log)
 
             cid = frame.create(KIND, spec, name=name)

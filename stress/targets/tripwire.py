@@ -11,14 +11,28 @@ Lifecycle for one target (one file; every run truncates it first, and the progra
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.targets.base import Target, WrapperTarget
 from hazards.engine.tripwire.analysis import analyze
-from hazards.engine.tripwire.layout import decode
+from hazards.engine.tripwire.layout import Snapshot, decode
 from hazards.engine.tripwire.names import Names
 from hazards.engine.tripwire.session import (MARKER, TripwireFile, diagnosis_evidence, find_tripwire_evidence,
                                              install_hang_collector, register_names, write_artifacts)
+
+
+def _with_explanation(found: dict[str, Any], explain: Callable[[Snapshot, dict], str | None], raw: bytes,
+                      path: str, params: dict) -> dict[str, Any]:
+    """Append the program's own reading of the final snapshot (what only it knows: which
+    workers a barrier expects, which cause its configuration seeds) to the sentence."""
+    try:
+        clause = explain(decode(raw, path), params)
+    except Exception as e:  # a broken explainer must not lose the engine's diagnosis
+        clause = f"(the family's explanation failed: {type(e).__name__}: {e})"
+    if not clause:
+        return found
+    return {**found, "sentence": f"{found.get('sentence', '')} | {clause}", "explanation": clause}
 
 
 class TripwireTarget(WrapperTarget):
@@ -28,16 +42,20 @@ class TripwireTarget(WrapperTarget):
     live diagnosis; a fault (or a hang the collector could not read) gets a post-mortem
     one from the file, which survives the process. The summary lands in
     `result.evidence["tripwire"]`; with `keep` the raw file is copied into the run's
-    artifact folder ("failures": only for non-clean runs).
+    artifact folder ("failures": only for non-clean runs). `explain(snapshot, params)`, when
+    given (a family's `explain_hang`), reads the final file after a hang or fault and its
+    clause is appended to the sentence.
     """
 
-    def __init__(self, inner: Target, tw: TripwireFile, names: Names | None = None, keep: str = "failures") -> None:
+    def __init__(self, inner: Target, tw: TripwireFile, names: Names | None = None, keep: str = "failures",
+                 explain: Callable[[Snapshot, dict], str | None] | None = None) -> None:
         if keep not in ("always", "failures", "never"):
             raise ValueError(f"keep must be always|failures|never, not {keep!r}")
         super().__init__(inner)
         self.tw = tw
         self.names = names or Names()
         self.keep_mode = keep
+        self.explain = explain
         register_names(tw.path, self.names)
         install_hang_collector()
 
@@ -52,6 +70,8 @@ class TripwireTarget(WrapperTarget):
             snap = decode(raw, str(self.tw.path))
             diag = analyze(snap, None, self.names, live=False)
             found = diagnosis_evidence(diag, write_artifacts(art, "postmortem", diag, [(raw, snap)]), "post-mortem")
+        if found is not None and self.explain is not None and r.outcome in (Outcome.FAULT, Outcome.HANG):
+            found = _with_explanation(found, self.explain, self.tw.read(), str(self.tw.path), params or {})
         if found is not None:
             r.evidence["tripwire"] = {k: v for k, v in found.items() if k != MARKER}
         failed = Outcome(r.outcome) is not Outcome.CLEAN

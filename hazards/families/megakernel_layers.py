@@ -1,0 +1,276 @@
+"""Family `megakernel_layers`: the MI355 megakernel PR's hazard classes inside a real megakernel.
+
+Kernel: `standalone/megakernel_layers/` -- a persistent MoE decode megakernel that runs one
+decode step of a GPT-OSS-shaped model through L layers in one launch, scheduled on the
+device by worker rank (QKV tiles, attention chunks with an LSE merge, O-projection, router
+top-k, expert W13 then W2 behind per-expert arrival barriers), with the tripwire compiled in
+and every inter-block wait instrumented. Its synchronisation layer (`mkl_sync.cuh`) also
+compiles for gfx942 with clang-19, so the AMDGCN checks read the megakernel's own barriers.
+
+One variant per class of the seed 002_79daa8f540f6a64d (the request field `hazard`), each
+restoring the PR's mechanism where it lived, plus clean variants at several (sequence
+length, chunk count, grid) points. Hangs are read by the tripwire (`explain_hang` adds the
+participants that never arrived and the class); silent corruptions are mismatches of the
+final hidden state against an independent reference at the calibrated tolerance
+(hazards.megakernel_layers.calibration).
+
+The static model predicts from the parameters alone which configurations hang or corrupt
+under each switch and how often (`predict`); docs/megakernel-layers.md states its
+reasoning and docs/results/megakernel-layers-h200.md how it agreed with the H200.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from hypothesis import strategies as st
+
+from hazards import presets
+from hazards.family import STANDALONE, Family, StaticVerdict, Variant
+from hazards.megakernel_layers import model as M
+
+SOURCE_DIR = STANDALONE / "megakernel_layers"
+SYNC_STATIC = SOURCE_DIR / "mkl_sync_static.cu"
+H200_SMS = 132  # what grid 0 (one worker per SM) means for the model unless told otherwise
+
+# Defaults of the binary's parameters (megakernel_layers.cu's ParamSpec list).
+DEFAULTS: dict[str, Any] = {
+    "hazard": "none", "model": "default", "layers": 4, "seq": 4096, "chunk_tokens": 256, "chunks": 0,
+    "grid": 0, "jitter_ppm": 0, "jitter_cycles": 200000, "writeback_ppm": 1000000, "tol_e6": 1000,
+    "data_seed": 1, "tripwire": "on",
+}
+
+_SKEW = {"jitter_ppm": 2000, "jitter_cycles": 200000}
+VARIANTS = (
+    Variant("clean", "fixed", "every switch off: seq 4096, auto chunks, one worker per SM", params={}),
+    Variant("clean_long", "fixed", "every switch off at seq 16384 (65 chunks, more than the 40 QKV tiles)",
+            params={"seq": 16384}),
+    Variant("clean_skew", "fixed", "every switch off, workers skewed across layers (the snapshot class's jitter)",
+            params=dict(_SKEW)),
+    Variant("clean_grid64", "fixed", "every switch off on 64 workers, 64 chunks", params={"grid": 64, "chunks": 64}),
+    Variant("participant_set", "broken", "chunk phase nested in the QKV rank guard; 65 chunks > 40 QKV tiles",
+            params={"hazard": "participant_set", "seq": 16384}, detected_by=("stress",)),
+    Variant("chunk_supply", "broken", "80 chunks on 64 workers, host guard removed",
+            params={"hazard": "chunk_supply", "grid": 64, "chunks": 80}, detected_by=("stress",)),
+    Variant("snapshot_epoch", "broken", "\"+1\" epochs snapshotted at layer entry, workers skewed",
+            params={"hazard": "snapshot_epoch", **_SKEW}, detected_by=("stress",)),
+    Variant("stale_release", "broken", "W13->W2 release value stuck at layer 0's",
+            params={"hazard": "stale_release"}, detected_by=("stress",)),
+    Variant("shared_line", "broken", "expert releases in the arrival counter's line, L2 write-back emulated",
+            params={"hazard": "shared_line"}, detected_by=("static", "stress")),
+    Variant("partial_no_fence", "broken", "chunk partials published without release/acquire",
+            params={"hazard": "partial_no_fence"}, detected_by=("static", "stress")),
+    Variant("routing_no_fence", "broken", "routing flag written with no fence after the routing data",
+            params={"hazard": "routing_no_fence"}, detected_by=("static",)),
+    Variant("stale_descriptor", "broken", "descriptor refresh copies only the plain task's slots",
+            params={"hazard": "stale_descriptor"}, detected_by=("stress",)),
+    Variant("amax_tail", "broken", "FP8 amax butterfly reads lanes past the last sub-block",
+            params={"hazard": "amax_tail"}, detected_by=("stress",)),
+    Variant("dead_flag", "broken", "host packs bf16 for a flag the kernel never reads",
+            params={"hazard": "dead_flag"}, detected_by=("stress",)),
+)
+HAZARD_IDS = {name: i for i, name in enumerate(M.HAZARDS)}
+
+# What the static model assumes about time on the GPU (H200, measured in round 1; see the doc).
+CLOCK_GHZ = 1.98
+LAYER_HEAD_US = 10.0  # QKV + attention + merge of one layer: a skewed worker later than this hangs
+
+
+def resolve(params: dict[str, Any]) -> dict[str, Any]:
+    """Defaults <- the named variant's preset <- explicit fields (as the binary does)."""
+    return presets.resolve(DEFAULTS, VARIANTS, params)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """The static model's call for one point: outcome per launch and how likely."""
+
+    outcome: str        # clean | hang | mismatch | rejected
+    probability: float  # per launch (1.0: every launch; 0 < p < 1: intermittent)
+    reason: str
+    platform_note: str = ""
+
+    @property
+    def hazardous(self) -> bool:
+        return self.outcome in ("hang", "mismatch") and self.probability > 0
+
+
+def predict(params: dict[str, Any], *, sms: int = H200_SMS) -> Prediction:
+    """Which outcome a point has on the H200 (NVIDIA), from the parameters alone."""
+    p = resolve(params)
+    workers = p["grid"] or sms
+    sc = M.describe(p, workers)
+    hz, layers, shape = p["hazard"], p["layers"], M.SHAPES[p["model"]]
+    if sc.chunks > workers and hz != "chunk_supply":
+        return Prediction("rejected", 0.0, f"{sc.chunks} chunks > {workers} workers: the host guard rejects it")
+    if hz == "participant_set":
+        if sc.chunks > sc.qkv_tiles:
+            return Prediction("hang", 1.0, f"chunk phase nested in the QKV guard: only {min(sc.qkv_tiles, workers)} "
+                                           f"of {sc.chunks} chunk ranks can arrive ({sc.tokens} tokens / "
+                                           f"{p['chunk_tokens']} per chunk)")
+        return Prediction("clean", 0.0, f"{sc.chunks} chunks <= {sc.qkv_tiles} QKV tiles: every chunk rank holds a "
+                                        "QKV tile, so the nesting does not bite")
+    if hz == "chunk_supply":
+        if sc.chunks > workers:
+            return Prediction("hang", 1.0, f"chunk ranks {workers}..{sc.chunks - 1} have no worker")
+        return Prediction("clean", 0.0, f"{sc.chunks} chunks <= {workers} workers")
+    if hz == "snapshot_epoch":
+        vulnerable = max(0, workers - max(sc.qkv_tiles, sc.chunks))
+        q = p["jitter_ppm"] / 1e6
+        delay_us = p["jitter_cycles"] / (CLOCK_GHZ * 1e3)
+        if delay_us < LAYER_HEAD_US:
+            q = 0.0
+        prob = 1.0 - (1.0 - q) ** (vulnerable * max(0, layers - 1))
+        if vulnerable == 0 or layers < 2:
+            return Prediction("clean", 0.0, "every worker arrives (QKV tile or chunk) before the merge can bump: "
+                                            "no snapshot can follow its producer")
+        return Prediction("hang" if prob > 0 else "clean", prob,
+                          f"{vulnerable} workers hold no QKV tile and no chunk; each of their {layers - 1} layer "
+                          f"boundaries skews with p={q:g} for {delay_us:.0f} us (> {LAYER_HEAD_US:g} us of QKV + "
+                          "attention): a late worker snapshots an already-bumped ATTN_RELEASE + 1")
+    if hz == "stale_release":
+        if layers < 2:
+            return Prediction("clean", 0.0, "one layer: the stuck release value is the right one")
+        return Prediction("mismatch", 1.0, f"from layer 1 on the W13->W2 release value stays layer 0's: W2 rows "
+                                           "read SwiGLU outputs before this layer's W13 tiles write them")
+    if hz == "shared_line":
+        wb = p["writeback_ppm"] / 1e6
+        prob = 1.0 - (1.0 - wb) ** (layers * shape.K)
+        return Prediction("hang" if prob > 0 else "clean", prob,
+                          f"releases {M.releases_sharing_counter_line(M.SHARED_LINE_STRIDE)} share the counter's "
+                          f"64-B line; each of {layers * shape.K} expert releases is reverted with p={wb:g}",
+                          "AMD: the L2 write-back is real; NVIDIA: emulated (the L2 is the point of coherence)")
+    if hz == "partial_no_fence":
+        if layers < 2 or sc.chunks < 2:
+            return Prediction("clean", 0.0, "no merger can hold partial lines from an earlier merge")
+        c = len(sc.chunk_servers())
+        no_repeat = math.prod(max(0.0, 1.0 - k / c) for k in range(1, layers))
+        return Prediction("mismatch", 1.0 - no_repeat,
+                          f"a merger that merged an earlier layer on the same SM holds those partial lines in L1 "
+                          f"and reads them without an acquire: p(some merger repeats over {layers} layers of {c} "
+                          "chunk workers) if the last arriver were uniform",
+                          "AMD: also the producer side (s_waitcnt is per wave)")
+    if hz == "routing_no_fence":
+        return Prediction("mismatch", 0.0, "the routing flag can overtake the routing data: on AMD (write-through "
+                                           "flag, L2-resident data) a real window; on the H200 the L2 is the point "
+                                           "of coherence and the window is nanoseconds against a microsecond poll: "
+                                           "expected rate ~0", "AMD: hazardous; NVIDIA: expected ~0")
+    if hz == "stale_descriptor":
+        if layers < 2:
+            return Prediction("clean", 0.0, "one layer: the stale slots are this layer's")
+        return Prediction("mismatch", 1.0, "layers >= 1 read layer 0's W2 and KV cache (in bounds, wrong)")
+    if hz == "amax_tail":
+        nsub = shape.I // M.SUB_BLOCK
+        if nsub % 4 == 0:
+            return Prediction("clean", 0.0, f"{nsub} sub-blocks: a multiple of 4, no tail super-block")
+        stale = 4 - nsub % 4
+        return Prediction("mismatch", 1.0 - 0.5 ** (stale * shape.K * layers),
+                          f"{nsub} sub-blocks: the tail super-block reads {stale} lanes that never ran this round; "
+                          "their register holds last round's packed FP8 codes, a huge amax about half the time")
+    if hz == "dead_flag":
+        return Prediction("mismatch", 1.0, "the input is bf16 pairs read as fp32: confident garbage, no fault")
+    return Prediction("clean", 0.0, "every switch off")
+
+
+def static_model(params: dict[str, Any]) -> StaticVerdict:
+    """Hazardous iff the point hangs or corrupts on some platform (AMD counts: the sync
+    classes are AMD's mechanisms), with the predicted outcome and rate in the reason."""
+    pr = predict(params)
+    hz = resolve(params)["hazard"]
+    amd_only = hz == "routing_no_fence"
+    hazardous = pr.hazardous or amd_only
+    rate = f" (p={pr.probability:.3g} per launch)" if pr.outcome in ("hang", "mismatch") else ""
+    note = f"; {pr.platform_note}" if pr.platform_note else ""
+    return StaticVerdict(hazardous, f"{pr.outcome}{rate}: {pr.reason}{note}")
+
+
+def strategy() -> Any:
+    """Points over layers, sequence length, chunk sizing, grid, jitter and the switch."""
+    def point(hazard: str, layers: int, seq: int, chunk_tokens: int, chunks: int, grid: int, jitter: int,
+              model: str) -> dict[str, Any]:
+        variant = "clean" if hazard == "none" else hazard
+        return {"variant": variant, "hazard": hazard, "layers": layers, "seq": seq, "chunk_tokens": chunk_tokens,
+                "chunks": chunks, "grid": grid, "jitter_ppm": jitter, "jitter_cycles": 200000, "model": model}
+    return st.builds(point, st.sampled_from(M.HAZARDS), st.integers(1, 6),
+                     st.sampled_from([64, 512, 1024, 4096, 8192, 16384]), st.sampled_from([128, 256, 512]),
+                     st.sampled_from([0, 0, 0, 16, 48, 64, 80]), st.sampled_from([0, 32, 64, 96]),
+                     st.sampled_from([0, 0, 2000, 20000]), st.sampled_from(["default", "default", "small"]))
+
+
+# ---- static checks: the megakernel's own synchronisation on gfx942 ----------------------
+
+SYNC_CHECKS = {"shared_line": {"layout-wt-l2-line"}, "partial_no_fence": {"release-order"},
+               "routing_no_fence": {"release-order"}}
+
+
+def predicted_checks(params: dict[str, Any]) -> set[str]:
+    """The failing static check ids a point must trigger (empty: the sync layer is clean)."""
+    return set(SYNC_CHECKS.get(resolve(params)["hazard"], set()))
+
+
+def static_check(params: dict[str, Any]):
+    """Findings on what clang-19 emits for gfx942 from the sync layer under this point's
+    switch (release/acquire order and scope, the barrier layout with AMD's 64-B lines), and
+    the layout nvcc builds (NVIDIA's 128-B lines: warnings only)."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static import amdgcn, layout
+    from hazards.static.compile import compile_ptx
+    from hazards.static.findings import Finding
+
+    hz = resolve(params)["hazard"]
+    defines = {"MKL_HAZARD": HAZARD_IDS[hz]}
+    label = f"megakernel_layers-{hz}"
+    amd, stmts = amdgcn.compile_annotated(SYNC_STATIC, defines=defines, label=label)
+    found = amdgcn.check_listing(amd.text, str(amd.path), target="gfx942", stmts=stmts, source_path=str(SYNC_STATIC))
+    rows = layout.table_from_amdgcn(amd.text)
+    if not rows:
+        found.append(Finding("layout-missing", "error", str(amd.path), 0,
+                             "hz_barrier_layout not found in the gfx942 listing: the layout check could not look"))
+    found += layout.check_layout(layout.layout_from_table(rows, "amd"), str(amd.path))
+    try:
+        ptx = compile_ptx(SYNC_STATIC, defines=defines, label=label)
+        found += layout.check_layout(layout.layout_from_table(layout.table_from_ptx(ptx.text), "nvidia"),
+                                     str(ptx.path))
+    except ToolchainMissing as e:
+        found.append(Finding("toolchain-missing", "info", str(SYNC_STATIC), 0, f"NVIDIA layout check skipped: {e}"))
+    return found
+
+
+def explain_hang(snapshot: Any, params: dict[str, Any]) -> str | None:
+    """The family's clause for a hang's tripwire sentence (hazards.megakernel_layers.explain)."""
+    from hazards.megakernel_layers.explain import explain
+
+    return explain(snapshot, resolve(params))
+
+
+RUNTIME_PARAMS = {
+    "hazard": "the hazard switch: " + " | ".join(M.HAZARDS),
+    "model": "default (GPT-OSS-20B layer shape) | small (d 1024; no amax tail)",
+    "layers": "decoder layers per step (one launch)",
+    "seq": "tokens in the KV cache (the step attends over seq + 1)",
+    "chunk_tokens": "auto chunk count: ceil((seq + 1) / chunk_tokens), capped at the workers",
+    "chunks": "attention chunks (0: auto)",
+    "grid": "persistent workers (0: one per SM)",
+    "jitter_ppm": "chance per worker and layer boundary of a delay (skew)",
+    "jitter_cycles": "that delay in SM clocks",
+    "writeback_ppm": "emulated L2 write-back of an expert barrier's counter line after its release",
+    "tol_e6": "mismatch threshold: relative L2 error of the output x 1e6",
+    "data_seed": "weights, KV cache and input",
+    "tripwire": "on (instrumented instance) | off (compiled out)",
+}
+
+FAMILY = Family(
+    name="megakernel_layers",
+    summary="layered MoE decode megakernel (one launch per step over L layers, scheduled on the device), "
+            "tripwire compiled in, one switch per hazard class of the MI355 megakernel PR",
+    variants=VARIANTS,
+    static_model=static_model,
+    strategy=strategy,
+    source_dir="megakernel_layers",
+    binary="megakernel_layers",
+    platforms=("cuda",),
+    default_launches=20,
+    timeout_s=20.0,
+    runtime_params=RUNTIME_PARAMS,
+)

@@ -1,0 +1,194 @@
+"""The layered MoE decode megakernel's model and schedule, as the kernel states them.
+
+A line-by-line Python statement of `standalone/megakernel_layers/mkl_model.h` (no torch, no
+GPU): the shapes, the weight hash (so torch regenerates bit-identical weights), and the
+device-side schedule -- which worker holds which QKV tile, attention chunk, O-projection /
+W2 rows and W13 tile -- from which the static model predicts hangs and the tripwire
+explainer names the participants that never arrived. Tests compare the hash with the C
+header compiled on the host.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+HD = 64
+QKV_TILE_ROWS = 128
+FP8_BLOCK = 128
+SUB_BLOCK = 32
+FP8_MAX = 448.0
+RMS_EPS = 1e-5
+RELEASE_FANOUT = 8
+AMD_LINE = 64
+OWN_LINE_STRIDE = 128
+SHARED_LINE_STRIDE = 4
+NWARPS = 16  # the kernel's 512 threads
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """hidden, q heads, kv heads, experts, top-k, expert intermediate."""
+
+    D: int
+    NQ: int
+    NKV: int
+    E: int
+    K: int
+    I: int
+
+
+SHAPES = {
+    "default": Shape(2880, 64, 8, 32, 4, 2880),  # GPT-OSS-20B's layer shape
+    "small": Shape(1024, 16, 4, 8, 2, 1024),
+}
+
+HAZARDS = ("none", "participant_set", "chunk_supply", "snapshot_epoch", "stale_release", "shared_line",
+           "partial_no_fence", "routing_no_fence", "stale_descriptor", "amax_tail", "dead_flag")
+
+# Tensor ids of the weight hash (mkl::Tensor).
+T_ATTN_NORM, T_WQKV, T_WO, T_MLP_NORM, T_ROUTER, T_W13, T_W2, T_KCACHE, T_VCACHE, T_INPUT = range(1, 11)
+SCALE_W = 1.0 / 32
+SCALE_NORM = 0.25
+SCALE_KCACHE = 4.0
+SCALE_VCACHE = 1.0
+SCALE_INPUT = 1.0
+
+M32 = 0xFFFFFFFF
+
+
+def hash32(x: int) -> int:
+    """lowbias32, on Python ints (the torch version is in reference.py)."""
+    x &= M32
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & M32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & M32
+    x ^= x >> 16
+    return x
+
+
+def tensor_key(seed: int, kind: int, layer: int, expert: int) -> int:
+    """The hash key of one weight tensor (mkl::tensor_key)."""
+    inner = hash32(((layer * 0xC2B2AE35) & M32) ^ expert)
+    mid = hash32(((kind * 0x85EBCA6B) & M32) ^ inner)
+    return hash32(((seed * 0x9E3779B9) & M32) ^ mid)
+
+
+def uniform_pm(key: int, idx: int, scale: float) -> float:
+    """Element `idx` of a tensor: uniform in [-scale, scale), exact in fp32."""
+    h = hash32(((idx * 0x9E3779B9) & M32) ^ key)
+    return ((h >> 8) / 16777216.0 - 0.5) * (2.0 * scale)
+
+
+# ---- the schedule ----------------------------------------------------------------------
+
+
+def qkv_rows(s: Shape) -> int:
+    return (s.NQ + 2 * s.NKV) * HD
+
+
+def qkv_tiles(s: Shape) -> int:
+    """QKV tiles; tile t belongs to worker t % G (the rank guard: ranks below QT hold one)."""
+    return -(-qkv_rows(s) // QKV_TILE_ROWS)
+
+
+def auto_chunks(tokens: int, chunk_tokens: int, workers: int) -> int:
+    """The chunk count scales with the sequence length, capped at the workers (PR fix)."""
+    return max(1, min(workers, -(-tokens // chunk_tokens)))
+
+
+def w13_tiles(workers: int, k: int) -> int:
+    return workers // k if workers >= k else 1
+
+
+def row_begin(w: int, n: int, d: int) -> int:
+    return (w * d) // n
+
+
+def chunk_begin(c: int, chunks: int, tokens: int) -> int:
+    return (c * tokens) // chunks
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """Who does what in one layer (identical in every layer)."""
+
+    shape: Shape
+    workers: int      # G
+    qkv_tiles: int    # QT
+    chunks: int       # C
+    tokens: int       # S = seq + 1
+    w13_tiles: int    # T13 per selected expert
+    row_workers: int  # workers with O-projection / W2 rows
+    hazard: str = "none"
+
+    def serves_chunk(self, w: int) -> bool:
+        """Does worker w serve chunk w? (nested in the QKV guard under participant_set)."""
+        if w >= self.chunks:
+            return False
+        return self.hazard != "participant_set" or w < self.qkv_tiles
+
+    def chunk_servers(self) -> list[int]:
+        return [w for w in range(min(self.workers, self.chunks)) if self.serves_chunk(w)]
+
+    def qkv_holders(self) -> list[int]:
+        return sorted({t % self.workers for t in range(self.qkv_tiles)})
+
+    def holds_qkv(self, w: int) -> bool:
+        return w < self.qkv_tiles  # tile t -> worker t % G, so ranks 0..min(QT, G)-1
+
+    def chunk_tokens(self, c: int) -> tuple[int, int]:
+        return chunk_begin(c, self.chunks, self.tokens), chunk_begin(c + 1, self.chunks, self.tokens)
+
+
+def schedule(shape: Shape, *, seq: int, workers: int, chunk_tokens: int = 256, chunks: int = 0,
+             hazard: str = "none") -> Schedule:
+    """The schedule the kernel runs for these parameters (mkl::Schedule as resolved by the host)."""
+    tokens = seq + 1
+    c = chunks if chunks > 0 else auto_chunks(tokens, chunk_tokens, workers)
+    return Schedule(shape, workers, qkv_tiles(shape), c, tokens, w13_tiles(workers, shape.K),
+                    min(workers, shape.D), hazard)
+
+
+def epoch_of(step: int, layers: int, layer: int) -> int:
+    """What every barrier of (decode step, layer) completes with (counters never reset)."""
+    return step * layers + layer + 1
+
+
+# ---- the sync arena layout (mkl_sync.cuh) ----------------------------------------------
+
+LINE = 128
+OFF_MOE = 8 * LINE
+MOE_BLOCK = (RELEASE_FANOUT + 1) * LINE
+
+
+def release_stride(hazard: str) -> int:
+    return SHARED_LINE_STRIDE if hazard == "shared_line" else OWN_LINE_STRIDE
+
+
+def moe_release_off(e: int, x: int, stride: int) -> int:
+    return OFF_MOE + e * MOE_BLOCK + x * stride
+
+
+def moe_counter_off(e: int, stride: int) -> int:
+    return OFF_MOE + e * MOE_BLOCK + RELEASE_FANOUT * stride
+
+
+def releases_sharing_counter_line(stride: int) -> list[int]:
+    """Release flags of an expert block in its counter's 64-B (AMD) line."""
+    return [x for x in range(RELEASE_FANOUT)
+            if moe_release_off(0, x, stride) // AMD_LINE == moe_counter_off(0, stride) // AMD_LINE]
+
+
+def step_bytes(shape: Shape, layers: int, seq: int) -> float:
+    """Bytes one decode step reads: every weight it touches once, and the KV cache."""
+    s = shape
+    per = (qkv_rows(s) * s.D * 2 + s.D * s.NQ * HD * 2 + s.E * s.D * 2
+           + s.K * (2 * s.I * s.D * 2 + s.D * s.I * 2) + 2 * (seq + 1) * s.NKV * HD * 2 + 2 * s.D * 4)
+    return float(per * layers)
+
+
+def describe(p: dict[str, Any], workers: int) -> Schedule:
+    """The schedule of a resolved parameter point at `workers` (grid 0 = one per SM)."""
+    return schedule(SHAPES[p["model"]], seq=p["seq"], workers=workers, chunk_tokens=p["chunk_tokens"],
+                    chunks=p["chunks"], hazard=p["hazard"])

@@ -1,0 +1,681 @@
+// Family `megakernel_layers`: a layered MoE decode megakernel (one persistent launch per
+// decode step over L layers, scheduled on the device) with one switch per hazard class of
+// the MI355 megakernel PR (seed 002_79daa8f540f6a64d), the tripwire compiled in.
+//
+// Seeded hazards (request field `hazard`; each restores the PR's mechanism where it lived):
+//   participant_set   the chunk phase nested inside the QKV rank guard: only min(QT, G)
+//                     workers reach the chunk barrier; hangs once the chunk count (which
+//                     scales with the sequence length) exceeds the QKV tile count.
+//   chunk_supply      chunks above the worker supply with the host guard removed: hang.
+//   snapshot_epoch    "+1" snapshot epochs read at layer entry: a worker that falls a layer
+//                     behind waits for a bump its layer never makes (intermittent; jitter).
+//   stale_release     the W13->W2 release value never advances (layer slot stored once):
+//                     from layer 1 on, W2 reads SwiGLU outputs before W13 writes them.
+//   shared_line       the expert barrier's write-through releases in its counter's 64-B line;
+//                     the AMD L2 write-back that reverts them is emulated (writeback_ppm),
+//                     only on words that really share the line: waiters hang.
+//   partial_no_fence  chunk partials published without release/acquire: stale merges.
+//   routing_no_fence  the routing flag written with no fence after the routing data.
+//   stale_descriptor  the per-layer descriptor refresh copies only the plain task's slots:
+//                     W2 and the KV cache stay layer 0's (silent, in bounds).
+//   amax_tail         the FP8 amax butterfly reads lanes whose sub-block lies past the end.
+//   dead_flag         the host packs the input as bf16 (a flag nothing in the kernel reads)
+//                     and the kernel reads fp32: confident garbage, no fault.
+// Why the fixed variant (hazard none) is correct: see mkl_kernel.cuh / mkl_sync.cuh (expected
+// values from (step, layer), un-nested chunks with a host guard, per-line barrier words,
+// release/acquire on every hand-off, full descriptor refresh, clamped butterfly partners).
+//
+// Every launch is checked on the device against an independent unfused reference of the same
+// model (mkl_reference.cuh), computed once per configuration: relative L2 error of the final
+// hidden state above `tol_e6` / 1e6 is a mismatch. Extra modes: --dump PATH JSON (one launch;
+// writes the output and the reference as raw fp32) and --bench JSON (paired timing of the
+// tripwire instances, launches per step from a captured graph).
+#ifndef HZ_TRIPWIRE_OFF
+#define HZ_TRIPWIRE 1
+#endif
+#include "../common/harness.h"
+#include "../include/hz_tripwire.h"
+#include "../include/hz_tripwire_host.h"
+// The tripwire's host half is plain C; compiled into this binary as part of its one TU.
+#include "../tripwire_host/hz_tripwire_host.c"
+#include "megakernel_layers_names.h"
+#include "mkl_kernel.cuh"
+#include "mkl_reference.cuh"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+namespace {
+
+using namespace mkl;
+
+const char* const kHazardNames[HZ_COUNT] = {"none",          "participant_set",  "chunk_supply",
+                                            "snapshot_epoch", "stale_release",   "shared_line",
+                                            "partial_no_fence", "routing_no_fence", "stale_descriptor",
+                                            "amax_tail",      "dead_flag"};
+
+int hazard_id(const std::string& name) {
+  for (int i = 0; i < HZ_COUNT; ++i)
+    if (name == kHazardNames[i]) return i;
+  throw hz::BadRequest("unknown hazard " + name);
+}
+
+// ---- one configuration, resolved -------------------------------------------------------
+struct Setup {
+  Shape s;
+  int model = 0, L = 0, seq = 0, S = 0, C = 0, G = 0, QT = 0, T13 = 0, n_rows = 0;
+  uint32_t data_seed = 0;
+  int hazard = 0, jitter_ppm = 0, writeback_ppm = 0;
+  long long jitter_cycles = 0;
+  float tol = 0.f;
+  bool tripwire = true;
+};
+
+size_t model_bytes(const Shape& s, int L, int seq) {
+  const size_t per = (size_t)2 * s.D * 4 + (size_t)qkv_rows(s) * s.D * 2 + (size_t)s.D * s.NQ * HD * 2 +
+                     (size_t)s.E * s.D * 2 + (size_t)s.E * 2 * s.I * s.D * 2 + (size_t)s.E * s.D * s.I * 2 +
+                     (size_t)2 * (seq + 1) * s.NKV * HD * 2;
+  return per * L;
+}
+
+// Bytes one decode step reads: every weight it touches once, and the KV cache.
+double step_bytes(const Setup& u) {
+  const Shape& s = u.s;
+  const double per = (double)qkv_rows(s) * s.D * 2 + (double)s.D * s.NQ * HD * 2 + (double)s.E * s.D * 2 +
+                     (double)s.K * (2.0 * s.I * s.D * 2 + (double)s.D * s.I * 2) + 2.0 * u.S * s.NKV * HD * 2 +
+                     2.0 * s.D * 4;
+  return per * u.L;
+}
+
+int resident_limit(const hz::Device& d, const Shape& s) {
+  const size_t smem = smem_bytes(s);
+  HZ_CHECK(cudaFuncSetAttribute(mkl_megakernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  HZ_CHECK(cudaFuncSetAttribute(mkl_megakernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  int per_sm = 0;
+  HZ_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mkl_megakernel<true>, THREADS, smem));
+  return per_sm * d.prop.multiProcessorCount;
+}
+
+Setup resolve_setup(const hz::Params& p, const hz::Device& d) {
+  Setup u;
+  u.model = p.s("model") == "small" ? 1 : 0;
+  u.s = u.model ? SHAPE_SMALL : SHAPE_DEFAULT;
+  u.L = (int)p.i("layers");
+  u.seq = (int)p.i("seq");
+  u.S = u.seq + 1;
+  u.data_seed = (uint32_t)p.i("data_seed");
+  u.hazard = hazard_id(p.s("hazard"));
+  u.jitter_ppm = (int)p.i("jitter_ppm");
+  u.jitter_cycles = p.i("jitter_cycles");
+  u.writeback_ppm = (int)p.i("writeback_ppm");
+  u.tol = (float)p.i("tol_e6") * 1e-6f;
+  u.tripwire = p.s("tripwire") == "on";
+  const int limit = resident_limit(d, u.s);
+  u.G = p.i("grid") > 0 ? (int)p.i("grid") : d.prop.multiProcessorCount;
+  if (u.G > limit)
+    throw hz::BadRequest("grid " + std::to_string(u.G) + " above the co-residency limit (" + std::to_string(limit) +
+                         "): a persistent grid that cannot be resident deadlocks for that reason alone");
+  u.QT = qkv_tiles(u.s);
+  u.C = p.i("chunks") > 0 ? (int)p.i("chunks") : auto_chunks(u.S, (int)p.i("chunk_tokens"), u.G);
+  if (u.C > u.G && u.hazard != HZ_CHUNK_SUPPLY)
+    throw hz::BadRequest("chunks " + std::to_string(u.C) + " > workers " + std::to_string(u.G) +
+                         ": rejected, as the PR's host guard does (no worker could serve them)");
+  u.T13 = w13_tiles(u.G, u.s.K);
+  u.n_rows = row_workers(u.G, u.s.D);
+  size_t free_b = 0, total_b = 0;
+  HZ_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (model_bytes(u.s, u.L, u.seq) > total_b * 0.8)
+    throw hz::BadRequest("model of " + std::to_string(model_bytes(u.s, u.L, u.seq) >> 20) +
+                         " MiB does not fit this GPU: fewer layers or a shorter sequence");
+  return u;
+}
+
+// ---- the model: weights, KV cache, input, descriptor table and the reference output ------
+struct Model {
+  Shape s{};
+  int model = -1, L = 0, seq = 0;
+  uint32_t seed = 0;
+  float *attn_norm = nullptr, *mlp_norm = nullptr;
+  __nv_bfloat16 *wqkv = nullptr, *wo = nullptr, *router = nullptr, *w13 = nullptr, *w2 = nullptr;
+  __nv_bfloat16 *kc = nullptr, *vc = nullptr;
+  unsigned long long* table = nullptr;
+  float* x0 = nullptr;       // the true fp32 input (the reference reads this)
+  float* ref_out = nullptr;  // the reference's final hidden state
+  std::vector<float> x0_host;
+  long generation = 0;  // bumped by every (re)build: what the input was packed from
+  size_t wqkv_l = 0, wo_l = 0, router_l = 0, w13_e = 0, w2_e = 0, cache_l = 0;
+
+  bool matches(const Setup& u) const { return model == u.model && L == u.L && seq == u.seq && seed == u.data_seed; }
+  void release() {
+    for (void* ptr : {(void*)attn_norm, (void*)mlp_norm, (void*)wqkv, (void*)wo, (void*)router, (void*)w13,
+                      (void*)w2, (void*)kc, (void*)vc, (void*)table, (void*)x0, (void*)ref_out})
+      if (ptr) HZ_CHECK(cudaFree(ptr));
+    const long g = generation;
+    *this = Model();
+    generation = g;
+  }
+} g_model;
+
+template <typename T>
+T* dalloc(size_t n) {
+  T* p = nullptr;
+  HZ_CHECK(cudaMalloc(&p, n * sizeof(T)));
+  return p;
+}
+
+int fill_grid(size_t n) { return (int)std::min<size_t>((n + 255) / 256, 8192); }
+
+void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t key, float scale, cudaStream_t st) {
+  fill_bf16_kernel<<<fill_grid(n), 256, 0, st>>>(p, n, key, scale);
+  HZ_CHECK_LAUNCH();
+}
+
+void compute_reference(Model& m, cudaStream_t st);
+
+Model& ensure_model(const Setup& u, cudaStream_t st) {
+  Model& m = g_model;
+  if (m.matches(u)) return m;
+  m.release();
+  m.generation += 1;
+  const Shape& s = u.s;
+  m.s = s;
+  m.model = u.model;
+  m.L = u.L;
+  m.seq = u.seq;
+  m.seed = u.data_seed;
+  const int L = u.L, qr = qkv_rows(s);
+  m.wqkv_l = (size_t)qr * s.D;
+  m.wo_l = (size_t)s.D * s.NQ * HD;
+  m.router_l = (size_t)s.E * s.D;
+  m.w13_e = (size_t)2 * s.I * s.D;
+  m.w2_e = (size_t)s.D * s.I;
+  m.cache_l = (size_t)(u.seq + 1) * s.NKV * HD;
+  m.attn_norm = dalloc<float>((size_t)L * s.D);
+  m.mlp_norm = dalloc<float>((size_t)L * s.D);
+  m.wqkv = dalloc<__nv_bfloat16>(m.wqkv_l * L);
+  m.wo = dalloc<__nv_bfloat16>(m.wo_l * L);
+  m.router = dalloc<__nv_bfloat16>(m.router_l * L);
+  m.w13 = dalloc<__nv_bfloat16>(m.w13_e * s.E * L);
+  m.w2 = dalloc<__nv_bfloat16>(m.w2_e * s.E * L);
+  m.kc = dalloc<__nv_bfloat16>(m.cache_l * L);
+  m.vc = dalloc<__nv_bfloat16>(m.cache_l * L);
+  m.table = dalloc<unsigned long long>((size_t)L * N_SLOTS);
+  m.x0 = dalloc<float>(s.D);
+  m.ref_out = dalloc<float>(s.D);
+  const uint32_t sd = u.data_seed;
+  std::vector<unsigned long long> table((size_t)L * N_SLOTS);
+  for (int l = 0; l < L; ++l) {
+    fill_f32_kernel<<<fill_grid(s.D), 256, 0, st>>>(m.attn_norm + (size_t)l * s.D, s.D,
+                                                     tensor_key(sd, T_ATTN_NORM, l, 0), SCALE_NORM, 1.f);
+    fill_f32_kernel<<<fill_grid(s.D), 256, 0, st>>>(m.mlp_norm + (size_t)l * s.D, s.D,
+                                                     tensor_key(sd, T_MLP_NORM, l, 0), SCALE_NORM, 1.f);
+    HZ_CHECK_LAUNCH();
+    fill_bf16(m.wqkv + m.wqkv_l * l, m.wqkv_l, tensor_key(sd, T_WQKV, l, 0), SCALE_W, st);
+    fill_bf16(m.wo + m.wo_l * l, m.wo_l, tensor_key(sd, T_WO, l, 0), SCALE_W, st);
+    fill_bf16(m.router + m.router_l * l, m.router_l, tensor_key(sd, T_ROUTER, l, 0), SCALE_W, st);
+    for (int e = 0; e < s.E; ++e) {
+      fill_bf16(m.w13 + m.w13_e * ((size_t)l * s.E + e), m.w13_e, tensor_key(sd, T_W13, l, e), SCALE_W, st);
+      fill_bf16(m.w2 + m.w2_e * ((size_t)l * s.E + e), m.w2_e, tensor_key(sd, T_W2, l, e), SCALE_W, st);
+    }
+    // rows [0, seq) hold the context; row seq is the new token's, written by every step
+    const size_t ctx = (size_t)u.seq * s.NKV * HD;
+    fill_bf16(m.kc + m.cache_l * l, ctx, tensor_key(sd, T_KCACHE, l, 0), SCALE_KCACHE, st);
+    fill_bf16(m.vc + m.cache_l * l, ctx, tensor_key(sd, T_VCACHE, l, 0), SCALE_VCACHE, st);
+    unsigned long long* row = table.data() + (size_t)l * N_SLOTS;
+    row[SLOT_ATTN_NORM] = (unsigned long long)(m.attn_norm + (size_t)l * s.D);
+    row[SLOT_WQKV] = (unsigned long long)(m.wqkv + m.wqkv_l * l);
+    row[SLOT_WO] = (unsigned long long)(m.wo + m.wo_l * l);
+    row[SLOT_MLP_NORM] = (unsigned long long)(m.mlp_norm + (size_t)l * s.D);
+    row[SLOT_ROUTER] = (unsigned long long)(m.router + m.router_l * l);
+    row[SLOT_W13] = (unsigned long long)(m.w13 + m.w13_e * s.E * l);
+    row[SLOT_W2] = (unsigned long long)(m.w2 + m.w2_e * s.E * l);
+    row[SLOT_KCACHE] = (unsigned long long)(m.kc + m.cache_l * l);
+    row[SLOT_VCACHE] = (unsigned long long)(m.vc + m.cache_l * l);
+  }
+  HZ_CHECK(cudaMemcpyAsync(m.table, table.data(), table.size() * sizeof(unsigned long long), cudaMemcpyHostToDevice, st));
+  m.x0_host.resize(s.D);
+  const uint32_t kin = tensor_key(sd, T_INPUT, 0, 0);
+  for (int i = 0; i < s.D; ++i) m.x0_host[i] = uniform_pm(kin, (uint32_t)i, SCALE_INPUT);
+  HZ_CHECK(cudaMemcpyAsync(m.x0, m.x0_host.data(), s.D * sizeof(float), cudaMemcpyHostToDevice, st));
+  compute_reference(m, st);
+  return m;
+}
+
+void compute_reference(Model& m, cudaStream_t st) {
+  const Shape& s = m.s;
+  const int qr = qkv_rows(s), S = m.seq + 1, nb = (s.I + FP8_BLOCK - 1) / FP8_BLOCK;
+  float* x = dalloc<float>(s.D);
+  float* xn = dalloc<float>(s.D);
+  float* qkv = dalloc<float>(qr);
+  float* attn = dalloc<float>((size_t)s.NQ * HD);
+  float* scores = dalloc<float>((size_t)s.NQ * S);
+  float* o = dalloc<float>(s.D);
+  float* h = dalloc<float>(s.D);
+  float* hn = dalloc<float>(s.D);
+  float* logits = dalloc<float>(s.E);
+  int* ids = dalloc<int>(s.K);
+  float* wts = dalloc<float>(s.K);
+  float* gu = dalloc<float>((size_t)2 * s.I);
+  float* sw = dalloc<float>(s.I);
+  float* dq = dalloc<float>(s.I);
+  float* y = dalloc<float>((size_t)s.K * s.D);
+  std::vector<int> ids_host(s.K);
+  for (int l = 0; l < m.L; ++l) {
+    const float* xin = l == 0 ? m.x0 : x;
+    ref_rmsnorm<<<1, 1024, 0, st>>>(xin, m.attn_norm + (size_t)l * s.D, xn, s.D);
+    ref_gemv<<<qr, REF_THREADS, 0, st>>>(m.wqkv + m.wqkv_l * l, xn, qkv, s.D);
+    ref_attention<<<s.NQ, REF_THREADS, 0, st>>>(qkv, m.kc + m.cache_l * l, m.vc + m.cache_l * l, qkv + s.NQ * HD,
+                                               scores, attn, s.NQ, s.NKV, m.seq);
+    ref_gemv<<<s.D, REF_THREADS, 0, st>>>(m.wo + m.wo_l * l, attn, o, s.NQ * HD);
+    ref_add<<<fill_grid(s.D), 256, 0, st>>>(xin, o, h, s.D);
+    ref_rmsnorm<<<1, 1024, 0, st>>>(h, m.mlp_norm + (size_t)l * s.D, hn, s.D);
+    ref_gemv<<<s.E, REF_THREADS, 0, st>>>(m.router + m.router_l * l, hn, logits, s.D);
+    ref_topk<<<1, 32, 0, st>>>(logits, s.E, s.K, ids, wts);
+    HZ_CHECK_LAUNCH();
+    HZ_CHECK(cudaMemcpyAsync(ids_host.data(), ids, s.K * sizeof(int), cudaMemcpyDeviceToHost, st));
+    HZ_CHECK(cudaStreamSynchronize(st));
+    for (int j = 0; j < s.K; ++j) {
+      const size_t e = (size_t)ids_host[j];
+      ref_gemv<<<2 * s.I, REF_THREADS, 0, st>>>(m.w13 + m.w13_e * ((size_t)l * s.E + e), hn, gu, s.D);
+      ref_swiglu<<<fill_grid(s.I), 256, 0, st>>>(gu, sw, s.I);
+      ref_quant<<<(nb + 63) / 64, 64, 0, st>>>(sw, dq, s.I);
+      ref_gemv<<<s.D, REF_THREADS, 0, st>>>(m.w2 + m.w2_e * ((size_t)l * s.E + e), dq, y + (size_t)j * s.D, s.I);
+    }
+    ref_moe_combine<<<fill_grid(s.D), 256, 0, st>>>(h, y, wts, s.K, s.D, x);
+    HZ_CHECK_LAUNCH();
+  }
+  HZ_CHECK(cudaMemcpyAsync(m.ref_out, x, s.D * sizeof(float), cudaMemcpyDeviceToDevice, st));
+  HZ_CHECK(cudaStreamSynchronize(st));
+  for (void* ptr : {(void*)x, (void*)xn, (void*)qkv, (void*)attn, (void*)scores, (void*)o, (void*)h, (void*)hn,
+                    (void*)logits, (void*)ids, (void*)wts, (void*)gu, (void*)sw, (void*)dq, (void*)y})
+    HZ_CHECK(cudaFree(ptr));
+}
+
+// ---- the megakernel's working buffers ------------------------------------------------------
+struct Scratch {
+  Shape s{};
+  int chunks_cap = 0;
+  float* poisoned = nullptr;  // every intermediate below, one allocation (poisoned per launch)
+  size_t poisoned_floats = 0;
+  float *x_in = nullptr, *xres, *qbuf, *partials, *attn_out, *h, *hn, *routing_w, *swiglu;
+  int* routing_ids = nullptr;
+  uint32_t* sync = nullptr;
+  int packed = -1;  // how x_in is packed now: 0 fp32, 1 bf16 (dead_flag); -1 not yet
+  long packed_for = -1;  // the model generation it was packed from
+} g_scratch;
+
+void ensure_scratch(const Setup& u) {
+  Scratch& b = g_scratch;
+  const Shape& s = u.s;
+  const int cap = std::max(u.C, u.G);
+  if (b.x_in && b.s.D == s.D && b.s.NQ == s.NQ && b.s.K == s.K && b.s.I == s.I && b.s.E == s.E && b.chunks_cap >= cap)
+    return;
+  if (b.x_in) {
+    for (void* ptr : {(void*)b.x_in, (void*)b.poisoned, (void*)b.routing_ids, (void*)b.sync}) HZ_CHECK(cudaFree(ptr));
+  }
+  b = Scratch();
+  b.s = s;
+  b.chunks_cap = cap;
+  const size_t nD = s.D, nA = (size_t)s.NQ * HD, nP = (size_t)cap * s.NQ * (2 + HD), nS = (size_t)s.K * s.I;
+  b.poisoned_floats = nD * 3 + nA * 2 + nP + nS + 16;
+  b.poisoned = dalloc<float>(b.poisoned_floats);
+  float* c = b.poisoned;
+  b.xres = c; c += nD;
+  b.h = c; c += nD;
+  b.hn = c; c += nD;
+  b.qbuf = c; c += nA;
+  b.attn_out = c; c += nA;
+  b.partials = c; c += nP;
+  b.swiglu = c; c += nS;
+  b.routing_w = c;
+  b.x_in = dalloc<float>(nD);
+  // Routing ids are never poisoned: a stale id must stay a valid expert (the PR: "every address
+  // the MoE kernel derives from the routing data stays in bounds even when the data is stale").
+  b.routing_ids = dalloc<int>(16);
+  std::vector<int> ids(16);
+  for (int j = 0; j < 16; ++j) ids[j] = j % s.E;
+  HZ_CHECK(cudaMemcpy(b.routing_ids, ids.data(), sizeof(int) * 16, cudaMemcpyHostToDevice));
+  b.sync = dalloc<uint32_t>((size_t)sync_bytes(s.E) / 4);
+}
+
+// The host packer. HZ_DEAD_FLAG: the packer honours a "bf16 activations" flag that nothing in
+// the kernel reads (the PR's USE_FP16_ACT), so the fp32 reader gets bf16 pairs.
+void pack_input(const Model& m, bool bf16, cudaStream_t st) {
+  Scratch& b = g_scratch;
+  const int want = bf16 ? 1 : 0;
+  if (b.packed == want && b.packed_for == m.generation && b.s.D == m.s.D) return;
+  const int D = m.s.D;
+  if (!bf16) {
+    HZ_CHECK(cudaMemcpyAsync(b.x_in, m.x0_host.data(), D * sizeof(float), cudaMemcpyHostToDevice, st));
+  } else {
+    std::vector<uint16_t> packed(D);
+    for (int i = 0; i < D; ++i) {
+      const __nv_bfloat16 v = __float2bfloat16_rn(m.x0_host[i]);
+      std::memcpy(&packed[i], &v, 2);
+    }
+    HZ_CHECK(cudaMemsetAsync(b.x_in, 0, D * sizeof(float), st));  // the buffer is sized for fp32
+    HZ_CHECK(cudaMemcpyAsync(b.x_in, packed.data(), D * 2, cudaMemcpyHostToDevice, st));
+  }
+  HZ_CHECK(cudaStreamSynchronize(st));
+  b.packed = want;
+  b.packed_for = m.generation;
+}
+
+Params make_params(const Setup& u, const Model& m) {
+  const Scratch& b = g_scratch;
+  Params p{};
+  p.s = u.s;
+  p.L = u.L;
+  p.seq = u.seq;
+  p.S = u.S;
+  p.C = u.C;
+  p.G = u.G;
+  p.QT = u.QT;
+  p.T13 = u.T13;
+  p.n_rows = u.n_rows;
+  p.hazard = u.hazard;
+  p.jitter_ppm = u.jitter_ppm;
+  p.jitter_cycles = u.jitter_cycles;
+  p.writeback_ppm = u.writeback_ppm;
+  p.x_in = b.x_in;
+  p.xres = b.xres;
+  p.qbuf = b.qbuf;
+  p.partials = b.partials;
+  p.attn_out = b.attn_out;
+  p.h = b.h;
+  p.hn = b.hn;
+  p.routing_ids = b.routing_ids;
+  p.routing_w = b.routing_w;
+  p.swiglu = b.swiglu;
+  p.ml_table = m.table;
+  p.sync = b.sync;
+  return p;
+}
+
+cudaError_t launch_step(const Params& p, bool tw_on, hz_tw_t tw, cudaStream_t st) {
+  const size_t smem = smem_bytes(p.s);
+  if (tw_on) mkl_megakernel<true><<<p.G, THREADS, smem, st>>>(p, tw);
+  else mkl_megakernel<false><<<p.G, THREADS, smem, st>>>(p, hz_tw_t{});
+  return cudaGetLastError();
+}
+
+// ---- per-launch validation -------------------------------------------------------------------
+__global__ void poison_new_rows(__nv_bfloat16* kc, __nv_bfloat16* vc, size_t cache_l, int seq, int row) {
+  const size_t off = cache_l * blockIdx.x + (size_t)seq * row;
+  for (int i = threadIdx.x; i < row; i += blockDim.x) {
+    reinterpret_cast<uint16_t*>(kc + off)[i] = 0xFFFFu;  // bf16 NaN
+    reinterpret_cast<uint16_t*>(vc + off)[i] = 0xFFFFu;
+  }
+}
+
+// rel = ||out - ref|| / ||ref||; a launch is bad when rel > tol (or not finite).
+__global__ void compare_output(const float* out, const float* ref, int n, float tol, long launch, hz::DeviceCheck* c,
+                               unsigned* bits) {
+  __shared__ float red[2][32];
+  __shared__ int nonfinite;
+  if (threadIdx.x == 0) nonfinite = 0;
+  __syncthreads();
+  float num = 0.f, den = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float o = out[i], r = ref[i];
+    if (!isfinite(o)) nonfinite = 1;
+    num += (o - r) * (o - r);
+    den += r * r;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    num += __shfl_xor_sync(0xffffffffu, num, o);
+    den += __shfl_xor_sync(0xffffffffu, den, o);
+  }
+  if ((threadIdx.x & 31) == 0) { red[0][threadIdx.x >> 5] = num; red[1][threadIdx.x >> 5] = den; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float a = 0.f, b = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); ++i) { a += red[0][i]; b += red[1][i]; }
+    const float rel = nonfinite ? hz::kNonFiniteRelErr : sqrtf(a / b);
+    hz::hz_report_bad(c, bits, launch, (nonfinite || rel > tol) ? 1 : 0, rel);
+  }
+}
+
+// ---- tripwire ---------------------------------------------------------------------------------
+hz_tw_host g_tw;
+bool g_tw_open = false;
+
+hz_tw_t tripwire_launch(uint32_t workers) {
+  if (!g_tw_open || g_tw.workers != workers) {
+    if (g_tw_open) hz_tw_host_close(&g_tw);
+    if (hz_tw_host_open(&g_tw, workers) != 0) std::fprintf(stderr, "hz-megakernel_layers: %s\n", g_tw.error);
+    else if (g_tw.mode != HZ_TW_MODE_NONE)
+      std::fprintf(stderr, "hz-megakernel_layers: tripwire mode %s, %u slots%s%s\n", hz_tw_mode_name(g_tw.mode),
+                   workers, g_tw.error[0] ? ": " : "", g_tw.error);
+    g_tw_open = true;
+  }
+  return hz_tw_host_launch(&g_tw);
+}
+
+std::string g_dump_path;  // --dump: where to write (output, reference) after the batch
+
+void validate(const hz::Params& p, const hz::Device& d) { (void)resolve_setup(p, d); }
+
+void run(hz::Batch& b) {
+  const Setup u = resolve_setup(b.params, b.device);
+  Model& m = ensure_model(u, b.stream);
+  ensure_scratch(u);
+  pack_input(m, u.hazard == HZ_DEAD_FLAG, b.stream);
+  Scratch& sc = g_scratch;
+  HZ_CHECK(cudaMemsetAsync(sc.sync, 0, (size_t)sync_bytes(u.s.E), b.stream));  // counters start at 0
+  Params p = make_params(u, m);
+  const int row = u.s.NKV * HD;
+  b.timer_start();
+  for (long i = 0; i < b.launches; ++i) {
+    p.step = (int)i;
+    p.seed = hz::splitmix64(b.seed + (uint64_t)i);
+    if (b.validate) {
+      HZ_CHECK(cudaMemsetAsync(sc.poisoned, 0xFF, sc.poisoned_floats * sizeof(float), b.stream));
+      poison_new_rows<<<u.L, 256, 0, b.stream>>>(m.kc, m.vc, m.cache_l, u.seq, row);
+      HZ_CHECK_LAUNCH();
+    }
+    HZ_CHECK(launch_step(p, u.tripwire, u.tripwire ? tripwire_launch((uint32_t)u.G) : hz_tw_t{}, b.stream));
+    if (b.validate) {
+      compare_output<<<1, 1024, 0, b.stream>>>(sc.xres, m.ref_out, u.s.D, u.tol, i, b.check, b.launch_bits);
+      HZ_CHECK_LAUNCH();
+      // One launch in flight: the tripwire's generation then names the launch that hangs.
+      HZ_CHECK(cudaStreamSynchronize(b.stream));
+    }
+  }
+  b.timer_stop();
+  if (!g_dump_path.empty()) {
+    HZ_CHECK(cudaStreamSynchronize(b.stream));
+    std::vector<float> host(2 * (size_t)u.s.D);
+    HZ_CHECK(cudaMemcpy(host.data(), sc.xres, u.s.D * sizeof(float), cudaMemcpyDeviceToHost));
+    HZ_CHECK(cudaMemcpy(host.data() + u.s.D, m.ref_out, u.s.D * sizeof(float), cudaMemcpyDeviceToHost));
+    std::ofstream f(g_dump_path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(host.data()), (std::streamsize)(host.size() * sizeof(float)));
+    if (!f) throw hz::BadRequest("cannot write " + g_dump_path);
+  }
+  b.metric("hazard", kHazardNames[u.hazard]);
+  b.metric("grid", u.G);
+  b.metric("chunks", u.C);
+  b.metric("qkv_tiles", u.QT);
+  b.metric("w13_tiles", u.T13);
+  b.metric("tokens", u.S);
+  b.metric("tol", u.tol);
+  b.metric("bytes_per_step", step_bytes(u));
+  b.metric("tripwire_mode", u.tripwire ? hz_tw_mode_name(g_tw.mode) : "compiled-out instance");
+}
+
+hz::FamilySpec spec() {
+  hz::FamilySpec f;
+  f.name = "megakernel_layers";
+  f.summary = "layered MoE decode megakernel (one persistent launch per step over L layers), tripwire compiled in, "
+              "one switch per hazard class of the MI355 megakernel PR";
+  std::vector<std::string> hz_names(kHazardNames, kHazardNames + HZ_COUNT);
+  f.params = {
+      hz::ParamSpec::Str("hazard", "none", hz_names, "the hazard switch (none: the fixed megakernel)"),
+      hz::ParamSpec::Str("model", "default", {"default", "small"},
+                         "default: GPT-OSS-20B layer shape (d 2880, 64/8 heads, 32 experts top-4); small: d 1024"),
+      hz::ParamSpec::Int("layers", 4, 1, 16, "decoder layers per step (one launch)"),
+      hz::ParamSpec::Int("seq", 4096, 1, 131072, "tokens in the KV cache (the step attends over seq + 1)"),
+      hz::ParamSpec::Int("chunk_tokens", 256, 1, 1 << 20, "auto chunk count: ceil((seq + 1) / chunk_tokens), capped at the workers"),
+      hz::ParamSpec::Int("chunks", 0, 0, 4096, "attention chunks (0: auto from chunk_tokens)"),
+      hz::ParamSpec::Int("grid", 0, 0, 4096, "persistent workers (0: one per SM); must be co-resident"),
+      hz::ParamSpec::Int("jitter_ppm", 0, 0, 1000000, "chance per worker and layer boundary of a delay (skew)"),
+      hz::ParamSpec::Int("jitter_cycles", 200000, 0, 100000000, "that delay, in SM clocks"),
+      hz::ParamSpec::Int("writeback_ppm", 1000000, 0, 1000000,
+                         "emulated L2 write-back of an expert barrier's counter line after its release (AMD)"),
+      hz::ParamSpec::Int("tol_e6", 1000, 1, 1000000, "mismatch threshold: relative L2 error of the output x 1e6"),
+      hz::ParamSpec::Int("data_seed", 1, 0, 1 << 30, "weights, KV cache and input"),
+      hz::ParamSpec::Str("tripwire", "on", {"on", "off"}, "on: the instrumented kernel instance; off: compiled out"),
+  };
+  f.variants = {
+      {"clean", "fixed", "every switch off: seq 4096, auto chunks, one worker per SM", R"({})"},
+      {"clean_long", "fixed", "every switch off at seq 16384 (65 chunks, more than the 40 QKV tiles)",
+       R"({"seq":16384})"},
+      {"clean_skew", "fixed", "every switch off, workers skewed across layers (the snapshot class's jitter)",
+       R"({"jitter_ppm":2000,"jitter_cycles":200000})"},
+      {"clean_grid64", "fixed", "every switch off on 64 workers, 64 chunks", R"({"grid":64,"chunks":64})"},
+      {"participant_set", "broken", "chunk phase nested in the QKV rank guard; 65 chunks > 40 QKV tiles",
+       R"({"hazard":"participant_set","seq":16384})"},
+      {"chunk_supply", "broken", "80 chunks on 64 workers, host guard removed",
+       R"({"hazard":"chunk_supply","grid":64,"chunks":80})"},
+      {"snapshot_epoch", "broken", "\"+1\" epochs snapshotted at layer entry, workers skewed",
+       R"({"hazard":"snapshot_epoch","jitter_ppm":2000,"jitter_cycles":200000})"},
+      {"stale_release", "broken", "W13->W2 release value stuck at layer 0's", R"({"hazard":"stale_release"})"},
+      {"shared_line", "broken", "expert releases in the arrival counter's line, L2 write-back emulated",
+       R"({"hazard":"shared_line"})"},
+      {"partial_no_fence", "broken", "chunk partials published without release/acquire",
+       R"({"hazard":"partial_no_fence"})"},
+      {"routing_no_fence", "broken", "routing flag written with no fence after the routing data",
+       R"({"hazard":"routing_no_fence"})"},
+      {"stale_descriptor", "broken", "descriptor refresh copies only the plain task's slots",
+       R"({"hazard":"stale_descriptor"})"},
+      {"amax_tail", "broken", "FP8 amax butterfly reads lanes past the last sub-block", R"({"hazard":"amax_tail"})"},
+      {"dead_flag", "broken", "host packs bf16 for a flag the kernel never reads", R"({"hazard":"dead_flag"})"},
+  };
+  f.validate = validate;
+  f.run = run;
+  return f;
+}
+
+// ---- --bench: paired timing of the tripwire instances, launches per step ----------------------
+int count_graph_kernels(const Params& p, cudaStream_t st) {
+  cudaGraph_t g;
+  HZ_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  HZ_CHECK(launch_step(p, false, hz_tw_t{}, st));
+  HZ_CHECK(cudaStreamEndCapture(st, &g));
+  size_t n = 0;
+  HZ_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  HZ_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  int k = 0;
+  for (auto nd : nodes) {
+    cudaGraphNodeType t;
+    HZ_CHECK(cudaGraphNodeGetType(nd, &t));
+    k += t == cudaGraphNodeTypeKernel;
+  }
+  HZ_CHECK(cudaGraphDestroy(g));
+  return k;
+}
+
+int run_bench(const std::string& text) {
+  try {
+    hz::json::Value req;
+    std::string err;
+    if (!hz::json::parse(text, req, err) || req.type != hz::json::Value::Object) throw hz::BadRequest("bench request: " + err);
+    long rounds = 9, per = 20;
+    if (const hz::json::Value* v = req.get("rounds")) rounds = (long)v->num;
+    if (const hz::json::Value* v = req.get("launches")) per = (long)v->num;
+    static const hz::FamilySpec f = spec();
+    hz::json::Value params;
+    params.type = hz::json::Value::Object;
+    if (const hz::json::Value* v = req.get("params")) params = *v;
+    hz::Params hp = hz::detail::resolve(f, params);
+    hz::Device d;
+    HZ_CHECK(cudaSetDevice(0));
+    HZ_CHECK(cudaGetDeviceProperties(&d.prop, 0));
+    cudaStream_t st;
+    HZ_CHECK(cudaStreamCreate(&st));
+    const Setup u = resolve_setup(hp, d);
+    Model& m = ensure_model(u, st);
+    ensure_scratch(u);
+    pack_input(m, u.hazard == HZ_DEAD_FLAG, st);
+    HZ_CHECK(cudaMemsetAsync(g_scratch.sync, 0, (size_t)sync_bytes(u.s.E), st));
+    Params p = make_params(u, m);
+    cudaEvent_t ev[2];
+    HZ_CHECK(cudaEventCreate(&ev[0]));
+    HZ_CHECK(cudaEventCreate(&ev[1]));
+    int step = 0;
+    // configurations: 0 compiled out, 1 compiled in without a file, 2 compiled in with the file
+    const bool have_file = std::getenv("HZ_TRIPWIRE_PATH") != nullptr;
+    const int ncfg = have_file ? 3 : 2;
+    auto timed = [&](int cfg) -> double {
+      for (int w = 0; w < 2; ++w) {  // warm-up launches, untimed
+        p.step = step++;
+        HZ_CHECK(launch_step(p, cfg > 0, cfg == 2 ? tripwire_launch((uint32_t)u.G) : hz_tw_t{}, st));
+      }
+      HZ_CHECK(cudaEventRecord(ev[0], st));
+      for (long i = 0; i < per; ++i) {
+        p.step = step++;
+        HZ_CHECK(launch_step(p, cfg > 0, cfg == 2 ? tripwire_launch((uint32_t)u.G) : hz_tw_t{}, st));
+      }
+      HZ_CHECK(cudaEventRecord(ev[1], st));
+      HZ_CHECK(cudaEventSynchronize(ev[1]));
+      float ms = 0.f;
+      HZ_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+      return ms * 1e3 / per;
+    };
+    std::vector<std::vector<double>> us(ncfg);
+    for (long r = 0; r < rounds; ++r)
+      for (int k = 0; k < ncfg; ++k) {
+        const int cfg = (int)((k + r) % ncfg);  // rotate the order every round
+        us[cfg].push_back(timed(cfg));
+      }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    auto paired = [&](int a, int b) {
+      std::vector<double> rat;
+      for (size_t i = 0; i < us[a].size(); ++i) rat.push_back(us[a][i] / us[b][i]);
+      return median(rat);
+    };
+    const int kernels = count_graph_kernels(p, st);
+    hz::json::Writer w;
+    w.num("rounds", (double)rounds).num("launches_per_round", (double)per).num("grid", u.G).num("chunks", u.C)
+        .num("layers", u.L).num("seq", u.seq).num("bytes_per_step", step_bytes(u))
+        .num("kernels_per_step", kernels).num("us_off", median(us[0])).num("us_on_null", median(us[1]))
+        .num("ratio_on_null_vs_off", paired(1, 0)).str("device", d.prop.name);
+    if (have_file) w.num("us_on_file", median(us[2])).num("ratio_on_file_vs_off", paired(2, 0))
+                       .str("tripwire_mode", hz_tw_mode_name(g_tw.mode));
+    std::string rounds_json = "[";
+    for (long r = 0; r < rounds; ++r) {
+      rounds_json += (r ? ",[" : "[");
+      for (int k = 0; k < ncfg; ++k) rounds_json += (k ? "," : "") + hz::json::number(us[k][r]);
+      rounds_json += "]";
+    }
+    w.raw("us_per_round", rounds_json + "]");
+    hz::detail::emit("MKL_BENCH " + w.done());
+    return 0;
+  } catch (const hz::BadRequest& e) {
+    std::fprintf(stderr, "hz: bad request: %s\n", e.what());
+    return 2;
+  } catch (const hz::DeviceFault& e) {
+    std::fprintf(stderr, "hz: device fault: %s\n", e.what());
+    return 3;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--bench") return run_bench(argv[2]);
+  if (argc >= 4 && std::string(argv[1]) == "--dump") {  // --dump PATH JSON: one checked launch
+    g_dump_path = argv[2];
+    char once[] = "--once";
+    char* args[] = {argv[0], once, argv[3]};
+    static const hz::FamilySpec f = spec();
+    return hz::main_entry(3, args, f);
+  }
+  static const hz::FamilySpec f = spec();
+  return hz::main_entry(argc, argv, f);
+}
