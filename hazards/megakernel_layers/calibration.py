@@ -33,7 +33,7 @@ from hazards.megakernel.calibration import Calibration, Row
 from hazards.megakernel_layers import model as M
 from hazards.megakernel_layers import reference as R
 
-TOL = 1e-3
+TOL = 2e-2
 # Switches whose corruption is deterministic enough for one measured launch to be a D row
 # (partial_no_fence and routing_no_fence are intermittent: rates, measured by stress).
 MEASURED = ("stale_release", "stale_descriptor", "amax_tail", "dead_flag")
@@ -62,7 +62,7 @@ def calibrate(*, shape: str = "default", layers: int = 4, seq: int = 4096, seeds
               tol: float = TOL, device: str = "cuda", binary: str | None = None,
               kernel_params: dict[str, Any] | None = None) -> Calibration:
     """Measure E, each D and the candidates on the same draws."""
-    rows = {"E": Row("independent: fp64 accumulation, attention in 256-token chunks + LSE merge", "independent")}
+    rows = {"E": Row("independent: fp64 accumulation, attention in 128-token chunks + LSE merge", "independent")}
     for name in R.MISHANDLINGS:
         rows[name] = Row(f"{name} (re-created in torch)", "mishandling")
     if binary:
@@ -73,7 +73,7 @@ def calibrate(*, shape: str = "default", layers: int = 4, seq: int = 4096, seeds
     for seed in seeds:
         w = R.make_weights(M.SHAPES[shape], layers, seq, seed, device)
         ref = R.forward(w)
-        rows["E"].errors.append(R.rel_err(R.forward(w, acc=torch.float64, chunk_tokens=256), ref))
+        rows["E"].errors.append(R.rel_err(R.forward(w, acc=torch.float64, chunk_tokens=128), ref))
         for name, bad in R.MISHANDLINGS.items():
             rows[name].errors.append(R.rel_err(R.forward(w, bad=bad), ref))
         if binary:

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 HD = 64
-QKV_TILE_ROWS = 128
+QKV_TILE_ROWS = 64
 FP8_BLOCK = 128
 SUB_BLOCK = 32
 FP8_MAX = 448.0
@@ -141,7 +141,7 @@ class Schedule:
         return chunk_begin(c, self.chunks, self.tokens), chunk_begin(c + 1, self.chunks, self.tokens)
 
 
-def schedule(shape: Shape, *, seq: int, workers: int, chunk_tokens: int = 256, chunks: int = 0,
+def schedule(shape: Shape, *, seq: int, workers: int, chunk_tokens: int = 128, chunks: int = 0,
              hazard: str = "none") -> Schedule:
     """The schedule the kernel runs for these parameters (mkl::Schedule as resolved by the host)."""
     tokens = seq + 1

@@ -202,7 +202,7 @@ def forward(w: Weights, *, acc: torch.dtype = torch.float32, chunk_tokens: int =
         k = torch.cat([w.kcache[kv_layer], qkv[nq:nq + nk].to(torch.bfloat16).view(1, s.NKV, M.HD)])
         v = torch.cat([w.vcache[kv_layer], qkv[nq + nk:].to(torch.bfloat16).view(1, s.NKV, M.HD)])
         stale = {0: prev["parts"][0]} if bad.stale_chunk and l > 0 and prev.get("parts") else None
-        ct = chunk_tokens or (256 if bad.stale_chunk else 0)
+        ct = chunk_tokens or (128 if bad.stale_chunk else 0)
         attn, parts = attention(q, k, v, acc, ct, stale)
         h = x + _matvec(w.wo[l], attn, acc)
         hn = rmsnorm(h, w.mlp_norm[l])

@@ -45,7 +45,15 @@ namespace mkl {
 
 constexpr int THREADS = 512;
 constexpr int NWARPS = THREADS / 32;
-constexpr int GEMV_ROWS = 4;  // rows per warp step (loads in flight per lane: 4 x unroll)
+constexpr int GEMV_ROWS = 4;         // rows per work item (loads in flight per lane: 4 x unroll 2)
+constexpr int GEMV_MAX_ITEMS = 128;  // work items per reduction round of the block GEMV
+constexpr int MERGE_BATCH = 16;      // chunk partials weighed per pass of the merge
+constexpr int MERGE_OUT = 8;         // merged outputs per thread (NQ * HD <= THREADS * MERGE_OUT)
+// Bulk L2 prefetch windows per worker (bytes), sized so that all workers together stay well
+// inside the 60 MB L2: a whole-tile prefetch of the MoE phases (133 + 66 MB per layer) would
+// evict itself before the loads arrive.
+constexpr long long PREFETCH_W13 = 256 << 10;
+constexpr long long PREFETCH_W2 = 64 << 10;
 
 struct Params {
   Shape s;
@@ -73,9 +81,11 @@ struct Params {
 // Shared memory: the descriptor, routing, reduction scratch, then one float arena.
 struct SmemHead {
   unsigned long long desc[N_SLOTS];
+  hz_tw_ctx tw;          // the leader's tripwire handle (only thread 0 touches it)
   int ids[16];
   float wts[16];
   float red[NWARPS * 2];
+  float gemv[GEMV_MAX_ITEMS * GEMV_ROWS];  // the block GEMV's partial sums
   uint32_t word;
   int flag;
   uint32_t stuck_layer;  // HZ_STALE_RELEASE: written once at entry, never advanced
@@ -132,6 +142,10 @@ __device__ __forceinline__ void prefetch_l2(const void* p, long long bytes) {
   }
 }
 
+__device__ __forceinline__ void prefetch_l2_head(const void* p, long long bytes, long long window) {
+  prefetch_l2(p, bytes < window ? bytes : window);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -158,26 +172,41 @@ __device__ __forceinline__ float block_sum(float v, SmemHead* hd) {
 
 // ---- GEMV: out rows = W[rows] . act, bf16 weights, fp32 activations and accumulation -----
 //
-// `nseg` segments of `seg_len` columns each: row r reads base[s] + r * row_stride for
-// segment s against act[s * seg_len ...] (the W2 phase sums its experts that way). Warps
-// take GEMV_ROWS rows at a time; a row index past `r1` is clamped to r1 - 1 (loaded and
-// discarded) so the loads never branch. emit(r, acc[GEMV_ROWS], valid_rows) on lane 0.
+// Block-wide (every thread calls it). `nseg` segments of `seg_len` columns: row r reads
+// base[s] + r * row_stride for segment s against act[s * seg_len ...] (the W2 phase sums its
+// experts that way). Work items are (group of GEMV_ROWS rows, segment, column part): the
+// columns are split when there are too few row groups to keep every warp streaming (the
+// O-projection and W2 give a worker ~22 rows). A row past r1 is clamped to r1 - 1 (loaded and
+// discarded) so the loads never branch. Each warp leaves its item's partial sums in smem;
+// thread g then adds its group's parts in a fixed order (deterministic) and calls
+// emit(first row, acc[GEMV_ROWS], valid rows).
 template <typename Emit>
-__device__ __forceinline__ void gemv(const __nv_bfloat16* const* base, int nseg, long long row_stride, int seg_len,
-                                     const float* act, int r0, int r1, Emit emit) {
+__device__ __forceinline__ void gemv_block(const __nv_bfloat16* const* base, int nseg, long long row_stride,
+                                           int seg_len, const float* act, int r0, int r1, float* red, Emit emit) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nchunk = seg_len >> 3;
-  for (int rb = r0 + warp * GEMV_ROWS; rb < r1; rb += NWARPS * GEMV_ROWS) {
-    float acc[GEMV_ROWS];
-#pragma unroll
-    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = 0.f;
-    for (int sg = 0; sg < nseg; ++sg) {
+  const int ngroups = (r1 - r0 + GEMV_ROWS - 1) / GEMV_ROWS;
+  if (ngroups <= 0) return;
+  int kparts = 1;
+  while (ngroups * nseg * kparts < 2 * NWARPS && nchunk / (kparts * 2) >= 32) kparts *= 2;
+  const int per_part = (nchunk + kparts - 1) / kparts;
+  const int ipg = nseg * kparts;                     // items per group (<= 32: nseg <= 16)
+  const int gpb = max(1, GEMV_MAX_ITEMS / ipg);      // groups per round
+  for (int g0 = 0; g0 < ngroups; g0 += gpb) {
+    const int gn = min(gpb, ngroups - g0);
+    for (int it = warp; it < gn * ipg; it += NWARPS) {
+      const int g = g0 + it / ipg, rest = it % ipg, sg = rest / kparts, kp = rest % kparts;
+      const int rb = r0 + g * GEMV_ROWS;
       const __nv_bfloat16* rows[GEMV_ROWS];
 #pragma unroll
       for (int j = 0; j < GEMV_ROWS; ++j) rows[j] = base[sg] + (long long)min(rb + j, r1 - 1) * row_stride;
       const float* a = act + (long long)sg * seg_len;
+      float acc[GEMV_ROWS];
+#pragma unroll
+      for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = 0.f;
+      const int c1 = min(nchunk, (kp + 1) * per_part);
 #pragma unroll 2
-      for (int c = lane; c < nchunk; c += 32) {
+      for (int c = kp * per_part + lane; c < c1; c += 32) {
         uint4 w[GEMV_ROWS];
 #pragma unroll
         for (int j = 0; j < GEMV_ROWS; ++j) w[j] = ld_weights(rows[j] + 8 * c);
@@ -186,10 +215,24 @@ __device__ __forceinline__ void gemv(const __nv_bfloat16* const* base, int nseg,
 #pragma unroll
         for (int j = 0; j < GEMV_ROWS; ++j) acc[j] += dot8(w[j], a0, a1);
       }
-    }
 #pragma unroll
-    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = warp_sum(acc[j]);
-    if (lane == 0) emit(rb, acc, min(GEMV_ROWS, r1 - rb));
+      for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = warp_sum(acc[j]);
+      if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j) red[it * GEMV_ROWS + j] = acc[j];
+    }
+    __syncthreads();
+    for (int gl = threadIdx.x; gl < gn; gl += THREADS) {
+      float a[GEMV_ROWS];
+#pragma unroll
+      for (int j = 0; j < GEMV_ROWS; ++j) a[j] = 0.f;
+      for (int i = 0; i < ipg; ++i)
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j) a[j] += red[(gl * ipg + i) * GEMV_ROWS + j];
+      const int rb = r0 + (g0 + gl) * GEMV_ROWS;
+      emit(rb, a, min(GEMV_ROWS, r1 - rb));
+    }
+    __syncthreads();
   }
 }
 
@@ -277,22 +320,25 @@ __device__ void attend_chunk(const Params& p, const SmemHead* hd, float* arena, 
     const int tok = base + lane;
     const bool valid = tok < t1;
     float sc[8];
-    {
-      uint4 kr[8];
-      const __nv_bfloat16* krow = kc + ((size_t)(valid ? tok : base) * s.NKV + kvh) * HD;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) kr[i] = ld_l2(krow + 8 * i);
+    for (int g = 0; g < 8; ++g) sc[g] = 0.f;
+    const __nv_bfloat16* krow = kc + ((size_t)(valid ? tok : base) * s.NKV + kvh) * HD;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // half a K row at a time: fewer live registers
+      uint4 kr[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) kr[i] = ld_l2(krow + 32 * half + 8 * i);
 #pragma unroll
       for (int g = 0; g < 8; ++g) {
         if (g >= GQ) break;
-        const float* qg = q + (kvh * GQ + g) * HD;
-        float d = 0.f;
+        const float* qg = q + (kvh * GQ + g) * HD + 32 * half;
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-          d += dot8(kr[i], *reinterpret_cast<const float4*>(qg + 8 * i), *reinterpret_cast<const float4*>(qg + 8 * i + 4));
-        sc[g] = valid ? d * scale : -INFINITY;
+        for (int i = 0; i < 4; ++i)
+          sc[g] += dot8(kr[i], *reinterpret_cast<const float4*>(qg + 8 * i), *reinterpret_cast<const float4*>(qg + 8 * i + 4));
       }
     }
+#pragma unroll
+    for (int g = 0; g < 8; ++g) sc[g] = valid ? sc[g] * scale : -INFINITY;
     float pr[8];
 #pragma unroll
     for (int g = 0; g < 8; ++g) {
@@ -349,23 +395,71 @@ __device__ void attend_chunk(const Params& p, const SmemHead* hd, float* arena, 
   }
 }
 
-// LSE merge of C chunk partials into attn_out (the last chunk arriver). Plain loads: what
-// they see depends on the acquire before them (HZ_PARTIAL_NO_FENCE drops it).
-__device__ void merge_chunks(const Params& p) {
+// LSE merge of C chunk partials into attn_out (the last chunk arriver), MERGE_BATCH chunks
+// a pass: their (m, l) land in smem, each head's running max / sum and rescale factor are
+// updated there, then every thread weighs its MERGE_OUT outputs with the batch's partials,
+// issuing the batch's loads together (one dependent L2 load at a time would make the merge
+// latency-bound). Plain loads: what they see depends on the acquire before them
+// (HZ_PARTIAL_NO_FENCE drops it).
+__device__ void merge_chunks(const Params& p, float* arena) {
   const Shape& s = p.s;
-  for (int idx = threadIdx.x; idx < s.NQ * HD; idx += THREADS) {
-    const int n = idx / HD, d = idx % HD;
-    float M = -INFINITY;
-    for (int c = 0; c < p.C; ++c) M = fmaxf(M, p.partials[((size_t)c * s.NQ + n) * (2 + HD)]);
-    float num = 0.f, den = 0.f;
-    for (int c = 0; c < p.C; ++c) {
-      const float* pc = p.partials + ((size_t)c * s.NQ + n) * (2 + HD);
-      const float mc = pc[0];
-      const float w = mc == -INFINITY ? 0.f : expf(mc - M);
-      den += w * pc[1];
-      num += w * pc[2 + d];
+  const int NQ = s.NQ, W = 2 + HD, tid = threadIdx.x;
+  float* ml = arena;                        // (MERGE_BATCH, NQ, 2)
+  float* wts = ml + MERGE_BATCH * NQ * 2;   // (MERGE_BATCH, NQ)
+  float* run_m = wts + MERGE_BATCH * NQ;    // (NQ) running max
+  float* run_l = run_m + NQ;                // (NQ) running sum
+  float* alpha = run_l + NQ;                // (NQ) rescale of this pass
+  float acc[MERGE_OUT];
+#pragma unroll
+  for (int r = 0; r < MERGE_OUT; ++r) acc[r] = 0.f;
+  for (int n = tid; n < NQ; n += THREADS) { run_m[n] = -INFINITY; run_l[n] = 0.f; }
+  for (int cb = 0; cb < p.C; cb += MERGE_BATCH) {
+    const int cnt = min(MERGE_BATCH, p.C - cb);
+    for (int i = tid; i < cnt * NQ; i += THREADS) {
+      const float* pc = p.partials + ((size_t)cb * NQ + i) * W;  // chunk cb + i / NQ, head i % NQ
+      ml[2 * i] = pc[0];
+      ml[2 * i + 1] = pc[1];
     }
-    p.attn_out[idx] = num / den;
+    __syncthreads();
+    for (int n = tid; n < NQ; n += THREADS) {
+      const float m_old = run_m[n];
+      float mn = m_old;
+      for (int b = 0; b < cnt; ++b) mn = fmaxf(mn, ml[2 * (b * NQ + n)]);
+      const float al = m_old == -INFINITY ? 0.f : expf(m_old - mn);
+      float l = run_l[n] * al;
+      for (int b = 0; b < cnt; ++b) {
+        const float mb = ml[2 * (b * NQ + n)];
+        const float wb = mb == -INFINITY ? 0.f : expf(mb - mn);
+        wts[b * NQ + n] = wb;
+        l += wb * ml[2 * (b * NQ + n) + 1];
+      }
+      run_m[n] = mn;
+      run_l[n] = l;
+      alpha[n] = al;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < MERGE_OUT; ++r) {
+      const int idx = tid + r * THREADS;
+      if (idx < NQ * HD) {
+        const int n = idx / HD, d = idx % HD;
+        float v[MERGE_BATCH];
+#pragma unroll
+        for (int b = 0; b < MERGE_BATCH; ++b)
+          v[b] = b < cnt ? p.partials[((size_t)(cb + b) * NQ + n) * W + 2 + d] : 0.f;
+        float a = acc[r] * alpha[n];
+#pragma unroll
+        for (int b = 0; b < MERGE_BATCH; ++b)
+          if (b < cnt) a = fmaf(wts[b * NQ + n], v[b], a);
+        acc[r] = a;
+      }
+    }
+    __syncthreads();  // the next pass rewrites ml / wts / alpha
+  }
+#pragma unroll
+  for (int r = 0; r < MERGE_OUT; ++r) {
+    const int idx = tid + r * THREADS;
+    if (idx < NQ * HD) p.attn_out[idx] = acc[r] / run_l[idx / HD];
   }
 }
 
@@ -476,6 +570,16 @@ __device__ __forceinline__ void emulate_l2_writeback(const Params& p, int e, int
 
 // ---- the kernel ---------------------------------------------------------------------------
 
+// With probability jitter_ppm, this worker's leader stalls jitter_cycles here (`site`: 0 the
+// layer boundary, 1 before a W13 tile): workers skew freely, as in the PR's megakernel.
+__device__ __forceinline__ void maybe_skew(const Params& p, int w, int layer, int site) {
+  if (p.jitter_ppm > 0 && threadIdx.x == 0 &&
+      hz::splitmix64(p.seed ^ ((uint64_t)w << 24) ^ ((uint64_t)layer << 4) ^ (uint64_t)site) % 1000000ull <
+          (uint64_t)p.jitter_ppm)
+    hz_spin_cycles(p.jitter_cycles);
+  __syncthreads();
+}
+
 template <bool TW>
 __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_tw_t tw_arg) {
   extern __shared__ __align__(16) char smem_raw[];
@@ -484,11 +588,14 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
   const Shape& s = p.s;
   const int w = blockIdx.x, tid = threadIdx.x;
   const int stride = release_stride(p.hazard);
-  hz_tw_ctx tw = hz_tw_open(TW ? tw_arg : hz_tw_t{}, (uint32_t)w);
-  tw_mark<TW>(&tw, 0, HZ_TW_PHASE_START, 0);
+  hz_tw_ctx* tw = &hd->tw;  // the leader's handle lives in smem: no register cost elsewhere
+  if (tid == 0) {
+    hd->tw = hz_tw_open(TW ? tw_arg : hz_tw_t{}, (uint32_t)w);
+    hd->stuck_layer = 0u;  // HZ_STALE_RELEASE's slot: stored once, never advanced
+  }
   if (tid < N_SLOTS) hd->desc[tid] = p.ml_table[tid];
-  if (tid == 0) hd->stuck_layer = 0u;  // HZ_STALE_RELEASE's slot: stored once, never advanced
   __syncthreads();
+  tw_mark<TW>(tw, 0, HZ_TW_PHASE_START, 0);
 
   const int qkvr = qkv_rows(s);
   const int r0 = row_begin(w, p.n_rows, s.D), r1 = w < p.n_rows ? row_begin(w + 1, p.n_rows, s.D) : r0;
@@ -512,13 +619,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
     // ---- QKV tiles -------------------------------------------------------------------------
     bool normed = false;
     for (int t = w; t < p.QT; t += p.G) {
-      tw_mark<TW>(&tw, l, PHASE_QKV, t);
+      tw_mark<TW>(tw, l, PHASE_QKV, t);
       const int q0 = t * QKV_TILE_ROWS, q1 = min(q0 + QKV_TILE_ROWS, qkvr);
       const __nv_bfloat16* wq = dptr<__nv_bfloat16>(hd, SLOT_WQKV);
       if (tid < 32) prefetch_l2(wq + (size_t)q0 * s.D, (long long)(q1 - q0) * s.D * 2);
       if (!normed) {
         if (l > 0 && tid == 0)
-          wait_ge<TW>(&tw, sync_word(p, W_LAYER_CTR), (uint32_t)p.n_rows * (epoch - 1u), BAR_LAYER_END, nullptr, 0, -1);
+          wait_ge<TW>(tw, sync_word(p, W_LAYER_CTR), (uint32_t)p.n_rows * (epoch - 1u), BAR_LAYER_END, nullptr, 0, -1);
         __syncthreads();
         rmsnorm_to(xcur, dptr<float>(hd, SLOT_ATTN_NORM), arena, s.D, hd);
         normed = true;
@@ -526,7 +633,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       __nv_bfloat16* kc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_KCACHE)) + (size_t)p.seq * s.NKV * HD;
       __nv_bfloat16* vc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_VCACHE)) + (size_t)p.seq * s.NKV * HD;
       const int nq = s.NQ * HD, nk = s.NKV * HD;
-      gemv(&wq, 1, s.D, s.D, arena, q0, q1, [&](int r, const float* a, int n) {
+      gemv_block(&wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) {
           const int row = r + j;
           if (row < nq) p.qbuf[row] = a[j];
@@ -541,16 +648,14 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
     if (serves_chunk(w, sc, p.hazard)) {
       const int c = w;
       const int t0 = chunk_begin(c, p.C, p.S), t1 = chunk_begin(c + 1, p.C, p.S);
-      tw_mark<TW>(&tw, l, PHASE_ATTN_CHUNK, c);
-      if (tid < 32 && t1 > t0) {
-        const long long row_bytes = (long long)s.NKV * HD * 2;
+      tw_mark<TW>(tw, l, PHASE_ATTN_CHUNK, c);
+      const long long row_bytes = (long long)s.NKV * HD * 2;
+      if (tid < 32 && t1 > t0)
         prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_KCACHE) + (size_t)t0 * s.NKV * HD, (t1 - t0) * row_bytes);
-      } else if (tid >= 32 && tid < 64 && t1 > t0) {
-        const long long row_bytes = (long long)s.NKV * HD * 2;
+      else if (tid >= 32 && tid < 64 && t1 > t0)
         prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_VCACHE) + (size_t)t0 * s.NKV * HD, (t1 - t0) * row_bytes);
-      }
       if (tid == 0)
-        wait_ge<TW>(&tw, sync_word(p, W_QKV_CTR), (uint32_t)p.QT * epoch, BAR_QKV_EPOCH, nullptr, 0, -1);
+        wait_ge<TW>(tw, sync_word(p, W_QKV_CTR), (uint32_t)p.QT * epoch, BAR_QKV_EPOCH, nullptr, 0, -1);
       __syncthreads();
       float* part = p.partials + (size_t)c * s.NQ * (2 + HD);
       if (t1 > t0) {
@@ -561,40 +666,42 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       const bool fenced = p.hazard != HZ_PARTIAL_NO_FENCE;
       const uint32_t old = block_arrive(sync_word(p, W_CHUNK_CTR), fenced, tid, &hd->word);
       if (old + 1u == (uint32_t)p.C * epoch) {
-        tw_mark<TW>(&tw, l, PHASE_ATTN_MERGE, c);
+        tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, c);
         if (fenced) acquire_fence();
-        merge_chunks(p);
+        merge_chunks(p, arena);
         block_publish_flag(sync_word(p, W_ATTN_RELEASE), epoch, true, tid);
       }
     }
 
     // ---- O-projection (+ router / top-k by the last arriver) ------------------------------
     if (r1 > r0) {
-      tw_mark<TW>(&tw, l, PHASE_OPROJ, w);
+      tw_mark<TW>(tw, l, PHASE_OPROJ, w);
       const __nv_bfloat16* wo = dptr<__nv_bfloat16>(hd, SLOT_WO);
       const int ko = s.NQ * HD;
       if (tid < 32) prefetch_l2(wo + (size_t)r0 * ko, (long long)(r1 - r0) * ko * 2);
+      else if (tid >= 32 && tid < 64 && w < s.E)  // the router's rows, for whichever worker runs top-k
+        prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_ROUTER) + (size_t)w * s.D, (long long)s.D * 2);
       if (tid == 0)
-        wait_ge<TW>(&tw, sync_word(p, W_ATTN_RELEASE), attn_want, BAR_ATTN_RELEASE, sync_word(p, W_CHUNK_CTR),
+        wait_ge<TW>(tw, sync_word(p, W_ATTN_RELEASE), attn_want, BAR_ATTN_RELEASE, sync_word(p, W_CHUNK_CTR),
                     (uint32_t)p.C * epoch, -1);
       __syncthreads();
       for (int i = tid; i < ko; i += THREADS) arena[i] = p.attn_out[i];
       __syncthreads();
-      gemv(&wo, 1, ko, ko, arena, r0, r1, [&](int r, const float* a, int n) {
+      gemv_block(&wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) p.h[r + j] = xcur[r + j] + a[j];
       });
       const uint32_t old = block_arrive(sync_word(p, W_OPROJ_CTR), true, tid, &hd->word);
       if (old + 1u == (uint32_t)p.n_rows * epoch) {
-        tw_mark<TW>(&tw, l, PHASE_ROUTER_TOPK, w);
+        tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
         acquire_fence();
         router_topk(p, hd, arena, epoch);
       }
     }
 
     // ---- routing -----------------------------------------------------------------------------
-    tw_mark<TW>(&tw, l, PHASE_ROUTING_WAIT, 0);
+    tw_mark<TW>(tw, l, PHASE_ROUTING_WAIT, 0);
     if (tid == 0)
-      wait_ge<TW>(&tw, sync_word(p, W_ROUTING), routing_want, BAR_ROUTING, sync_word(p, W_OPROJ_CTR),
+      wait_ge<TW>(tw, sync_word(p, W_ROUTING), routing_want, BAR_ROUTING, sync_word(p, W_OPROJ_CTR),
                   (uint32_t)p.n_rows * epoch, -1);
     __syncthreads();
     if (tid < s.K) {
@@ -607,17 +714,18 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
     bool have_hn = false;
     for (int u = w; u < s.K * p.T13; u += p.G) {
       const int j = u / p.T13, t = u % p.T13, e = hd->ids[j];
-      tw_mark<TW>(&tw, l, PHASE_MOE_W13, u);
       const int c0 = channel_begin(t, p.T13, s.I), c1 = channel_begin(t + 1, p.T13, s.I);
       const __nv_bfloat16* w13 = dptr<__nv_bfloat16>(hd, SLOT_W13) + (size_t)e * s.I * 2 * s.D;
-      if (tid < 32) prefetch_l2(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2);
+      if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+      maybe_skew(p, w, l, 1);
+      tw_mark<TW>(tw, l, PHASE_MOE_W13, u);
       if (!have_hn) {
         for (int i = tid; i < s.D; i += THREADS) arena[i] = p.hn[i];
         __syncthreads();
         have_hn = true;
       }
       float* out = p.swiglu + (size_t)j * s.I;
-      gemv(&w13, 1, s.D, s.D, arena, 2 * c0, 2 * c1, [&](int r, const float* a, int n) {
+      gemv_block(&w13, 1, s.D, s.D, arena, 2 * c0, 2 * c1, hd->gemv, [&](int r, const float* a, int n) {
         for (int k = 0; k + 1 < n; k += 2) {  // rows 2c (gate), 2c + 1 (up)
           const float g = a[k], up = a[k + 1];
           out[(r + k) >> 1] = g / (1.f + expf(-g)) * up;
@@ -639,15 +747,16 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
 
     // ---- expert W2 rows ----------------------------------------------------------------------
     if (r1 > r0) {
-      tw_mark<TW>(&tw, l, PHASE_MOE_W2, w);
+      tw_mark<TW>(tw, l, PHASE_MOE_W2, w);
       const __nv_bfloat16* w2[16];
       for (int j = 0; j < s.K; ++j) w2[j] = dptr<__nv_bfloat16>(hd, SLOT_W2) + (size_t)hd->ids[j] * s.D * s.I;
       if (tid < 32)
-        for (int j = 0; j < s.K; ++j) prefetch_l2(w2[j] + (size_t)r0 * s.I, (long long)(r1 - r0) * s.I * 2);
+        for (int j = 0; j < s.K; ++j)
+          prefetch_l2_head(w2[j] + (size_t)r0 * s.I, (long long)(r1 - r0) * s.I * 2, PREFETCH_W2);
       if (tid == 0)
         for (int j = 0; j < s.K; ++j) {
           const int e = hd->ids[j];
-          wait_ge<TW>(&tw, word_at(p.sync, moe_release_off(e, w % RELEASE_FANOUT, stride)), w13_value, BAR_W13_W2,
+          wait_ge<TW>(tw, word_at(p.sync, moe_release_off(e, w % RELEASE_FANOUT, stride)), w13_value, BAR_W13_W2,
                       word_at(p.sync, moe_counter_off(e, stride)), (uint32_t)p.T13, e);
         }
       __syncthreads();
@@ -656,19 +765,17 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         quantize_expert_input(p.swiglu + (size_t)j * s.I, arena + (size_t)j * s.I, hd->wts[j], s.I,
                               p.hazard == HZ_AMAX_TAIL);
       __syncthreads();
-      gemv(w2, s.K, s.I, s.I, arena, r0, r1, [&](int r, const float* a, int n) {
+      gemv_block(w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) p.xres[r + j] = p.h[r + j] + a[j];
       });
       block_arrive(sync_word(p, W_LAYER_CTR), true, tid, &hd->word);
     }
 
     // ---- skew: workers drift apart across layer boundaries ----------------------------------
-    if (p.jitter_ppm > 0 && tid == 0 && l + 1 < p.L &&
-        hz::splitmix64(p.seed ^ ((uint64_t)w << 24) ^ (uint64_t)l) % 1000000ull < (uint64_t)p.jitter_ppm)
-      hz_spin_cycles(p.jitter_cycles);
+    if (l + 1 < p.L) maybe_skew(p, w, l, 0);
     __syncthreads();
   }
-  tw_mark<TW>(&tw, 0, HZ_TW_PHASE_DONE, 0);
+  tw_mark<TW>(tw, 0, HZ_TW_PHASE_DONE, 0);
 }
 
 }  // namespace mkl

@@ -23,7 +23,7 @@
 namespace mkl {
 
 constexpr int HD = 64;              // head dim (fixed: one lane pair per dim pair in attention)
-constexpr int QKV_TILE_ROWS = 128;  // QKV output rows per tile (tile t -> worker rank t)
+constexpr int QKV_TILE_ROWS = 64;   // QKV output rows per tile (tile t -> worker rank t)
 constexpr int FP8_BLOCK = 128;      // activation elements per FP8 scale
 constexpr int SUB_BLOCK = 32;       // elements per lane in the amax reduction
 constexpr float FP8_MAX = 448.f;    // largest finite E4M3 value

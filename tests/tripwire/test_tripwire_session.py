@@ -88,3 +88,35 @@ def test_file_names_are_unique_and_private() -> None:
         for f in (a, b):
             assert stat.S_IMODE(os.stat(f.path).st_mode) == 0o600
     assert not a.path.exists() and not b.path.exists()
+
+
+def test_a_family_explainer_reads_the_final_file_and_extends_the_sentence(fake_kernel: Path,
+                                                                          tmp_path: Path) -> None:
+    seen = {}
+
+    def explain(snap, params):
+        seen["workers"], seen["params"] = snap.header.workers, params
+        return f"{sum(s.waiting for s in snap.slots)} waiting, as the family reads it"
+
+    with TripwireFile() as tw:
+        target = TripwireTarget(CommandTarget([str(fake_kernel), "hang"], env=tw.env()), tw, names=NAMES,
+                                explain=explain)
+        r = target.run({"variant": "x"}, timeout=1.5, artifact_dir=tmp_path)
+    tw_ev = r.evidence["tripwire"]
+    assert r.outcome is Outcome.HANG and seen["params"] == {"variant": "x"} and seen["workers"] == 8
+    assert tw_ev["sentence"].startswith("6 workers wait at barrier ATTN_RELEASE")
+    assert tw_ev["sentence"].endswith("| 6 waiting, as the family reads it")
+    assert tw_ev["explanation"] == "6 waiting, as the family reads it"
+
+
+def test_a_failing_explainer_keeps_the_engine_diagnosis(fake_kernel: Path, tmp_path: Path) -> None:
+    def explain(snap, params):
+        raise KeyError("boom")
+
+    with TripwireFile() as tw:
+        target = TripwireTarget(CommandTarget([str(fake_kernel), "fault"], env=tw.env()), tw, names=NAMES,
+                                explain=explain)
+        r = target.run(timeout=1.5, artifact_dir=tmp_path)
+    assert r.outcome is Outcome.FAULT
+    assert "6 workers wait at barrier ATTN_RELEASE" in r.evidence["tripwire"]["sentence"]
+    assert "explanation failed: KeyError" in r.evidence["tripwire"]["sentence"]

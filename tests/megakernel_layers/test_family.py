@@ -1,0 +1,154 @@
+"""Family `megakernel_layers` on the CPU: the static model, the strategy, the tripwire
+explainer (on synthetic snapshots) and the static checks on the sync layer's gfx942 code."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from hazards.families import get_family
+from hazards.families import megakernel_layers as F
+from hazards.megakernel_layers import model as M
+
+from .tripwire_fakes import NO_FEEDER, PHASE_MOE_W2, PHASE_OPROJ, PHASE_ROUTING_WAIT, slot, snapshot
+
+FAM = get_family("megakernel_layers")
+
+
+@pytest.mark.parametrize("variant", [v.name for v in FAM.variants])
+def test_every_canary_is_hazardous_and_every_clean_variant_is_not(variant):
+    v = FAM.variant(variant)
+    assert F.static_model({"variant": variant}).hazardous is v.is_canary
+
+
+def test_one_canary_per_hazard_class_and_every_class_has_one():
+    assert sorted(F.resolve({"variant": v.name})["hazard"] for v in FAM.canaries) == sorted(M.HAZARDS[1:])
+
+
+@pytest.mark.parametrize("seq, hangs", [(4096, False), (10239, False), (10240, True), (16384, True)])
+def test_participant_set_hangs_once_the_chunks_outnumber_the_qkv_tiles(seq, hangs):
+    # auto chunks = ceil((seq + 1) / 128); 80 QKV tiles
+    pr = F.predict({"variant": "participant_set", "seq": seq})
+    assert (pr.outcome == "hang") is hangs, pr
+    assert F.predict({"variant": "clean", "seq": seq}).outcome == "clean"
+
+
+def test_chunk_supply_hangs_only_without_the_guard_and_above_the_workers():
+    assert F.predict({"variant": "chunk_supply"}).outcome == "hang"
+    assert F.predict({"variant": "chunk_supply", "chunks": 64}).outcome == "clean"
+    assert F.predict({"variant": "clean", "grid": 64, "chunks": 80}).outcome == "rejected"
+
+
+def test_snapshot_epoch_rate_grows_with_skew_and_needs_a_long_enough_delay():
+    base = {"variant": "snapshot_epoch"}
+    rates = [F.predict({**base, "jitter_ppm": q}).probability for q in (0, 200, 2000, 20000)]
+    assert rates[0] == 0 and rates == sorted(rates) and 0 < rates[2] < 1
+    assert F.predict({**base, "jitter_cycles": 1000}).probability == 0     # 0.5 us: shorter than the layer head
+    assert F.predict({**base, "layers": 1}).outcome == "clean"
+    # every worker holds a QKV tile (grid 80): no worker can snapshot after the bump
+    assert F.predict({**base, "grid": 80}).outcome == "clean"
+    # the same skew on the fixed kernel predicts nothing
+    assert F.predict({"variant": "clean_skew"}).outcome == "clean"
+
+
+def test_deterministic_corruptions_need_a_second_layer_or_a_tail():
+    assert F.predict({"variant": "stale_descriptor"}).probability == 1.0
+    for name in ("stale_release", "stale_descriptor"):
+        assert F.predict({"variant": name, "layers": 1}).outcome == "clean"
+    assert F.predict({"variant": "amax_tail"}).outcome == "mismatch"
+    assert F.predict({"variant": "amax_tail", "model": "small"}).outcome == "clean"
+    assert F.predict({"variant": "dead_flag", "layers": 1}).probability == 1.0
+
+
+def test_shared_line_hang_rate_follows_the_emulated_write_back():
+    assert F.predict({"variant": "shared_line"}).probability == 1.0
+    assert F.predict({"variant": "shared_line", "writeback_ppm": 0}).outcome == "clean"
+    p = F.predict({"variant": "shared_line", "writeback_ppm": 10000}).probability
+    assert p == pytest.approx(1 - 0.99 ** 16)
+    # the emulated write-back runs on the fixed layout too, and cannot revert anything there
+    assert F.predict({"variant": "clean", "writeback_ppm": 1000000}).outcome == "clean"
+
+
+def test_stale_release_shows_when_a_w13_tile_starts_late():
+    pr = F.predict({"variant": "stale_release"})
+    assert pr.outcome == "mismatch" and 0.5 < pr.probability < 1   # 2000 ppm over 132 tiles x 3 layers
+    assert F.predict({"variant": "stale_release", "jitter_ppm": 0}).outcome == "clean"  # tile order hides it
+
+
+@pytest.mark.parametrize("variant", ["routing_no_fence", "partial_no_fence"])
+def test_missing_fences_are_amd_hazards_the_model_expects_to_stay_quiet_on_the_h200(variant):
+    pr = F.predict({"variant": variant})
+    assert pr.probability == 0 and "AMD" in pr.platform_note
+    assert F.static_model({"variant": variant}).hazardous
+
+
+@given(point=FAM.strategy())
+@settings(max_examples=80, deadline=None)
+def test_strategy_points_stay_in_the_declared_domain_and_get_a_prediction(point):
+    p = F.resolve(point)
+    assert set(p) == set(F.DEFAULTS)
+    assert p["hazard"] in M.HAZARDS and 1 <= p["layers"] <= 16 and p["model"] in M.SHAPES
+    pr = F.predict(point)
+    assert pr.outcome in ("clean", "hang", "mismatch", "rejected") and 0.0 <= pr.probability <= 1.0
+    if p["hazard"] == "none":
+        assert pr.outcome in ("clean", "rejected")
+
+
+# ---- the tripwire explainer ----------------------------------------------------------------
+
+def test_participant_set_hang_names_the_chunk_ranks_that_never_arrived():
+    sl = [slot(w, layer=0, phase=PHASE_OPROJ, barrier=4, observed=0, expected=1, aux=(80, 129, NO_FEEDER))
+          for w in range(132)]
+    text = F.explain_hang(snapshot(132, sl), {"variant": "participant_set"})
+    assert "ATTN_RELEASE in layer 0" in text and "CHUNK_MERGE counted 80 of its 129" in text
+    assert "chunk ranks 80–128 never arrived" in text and "nested inside the QKV rank guard" in text
+
+
+def test_chunk_supply_hang_names_the_chunks_without_a_worker():
+    sl = [slot(w, layer=0, phase=PHASE_OPROJ, barrier=4, observed=0, expected=1, aux=(64, 80, NO_FEEDER))
+          for w in range(64)]
+    text = F.explain_hang(snapshot(64, sl), {"variant": "chunk_supply"})
+    assert "chunk ranks 64–79 never arrived" in text and "have no worker (grid 64)" in text
+
+
+def test_snapshot_epoch_hang_names_the_late_worker_and_its_overshot_epoch():
+    sl = [slot(w, layer=1, phase=PHASE_ROUTING_WAIT, barrier=6, observed=5, expected=6,
+               aux=(132 * 6 - 1, 132 * 6, NO_FEEDER)) for w in range(132) if w != 97]
+    sl.append(slot(97, layer=1, phase=PHASE_OPROJ, barrier=4, observed=6, expected=7, aux=(33 * 6, 33 * 6, NO_FEEDER)))
+    text = F.explain_hang(snapshot(132, sl), {"variant": "snapshot_epoch"})
+    assert "131 of 132 workers wait at ROUTING in layer 1" in text
+    assert "OPROJ counted 131 of 132 arrivals: worker 97 never arrived" in text and "snapshotted" in text
+
+
+def test_shared_line_hang_says_the_release_fired_and_was_reverted():
+    sl = [slot(w, layer=2, phase=PHASE_MOE_W2, barrier=7, observed=2, expected=3, aux=(99, 33, 17))
+          for w in range(132)]
+    text = F.explain_hang(snapshot(132, sl), {"variant": "shared_line"})
+    assert "expert 17: all 33 W13 tiles arrived" in text and "reverted" in text
+
+
+def test_evidence_that_does_not_fit_the_switch_is_not_blamed_on_it():
+    sl = [slot(w, layer=0, phase=PHASE_MOE_W2, barrier=7, observed=0, expected=1, aux=(33, 33, 17))
+          for w in range(132)]
+    assert "not the signature of hazard switch 'none'" in F.explain_hang(snapshot(132, sl), {"variant": "clean"})
+    assert F.explain_hang(snapshot(132, [slot(0, layer=0, phase=5, waiting=False)]), {}) is None
+
+
+# ---- static checks on the sync layer (clang-19, gfx942) -------------------------------------
+
+@pytest.fixture(scope="module")
+def clang():
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static.compile import find_clang
+
+    try:
+        return find_clang()
+    except ToolchainMissing as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.parametrize("variant", [v.name for v in FAM.variants])
+def test_sync_layer_static_checks_flag_exactly_the_sync_switches(clang, variant):
+    found = F.static_check({"variant": variant})
+    failing = {f.check for f in found if f.fails}
+    assert failing == F.predicted_checks({"variant": variant}), [f.message for f in found if f.fails]
+    assert any(f.check == "sync-scope" for f in found)  # the checks really looked at polls and flags

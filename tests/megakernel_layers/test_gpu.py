@@ -1,0 +1,78 @@
+"""megakernel_layers on a GPU: the clean kernel against the torch reference, clean variants
+clean, every runtime canary detected, hangs named by the tripwire in the family's terms."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hazards.engine.gpus import gpu_available
+from hazards.engine.outcome import Outcome
+from hazards.engine.targets import CommandTarget
+from hazards.engine.tripwire import TripwireFile, TripwireTarget, load_names
+from hazards.families import get_family
+from hazards.families import megakernel_layers as F
+from hazards.family import STANDALONE
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)")]
+FAM = get_family("megakernel_layers")
+NAMES = load_names(STANDALONE / "megakernel_layers" / "megakernel_layers_names.h")
+HANGS = [v.name for v in FAM.canaries if F.predict({"variant": v.name}).outcome == "hang"]
+CORRUPTIONS = [v.name for v in FAM.canaries
+               if F.predict({"variant": v.name}).outcome == "mismatch" and "stress" in v.detected_by]
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    from hazards.stress_family import family_binary
+
+    return family_binary(FAM)
+
+
+def run(binary: Path, params: dict, timeout: float, tmp_path: Path):
+    with TripwireFile() as tw:
+        target = TripwireTarget(CommandTarget([str(binary), "--once"], env=tw.env()), tw, names=NAMES,
+                                explain=F.explain_hang)
+        return target.run(params, timeout=timeout, artifact_dir=tmp_path)
+
+
+def test_clean_kernel_and_binary_reference_match_the_torch_reference(binary: Path):
+    import torch
+
+    from hazards.megakernel_layers import model as M
+    from hazards.megakernel_layers import reference as R
+    from hazards.megakernel_layers.calibration import dump_run
+
+    out, bref, reply = dump_run(binary, {"layers": 2, "seq": 1024})
+    assert reply.get("status") == "ok" and reply.get("mismatched") == 0, reply
+    w = R.make_weights(M.SHAPES["default"], 2, 1024, 1, "cuda")
+    ref = R.forward(w).cpu()
+    tol = F.DEFAULTS["tol_e6"] * 1e-6
+    assert R.rel_err(out, ref) < tol and R.rel_err(bref, ref) < tol
+    del w
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("variant", [v.name for v in FAM.clean_variants])
+def test_clean_variants_are_clean_over_300_launches(binary: Path, tmp_path: Path, variant: str):
+    r = run(binary, {"variant": variant, "launches": 300}, 120, tmp_path)
+    assert r.outcome is Outcome.CLEAN, (r.reason, r.metrics)
+    assert r.metrics.get("launches") == 300 and r.metrics.get("mismatched") == 0
+
+
+@pytest.mark.parametrize("variant", HANGS)
+def test_seeded_hangs_are_named_by_barrier_layer_participants_and_cause(binary: Path, tmp_path: Path, variant: str):
+    r = run(binary, {"variant": variant, "launches": 20}, 6, tmp_path)
+    assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
+    sentence = r.evidence["tripwire"]["sentence"]
+    assert "in layer" in sentence and "not the signature" not in sentence, sentence
+    assert any(word in sentence for word in ("never arrived", "reverted")), sentence
+
+
+@pytest.mark.parametrize("variant", CORRUPTIONS)
+def test_silent_corruptions_are_mismatches_against_the_calibrated_tolerance(binary: Path, tmp_path: Path,
+                                                                            variant: str):
+    r = run(binary, {"variant": variant, "launches": 50}, 120, tmp_path)
+    assert r.outcome is Outcome.MISMATCH, (r.reason, r.metrics)
+    assert r.metrics["max_rel_err"] > F.DEFAULTS["tol_e6"] * 1e-6
