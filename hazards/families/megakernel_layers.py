@@ -26,50 +26,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from hazards import presets
-from hazards.family import STANDALONE, Family, StaticVerdict, Variant
+from hazards.family import StaticVerdict, load_family
 from hazards.megakernel_layers import model as M
+from hazards.sources import family_dir
+from hazards.static import checks
 
-SOURCE_DIR = STANDALONE / "megakernel_layers"
-SYNC_STATIC = SOURCE_DIR / "mkl_sync_static.cu"
+SYNC_STATIC = family_dir("megakernel_layers") / "mkl_sync_static.cu"
 H200_SMS = 132  # what grid 0 (one worker per SM) means for the model unless told otherwise
-
-# Defaults of the binary's parameters (megakernel_layers.cu's ParamSpec list).
-DEFAULTS: dict[str, Any] = {
-    "hazard": "none", "model": "default", "layers": 4, "seq": 4096, "chunk_tokens": 128, "chunks": 0,
-    "grid": 0, "jitter_ppm": 0, "jitter_cycles": 200000, "writeback_ppm": 1000000, "tol_e6": 20000,
-    "data_seed": 1, "tripwire": "on",
-}
-
-_SKEW = {"jitter_ppm": 2000, "jitter_cycles": 200000}
-VARIANTS = (
-    Variant("clean", "fixed", "every switch off: seq 4096, auto chunks, one worker per SM", params={}),
-    Variant("clean_long", "fixed", "every switch off at seq 16384 (129 chunks, more than the 80 QKV tiles)",
-            params={"seq": 16384}),
-    Variant("clean_skew", "fixed", "every switch off, workers skewed across layers (the snapshot class's jitter)",
-            params=dict(_SKEW)),
-    Variant("clean_grid64", "fixed", "every switch off on 64 workers, 64 chunks", params={"grid": 64, "chunks": 64}),
-    Variant("participant_set", "broken", "chunk phase nested in the QKV rank guard; 129 chunks > 80 QKV tiles",
-            params={"hazard": "participant_set", "seq": 16384}, detected_by=("stress",)),
-    Variant("chunk_supply", "broken", "80 chunks on 64 workers, host guard removed",
-            params={"hazard": "chunk_supply", "grid": 64, "chunks": 80}, detected_by=("stress",)),
-    Variant("snapshot_epoch", "broken", "\"+1\" epochs snapshotted at layer entry, workers skewed",
-            params={"hazard": "snapshot_epoch", **_SKEW}, detected_by=("stress",)),
-    Variant("stale_release", "broken", "W13->W2 release value stuck at layer 0's, workers skewed",
-            params={"hazard": "stale_release", **_SKEW}, detected_by=("stress",)),
-    Variant("shared_line", "broken", "expert releases in the arrival counter's line, L2 write-back emulated",
-            params={"hazard": "shared_line"}, detected_by=("static", "stress")),
-    Variant("partial_no_fence", "broken", "chunk partials published without release/acquire",
-            params={"hazard": "partial_no_fence"}, detected_by=("static",)),
-    Variant("routing_no_fence", "broken", "routing flag written with no fence after the routing data",
-            params={"hazard": "routing_no_fence"}, detected_by=("static",)),
-    Variant("stale_descriptor", "broken", "descriptor refresh copies only the plain task's slots",
-            params={"hazard": "stale_descriptor"}, detected_by=("stress",)),
-    Variant("amax_tail", "broken", "FP8 amax butterfly reads lanes past the last sub-block",
-            params={"hazard": "amax_tail"}, detected_by=("stress",)),
-    Variant("dead_flag", "broken", "host packs bf16 for a flag the kernel never reads",
-            params={"hazard": "dead_flag"}, detected_by=("stress",)),
-)
 HAZARD_IDS = {name: i for i, name in enumerate(M.HAZARDS)}
 
 # What the static model assumes about time on the GPU (H200, measured in round 1; see the doc).
@@ -79,8 +42,8 @@ W2_HEAD_US = 5.0      # a W13 tile this late is read by W2 rows that no longer w
 
 
 def resolve(params: dict[str, Any]) -> dict[str, Any]:
-    """Defaults <- the named variant's preset <- explicit fields (as the binary does)."""
-    return presets.resolve(DEFAULTS, VARIANTS, params)
+    """Defaults <- the named variant's preset <- explicit fields (the one resolver)."""
+    return FAMILY.resolve({k: v for k, v in params.items() if k != "launches"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,8 +167,8 @@ def strategy() -> Any:
 
 # ---- static checks: the megakernel's own synchronisation on gfx942 ----------------------
 
-SYNC_CHECKS = {"shared_line": {"layout-wt-l2-line"}, "partial_no_fence": {"release-order"},
-               "routing_no_fence": {"release-order"}}
+SYNC_CHECKS = {"shared_line": {checks.LAYOUT_WT_L2_LINE.id}, "partial_no_fence": {checks.RELEASE_ORDER.id},
+               "routing_no_fence": {checks.RELEASE_ORDER.id}}
 
 
 def predicted_checks(params: dict[str, Any]) -> set[str]:
@@ -248,33 +211,4 @@ def explain_hang(snapshot: Any, params: dict[str, Any]) -> str | None:
     return explain(snapshot, resolve(params))
 
 
-RUNTIME_PARAMS = {
-    "hazard": "the hazard switch: " + " | ".join(M.HAZARDS),
-    "model": "default (GPT-OSS-20B layer shape) | small (d 1024; no amax tail)",
-    "layers": "decoder layers per step (one launch)",
-    "seq": "tokens in the KV cache (the step attends over seq + 1)",
-    "chunk_tokens": "auto chunk count: ceil((seq + 1) / chunk_tokens), capped at the workers",
-    "chunks": "attention chunks (0: auto)",
-    "grid": "persistent workers (0: one per SM)",
-    "jitter_ppm": "chance per worker and layer boundary of a delay (skew)",
-    "jitter_cycles": "that delay in SM clocks",
-    "writeback_ppm": "emulated L2 write-back of an expert barrier's counter line after its release",
-    "tol_e6": "mismatch threshold: relative L2 error of the output x 1e6",
-    "data_seed": "weights, KV cache and input",
-    "tripwire": "on (instrumented instance) | off (compiled out)",
-}
-
-FAMILY = Family(
-    name="megakernel_layers",
-    summary="layered MoE decode megakernel (one launch per step over L layers, scheduled on the device), "
-            "tripwire compiled in, one switch per hazard class of the MI355 megakernel PR",
-    variants=VARIANTS,
-    static_model=static_model,
-    strategy=strategy,
-    source_dir="megakernel_layers",
-    binary="megakernel_layers",
-    platforms=("cuda",),
-    default_launches=20,
-    timeout_s=20.0,
-    runtime_params=RUNTIME_PARAMS,
-)
+FAMILY = load_family("megakernel_layers", static_model=static_model, strategy=strategy)

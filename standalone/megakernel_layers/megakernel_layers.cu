@@ -504,61 +504,8 @@ void run(hz::Batch& b) {
   b.metric("tripwire_mode", u.tripwire ? hz_tw_mode_name(g_tw.mode) : "compiled-out instance");
 }
 
-hz::FamilySpec spec() {
-  hz::FamilySpec f;
-  f.name = "megakernel_layers";
-  f.summary = "layered MoE decode megakernel (one persistent launch per step over L layers), tripwire compiled in, "
-              "one switch per hazard class of the MI355 megakernel PR";
-  std::vector<std::string> hz_names(kHazardNames, kHazardNames + HZ_COUNT);
-  f.params = {
-      hz::ParamSpec::Str("hazard", "none", hz_names, "the hazard switch (none: the fixed megakernel)"),
-      hz::ParamSpec::Str("model", "default", {"default", "small"},
-                         "default: GPT-OSS-20B layer shape (d 2880, 64/8 heads, 32 experts top-4); small: d 1024"),
-      hz::ParamSpec::Int("layers", 4, 1, 16, "decoder layers per step (one launch)"),
-      hz::ParamSpec::Int("seq", 4096, 1, 131072, "tokens in the KV cache (the step attends over seq + 1)"),
-      hz::ParamSpec::Int("chunk_tokens", 128, 1, 1 << 20, "auto chunk count: ceil((seq + 1) / chunk_tokens), capped at the workers"),
-      hz::ParamSpec::Int("chunks", 0, 0, 4096, "attention chunks (0: auto from chunk_tokens)"),
-      hz::ParamSpec::Int("grid", 0, 0, 4096, "persistent workers (0: one per SM); must be co-resident"),
-      hz::ParamSpec::Int("jitter_ppm", 0, 0, 1000000,
-                         "chance per worker, at each layer boundary and before each W13 tile, of a delay (skew)"),
-      hz::ParamSpec::Int("jitter_cycles", 200000, 0, 100000000, "that delay, in SM clocks"),
-      hz::ParamSpec::Int("writeback_ppm", 1000000, 0, 1000000,
-                         "emulated L2 write-back of an expert barrier's counter line after its release (AMD)"),
-      hz::ParamSpec::Int("tol_e6", 20000, 1, 1000000,
-                         "mismatch threshold: relative L2 error of the output x 1e6 (calibrated, docs/megakernel-layers.md)"),
-      hz::ParamSpec::Int("data_seed", 1, 0, 1 << 30, "weights, KV cache and input"),
-      hz::ParamSpec::Str("tripwire", "on", {"on", "off"}, "on: the instrumented kernel instance; off: compiled out"),
-  };
-  f.variants = {
-      {"clean", "fixed", "every switch off: seq 4096, auto chunks, one worker per SM", R"({})"},
-      {"clean_long", "fixed", "every switch off at seq 16384 (129 chunks, more than the 80 QKV tiles)",
-       R"({"seq":16384})"},
-      {"clean_skew", "fixed", "every switch off, workers skewed across layers (the snapshot class's jitter)",
-       R"({"jitter_ppm":2000,"jitter_cycles":200000})"},
-      {"clean_grid64", "fixed", "every switch off on 64 workers, 64 chunks", R"({"grid":64,"chunks":64})"},
-      {"participant_set", "broken", "chunk phase nested in the QKV rank guard; 129 chunks > 80 QKV tiles",
-       R"({"hazard":"participant_set","seq":16384})"},
-      {"chunk_supply", "broken", "80 chunks on 64 workers, host guard removed",
-       R"({"hazard":"chunk_supply","grid":64,"chunks":80})"},
-      {"snapshot_epoch", "broken", "\"+1\" epochs snapshotted at layer entry, workers skewed",
-       R"({"hazard":"snapshot_epoch","jitter_ppm":2000,"jitter_cycles":200000})"},
-      {"stale_release", "broken", "W13->W2 release value stuck at layer 0's, workers skewed",
-       R"({"hazard":"stale_release","jitter_ppm":2000,"jitter_cycles":200000})"},
-      {"shared_line", "broken", "expert releases in the arrival counter's line, L2 write-back emulated",
-       R"({"hazard":"shared_line"})"},
-      {"partial_no_fence", "broken", "chunk partials published without release/acquire",
-       R"({"hazard":"partial_no_fence"})"},
-      {"routing_no_fence", "broken", "routing flag written with no fence after the routing data",
-       R"({"hazard":"routing_no_fence"})"},
-      {"stale_descriptor", "broken", "descriptor refresh copies only the plain task's slots",
-       R"({"hazard":"stale_descriptor"})"},
-      {"amax_tail", "broken", "FP8 amax butterfly reads lanes past the last sub-block", R"({"hazard":"amax_tail"})"},
-      {"dead_flag", "broken", "host packs bf16 for a flag the kernel never reads", R"({"hazard":"dead_flag"})"},
-  };
-  f.validate = validate;
-  f.run = run;
-  return f;
-}
+// Parameters, variants and counters: standalone/megakernel_layers/family.toml (embedded by the build).
+hz::FamilySpec spec() { return {validate, run}; }
 
 // ---- --bench: paired timing of the tripwire instances, launches per step ----------------------
 int count_graph_kernels(const Params& p, cudaStream_t st) {
@@ -588,11 +535,16 @@ int run_bench(const std::string& text) {
     long rounds = 9, per = 20;
     if (const hz::json::Value* v = req.get("rounds")) rounds = (long)v->num;
     if (const hz::json::Value* v = req.get("launches")) per = (long)v->num;
-    static const hz::FamilySpec f = spec();
+#ifdef HZ_HAVE_FAMILY_TABLE
+    const hz::FamilyTable table = hz::FamilyTable::parse(hz::kFamilyTableJson);
+#else
+    const hz::FamilyTable table;
+    throw hz::BadRequest("built without its family table (build it through hazards)");
+#endif
     hz::json::Value params;
     params.type = hz::json::Value::Object;
     if (const hz::json::Value* v = req.get("params")) params = *v;
-    hz::Params hp = hz::detail::resolve(f, params);
+    hz::Params hp = hz::detail::resolve(table, params);
     hz::Device d;
     HZ_CHECK(cudaSetDevice(0));
     HZ_CHECK(cudaGetDeviceProperties(&d.prop, 0));
@@ -665,6 +617,9 @@ int run_bench(const std::string& text) {
   } catch (const hz::DeviceFault& e) {
     std::fprintf(stderr, "hz: device fault: %s\n", e.what());
     return 3;
+  } catch (const std::logic_error& e) {
+    std::fprintf(stderr, "hz: %s\n", e.what());
+    return 2;
   }
 }
 

@@ -85,7 +85,7 @@ def test_missing_fences_are_amd_hazards_the_model_expects_to_stay_quiet_on_the_h
 @settings(max_examples=80, deadline=None)
 def test_strategy_points_stay_in_the_declared_domain_and_get_a_prediction(point):
     p = F.resolve(point)
-    assert set(p) == set(F.DEFAULTS)
+    assert set(p) == set(FAM.defaults)
     assert p["hazard"] in M.HAZARDS and 1 <= p["layers"] <= 16 and p["model"] in M.SHAPES
     pr = F.predict(point)
     assert pr.outcome in ("clean", "hang", "mismatch", "rejected") and 0.0 <= pr.probability <= 1.0
@@ -137,11 +137,11 @@ def test_evidence_that_does_not_fit_the_switch_is_not_blamed_on_it():
 
 @pytest.fixture(scope="module")
 def clang():
+    from hazards.engine import toolchain
     from hazards.engine.errors import ToolchainMissing
-    from hazards.static.compile import find_clang
 
     try:
-        return find_clang()
+        return toolchain.find_tool("clang", "the AMDGCN checks")
     except ToolchainMissing as e:
         pytest.skip(str(e))
 

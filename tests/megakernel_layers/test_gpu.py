@@ -9,15 +9,16 @@ import pytest
 from hazards.engine.gpus import gpu_available
 from hazards.engine.outcome import Outcome
 from hazards.engine.targets import CommandTarget
-from hazards.engine.tripwire import TripwireFile, TripwireTarget, load_names
+from hazards.engine.targets.tripwire import TripwireTarget
+from hazards.engine.tripwire import TripwireFile, load_names
 from hazards.families import get_family
 from hazards.families import megakernel_layers as F
-from hazards.family import STANDALONE
+from hazards.sources import family_dir
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)")]
 FAM = get_family("megakernel_layers")
-NAMES = load_names(STANDALONE / "megakernel_layers" / "megakernel_layers_names.h")
+NAMES = load_names(family_dir("megakernel_layers") / "megakernel_layers_names.h")
 HANGS = [v.name for v in FAM.canaries if F.predict({"variant": v.name}).outcome == "hang"]
 CORRUPTIONS = [v.name for v in FAM.canaries
                if F.predict({"variant": v.name}).outcome == "mismatch" and "stress" in v.detected_by]
@@ -48,7 +49,7 @@ def test_clean_kernel_and_binary_reference_match_the_torch_reference(binary: Pat
     assert reply.get("status") == "ok" and reply.get("mismatched") == 0, reply
     w = R.make_weights(M.SHAPES["default"], 2, 1024, 1, "cuda")
     ref = R.forward(w).cpu()
-    tol = F.DEFAULTS["tol_e6"] * 1e-6
+    tol = FAM.defaults["tol_e6"] * 1e-6
     assert R.rel_err(out, ref) < tol and R.rel_err(bref, ref) < tol
     del w
     torch.cuda.empty_cache()
@@ -75,4 +76,4 @@ def test_silent_corruptions_are_mismatches_against_the_calibrated_tolerance(bina
                                                                             variant: str):
     r = run(binary, {"variant": variant, "launches": 50}, 120, tmp_path)
     assert r.outcome is Outcome.MISMATCH, (r.reason, r.metrics)
-    assert r.metrics["max_rel_err"] > F.DEFAULTS["tol_e6"] * 1e-6
+    assert r.metrics["max_rel_err"] > FAM.defaults["tol_e6"] * 1e-6

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from hazards.family import STANDALONE
+from hazards.sources import family_dir
 from hazards.megakernel_layers import model as M
 
 DRIVER = r"""
@@ -48,7 +48,7 @@ def c_values(tmp_path_factory) -> list[list[str]]:
     src = d / "driver.cpp"
     src.write_text(DRIVER)
     exe = d / "driver"
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{STANDALONE / 'megakernel_layers'}", str(src), "-o", str(exe)],
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{family_dir('megakernel_layers')}", str(src), "-o", str(exe)],
                    check=True, capture_output=True, text=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     return [line.split() for line in out.splitlines()]
