@@ -34,7 +34,9 @@ class Repeat:
     prior runs are seen first: a campaign that already met its stop condition runs nothing).
 
     `params(k)`, when given, makes the parameters of the campaign's k-th run (k from 1,
-    prior runs included). `counts` are the outcome counts so far, prior runs included.
+    prior runs included). `counts` are the outcome counts so far, prior runs included. A
+    target that cannot even start (an `error` run of kind `target_start`) stops it too:
+    the next run would not start either.
     """
 
     def __init__(self, item: WorkItem, n: int, *, until_fail: bool = False, sprt: Sprt | None = None,
@@ -46,6 +48,7 @@ class Repeat:
         self.counts = empty_counts()
         self.issued = self.ran_now = 0
         self.failed = False
+        self.cannot_start: str | None = None
         for result in prior:
             self._count(result)
             self.issued += 1
@@ -64,6 +67,8 @@ class Repeat:
             return "first failure"
         if self.sprt is not None and self.sprt.decision is not None:
             return f"SPRT {self.sprt.decision}"
+        if self.cannot_start is not None:
+            return f"the target cannot start: {self.cannot_start}"
         return None
 
     def next_item(self, gpu: str) -> WorkItem | None:
@@ -79,6 +84,8 @@ class Repeat:
         with self._mu:
             self._count(result)
             self.ran_now += 1
+            if result.error_kind == "target_start":
+                self.cannot_start = result.reason
 
     def finished(self) -> bool:
         with self._mu:

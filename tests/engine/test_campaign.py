@@ -162,3 +162,17 @@ def test_bad_counts_and_timeouts_are_rejected_before_anything_is_stored(store, k
     with pytest.raises(ValueError):
         run_campaign(ScriptedTarget(["clean"]), store, **kw)
     assert store.campaigns() == []
+
+
+def test_a_target_that_cannot_start_stops_the_campaign_at_its_first_error_run(store):
+    from hazards.engine.errors import UserError
+
+    class Unstartable(ScriptedTarget):
+        def run(self, *a, **k):
+            super().run(*a, **k)
+            raise UserError("cannot start ./gone: No such file or directory")
+
+    t = Unstartable(["clean"])
+    s = run_campaign(t, store, n=1000, timeout=1.0, until_fail=True)
+    assert len(t.calls) == 1 and s.counts["error"] == 1 and s.status == STOPPED
+    assert s.stop_reason == "the target cannot start: UserError: cannot start ./gone: No such file or directory"
