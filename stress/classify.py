@@ -9,12 +9,14 @@ group repeated failures. The precedence for processes is documented in docs/prot
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
 from typing import Any
 
 from hazards.engine.outcome import Outcome
+from hazards.engine.protocol import field_problem, shown
 
 # CUDA statuses that say the machine or the build is unusable, not that a kernel failed.
 _INFRA_ENUMS = ("NoDevice", "InsufficientDriver", "DevicesUnavailable", "NoKernelImageForDevice",
@@ -56,7 +58,9 @@ _FAULT_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 _FAULT_RES = tuple((kind, re.compile(pat)) for kind, pat in _FAULT_PATTERNS)
 
-_RESULT_RE = re.compile(r"^\s*(HZ_RESULT|FAITHFUL_RESULT|KERNEL_RESULT)[ \t:=]+(\{.*\})\s*$",
+# A line that starts with a result tag is a result line, whatever follows the tag: what
+# follows must then be one JSON object with well-typed fields, or the run cannot be judged.
+_RESULT_RE = re.compile(r"^[ \t]*(HZ_RESULT|FAITHFUL_RESULT|KERNEL_RESULT)(?![A-Za-z0-9_])[ \t:=]*(.*?)[ \t]*$",
                         re.MULTILINE)
 
 class NotableLines:
@@ -69,6 +73,12 @@ class NotableLines:
     if it passes that keyword's cheap check, if any. Keeping a few lines too many is
     harmless: classification runs the real patterns over what was kept. Every pattern
     must contain a keyword, or its lines could be lost (checked at construction).
+
+    What is kept of a line is a window around the keyword, bounded on both sides, so a
+    progress bar that never ends its line (tqdm redraws with carriage returns) cannot hide
+    a fault message at column 10,000 nor make the supervisor buffer the whole line: a
+    carriage return ends a line too, the window reaches `BEFORE` bytes back and `AFTER`
+    bytes on (`RESULT_AFTER` for a result line, which must be kept whole to be parsed).
     """
 
     # keyword -> a cheap check for keywords that also occur in ordinary output
@@ -80,6 +90,11 @@ class NotableLines:
         "ECC error": None, "CUDA-capable": None, "driver version": None,
         "kernel image": None, "_RESULT": r"(?:HZ|FAITHFUL|KERNEL)_RESULT",
         "Traceback": r"Traceback \(most recent call last\)"}
+    RESULT_KEYWORD = "_RESULT"
+    BEFORE = 300            # bytes of a long line kept before its keyword
+    AFTER = 700             # ... and from the keyword on
+    RESULT_AFTER = 1 << 16  # a result line is kept whole up to this many bytes
+    TRUNCATED = " [line truncated]"
 
     def __init__(self, patterns: tuple[str, ...], keep: int = 10) -> None:
         for pattern in patterns:
@@ -88,39 +103,74 @@ class NotableLines:
         self.keep = keep
         self.checks = {k.encode(): re.compile(v.encode()) if v else None
                        for k, v in self.KEYWORDS.items()}
+        self.max_after = max(self.AFTER, self.RESULT_AFTER)
+        self._longest = max(len(k) for k in self.checks)
 
-    def _positions(self, data: bytes, keyword: bytes, check: re.Pattern[bytes] | None
-                   ) -> list[int]:
-        """Where `keyword` (passing `check`) occurs: all of them, or in a flood only the
-        first and last `keep` (the drain keeps no more), so a flood costs no more."""
-        if keyword not in data:  # memmem first: the common case costs nothing more
+    def _positions(self, data: bytes | bytearray, keyword: bytes, check: re.Pattern[bytes] | None,
+                   lo: int, hi: int) -> list[int]:
+        """Where `keyword` (passing `check`) starts within [lo, hi): all of them, or in a
+        flood only the first and last `keep` (the drain keeps no more), so a flood costs
+        no more."""
+        end = min(len(data), hi + self._longest)
+        if data.find(keyword, lo, end) < 0:  # memmem first: the common case costs nothing more
             return []
         if check is not None:
-            at = [m.start() for m in check.finditer(data)]
+            at = [m.start() for m in check.finditer(data, max(0, lo - self._longest), end)
+                  if lo <= m.start() < hi]
             return at if len(at) <= 2 * self.keep else at[:self.keep] + at[-self.keep:]
-        count = data.count(keyword)
-        if count == 0:
-            return []
-        head, tail, pos = [], [], -1
-        for _ in range(min(count, self.keep)):
-            pos = data.find(keyword, pos + 1)
+        head, tail, pos = [], [], lo - 1
+        while len(head) < self.keep:
+            pos = data.find(keyword, pos + 1, end)
+            if pos < 0 or pos >= hi:
+                return head
             head.append(pos)
-        pos = len(data)
-        for _ in range(min(count - len(head), self.keep)):
-            pos = data.rfind(keyword, 0, pos)
-            tail.append(pos)
+        pos = end
+        while len(tail) < self.keep:
+            pos = data.rfind(keyword, head[-1] + 1, pos + len(keyword) - 1)
+            if pos < 0:
+                break
+            if pos < hi:
+                tail.append(pos)
         return head + tail[::-1]
 
-    def lines(self, data: bytes) -> list[tuple[str, str]]:
-        """(keyword, line) for each kept line of `data` (complete lines), in order."""
-        found: dict[int, tuple[str, str]] = {}
+    def window(self, data: bytes | bytearray, at: int, keyword: bytes, final: bool = True) -> tuple[int, str]:
+        """(start, text) of the kept part of the line around position `at` of `data`.
+
+        The line ends at a newline or carriage return; a long one is cut `BEFORE` bytes
+        before `at` (marked with a leading '…') and `AFTER` / `RESULT_AFTER` bytes after it
+        (marked `TRUNCATED`, which no parser mistakes for the rest of a JSON object).
+        """
+        after = self.RESULT_AFTER if keyword == self.RESULT_KEYWORD.encode() else self.AFTER
+        floor = max(0, at - self.BEFORE)
+        start = max(data.rfind(b"\n", floor, at), data.rfind(b"\r", floor, at)) + 1
+        clipped_front = start == 0 and floor > 0
+        if start == 0:
+            start = floor
+        ceiling = min(len(data), at + after)
+        ends = [e for e in (data.find(b"\n", at, ceiling), data.find(b"\r", at, ceiling)) if e >= 0]
+        end = min(ends) if ends else ceiling
+        text = bytes(data[start:end]).decode("utf-8", "replace")
+        if clipped_front:
+            text = "…" + text
+        if not ends and (ceiling < len(data) or not final):
+            text += self.TRUNCATED
+        return start, text
+
+    def hits(self, data: bytes | bytearray, lo: int = 0, hi: int | None = None) -> list[tuple[bytes, int]]:
+        """(keyword, position) of every kept keyword that starts within [lo, hi)."""
+        hi = len(data) if hi is None else hi
+        found: list[tuple[bytes, int]] = []
         for keyword, check in self.checks.items():
-            for at in self._positions(data, keyword, check):
-                start = data.rfind(b"\n", 0, at) + 1
-                if start not in found:
-                    end = data.find(b"\n", at)
-                    line = data[start:end if end >= 0 else len(data)]
-                    found[start] = (keyword.decode(), line.decode("utf-8", "replace")[:1000])
+            found += [(keyword, at) for at in self._positions(data, keyword, check, lo, hi)]
+        return found
+
+    def lines(self, data: bytes) -> list[tuple[str, str]]:
+        """(keyword, kept line) for each kept line of `data` (all of it), in order."""
+        found: dict[int, tuple[str, str]] = {}
+        for keyword, at in self.hits(data):
+            start, text = self.window(data, at, keyword)
+            if start not in found:
+                found[start] = (keyword.decode(), text)
         return [found[start] for start in sorted(found)]
 
 
@@ -152,10 +202,15 @@ def signal_name(signum: int) -> str:
 
 
 def _line_at(text: str, pos: int) -> str:
+    """The line around position `pos`; a long one shown around `pos`, so what matched
+    there is always in what is shown."""
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
-    line = text[start:end if end >= 0 else len(text)].strip()
-    return line[:_SHOWN]
+    line = text[start:end if end >= 0 else len(text)]
+    if len(line) > _SHOWN:
+        lo = max(0, min(pos - start - _SHOWN // 3, len(line) - _SHOWN))
+        line = ("…" if lo else "") + line[lo:lo + _SHOWN]
+    return line.strip()
 
 
 def _first_match(res: tuple[tuple[str, re.Pattern[str]], ...], text: str) -> tuple[str, str] | None:
@@ -181,20 +236,49 @@ def find_fault_signature(text: str) -> tuple[str, str] | None:
     return _first_match(_FAULT_RES, text)
 
 
-def parse_result_line(text: str) -> tuple[str, dict[str, Any]] | None:
-    """The last well-formed result line (`HZ_RESULT {json}` etc.) as (tag, payload).
+@dataclasses.dataclass(frozen=True)
+class ResultLine:
+    """One well-formed result line: its tag, its JSON object, and the line as printed."""
 
-    A tag followed by something that is not a JSON object is ignored (not a result line).
-    """
-    found = None
+    tag: str
+    payload: dict[str, Any]
+    line: str
+
+
+def result_problem(payload: Any) -> str | None:
+    """Why a result line's JSON cannot be judged (not an object, or fields of the wrong
+    type: the server reply's rules, `protocol.field_problem`), or None."""
+    if not isinstance(payload, dict):
+        return f"not a JSON object but {type(payload).__name__}"
+    return field_problem(payload)
+
+
+def parse_result_lines(text: str) -> tuple[list[ResultLine], list[str]]:
+    """Every result line of `text`: (the well-formed ones in order, a problem for each of
+    the others). A problem quotes the line: 'malformed HZ_RESULT line (not JSON):
+    \'HZ_RESULT {"ok": false, max_err: 3}\''. A line printed twice counts once."""
+    good: dict[str, ResultLine] = {}
+    problems: dict[str, str] = {}
     for m in _RESULT_RE.finditer(text):
+        line, tag, body = m.group(0).strip(), m.group(1), m.group(2)
         try:
-            payload = json.loads(m.group(2))
+            payload = json.loads(body)
         except ValueError:
-            continue
-        if isinstance(payload, dict):
-            found = (m.group(1), payload)
-    return found
+            why: str | None = "not JSON" if body else "nothing after the tag"
+        else:
+            why = result_problem(payload)
+        if why:
+            problems.setdefault(line, f"malformed {tag} line ({why}): {shown(line)!r}")
+        else:
+            good.pop(line, None)  # the last print of a line decides its place
+            good[line] = ResultLine(tag, payload, shown(line))
+    return list(good.values()), list(problems.values())
+
+
+def parse_result_line(text: str) -> tuple[str, dict[str, Any]] | None:
+    """The last well-formed result line of `text` as (tag, payload), None if there is none."""
+    good, _ = parse_result_lines(text)
+    return (good[-1].tag, good[-1].payload) if good else None
 
 
 def result_verdict(payload: dict[str, Any]) -> tuple[Outcome, str] | None:
@@ -262,7 +346,8 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
     signature -> fault; infra signature (no device, driver, no kernel
     image) -> error; signal from outside -> error; exit 3 -> fault; exit 2 -> error;
     other exit >= 4 -> fault (128+N crash signals named); a result line's fault/error
-    status; a failing result line or a `result_regex` match -> mismatch; exit 1 ->
+    status; a malformed result line (not a JSON object, fields of the wrong type) ->
+    error; a failing result line or a `result_regex` match -> mismatch; exit 1 ->
     mismatch (or the uncaught Python exception's class: AssertionError mismatch, import /
     file errors error, anything else fault); exit 0 -> clean, unless the result line or
     regex said otherwise. A result line never turns a non-zero exit into clean.
@@ -273,9 +358,15 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
     signature = find_fault_signature(text)
     if signature:
         evidence["fault_signature"] = {"kind": signature[0], "line": signature[1]}
-    result = parse_result_line(stdout) or parse_result_line(stderr)
-    if result:
-        evidence["result"] = {"tag": result[0], "payload": result[1]}
+    results, problems = parse_result_lines(stdout)
+    more = parse_result_lines(stderr)
+    results, problems = results or more[0], problems + more[1]
+    result = (results[-1].tag, results[-1].payload) if results else None
+    if results:
+        evidence["result"] = {"tag": results[-1].tag, "payload": results[-1].payload,
+                              "line": results[-1].line}
+    if problems:
+        evidence["result_problems"] = problems[:10]
     signum = None
     if returncode is not None and returncode < 0:
         signum = -returncode
@@ -318,6 +409,8 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
     if verdict and verdict[0] in (Outcome.FAULT, Outcome.ERROR):
         kind = "result_fault" if verdict[0] is Outcome.FAULT else "result_error"
         return _verdict(verdict[0], verdict[1], evidence, kind)
+    if problems:  # a result line nobody can read: the run cannot be judged
+        return _verdict(Outcome.ERROR, problems[0], evidence, "result_malformed")
     if verdict and verdict[0] is Outcome.MISMATCH:
         return _verdict(Outcome.MISMATCH, verdict[1], evidence, "mismatch")
     if result_regex is not None:

@@ -92,28 +92,46 @@ def _is_number(value: Any) -> bool:
     return type(value) in (int, float)
 
 
+COUNT_FIELDS = ("launches", "mismatched", "bad_elements")
+NUMBER_FIELDS = ("max_rel_err", "kernel_ms")
+
+
+def field_problem(obj: dict[str, Any]) -> str | None:
+    """Why the judged fields of a reply or a command's result line have the wrong type, or
+    None: one rule for both (docs/protocol.md). `status` must be a known status, `ok` true
+    or false, counts non-negative integers, `max_rel_err` / `kernel_ms` numbers (or null),
+    `message` a string and `metrics` an object. Other keys are metrics, stored as given."""
+    if "status" in obj and obj["status"] not in REPLY_STATUSES:
+        return f"unknown status {shown(json.dumps(obj['status']))}"
+    if "ok" in obj and type(obj["ok"]) is not bool:
+        return f"ok is not true or false: {shown(json.dumps(obj['ok']))}"
+    for key in COUNT_FIELDS:
+        if key in obj and not _is_count(obj[key]):
+            return f"{key} is not a non-negative integer: {shown(json.dumps(obj[key]))}"
+    for key in NUMBER_FIELDS:
+        if key in obj and obj[key] is not None and not _is_number(obj[key]):
+            return f"{key} is not a number: {shown(json.dumps(obj[key]))}"
+    if "message" in obj and not isinstance(obj["message"], str):
+        return f"message is not a string: {shown(json.dumps(obj['message']))}"
+    if "metrics" in obj and not isinstance(obj["metrics"], dict):
+        return "metrics is not an object"
+    return None
+
+
 def validate_reply(obj: dict[str, Any], expected_id: int) -> dict[str, Any]:
     """Check a reply object against the request it answers; return it.
 
     Raises ProtocolError for a wrong or missing id, a missing or unknown status, an `ok`
-    reply without an integer `mismatched`, or counts/numbers of the wrong type.
+    reply without an integer `mismatched`, or fields of the wrong type (`field_problem`).
     """
     if obj.get("id") != expected_id or type(obj.get("id")) is not int:
         raise ProtocolError(f"reply id {obj.get('id')!r}, expected {expected_id}")
-    status = obj.get("status")
-    if status is None:
+    if obj.get("status") is None:
         raise ProtocolError("reply has no status")
-    if status not in REPLY_STATUSES:
-        raise ProtocolError(f"unknown reply status {shown(str(status))!r}")
-    if status == "ok" and "mismatched" not in obj:
+    problem = field_problem(obj)
+    if problem:
+        raise ProtocolError(f"reply {problem}")
+    if obj["status"] == "ok" and "mismatched" not in obj:
         # Without it an ok reply cannot be judged; guessing 0 would count it clean.
         raise ProtocolError("ok reply has no 'mismatched' count")
-    for key in ("launches", "mismatched", "bad_elements"):
-        if key in obj and not _is_count(obj[key]):
-            raise ProtocolError(f"reply {key} is not a non-negative integer: {obj[key]!r}")
-    for key in ("max_rel_err", "kernel_ms"):
-        if key in obj and obj[key] is not None and not _is_number(obj[key]):
-            raise ProtocolError(f"reply {key} is not a number: {obj[key]!r}")
-    if "metrics" in obj and not isinstance(obj["metrics"], dict):
-        raise ProtocolError("reply metrics is not an object")
     return obj

@@ -170,10 +170,12 @@ def run_collectors(ctx: HangContext, budget_s: float | None = None) -> dict[str,
 class Drain(threading.Thread):
     """Reads one pipe to EOF: a bounded tail, an optional full log, and notable lines.
 
-    Notable lines (fault signatures, result lines, tracebacks: `notable_re`, a regex or
-    an object with `.lines(bytes) -> list[str]` such as classify.NOTABLE_RE) are kept
-    even when they scroll out of the tail: the first and the last `NOTABLE_KEEP` of each
-    kind.
+    Notable lines (fault signatures, result lines, tracebacks: `notable_re`, an object
+    with `hits`, `window` and `max_after` such as classify.NOTABLE_RE) are kept even when
+    they scroll out of the tail: the first and the last `NOTABLE_KEEP` of each kind. Every
+    byte is scanned, in memory bounded whatever the output: a line is never buffered
+    whole, only the window around a keyword (a carriage return ends a line too, so a
+    progress bar is many short lines, not one endless one).
     """
 
     def __init__(self, fd: int, *, name: str, tail_bytes: int = TAIL_BYTES,
@@ -185,7 +187,11 @@ class Drain(threading.Thread):
         self._cap = tail_bytes
         self._log_path = log_path
         self._notable_re = notable_re
-        self._carry = b""
+        # Scan state: `_buf` holds the stream from absolute offset `_buf_at`; keywords that
+        # start before `_done` have been handled.
+        self._buf = bytearray()
+        self._buf_at = 0
+        self._done = 0
         self.log_error: str | None = None
         self._notable: dict[str, tuple[list[str], collections.deque[str]]] = {}
         self._lock = threading.Lock()
@@ -205,13 +211,13 @@ class Drain(threading.Thread):
                 except OSError as exc:  # a full disk must not stop the draining
                     self.log_error = f"{self._log_path}: {exc.strerror}"
                     log = self._close_log(log)
-            self._scan(data)
+            self._scan(data, final=False)
             with self._lock:
                 self.total += len(data)
                 self._tail += data
                 if len(self._tail) > 2 * self._cap:
                     del self._tail[:-self._cap]
-        self._scan(b"\n")  # the last line may lack its newline
+        self._scan(b"", final=True)
         self._close_log(log)
 
     def _open_log(self) -> Any:
@@ -230,23 +236,34 @@ class Drain(threading.Thread):
             except OSError as exc:
                 self.log_error = f"{self._log_path}: {exc.strerror}"
 
-    def _scan(self, data: bytes) -> None:
-        if self._notable_re is None:
+    def _scan(self, data: bytes, final: bool) -> None:
+        """Handle every keyword whose line is complete, or whose window is (`max_after`
+        bytes read past it); keep only what a later window can still need."""
+        matcher = self._notable_re
+        if matcher is None:
             return
-        text = self._carry + data
-        cut = text.rfind(b"\n") + 1
-        if cut == 0 and len(text) < self._cap:
-            self._carry = text
-            return
-        complete, self._carry = (text[:cut], text[cut:]) if cut else (text, b"")
-        if hasattr(self._notable_re, "lines"):  # a fast matcher (classify.NotableLines)
-            lines = self._notable_re.lines(complete)
-        else:  # a plain regex: fine for short, literal patterns
-            decoded = complete.decode("utf-8", "replace")
-            lines = [("", ln[:1000]) for ln in decoded.splitlines()
-                     if self._notable_re.search(ln)]
-        if not lines:
-            return
+        buf = self._buf
+        buf += data
+        if final:
+            limit = len(buf)
+        else:
+            last_end = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+            limit = max(last_end, len(buf) - matcher.max_after)
+        lo = self._done - self._buf_at
+        if limit > lo:
+            kept = {}
+            for keyword, at in matcher.hits(buf, lo, limit):
+                start, line = matcher.window(buf, at, keyword, final=final)
+                kept.setdefault(start, (keyword.decode(), line))
+            if kept:
+                self._keep([kept[s] for s in sorted(kept)])
+            self._done = self._buf_at + limit
+        drop = max(0, min(limit, len(buf)) - matcher.BEFORE)
+        if drop:
+            del buf[:drop]
+            self._buf_at += drop
+
+    def _keep(self, lines: list[tuple[str, str]]) -> None:
         with self._lock:
             for key, line in lines:
                 # Per keyword, so a flood of one kind (result lines) cannot push out another.
@@ -263,11 +280,16 @@ class Drain(threading.Thread):
             return bytes(self._tail[-self._cap:])
 
     def text(self) -> str:
-        """What classification reads: the notable lines, then the tail, as text."""
+        """What classification reads: the notable lines, then the tail, as text (carriage
+        returns read as line ends; a tail cut mid-line starts at its next line)."""
         with self._lock:
             notable = [ln for first, last in self._notable.values() for ln in first + list(last)]
             tail = bytes(self._tail[-self._cap:])
-        body = tail.decode("utf-8", "replace")
+            cut = self.total > len(tail)
+        if cut:  # its first line is the end of one that began before the tail
+            ends = [e for e in (tail.find(b"\n"), tail.find(b"\r")) if e >= 0]
+            tail = tail[min(ends) + 1:] if ends else b""
+        body = tail.decode("utf-8", "replace").replace("\r", "\n")
         return "\n".join(notable) + "\n" + body if notable else body
 
 

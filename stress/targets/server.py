@@ -7,9 +7,12 @@ one poll() on the server's stdout and its pidfd, against the request's deadline.
 """
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import select
+import struct
+import termios
 import time
 from pathlib import Path
 from typing import Any
@@ -101,6 +104,14 @@ class _Worker:
             except (BrokenPipeError, OSError):
                 return "broken"
         return "ok"
+
+    def unread(self) -> int:
+        """Bytes written to the server's stdin that it has not read (they stay in the pipe
+        after it dies, so this tells whether a dead server ever read the last request)."""
+        try:
+            return struct.unpack("i", fcntl.ioctl(self.child.stdin_fd, termios.FIONREAD, b"\0" * 4))[0]
+        except (OSError, TypeError):
+            return 0
 
     def wait_exit(self, deadline: float) -> int | None:
         """The server's exit status once it exits (by `deadline`), else None."""
@@ -289,6 +300,11 @@ class ServerTarget(Target):
             kind, data = worker.read_line(deadline)
         else:
             kind, data = ("timeout", b"") if sent == "timeout" else ("eof", b"")
+        if kind == "eof" and (sent == "broken" or worker.unread() >= len(request)):
+            # It was gone, or going, before it read this request: a server that exits
+            # right after its reply races the next request, which must not count as a
+            # death during that request.
+            when = "between requests"
         duration = time.monotonic() - t0
         evidence: dict[str, Any] = {"request_id": request_id, "server_pid": worker.child.pid}
         metrics: dict[str, Any] = {}
@@ -355,11 +371,13 @@ class ServerTarget(Target):
         if explained:
             evidence.update(judged)
             return outcome, f"server died {when}: {reason}"
-        if rc == 0 and when == "between requests":
-            # It quit on its own after its last reply: this request never ran, so it shows
-            # nothing about the kernel; the next request gets a fresh server.
+        if rc == 0:
+            # It quit on its own (exit 0 says "I chose to stop", never "the kernel failed"):
+            # nothing about the kernel was shown; the next request gets a fresh server.
             evidence["error_kind"] = "server_exited"
-            return Outcome.ERROR, "server exited with code 0 between requests (this request never ran)"
+            if when == "between requests":
+                return Outcome.ERROR, "server exited with code 0 between requests (this request never ran)"
+            return Outcome.ERROR, "server exited with code 0 without replying to this request"
         evidence["error_kind"] = f"exit_{rc}"
         return Outcome.FAULT, f"server died {when}: {_exit_words(rc)}"
 

@@ -32,7 +32,7 @@ def test_passing_program_is_clean_and_gets_params_and_launches(fake_env, pidfile
     assert result.outcome is Outcome.CLEAN, result.reason
     assert result.error_kind is None
     assert result.metrics["params"] == {"variant": "fixed", "n": 3}
-    assert result.metrics["launches"] == "7"
+    assert result.metrics["launches"] == 7
     assert result.variant == "fixed"
     assert result.evidence["exit_code"] == 0 and result.evidence["survivors"] == []
     assert_none_running(recorded_pids(pidfile))

@@ -109,6 +109,25 @@ def test_server_quitting_cleanly_after_its_reply_makes_the_unrun_request_an_erro
     assert server.run(timeout=TIMEOUT).outcome is Outcome.CLEAN and server.pid != first_pid
 
 
+def test_a_server_quitting_right_after_its_reply_never_makes_the_racing_request_a_fault(server):
+    # No wait for the server to die: the next request races its exit (issue 12, item 7).
+    outcomes = []
+    for _ in range(12):
+        assert server.run({"action": "exit0_after"}, timeout=TIMEOUT).outcome is Outcome.CLEAN
+        result = server.run(timeout=TIMEOUT)
+        outcomes.append((result.outcome, result.error_kind))
+        assert server.run(timeout=TIMEOUT).outcome is Outcome.CLEAN
+    assert set(outcomes) == {(Outcome.ERROR, "server_exited")}, outcomes
+
+
+def test_a_server_crashing_right_after_its_reply_is_reported_between_requests(server):
+    for _ in range(4):
+        assert server.run({"action": "abort_after"}, timeout=TIMEOUT).outcome is Outcome.CLEAN
+        result = server.run(timeout=TIMEOUT)
+        assert result.outcome is Outcome.FAULT and result.error_kind == "sigabrt"
+        assert result.reason == "server died between requests: killed by SIGABRT"
+
+
 def test_fault_reply_is_a_fault_and_the_poisoned_server_is_replaced(server):
     server.run(timeout=TIMEOUT)
     first_pid = server.pid

@@ -1,7 +1,6 @@
 """The watchdog's parts: collectors, output drains, descendant discovery, the verified kill."""
 import gc
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -93,7 +92,7 @@ def _write_all(fd, data):
 def test_drain_keeps_a_bounded_tail_and_notable_lines_that_scrolled_out():
     body = b"CUDA error: misaligned address\n" + b"".join(
         b"line %d\n" % i for i in range(50000)) + b"last line without newline"
-    drain = _drain_bytes(body, tail_bytes=1024, notable_re=re.compile(r"misaligned address"))
+    drain = _drain_bytes(body, tail_bytes=1024, notable_re=NOTABLE_RE)
     assert drain.total == len(body)
     assert len(drain.tail()) == 1024 and drain.tail().endswith(b"last line without newline")
     assert drain.text().startswith("CUDA error: misaligned address\n")

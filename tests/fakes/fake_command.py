@@ -23,8 +23,8 @@ def ready() -> None:
 def passes() -> int:
     params = json.loads(os.environ.get("HZ_PARAMS", "{}"))
     print("computing...")
-    print("HZ_RESULT " + json.dumps({"ok": True, "mismatched": 0, "params": params,
-                                     "launches": os.environ.get("HZ_LAUNCHES")}))
+    launches = {"launches": int(os.environ["HZ_LAUNCHES"])} if "HZ_LAUNCHES" in os.environ else {}
+    print("HZ_RESULT " + json.dumps({"ok": True, "mismatched": 0, "params": params, **launches}))
     return 0
 
 
@@ -115,6 +115,37 @@ def chatty_fault() -> int:
     return 1
 
 
+def progress_bar(what: str, code: str = "0") -> int:
+    """A tqdm-style progress bar (carriage returns, no newline) in which `what` is printed
+    past column 1,000 (a fault message, or a result line after a carriage return), then
+    more than 64 KB of further output; exit `code`."""
+    lines = {"fault": "RuntimeError: CUDA error: an illegal memory access was encountered",
+             "result": 'HZ_RESULT {"ok": false, "mismatched": 2}'}
+    bar = "".join(f"\r{i:3d}%|{'#' * (i // 10):10s}| {i}/100 [00:0{i % 10}<00:09, 99.9it/s]"
+                  for i in range(100))
+    sys.stderr.write(bar[:2000] + "\r" + lines[what] + bar)
+    sys.stderr.write("\n" + "".join(f"epoch {i} loss 0.{i:04d}\n" for i in range(8000)))
+    return int(code)
+
+
+def floods(megabytes: str) -> int:
+    """`megabytes` MB on stdout: one endless line with a fault message in its middle,
+    then short lines; exit 0."""
+    half = int(float(megabytes) * (1 << 20)) // 2
+    chunk = b"." * (1 << 20)
+    out = sys.stdout.buffer
+    for _ in range(half // len(chunk) // 2):
+        out.write(chunk)
+    out.write(b" CUDA error: misaligned address ")
+    for _ in range(half // len(chunk) // 2):
+        out.write(chunk)
+    row = b"".join(b"row %06d of the flood\n" % i for i in range(40000))
+    for _ in range(half // len(row)):
+        out.write(row)
+    out.flush()
+    return 0
+
+
 def prints(text: str) -> int:
     print(text)
     return 0
@@ -129,6 +160,7 @@ MODES = {
     "leftover": leftover, "ignore_sigterm": ignore_sigterm, "segfault": segfault,
     "abort": aborts, "cuda_fault": cuda_fault, "wrong_result": wrong_result,
     "exit": exit_with, "raise": raises, "chatty_fault": chatty_fault, "print": prints,
+    "progress_bar": progress_bar, "flood": floods,
 }
 
 if __name__ == "__main__":
