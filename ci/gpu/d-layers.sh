@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU round 2 for the layered MoE decode megakernel (issue 15), one H200, budget 200 s: the
+# GPU round 2 for the layered MoE decode megakernel, one H200, budget 200 s: the
 # acceptance runs. Build; sanity; the tolerance table (2 data seeds); clean variants over as
 # many checked launches as fit, the corruption canaries' rates, the static model against the
 # GPU at extra points (bench/megakernel_layers_acceptance.py); each hang class through

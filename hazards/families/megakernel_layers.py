@@ -7,7 +7,7 @@ top-k, expert W13 then W2 behind per-expert arrival barriers), with the tripwire
 and every inter-block wait instrumented. Its synchronisation layer (`mkl_sync.cuh`) also
 compiles for gfx942 with clang-19, so the AMDGCN checks read the megakernel's own barriers.
 
-One variant per class of the seed 002_79daa8f540f6a64d (the request field `hazard`), each
+One variant per hazard class of the MI355 megakernel PR (the request field `hazard`), each
 restoring the PR's mechanism where it lived, plus clean variants at several (sequence
 length, chunk count, grid) points. Hangs are read by the tripwire (`explain_hang` adds the
 participants that never arrived and the class); silent corruptions are mismatches of the

@@ -1,6 +1,6 @@
 // Family `megakernel_layers`: a layered MoE decode megakernel (one persistent launch per
 // decode step over L layers, scheduled on the device) with one switch per hazard class of
-// the MI355 megakernel PR (seed 002_79daa8f540f6a64d), the tripwire compiled in.
+// the MI355 megakernel PR (docs/seeds.md), the tripwire compiled in.
 //
 // Seeded hazards (request field `hazard`; each restores the PR's mechanism where it lived):
 //   participant_set   the chunk phase nested inside the QKV rank guard: only min(QT, G)
