@@ -308,17 +308,18 @@ def xids_since(t0: float) -> list[dict[str, Any]] | None:
 def read_gpu_state(nv: Any, handle: Any) -> dict[str, Any]:
     """`read_gpu` plus what a hang report needs: utilization, memory and compute processes."""
     out = read_gpu(nv, handle)
-    util = _try(nv.nvmlDeviceGetUtilizationRates, handle)
+    util = _try(getattr(nv, "nvmlDeviceGetUtilizationRates", None), handle)
     if util is not None:
         out["util_gpu_pct"], out["util_mem_pct"] = int(util.gpu), int(util.memory)
-    mem = _try(nv.nvmlDeviceGetMemoryInfo, handle)
+    mem = _try(getattr(nv, "nvmlDeviceGetMemoryInfo", None), handle)
     if mem is not None:
         out["mem_used_mib"], out["mem_total_mib"] = int(mem.used) >> 20, int(mem.total) >> 20
-    procs = _try(nv.nvmlDeviceGetComputeRunningProcesses, handle)
+    procs = _try(getattr(nv, "nvmlDeviceGetComputeRunningProcesses", None), handle)
     if procs is not None:
-        out["processes"] = [{"pid": int(p.pid), "used_mib": (int(p.usedGpuMemory) >> 20)
-                             if isinstance(p.usedGpuMemory, int) else None} for p in procs]
-    uuid = _try(nv.nvmlDeviceGetUUID, handle)
+        used = [getattr(p, "usedGpuMemory", None) for p in procs]
+        out["processes"] = [{"pid": int(p.pid), "used_mib": (u >> 20) if isinstance(u, int) else None}
+                            for p, u in zip(procs, used)]
+    uuid = _try(getattr(nv, "nvmlDeviceGetUUID", None), handle)
     if uuid is not None:
         out["uuid"] = _s(uuid)
     return out
@@ -329,12 +330,12 @@ def gpu_states() -> tuple[list[dict[str, Any]], str]:
     nv = nvml()
     if nv is None:
         return [], nvml_unavailable_reason()
-    n = _try(nv.nvmlDeviceGetCount)
+    n = _try(getattr(nv, "nvmlDeviceGetCount", None))
     if not n:
         return [], "NVML sees no GPU"
     states = []
     for i in range(int(n)):
-        h = _try(nv.nvmlDeviceGetHandleByIndex, i)
+        h = _try(getattr(nv, "nvmlDeviceGetHandleByIndex", None), i)
         if h is not None:
             states.append({"index": i, **read_gpu_state(nv, h)})
     return states, ""

@@ -84,7 +84,19 @@ class FakeNvml(types.SimpleNamespace):
         return self.ecc[h][kind]
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
-        return [types.SimpleNamespace(pid=p) for p in self.procs[h]]
+        return [types.SimpleNamespace(pid=p, usedGpuMemory=512 << 20) for p in self.procs[h]]
+
+    def nvmlDeviceGetCount(self):
+        return len(self.uuids)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return self.uuids[i]
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return types.SimpleNamespace(gpu=100, memory=3)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(used=1 << 30, total=141 << 30, free=140 << 30)
 
     def nvmlEventSetCreate(self):
         return object()
