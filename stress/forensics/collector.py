@@ -27,7 +27,8 @@ from typing import Any
 
 from hazards.engine.forensics.debugger import (DEBUGGERS, HOST_DEBUGGERS, AttachRefused, DebuggerGone,
                                                DebuggerSession, attach_refusal, find_debugger)
-from hazards.engine.forensics.device import LINEINFO_HINT, cuda_device_report, rocgdb_device_report
+from hazards.engine.forensics.device import (LINEINFO_HINT, POLL_KINDS, block_ranges, cuda_device_report,
+                                             parse_block_ranges, rocgdb_device_report)
 from hazards.engine.forensics.host import (host_report, is_python_process, parse_gdb_backtraces,
                                            py_spy_dump, render_threads)
 from hazards.engine.forensics.system import describe_system, system_report
@@ -224,14 +225,13 @@ def collect(ctx: Any, *, path: str | None = None) -> dict[str, Any]:
     result["device"] = device
 
     t = time.monotonic()
-    for p in pids[:MAX_HOST_PROCESSES]:
-        if p in hosts:
-            continue
+    native = [p for p in pids[:MAX_HOST_PROCESSES] if p not in hosts]
+    for p in native:
         if deadline - time.monotonic() < 0.5:
             skipped[f"host {p}"] = "no time left in the hang budget"
             continue
         hosts[p] = native_host_step(p, deadline=deadline, env=env, path=path)
-    if any(p not in python for p in hosts):
+    if native:
         seconds["host_native"] = round(time.monotonic() - t, 3)
     for p, h in hosts.items():
         if "skipped" in h:
@@ -274,9 +274,11 @@ def summarize(result: dict[str, Any]) -> tuple[str, list[str]]:
     parts: list[str] = []
     stuck: list[str] = []
     if dev.get("sentences"):
-        parts += dev["sentences"][:3]
-        if len(dev["sentences"]) > 3:
-            parts.append(f"{len(dev['sentences']) - 3} more locations")
+        n_locs = len(dev.get("locations", []))
+        located, absent = dev["sentences"][:n_locs], dev["sentences"][n_locs:]
+        parts += located[:3] + absent  # blocks that never became resident explain a hang on their own
+        if len(located) > 3:
+            parts.append(f"{len(located) - 3} more location{'s' if len(located) > 4 else ''}")
         stuck += dev.get("stuck_at", [])
     elif dev.get("kernels") == [] and "error" not in dev:
         parts.append("no kernel active on the GPU")
@@ -295,31 +297,36 @@ def summarize(result: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 def agreement(tripwire: dict[str, Any], device: dict[str, Any]) -> str:
-    """Do the tripwire and the debugger tell the same story? Compares the tripwire's waiting
-    workers with the blocks the debugger found in a wait (one worker per block assumed)."""
-    waiting = (tripwire.get("counts") or {}).get("waiting")
-    locs = [loc for loc in device.get("locations", []) if loc.get("kind") in ("spin", "sleep_spin", "mbarrier")]
-    if waiting is None or not locs:
-        return "not compared: " + ("the tripwire saw no waiting worker" if waiting is None
+    """Do the tripwire and the debugger tell the same story? Group by group, assuming one
+    worker per block (the `deadlock` family's layout): the tripwire's main wait against the
+    debugger's largest poll location, its stragglers against the blocks polling elsewhere,
+    its never-started workers against the blocks that are not on the GPU."""
+    counts = tripwire.get("counts") or {}
+    polls = [loc for loc in device.get("locations", []) if loc.get("kind") in POLL_KINDS]
+    if not counts or not polls:
+        return "not compared: " + ("the tripwire saw no worker" if not counts
                                    else "the debugger found no warp in a poll loop")
-    main = max(locs, key=lambda loc: loc.get("warps", 0))
-    n_blocks = _count_blocks(main.get("blocks", ""))
-    if n_blocks == waiting:
-        return (f"agree: the tripwire's {waiting} waiting workers and the debugger's {n_blocks} blocks "
-                f"polling at {main.get('where')} (one worker per block)")
-    return (f"differ: the tripwire counts {waiting} waiting workers, the debugger {n_blocks} blocks polling at "
-            f"{main.get('where')} (workers need not be blocks)")
-
-
-def _count_blocks(ranges: str) -> int:
-    n = 0
-    for part in ranges.replace("…", "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        a, _, b = part.partition("–")
-        n += (int(b) - int(a) + 1) if b else 1
-    return n
+    stragglers = set(tripwire.get("stragglers") or [])
+    never = counts.get("never_started", len(tripwire.get("never_started") or []))
+    main_tw = counts.get("waiting", 0) + counts.get("running", 0) - len(stragglers)
+    main = max(polls, key=lambda loc: loc.get("block_count", 0))
+    elsewhere: dict[int, str] = {}
+    for loc in polls:
+        if loc is not main:
+            elsewhere.update({b: loc.get("where", "?") for b in parse_block_ranges(loc.get("blocks_all", ""))})
+    absent = sum(len(parse_block_ranges(r)) for r in (device.get("absent_blocks") or {}).values())
+    checks = [(main.get("block_count") == main_tw,
+               f"the tripwire's main wait ({main_tw} workers) {{}} the debugger's {main.get('block_count')} blocks "
+               f"polling at {main.get('where')}")]
+    if stragglers or elsewhere:
+        where = ", ".join(sorted(set(elsewhere.values())))
+        checks.append((stragglers == set(elsewhere),
+                       f"its stragglers ({block_ranges(sorted(stragglers)) or 'none'}) {{}} the blocks polling "
+                       f"elsewhere ({block_ranges(sorted(elsewhere)) or 'none'}{', at ' + where if where else ''})"))
+    if never or absent:
+        checks.append((never == absent, f"its {never} never-started workers {{}} the {absent} blocks not on the GPU"))
+    verdict = "agree" if all(ok for ok, _ in checks) else "differ"
+    return f"{verdict} (one worker per block): " + "; ".join(text.format("=" if ok else "≠") for ok, text in checks)
 
 
 def _slim(result: dict[str, Any]) -> dict[str, Any]:

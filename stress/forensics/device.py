@@ -30,6 +30,7 @@ from hazards.engine.forensics.debugger import DebuggerGone, DebuggerSession
 
 MAX_LOCATIONS = 16          # distinct stuck locations reported (the largest PC groups first)
 MAX_KERNELS = 8             # active kernels whose threads are listed
+MAX_LOOP_INSNS = 1024       # instructions read to see the whole of a long loop through a PC
 WINDOW_BEFORE = 0x100       # bytes of SASS before the PC (16 instructions on sm_90)
 WINDOW_AFTER_INSNS = 16
 LINEINFO_HINT = "build with -lineinfo to get source lines"
@@ -82,16 +83,24 @@ class ThreadRange:
 
 
 def _strip_args(invocation: str) -> str:
-    """`spin_on_flag(flag=0x7f…)` -> `spin_on_flag`; keeps template arguments."""
+    """A demangled function without its parameter list and return type:
+    `void (anonymous namespace)::epoch_kernel<0>(unsigned int*, int)` ->
+    `(anonymous namespace)::epoch_kernel<0>`; `spin_on_flag()` -> `spin_on_flag`."""
+    name = invocation.strip()
+    if name.endswith(")"):  # cut the trailing (...) group, matched from the end
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i].rstrip() if i > 0 else name
+                break
     depth = 0
-    for i, ch in enumerate(invocation):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0 and i > 0:
-            return invocation[:i].strip()
-    return invocation.strip()
+    last_space = -1
+    for i, ch in enumerate(name):  # a return type is separated by a space outside () and <>
+        depth += 1 if ch in "(<" else -1 if ch in ")>" else 0
+        if ch == " " and depth == 0:
+            last_space = i
+    return name[last_space + 1:] if last_space >= 0 else name
 
 
 def _triple(m: re.Match[str], first: int) -> tuple[int, int, int]:
@@ -200,14 +209,20 @@ WAIT_WORDS = {
     "spin": "spin on a load",
     "loop_no_load": "loop forever without loading anything (a flag read hoisted out of the loop?)",
     "running": "run (no wait recognised at this PC)",
+    "unread_loop": "run inside a loop too long to read",
     "unknown": "are stopped where the code could not be read",
 }
 POLL_KINDS = ("spin", "sleep_spin", "mbarrier", "loop_no_load")
 
 
-def enclosing_loop(window: list[Insn], pc: int, function_start: int | None) -> tuple[list[Insn], Insn | None]:
-    """The innermost loop through `pc` (instructions from a backward branch's target to
-    the branch) and that branch; ([], None) when no such branch is in the window."""
+_CONTROL = ("BRA", "JMP", "BRX", "JMX", "EXIT", "RET", "CALL", "WARPSYNC", "BSYNC", "BSSY", "BPT")
+BARRIER_LOOKBACK = 64  # instructions scanned back from the PC for a deferred-blocking BAR
+
+
+def enclosing_loop(window: list[Insn], pc: int, function_start: int | None) -> tuple[list[Insn], Insn | None, bool]:
+    """The innermost loop through `pc` (instructions from a backward branch's target to the
+    branch), that branch, and whether the whole loop is in `window`; ([], None, True)
+    when no branch of the window loops back over the PC."""
     best: Insn | None = None
     best_target = 0
     for ins in window:
@@ -217,37 +232,63 @@ def enclosing_loop(window: list[Insn], pc: int, function_start: int | None) -> t
         if best is None or ins.addr - target < best.addr - best_target:
             best, best_target = ins, target
     if best is None:
-        return [], None
-    return [i for i in window if best_target <= i.addr <= best.addr], best
+        return [], None, True
+    complete = bool(window) and min(i.addr for i in window) <= best_target
+    return [i for i in window if best_target <= i.addr <= best.addr], best, complete
+
+
+def blocking_barrier(window: list[Insn], pc: int, function_start: int | None) -> Insn | None:
+    """The BAR a warp stopped at `pc` is still held by, if any.
+
+    A warp blocked at a block barrier does not report the BAR's address: after a plain
+    `BAR.SYNC` its PC is the next instruction, and after `BAR.SYNC.DEFER_BLOCKING` it runs
+    on through independent instructions and stalls further down (both measured on the
+    H200: the PC at the loop's back branch nine instructions later). So: the nearest BAR
+    before the PC in the same straight-line code, with no branch, warp sync or branch
+    target in between.
+    """
+    targets = {t for i in window if (t := i.branch_target(function_start)) is not None}
+    by_addr = sorted((i for i in window if i.addr < pc), key=lambda i: -i.addr)
+    after = pc
+    for i in by_addr[:BARRIER_LOOKBACK]:
+        if after in targets or i.base in _CONTROL:
+            return None  # another path leads here: the BAR before it may not have run
+        if i.base == "BAR" and ".ARV" not in i.opcode.upper():
+            return i
+        after = i.addr
+    return None
 
 
 def classify_wait(window: list[Insn], pc: int, function_start: int | None = None) -> tuple[str, int]:
     """A symbolic guess of the kind of wait at `pc`, and the address that names it.
 
-    From the SASS (or AMDGCN) around the PC: a warp blocked at a block barrier reports
-    the PC *after* its BAR.SYNC (measured on the H200), so a BAR just before the PC is a
-    barrier wait, named by the BAR; lanes waiting at WARPSYNC for the rest of their warp
-    are a warp sync. Otherwise the innermost loop through the PC decides: an mbarrier
-    try-wait, a sleep, a load (a poll) or nothing loaded at all (a hoisted read: the loop
-    can never see a change); a loop is named by its backward branch, which is where
-    the loop's condition is, whatever instruction each warp happened to be stopped at.
+    From the SASS (or AMDGCN) around the PC: a warp held at a block barrier (the BAR at
+    or before the PC, see `blocking_barrier`) is named by the BAR; lanes waiting at
+    WARPSYNC for the rest of their warp are a warp sync. Otherwise the innermost loop
+    through the PC decides: an mbarrier try-wait, a sleep, a load (a poll) or nothing
+    loaded at all (a hoisted read: the loop can never see a change); a loop is named by
+    its backward branch, which is where the loop's condition is, whatever instruction each
+    warp happened to be stopped at. A loop whose start is not in `window` is
+    "unread_loop" (read more code and ask again).
     """
     by_addr = {i.addr: i for i in window}
     at = by_addr.get(pc)
     if at is None:
         return "unknown", pc
-    before = max((i for i in window if i.addr < pc), key=lambda i: i.addr, default=None)
     if at.base == "BAR" or at.opcode.upper().startswith("S_BARRIER"):
         return "barrier", pc
-    if before is not None and before.base == "BAR" and ".ARV" not in before.opcode.upper():
-        return "barrier", before.addr
     if at.base in ("WARPSYNC", "BSYNC"):
         return "warpsync", pc
-    loop, branch = enclosing_loop(window, pc, function_start)
+    bar = blocking_barrier(window, pc, function_start)
+    if bar is not None:
+        return "barrier", bar.addr
+    loop, branch, complete = enclosing_loop(window, pc, function_start)
     if branch is None:
         if at.base == "NANOSLEEP" or at.opcode.upper().startswith("S_SLEEP"):
             return "sleep", pc
         return "running", pc
+    if not complete:
+        return "unread_loop", branch.addr
     ops = [i.opcode.upper() for i in loop]
     bases = {i.base for i in loop}
     if any(o.startswith("SYNCS.PHASECHK") or ("SYNCS" in o and "WAIT" in o) for o in ops):
@@ -307,6 +348,7 @@ class Location:
         d = dataclasses.asdict(self)
         d["warps"] = len(self.warps)
         d["blocks"] = block_ranges(sorted(self.blocks))
+        d["blocks_all"] = block_ranges(sorted(self.blocks), limit=None)
         d["block_count"] = len(self.blocks)
         d["where"] = self.where
         d["kind_words"] = WAIT_WORDS.get(self.kind, self.kind)
@@ -347,16 +389,27 @@ def group_by_pc(rows: list[ThreadRange], kernels: list[Kernel]) -> list[PcGroup]
     return sorted(groups.values(), key=lambda g: (-g.threads, g.kernel, g.pc))
 
 
-def block_ranges(ids: list[int], limit: int = 6) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0–2, 5, 7–8' (first `limit` runs, then '…')."""
+def block_ranges(ids: list[int], limit: int | None = 6) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0–2, 5, 7–8' (first `limit` runs, then '…'; None: all)."""
     runs: list[tuple[int, int]] = []
     for i in ids:
         if runs and i == runs[-1][1] + 1:
             runs[-1] = (runs[-1][0], i)
         else:
             runs.append((i, i))
-    parts = [f"{a}" if a == b else f"{a}–{b}" for a, b in runs[:limit]]
-    return ", ".join(parts) + (", …" if len(runs) > limit else "")
+    shown = runs if limit is None else runs[:limit]
+    parts = [f"{a}" if a == b else f"{a}–{b}" for a, b in shown]
+    return ", ".join(parts) + (", …" if len(shown) < len(runs) else "")
+
+
+def parse_block_ranges(text: str) -> set[int]:
+    """The inverse of `block_ranges(ids, limit=None)`: '0–2, 5' -> {0, 1, 2, 5}."""
+    out: set[int] = set()
+    for part in text.split(","):
+        a, _, b = part.strip().partition("–")
+        if a.isdigit():
+            out.update(range(int(a), int(b or a) + 1))
+    return out
 
 
 def _plural(n: int, word: str) -> str:
@@ -376,12 +429,15 @@ def describe(loc: Location, kernel: Kernel | None, multi_kernel: bool) -> str:
     return f"{_who(sorted(loc.blocks))} {counts}{of} {WAIT_WORDS.get(loc.kind, loc.kind)} at {loc.where}{src}"
 
 
-def absent_blocks(kernel: Kernel, seen: set[int]) -> str | None:
-    """A sentence for blocks of the grid that no thread of the listing belongs to."""
+def absent_blocks(kernel: Kernel, seen: set[int]) -> list[int]:
+    """Blocks of the grid that no listed thread belongs to (finished, or never resident)."""
     total = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
     missing = [b for b in range(total) if b not in seen] if total <= 1 << 20 else []
-    if not missing or len(missing) == total:
-        return None
+    return [] if len(missing) == total else missing
+
+
+def describe_absent(kernel: Kernel, missing: list[int]) -> str:
+    total = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
     return (f"{_who(missing)} ({len(missing)} of {total}) of {kernel.function} are not on the GPU: finished, "
             f"or never resident (a grid larger than what fits at once waits for them forever)")
 
@@ -414,13 +470,16 @@ class _Code:
             head = parse_insns(self.s.run(f"x/1i 0x{pc:x}", budget_s=5.0).text)
             offset = head[0].offset if head and head[0].offset is not None else 0
             before = min(WINDOW_BEFORE, offset)
-            n = before // 16 + WINDOW_AFTER_INSNS
-            for i in parse_insns(self.s.run(f"x/{n}i 0x{pc - before:x}", budget_s=5.0).text):
-                self.insns.setdefault(i.addr, i)
+            self.read(pc - before, before // 16 + WINDOW_AFTER_INSNS)
         at = self.insns.get(pc)
         start = pc - at.offset if at is not None and at.offset is not None else None
         near = [i for a, i in sorted(self.insns.items()) if pc - 2 * WINDOW_BEFORE <= a <= pc + 2 * WINDOW_BEFORE]
         return near, start
+
+    def read(self, addr: int, n: int) -> None:
+        """Disassemble `n` instructions from `addr` into the cache."""
+        for i in parse_insns(self.s.run(f"x/{n}i 0x{addr:x}", budget_s=5.0).text):
+            self.insns.setdefault(i.addr, i)
 
     def line(self, addr: int) -> dict[str, Any]:
         if addr not in self.lines:
@@ -440,6 +499,16 @@ def _locate(code: _Code, g: PcGroup) -> tuple[str, int, list[Insn]]:
                    budget_s=5.0)
     window, start = code.window(g.pc)
     kind, anchor = classify_wait(window, g.pc, start)
+    if kind == "unread_loop":  # a long loop: read from its start up to what we have, once
+        branch = code.insns[anchor]
+        target = branch.branch_target(start) or anchor
+        first = min(i.addr for i in window)
+        n = min(MAX_LOOP_INSNS, (first - target) // 16 + 1)
+        code.read(target, n)
+        window = [i for a, i in sorted(code.insns.items()) if target <= a <= g.pc + 2 * WINDOW_BEFORE]
+        kind, anchor = classify_wait(window, g.pc, start)
+        if kind == "unread_loop":
+            kind, anchor = "running", g.pc  # longer than we read: no claim about the wait
     return kind, anchor, window
 
 
@@ -485,17 +554,19 @@ def cuda_device_report(s: DebuggerSession, *, cwd: str | None = None) -> dict[st
     by_id = {k.id: k for k in kernels}
     multi = len({loc.kernel for loc in ordered}) > 1
     sentences = [describe(loc, by_id.get(loc.kernel), multi) for loc in ordered]
+    absent: dict[str, str] = {}
     for k in kernels[:MAX_KERNELS]:
         seen = set().union(*[g.blocks for g in groups if g.kernel == k.id]) if groups else set()
         missing = absent_blocks(k, seen)
         if missing:
-            sentences.append(missing)
+            sentences.append(describe_absent(k, missing))
+            absent[str(k.id)] = block_ranges(missing, limit=None)
     if ordered and not any(loc.line for loc in ordered):
         notes.append(f"no source lines in the device code: {LINEINFO_HINT}")
     if not kernels:
         notes.append("no active kernel: the process is not stuck on the GPU")
     return {"debugger": "cuda-gdb", "kernels": [dataclasses.asdict(k) for k in kernels],
-            "locations": [loc.to_json() for loc in ordered], "pcs_total": len(groups),
+            "locations": [loc.to_json() for loc in ordered], "pcs_total": len(groups), "absent_blocks": absent,
             "sentences": sentences, "notes": notes,
             "stuck_at": sorted({f"{loc.where} ({loc.kind})" for loc in ordered})}
 

@@ -66,31 +66,48 @@ def test_passive_collectors_run_before_the_forensics_and_it_sees_their_output():
     assert out[late_name]["deadline_set"] and any(k.endswith("early") for k in out[late_name]["saw"])
 
 
-def _device(blocks: str, where: str = "deadlock.cu:120") -> dict:
-    return {"debugger": "/usr/local/cuda/bin/cuda-gdb",
-            "sentences": [f"blocks {blocks} (64 threads in 64 warps) of k spin on a load at {where}"],
-            "locations": [{"kind": "spin", "warps": 64, "blocks": blocks, "where": where}]}
+def test_the_summary_keeps_blocks_that_are_not_on_the_gpu():
+    from hazards.engine.forensics.collector import summarize
+
+    locs = [{"kind": "spin"}, {"kind": "barrier"}, {"kind": "warpsync"}, {"kind": "running"}]
+    dev = {"locations": locs, "stuck_at": ["k.cu:1 (spin)"],
+           "sentences": ["a spin", "a barrier", "a warp sync", "a runner", "block 132 (1 of 133) of k are not on the GPU"]}
+    sentence, stuck = summarize({"device": dev, "host": {}})
+    assert sentence == "a spin; a barrier; a warp sync; block 132 (1 of 133) of k are not on the GPU; 1 more location"
+    assert stuck == ["k.cu:1 (spin)"]
 
 
-def test_tripwire_and_debugger_agree_when_waiting_workers_are_the_polling_blocks():
-    tw = {"sentence": "63 workers wait at barrier ATTN_RELEASE epoch 5 (observed 4)", "counts": {"waiting": 63}}
-    assert agreement(tw, _device("0–62")).startswith("agree: the tripwire's 63 waiting workers and the "
-                                                     "debugger's 63 blocks polling at deadlock.cu:120")
-    assert agreement(tw, _device("0–31, 40–63")).startswith("differ: the tripwire counts 63")
-    assert agreement({"counts": {}}, _device("0–62")).startswith("not compared")
+def _device(blocks: str, count: int, where: str = "deadlock.cu:120", more: list | None = None) -> dict:
+    locs = [{"kind": "spin", "warps": count, "blocks": blocks, "blocks_all": blocks, "block_count": count,
+             "where": where}] + (more or [])
+    return {"debugger": "/usr/local/cuda/bin/cuda-gdb", "locations": locs,
+            "sentences": [f"blocks {blocks} ({count} threads in {count} warps) of k spin on a load at {where}"]}
+
+
+def test_tripwire_and_debugger_are_compared_group_by_group():
+    tw = {"sentence": "63 workers wait at barrier ATTN_RELEASE epoch 5 (observed 4); 1 straggler",
+          "counts": {"waiting": 64, "running": 0, "never_started": 0}, "stragglers": [13]}
+    straggler = {"kind": "spin", "blocks_all": "13", "block_count": 1, "where": "deadlock.cu:153"}
+    assert agreement(tw, _device("0–12, 14–63", 63, more=[straggler])) == (
+        "agree (one worker per block): the tripwire's main wait (63 workers) = the debugger's 63 blocks polling "
+        "at deadlock.cu:120; its stragglers (13) = the blocks polling elsewhere (13, at deadlock.cu:153)")
+    wrong = {**straggler, "blocks_all": "14"}
+    assert agreement(tw, _device("0–12, 15–63", 62, more=[wrong])).startswith(
+        "differ (one worker per block): the tripwire's main wait (63 workers) ≠ the debugger's 62 blocks")
+    assert agreement({"counts": {}}, _device("0–62", 63)).startswith("not compared")
 
 
 def test_hang_md_shows_both_diagnoses_side_by_side():
     tw = {"sentence": "63 workers wait at barrier GRID epoch 2 (observed 1)", "counts": {"waiting": 63}}
-    result = {"pid": 7, "sentence": "blocks 0–62 … at deadlock.cu:120", "device": _device("0–62"),
+    result = {"pid": 7, "sentence": "blocks 0–62 … at deadlock.cu:120", "device": _device("0–62", 63),
               "host": {}, "system": {"gpus": [], "nvml": "NVML not available", "kernel_log_xids": [],
                                      "nvml_xids": "no Xid watch was running"},
-              "tripwire": {**tw, "agreement": agreement(tw, _device("0–62"))},
+              "tripwire": {**tw, "agreement": agreement(tw, _device("0–62", 63))},
               "seconds": {"device": 1.2}, "skipped": {}}
     md = hang_markdown(result, "deadlock")
     assert "| tripwire | debugger |" in md
-    assert "| 63 workers wait at barrier GRID epoch 2 (observed 1) | blocks 0–62 (64 threads in 64 warps)" in md
-    assert "agree: the tripwire's 63 waiting workers" in md
+    assert "| 63 workers wait at barrier GRID epoch 2 (observed 1) | blocks 0–62 (63 threads in 63 warps)" in md
+    assert "agree (one worker per block): the tripwire's main wait (63 workers) = the debugger's 63 blocks" in md
 
 
 def _repro(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
