@@ -14,7 +14,7 @@ import pytest
 
 from forensics_helpers import needs_gdb, needs_ptrace
 from hazards.engine.forensics.debugger import (AttachRefused, DebuggerGone, DebuggerSession, attach_refusal,
-                                               find_debugger, stopped_tasks, tracer_of)
+                                               find_debugger, resume_if_stopped, stopped_tasks, tracer_of)
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 
@@ -40,8 +40,23 @@ def test_a_wedged_debugger_is_killed_at_the_deadline_and_its_tracee_resumed(slee
     assert s.proc.poll() is not None
     assert tracer_of(sleeper.pid) == 0
     assert stopped_tasks(sleeper.pid) == []
-    # the kernel detached the dead tracer's tracee but left it in a stop: the session resumed it
-    assert any("left stopped" in n and "SIGCONT" in n for n in s.notes)
+    # whether the kernel leaves the dead tracer's tracee in a stop is a race (the attach's
+    # SIGSTOP may not have been delivered yet); when it did, the session says it resumed it
+    assert all("SIGCONT" in n for n in s.notes)
+
+
+def test_a_process_left_stopped_without_a_tracer_is_resumed(sleeper):
+    os.kill(sleeper.pid, signal.SIGSTOP)
+    t_end = time.monotonic() + 5
+    while not stopped_tasks(sleeper.pid) and time.monotonic() < t_end:
+        time.sleep(0.01)
+    assert stopped_tasks(sleeper.pid)
+    note = resume_if_stopped(sleeper.pid)
+    assert note == f"process {sleeper.pid} was left stopped after the debugger ended: sent SIGCONT"
+    t_end = time.monotonic() + 5
+    while stopped_tasks(sleeper.pid) and time.monotonic() < t_end:
+        time.sleep(0.01)
+    assert stopped_tasks(sleeper.pid) == [] and resume_if_stopped(sleeper.pid) is None
 
 
 @needs_gdb
