@@ -1,12 +1,19 @@
 """Exclusive GPU leases: one holder per GPU, released by the OS when the holder dies.
 
-A lease is an `flock` on `<lock dir>/<gpu>.lock` (default `.hazards/leases/`, or
-$HZ_LEASE_DIR, or an explicit `lock_dir`). The kernel drops an flock when the last file
-descriptor closes, so a SIGKILLed holder never leaves a stale lease behind. The lock fd is
-not inherited by children (Python's default), so a child cannot keep a lease alive after
-its supervisor is gone. Use a host-wide lock dir (e.g. `HZ_LEASE_DIR=/tmp/hazards-leases`)
-to coordinate checkouts in different folders; the optional NVML exclusive-card check
+A lease is an `flock` on `<lock dir>/<gpu>.lock`. The lock dir is one per machine, shared
+by every user and every working directory: `/tmp/gpu-hazards-leases` (DEFAULT_LOCK_DIR),
+unless $HZ_LEASE_DIR or an explicit `lock_dir` names another. The kernel drops an flock
+when the last file descriptor closes, so a SIGKILLed holder never leaves a stale lease
+behind. The lock fd is not inherited by children (Python's default), so a child cannot keep
+a lease alive after its supervisor is gone. The optional NVML exclusive-card check
 (`exclusive=True`) catches compute processes that did not take a lease at all.
+
+Shared by all users, the folder is made world-writable and sticky (mode 1777, like /tmp),
+and every file in it is made readable and writable by all (0666, whatever the creator's
+umask), so a lock file one user created is lockable by the next. Files are opened relative
+to the opened folder without following symbolic links (O_NOFOLLOW): a link planted in the
+folder is refused, never written through. A lock file another user made unwritable (not
+by this code) is still locked, read-only; its holder line then cannot be rewritten.
 
 Which GPUs may be leased follows the caller's CUDA_VISIBLE_DEVICES (`hazards.engine.gpus`); index
 entries are read in PCI bus order, as nvidia-smi and NVML number them. A lease gives its
@@ -34,6 +41,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +49,9 @@ from typing import Any
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import HOST
 
-DEFAULT_LOCK_DIR = Path(".hazards") / "leases"
+DEFAULT_LOCK_DIR = Path("/tmp/gpu-hazards-leases")
+DIR_MODE = 0o1777   # shared by all users, each removing only their own files (sticky)
+FILE_MODE = 0o666   # lockable and rewritable by every user, whatever the creator's umask
 LOG_NAME = "log.jsonl"
 FAKE_ENV = "HZ_FAKE_GPUS"
 LEASE_ENV = "HZ_LEASED"  # tokens ("<lock file name>:<holder pid>") of the leases a child runs under
@@ -52,7 +62,7 @@ class LeaseUnavailable(UserError):
 
 
 def lock_dir_path(lock_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The lock folder: `lock_dir` if given, else $HZ_LEASE_DIR, else .hazards/leases."""
+    """The lock folder: `lock_dir` if given, else $HZ_LEASE_DIR, else DEFAULT_LOCK_DIR."""
     if lock_dir:
         return Path(lock_dir)
     env = os.environ.get("HZ_LEASE_DIR")
@@ -94,12 +104,45 @@ def _lock_name(gpu: str, uuid: str | None) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", uuid or f"gpu{gpu}") + ".lock"
 
 
+def _open_shared(path: Path, flags: int) -> tuple[int, bool]:
+    """Open a file of the shared lease folder: (fd, writable). Never follows a symbolic
+    link; a file it creates gets FILE_MODE whatever the umask; one another user left
+    unwritable is opened read-only (an flock needs no write access). OSError otherwise,
+    ELOOP for a planted link."""
+    common = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a planted FIFO cannot block us
+    try:
+        fd = os.open(path, flags | common | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        created = True
+    except FileExistsError:
+        created = False
+        try:
+            fd = os.open(path, flags | common)
+        except PermissionError:
+            fd = os.open(path, (flags & ~(os.O_WRONLY | os.O_RDWR | os.O_APPEND)) | os.O_RDONLY | common)
+            _check_regular(fd, path)
+            return fd, False
+    _check_regular(fd, path)
+    if created:
+        try:
+            os.fchmod(fd, FILE_MODE)
+        except OSError:
+            pass
+    return fd, True
+
+
+def _check_regular(fd: int, path: Path) -> None:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{path} is not a regular file")
+
+
 def _log(lock_dir: Path, event: str, **fields: Any) -> None:
     line = json.dumps({"event": event, "t": time.time(), **fields}, sort_keys=True) + "\n"
     # O_APPEND writes of one short line land whole even with several writers.
-    fd = os.open(lock_dir / LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    fd, writable = _open_shared(lock_dir / LOG_NAME, os.O_WRONLY | os.O_APPEND)
     try:
-        os.write(fd, line.encode())
+        if writable:
+            os.write(fd, line.encode())
     finally:
         os.close(fd)
 
@@ -208,27 +251,50 @@ def _runs_under(path: Path, holder: dict[str, Any]) -> bool:
 
 
 def _prepare_dir(lock_dir: Path) -> None:
+    """Create the lease folder (shared: DIR_MODE whatever the umask); refuse a symbolic
+    link in its place or anything that is not a folder."""
     try:
-        lock_dir.mkdir(parents=True, exist_ok=True)
+        lock_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(lock_dir, DIR_MODE)
+        except FileExistsError:
+            pass
+        else:
+            os.chmod(lock_dir, DIR_MODE)  # the umask narrowed what mkdir made
+        info = os.lstat(lock_dir)
     except OSError as e:
         raise UserError(f"cannot create lease folder {lock_dir}: {e.strerror or e}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise UserError(f"lease folder {lock_dir} is a symbolic link: refused (set HZ_LEASE_DIR to "
+                        "the folder it points to if that is meant)")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UserError(f"cannot create lease folder {lock_dir}: it exists and is not a folder")
 
 
-def _try_lock(path: Path) -> tuple[int | None, dict[str, Any]]:
-    """(fd, previous holder info) when the lock was taken; (None, current holder) if busy."""
+def _open_lock(path: Path) -> tuple[int, bool]:
+    """(fd, writable) of a lock file; UserError naming the file when it cannot be used."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        return _open_shared(path, os.O_RDWR)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UserError(f"lease file {path} is a symbolic link: refused (a planted link would "
+                            "make the lease write through it); remove it") from None
         raise UserError(f"cannot open lease file {path}: {e.strerror or e}") from None
+
+
+def _try_lock(path: Path) -> tuple[int | None, dict[str, Any], bool]:
+    """(fd, previous holder info, writable) when the lock was taken; (None, current holder,
+    False) if busy."""
+    fd, writable = _open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         holder = _read_holder(fd)
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None, holder
+            return None, holder, False
         raise UserError(f"cannot lock lease file {path}: {e.strerror or e}") from None
-    return fd, _read_holder(fd)
+    return fd, _read_holder(fd), writable
 
 
 def _read_holder(fd: int) -> dict[str, Any]:
@@ -263,7 +329,7 @@ def acquire(gpu: str, holder: str, *, uuid: str | None = None, lock_dir: str | o
     path = ldir / _lock_name(gpu, uuid)
     deadline = time.monotonic() + max(0.0, wait_s)
     while True:
-        fd, other = _try_lock(path)
+        fd, other, writable = _try_lock(path)
         if fd is not None:
             break
         if _runs_under(path, other):  # our parent's lease: run under it
@@ -278,7 +344,7 @@ def acquire(gpu: str, holder: str, *, uuid: str | None = None, lock_dir: str | o
         time.sleep(poll_s)
     lease = GpuLease(gpu, uuid, holder, path, os.getpid(), HOST, time.time(), fd)
     try:
-        return _claim(lease, other, ldir, exclusive)
+        return _claim(lease, other, ldir, exclusive, writable)
     except BaseException as e:
         # Whatever failed after the flock was taken (a full disk, an unwritable log), the
         # GPU must not stay leased by a lease object nobody holds.
@@ -295,7 +361,7 @@ def acquire(gpu: str, holder: str, *, uuid: str | None = None, lock_dir: str | o
         raise
 
 
-def _claim(lease: GpuLease, other: dict[str, Any], ldir: Path, exclusive: bool) -> GpuLease:
+def _claim(lease: GpuLease, other: dict[str, Any], ldir: Path, exclusive: bool, writable: bool) -> GpuLease:
     """Log a reclaim, run the exclusive check, write the holder info; the lease is held."""
     gpu, uuid, holder, fd = lease.gpu, lease.uuid, lease.holder, lease._fd
     assert fd is not None
@@ -304,15 +370,17 @@ def _claim(lease: GpuLease, other: dict[str, Any], ldir: Path, exclusive: bool) 
     if exclusive:
         foreign = _foreign_pids(uuid)
         if foreign:
-            os.ftruncate(fd, 0)
+            if writable:
+                os.ftruncate(fd, 0)
             os.close(fd)
             lease._fd = None
             _log(ldir, "refused", gpu=gpu, uuid=uuid, holder=holder, pid=lease.pid, host=HOST,
                  reason="foreign compute processes", foreign_pids=foreign)
             raise LeaseUnavailable(f"GPU {gpu} is not exclusive: foreign compute processes {foreign}")
-    blob = json.dumps(lease.info()).encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, blob, 0)
+    if writable:  # a read-only lock file (made so by another user) keeps its old line
+        blob = json.dumps(lease.info()).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, blob, 0)
     _log(ldir, "acquire", **lease.info())
     return lease
 
@@ -367,10 +435,16 @@ def release_all(leases: list[GpuLease]) -> None:
 def read_lease_log(lock_dir: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """Every event of the lease log, oldest first (unparseable lines are skipped)."""
     path = lock_dir_path(lock_dir) / LOG_NAME
-    if not path.is_file():
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
         return []
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        text = f.read().decode("utf-8", "replace")
     out = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             out.append(json.loads(line))
         except ValueError:
@@ -385,7 +459,7 @@ def current_holders(lock_dir: str | os.PathLike[str] | None = None) -> dict[str,
     if not ldir.is_dir():
         return out
     for path in sorted(ldir.glob("*.lock")):
-        fd, info = _try_lock(path)
+        fd, info, _ = _try_lock(path)
         if fd is None:
             out[path.name] = info
         else:

@@ -23,7 +23,7 @@ FamiliesOption = Annotated[Optional[List[str]], typer.Option(
     "--families", help="Only these families (repeat or comma-separate).", show_default="all")]
 BudgetOption = Annotated[str, typer.Option("--budget", help="Time budget (e.g. 90s, 3m, 1h30m).")]
 LeaseDirOption = Annotated[Optional[Path], typer.Option(
-    "--lease-dir", help="GPU lease folder.", show_default="$HZ_LEASE_DIR or .hazards/leases")]
+    "--lease-dir", help="GPU lease folder.", show_default="$HZ_LEASE_DIR or /tmp/gpu-hazards-leases")]
 WaitOption = Annotated[str, typer.Option("--wait", help="How long to wait for a GPU leased by someone else.")]
 ExclusiveOption = Annotated[bool, typer.Option(
     "--exclusive", help="Refuse GPUs that run compute processes of others (NVML).")]
