@@ -179,7 +179,7 @@ class Family:
 
     @property
     def source_path(self) -> Path:
-        from hazards.sources import family_dir
+        from hazards.kernel_sources import family_dir
 
         return family_dir(self.source_dir or self.name)
 
@@ -423,6 +423,6 @@ def load_family(folder: str, *, static_model: Callable[[dict[str, Any]], StaticV
                 strategy: Callable[[], Any]) -> Family:
     """The Family described by `standalone/<folder>/family.toml`, with its behaviour on the
     Python side (the static model and the hypothesis strategy)."""
-    from hazards.sources import family_dir
+    from hazards.kernel_sources import family_dir
 
     return family_from_table(family_dir(folder) / TABLE_FILE, static_model=static_model, strategy=strategy)

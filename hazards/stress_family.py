@@ -54,7 +54,7 @@ def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
         from hazards.engine.errors import UserError
 
         raise UserError(f"family {family.name!r} has no runtime binary (static checks only)")
-    from hazards.sources import standalone_dir
+    from hazards.kernel_sources import standalone_dir
 
     return build_family(standalone_dir(), family.source_dir or family.name, family.binary, target=target,
                         generated={HEADER_NAME: family.table_header()})

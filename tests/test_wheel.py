@@ -71,13 +71,13 @@ def test_the_wheel_holds_every_kernel_source_table_and_user_header(wheel):
     assert not missing, f"not in the wheel: {missing}"
     tables = {p.parts[1] for p in kernels if p.name == "family.toml"}
     assert {"pipeline", "ordering", "deadlock", "barrier_layout"} <= tables
-    assert "hazards/engine/toolchain.py" in names and "hazards/sources.py" in names
+    assert "hazards/engine/toolchain.py" in names and "hazards/kernel_sources.py" in names
 
 
 def test_an_unpacked_wheel_finds_its_kernels_outside_any_checkout(site, tmp_path):
     code = """
 import json, hazards
-from hazards import sources
+from hazards import kernel_sources as sources
 from hazards.families import all_families
 fams = all_families()
 print(json.dumps({"hazards": hazards.__file__, "standalone": str(sources.standalone_dir()),

@@ -26,7 +26,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from hazards.family import StaticVerdict, load_family
-from hazards.sources import family_dir
+from hazards.kernel_sources import family_dir
 from hazards.static import checks, layout
 
 SOURCE = family_dir("barrier_layout") / "barrier_layout.cu"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hazards.family import StaticVerdict, load_family
-from hazards.sources import family_dir
+from hazards.kernel_sources import family_dir
 from hazards.static import checks
 
 SOURCE = family_dir("mma_pingpong") / "mma_pingpong.cu"

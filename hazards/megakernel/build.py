@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hazards.engine import toolchain
 from hazards.engine.errors import UserError
-from hazards.sources import family_dir
+from hazards.kernel_sources import family_dir
 
 SOURCE = family_dir("megakernel") / "ragged_decode.cu"
 NVCC_FLAGS = ("-O3", *toolchain.nvcc_arch_flags(toolchain.SM90A), "-shared", "-Xcompiler", "-fPIC",

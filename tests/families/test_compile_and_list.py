@@ -83,7 +83,7 @@ def test_every_runtime_family_is_round_tripped():
 
 def test_a_binary_built_without_its_table_says_so_and_exits_2(tmp_path):
     from hazards.engine.build import build_family
-    from hazards.sources import standalone_dir
+    from hazards.kernel_sources import standalone_dir
 
     exe = build_family(standalone_dir(), "pipeline", "pipeline", cache_dir=tmp_path)
     out = subprocess.run([str(exe), "--list"], capture_output=True, text=True, timeout=30)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hazards.families import all_families
 from hazards.family import (HEADER_NAME, ORACLES, TABLE_FILE, BadPoint, Family, FamilyTableError,
                             StaticVerdict, family_from_table, read_table)
-from hazards.sources import standalone_dir
+from hazards.kernel_sources import standalone_dir
 
 FAMILIES = all_families()
 IDS = [f.name for f in FAMILIES]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hazards.sources import family_dir
+from hazards.kernel_sources import family_dir
 from hazards.engine.outcome import Outcome
 from hazards.engine.targets import CommandTarget
 from hazards.engine.targets.tripwire import TripwireTarget

@@ -13,7 +13,7 @@ import pytest
 
 from hazards.engine import toolchain
 from hazards.engine.errors import ToolchainMissing
-from hazards.sources import include_dir
+from hazards.kernel_sources import include_dir
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = include_dir()
