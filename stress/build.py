@@ -24,8 +24,6 @@ from typing import Any, Mapping, Sequence
 from hazards.engine import toolchain
 from hazards.engine.errors import UserError
 
-COMPILE_TIMEOUT_S = 900.0
-
 
 class BuildFailed(UserError):
     """The compiler ran and rejected the sources."""
@@ -107,9 +105,9 @@ def build(source_dir: Path, binary: str, *, target: str = toolchain.SM90A,
         cmd = [compiler, *flags, *gen_flags, "-o", str(tmp), str(main)]
         log = out_dir / "build.log"
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=toolchain.COMPILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise BuildFailed(f"{compiler} timed out after {COMPILE_TIMEOUT_S:g}s building {main}") from None
+            raise BuildFailed(f"{compiler} timed out after {toolchain.COMPILE_TIMEOUT_S:g}s building {main}") from None
         log.write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         if proc.returncode != 0:
             lines = (proc.stderr + proc.stdout).splitlines()

@@ -40,6 +40,9 @@ GFX942 = "gfx942"
 # clang flags of an AMD device-only build without ROCm installed (static checks: -S listings).
 AMD_DEVICE_ONLY_FLAGS: tuple[str, ...] = ("-x", "hip", "-nogpulib", "-nogpuinc", "--cuda-device-only")
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".c", ".cc", ".cpp", ".inc", ".hip")
+# One compile may take minutes (mma_pingpong's wgmma instantiations: ~1 min of CPU, several
+# on a loaded machine); past this it is a hang, not a slow compile.
+COMPILE_TIMEOUT_S = 900.0
 
 
 def nvcc_arch_flags(arch: str = SM90A) -> tuple[str, ...]:

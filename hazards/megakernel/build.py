@@ -43,8 +43,11 @@ def build_library() -> Path:
     out = library_path(nvcc)
 
     def compile_to(tmp: Path) -> None:
-        proc = subprocess.run([nvcc, *NVCC_FLAGS, "-o", str(tmp), str(SOURCE)],
-                              capture_output=True, text=True, check=False)
+        try:
+            proc = subprocess.run([nvcc, *NVCC_FLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True,
+                                  text=True, check=False, timeout=toolchain.COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"nvcc timed out after {toolchain.COMPILE_TIMEOUT_S:g} s building {SOURCE.name}") from None
         if proc.returncode != 0:
             raise UserError(f"nvcc failed to build {SOURCE.name}: {proc.stderr.strip()[-2000:]}")
         out.with_suffix(".ptxas.txt").write_text(proc.stderr)

@@ -49,9 +49,9 @@ def _define_args(defines: Mapping[str, object] | None) -> list[str]:
 
 def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=toolchain.COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
-        raise UserError(f"{what} timed out after 300 s: {' '.join(cmd)}") from e
+        raise UserError(f"{what} timed out after {toolchain.COMPILE_TIMEOUT_S:g} s: {' '.join(cmd)}") from e
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise UserError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
