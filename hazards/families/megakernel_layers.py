@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from hazards.family import StaticVerdict, load_family
 from hazards.megakernel_layers import model as M
-from hazards.sources import family_dir
+from hazards.kernel_sources import family_dir
 from hazards.static import checks
 
 SYNC_STATIC = family_dir("megakernel_layers") / "mkl_sync_static.cu"

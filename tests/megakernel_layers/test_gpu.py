@@ -13,7 +13,7 @@ from hazards.engine.targets.tripwire import TripwireTarget
 from hazards.engine.tripwire import TripwireFile, load_names
 from hazards.families import get_family
 from hazards.families import megakernel_layers as F
-from hazards.sources import family_dir
+from hazards.kernel_sources import family_dir
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)")]

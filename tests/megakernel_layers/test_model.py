@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from hazards.sources import family_dir
+from hazards.kernel_sources import family_dir
 from hazards.megakernel_layers import model as M
 
 DRIVER = r"""
