@@ -90,8 +90,15 @@ with open(out_path, "w") as fh:
         if proc.poll() is not None:
             proc = start()
         t0 = time.time()
-        proc.stdin.write(json.dumps({"id": i, "launches": n, "params": {**params, "seed": 5000 + i}}) + "\n")
-        proc.stdin.flush()
+        try:
+            proc.stdin.write(json.dumps({"id": i, "launches": n, "params": {**params, "seed": 5000 + i}}) + "\n")
+            proc.stdin.flush()
+        except BrokenPipeError:  # the server exited after a fault: answer this one as such
+            proc.wait()
+            fh.write(json.dumps({"group": group, "label": label, "params": params, "launches": n,
+                                 "wall_s": 0, "reply": {"status": "server_gone"}}) + "\n")
+            proc = start()
+            continue
         ready, _, _ = select.select([proc.stdout], [], [], 30.0)
         line = proc.stdout.readline() if ready else ""
         if not ready:
