@@ -74,14 +74,16 @@ def kernel_symbol(params: dict[str, Any]) -> str:
     return f"mma_pingpong_kernelILi{bn}ELi{bk}ELi{effective_wait_depth(p)}ELb{early}EE"
 
 
-@functools.lru_cache(maxsize=2)
-def _compiled(source: str, mtime: float) -> tuple[Any, Any, tuple[Any, ...]]:
-    """(cubin build with ptxas' log, SASS listing, parsed functions) of the family source;
-    one compile serves every point (the build is cached on disk too)."""
+@functools.lru_cache(maxsize=4)
+def _compiled(source: str, mtime: float, shape: str) -> tuple[Any, Any, tuple[Any, ...]]:
+    """(cubin build with ptxas' log, SASS listing, parsed functions) of the family source
+    built with one tile shape's kernels (`HZ_MMA_SHAPES`): every point of that shape is
+    checked on it (the build is cached on disk too)."""
     from hazards.static.compile import compile_cubin, disassemble
     from hazards.static.sass import parse_sass
 
-    build = compile_cubin(Path(source), label="mma_pingpong")
+    mask = 1 << SHAPES.index(shape)
+    build = compile_cubin(Path(source), defines={"HZ_MMA_SHAPES": mask}, label=f"mma_pingpong-{shape}")
     listing = disassemble(build.path)
     return build, listing, tuple(parse_sass(listing.text))
 
@@ -93,7 +95,7 @@ def static_check(params: dict[str, Any]):
     from hazards.static import wgmma
 
     p = FAMILY.resolve(params)
-    build, listing, funcs = _compiled(str(SOURCE), SOURCE.stat().st_mtime)
+    build, listing, funcs = _compiled(str(SOURCE), SOURCE.stat().st_mtime, p["shape"])
     sym = kernel_symbol(p)
     mine = [f for f in funcs if sym in f.name]
     if not mine:

@@ -161,10 +161,23 @@ Shape parse_shape(const std::string& s) {
   return {std::stoi(s.substr(0, x)), std::stoi(s.substr(x + 1))};
 }
 
+// Which shapes this build instantiates, as a bit mask over 64x16 | 128x64 | 256x64. The
+// binary has all three; the SASS checks build one shape at a time (-DHZ_MMA_SHAPES=1, 2 or
+// 4): the same templates, a third of the compile.
+#ifndef HZ_MMA_SHAPES
+#define HZ_MMA_SHAPES 7
+#endif
+
 KernelFn pick_kernel(Shape sh, int w, bool early) {
+#if HZ_MMA_SHAPES & 1
   if (sh.bn == 64 && sh.bk == 16) return early ? pick_depth<64, 16, true>(w) : pick_depth<64, 16, false>(w);
+#endif
+#if HZ_MMA_SHAPES & 2
   if (sh.bn == 128 && sh.bk == 64) return early ? pick_depth<128, 64, true>(w) : pick_depth<128, 64, false>(w);
+#endif
+#if HZ_MMA_SHAPES & 4
   if (sh.bn == 256 && sh.bk == 64) return early ? pick_depth<256, 64, true>(w) : pick_depth<256, 64, false>(w);
+#endif
   throw hz::BadRequest("shape not compiled");
 }
 

@@ -17,13 +17,15 @@ from static_helpers import DATA, failing_ids, requires_nvdisasm
 
 @pytest.fixture(scope="module")
 def compiled():
-    """(build, listing, functions) of the family source: one nvcc -cubin for every test."""
-    return mma_pingpong._compiled(str(mma_pingpong.SOURCE), mma_pingpong.SOURCE.stat().st_mtime)
+    """shape -> (build, listing, functions) of the family source built for that shape (one
+    nvcc -cubin per shape, shared by every test)."""
+    return lambda shape="128x64": mma_pingpong._compiled(
+        str(mma_pingpong.SOURCE), mma_pingpong.SOURCE.stat().st_mtime, shape)
 
 
 def _function(compiled, **params):
     sym = mma_pingpong.kernel_symbol(params)
-    (func,) = [f for f in compiled[2] if sym in f.name]
+    (func,) = [f for f in compiled(mma_pingpong.FAMILY.resolve(params)["shape"])[2] if sym in f.name]
     return func
 
 
@@ -61,7 +63,7 @@ def test_ptxas_serializes_the_early_accumulator_read_so_no_group_is_in_flight_at
     states = wgmma.in_flight(func)
     depths = [s.depth for i, s in enumerate(states) if s and wgmma.is_smem_refill(func.instrs[i])]
     assert depths and max(depths) == 0  # the same schedule without the read is depth 1
-    early = wgmma.check_ptxas_log(compiled[0].log, "x.cu", functions=[mma_pingpong.kernel_symbol(
+    early = wgmma.check_ptxas_log(compiled()[0].log, "x.cu", functions=[mma_pingpong.kernel_symbol(
         {"stages": 1, "wait_depth": 1, "acc_read": "before_wait"})])
     assert [f.check for f in early] == ["wgmma-early-access"] and "C7514" in early[0].message
 
@@ -93,8 +95,8 @@ def test_register_a_rewritten_in_flight_is_serialized_by_ptxas_c7513():
 
 
 @requires_nvdisasm
-def test_every_sass_check_over_the_whole_family_cubin_is_clean_without_a_ring_size(compiled):
-    found = sass.check_sass(compiled[1].text, "x.sass")
+def test_every_sass_check_over_a_family_cubin_is_clean_without_a_ring_size(compiled):
+    found = sass.check_sass(compiled()[1].text, "x.sass")
     assert not [f.format() for f in found if f.fails]
     assert {f.check for f in found} == {"wgmma-refill-depth"}
 
