@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import signal
 from typing import Any
@@ -62,6 +63,15 @@ _FAULT_RES = tuple((kind, re.compile(pat)) for kind, pat in _FAULT_PATTERNS)
 # follows must then be one JSON object with well-typed fields, or the run cannot be judged.
 _RESULT_RE = re.compile(r"^[ \t]*(HZ_RESULT|FAITHFUL_RESULT|KERNEL_RESULT)(?![A-Za-z0-9_])[ \t:=]*(.*?)[ \t]*$",
                         re.MULTILINE)
+
+# The faithful per-task line (docs/protocol.md, "FAITHFUL_RESULT"): every such line counts,
+# and one without these keys (well typed) is malformed like any unreadable result line.
+FAITHFUL_TAG = "FAITHFUL_RESULT"
+DEFAULT_FAITHFUL_COS_MIN = 0.99
+_NUMBER = (int, float)
+FAITHFUL_KEYS: dict[str, tuple[type, ...]] = {
+    "task_id": (int,), "task": (str,), "slowCTA_us": _NUMBER, "wall_us": _NUMBER, "sumCTA_us": _NUMBER,
+    "cos": _NUMBER, "workers": (int,), "shape": (dict, list, str), "build": (str,)}
 
 class NotableLines:
     """Finds the lines worth keeping from a stream too long to keep whole (fault and
@@ -253,6 +263,33 @@ def result_problem(payload: Any) -> str | None:
     return field_problem(payload)
 
 
+def faithful_problem(payload: Any) -> str | None:
+    """Why a FAITHFUL_RESULT payload is malformed, or None if it is well-formed.
+
+    Required: task_id (int), task (str), slowCTA_us / wall_us / sumCTA_us (finite numbers
+    >= 0), cos (a finite number in [-1, 1]), workers (int >= 1), shape (object, list or
+    string), build (string). Booleans are not numbers here.
+    """
+    if not isinstance(payload, dict):
+        return "not a JSON object"
+    for key, types in FAITHFUL_KEYS.items():
+        if key not in payload:
+            return f"missing key {key!r}"
+        value = payload[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            return f"{key!r} has the wrong type ({type(value).__name__})"
+        if types is _NUMBER and not math.isfinite(value):
+            return f"{key!r} is not finite"
+    for key in ("slowCTA_us", "wall_us", "sumCTA_us"):
+        if payload[key] < 0:
+            return f"{key!r} is negative"
+    if not -1.0 - 1e-9 <= payload["cos"] <= 1.0 + 1e-9:
+        return "'cos' is outside [-1, 1]"
+    if payload["workers"] < 1:
+        return "'workers' is below 1"
+    return None
+
+
 def parse_result_lines(text: str) -> tuple[list[ResultLine], list[str]]:
     """Every result line of `text`: (the well-formed ones in order, a problem for each of
     the others). A problem quotes the line: 'malformed HZ_RESULT line (not JSON):
@@ -267,6 +304,8 @@ def parse_result_lines(text: str) -> tuple[list[ResultLine], list[str]]:
             why: str | None = "not JSON" if body else "nothing after the tag"
         else:
             why = result_problem(payload)
+            if why is None and tag == FAITHFUL_TAG:
+                why = faithful_problem(payload)
         if why:
             problems.setdefault(line, f"malformed {tag} line ({why}): {shown(line)!r}")
         else:
@@ -339,6 +378,7 @@ def _classify_exit_1(stderr: str, evidence: dict[str, Any]) -> tuple[Outcome, st
 def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
                   timed_out: bool = False, timeout: float | None = None,
                   result_regex: re.Pattern[str] | None = None,
+                  faithful_cos_min: float = DEFAULT_FAITHFUL_COS_MIN,
                   ) -> tuple[Outcome, str, dict[str, Any]]:
     """Judge a process from its exit status and output. Returns (outcome, reason, evidence).
 
@@ -346,8 +386,9 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
     signature -> fault; infra signature (no device, driver, no kernel
     image) -> error; signal from outside -> error; exit 3 -> fault; exit 2 -> error;
     other exit >= 4 -> fault (128+N crash signals named); a result line's fault/error
-    status; a malformed result line (not a JSON object, fields of the wrong type) ->
-    error; a failing result line or a `result_regex` match -> mismatch; exit 1 ->
+    status; a malformed result line (not a JSON object, fields of the wrong type, a
+    FAITHFUL_RESULT without its keys) -> error; a FAITHFUL_RESULT cos below
+    `faithful_cos_min`, a failing result line or a `result_regex` match -> mismatch; exit 1 ->
     mismatch (or the uncaught Python exception's class: AssertionError mismatch, import /
     file errors error, anything else fault); exit 0 -> clean, unless the result line or
     regex said otherwise. A result line never turns a non-zero exit into clean.
@@ -360,7 +401,10 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
         evidence["fault_signature"] = {"kind": signature[0], "line": signature[1]}
     results, problems = parse_result_lines(stdout)
     more = parse_result_lines(stderr)
+    faithful = [r.payload for r in results + more[0] if r.tag == FAITHFUL_TAG]  # every one counts
     results, problems = results or more[0], problems + more[1]
+    if faithful:
+        evidence["faithful"] = faithful
     result = (results[-1].tag, results[-1].payload) if results else None
     if results:
         evidence["result"] = {"tag": results[-1].tag, "payload": results[-1].payload,
@@ -411,6 +455,12 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
         return _verdict(verdict[0], verdict[1], evidence, kind)
     if problems:  # a result line nobody can read: the run cannot be judged
         return _verdict(Outcome.ERROR, problems[0], evidence, "result_malformed")
+    low = [p for p in faithful if p["cos"] < faithful_cos_min]
+    if low:
+        worst = min(low, key=lambda p: p["cos"])
+        return _verdict(Outcome.MISMATCH, f"FAITHFUL_RESULT cos {worst['cos']:.6g} < {faithful_cos_min:g} "
+                        f"(task {worst['task_id']} {worst['task']!s:.40}, workers {worst['workers']})",
+                        evidence, "mismatch")
     if verdict and verdict[0] is Outcome.MISMATCH:
         return _verdict(Outcome.MISMATCH, verdict[1], evidence, "mismatch")
     if result_regex is not None:

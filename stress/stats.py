@@ -7,6 +7,11 @@ interval, an upper bound when nothing failed, whether a change made the rate dro
 bound, and Wald's sequential probability ratio test to stop a campaign as soon as the
 verdict is clear.
 
+For continuous measurements (the perf and logit gates) it gives distribution-free
+intervals: the Hodges-Lehmann shift of paired differences with its exact Wilcoxon
+signed-rank interval (`shift_ci`), and the order-statistic interval of a median
+(`median_ci`, the sign test's).
+
 Worked example (the design's): 4 hangs in 7 runs before, 0 in 10 after. One-sided
 Fisher p = 0.0147: the rate dropped. But 0/10 only bounds the after-rate by
 1 - 0.05**(1/10) = 25.9 % at 95 %, so this is not yet evidence of a fix; 299 clean runs
@@ -318,3 +323,106 @@ def describe_rate(k: int, n: int, conf: float = 0.95, what: str = "failure") -> 
         return f"no judged runs: nothing known about the {what} rate"
     head = f"{k} {what}{'s' if k != 1 else ''} in {n} run{'s' if n != 1 else ''}"
     return f"{head}: rate {format_rate(k, n, conf)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """A point estimate with a two-sided interval; `achieved` is the interval's exact
+    coverage (>= the requested level; 0.0 with infinite bounds when too few data)."""
+
+    estimate: float
+    lo: float
+    hi: float
+    achieved: float
+    n: int
+
+    @property
+    def resolved(self) -> bool:
+        """Both bounds are finite (enough data for an interval at the requested level)."""
+        return math.isfinite(self.lo) and math.isfinite(self.hi)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"estimate": self.estimate, "lo": self.lo if self.resolved else None,
+                "hi": self.hi if self.resolved else None, "achieved": self.achieved, "n": self.n}
+
+
+@functools.lru_cache(maxsize=256)
+def _signed_rank_cdf(n: int) -> tuple[float, ...]:
+    """P(W+ <= w) for w = 0..n(n+1)/2 under H0 (exact: subsets of ranks 1..n by sum)."""
+    top = n * (n + 1) // 2
+    counts = [1] + [0] * top
+    for r in range(1, n + 1):
+        for w in range(top, r - 1, -1):
+            counts[w] += counts[w - r]
+    total = float(2 ** n)
+    out, acc = [], 0
+    for c in counts:
+        acc += c
+        out.append(acc / total)
+    return tuple(out)
+
+
+def min_pairs(conf: float) -> int:
+    """The fewest pairs for which an exact two-sided signed-rank interval at `conf` exists
+    (its most extreme bound has probability 2 * 2**-n)."""
+    _check_conf(conf)
+    n = 1
+    while 2.0 * 2.0 ** -n > 1.0 - conf:
+        n += 1
+    return n
+
+
+def shift_ci(diffs: list[float] | tuple[float, ...], conf: float = 0.95) -> Interval:
+    """Hodges-Lehmann estimate of the center of paired differences, with the exact
+    Wilcoxon signed-rank interval (the Walsh averages' order statistics).
+
+    Distribution-free for a symmetric difference distribution; on log ratios it gives the
+    ratio of a candidate to a baseline as exp(estimate) with exp(lo), exp(hi). With too
+    few pairs for `conf` (see `min_pairs`) the bounds are infinite: not resolved.
+    """
+    _check_conf(conf)
+    d = [float(x) for x in diffs]
+    if not d or not all(math.isfinite(x) for x in d):
+        raise ValueError("need at least one finite difference")
+    n = len(d)
+    walsh = sorted((d[i] + d[j]) / 2.0 for i in range(n) for j in range(i, n))
+    m = len(walsh)
+    mid = m // 2
+    est = walsh[mid] if m % 2 else (walsh[mid - 1] + walsh[mid]) / 2.0
+    alpha = 1.0 - conf
+    cdf = _signed_rank_cdf(n) if n <= 60 else None
+    if cdf is not None:
+        c = 0  # the largest c >= 1 with P(W+ <= c - 1) <= alpha / 2
+        while c < m // 2 and cdf[c] <= alpha / 2.0:
+            c += 1
+        achieved = 1.0 - 2.0 * cdf[c - 1] if c >= 1 else 0.0
+    else:  # normal approximation of W+ for many pairs
+        z = _scipy_stats().norm.ppf(1.0 - alpha / 2.0)
+        mean, sd = m / 2.0, math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
+        c = max(0, int(math.floor(mean - z * sd)))
+        achieved = conf if c >= 1 else 0.0
+    if c < 1:
+        return Interval(est, -math.inf, math.inf, 0.0, n)
+    return Interval(est, walsh[c - 1], walsh[m - c], achieved, n)
+
+
+def median_ci(values: list[float] | tuple[float, ...], conf: float = 0.95) -> Interval:
+    """The sample median with the exact order-statistic (sign-test) interval of the
+    population median: distribution-free, no symmetry assumed."""
+    _check_conf(conf)
+    x = sorted(float(v) for v in values)
+    if not x or not all(math.isfinite(v) for v in x):
+        raise ValueError("need at least one finite value")
+    n = len(x)
+    mid = n // 2
+    est = x[mid] if n % 2 else (x[mid - 1] + x[mid]) / 2.0
+    binom = _scipy_stats().binom
+    half = (1.0 - conf) / 2.0
+    j = int(binom.ppf(half, n, 0.5))  # smallest k with P(B <= k) >= half
+    if binom.cdf(j, n, 0.5) <= half:
+        j += 1
+    # j = the largest count with P(B <= j - 1) <= half: interval [x_(j), x_(n + 1 - j)]
+    if j < 1:
+        return Interval(est, -math.inf, math.inf, 0.0, n)
+    achieved = 1.0 - 2.0 * float(binom.cdf(j - 1, n, 0.5))
+    return Interval(est, x[j - 1], x[n - j], achieved, n)

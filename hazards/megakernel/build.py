@@ -6,7 +6,9 @@ per-user build cache (`hazards.engine.toolchain.cache_dir("megakernel")`, under
 `$HZ_BUILD_DIR` when set), named by a hash of the sources (the .cu and every header it
 includes), the flags and the compiler's release line, so a rebuild happens only when one of
 them changes. The ptxas resource report (registers, spills, stack) is kept beside the
-library. No torch here: building needs only nvcc.
+library. No torch here: building needs only nvcc. `build_library(profiler=True)` builds the
+-DHZ_PROFILER variant (per-task spans, standalone/include/hz_profiler.h); `defines` adds
+further -D flags (a candidate build of the perf gate).
 
 Run ``python3 -m hazards.megakernel.build`` to build and print the report.
 """
@@ -25,26 +27,36 @@ NVCC_FLAGS = ("-O3", *toolchain.nvcc_arch_flags(toolchain.SM90A), "-shared", "-X
               "-Xptxas", "-v")
 
 
+def _flags(profiler: bool, defines: tuple[str, ...]) -> list[str]:
+    for d in defines:
+        if not d or not all(c.isalnum() or c in "_=" for c in d) or d[0].isdigit():
+            raise UserError(f"bad define {d!r}: use NAME or NAME=VALUE (letters, digits, _)")
+    return [*NVCC_FLAGS, *(["-DHZ_PROFILER"] if profiler else []),
+            *(f"-D{d}" for d in sorted(set(defines)))]
+
+
 def find_nvcc() -> str:
     """Path of nvcc; ToolchainMissing naming how to install it if there is none."""
     return toolchain.find_tool("nvcc", needed_for="to build the ragged-decode megakernel")
 
 
-def library_path(nvcc: str | None = None) -> Path:
-    """The cache path the current source, flags and compiler map to."""
+def library_path(nvcc: str | None = None, *, profiler: bool = False, defines: tuple[str, ...] = ()) -> Path:
+    """The cache path the current source, flags, defines and compiler map to."""
     nvcc = nvcc or find_nvcc()
-    key = toolchain.cache_key(toolchain.included_files(SOURCE), NVCC_FLAGS, toolchain.tool_version(nvcc))
-    return toolchain.cache_dir("megakernel") / f"ragged_decode-{key[:16]}.so"
+    flags = _flags(profiler, defines)
+    key = toolchain.cache_key(toolchain.included_files(SOURCE), flags, toolchain.tool_version(nvcc))
+    tag = "-prof" if profiler else ""
+    return toolchain.cache_dir("megakernel") / f"ragged_decode{tag}-{key[:16]}.so"
 
 
-def build_library() -> Path:
+def build_library(*, profiler: bool = False, defines: tuple[str, ...] = ()) -> Path:
     """Compile the library if this source/flags/compiler has not been built; return its path."""
     nvcc = find_nvcc()
-    out = library_path(nvcc)
+    out = library_path(nvcc, profiler=profiler, defines=defines)
 
     def compile_to(tmp: Path) -> None:
         try:
-            proc = subprocess.run([nvcc, *NVCC_FLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True,
+            proc = subprocess.run([nvcc, *_flags(profiler, defines), "-o", str(tmp), str(SOURCE)], capture_output=True,
                                   text=True, check=False, timeout=toolchain.COMPILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise UserError(f"nvcc timed out after {toolchain.COMPILE_TIMEOUT_S:g} s building {SOURCE.name}") from None

@@ -22,7 +22,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from hazards.engine.protocol_server import StopServing
 
@@ -123,19 +123,29 @@ def handle(checker: Checker, req: dict[str, Any]) -> dict[str, Any]:
     return {"status": "ok", **res}
 
 
-def serve_checks(args: argparse.Namespace) -> int:
+def serve_on_gpu(make: Callable[[], Any], handler: Callable[[Any, dict[str, Any]], dict[str, Any]], server: str,
+                 label: str, **hello: Any) -> int:
+    """Build the GPU state with `make()`, then serve protocol requests with
+    `handler(state, request)`. A failure to build is one stderr line and exit 3 (a device
+    error) or 2 (no GPU, bad input)."""
     from hazards.engine.protocol_server import serve
 
     try:
-        checker = Checker(args.lens_scale, args.schedule)
-        props = checker.torch.cuda.get_device_properties(0)
+        state = make()
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
         uuid = getattr(props, "uuid", None)
     except Exception as exc:  # noqa: BLE001
-        print(f"megakernel check: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{label}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3 if _device_error(exc) else 2
-    return serve(lambda req: handle(checker, req),
-                 {"server": "megakernel", "pid": os.getpid(), "device": props.name,
-                  **({"gpu_uuid": f"GPU-{uuid}"} if uuid else {})})
+    return serve(lambda req: handler(state, req),
+                 {"server": server, "pid": os.getpid(), "device": props.name,
+                  **({"gpu_uuid": f"GPU-{uuid}"} if uuid else {}), **hello})
+
+
+def serve_checks(args: argparse.Namespace) -> int:
+    return serve_on_gpu(lambda: Checker(args.lens_scale, args.schedule), handle, "megakernel", "megakernel check")
 
 
 def main(argv: list[str] | None = None) -> int:

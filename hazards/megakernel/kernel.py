@@ -9,6 +9,10 @@ library.
 synchronises: `starts`/`lens` stay on the device, where the kernel builds its schedule.
 The work counter and per-request arrival counters are reset by the kernel itself, so
 calls can follow each other (or be captured in a CUDA graph) with nothing in between.
+
+`build_sched(..., profile=True)` uses the -DHZ_PROFILER build: each call then first zeroes
+the ring's counter (one memset on the same stream) and the launch records per-task spans
+(hz_profiler.h); `read_profile(handle)` decodes the last call's ring.
 """
 from __future__ import annotations
 
@@ -21,8 +25,9 @@ from typing import Any
 import torch
 
 from hazards.megakernel import schedule as sched
-from hazards.megakernel.build import build_library
+from hazards.engine import profiler
 from hazards.engine.errors import UserError
+from hazards.megakernel.build import build_library
 
 SCHEDULES = ("guided", "split", "per_request")
 PROBES = {"none": 0, "stream_only": 1, "compute_only": 2}  # diagnostics: results are garbage
@@ -34,6 +39,12 @@ ERROR_BITS = {1: "a request's starts/lens lie outside the arena (its output is N
 def load_library(path: Path | None = None) -> ctypes.CDLL:
     """Build (if needed) and load the library; declare the C signatures."""
     lib = ctypes.CDLL(str(path or build_library()))
+    lib.hz_rd_set_profiler.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+    lib.hz_rd_set_profiler.restype = None
+    lib.hz_rd_set_stall.argtypes = [ctypes.c_int]
+    lib.hz_rd_set_stall.restype = None
+    lib.hz_rd_profiler_compiled.restype = ctypes.c_int
+    lib.hz_rd_task_names.restype = ctypes.c_char_p
     c_int, c_ll, c_p = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
     lib.hz_rd_launch.argtypes = [c_p] * 9 + [c_ll] + [c_int] * 11 + [c_p]
     lib.hz_rd_launch.restype = c_int
@@ -78,6 +89,9 @@ class Handle:
     counters: torch.Tensor
     probe: int = 0
     contiguous: int = 0
+    stall_cycles: int = 0
+    prof_records: torch.Tensor | None = None  # (capacity * 4,) int64 when profiling
+    prof_claimed: torch.Tensor | None = None  # (1,) int64 when profiling
 
     @property
     def launch_schedule(self) -> int:
@@ -86,7 +100,9 @@ class Handle:
 
 def build_sched(weights: dict, kv_cache: dict, cfg: dict, max_seq_len: int, *,
                 schedule: str = "split", split_tokens: int = 2048, phases: int = 6,
-                grid: int | None = None, probe: str = "none", copies: str = "contiguous") -> Handle:
+                grid: int | None = None, probe: str = "none", copies: str = "contiguous",
+                profile: bool = False, ring_capacity: int = 4096, stall_cycles: int = 0,
+                defines: tuple[str, ...] = ()) -> Handle:
     """Allocate partial buffers and counters for `cfg`; choose the schedule (untimed).
 
     schedule: "split" (default: every request cut on the device into `split_tokens`-token
@@ -99,6 +115,9 @@ def build_sched(weights: dict, kv_cache: dict, cfg: dict, max_seq_len: int, *,
     `copies`: "contiguous" (default: one bulk copy per 16-token stage and tensor, reads
     de-conflicted in registers) or "rows" (one bulk copy per token row into padded rows;
     measured 3x slower per SM on the H200, kept for comparison).
+    `profile`: use the -DHZ_PROFILER build with a ring of `ring_capacity` spans.
+    `stall_cycles` (a perf-gate candidate knob, 0 in production) idles the consumers per
+    stage; `defines` builds and uses a library with extra -D flags (a candidate build).
     """
     del weights, max_seq_len
     if schedule not in SCHEDULES:
@@ -106,7 +125,10 @@ def build_sched(weights: dict, kv_cache: dict, cfg: dict, max_seq_len: int, *,
     k, v = kv_cache.get("k"), kv_cache.get("v")
     if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
         raise UserError("kv_cache must hold tensors 'k' and 'v'")
-    lib = load_library()
+    if ring_capacity < 1 or stall_cycles < 0:
+        raise UserError(f"ring_capacity must be >= 1 and stall_cycles >= 0 "
+                        f"(got {ring_capacity}, {stall_cycles})")
+    lib = load_library(build_library(profiler=profile, defines=tuple(defines)))
     n_q, n_kv, hd, lens = int(cfg["n_q"]), int(cfg["n_kv"]), int(cfg["hd"]), list(cfg["lens"])
     if not (k.is_cuda and v.is_cuda and k.dtype == v.dtype == torch.bfloat16 and k.shape == v.shape
             and k.is_contiguous() and v.is_contiguous() and k.dim() == 3 and k.shape[1:] == (n_kv, hd)):
@@ -139,7 +161,10 @@ def build_sched(weights: dict, kv_cache: dict, cfg: dict, max_seq_len: int, *,
                   pacc=torch.empty(n_slots * n_kv * 8 * tq * 32, dtype=torch.float32, device=dev),
                   pml=torch.empty(n_slots * n_q * 2, dtype=torch.float32, device=dev),
                   counters=torch.zeros(lib.hz_rd_counter_words(B), dtype=torch.int32, device=dev),
-                  probe=PROBES[probe], contiguous=int(copies == "contiguous"))
+                  probe=PROBES[probe], contiguous=int(copies == "contiguous"), stall_cycles=stall_cycles,
+                  prof_records=(torch.zeros(ring_capacity * profiler.RECORD_WORDS, dtype=torch.int64, device=dev)
+                                if profile else None),
+                  prof_claimed=torch.zeros(1, dtype=torch.int64, device=dev) if profile else None)
 
 
 def ragged_decode(handle: Handle, q: torch.Tensor, starts: torch.Tensor, lens: torch.Tensor, *,
@@ -159,12 +184,37 @@ def ragged_decode(handle: Handle, q: torch.Tensor, starts: torch.Tensor, lens: t
     elif out.shape != (h.B, h.n_q * h.hd) or out.dtype != torch.float32 or not out.is_contiguous():
         raise UserError(f"out must be contiguous fp32 ({h.B}, {h.n_q * h.hd})")
     stream = torch.cuda.current_stream(h.k.device).cuda_stream
+    if h.prof_records is not None:
+        h.prof_claimed.zero_()
+        h.lib.hz_rd_set_profiler(h.prof_records.data_ptr(), h.prof_claimed.data_ptr(),
+                                 h.prof_records.numel() // profiler.RECORD_WORDS)
+    else:
+        h.lib.hz_rd_set_profiler(None, None, 0)
+    h.lib.hz_rd_set_stall(h.stall_cycles)
     code = h.lib.hz_rd_launch(q.data_ptr(), h.k.data_ptr(), h.v.data_ptr(), starts.data_ptr(), lens.data_ptr(),
                               out.data_ptr(), h.pacc.data_ptr(), h.pml.data_ptr(), h.counters.data_ptr(),
                               h.k.shape[0], h.B, h.n_q, h.n_kv, h.launch_schedule, h.tile, h.phases,
                               h.phase_chunks, h.n_slots, h.grid, h.probe, h.contiguous, stream)
     _check(h.lib, code, "ragged_decode launch")
     return out
+
+
+def task_names(handle: Handle) -> dict[int, str]:
+    """Profiler task id -> name, as the library states them (the Task enum in layout.cuh)."""
+    out = {}
+    for item in handle.lib.hz_rd_task_names().decode().split(","):
+        num, name = item.split("=", 1)
+        out[int(num)] = name
+    return out
+
+
+def read_profile(handle: Handle) -> profiler.Profile:
+    """Decode the ring of the last call (synchronises). UserError without `profile=True`."""
+    if handle.prof_records is None or not handle.lib.hz_rd_profiler_compiled():
+        raise UserError("this handle was not built with profile=True: no per-task spans recorded")
+    claimed = int(handle.prof_claimed.item())
+    raw = handle.prof_records.cpu().numpy().tobytes()
+    return profiler.decode(raw, claimed, names=task_names(handle))
 
 
 def error_flags(handle: Handle) -> list[str]:
@@ -184,5 +234,5 @@ def graph_node_counts(handle: Handle, graph: torch.cuda.CUDAGraph) -> tuple[int,
 
 def teardown(handle: Handle) -> None:
     """Drop the handle's device buffers (the library stays loaded for later handles)."""
-    for name in ("pacc", "pml", "counters", "k", "v"):
+    for name in ("pacc", "pml", "counters", "k", "v", "prof_records", "prof_claimed"):
         setattr(handle, name, None)

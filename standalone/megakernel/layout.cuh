@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../include/hz_profiler.h"
+
 namespace {
 
 constexpr int HD = 128;            // head dim (fixed: the fragment mapping assumes it)
@@ -25,6 +27,16 @@ enum ErrorBits : int { ERR_BAD_REQUEST = 1, ERR_SLOTS = 2 };
 enum StageFlags : int { ST_FIRST = 1, ST_LAST = 2, ST_WHOLE = 4, ST_STOP = 8 };
 // Diagnostics: stream K/V without computing, or compute without streaming (garbage out).
 enum Probe : int { PROBE_NONE = 0, PROBE_STREAM_ONLY = 1, PROBE_COMPUTE_ONLY = 2 };
+// Per-task profiler ids (hz_profiler.h; names exported by hz_rd_task_names). Numeric ids are
+// the contract: the decoder and the faithful gate match spans by them.
+enum Task : int {
+  TASK_PROLOGUE = 1,  // per block: barrier init + the device-side schedule (entry to line built)
+  TASK_ATTEND = 2,    // per piece: consumers from "free" to the piece's output/partial published
+  TASK_MERGE = 3,     // per split request: the flash-decoding merge by the last arriver
+  TASK_FILL = 4,      // block 0: outputs of empty/invalid requests
+  TASK_WORKER = 5,    // per block: the whole persistent lifetime (entry to exit)
+};
+#define HZ_RD_TASK_NAMES "1=prologue,2=attend,3=merge,4=fill,5=worker"
 
 struct Params {
   const __nv_bfloat16* q;   // (B, n_q, HD)
@@ -41,7 +53,9 @@ struct Params {
   int schedule, tile, phases, phase_chunks, n_slots;
   int probe;                // diagnostics only: PROBE_* (results are garbage when set)
   int contiguous;           // 1: one bulk copy per stage and tensor, unpadded rows (see produce)
+  int stall_cycles;         // candidate knob (0 in production): consumers idle this long per stage
   float scale_log2;         // log2(e) / sqrt(HD)
+  hz_prof_t prof;           // per-task profiler ring (used only in -DHZ_PROFILER builds)
 };
 
 struct StageDesc {  // written by the producer before it arms the stage's `full` barrier

@@ -33,6 +33,11 @@
 //    into padded rows: one bulk copy per row measured 3x slower per SM.)
 //    QK^T and PV run on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate); V is
 //    transposed in registers with movmatrix.
+//  * Per-task profiler (hz_profiler.h, only in -DHZ_PROFILER builds): each task kind of the
+//    Task enum (layout.cuh) records begin/end per instance per block, thread 0 recording.
+//    An attend span runs from the moment the consumers are free (previous piece or merge
+//    done) to the piece's output or partial being published, so spans of one block never
+//    overlap and sumCTA is the block-time the kind really took.
 #include <math.h>
 #include <stdint.h>
 
@@ -301,7 +306,9 @@ __device__ void merge_request(const Params& p, const Smem& s, int req) {
 
 // End of a piece for KV head h (h < 0: this warp has no head): write the output (whole
 // request) or the partial, then, for partials, the arrival protocol and maybe the merge.
-__device__ void finish_piece(const Params& p, const Smem& s, WarpState& st, const StageDesc& d, int h) {
+__device__ void finish_piece(const Params& p, const Smem& s, WarpState& st, const StageDesc& d, int h,
+                             uint64_t span) {
+  const uint64_t piece = ((uint64_t)(uint32_t)d.req << 32) | (uint32_t)d.piece_len;  // aux: req | tokens
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   if (h >= 0) {
     st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
@@ -327,7 +334,10 @@ __device__ void finish_piece(const Params& p, const Smem& s, WarpState& st, cons
       if (t == 0 && g < p.group) p.pml[(size_t)d.slot * p.n_q + h * p.group + g] = make_float2(st.m, st.l);
     }
   }
-  if (d.flags & ST_WHOLE) return;
+  if (d.flags & ST_WHOLE) {
+    if (threadIdx.x == 0) HZ_PROF_END(p.prof, TASK_ATTEND, span, piece);
+    return;
+  }
   __threadfence();  // release this thread's partial stores before the arrival
   consumer_sync();
   if (threadIdx.x == 0) {
@@ -342,7 +352,12 @@ __device__ void finish_piece(const Params& p, const Smem& s, WarpState& st, cons
   consumer_sync();
   const bool last = s.misc[0];
   consumer_sync();  // everyone has read the flag before the next piece may rewrite it
-  if (last) merge_request(p, s, d.req);
+  if (threadIdx.x == 0) HZ_PROF_END(p.prof, TASK_ATTEND, span, piece);
+  if (last) {
+    HZ_PROF_BEGIN(merge_span);
+    merge_request(p, s, d.req);
+    if (threadIdx.x == 0) HZ_PROF_END(p.prof, TASK_MERGE, merge_span, d.req);
+  }
 }
 
 __device__ void consume(const Params& p, const Smem& s) {
@@ -352,10 +367,16 @@ __device__ void consume(const Params& p, const Smem& s) {
   uint4 qf[4];
   int stage = 0;
   uint32_t phase = 0;
+  HZ_PROF_BEGIN(span);  // the consumers are free from here: the next piece's span starts
   while (true) {
     hz_mbar_wait(&s.full[stage], phase);
     const StageDesc d = s.desc[stage];
     if (d.flags & ST_STOP) break;
+    if (p.stall_cycles > 0) {  // candidate knob: a deliberately slower consumer (0 in production)
+      const long long t0 = clock64();
+      while (clock64() - t0 < p.stall_cycles) {
+      }
+    }
     if (p.probe == PROBE_STREAM_ONLY) {
       __syncwarp();
       if (lane == 0) hz_mbar_arrive(&s.empty[stage]);
@@ -386,7 +407,10 @@ __device__ void consume(const Params& p, const Smem& s) {
     }
     __syncwarp();
     if (lane == 0) hz_mbar_arrive(&s.empty[stage]);  // this warp is done reading the stage
-    if (d.flags & ST_LAST) finish_piece(p, s, st, d, h);
+    if (d.flags & ST_LAST) {
+      finish_piece(p, s, st, d, h, span);
+      HZ_PROF_RESTAMP(span);
+    }
     if (++stage == STAGES) { stage = 0; phase ^= 1; }
   }
 }
@@ -399,6 +423,7 @@ __device__ void fill_request(const Params& p, int req, float value) {
 // ---- the kernel --------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(THREADS, 1) ragged_decode_kernel(const Params p) {
+  HZ_PROF_BEGIN(worker_span);
   extern __shared__ __align__(128) char smem_raw[];
   const Smem s = carve(smem_raw, p.B, p.n_q, p.n_kv);
   const int tid = threadIdx.x;
@@ -407,16 +432,19 @@ __global__ void __launch_bounds__(THREADS, 1) ragged_decode_kernel(const Params 
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   prologue(p, s);  // ends with __syncthreads: barriers initialised, line built
+  if (tid == 0) HZ_PROF_END(p.prof, TASK_PROLOGUE, worker_span, 0);
   const int n_chunks = p.schedule == SCHED_GUIDED ? p.phases * p.phase_chunks : s.tpref[p.B];
   const bool slots_ok = p.schedule != SCHED_SPLIT || p.tile == 0 || n_chunks + p.B <= p.n_slots;
 
   if (blockIdx.x == 0) {  // requests with no piece: empty (0) or invalid (NaN); or no room
+    HZ_PROF_BEGIN(fill_span);
     for (int b = 0; b < p.B; ++b)
       if (!slots_ok || s.len[b] <= 0) fill_request(p, b, (s.len[b] == 0 && slots_ok) ? 0.f : NAN);
     if (tid == 0) {
       int bits = slots_ok ? 0 : ERR_SLOTS;
       for (int b = 0; b < p.B; ++b) bits |= s.len[b] < 0 ? ERR_BAD_REQUEST : 0;
       if (bits) atomicOr(&p.ctr[CTR_ERROR], bits);
+      HZ_PROF_END(p.prof, TASK_FILL, fill_span, 0);
     }
   }
   if (tid >= CONSUMERS) produce(p, s, slots_ok ? n_chunks : 0);
@@ -429,6 +457,7 @@ __global__ void __launch_bounds__(THREADS, 1) ragged_decode_kernel(const Params 
       atomicExch(&p.ctr[CTR_WORK], 0);
       atomicExch(&p.ctr[CTR_DONE], 0);
     }
+    HZ_PROF_END(p.prof, TASK_WORKER, worker_span, 0);
   }
 }
 
@@ -436,9 +465,24 @@ __global__ void __launch_bounds__(THREADS, 1) ragged_decode_kernel(const Params 
 
 // ---- host API (ctypes) -------------------------------------------------------------------
 
+static hz_prof_t g_prof = {nullptr, nullptr, 0, 0};  // set by hz_rd_set_profiler
+static int g_stall_cycles = 0;                        // set by hz_rd_set_stall
+
 extern "C" {
 
 int hz_rd_head_dim() { return HD; }
+// 1 when this library was built with -DHZ_PROFILER (its launches can record spans).
+int hz_rd_profiler_compiled() { return HZ_PROF_ENABLED; }
+const char* hz_rd_task_names() { return HZ_RD_TASK_NAMES; }
+// The ring the following launches record into (records NULL: none). The caller zeroes
+// *claimed before each launch it wants to decode on its own.
+void hz_rd_set_profiler(void* records, void* claimed, unsigned capacity) {
+  g_prof.records = static_cast<uint64_t*>(records);
+  g_prof.claimed = static_cast<unsigned long long*>(claimed);
+  g_prof.capacity = records ? capacity : 0u;
+}
+// Candidate knob for the perf gate: consumers idle this many cycles per stage (0: off).
+void hz_rd_set_stall(int cycles) { g_stall_cycles = cycles > 0 ? cycles : 0; }
 int hz_rd_max_kv_heads() { return CONSUMER_WARPS; }
 int hz_rd_threads() { return THREADS; }
 int hz_rd_counter_words(int B) { return CTR_ARRIVE + B; }
@@ -493,6 +537,8 @@ int hz_rd_launch(const void* q, const void* k, const void* v, const int* starts,
   p.n_slots = n_slots;
   p.probe = probe;
   p.contiguous = contiguous;
+  p.stall_cycles = g_stall_cycles;
+  p.prof = g_prof;
   p.scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
   const size_t smem = smem_bytes(B, n_q, n_kv);
   ragged_decode_kernel<<<grid, THREADS, smem, static_cast<cudaStream_t>(stream)>>>(p);

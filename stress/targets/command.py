@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.classify import NOTABLE_RE, classify_exit
+from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN, NOTABLE_RE, classify_exit
 from hazards.engine.errors import UserError
 from hazards.engine.forensics.collector import hang_reason
 from hazards.engine.outcome import Outcome, RunResult
@@ -38,18 +38,22 @@ class CommandTarget(Target):
     in stdout and stderr after the run: a match marks the run a `mismatch` (its named
     groups are kept as evidence), e.g. ``r"MISMATCH|max_err=(?P<max_err>\\S+) FAIL"``.
     `grace_s` is the time between SIGTERM and SIGKILL when a run must be killed.
+    `faithful_cos_min`: a FAITHFUL_RESULT line whose cos is below it makes the run a mismatch.
     Bad input (missing program, bad cwd, bad regex) raises UserError here, before any run.
     """
 
     def __init__(self, argv: list[str], *, env: dict[str, str] | None = None,
                  cwd: str | Path | None = None, name: str | None = None,
                  result_regex: str | re.Pattern[str] | None = None,
-                 grace_s: float = 2.0) -> None:
+                 grace_s: float = 2.0, faithful_cos_min: float = DEFAULT_FAITHFUL_COS_MIN) -> None:
         self.cwd = check_cwd(cwd)
         self.env = check_env(env)
         self.argv = check_argv(argv, self.cwd, self.env)
         self.name = name or default_name(self.argv)
         self.grace_s = check_grace(grace_s)
+        if not -1.0 <= faithful_cos_min <= 1.0:
+            raise UserError(f"the FAITHFUL_RESULT cos threshold must be in [-1, 1], got {faithful_cos_min!r}")
+        self.faithful_cos_min = float(faithful_cos_min)
         try:
             self.result_regex = (re.compile(result_regex, re.MULTILINE)
                                  if isinstance(result_regex, str) else result_regex)
@@ -100,7 +104,8 @@ class CommandTarget(Target):
             child.kill()  # idempotent; also runs if a collector or wait raised
         outcome, reason, evidence = classify_exit(
             child.proc.returncode if exited else None, child.stdout_text(), child.stderr_text(),
-            timed_out=not exited, timeout=timeout, result_regex=self.result_regex)
+            timed_out=not exited, timeout=timeout, result_regex=self.result_regex,
+            faithful_cos_min=self.faithful_cos_min)
         evidence.update(kill_evidence)
         if outcome is Outcome.HANG:
             reason = hang_reason(reason, evidence)  # where it is stuck, when a collector saw it

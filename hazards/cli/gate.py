@@ -1,0 +1,66 @@
+"""`hazards gate perf` and `hazards gate logits`: is a candidate better than the baseline,
+without trading correctness? (docs/gates.md)"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import List, Optional
+
+import typer
+
+from hazards.cli.app import app
+from hazards.cli.check import parse_duration, split_names
+
+gate_app = typer.Typer(name="gate", help="Gates for candidates: the faithful per-task perf gate and the logit gate.",
+                       no_args_is_help=True)
+app.add_typer(gate_app, name="gate")
+
+_PERF_HELP = """The faithful per-task performance gate: baseline vs candidate(s) on one
+exclusively leased GPU, interleaved A B A B, across a worker sweep.
+
+BASELINE and CANDIDATE are commands (one string each, split like a shell would, no shell
+run) that print FAITHFUL_RESULT lines (docs/protocol.md); `{workers}` in a command and
+$HZ_NUM_WORKERS give it the grid size, $HZ_GATE_SEED the pair's input seed. Or
+`megakernel:NAME`, a candidate of the ragged-decode megakernel run in one warm server
+(NAME: baseline, improved, noop, slower, sloughing, incorrect, production).
+
+Per worker count and task it prints the candidate/baseline ratios of slowCTA, wall and
+sumCTA with rank-based intervals, cos, and a verdict: faster, no-change, slower,
+sloughing (slowCTA down but sumCTA up) or incorrect (cos below --cos-min, or a crashed
+run). Exit 0 for faster/no-change, 1 otherwise, 2 bad input or a baseline that fails.
+
+Example:\n
+  hazards gate perf --baseline megakernel:baseline --candidate megakernel:improved --workers 66,132
+"""
+
+
+@gate_app.command("perf", help=_PERF_HELP)
+def perf_command(
+    baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string) or megakernel:NAME."),
+    candidate: List[str] = typer.Option(..., "--candidate", help="Candidate command or megakernel:NAME (repeatable)."),
+    workers: str = typer.Option(",".join(map(str, (8, 64, 68, 128, 132))), "--workers",
+                                help="Worker counts (grid sizes) to sweep, comma-separated."),
+    repeats: int = typer.Option(12, "--repeats", help="Interleaved pairs per worker count (12 gives exact intervals "
+                                "for up to 20 judged cells and resolves a 5% change at <=3% run noise)."),
+    task: Optional[List[str]] = typer.Option(None, "--task", help="Judge only these task ids or names [default: all common]."),
+    cos_min: float = typer.Option(0.99, "--cos-min", help="A run with cos below this is incorrect."),
+    conf: float = typer.Option(0.95, "--conf", help="Family-wise confidence of the intervals."),
+    min_effect: float = typer.Option(0.02, "--min-effect", help="Smallest relative change called faster/slower."),
+    min_us: float = typer.Option(1.0, "--min-us", help="Tasks whose baseline slowCTA is shorter are not judged."),
+    launches: int = typer.Option(5, "--launches", help="Profiled launches per catalog sample (medians)."),
+    timeout: str = typer.Option("10m", "--timeout", help="Per run (command) or request (catalog)."),
+    wait: str = typer.Option("1h", "--wait", help="How long to wait for a free GPU."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+) -> None:
+    from hazards.gates import perf
+
+    result = perf.run_gate(baseline, candidate, workers=perf.parse_workers(workers), repeats=repeats,
+                           conf=conf, min_effect=min_effect, min_us=min_us, cos_min=cos_min,
+                           tasks=split_names(task) or None, timeout=parse_duration(timeout), launches=launches,
+                           wait_s=parse_duration(wait, allow_zero=True),
+                           progress=lambda s: print(s, file=sys.stderr, flush=True))
+    if json_out:
+        print(json.dumps(result))
+    else:
+        print(perf.format_report(result))
+    sys.exit(perf.exit_code(result))

@@ -1,0 +1,431 @@
+"""The faithful per-task performance gate: is a candidate faster than the baseline, task by
+task, inside the real megakernel, without trading correctness?
+
+Both sides run on ONE exclusively leased GPU, interleaved (A B A B ..., each pair with
+the same input seed, so slow drift of clocks or temperature cancels within a pair),
+`repeats` pairs per worker count. Every run must print FAITHFUL_RESULT lines (or, for a
+catalog megakernel, reply with them from a warm server). For each (worker count, task id,
+metric) the candidate/baseline ratio is the Hodges-Lehmann estimate of the paired log
+ratios with its exact Wilcoxon signed-rank interval (rank-based, distribution-free); the
+intervals are Bonferroni-adjusted over the judged (worker count, task) cells so the
+family-wise confidence is `conf`.
+
+Verdict per judged task (slowCTA is the verdict metric; wall and sumCTA judge with it):
+  * sloughing -- slowCTA significantly down AND sumCTA significantly up: the same work
+                 spread over more blocks, no real speedup;
+  * slower    -- any of slowCTA, wall, sumCTA significantly up;
+  * faster    -- slowCTA (or wall) significantly down, nothing significantly up;
+  * no-change -- nothing significant.
+"Significantly" means the interval excludes 1 AND the estimate is beyond `min_effect`.
+A worker count is `incorrect` when any candidate run there failed its correctness check
+(cos below the threshold) or crashed/hung; otherwise it takes its tasks' worst verdict
+(incorrect > sloughing > slower > faster > no-change). A candidate takes its points' worst.
+Exit 0 when every candidate is faster or no-change, 1 otherwise.
+
+Tasks whose baseline slowCTA is below `min_us` are reported but not judged (timer
+resolution: %globaltimer steps 32 ns on the H200).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import shlex
+import sys
+from typing import Any, Callable, Iterator, Sequence
+
+from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
+from hazards.engine.errors import UserError
+from hazards.engine.outcome import Outcome
+from hazards.engine.stats import Interval, min_pairs, shift_ci
+
+METRICS = ("slowCTA", "wall", "sumCTA")
+VERDICTS = ("faster", "no-change", "slower", "sloughing", "incorrect")
+PASSING = frozenset({"faster", "no-change"})
+_RANK = {"no-change": 0, "faster": 1, "slower": 2, "sloughing": 3, "incorrect": 4}
+CATALOG_PREFIX = "megakernel:"
+DEFAULT_WORKERS = (8, 64, 68, 128, 132)
+DEFAULT_REPEATS = 12
+DEFAULT_MIN_EFFECT = 0.02
+DEFAULT_MIN_US = 1.0
+DEFAULT_CONF = 0.95
+_FLOOR_US = 1e-3  # a zero-length span (below the timer step) counts as 1 ns in a ratio
+
+
+class GateError(UserError):
+    """The gate cannot judge (a baseline that fails, a run without result lines, ...)."""
+
+
+def worst(verdicts: Sequence[str]) -> str:
+    """The most severe verdict: incorrect > sloughing > slower > faster > no-change."""
+    return max(verdicts, key=_RANK.__getitem__) if verdicts else "no-change"
+
+
+@dataclasses.dataclass
+class Sample:
+    """One run of one side at one worker count."""
+
+    ok: bool
+    reason: str
+    rows: dict[int, dict[str, Any]]
+
+    @property
+    def cos(self) -> float | None:
+        vals = [float(r["cos"]) for r in self.rows.values() if "cos" in r]
+        return min(vals) if vals else None
+
+
+def rows_by_task(payloads: Sequence[dict[str, Any]], label: str) -> dict[int, dict[str, Any]]:
+    """FAITHFUL_RESULT payloads keyed by task id; two different lines for one id are an error."""
+    out: dict[int, dict[str, Any]] = {}
+    for p in payloads:
+        tid = int(p["task_id"])
+        if tid in out and out[tid] != p:
+            raise GateError(f"{label}: two different FAITHFUL_RESULT lines for task {tid} in one run")
+        out[tid] = p
+    return out
+
+
+class Side:
+    """One side of the comparison (the baseline or a candidate)."""
+
+    label: str
+
+    def sample(self, workers: int, seed: int) -> Sample:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"label": self.label}
+
+
+class CommandSide(Side):
+    """A command run once per sample. `{workers}` in it becomes the worker count, which is
+    also in $HZ_NUM_WORKERS; $HZ_GATE_SEED is the pair's seed (the same for both sides)."""
+
+    def __init__(self, command: str, *, env: dict[str, str], cwd: str | None, timeout: float,
+                 cos_min: float) -> None:
+        from hazards.engine.targets import CommandTarget
+
+        try:
+            self.argv = shlex.split(command)
+        except ValueError as exc:
+            raise UserError(f"cannot split command {command!r}: {exc}") from None
+        if not self.argv:
+            raise UserError("empty command")
+        self.label = command
+        self.env, self.cwd, self.timeout, self.cos_min = dict(env), cwd, timeout, cos_min
+        self._target = CommandTarget  # checked below: the program exists before anything runs
+        CommandTarget(self._argv(1), env=self.env, cwd=cwd)
+
+    def _argv(self, workers: int) -> list[str]:
+        return [a.replace("{workers}", str(workers)) for a in self.argv]
+
+    def sample(self, workers: int, seed: int) -> Sample:
+        env = {**self.env, "HZ_NUM_WORKERS": str(workers), "HZ_GATE_SEED": str(seed)}
+        target = self._target(self._argv(workers), env=env, cwd=self.cwd, name=self.label,
+                              faithful_cos_min=self.cos_min)
+        result = target.run(timeout=self.timeout)
+        rows = rows_by_task(result.evidence.get("faithful") or [], self.label)
+        return Sample(result.outcome is Outcome.CLEAN, result.reason, rows)
+
+    def describe(self) -> dict[str, Any]:
+        return {"label": self.label, "command": self.argv}
+
+
+class CatalogServer:
+    """One warm faithful-check server shared by every catalog side of a gate."""
+
+    def __init__(self, env: dict[str, str], timeout: float, launches: int) -> None:
+        from hazards.engine.targets import ServerTarget
+
+        self.timeout, self.launches = timeout, launches
+        self.target = ServerTarget([sys.executable, "-m", "hazards.megakernel.faithful", "--serve"],
+                                   env=env, name="megakernel-faithful", handshake_timeout_s=max(timeout, 300.0),
+                                   respawn_every=0)
+
+    def close(self) -> None:
+        self.target.close()
+
+
+class CatalogSide(Side):
+    """A named build/configuration of the ragged-decode megakernel (hazards.megakernel.candidates)."""
+
+    def __init__(self, spec: str, server: CatalogServer, cos_min: float) -> None:
+        from hazards.megakernel import candidates
+
+        self.candidate = candidates.get(spec[len(CATALOG_PREFIX):])
+        self.label, self.server, self.cos_min = spec, server, cos_min
+
+    def sample(self, workers: int, seed: int) -> Sample:
+        result = self.server.target.run({"candidate": self.candidate.name, "workers": workers, "seed": seed,
+                                         "cos_min": self.cos_min}, timeout=self.server.timeout,
+                                        launches=self.server.launches)
+        rows = rows_by_task(result.metrics.get("faithful") or [], self.label)
+        return Sample(result.outcome is Outcome.CLEAN, result.reason, rows)
+
+    def describe(self) -> dict[str, Any]:
+        return {"label": self.label, "candidate": self.candidate.to_json()}
+
+
+def is_catalog(spec: str) -> bool:
+    return spec.startswith(CATALOG_PREFIX)
+
+
+def ratio_interval(base: Sequence[float], cand: Sequence[float], conf: float) -> Interval:
+    """candidate/baseline ratio from paired values: exp of the signed-rank interval of logs."""
+    diffs = [math.log(max(c, _FLOOR_US) / max(b, _FLOOR_US)) for b, c in zip(base, cand)]
+    iv = shift_ci(diffs, conf)
+    return Interval(math.exp(iv.estimate), math.exp(iv.lo) if iv.resolved else -math.inf,
+                    math.exp(iv.hi) if iv.resolved else math.inf, iv.achieved, iv.n)
+
+
+def judge(ratios: dict[str, Interval], min_effect: float) -> str:
+    """The verdict of one task from its three ratio intervals (see the module docstring)."""
+    def down(m: str) -> bool:
+        r = ratios[m]
+        return r.resolved and r.hi < 1.0 and r.estimate < 1.0 - min_effect
+
+    def up(m: str) -> bool:
+        r = ratios[m]
+        return r.resolved and r.lo > 1.0 and r.estimate > 1.0 + min_effect
+
+    if down("slowCTA") and up("sumCTA"):
+        return "sloughing"
+    if any(up(m) for m in METRICS):
+        return "slower"
+    if down("slowCTA") or down("wall"):
+        return "faster"
+    return "no-change"
+
+
+@dataclasses.dataclass
+class Pair:
+    workers: int
+    seed: int
+    baseline: Sample
+    candidate: Sample
+
+
+def _select_tasks(pairs: Sequence[Pair], wanted: Sequence[str] | None, label: str) -> list[int]:
+    """Task ids present in every run of both sides, optionally restricted by id or name."""
+    common: set[int] | None = None
+    names: dict[int, str] = {}
+    for p in pairs:
+        for s in (p.baseline, p.candidate):
+            ids = set(s.rows)
+            common = ids if common is None else common & ids
+            names.update({t: str(r.get("task", "")) for t, r in s.rows.items()})
+    common = common or set()
+    if not wanted:
+        if not common:
+            raise GateError(f"{label}: no task id appears in every run of both sides")
+        return sorted(common)
+    out = []
+    for w in wanted:
+        hit = [t for t in common if str(t) == w or names.get(t) == w]
+        if not hit:
+            have = ", ".join(f"{t} {names.get(t, '')}" for t in sorted(common)) or "none"
+            raise GateError(f"{label}: task {w!r} is not in every run of both sides (common: {have})")
+        out.extend(hit)
+    return sorted(set(out))
+
+
+def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *, conf: float = DEFAULT_CONF,
+             min_effect: float = DEFAULT_MIN_EFFECT, min_us: float = DEFAULT_MIN_US,
+             tasks: Sequence[str] | None = None) -> dict[str, Any]:
+    """Judge one candidate from its pairs (all worker counts): the gate's JSON object."""
+    by_w: dict[int, list[Pair]] = {}
+    for p in pairs:
+        by_w.setdefault(p.workers, []).append(p)
+    bad_base = [p for p in pairs if not p.baseline.ok]
+    if bad_base:
+        p = bad_base[0]
+        raise GateError(f"the baseline failed its own check at {p.workers} workers (seed {p.seed}): "
+                        f"{p.baseline.reason}; nothing can be judged against it")
+    clean = [p for p in pairs if p.candidate.ok]
+    task_ids = _select_tasks(clean or pairs, tasks, candidate_label) if clean else []
+    names = {t: str(p.baseline.rows[t].get("task", t)) for p in pairs for t in p.baseline.rows}
+    judged_cells = 0
+    for w, ps in by_w.items():
+        if all(p.candidate.ok for p in ps):
+            for t in task_ids:
+                base_slow = sorted(p.baseline.rows[t]["slowCTA_us"] for p in ps)
+                if base_slow[len(base_slow) // 2] >= min_us:
+                    judged_cells += 1
+    interval_conf = 1.0 - (1.0 - conf) / max(1, judged_cells)
+    points = []
+    for w in sorted(by_w):
+        ps = by_w[w]
+        cos_b = [p.baseline.cos for p in ps if p.baseline.cos is not None]
+        cos_c = [p.candidate.cos for p in ps if p.candidate.cos is not None]
+        point: dict[str, Any] = {"workers": w, "pairs": len(ps),
+                                 "cos": {"baseline": min(cos_b) if cos_b else None,
+                                         "candidate": min(cos_c) if cos_c else None}}
+        failed = [p for p in ps if not p.candidate.ok]
+        if failed:
+            point.update(verdict="incorrect", reason=f"{len(failed)} of {len(ps)} candidate runs failed: "
+                                                     f"{failed[0].candidate.reason}", ratios={}, tasks={})
+            points.append(point)
+            continue
+        ratios: dict[str, Any] = {}
+        task_verdicts: dict[str, str] = {}
+        unresolved = []
+        for t in task_ids:
+            name = names.get(t, str(t))
+            per = {m: ratio_interval([p.baseline.rows[t][f"{m}_us"] for p in ps],
+                                     [p.candidate.rows[t][f"{m}_us"] for p in ps], interval_conf)
+                   for m in METRICS}
+            base_slow = sorted(p.baseline.rows[t]["slowCTA_us"] for p in ps)[len(ps) // 2]
+            entry = {m: {"ratio": iv.estimate, "lo": iv.lo if iv.resolved else None,
+                         "hi": iv.hi if iv.resolved else None} for m, iv in per.items()}
+            entry["task_id"] = t
+            entry["baseline_slowCTA_us"] = base_slow
+            if base_slow < min_us:
+                entry["judged"] = False
+                entry["why_not"] = f"baseline slowCTA {base_slow:.3g} us < {min_us:g} us (timer resolution)"
+            else:
+                entry["judged"] = True
+                task_verdicts[name] = judge(per, min_effect)
+                s = per["slowCTA"]
+                if not s.resolved or math.log(s.hi) - math.log(s.lo) > 2 * math.log(1.025):
+                    unresolved.append(name)
+            ratios[name] = entry
+        point.update(verdict=worst(list(task_verdicts.values())), tasks=task_verdicts, ratios=ratios)
+        if unresolved:
+            point["unresolved"] = unresolved  # slowCTA interval wider than +-2.5%: a 5% change may hide
+        points.append(point)
+    return {"verdict": worst([p["verdict"] for p in points]), "baseline": baseline_label,
+            "candidate": candidate_label, "conf": conf, "interval_conf": interval_conf,
+            "min_effect": min_effect, "min_us": min_us, "points": points}
+
+
+def sample_pairs(baseline: Side, candidates: Sequence[Side], workers: Sequence[int], repeats: int,
+                 progress: Callable[[str], None] | None = None) -> dict[str, list[Pair]]:
+    """Run the interleaved schedule: per worker count, per repeat, per candidate: A then B."""
+    out: dict[str, list[Pair]] = {c.label: [] for c in candidates}
+    for w in workers:
+        for i in range(repeats):
+            for c in candidates:
+                a = baseline.sample(w, i)
+                b = c.sample(w, i)
+                out[c.label].append(Pair(w, i, a, b))
+                if progress:
+                    progress(f"workers {w} pair {i + 1}/{repeats} {c.label}: baseline "
+                             f"{'ok' if a.ok else 'FAILED'}, candidate {'ok' if b.ok else 'FAILED'}")
+                if not a.ok:
+                    raise GateError(f"the baseline failed its own check at {w} workers (seed {i}): {a.reason}")
+    return out
+
+
+@contextlib.contextmanager
+def exclusive_gpu(holder: str, wait_s: float) -> Iterator[dict[str, str]]:
+    """Lease one GPU exclusively (flock + NVML foreign-process check) for the whole gate;
+    yields the environment its children get."""
+    from hazards.engine.leases import acquire_free, release_all
+
+    leases, skipped = acquire_free(holder, max_gpus=1, wait_s=wait_s, exclusive=True)
+    if not leases:
+        why = "; ".join(f"GPU {g}: {r}" for g, r in skipped.items()) or "no GPU is visible to this process"
+        raise UserError(f"no GPU could be leased exclusively within {wait_s:g}s ({why})")
+    try:
+        yield leases[0].env()
+    finally:
+        release_all(leases)
+
+
+def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int] = DEFAULT_WORKERS,
+             repeats: int = DEFAULT_REPEATS, conf: float = DEFAULT_CONF, min_effect: float = DEFAULT_MIN_EFFECT,
+             min_us: float = DEFAULT_MIN_US, cos_min: float = DEFAULT_FAITHFUL_COS_MIN,
+             tasks: Sequence[str] | None = None, timeout: float = 600.0, launches: int = 5,
+             wait_s: float = 3600.0, cwd: str | None = None,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Lease a GPU, run the interleaved schedule, judge every candidate. The JSON object:
+    one candidate -> {"verdict", "points": [...], ...}; several -> {"verdict", "candidates": [...]}."""
+    specs = [baseline, *candidates]
+    if not candidates:
+        raise UserError("give at least one --candidate")
+    if any(w < 1 for w in workers) or not workers:
+        raise UserError("--workers must list positive worker counts")
+    if repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {repeats}")
+    if not 0 < conf < 1 or not 0 <= min_effect < 1 or not -1 <= cos_min <= 1 or min_us < 0:
+        raise UserError("need 0 < --conf < 1, 0 <= --min-effect < 1, -1 <= --cos-min <= 1, --min-us >= 0")
+    cwd = cwd or os.getcwd()
+    with exclusive_gpu("hazards gate perf", wait_s) as lease_env:
+        server = None
+        try:
+            if any(is_catalog(s) for s in specs):
+                server = CatalogServer(lease_env, timeout, launches)
+
+            def side(spec: str) -> Side:
+                if is_catalog(spec):
+                    assert server is not None
+                    return CatalogSide(spec, server, cos_min)
+                return CommandSide(spec, env=lease_env, cwd=cwd, timeout=timeout, cos_min=cos_min)
+
+            base_side = side(baseline)
+            cand_sides = [side(c) for c in candidates]
+            if len({s.label for s in cand_sides}) != len(cand_sides):
+                raise UserError("the same candidate was given twice")
+            pairs = sample_pairs(base_side, cand_sides, list(workers), repeats, progress)
+        finally:
+            if server is not None:
+                server.close()
+    results = []
+    for c in cand_sides:
+        res = evaluate(base_side.label, c.label, pairs[c.label], conf=conf, min_effect=min_effect,
+                       min_us=min_us, tasks=tasks)
+        res.update(repeats=repeats, baseline_side=base_side.describe(), candidate_side=c.describe(),
+                   min_pairs_for_interval=min_pairs(res["interval_conf"]))
+        results.append(res)
+    if len(results) == 1:
+        return results[0]
+    return {"verdict": worst([r["verdict"] for r in results]), "candidates": results}
+
+
+def exit_code(result: dict[str, Any]) -> int:
+    """0 when every candidate is faster or no-change, else 1."""
+    verdicts = [r["verdict"] for r in result.get("candidates", [result])]
+    return 0 if all(v in PASSING for v in verdicts) else 1
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """The human table: per candidate and worker count, the ratios with intervals and a verdict."""
+    lines = []
+    for r in result.get("candidates", [result]):
+        lines.append(f"{r['candidate']} vs {r['baseline']}: {r['verdict'].upper()}  "
+                     f"({r['repeats']} pairs per point, intervals at {r['interval_conf']:.4g} "
+                     f"for {r['conf']:g} family-wise, min effect {r['min_effect']:g})")
+        for p in r["points"]:
+            cos = p["cos"]
+            cos_txt = (f"cos base {cos['baseline']:.5f} cand {cos['candidate']:.5f}"
+                       if cos["baseline"] is not None and cos["candidate"] is not None else "cos n/a")
+            lines.append(f"  workers {p['workers']:>4}: {p['verdict']:<10} {cos_txt}"
+                         + (f"  [{p['reason']}]" if p.get("reason") else ""))
+            for name, e in p.get("ratios", {}).items():
+                cells = []
+                for m in METRICS:
+                    x = e[m]
+                    iv = f"[{x['lo']:.3f}, {x['hi']:.3f}]" if x["lo"] is not None else "[unresolved]"
+                    cells.append(f"{m} {x['ratio']:.3f} {iv}")
+                judged = p["tasks"].get(name, "not judged")
+                lines.append(f"      {name:<10} {'  '.join(cells)}  -> {judged}")
+            if p.get("unresolved"):
+                lines.append(f"      note: slowCTA interval wider than +-2.5% for {', '.join(p['unresolved'])}: "
+                             "add --repeats to resolve a 5% change")
+    if "candidates" in result:
+        lines.append(f"overall: {result['verdict'].upper()}")
+    return "\n".join(lines)
+
+
+def parse_workers(text: str) -> list[int]:
+    """'8,64,68' -> [8, 64, 68]; UserError for anything else."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--workers must be comma-separated integers, got {text!r}") from None
+    if not out or any(w < 1 for w in out):
+        raise UserError(f"--workers must list positive integers, got {text!r}")
+    return out
+

@@ -1,0 +1,146 @@
+"""The logit gate on the synthetic-language model: every known-bad candidate, one table.
+
+    python3 -m hazards.gates.synthlm.harness --out /tmp/lg        # GPU if there is one
+    python3 -m hazards.gates.synthlm.harness --config tiny --device cpu --out /tmp/lg
+
+Trains (or loads the cached) model, runs the held-out corpus through every path of
+hazards.gates.synthlm.model.PATHS (teacher-forced, one logit sink each, written as .npz
+files `hazards gate logits` reads), then judges each scenario with the gate:
+
+  clean                 f32 reference vs a correct reordering (23 accumulation steps)  -> pass
+  accum23               one accumulation step in 23 reading the next step's operand    -> fail
+  bf16_logits           logits through bf16 on their way to the sink                   -> fail
+  quant_candidate_only  the candidate quantizes its weights, declaring f32             -> fail
+  quantized_matched     an mxfp4 kernel against an mxfp4 (precision-matched) reference -> pass
+  quantized_unmatched   the same kernel against the f32 reference: refused (not matched);
+                        with --allow-unmatched its numbers show what would be charged
+  sink_striped          the sink written in rotated 16-column stripes                  -> fail (sink check)
+
+Limits: ratio and max_kl as given (the defaults are calibrated on this model, see
+docs/gates.md), ceiling = exp(exact floor + 0.5 nats) of the corpus. Prints the table
+and one `LOGIT_GATE {json}` line per scenario; exit 0 when every scenario got its expected
+verdict, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hazards.gates import logits as lg
+
+SCENARIOS: tuple[tuple[str, str, str, str], ...] = (
+    ("clean", "reference", "clean", "pass"),
+    ("accum23", "reference", "accum23", "fail"),
+    ("bf16_logits", "reference", "bf16_logits", "fail"),
+    ("quant_candidate_only", "reference", "quant_candidate_only", "fail"),
+    ("quantized_matched", "reference_mxfp4", "quantized", "pass"),
+    ("quantized_unmatched", "reference", "quantized", "refused"),
+    ("sink_striped", "reference", "sink_striped", "fail"),
+)
+CEILING_MARGIN_NATS = 0.5
+
+
+def run(config: str, device: str | None, out: Path, max_seconds: float | None, ratio: float, max_kl: float,
+        force: bool = False, log: Any = None) -> dict[str, Any]:
+    """Train/load, run every path, judge every scenario; the whole result as JSON."""
+    import numpy as np
+    import torch
+
+    from hazards.gates.synthlm import language, model, train
+
+    params, summary = train.load_or_train(config, device, max_seconds, force, log)
+    device = summary["device"] if device is None else device
+    params = {k: v.to(device) for k, v in params.items()}
+    cfg = train.CONFIGS[config]
+    tc = train.TINY_TRAIN if config == "tiny" else train.TrainConfig()
+    toks = train.eval_tokens(cfg, tc)
+    floor_pp = language.bayes_nll(train.language_for(cfg, tc), toks)[:, 1:]
+    floor = float(floor_pp.mean())
+    ceiling = math.exp(floor + CEILING_MARGIN_NATS)
+    out.mkdir(parents=True, exist_ok=True)
+    tokens = torch.from_numpy(toks).to(device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    sets: dict[str, lg.LogitSet] = {}
+    path_seconds = {}
+    for name, path in model.PATHS.items():
+        t0 = time.monotonic()
+        data = model.run_path(params, tokens, cfg, path)
+        path_seconds[name] = round(time.monotonic() - t0, 3)
+        lg.save(out / f"{name}.npz", data)
+        sets[name] = lg.LogitSet(data["logits"], data["targets"], data["vocab_size"], data["weight_format"],
+                                 data["emitted"], name)
+    rows = []
+    for scen, ref_name, cand_name, expected in SCENARIOS:
+        try:
+            res = lg.judge(sets[ref_name], sets[cand_name], ceiling=ceiling, ratio=ratio, max_kl=max_kl)
+            got = res["verdict"]
+        except lg.NotMatched as exc:
+            res = lg.judge(sets[ref_name], sets[cand_name], ceiling=ceiling, ratio=ratio, max_kl=max_kl,
+                           allow_unmatched=True)
+            res["refused"] = str(exc)
+            got = "refused"
+        res.update(scenario=scen, expected=expected, got=got, ok=got == expected)
+        rows.append(res)
+    return {"config": config, "training": summary, "floor_nats": floor,
+            "entropy_rate": language.entropy_rate(train.language_for(cfg, tc)),
+            "ceiling": ceiling, "ratio": ratio, "max_kl": max_kl,
+            "gemm_rel_error": {n: model.gemm_rel_error(p) for n, p in model.PATHS.items() if p.gemm != "torch"},
+            "path_seconds": path_seconds, "files": str(out), "scenarios": rows,
+            "floor_positions": int(np.size(floor_pp))}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The markdown table of scenarios."""
+    lines = ["| scenario | expected | got | ppl ratio (fixed prefix) | median Δnats [interval] | mean KL | "
+             "argmax agreement | top-1 ref / cand | entropy ref / cand | sink mismatches | failed gates |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["scenarios"]:
+        f = r["fixed_prefix"]
+        m = f["median_dnats"]
+        iv = f"{m['estimate']:.2e} [{m['lo']:.2e}, {m['hi']:.2e}]" if m["lo"] is not None else f"{m['estimate']:.2e}"
+        s = r["sink"]
+        lines.append(f"| {r['scenario']} | {r['expected']} | {r['got']} | {f['ppl_ratio']:.6f} | {iv} | "
+                     f"{f['kl_mean']:.2e} | {f['argmax_agreement']:.4f} | {f['top1_ref']:.4f} / {f['top1_cand']:.4f} | "
+                     f"{f['entropy_ref']:.4f} / {f['entropy_cand']:.4f} | "
+                     f"{s.get('mismatches', 'n/a')} | {', '.join(r['failed']) or '-'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m hazards.gates.synthlm.harness", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="small", choices=("small", "tiny"))
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", type=Path, required=True, help="folder for the .npz sinks and result.json")
+    ap.add_argument("--max-seconds", type=float, default=None, help="training time limit (if not cached)")
+    ap.add_argument("--ratio", type=float, default=lg.DEFAULT_RATIO)
+    ap.add_argument("--max-kl", type=float, default=lg.DEFAULT_MAX_KL)
+    ap.add_argument("--force", action="store_true", help="retrain even if cached")
+    args = ap.parse_args(argv)
+    try:
+        result = run(args.config, args.device, args.out, args.max_seconds, args.ratio, args.max_kl, args.force,
+                     log=lambda s: print(s, file=sys.stderr, flush=True))
+    except Exception as exc:  # noqa: BLE001
+        print(f"logit harness: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    (args.out / "result.json").write_text(json.dumps(result, indent=1))
+    t = result["training"]
+    print(f"model: {t['params']} params, {t['steps']} steps in {t['train_seconds']}s on {t['device']}; "
+          f"held-out loss {t['eval_loss']:.4f} nats vs exact floor {t['floor']:.4f} (gap {t['gap_nats']:.4f}); "
+          f"entropy rate {result['entropy_rate']:.4f}; unigram {t['unigram_entropy']:.4f}")
+    print("GEMM relative error per path: " + ", ".join(f"{k} {v:.2e}" for k, v in result["gemm_rel_error"].items()))
+    print(table(result))
+    for r in result["scenarios"]:
+        print("LOGIT_GATE " + json.dumps({k: r[k] for k in ("scenario", "expected", "got", "ok", "failed")}
+                                         | {"fixed_prefix": r["fixed_prefix"], "sink": r["sink"]}))
+    return 0 if all(r["ok"] for r in result["scenarios"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Emitted code: with HZ_PROFILER off the probe keeps only its own store and reads no clock;
+on, each span reads the clock, claims a slot atomically and stores its record.
+
+PTX from nvcc (sm_90a) and AMDGCN from clang-19 (gfx942), both on the CPU. The probe
+kernel (prof_probe.cu) has exactly one store of its own.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+INCLUDE = ROOT / "standalone" / "include"
+PROBE = HERE / "prof_probe.cu"
+SHIM = ROOT / "tests" / "tripwire" / "hip_shim.h"
+
+
+def _ptx(tmp_path: Path, src: Path, on: bool, extra: tuple[str, ...] = ()) -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not installed: cannot check the emitted PTX")
+    out = tmp_path / f"{src.stem}_{on}.ptx"
+    cmd = [nvcc, "-ptx", "-O3", "-arch=sm_90a", f"-I{INCLUDE}", *extra, str(src), "-o", str(out)]
+    r = subprocess.run(cmd + (["-DHZ_PROFILER"] if on else []), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out.read_text()
+
+
+def _amdgcn(tmp_path: Path, on: bool) -> str:
+    clang = shutil.which("clang-19")
+    if clang is None:
+        pytest.skip("clang-19 not installed: cannot check the AMDGCN code")
+    out = tmp_path / f"probe_{on}.s"
+    cmd = [clang, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-nogpuinc", "--cuda-device-only", "-O3",
+           "-S", "-include", str(SHIM), f"-I{INCLUDE}", str(PROBE), "-o", str(out)]
+    r = subprocess.run(cmd + (["-DHZ_PROFILER"] if on else []), capture_output=True, text=True)
+    if r.returncode != 0 and "amdgcn" in r.stderr.lower() and "target" in r.stderr.lower():
+        pytest.skip(f"clang-19 has no AMDGPU backend: {r.stderr.strip().splitlines()[0]}")
+    assert r.returncode == 0, r.stderr
+    return out.read_text()
+
+
+def _stores(ptx: str) -> list[str]:
+    return re.findall(r"^\s*(st\.\S+)", ptx, re.MULTILINE)
+
+
+def test_ptx_without_profiler_keeps_only_the_kernels_own_store_and_reads_no_clock(tmp_path: Path) -> None:
+    ptx = _ptx(tmp_path, PROBE, on=False)
+    assert _stores(ptx) == ["st.global.f32"]
+    assert "%globaltimer" not in ptx and "%smid" not in ptx and "atom." not in ptx
+
+
+def test_ptx_with_profiler_claims_a_slot_and_stores_four_words_per_span(tmp_path: Path) -> None:
+    ptx = _ptx(tmp_path, PROBE, on=True)
+    stores = _stores(ptx)
+    assert stores.count("st.global.f32") == 1
+    records = [s for s in stores if s != "st.global.f32"]
+    assert records and set(records) == {"st.global.u64"} and len(records) % 4 == 0
+    claims = re.findall(r"atom\.global\.add\.u64", ptx)
+    assert len(claims) == len(records) // 4  # one claim per recorded span
+    assert "%globaltimer" in ptx and "%smid" in ptx
+
+
+def test_amdgcn_without_profiler_keeps_only_the_kernels_own_store(tmp_path: Path) -> None:
+    asm = _amdgcn(tmp_path, on=False)
+    assert len(re.findall(r"^\s*(?:global|flat|buffer)_store", asm, re.MULTILINE)) == 1
+    assert "s_memrealtime" not in asm and "atomic" not in asm
+
+
+def test_amdgcn_with_profiler_reads_the_constant_rate_clock_and_claims_atomically(tmp_path: Path) -> None:
+    asm = _amdgcn(tmp_path, on=True)
+    assert "s_memrealtime" in asm
+    assert re.search(r"global_atomic_add_x2", asm)
+    assert len(re.findall(r"^\s*(?:global|flat|buffer)_store", asm, re.MULTILINE)) > 1
