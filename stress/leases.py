@@ -18,7 +18,8 @@ by this code) is still locked, read-only; its holder line then cannot be rewritt
 Which GPUs may be leased follows the caller's CUDA_VISIBLE_DEVICES (`hazards.engine.gpus`); index
 entries are read in PCI bus order, as nvidia-smi and NVML number them. A lease gives its
 children `CUDA_VISIBLE_DEVICES=<uuid>` (unambiguous whatever CUDA_DEVICE_ORDER says).
-For tests, `HZ_FAKE_GPUS="0,1"` pretends those GPUs exist (no NVML involved).
+For tests, `HZ_FAKE_GPUS="0,1"` pretends those GPUs exist (no NVML involved; an entry
+spelled as a UUID, "GPU-aaaa", is its own UUID, so a fake NVML can answer for it).
 
 Every acquire, release, refusal and reclaim (a lease whose previous holder died without
 releasing) is appended as one JSON line to `<lock dir>/log.jsonl`: who (pid, host, holder
@@ -93,8 +94,8 @@ def _fake_visible(fakes: list[str]) -> list[str]:
 def lease_candidates() -> list[tuple[str, str | None]]:
     """(CUDA_VISIBLE_DEVICES entry, UUID or None) for every GPU this process may lease."""
     fakes = fake_gpus()
-    if fakes is not None:
-        return [(e, None) for e in _fake_visible(fakes)]
+    if fakes is not None:  # a fake entry spelled as a UUID is its own UUID (NVML fakes key on it)
+        return [(e, e if e.startswith("GPU-") else None) for e in _fake_visible(fakes)]
     from hazards.engine.gpus import uuid_of, visible_gpus
 
     return [(e, uuid_of(e)) for e in visible_gpus()]
