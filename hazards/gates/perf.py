@@ -18,7 +18,9 @@ Verdict per judged task (slowCTA is the verdict metric; wall and sumCTA judge wi
   * no-change -- nothing significant.
 "Significantly" means the interval excludes 1 AND the estimate is beyond `min_effect`.
 A worker count is `incorrect` when any candidate run there failed its correctness check
-(cos below the threshold) or crashed/hung; otherwise it takes its tasks' worst verdict
+(cos below the threshold) or crashed/hung; a run the engine judges `error` (a malformed
+result line, no GPU) or a clean run without FAITHFUL_RESULT lines stops the gate with an
+error instead (exit 2: nothing can be judged from it); otherwise it takes its tasks' worst verdict
 (incorrect > sloughing > slower > faster > no-change). A candidate takes its points' worst.
 Exit 0 when every candidate is faster or no-change, 1 otherwise.
 
@@ -64,11 +66,12 @@ def worst(verdicts: Sequence[str]) -> str:
 
 @dataclasses.dataclass
 class Sample:
-    """One run of one side at one worker count."""
+    """One run of one side at one worker count (`outcome` as the engine judged the run)."""
 
     ok: bool
     reason: str
     rows: dict[int, dict[str, Any]]
+    outcome: str = "clean"
 
     @property
     def cos(self) -> float | None:
@@ -127,7 +130,7 @@ class CommandSide(Side):
                               faithful_cos_min=self.cos_min)
         result = target.run(timeout=self.timeout)
         rows = rows_by_task(result.evidence.get("faithful") or [], self.label)
-        return Sample(result.outcome is Outcome.CLEAN, result.reason, rows)
+        return Sample(result.outcome is Outcome.CLEAN, result.reason, rows, result.outcome.value)
 
     def describe(self) -> dict[str, Any]:
         return {"label": self.label, "command": self.argv}
@@ -162,7 +165,7 @@ class CatalogSide(Side):
                                          "cos_min": self.cos_min}, timeout=self.server.timeout,
                                         launches=self.server.launches)
         rows = rows_by_task(result.metrics.get("faithful") or [], self.label)
-        return Sample(result.outcome is Outcome.CLEAN, result.reason, rows)
+        return Sample(result.outcome is Outcome.CLEAN, result.reason, rows, result.outcome.value)
 
     def describe(self) -> dict[str, Any]:
         return {"label": self.label, "candidate": self.candidate.to_json()}
@@ -309,6 +312,11 @@ def sample_pairs(baseline: Side, candidates: Sequence[Side], workers: Sequence[i
             for c in candidates:
                 a = baseline.sample(w, i)
                 b = c.sample(w, i)
+                for side, s in (("baseline", a), ("candidate", b)):
+                    if s.outcome == Outcome.ERROR.value:  # the check itself failed: nothing to judge
+                        raise GateError(f"the {side} run at {w} workers (seed {i}) could not be judged: {s.reason}")
+                    if s.ok and not s.rows:
+                        raise GateError(f"the {side} run at {w} workers (seed {i}) printed no FAITHFUL_RESULT line")
                 out[c.label].append(Pair(w, i, a, b))
                 if progress:
                     progress(f"workers {w} pair {i + 1}/{repeats} {c.label}: baseline "

@@ -1,0 +1,146 @@
+"""`hazards gate perf` on fake commands emitting FAITHFUL_RESULT lines: every verdict
+(faster, no-change, slower, sloughing, incorrect), the JSON object, the exit codes, the
+exclusive lease, the ABAB order and the worker sweep."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hazards.engine.stats import Interval
+from hazards.gates import perf
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE = f"{sys.executable} {REPO / 'tests' / 'gates' / 'fake_faithful.py'}"
+BASE = f"{FAKE} --role a --slow 100 --wall 300 --sum 5000"
+
+
+def gate(*candidates: str, workers: str = "64", repeats: int = 7, extra: tuple[str, ...] = (),
+         baseline: str = BASE) -> tuple[int, dict, str]:
+    args = [sys.executable, "-m", "hazards", "gate", "perf", "--baseline", baseline, "--workers", workers,
+            "--repeats", str(repeats), "--json", *extra]
+    for c in candidates:
+        args += ["--candidate", c]
+    r = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = json.loads(r.stdout) if r.stdout.strip() else {}
+    return r.returncode, out, r.stderr
+
+
+@pytest.fixture(autouse=True)
+def _fake_gpu(monkeypatch, tmp_path):
+    monkeypatch.setenv("HZ_FAKE_GPUS", "0")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("HZ_LEASE_DIR", str(tmp_path / "leases"))
+
+
+@pytest.mark.parametrize("cand,verdict,code", [
+    (f"{FAKE} --role b --slow 80 --wall 250 --sum 4200", "faster", 0),
+    (f"{FAKE} --role b --slow 100 --wall 300 --sum 5000", "no-change", 0),
+    (f"{FAKE} --role b --slow 125 --wall 360 --sum 6000", "slower", 1),
+    (f"{FAKE} --role b --slow 70 --wall 300 --sum 6500", "sloughing", 1),
+    (f"{FAKE} --role b --slow 50 --wall 150 --sum 2000 --cos 0.5", "incorrect", 1),
+])
+def test_each_verdict_from_fake_commands(cand, verdict, code):
+    rc, out, err = gate(cand)
+    assert rc == code, err
+    assert out["verdict"] == verdict
+    [point] = out["points"]
+    assert point["workers"] == 64 and point["verdict"] == verdict
+    if verdict != "incorrect":
+        ratios = point["ratios"]["attend"]
+        for m in perf.METRICS:
+            assert ratios[m]["lo"] <= ratios[m]["ratio"] <= ratios[m]["hi"]
+        assert ratios["judged"] and not point["ratios"]["fill"]["judged"]  # 32 ns: below the timer's resolution
+    else:
+        assert "cos" in point["reason"] and point["cos"]["candidate"] == 0.5
+
+
+def test_a_crashing_candidate_is_incorrect():
+    rc, out, _ = gate(f"{FAKE} --role b --slow 10 --wall 10 --sum 10 --crash")
+    assert rc == 1 and out["verdict"] == "incorrect" and "SIGSEGV" in out["points"][0]["reason"]
+
+
+def test_the_verdict_follows_the_worker_count_and_the_worst_point_wins():
+    rc, out, _ = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000 --faster-above 64", workers="8,128")
+    assert rc == 1 and out["verdict"] == "slower"
+    assert [(p["workers"], p["verdict"]) for p in out["points"]] == [(8, "slower"), (128, "faster")]
+
+
+def test_several_candidates_in_one_run_each_get_a_verdict():
+    rc, out, _ = gate(f"{FAKE} --role b --slow 80 --wall 250 --sum 4200",
+                      f"{FAKE} --role c --slow 70 --wall 300 --sum 6500")
+    assert rc == 1 and out["verdict"] == "sloughing"
+    assert [c["verdict"] for c in out["candidates"]] == ["faster", "sloughing"]
+
+
+def test_workers_reach_the_command_as_placeholder_and_environment(tmp_path):
+    log = tmp_path / "calls.txt"
+    probe = (f"{sys.executable} -c \"import os,sys; open({str(log)!r}, 'a').write(sys.argv[1] + ' ' + "
+             f"os.environ['HZ_NUM_WORKERS'] + ' ' + os.environ['HZ_GATE_SEED'] + ' ' + "
+             f"os.environ['CUDA_VISIBLE_DEVICES'] + chr(10))\" {{workers}}")
+    rc, out, err = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000", baseline=f"{probe}", repeats=2,
+                        workers="8,132")
+    # the probe prints no FAITHFUL_RESULT: the gate stops, but only after the first run shows the plumbing
+    assert rc == 2 and "no FAITHFUL_RESULT line" in err
+    assert log.read_text().splitlines()[0] == "8 8 0 0"
+
+
+def test_baseline_and_candidate_alternate_with_the_same_seed(tmp_path):
+    log = tmp_path / "order.txt"
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text("#!/bin/sh\nrole=$1; shift\necho \"$role$HZ_GATE_SEED\" >> " + str(log) + "\nexec \"$@\"\n")
+    wrapper.chmod(0o755)
+    rc, out, err = gate(f"{wrapper} B {FAKE} --role b --slow 100 --wall 300 --sum 5000",
+                        baseline=f"{wrapper} A {BASE}", repeats=3)
+    assert rc == 0, err
+    assert log.read_text().split() == ["A0", "B0", "A1", "B1", "A2", "B2"]
+
+
+def test_a_failing_baseline_or_a_malformed_line_stops_the_gate_with_exit_2():
+    rc, _, err = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000", baseline=f"{BASE} --cos 0.5")
+    assert rc == 2 and "baseline failed its own check" in err
+    rc, _, err = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000 --malformed")
+    assert rc == 2 and "could not be judged" in err and "malformed FAITHFUL_RESULT" in err
+
+
+def test_the_gate_holds_an_exclusive_lease(tmp_path):
+    from hazards.engine.leases import acquire
+
+    with acquire("0", "someone-else", lock_dir=os.environ["HZ_LEASE_DIR"]):
+        rc, _, err = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000", extra=("--wait", "1s"))
+    assert rc == 2 and "someone-else" in err and "Traceback" not in err
+
+
+def test_bad_options_are_one_line_errors():
+    for extra in (("--workers", "8,x"), ("--repeats", "0"), ("--conf", "1.5")):
+        rc, _, err = gate(f"{FAKE} --role b --slow 1 --wall 1 --sum 1", extra=extra)
+        assert rc == 2 and "Traceback" not in err, err
+
+
+def _iv(est: float, lo: float, hi: float) -> Interval:
+    return Interval(est, lo, hi, 0.95, 10)
+
+
+@pytest.mark.parametrize("slow,wall,sum_,verdict", [
+    ((0.8, 0.75, 0.85), (1.0, 0.98, 1.02), (1.0, 0.98, 1.02), "faster"),
+    ((0.8, 0.75, 0.85), (1.0, 0.98, 1.02), (1.2, 1.1, 1.3), "sloughing"),
+    ((1.0, 0.98, 1.02), (1.1, 1.05, 1.15), (1.0, 0.98, 1.02), "slower"),
+    ((1.0, 0.98, 1.02), (1.0, 0.98, 1.02), (1.1, 1.05, 1.15), "slower"),
+    ((0.99, 0.985, 0.995), (1.0, 0.98, 1.02), (1.0, 0.98, 1.02), "no-change"),  # significant but < min effect
+    ((0.8, 0.6, 1.05), (1.0, 0.98, 1.02), (1.0, 0.98, 1.02), "no-change"),  # the interval includes 1
+])
+def test_judge_rules(slow, wall, sum_, verdict):
+    ratios = {"slowCTA": _iv(*slow), "wall": _iv(*wall), "sumCTA": _iv(*sum_)}
+    assert perf.judge(ratios, min_effect=0.02) == verdict
+
+
+def test_worst_orders_the_verdicts():
+    assert perf.worst(["no-change", "faster"]) == "faster"
+    assert perf.worst(["faster", "slower"]) == "slower"
+    assert perf.worst(["slower", "sloughing"]) == "sloughing"
+    assert perf.worst(["sloughing", "incorrect", "faster"]) == "incorrect"
+    assert perf.worst([]) == "no-change"
