@@ -64,3 +64,51 @@ def perf_command(
     else:
         print(perf.format_report(result))
     sys.exit(perf.exit_code(result))
+
+
+_LOGITS_HELP = """The logit / perplexity gate: a candidate path's per-position logits against a
+precision-matched reference over the same corpus positions (teacher-forced).
+
+REFERENCE and CANDIDATE are .npz files: logits (S, T, V_padded) float32, targets (S, T),
+vocab_size, weight_format, and for the candidate `emitted` (the tokens the path chose
+itself, for the sink self-check). The vocabulary padding is sliced out of every softmax.
+
+Prints paired per-position statistics (median Δnats with its interval, mean KL, entropy
+of both, argmax agreement and top-1 accuracy of each against the corpus, perplexity over a
+fixed prefix and overall) and applies the gates: --ceiling on the candidate's fixed-prefix
+perplexity, --ratio on the two-sided perplexity ratio, --max-kl on the mean KL. Exit 0 pass,
+1 fail, 2 bad input or a reference that is not precision-matched (declared weight formats differ).
+
+Example:\n
+  hazards gate logits --reference ref.npz --candidate cand.npz --prefix 64 --ceiling 12.5
+"""
+
+
+@gate_app.command("logits", help=_LOGITS_HELP)
+def logits_command(
+    reference: str = typer.Option(..., "--reference", help="The precision-matched reference's .npz."),
+    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate's .npz (repeatable)."),
+    prefix: Optional[int] = typer.Option(None, "--prefix", help="Fixed-prefix positions per sequence [default: all]."),
+    ceiling: Optional[float] = typer.Option(None, "--ceiling", help="Max fixed-prefix perplexity of the candidate."),
+    ratio: float = typer.Option(1.0002, "--ratio", help="Max two-sided fixed-prefix perplexity ratio (>= 1)."),
+    max_kl: float = typer.Option(1e-6, "--max-kl", help="Max mean KL(reference || candidate) in nats."),
+    conf: float = typer.Option(0.95, "--conf", help="Confidence of the median Δnats interval."),
+    allow_unmatched: bool = typer.Option(False, "--allow-unmatched",
+                                         help="Compare even if the declared weight formats differ (never passes)."),
+    no_sink_check: bool = typer.Option(False, "--no-sink-check",
+                                       help="Do not fail a candidate without `emitted` tokens."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object per candidate."),
+) -> None:
+    from hazards.engine.errors import UserError
+    from hazards.gates import logits as lg
+
+    if not 0 < conf < 1:
+        raise UserError(f"--conf must be between 0 and 1, got {conf:g}")
+    ref = lg.load(reference)
+    results = []
+    for path in candidate:
+        res = lg.judge(ref, lg.load(path), prefix=prefix, ceiling=ceiling, ratio=ratio, max_kl=max_kl, conf=conf,
+                       allow_unmatched=allow_unmatched, require_sink=not no_sink_check)
+        results.append(res)
+        print(json.dumps(res) if json_out else lg.format_report(res), flush=True)
+    sys.exit(lg.verdicts_exit(results))

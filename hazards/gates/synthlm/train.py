@@ -141,7 +141,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, device: str, max_seconds: float | N
             opt.step()
             step += 1
             if step % 100 == 0 or step == tc.steps:
-                loss_ema = float(loss)
+                loss_ema = float(loss.detach())
                 if log:
                     log(f"step {step} loss {loss_ema:.4f} lr {lr:.2e} {time.monotonic() - t0:.1f}s")
     finally:
