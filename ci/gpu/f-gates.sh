@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# f-gates GPU round 1 (budget 120 s): the per-task profiler on the ragged-decode megakernel
-# (decode, overflow on the real ring, cost, every perf-gate candidate's metrics), a short
-# perf-gate run on two catalog candidates, one FAITHFUL_RESULT command judged by `hazards
-# run`, and the synthetic-LM training smoke with the logit-gate table.
+# f-gates GPU round 2 (budget 150 s): the perf-gate ranking table for the five candidates of
+# the ragged-decode megakernel (improved, noop, slower, sloughing, incorrect vs baseline,
+# worker sweep, rank-based intervals), the logit-gate table for the known-bad candidates
+# (training the synthetic-language model on the way), `hazards gate logits` on two of the
+# GPU-produced sinks, then the profiler's GPU tests if time is left.
 # Writes everything into $OUT/f-gates.tar.gz.
 set -u
 cd "$(dirname "$0")/../.."
@@ -13,55 +14,60 @@ rm -rf "$R"; mkdir -p "$R"
 T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 {
-  date -u; hostname; git rev-parse HEAD; nvidia-smi -L; nvcc --version | tail -1
+  date -u; hostname; git rev-parse HEAD; git status --short | head -5; nvidia-smi -L; nvcc --version | tail -1
   python3 -c "import torch; print(torch.__version__)"
 } > "$R/env.txt" 2>&1
 
-stamp "build both megakernel libraries (profiled and not) in parallel"
+stamp "build the profiled megakernel libraries (baseline build and the noop candidate's) in parallel"
 python3 -c "from hazards.megakernel.build import build_library; print(build_library(profiler=True))" > "$R/build_prof.txt" 2>&1 &
-python3 -c "from hazards.megakernel.build import build_library; print(build_library())" > "$R/build.txt" 2>&1 &
 python3 -c "from hazards.megakernel.build import build_library; print(build_library(profiler=True, defines=('HZ_RD_NOOP_CANDIDATE',)))" > "$R/build_noop.txt" 2>&1 &
 wait
 stamp "built"
 
-stamp "1. profiler bench"
-timeout 45 python3 bench/profiler_h200.py --workers 8,66,132 --launches 5 --json "$R/profiler.json" > "$R/profiler.txt" 2>&1
-echo "rc=$?" >> "$R/profiler.txt"
-stamp "profiler bench done"
-
-stamp "2. perf gate: improved and sloughing vs baseline (catalog, one warm server)"
-timeout 40 python3 -m hazards gate perf --baseline megakernel:baseline --candidate megakernel:improved \
-  --candidate megakernel:sloughing --workers 66,132 --repeats 10 --launches 3 --json \
-  > "$R/gate_perf.json" 2> "$R/gate_perf.stderr"
+stamp "1. perf gate ranking: five candidates vs baseline, task attend, workers 8,64,128,132, 12 pairs"
+CMD="python3 -m hazards gate perf --baseline megakernel:baseline --candidate megakernel:improved \
+  --candidate megakernel:noop --candidate megakernel:slower --candidate megakernel:sloughing \
+  --candidate megakernel:incorrect --workers 8,64,128,132 --repeats 12 --task attend --launches 3 --json"
+echo "$CMD" > "$R/gate_perf.cmd"
+timeout 80 $CMD > "$R/gate_perf.json" 2> "$R/gate_perf.stderr"
 echo "rc=$?" >> "$R/gate_perf.stderr"
+python3 -c "
+import json
+from hazards.gates.perf import format_report
+print(format_report(json.load(open('$R/gate_perf.json'))))" > "$R/gate_perf.txt" 2>&1
 stamp "perf gate done"
 
-stamp "3. logit harness with training smoke (30 s of training)"
-timeout 60 python3 -m hazards.gates.synthlm.harness --out /tmp/lg --max-seconds 30 \
+stamp "2. logit harness: train (30 s), every path, every scenario"
+echo "python3 -m hazards.gates.synthlm.harness --out /tmp/lg --max-seconds 30" > "$R/logit_harness.cmd"
+timeout 75 python3 -m hazards.gates.synthlm.harness --out /tmp/lg --max-seconds 30 \
   > "$R/logit_harness.txt" 2> "$R/logit_harness.stderr"
 echo "rc=$?" >> "$R/logit_harness.stderr"
 cp /tmp/lg/result.json "$R/logit_result.json" 2>/dev/null
 stamp "logit harness done"
 
-if [ $(( $(date +%s) - T0 )) -lt 100 ]; then
-  stamp "4. a FAITHFUL_RESULT command judged by hazards run (incorrect candidate: must be mismatch)"
-  timeout 15 python3 -m hazards run -n 1 --json --timeout 12 -- python3 -m hazards.megakernel.faithful \
-    --candidate incorrect --workers 132 --launches 2 > "$R/run_incorrect.json" 2> "$R/run_incorrect.stderr"
-  echo "rc=$?" >> "$R/run_incorrect.stderr"
+stamp "3. hazards gate logits on the GPU-produced sinks"
+{
+  python3 -m hazards gate logits --reference /tmp/lg/reference.npz --candidate /tmp/lg/clean.npz \
+    --candidate /tmp/lg/accum23.npz --candidate /tmp/lg/bf16_logits.npz; echo "rc=$?"
+  python3 -m hazards gate logits --reference /tmp/lg/reference_mxfp4.npz --candidate /tmp/lg/quantized.npz; echo "rc=$?"
+  python3 -m hazards gate logits --reference /tmp/lg/reference.npz --candidate /tmp/lg/quantized.npz; echo "rc=$?"
+} > "$R/gate_logits_cli.txt" 2>&1
+stamp "gate logits done"
+
+if [ $(( $(date +%s) - T0 )) -lt 115 ]; then
+  stamp "4. the profiler's GPU tests"
+  timeout $(( 145 - ($(date +%s) - T0) )) python3 -m pytest -q -p no:cacheprovider tests/megakernel/test_profiler_gpu.py \
+    > "$R/pytest_profiler_gpu.txt" 2>&1
+  echo "rc=$?" >> "$R/pytest_profiler_gpu.txt"
 fi
 stamp "all done"
 mkdir -p "$OUT"
 tar -czf "$OUT/f-gates.tar.gz" -C "$R" .
 echo "== summary"
-grep -E "overflow accounted|workers .*: unprofiled" "$R/profiler.txt"
-tail -2 "$R/profiler.txt"
-python3 -c "
-import json
-r = json.load(open('$R/gate_perf.json'))
-for c in r.get('candidates', [r]):
-    print(c['candidate'], c['verdict'], [(p['workers'], p['verdict']) for p in c['points']])
-" 2>&1 | tail -3
-grep -E "^model:|^\| [a-z]" "$R/logit_harness.txt" | head -9
+grep -E "vs megakernel:baseline|overall" "$R/gate_perf.txt"
+tail -1 "$R/gate_perf.stderr"
+grep -E "^model:|^\| [a-z]|^calibration" "$R/logit_harness.txt"
 tail -1 "$R/logit_harness.stderr"
-cat "$R/run_incorrect.json" 2>/dev/null | head -c 300; echo
+grep -E "rc=|: (PASS|FAIL)|error" "$R/gate_logits_cli.txt"
+tail -2 "$R/pytest_profiler_gpu.txt" 2>/dev/null
 stamp "end"

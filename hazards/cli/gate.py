@@ -10,6 +10,10 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.check import parse_duration, split_names
+from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
+from hazards.gates import LOGIT_DEFAULT_MAX_KL, LOGIT_DEFAULT_RATIO
+from hazards.gates.perf import (DEFAULT_CONF, DEFAULT_MIN_EFFECT, DEFAULT_MIN_US, DEFAULT_REPEATS,
+                                DEFAULT_WORKERS)
 
 gate_app = typer.Typer(name="gate", help="Gates for candidates: the faithful per-task perf gate and the logit gate.",
                        no_args_is_help=True)
@@ -38,15 +42,16 @@ Example:\n
 def perf_command(
     baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string) or megakernel:NAME."),
     candidate: List[str] = typer.Option(..., "--candidate", help="Candidate command or megakernel:NAME (repeatable)."),
-    workers: str = typer.Option(",".join(map(str, (8, 64, 68, 128, 132))), "--workers",
+    workers: str = typer.Option(",".join(map(str, DEFAULT_WORKERS)), "--workers",
                                 help="Worker counts (grid sizes) to sweep, comma-separated."),
-    repeats: int = typer.Option(12, "--repeats", help="Interleaved pairs per worker count (12 gives exact intervals "
+    repeats: int = typer.Option(DEFAULT_REPEATS, "--repeats", help="Interleaved pairs per worker count (12 gives exact intervals "
                                 "for up to 20 judged cells and resolves a 5% change at <=3% run noise)."),
     task: Optional[List[str]] = typer.Option(None, "--task", help="Judge only these task ids or names [default: all common]."),
-    cos_min: float = typer.Option(0.99, "--cos-min", help="A run with cos below this is incorrect."),
-    conf: float = typer.Option(0.95, "--conf", help="Family-wise confidence of the intervals."),
-    min_effect: float = typer.Option(0.02, "--min-effect", help="Smallest relative change called faster/slower."),
-    min_us: float = typer.Option(1.0, "--min-us", help="Tasks whose baseline slowCTA is shorter are not judged."),
+    cos_min: float = typer.Option(DEFAULT_FAITHFUL_COS_MIN, "--cos-min", help="A run with cos below this is incorrect."),
+    conf: float = typer.Option(DEFAULT_CONF, "--conf", help="Family-wise confidence of the intervals."),
+    min_effect: float = typer.Option(DEFAULT_MIN_EFFECT, "--min-effect",
+                                     help="Smallest relative change called faster/slower."),
+    min_us: float = typer.Option(DEFAULT_MIN_US, "--min-us", help="Tasks whose baseline slowCTA is shorter are not judged."),
     launches: int = typer.Option(5, "--launches", help="Profiled launches per catalog sample (medians)."),
     timeout: str = typer.Option("10m", "--timeout", help="Per run (command) or request (catalog)."),
     wait: str = typer.Option("1h", "--wait", help="How long to wait for a free GPU."),
@@ -90,8 +95,8 @@ def logits_command(
     candidate: List[str] = typer.Option(..., "--candidate", help="A candidate's .npz (repeatable)."),
     prefix: Optional[int] = typer.Option(None, "--prefix", help="Fixed-prefix positions per sequence [default: all]."),
     ceiling: Optional[float] = typer.Option(None, "--ceiling", help="Max fixed-prefix perplexity of the candidate."),
-    ratio: float = typer.Option(1.0002, "--ratio", help="Max two-sided fixed-prefix perplexity ratio (>= 1)."),
-    max_kl: float = typer.Option(1e-6, "--max-kl", help="Max mean KL(reference || candidate) in nats."),
+    ratio: float = typer.Option(LOGIT_DEFAULT_RATIO, "--ratio", help="Max two-sided fixed-prefix perplexity ratio (>= 1)."),
+    max_kl: float = typer.Option(LOGIT_DEFAULT_MAX_KL, "--max-kl", help="Max mean KL(reference || candidate) in nats."),
     conf: float = typer.Option(0.95, "--conf", help="Confidence of the median Δnats interval."),
     allow_unmatched: bool = typer.Option(False, "--allow-unmatched",
                                          help="Compare even if the declared weight formats differ (never passes)."),

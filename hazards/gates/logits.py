@@ -35,9 +35,10 @@ import numpy as np
 
 from hazards.engine.errors import UserError
 from hazards.engine.stats import median_ci
+from hazards.gates import LOGIT_DEFAULT_MAX_KL, LOGIT_DEFAULT_RATIO
 
-DEFAULT_RATIO = 1.0002
-DEFAULT_MAX_KL = 1e-6
+DEFAULT_RATIO = LOGIT_DEFAULT_RATIO
+DEFAULT_MAX_KL = LOGIT_DEFAULT_MAX_KL
 DEFAULT_CONF = 0.95
 _CHUNK = 8192
 

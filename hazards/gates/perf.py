@@ -24,8 +24,11 @@ error instead (exit 2: nothing can be judged from it); otherwise it takes its ta
 (incorrect > sloughing > slower > faster > no-change). A candidate takes its points' worst.
 Exit 0 when every candidate is faster or no-change, 1 otherwise.
 
-Tasks whose baseline slowCTA is below `min_us` are reported but not judged (timer
-resolution: %globaltimer steps 32 ns on the H200).
+Every task common to both sides gets its ratios reported; verdicts come from the tasks
+given in `tasks` (default: all). The seed's recipe judges the task the candidate changes
+(`--task attend`), and a regression of a co-resident task then shows in the ratios without
+deciding the verdict. Tasks whose baseline slowCTA is below `min_us` are reported but not
+judged (timer resolution: %globaltimer steps 32 ns on the H200).
 """
 from __future__ import annotations
 
@@ -247,12 +250,13 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
         raise GateError(f"the baseline failed its own check at {p.workers} workers (seed {p.seed}): "
                         f"{p.baseline.reason}; nothing can be judged against it")
     clean = [p for p in pairs if p.candidate.ok]
-    task_ids = _select_tasks(clean or pairs, tasks, candidate_label) if clean else []
+    task_ids = _select_tasks(clean, None, candidate_label) if clean else []  # ratios for every common task
+    selected = set(_select_tasks(clean, tasks, candidate_label)) if clean else set()  # verdicts from these
     names = {t: str(p.baseline.rows[t].get("task", t)) for p in pairs for t in p.baseline.rows}
     judged_cells = 0
     for w, ps in by_w.items():
         if all(p.candidate.ok for p in ps):
-            for t in task_ids:
+            for t in selected:
                 base_slow = sorted(p.baseline.rows[t]["slowCTA_us"] for p in ps)
                 if base_slow[len(base_slow) // 2] >= min_us:
                     judged_cells += 1
@@ -284,16 +288,25 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
                          "hi": iv.hi if iv.resolved else None} for m, iv in per.items()}
             entry["task_id"] = t
             entry["baseline_slowCTA_us"] = base_slow
-            if base_slow < min_us:
+            if t not in selected:
+                entry["judged"] = False
+                entry["why_not"] = "not selected (--task)"
+            elif base_slow < min_us:
                 entry["judged"] = False
                 entry["why_not"] = f"baseline slowCTA {base_slow:.3g} us < {min_us:g} us (timer resolution)"
             else:
                 entry["judged"] = True
+                if not all(iv.resolved for iv in per.values()):  # too few pairs: could not look
+                    raise GateError(f"{candidate_label}: {len(ps)} pairs give no interval at the adjusted level "
+                                    f"{interval_conf:.4g}; use --repeats {min_pairs(interval_conf)} or more")
                 task_verdicts[name] = judge(per, min_effect)
                 s = per["slowCTA"]
                 if not s.resolved or math.log(s.hi) - math.log(s.lo) > 2 * math.log(1.025):
                     unresolved.append(name)
             ratios[name] = entry
+        if not task_verdicts:  # nothing was judged here: never a silent "no-change"
+            raise GateError(f"{candidate_label}: no task could be judged at {w} workers (every selected task is "
+                            f"below --min-us {min_us:g} or absent); nothing to decide from")
         point.update(verdict=worst(list(task_verdicts.values())), tasks=task_verdicts, ratios=ratios)
         if unresolved:
             point["unresolved"] = unresolved  # slowCTA interval wider than +-2.5%: a 5% change may hide
@@ -303,14 +316,32 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
             "min_effect": min_effect, "min_us": min_us, "points": points}
 
 
+def check_repeats(first: Sample, tasks: Sequence[str] | None, points: int, repeats: int, conf: float,
+                  min_us: float) -> None:
+    """Stop before the long run when `repeats` pairs cannot give an exact interval at the
+    Bonferroni-adjusted level for the tasks the first baseline run shows (GateError)."""
+    judged = [t for t, r in first.rows.items()
+              if (not tasks or str(t) in tasks or str(r.get("task")) in tasks) and r["slowCTA_us"] >= min_us]
+    level = 1.0 - (1.0 - conf) / max(1, points * len(judged))
+    need = min_pairs(level)
+    if repeats < need:
+        raise GateError(f"--repeats {repeats} cannot give an interval at {level:.4g} ({conf:g} family-wise over "
+                        f"{points} worker counts x {len(judged)} tasks): use --repeats {need} or more")
+
+
 def sample_pairs(baseline: Side, candidates: Sequence[Side], workers: Sequence[int], repeats: int,
-                 progress: Callable[[str], None] | None = None) -> dict[str, list[Pair]]:
-    """Run the interleaved schedule: per worker count, per repeat, per candidate: A then B."""
+                 progress: Callable[[str], None] | None = None,
+                 check: Callable[[Sample], None] | None = None) -> dict[str, list[Pair]]:
+    """Run the interleaved schedule: per worker count, per repeat, per candidate: A then B.
+    `check(first baseline sample)` runs once, before anything else is sampled."""
     out: dict[str, list[Pair]] = {c.label: [] for c in candidates}
     for w in workers:
         for i in range(repeats):
             for c in candidates:
                 a = baseline.sample(w, i)
+                if check is not None and a.ok and a.rows:
+                    check(a)
+                    check = None
                 b = c.sample(w, i)
                 for side, s in (("baseline", a), ("candidate", b)):
                     if s.outcome == Outcome.ERROR.value:  # the check itself failed: nothing to judge
@@ -376,7 +407,8 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
             cand_sides = [side(c) for c in candidates]
             if len({s.label for s in cand_sides}) != len(cand_sides):
                 raise UserError("the same candidate was given twice")
-            pairs = sample_pairs(base_side, cand_sides, list(workers), repeats, progress)
+            pairs = sample_pairs(base_side, cand_sides, list(workers), repeats, progress,
+                                 lambda s: check_repeats(s, tasks, len(workers), repeats, conf, min_us))
         finally:
             if server is not None:
                 server.close()

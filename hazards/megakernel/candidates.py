@@ -11,7 +11,9 @@ into padded shared-memory rows, `copies="rows"`); `improved` is that change, whi
 baseline built to be each of the gate's verdicts by construction:
   * noop      -- the same configuration from a separately compiled library (an unused -D):
                  two builds, no change;
-  * slower    -- consumers idle `stall_cycles` per 16-token stage;
+  * slower    -- consumers idle 6000 cycles (~3 us) per 16-token stage: longer than a stage
+                 takes even when 132 blocks share the bandwidth (~2.2 us on the H200; 2000
+                 cycles hid behind the bandwidth limit there and measured faster);
   * sloughing -- tiles of 512 tokens instead of 2048: each attend instance does a quarter of
                  the work (slowCTA drops) while the per-piece overheads (queries, partials,
                  arrivals, 4x the merge inputs) make the total block-time rise;
@@ -54,8 +56,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               copies="contiguous"),
     Candidate("noop", "the baseline from a separately compiled library (unused -D)", "no-change",
               defines=("HZ_RD_NOOP_CANDIDATE",)),
-    Candidate("slower", "the baseline with consumers idling 2000 cycles per stage", "slower",
-              stall_cycles=2000),
+    Candidate("slower", "the baseline with consumers idling 6000 cycles per stage", "slower",
+              stall_cycles=6000),
     Candidate("sloughing", "the baseline cut into 512-token tiles: 4x the pieces for the same work",
               "sloughing", split_tokens=512),
     Candidate("incorrect", "the baseline fed every length clamped at 8192 (less work, wrong answer)",

@@ -53,9 +53,11 @@ def main() -> int:
     if args.malformed:
         del row["cos"]
     tiny = {**row, "task_id": 4, "task": "fill", "slowCTA_us": 0.032, "wall_us": 0.032, "sumCTA_us": 0.032}
+    other = {**row, "task_id": 3, "task": "merge", "slowCTA_us": draw(20.0), "wall_us": draw(40.0),
+             "sumCTA_us": draw(500.0)}  # a co-resident task the candidates do not change
     print("some log line")
-    print("FAITHFUL_RESULT " + json.dumps(row))
-    print("FAITHFUL_RESULT " + json.dumps(tiny))
+    for r in (row, other, tiny):
+        print("FAITHFUL_RESULT " + json.dumps(r))
     return 1 if args.cos < 0.99 else 0
 
 

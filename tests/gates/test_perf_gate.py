@@ -65,7 +65,8 @@ def test_a_crashing_candidate_is_incorrect():
 
 
 def test_the_verdict_follows_the_worker_count_and_the_worst_point_wins():
-    rc, out, _ = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000 --faster-above 64", workers="8,128")
+    rc, out, _ = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000 --faster-above 64", workers="8,128",
+                      repeats=8)
     assert rc == 1 and out["verdict"] == "slower"
     assert [(p["workers"], p["verdict"]) for p in out["points"]] == [(8, "slower"), (128, "faster")]
 
@@ -95,9 +96,9 @@ def test_baseline_and_candidate_alternate_with_the_same_seed(tmp_path):
     wrapper.write_text("#!/bin/sh\nrole=$1; shift\necho \"$role$HZ_GATE_SEED\" >> " + str(log) + "\nexec \"$@\"\n")
     wrapper.chmod(0o755)
     rc, out, err = gate(f"{wrapper} B {FAKE} --role b --slow 100 --wall 300 --sum 5000",
-                        baseline=f"{wrapper} A {BASE}", repeats=3)
+                        baseline=f"{wrapper} A {BASE}", repeats=7)
     assert rc == 0, err
-    assert log.read_text().split() == ["A0", "B0", "A1", "B1", "A2", "B2"]
+    assert log.read_text().split() == [f"{side}{i}" for i in range(7) for side in "AB"]
 
 
 def test_a_failing_baseline_or_a_malformed_line_stops_the_gate_with_exit_2():
@@ -144,3 +145,24 @@ def test_worst_orders_the_verdicts():
     assert perf.worst(["slower", "sloughing"]) == "sloughing"
     assert perf.worst(["sloughing", "incorrect", "faster"]) == "incorrect"
     assert perf.worst([]) == "no-change"
+
+
+def test_only_selected_tasks_decide_but_every_task_is_reported():
+    rc, out, err = gate(f"{FAKE} --role b --slow 125 --wall 360 --sum 6000", extra=("--task", "merge"))
+    assert rc == 0 and out["verdict"] == "no-change", err  # attend got slower but only merge is judged
+    ratios = out["points"][0]["ratios"]
+    assert ratios["merge"]["judged"]
+    assert not ratios["attend"]["judged"] and ratios["attend"]["why_not"] == "not selected (--task)"
+    assert ratios["attend"]["slowCTA"]["lo"] > 1
+
+
+def test_a_gate_that_can_judge_nothing_is_an_error_not_a_pass():
+    rc, _, err = gate(f"{FAKE} --role b --slow 1 --wall 1 --sum 1", extra=("--task", "fill"))  # 32 ns spans
+    assert rc == 2 and "no task could be judged" in err
+    rc, _, err = gate(f"{FAKE} --role b --slow 1 --wall 1 --sum 1", extra=("--task", "nope"))
+    assert rc == 2 and "task 'nope' is not in every run" in err
+
+
+def test_too_few_repeats_for_an_interval_is_an_error_before_the_long_run():
+    rc, _, err = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000", workers="8,64,128", repeats=7)
+    assert rc == 2 and "use --repeats 8 or more" in err, err

@@ -77,3 +77,18 @@ def test_amdgcn_with_profiler_reads_the_constant_rate_clock_and_claims_atomicall
     assert "s_memrealtime" in asm
     assert re.search(r"global_atomic_add_x2", asm)
     assert len(re.findall(r"^\s*(?:global|flat|buffer)_store", asm, re.MULTILINE)) > 1
+
+
+MEGAKERNEL = ROOT / "standalone" / "megakernel" / "ragged_decode.cu"
+
+
+def test_the_megakernel_without_profiler_reads_no_clock_and_stores_nothing_extra(tmp_path: Path) -> None:
+    off = _ptx(tmp_path, MEGAKERNEL, on=False)
+    on = _ptx(tmp_path, MEGAKERNEL, on=True)
+    assert "%globaltimer" not in off and "%smid" not in off and "atom.global.add.u64" not in off
+    claims = len(re.findall(r"atom\.global\.add\.u64", on))
+    assert claims == 6  # one per recording site: prologue, attend (x2), merge, fill, worker
+    # the profiled build adds exactly the records' four 8-byte stores per site, nothing else
+    extra = len(_stores(on)) - len(_stores(off))
+    assert extra == 4 * claims
+    assert _stores(on).count("st.global.u64") - _stores(off).count("st.global.u64") == 4 * claims
