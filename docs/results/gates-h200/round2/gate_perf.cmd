@@ -1,0 +1,1 @@
+python3 -m hazards gate perf --baseline megakernel:baseline --candidate megakernel:improved   --candidate megakernel:noop --candidate megakernel:slower --candidate megakernel:sloughing   --candidate megakernel:incorrect --workers 8,64,128,132 --repeats 12 --task attend --launches 3 --json
