@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.check import parse_duration, split_names
+from hazards.cli.options import JsonOption, WaitOption, parse_duration, split_names
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
 from hazards.gates import LOGIT_DEFAULT_MAX_KL, LOGIT_DEFAULT_RATIO
 from hazards.gates.perf import (DEFAULT_CONF, DEFAULT_MIN_EFFECT, DEFAULT_MIN_US, DEFAULT_REPEATS,
@@ -54,8 +54,8 @@ def perf_command(
     min_us: float = typer.Option(DEFAULT_MIN_US, "--min-us", help="Tasks whose baseline slowCTA is shorter are not judged."),
     launches: int = typer.Option(5, "--launches", help="Profiled launches per catalog sample (medians)."),
     timeout: str = typer.Option("10m", "--timeout", help="Per run (command) or request (catalog)."),
-    wait: str = typer.Option("1h", "--wait", help="How long to wait for a free GPU."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    wait: WaitOption = "1h",
+    json_out: JsonOption = False,
 ) -> None:
     from hazards.gates import perf
 
@@ -102,7 +102,7 @@ def logits_command(
                                          help="Compare even if the declared weight formats differ (never passes)."),
     no_sink_check: bool = typer.Option(False, "--no-sink-check",
                                        help="Do not fail a candidate without `emitted` tokens."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object per candidate."),
+    json_out: JsonOption = False,
 ) -> None:
     from hazards.engine.errors import UserError
     from hazards.gates import logits as lg

@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.check import parse_duration
+from hazards.cli.options import parse_duration
 from hazards.engine.errors import UserError
 
 _HELP = """Run a command on one GPU that nobody else holds.

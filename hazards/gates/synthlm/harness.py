@@ -48,8 +48,9 @@ CORRECT = ("clean", "quantized_matched")
 
 
 def calibration(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Seed 004's form per statistical gate: the floor E (the largest value a correct path
-    reached), the least detectable known-bad D, the limit, tol/E and D/tol."""
+    """The ragged-decode contract's calibration form, per statistical gate: the floor E (the
+    largest value a correct path reached), the least detectable known-bad D, the limit,
+    tol/E and D/tol."""
     rows = {r["scenario"]: r for r in result["scenarios"]}
     out = []
     for gate, limit, value in (("ratio", result["ratio"] - 1.0, lambda f: max(f["ppl_ratio"], 1 / f["ppl_ratio"]) - 1),

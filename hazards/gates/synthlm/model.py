@@ -1,6 +1,6 @@
 """A small GPT-OSS-shaped MoE transformer and the numeric "paths" it can run through.
 
-The architecture is the layered megakernel's (issue 15): per layer RMSNorm, a QKV
+The architecture is the layered megakernel's (a small GPT-OSS-shaped MoE): per layer RMSNorm, a QKV
 projection (grouped-query heads, rotary positions), causal attention, an O projection,
 then RMSNorm, a router picking the top-k of E experts, SwiGLU experts (W13 then W2);
 a final RMSNorm and an untied LM head whose vocabulary is padded (the pad columns exist
