@@ -27,7 +27,7 @@ stamp "built"
 stamp "1. perf gate ranking: five candidates vs baseline, task attend, workers 8,64,128,132, 12 pairs"
 CMD="python3 -m hazards gate perf --baseline megakernel:baseline --candidate megakernel:improved \
   --candidate megakernel:noop --candidate megakernel:slower --candidate megakernel:sloughing \
-  --candidate megakernel:incorrect --workers 8,64,128,132 --repeats 12 --task attend --launches 3 --json"
+  --candidate megakernel:incorrect --workers 8,64,128,132 --repeats 12 --task attend --profiled-launches 3 --json"
 echo "$CMD" > "$R/gate_perf.cmd"
 timeout 80 $CMD > "$R/gate_perf.json" 2> "$R/gate_perf.stderr"
 echo "rc=$?" >> "$R/gate_perf.stderr"

@@ -41,19 +41,21 @@ Example:\n
 @gate_app.command("perf", help=_PERF_HELP)
 def perf_command(
     baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string) or megakernel:NAME."),
-    candidate: List[str] = typer.Option(..., "--candidate", help="Candidate command or megakernel:NAME (repeatable)."),
+    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command or megakernel:NAME, for logits an .npz sink."),
     workers: str = typer.Option(",".join(map(str, DEFAULT_WORKERS)), "--workers",
                                 help="Worker counts (grid sizes) to sweep, comma-separated."),
     repeats: int = typer.Option(DEFAULT_REPEATS, "--repeats", help="Interleaved pairs per worker count (12 gives exact intervals "
                                 "for up to 20 judged cells and resolves a 5% change at <=3% run noise)."),
-    task: Optional[List[str]] = typer.Option(None, "--task", help="Judge only these task ids or names [default: all common]."),
+    task: Optional[List[str]] = typer.Option(None, "--task", help="Judge only these task ids or names.",
+                                             show_default="every task both sides report"),
     cos_min: float = typer.Option(DEFAULT_FAITHFUL_COS_MIN, "--cos-min", help="A run with cos below this is incorrect."),
-    conf: float = typer.Option(DEFAULT_CONF, "--conf", help="Family-wise confidence of the intervals."),
+    conf: float = typer.Option(DEFAULT_CONF, "--conf", help="Confidence level of the intervals."),
     min_effect: float = typer.Option(DEFAULT_MIN_EFFECT, "--min-effect",
                                      help="Smallest relative change called faster/slower."),
     min_us: float = typer.Option(DEFAULT_MIN_US, "--min-us", help="Tasks whose baseline slowCTA is shorter are not judged."),
-    launches: int = typer.Option(5, "--launches", help="Profiled launches per catalog sample (medians)."),
-    timeout: str = typer.Option("10m", "--timeout", help="Per run (command) or request (catalog)."),
+    profiled_launches: int = typer.Option(5, "--profiled-launches",
+                                          help="Profiled launches per megakernel:NAME sample (medians over them)."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds a run may take before it is a hang."),
     wait: WaitOption = "1h",
     json_out: JsonOption = False,
 ) -> None:
@@ -61,7 +63,7 @@ def perf_command(
 
     result = perf.run_gate(baseline, candidate, workers=perf.parse_workers(workers), repeats=repeats,
                            conf=conf, min_effect=min_effect, min_us=min_us, cos_min=cos_min,
-                           tasks=split_names(task) or None, timeout=parse_duration(timeout), launches=launches,
+                           tasks=split_names(task) or None, timeout=timeout, launches=profiled_launches,
                            wait_s=parse_duration(wait, allow_zero=True),
                            progress=lambda s: print(s, file=sys.stderr, flush=True))
     if json_out:
@@ -92,12 +94,14 @@ Example:\n
 @gate_app.command("logits", help=_LOGITS_HELP)
 def logits_command(
     reference: str = typer.Option(..., "--reference", help="The precision-matched reference's .npz."),
-    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate's .npz (repeatable)."),
-    prefix: Optional[int] = typer.Option(None, "--prefix", help="Fixed-prefix positions per sequence [default: all]."),
-    ceiling: Optional[float] = typer.Option(None, "--ceiling", help="Max fixed-prefix perplexity of the candidate."),
+    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command or megakernel:NAME, for logits an .npz sink."),
+    prefix: Optional[int] = typer.Option(None, "--prefix", help="Fixed-prefix positions per sequence.",
+                                         show_default="all"),
+    ceiling: Optional[float] = typer.Option(None, "--ceiling", help="Max fixed-prefix perplexity of the candidate.",
+                                            show_default="none"),
     ratio: float = typer.Option(LOGIT_DEFAULT_RATIO, "--ratio", help="Max two-sided fixed-prefix perplexity ratio (>= 1)."),
     max_kl: float = typer.Option(LOGIT_DEFAULT_MAX_KL, "--max-kl", help="Max mean KL(reference || candidate) in nats."),
-    conf: float = typer.Option(0.95, "--conf", help="Confidence of the median Δnats interval."),
+    conf: float = typer.Option(0.95, "--conf", help="Confidence level of the intervals."),
     allow_unmatched: bool = typer.Option(False, "--allow-unmatched",
                                          help="Compare even if the declared weight formats differ (never passes)."),
     no_sink_check: bool = typer.Option(False, "--no-sink-check",

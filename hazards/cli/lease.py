@@ -30,10 +30,11 @@ Examples:\n
 def lease_command(
     command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
                                                   show_default=False),
-    wait: Optional[str] = typer.Option(None, "--wait", help="Give up after this long (e.g. 90s, 10m) [default: wait forever]."),
+    wait: Optional[str] = typer.Option(None, "--wait", help="How long to wait for a GPU leased by someone else.",
+                                       show_default="forever"),
     holder: str = typer.Option("hazards lease", "--holder", help="Who holds the lease (shown to waiters, in the lease log)."),
     exclusive: bool = typer.Option(True, "--exclusive/--shared-card",
-                                   help="Also refuse cards running others' compute processes (NVML)."),
+                                   help="Refuse GPUs that run compute processes of others (NVML)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No broker messages on stderr."),
 ) -> None:
     from hazards.engine.broker import run_leased
