@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from hazards.engine.classify import classify_exit, faithful_problem, parse_faithful_lines
+from hazards.engine.classify import classify_exit, faithful_problem, parse_result_lines
 from hazards.engine.outcome import Outcome
 from hazards.engine.targets import CommandTarget
 
@@ -41,7 +41,7 @@ def test_the_threshold_is_settable():
     ('FAITHFUL_RESULT {"cos": 0.5}', "missing key 'task_id'"),
     ("FAITHFUL_RESULT cos=0.5", "not JSON"),
     ("FAITHFUL_RESULT [1, 2]", "not a JSON object"),
-    ("FAITHFUL_RESULT", "not JSON"),
+    ("FAITHFUL_RESULT", "nothing after the tag"),
     (line(cos="0.99"), "'cos' has the wrong type"),
     (line(task_id=True), "'task_id' has the wrong type"),
     (line(workers=0), "'workers' is below 1"),
@@ -66,7 +66,7 @@ def test_malformed_wins_over_exit_1_and_a_low_cos_but_not_over_a_fault():
 def test_a_line_counts_on_stderr_too_and_a_tag_inside_a_word_does_not():
     assert classify_exit(0, "", line(cos=0.2) + "\n")[0] is Outcome.MISMATCH
     assert classify_exit(0, "FAITHFUL_RESULTS are below\n")[0] is Outcome.CLEAN
-    assert parse_faithful_lines("x FAITHFUL_RESULT {}\n") == ([], [])  # must start the line
+    assert parse_result_lines("x FAITHFUL_RESULT {}\n") == ([], [])  # must start the line
 
 
 def test_faithful_problem_accepts_the_documented_minimum():
