@@ -66,7 +66,7 @@ def soak_rates(args: argparse.Namespace, work: Path) -> tuple[int, dict[str, dic
                 "--store", str(store), "--report", str(work / "soak.html"), env=env, timeout=args.seconds + 600)
     if r.returncode not in (0, 1):
         raise SystemExit(f"hazards soak failed ({r.returncode}): {r.stderr.strip()[-800:]}")
-    with Store(store, create=False) as s:
+    with Store(store, read_only=True) as s:
         cid = s.campaigns("soak")[-1].id
         per_gpu: dict[str, list] = {}
         for sr in s.iter_runs(cid):

@@ -31,7 +31,7 @@ import math
 import time
 from typing import Any, Callable
 
-from hazards.engine.errors import UserError
+from hazards.engine.errors import StoreError, UserError
 from hazards.engine.executor import (ARTIFACT_POLICIES, GpuStats, StoreSink, TargetFactory, WorkItem, WorkSource,
                                      close_targets, default_target_factory, run_local, warm_target)
 from hazards.engine.leases import GpuLease, acquire_free, lease_candidates, no_gpu_lease
@@ -192,14 +192,19 @@ class LeasedCampaign:
         sink = StoreSink(self.store, campaign_id, artifacts=artifacts, on_result=on_result,
                          evidence_json=evidence_json)
         self.store.set_campaign_status(campaign_id, RUNNING)
-        status, stats = INTERRUPTED, []
+        status, stats, ended = INTERRUPTED, [], False
         try:
             stats = run_local(self.leases, source, sink, budget_s=budget_s, telemetry=self.monitor,
                               target_factory=target_factory or self.target_factory,
                               caches=self.caches if caches is None else caches)
             status = STOPPED if getattr(source, "stop_reason", None) else COMPLETE
+            ended = True
         finally:
-            self._finish(campaign_id, source, status)
+            try:
+                self._finish(campaign_id, source, status)
+            except StoreError:
+                if ended:  # otherwise the loop's own failure (it says where the runs went) wins
+                    raise
         return stats
 
     def _finish(self, campaign_id: int, source: WorkSource, status: str) -> None:

@@ -1,18 +1,41 @@
-"""Errors that mean "the user asked for something we cannot do".
+"""Errors that mean "the user asked for something we cannot do", and the exit codes.
 
 The CLI prints these as one line and exits non-zero; nothing that raises one may have
-written to the results store first.
+written to the results store first (except `StoreError`, which says where the finished
+runs went). The `EXIT_*` constants are the exit codes every command uses (the table
+is in docs/cli.md).
 """
+
+EXIT_OK = 0             # clean / passed
+EXIT_HAZARD = 1         # a hazard observed, a regression, a canary that went blind
+EXIT_BAD_INPUT = 2      # bad input: one line on stderr, nothing written
+EXIT_NOT_JUDGED = 3     # something could not be judged (only errors, missing toolchain, no GPU)
+EXIT_STORE = 4          # the results store failed (damaged, disk full, I/O error)
+EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM / SIGHUP
 
 
 class UserError(Exception):
     """Bad input: a malformed spec, a missing toolchain, a target that does not exist."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_INPUT
 
 
 class ToolchainMissing(UserError):
-    """A compiler or tool the request needs is not installed."""
+    """A compiler or tool the request needs is not installed, or the user asked to skip it.
+
+    `tool` is its `hazards.engine.toolchain.TOOLS` key ("" when it is not one of those);
+    `skipped` is True when the user named it in `--skip` (it may well be installed)."""
+
+    def __init__(self, message: str, *, tool: str = "", skipped: bool = False) -> None:
+        super().__init__(message)
+        self.tool, self.skipped = tool, skipped
+
+
+class StoreError(UserError):
+    """The results store could not be read or written (damaged file, full disk, I/O error,
+    a write lock held too long). The message names the file and what to do."""
+
+    exit_code = EXIT_STORE
 
 
 class ProtocolError(Exception):

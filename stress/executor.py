@@ -35,6 +35,7 @@ from typing import Any, Callable, Protocol
 import json
 import shutil
 
+from hazards.engine.errors import StoreError
 from hazards.engine.leases import GpuLease
 from hazards.engine.outcome import Outcome, RunResult, item_key
 from hazards.engine.store import Store, empty_counts
@@ -139,6 +140,10 @@ class StoreSink:
     no folder (a hang collector then has nowhere to write). `evidence_json` writes the
     whole result (telemetry included) as evidence.json into every folder that is kept.
     `on_result(seq, item, result)` is called after each commit.
+
+    A run the store cannot take (damaged file, full disk) is spilled to a file the store
+    imports the next time it is opened for writing, and the sink raises `StoreError`
+    naming that file; every later run is spilled too (the loops stop: see `run_local`).
     """
 
     def __init__(self, store: Store, campaign_id: int, *, artifacts: str = "failures",
@@ -149,6 +154,9 @@ class StoreSink:
         self.evidence_json = evidence_json
         self._mu = threading.Lock()
         self._seq = store.last_seq(campaign_id)
+        self._campaign = store.campaign(campaign_id)  # what a spill record needs, read while the store works
+        self.spilled: list[str] = []  # where runs went that the store could not take
+        self._failure = ""
 
     def _folder(self, seq: int) -> Path:
         return self.store.artifact_root(self.campaign_id) / f"run-{seq:06d}"
@@ -163,10 +171,23 @@ class StoreSink:
         if self.artifacts != "none":
             settle_artifacts(result, self._folder(seq), keep=self.artifacts == "all")
         if self.evidence_json and result.artifact_dir:
-            (Path(result.artifact_dir) / "evidence.json").write_text(
-                json.dumps(result.to_json(), indent=1, default=str))
+            try:
+                (Path(result.artifact_dir) / "evidence.json").write_text(
+                    json.dumps(result.to_json(), indent=1, default=str))
+            except OSError as e:  # a full disk must not lose the run itself
+                result.evidence = {**(result.evidence or {}), "evidence_json_error": str(e)}
         with self._mu:
-            self.store.record_run(self.campaign_id, result, seq=seq)
+            try:
+                if self.spilled:
+                    raise StoreError(self._failure)
+                self.store.record_run(self.campaign_id, result, seq=seq)
+            except StoreError as e:
+                where = self.store.spill(self.campaign_id, seq, result, self._campaign)
+                self.spilled.append(where)
+                self._failure = str(e)
+                cid = self.campaign_id
+                raise StoreError(f"{e}; run {seq} of campaign {cid} was kept in {where} (imported the next time "
+                                 f"the store opens for writing, e.g. by `--resume {cid}`)") from None
         if self.on_result is not None:
             self.on_result(seq, item, result)
 
@@ -331,6 +352,8 @@ def run_local(leases: list[GpuLease], source: WorkSource, sink: Sink, *, budget_
             loop.run()
         except BaseException as e:
             errors.append(e)
+            if isinstance(e, StoreError):  # no loop can store anything: all stop after their run
+                stop.set()
 
     threads = [threading.Thread(target=body, args=(lp,), name=f"hz-gpu-{lp.lease.gpu}", daemon=True)
                for lp in loops]

@@ -15,19 +15,36 @@ Tables
 
 The schema is versioned with `PRAGMA user_version`; a database with another version is
 refused with a clear error instead of being misread or migrated silently.
+
+When SQLite fails (a damaged file, a full disk, an I/O error, a write lock held for longer
+than the busy timeout) every method raises `StoreError`: one line naming the file, SQLite's
+words and what to do (the CLI exits 4). A finished run that could not be committed is not
+lost: `spill_run` appends it to a JSON-lines spill file beside the store (or, when that
+cannot be written either, in the per-user state or temporary folder), and the next time
+the store is opened for writing (`--resume`, any new campaign) the spilled runs are
+imported into their campaign and the spill file removed.
+
+`read_only=True` opens the store without writing (`query_only`; `mode=ro`, or
+`immutable=1` where the folder is a read-only mount and SQLite cannot create the WAL
+index), so `stats`, `report` and `compare` work on a read-only mount.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import logging
 import math
 import os
 import sqlite3
+import sys
+import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator
 
-from hazards.engine.errors import UserError
+from hazards.engine.errors import StoreError, UserError
 from hazards.engine.outcome import OUTCOMES, HOST, Outcome, RunResult
 from hazards.engine.signatures import signature_of
 from hazards.engine.stats import CiMethod, rate_ci, upper_bound
@@ -35,6 +52,10 @@ from hazards.engine.stats import CiMethod, rate_ci, upper_bound
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(".hazards") / "results.db"
 BUSY_TIMEOUT_MS = 60_000
+SPILL_SUFFIX = ".spill.jsonl"
+SPILL_FORMAT = "hazards-spill/1"
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE campaigns (
@@ -235,30 +256,175 @@ def _check_writable(path: Path) -> None:
         raise UserError(f"store file {path} is not writable")
 
 
+# -- SQLite failures as StoreError ---------------------------------------------------------
+def _advice(name: str, path: Path) -> str:
+    """What to do about SQLite error `name` (e.g. SQLITE_IOERR_WRITE) on the store `path`."""
+    primary = "_".join(name.split("_")[:2])
+    if primary == "SQLITE_FULL":
+        return ("the disk is full (or the database reached its size limit): free space, or point "
+                "--store/HZ_STORE at another disk")
+    if primary in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+        return (f"the file is damaged: move it aside (`mv {path} {path}.damaged`; the next run starts a "
+                f"new store) and recover its runs with `sqlite3 {path}.damaged .recover`")
+    if primary in ("SQLITE_READONLY", "SQLITE_PERM", "SQLITE_AUTH"):
+        return "it cannot be written: make the file and its folder writable, or point --store elsewhere"
+    if primary in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+        return (f"another process held its write lock for over {BUSY_TIMEOUT_MS // 1000} s: find it "
+                f"with `fuser {path}`, or retry later")
+    if primary == "SQLITE_IOERR":
+        return "reading or writing it failed: check the disk and the filesystem (dmesg)"
+    if primary == "SQLITE_CANTOPEN":
+        return "it cannot be opened: check that the file and its folder exist and are accessible"
+    return "check the file, or point --store at another one"
+
+
+def store_error(path: Path, e: sqlite3.Error) -> StoreError:
+    """A one-line StoreError for an SQLite failure on the store at `path`."""
+    name = getattr(e, "sqlite_errorname", "") or ""
+    return StoreError(f"results store {path}: {e} ({name or type(e).__name__}): {_advice(name, path)}")
+
+
+def _ours(e: sqlite3.Error) -> bool:
+    """Is this failure the database's (a StoreError), rather than a bug in our SQL?"""
+    return not isinstance(e, (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError))
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor whose SQLite failures are StoreErrors naming the store."""
+
+    def _fail(self, e: sqlite3.Error) -> Exception:
+        return store_error(self.connection.hz_path, e) if _ours(e) else e  # type: ignore[attr-defined]
+
+    def execute(self, *args: Any) -> "_Cursor":
+        try:
+            return super().execute(*args)
+        except sqlite3.Error as e:
+            raise self._fail(e) from None
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.Error as e:
+            raise self._fail(e) from None
+
+    def __next__(self) -> Any:
+        try:
+            return super().__next__()
+        except sqlite3.Error as e:
+            raise self._fail(e) from None
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose `execute` returns `_Cursor`s (SQLite failures become StoreErrors)."""
+
+    hz_path: Path
+
+    def execute(self, sql: str, params: Any = ()) -> _Cursor:  # type: ignore[override]
+        return self.cursor(_Cursor).execute(sql, params)
+
+
+def _connect(path: Path, *, read_only: bool) -> _Connection:
+    """A connection to the store. Read-only (`query_only`): a plain connection where
+    SQLite can use the folder (closing it tidies the WAL files away, as a writer's does),
+    else `mode=ro`, else `immutable=1` (a read-only mount where SQLite cannot create the
+    WAL index beside the store)."""
+    kw: dict[str, Any] = dict(timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False,
+                              factory=_Connection)
+    base = "file:" + urllib.parse.quote(str(path.absolute()))
+    attempts = [str(path)] if not read_only else [base + "?mode=rw", base + "?mode=ro",
+                                                      base + "?mode=ro&immutable=1"]
+    for i, target in enumerate(attempts):
+        last = i == len(attempts) - 1
+        try:
+            db = sqlite3.connect(target, uri=target.startswith("file:"), **kw)
+        except sqlite3.OperationalError as e:
+            if last:
+                raise store_error(path, e) from None
+            continue
+        except sqlite3.Error as e:
+            raise store_error(path, e) from None
+        db.hz_path = path
+        if not read_only:
+            return db
+        try:
+            db.execute("PRAGMA query_only = ON")
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except StoreError as e:
+            db.close()
+            if last or "SQLITE_CANTOPEN" not in str(e) and "SQLITE_READONLY" not in str(e):
+                raise
+    raise AssertionError("unreachable")
+
+
+# -- spill files: finished runs the store could not take ---------------------------------------
+def spill_paths(store_path: str | os.PathLike[str]) -> list[Path]:
+    """Where runs the store at `store_path` could not commit are spilled, in order of
+    preference: beside the store, the per-user state folder, the per-user temporary folder."""
+    p = Path(store_path).absolute()
+    name = f"{p.name}-{hashlib.sha256(str(p).encode()).hexdigest()[:16]}{SPILL_SUFFIX}"
+    xdg = os.environ.get("XDG_STATE_HOME")
+    state = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return [p.with_name(p.name + SPILL_SUFFIX), state / "gpu-hazards" / "spill" / name,
+            Path(tempfile.gettempdir()) / f"gpu-hazards-{os.getuid()}" / name]
+
+
+def spill_run(store_path: str | os.PathLike[str], campaign: "Campaign | None", campaign_id: int, seq: int,
+              result: RunResult) -> str:
+    """Append a finished run the store could not commit to the first spill file that takes
+    it (fsynced); the path written, or 'stderr' when none could be (the record is printed
+    there, one JSON line, so the log keeps it)."""
+    record = {"format": SPILL_FORMAT, "store": str(Path(store_path).absolute()), "spilled_at": time.time(),
+              "campaign": dataclasses.asdict(campaign) if campaign else {"id": int(campaign_id)},
+              "seq": int(seq), "result": result.to_json()}
+    line = _json(record) + "\n"
+    for path in spill_paths(store_path):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with open(path, "a", encoding="utf-8") as f:
+                start = f.tell()
+                try:
+                    f.write(line)
+                    f.flush()
+                    os.fsync(f.fileno())
+                except OSError:
+                    f.truncate(start)  # no torn record left behind (nor an empty file we made)
+                    raise
+            return str(path)
+        except OSError:
+            if path.is_file() and path.stat().st_size == 0:
+                path.unlink(missing_ok=True)
+            continue
+    sys.stderr.write("hazards: spilled run: " + line)
+    return "stderr"
+
+
 class Store:
     """A results database. Open it, create campaigns, record runs, query them.
 
-    `create=False` opens an existing store only (for read-only commands such as
-    `hazards stats`): a missing file is a UserError and nothing is created.
+    `create=False` opens an existing store only: a missing file is a UserError and nothing
+    is created. `read_only=True` (implies `create=False`) never writes: the commands that
+    only read (`stats`, `report`, `compare`) use it, and it works on a read-only mount.
+    Opening for writing first imports the runs of any spill file (`import_spills`).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True,
+                 read_only: bool = False) -> None:
         self.path = resolve_path(path)
+        self.read_only = read_only
+        create = create and not read_only
         if create:
             _check_writable(self.path)
         elif not self.path.is_file():
             raise UserError(f"no results store at {self.path} (run `hazards run` first, or pass --store)")
-        try:
-            self._db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000,
-                                       isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as e:
-            raise UserError(f"cannot open results store {self.path}: {e}") from None
+        self._db = _connect(self.path, read_only=read_only)
         try:
             self._setup(create)
-        except sqlite3.DatabaseError as e:
-            self._db.close()
-            raise UserError(f"{self.path} is not a usable hazards results store: {e}") from None
-        except UserError:
+            if read_only:
+                self._mention_spills()
+            else:
+                self.import_spills()
+        except BaseException:
             self._db.close()
             raise
 
@@ -286,20 +452,80 @@ class Store:
         db.execute("PRAGMA foreign_keys = ON")
 
     def _create_schema(self) -> None:
-        db = self._db
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        self._db.execute("PRAGMA journal_mode = WAL")
+        with self._write() as db:
             # another process may have created it while we waited for the lock
             if db.execute("PRAGMA user_version").fetchone()[0] == 0:
                 for stmt in _SCHEMA.split(";"):
                     if stmt.strip():
                         db.execute(stmt)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+
+    # -- spilled runs ----------------------------------------------------------------------
+    def spill(self, campaign_id: int, seq: int, result: RunResult, campaign: Campaign | None = None) -> str:
+        """Keep a finished run this store could not commit (see `spill_run`); where it went."""
+        return spill_run(self.path, campaign, campaign_id, seq, result)
+
+    def import_spills(self) -> int:
+        """Import every spill file of this store (runs it could not commit earlier) into
+        their campaigns, then remove the file; how many runs were imported. A campaign this
+        store does not hold (the store was replaced since) is recreated as 'interrupted',
+        its spec saying where it came from. Safe to repeat: a run already stored is skipped."""
+        total = 0
+        for path in spill_paths(self.path):
+            if not path.is_file():
+                continue
+            records, bad = _read_spill(path)
+            made: dict[tuple, int] = {}
+            n = 0
+            for rec in records:
+                cid = self._spill_campaign(rec, path, made)
+                seq = int(rec["seq"])
+                if self._db.execute("SELECT 1 FROM runs WHERE campaign_id = ? AND seq = ?", (cid, seq)).fetchone():
+                    continue
+                self.record_run(cid, _result_from_json(rec["result"]), seq=seq)
+                n += 1
+            if bad:
+                kept = path.with_name(path.name + ".unreadable")
+                os.replace(path, kept)
+                log.warning("hazards: %d line(s) of spill file %s could not be read; kept as %s", bad, path, kept)
+            else:
+                path.unlink(missing_ok=True)
+            if n:
+                log.warning("hazards: imported %d run(s) the store could not take earlier from %s into %s",
+                            n, path, self.path)
+            total += n
+        return total
+
+    def _spill_campaign(self, rec: dict[str, Any], spill: Path, made: dict[tuple, int]) -> int:
+        """The campaign of this store a spilled run belongs to (recreated if it is gone)."""
+        c = rec.get("campaign") or {}
+        key = (c.get("id"), c.get("kind"), c.get("created"))
+        if key in made:
+            return made[key]
+        row = self._db.execute("SELECT kind, created FROM campaigns WHERE id = ?", (int(c.get("id", 0)),)).fetchone()
+        if row is not None and (c.get("kind") is None or (row[0] == c.get("kind")
+                                                          and abs(row[1] - float(c.get("created", 0))) < 1e-3)):
+            made[key] = int(c["id"])
+            return made[key]
+        origin = {"campaign": c.get("id"), "created": c.get("created"), "store": rec.get("store")}
+        for camp in self.campaigns(c.get("kind") or "recovered"):
+            if camp.spec.get("recovered_from") == origin:  # imported before, then interrupted
+                made[key] = camp.id
+                return camp.id
+        spec = {**(c.get("spec") or {}), "recovered_from": origin}
+        cid = self.create_campaign(c.get("kind") or "recovered", spec, name=c.get("name"))
+        self.set_campaign_status(cid, "interrupted")
+        log.warning("hazards: campaign %s of the spill file %s is not in %s: its runs go to new campaign %d",
+                    c.get("id"), spill, self.path, cid)
+        made[key] = cid
+        return cid
+
+    def _mention_spills(self) -> None:
+        waiting = [p for p in spill_paths(self.path) if p.is_file()]
+        if waiting:
+            log.warning("hazards: %s holds runs this store could not take; open the store for writing "
+                        "(any hazards run/soak/check, or --resume) to import them", ", ".join(map(str, waiting)))
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
@@ -360,7 +586,9 @@ class Store:
         """
         outcome = Outcome(result.outcome)
         sig = signature_of(result)
-        now = time.time()
+        # first_seen/last_seen are when runs with the signature ran (not when they were
+        # stored: a run imported from a spill file later keeps its own time)
+        seen = _finite_or_zero(result.started_at) or time.time()
         with self._write() as db:
             if seq is None:
                 seq = int(db.execute("SELECT coalesce(max(seq), 0) + 1 FROM runs WHERE campaign_id = ?",
@@ -370,8 +598,9 @@ class Store:
                 db.execute(
                     "INSERT INTO signatures (key, outcome, error_kind, target, variant, message,"
                     " first_seen, last_seen, count) VALUES (?,?,?,?,?,?,?,?,1)"
-                    " ON CONFLICT(key) DO UPDATE SET count = count + 1, last_seen = excluded.last_seen",
-                    (sig.key, sig.outcome, sig.error_kind, sig.target, sig.variant, sig.message, now, now))
+                    " ON CONFLICT(key) DO UPDATE SET count = count + 1,"
+                    " first_seen = min(first_seen, excluded.first_seen), last_seen = max(last_seen, excluded.last_seen)",
+                    (sig.key, sig.outcome, sig.error_kind, sig.target, sig.variant, sig.message, seen, seen))
                 sig_id = int(db.execute("SELECT id FROM signatures WHERE key = ?", (sig.key,)).fetchone()[0])
             cur = db.execute(
                 "INSERT INTO runs (campaign_id, seq, target, variant, params, outcome, reason, error_kind,"
@@ -471,7 +700,9 @@ def _where(*, campaign_id: int | None = None, outcome: str | Outcome | None = No
 
 
 class _Txn:
-    """`BEGIN IMMEDIATE` ... `COMMIT`: take the write lock up front (waits busy_timeout)."""
+    """`BEGIN IMMEDIATE` ... `COMMIT`: take the write lock up front (waits busy_timeout).
+    A failed statement or COMMIT rolls back (SQLite may have done so already), so the
+    connection is never left inside a transaction, and the first failure is the one raised."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
@@ -481,4 +712,42 @@ class _Txn:
         return self.db
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type is None:
+            try:
+                self.db.execute("COMMIT")
+                return
+            except BaseException:
+                self._rollback()
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        if self.db.in_transaction:
+            try:
+                self.db.execute("ROLLBACK")
+            except (sqlite3.Error, StoreError):
+                pass
+
+
+def _read_spill(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The records of a spill file, and how many lines could not be read (a torn last line)."""
+    records, bad = [], 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                if rec.get("format") != SPILL_FORMAT or "result" not in rec or "seq" not in rec:
+                    raise ValueError("not a spill record")
+                records.append(rec)
+            except (ValueError, AttributeError):
+                bad += 1
+    return records, bad
+
+
+def _result_from_json(d: dict[str, Any]) -> RunResult:
+    fields = {f.name for f in dataclasses.fields(RunResult)}
+    kw = {k: v for k, v in d.items() if k in fields}
+    kw["outcome"] = Outcome(kw.get("outcome", "error"))
+    return RunResult(**kw)

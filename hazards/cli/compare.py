@@ -87,7 +87,7 @@ def compare_command(
     kb_nb = parse_k_of_n(before, "--before") if before is not None else None
     ka_na = parse_k_of_n(after, "--after") if after is not None else None
     if kb_nb is None or ka_na is None:
-        with Store(store_path, create=False) as store:
+        with Store(store_path, read_only=True) as store:
             kb_nb = kb_nb or campaign_k_of_n(store, before_campaign)  # type: ignore[arg-type]
             ka_na = ka_na or campaign_k_of_n(store, after_campaign)  # type: ignore[arg-type]
     c = compare(*kb_nb, *ka_na, conf=conf, rate_bound=bound)

@@ -45,7 +45,7 @@ def report_command(
         raise UserError("--last must be at least 1")
     if markdown and json_out:
         raise UserError("give --markdown or --json, not both (both print on stdout)")
-    with Store(store_path, create=False) as store:
+    with Store(store_path, read_only=True) as store:
         if campaign is None:
             camps = store.campaigns()
             if not camps:
@@ -53,7 +53,11 @@ def report_command(
             campaign = camps[-1].id
         store.campaign(campaign)  # UserError if unknown, before anything is written
         path = out or store.path.parent / "reports" / f"campaign-{campaign}.html"
-        rep = write_report(store, campaign, path, last=last)
+        try:
+            rep = write_report(store, campaign, path, last=last)
+        except OSError as e:  # e.g. the default folder beside a store on a read-only mount
+            raise UserError(f"cannot write the report to {path}: {e.strerror or e}"
+                            + ("" if out else " (pass -o FILE)")) from None
     quiet = markdown or json_out  # stdout carries the summary: the paths go to stderr
     typer.echo(f"report: {path}", err=quiet)
     if markdown:

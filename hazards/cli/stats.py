@@ -44,7 +44,7 @@ def stats_command(
     """
     if not 0 < conf < 1:
         raise UserError(f"--conf must be between 0 and 1, got {conf:g}")
-    with Store(store_path, create=False) as store:
+    with Store(store_path, read_only=True) as store:
         if campaign is not None:
             store.campaign(campaign)  # one-line UserError when it does not exist
         tallies = store.tally(campaign)

@@ -110,12 +110,16 @@ def test_store_with_unknown_schema_version_is_refused_untouched(tmp_path, store_
     assert sha256(store_file) == digest
 
 
-def test_garbage_store_file_is_refused_untouched(tmp_path):
+def test_garbage_store_file_is_refused_untouched_with_the_store_exit_code(tmp_path):
+    """A damaged store is not bad input: exit 4 (the store failed), one line naming the file
+    and what to do; nothing written (2 before: it read as a usage error)."""
     bad = tmp_path / "results.db"
     bad.write_bytes(b"this is not sqlite\n" * 200)
     digest = sha256(bad)
-    proc = hazards("run", "-n", "1", "--store", str(bad), "--", "true", cwd=tmp_path)
-    assert_one_line_error(proc, match="not a usable hazards results store")
+    for args in (["run", "-n", "1", "--store", str(bad), "--", "true"], ["stats", "--store", str(bad)]):
+        proc = hazards(*args, cwd=tmp_path)
+        assert_one_line_error(proc, exit_code=4, match=f"results store {bad}: file is not a database")
+        assert "the file is damaged: move it aside" in proc.stderr
     assert sha256(bad) == digest
 
 
