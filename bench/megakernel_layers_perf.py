@@ -98,11 +98,18 @@ def main() -> int:
     ap.add_argument("--launches", type=int, default=20)
     ap.add_argument("--torch-calls", type=int, default=10)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="another request field for the megakernel (e.g. gemv_depth=4); repeatable")
     ap.add_argument("--json", help="write every number here")
     a = ap.parse_args()
     exe = family_binary(get_family("megakernel_layers"))
     params = {"layers": a.layers, "seq": a.seq}
-    res: dict = {"layers": a.layers, "seq": a.seq, "device": torch.cuda.get_device_name()}
+    for item in a.set:
+        name, _, value = item.partition("=")
+        params[name] = int(value) if value.lstrip("-").isdigit() else value
+    fam = get_family("megakernel_layers")
+    fam.resolve(params)  # a bad field is one line here, not a failed bench
+    res: dict = {"layers": a.layers, "seq": a.seq, "params": params, "device": torch.cuda.get_device_name()}
     res["bw"] = copy_bandwidth()
     mk = megakernel_bench(exe, params, a.rounds, a.launches)
     res["megakernel"] = mk

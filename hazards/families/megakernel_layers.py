@@ -35,9 +35,12 @@ SYNC_STATIC = family_dir("megakernel_layers") / "mkl_sync_static.cu"
 H200_SMS = 132  # what grid 0 (one worker per SM) means for the model unless told otherwise
 HAZARD_IDS = {name: i for i, name in enumerate(M.HAZARDS)}
 
-# What the static model assumes about time on the GPU (H200, measured in round 1; see the doc).
+# What the static model assumes about time on the H200 (docs/results/megakernel-layers-h200.md).
 CLOCK_GHZ = 1.98
-LAYER_HEAD_US = 10.0  # QKV + attention + merge of one layer: a skewed worker later than this hangs
+# A skewed worker later than QKV + attention + merge of the next layer snapshots an already-bumped
+# ATTN_RELEASE. Round 2 measured 272 us per layer (gemv_depth 1) and no hang at a 101 us skew in
+# 16 launches: the head is longer than 101 us; a whole layer bounds it from above.
+LAYER_HEAD_US = 272.0
 W2_HEAD_US = 5.0      # a W13 tile this late is read by W2 rows that no longer wait for it
 
 
@@ -103,7 +106,9 @@ def predict(params: dict[str, Any], *, sms: int = H200_SMS) -> Prediction:
                           f"from layer 1 on the W13->W2 release value stays layer 0's, so W2 rows read SwiGLU "
                           f"outputs without waiting; a W13 tile that starts late (p={q:g} per tile, "
                           f"{min(tiles, workers) * (layers - 1)} tiles) is read before it is written. Without skew "
-                          "the tile order hides it (the PR: \"tile ordering usually hid this\")")
+                          "the tile order hides it (the PR: \"tile ordering usually hid this\"). This is the rate "
+                          "of stale reads; one stale tile moves the output by about the tolerance, so the "
+                          "mismatch rate is lower (round 2: 4.6% against p=0.55)")
     if hz == "shared_line":
         wb = p["writeback_ppm"] / 1e6
         prob = 1.0 - (1.0 - wb) ** (layers * shape.K)

@@ -66,7 +66,7 @@ struct Setup {
   Shape s;
   int model = 0, L = 0, seq = 0, S = 0, C = 0, G = 0, QT = 0, T13 = 0, n_rows = 0;
   uint32_t data_seed = 0;
-  int hazard = 0, jitter_ppm = 0, writeback_ppm = 0;
+  int hazard = 0, jitter_ppm = 0, writeback_ppm = 0, gemv_depth = 1;
   long long jitter_cycles = 0;
   float tol = 0.f;
   bool tripwire = true;
@@ -109,6 +109,7 @@ Setup resolve_setup(const hz::Params& p, const hz::Device& d) {
   u.jitter_ppm = (int)p.i("jitter_ppm");
   u.jitter_cycles = p.i("jitter_cycles");
   u.writeback_ppm = (int)p.i("writeback_ppm");
+  u.gemv_depth = (int)p.i("gemv_depth");
   u.tol = (float)p.i("tol_e6") * 1e-6f;
   u.tripwire = p.s("tripwire") == "on";
   const int limit = resident_limit(d, u.s);
@@ -378,6 +379,7 @@ Params make_params(const Setup& u, const Model& m) {
   p.jitter_ppm = u.jitter_ppm;
   p.jitter_cycles = u.jitter_cycles;
   p.writeback_ppm = u.writeback_ppm;
+  p.gemv_depth = u.gemv_depth;
   p.x_in = b.x_in;
   p.xres = b.xres;
   p.qbuf = b.qbuf;

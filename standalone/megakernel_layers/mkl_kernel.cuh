@@ -63,6 +63,7 @@ struct Params {
   int jitter_ppm;    // chance per worker and layer boundary of a delay
   long long jitter_cycles;
   int writeback_ppm; // emulated L2 write-back of the expert barrier's line (AMD mechanism)
+  int gemv_depth;    // GEMV loop iterations whose loads are issued ahead (1: as measured; 4)
   uint64_t seed;     // per launch: jitter and write-back draws
   const float* x_in;        // (D) input hidden state, packed by the host
   float* xres;              // (D) residual stream after each layer; the output
@@ -180,7 +181,7 @@ __device__ __forceinline__ float block_sum(float v, SmemHead* hd) {
 // discarded) so the loads never branch. Each warp leaves its item's partial sums in smem;
 // thread g then adds its group's parts in a fixed order (deterministic) and calls
 // emit(first row, acc[GEMV_ROWS], valid rows).
-template <typename Emit>
+template <int DEPTH, typename Emit>
 __device__ __forceinline__ void gemv_block(const __nv_bfloat16* const* base, int nseg, long long row_stride,
                                            int seg_len, const float* act, int r0, int r1, float* red, Emit emit) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -205,15 +206,29 @@ __device__ __forceinline__ void gemv_block(const __nv_bfloat16* const* base, int
 #pragma unroll
       for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = 0.f;
       const int c1 = min(nchunk, (kp + 1) * per_part);
-#pragma unroll 2
-      for (int c = kp * per_part + lane; c < c1; c += 32) {
-        uint4 w[GEMV_ROWS];
+      // DEPTH iterations' loads are issued before any of them is consumed (a chunk past c1 is
+      // clamped, loaded and discarded); the sums run in the same order for every DEPTH, so
+      // every depth gives the same bits. DEPTH 1 is what GPU round 2 measured: nvcc then
+      // keeps one iteration (4 x 16 B per lane) in flight, which leaves the GEMVs
+      // latency-bound (docs/results/megakernel-layers-h200.md).
+      for (int c = kp * per_part + lane; c < c1; c += 32 * DEPTH) {
+        uint4 w[DEPTH][GEMV_ROWS];
 #pragma unroll
-        for (int j = 0; j < GEMV_ROWS; ++j) w[j] = ld_weights(rows[j] + 8 * c);
-        const float4 a0 = *reinterpret_cast<const float4*>(a + 8 * c);
-        const float4 a1 = *reinterpret_cast<const float4*>(a + 8 * c + 4);
+        for (int u = 0; u < DEPTH; ++u) {
+          const int cu = min(c + 32 * u, c1 - 1);
 #pragma unroll
-        for (int j = 0; j < GEMV_ROWS; ++j) acc[j] += dot8(w[j], a0, a1);
+          for (int j = 0; j < GEMV_ROWS; ++j) w[u][j] = ld_weights(rows[j] + 8 * cu);
+        }
+#pragma unroll
+        for (int u = 0; u < DEPTH; ++u) {
+          const int cu = c + 32 * u;
+          if (cu < c1) {
+            const float4 a0 = *reinterpret_cast<const float4*>(a + 8 * cu);
+            const float4 a1 = *reinterpret_cast<const float4*>(a + 8 * cu + 4);
+#pragma unroll
+            for (int j = 0; j < GEMV_ROWS; ++j) acc[j] += dot8(w[u][j], a0, a1);
+          }
+        }
       }
 #pragma unroll
       for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = warp_sum(acc[j]);
@@ -235,6 +250,13 @@ __device__ __forceinline__ void gemv_block(const __nv_bfloat16* const* base, int
     __syncthreads();
   }
 }
+
+// The block GEMV at the request's load depth (Params::gemv_depth: 1 or 4).
+#define MKL_GEMV(...) \
+  do {                 \
+    if (p.gemv_depth >= 4) gemv_block<4>(__VA_ARGS__); \
+    else gemv_block<1>(__VA_ARGS__);                   \
+  } while (0)
 
 // ---- tripwire helpers (only the TW=true instance stores anything) -------------------------
 
@@ -633,7 +655,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       __nv_bfloat16* kc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_KCACHE)) + (size_t)p.seq * s.NKV * HD;
       __nv_bfloat16* vc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_VCACHE)) + (size_t)p.seq * s.NKV * HD;
       const int nq = s.NQ * HD, nk = s.NKV * HD;
-      gemv_block(&wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, [&](int r, const float* a, int n) {
+      MKL_GEMV(&wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) {
           const int row = r + j;
           if (row < nq) p.qbuf[row] = a[j];
@@ -687,7 +709,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       __syncthreads();
       for (int i = tid; i < ko; i += THREADS) arena[i] = p.attn_out[i];
       __syncthreads();
-      gemv_block(&wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
+      MKL_GEMV(&wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) p.h[r + j] = xcur[r + j] + a[j];
       });
       const uint32_t old = block_arrive(sync_word(p, W_OPROJ_CTR), true, tid, &hd->word);
@@ -725,7 +747,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         have_hn = true;
       }
       float* out = p.swiglu + (size_t)j * s.I;
-      gemv_block(&w13, 1, s.D, s.D, arena, 2 * c0, 2 * c1, hd->gemv, [&](int r, const float* a, int n) {
+      MKL_GEMV(&w13, 1, s.D, s.D, arena, 2 * c0, 2 * c1, hd->gemv, [&](int r, const float* a, int n) {
         for (int k = 0; k + 1 < n; k += 2) {  // rows 2c (gate), 2c + 1 (up)
           const float g = a[k], up = a[k + 1];
           out[(r + k) >> 1] = g / (1.f + expf(-g)) * up;
@@ -765,7 +787,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         quantize_expert_input(p.swiglu + (size_t)j * s.I, arena + (size_t)j * s.I, hd->wts[j], s.I,
                               p.hazard == HZ_AMAX_TAIL);
       __syncthreads();
-      gemv_block(w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
+      MKL_GEMV(w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) p.xres[r + j] = p.h[r + j] + a[j];
       });
       block_arrive(sync_word(p, W_LAYER_CTR), true, tid, &hd->word);
