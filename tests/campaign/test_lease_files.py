@@ -1,4 +1,4 @@
-"""Lease files are safe to share (issue 12, item 9): one folder per machine for every user and
+"""Lease files are safe to share: one folder per machine for every user and
 working directory, never a symbolic link followed, lockable by another user whatever the
 creator's umask."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Every byte of a child's output is scanned for fault messages and result lines, in
-bounded memory, and the line that matched is kept in the evidence (issue 12, item 5)."""
+bounded memory, and the line that matched is kept in the evidence."""
 import json
 import os
 import subprocess

@@ -1,6 +1,5 @@
 """A result line the classifier cannot read, or whose fields have the wrong type, makes the
-run `error` with a reason that quotes it; a server reply follows the same rules (issue 12,
-item 6)."""
+run `error` with a reason that quotes it; a server reply follows the same rules."""
 import json
 
 import pytest

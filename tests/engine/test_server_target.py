@@ -110,7 +110,7 @@ def test_server_quitting_cleanly_after_its_reply_makes_the_unrun_request_an_erro
 
 
 def test_a_server_quitting_right_after_its_reply_never_makes_the_racing_request_a_fault(server):
-    # No wait for the server to die: the next request races its exit (issue 12, item 7).
+    # No wait for the server to die: the next request races its exit.
     outcomes = []
     for _ in range(12):
         assert server.run({"action": "exit0_after"}, timeout=TIMEOUT).outcome is Outcome.CLEAN
