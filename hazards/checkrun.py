@@ -10,8 +10,10 @@ free GPU; verdicts are `hazards.engine.verdict`'s.
 Each variant runs until its SPRT settles (canary: p0 = 0.1% "blind" against p1 = 30%
 "detected"; clean: the same pair, stopping at the first failure), the per-variant cap,
 or the budget. Families are found with `hazards.families.all_families()`, so a new
-family is checked without touching this file. Without a GPU the static part runs and
-the report names every GPU check that was skipped.
+family is checked without touching this file. A check that could not look never passes:
+without a GPU (or without clang-19, nvcc, the disassembler) what could not be judged is
+named and the check exits 3, unless `--skip` names what not to check (then it is reported
+as skipped).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 from hazards.family import Family, Variant
 from hazards.stress_family import expectation
-from hazards.engine.errors import UserError
+from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError
 from hazards.engine.campaign import LeasedCampaign
 from hazards.engine.executor import TargetFactory, WorkItem, default_target_factory
 from hazards.engine.junit import JUnitCase, JUnitSuite
@@ -31,6 +33,7 @@ from hazards.engine.sources import SprtStop
 from hazards.engine.stats import Sprt
 from hazards.engine.store import Store
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Verdict, judge, not_judged, skipped
+from hazards.engine.verdict import exit_code as verdicts_exit_code
 
 KIND = "check"
 SPRT_P0, SPRT_P1, SPRT_ALPHA, SPRT_BETA = 0.001, 0.3, 0.01, 0.01
@@ -88,10 +91,22 @@ class CheckResult:
     campaign_id: int | None = None
     started_at: float = dataclasses.field(default_factory=time.time)
     static_s: float = 0.0
+    skipped_parts: set[str] = dataclasses.field(default_factory=set)  # "static", "gpu" (--skip)
 
     @property
     def static_failures(self) -> list[Any]:
-        return [f for f in self.findings if getattr(f, "fails", True)]
+        """Failing static findings that are hazards (or blind canaries), not blind spots."""
+        from hazards.static_catalog import could_not_look
+
+        blind = {id(f) for f in could_not_look(self.findings)}
+        return [f for f in self.findings if getattr(f, "fails", True) and id(f) not in blind]
+
+    @property
+    def static_not_judged(self) -> list[Any]:
+        """Static checks that could not run for a missing tool (not one the user skipped)."""
+        from hazards.static_catalog import could_not_look
+
+        return could_not_look(self.findings)
 
     @property
     def blind(self) -> list[VariantVerdict]:
@@ -99,24 +114,38 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if not self.static_failures and all(v.ok for v in self.verdicts) else 1
+        """1 a hazard (a failing static finding, a canary that went blind, a clean variant
+        that failed); else 3 when something could not be judged (a missing tool, no GPU,
+        only errors); else 0."""
+        from hazards.static_catalog import static_exit_code
+
+        codes = {static_exit_code(self.findings), verdicts_exit_code(v.status for v in self.verdicts)}
+        return EXIT_HAZARD if EXIT_HAZARD in codes else EXIT_NOT_JUDGED if EXIT_NOT_JUDGED in codes else EXIT_OK
 
     def junit_suites(self) -> list[JUnitSuite]:
-        """A static suite and a GPU suite for the JUnit writer."""
+        """A static suite and a GPU suite for the JUnit writer. What could not be judged is
+        an error case, what the user skipped a skipped case: never a passed one."""
+        from hazards.static.checks import CHECK_SKIPPED, TOOLCHAIN_MISSING
+
         static = JUnitSuite("hazards.check.static", started_at=self.started_at,
                             stdout="\n".join(f.format() for f in self.findings) if self.findings else self.static_note)
         for f in self.findings:
             canary = static_canary_judgement(f)
+            name = f"{f.check} {f.subject or f.location()}"
             if canary is not None:
                 case = canary.junit_case(f"canary {f.subject or f.location()}", "hazards.static.canary")
                 case.text = f.format() if not canary.ok else ""
                 static.cases.append(case)
+            elif f.check == TOOLCHAIN_MISSING.id:
+                static.cases.append(not_judged(f.message).junit_case(name, f"hazards.static.{f.check}"))
+            elif f.check == CHECK_SKIPPED.id:
+                static.cases.append(skipped(f.message).junit_case(name, f"hazards.static.{f.check}"))
             elif f.fails:
-                static.cases.append(JUnitCase(f"{f.check} {f.subject or f.location()}", f"hazards.static.{f.check}",
+                static.cases.append(JUnitCase(name, f"hazards.static.{f.check}",
                                               status="failure", message=f.message, type=f.check, text=f.format()))
         if not static.cases:
             static.cases.append(JUnitCase("static checks", "hazards.static", self.static_s,
-                                          status="skipped" if self.static_note and not self.findings else "passed",
+                                          status="skipped" if "static" in self.skipped_parts else "passed",
                                           message=self.static_note))
         gpu = JUnitSuite("hazards.check.gpu", started_at=self.started_at, stdout=self.gpu_note)
         for v in self.verdicts:
@@ -134,42 +163,60 @@ class CheckResult:
                      "rate_text": format_rate(v.failures, v.runs - v.errors), "message": v.message,
                      "time_s": v.time_s} for v in self.verdicts]
         return {"ok": self.exit_code == 0, "exit_code": self.exit_code, "campaign": self.campaign_id,
+                "skipped": sorted(self.skipped_parts),
                 "static": {"note": self.static_note, "failing": len(self.static_failures),
+                           "not_judged": [f.subject or f.location() for f in self.static_not_judged],
                            "findings": [f.to_dict() for f in self.findings]},
                 "gpu_note": self.gpu_note, "verdicts": verdicts}
 
     def summary_lines(self) -> list[str]:
-        """Plain-text verdict, one line per variant plus the headline."""
+        """Plain-text verdict, one line per variant and per static problem, plus the headline."""
+        from hazards.static.checks import CHECK_SKIPPED
+
         lines = []
         if self.static_note:
             lines.append(f"static: {self.static_note}")
         for f in self.static_failures:
             lines.append(f"static FAIL {f.location()}: [{f.check}] {f.message}")
+        for f in self.static_not_judged:
+            lines.append(f"static NOT JUDGED {f.subject or f.location()}: {f.message}")
+        for f in self.findings:
+            if f.check == CHECK_SKIPPED.id:
+                lines.append(f"static skip {f.subject or f.location()}: {f.message}")
         if self.gpu_note:
             lines.append(self.gpu_note)
         for v in self.verdicts:
             lines.append(v.line())
-        n_bad = len(self.static_failures) + sum(1 for v in self.verdicts if not v.ok)
+        hazards = len(self.static_failures) + sum(1 for v in self.verdicts if v.status.is_hazard)
+        unjudged = len(self.static_not_judged) + sum(1 for v in self.verdicts if v.status is Verdict.ERROR)
         n_skipped = sum(1 for v in self.verdicts if v.status is Verdict.SKIPPED)
-        if self.exit_code:
-            lines.append(f"check FAILED ({n_bad} problem(s))")
-        elif n_skipped:
+        if self.exit_code == EXIT_HAZARD:
+            lines.append(f"check FAILED ({hazards} problem(s)" + (f", {unjudged} not judged)" if unjudged else ")"))
+        elif self.exit_code == EXIT_NOT_JUDGED:
+            lines.append(f"check COULD NOT JUDGE {unjudged} item(s) (listed above): install what is missing, "
+                         "or name what not to check with --skip")
+        elif "gpu" in self.skipped_parts and n_skipped:
             lines.append(f"check passed for the static part only: {n_skipped} GPU check(s) SKIPPED")
+        elif "static" in self.skipped_parts:
+            lines.append("check passed for the GPU part only: the static checks were SKIPPED")
         else:
             lines.append("check passed")
         return lines
 
 
-def run_static(paths: Iterable[str], families: list[str] | None = None) -> tuple[list[Any], str]:
-    """(findings, note) from hazards.static_catalog (catalog + paths), or ([], why it did not run)."""
-    try:
-        from hazards.static_catalog import run_static_checks
-    except ImportError as e:
-        return [], f"static checks not available ({e})"
-    findings = list(run_static_checks([Path(p) for p in paths], families=families))
+def run_static(paths: Iterable[str], families: list[str] | None = None,
+               skip_tools: Iterable[str] = ()) -> tuple[list[Any], str]:
+    """(findings, note) of hazards.static_catalog on the catalog (the selected families that
+    have static checks; all when `families` is None) and the paths."""
+    from hazards.static_catalog import run_static_checks, static_family_names
+
+    names = None if families is None else [f for f in families if f in static_family_names()]
+    findings = list(run_static_checks([Path(p) for p in paths], catalog=names != [], families=names,
+                                      skip=skip_tools))
     detected = sum(1 for f in findings if f.check == "canary-detected")
     failing = sum(1 for f in findings if f.fails)
-    return findings, f"{len(findings)} finding(s), {failing} failing, {detected} static canaries detected"
+    note = f"{len(findings)} finding(s), {failing} failing, {detected} static canaries detected"
+    return findings, note + ("" if names != [] else " (no static checks in the selected families)")
 
 
 def static_canary_judgement(finding: Any) -> Judgement | None:
@@ -227,28 +274,46 @@ def _sprt_for(item: WorkItem) -> Sprt:
 
 
 def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None, paths: Iterable[str] = (),
-              static_only: bool = False, store: Store | None = None, lock_dir: str | None = None,
+              static_only: bool = False, skip: Iterable[str] = (), skip_tools: Iterable[str] = (),
+              store: Store | None = None, lock_dir: str | None = None,
               wait_s: float = 60.0, exclusive: bool = False, items_for: ItemsFor | None = None,
               target_factory: TargetFactory = default_target_factory, catalog: list[Family] | None = None,
               log: Callable[[str], None] = lambda s: None) -> CheckResult:
-    """Run the pre-merge check and return its result (the caller writes JUnit / exits)."""
+    """Run the pre-merge check and return its result (the caller writes JUnit / exits).
+
+    `skip` names the parts not to run ("static", "gpu"; `static_only` is "gpu"), reported
+    as skipped; `skip_tools` the tools the static checks must not use. Without a usable
+    GPU the GPU checks are errors (nothing judged), unless "gpu" is skipped."""
     if not budget_s > 0:
         raise UserError(f"budget must be positive, got {budget_s!r}")
-    res = CheckResult()
+    parts = set(skip) | ({"gpu"} if static_only else set())
+    if {"gpu", "static"} <= parts:
+        raise UserError("--skip gpu and --skip static together leave nothing to check")
+    res = CheckResult(skipped_parts=parts)
     fams = catalog if catalog is not None else select_families(families)
     t0 = time.monotonic()
-    res.findings, res.static_note = run_static(paths, [f.name for f in fams] if families else None)
+    if "static" in parts:
+        res.static_note = "SKIPPED (--skip static)"
+    else:
+        res.findings, res.static_note = run_static(paths, [f.name for f in fams] if families else None, skip_tools)
     res.static_s = time.monotonic() - t0
-    if static_only:
-        return res
     wanted = [(f, v) for f in fams for v in gpu_variants(f)]
+    names = ", ".join(f"{f.name}/{v.name}" for f, v in wanted)
+    if "gpu" in parts:
+        res.gpu_note = f"GPU checks SKIPPED (--skip gpu): {names}" if wanted else ""
+        res.verdicts = [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), skipped("--skip gpu"))
+                        for f, v in wanted]
+        return res
     if not wanted:
+        if families and not res.findings and "static" not in parts:
+            raise UserError(f"nothing to check in {', '.join(f.name for f in fams)}: no static checks and no "
+                            f"launch server (families: {', '.join(f.name for f in select_families(None))})")
         res.gpu_note = "GPU checks: no family with a launch server in the selection"
         return res
     if not lease_candidates():
-        res.gpu_note = ("GPU checks SKIPPED: no usable GPU (NVML/nvidia-smi found none, or "
-                        "CUDA_VISIBLE_DEVICES is empty); not run: " + ", ".join(f"{f.name}/{v.name}" for f, v in wanted))
-        res.verdicts = [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), skipped("no usable GPU"))
+        why = "no usable GPU (NVML/nvidia-smi found none, or CUDA_VISIBLE_DEVICES is empty)"
+        res.gpu_note = f"GPU checks NOT RUN: {why}; pass --skip gpu to check the static part only; not run: {names}"
+        res.verdicts = [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), not_judged(why))
                         for f, v in wanted]
         return res
     items: list[WorkItem] = []

@@ -4,7 +4,10 @@ Each family module in `hazards/families/` that defines `static_check(params) -> 
 is compiled and checked variant by variant with the artifact checks of `hazards.static`. A
 broken variant (canary) must be flagged - by every check id its `predicted_checks` names;
 if nothing fires, the check "went blind" and that is reported as an error; a
-reference/fixed variant must be clean - anything it triggers is reported as found. Findings
+reference/fixed variant must be clean - anything it triggers is reported as found. A
+variant whose checks could not run (a compiler or disassembler is missing) is reported by
+name as `toolchain-missing` (an error that is not a hazard: the commands exit 3), never as
+passed; `--skip TOOL` turns that into a `check-skipped` note. Findings
 of a canary that was flagged are expected: they are summarised as one `canary-detected`
 info line, not failures.
 
@@ -18,7 +21,7 @@ import importlib
 from pathlib import Path
 from typing import Iterable
 
-from hazards.engine.errors import ToolchainMissing
+from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.static import checks
 from hazards.static.checks import Check
 from hazards.static.findings import Finding, with_subject
@@ -36,25 +39,46 @@ CATALOG_CHECKS: tuple[Check, ...] = (CANARY_BLIND, CANARY_DETECTED, MODEL_DISAGR
 
 
 def run_static_checks(paths: list[Path] | None = None, *, catalog: bool = True,
-                      families: Iterable[str] | None = None) -> list[Finding]:
+                      families: Iterable[str] | None = None, skip: Iterable[str] = ()) -> list[Finding]:
     """Run every static check over the catalog (unless `catalog=False`) and over `paths`.
 
-    Returns all findings; those with `.fails` (errors, warnings) mean the check failed.
-    Bad paths raise `UserError`; a missing compiler turns into an `info` finding saying
-    which checks were skipped and why.
+    Returns all findings; those with `.fails` (errors, warnings) mean the check failed. Bad
+    paths and family names that match nothing raise `UserError`. A check that could not run
+    for a missing compiler or disassembler is a `toolchain-missing` error naming it (the
+    variant it was to judge, how to install it); the tools named in `skip` (keys of
+    `hazards.engine.toolchain.TOOLS`) are not used at all, and what needs them is a
+    `check-skipped` info finding instead.
     """
+    from hazards.engine import toolchain
+
     found: list[Finding] = []
-    if catalog:
-        found += check_catalog(families)
-    return found + check_paths(paths or ())
+    with toolchain.skipping(skip):
+        if catalog:
+            found += check_catalog(families)
+        return found + check_paths(paths or ())
+
+
+def static_family_names() -> list[str]:
+    """The families the catalog's static checks judge (a `static_check`, or a static canary)."""
+    from hazards.families import all_families
+
+    return [f.name for f in all_families()
+            if hasattr(importlib.import_module(f"hazards.families.{f.name}"), "static_check")
+            or any("static" in v.detected_by for v in f.canaries)]
 
 
 def _static_modules(families: Iterable[str] | None):
     from hazards.families import all_families
 
     wanted = set(families or ())
+    static = set(static_family_names())
+    if wanted - static:
+        known = {f.name for f in all_families()}
+        name = sorted(wanted - static)[0]
+        what = "has no static checks" if name in known else "is not a family"
+        raise UserError(f"{name!r} {what} (families with static checks: {', '.join(sorted(static))})")
     for fam in all_families():
-        if wanted and fam.name not in wanted:
+        if (wanted and fam.name not in wanted) or fam.name not in static:
             continue
         mod = importlib.import_module(f"hazards.families.{fam.name}")
         yield fam, mod, getattr(mod, "static_check", None)
@@ -77,29 +101,34 @@ def check_catalog(families: Iterable[str] | None = None) -> list[Finding]:
     return out
 
 
+BLIND_SPOTS = (checks.TOOLCHAIN_MISSING.id, checks.CHECK_SKIPPED.id)  # checks that could not look
+
+
 def _check_variant(fam, mod, static_check, v) -> list[Finding]:
     subject, src = f"{fam.name}/{v.name}", str(fam.source_path)
     try:
         found = static_check({"variant": v.name})
     except ToolchainMissing as e:
-        return [checks.TOOLCHAIN_MISSING.finding(src, 0, f"static checks of {subject} skipped: {e}",
-                                                 subject=subject)]
+        return [checks.could_not_look(src, f"static checks of {subject}", e, subject=subject)]
     out: list[Finding] = []
     verdict = fam.static_model({"variant": v.name})
     if verdict.hazardous != v.is_canary:
         out.append(MODEL_DISAGREES.finding(
             src, 0, f"the static model says hazardous={verdict.hazardous} ({verdict.reason}) "
                     f"for a {v.role} variant", subject=subject))
-    failing = [f for f in found if f.fails]
+    blind_spots = with_subject([f for f in found if f.check in BLIND_SPOTS], subject)
+    failing = [f for f in found if f.fails and f.check not in BLIND_SPOTS]
     if not v.is_canary:
-        return out + with_subject(failing, subject)
+        return out + with_subject(failing, subject) + blind_spots
     if "static" not in v.detected_by:
-        return out
+        return out + blind_spots
     expected = set(mod.predicted_checks({"variant": v.name})) if hasattr(mod, "predicted_checks") else set()
     for check_id in expected:
         checks.get(check_id)  # a family naming an unregistered id is a bug, not a blind check
     got = {f.check for f in failing}
     if not failing or (expected and not expected <= got):
+        if blind_spots:  # part of the checks could not look: not judged, never "went blind"
+            return out + blind_spots
         missing = ", ".join(sorted(expected - got)) or "any check"
         out.append(CANARY_BLIND.finding(
             src, 0, f"broken variant not flagged by {missing} (found: "
@@ -110,7 +139,24 @@ def _check_variant(fam, mod, static_check, v) -> list[Finding]:
         out.append(CANARY_DETECTED.finding(first.path, first.line,
                                            f"detected by {', '.join(sorted(got))}",
                                            subject=subject))
-    return out
+    return out + blind_spots
+
+
+def could_not_look(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that say a check could not look (a tool missing, not skipped)."""
+    return [f for f in findings if f.check == checks.TOOLCHAIN_MISSING.id]
+
+
+def static_exit_code(findings: Iterable[Finding], *, fail_on_perf: bool = False) -> int:
+    """1 for any failing finding that is a hazard (or a blind canary), else 3 when a check
+    could not look for a missing tool, else 0."""
+    from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK
+
+    findings = list(findings)
+    if any((f.fails or (fail_on_perf and f.severity == "perf")) and f.check != checks.TOOLCHAIN_MISSING.id
+           for f in findings):
+        return EXIT_HAZARD
+    return EXIT_NOT_JUDGED if could_not_look(findings) else EXIT_OK
 
 
 def checks_table() -> str:

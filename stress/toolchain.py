@@ -4,7 +4,8 @@ versions, cache keys and the build cache.
 - `find_tool(name)`: nvcc, hipcc, clang (with the AMDGPU backend), nvdisasm, cuobjdump. An
   `HZ_<TOOL>` variable overrides the lookup (HZ_NVCC, HZ_HIPCC, HZ_CLANG, HZ_NVDISASM,
   HZ_CUOBJDUMP); a missing tool raises `ToolchainMissing` naming the tool and how to
-  install it.
+  install it. Within `skipping(names)` (the static checks under `--skip TOOL`) those tools
+  are not used even where installed: `ToolchainMissing(skipped=True)`.
 - The GPU targets' flags are spelled here once: `SM90A` / `nvcc_arch_flags()` for NVIDIA
   (`-gencode=arch=compute_90a,code=sm_90a`), `GFX942` / `amd_arch_flag()` for AMD
   (`--offload-arch=gfx942`), and the clang flags of AMD device-only static builds.
@@ -21,6 +22,7 @@ The engine never imports the catalog: callers pass paths.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -29,7 +31,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from filelock import FileLock
 
@@ -112,18 +114,40 @@ TOOLS: dict[str, Tool] = {
 }
 
 
+_SKIPPED: frozenset[str] = frozenset()
+
+
+@contextlib.contextmanager
+def skipping(names: Iterable[str]) -> Iterator[None]:
+    """Within: `find_tool` refuses these tools (`ToolchainMissing` with `skipped=True`),
+    installed or not, so what needs them is reported as skipped at the user's request."""
+    global _SKIPPED
+    unknown = sorted(set(names) - set(TOOLS))
+    if unknown:
+        raise UserError(f"unknown tool {unknown[0]!r} (known: {', '.join(TOOLS)})")
+    before, _SKIPPED = _SKIPPED, _SKIPPED | frozenset(names)
+    try:
+        yield
+    finally:
+        _SKIPPED = before
+
+
 def find_tool(name: str, needed_for: str = "") -> str:
     """Path of tool `name` (a key of TOOLS); ToolchainMissing (one line: the tool, what
-    needed it, how to install it) if it is not installed. Looked up again whenever the
-    override variable, PATH or CUDA_HOME/CUDA_PATH change; capability probes run once."""
+    needed it, how to install it or skip what needs it) if it is not installed. Looked up
+    again whenever the override variable, PATH or CUDA_HOME/CUDA_PATH change; capability
+    probes run once."""
     if name not in TOOLS:
         raise UserError(f"unknown tool {name!r} (known: {', '.join(TOOLS)})")
-    env = tuple(os.environ.get(k, "") for k in (TOOLS[name].env_var, "PATH", "CUDA_HOME", "CUDA_PATH"))
+    tool = TOOLS[name]
+    why = f" (needed {needed_for})" if needed_for else ""
+    if name in _SKIPPED:
+        raise ToolchainMissing(f"{tool.what or tool.name} skipped{why}: --skip {name}", tool=name, skipped=True)
+    env = tuple(os.environ.get(k, "") for k in (tool.env_var, "PATH", "CUDA_HOME", "CUDA_PATH"))
     found, reason = _lookup(name, env)
     if found is None:
-        tool = TOOLS[name]
-        why = f" (needed {needed_for})" if needed_for else ""
-        raise ToolchainMissing(f"{tool.what or tool.name} not found{why}: {reason or tool.install}")
+        raise ToolchainMissing(f"{tool.what or tool.name} not found{why}: {reason or tool.install}"
+                               f" (or --skip {name} to skip what needs it)", tool=name)
     return found
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, Iterable
 
+from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK
 from hazards.engine.junit import JUnitCase
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import upper_bound
@@ -28,8 +29,8 @@ class Verdict(str, enum.Enum):
     WENT_BLIND = "went blind"  # a canary judged and never proved failing: the check cannot see
     CLEAN = "clean"            # no judged run failed
     FAILED = "failed"          # an item expected clean failed: a hazard
-    ERROR = "error"            # nothing could be judged (only errors, dropped, never run)
-    SKIPPED = "skipped"        # deliberately not run (no GPU for it)
+    ERROR = "error"            # nothing could be judged (only errors, dropped, never run, no GPU)
+    SKIPPED = "skipped"        # deliberately not run: the user asked (--skip)
 
     def __str__(self) -> str:
         return self.value
@@ -43,6 +44,20 @@ class Verdict(str, enum.Enum):
     def junit_type(self) -> str:
         """The verdict as a JUnit failure/error type (no spaces)."""
         return self.value.replace(" ", "-")
+
+    @property
+    def is_hazard(self) -> bool:
+        """Whether this verdict means something was seen that fails a check (exit 1)."""
+        return self in (Verdict.WENT_BLIND, Verdict.FAILED)
+
+
+def exit_code(verdicts: Iterable[Verdict]) -> int:
+    """The exit status a set of verdicts gives: 1 when one is a hazard (a canary that went
+    blind, a clean item that failed), else 3 when one could not be judged (error), else 0."""
+    verdicts = list(verdicts)
+    if any(v.is_hazard for v in verdicts):
+        return EXIT_HAZARD
+    return EXIT_NOT_JUDGED if Verdict.ERROR in verdicts else EXIT_OK
 
 
 class Expect(str, enum.Enum):

@@ -9,21 +9,30 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (BudgetOption, ExclusiveOption, FamiliesOption, JsonOption, JUnitOption,
-                                 LeaseDirOption, StoreOption, WaitOption, parse_duration, split_names)
+                                 LeaseDirOption, SkipOption, StoreOption, WaitOption, parse_duration, parse_skip,
+                                 split_names)
 
 _HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
 
 The static checks run on the catalog's families (and the given paths); then every family's
 canaries (broken variants) and clean variants run on each free GPU. Each variant runs until
-its SPRT verdict is settled, its cap, or the budget. Exit 0 only if the static checks pass,
-every canary was detected and no clean variant failed; a canary that was not detected "went
-blind" and fails the check. Without a GPU the static part runs and the GPU checks are
-reported as skipped (by name).
+its SPRT verdict is settled, its cap, or the budget. A canary that was not detected "went
+blind" and fails the check.
+
+A check that could not look never passes: without a usable GPU, or without clang-19, nvcc or
+the disassembler, every check that could not run is named (with how to install what is
+missing) and the check exits 3, unless `--skip` names what not to check (`--skip gpu`, same as
+`--static`; `--skip static`; `--skip clang`): that is reported as skipped, in JUnit too.
+
+Exit status: 0 every check ran and passed (or was skipped with --skip); 1 a hazard: a failing
+static finding, a canary that went blind, a clean variant that failed; 2 bad input; 3 something
+could not be judged; 4 the results store failed.
 
 Examples:
 
     hazards check --budget 3m --junit hazards-junit.xml
     hazards check --static src/kernels/
+    hazards check --skip clang --junit hazards-junit.xml
     hazards check --families pipeline,ordering --json
 """
 
@@ -34,7 +43,8 @@ def check_command(
                                                 help="Sources or listings for the static checks too."),
     budget: BudgetOption = "3m",
     junit: JUnitOption = None,
-    static: bool = typer.Option(False, "--static", help="Run only the static checks (no GPU)."),
+    static: bool = typer.Option(False, "--static", help="Run only the static checks (no GPU); the same as `--skip gpu`."),
+    skip: SkipOption = None,
     families: FamiliesOption = None,
     store_path: StoreOption = None,
     lease_dir: LeaseDirOption = None,
@@ -47,11 +57,14 @@ def check_command(
     from hazards.engine.store import Store
 
     budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
-    store = None if static else Store(store_path)
+    parts, tools = parse_skip(skip)
+    if static:
+        parts.add("gpu")
+    store = None if "gpu" in parts else Store(store_path)
     try:
-        res = run_check(budget_s=budget_s, families=split_names(families), paths=paths or (), static_only=static,
-                        store=store, lock_dir=str(lease_dir) if lease_dir else None, wait_s=wait_s,
-                        exclusive=exclusive, log=lambda s: typer.echo(s, err=True))
+        res = run_check(budget_s=budget_s, families=split_names(families), paths=paths or (), skip=parts,
+                        skip_tools=tools, store=store, lock_dir=str(lease_dir) if lease_dir else None,
+                        wait_s=wait_s, exclusive=exclusive, log=lambda s: typer.echo(s, err=True))
     finally:
         if store is not None:
             store.close()

@@ -34,6 +34,12 @@ ResumeOption = Annotated[Optional[int], typer.Option(
 JUnitOption = Annotated[Optional[Path], typer.Option(
     "--junit", help="Also write the result as JUnit XML to this file.", show_default="none")]
 ConfOption = Annotated[float, typer.Option("--conf", help="Confidence level of the intervals.")]
+SkipOption = Annotated[Optional[List[str]], typer.Option(
+    "--skip", show_default="nothing",
+    help="What not to check, reported as skipped (never as passed): `gpu` or `static` (the parts of "
+         "`hazards check`), or a tool the static checks use (clang, nvcc, nvdisasm), installed or not. "
+         "Without it, a check that cannot run exits 3. Repeat or comma-separate.")]
+CHECK_PARTS = ("gpu", "static")
 VerboseOption = Annotated[bool, typer.Option("-v", "--verbose", help="Print more detail.")]
 
 
@@ -80,6 +86,21 @@ def parse_duration(text: str, *, allow_zero: bool = False) -> float:
 def split_names(values: Optional[Iterable[str]]) -> list[str]:
     """Names from repeated and/or comma-separated options."""
     return [n.strip() for v in values or () for n in v.split(",") if n.strip()]
+
+
+def parse_skip(values: Optional[Iterable[str]], parts: tuple[str, ...] = CHECK_PARTS) -> tuple[set[str], set[str]]:
+    """(parts, tools) named by `--skip`; UserError listing what may be named otherwise."""
+    from hazards.engine.toolchain import TOOLS
+
+    got_parts, tools = set(), set()
+    for name in split_names(values):
+        if name in parts:
+            got_parts.add(name)
+        elif name in TOOLS:
+            tools.add(name)
+        else:
+            raise UserError(f"--skip {name}: nothing of that name (give {', '.join((*parts, *TOOLS))})")
+    return got_parts, tools
 
 
 def print_findings(findings: Iterable[Any], as_json: bool, show_info: bool) -> None:

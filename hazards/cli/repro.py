@@ -75,8 +75,19 @@ def _family_spec(family: str, variant: str | None, params: dict[str, Any], launc
     """argv, run params, names file and the Family for a --family target."""
     from hazards.families import get_family
 
+    from hazards.family import HARNESS_KEYS, BadPoint
+
     fam = get_family(family)
     v = fam.variant(variant or fam.variants[0].name)
+    point = {k: val for k, val in params.items() if k != "launches"}
+    unknown = sorted(set(point) - {p.name for p in fam.params} - set(HARNESS_KEYS))
+    if unknown:
+        known = ", ".join(p.name for p in fam.params)
+        raise UserError(f"--params: family {fam.name!r} has no parameter {unknown[0]!r} (known: {known})")
+    try:
+        fam.resolve({**point, "variant": v.name})
+    except BadPoint as e:  # a value of the wrong type or out of range: refused before any build
+        raise UserError(f"--params: {e}") from None
     if binary is not None:
         if not binary.is_file():
             raise UserError(f"--binary {binary} is not a file")

@@ -81,7 +81,11 @@ def soak_command(
     budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
     items = None if resume is not None else soak_items(split_names(families), targets, no_families)
     if items is not None and not items:
-        raise UserError("nothing to soak: no family with a launch server selected and no --targets")
+        from hazards.checkrun import select_families
+
+        runnable = ", ".join(f.name for f in select_families(None) if f.binary)
+        raise UserError(f"nothing to soak: no family with a launch server selected and no --targets "
+                        f"(families with a launch server: {runnable})")
     store = Store(store_path)
     if executor != "local":
         res = _remote_soak(executor, store, items, budget_s=budget_s, resume=resume, name=name,

@@ -143,7 +143,11 @@ def stress_command(
 
     fam = get_family(family)
     if not fam.binary:
-        raise UserError(f"family {fam.name!r} has no runtime binary: use `hazards check --static`")
+        from hazards.families import all_families
+
+        runnable = ", ".join(f.name for f in all_families() if f.binary)
+        raise UserError(f"family {fam.name!r} has no runtime binary: use `hazards static --families {fam.name}` "
+                        f"(families with one: {runnable})")
     names = list(variant) if variant else [v.name for v in fam.variants]
     for n in names:
         fam.variant(n)  # UserError naming the known ones

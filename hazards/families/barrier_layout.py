@@ -85,7 +85,7 @@ def strategy() -> Any:
 
 def static_check(params: dict[str, Any]):
     """Findings for one point from real compiler output (AMD listing and NVIDIA cubin/PTX).
-    A missing NVIDIA disassembler leaves an `info` finding naming what was skipped."""
+    A missing NVIDIA toolchain leaves a `toolchain-missing` finding naming what could not run."""
     from hazards.static import amdgcn, sass
     from hazards.static.compile import compile_ptx
     from hazards.engine.errors import ToolchainMissing
@@ -103,8 +103,7 @@ def static_check(params: dict[str, Any]):
                                                               "nvidia"), str(ptx.path))
         found += sass.compile_and_check(SOURCE, defines=d, label=label)
     except ToolchainMissing as e:
-        found.append(checks.TOOLCHAIN_MISSING.finding(str(SOURCE), 0,
-                                                      f"NVIDIA checks skipped: {e}"))
+        found.append(checks.could_not_look(str(SOURCE), "NVIDIA checks", e))
     return found
 
 

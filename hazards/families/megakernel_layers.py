@@ -186,7 +186,7 @@ def static_check(params: dict[str, Any]):
     switch (release/acquire order and scope, the barrier layout with AMD's 64-B lines), and
     the layout nvcc builds (NVIDIA's 128-B lines: warnings only)."""
     from hazards.engine.errors import ToolchainMissing
-    from hazards.static import amdgcn, layout
+    from hazards.static import amdgcn, checks, layout
     from hazards.static.compile import compile_ptx
     from hazards.static.findings import Finding
 
@@ -205,7 +205,7 @@ def static_check(params: dict[str, Any]):
         found += layout.check_layout(layout.layout_from_table(layout.table_from_ptx(ptx.text), "nvidia"),
                                      str(ptx.path))
     except ToolchainMissing as e:
-        found.append(Finding("toolchain-missing", "info", str(SYNC_STATIC), 0, f"NVIDIA layout check skipped: {e}"))
+        found.append(checks.could_not_look(str(SYNC_STATIC), "NVIDIA layout check", e))
     return found
 
 

@@ -170,5 +170,18 @@ LAYOUT_MISALIGNED = register(Check(
 
 # --- when a check could not look ------------------------------------------------------------
 TOOLCHAIN_MISSING = register(Check(
-    "toolchain-missing", "info", "any",
-    "a compiler or disassembler is not installed: names the checks that were skipped"))
+    "toolchain-missing", "error", "any",
+    "a compiler or disassembler a check needs is not installed: the check could not look "
+    "(names it and how to install it; exit 3 unless `--skip TOOL` names it)"))
+CHECK_SKIPPED = register(Check(
+    "check-skipped", "info", "any",
+    "checks skipped at the user's request (`--skip TOOL`): names them and the tool"))
+
+
+def could_not_look(path: str, what: str, missing: Exception, subject: str = "") -> Finding:
+    """The finding for checks that could not run for a missing (or `--skip`ped) tool:
+    `check-skipped` (info) when the user asked to skip it, else `toolchain-missing` (an
+    error: a check that could not look must never read as passed)."""
+    if getattr(missing, "skipped", False):
+        return CHECK_SKIPPED.finding(path, 0, f"{what} skipped: {missing}", subject=subject)
+    return TOOLCHAIN_MISSING.finding(path, 0, f"{what} could not run: {missing}", subject=subject)

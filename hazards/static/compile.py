@@ -140,8 +140,13 @@ def disassemble(cubin: Path) -> Build:
     """SASS text of a cubin (nvdisasm -c; cuobjdump -sass when nvdisasm is absent)."""
     try:
         tool, args = toolchain.find_tool("nvdisasm", needed_for="for the SASS checks"), ["-c"]
-    except ToolchainMissing:
-        tool, args = toolchain.find_tool("cuobjdump", needed_for="for the SASS checks"), ["-sass"]
+    except ToolchainMissing as missing:
+        if missing.skipped:  # --skip nvdisasm skips the SASS checks, not just one disassembler
+            raise
+        try:
+            tool, args = toolchain.find_tool("cuobjdump", needed_for="for the SASS checks"), ["-sass"]
+        except ToolchainMissing:
+            raise missing from None  # neither: name the preferred one
     listing = cubin.with_suffix(".sass")
     cmd = (tool, *args, str(cubin))
     if not listing.exists() or listing.stat().st_mtime < cubin.stat().st_mtime:

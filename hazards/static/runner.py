@@ -20,8 +20,8 @@ LAYOUT_SUFFIXES = (".layout.toml", ".layout.json")
 
 def check_paths(paths: Iterable[Path]) -> list[Finding]:
     """Every check that applies to each path (file or directory). Bad paths raise
-    `UserError`; a missing disassembler is a `toolchain-missing` finding naming what was
-    skipped."""
+    `UserError`; a missing disassembler is a `toolchain-missing` finding (an error: the
+    check could not look), or `check-skipped` under `--skip`."""
     found: list[Finding] = []
     for p in paths:
         found += check_path(Path(p))
@@ -64,6 +64,6 @@ def check_file(path: Path) -> list[Finding]:
             return sass.check_cubin(path) if kind == "cubin" else sass.check_sass(
                 path.read_text(errors="replace"), str(path))
         except ToolchainMissing as e:
-            return [checks.TOOLCHAIN_MISSING.finding(str(path), 0, f"SASS checks skipped: {e}")]
+            return [checks.could_not_look(str(path), "SASS checks", e)]
     raise UserError(f"don't know which static check applies to {path} (expected a C/C++/CUDA/"
                     f"HIP source, .s, .sass, .cubin, .toml or .json)")

@@ -20,7 +20,7 @@ NO_STATIC = ([], "static checks stubbed out in this test")
 
 @pytest.fixture
 def no_static(monkeypatch):
-    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None: NO_STATIC)
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): NO_STATIC)
 
 
 def _check(fams, store, **kw):
@@ -68,19 +68,49 @@ def test_a_canary_only_the_static_checks_can_see_is_not_run_on_the_gpu(fake_gpus
     assert res.exit_code == 0
 
 
-def test_without_a_gpu_the_static_part_runs_and_gpu_checks_are_skipped_by_name(monkeypatch, store, no_static):
+def test_without_a_gpu_the_check_cannot_judge_its_gpu_part_and_exits_3(monkeypatch, store, no_static, tmp_path):
+    """Issue 12 item 2: no usable GPU is not a pass (before: "30 GPU checks SKIPPED", exit 0)."""
     monkeypatch.setenv("HZ_FAKE_GPUS", "")
     res = _check([make_family()], store)
-    assert res.gpu_note.startswith("GPU checks SKIPPED: no usable GPU")
+    assert res.gpu_note.startswith("GPU checks NOT RUN: no usable GPU") and "--skip gpu" in res.gpu_note
     assert "fakefam/broken" in res.gpu_note and "fakefam/fixed" in res.gpu_note
-    assert {v.status for v in res.verdicts} == {"skipped"} and res.exit_code == 0
-    assert res.summary_lines()[-1] == "check passed for the static part only: 3 GPU check(s) SKIPPED"
+    assert {v.status for v in res.verdicts} == {"error"} and res.exit_code == 3
+    assert res.summary_lines()[-1].startswith("check COULD NOT JUDGE 3 item(s)")
     assert res.campaign_id is None and store.campaigns() == []
+    text = write_junit(tmp_path / "j.xml", res.junit_suites()).read_text()
+    assert text.count("<error ") == 3 and "<skipped" not in text
+
+
+def test_skip_gpu_runs_the_static_part_only_and_lists_the_gpu_checks_as_skipped(monkeypatch, store, no_static,
+                                                                               tmp_path):
+    monkeypatch.setenv("HZ_FAKE_GPUS", "")
+    for kw in ({"skip": ["gpu"]}, {"static_only": True}):
+        res = _check([make_family()], store, **kw)
+        assert {v.status for v in res.verdicts} == {"skipped"} and res.exit_code == 0
+        assert res.summary_lines()[-1] == "check passed for the static part only: 3 GPU check(s) SKIPPED"
+        text = write_junit(tmp_path / "j.xml", res.junit_suites()).read_text()
+        assert text.count('<skipped message="--skip gpu"') == 3
+    assert store.campaigns() == []
+
+
+def test_cli_check_without_a_gpu_exits_3_unless_told_to_skip_it(monkeypatch, tmp_path, capsys, no_static):
+    import hazards.families as families
+
+    monkeypatch.setenv("HZ_FAKE_GPUS", "")
+    monkeypatch.setattr(families, "all_families", lambda: [make_family()])
+    store = ["--store", str(tmp_path / "r.db")]
+    assert main(["check", *store]) == 3
+    assert "GPU checks NOT RUN: no usable GPU" in capsys.readouterr().out
+    assert main(["check", "--skip", "gpu", *store]) == 0
+    assert main(["check", "--static", *store]) == 0
+    assert main(["check", "--skip", "gpu,static", *store]) == 2
+    assert main(["check", "--skip", "cpu", *store]) == 2
+    assert "--skip cpu: nothing of that name (give gpu, static, nvcc" in capsys.readouterr().err
 
 
 def test_failing_static_findings_fail_the_check(monkeypatch, store):
     bad = Finding("asm-overlap", "error", "k.s", 12, "load 1's destination covers load 2's address")
-    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None: ([bad], "1 finding(s), 1 failing"))
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): ([bad], "1 finding(s), 1 failing"))
     res = run_check(budget_s=10, catalog=[], static_only=True)
     assert res.exit_code == 1 and "static FAIL k.s:12: [asm-overlap]" in "\n".join(res.summary_lines())
 
@@ -149,7 +179,7 @@ def test_static_canaries_become_junit_cases(monkeypatch, tmp_path):
     seen = Finding("canary-detected", "info", "k.s", 3, "flagged as expected", subject="earlyclobber/broken")
     blind = Finding("canary-blind", "error", "k2.s", 0, "nothing fired: the check went blind",
                     subject="earlyclobber/broken_shared_base")
-    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None: ([seen, blind], "2 finding(s)"))
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): ([seen, blind], "2 finding(s)"))
     res = run_check(budget_s=10, catalog=[], static_only=True)
     assert res.exit_code == 1
     text = write_junit(tmp_path / "s.xml", res.junit_suites()).read_text()

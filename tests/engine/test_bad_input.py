@@ -134,3 +134,33 @@ def test_store_under_a_read_only_folder_is_refused(tmp_path):
         assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o755)
+
+
+NAMES_THAT_MATCH_NOTHING = {
+    "static family": (["static", "--families", "nosuch"], "families with static checks: barrier_layout"),
+    "static family without static checks": (["static", "--families", "pipeline"], "has no static checks"),
+    "check family": (["check", "--families", "nosuch"], "known: barrier_layout"),
+    "check skip": (["check", "--skip", "cpu"], "give gpu, static, nvcc"),
+    "soak family": (["soak", "--families", "nosuch"], "known: barrier_layout"),
+    "soak family that cannot run": (["soak", "--families", "earlyclobber"], "families with a launch server: "),
+    "stress family": (["stress", "nosuch"], "known: barrier_layout"),
+    "stress family that cannot run": (["stress", "earlyclobber"], "families with one: barrier_layout"),
+    "stress variant": (["stress", "pipeline", "--variant", "nosuch"], "known: reference, fixed"),
+    "repro family": (["repro", "--family", "nosuch"], "known: barrier_layout"),
+    "repro variant": (["repro", "--family", "pipeline", "--variant", "nosuch"], "known: reference, fixed"),
+    "repro parameter": (["repro", "--family", "pipeline", "--binary", "/bin/true", "--params", '{"nosuch": 1}'],
+                        "has no parameter 'nosuch' (known: stages, "),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NAMES_THAT_MATCH_NOTHING))
+def test_a_name_that_matches_nothing_is_exit_2_with_the_valid_names(tmp_path, store_file, case):
+    """Issue 12 item 3 (before: `static --families nosuch` exited 0 having checked nothing,
+    `repro --params` ran with a parameter the family does not have, and the refusals of a
+    family that cannot run did not say which can)."""
+    args, match = NAMES_THAT_MATCH_NOTHING[case]
+    digest, files = sha256(store_file), tree(tmp_path)
+    store = [] if args[0] == "static" else ["--store", str(store_file)]
+    proc = hazards(*args, *store, cwd=tmp_path, env={"HZ_FAKE_GPUS": "0"})
+    assert_one_line_error(proc, match=match)
+    assert sha256(store_file) == digest and tree(tmp_path) == files

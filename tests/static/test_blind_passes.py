@@ -1,0 +1,140 @@
+"""A static check that could not look never passes (issue 12 item 1).
+
+With clang-19, nvcc or the disassembler missing, `hazards static` and `hazards check` used to
+print "0 static canaries detected" and exit 0, and the JUnit file showed one passing test.
+Now every variant (and path) that could not be judged is named with the reason and how to
+install what is missing, the command exits 3, and JUnit has an error case for each; only
+`--skip TOOL` (or `--skip static`) turns them into skipped cases, and never into passed ones.
+
+The tools are hidden the way a machine without them looks: PATH without them, and none in
+the CUDA folders or the pip wheels the toolchain module also searches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from hazards.cli import main
+from hazards.engine import toolchain
+
+HIDDEN = {"clang": ("clang-19", "clang"), "nvcc": ("nvcc",), "nvdisasm": ("nvdisasm", "cuobjdump")}
+
+
+@pytest.fixture
+def hide(tmp_path, monkeypatch):
+    """hide('clang', ...): PATH keeps every program but those tools (a folder of links to
+    the rest), and the CUDA folders and NVIDIA wheels hold none."""
+    def hide_tools(*names: str) -> None:
+        gone = {prog for n in names for prog in HIDDEN[n]}
+        shim = tmp_path / "bin"
+        shim.mkdir(exist_ok=True)
+        for folder in os.environ.get("PATH", "").split(os.pathsep):
+            if not os.path.isdir(folder):
+                continue
+            for entry in os.scandir(folder):
+                link = shim / entry.name
+                if entry.name not in gone and not link.exists() and not link.is_symlink():
+                    link.symlink_to(entry.path)
+        monkeypatch.setenv("PATH", str(shim))
+        for var in ("HZ_CLANG", "HZ_NVCC", "HZ_NVDISASM", "HZ_CUOBJDUMP", "CUDA_HOME", "CUDA_PATH"):
+            monkeypatch.delenv(var, raising=False)
+        if "nvcc" in names or "nvdisasm" in names:
+            monkeypatch.setattr(toolchain, "_cuda_homes", lambda: [])
+            monkeypatch.setattr(toolchain, "_nvidia_wheel_bins", lambda: [])
+            monkeypatch.setitem(toolchain.TOOLS, "nvcc", dataclasses.replace(toolchain.TOOLS["nvcc"], folders=lambda: []))
+        toolchain.find_tool.cache_clear()
+        for n in names:
+            with pytest.raises(toolchain.ToolchainMissing):
+                toolchain.find_tool(n)
+    yield hide_tools
+    toolchain.find_tool.cache_clear()
+
+
+def _cases(junit: Path) -> dict[str, str]:
+    """{test case name: passed | failure | error | skipped} of a JUnit file."""
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        kids = [k.tag for k in case if k.tag in ("failure", "error", "skipped")]
+        out[case.get("name")] = kids[0] if kids else "passed"
+    return out
+
+
+AMD_FAMILIES = "earlyclobber,mfma_pipeline"
+AMD_VARIANTS = {"earlyclobber/reference", "earlyclobber/fixed", "earlyclobber/broken",
+                "earlyclobber/broken_shared_base", "mfma_pipeline/reference", "mfma_pipeline/fixed",
+                "mfma_pipeline/broken_war", "mfma_pipeline/broken_tail9", "mfma_pipeline/broken_single_tail"}
+
+
+def test_static_without_clang_names_every_variant_it_could_not_judge_and_exits_3(hide, capsys):
+    hide("clang")
+    rc = main(["static", "--families", AMD_FAMILIES])
+    out, err = capsys.readouterr()
+    assert rc == 3, out + err
+    lines = [ln for ln in out.splitlines() if "[toolchain-missing]" in ln]
+    assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in lines} == AMD_VARIANTS
+    assert all("apt-get install clang-19" in ln and "--skip clang" in ln for ln in lines)
+    assert "0 canaries detected, 9 check(s) could not run, 0 skipped" in err
+
+
+def test_static_skip_clang_reports_them_skipped_and_passes(hide, capsys):
+    hide("clang")
+    rc = main(["static", "--families", AMD_FAMILIES, "--skip", "clang", "-v"])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    skipped = [ln for ln in out.splitlines() if "[check-skipped]" in ln]
+    assert len(skipped) == 9 and all("skipped: clang-19 with the AMDGPU backend skipped" in ln for ln in skipped)
+    assert "9 skipped" in err
+
+
+def test_check_junit_without_clang_has_an_error_per_variant_and_no_pass(hide, tmp_path, capsys):
+    hide("clang")
+    junit = tmp_path / "check.xml"
+    rc = main(["check", "--static", "--families", AMD_FAMILIES, "--junit", str(junit)])
+    out = capsys.readouterr().out
+    assert rc == 3 and "check COULD NOT JUDGE 9 item(s)" in out
+    assert sum("static NOT JUDGED" in ln for ln in out.splitlines()) == 9
+    cases = _cases(junit)
+    assert sorted(cases.values()) == ["error"] * 9
+    assert {name.split(" ", 1)[1] for name in cases} == AMD_VARIANTS
+    rc = main(["check", "--static", "--families", AMD_FAMILIES, "--junit", str(junit), "--skip", "clang"])
+    assert rc == 0 and sorted(_cases(junit).values()) == ["skipped"] * 9
+
+
+def test_static_without_nvcc_cannot_judge_the_sass_family(hide, capsys, monkeypatch):
+    from hazards.families import mma_pingpong
+
+    mma_pingpong._compiled.cache_clear()  # an earlier test of this process may have built it
+    hide("nvcc")
+    rc = main(["static", "--families", "mma_pingpong"])
+    out, err = capsys.readouterr()
+    mma_pingpong._compiled.cache_clear()
+    assert rc == 3, out + err
+    missing = [ln for ln in out.splitlines() if "[toolchain-missing]" in ln]
+    assert missing and all("nvcc not found" in ln and "install the CUDA toolkit" in ln for ln in missing)
+    assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in missing} == {
+        f"mma_pingpong/{v.name}" for v in mma_pingpong.FAMILY.variants}
+    assert "canaries detected" in err and " 0 canaries detected" in err
+
+
+def test_a_cubin_without_a_disassembler_is_not_judged(hide, tmp_path, capsys):
+    hide("nvdisasm")
+    cubin = tmp_path / "kernel.cubin"
+    cubin.write_bytes(b"\x7fELF not really")
+    rc = main(["static", "--no-catalog", str(cubin)])
+    out = capsys.readouterr().out
+    assert rc == 3 and f"{cubin}: error: [toolchain-missing] SASS checks could not run: nvdisasm not found" in out
+    assert main(["static", "--no-catalog", "--skip", "nvdisasm", str(cubin)]) == 0
+
+
+def test_a_family_name_that_matches_nothing_is_exit_2_with_the_valid_names(capsys):
+    """Issue 12 item 3 for `hazards static` (before: exit 0, "0 canaries detected")."""
+    assert main(["static", "--families", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hazards: error: 'nosuch' is not a family (families with static checks: ")
+    assert "earlyclobber" in err and "mma_pingpong" in err
+    assert main(["static", "--families", "pipeline"]) == 2
+    assert "'pipeline' has no static checks" in capsys.readouterr().err
