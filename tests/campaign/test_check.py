@@ -69,7 +69,7 @@ def test_a_canary_only_the_static_checks_can_see_is_not_run_on_the_gpu(fake_gpus
 
 
 def test_without_a_gpu_the_check_cannot_judge_its_gpu_part_and_exits_3(monkeypatch, store, no_static, tmp_path):
-    """Issue 12 item 2: no usable GPU is not a pass (before: "30 GPU checks SKIPPED", exit 0)."""
+    """No usable GPU is not a pass (before: "30 GPU checks SKIPPED", exit 0)."""
     monkeypatch.setenv("HZ_FAKE_GPUS", "")
     res = _check([make_family()], store)
     assert res.gpu_note.startswith("GPU checks NOT RUN: no usable GPU") and "--skip gpu" in res.gpu_note

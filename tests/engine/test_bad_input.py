@@ -155,9 +155,9 @@ NAMES_THAT_MATCH_NOTHING = {
 
 @pytest.mark.parametrize("case", sorted(NAMES_THAT_MATCH_NOTHING))
 def test_a_name_that_matches_nothing_is_exit_2_with_the_valid_names(tmp_path, store_file, case):
-    """Issue 12 item 3 (before: `static --families nosuch` exited 0 having checked nothing,
+    """Before: `static --families nosuch` exited 0 having checked nothing,
     `repro --params` ran with a parameter the family does not have, and the refusals of a
-    family that cannot run did not say which can)."""
+    family that cannot run did not say which can."""
     args, match = NAMES_THAT_MATCH_NOTHING[case]
     digest, files = sha256(store_file), tree(tmp_path)
     store = [] if args[0] == "static" else ["--store", str(store_file)]

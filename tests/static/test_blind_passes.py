@@ -1,4 +1,4 @@
-"""A static check that could not look never passes (issue 12 item 1).
+"""A static check that could not look never passes.
 
 With clang-19, nvcc or the disassembler missing, `hazards static` and `hazards check` used to
 print "0 static canaries detected" and exit 0, and the JUnit file showed one passing test.
@@ -131,7 +131,7 @@ def test_a_cubin_without_a_disassembler_is_not_judged(hide, tmp_path, capsys):
 
 
 def test_a_family_name_that_matches_nothing_is_exit_2_with_the_valid_names(capsys):
-    """Issue 12 item 3 for `hazards static` (before: exit 0, "0 canaries detected")."""
+    """`hazards static` with a name that matches nothing (before: exit 0, "0 canaries detected")."""
     assert main(["static", "--families", "nosuch"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("hazards: error: 'nosuch' is not a family (families with static checks: ")
