@@ -18,7 +18,10 @@ launch server for all the variants it runs as separate campaigns), and the campa
 status: 'running' while the loop runs, then 'complete', 'stopped' (the work source ended it
 early: first failure, SPRT decision) or 'interrupted' (Ctrl-C, SIGTERM, a lost executor).
 A run is committed the moment it ends, so a SIGKILLed supervisor leaves a campaign in
-'running' that `--resume` continues.
+'running' that `--resume` continues. Such a campaign is marked 'interrupted' by the next
+start of any campaign in its store (`create`, `reopen`), once whatever its dead supervisor
+left running was killed and its tripwire files removed (`hazards.engine.recovery`); the
+spec keeps what was cleaned (`recovered`), and `reopen` (every `--resume`) says it.
 
 Repetition (n runs, until the first failure, an SPRT stop, resume up to the requested
 total) is the `Repeat` work source; `repeat()` runs one item that way and returns a
@@ -28,14 +31,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import sys
 import time
 from typing import Any, Callable
 
+from hazards.engine import recovery
+from hazards.engine.containment import CONTAINMENT
 from hazards.engine.errors import StoreError, UserError
 from hazards.engine.executor import (ARTIFACT_POLICIES, GpuStats, StoreSink, TargetFactory, WorkItem, WorkSource,
                                      close_targets, default_target_factory, run_local, warm_target)
 from hazards.engine.leases import GpuLease, acquire_free, lease_candidates, no_gpu_lease
-from hazards.engine.outcome import RunResult
+from hazards.engine.outcome import HOST, RunResult
+from hazards.engine.proctree import start_ticks
 from hazards.engine.stats import Sprt
 from hazards.engine.store import Campaign, OutcomeCounts, Store
 
@@ -103,6 +111,7 @@ class LeasedCampaign:
             raise ValueError("a leased campaign needs at least one lease")
         self.store, self.leases, self.owns_leases = store, list(leases), owns_leases
         self.target_factory = target_factory
+        self.say: Callable[[str], None] = _say  # where notes for the user go (stderr)
         self.caches: dict[str, dict[tuple, Any]] = {}
         self.monitor = None
         gpus = [lease for lease in self.leases if lease.is_gpu]
@@ -148,8 +157,12 @@ class LeasedCampaign:
         return f"{len(gpus)} GPU(s): {', '.join(gpus)}" if gpus else "no GPU"
 
     def session(self) -> dict[str, Any]:
-        """This frame as one entry of a campaign spec's `sessions`."""
-        return {"started": time.time(), "gpus": [lease.info() for lease in self.leases if lease.is_gpu]}
+        """This frame as one entry of a campaign spec's `sessions`: its GPUs, its supervisor
+        (to tell later whether it died) and how its children are contained."""
+        me = os.getpid()
+        return {"started": time.time(), "gpus": [lease.info() for lease in self.leases if lease.is_gpu],
+                "supervisor": {"pid": me, "ticks": start_ticks(me), "boot_id": recovery.boot_id(), "host": HOST},
+                "containment": CONTAINMENT.describe()}
 
     def target(self, item: WorkItem, lease: GpuLease | None = None,
                target_factory: TargetFactory | None = None) -> Any:
@@ -168,18 +181,58 @@ class LeasedCampaign:
 
     # -- campaigns -------------------------------------------------------------------------
     def create(self, kind: str, spec: dict[str, Any], name: str | None = None) -> int:
-        """A new campaign whose spec records this session; its id."""
-        return self.store.create_campaign(kind, {**spec, "sessions": [self.session()]}, name=name)
+        """A new campaign whose spec records this session; its id. Campaigns of dead
+        supervisors are recovered first (`recover_interrupted`)."""
+        self.recover_interrupted()
+        campaign_id = self.store.create_campaign(kind, {**spec, "sessions": [self.session()]}, name=name)
+        CONTAINMENT.track_campaign(self._store_key, campaign_id)
+        return campaign_id
 
     def reopen(self, campaign_id: int, kind: str) -> Campaign:
-        """A stored campaign of `kind` to continue (UserError otherwise), this session added."""
+        """A stored campaign of `kind` to continue (UserError otherwise), this session added.
+        If its supervisor died, what was cleaned up after it is said (`say`) once."""
+        self.recover_interrupted()
         camp = self.store.campaign(campaign_id)
         if camp.kind != kind:
             raise UserError(f"campaign {campaign_id} is a {camp.kind!r} campaign, not a {kind!r} one")
         spec = dict(camp.spec)
+        if "recovered" in spec:
+            self.say(recovery_words(campaign_id, spec["recovered"]))
+            spec["recovered_before"] = list(spec.get("recovered_before", [])) + [spec.pop("recovered")]
         spec["sessions"] = list(spec.get("sessions", [])) + [self.session()]
         self.store.update_campaign_spec(campaign_id, spec)
+        CONTAINMENT.track_campaign(self._store_key, campaign_id)
         return self.store.campaign(campaign_id)
+
+    @property
+    def _store_key(self) -> str:
+        return str(self.store.path.resolve())
+
+    def recover_interrupted(self) -> list[int]:
+        """Mark 'interrupted' every campaign of this store left 'running' by a supervisor
+        that died (after killing what it left running and removing its tripwire files, if
+        nobody did yet); the spec of each keeps what was cleaned. Returns their ids."""
+        marked: list[int] = []
+
+        def mark(campaign_id: int, report: dict[str, Any]) -> bool:
+            try:
+                camp = self.store.campaign(campaign_id)
+            except UserError:
+                return True  # gone from the store: nothing to mark
+            if camp.status == RUNNING:
+                self.store.update_campaign_spec(campaign_id, {**camp.spec, "recovered": report})
+                self.store.set_campaign_status(campaign_id, INTERRUPTED)
+                marked.append(campaign_id)
+            return True
+
+        recovery.recover(self._store_key, mark)
+        for camp in self.store.campaigns():  # dead supervisors whose record is gone too
+            sup = (camp.spec.get("sessions") or [{}])[-1].get("supervisor") if camp.status == RUNNING else None
+            if sup and sup.get("host") == HOST and camp.id not in marked and not _alive(sup):
+                mark(camp.id, {"supervisor_pid": sup.get("pid"), "by": "next start", "at": time.time(),
+                               "note": "no record of what it ran was left (runtime folder cleared, "
+                                       "or the machine rebooted)"})
+        return marked
 
     def run(self, campaign_id: int, source: WorkSource, *, budget_s: float = math.inf,
             target_factory: TargetFactory | None = None, on_result: Callable[[int, WorkItem, RunResult], None] | None = None,
@@ -217,6 +270,7 @@ class LeasedCampaign:
                 spec["dropped"] = {**spec.get("dropped", {}), **dropped}
             self.store.update_campaign_spec(campaign_id, spec)
         self.store.set_campaign_status(campaign_id, status)
+        CONTAINMENT.track_campaign(self._store_key, campaign_id, live=False)
 
     def repeat(self, target: Any = None, *, item: WorkItem | None = None, n: int, timeout: float,
                until_fail: bool = False, params: dict[str, Any] | Callable[[int], dict[str, Any]] | None = None,
@@ -292,6 +346,39 @@ class LeasedCampaign:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _alive(supervisor: dict[str, Any]) -> bool:
+    """Whether the supervisor a session names (pid, start ticks, boot) still runs."""
+    pid = supervisor.get("pid")
+    return bool(pid) and supervisor.get("boot_id") == recovery.boot_id() \
+        and start_ticks(int(pid)) == supervisor.get("ticks")
+
+
+def _say(line: str) -> None:
+    try:
+        print(f"hazards: {line}", file=sys.stderr)
+    except OSError:  # a hung-up terminal
+        pass
+
+
+def recovery_words(campaign_id: int, report: dict[str, Any]) -> str:
+    """One line: what was cleaned up after the supervisor of an interrupted campaign died."""
+    who = f"supervisor pid {report.get('supervisor_pid')}"
+    if report.get("note"):
+        return f"campaign {campaign_id} was interrupted: its {who} died; {report['note']}"
+    done = []
+    if report.get("processes"):
+        groups = ", ".join(str(g) for g in report.get("process_groups", []))
+        done.append(f"killed {len(report['processes'])} process(es) it left running "
+                    f"(pids {', '.join(map(str, report['processes']))}; process group(s) {groups})")
+    if report.get("cgroups"):
+        done.append(f"removed {len(report['cgroups'])} cgroup(s)")
+    if report.get("files"):
+        done.append(f"removed {len(report['files'])} tripwire file(s) ({', '.join(report['files'])})")
+    by = "its guardian" if report.get("by") == "guardian" else "the next start"
+    return (f"campaign {campaign_id} was interrupted: its {who} died; {by} "
+            + ("; ".join(done) if done else "found nothing of it still running") + ".")
 
 
 def _repeat_item(item: WorkItem | None, target: Any, timeout: float, params: Any,

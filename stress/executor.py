@@ -36,6 +36,7 @@ import json
 import shutil
 
 from hazards.engine.errors import StoreError
+from hazards.engine.containment import CONTAINMENT
 from hazards.engine.leases import GpuLease
 from hazards.engine.outcome import Outcome, RunResult, item_key
 from hazards.engine.store import Store, empty_counts
@@ -267,6 +268,8 @@ class GpuLoop:
         except Exception as e:  # a target that cannot start is our infrastructure's error
             result = RunResult(Outcome.ERROR, f"{type(e).__name__}: {e}", started_at=t0,
                                duration_s=time.time() - t0, error_kind="target_start")
+        if self.stop.is_set():  # interrupted: its child was killed under it, it shows nothing
+            return result
         result.target, result.variant = item.target, item.variant
         result.params = {**item.params, **(result.params or {})}
         result.gpu_uuid = result.gpu_uuid or self.lease.uuid
@@ -334,7 +337,8 @@ def run_local(leases: list[GpuLease], source: WorkSource, sink: Sink, *, budget_
 
     One lease runs its loop in the calling thread (Ctrl-C / SIGTERM interrupt the run in
     flight, whose target kills its children). Several run one thread each; Ctrl-C then
-    sets the shared stop flag, waits for the runs in flight, and re-raises. `caches`
+    sets the shared stop flag, kills every child (the runs in flight are given up, not
+    recorded), waits for the loops to end, and re-raises. `caches`
     ({lease.gpu: warm-target cache}) keeps targets open beyond this call (see `GpuLoop`).
     """
     stop = stop or threading.Event()
@@ -365,6 +369,7 @@ def run_local(leases: list[GpuLease], source: WorkSource, sink: Sink, *, budget_
                 t.join(timeout=0.5)
     except KeyboardInterrupt:
         stop.set()
+        CONTAINMENT.stop_all()  # the runs in flight end now and are not recorded
         for t in threads:
             t.join()
         raise

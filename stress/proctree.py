@@ -189,21 +189,89 @@ def kill_pids(pids: set[int], grace_s: float) -> list[int]:
     return sorted(p for p in rest if _is_running(p))
 
 
+def cgroup_pids(cgroup: str | None) -> set[int]:
+    """Live members of a cgroup v2 folder (empty when it is None or gone). Exited
+    processes leave a cgroup's member list at once, zombies included."""
+    if not cgroup:
+        return set()
+    raw = _read_proc(os.path.join(cgroup, "cgroup.procs"))
+    return {int(x) for x in raw.split()} if raw else set()
+
+
+def kill_cgroup(cgroup: str) -> None:
+    """SIGKILL every member of a cgroup v2 folder at once (cgroup.kill, Linux 5.14), or
+    one by one until none is left on older kernels. Nothing escapes a cgroup: not setsid,
+    not a double fork, not a cleared environment or closed descriptors."""
+    try:
+        fd = os.open(os.path.join(cgroup, "cgroup.kill"), os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    if fd is not None:
+        try:
+            os.write(fd, b"1")
+            return
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    for _ in range(100):  # members fork while we kill: repeat until the list is empty
+        pids = cgroup_pids(cgroup)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)  # a member of our cgroup: not a recycled pid
+            except OSError:
+                pass
+
+
+def remove_cgroup(cgroup: str, wait_s: float = KILL_WAIT_S) -> bool:
+    """Remove an emptied cgroup folder (waiting up to `wait_s` for its last member to
+    finish exiting); True when it is gone."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            os.rmdir(cgroup)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+
+def reap_adopted(pids: set[int], leader: int | None = None) -> None:
+    """Collect the exit status of those of `pids` that are our children (orphans adopted
+    because this process is a child subreaper) and have exited, so none stays a zombie.
+    `leader` is left to its Popen. Only pids of one run are passed: never another's child."""
+    for pid in pids:
+        if pid == leader:
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not ours (reparented to init, or already collected)
+            pass
+
+
 def kill_group(pgid: int, *, grace_s: float, known_pids: set[int] = frozenset(),
                mark: bytes | None = None, since_ticks: int = 0,
-               leader: subprocess.Popen | None = None) -> dict[str, Any]:
-    """SIGTERM the group and every known or marked descendant, wait `grace_s`, SIGKILL
-    what is left, then verify. Returns evidence: `killed` (pids signalled), `sigkill`
-    (pids that needed SIGKILL) and `survivors` (pids still running: [] when clean).
+               leader: subprocess.Popen | None = None, cgroup: str | None = None) -> dict[str, Any]:
+    """SIGTERM the group and every known, marked or cgroup-member descendant, wait
+    `grace_s`, SIGKILL what is left (the whole `cgroup` at once), then verify. Returns
+    evidence: `killed` (pids signalled), `sigkill` (pids that needed SIGKILL) and
+    `survivors` (pids still running: [] when clean).
 
     `leader` (the group leader's Popen) is reaped only after the group was signalled, so
-    the group id cannot be recycled while we still signal it.
+    the group id cannot be recycled while we still signal it. The emptied cgroup is removed.
     """
     def victims() -> set[int]:
-        return scan_for(pgid, mark, since_ticks) | {p for p in known_pids if _is_running(p)}
+        return (scan_for(pgid, mark, since_ticks) | cgroup_pids(cgroup)
+                | {p for p in known_pids if _is_running(p)})
 
     evidence: dict[str, Any] = {"killed": [], "sigkill": [], "survivors": []}
     first = victims()
+    rest: set[int] = set()
     if first:
         evidence["killed"] = sorted(first)
         _signal_and_wait(pgid, first, signal.SIGTERM, grace_s)
@@ -211,14 +279,19 @@ def kill_group(pgid: int, *, grace_s: float, known_pids: set[int] = frozenset(),
         if rest:
             evidence["sigkill"] = sorted(rest)
             evidence["killed"] = sorted(first | rest)
+            if cgroup:
+                kill_cgroup(cgroup)
             _signal_and_wait(pgid, rest, signal.SIGKILL, KILL_WAIT_S)
     if leader is not None:
         try:
             leader.wait(timeout=KILL_WAIT_S)
         except subprocess.TimeoutExpired:
             pass
+    reap_adopted(first | rest | set(known_pids), leader.pid if leader is not None else None)
     # Nothing was running a moment ago: no need to look twice.
     evidence["survivors"] = [_describe(pid) for pid in sorted(victims())] if first else []
+    if cgroup and not evidence["survivors"] and not remove_cgroup(cgroup):
+        evidence["survivors"] += [_describe(pid) for pid in sorted(cgroup_pids(cgroup))]
     return evidence
 
 

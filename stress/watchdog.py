@@ -5,6 +5,9 @@ The supervisor never imports a GPU library: a hung kernel or a sticky CUDA error
 the child, and the child's whole process group can always be killed from here.
 
 How descendants are found when it is time to kill (any one suffices):
+0. the child's own cgroup, where the machine delegates cgroup v2 to us (a child that
+   setsid()s, double-forks, clears its environment and closes its descriptors is still in
+   it; the SIGKILL goes to the whole cgroup at once: stress/containment.py);
 1. the child's process group (the child runs with `start_new_session=True`);
 2. descendants sampled with psutil while the run is going (children that were later
    reparented to init are still known);
@@ -21,6 +24,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import select
 import subprocess
 import threading
@@ -32,6 +36,7 @@ from typing import Any, Callable
 
 import psutil
 
+from hazards.engine.containment import CONTAINMENT
 from hazards.engine.proctree import (KILL_WAIT_S, PIDFDS, kill_group, kill_pids, pipe_holders, scan_for,
                              start_ticks, still_same)
 
@@ -39,6 +44,8 @@ TAIL_BYTES = 64 * 1024          # kept in memory per stream for classification
 NOTABLE_KEEP = 10               # first and last notable lines kept per stream and keyword
 COLLECTOR_BUDGET_S = 10.0       # all on-hang collectors together, per hang
 MARK_PREFIX = "HZ_SUPERVISED_"
+# What setpriv prints when it cannot exec the program (util-linux errexec: exit 126/127).
+EXEC_FAILED = re.compile(r"setpriv: failed to execute ([^\n]*)")
 
 __all__ = ["HangContext", "register_on_hang", "unregister_on_hang", "run_collectors", "set_collector_budget",
            "collector_budget", "find_marked", "Drain",
@@ -314,10 +321,11 @@ class Supervised:
         self.env[f"{MARK_PREFIX}{token}"] = "1"
         self.started_at = time.time()
         self._t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, cwd=cwd,
-            env=self.env, start_new_session=True, close_fds=True)
+        # In its own session, with a parent-death signal, in a cgroup of its own where the
+        # machine allows (stress/containment.py).
+        self.proc, self.cgroup = CONTAINMENT.spawn(
+            self.argv, mark=self.mark.decode(), stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, cwd=cwd, env=self.env)
         self.pid = self.proc.pid
         self.pgid = self.pid  # setsid() made it the leader of a new session and group
         self.pidfd: int | None = os.pidfd_open(self.pid) if PIDFDS else None
@@ -325,7 +333,7 @@ class Supervised:
         # If the owner forgets kill() (an exception, interpreter exit), the tree still dies.
         self._finalizer = weakref.finalize(self, kill_group, self.pgid, grace_s=0.0,
                                            mark=self.mark, since_ticks=self._start_ticks,
-                                           leader=self.proc)
+                                           leader=self.proc, cgroup=self.cgroup)
         self._tracked: dict[int, psutil.Process] = {}
         self._next_sample = 0.02
         self._sample_every = sample_every_s
@@ -422,12 +430,26 @@ class Supervised:
             self.sample_descendants()
         known = {pid for pid, p in self._tracked.items() if still_same(p)}
         evidence = kill_group(self.pgid, grace_s=self.grace_s, known_pids=known,
-                              mark=self.mark, since_ticks=self._start_ticks, leader=self.proc)
+                              mark=self.mark, since_ticks=self._start_ticks, leader=self.proc,
+                              cgroup=self.cgroup)
         self._kill_pipe_holders(evidence)
         self._finalizer.detach()
         self._close_fds()
+        if self.cgroup:
+            evidence["cgroup"] = self.cgroup
+        if not evidence["survivors"]:
+            CONTAINMENT.ended(self.pid)  # else the record keeps it for the guardian / next start
         self._killed = evidence
         return dict(evidence)
+
+    def exec_failure(self) -> str | None:
+        """Why the program itself could not be started (the exec in front of it, setpriv,
+        said so and exited 126/127), or None: such a run never ran."""
+        if self.proc.returncode not in (126, 127):
+            return None
+        head = self.stderr_drain.tail()[:1000].decode("utf-8", "replace")
+        m = EXEC_FAILED.match(head)
+        return m.group(1).strip() if m else None
 
     def _kill_pipe_holders(self, evidence: dict[str, Any]) -> None:
         """A drain that sees no EOF means a process still holds the child's pipe: one that

@@ -4,7 +4,10 @@ Each subcommand lives in its own module in this package (named after it) and reg
 itself on `hazards.cli.app.app`; this module imports every sibling module, so adding a
 command is adding a file. What several commands share (options, value parsers) lives in
 `hazards.cli.options`. `main()` turns expected failures (`hazards.engine.errors.UserError` and friends)
-into one line on stderr and a non-zero exit, never a traceback.
+into one line on stderr and a non-zero exit, never a traceback; SIGTERM, SIGHUP and SIGQUIT
+end every command like Ctrl-C (exit 128 + the signal's number). Run as the `hazards`
+command, the process also becomes a supervisor for good before its first child
+(`hazards.engine.containment`: child subreaper, a guardian that cleans up if it dies).
 """
 from __future__ import annotations
 
@@ -29,21 +32,38 @@ def load_commands() -> None:
     _LOADED = True
 
 
+def _say_interrupted() -> None:
+    try:
+        print("hazards: interrupted", file=sys.stderr)
+    except OSError:  # the terminal hung up (SIGHUP)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point."""
     from hazards.engine.errors import UserError
 
+    from hazards.cli.options import interrupt_exit_code, stop_signals_as_interrupt
+    from hazards.engine.containment import CONTAINMENT
+
     load_commands()
+    if argv is None:  # this process is the `hazards` command: a supervisor for good
+        CONTAINMENT.supervise_when_spawning()
+    stopped: dict[str, int] = {}
     try:
-        rv = app(args=argv, prog_name="hazards", standalone_mode=False)
+        with stop_signals_as_interrupt() as stopped:
+            rv = app(args=argv, prog_name="hazards", standalone_mode=False)
+        if "signum" in stopped:  # typer made the interrupt exit code 130: say which signal
+            _say_interrupted()
+            return 128 + stopped["signum"]
     except UserError as e:
         print(f"hazards: error: {e}", file=sys.stderr)
         return e.exit_code
     except SystemExit as e:  # typer.Exit / click's exit
         return int(e.code or 0)
-    except KeyboardInterrupt:
-        print("hazards: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or a stop signal (SIGTERM, SIGHUP, SIGQUIT)
+        _say_interrupted()
+        return interrupt_exit_code(e)
     except Exception as e:
         # click's exceptions and typer>=0.29's vendored copies (typer._click) alike
         show, code = getattr(e, "show", None), getattr(e, "exit_code", None)

@@ -115,15 +115,38 @@ def print_findings(findings: Iterable[Any], as_json: bool, show_info: bool) -> N
         typer.echo(f.format())
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+# Signals that end a command like Ctrl-C: a batch system's stop, an ssh drop, a quit key.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived (it unwinds like Ctrl-C: finished runs kept, children stopped,
+    the campaign marked interrupted); the command exits 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def interrupt_exit_code(exc: BaseException) -> int:
+    """128 + the signal that interrupted: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT."""
+    return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within: SIGTERM ends a campaign like Ctrl-C (finished runs kept, children stopped)."""
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+def stop_signals_as_interrupt() -> Iterator[dict[str, int]]:
+    """Within: SIGTERM, SIGHUP and SIGQUIT end a command like Ctrl-C (`Interrupted`). Yields
+    {"signum": N} once one arrived (typer turns the interrupt into exit code 130, so the
+    caller reads the signal here)."""
+    seen: dict[str, int] = {}
+
+    def interrupt(signum: int, frame: object) -> None:
+        seen.setdefault("signum", signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
     try:
-        yield
+        yield seen
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from hazards.cli.app import app
 from hazards.cli.options import (CampaignNameOption, JsonOption, StoreOption, WaitOption, launches_option,
-                                 parse_duration, runs_option, sigterm_as_interrupt, timeout_option,
+                                 parse_duration, runs_option, timeout_option,
                                  variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
@@ -207,7 +207,7 @@ def repro_command(
             "forensics": forensics, "hang_budget": hang_budget,
             "names": str(names) if names else None}
     store = Store(store_path)
-    with sigterm_as_interrupt(), store:
+    with store:
         summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name, wait_s)
     _report(summary, failures, spec, store, json_out)
     sys.exit(1 if summary.failures else (3 if summary.errors else 0))

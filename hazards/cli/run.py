@@ -16,7 +16,7 @@ from rich.table import Table
 
 from hazards.cli.app import app
 from hazards.cli.options import (CampaignNameOption, JsonOption, ResumeOption, StoreOption, WaitOption,
-                                 parse_duration, runs_option, sigterm_as_interrupt, timeout_option)
+                                 interrupt_exit_code, parse_duration, runs_option, timeout_option)
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.errors import UserError
 from hazards.engine.executor import ARTIFACT_POLICIES, WorkItem
@@ -47,7 +47,7 @@ on a machine with no GPU it runs as it is, with its environment untouched.
 
 Exit status: 0 every run was clean; 1 a hazard was observed (hang, fault or mismatch); 2 bad
 input; 3 no hazard observed but some runs ended in `error` (the check itself failed, so clean
-cannot be claimed); 130 interrupted.
+cannot be claimed); 128 + N stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 
 Examples:
 
@@ -222,8 +222,8 @@ def run_command(
         campaign_id = None
     item = command_item(spec)
     try:
-        with sigterm_as_interrupt(), store, LeasedCampaign.acquire(store, "hazards run", max_gpus=1, wait_s=wait_s,
-                                                                   without_gpu=True) as frame:
+        with store, LeasedCampaign.acquire(store, "hazards run", max_gpus=1, wait_s=wait_s,
+                                           without_gpu=True) as frame:
             if campaign_id is None:
                 campaign_id = frame.create(KIND, spec, name=name)
             else:
@@ -238,10 +238,13 @@ def run_command(
                 print(json.dumps(summary_json(summary, store, spec, item.target)))
             else:
                 print_summary(summary, store, spec)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # typer turns this into an exit code the entry point would drop: say it and exit here
         kept = (f"campaign {campaign_id} keeps every finished run (continue with "
                 f"`hazards run --resume {campaign_id}`)" if campaign_id is not None else "no run had started")
-        print(f"hazards: interrupted; {kept}", file=sys.stderr)
-        sys.exit(130)
+        try:
+            print(f"hazards: interrupted; {kept}", file=sys.stderr)
+        except OSError:  # the terminal hung up (SIGHUP)
+            pass
+        sys.exit(interrupt_exit_code(e))
     sys.exit(exit_code(summary))

@@ -106,6 +106,10 @@ class CommandTarget(Target):
             child.proc.returncode if exited else None, child.stdout_text(), child.stderr_text(),
             timed_out=not exited, timeout=timeout, result_regex=self.result_regex,
             faithful_cos_min=self.faithful_cos_min)
+        unstartable = child.exec_failure() if exited else None
+        if unstartable:  # as if exec had failed in Popen: the program never ran
+            outcome, reason = Outcome.ERROR, f"cannot start {self.argv[0]}: {unstartable}"
+            evidence["error_kind"] = "target_start"
         evidence.update(kill_evidence)
         if outcome is Outcome.HANG:
             reason = hang_reason(reason, evidence)  # where it is stuck, when a collector saw it

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hazards.engine.containment import CONTAINMENT
 from hazards.engine.tripwire.analysis import Diagnosis, analyze
 from hazards.engine.tripwire.layout import Snapshot, decode
 from hazards.engine.tripwire.names import Names
@@ -66,6 +67,7 @@ class TripwireFile:
         self.path = path
         with _lock:
             _live_files.add(str(path))
+        CONTAINMENT.track_file(str(path))  # removed by the guardian or the next start if we die
 
     def env(self) -> dict[str, str]:
         """The environment entry the child needs."""
@@ -106,6 +108,7 @@ class TripwireFile:
         with _lock:
             _live_files.discard(str(self.path))
             _names_by_path.pop(str(self.path), None)
+        CONTAINMENT.track_file(str(self.path), live=False)
 
     def __enter__(self) -> "TripwireFile":
         return self

@@ -202,7 +202,7 @@ def test_sigterm_marks_the_campaign_interrupted_and_exits_cleanly(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130 and "Traceback" not in err
+    assert proc.returncode == 143 and "Traceback" not in err  # 128 + SIGTERM
     db = sqlite3.connect(db_path)
     assert db.execute("SELECT status FROM campaigns").fetchone()[0] == "interrupted"
 

@@ -71,7 +71,7 @@ def test_blocking_hang_with_hanging_child_kills_both(fake_env, pidfile):
     # still holds the program's stdout/stderr pipe: found as a pipe holder.
     ("setsid_grandchild_pipe", 3.0),
 ])
-def test_grandchild_that_called_setsid_is_found_and_killed(fake_env, pidfile, mode, timeout):
+def test_grandchild_that_called_setsid_is_found_and_killed(fake_env, pidfile, mode, timeout, without_cgroups):
     result, elapsed = run_fake(mode, fake_env, timeout=timeout)
     assert result.outcome is Outcome.HANG, result.reason
     assert "ready" in result.evidence["stdout_tail"]  # all three had started

@@ -193,7 +193,7 @@ def _escaped_grandchild(mode, tmp_path):
     return child, grandchild, pids
 
 
-def test_escaped_grandchild_with_the_marker_is_killed_without_any_sample(tmp_path):
+def test_escaped_grandchild_with_the_marker_is_killed_without_any_sample(tmp_path, without_cgroups):
     child, grandchild, pids = _escaped_grandchild("setsid_grandchild", tmp_path)
     evidence = child.kill()
     assert grandchild in evidence["killed"] and "pipe_holders" not in evidence
@@ -201,7 +201,7 @@ def test_escaped_grandchild_with_the_marker_is_killed_without_any_sample(tmp_pat
     assert_none_running(pids)
 
 
-def test_escaped_grandchild_without_marker_is_found_by_the_pipe_it_holds(tmp_path):
+def test_escaped_grandchild_without_marker_is_found_by_the_pipe_it_holds(tmp_path, without_cgroups):
     child, grandchild, pids = _escaped_grandchild("setsid_grandchild_pipe", tmp_path)
     evidence = child.kill()
     assert evidence["pipe_holders"] == [grandchild] and grandchild in evidence["killed"]

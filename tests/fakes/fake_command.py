@@ -63,6 +63,24 @@ def setsid_grandchild(clear_env: bool, keep_pipes: bool, linger_s: float) -> int
         time.sleep(3600)
 
 
+def daemonize() -> int:
+    """The escape nothing but a cgroup catches: fork, setsid, fork again, the middle process
+    exits at once; the daemon closes every descriptor (our pipes too) and runs the sleeper
+    with an empty environment (no marker). Then we block forever."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.closerange(0, 1024)
+            os.open(os.devnull, os.O_RDWR)  # fds 0-2: nothing of ours
+            os.dup(0), os.dup(0)
+            os.execve(SLEEPER[0], SLEEPER + ["--record", os.environ.get("HZ_FAKE_PIDFILE", "")], {})
+        os._exit(0)
+    os.wait()
+    ready()
+    while True:
+        time.sleep(3600)
+
+
 def leftover() -> int:
     """Exits 0 at once, leaving a background process in its group."""
     record_pid(subprocess.Popen(SLEEPER).pid)
@@ -157,6 +175,7 @@ MODES = {
     "setsid_grandchild": lambda: setsid_grandchild(False, False, 0.0),       # env marker
     "setsid_grandchild_noenv": lambda: setsid_grandchild(True, False, 1.0),  # psutil samples
     "setsid_grandchild_pipe": lambda: setsid_grandchild(True, True, 0.0),    # pipe holder
+    "daemonize": daemonize,  # only a cgroup finds it
     "leftover": leftover, "ignore_sigterm": ignore_sigterm, "segfault": segfault,
     "abort": aborts, "cuda_fault": cuda_fault, "wrong_result": wrong_result,
     "exit": exit_with, "raise": raises, "chatty_fault": chatty_fault, "print": prints,

@@ -1,0 +1,337 @@
+"""Nothing outlives its supervisor: children get a parent-death signal,
+every child has a cgroup of its own where the machine delegates cgroup v2, the `hazards`
+command is a child subreaper with a guardian, stop signals end every command like Ctrl-C,
+and the next start cleans up after a supervisor that died and marks its campaign."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import REPO
+from engine_fakes import FAKES, fake_command, recorded_pids, running
+from hazards.engine.containment import CONTAINMENT
+from hazards.engine.outcome import Outcome
+from hazards.engine.targets import CommandTarget
+
+HAS_CGROUP = CONTAINMENT.describe()["cgroup"].startswith("/")
+needs_cgroup = pytest.mark.skipif(not HAS_CGROUP, reason=f"no delegated cgroup v2 here: {CONTAINMENT.describe()['cgroup']}")
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _kill_left(pids: set[int]) -> None:
+    """A failed test must not leave its fakes behind."""
+    for pid in pids:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def env(tmp_path, pidfile):
+    """The environment of a `hazards` process under test: its own runtime folder and store."""
+    e = {k: v for k, v in os.environ.items() if k not in ("HZ_STORE", "HZ_FAKE_GPUS", "CUDA_VISIBLE_DEVICES")}
+    e.update(PYTHONPATH=str(REPO), HZ_RUNTIME_DIR=str(tmp_path / "runtime"), HZ_FAKE_PIDFILE=str(pidfile),
+             HZ_LEASE_DIR=str(tmp_path / "leases"))
+    return e
+
+
+def _hazards(args: list[str], env: dict, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "hazards", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _campaign(db: Path) -> tuple[int, str, dict]:
+    con = sqlite3.connect(db)
+    try:
+        cid, status, spec = con.execute("SELECT id, status, spec FROM campaigns ORDER BY id DESC").fetchone()
+    finally:
+        con.close()
+    return cid, status, json.loads(spec)
+
+
+# -- one run ------------------------------------------------------------------------------
+
+@needs_cgroup
+def test_a_daemon_that_escaped_group_marker_and_pipes_dies_with_its_cgroup(fake_env, pidfile):
+    result = CommandTarget(fake_command("daemonize"), env=fake_env, grace_s=0.3).run(timeout=2)
+    pids = recorded_pids(pidfile)
+    try:
+        assert result.outcome is Outcome.HANG and len(pids) == 2, pids
+        assert result.evidence["cgroup"].startswith(CONTAINMENT.cgroup_root)
+        assert set(result.evidence["killed"]) == pids and result.evidence["survivors"] == []
+        assert not any(running(p) for p in pids)
+        assert not Path(result.evidence["cgroup"]).exists()  # the emptied cgroup is removed
+    finally:
+        _kill_left(pids)
+
+
+def test_every_run_says_how_its_children_are_contained():
+    info = CONTAINMENT.describe()
+    assert set(info) == {"pdeathsig", "cgroup", "subreaper", "guardian", "record"}
+    assert info["pdeathsig"].startswith(("setpriv", "pre-exec"))  # Linux always has one of them
+
+
+def test_a_program_that_cannot_be_executed_is_an_error_run_not_a_fault(tmp_path):
+    script = tmp_path / "orphaned-script"
+    script.write_text("#!/nonexistent/interpreter\n")  # exec fails behind the parent-death wrapper
+    script.chmod(0o755)
+    result = CommandTarget([str(script)]).run(timeout=10)
+    assert result.outcome is Outcome.ERROR and result.error_kind == "target_start", result.reason
+    assert result.reason.startswith(f"cannot start {script}") and "No such file" in result.reason
+
+
+# -- a library supervisor (no guardian) --------------------------------------------------------
+
+LIBRARY_SUPERVISOR = textwrap.dedent("""
+    import sys, threading
+    from hazards.engine.campaign import LeasedCampaign
+    from hazards.engine.executor import WorkItem
+    from hazards.engine.store import Store
+    from hazards.engine.tripwire.session import TripwireFile
+    store = Store(sys.argv[1])
+    tw = TripwireFile()
+    print(tw.path, flush=True)
+    argv = sys.argv[2:]
+    item = WorkItem("blocker", kind="command", argv=tuple(argv), timeout_s=120)
+    spec = {"argv": argv, "n": 3, "timeout": 120, "until_fail": False}  # what `hazards run` stores
+    with LeasedCampaign.on_cpu(store) as frame:
+        frame.repeat(item=item, n=3, timeout=120, kind="run", spec=spec)
+""")
+
+
+def test_a_dead_library_supervisors_children_die_and_the_next_start_cleans_the_rest(tmp_path, env, pidfile):
+    db = tmp_path / "r.db"
+    # No cgroup: any supervisor starting meanwhile would sweep a dead one's cgroup (and its
+    # processes) before our next start could; here the record's process group must do.
+    sup = subprocess.Popen([sys.executable, "-c", LIBRARY_SUPERVISOR, str(db), *fake_command("block_with_child")],
+                           cwd=tmp_path, env={**env, "HZ_CGROUP": "off"}, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    pids: set[int] = set()
+    try:
+        tripwire = Path(sup.stdout.readline().strip())
+        _wait_for(lambda: len(recorded_pids(pidfile)) == 2, 30, "the program and its child")
+        pids = recorded_pids(pidfile)
+        program = min(pids)
+        sup.kill()
+        sup.communicate()
+        # the parent-death signal: the program dies with its supervisor, at once
+        _wait_for(lambda: not running(program), 2, "the program to die with its supervisor")
+        (child,) = pids - {program}
+        assert running(child) and tripwire.exists()  # no guardian in a library: left to the next start
+        cid, status, _ = _campaign(db)
+        assert status == "running"
+        resumed = _hazards(["run", "--resume", str(cid), "-n", "1", "--timeout", "1", "--store", str(db)], env, tmp_path)
+        _, err = resumed.communicate(timeout=120)
+        assert f"campaign {cid} was interrupted: its supervisor pid {sup.pid} died; the next start killed" in err, err
+        assert str(child) in err and str(tripwire) in err
+        assert not running(child) and not tripwire.exists()
+        _, status, spec = _campaign(db)
+        assert spec["recovered_before"][0]["processes"] == [child]
+        assert not list((tmp_path / "runtime" / "supervisors").iterdir())  # records done with are deleted
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        _kill_left(pids | recorded_pids(pidfile))
+
+
+THREAD_SPAWNER = textwrap.dedent("""
+    import sys, threading, time
+    from hazards.engine.watchdog import Supervised
+    children = []
+    worker = threading.Thread(target=lambda: children.append(Supervised(sys.argv[1:], env=dict(__import__('os').environ))))
+    worker.start(); worker.join()  # the thread that started the child is gone
+    print(children[0].pid, flush=True)
+    time.sleep(120)
+""")
+
+
+def test_a_child_started_from_a_thread_outlives_the_thread_but_not_the_process(tmp_path, env):
+    sup = subprocess.Popen([sys.executable, "-c", THREAD_SPAWNER, sys.executable, str(FAKES / "sleeper.py")],
+                           env=env, stdout=subprocess.PIPE, text=True)
+    child = int(sup.stdout.readline())
+    try:
+        time.sleep(0.5)
+        assert running(child)  # a parent-death signal tied to the exited thread would have fired
+        sup.kill()
+        sup.communicate()
+        _wait_for(lambda: not running(child), 2, "the child to die with its supervisor")
+    finally:
+        _kill_left({child})
+
+
+# -- the hazards command ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["block_with_child", "setsid_grandchild_noenv"]
+                         + (["daemonize"] if HAS_CGROUP else []))
+def test_sigkill_of_hazards_run_leaves_nothing_running(tmp_path, env, pidfile, mode):
+    db = tmp_path / "r.db"
+    proc = _hazards(["run", "-n", "3", "--timeout", "120", "--store", str(db), "--", *fake_command(mode)], env, tmp_path)
+    pids: set[int] = set()
+    try:
+        _wait_for(lambda: len(recorded_pids(pidfile)) >= 2, 30, "the fake's processes")
+        time.sleep(0.3)  # the escaping ones have left their group by now
+        pids = recorded_pids(pidfile)
+        proc.kill()
+        proc.communicate()
+        _wait_for(lambda: not any(running(p) for p in pids), 5, f"every process of {sorted(pids)} to die")
+        (record,) = (tmp_path / "runtime" / "supervisors").iterdir()  # kept: its campaign is unmarked
+
+        def cleaned() -> list[dict]:
+            return [json.loads(ln)["cleaned"] for ln in record.read_text().splitlines() if '"cleaned"' in ln]
+        _wait_for(cleaned, 5, "the guardian's report")
+        assert cleaned()[0]["by"] == "guardian"
+        resumed = _hazards(["run", "--resume", "1", "-n", "1", "--timeout", "1", "--store", str(db)], env, tmp_path)
+        _, err = resumed.communicate(timeout=150)
+        assert "campaign 1 was interrupted" in err and "its guardian" in err, err
+    finally:
+        _kill_left(pids | recorded_pids(pidfile))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
+def test_a_stop_signal_ends_hazards_run_like_ctrl_c(tmp_path, env, pidfile, sig):
+    db = tmp_path / "r.db"
+    proc = _hazards(["run", "-n", "3", "--timeout", "120", "--store", str(db), "--",
+                     *fake_command("block_with_child")], env, tmp_path)
+    pids: set[int] = set()
+    try:
+        _wait_for(lambda: len(recorded_pids(pidfile)) == 2, 30, "the fake's processes")
+        pids = recorded_pids(pidfile)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + sig, err
+        assert "interrupted" in err and "Traceback" not in err
+        assert not any(running(p) for p in pids)
+        assert _campaign(db)[1] == "interrupted"
+    finally:
+        _kill_left(pids | recorded_pids(pidfile))
+
+
+SOAK_TARGETS = """
+[[target]]
+name = "blocker"
+argv = {argv}
+timeout = 120
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_ends_a_soak_on_two_gpus_at_once(tmp_path, env, pidfile, sig):
+    targets = tmp_path / "targets.toml"
+    targets.write_text(SOAK_TARGETS.format(argv=json.dumps(fake_command("block_with_child"))))
+    db = tmp_path / "r.db"
+    proc = _hazards(["soak", "--budget", "10m", "--targets", str(targets), "--no-families", "--store", str(db)],
+                    {**env, "HZ_FAKE_GPUS": "0,1"}, tmp_path)
+    pids: set[int] = set()
+    try:
+        _wait_for(lambda: len(recorded_pids(pidfile)) == 4, 60, "a blocker on each GPU")
+        pids = recorded_pids(pidfile)
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + sig, err
+        assert time.monotonic() - t0 < 15  # the runs in flight were stopped, not waited for (120 s)
+        assert not any(running(p) for p in pids)
+        cid, status, _ = _campaign(db)
+        assert status == "interrupted"
+        con = sqlite3.connect(db)
+        assert con.execute("SELECT count(*) FROM runs WHERE campaign_id = ?", (cid,)).fetchone()[0] == 0
+        con.close()
+    finally:
+        _kill_left(pids | recorded_pids(pidfile))
+
+
+# -- cleaning up after a dead supervisor, piece by piece -----------------------------------------
+
+def _sleeper(env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(FAKES / "sleeper.py")], start_new_session=True,
+                            env=env or dict(os.environ))
+
+
+def test_the_next_start_kills_a_dead_supervisors_recorded_groups_and_removes_its_files(tmp_path, monkeypatch):
+    from hazards.engine.proctree import start_ticks
+    from hazards.engine.recovery import recover
+
+    monkeypatch.setenv("HZ_RUNTIME_DIR", str(tmp_path / "rt"))
+    left = _sleeper()                                                  # its child, in its own group
+    marked = _sleeper(dict(os.environ, HZ_SUPERVISED_deadbeef="1"))     # left its group, kept the marker
+    unrelated = _sleeper()                                             # a recycled pid: not to be touched
+    tripwire = tmp_path / "hz-tw-dead"
+    tripwire.write_bytes(b"x")
+    elsewhere = tmp_path / "elsewhere.db"  # another store, still there: its campaign waits for it
+    elsewhere.touch()
+    try:
+        _wait_for(lambda: all(start_ticks(p.pid) for p in (left, marked, unrelated)), 10, "the sleepers")
+        folder = tmp_path / "rt" / "supervisors"
+        folder.mkdir(parents=True)
+        lines = [{"supervisor": {"pid": 999999, "ticks": 1, "boot_id": "", "argv": ["hazards", "run"]}},
+                 {"child": {"pid": left.pid, "pgid": left.pid, "ticks": start_ticks(left.pid),
+                            "mark": "HZ_SUPERVISED_deadbeef=", "cgroup": None}},
+                 {"child": {"pid": unrelated.pid, "pgid": unrelated.pid, "ticks": 12345, "mark": "", "cgroup": None}},
+                 {"file": str(tripwire)},
+                 {"campaign": {"store": str(elsewhere), "id": 4}}]
+        record = folder / "999999-1.jsonl"
+        record.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        assert recover() == []  # no campaign of ours: reports are per store
+        for proc in (left, marked):
+            proc.wait(timeout=5)
+        assert unrelated.poll() is None and not tripwire.exists()
+        report = json.loads(record.read_text().splitlines()[-1])["cleaned"]
+        assert sorted(report["processes"]) == sorted([left.pid, marked.pid]) and report["files"] == [str(tripwire)]
+        marks = []
+        assert recover(str(elsewhere), lambda cid, rep: marks.append((cid, rep)) or True) == [report]
+        assert marks == [(4, report)] and not record.exists()  # every campaign marked: the record goes
+    finally:
+        for proc in (left, marked, unrelated):
+            proc.kill()
+            proc.wait()
+
+
+@needs_cgroup
+def test_cgroup_folders_of_dead_supervisors_are_swept_with_what_is_in_them():
+    from hazards.engine.recovery import sweep_cgroups
+
+    parent = Path(CONTAINMENT.cgroup_root).parent
+    stale = parent / "hazards-999999-1"
+    (stale / "run-1").mkdir(parents=True)
+    inside = _sleeper()
+    try:
+        (stale / "run-1" / "cgroup.procs").write_text(str(inside.pid))
+        assert sweep_cgroups(parent) == [str(stale)]
+        inside.wait(timeout=5)
+        assert not stale.exists() and Path(CONTAINMENT.cgroup_root).exists()  # ours is alive: kept
+    finally:
+        inside.kill()
+        inside.wait()
+
+
+def test_a_campaign_whose_supervisor_died_without_a_record_is_marked_at_the_next_start(tmp_path, monkeypatch):
+    from hazards.engine.campaign import LeasedCampaign
+    from hazards.engine.recovery import boot_id
+    from hazards.engine.store import Store
+
+    monkeypatch.setenv("HZ_RUNTIME_DIR", str(tmp_path / "rt"))
+    with Store(tmp_path / "r.db") as store:
+        dead = {"pid": 999999, "ticks": 1, "boot_id": boot_id(), "host": os.uname().nodename}
+        gone = store.create_campaign("run", {"sessions": [{"supervisor": dead}]})
+        said: list[str] = []
+        with LeasedCampaign.on_cpu(store) as frame:
+            frame.say = said.append
+            live = frame.create("run", {})
+            assert store.campaign(gone).status == "interrupted" and store.campaign(live).status == "running"
+            frame.reopen(gone, "run")
+        assert said == [f"campaign {gone} was interrupted: its supervisor pid 999999 died; no record of what it "
+                        "ran was left (runtime folder cleared, or the machine rebooted)"]
