@@ -278,12 +278,13 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
               store: Store | None = None, lock_dir: str | None = None,
               wait_s: float = 60.0, exclusive: bool = False, items_for: ItemsFor | None = None,
               target_factory: TargetFactory = default_target_factory, catalog: list[Family] | None = None,
-              log: Callable[[str], None] = lambda s: None) -> CheckResult:
+              log: Callable[[str], None] = lambda s: None, observer: Any = None) -> CheckResult:
     """Run the pre-merge check and return its result (the caller writes JUnit / exits).
 
     `skip` names the parts not to run ("static", "gpu"; `static_only` is "gpu"), reported
     as skipped; `skip_tools` the tools the static checks must not use. Without a usable
-    GPU the GPU checks are errors (nothing judged), unless "gpu" is skipped."""
+    GPU the GPU checks are errors (nothing judged), unless "gpu" is skipped. `observer` (a
+    progress display, `hazards.engine.campaign.RunObserver`) watches the GPU part."""
     if not budget_s > 0:
         raise UserError(f"budget must be positive, got {budget_s!r}")
     parts = set(skip) | ({"gpu"} if static_only else set())
@@ -328,13 +329,13 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
                              for v in gpu_variants(f)]
     if items:
         _run_gpu_part(res, items, budget_s - (time.monotonic() - t0), store, lock_dir, wait_s, exclusive,
-                      target_factory, log)
+                      target_factory, log, observer)
     return res
 
 
 def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, store: Store | None,
                   lock_dir: str | None, wait_s: float, exclusive: bool, target_factory: TargetFactory,
-                  log: Callable[[str], None]) -> None:
+                  log: Callable[[str], None], observer: Any = None) -> None:
     own_store = store is None
     store = store or Store()
     try:
@@ -353,7 +354,7 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
             res.campaign_id = cid
             source = SprtStop(items, _sprt_for, stop_on_failure=lambda i: i.expectation is Expect.CLEAN,
                               max_runs=MAX_RUNS_PER_VARIANT)
-            frame.run(cid, source, budget_s=max(1.0, budget_s))
+            frame.run(cid, source, budget_s=max(1.0, budget_s), observer=observer)
         dropped = source.dropped()
         for key, st in source.states.items():
             j = judge(st.item.expectation, st.tally, decision=source.decision(key), dropped=dropped.get(key))

@@ -178,12 +178,14 @@ def stress_variant(family: Family, variant: str, *, frame: LeasedCampaign, launc
                    overrides: dict[str, Any] | None = None, target: Any = None,
                    build_target: str = "sm_90a",
                    on_result: Callable[[int, RunResult, dict[str, int]], None] | None = None,
-                   ) -> VariantReport:
+                   observer: Any = None) -> VariantReport:
     """Run `requests` batches of `launches` launches of one variant in `frame` (one campaign
     of kind 'stress'); aggregate and judge.
 
     The family's server stays warm in the frame for the next variant. A ready-made
     `target` (a test double, a prebuilt server) is used instead, and stays the caller's.
+    `on_result(seq, result, counts)` hears every run; `observer` (a progress display, a
+    `hazards.engine.campaign.RunObserver`) watches the loop.
     """
     v = family.variant(variant)
     params = {"variant": v.name, **(overrides or {})}
@@ -214,7 +216,7 @@ def stress_variant(family: Family, variant: str, *, frame: LeasedCampaign, launc
             "items": [described.to_json()]}
     t0 = time.monotonic()
     summary = frame.repeat(target, item=item, n=requests, timeout=timeout, params=params, launches=launches,
-                           kind=KIND, spec=spec, on_result=record,
+                           kind=KIND, spec=spec, on_result=record, observer=observer,
                            name=f"{family.name}/{v.name}" + (f"[{sanitizer}]" if sanitizer else ""))
     wall = time.monotonic() - t0
     if ran:  # judge what the binary ran, not what we think it resolves to

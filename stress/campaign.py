@@ -26,15 +26,23 @@ spec keeps what was cleaned (`recovered`), and `reopen` (every `--resume`) says 
 Repetition (n runs, until the first failure, an SPRT stop, resume up to the requested
 total) is the `Repeat` work source; `repeat()` runs one item that way and returns a
 `CampaignSummary`.
+
+A `RunObserver` (the progress display every command shows, `hazards.cli.progress`) watches
+the loop: `begin` as a campaign's loop starts (what it plans, what is stored already),
+`started` as each run starts on a GPU, `finished` after each run is committed, `end` with
+the campaign's status.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
+import shlex
+import socket
 import sys
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Protocol
 
 from hazards.engine import recovery
 from hazards.engine.containment import CONTAINMENT
@@ -56,6 +64,55 @@ INTERRUPTED = "interrupted"  # Ctrl-C / SIGTERM reached the loop, or the loop fa
 NO_GPU_VISIBLE = "no usable GPU (NVML/nvidia-smi found none, or CUDA_VISIBLE_DEVICES is empty)"
 
 OnResult = Callable[[int, RunResult, dict[str, int]], None]  # (seq, result, counts so far)
+
+
+@dataclasses.dataclass
+class LoopStart:
+    """What a `RunObserver` is told as a campaign's loop starts."""
+
+    campaign_id: int
+    kind: str
+    items: list[WorkItem]
+    total: int | None       # runs the campaign makes at most, stored ones included (None: budget-bound)
+    budget_s: float         # this session's time budget (math.inf: none)
+    counts: dict[str, int]  # outcome counts stored before this session
+    leases: list[GpuLease]
+
+
+class RunObserver(Protocol):
+    """Watches a campaign's loop (every call may come from any GPU's thread)."""
+
+    def begin(self, start: LoopStart) -> None: ...
+    def started(self, lease: GpuLease, item: WorkItem) -> None: ...
+    def finished(self, seq: int, item: WorkItem, result: RunResult) -> None: ...
+    def end(self, status: str, stop_reason: str | None) -> None: ...
+
+
+def invocation(argv: list[str] | None = None) -> str:
+    """The command line this process was started with, as a user would type it
+    ('hazards soak --budget 30m'; `python -m hazards` and the console script alike)."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return ""
+    prog = Path(argv[0])
+    name = prog.parent.name if prog.name == "__main__.py" else prog.name
+    return shlex.join([name or "python3", *argv[1:]])
+
+
+def session_context(cwd: str | None = None) -> dict[str, Any]:
+    """Where and how a campaign session runs: the command, its folder and that folder's
+    `git describe`, the host, the hazards and Python versions (the report shows them)."""
+    from hazards.engine.targets.repro import git_describe
+
+    cwd = cwd or os.getcwd()
+    try:
+        from importlib.metadata import version
+
+        hz_version = version("gpu-hazards")
+    except Exception:  # not installed (a checkout on PYTHONPATH)
+        hz_version = None
+    return {"command": invocation(), "cwd": cwd, "git_describe": git_describe(cwd), "host": socket.gethostname(),
+            "hazards_version": hz_version, "python": sys.version.split()[0]}
 
 
 class NoGpuVisible(UserError):
@@ -157,10 +214,20 @@ class LeasedCampaign:
         return f"{len(gpus)} GPU(s): {', '.join(gpus)}" if gpus else "no GPU"
 
     def session(self) -> dict[str, Any]:
-        """This frame as one entry of a campaign spec's `sessions`: its GPUs, its supervisor
-        (to tell later whether it died) and how its children are contained."""
+        """This frame as one entry of a campaign spec's `sessions`: when it started, the
+        command and its context (`session_context`), each leased GPU with its name, the
+        driver (from NVML, when the frame watches the GPUs), its supervisor (to tell later
+        whether it died) and how its children are contained."""
+        gpus = [lease.info() for lease in self.leases if lease.is_gpu]
+        if self.monitor is not None:
+            names = self.monitor.names()
+            for g in gpus:
+                if g.get("uuid") in names:
+                    g["name"] = names[g["uuid"]]
         me = os.getpid()
-        return {"started": time.time(), "gpus": [lease.info() for lease in self.leases if lease.is_gpu],
+        return {"started": time.time(), **session_context(), "gpus": gpus,
+                "driver": self.monitor.driver if self.monitor is not None else None,
+                "telemetry": None if self.monitor is None else self.monitor.xid_watch,
                 "supervisor": {"pid": me, "ticks": start_ticks(me), "boot_id": recovery.boot_id(), "host": HOST},
                 "containment": CONTAINMENT.describe()}
 
@@ -237,22 +304,38 @@ class LeasedCampaign:
     def run(self, campaign_id: int, source: WorkSource, *, budget_s: float = math.inf,
             target_factory: TargetFactory | None = None, on_result: Callable[[int, WorkItem, RunResult], None] | None = None,
             artifacts: str = "failures", evidence_json: bool = False,
-            caches: dict[str, dict[tuple, Any]] | None = None) -> list[GpuStats]:
+            caches: dict[str, dict[tuple, Any]] | None = None, observer: RunObserver | None = None) -> list[GpuStats]:
         """Run the loop on every lease for campaign `campaign_id` until `source` is done or
         the budget ends; every run committed as it ends (`StoreSink`, its `artifacts`
         policy, `on_result(seq, item, result)` after each commit). The campaign's status
-        is set here; the telemetry summary and the items the source dropped go into its spec."""
-        sink = StoreSink(self.store, campaign_id, artifacts=artifacts, on_result=on_result,
+        is set here; the telemetry summary and the items the source dropped go into its spec.
+        `observer` (a `RunObserver`) is told as the loop begins, as each run starts and
+        ends, and the status it ended with."""
+        after = on_result
+        if observer is not None:
+            observer.begin(LoopStart(campaign_id, self.store.campaign(campaign_id).kind,
+                                     list(getattr(source, "items", [])), getattr(source, "total", None), budget_s,
+                                     self.store.counts(campaign_id), list(self.leases)))
+
+            def after(seq: int, item: WorkItem, result: RunResult) -> None:
+                if on_result is not None:
+                    on_result(seq, item, result)
+                observer.finished(seq, item, result)
+
+        sink = StoreSink(self.store, campaign_id, artifacts=artifacts, on_result=after,
                          evidence_json=evidence_json)
         self.store.set_campaign_status(campaign_id, RUNNING)
         status, stats, ended = INTERRUPTED, [], False
         try:
             stats = run_local(self.leases, source, sink, budget_s=budget_s, telemetry=self.monitor,
                               target_factory=target_factory or self.target_factory,
-                              caches=self.caches if caches is None else caches)
+                              caches=self.caches if caches is None else caches,
+                              on_start=observer.started if observer is not None else None)
             status = STOPPED if getattr(source, "stop_reason", None) else COMPLETE
             ended = True
         finally:
+            if observer is not None:
+                observer.end(status, getattr(source, "stop_reason", None))
             try:
                 self._finish(campaign_id, source, status)
             except StoreError:
@@ -277,7 +360,8 @@ class LeasedCampaign:
                launches: int | None = None, sprt: Sprt | None = None, campaign_id: int | None = None,
                kind: str = "run", spec: dict[str, Any] | None = None, name: str | None = None,
                on_result: OnResult | None = None, artifacts: str = "failures", evidence_json: bool = False,
-               target_factory: TargetFactory | None = None) -> CampaignSummary:
+               target_factory: TargetFactory | None = None, observer: RunObserver | None = None,
+               max_errors_in_a_row: int | None = None) -> CampaignSummary:
         """Run one thing until its campaign has `n` runs (the `Repeat` work source).
 
         What runs: `item` (its target made by the target factory with the lease's
@@ -287,8 +371,10 @@ class LeasedCampaign:
         `n`, numbering continues after the last stored seq, and `until_fail` / `sprt` see
         the stored runs first. `params` (a dict, or a function of the run's number in the
         campaign) and `launches` / `timeout` override the item's. `on_result(seq, result,
-        counts)` is called after each run is committed. A KeyboardInterrupt marks the
-        campaign 'interrupted' and propagates.
+        counts)` is called after each run is committed; `observer` watches the loop (see
+        `run`). `max_errors_in_a_row` error runs in a row stop it (default the `Repeat`
+        source's; 0: never). A KeyboardInterrupt marks the campaign 'interrupted' and
+        propagates.
         """
         from hazards.engine.sources import Repeat
 
@@ -306,8 +392,9 @@ class LeasedCampaign:
             campaign_id = self.create(kind, spec or {}, name=name)
         self.store.campaign(campaign_id)  # UserError if there is no such campaign
         prior = [sr.result for sr in self.store.iter_runs(campaign_id)]
+        limits = {} if max_errors_in_a_row is None else {"max_errors_in_a_row": max_errors_in_a_row}
         source = Repeat(item, n, until_fail=until_fail, sprt=sprt, prior=prior,
-                        params=params if callable(params) else None)
+                        params=params if callable(params) else None, **limits)
         counts = dict(source.counts)
 
         def observe(seq: int, _item: WorkItem, result: RunResult) -> None:
@@ -317,7 +404,7 @@ class LeasedCampaign:
 
         caches = None if target is None else {lease.gpu: {item.target_key: target} for lease in self.leases}
         self.run(campaign_id, source, target_factory=target_factory, on_result=observe, artifacts=artifacts,
-                 evidence_json=evidence_json, caches=caches)
+                 evidence_json=evidence_json, caches=caches, observer=observer)
         status = self.store.campaign(campaign_id).status
         first = self.store.first_failure_seq(campaign_id)
         stop = source.stop_reason

@@ -44,6 +44,7 @@ from hazards.engine.verdict import Expect, Proof, expect_of
 
 ARTIFACT_POLICIES = ("failures", "all", "none")
 OnRun = Callable[[int, "WorkItem", RunResult], None]  # (seq, item, result) after the commit
+OnStart = Callable[[GpuLease, "WorkItem"], None]  # (lease, item) as a run starts on that lease's GPU
 
 
 @dataclasses.dataclass
@@ -238,6 +239,7 @@ class GpuLoop:
 
     Stops at `deadline` (time.monotonic()), when the source has nothing left, or when
     `stop` is set; a run in flight always finishes (bounded by its own timeout).
+    `on_start(lease, item)`, when given, is called as each run starts (progress displays).
     `targets` is the warm-target cache to use ({WorkItem.target_key: target}); a caller
     that passes one keeps its targets open across loops and closes them itself (the
     leased-campaign frame does); without one the loop closes its own targets when it ends.
@@ -246,8 +248,9 @@ class GpuLoop:
     def __init__(self, lease: GpuLease, source: WorkSource, sink: Sink, *, deadline: float,
                  telemetry: Any = None, stop: threading.Event | None = None,
                  target_factory: TargetFactory = default_target_factory,
-                 targets: dict[tuple, Any] | None = None) -> None:
+                 targets: dict[tuple, Any] | None = None, on_start: OnStart | None = None) -> None:
         self.lease, self.source, self.sink, self.deadline = lease, source, sink, deadline
+        self.on_start = on_start
         self.telemetry, self.stop = telemetry, stop or threading.Event()
         self.target_factory = target_factory
         self.owns_targets = targets is None
@@ -298,6 +301,8 @@ class GpuLoop:
                 item = self.source.next_item(self.lease.gpu)
                 if item is None:
                     break
+                if self.on_start is not None:
+                    self.on_start(self.lease, item)
                 result = self.run_one(item)
                 self.source.report(item, result)
         except BaseException as e:  # record why this GPU stopped; the others carry on
@@ -332,19 +337,21 @@ def close_targets(cache: dict[tuple, Any]) -> None:
 def run_local(leases: list[GpuLease], source: WorkSource, sink: Sink, *, budget_s: float,
               telemetry: Any = None, target_factory: TargetFactory = default_target_factory,
               stop: threading.Event | None = None,
-              caches: dict[str, dict[tuple, Any]] | None = None) -> list[GpuStats]:
+              caches: dict[str, dict[tuple, Any]] | None = None,
+              on_start: OnStart | None = None) -> list[GpuStats]:
     """Run one `GpuLoop` per lease until the budget ends; per-GPU statistics.
 
     One lease runs its loop in the calling thread (Ctrl-C / SIGTERM interrupt the run in
     flight, whose target kills its children). Several run one thread each; Ctrl-C then
     sets the shared stop flag, kills every child (the runs in flight are given up, not
     recorded), waits for the loops to end, and re-raises. `caches`
-    ({lease.gpu: warm-target cache}) keeps targets open beyond this call (see `GpuLoop`).
+    ({lease.gpu: warm-target cache}) keeps targets open beyond this call (see `GpuLoop`);
+    `on_start(lease, item)` is called as each run starts.
     """
     stop = stop or threading.Event()
     deadline = time.monotonic() + max(0.0, budget_s)
     loops = [GpuLoop(lease, source, sink, deadline=deadline, telemetry=telemetry, stop=stop,
-                     target_factory=target_factory,
+                     target_factory=target_factory, on_start=on_start,
                      targets=None if caches is None else caches.setdefault(lease.gpu, {}))
              for lease in leases]
     if len(loops) == 1:

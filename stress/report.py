@@ -1,32 +1,131 @@
-"""Campaign reports: an HTML page with embedded figures, a markdown summary for CI logs.
+"""Campaign reports: an HTML page engineers open in the morning, a markdown summary for CI logs.
 
-`build_report(store, campaign_id)` gathers everything from the store: outcome counts and
-failure rates with exact 95% intervals per target/variant, trends over the last N
-campaigns of the same kind, time-to-failure and kernel-time distributions, the GPU
-telemetry table (from each run's `evidence["telemetry"]` plus the campaign's telemetry
-summary), failure signatures marked new against the previous campaign of the same kind,
-and significant rate changes. `render_html` / `render_markdown` turn it into text.
+`build_report(store, campaign_id)` gathers everything from the store: the run context of
+each session (command, folder and its `git describe`, host, GPUs, driver), outcome counts
+and failure rates with exact 95% intervals per target/variant, the failing runs of each
+row with their artifact folders, trends over the dates of the last N campaigns of the same
+kind, time-to-failure and kernel-time distributions, the GPU telemetry table (from each
+run's `evidence["telemetry"]` plus the campaign's telemetry summary), failure signatures
+(a raw example run with its artifacts, first and last seen in the whole store, new ones
+marked against the previous campaign of the same kind) and significant rate changes.
+`render_html` / `render_markdown` turn it into text. The page links every artifact
+relative to itself: each run's folder and the files in it (logs, hang.md from the hang
+forensics, the tripwire diagnosis, evidence.json), so the page and the store's artifacts/
+folder can be moved together.
+
+The HTML needs the `report` extra (jinja2 and matplotlib); without it `write_report` is a
+one-line error saying how to install it, while the markdown and JSON summaries still work.
 """
 from __future__ import annotations
 
 import base64
 import dataclasses
 import html
+import os
 import statistics
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
-from hazards.engine import report_figures as figs
+from hazards.engine.errors import UserError
 from hazards.engine.executor import WorkItem
 from hazards.engine.outcome import Outcome, item_key
-from hazards.engine.stats import format_rate
-from hazards.engine.store import Store, empty_counts
+from hazards.engine.stats import format_rate, rate_ci, upper_bound
+from hazards.engine.store import Store, StoredRun, empty_counts
 from hazards.engine.junit import JUnitSuite
 from hazards.engine.telemetry import APPLICATION_XIDS, hardware_suspect
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, judge
+
+REPORT_EXTRA_HINT = "pip install 'gpu-hazards[report]'"
+
+
+class ReportExtraMissing(UserError):
+    """jinja2 or matplotlib (the `report` extra) is not installed."""
+LINKED_RUNS_PER_ROW = 3   # failing runs of a row linked in the table (the signatures link the rest)
+FILES_PER_RUN = 10        # files of a run folder listed by name (the folder link shows them all)
+
+
+def report_modules() -> tuple[Any, Any]:
+    """(jinja2, the figures module) for the HTML report; a one-line UserError naming the
+    `report` extra when they are not installed."""
+    try:
+        import jinja2
+
+        from hazards.engine import report_figures
+    except ImportError as e:
+        raise ReportExtraMissing(f"the HTML report needs jinja2 and matplotlib ({e.name or e} is missing): "
+                        f"{REPORT_EXTRA_HINT}") from None
+    return jinja2, report_figures
+
+
+@dataclasses.dataclass
+class RunArtifacts:
+    """One stored run and its artifact folder (None when it kept none, or it is gone), with
+    the files in it: (what the file is, its path), the telling ones first."""
+
+    seq: int
+    outcome: str
+    reason: str
+    folder: Path | None
+    files: list[tuple[str, Path]] = dataclasses.field(default_factory=list)
+    more_files: int = 0
+    note: str = ""   # why there is no folder to link
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "outcome": self.outcome, "reason": self.reason,
+                "artifact_dir": str(self.folder) if self.folder else None,
+                "files": [{"what": w, "path": str(p)} for w, p in self.files], "more_files": self.more_files,
+                "note": self.note}
+
+
+_FILE_KINDS = (  # (test on the file name, what it is), in the order a reader wants them
+    (lambda n: n == "hang.md", "hang report"),
+    (lambda n: n.startswith("tripwire-") and n.endswith(".txt"), "tripwire diagnosis"),
+    (lambda n: n == "evidence.json", "evidence"),
+    (lambda n: n.endswith(".log"), "log"),
+    (lambda n: n.startswith("hang"), "hang forensics"),
+    (lambda n: n.startswith("tripwire-"), "tripwire snapshot"),
+    (lambda n: True, "file"),
+)
+
+
+def _file_kind(name: str) -> tuple[int, str]:
+    return next((i, what) for i, (test, what) in enumerate(_FILE_KINDS) if test(name))
+
+
+def find_artifact_folder(store: Store, stored: str | None) -> Path | None:
+    """Where a run's stored artifact folder is now: as stored when it exists, else the same
+    place under this store's artifacts/ (a relative path stored by an older version, or a
+    store moved with its artifacts); None when there is none."""
+    if not stored:
+        return None
+    p = Path(stored)
+    if p.is_dir():
+        return p.absolute()
+    parts = p.parts
+    if "artifacts" in parts:
+        tail = parts[len(parts) - 1 - parts[::-1].index("artifacts"):]
+        moved = store.path.absolute().parent.joinpath(*tail)
+        if moved.is_dir():
+            return moved
+    return None
+
+
+def run_artifacts(store: Store, sr: StoredRun) -> RunArtifacts:
+    """The run with its artifact folder and the files in it."""
+    r = sr.result
+    folder = find_artifact_folder(store, r.artifact_dir)
+    out = RunArtifacts(sr.seq, Outcome(r.outcome).value, r.reason or "", folder)
+    if folder is None:
+        out.note = "folder no longer exists" if r.artifact_dir else "no artifacts kept (--artifacts none)"
+        return out
+    files = sorted((p for p in folder.rglob("*") if p.is_file()),
+                   key=lambda p: (_file_kind(p.name)[0], str(p.relative_to(folder))))
+    out.files = [(_file_kind(p.name)[1], p) for p in files[:FILES_PER_RUN]]
+    out.more_files = max(0, len(files) - FILES_PER_RUN)
+    return out
+
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -46,6 +145,7 @@ class KeyRow(ItemTally):
     busy_s: float = 0.0
     ttf_samples: list[float] = dataclasses.field(default_factory=list)
     kernel_ms: list[float] = dataclasses.field(default_factory=list)
+    linked: list[RunArtifacts] = dataclasses.field(default_factory=list)  # its first failing (else error) runs
 
     @property
     def label(self) -> str:
@@ -70,6 +170,30 @@ class GpuRow:
 
 
 @dataclasses.dataclass
+class TrendPoint:
+    """One campaign's failures of one target/variant, at the date the campaign started."""
+
+    when: float
+    campaign_id: int
+    failures: int
+    judged: int
+
+    @property
+    def rate(self) -> float:
+        return self.failures / self.judged
+
+    def ci(self, conf: float = 0.95) -> tuple[float, float]:
+        """The exact two-sided interval (with no failure: 0 up to the one-sided bound)."""
+        if self.failures == 0:
+            return 0.0, upper_bound(0, self.judged, conf)
+        return rate_ci(self.failures, self.judged, conf)
+
+    @property
+    def text(self) -> str:
+        return format_rate(self.failures, self.judged)
+
+
+@dataclasses.dataclass
 class Report:
     """Everything a report shows about one campaign."""
 
@@ -79,11 +203,18 @@ class Report:
     signatures: list[dict[str, Any]]
     changes: list[dict[str, Any]]
     previous_id: int | None
-    trend: dict[str, list[tuple[int, float, float, float]]]
+    trend: dict[str, list[TrendPoint]]
     hint: str | None
     notes: list[str]
+    context: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    campaign_files: list[Path] = dataclasses.field(default_factory=list)  # e.g. repro-context.json
     figures: dict[str, str] = dataclasses.field(default_factory=dict)
     generated_at: float = dataclasses.field(default_factory=time.time)
+
+    @property
+    def trend_dates(self) -> list[tuple[float, int]]:
+        """(date, campaign id) of every campaign in the trends, oldest first."""
+        return sorted({(p.when, p.campaign_id) for pts in self.trend.values() for p in pts})
 
     @property
     def counts(self) -> dict[str, int]:
@@ -101,12 +232,15 @@ def _expectations(spec: dict[str, Any]) -> dict[str, tuple[Expect | None, Proof]
     return {i.key: (i.expectation, i.proof) for i in items}
 
 
-def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, GpuRow]]:
+def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, GpuRow], dict[int, StoredRun]]:
+    """The rows, the GPUs and {signature id: the campaign's first run with it}."""
     camp = store.campaign(campaign_id)
     expected = _expectations(camp.spec)
     rows: dict[tuple[str, str], KeyRow] = {}
     since_fail: dict[tuple[str, str], float] = {}
     gpus: dict[str, GpuRow] = {}
+    examples: dict[int, StoredRun] = {}
+    error_runs: dict[tuple[str, str], list[StoredRun]] = {}
     for sr in store.iter_runs(campaign_id):
         r = sr.result
         key = (r.target, r.variant)
@@ -114,6 +248,12 @@ def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, Gp
         row = rows.setdefault(key, KeyRow(target=r.target, variant=r.variant, expect=expect))
         outcome = Outcome(r.outcome)
         row.add(r, proof)
+        if sr.signature_id is not None:
+            examples.setdefault(sr.signature_id, sr)
+        if outcome.is_failure and len(row.linked) < LINKED_RUNS_PER_ROW:
+            row.linked.append(run_artifacts(store, sr))
+        elif outcome is Outcome.ERROR and len(error_runs.setdefault(key, [])) < LINKED_RUNS_PER_ROW:
+            error_runs[key].append(sr)
         launches = r.metrics.get("launches")
         if isinstance(launches, int):
             row.launches += launches
@@ -138,9 +278,11 @@ def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, Gp
                 g.xids.extend(int(x) for x in tel.get("xids", ()) if isinstance(x, int))
                 g.ecc_corrected += int(tel.get("ecc_corrected") or 0)
                 g.ecc_uncorrected += int(tel.get("ecc_uncorrected") or 0)
-    for row in rows.values():
+    for key, row in rows.items():
         if row.kernel_ms:
             row.kernel_ms_median = statistics.median(row.kernel_ms)
+        if not row.linked:  # a row with only error runs links those
+            row.linked = [run_artifacts(store, sr) for sr in error_runs.get(key, [])]
     summary = camp.spec.get("telemetry") or {}
     for uuid, s in summary.items() if isinstance(summary, dict) else ():
         g = gpus.setdefault(uuid, GpuRow(uuid))
@@ -151,19 +293,38 @@ def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, Gp
         xs = [int(x["xid"]) for x in s.get("xids", ()) if isinstance(x, dict) and "xid" in x]
         if len(xs) > len(g.xids):
             g.xids = xs
-    return sorted(rows.values(), key=lambda k: (k.target, k.variant)), gpus
+    return sorted(rows.values(), key=lambda k: (k.target, k.variant)), gpus, examples
 
 
-def _trend(store: Store, campaign: Any, last: int) -> dict[str, list[tuple[int, float, float, float]]]:
+def _trend(store: Store, campaign: Any, last: int) -> dict[str, list[TrendPoint]]:
+    """{target/variant: one point per campaign} over the last `last` campaigns of its kind,
+    dated by when each campaign started."""
     recent = [c for c in store.campaigns(campaign.kind) if c.id <= campaign.id][-max(1, last):]
-    series: dict[str, list[tuple[int, float, float, float]]] = {}
+    series: dict[str, list[TrendPoint]] = {}
     for c in recent:
         for t in store.tally(c.id):
             if t.judged:
-                lo, hi = t.ci()
-                label = item_key(t.target, t.variant)
-                series.setdefault(label, []).append((c.id, t.rate(), lo, hi))
+                series.setdefault(item_key(t.target, t.variant), []).append(
+                    TrendPoint(c.created, c.id, t.failures, t.judged))
     return series
+
+
+def _context(camp: Any) -> list[dict[str, Any]]:
+    """One entry per session of the campaign: when, the command, its folder and `git
+    describe`, host, versions, GPUs (name and UUID) and driver; None where the session did
+    not record it (campaigns stored by older versions)."""
+    out = []
+    for s in camp.spec.get("sessions", []) or [{}]:
+        if not isinstance(s, dict):
+            continue
+        gpus = [" ".join(str(x) for x in (g.get("name"), g.get("uuid") or g.get("gpu")) if x)
+                for g in s.get("gpus", []) if isinstance(g, dict)]
+        out.append({"started": s.get("started", camp.created), "command": s.get("command"),
+                    "cwd": s.get("cwd", camp.spec.get("cwd")), "git_describe": s.get("git_describe"),
+                    "host": s.get("host", camp.host), "hazards_version": s.get("hazards_version"),
+                    "python": s.get("python"), "gpus": gpus, "driver": s.get("driver"),
+                    "telemetry": s.get("telemetry")})
+    return out
 
 
 def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: bool = True) -> Report:
@@ -171,19 +332,27 @@ def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: boo
     from hazards.engine.soak import compare_campaigns  # soak builds on the store too; no cycle at import
 
     camp = store.campaign(campaign_id)
-    rows, gpus = _collect(store, campaign_id)
+    rows, gpus, examples = _collect(store, campaign_id)
     cmp = compare_campaigns(store, campaign_id)
     new_keys = {s.key for s in cmp.new_signatures} if cmp else set()
-    sigs = [{"outcome": s.outcome, "error_kind": s.error_kind, "target": s.target, "variant": s.variant,
-             "message": s.message, "count": s.count, "new": s.key in new_keys}
-            for s in store.signatures(campaign_id)]
+    seen = {s.id: (s.first_seen, s.last_seen) for s in store.signatures()}  # in the whole store
+    sigs = []
+    for s in store.signatures(campaign_id):
+        example = examples.get(s.id)
+        sigs.append({"id": s.id, "outcome": s.outcome, "error_kind": s.error_kind, "target": s.target,
+                     "variant": s.variant, "label": item_key(s.target, s.variant), "message": s.message, "count": s.count, "new": s.key in new_keys,
+                     "first_seen": seen.get(s.id, (s.first_seen,))[0],
+                     "last_seen": seen.get(s.id, (None, s.last_seen))[1],
+                     "example": run_artifacts(store, example) if example is not None else None})
     hint = hardware_suspect({u: {"runs": g.runs, "failures": g.failures, "xids": g.xids,
                                  "ecc_corrected": g.ecc_corrected, "ecc_uncorrected": g.ecc_uncorrected}
                              for u, g in gpus.items()})
     notes = list(camp.spec.get("notes", [])) if isinstance(camp.spec.get("notes"), list) else []
+    root = store.artifact_root(campaign_id)
     rep = Report(camp, rows, sorted(gpus.values(), key=lambda g: g.uuid), sigs,
                  [dataclasses.asdict(c) for c in cmp.changes] if cmp else [],
-                 cmp.previous_id if cmp else None, _trend(store, camp, last), hint, notes)
+                 cmp.previous_id if cmp else None, _trend(store, camp, last), hint, notes, _context(camp),
+                 sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else [])
     if figures:
         rep.figures = render_figures(rep)
     return rep
@@ -191,6 +360,7 @@ def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: boo
 
 def render_figures(rep: Report) -> dict[str, str]:
     """{name: base64 PNG} for every figure that has data."""
+    _, figs = report_modules()
     labels = [r.label for r in rep.rows]
     pngs = {
         "outcomes": figs.outcome_bars(labels, [r.counts for r in rep.rows]),
@@ -228,47 +398,77 @@ def _gpu_cells(g: GpuRow) -> dict[str, str]:
     }
 
 
-def _when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "—"
 
 
-def render_html(rep: Report) -> str:
-    """The report as one self-contained HTML page (figures inline, no network access)."""
+def _link(base: Path | None):
+    """href of a path as seen from a page in `base` (relative, URL-quoted; a folder ends in /)."""
+    def link(path: Path) -> str:
+        p = Path(path).absolute()
+        rel = os.path.relpath(p, base.absolute()) if base is not None else None
+        href = urllib.parse.quote(rel.replace(os.sep, "/")) if rel is not None else p.as_uri()
+        return href + ("/" if p.is_dir() and not href.endswith("/") else "")
+    return link
+
+
+def render_html(rep: Report, base: str | os.PathLike[str] | None = None) -> str:
+    """The report as one self-contained HTML page (figures inline, no network access);
+    artifact links relative to `base`, the folder the page is written to (absolute file
+    URLs without one)."""
+    jinja2, _ = report_modules()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)
     return env.get_template("report.html.j2").render(
         rep=rep, c=rep.campaign, counts=rep.counts, rows=rep.rows, fmt_rate=_fmt_rate,
-        gpus=[_gpu_cells(g) for g in rep.gpus], when=_when, esc=html.escape)
+        gpus=[_gpu_cells(g) for g in rep.gpus], when=_when, esc=html.escape,
+        link=_link(Path(base) if base is not None else None))
+
+
+def md_text(value: Any) -> str:
+    """Text as it must appear in a markdown table cell or list item: `|` escaped (it would
+    end the cell), HTML escaped (a job summary renders tags), one line."""
+    text = html.escape(str(value), quote=False)
+    return " ".join(text.replace("|", "\\|").split())
 
 
 def render_markdown(rep: Report) -> str:
-    """A short markdown summary (CI logs, job summaries)."""
+    """A short markdown summary (CI logs, job summaries); every text from the runs escaped."""
     c = rep.campaign
     counts = ", ".join(f"{o} {n}" for o, n in rep.counts.items() if n)
-    out = [f"## hazards {c.kind} campaign {c.id}" + (f" ({c.name})" if c.name else ""),
-           "", f"{_when(c.created)} on {c.host}, status **{c.status}**; runs: {counts or 'none'}", ""]
+    out = [f"## hazards {c.kind} campaign {c.id}" + (f" ({md_text(c.name)})" if c.name else ""),
+           "", f"{_when(c.created)} on {md_text(c.host)}, status **{c.status}**; runs: {counts or 'none'}", ""]
+    for ctx in rep.context[-1:]:
+        facts = [f"`{md_text(ctx[k])}`" if k == "command" else md_text(ctx[k])
+                 for k in ("command", "git_describe") if ctx.get(k)]
+        facts += [md_text(", ".join(ctx["gpus"]))] if ctx.get("gpus") else []
+        facts += [f"driver {md_text(ctx['driver'])}"] if ctx.get("driver") else []
+        if facts:
+            out += ["Ran " + "; ".join(facts), ""]
     if rep.rows:
         out += ["| target/variant | expect | runs | clean | hang | fault | mismatch | error | failure rate "
                 "| verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
         for r in rep.rows:
             k = r.counts
-            out.append(f"| {r.label} | {r.expect or '-'} | {r.n} | {k['clean']} | {k['hang']} | {k['fault']} "
-                       f"| {k['mismatch']} | {k['error']} | {_fmt_rate(r)} | {r.judgement.verdict} |")
+            out.append(f"| {md_text(r.label)} | {r.expect or '-'} | {r.n} | {k['clean']} | {k['hang']} "
+                       f"| {k['fault']} | {k['mismatch']} | {k['error']} | {_fmt_rate(r)} "
+                       f"| {r.judgement.verdict} |")
         out.append("")
     new = [s for s in rep.signatures if s["new"]]
     if rep.previous_id is not None:
         out.append(f"Compared with campaign {rep.previous_id}: {len(new)} new failure signature(s), "
                    f"{len(rep.changes)} significant rate change(s).")
         for s in new:
-            out.append(f"- NEW {s['outcome']} in {s['target']}/{s['variant']}: {s['message']} (x{s['count']})")
+            out.append(f"- NEW {s['outcome']} in {md_text(s['label'])}: "
+                       f"{md_text(s['message'])} (x{s['count']})")
         for ch in rep.changes:
-            out.append(f"- {ch['target']}/{ch['variant']}: {ch['verdict']}")
+            out.append(f"- {md_text(item_key(ch['target'], ch['variant']))}: {md_text(ch['verdict'])}")
         out.append("")
     if rep.hint:
-        out += [f"**{rep.hint}**", ""]
+        out += [f"**{md_text(rep.hint)}**", ""]
     for note in rep.notes:
-        out.append(f"- {note}")
+        out.append(f"- {md_text(note)}")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -282,11 +482,17 @@ def report_json(rep: Report) -> dict[str, Any]:
              "rate": r.rate(), "ci_95": list(r.ci()) if r.judged else None,
              "rate_text": format_rate(r.failures, r.judged), "verdict": r.judgement.verdict.value,
              "message": r.judgement.message, "launches": r.launches,
-             "first_failure_s": r.first_failure_s, "kernel_ms_median": r.kernel_ms_median} for r in rep.rows]
+             "first_failure_s": r.first_failure_s, "kernel_ms_median": r.kernel_ms_median,
+             "runs_linked": [a.to_json() for a in r.linked]} for r in rep.rows]
+    sigs = [{**s, "example": s["example"].to_json() if s["example"] else None} for s in rep.signatures]
+    trend = {k: [{"when": p.when, "campaign": p.campaign_id, "failures": p.failures, "judged": p.judged,
+                  "rate": p.rate, "ci_95": list(p.ci()), "rate_text": p.text} for p in pts]
+             for k, pts in rep.trend.items()}
     return {"campaign": {"id": c.id, "kind": c.kind, "name": c.name, "status": c.status,
                          "created": c.created, "host": c.host},
-            "counts": rep.counts, "rows": rows, "gpus": [dataclasses.asdict(g) for g in rep.gpus],
-            "signatures": rep.signatures, "previous_id": rep.previous_id, "changes": rep.changes,
+            "context": rep.context, "counts": rep.counts, "rows": rows,
+            "gpus": [dataclasses.asdict(g) for g in rep.gpus],
+            "signatures": sigs, "previous_id": rep.previous_id, "changes": rep.changes, "trend": trend,
             "hint": rep.hint, "notes": list(rep.notes)}
 
 
@@ -304,11 +510,14 @@ def junit_suites(rep: Report) -> list[JUnitSuite]:
 
 
 def write_report(store: Store, campaign_id: int, out: str | Path, *, last: int = 10) -> Report:
-    """Build the report and write it as HTML to `out` (atomically); returns the data."""
+    """Build the report and write it as HTML to `out` (atomically); returns the data. A
+    UserError naming the `report` extra, before anything is written, without jinja2 or
+    matplotlib."""
+    report_modules()
     rep = build_report(store, campaign_id, last=last)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(rep), encoding="utf-8")
+    tmp.write_text(render_html(rep, base=path.parent), encoding="utf-8")
     tmp.replace(path)
     return rep

@@ -6,13 +6,14 @@ draw (a figure of no data would only mislead). The report embeds them as base64.
 from __future__ import annotations
 
 import io
-from typing import Sequence
+from datetime import datetime
+from typing import Any, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: never look for a display
+import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 OUTCOME_COLOURS = {"clean": "#4c9a2a", "hang": "#7b3294", "fault": "#d7191c",
                    "mismatch": "#fdae61", "error": "#8c8c8c"}
@@ -72,23 +73,41 @@ def rate_intervals(labels: Sequence[str], rates: Sequence[float], cis: Sequence[
     return _png(fig)
 
 
-def trends(series: dict[str, list[tuple[int, float, float, float]]]) -> bytes | None:
-    """Failure rate per campaign (x: campaign id) for each key: (id, rate, lo, hi) points."""
+def trends(series: dict[str, Sequence[Any]]) -> bytes | None:
+    """Failure rate over time for each key: one point per campaign (`TrendPoint`s: when,
+    failures, judged, ci()), x the date the campaign started, y the rate on a log scale with
+    its exact 95% interval; a campaign with no failure is its one-sided upper bound (a
+    downward triangle: the rate is somewhere below it)."""
     series = {k: v for k, v in series.items() if v}
     if not series or max(len(v) for v in series.values()) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for key, pts in list(series.items())[:10]:
-        xs = [p[0] for p in pts]
-        ax.errorbar(xs, [p[1] for p in pts], yerr=[[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]],
-                    marker="o", capsize=2, label=key)
-    ax.set_xlabel("campaign")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("failure rate")
-    ax.set_ylim(-0.02, 1.02)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    floor = 1.0
+    for i, (key, pts) in enumerate(list(series.items())[:10]):
+        colour = f"C{i}"
+        seen = [p for p in pts if p.failures]
+        bounded = [p for p in pts if not p.failures]
+        if seen:
+            xs = [datetime.fromtimestamp(p.when) for p in seen]
+            ys = [p.rate for p in seen]
+            lo = [p.rate - p.ci()[0] for p in seen]
+            hi = [p.ci()[1] - p.rate for p in seen]
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=2, color=colour, label=key)
+            floor = min(floor, *(p.ci()[0] for p in seen))
+        if bounded:
+            ax.plot([datetime.fromtimestamp(p.when) for p in bounded], [p.ci()[1] for p in bounded],
+                    linestyle="none", marker="v", markerfacecolor="none", color=colour,
+                    label=None if seen else f"{key} (no failure: upper bound)")
+            floor = min(floor, *(p.ci()[1] for p in bounded))
+    ax.set_yscale("log")
+    ax.set_ylim(max(floor / 3, 1e-7), 1.5)
+    ax.set_ylabel("failure rate (log, 95% exact CI)")
+    ax.xaxis.set_major_locator(mdates.AutoDateLocator())
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
+    ax.set_xlabel("campaign start")
     ax.legend(fontsize=7, loc="best")
     shown = f" ({min(10, len(series))} of {len(series)} keys)" if len(series) > 10 else ""
-    ax.set_title("Failure rate over recent campaigns" + shown)
+    ax.set_title("Failure rate over time (open triangle: no failure, the rate is below it)" + shown)
     return _png(fig)
 
 

@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.engine.campaign import LeasedCampaign
+from hazards.engine.campaign import LeasedCampaign, RunObserver
 from hazards.engine.errors import UserError
 from hazards.engine.executor import GpuStats, TargetFactory, WorkItem
 from hazards.engine.outcome import RunResult
@@ -257,13 +257,15 @@ def start_or_resume(frame: LeasedCampaign, items: list[WorkItem] | None, *, budg
 def run_soak(frame: LeasedCampaign, items: list[WorkItem] | None, *, budget_s: float,
              resume: int | None = None, name: str | None = None, spec_extra: dict[str, Any] | None = None,
              on_result: Callable[[int, WorkItem, RunResult], None] | None = None,
-             target_factory: TargetFactory | None = None) -> SoakResult:
-    """Run (or resume) one soak campaign on the frame's leases and compare it with the previous soak."""
+             target_factory: TargetFactory | None = None, observer: RunObserver | None = None) -> SoakResult:
+    """Run (or resume) one soak campaign on the frame's leases and compare it with the previous
+    soak; `observer` (a progress display) watches the loop."""
     store = frame.store
     cid, items, left = start_or_resume(frame, items, budget_s=budget_s, resume=resume, spec_extra=spec_extra,
                                        name=name)
     source = Rotation(items, stored_time(store, cid))
-    stats = frame.run(cid, source, budget_s=left, target_factory=target_factory, on_result=on_result)
+    stats = frame.run(cid, source, budget_s=left, target_factory=target_factory, on_result=on_result,
+                      observer=observer)
     status = store.campaign(cid).status
     dropped = source.dropped()
     tallies = campaign_tallies(store, cid, {i.key: i.proof for i in items})

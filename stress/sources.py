@@ -10,6 +10,9 @@ thread-safe (every GPU's loop calls it). A source that ends a campaign early say
 - `Rotation` (soak): every item again and again, the one with the least GPU time first.
 - `SprtStop` (check): each item until its sequential test decides.
 
+Every source also says what it plans (`items`, and `total`: the runs it makes at most, None
+when only the budget bounds it), which progress displays show.
+
 A target that cannot even start produces `error` runs; `Rotation` and `SprtStop` stop
 issuing an item after a few consecutive errors so a broken item cannot eat the budget.
 """
@@ -25,7 +28,8 @@ from hazards.engine.stats import Sprt
 from hazards.engine.store import empty_counts
 from hazards.engine.verdict import Expect, ItemTally
 
-MAX_CONSECUTIVE_ERRORS = 3
+MAX_CONSECUTIVE_ERRORS = 3   # Rotation/SprtStop: an item with this many errors in a row is dropped
+MAX_ERRORS_IN_A_ROW = 10     # Repeat: a campaign with this many error runs in a row stops
 
 
 class Repeat:
@@ -36,19 +40,27 @@ class Repeat:
     `params(k)`, when given, makes the parameters of the campaign's k-th run (k from 1,
     prior runs included). `counts` are the outcome counts so far, prior runs included. A
     target that cannot even start (an `error` run of kind `target_start`) stops it too:
-    the next run would not start either.
+    the next run would not start either; so do `max_errors_in_a_row` error runs in a row
+    in this session (a program with an import error would otherwise make `n` of them;
+    0 never stops for errors).
     """
 
     def __init__(self, item: WorkItem, n: int, *, until_fail: bool = False, sprt: Sprt | None = None,
-                 prior: Iterable[RunResult] = (), params: Callable[[int], dict[str, Any]] | None = None) -> None:
+                 prior: Iterable[RunResult] = (), params: Callable[[int], dict[str, Any]] | None = None,
+                 max_errors_in_a_row: int = MAX_ERRORS_IN_A_ROW) -> None:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n!r}")
+        if max_errors_in_a_row < 0:
+            raise ValueError(f"max_errors_in_a_row must be >= 0, got {max_errors_in_a_row!r}")
         self._mu = threading.Lock()
         self.item, self.n, self.until_fail, self.sprt, self.params = item, n, until_fail, sprt, params
+        self.max_errors_in_a_row = max_errors_in_a_row
         self.counts = empty_counts()
         self.issued = self.ran_now = 0
         self.failed = False
         self.cannot_start: str | None = None
+        self.errors_in_a_row = 0
+        self.last_error = ""
         for result in prior:
             self._count(result)
             self.issued += 1
@@ -69,7 +81,18 @@ class Repeat:
             return f"SPRT {self.sprt.decision}"
         if self.cannot_start is not None:
             return f"the target cannot start: {self.cannot_start}"
+        if self.max_errors_in_a_row and self.errors_in_a_row >= self.max_errors_in_a_row:
+            return (f"{self.errors_in_a_row} runs in a row ended in `error`, the check failing rather than "
+                    f"the program under test; last: {self.last_error}")
         return None
+
+    @property
+    def items(self) -> list[WorkItem]:
+        return [self.item]
+
+    @property
+    def total(self) -> int:
+        return self.n
 
     def next_item(self, gpu: str) -> WorkItem | None:
         with self._mu:
@@ -86,6 +109,11 @@ class Repeat:
             self.ran_now += 1
             if result.error_kind == "target_start":
                 self.cannot_start = result.reason
+            if Outcome(result.outcome) is Outcome.ERROR:
+                self.errors_in_a_row += 1
+                self.last_error = result.reason
+            else:
+                self.errors_in_a_row = 0
 
     def finished(self) -> bool:
         with self._mu:
@@ -118,6 +146,12 @@ class Rotation:
 
     def _eligible(self, st: _ItemState) -> bool:
         return st.dropped is None
+
+    @property
+    def items(self) -> list[WorkItem]:
+        return [s.item for s in self.states.values()]
+
+    total = None  # only the budget bounds a rotation
 
     def next_item(self, gpu: str) -> WorkItem | None:
         with self._mu:

@@ -685,8 +685,10 @@ class Store:
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     def artifact_root(self, campaign_id: int) -> Path:
-        """Folder for a campaign's artifacts, next to the database (not created here)."""
-        return self.path.parent / "artifacts" / f"campaign-{int(campaign_id)}"
+        """Folder for a campaign's artifacts, next to the database (not created here); an
+        absolute path, so the runs' stored artifact folders do not depend on the folder the
+        command ran in."""
+        return self.path.absolute().parent / "artifacts" / f"campaign-{int(campaign_id)}"
 
 
 def _where(*, campaign_id: int | None = None, outcome: str | Outcome | None = None,

@@ -175,6 +175,15 @@ class TelemetryMonitor:
             if h is not None:
                 self._gpus[u] = _Gpu(u, h, read_ecc(self.nv, h))
 
+    def names(self) -> dict[str, str]:
+        """{uuid: product name} of the watched GPUs NVML names."""
+        out = {}
+        for u, g in self._gpus.items():
+            name = _try(self.nv.nvmlDeviceGetName, g.handle)
+            if name is not None:
+                out[u] = _s(name)
+        return out
+
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> "TelemetryMonitor":
         """Start the background thread (no-op without NVML or GPUs)."""

@@ -9,8 +9,8 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (BudgetOption, ExclusiveOption, FamiliesOption, JsonOption, JUnitOption,
-                                 LeaseDirOption, SkipOption, StoreOption, WaitOption, parse_duration, parse_skip,
-                                 split_names)
+                                 LeaseDirOption, ProgressIntervalOption, SkipOption, StoreOption, WaitOption,
+                                 parse_duration, parse_skip, progress_interval, split_names)
 
 _HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
 
@@ -51,20 +51,25 @@ def check_command(
     wait: WaitOption = "60s",
     exclusive: ExclusiveOption = False,
     json_out: JsonOption = False,
+    progress_every: ProgressIntervalOption = "30s",
 ) -> None:
     from hazards.checkrun import run_check
+    from hazards.cli.progress import CampaignProgress
     from hazards.engine.junit import write_junit
     from hazards.engine.store import Store
 
     budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
+    interval_s = progress_interval(progress_every)
     parts, tools = parse_skip(skip)
     if static:
         parts.add("gpu")
     store = None if "gpu" in parts else Store(store_path)
     try:
-        res = run_check(budget_s=budget_s, families=split_names(families), paths=paths or (), skip=parts,
-                        skip_tools=tools, store=store, lock_dir=str(lease_dir) if lease_dir else None,
-                        wait_s=wait_s, exclusive=exclusive, log=lambda s: typer.echo(s, err=True))
+        with CampaignProgress(interval_s=interval_s) as progress:
+            res = run_check(budget_s=budget_s, families=split_names(families), paths=paths or (), skip=parts,
+                            skip_tools=tools, store=store, lock_dir=str(lease_dir) if lease_dir else None,
+                            wait_s=wait_s, exclusive=exclusive, log=lambda s: typer.echo(s, err=True),
+                            observer=progress)
     finally:
         if store is not None:
             store.close()

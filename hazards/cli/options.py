@@ -41,6 +41,14 @@ SkipOption = Annotated[Optional[List[str]], typer.Option(
          "Without it, a check that cannot run exits 3. Repeat or comma-separate.")]
 CHECK_PARTS = ("gpu", "static")
 VerboseOption = Annotated[bool, typer.Option("-v", "--verbose", help="Print more detail.")]
+ProgressIntervalOption = Annotated[str, typer.Option(
+    "--progress-interval", envvar="HZ_PROGRESS_INTERVAL",
+    help="How often a status line is written when stderr is not a terminal (CI logs), e.g. 30s or 2m; "
+         "0 turns progress off.")]
+MaxErrorsInARowOption = Annotated[int, typer.Option(
+    "--max-errors-in-a-row",
+    help="Stop after this many runs in a row end in `error` (the check itself failing, e.g. an import "
+         "error); 0 never stops.")]
 
 
 def runs_option(default: str) -> Any:
@@ -81,6 +89,14 @@ def parse_duration(text: str, *, allow_zero: bool = False) -> float:
     if total <= 0 and not allow_zero:
         raise UserError(f"duration must be positive, got {text!r}")
     return total
+
+
+def progress_interval(text: str) -> float:
+    """Seconds of `--progress-interval` ('30s', '2m', '0' for no progress); UserError otherwise."""
+    try:
+        return parse_duration(text, allow_zero=True)
+    except UserError as e:
+        raise UserError(f"--progress-interval: {e}") from None
 
 
 def split_names(values: Optional[Iterable[str]]) -> list[str]:

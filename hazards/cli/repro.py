@@ -12,12 +12,13 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import (CampaignNameOption, JsonOption, StoreOption, WaitOption, launches_option,
-                                 parse_duration, runs_option, timeout_option,
-                                 variant_option)
+from hazards.cli.options import (CampaignNameOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
+                                 StoreOption, WaitOption, launches_option, parse_duration, progress_interval,
+                                 runs_option, timeout_option, variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
-from hazards.engine.outcome import OUTCOMES, Outcome, RunResult
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.sources import MAX_ERRORS_IN_A_ROW
 from hazards.engine.stats import describe_rate, rate_ci
 from hazards.engine.store import Store
 
@@ -172,6 +173,8 @@ def repro_command(
     name: CampaignNameOption = None,
     json_out: JsonOption = False,
     wait: WaitOption = "0s",
+    max_errors_in_a_row: MaxErrorsInARowOption = MAX_ERRORS_IN_A_ROW,
+    progress_every: ProgressIntervalOption = "30s",
 ) -> None:
     from hazards.engine.targets.base import check_argv
     from hazards.engine.tripwire import load_names
@@ -185,7 +188,10 @@ def repro_command(
         raise UserError(f"--hang-budget must be a positive number of seconds, got {hang_budget:g}")
     if launches is not None and launches < 1:
         raise UserError(f"--launches must be at least 1, got {launches}")
+    if max_errors_in_a_row < 0:
+        raise UserError(f"--max-errors-in-a-row must be 0 (never stop) or more, got {max_errors_in_a_row}")
     wait_s = parse_duration(wait, allow_zero=True)
+    interval_s = progress_interval(progress_every)
     run_params = _parse_params(params)
     if family is not None:
         if command:
@@ -205,20 +211,21 @@ def repro_command(
     spec = {"argv": argv, "cwd": os.getcwd(), "family": family, "params": run_params, "timeout": timeout,
             "max_runs": max_runs, "until_fail": not keep_going, "tripwire": tripwire,
             "forensics": forensics, "hang_budget": hang_budget,
-            "names": str(names) if names else None}
+            "names": str(names) if names else None, "max_errors_in_a_row": max_errors_in_a_row}
     store = Store(store_path)
     with store:
-        summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name, wait_s)
+        summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name, wait_s,
+                                 interval_s)
     _report(summary, failures, spec, store, json_out)
     sys.exit(1 if summary.failures else (3 if summary.errors else 0))
 
 
 def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[str, Any], tripwire: bool,
          name_table: Any, keep_tripwire: bool, name: str | None,
-         wait_s: float) -> tuple[Any, list[tuple[int, RunResult]]]:
+         wait_s: float, interval_s: float) -> tuple[Any, list[tuple[int, RunResult]]]:
     from contextlib import nullcontext
 
-    from hazards.cli.run import OutcomeProgress
+    from hazards.cli.progress import CampaignProgress
     from hazards.engine.campaign import LeasedCampaign
     from hazards.engine.executor import WorkItem
     from hazards.engine.forensics import install_hang_collector, uninstall_hang_collector
@@ -256,15 +263,15 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
             (ctx_dir / "repro-context.json").write_text(json.dumps(run_context(argv, spec["cwd"]), indent=1))
 
             def on_result(seq: int, r: RunResult, counts: dict[str, int]) -> None:
-                bar.update(seq, r, counts)
                 if Outcome(r.outcome).is_failure or r.outcome is Outcome.ERROR:
                     failures.append((seq, r))
 
-            with OutcomeProgress(spec["max_runs"], f"repro {Path(argv[0]).name}", {o.value: 0 for o in OUTCOMES}) as bar:
+            with CampaignProgress(interval_s=interval_s) as progress:
                 summary = frame.repeat(item=item, n=spec["max_runs"], timeout=spec["timeout"],
                                        until_fail=spec["until_fail"], campaign_id=cid, on_result=on_result,
-                                       target_factory=make_target, evidence_json=True,
-                                       artifacts="all" if keep_tripwire else "failures")
+                                       target_factory=make_target, evidence_json=True, observer=progress,
+                                       artifacts="all" if keep_tripwire else "failures",
+                                       max_errors_in_a_row=spec["max_errors_in_a_row"])
     finally:
         uninstall_hang_collector()
         set_collector_budget(budget_before)

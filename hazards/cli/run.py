@@ -11,16 +11,18 @@ from typing import Annotated, Any, List, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (CampaignNameOption, JsonOption, ResumeOption, StoreOption, WaitOption,
-                                 interrupt_exit_code, parse_duration, runs_option, timeout_option)
+from hazards.cli.options import (CampaignNameOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
+                                 ResumeOption, StoreOption, WaitOption, interrupt_exit_code, parse_duration,
+                                 progress_interval, runs_option, timeout_option)
+from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.errors import UserError
 from hazards.engine.executor import ARTIFACT_POLICIES, WorkItem
-from hazards.engine.outcome import OUTCOMES, RunResult
+from hazards.engine.outcome import OUTCOMES
+from hazards.engine.sources import MAX_ERRORS_IN_A_ROW
 from hazards.engine.stats import describe_rate
 from hazards.engine.store import Store
 from hazards.engine.targets.base import check_argv, check_cwd, check_env, default_name
@@ -29,8 +31,6 @@ DEFAULT_N = 20
 DEFAULT_N_UNTIL_FAIL = 1000
 DEFAULT_TIMEOUT_S = 60.0
 KIND = "run"
-
-OUTCOME_STYLE = {"clean": "green", "hang": "magenta", "fault": "red", "mismatch": "yellow", "error": "cyan"}
 
 # Exit codes of `hazards run` (also in the command's help).
 EXIT_CLEAN, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_ERRORS_ONLY = 0, 1, 2, 3
@@ -45,6 +45,10 @@ results store the moment it ends, so a killed campaign can be continued with `--
 The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry per run);
 on a machine with no GPU it runs as it is, with its environment untouched.
 
+Progress goes to stderr: a live display in a terminal, else one status line every
+`--progress-interval`. A run of `error` runs (the program cannot even be checked, e.g. an
+import error) stops the campaign after `--max-errors-in-a-row` of them, with the reason.
+
 Exit status: 0 every run was clean; 1 a hazard was observed (hang, fault or mismatch); 2 bad
 input; 3 no hazard observed but some runs ended in `error` (the check itself failed, so clean
 cannot be claimed); 128 + N stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
@@ -57,8 +61,11 @@ Examples:
 """
 
 
-def check_run_options(n: int | None, timeout: float | None, result_regex: str | None) -> None:
+def check_run_options(n: int | None, timeout: float | None, result_regex: str | None,
+                      max_errors_in_a_row: int = MAX_ERRORS_IN_A_ROW) -> None:
     """Validate the numeric and regex options before anything is opened or run."""
+    if max_errors_in_a_row < 0:
+        raise UserError(f"--max-errors-in-a-row must be 0 (never stop) or more, got {max_errors_in_a_row}")
     if n is not None and n < 1:
         raise UserError(f"-n must be at least 1, got {n}")
     if timeout is not None and not timeout > 0:
@@ -87,35 +94,6 @@ def command_item(spec: dict[str, Any]) -> WorkItem:
     return WorkItem(target=spec.get("name") or default_name(argv), kind="command", argv=tuple(argv),
                     cwd=spec.get("cwd"), result_regex=spec.get("result_regex"),
                     timeout_s=spec.get("timeout") or DEFAULT_TIMEOUT_S)
-
-
-class OutcomeProgress:
-    """A rich progress bar on stderr with a live count per outcome."""
-
-    def __init__(self, total: int, label: str, start_counts: dict[str, int]) -> None:
-        label = label if len(label) <= 24 else label[:23] + "…"
-        self.console = Console(stderr=True)
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(),
-            TextColumn("{task.fields[counts]}"), TimeElapsedColumn(),
-            console=self.console, transient=False)
-        done = sum(start_counts.values())
-        self.task = self.progress.add_task(label, total=total, completed=done,
-                                           counts=self._fmt(start_counts))
-
-    @staticmethod
-    def _fmt(counts: dict[str, int]) -> str:
-        return "  ".join(f"[{OUTCOME_STYLE[o.value]}]{o.value} {counts.get(o.value, 0)}[/]" for o in OUTCOMES)
-
-    def __enter__(self) -> "OutcomeProgress":
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-
-    def update(self, seq: int, result: RunResult, counts: dict[str, int]) -> None:
-        self.progress.update(self.task, completed=sum(counts.values()), counts=self._fmt(counts))
 
 
 def summary_json(summary: CampaignSummary, store: Store, spec: dict[str, Any], target_name: str) -> dict[str, Any]:
@@ -200,9 +178,12 @@ def run_command(
                                   help="Per-run folders (logs, hang snapshots) under the store's artifacts/: "
                                        "failures (keep them for non-clean runs), all, none."),
     wait: WaitOption = "0s",
+    max_errors_in_a_row: MaxErrorsInARowOption = MAX_ERRORS_IN_A_ROW,
+    progress_every: ProgressIntervalOption = "30s",
 ) -> None:
-    check_run_options(n, timeout, result_regex)
+    check_run_options(n, timeout, result_regex, max_errors_in_a_row)
     wait_s = parse_duration(wait, allow_zero=True)
+    interval_s = progress_interval(progress_every)
     if artifacts not in ARTIFACT_POLICIES:
         raise UserError(f"--artifacts must be one of {', '.join(ARTIFACT_POLICIES)}, got {artifacts!r}")
     if resume is not None:
@@ -228,12 +209,11 @@ def run_command(
                 campaign_id = frame.create(KIND, spec, name=name)
             else:
                 frame.reopen(campaign_id, KIND)
-            start = store.counts(campaign_id)
-            label = f"#{campaign_id} {Path(spec['argv'][0]).name}"
-            with OutcomeProgress(spec["n"], label, start) as bar:
+            with CampaignProgress(interval_s=interval_s) as progress:
                 summary = frame.repeat(item=item, n=spec["n"], timeout=spec["timeout"],
                                        until_fail=spec["until_fail"], campaign_id=campaign_id,
-                                       on_result=bar.update, artifacts=artifacts)
+                                       observer=progress, artifacts=artifacts,
+                                       max_errors_in_a_row=max_errors_in_a_row)
             if json_out:
                 print(json.dumps(summary_json(summary, store, spec, item.target)))
             else:

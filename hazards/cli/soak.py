@@ -10,8 +10,8 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (BudgetOption, CampaignNameOption, ExclusiveOption, FamiliesOption, JsonOption,
-                                 LeaseDirOption, ResumeOption, StoreOption, WaitOption, parse_duration,
-                                 split_names)
+                                 LeaseDirOption, ProgressIntervalOption, ResumeOption, StoreOption, WaitOption,
+                                 parse_duration, progress_interval, split_names)
 from hazards.engine.errors import UserError
 
 _HELP = """Nightly soak: every family/variant and registered target on every free GPU, for a time budget.
@@ -21,6 +21,9 @@ launch server per family per GPU), as one campaign. Resumable with `--resume ID`
 remaining budget is recomputed from the stored runs). At the end the campaign is compared
 with the previous soak: new failure signatures and significant rate changes are flagged, and
 an HTML report is written.
+
+Progress goes to stderr: a live display in a terminal, else one status line every
+`--progress-interval`.
 
 Exit status: 0 nothing flagged; 1 a regression, a canary that went blind, or a target
 dropped after repeated errors; 2 bad input (or no free GPU).
@@ -69,8 +72,11 @@ def soak_command(
     exclusive: ExclusiveOption = False,
     name: CampaignNameOption = None,
     json_out: JsonOption = False,
+    progress_every: ProgressIntervalOption = "30s",
 ) -> None:
-    from hazards.engine.campaign import LeasedCampaign
+    from hazards.cli.progress import CampaignProgress
+    from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign
+    from hazards.engine.leases import lease_candidates
     from hazards.engine.soak import run_soak
     from hazards.engine.store import Store
 
@@ -79,6 +85,9 @@ def soak_command(
     if max_gpus is not None and max_gpus < 1:
         raise UserError("--max-gpus must be at least 1")
     budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
+    interval_s = progress_interval(progress_every)
+    if executor == "local" and not lease_candidates():  # say so before compiling any family
+        raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
     items = None if resume is not None else soak_items(split_names(families), targets, no_families)
     if items is not None and not items:
         from hazards.checkrun import select_families
@@ -98,9 +107,9 @@ def soak_command(
     except UserError as e:
         store.close()
         raise UserError(f"hazards soak needs a free GPU: {e}") from None
-    with frame:
+    with frame, CampaignProgress(interval_s=interval_s) as progress:
         typer.echo(f"soak on {frame.describe()}", err=True)
-        res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name)
+        res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, observer=progress)
     _finish(store, res, report, json_out)
 
 
@@ -122,14 +131,18 @@ def _remote_soak(executor: str, store, items, **kw):
 
 def _finish(store, res, report: Path | None, json_out: bool) -> None:
     """Write the report, print the summary (or one JSON object), exit 1 when something was flagged."""
-    from hazards.engine.report import render_markdown, report_json, write_report
+    from hazards.engine.report import ReportExtraMissing, build_report, render_markdown, report_json, write_report
 
     out = report or store.path.parent / "reports" / f"campaign-{res.campaign_id}.html"
-    rep = write_report(store, res.campaign_id, out)
+    try:
+        rep = write_report(store, res.campaign_id, out)
+    except ReportExtraMissing as e:  # the soak's verdict does not depend on the page
+        typer.echo(f"hazards: no HTML report: {e}", err=True)
+        rep, out = build_report(store, res.campaign_id, figures=False), None
     store.close()
     if json_out:
         typer.echo(json.dumps({
-            "campaign": res.campaign_id, "flagged": res.flagged, "report_html": str(out),
+            "campaign": res.campaign_id, "flagged": res.flagged, "report_html": str(out) if out else None,
             "status": res.status, "spent_s": res.spent_s, "budget_s": res.budget_s,
             "gpus": [{"gpu": g.gpu, "uuid": g.uuid, "runs": g.runs, "launches": g.launches,
                       "launch_rate": g.launch_rate, "elapsed_s": g.elapsed_s} for g in res.gpu_stats],
@@ -143,5 +156,5 @@ def _finish(store, res, report: Path | None, json_out: bool) -> None:
         typer.echo(f"DROPPED {key}: {why}")
     for line in res.canary_lines():
         typer.echo(line)
-    typer.echo(f"campaign {res.campaign_id}; report: {out}")
+    typer.echo(f"campaign {res.campaign_id}; report: {out or 'not written'}")
     sys.exit(1 if res.flagged else 0)

@@ -3,19 +3,17 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import nullcontext
 from typing import Annotated, Any, List, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (JsonOption, StoreOption, WaitOption, launches_option, parse_duration,
-                                 timeout_option, variant_option)
+from hazards.cli.options import (JsonOption, ProgressIntervalOption, StoreOption, WaitOption, launches_option,
+                                 parse_duration, progress_interval, timeout_option, variant_option)
+from hazards.cli.progress import CampaignProgress
 from hazards.engine.errors import UserError
-from hazards.engine.outcome import RunResult
 from hazards.engine.stats import format_rate
 from hazards.engine.store import Store
 from hazards.engine.verdict import Verdict
@@ -89,34 +87,6 @@ def print_reports(reports: list[Any]) -> None:
             out.print(f"{r.variant}: {r.tally.sanitizer_errors} sanitizer error(s) reported", highlight=False)
 
 
-class _Progress:
-    """A rich progress bar per variant (stderr) with launches/s and mismatches so far."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                                 console=Console(stderr=True), transient=False)
-        self.launches = 0
-        self.mismatched = 0
-        self.task: Any = None
-
-    def start(self, label: str, total: int) -> None:
-        self.launches = self.mismatched = 0
-        if self.enabled:
-            self.task = self.progress.add_task(label, total=total, info="")
-
-    def update(self, seq: int, result: RunResult, counts: dict[str, int]) -> None:
-        m = result.metrics or {}
-        self.launches += int(m.get("launches") or 0)
-        self.mismatched += int(m.get("mismatched") or 0)
-        if self.enabled:
-            elapsed = self.progress.tasks[self.task].elapsed or 1e-9
-            info = (f"{self.launches} launches, {self.mismatched} mismatched, "
-                    f"{self.launches / elapsed:,.0f}/s  " + " ".join(f"{k}:{v}" for k, v in counts.items() if v))
-            self.progress.update(self.task, completed=sum(counts.values()), info=info)
-
-
 @app.command("stress", help=_HELP)
 def stress_command(
     family: str = typer.Argument(..., help="Family name (see `hazards list`)."),
@@ -135,6 +105,7 @@ def stress_command(
     json_out: JsonOption = False,
     store_path: StoreOption = None,
     wait: WaitOption = "0s",
+    progress_every: ProgressIntervalOption = "30s",
 ) -> None:
     from hazards.engine.campaign import LeasedCampaign
     from hazards.families import get_family
@@ -161,22 +132,20 @@ def stress_command(
         raise UserError(f"--timeout must be positive, got {timeout:g}")
     overrides = parse_sets(list(sets or []), fam.runtime_params)
     wait_s = parse_duration(wait, allow_zero=True)
+    interval_s = progress_interval(progress_every)
 
     reports = []
-    progress = _Progress(enabled=not json_out)
     with Store(store_path) as store, LeasedCampaign.acquire(store, "hazards stress", max_gpus=1, wait_s=wait_s,
                                                             without_gpu=True) as frame:
         # One warm server in the frame for all variants (the point of a server target). A
         # server that cannot start, or a sanitizer that is not installed, is one clear line
         # before any bar, not a column of error runs.
         frame.warm(family_item(fam, sanitizer=sanitizer, build_target=arch))
-        with progress.progress if progress.enabled else nullcontext():
+        with CampaignProgress(interval_s=interval_s) as progress:
             for n in names:
-                progress.start(f"{fam.name}/{n}", n_req)
                 reports.append(stress_variant(
                     fam, n, frame=frame, launches=n_launch, requests=n_req, timeout=timeout,
-                    sanitizer=sanitizer, overrides=overrides, build_target=arch,
-                    on_result=progress.update))
+                    sanitizer=sanitizer, overrides=overrides, build_target=arch, observer=progress))
     if json_out:
         print(json.dumps({"family": fam.name, "launches_per_request": n_launch, "requests": n_req,
                           "sanitizer": sanitizer, "overrides": overrides,

@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 
 import matplotlib.image as mpimg
 import pytest
@@ -102,7 +103,16 @@ console.error = function () { window.__hzErrors.push(Array.prototype.join.call(a
 window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var broken = imgs.filter(function (i) { return !i.complete || i.naturalWidth === 0; }).length;
-  document.documentElement.setAttribute('data-hz-result', JSON.stringify({errors: window.__hzErrors, images: imgs.length, broken: broken}));
+  var links = Array.prototype.slice.call(document.querySelectorAll('a.artifact'));
+  var unreachable = [];
+  // every artifact link must load (file URLs: chromium runs with --allow-file-access-from-files)
+  Promise.all(links.map(function (a) {
+    return fetch(a.href).then(function (r) { if (!r.ok && r.status !== 0) unreachable.push(a.href + ' ' + r.status); })
+                        .catch(function (e) { unreachable.push(a.href + ' ' + e); });
+  })).then(function () {
+    document.documentElement.setAttribute('data-hz-result', JSON.stringify(
+      {errors: window.__hzErrors, images: imgs.length, broken: broken, links: links.length, unreachable: unreachable}));
+  });
 });
 </script>"""
 
@@ -112,14 +122,17 @@ def _chromium() -> str | None:
 
 
 def _open_in_chromium(page, tmp_path) -> dict:
-    """Load `page` (with the error collector injected first) and return what it collected."""
+    """Load `page` (with the error collector injected first) and return what it collected:
+    script errors, console errors, images that did not load, and the artifact links that
+    did not load. The probe lies beside the page, so relative links resolve as they would."""
     html = page.read_text()
-    probe = tmp_path / ("probe-" + page.name)
+    probe = page.parent / ("probe-" + page.name)
     probe.write_text(html.replace("<head>", "<head>\n" + COLLECTOR, 1))
     profile = tmp_path / "chromium-profile"
     cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-           "--enable-logging=stderr", "--v=0", "--dump-dom", probe.as_uri()]
+           "--enable-logging=stderr", "--v=0", "--allow-file-access-from-files", "--virtual-time-budget=10000",
+           "--dump-dom", probe.as_uri()]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     m = re.search(r"data-hz-result=\"([^\"]*)\"", r.stdout)
     assert m, f"chromium did not finish the page (rc {r.returncode}): {r.stderr[-2000:]}"
@@ -141,11 +154,15 @@ def test_report_opens_in_headless_chromium_without_console_errors(store, tmp_pat
 @pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (scripts/setup.sh installs it: apt-get install chromium)")
 def test_chromium_probe_does_catch_script_errors_and_broken_images(tmp_path):
     page = tmp_path / "bad.html"
+    (tmp_path / "there.txt").write_text("x")
     page.write_text("<!DOCTYPE html><html><head><title>bad</title></head><body>"
-                    "<img src=\"data:image/png;base64,AAAA\"><script>undefinedFunction()</script></body></html>")
+                    "<img src=\"data:image/png;base64,AAAA\"><script>undefinedFunction()</script>"
+                    "<a class=\"artifact\" href=\"there.txt\">ok</a><a class=\"artifact\" href=\"gone/hang.md\">gone</a>"
+                    "</body></html>")
     result = _open_in_chromium(page, tmp_path)
     assert result["broken"] == 1
     assert any("undefinedFunction" in e for e in result["errors"])
+    assert result["links"] == 2 and len(result["unreachable"]) == 1 and "gone/hang.md" in result["unreachable"][0]
 
 
 def test_cli_report_writes_html_markdown_and_junit(tmp_path, capsys):
@@ -193,3 +210,198 @@ def test_cli_report_of_an_unknown_campaign_is_a_one_line_error(tmp_path, capsys)
     assert not (tmp_path / "x.html").exists()
     rc = main(["report", "--store", str(tmp_path / "none.db")])
     assert rc == 2 and "no results store" in capsys.readouterr().err
+
+
+# -- a report engineers open in the morning ------------------------------------------------
+
+FLAKY = """import json, os, signal, sys, time
+count = {count!r}
+n = int(open(count).read()) + 1 if os.path.exists(count) else 1
+open(count, "w").write(str(n))
+print(f"run {{n}}: <b>output</b> | with a pipe", flush=True)
+if n % 4 == 2:
+    os.kill(os.getpid(), signal.SIGSEGV)
+if n % 4 == 3:
+    print("HZ_RESULT " + json.dumps({{"ok": False, "mismatched": 3}}))
+    sys.exit(0)
+if n == 5:
+    time.sleep(60)
+print("HZ_RESULT " + json.dumps({{"ok": True, "mismatched": 0}}))
+"""
+HREF_RE = re.compile(r'<a class="artifact" href="([^"]+)"')
+
+
+@pytest.fixture(scope="module")
+def repro_store(tmp_path_factory):
+    """A store with two `hazards repro --keep-going` campaigns of a program that faults,
+    mismatches and hangs (the hang read by the hang forensics: hang.md), made through the
+    real command on the CPU."""
+    from hazards.cli import main
+
+    root = tmp_path_factory.mktemp("morning")
+    prog = root / "flaky.py"
+    prog.write_text(FLAKY.format(count=str(root / "count")))
+    db = root / "store" / "results.db"
+    for forensics in ("--forensics", "--no-forensics"):
+        (root / "count").unlink(missing_ok=True)
+        rc = main(["repro", "--keep-going", "-n", "6", "--timeout", "2", "--hang-budget", "5", forensics,
+                   "--store", str(db), "--", sys.executable, str(prog)])
+        assert rc == 1
+    return db
+
+
+def _artifact_links(page) -> list:
+    from urllib.parse import unquote
+
+    return [(page.parent / unquote(h)).resolve() for h in HREF_RE.findall(page.read_text())]
+
+
+def test_every_failing_row_and_signature_links_its_artifacts_and_every_link_resolves(repro_store, tmp_path):
+    from hazards.engine.store import Store
+
+    with Store(repro_store, read_only=True) as store:
+        page = tmp_path / "elsewhere" / "report.html"
+        rep = write_report(store, 1, page)
+        html = page.read_text()
+    links = _artifact_links(page)
+    assert links and all(p.exists() for p in links), [p for p in links if not p.exists()]
+    run_dirs = {p for p in links if p.is_dir()}
+    # the failing row links its failing runs, each signature its raw example's folder
+    (row,) = rep.rows
+    assert [a.outcome for a in row.linked] == ["fault", "mismatch", "hang"]
+    assert {a.folder for a in row.linked} <= run_dirs
+    assert {s["outcome"] for s in rep.signatures} == {"fault", "mismatch", "hang"}
+    for s in rep.signatures:
+        assert s["example"].folder in run_dirs and s["example"].reason
+    names = {p.name for p in links}
+    assert {"hang.md", "evidence.json", "stdout.log", "stderr.log", "repro-context.json"} <= names
+    hang = next(s for s in rep.signatures if s["outcome"] == "hang")["example"]
+    assert hang.files[0][0] == "hang report" and hang.files[0][1].name == "hang.md"
+    # links are relative to the page: the page and the store's artifacts move together
+    assert 'href="../' in html and "file://" not in html
+
+
+def test_trends_are_over_dates_on_a_log_scale_with_intervals(store, monkeypatch):
+    from hazards.engine import report_figures
+    from hazards.engine.report import build_report as build
+
+    prev, cur = synthetic_soaks(store)
+    day = 86400.0
+    for cid, when in ((prev, 1_700_000_000.0), (cur, 1_700_000_000.0 + 3 * day)):
+        with store._write() as db:
+            db.execute("UPDATE campaigns SET created = ? WHERE id = ?", (when, cid))
+    figures = []
+    monkeypatch.setattr(report_figures, "_png", lambda fig: figures.append(fig) or b"\x89PNG")
+    rep = build(store, cur)
+    pts = rep.trend["pipeline/fixed"]
+    assert [(p.when, p.campaign_id, p.failures, p.judged) for p in pts] == [
+        (1_700_000_000.0, prev, 0, 60), (1_700_000_000.0 + 3 * day, cur, 20, 60)]
+    assert pts[0].ci()[0] == 0.0 and pts[0].ci()[1] > 0 and 0 < pts[1].ci()[0] < pts[1].rate < pts[1].ci()[1]
+    ax = next(f.axes[0] for f in figures if "over time" in f.axes[0].get_title())
+    import matplotlib.dates as mdates
+
+    assert ax.get_yscale() == "log"
+    lo, hi = ax.get_xlim()  # dates, not campaign ids
+    assert lo <= mdates.date2num(__import__("datetime").datetime.fromtimestamp(1_700_000_000.0)) < hi
+    assert hi - lo >= 3
+    html = render_html_of(rep)
+    assert "2023-11-14 22:13" in html and "2023-11-17 22:13" in html and "20/60" in html
+
+
+def render_html_of(rep):
+    from hazards.engine.report import render_html
+
+    return render_html(rep)
+
+
+def test_signatures_show_a_raw_example_and_when_they_were_first_and_last_seen_in_the_store(store):
+    from hazards.engine.outcome import Outcome, RunResult
+
+    t0 = 1_700_000_000.0
+    first = store.create_campaign("run", {})
+    store.record_run(first, RunResult(Outcome.HANG, "timed out after 7s", target="prog", started_at=t0))
+    cur = store.create_campaign("run", {})
+    store.record_run(cur, RunResult(Outcome.HANG, "timed out after 3s", target="prog", started_at=t0 + 500))
+    store.record_run(cur, RunResult(Outcome.HANG, "timed out after 4s", target="prog", started_at=t0 + 900))
+    rep = build_report(store, cur, figures=False)
+    (sig,) = rep.signatures
+    assert sig["message"] == "timed out after <n>s" and sig["count"] == 2  # this campaign's runs
+    assert sig["example"].reason == "timed out after 3s" and sig["example"].seq == 1  # raw, not normalised
+    assert (sig["first_seen"], sig["last_seen"]) == (t0, t0 + 900)  # the whole store's
+    html = render_html_of(rep)
+    assert "timed out after 3s" in html and "2023-11-14 22:13:20" in html
+
+
+def test_run_context_is_stored_when_a_campaign_is_created_and_shown(store, fake_gpus, fake_nvml, monkeypatch):
+    from hazards.engine.campaign import LeasedCampaign
+
+    monkeypatch.setattr(sys, "argv", ["/venv/lib/python3/site-packages/hazards/__main__.py", "soak", "--name", "a b"])
+    with LeasedCampaign(store, [_fake_lease("GPU-aaaa")]) as frame:
+        cid = frame.create("soak", {})
+    (session,) = store.campaign(cid).spec["sessions"]
+    assert session["command"] == "hazards soak --name 'a b'"  # as typed, `python -m hazards` or not
+    assert session["cwd"] and session["host"] and session["python"]
+    assert session["git_describe"] is None or isinstance(session["git_describe"], str)
+    assert session["gpus"][0]["uuid"] == "GPU-aaaa" and session["gpus"][0]["name"]
+    assert session["driver"]
+    rep = build_report(store, cid, figures=False)
+    (ctx,) = rep.context
+    html = render_html_of(rep)
+    assert ctx["driver"] == session["driver"] and f"{session['gpus'][0]['name']} GPU-aaaa" in html
+    assert "Run context" in html and session["command"].split()[0] in html
+
+
+def _fake_lease(uuid):
+    """A lease of a fake GPU that nobody holds (nothing to release)."""
+    import os
+    import time
+    from pathlib import Path
+
+    from hazards.engine.leases import GpuLease
+
+    return GpuLease("0", uuid, "test", Path(os.devnull), os.getpid(), "host", time.time())
+
+
+def test_markdown_summary_escapes_pipes_and_html(store):
+    from hazards.engine.outcome import Outcome, RunResult
+
+    cid = store.create_campaign("run", {})
+    for reason in ("<script>alert(1)</script> | oops", "fine"):
+        store.record_run(cid, RunResult(Outcome.MISMATCH if reason != "fine" else Outcome.CLEAN, reason,
+                                        target="a|b <i>", variant="v|w"))
+    prev = store.create_campaign("run", {})
+    store.set_campaign_status(prev, "complete")
+    md = render_markdown(build_report(store, cid, figures=False))
+    row = next(line for line in md.splitlines() if line.startswith("| a"))
+    assert row.startswith(r"| a\|b &lt;i&gt;/v\|w | clean | 2 |")
+    assert row.count(" | ") == 9  # ten cells: the pipes in the names did not add any
+    assert "<script>" not in md and "<i>" not in md
+
+
+def test_without_the_report_extra_the_html_report_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    from hazards.cli import main
+    from hazards.engine.store import Store
+
+    db = tmp_path / "r.db"
+    with Store(db) as s:
+        _, cur = synthetic_soaks(s)
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # `import jinja2` now raises ImportError
+    rc = main(["report", "--store", str(db), "-o", str(tmp_path / "r.html")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "pip install 'gpu-hazards[report]'" in err
+    assert not (tmp_path / "r.html").exists()
+    with Store(db, read_only=True) as s:  # the text summaries need neither
+        assert render_markdown(build_report(s, cur, figures=False)).startswith("## hazards soak")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (scripts/setup.sh installs it: apt-get install chromium)")
+def test_report_with_artifacts_opens_in_chromium_and_every_artifact_link_loads(repro_store, tmp_path):
+    from hazards.engine.store import Store
+
+    with Store(repro_store, read_only=True) as store:
+        page = tmp_path / "report.html"
+        write_report(store, 2, page)
+    result = _open_in_chromium(page, tmp_path)
+    assert result["errors"] == [] and result["console"] == []
+    assert result["broken"] == 0 and result["images"] >= 3
+    assert result["links"] >= 10 and result["unreachable"] == []
