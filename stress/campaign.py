@@ -303,11 +303,13 @@ class LeasedCampaign:
 
     def run(self, campaign_id: int, source: WorkSource, *, budget_s: float = math.inf,
             target_factory: TargetFactory | None = None, on_result: Callable[[int, WorkItem, RunResult], None] | None = None,
-            artifacts: str = "failures", evidence_json: bool = False,
+            artifacts: str = "failures", evidence_json: bool = True,
             caches: dict[str, dict[tuple, Any]] | None = None, observer: RunObserver | None = None) -> list[GpuStats]:
         """Run the loop on every lease for campaign `campaign_id` until `source` is done or
         the budget ends; every run committed as it ends (`StoreSink`, its `artifacts`
-        policy, `on_result(seq, item, result)` after each commit). The campaign's status
+        policy, evidence.json in every kept folder unless `evidence_json` is False, so the
+        report can link a failing run's whole evidence; `on_result(seq, item, result)` after
+        each commit). The campaign's status
         is set here; the telemetry summary and the items the source dropped go into its spec.
         `observer` (a `RunObserver`) is told as the loop begins, as each run starts and
         ends, and the status it ended with."""
@@ -359,7 +361,7 @@ class LeasedCampaign:
                until_fail: bool = False, params: dict[str, Any] | Callable[[int], dict[str, Any]] | None = None,
                launches: int | None = None, sprt: Sprt | None = None, campaign_id: int | None = None,
                kind: str = "run", spec: dict[str, Any] | None = None, name: str | None = None,
-               on_result: OnResult | None = None, artifacts: str = "failures", evidence_json: bool = False,
+               on_result: OnResult | None = None, artifacts: str = "failures", evidence_json: bool = True,
                target_factory: TargetFactory | None = None, observer: RunObserver | None = None,
                max_errors_in_a_row: int | None = None) -> CampaignSummary:
         """Run one thing until its campaign has `n` runs (the `Repeat` work source).

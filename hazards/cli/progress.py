@@ -115,8 +115,9 @@ class CampaignProgress:
             from rich.live import Live
 
             console = Console(file=self.stream, force_terminal=True, stderr=self.stream is sys.stderr)
+            # stderr written during the display goes above it; stdout is never moved to stderr
             self._live = Live(get_renderable=self._render, console=console, refresh_per_second=4,
-                              transient=False)
+                              transient=False, redirect_stdout=False)
             self._live.start()
         else:
             self._ticker = threading.Thread(target=self._tick, name="hz-progress", daemon=True)

@@ -405,3 +405,19 @@ def test_report_with_artifacts_opens_in_chromium_and_every_artifact_link_loads(r
     assert result["errors"] == [] and result["console"] == []
     assert result["broken"] == 0 and result["images"] >= 3
     assert result["links"] >= 10 and result["unreachable"] == []
+
+
+def test_a_failing_run_of_any_command_keeps_evidence_json_that_the_report_links(tmp_path, capsys):
+    from hazards.cli import main
+    from hazards.engine.store import Store
+
+    db = tmp_path / "r.db"
+    rc = main(["run", "-n", "2", "--progress-interval", "0", "--store", str(db), "--",
+               sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+    assert rc == 1
+    with Store(db, read_only=True) as store:
+        (row,) = build_report(store, 1, figures=False).rows
+    assert [a.outcome for a in row.linked] == ["fault", "fault"]
+    evidence = dict((p.name, what) for what, p in row.linked[0].files)
+    assert evidence["evidence.json"] == "evidence"
+    assert json.loads((row.linked[0].folder / "evidence.json").read_text())["outcome"] == "fault"
