@@ -242,8 +242,11 @@ def _remove_tree(cgroup: str, wait_s: float = 10.0) -> bool:
     if not os.path.isdir(cgroup):
         return True
     kill_cgroup(cgroup)  # cgroup.kill reaches the whole subtree
-    with os.scandir(cgroup) as entries:
-        subs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    try:
+        with os.scandir(cgroup) as entries:
+            subs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return True  # another supervisor starting at the same moment swept it first
     return all([_remove_tree(sub, wait_s) for sub in subs]) and remove_cgroup(cgroup, wait_s)
 
 

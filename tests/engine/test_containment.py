@@ -335,3 +335,13 @@ def test_a_campaign_whose_supervisor_died_without_a_record_is_marked_at_the_next
             frame.reopen(gone, "run")
         assert said == [f"campaign {gone} was interrupted: its supervisor pid 999999 died; no record of what it "
                         "ran was left (runtime folder cleared, or the machine rebooted)"]
+
+
+def test_a_cgroup_folder_swept_by_another_supervisor_meanwhile_counts_as_removed(tmp_path, monkeypatch):
+    """Two supervisors starting at once (two xdist workers) sweep the same dead folder: the
+    one that finds it gone mid-sweep must not fail its own start (it raised FileNotFoundError)."""
+    from hazards.engine import recovery
+    stale = tmp_path / "hazards-1-1"
+    stale.mkdir()
+    monkeypatch.setattr(recovery, "kill_cgroup", lambda path: os.rmdir(path))  # the other sweeper wins
+    assert recovery._remove_tree(str(stale)) is True
