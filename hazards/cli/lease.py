@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import parse_duration
+from hazards.cli.options import CommandArgument, parse_duration
 from hazards.engine.errors import UserError
 
 _HELP = """Run a command on one GPU that nobody else holds.
@@ -28,8 +28,7 @@ Examples:\n
 
 @app.command("lease", help=_HELP, context_settings={"allow_interspersed_args": False})
 def lease_command(
-    command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
-                                                  show_default=False),
+    command: CommandArgument = None,
     wait: Optional[str] = typer.Option(None, "--wait", help="How long to wait for a GPU leased by someone else.",
                                        show_default="forever"),
     holder: str = typer.Option("hazards lease", "--holder", help="Who holds the lease (shown to waiters, in the lease log)."),

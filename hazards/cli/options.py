@@ -19,6 +19,8 @@ from hazards.engine.errors import UserError
 StoreOption = Annotated[Optional[Path], typer.Option(
     "--store", help="Results database.", show_default="$HZ_STORE or .hazards/results.db")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+CommandArgument = Annotated[Optional[List[str]], typer.Argument(
+    help="The program and its arguments (after --).", show_default=False)]
 FamiliesOption = Annotated[Optional[List[str]], typer.Option(
     "--families", help="Only these families (repeat or comma-separate).", show_default="all")]
 BudgetOption = Annotated[str, typer.Option("--budget", help="Time budget (e.g. 90s, 3m, 1h30m).")]

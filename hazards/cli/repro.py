@@ -6,13 +6,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, List, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import (CampaignNameOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
+from hazards.cli.options import (CommandArgument, CampaignNameOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
                                  StoreOption, WaitOption, launches_option, parse_duration, progress_interval,
                                  runs_option, timeout_option, variant_option)
 from hazards.engine.errors import UserError
@@ -146,8 +146,7 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
 
 @app.command("repro", help=_HELP, context_settings={"allow_interspersed_args": False})
 def repro_command(
-    command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
-                                                  show_default=False),
+    command: CommandArgument = None,
     family: Optional[str] = typer.Option(None, "--family", show_default="none: run CMD",
                                          help="Run a catalog family's binary instead of CMD."),
     variant: Annotated[Optional[str], variant_option("the family's first")] = None,

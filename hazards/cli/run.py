@@ -7,14 +7,14 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any, List, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (CampaignNameOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
+from hazards.cli.options import (CommandArgument, CampaignNameOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
                                  ResumeOption, StoreOption, WaitOption, interrupt_exit_code, parse_duration,
                                  progress_interval, runs_option, timeout_option)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
@@ -163,8 +163,7 @@ def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, time
 
 @app.command("run", help=_HELP, context_settings={"allow_interspersed_args": False})
 def run_command(
-    command: Optional[List[str]] = typer.Argument(None, help="The program and its arguments (after --).",
-                                                  show_default=False),
+    command: CommandArgument = None,
     n: Annotated[Optional[int], runs_option(f"{DEFAULT_N}; {DEFAULT_N_UNTIL_FAIL} with --until-fail")] = None,
     timeout: Annotated[Optional[float], timeout_option(f"{DEFAULT_TIMEOUT_S:g}")] = None,
     until_fail: bool = typer.Option(False, "--until-fail", help="Stop at the first hang, fault or mismatch."),
