@@ -88,17 +88,23 @@ def batch(name: str, pid: int, limit: float = 25.0) -> None:
     argv = [CUDA_GDB, "-q", "-nx", "-batch", "-p", str(pid), "-ex", "set pagination off", "-ex", "set width 0"]
     for c in BATCH:
         argv += ["-ex", c]
-    t0 = time.monotonic()
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=min(limit, left() - 3))
-        out, rc = r.stdout + "\n--- stderr ---\n" + r.stderr, r.returncode
-    except subprocess.TimeoutExpired as e:
-        out, rc = f"TIMEOUT\n{e.stdout}\n--- stderr ---\n{e.stderr}", None
-    dt = time.monotonic() - t0
-    (RAW / f"{name}.cuda-gdb-batch.txt").write_text(out)
+    dt, rc = timed_capture(argv, min(limit, left() - 3), RAW / f"{name}.cuda-gdb-batch.txt")
     TIMINGS.append({"what": f"{name} cuda-gdb batch ({len(BATCH)} commands)", "seconds": round(dt, 3), "rc": rc,
                     "after": state(pid)})
     log(f"{name}: cuda-gdb batch {dt:.2f}s rc={rc} after={state(pid)}")
+
+
+def timed_capture(argv: list[str], limit: float, raw: Path) -> tuple[float, int | None]:
+    """Run a collector command with a time limit, keep its whole output in `raw`; its
+    seconds and exit status (None: it ran out of time)."""
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
+        out, rc = r.stdout + "\n--- stderr ---\n" + r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        out, rc = f"TIMEOUT\n{e.stdout}\n--- stderr ---\n{e.stderr}", None
+    raw.write_text(out)
+    return time.monotonic() - t0, rc
 
 
 def session(name: str, pid: int, limit: float = 15.0) -> None:
@@ -132,15 +138,8 @@ def pyspy(name: str, pid: int) -> None:
         log(f"py-spy skipped: {PY_SPY=} left={left():.0f}")
         return
     for tag, extra in (("native", ["--native"]), ("json", ["--json"]), ("native-json", ["--native", "--json"])):
-        t0 = time.monotonic()
-        try:
-            r = subprocess.run([PY_SPY, "dump", "--pid", str(pid), *extra], capture_output=True, text=True,
-                               timeout=min(15, left() - 3))
-            out, rc = r.stdout + "\n--- stderr ---\n" + r.stderr, r.returncode
-        except subprocess.TimeoutExpired as e:
-            out, rc = f"TIMEOUT\n{e.stdout}", None
-        dt = time.monotonic() - t0
-        (RAW / f"{name}.py-spy-{tag}.txt").write_text(out)
+        dt, rc = timed_capture([PY_SPY, "dump", "--pid", str(pid), *extra], min(15, left() - 3),
+                               RAW / f"{name}.py-spy-{tag}.txt")
         TIMINGS.append({"what": f"{name} py-spy dump {' '.join(extra)}", "seconds": round(dt, 3), "rc": rc,
                         "after": state(pid)})
         log(f"{name}: py-spy {tag} {dt:.2f}s rc={rc}")
