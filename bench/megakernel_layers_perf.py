@@ -2,7 +2,7 @@
 """The layered MoE decode megakernel against the copy floor and torch, and the tripwire's cost.
 
     PYTHONPATH=$PWD python3 bench/megakernel_layers_perf.py [--layers 4 --seq 4096 --rounds 9
-        --launches 20 --json OUT]
+        --launches 20 --also gemv_depth=1 --json OUT]
 
 One process, one GPU, one run: measures the device copy bandwidth BW (4 GiB device copy,
 read + write bytes, as the ragged-decode bench does) and the floor = bytes one decode step
@@ -34,6 +34,15 @@ from hazards.families import get_family  # noqa: E402
 from hazards.megakernel_layers import model as M  # noqa: E402
 from hazards.megakernel_layers import reference as R  # noqa: E402
 from hazards.stress_family import family_binary  # noqa: E402
+
+
+def fields(items: list[str]) -> dict:
+    """NAME=VALUE items as request fields (integers where they read as one)."""
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        out[name] = int(value) if value.lstrip("-").isdigit() else value
+    return out
 
 
 def megakernel_bench(exe: Path, params: dict, rounds: int, launches: int) -> dict:
@@ -100,19 +109,22 @@ def main() -> int:
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="another request field for the megakernel (e.g. gemv_depth=4); repeatable")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+                    help="another configuration timed in the same run, beside the first (e.g. gemv_depth=1: "
+                         "round 2's GEMV loop); repeatable")
     ap.add_argument("--json", help="write every number here")
     a = ap.parse_args()
     exe = family_binary(get_family("megakernel_layers"))
-    params = {"layers": a.layers, "seq": a.seq}
-    for item in a.set:
-        name, _, value = item.partition("=")
-        params[name] = int(value) if value.lstrip("-").isdigit() else value
+    params = {"layers": a.layers, "seq": a.seq, **fields(a.set)}
+    also = {spec: {**params, **fields(spec.split(","))} for spec in a.also}
     fam = get_family("megakernel_layers")
-    fam.resolve(params)  # a bad field is one line here, not a failed bench
+    for p in (params, *also.values()):
+        fam.resolve(p)  # a bad field is one line here, not a failed bench
     res: dict = {"layers": a.layers, "seq": a.seq, "params": params, "device": torch.cuda.get_device_name()}
     res["bw"] = copy_bandwidth()
     mk = megakernel_bench(exe, params, a.rounds, a.launches)
     res["megakernel"] = mk
+    res["also"] = {spec: megakernel_bench(exe, p, a.rounds, a.launches) for spec, p in also.items()}
     res["bytes_per_step"] = mk["bytes_per_step"]
     assert abs(mk["bytes_per_step"] - M.step_bytes(M.SHAPES["default"], a.layers, a.seq)) < 1.0
     res["floor_us"] = mk["bytes_per_step"] / res["bw"] * 1e6
@@ -129,16 +141,22 @@ def main() -> int:
     if "us_on_file" in mk:
         rows.append((f"megakernel, tripwire writing ({mk.get('tripwire_mode')})", mk["us_on_file"],
                      mk["kernels_per_step"]))
+    for spec, m2 in res["also"].items():
+        rows += [(f"megakernel [{spec}], tripwire compiled out", m2["us_off"], m2["kernels_per_step"]),
+                 (f"megakernel [{spec}], tripwire compiled in, no file", m2["us_on_null"], m2["kernels_per_step"])]
     if "torch" in res:
         t = res["torch"]
         rows += [("torch eager (bf16, host routing)", t["eager_s"] * 1e6, t["eager_launches"]["kernels"]),
                  ("torch CUDA graph (bf16, device gather)", t["graph_s"] * 1e6, t["graph_launches"]["kernels"])]
-    print(f"  {'':<48} {'us/step':>9} {'x floor':>8} {'kernels/step':>13}")
+    print(f"  {'':<56} {'us/step':>9} {'x floor':>8} {'kernels/step':>13}")
     for name, us, k in rows:
-        print(f"  {name:<48} {us:9.1f} {us / floor:8.2f} {str(k):>13}")
+        print(f"  {name:<56} {us:9.1f} {us / floor:8.2f} {str(k):>13}")
     print(f"tripwire cost (paired median of {a.rounds} rounds): compiled in, no file "
           f"{(mk['ratio_on_null_vs_off'] - 1) * 100:+.2f}%"
           + (f"; writing {(mk['ratio_on_file_vs_off'] - 1) * 100:+.2f}%" if "ratio_on_file_vs_off" in mk else ""))
+    for spec, m2 in res["also"].items():
+        print(f"  [{spec}]: compiled in, no file {(m2['ratio_on_null_vs_off'] - 1) * 100:+.2f}%; "
+              f"this configuration / the first (tripwire compiled out, medians) {m2['us_off'] / mk['us_off']:.3f}")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1, default=str))
     return 0

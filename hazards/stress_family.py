@@ -48,8 +48,9 @@ def proof(family: Family, sanitizer: str | None = None) -> Proof:
     return Proof(sanitizer=sanitizer, anomalies=tuple(family.harness_anomalies))
 
 
-def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
-    """Build (or reuse from the cache) the family's binary for `target`."""
+def family_binary(family: Family, *, target: str = "sm_90a", defines: dict[str, Any] | None = None) -> Path:
+    """Build (or reuse from the cache) the family's binary for `target`; `defines` are extra
+    compile-time -D flags (e.g. HZ_PROFILER for a profiled build), part of the cache key."""
     if not family.binary:
         from hazards.engine.errors import UserError
 
@@ -57,7 +58,7 @@ def family_binary(family: Family, *, target: str = "sm_90a") -> Path:
     from hazards.kernel_sources import standalone_dir
 
     return build_family(standalone_dir(), family.source_dir or family.name, family.binary, target=target,
-                        generated={HEADER_NAME: family.table_header()})
+                        defines=defines, generated={HEADER_NAME: family.table_header()})
 
 
 def family_timeout(family: Family, sanitizer: str | None = None) -> float:

@@ -26,7 +26,9 @@ BASELINE and CANDIDATE are commands (one string each, split like a shell would, 
 run) that print FAITHFUL_RESULT lines (docs/protocol.md); `{workers}` in a command and
 $HZ_NUM_WORKERS give it the grid size, $HZ_GATE_SEED the pair's input seed. Or
 `megakernel:NAME`, a candidate of the ragged-decode megakernel run in one warm server
-(NAME: baseline, improved, noop, slower, sloughing, incorrect, production).
+(NAME: baseline, improved, noop, slower, sloughing, incorrect, production), or
+`megakernel_layers:NAME`, one of the layered MoE decode megakernel (NAME: production, noop,
+depth1, chunks64, stale_descriptor).
 
 Per worker count and task it prints the candidate/baseline ratios of slowCTA, wall and
 sumCTA with rank-based intervals, cos, and a verdict: faster, no-change, slower,
@@ -40,7 +42,7 @@ Example:\n
 
 @gate_app.command("perf", help=_PERF_HELP)
 def perf_command(
-    baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string) or megakernel:NAME."),
+    baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string), megakernel:NAME or megakernel_layers:NAME."),
     candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command or megakernel:NAME, for logits an .npz sink."),
     workers: str = typer.Option(",".join(map(str, DEFAULT_WORKERS)), "--workers",
                                 help="Worker counts (grid sizes) to sweep, comma-separated."),

@@ -83,19 +83,28 @@ def predict(params: dict[str, Any], *, sms: int = H200_SMS) -> Prediction:
             return Prediction("hang", 1.0, f"chunk ranks {workers}..{sc.chunks - 1} have no worker")
         return Prediction("clean", 0.0, f"{sc.chunks} chunks <= {workers} workers")
     if hz == "snapshot_epoch":
-        vulnerable = max(0, workers - max(sc.qkv_tiles, sc.chunks))
+        # Vulnerable: workers that hold neither a QKV tile nor a chunk arrive at nothing before the
+        # merge bumps ATTN_RELEASE. Critical: those that do (the bump waits for them).
+        critical = min(workers, max(sc.qkv_tiles, sc.chunks))
+        vulnerable = workers - critical
         q = p["jitter_ppm"] / 1e6
         delay_us = p["jitter_cycles"] / (CLOCK_GHZ * 1e3)
         if delay_us < LAYER_HEAD_US:
             q = 0.0
-        prob = 1.0 - (1.0 - q) ** (vulnerable * max(0, layers - 1))
         if vulnerable == 0 or layers < 2:
             return Prediction("clean", 0.0, "every worker arrives (QKV tile or chunk) before the merge can bump: "
                                             "no snapshot can follow its producer")
+        # A boundary hangs when some vulnerable worker skews there and no critical worker does: a
+        # critical worker stalled as long at the same boundary delays the bump by as much, so the
+        # late snapshot still comes first.
+        per_boundary = (1.0 - (1.0 - q) ** vulnerable) * (1.0 - q) ** critical
+        prob = 1.0 - (1.0 - per_boundary) ** (layers - 1)
         return Prediction("hang" if prob > 0 else "clean", prob,
-                          f"{vulnerable} workers hold no QKV tile and no chunk; each of their {layers - 1} layer "
-                          f"boundaries skews with p={q:g} for {delay_us:.0f} us (> {LAYER_HEAD_US:g} us of QKV + "
-                          "attention): a late worker snapshots an already-bumped ATTN_RELEASE + 1")
+                          f"{vulnerable} workers hold no QKV tile and no chunk; at each of {layers - 1} layer "
+                          f"boundaries one of them skews with p={1 - (1 - q) ** vulnerable:.3g} for "
+                          f"{delay_us:.0f} us (> {LAYER_HEAD_US:g} us, the layer's head) while none of the "
+                          f"{critical} workers the merge waits for does (p={(1 - q) ** critical:.3g}): the late "
+                          "worker snapshots an already-bumped ATTN_RELEASE + 1")
     if hz == "stale_release":
         if layers < 2:
             return Prediction("clean", 0.0, "one layer: the stuck release value is the right one")

@@ -49,7 +49,10 @@ METRICS = ("slowCTA", "wall", "sumCTA")
 VERDICTS = ("faster", "no-change", "slower", "sloughing", "incorrect")
 PASSING = frozenset({"faster", "no-change"})
 _RANK = {"no-change": 0, "faster": 1, "slower": 2, "sloughing": 3, "incorrect": 4}
-CATALOG_PREFIX = "megakernel:"
+# Catalog sides: `PREFIX:NAME` names a candidate of a megakernel whose faithful check serves
+# every catalog side of that prefix from one warm server (module run with --serve).
+CATALOGS = {"megakernel:": "hazards.megakernel.faithful", "megakernel_layers:": "hazards.megakernel_layers.faithful"}
+CATALOG_PREFIX = "megakernel:"  # the ragged-decode megakernel's (docs and tests name it)
 DEFAULT_WORKERS = (8, 64, 68, 128, 132)
 DEFAULT_REPEATS = 12
 DEFAULT_MIN_EFFECT = 0.02
@@ -140,27 +143,36 @@ class CommandSide(Side):
 
 
 class CatalogServer:
-    """One warm faithful-check server shared by every catalog side of a gate."""
+    """One warm faithful-check server shared by every catalog side of one megakernel."""
 
-    def __init__(self, env: dict[str, str], timeout: float, launches: int) -> None:
+    def __init__(self, env: dict[str, str], timeout: float, launches: int,
+                 module: str = CATALOGS[CATALOG_PREFIX]) -> None:
         from hazards.engine.targets import ServerTarget
 
         self.timeout, self.launches = timeout, launches
-        self.target = ServerTarget([sys.executable, "-m", "hazards.megakernel.faithful", "--serve"],
-                                   env=env, name="megakernel-faithful", handshake_timeout_s=max(timeout, 300.0),
-                                   respawn_every=0)
+        self.target = ServerTarget([sys.executable, "-m", module, "--serve"],
+                                   env=env, name=module.rsplit(".", 2)[-2] + "-faithful",
+                                   handshake_timeout_s=max(timeout, 300.0), respawn_every=0)
 
     def close(self) -> None:
         self.target.close()
 
 
 class CatalogSide(Side):
-    """A named build/configuration of the ragged-decode megakernel (hazards.megakernel.candidates)."""
+    """A named build/configuration of a catalog megakernel: the ragged-decode one
+    (hazards.megakernel.candidates) or the layered one (hazards.megakernel_layers.faithful)."""
 
     def __init__(self, spec: str, server: CatalogServer, cos_min: float) -> None:
-        from hazards.megakernel import candidates
+        prefix = catalog_of(spec)
+        name = spec[len(prefix):]
+        if prefix == CATALOG_PREFIX:
+            from hazards.megakernel import candidates
 
-        self.candidate = candidates.get(spec[len(CATALOG_PREFIX):])
+            self.candidate = candidates.get(name)
+        else:
+            from hazards.megakernel_layers import faithful
+
+            self.candidate = faithful.candidate(name)
         self.label, self.server, self.cos_min = spec, server, cos_min
 
     def sample(self, workers: int, seed: int) -> Sample:
@@ -174,8 +186,13 @@ class CatalogSide(Side):
         return {"label": self.label, "candidate": self.candidate.to_json()}
 
 
+def catalog_of(spec: str) -> str | None:
+    """The catalog prefix `spec` starts with (None: a command)."""
+    return next((prefix for prefix in CATALOGS if spec.startswith(prefix)), None)
+
+
 def is_catalog(spec: str) -> bool:
-    return spec.startswith(CATALOG_PREFIX)
+    return catalog_of(spec) is not None
 
 
 def ratio_interval(base: Sequence[float], cand: Sequence[float], conf: float) -> Interval:
@@ -392,15 +409,14 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
         raise UserError("need 0 < --conf < 1, 0 <= --min-effect < 1, -1 <= --cos-min <= 1, --min-us >= 0")
     cwd = cwd or os.getcwd()
     with exclusive_gpu("hazards gate perf", wait_s) as lease_env:
-        server = None
+        servers: dict[str, CatalogServer] = {}
         try:
-            if any(is_catalog(s) for s in specs):
-                server = CatalogServer(lease_env, timeout, launches)
-
             def side(spec: str) -> Side:
-                if is_catalog(spec):
-                    assert server is not None
-                    return CatalogSide(spec, server, cos_min)
+                prefix = catalog_of(spec)
+                if prefix is not None:
+                    if prefix not in servers:
+                        servers[prefix] = CatalogServer(lease_env, timeout, launches, CATALOGS[prefix])
+                    return CatalogSide(spec, servers[prefix], cos_min)
                 return CommandSide(spec, env=lease_env, cwd=cwd, timeout=timeout, cos_min=cos_min)
 
             base_side = side(baseline)
@@ -410,7 +426,7 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
             pairs = sample_pairs(base_side, cand_sides, list(workers), repeats, progress,
                                  lambda s: check_repeats(s, tasks, len(workers), repeats, conf, min_us))
         finally:
-            if server is not None:
+            for server in servers.values():
                 server.close()
     results = []
     for c in cand_sides:

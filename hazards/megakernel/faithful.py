@@ -24,7 +24,7 @@ import json
 import math
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from hazards.engine import profiler
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
@@ -137,7 +137,9 @@ class RingTooSmall(ValueError):
     """The profiler ring overflowed: the metrics would be of a truncated launch."""
 
 
-def _workers(arg: int | None) -> int | None:
+def workers_from_env(arg: int | None) -> int | None:
+    """The grid size of a faithful check: --workers, else $HZ_NUM_WORKERS (the perf gate's
+    way of passing it), else None (every SM)."""
     if arg is not None:
         return arg
     env = os.environ.get("HZ_NUM_WORKERS")
@@ -150,13 +152,26 @@ def _workers(arg: int | None) -> int | None:
     return value
 
 
+def faithful_parser(prog: str, doc: str | None, candidate_names: list[str], launches_help: str) -> argparse.ArgumentParser:
+    """The arguments every faithful check takes (what the perf gate relies on): --serve,
+    --candidate, --workers, --launches, --cos-min. A check adds its own after."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--serve", action="store_true", help="speak the JSON-lines server protocol")
+    ap.add_argument("--candidate", default="production", help=f"one of: {', '.join(candidate_names)}")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="persistent grid size (default: $HZ_NUM_WORKERS, else every SM)")
+    ap.add_argument("--launches", type=int, default=DEFAULT_LAUNCHES, help=launches_help)
+    ap.add_argument("--cos-min", type=float, default=DEFAULT_COS_MIN, help="correctness threshold on cos")
+    return ap
+
+
 def _exit_for(exc: BaseException) -> int:
     return 3 if _device_error(exc) else 2
 
 
 def once(args: argparse.Namespace) -> int:
     try:
-        workers = _workers(args.workers)
+        workers = workers_from_env(args.workers)
         if workers is not None and workers < 1:
             raise ValueError(f"the worker count must be >= 1, got {workers}")
         cand = candidates.get(args.candidate)
@@ -169,22 +184,30 @@ def once(args: argparse.Namespace) -> int:
     return 1 if res["mismatched"] else 0
 
 
-def handle(faithful: Faithful, req: dict[str, Any]) -> dict[str, Any]:
-    """One protocol request: check one call, profile `launches` calls; a bad_request reply
-    saying why not; a device error ends the server (a sticky CUDA error poisons the context)."""
+def parse_request(req: dict[str, Any], lookup: Callable[[str], Any]) -> tuple[Any, int | None, int, float, int]:
+    """(candidate, workers, launches, cos_min, seed) of a faithful server request (params
+    candidate or variant, workers, seed, cos_min); UserError says what is wrong with it.
+    `lookup` turns a candidate name into the candidate (UserError for an unknown one)."""
     params = req.get("params") or {}
     unknown = set(params) - {"candidate", "variant", "workers", "seed", "cos_min"}
     if unknown:
-        return {"status": "bad_request", "message": f"unknown params: {sorted(unknown)}"}
-    try:
-        cand = candidates.get(str(params.get("candidate", params.get("variant", "production"))))
-    except UserError as exc:
-        return {"status": "bad_request", "message": str(exc)}
+        raise UserError(f"unknown params: {sorted(unknown)}")
+    cand = lookup(str(params.get("candidate", params.get("variant", "production"))))
     workers = params.get("workers")
     if workers is not None and (type(workers) is not int or workers < 1):
-        return {"status": "bad_request", "message": f"workers must be a positive integer, got {workers!r}"}
+        raise UserError(f"workers must be a positive integer, got {workers!r}")
     launches = int(req.get("launches", 1))
-    cos_min, seed = float(params.get("cos_min", DEFAULT_COS_MIN)), int(params.get("seed", req.get("id")))
+    cos_min, seed = float(params.get("cos_min", DEFAULT_COS_MIN)), int(params.get("seed", req.get("id") or 0))
+    return cand, workers, launches, cos_min, seed
+
+
+def handle(faithful: Faithful, req: dict[str, Any]) -> dict[str, Any]:
+    """One protocol request: check one call, profile `launches` calls; a bad_request reply
+    saying why not; a device error ends the server (a sticky CUDA error poisons the context)."""
+    try:
+        cand, workers, launches, cos_min, seed = parse_request(req, candidates.get)
+    except UserError as exc:
+        return {"status": "bad_request", "message": str(exc)}
     try:
         res = faithful.measure(cand, workers, launches, seed, cos_min)
     except RingTooSmall as exc:
@@ -206,17 +229,11 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m hazards.megakernel.faithful", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--serve", action="store_true", help="speak the JSON-lines server protocol")
-    ap.add_argument("--candidate", default="production", help=f"one of: {', '.join(candidates.CANDIDATES)}")
-    ap.add_argument("--workers", type=int, default=None,
-                    help="persistent grid size (default: $HZ_NUM_WORKERS, else every SM)")
-    ap.add_argument("--launches", type=int, default=DEFAULT_LAUNCHES, help="profiled calls (medians over them)")
+    ap = faithful_parser("python3 -m hazards.megakernel.faithful", __doc__, list(candidates.CANDIDATES),
+                         "profiled calls (medians over them)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the call's draw (not --serve)")
     ap.add_argument("--lens-scale", type=int, default=1, help="divide the seed's lengths by this")
     ap.add_argument("--ring", type=int, default=RING_CAPACITY, help="profiler ring capacity (spans per launch)")
-    ap.add_argument("--cos-min", type=float, default=DEFAULT_COS_MIN, help="correctness threshold on cos")
     args = ap.parse_args(argv)
     if args.launches < 1 or args.lens_scale < 1 or args.ring < 1 or not -1.0 <= args.cos_min <= 1.0:
         print("faithful check: --launches, --lens-scale and --ring must be >= 1, --cos-min in [-1, 1]",

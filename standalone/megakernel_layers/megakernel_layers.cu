@@ -43,8 +43,10 @@
 #include "mkl_reference.cuh"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 
 namespace {
 
@@ -625,10 +627,184 @@ int run_bench(const std::string& text) {
   }
 }
 
+// ---- --profile: the per-task profiler of a -DHZ_PROFILER build ------------------------------
+// Request {"params": {...}, "launches": N, "ring": PATH}: one checked launch (relative L2
+// error and cosine of the final hidden state against the device reference), two warm-up
+// launches, then N profiled launches, each writing its ring to PATH as u64 words: claimed,
+// capacity, then capacity x HZ_PROF_RECORD_WORDS record words (hazards.megakernel_layers.
+// faithful decodes them). Reply: one `MKL_PROFILE {json}` line. `--profile-serve` answers
+// such requests, one per stdin line, keeping the model warm between them.
+
+// Spans one launch can record: every task instance of every layer, and each block's lifetime.
+size_t prof_capacity(const Setup& u) {
+  const size_t per_layer = (size_t)u.QT + u.C + 1 + u.n_rows + 1 + (size_t)u.s.K * u.T13 + u.n_rows;
+  return (size_t)u.G + (size_t)u.L * per_layer;
+}
+
+struct ProfRing {
+  uint64_t* records = nullptr;
+  unsigned long long* claimed = nullptr;
+  size_t capacity = 0;
+} g_ring;
+
+hz_prof_t prof_ring(size_t capacity) {
+  if (g_ring.capacity < capacity) {
+    if (g_ring.records) HZ_CHECK(cudaFree(g_ring.records));
+    if (g_ring.claimed) HZ_CHECK(cudaFree(g_ring.claimed));
+    g_ring.records = dalloc<uint64_t>(capacity * HZ_PROF_RECORD_WORDS);
+    g_ring.claimed = dalloc<unsigned long long>(1);
+    g_ring.capacity = capacity;
+  }
+  hz_prof_t r{};
+  r.records = g_ring.records;
+  r.claimed = g_ring.claimed;
+  r.capacity = (uint32_t)capacity;
+  return r;
+}
+
+std::string profile_once(const std::string& text, const hz::FamilyTable& table, const hz::Device& d,
+                         cudaStream_t st) {
+  hz::json::Value req;
+  std::string err;
+  if (!hz::json::parse(text, req, err) || req.type != hz::json::Value::Object)
+    throw hz::BadRequest("profile request: " + err);
+  long launches = 5;
+  if (const hz::json::Value* v = req.get("launches")) {
+    if (!v->is_integer() || v->num < 1 || v->num > 10000) throw hz::BadRequest("launches must be in [1, 10000]");
+    launches = (long)v->num;
+  }
+  const hz::json::Value* ring_path = req.get("ring");
+  if (!ring_path || ring_path->type != hz::json::Value::String || ring_path->str.empty())
+    throw hz::BadRequest("profile request needs \"ring\": the path to write the rings to");
+  hz::json::Value params;
+  params.type = hz::json::Value::Object;
+  if (const hz::json::Value* v = req.get("params")) params = *v;
+  hz::Params hp = hz::detail::resolve(table, params);
+  const Setup u = resolve_setup(hp, d);
+  Model& m = ensure_model(u, st);
+  ensure_scratch(u);
+  pack_input(m, u.hazard == HZ_DEAD_FLAG, st);
+  Scratch& sc = g_scratch;
+  HZ_CHECK(cudaMemsetAsync(sc.sync, 0, (size_t)sync_bytes(u.s.E), st));  // epochs restart at step 0
+  Params p = make_params(u, m);
+  const hz_tw_t tw = u.tripwire ? tripwire_launch((uint32_t)u.G) : hz_tw_t{};
+  int step = 0;
+  // the checked launch: intermediates poisoned, the output against the reference on the host
+  HZ_CHECK(cudaMemsetAsync(sc.poisoned, 0xFF, sc.poisoned_floats * sizeof(float), st));
+  poison_new_rows<<<u.L, 256, 0, st>>>(m.kc, m.vc, m.cache_l, u.seq, u.s.NKV * HD);
+  HZ_CHECK_LAUNCH();
+  p.step = step++;
+  p.seed = hz::splitmix64(0x9e3779b97f4a7c15ull + (uint64_t)p.step);
+  HZ_CHECK(launch_step(p, u.tripwire, tw, st));
+  std::vector<float> out(u.s.D), ref(u.s.D);
+  HZ_CHECK(cudaMemcpyAsync(out.data(), sc.xres, u.s.D * sizeof(float), cudaMemcpyDeviceToHost, st));
+  HZ_CHECK(cudaMemcpyAsync(ref.data(), m.ref_out, u.s.D * sizeof(float), cudaMemcpyDeviceToHost, st));
+  HZ_CHECK(cudaStreamSynchronize(st));
+  double dot = 0, no = 0, nr = 0, nd = 0;
+  bool finite = true;
+  for (int i = 0; i < u.s.D; ++i) {
+    finite = finite && std::isfinite(out[i]);
+    dot += (double)out[i] * ref[i];
+    no += (double)out[i] * out[i];
+    nr += (double)ref[i] * ref[i];
+    nd += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
+  }
+  const double cos = finite ? (no > 0 && nr > 0 ? dot / std::sqrt(no * nr) : (no == nr ? 1.0 : 0.0)) : -1.0;
+  const double rel = finite ? std::sqrt(nd / nr) : (double)hz::kNonFiniteRelErr;
+  // warm-up, then the profiled launches
+  for (int i = 0; i < 2; ++i) {
+    p.step = step++;
+    HZ_CHECK(launch_step(p, u.tripwire, tw, st));
+  }
+  const size_t cap = prof_capacity(u);
+  p.prof = prof_ring(cap);
+  std::ofstream f(ring_path->str, std::ios::binary | std::ios::trunc);
+  if (!f) throw hz::BadRequest("cannot write " + ring_path->str);
+  std::vector<uint64_t> host(2 + cap * HZ_PROF_RECORD_WORDS);
+  cudaEvent_t ev[2];
+  HZ_CHECK(cudaEventCreate(&ev[0]));
+  HZ_CHECK(cudaEventCreate(&ev[1]));
+  std::string us_json = "[";
+  for (long i = 0; i < launches; ++i) {
+    HZ_CHECK(cudaMemsetAsync(g_ring.claimed, 0, sizeof(unsigned long long), st));
+    HZ_CHECK(cudaMemsetAsync(g_ring.records, 0, cap * HZ_PROF_RECORD_WORDS * sizeof(uint64_t), st));
+    p.step = step++;
+    HZ_CHECK(cudaEventRecord(ev[0], st));
+    HZ_CHECK(launch_step(p, u.tripwire, tw, st));
+    HZ_CHECK(cudaEventRecord(ev[1], st));
+    HZ_CHECK(cudaMemcpyAsync(&host[0], g_ring.claimed, sizeof(uint64_t), cudaMemcpyDeviceToHost, st));
+    HZ_CHECK(cudaMemcpyAsync(&host[2], g_ring.records, cap * HZ_PROF_RECORD_WORDS * sizeof(uint64_t),
+                             cudaMemcpyDeviceToHost, st));
+    HZ_CHECK(cudaStreamSynchronize(st));
+    host[1] = cap;
+    float ms = 0.f;
+    HZ_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    us_json += (i ? "," : "") + hz::json::number(ms * 1e3);
+    f.write(reinterpret_cast<const char*>(host.data()), (std::streamsize)(host.size() * sizeof(uint64_t)));
+  }
+  HZ_CHECK(cudaEventDestroy(ev[0]));
+  HZ_CHECK(cudaEventDestroy(ev[1]));
+  f.close();
+  if (!f) throw hz::BadRequest("cannot write " + ring_path->str);
+  hz::json::Writer w;
+  w.str("status", "ok").num("launches", (double)launches).num("capacity", (double)cap)
+      .num("cos", cos).num("rel_err", rel).num("tol", u.tol).str("task_names", MKL_TASK_NAMES)
+      .num("grid", u.G).num("chunks", u.C).num("qkv_tiles", u.QT).num("w13_tiles", u.T13).num("layers", u.L)
+      .num("seq", u.seq).num("bytes_per_step", step_bytes(u)).str("hazard", kHazardNames[u.hazard])
+      .num("gemv_depth", u.gemv_depth).str("tripwire", u.tripwire ? "on" : "off").str("device", d.prop.name)
+      .raw("kernel_us", us_json + "]").value("resolved", hp.values);
+  return "MKL_PROFILE " + w.done();
+}
+
+int run_profile(int argc, char** argv) {
+#if !HZ_PROF_ENABLED || !defined(HZ_HAVE_FAMILY_TABLE)
+  (void)argc;
+  (void)argv;
+  (void)&profile_once;
+  std::fprintf(stderr, "hz: bad request: this binary was built without -DHZ_PROFILER or without its family table "
+                       "(build it through hazards with the profiler on)\n");
+  return 2;
+#else
+  const hz::FamilyTable table = hz::FamilyTable::parse(hz::kFamilyTableJson);
+  const bool serve = std::string(argv[1]) == "--profile-serve";
+  hz::Device d;
+  cudaStream_t st;
+  try {
+    HZ_CHECK(cudaSetDevice(0));
+    HZ_CHECK(cudaGetDeviceProperties(&d.prop, 0));
+    HZ_CHECK(cudaStreamCreate(&st));
+  } catch (const hz::DeviceFault& e) {
+    std::fprintf(stderr, "hz: device fault: %s\n", e.what());
+    return 3;
+  }
+  auto answer = [&](const std::string& text) -> int {
+    try {
+      hz::detail::emit(profile_once(text, table, d, st));
+      return 0;
+    } catch (const hz::DeviceFault& e) {  // a sticky error poisons the context: stop
+      hz::detail::emit(std::string("MKL_PROFILE ") + hz::detail::error_reply("fault", e.what()));
+      return 3;
+    } catch (const std::exception& e) {   // bad request (hz::BadRequest, a parse error)
+      hz::detail::emit(std::string("MKL_PROFILE ") + hz::detail::error_reply("bad_request", e.what()));
+      return 2;
+    }
+  };
+  if (!serve) return argc >= 3 ? answer(argv[2]) : 2;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    if (answer(line) == 3) return 3;
+  }
+  return 0;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "--bench") return run_bench(argv[2]);
+  if (argc >= 2 && (std::string(argv[1]) == "--profile" || std::string(argv[1]) == "--profile-serve"))
+    return run_profile(argc, argv);
   if (argc >= 4 && std::string(argv[1]) == "--dump") {  // --dump PATH JSON: one checked launch
     g_dump_path = argv[2];
     char once[] = "--once";

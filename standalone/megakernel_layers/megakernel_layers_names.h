@@ -32,6 +32,7 @@ enum MklBarrier {
 };
 
 // The task kinds, by numeric id (the profiler's key; never reuse an id for another kind).
+// TASK_WORKER is a block's whole lifetime in the launch (no phase has its id).
 enum MklTask {
   TASK_QKV = 2,
   TASK_ATTN_CHUNK = 3,
@@ -40,4 +41,7 @@ enum MklTask {
   TASK_ROUTER_TOPK = 6,
   TASK_MOE_W13 = 7,
   TASK_MOE_W2 = 8,
+  TASK_WORKER = 11,
 };
+// Their names, exported once (the profiled binary prints them; Python keeps no second list).
+#define MKL_TASK_NAMES "2=qkv,3=attn_chunk,4=attn_merge,5=oproj,6=router_topk,7=moe_w13,8=moe_w2,11=worker"

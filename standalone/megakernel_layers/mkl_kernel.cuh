@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "../common/check.cuh"
+#include "../include/hz_profiler.h"
 #include "../include/hz_tripwire.h"
 #include "megakernel_layers_names.h"
 #include "mkl_model.h"
@@ -77,6 +78,7 @@ struct Params {
   float* swiglu;            // (K, I)
   const unsigned long long* ml_table;  // (L, N_SLOTS) per-layer descriptor table
   uint32_t* sync;           // the sync arena (mkl_sync.cuh)
+  hz_prof_t prof;           // per-task profiler ring (used only in -DHZ_PROFILER builds)
 };
 
 // Shared memory: the descriptor, routing, reduction scratch, then one float arena.
@@ -181,10 +183,69 @@ __device__ __forceinline__ float block_sum(float v, SmemHead* hd) {
 // discarded) so the loads never branch. Each warp leaves its item's partial sums in smem;
 // thread g then adds its group's parts in a fixed order (deterministic) and calls
 // emit(first row, acc[GEMV_ROWS], valid rows).
-template <int DEPTH, typename Emit>
-__device__ __forceinline__ void gemv_block(const __nv_bfloat16* const* base, int nseg, long long row_stride,
-                                           int seg_len, const float* act, int r0, int r1, float* red, Emit emit) {
+
+// One round of work items: the loads and FMAs, i.e. the kernel's hot loop. Warp w takes
+// items w, w + NWARPS, ...; lane sums the 8-column chunks lane, lane + 32, ... of its item's
+// part in that order, the warp adds its lanes with a butterfly and lane 0 leaves the sums in
+// red[item * GEMV_ROWS + j]. DEPTH iterations' loads are issued before any of them is
+// consumed (a chunk past the part's end is clamped, loaded and discarded); the sums run in
+// the same order for every DEPTH, so every depth gives the same bits. DEPTH 1 is what GPU
+// round 2 measured: nvcc then keeps one iteration (4 x 16 B per lane) in flight and the GEMVs
+// run latency-bound; DEPTH 4 keeps 16 x 16 B per lane in flight (128 KB per SM).
+// Out of line (__noinline__): one copy per depth serves all four GEMVs of both kernel
+// instances. Inlined, the eight copies (two depths x four sites) made up most of a 340 KB
+// kernel, and what the tripwire adds to the kernel body then moved every copy.
+template <int DEPTH>
+__device__ __noinline__ void gemv_round(const __nv_bfloat16* const* base, long long row_stride, int seg_len,
+                                        const float* act, int r0, int r1, int g0, int items, int ipg, int kparts,
+                                        int per_part, float* red) {
+  __builtin_assume(__isShared(act));
+  __builtin_assume(__isShared(red));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nchunk = seg_len >> 3;
+  for (int it = warp; it < items; it += NWARPS) {
+    const int g = g0 + it / ipg, rest = it % ipg, sg = rest / kparts, kp = rest % kparts;
+    const int rb = r0 + g * GEMV_ROWS;
+    const __nv_bfloat16* rows[GEMV_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) rows[j] = base[sg] + (long long)min(rb + j, r1 - 1) * row_stride;
+    const float* a = act + (long long)sg * seg_len;
+    float acc[GEMV_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = 0.f;
+    const int c1 = min(nchunk, (kp + 1) * per_part);
+    for (int c = kp * per_part + lane; c < c1; c += 32 * DEPTH) {
+      uint4 w[DEPTH][GEMV_ROWS];
+#pragma unroll
+      for (int u = 0; u < DEPTH; ++u) {
+        const int cu = min(c + 32 * u, c1 - 1);
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j) w[u][j] = ld_weights(rows[j] + 8 * cu);
+      }
+#pragma unroll
+      for (int u = 0; u < DEPTH; ++u) {
+        const int cu = c + 32 * u;
+        if (cu < c1) {
+          const float4 a0 = *reinterpret_cast<const float4*>(a + 8 * cu);
+          const float4 a1 = *reinterpret_cast<const float4*>(a + 8 * cu + 4);
+#pragma unroll
+          for (int j = 0; j < GEMV_ROWS; ++j) acc[j] += dot8(w[u][j], a0, a1);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = warp_sum(acc[j]);
+    if (lane == 0)
+#pragma unroll
+      for (int j = 0; j < GEMV_ROWS; ++j) red[it * GEMV_ROWS + j] = acc[j];
+  }
+}
+
+// `depth`: Params::gemv_depth (4, or 1: the loop round 2 measured).
+template <typename Emit>
+__device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const* base, int nseg,
+                                           long long row_stride, int seg_len, const float* act, int r0, int r1,
+                                           float* red, Emit emit) {
   const int nchunk = seg_len >> 3;
   const int ngroups = (r1 - r0 + GEMV_ROWS - 1) / GEMV_ROWS;
   if (ngroups <= 0) return;
@@ -195,47 +256,8 @@ __device__ __forceinline__ void gemv_block(const __nv_bfloat16* const* base, int
   const int gpb = max(1, GEMV_MAX_ITEMS / ipg);      // groups per round
   for (int g0 = 0; g0 < ngroups; g0 += gpb) {
     const int gn = min(gpb, ngroups - g0);
-    for (int it = warp; it < gn * ipg; it += NWARPS) {
-      const int g = g0 + it / ipg, rest = it % ipg, sg = rest / kparts, kp = rest % kparts;
-      const int rb = r0 + g * GEMV_ROWS;
-      const __nv_bfloat16* rows[GEMV_ROWS];
-#pragma unroll
-      for (int j = 0; j < GEMV_ROWS; ++j) rows[j] = base[sg] + (long long)min(rb + j, r1 - 1) * row_stride;
-      const float* a = act + (long long)sg * seg_len;
-      float acc[GEMV_ROWS];
-#pragma unroll
-      for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = 0.f;
-      const int c1 = min(nchunk, (kp + 1) * per_part);
-      // DEPTH iterations' loads are issued before any of them is consumed (a chunk past c1 is
-      // clamped, loaded and discarded); the sums run in the same order for every DEPTH, so
-      // every depth gives the same bits. DEPTH 1 is what GPU round 2 measured: nvcc then
-      // keeps one iteration (4 x 16 B per lane) in flight, which leaves the GEMVs
-      // latency-bound (docs/results/megakernel-layers-h200.md).
-      for (int c = kp * per_part + lane; c < c1; c += 32 * DEPTH) {
-        uint4 w[DEPTH][GEMV_ROWS];
-#pragma unroll
-        for (int u = 0; u < DEPTH; ++u) {
-          const int cu = min(c + 32 * u, c1 - 1);
-#pragma unroll
-          for (int j = 0; j < GEMV_ROWS; ++j) w[u][j] = ld_weights(rows[j] + 8 * cu);
-        }
-#pragma unroll
-        for (int u = 0; u < DEPTH; ++u) {
-          const int cu = c + 32 * u;
-          if (cu < c1) {
-            const float4 a0 = *reinterpret_cast<const float4*>(a + 8 * cu);
-            const float4 a1 = *reinterpret_cast<const float4*>(a + 8 * cu + 4);
-#pragma unroll
-            for (int j = 0; j < GEMV_ROWS; ++j) acc[j] += dot8(w[u][j], a0, a1);
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = warp_sum(acc[j]);
-      if (lane == 0)
-#pragma unroll
-        for (int j = 0; j < GEMV_ROWS; ++j) red[it * GEMV_ROWS + j] = acc[j];
-    }
+    if (depth >= 4) gemv_round<4>(base, row_stride, seg_len, act, r0, r1, g0, gn * ipg, ipg, kparts, per_part, red);
+    else gemv_round<1>(base, row_stride, seg_len, act, r0, r1, g0, gn * ipg, ipg, kparts, per_part, red);
     __syncthreads();
     for (int gl = threadIdx.x; gl < gn; gl += THREADS) {
       float a[GEMV_ROWS];
@@ -251,13 +273,6 @@ __device__ __forceinline__ void gemv_block(const __nv_bfloat16* const* base, int
   }
 }
 
-// The block GEMV at the request's load depth (Params::gemv_depth: 1 or 4).
-#define MKL_GEMV(...) \
-  do {                 \
-    if (p.gemv_depth >= 4) gemv_block<4>(__VA_ARGS__); \
-    else gemv_block<1>(__VA_ARGS__);                   \
-  } while (0)
-
 // ---- tripwire helpers (only the TW=true instance stores anything) -------------------------
 
 template <bool TW>
@@ -265,28 +280,65 @@ __device__ __forceinline__ void tw_mark(hz_tw_ctx* tw, int layer, int phase, int
   if (TW && threadIdx.x == 0) hz_tw_mark(tw, (uint32_t)layer, (uint32_t)phase, (uint32_t)tile);
 }
 
-// The leader waits until *flag >= want (acquire). While it waits it publishes the watch
-// every HZ_TW_SPIN_STRIDE polls and, beside it, the arrival counter that feeds the flag
-// (aux0: its value, aux1: what completes it, aux2: the expert or -1).
+// The rest of a watched wait whose first poll found `obs` < want: every HZ_TW_SPIN_STRIDE
+// polls the leader publishes the watch and, beside it, the arrival counter that feeds the
+// flag (aux0: its value, aux1: what completes it, aux2: the expert or -1). Out of line: the
+// tripwire's bookkeeping stays out of the kernel body (code the instance pays for only
+// while it really waits).
+__device__ __noinline__ uint32_t wait_ge_watched(hz_tw_ctx* tw, const uint32_t* flag, uint32_t want, uint32_t bar,
+                                                 const uint32_t* feeder, uint32_t feeder_want, int expert,
+                                                 uint32_t obs) {
+  do {
+    hz_tw_poll(tw, bar, obs, want);
+    if ((tw->spins & (HZ_TW_SPIN_STRIDE - 1u)) == 0u) {
+      hz_tw_aux(tw, 0, feeder ? (uint64_t)load_relaxed(feeder) : ~0ull);
+      hz_tw_aux(tw, 1, feeder_want);
+      hz_tw_aux(tw, 2, (uint64_t)(int64_t)expert);
+    }
+    obs = poll_acquire(flag);
+  } while (obs < want);
+  hz_tw_passed(tw, bar, obs, want);
+  return obs;
+}
+
+// The leader waits until *flag >= want (acquire); the TW instance watches the wait.
 template <bool TW>
 __device__ __forceinline__ uint32_t wait_ge(hz_tw_ctx* tw, const uint32_t* flag, uint32_t want, uint32_t bar,
                                             const uint32_t* feeder, uint32_t feeder_want, int expert) {
   uint32_t obs = poll_acquire(flag);
   if (obs >= want) return obs;
-  do {
-    if (TW) {
-      hz_tw_poll(tw, bar, obs, want);
-      if ((tw->spins & (HZ_TW_SPIN_STRIDE - 1u)) == 0u) {
-        hz_tw_aux(tw, 0, feeder ? (uint64_t)load_relaxed(feeder) : ~0ull);
-        hz_tw_aux(tw, 1, feeder_want);
-        hz_tw_aux(tw, 2, (uint64_t)(int64_t)expert);
-      }
-    }
-    obs = poll_acquire(flag);
-  } while (obs < want);
-  if (TW) hz_tw_passed(tw, bar, obs, want);
-  return obs;
+  if constexpr (TW) {
+    return wait_ge_watched(tw, flag, want, bar, feeder, feeder_want, expert, obs);
+  } else {
+    do {
+      obs = poll_acquire(flag);
+    } while (obs < want);
+    return obs;
+  }
 }
+
+// ---- per-task profiler (hz_profiler.h; compiled in only with -DHZ_PROFILER) ---------------
+// Thread 0 stamps a task instance once its inputs are there (after its wait) and records it
+// once its output is published (after its arrival or release), so a span is the task's own
+// time and the waits are the gaps between spans. Task ids: MklTask; aux = layer:32 | unit:32
+// (tile, chunk or worker). One out-of-line recorder: the PTX test counts its stores.
+#if HZ_PROF_ENABLED
+__device__ __noinline__ void mkl_prof_record(hz_prof_t prof, uint32_t task, uint64_t begin, uint32_t layer,
+                                             uint32_t unit) {
+  HZ_PROF_END(prof, task, begin, ((uint64_t)layer << 32) | unit);
+}
+#define MKL_PROF_STAMP(span) \
+  do {                       \
+    if (threadIdx.x == 0) HZ_PROF_RESTAMP(span); \
+  } while (0)
+#define MKL_PROF_RECORD(task, span, layer, unit) \
+  do {                                           \
+    if (threadIdx.x == 0) mkl_prof_record(p.prof, (task), (span), (uint32_t)(layer), (uint32_t)(unit)); \
+  } while (0)
+#else
+#define MKL_PROF_STAMP(span) HZ_PROF_RESTAMP(span)
+#define MKL_PROF_RECORD(task, span, layer, unit) HZ_PROF_END(p.prof, task, span, layer)
+#endif
 
 __device__ __forceinline__ uint32_t* sync_word(const Params& p, int w) { return word_at(p.sync, single_off(w)); }
 
@@ -322,49 +374,68 @@ __device__ __forceinline__ void rmsnorm_to(const float* x, const float* w, float
 // One attention chunk for every head: tokens [t0, t1) of this layer's cache (row seq is the
 // new token). Warps: kv head = warp % NKV, token lane-blocks interleaved over the
 // NWARPS / NKV warps of a head; lane = token for the scores, lane = dim pair for P.V.
-// Writes the chunk's (m, l, acc) per q head into `part` (NQ x (2 + HD)).
-__device__ void attend_chunk(const Params& p, const SmemHead* hd, float* arena, int t0, int t1, float* part) {
-  const Shape& s = p.s;
+// Writes the chunk's (m, l, acc) per q head into `part` (NQ x (2 + HD)). The head group
+// GQ = NQ / NKV and NKV are template arguments (default shape 8, 8; small 4, 4): every loop
+// over a head group has a compile-time bound, and the 32 V rows of a block sit at constant
+// offsets from one address (held in registers, the 32 offsets spilled).
+// Per 32-token block a lane loads its token's whole K row (8 x 16 B) at once and, once the
+// scores are computed, its dim pair of all 32 V rows (32 x 4 B) before using any of them:
+// two L2 round trips a block. (Round 2 loaded V one token at a time inside the P.V loop:
+// 32 dependent round trips a block, on the critical path of every layer.) P.V reads each
+// token's probabilities from shared memory as a broadcast instead of shuffling them from
+// the token's lane (32 x GQ shuffles a block). The arithmetic and its order are unchanged.
+// Out of line: its registers are its own (inlined, the P.V loop spilled).
+template <int GQ, int NKV>
+__device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, const __nv_bfloat16* kc,
+                                          const __nv_bfloat16* vc, float* arena, int t0, int t1, float* part) {
+  static_assert(GQ % 4 == 0, "P rows are read four heads at a time");
+  __builtin_assume(__isShared(arena));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int GQ = s.NQ / s.NKV, wpk = NWARPS / s.NKV;
-  const int kvh = warp % s.NKV, sub = warp / s.NKV;
+  constexpr int wpk = NWARPS / NKV;
+  const int kvh = warp % NKV, sub = warp / NKV;
   float* q = arena;                          // (NQ, HD)
   float* scratch = arena + s.NQ * HD;        // (NWARPS, GQ, 2 + HD)
-  for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = p.qbuf[i];
+  for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = qbuf[i];
   __syncthreads();
-  const __nv_bfloat16* kc = dptr<__nv_bfloat16>(hd, SLOT_KCACHE);
-  const __nv_bfloat16* vc = dptr<__nv_bfloat16>(hd, SLOT_VCACHE);
   constexpr float scale = 0.125f;  // 1/sqrt(64)
-  float m[8], l[8], acc[8][2];
+  float m[GQ], l[GQ], acc[GQ][2];
 #pragma unroll
-  for (int g = 0; g < 8; ++g) { m[g] = -INFINITY; l[g] = 0.f; acc[g][0] = acc[g][1] = 0.f; }
+  for (int g = 0; g < GQ; ++g) { m[g] = -INFINITY; l[g] = 0.f; acc[g][0] = acc[g][1] = 0.f; }
+  constexpr int vstride = NKV * HD / 2;  // u32 words from one token's V row to the next
   for (int base = t0 + 32 * sub; base < t1; base += 32 * wpk) {
     const int tok = base + lane;
     const bool valid = tok < t1;
-    float sc[8];
+    const int ntok = min(32, t1 - base);
+    const __nv_bfloat16* krow = kc + ((size_t)(valid ? tok : base) * NKV + kvh) * HD;
+    uint4 kr[2][4];
 #pragma unroll
-    for (int g = 0; g < 8; ++g) sc[g] = 0.f;
-    const __nv_bfloat16* krow = kc + ((size_t)(valid ? tok : base) * s.NKV + kvh) * HD;
+    for (int half = 0; half < 2; ++half)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {  // half a K row at a time: fewer live registers
-      uint4 kr[4];
+      for (int i = 0; i < 4; ++i) kr[half][i] = ld_l2(krow + 32 * half + 8 * i);
+    float sc[GQ];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) kr[i] = ld_l2(krow + 32 * half + 8 * i);
+    for (int g = 0; g < GQ; ++g) sc[g] = 0.f;
 #pragma unroll
-      for (int g = 0; g < 8; ++g) {
-        if (g >= GQ) break;
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int g = 0; g < GQ; ++g) {
         const float* qg = q + (kvh * GQ + g) * HD + 32 * half;
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          sc[g] += dot8(kr[i], *reinterpret_cast<const float4*>(qg + 8 * i), *reinterpret_cast<const float4*>(qg + 8 * i + 4));
+          sc[g] += dot8(kr[half][i], *reinterpret_cast<const float4*>(qg + 8 * i),
+                        *reinterpret_cast<const float4*>(qg + 8 * i + 4));
       }
     }
+    // this block's V: lane = dim pair, one u32 per token (rows past the block's end: none)
+    const unsigned int* vcol = reinterpret_cast<const unsigned int*>(vc + ((size_t)base * NKV + kvh) * HD) + lane;
+    uint32_t vv[32];
 #pragma unroll
-    for (int g = 0; g < 8; ++g) sc[g] = valid ? sc[g] * scale : -INFINITY;
-    float pr[8];
+    for (int t = 0; t < 32; ++t) vv[t] = t < ntok ? __ldcg(vcol + t * vstride) : 0u;
 #pragma unroll
-    for (int g = 0; g < 8; ++g) {
-      if (g >= GQ) break;
+    for (int g = 0; g < GQ; ++g) sc[g] = valid ? sc[g] * scale : -INFINITY;
+    float pr[GQ];
+#pragma unroll
+    for (int g = 0; g < GQ; ++g) {
       const float mx = warp_max(sc[g]);  // finite: lane 0's token is valid
       const float mn = fmaxf(m[g], mx);
       const float alpha = expf(m[g] - mn);  // m = -inf -> 0
@@ -374,23 +445,34 @@ __device__ void attend_chunk(const Params& p, const SmemHead* hd, float* arena, 
       acc[g][1] *= alpha;
       m[g] = mn;
     }
-    const int ntok = min(32, t1 - base);
-    for (int t = 0; t < ntok; ++t) {
-      const uint32_t vv = __ldcg(reinterpret_cast<const unsigned int*>(vc + ((size_t)(base + t) * s.NKV + kvh) * HD) + lane);
-      const float v0 = bf_lo(vv), v1 = bf_hi(vv);
+    // P to this warp's own scratch slot (free until the combine below), then every lane reads
+    // token t's probabilities as a broadcast: the same values as shuffling them from lane t,
+    // without 32 x GQ shuffles a block
+    float* prs = scratch + (size_t)warp * GQ * (2 + HD);
 #pragma unroll
-      for (int g = 0; g < 8; ++g) {
-        if (g >= GQ) break;
-        const float pg = __shfl_sync(0xffffffffu, pr[g], t);
-        acc[g][0] = fmaf(pg, v0, acc[g][0]);
-        acc[g][1] = fmaf(pg, v1, acc[g][1]);
+    for (int g = 0; g < GQ; g += 4)
+      *reinterpret_cast<float4*>(prs + lane * GQ + g) = make_float4(pr[g], pr[g + 1], pr[g + 2], pr[g + 3]);
+    __syncwarp();
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      if (t >= ntok) break;  // warp-uniform
+      const float v0 = bf_lo(vv[t]), v1 = bf_hi(vv[t]);
+#pragma unroll
+      for (int g = 0; g < GQ; g += 4) {
+        const float4 pg = *reinterpret_cast<const float4*>(prs + t * GQ + g);
+        const float pgs[4] = {pg.x, pg.y, pg.z, pg.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          acc[g + k][0] = fmaf(pgs[k], v0, acc[g + k][0]);
+          acc[g + k][1] = fmaf(pgs[k], v1, acc[g + k][1]);
+        }
       }
     }
+    __syncwarp();  // the next block, or the combine below, rewrites prs
   }
   // this warp's (m, l, acc) per head into scratch, then combine the warps of each head
 #pragma unroll
-  for (int g = 0; g < 8; ++g) {
-    if (g >= GQ) break;
+  for (int g = 0; g < GQ; ++g) {
     const float lt = warp_sum(l[g]);
     float* sw = scratch + ((size_t)warp * GQ + g) * (2 + HD);
     if (lane == 0) { sw[0] = m[g]; sw[1] = lt; }
@@ -423,9 +505,9 @@ __device__ void attend_chunk(const Params& p, const SmemHead* hd, float* arena, 
 // issuing the batch's loads together (one dependent L2 load at a time would make the merge
 // latency-bound). Plain loads: what they see depends on the acquire before them
 // (HZ_PARTIAL_NO_FENCE drops it).
-__device__ void merge_chunks(const Params& p, float* arena) {
-  const Shape& s = p.s;
-  const int NQ = s.NQ, W = 2 + HD, tid = threadIdx.x;
+__device__ __noinline__ void merge_chunks(const float* partials, float* attn_out, int NQ, int C, float* arena) {
+  __builtin_assume(__isShared(arena));
+  const int W = 2 + HD, tid = threadIdx.x;
   float* ml = arena;                        // (MERGE_BATCH, NQ, 2)
   float* wts = ml + MERGE_BATCH * NQ * 2;   // (MERGE_BATCH, NQ)
   float* run_m = wts + MERGE_BATCH * NQ;    // (NQ) running max
@@ -435,10 +517,10 @@ __device__ void merge_chunks(const Params& p, float* arena) {
 #pragma unroll
   for (int r = 0; r < MERGE_OUT; ++r) acc[r] = 0.f;
   for (int n = tid; n < NQ; n += THREADS) { run_m[n] = -INFINITY; run_l[n] = 0.f; }
-  for (int cb = 0; cb < p.C; cb += MERGE_BATCH) {
-    const int cnt = min(MERGE_BATCH, p.C - cb);
+  for (int cb = 0; cb < C; cb += MERGE_BATCH) {
+    const int cnt = min(MERGE_BATCH, C - cb);
     for (int i = tid; i < cnt * NQ; i += THREADS) {
-      const float* pc = p.partials + ((size_t)cb * NQ + i) * W;  // chunk cb + i / NQ, head i % NQ
+      const float* pc = partials + ((size_t)cb * NQ + i) * W;  // chunk cb + i / NQ, head i % NQ
       ml[2 * i] = pc[0];
       ml[2 * i + 1] = pc[1];
     }
@@ -468,7 +550,7 @@ __device__ void merge_chunks(const Params& p, float* arena) {
         float v[MERGE_BATCH];
 #pragma unroll
         for (int b = 0; b < MERGE_BATCH; ++b)
-          v[b] = b < cnt ? p.partials[((size_t)(cb + b) * NQ + n) * W + 2 + d] : 0.f;
+          v[b] = b < cnt ? partials[((size_t)(cb + b) * NQ + n) * W + 2 + d] : 0.f;
         float a = acc[r] * alpha[n];
 #pragma unroll
         for (int b = 0; b < MERGE_BATCH; ++b)
@@ -481,18 +563,21 @@ __device__ void merge_chunks(const Params& p, float* arena) {
 #pragma unroll
   for (int r = 0; r < MERGE_OUT; ++r) {
     const int idx = tid + r * THREADS;
-    if (idx < NQ * HD) p.attn_out[idx] = acc[r] / run_l[idx / HD];
+    if (idx < NQ * HD) attn_out[idx] = acc[r] / run_l[idx / HD];
   }
 }
 
-// Router + top-k + softmax by the last O-projection arriver; publishes ROUTING.
-__device__ void router_topk(const Params& p, SmemHead* hd, float* arena, uint32_t epoch) {
-  const Shape& s = p.s;
+// Router + top-k + softmax by the last O-projection arriver (its caller publishes ROUTING):
+// hn = RMSNorm(h) (the routing payload), logits = Wr hn, the top k with softmax weights.
+__device__ __noinline__ void router_topk(const Shape s, const float* h, const float* mlp_norm,
+                                         const __nv_bfloat16* wr, float* hn_out, int* routing_ids, float* routing_w,
+                                         float* arena, SmemHead* hd) {
+  __builtin_assume(__isShared(arena));
+  __builtin_assume(__isShared(hd));
   float* hn = arena;
   float* logits = arena + s.D;
-  rmsnorm_to(p.h, dptr<float>(hd, SLOT_MLP_NORM), hn, s.D, hd);
-  for (int i = threadIdx.x; i < s.D; i += THREADS) p.hn[i] = hn[i];  // the payload
-  const __nv_bfloat16* wr = dptr<__nv_bfloat16>(hd, SLOT_ROUTER);
+  rmsnorm_to(h, mlp_norm, hn, s.D, hd);
+  for (int i = threadIdx.x; i < s.D; i += THREADS) hn_out[i] = hn[i];  // the payload
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int e = warp; e < s.E; e += NWARPS) {
     float a = 0.f;
@@ -512,13 +597,12 @@ __device__ void router_topk(const Params& p, SmemHead* hd, float* arena, uint32_
         if (!(taken >> e & 1ull) && (best < 0 || logits[e] > logits[best])) best = e;
       taken |= 1ull << best;
       sel[j] = logits[best];
-      p.routing_ids[j] = best;
+      routing_ids[j] = best;
     }
     float den = 0.f;
     for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
-    for (int j = 0; j < s.K; ++j) p.routing_w[j] = expf(sel[j] - sel[0]) / den;
+    for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
   }
-  block_publish_flag(sync_word(p, W_ROUTING), epoch, p.hazard != HZ_ROUTING_NO_FENCE, threadIdx.x);
 }
 
 // Quantize expert slot j's SwiGLU output to E4M3, one power-of-two scale per 128 elements,
@@ -530,7 +614,8 @@ __device__ void router_topk(const Params& p, SmemHead* hd, float* arena, uint32_
 // an amax (the seed: "shuffled from two lanes whose loop condition had failed and whose
 // amax register was never written"); fixed: the partner index is clamped to the last
 // sub-block that ran.
-__device__ void quantize_expert_input(const float* src, float* dst, float wgt, int I, bool broken_tail) {
+__device__ __noinline__ void quantize_expert_input(const float* src, float* dst, float wgt, int I, bool broken_tail) {
+  __builtin_assume(__isShared(dst));
   const int lane = threadIdx.x & 31;
   const int nsub = I / SUB_BLOCK;
   uint32_t reg = 0u;
@@ -564,12 +649,16 @@ __device__ void quantize_expert_input(const float* src, float* dst, float wgt, i
 #pragma unroll
       for (int i = 0; i < SUB_BLOCK; i += 4) {
         uint32_t packed = 0u;
+        float out[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const __nv_fp8_e4m3 q(v[i + k] * inv);
           packed |= (uint32_t)q.__x << (8 * k);
-          dst[sb * SUB_BLOCK + i + k] = (float)q * scale * wgt;
+          out[k] = (float)q * scale * wgt;
         }
+        // one 16-B store per 4 values: lanes are 128 B apart, so 4-B stores were a 32-way bank
+        // conflict (8-way now)
+        *reinterpret_cast<float4*>(dst + sb * SUB_BLOCK + i) = make_float4(out[0], out[1], out[2], out[3]);
         reg = packed;
       }
     }
@@ -618,6 +707,8 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
   if (tid < N_SLOTS) hd->desc[tid] = p.ml_table[tid];
   __syncthreads();
   tw_mark<TW>(tw, 0, HZ_TW_PHASE_START, 0);
+  HZ_PROF_BEGIN(worker_span);  // the block's lifetime (task TASK_WORKER)
+  HZ_PROF_BEGIN(span);         // the current task instance
 
   const int qkvr = qkv_rows(s);
   const int r0 = row_begin(w, p.n_rows, s.D), r1 = w < p.n_rows ? row_begin(w + 1, p.n_rows, s.D) : r0;
@@ -637,11 +728,21 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         p.hazard == HZ_STALE_RELEASE ? epoch_of(p.step, p.L, (int)hd->stuck_layer) : epoch;
     __syncthreads();  // descriptor refreshed
     const float* xcur = l == 0 ? p.x_in : p.xres;
+    // A chunk worker's K/V rows go to L2 now, behind its QKV tile, not after it. (L2 is the
+    // point of coherence: the new token's row, written later this layer, is never stale.)
+    const bool chunk_worker = serves_chunk(w, sc, p.hazard);
+    const int t0 = chunk_begin(w, p.C, p.S), t1 = chunk_begin(w + 1, p.C, p.S);
+    if (chunk_worker && t1 > t0 && tid < 64) {
+      const long long row_bytes = (long long)s.NKV * HD * 2;
+      prefetch_l2(dptr<__nv_bfloat16>(hd, tid < 32 ? SLOT_KCACHE : SLOT_VCACHE) + (size_t)t0 * s.NKV * HD,
+                  (t1 - t0) * row_bytes);
+    }
 
     // ---- QKV tiles -------------------------------------------------------------------------
     bool normed = false;
     for (int t = w; t < p.QT; t += p.G) {
       tw_mark<TW>(tw, l, PHASE_QKV, t);
+      MKL_PROF_STAMP(span);
       const int q0 = t * QKV_TILE_ROWS, q1 = min(q0 + QKV_TILE_ROWS, qkvr);
       const __nv_bfloat16* wq = dptr<__nv_bfloat16>(hd, SLOT_WQKV);
       if (tid < 32) prefetch_l2(wq + (size_t)q0 * s.D, (long long)(q1 - q0) * s.D * 2);
@@ -649,13 +750,14 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         if (l > 0 && tid == 0)
           wait_ge<TW>(tw, sync_word(p, W_LAYER_CTR), (uint32_t)p.n_rows * (epoch - 1u), BAR_LAYER_END, nullptr, 0, -1);
         __syncthreads();
+        MKL_PROF_STAMP(span);
         rmsnorm_to(xcur, dptr<float>(hd, SLOT_ATTN_NORM), arena, s.D, hd);
         normed = true;
       }
       __nv_bfloat16* kc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_KCACHE)) + (size_t)p.seq * s.NKV * HD;
       __nv_bfloat16* vc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_VCACHE)) + (size_t)p.seq * s.NKV * HD;
       const int nq = s.NQ * HD, nk = s.NKV * HD;
-      MKL_GEMV(&wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, [&](int r, const float* a, int n) {
+      gemv_block(p.gemv_depth, &wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) {
           const int row = r + j;
           if (row < nq) p.qbuf[row] = a[j];
@@ -664,34 +766,38 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         }
       });
       block_arrive(sync_word(p, W_QKV_CTR), true, tid, &hd->word);
+      MKL_PROF_RECORD(TASK_QKV, span, l, t);
     }
 
     // ---- attention chunk ------------------------------------------------------------------
-    if (serves_chunk(w, sc, p.hazard)) {
+    if (chunk_worker) {
       const int c = w;
-      const int t0 = chunk_begin(c, p.C, p.S), t1 = chunk_begin(c + 1, p.C, p.S);
       tw_mark<TW>(tw, l, PHASE_ATTN_CHUNK, c);
-      const long long row_bytes = (long long)s.NKV * HD * 2;
-      if (tid < 32 && t1 > t0)
-        prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_KCACHE) + (size_t)t0 * s.NKV * HD, (t1 - t0) * row_bytes);
-      else if (tid >= 32 && tid < 64 && t1 > t0)
-        prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_VCACHE) + (size_t)t0 * s.NKV * HD, (t1 - t0) * row_bytes);
       if (tid == 0)
         wait_ge<TW>(tw, sync_word(p, W_QKV_CTR), (uint32_t)p.QT * epoch, BAR_QKV_EPOCH, nullptr, 0, -1);
       __syncthreads();
+      MKL_PROF_STAMP(span);
       float* part = p.partials + (size_t)c * s.NQ * (2 + HD);
       if (t1 > t0) {
-        attend_chunk(p, hd, arena, t0, t1, part);
+        // the two shapes (mkl::SHAPE_DEFAULT: 64 / 8 heads, SHAPE_SMALL: 16 / 4)
+        const __nv_bfloat16* kcl = dptr<__nv_bfloat16>(hd, SLOT_KCACHE);
+        const __nv_bfloat16* vcl = dptr<__nv_bfloat16>(hd, SLOT_VCACHE);
+        if (s.NKV == 8 && s.NQ == 64) attend_chunk<8, 8>(s, p.qbuf, kcl, vcl, arena, t0, t1, part);
+        else if (s.NKV == 4 && s.NQ == 16) attend_chunk<4, 4>(s, p.qbuf, kcl, vcl, arena, t0, t1, part);
+        else __trap();  // no other shape exists (Shape constants in mkl_model.h)
       } else {  // an empty chunk stamps LSE = -inf
         for (int i = tid; i < s.NQ * (2 + HD); i += THREADS) part[i] = (i % (2 + HD)) == 0 ? -INFINITY : 0.f;
       }
       const bool fenced = p.hazard != HZ_PARTIAL_NO_FENCE;
       const uint32_t old = block_arrive(sync_word(p, W_CHUNK_CTR), fenced, tid, &hd->word);
+      MKL_PROF_RECORD(TASK_ATTN_CHUNK, span, l, c);
       if (old + 1u == (uint32_t)p.C * epoch) {
         tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, c);
+        MKL_PROF_STAMP(span);
         if (fenced) acquire_fence();
-        merge_chunks(p, arena);
+        merge_chunks(p.partials, p.attn_out, s.NQ, p.C, arena);
         block_publish_flag(sync_word(p, W_ATTN_RELEASE), epoch, true, tid);
+        MKL_PROF_RECORD(TASK_ATTN_MERGE, span, l, c);
       }
     }
 
@@ -707,16 +813,22 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         wait_ge<TW>(tw, sync_word(p, W_ATTN_RELEASE), attn_want, BAR_ATTN_RELEASE, sync_word(p, W_CHUNK_CTR),
                     (uint32_t)p.C * epoch, -1);
       __syncthreads();
+      MKL_PROF_STAMP(span);
       for (int i = tid; i < ko; i += THREADS) arena[i] = p.attn_out[i];
       __syncthreads();
-      MKL_GEMV(&wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
+      gemv_block(p.gemv_depth, &wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) p.h[r + j] = xcur[r + j] + a[j];
       });
       const uint32_t old = block_arrive(sync_word(p, W_OPROJ_CTR), true, tid, &hd->word);
+      MKL_PROF_RECORD(TASK_OPROJ, span, l, w);
       if (old + 1u == (uint32_t)p.n_rows * epoch) {
         tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
+        MKL_PROF_STAMP(span);
         acquire_fence();
-        router_topk(p, hd, arena, epoch);
+        router_topk(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), dptr<__nv_bfloat16>(hd, SLOT_ROUTER), p.hn,
+                    p.routing_ids, p.routing_w, arena, hd);
+        block_publish_flag(sync_word(p, W_ROUTING), epoch, p.hazard != HZ_ROUTING_NO_FENCE, tid);
+        MKL_PROF_RECORD(TASK_ROUTER_TOPK, span, l, w);
       }
     }
 
@@ -741,13 +853,14 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
       maybe_skew(p, w, l, 1);
       tw_mark<TW>(tw, l, PHASE_MOE_W13, u);
+      MKL_PROF_STAMP(span);
       if (!have_hn) {
         for (int i = tid; i < s.D; i += THREADS) arena[i] = p.hn[i];
         __syncthreads();
         have_hn = true;
       }
       float* out = p.swiglu + (size_t)j * s.I;
-      MKL_GEMV(&w13, 1, s.D, s.D, arena, 2 * c0, 2 * c1, hd->gemv, [&](int r, const float* a, int n) {
+      gemv_block(p.gemv_depth, &w13, 1, s.D, s.D, arena, 2 * c0, 2 * c1, hd->gemv, [&](int r, const float* a, int n) {
         for (int k = 0; k + 1 < n; k += 2) {  // rows 2c (gate), 2c + 1 (up)
           const float g = a[k], up = a[k + 1];
           out[(r + k) >> 1] = g / (1.f + expf(-g)) * up;
@@ -765,6 +878,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           emulate_l2_writeback(p, e, stride, line_image, l);
         }
       }
+      MKL_PROF_RECORD(TASK_MOE_W13, span, l, u);
     }
 
     // ---- expert W2 rows ----------------------------------------------------------------------
@@ -782,15 +896,17 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
                       word_at(p.sync, moe_counter_off(e, stride)), (uint32_t)p.T13, e);
         }
       __syncthreads();
+      MKL_PROF_STAMP(span);
       const int warp = tid >> 5;
       for (int j = warp; j < s.K; j += NWARPS)
         quantize_expert_input(p.swiglu + (size_t)j * s.I, arena + (size_t)j * s.I, hd->wts[j], s.I,
                               p.hazard == HZ_AMAX_TAIL);
       __syncthreads();
-      MKL_GEMV(w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
+      gemv_block(p.gemv_depth, w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) p.xres[r + j] = p.h[r + j] + a[j];
       });
       block_arrive(sync_word(p, W_LAYER_CTR), true, tid, &hd->word);
+      MKL_PROF_RECORD(TASK_MOE_W2, span, l, w);
     }
 
     // ---- skew: workers drift apart across layer boundaries ----------------------------------
@@ -798,6 +914,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
     __syncthreads();
   }
   tw_mark<TW>(tw, 0, HZ_TW_PHASE_DONE, 0);
+  MKL_PROF_RECORD(TASK_WORKER, worker_span, 0, w);
 }
 
 }  // namespace mkl

@@ -50,6 +50,17 @@ def test_snapshot_epoch_rate_grows_with_skew_and_needs_a_long_enough_delay():
     assert F.predict({"variant": "clean_skew"}).outcome == "clean"
 
 
+def test_snapshot_epoch_hangs_only_when_the_late_worker_skews_alone():
+    # 52 of 132 workers hold no QKV tile and no chunk; the 80 that do delay the bump when they
+    # stall at the same boundary, so the late snapshot then still comes first
+    base = {"variant": "snapshot_epoch"}
+    q = 2000 / 1e6
+    per_boundary = (1 - (1 - q) ** 52) * (1 - q) ** 80
+    assert F.predict(base).probability == pytest.approx(1 - (1 - per_boundary) ** 3)
+    # so far more skew makes the hang rarer, not likelier
+    assert F.predict({**base, "jitter_ppm": 200000}).probability < F.predict({**base, "jitter_ppm": 20000}).probability
+
+
 def test_deterministic_corruptions_need_a_second_layer_or_a_tail():
     assert F.predict({"variant": "stale_descriptor"}).probability == 1.0
     for name in ("stale_release", "stale_descriptor"):

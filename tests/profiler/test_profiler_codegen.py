@@ -92,3 +92,43 @@ def test_the_megakernel_without_profiler_reads_no_clock_and_stores_nothing_extra
     extra = len(_stores(on)) - len(_stores(off))
     assert extra == 4 * claims
     assert _stores(on).count("st.global.u64") - _stores(off).count("st.global.u64") == 4 * claims
+
+
+LAYERED = ROOT / "standalone" / "megakernel_layers" / "megakernel_layers.cu"
+LAYERED_SITES = 8  # QKV, attention chunk, merge, O-projection, router/top-k, W13, W2, worker
+
+
+@pytest.fixture(scope="module")
+def layered_ptx(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    tmp = tmp_path_factory.mktemp("layered_ptx")
+    return _ptx(tmp, LAYERED, on=False), _ptx(tmp, LAYERED, on=True)
+
+
+def _record_stores(ptx: str) -> list[str]:
+    """Stores other than call arguments (st.param), which an out-of-line recorder's calls add."""
+    return [s for s in _stores(ptx) if not s.startswith("st.param")]
+
+
+def _u64_claims(ptx: str) -> int:
+    return len(re.findall(r"atom(?:\.global)?\.add\.u64", ptx))
+
+
+def test_the_layered_megakernel_without_profiler_reads_no_clock_and_records_nothing(layered_ptx) -> None:
+    off, on = layered_ptx
+    assert "%globaltimer" not in off and "%smid" not in off and "mkl_prof_record" not in off
+    # everything else is the same code: the profiled build differs only by its recorder (below)
+    assert len(re.findall(r"^\s*call", on, re.MULTILINE)) - len(re.findall(r"^\s*call", off, re.MULTILINE)) \
+        == 2 * LAYERED_SITES
+
+
+def test_the_layered_megakernel_with_profiler_records_through_one_recorder_at_every_site(layered_ptx) -> None:
+    off, on = layered_ptx
+    # one out-of-line recorder: one claim and four 8-byte stores in the whole binary ...
+    assert _u64_claims(on) - _u64_claims(off) == 1
+    assert len(_record_stores(on)) - len(_record_stores(off)) == 4
+    assert (sum(s in ("st.u64", "st.global.u64") for s in _record_stores(on))
+            - sum(s in ("st.u64", "st.global.u64") for s in _record_stores(off))) == 4
+    # ... called from every recording site of both kernel instances (tripwire in and out)
+    calls = re.findall(r"call(?:\.uni)?\s*(?:\(\s*\w+\s*\)\s*,\s*)?\n?\s*(\w+)", on)
+    assert sum("mkl_prof_record" in c for c in calls) == 2 * LAYERED_SITES
+    assert "%globaltimer" in on and "%smid" in on

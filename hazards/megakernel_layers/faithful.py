@@ -1,0 +1,259 @@
+"""The faithful per-task check of the layered MoE decode megakernel: FAITHFUL_RESULT lines.
+
+    python3 -m hazards.megakernel_layers.faithful --candidate production --workers 132
+    HZ_NUM_WORKERS=64 python3 -m hazards.megakernel_layers.faithful   # the perf gate's way
+    python3 -m hazards.megakernel_layers.faithful --serve             # JSON-lines server
+    hazards gate perf --baseline megakernel_layers:production --candidate megakernel_layers:depth1
+
+The recipe of the faithful per-task gate (docs/gates.md) on the layered megakernel: the
+family binary built with -DHZ_PROFILER runs one decode step per launch at the production
+shape (GPT-OSS-20B layers, 4 layers, seq 4096) with the persistent grid set to the worker
+count; one launch is checked against the binary's own unfused reference (cos: the cosine of
+the final hidden state, rel_err beside it), then `--launches` profiled launches are decoded
+(hazards.engine.profiler) and each task id gets the median over them of slowCTA, wall and
+sumCTA: one `FAITHFUL_RESULT {json}` line per task (docs/protocol.md). A task instance's
+span runs from the moment its inputs are there (its wait passed) to its output being
+published (its arrival or release), so the waits are not charged to the tasks; `worker` is a
+block's whole launch. wall spans every layer of the launch (a task id is one kind, not one
+layer). Exit: 0 cos >= --cos-min, 1 below it, 2 bad input / no GPU / a ring too small,
+3 device error.
+
+The model's data are fixed (data_seed 1): the gate's pair seed changes nothing here (the
+kernel is deterministic), so a pair differs only by its build or configuration.
+
+Server requests (docs/protocol.md): params {"candidate", "workers", "seed", "cos_min"};
+`launches` profiled launches. The reply counts the one checked launch (`launches` 1,
+`mismatched` 1 when cos is below cos_min); `metrics.faithful` holds the lines' objects.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hazards.engine import profiler
+from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
+from hazards.engine.errors import UserError
+from hazards.megakernel.faithful import faithful_parser, parse_request, workers_from_env
+
+PROFILE_TAG = "MKL_PROFILE "
+HEADER_WORDS = 2  # claimed, capacity
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A named configuration of the layered megakernel: request fields and build defines.
+    `expected` is the gate's verdict against `production`."""
+
+    name: str
+    what: str
+    expected: str
+    params: tuple[tuple[str, Any], ...] = ()
+    defines: tuple[tuple[str, int], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "what": self.what, "expected": self.expected, "params": dict(self.params),
+                "defines": dict(self.defines)}
+
+
+CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
+    Candidate("production", "every switch off, the default configuration", "no-change"),
+    Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
+              defines=(("MKL_NOOP_CANDIDATE", 1),)),
+    Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",
+              params=(("gemv_depth", 1),)),
+    Candidate("chunks64", "64-token attention chunks (65 chunks for the same tokens): each chunk does half "
+              "the work, the per-chunk overheads and the merge's inputs double", "sloughing",
+              params=(("chunk_tokens", 64),)),
+    Candidate("stale_descriptor", "the stale_descriptor switch: layers >= 1 read layer 0's W2 and KV cache",
+              "incorrect", params=(("hazard", "stale_descriptor"),)),
+)}
+
+
+def candidate(name: str) -> Candidate:
+    if name not in CANDIDATES:
+        raise UserError(f"unknown layered-megakernel candidate {name!r} (known: {', '.join(CANDIDATES)})")
+    return CANDIDATES[name]
+
+
+def task_names(text: str) -> dict[int, str]:
+    """The binary's "2=qkv,3=attn_chunk,..." (MKL_TASK_NAMES) as {id: name}."""
+    out = {}
+    for item in text.split(","):
+        tid, _, name = item.partition("=")
+        out[int(tid)] = name
+    return out
+
+
+def read_rings(path: Path, launches: int, names: dict[int, str]) -> list[profiler.Profile]:
+    """The rings the binary wrote: per launch claimed, capacity, capacity x 4 record words."""
+    raw = path.read_bytes()
+    words = memoryview(raw).cast("Q")
+    profiles, at = [], 0
+    for i in range(launches):
+        if at + HEADER_WORDS > len(words):
+            raise ValueError(f"ring file {path} ends before launch {i}")
+        claimed, capacity = int(words[at]), int(words[at + 1])
+        end = at + HEADER_WORDS + capacity * profiler.RECORD_WORDS
+        if end > len(words):
+            raise ValueError(f"ring file {path} ends inside launch {i}'s ring")
+        profiles.append(profiler.decode(words[at + HEADER_WORDS:end], claimed, capacity=capacity, names=names))
+        at = end
+    if at != len(words):
+        raise ValueError(f"ring file {path} holds more than {launches} launches")
+    return profiles
+
+
+class RingTooSmall(ValueError):
+    """The profiler ring overflowed: the metrics would be of a truncated launch."""
+
+
+class Faithful:
+    """One warm `--profile-serve` process per build (candidates differ by defines or params)."""
+
+    def __init__(self) -> None:
+        self.procs: dict[tuple[tuple[str, int], ...], subprocess.Popen] = {}
+        self.builds: dict[tuple[tuple[str, int], ...], Path] = {}
+        self.tmp = tempfile.TemporaryDirectory(prefix="hz-mkl-faithful-")
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.stdin.close()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        self.procs.clear()
+        self.tmp.cleanup()
+
+    def binary(self, defines: tuple[tuple[str, int], ...]) -> Path:
+        if defines not in self.builds:
+            from hazards.families import get_family
+            from hazards.stress_family import family_binary
+
+            self.builds[defines] = family_binary(get_family("megakernel_layers"),
+                                                 defines={"HZ_PROFILER": 1, **dict(defines)})
+        return self.builds[defines]
+
+    def _server(self, defines: tuple[tuple[str, int], ...]) -> subprocess.Popen:
+        proc = self.procs.get(defines)
+        if proc is None or proc.poll() is not None:
+            proc = subprocess.Popen([str(self.binary(defines)), "--profile-serve"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True, bufsize=1)
+            self.procs[defines] = proc
+        return proc
+
+    def profile(self, cand: Candidate, workers: int | None, launches: int, *, ring: Path | None = None,
+                params: dict[str, Any] | None = None) -> tuple[dict[str, Any], list]:
+        """One request to the candidate's warm binary: its reply and the decoded rings (kept
+        in `ring` when given). `params` adds request fields to the candidate's."""
+        ring = ring or Path(self.tmp.name) / "ring.bin"
+        params = {**dict(cand.params), **(params or {}), "grid": workers or 0}
+        proc = self._server(cand.defines)
+        proc.stdin.write(json.dumps({"params": params, "launches": launches, "ring": str(ring)}) + "\n")
+        proc.stdin.flush()
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                code = proc.wait()
+                raise DeviceError(f"the profiled binary exited (code {code}) before replying")
+            if line.startswith(PROFILE_TAG):
+                break
+        reply = json.loads(line[len(PROFILE_TAG):])
+        if reply.get("status") == "fault":
+            raise DeviceError(reply.get("message", "device fault"))
+        if reply.get("status") != "ok":
+            raise ValueError(reply.get("message", f"bad reply {reply}"))
+        build = self.binary(cand.defines).parent.name
+        reply["build"] = build
+        return reply, read_rings(ring, launches, task_names(reply["task_names"]))
+
+    def measure(self, cand: Candidate, workers: int | None, launches: int, cos_min: float) -> dict[str, Any]:
+        """Check one launch, profile `launches`; the per-task rows and the verdict."""
+        reply, profiles = self.profile(cand, workers, launches)
+        dropped = sum(p.dropped for p in profiles)
+        if dropped:
+            raise RingTooSmall(f"profiler ring overflow: {dropped} spans dropped over {launches} launches "
+                               f"(capacity {reply['capacity']})")
+        rows = profiler.summarize(profiles)
+        shape = {k: reply[k] for k in ("layers", "seq", "chunks", "qkv_tiles", "w13_tiles", "bytes_per_step")}
+        common = {"cos": reply["cos"], "rel_err": reply["rel_err"], "workers": reply["grid"], "launches": launches,
+                  "dropped": 0, "shape": shape, "build": reply["build"], "candidate": cand.name,
+                  "kernel_us": profiler.median(reply["kernel_us"])}
+        return {"rows": [{**r, **common} for r in rows], "cos": reply["cos"], "rel_err": reply["rel_err"],
+                "mismatched": int(not reply["cos"] >= cos_min), "kernel_us": common["kernel_us"],
+                "profiles": profiles, "reply": reply}
+
+
+class DeviceError(RuntimeError):
+    """The profiled binary hit a device fault (a sticky error: its process is done)."""
+
+
+def once(args: argparse.Namespace) -> int:
+    faithful = Faithful()
+    try:
+        workers = workers_from_env(args.workers)
+        if workers is not None and workers < 1:
+            raise ValueError(f"the worker count must be >= 1, got {workers}")
+        res = faithful.measure(candidate(args.candidate), workers, args.launches, args.cos_min)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
+        print(f"faithful check: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3 if isinstance(exc, DeviceError) else 2
+    finally:
+        faithful.close()
+    for row in res["rows"]:
+        print("FAITHFUL_RESULT " + json.dumps(row), flush=True)
+    return 1 if res["mismatched"] else 0
+
+
+def handle(faithful: Faithful, req: dict[str, Any]) -> dict[str, Any]:
+    """One protocol request: check one launch, profile `launches`; a bad_request reply saying
+    why not; a device fault ends the server."""
+    from hazards.engine.protocol_server import StopServing
+
+    try:
+        cand, workers, launches, cos_min, seed = parse_request(req, candidate)
+    except UserError as exc:
+        return {"status": "bad_request", "message": str(exc)}
+    try:
+        res = faithful.measure(cand, workers, launches, cos_min)
+    except DeviceError as exc:
+        raise StopServing(3, {"status": "fault", "message": str(exc)}) from None
+    except Exception as exc:  # noqa: BLE001
+        return {"status": "bad_request", "message": f"{type(exc).__name__}: {exc}"}
+    return {"status": "ok", "launches": 1, "mismatched": res["mismatched"], "max_rel_err": res["rel_err"],
+            "kernel_ms": res["kernel_us"] / 1000.0, "seed": seed,
+            "metrics": {"faithful": res["rows"], "cos": res["cos"], "profiled_launches": launches}}
+
+
+def serve(args: argparse.Namespace) -> int:
+    from hazards.engine.protocol_server import serve as serve_lines
+
+    faithful = Faithful()
+    try:
+        return serve_lines(lambda req: handle(faithful, req),
+                           {"server": "megakernel_layers-faithful", "pid": os.getpid(),
+                            "variants": list(CANDIDATES)})
+    finally:
+        faithful.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = faithful_parser("python3 -m hazards.megakernel_layers.faithful", __doc__, list(CANDIDATES),
+                         "profiled launches (medians over them)")
+    args = ap.parse_args(argv)
+    if args.launches < 1 or not -1.0 <= args.cos_min <= 1.0:
+        print("faithful check: --launches must be >= 1, --cos-min in [-1, 1]", file=sys.stderr)
+        return 2
+    return serve(args) if args.serve else once(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
