@@ -195,14 +195,17 @@ def collect(ctx: Any, *, path: str | None = None) -> dict[str, Any]:
     python = {p for p in pids[:MAX_HOST_PROCESSES] if is_python_process(p)}
     hosts: dict[int, dict[str, Any]] = {}
 
-    t = time.monotonic()
-    for p in sorted(python, key=pids.index):
-        if deadline - time.monotonic() < 0.5:
-            skipped[f"host {p}"] = "no time left in the hang budget"
-            continue
-        hosts[p] = python_host_step(p, deadline=deadline, env=env, path=path)
-    if python:
-        seconds["host_python"] = round(time.monotonic() - t, 3)
+    def host_steps(kind: str, chosen: list[int], step: Any) -> None:
+        t = time.monotonic()
+        for p in chosen:
+            if deadline - time.monotonic() < 0.5:
+                skipped[f"host {p}"] = "no time left in the hang budget"
+                continue
+            hosts[p] = step(p, deadline=deadline, env=env, path=path)
+        if chosen:
+            seconds[f"host_{kind}"] = round(time.monotonic() - t, 3)
+
+    host_steps("python", sorted(python, key=pids.index), python_host_step)
 
     device: dict[str, Any] = {}
     if not gpu_pids:
@@ -224,15 +227,7 @@ def collect(ctx: Any, *, path: str | None = None) -> dict[str, Any]:
             device.setdefault("notes", []).append(f"other GPU processes of the run not attached: {gpu_pids[1:]}")
     result["device"] = device
 
-    t = time.monotonic()
-    native = [p for p in pids[:MAX_HOST_PROCESSES] if p not in hosts]
-    for p in native:
-        if deadline - time.monotonic() < 0.5:
-            skipped[f"host {p}"] = "no time left in the hang budget"
-            continue
-        hosts[p] = native_host_step(p, deadline=deadline, env=env, path=path)
-    if native:
-        seconds["host_native"] = round(time.monotonic() - t, 3)
+    host_steps("native", [p for p in pids[:MAX_HOST_PROCESSES] if p not in hosts], native_host_step)
     for p, h in hosts.items():
         if "skipped" in h:
             skipped[f"host {p}"] = h["skipped"]
