@@ -85,27 +85,19 @@ def test_server_dying_mid_request_is_a_fault_and_is_respawned(server, action, ki
     assert server.run(timeout=TIMEOUT).outcome is Outcome.CLEAN and server.pid != first_pid
 
 
-def test_server_dying_after_its_reply_is_reported_at_the_next_request(server):
-    assert server.run({"action": "abort_after"}, timeout=TIMEOUT).outcome is Outcome.CLEAN
+@pytest.mark.parametrize("action, outcome, kind, words", [
+    ("abort_after", Outcome.FAULT, "sigabrt", "server died between requests: killed by SIGABRT"),
+    ("exit0_after", Outcome.ERROR, "server_exited", "never ran"),  # a clean quit: the request never ran
+])
+def test_server_ending_after_its_reply_is_reported_at_the_next_request(server, action, outcome, kind, words):
+    assert server.run({"action": action}, timeout=TIMEOUT).outcome is Outcome.CLEAN
     first_pid = server.pid
     deadline = time.monotonic() + 5
     while running(first_pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     result = server.run(timeout=TIMEOUT)
-    assert result.outcome is Outcome.FAULT and result.error_kind == "sigabrt"
-    assert result.reason == "server died between requests: killed by SIGABRT"
-    assert server.run(timeout=TIMEOUT).outcome is Outcome.CLEAN and server.pid != first_pid
-
-
-def test_server_quitting_cleanly_after_its_reply_makes_the_unrun_request_an_error(server):
-    assert server.run({"action": "exit0_after"}, timeout=TIMEOUT).outcome is Outcome.CLEAN
-    first_pid = server.pid
-    deadline = time.monotonic() + 5
-    while running(first_pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    result = server.run(timeout=TIMEOUT)
-    assert result.outcome is Outcome.ERROR and result.error_kind == "server_exited"
-    assert "never ran" in result.reason
+    assert result.outcome is outcome and result.error_kind == kind
+    assert words in result.reason
     assert server.run(timeout=TIMEOUT).outcome is Outcome.CLEAN and server.pid != first_pid
 
 
