@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # GPU round 3 of the layered MoE decode megakernel (helper n-layers2), one H200, <= 170 s.
-# What it settles (predictions: docs/results/megakernel-layers-h200.md, "Round 3"):
-#   * the kernel after this round's changes gives the same bits at gemv_depth 4 and 1 (and the
-#     error round 2 measured); the small model (the GQA-4 attention path) is clean;
+# What it settles, in the order it runs (most important first: a step that runs out of its cap
+# leaves the later ones the time that is left; predictions: docs/results/megakernel-layers-h200.md):
+#   * the kernel after this round's changes gives the same bits at gemv_depth 4 and 1; the small
+#     model (the GQA-4 attention path) is clean; the default preset against the torch reference
+#     (calibration rows, data seeds 1 and 2);
+#   * clean variants over a few thousand checked launches, the corruption canaries;
 #   * one decode step against the copy floor, torch eager and torch graphs, launches per step,
 #     gemv_depth 1 (round 2's GEMV loop) side by side; the tripwire's cost, paired;
+#   * snapshot_epoch's hang rate at the 1e6-cycle skew against the static model (p = 0.232);
 #   * the per-task profiler on the layered kernel: per-layer phase windows, the layer head,
 #     tripwire in vs out, depth 4 vs 1;
-#   * clean variants over a few thousand checked launches, the corruption canaries;
-#   * snapshot_epoch's hang rate at the 1e6-cycle skew against the static model (p = 0.232);
 #   * hazards gate perf on candidates of the layered kernel (catalog mode, one warm server);
 #   * the hang classes' tripwire sentences on the changed kernel (if time is left).
 # Every step has its own time cap; everything lands in $OUT/n-layers2.tar.gz.
@@ -49,7 +51,7 @@ else
 
   log "sanity: gemv_depth 4 and 1, 3 checked launches each, outputs dumped (must be the same bits)"
   for d in 4 1; do
-    timeout "$(cap 15)" "$BIN" --dump "$W/dump_d$d.f32" "{\"launches\":3,\"params\":{\"gemv_depth\":$d}}" \
+    timeout "$(cap 10)" "$BIN" --dump "$W/dump_d$d.f32" "{\"launches\":3,\"params\":{\"gemv_depth\":$d}}" \
       > "$W/sanity_d$d.txt" 2>&1
     echo "depth $d exit $?: $(grep -o '"max_rel_err":[^,]*' "$W/sanity_d$d.txt")"
   done
@@ -65,31 +67,27 @@ try:
 except OSError as e:
     print(f"no dump to compare: {e}")
 EOF
-  timeout "$(cap 15)" "$BIN" --once '{"launches":20,"params":{"model":"small"}}' > "$W/sanity_small.txt" 2>&1
+  timeout "$(cap 10)" "$BIN" --once '{"launches":20,"params":{"model":"small"}}' > "$W/sanity_small.txt" 2>&1
   echo "small model exit $?: $(grep -o '"mismatched":[^,]*,"bad_elements":[^,]*,"max_rel_err":[^,]*' "$W/sanity_small.txt")"
 
+  log "correctness: the default preset against the torch reference (calibration, data seeds 1 and 2)"
+  timeout "$(cap 18)" python3 -m hazards.megakernel_layers.calibration --binary "$BIN" --seeds 1 2 \
+    --json "$W/calibration.json" > "$W/calibration.txt" 2>&1
+  echo "exit $?"; grep -v "UserWarning\|_warn_once" "$W/calibration.txt" | cut -c1-160
+
+  log "clean variants (checked launches) and the corruption canaries (one warm server)"
+  timeout "$(cap 30)" python3 bench/megakernel_layers_acceptance.py --clean-launches 2000 --clean-budget 3 \
+    --canary-budget 1 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1
+  echo "exit $?"; cut -c1-220 "$W/acceptance.txt"
+
   log "performance: copy floor, megakernel (gemv_depth 4, and 1 beside it), torch eager / graphs; tripwire cost"
-  timeout "$(cap 45)" python3 bench/megakernel_layers_perf.py --rounds 9 --launches 20 --torch-calls 10 \
+  timeout "$(cap 32)" python3 bench/megakernel_layers_perf.py --rounds 9 --launches 20 --torch-calls 10 \
     --also gemv_depth=1 --json "$W/perf.json" > "$W/perf.txt" 2>&1
   echo "exit $?"; grep -v "UserWarning\|_warn_once" "$W/perf.txt"
 
-  log "per-task profile: production and depth1 (tripwire in), production with the tripwire compiled out"
-  timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate depth1 \
-    --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
-  echo "exit $?"
-  timeout "$(cap 12)" python3 bench/megakernel_layers_profile.py --candidate production --set tripwire=off \
-    --launches 5 --out "$W/profile_twoff" > "$W/profile_twoff.txt" 2>&1
-  echo "exit $?"
-  grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" "$W/profile_twoff.txt" | cut -c1-160
-
-  log "clean variants (checked launches) and the corruption canaries (one warm server)"
-  timeout "$(cap 40)" python3 bench/megakernel_layers_acceptance.py --clean-launches 2000 --clean-budget 5 \
-    --canary-budget 1.5 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1
-  echo "exit $?"; cut -c1-220 "$W/acceptance.txt"
-
   log "snapshot_epoch at the 1e6-cycle skew: 16 runs of 1 launch (model: p = 0.232 per launch)"
-  timeout "$(cap 45)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
-    --json --keep-going --variant snapshot_epoch --runs 16 --launches 1 --timeout 2.5 --no-forensics \
+  timeout "$(cap 35)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
+    --json --keep-going --variant snapshot_epoch --runs 16 --launches 1 --timeout 1.5 --no-forensics \
     > "$W/repro_snapshot_epoch.json" 2> "$W/repro_snapshot_epoch.err"
   echo "exit $?"
   python3 - "$W/repro_snapshot_epoch.json" <<'EOF' 2>&1 | cut -c1-1500
@@ -100,8 +98,17 @@ for f in d.get("failures", [])[:2]:
     print(" ", f["outcome"], "|", (f.get("tripwire") or {}).get("sentence"))
 EOF
 
+  log "per-task profile: production and depth1 (tripwire in), production with the tripwire compiled out"
+  timeout "$(cap 15)" python3 bench/megakernel_layers_profile.py --candidate production --candidate depth1 \
+    --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
+  echo "exit $?"
+  timeout "$(cap 10)" python3 bench/megakernel_layers_profile.py --candidate production --set tripwire=off \
+    --launches 5 --out "$W/profile_twoff" > "$W/profile_twoff.txt" 2>&1
+  echo "exit $?"
+  grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" "$W/profile_twoff.txt" | cut -c1-160
+
   log "hazards gate perf on the layered megakernel's candidates (catalog, 132 workers, 10 pairs)"
-  timeout "$(cap 40)" python3 -m hazards gate perf --baseline megakernel_layers:production \
+  timeout "$(cap 30)" python3 -m hazards gate perf --baseline megakernel_layers:production \
     --candidate megakernel_layers:noop --candidate megakernel_layers:depth1 \
     --candidate megakernel_layers:chunks64 --candidate megakernel_layers:stale_descriptor \
     --workers 132 --repeats 10 --profiled-launches 3 --timeout 120 --wait 0s --json \
