@@ -70,6 +70,7 @@ class WorkItem:
     result_regex: str | None = None
     anomalies: tuple[str, ...] = ()
     sanitizer: str | None = None
+    handshake_timeout_s: float | None = None  # server: wait for a new worker's handshake (None: the default)
 
     @property
     def expectation(self) -> Expect | None:
@@ -87,7 +88,8 @@ class WorkItem:
     def target_key(self) -> tuple:
         """Items with the same key share one warm target per GPU (one server per binary)."""
         if self.kind == "server":
-            return ("server", self.argv, self.cwd, tuple(sorted(self.env.items())), self.respawn_every)
+            return ("server", self.argv, self.cwd, tuple(sorted(self.env.items())), self.respawn_every,
+                    self.handshake_timeout_s)
         return ("command", self.key, self.argv, self.cwd, tuple(sorted(self.env.items())), self.sanitizer)
 
     def to_json(self) -> dict[str, Any]:
@@ -202,8 +204,9 @@ def default_target_factory(item: WorkItem, env: dict[str, str]) -> Any:
     from hazards.engine.targets import CommandTarget, ServerTarget
 
     if item.kind == "server":
+        extra = {"handshake_timeout_s": item.handshake_timeout_s} if item.handshake_timeout_s else {}
         return ServerTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
-                            respawn_every=item.respawn_every)
+                            respawn_every=item.respawn_every, **extra)
     if item.kind == "command":
         target = CommandTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
                                result_regex=item.result_regex)

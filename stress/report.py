@@ -2,16 +2,17 @@
 
 `build_report(store, campaign_id)` gathers everything from the store: the run context of
 each session (command, folder and its `git describe`, host, GPUs, driver), outcome counts
-and failure rates with exact 95% intervals per target/variant, the failing runs of each
-row with their artifact folders, trends over the dates of the last N campaigns of the same
-kind, time-to-failure and kernel-time distributions, the GPU telemetry table (from each
-run's `evidence["telemetry"]` plus the campaign's telemetry summary), failure signatures
-(a raw example run with its artifacts, first and last seen in the whole store, new ones
-marked against the previous campaign of the same kind) and significant rate changes.
-`render_html` / `render_markdown` turn it into text. The page links every artifact
-relative to itself: each run's folder and the files in it (logs, hang.md from the hang
-forensics, the tripwire diagnosis, evidence.json), so the page and the store's artifacts/
-folder can be moved together.
+and failure rates with exact 95% intervals per target/variant (every work item of the
+spec, run or not, with the verdict its command gave: a soak's against the store's
+history), the failing runs of each row with their artifact folders, trends over the dates
+of the last N campaigns of the same kind, time-to-failure and kernel-time distributions,
+the GPU telemetry table (from each run's `evidence["telemetry"]` plus the campaign's
+telemetry summary), failure signatures (a raw example run with its artifacts, first and
+last seen in the whole store, new ones marked: never seen before in the store) and
+significant rate changes. `render_html` / `render_markdown` turn it into text. The page
+links every artifact relative to itself: each run's folder and the files in it (logs,
+hang.md from the hang forensics, the tripwire diagnosis, evidence.json), so the page and
+the store's artifacts/ folder can be moved together.
 
 The HTML needs the `report` extra (jinja2 and matplotlib); without it `write_report` is a
 one-line error saying how to install it, while the markdown and JSON summaries still work.
@@ -151,9 +152,11 @@ class KeyRow(ItemTally):
     def label(self) -> str:
         return item_key(self.target, self.variant)
 
+    verdict: Judgement | None = None  # set by build_report (a soak's: against the store's history)
+
     @property
     def judgement(self) -> Judgement:
-        return judge(self.expect, self)
+        return self.verdict if self.verdict is not None else judge(self.expect, self)
 
 
 @dataclasses.dataclass
@@ -225,17 +228,14 @@ class Report:
         return out
 
 
-def _expectations(spec: dict[str, Any]) -> dict[str, tuple[Expect | None, Proof]]:
-    """{target/variant: (expectation, proof)} of the campaign's work items. A run of
-    anything the spec does not list (a `hazards run` command) is expected clean."""
-    items = [WorkItem.from_json(i) for i in spec.get("items", []) if isinstance(i, dict)]
-    return {i.key: (i.expectation, i.proof) for i in items}
-
-
 def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, GpuRow], dict[int, StoredRun]]:
-    """The rows, the GPUs and {signature id: the campaign's first run with it}."""
+    """The rows (every work item of the spec, run or not; a run of anything the spec does
+    not list, such as a `hazards run` command, is expected clean), the GPUs and
+    {signature id: the campaign's first run with it}."""
+    from hazards.engine.soak import item_expectations
+
     camp = store.campaign(campaign_id)
-    expected = _expectations(camp.spec)
+    expected = item_expectations(camp.spec)
     rows: dict[tuple[str, str], KeyRow] = {}
     since_fail: dict[tuple[str, str], float] = {}
     gpus: dict[str, GpuRow] = {}
@@ -278,6 +278,9 @@ def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, Gp
                 g.xids.extend(int(x) for x in tel.get("xids", ()) if isinstance(x, int))
                 g.ecc_corrected += int(tel.get("ecc_corrected") or 0)
                 g.ecc_uncorrected += int(tel.get("ecc_uncorrected") or 0)
+    for item in (WorkItem.from_json(i) for i in camp.spec.get("items", []) if isinstance(i, dict)):
+        rows.setdefault((item.target, item.variant), KeyRow(target=item.target, variant=item.variant,
+                                                            expect=item.expectation))
     for key, row in rows.items():
         if row.kernel_ms:
             row.kernel_ms_median = statistics.median(row.kernel_ms)
@@ -329,12 +332,20 @@ def _context(camp: Any) -> list[dict[str, Any]]:
 
 def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: bool = True) -> Report:
     """Gather one campaign's report data (and render its figures unless `figures=False`)."""
-    from hazards.engine.soak import compare_campaigns  # soak builds on the store too; no cycle at import
+    from hazards.engine.soak import KIND as SOAK, compare_campaigns, soak_judgements
 
     camp = store.campaign(campaign_id)
     rows, gpus, examples = _collect(store, campaign_id)
     cmp = compare_campaigns(store, campaign_id)
-    new_keys = {s.key for s in cmp.new_signatures} if cmp else set()
+    if camp.kind == SOAK:  # the soak's own verdicts, so that its exit code and this report agree
+        verdicts = soak_judgements(store, campaign_id, cmp)
+        for row in rows:
+            row.verdict = verdicts[row.label][1]
+    else:  # what the campaign's items were dropped for (after repeated errors)
+        dropped = camp.spec.get("dropped") or {}
+        for row in rows:
+            row.verdict = judge(row.expect, row, dropped=dropped.get(row.label))
+    new_keys = {s.key for s in cmp.new_signatures}
     seen = {s.id: (s.first_seen, s.last_seen) for s in store.signatures()}  # in the whole store
     sigs = []
     for s in store.signatures(campaign_id):
@@ -350,9 +361,8 @@ def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: boo
     notes = list(camp.spec.get("notes", [])) if isinstance(camp.spec.get("notes"), list) else []
     root = store.artifact_root(campaign_id)
     rep = Report(camp, rows, sorted(gpus.values(), key=lambda g: g.uuid), sigs,
-                 [dataclasses.asdict(c) for c in cmp.changes] if cmp else [],
-                 cmp.previous_id if cmp else None, _trend(store, camp, last), hint, notes, _context(camp),
-                 sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else [])
+                 [dataclasses.asdict(c) for c in cmp.changes], cmp.previous_id, _trend(store, camp, last), hint,
+                 notes, _context(camp), sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else [])
     if figures:
         rep.figures = render_figures(rep)
     return rep
@@ -456,14 +466,18 @@ def render_markdown(rep: Report) -> str:
                        f"| {r.judgement.verdict} |")
         out.append("")
     new = [s for s in rep.signatures if s["new"]]
-    if rep.previous_id is not None:
-        out.append(f"Compared with campaign {rep.previous_id}: {len(new)} new failure signature(s), "
-                   f"{len(rep.changes)} significant rate change(s).")
+    if new or rep.previous_id is not None:
+        head = f"{len(new)} failure signature(s) never seen before in the store"
+        if rep.previous_id is not None:
+            head += (f"; compared with campaign {rep.previous_id}: {len(rep.changes)} significant rate "
+                     "change(s) (Holm-corrected)")
+        out.append(head + ".")
         for s in new:
             out.append(f"- NEW {s['outcome']} in {md_text(s['label'])}: "
                        f"{md_text(s['message'])} (x{s['count']})")
         for ch in rep.changes:
-            out.append(f"- {md_text(item_key(ch['target'], ch['variant']))}: {md_text(ch['verdict'])}")
+            out.append(f"- {md_text(item_key(ch['target'], ch['variant']))}: {md_text(ch['verdict'])}"
+                       + (" (regression)" if ch.get("regression") else ""))
         out.append("")
     if rep.hint:
         out += [f"**{md_text(rep.hint)}**", ""]
@@ -497,9 +511,11 @@ def report_json(rep: Report) -> dict[str, Any]:
 
 
 def junit_suites(rep: Report) -> list[JUnitSuite]:
-    """The campaign as JUnit: one case per target/variant, judged by
-    `hazards.engine.verdict.judge` (a canary fails as "went-blind", anything expected
-    clean that failed as "failed", one with no judged run is an error)."""
+    """The campaign as JUnit: one case per target/variant (every work item, run or not)
+    with the verdict the command itself gave (a soak's: `soak_judgements`, so the JUnit
+    file fails exactly what made the soak exit non-zero): a canary fails as "went-blind",
+    a clean item as "failed" (a soak's as "regressed"; a known hazard passes), an item
+    with no judged run is an error."""
     c = rep.campaign
     suite = JUnitSuite(f"hazards.{c.kind}", started_at=c.created, stdout=render_markdown(rep),
                        properties={"campaign": str(c.id), "host": c.host, "status": c.status})

@@ -4,9 +4,12 @@ A soak is one campaign of kind 'soak'. Its spec holds the work items (so `--resu
 runs exactly the same set), the budget, the leases and one entry per session; the time
 already spent is recomputed from the stored runs, so a soak whose supervisor was
 SIGKILLed resumes with the budget it had left. At the end the GPU telemetry summary is
-written into the spec and the campaign is compared with the previous soak: new failure
-signatures and statistically significant rate changes (one-sided Fisher; Boschloo when
-both samples are small enough for it to be cheap) are flagged.
+written into the spec and every item is judged against the store's history
+(`soak_judgements`): a clean item that failed with a failure signature no earlier campaign
+had, or whose failure rate rose significantly since the previous soak, `regressed`; one
+that failed as before is a `known hazard`; a canary that went blind or whose detection rate
+dropped significantly fails; an item never judged is an error. Rate changes are one-sided
+exact tests (Boschloo; Fisher for large samples) corrected with Holm across the items.
 
 Registered targets come from a TOML file (see `load_targets`). `stress` knows nothing of
 the hazard catalog: the `hazards soak` command turns families into `WorkItem`s.
@@ -14,7 +17,9 @@ the hazard catalog: the `hazards soak` command turns families into `WorkItem`s.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Callable
@@ -22,18 +27,20 @@ from typing import Any, Callable
 from hazards.engine.campaign import LeasedCampaign, RunObserver
 from hazards.engine.errors import UserError
 from hazards.engine.executor import GpuStats, TargetFactory, WorkItem
-from hazards.engine.outcome import RunResult
+from hazards.engine.outcome import RunResult, item_key
 from hazards.engine.sources import Rotation
-from hazards.engine.stats import boschloo, fisher_one_sided
+from hazards.engine.stats import boschloo, fisher_one_sided, holm
 from hazards.engine.store import Signature, Store
-from hazards.engine.verdict import Expect, ItemTally, Judgement, campaign_tallies, judge
+from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, Verdict, campaign_tallies, judge
+from hazards.engine.verdict import exit_code as verdicts_exit_code
 
 KIND = "soak"
 BOSCHLOO_MAX_N = 200  # scipy's boschloo_exact takes ~0.1 s at n=100 and seconds beyond 1000
 
 _TARGET_KEYS = {"name": str, "kind": str, "argv": list, "cwd": str, "env": dict, "timeout": (int, float),
                 "params": dict, "launches": int, "respawn_every": int, "result_regex": str, "variant": str,
-                "expect": str}
+                "expect": str, "handshake_timeout": (int, float)}
+_SERVER_ONLY = ("launches", "respawn_every", "handshake_timeout")
 
 
 def load_targets(path: str | os.PathLike[str]) -> list[WorkItem]:
@@ -42,8 +49,11 @@ def load_targets(path: str | os.PathLike[str]) -> list[WorkItem]:
     Keys: name (required), argv (required, list of strings), kind ('command' default, or
     'server'), cwd (relative to the file's folder), env (table of strings), timeout
     (seconds, default 60), params (table), launches (server), respawn_every (server),
-    result_regex (command), variant (a label), expect ('clean', the default: any failure is a
-    hazard; or 'detect': a canary that must fail). Anything else is a UserError.
+    handshake_timeout (server: seconds a new worker may take to send its handshake, default
+    60), result_regex (command), variant (a label), expect ('clean', the default: any failure
+    is a hazard; or 'detect': a canary that must fail). Anything else, and a program that
+    cannot be started (not found, not executable, an interpreter its #! line names that
+    is missing), is a UserError: nothing is run or stored.
     """
     p = Path(path)
     try:
@@ -68,7 +78,16 @@ def load_targets(path: str | os.PathLike[str]) -> list[WorkItem]:
     return items
 
 
+def _seconds(where: str, key: str, value: Any) -> float:
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UserError(f"{where}: {key} must be a positive, finite number of seconds, not {value!r}")
+    return seconds
+
+
 def _target_item(path: Path, index: int, t: Any) -> WorkItem:
+    from hazards.engine.targets.base import check_argv, check_cwd, check_env
+
     where = f"targets file {path}, target #{index}"
     if not isinstance(t, dict):
         raise UserError(f"{where}: not a table")
@@ -80,32 +99,55 @@ def _target_item(path: Path, index: int, t: Any) -> WorkItem:
     name, argv = t.get("name", ""), t.get("argv", [])
     if not name.strip():
         raise UserError(f"{where}: 'name' is required")
+    where = f"{where} ({name})"
     if not argv or not all(isinstance(a, str) and a for a in argv):
-        raise UserError(f"{where} ({name}): 'argv' must be a non-empty list of strings")
+        raise UserError(f"{where}: 'argv' must be a non-empty list of strings")
     kind = t.get("kind", "command")
     if kind not in ("command", "server"):
-        raise UserError(f"{where} ({name}): kind must be 'command' or 'server', not {kind!r}")
-    timeout = float(t.get("timeout", 60))
-    if not timeout > 0:
-        raise UserError(f"{where} ({name}): timeout must be > 0")
+        raise UserError(f"{where}: kind must be 'command' or 'server', not {kind!r}")
+    wrong = [k for k in (_SERVER_ONLY if kind == "command" else ("result_regex",)) if k in t]
+    if wrong:
+        raise UserError(f"{where}: {wrong[0]!r} does not apply to a {kind} target")
+    timeout = _seconds(where, "timeout", t.get("timeout", 60))
+    handshake = _seconds(where, "handshake_timeout", t["handshake_timeout"]) if "handshake_timeout" in t else None
+    if t.get("launches", 1) < 1 or t.get("respawn_every", 0) < 0:
+        raise UserError(f"{where}: launches must be at least 1 and respawn_every at least 0")
     if not all(isinstance(v, str) for v in t.get("env", {}).values()):
-        raise UserError(f"{where} ({name}): env values must be strings")
+        raise UserError(f"{where}: env values must be strings")
     expect = t.get("expect", "clean")
     if expect not in ("clean", "detect"):
-        raise UserError(f"{where} ({name}): expect must be 'clean' or 'detect', not {expect!r}")
+        raise UserError(f"{where}: expect must be 'clean' or 'detect', not {expect!r}")
+    if "result_regex" in t:
+        try:
+            re.compile(t["result_regex"])
+        except re.error as e:
+            raise UserError(f"{where}: result_regex is not a valid regular expression: {e}") from None
     cwd = t.get("cwd")
     cwd = str((path.parent / cwd).resolve()) if cwd else None
+    try:  # the program must start, as it will in the soak: found, executable, its interpreter there
+        check_argv(list(argv), check_cwd(cwd), check_env(dict(t.get("env", {}))))
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
     return WorkItem(target=name, variant=t.get("variant", ""), expect=expect, kind=kind, argv=tuple(argv),
                     env=dict(t.get("env", {})), cwd=cwd, params=dict(t.get("params", {})),
                     launches=t.get("launches"), timeout_s=timeout, respawn_every=int(t.get("respawn_every", 0)),
-                    result_regex=t.get("result_regex"))
+                    result_regex=t.get("result_regex"), handshake_timeout_s=handshake)
 
 
-# -- comparison with the previous soak ------------------------------------------------------
+# -- the campaign against the history of the store -------------------------------------------
+
+def item_expectations(spec: dict[str, Any]) -> dict[str, tuple[Expect | None, Proof]]:
+    """{target/variant: (expectation, proof)} of a campaign's work items (from its spec)."""
+    items = [WorkItem.from_json(i) for i in spec.get("items", []) if isinstance(i, dict)]
+    return {i.key: (i.expectation, i.proof) for i in items}
+
 
 @dataclasses.dataclass
 class RateChange:
-    """A target/variant whose failure rate changed significantly between two campaigns."""
+    """A target/variant whose rate changed significantly between two campaigns: the failure
+    rate, or for a canary (expect detect) the detection rate (failures its proof accepts).
+    `p` is the one-sided test's, `p_adjusted` Holm's over the comparison's tests of the same
+    kind; `regression` is True for a clean item's rise and a canary's drop."""
 
     target: str
     variant: str
@@ -117,21 +159,29 @@ class RateChange:
     p: float
     test: str
     verdict: str
+    expect: str | None = None
+    p_adjusted: float = 1.0
+    regression: bool = False
+
+    @property
+    def key(self) -> str:
+        return item_key(self.target, self.variant)
 
 
 @dataclasses.dataclass
 class CampaignComparison:
-    """What changed since the previous campaign of the same kind."""
+    """What a campaign shows against the store's history: failure signatures no earlier
+    campaign had, and significant rate changes against the previous campaign of its kind
+    (`previous_id`; None when there is none, and then no rate changes)."""
 
     current_id: int
-    previous_id: int
+    previous_id: int | None
     new_signatures: list[Signature]
     changes: list[RateChange]
 
     @property
-    def regressed(self) -> bool:
-        """New failure signatures, or a failure rate that rose significantly."""
-        return bool(self.new_signatures) or any(c.direction == "rose" for c in self.changes)
+    def regressions(self) -> list[RateChange]:
+        return [c for c in self.changes if c.regression]
 
 
 def previous_campaign(store: Store, campaign_id: int) -> int | None:
@@ -148,44 +198,121 @@ def _one_sided(k1: int, n1: int, k2: int, n2: int) -> tuple[float, str]:
     return fisher_one_sided(k1, n1, k2, n2), "Fisher"
 
 
+def _rate_counts(tally: ItemTally, expect: Expect | None) -> tuple[int, int]:
+    """(events, judged runs): detections of a canary, failures of anything else."""
+    return (tally.proved if expect is Expect.DETECT else tally.failures), tally.judged
+
+
 def compare_campaigns(store: Store, current_id: int, previous_id: int | None = None, *,
-                      alpha: float = 0.05) -> CampaignComparison | None:
-    """Compare a campaign with the previous one of its kind (None when there is none)."""
+                      alpha: float = 0.05) -> CampaignComparison:
+    """A campaign against the store's history.
+
+    New signatures: those of its runs that no earlier campaign's run had ("never seen
+    before", not "absent from the last campaign": a rare hazard that missed one night is
+    not new the next). Rate changes against the previous campaign of its kind, per
+    target/variant, one-sided both ways (Boschloo, Fisher beyond BOSCHLOO_MAX_N runs). The
+    regression direction (a clean item's failure rate rising, a canary's detection rate
+    dropping) is one family of tests and the other direction another; each is corrected
+    with Holm so that, across all target/variants, the chance of flagging any change that
+    is not there stays below `alpha`. A canary detected more often is not a regression."""
     if previous_id is None:
         previous_id = previous_campaign(store, current_id)
+    new = store.new_signatures(current_id)
     if previous_id is None:
-        return None
-    before_keys = {s.key for s in store.signatures(previous_id)}
-    new = [s for s in store.signatures(current_id) if s.key not in before_keys]
-    before = {(t.target, t.variant): t for t in store.tally(previous_id)}
-    changes = []
-    for t in store.tally(current_id):
-        b = before.get((t.target, t.variant))
-        if b is None or not b.judged or not t.judged:
+        return CampaignComparison(current_id, None, new, [])
+    tallies, expected, names = {}, {}, {}
+    for cid in (previous_id, current_id):
+        exp = item_expectations(store.campaign(cid).spec)
+        tallies[cid] = campaign_tallies(store, cid, {k: proof for k, (_, proof) in exp.items()})
+        expected.update({k: e for k, (e, _) in exp.items()})
+    for sr in store.iter_runs(current_id):
+        names.setdefault(sr.result.key, (sr.result.target, sr.result.variant))
+    tests = []  # (key, direction, p, test, counts, regression)
+    for key, after in tallies[current_id].items():
+        before = tallies[previous_id].get(key)
+        if before is None or not before.judged or not after.judged:
             continue
-        p_rose, test = _one_sided(t.failures, t.judged, b.failures, b.judged)
-        p_drop, _ = _one_sided(b.failures, b.judged, t.failures, t.judged)
+        expect = expected.get(key, Expect.CLEAN)
+        (kb, nb), (ka, na) = _rate_counts(before, expect), _rate_counts(after, expect)
+        p_rose, test = _one_sided(ka, na, kb, nb)
+        p_drop, _ = _one_sided(kb, nb, ka, na)
+        worse = "dropped" if expect is Expect.DETECT else "rose"
         for direction, p in (("rose", p_rose), ("dropped", p_drop)):
-            if p < alpha:
-                changes.append(RateChange(
-                    t.target, t.variant, b.failures, b.judged, t.failures, t.judged, direction, p, test,
-                    f"failure rate {direction} from {b.failures}/{b.judged} to {t.failures}/{t.judged}"
-                    f" (one-sided {test} p={p:.2g})"))
+            tests.append((key, direction, p, test, (kb, nb, ka, na), direction == worse and expect is not None))
+    changes = []
+    for family in (True, False):  # regressions, then the other changes: Holm within each
+        members = [t for t in tests if t[5] is family]
+        for (key, direction, p, test, (kb, nb, ka, na), regression), adj in zip(
+                members, holm([t[2] for t in members])):
+            if adj >= alpha:
+                continue
+            expect = expected.get(key, Expect.CLEAN)
+            what = "detection rate" if expect is Expect.DETECT else "failure rate"
+            changes.append(RateChange(
+                *names[key], kb, nb, ka, na, direction, p, test,
+                f"{what} {direction} from {kb}/{nb} to {ka}/{na} (one-sided {test} p={p:.2g}, "
+                f"Holm-adjusted over {len(members)} target/variants p={adj:.2g})",
+                expect=expect.value if expect else None, p_adjusted=adj, regression=regression))
     return CampaignComparison(current_id, previous_id, new, changes)
+
+
+def against_history(expect: Expect | None, judgement: Judgement, new: list[Signature],
+                    change: RateChange | None) -> Judgement:
+    """A soak item's verdict, given its plain judgement, its never-seen-before signatures
+    and its regression (if any). A clean item that failed is `regressed` when a failure is
+    new to the store or its rate rose significantly, else a `known hazard` (not flagged: the
+    report shows its rate and trend); a canary whose detection rate dropped is `regressed`."""
+    if expect is Expect.CLEAN and judgement.verdict is Verdict.FAILED:
+        why = []
+        if new:
+            shown = "; ".join(f"{s.outcome}: {s.message}" for s in new[:3])
+            why.append(f"{len(new)} failure signature(s) never seen before in the store ({shown})")
+        if change is not None:
+            why.append(change.verdict)
+        if why:
+            return Judgement(Verdict.REGRESSED, f"{judgement.message}; " + "; ".join(why))
+        return Judgement(Verdict.KNOWN, f"{judgement.message}; every failure signature was seen in an earlier "
+                                        "campaign and the rate did not rise significantly")
+    if expect is Expect.DETECT and judgement.verdict is Verdict.DETECTED and change is not None:
+        return Judgement(Verdict.REGRESSED, f"{judgement.message}; {change.verdict}")
+    return judgement
+
+
+def soak_judgements(store: Store, campaign_id: int, comparison: CampaignComparison | None = None
+                    ) -> dict[str, tuple[Expect | None, Judgement]]:
+    """{target/variant: (expectation, verdict)} of a soak campaign: every item of its spec
+    (never run: an error) and anything else it ran (expected clean), judged on its runs,
+    the items dropped after repeated errors, and the store's history. The soak's exit code,
+    its lines, its report and its JUnit file all come from this."""
+    camp = store.campaign(campaign_id)
+    expected = item_expectations(camp.spec)
+    tallies = campaign_tallies(store, campaign_id, {k: proof for k, (_, proof) in expected.items()})
+    dropped = camp.spec.get("dropped") or {}
+    cmp = comparison if comparison is not None else compare_campaigns(store, campaign_id)
+    new: dict[str, list[Signature]] = {}
+    for sig in cmp.new_signatures:
+        new.setdefault(item_key(sig.target, sig.variant), []).append(sig)
+    worse = {c.key: c for c in cmp.regressions}
+    out = {}
+    for key in sorted(set(expected) | set(tallies)):
+        expect = expected[key][0] if key in expected else Expect.CLEAN
+        base = judge(expect, tallies.get(key, ItemTally()), dropped=dropped.get(key))
+        out[key] = (expect, against_history(expect, base, new.get(key, []), worse.get(key)))
+    return out
 
 
 # -- the soak itself --------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class SoakResult:
-    """How a soak session ended."""
+    """How a soak session ended, and its verdicts (`soak_judgements`)."""
 
     campaign_id: int
     status: str
     gpu_stats: list[GpuStats]
     spent_s: float
     budget_s: float
-    comparison: CampaignComparison | None
+    comparison: CampaignComparison
     dropped: dict[str, str]
     expectations: dict[str, Expect | None]
     judgements: dict[str, Judgement]
@@ -196,14 +323,25 @@ class SoakResult:
         before they ran, or only errors), which must be flagged too, never pass unseen."""
         return [k for k, e in self.expectations.items() if e is Expect.DETECT and not self.judgements[k].ok]
 
+    @property
+    def problems(self) -> list[str]:
+        """Every item whose verdict makes the soak exit non-zero."""
+        return [k for k, j in self.judgements.items() if not j.ok]
+
     def canary_lines(self) -> list[str]:
-        """One verdict line per canary that was not detected."""
-        return [self.judgements[k].line(k, Expect.DETECT) for k in self.blind]
+        """One verdict line per item that makes the soak exit non-zero (canaries first)."""
+        keys = sorted(self.problems, key=lambda k: (self.expectations.get(k) is not Expect.DETECT, k))
+        return [self.judgements[k].line(k, self.expectations.get(k)) for k in keys]
+
+    @property
+    def exit_code(self) -> int:
+        """1 a regression or a canary that went blind; 3 items never judged; 0 otherwise."""
+        return verdicts_exit_code(j.verdict for j in self.judgements.values())
 
     @property
     def flagged(self) -> bool:
-        """Regressions against the previous soak, canaries that went blind, dropped items."""
-        return bool((self.comparison and self.comparison.regressed) or self.blind or self.dropped)
+        """Whether anything makes the soak exit non-zero."""
+        return self.exit_code != 0
 
 
 def spent_seconds(store: Store, campaign_id: int) -> float:
@@ -266,10 +404,9 @@ def run_soak(frame: LeasedCampaign, items: list[WorkItem] | None, *, budget_s: f
     source = Rotation(items, stored_time(store, cid))
     stats = frame.run(cid, source, budget_s=left, target_factory=target_factory, on_result=on_result,
                       observer=observer)
-    status = store.campaign(cid).status
-    dropped = source.dropped()
-    tallies = campaign_tallies(store, cid, {i.key: i.proof for i in items})
-    judgements = {i.key: judge(i.expectation, tallies.get(i.key, ItemTally()), dropped=dropped.get(i.key))
-                  for i in items}
-    return SoakResult(cid, status, stats, spent_seconds(store, cid), float(store.campaign(cid).spec["budget_s"]),
-                      compare_campaigns(store, cid), dropped, {i.key: i.expectation for i in items}, judgements)
+    camp = store.campaign(cid)
+    comparison = compare_campaigns(store, cid)
+    verdicts = soak_judgements(store, cid, comparison)
+    return SoakResult(cid, camp.status, stats, spent_seconds(store, cid), float(camp.spec["budget_s"]),
+                      comparison, dict(camp.spec.get("dropped") or {}), {k: e for k, (e, _) in verdicts.items()},
+                      {k: j for k, (_, j) in verdicts.items()})

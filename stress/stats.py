@@ -149,6 +149,19 @@ def boschloo(k_before: int, n_before: int, k_after: int, n_after: int, n_points:
     return 1.0 if math.isnan(p) else min(p, 1.0)
 
 
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input's order: reject hypothesis i at
+    level alpha when its adjusted p is below alpha. Controls the family-wise error rate
+    (the chance of any false rejection) at alpha, whatever the dependence between tests.
+    scipy has Benjamini-Hochberg (`false_discovery_control`) but not Holm."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [1.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 @dataclasses.dataclass
 class Comparison:
     """A before/after comparison of two failure counts, with the verdict in words."""

@@ -680,6 +680,17 @@ class Store:
             " GROUP BY s.id ORDER BY count(r.id) DESC, s.id", args)
         return [Signature(*row) for row in rows]
 
+    def new_signatures(self, campaign_id: int) -> list[Signature]:
+        """The campaign's failure signatures never seen before it in this store: no run of
+        an earlier campaign (of any kind) has them. Counts and times are the campaign's."""
+        rows = self._db.execute(
+            "SELECT s.id, s.key, s.outcome, s.error_kind, s.target, s.variant, s.message,"
+            " min(r.started_at), max(r.started_at), count(r.id)"
+            " FROM signatures s JOIN runs r ON r.signature_id = s.id WHERE r.campaign_id = ?"
+            " AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.signature_id = s.id AND e.campaign_id < ?)"
+            " GROUP BY s.id ORDER BY count(r.id) DESC, s.id", (int(campaign_id), int(campaign_id)))
+        return [Signature(*row) for row in rows]
+
     def integrity_check(self) -> str:
         """SQLite's own check: 'ok' when the database file is sound."""
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])

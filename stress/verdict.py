@@ -29,6 +29,10 @@ class Verdict(str, enum.Enum):
     WENT_BLIND = "went blind"  # a canary judged and never proved failing: the check cannot see
     CLEAN = "clean"            # no judged run failed
     FAILED = "failed"          # an item expected clean failed: a hazard
+    REGRESSED = "regressed"    # worse than before (soak): a failure never seen before in the store,
+                               # a failure rate that rose, a canary's detection rate that dropped
+    KNOWN = "known hazard"     # (soak) failed as before: every failure signature seen in an earlier
+                               # campaign and the rate not significantly higher than the last soak's
     ERROR = "error"            # nothing could be judged (only errors, dropped, never run, no GPU)
     SKIPPED = "skipped"        # deliberately not run: the user asked (--skip)
 
@@ -38,7 +42,7 @@ class Verdict(str, enum.Enum):
     @property
     def ok(self) -> bool:
         """Whether this verdict lets a check pass."""
-        return self in (Verdict.DETECTED, Verdict.CLEAN, Verdict.SKIPPED)
+        return self in (Verdict.DETECTED, Verdict.CLEAN, Verdict.SKIPPED, Verdict.KNOWN)
 
     @property
     def junit_type(self) -> str:
@@ -48,7 +52,7 @@ class Verdict(str, enum.Enum):
     @property
     def is_hazard(self) -> bool:
         """Whether this verdict means something was seen that fails a check (exit 1)."""
-        return self in (Verdict.WENT_BLIND, Verdict.FAILED)
+        return self in (Verdict.WENT_BLIND, Verdict.FAILED, Verdict.REGRESSED)
 
 
 def exit_code(verdicts: Iterable[Verdict]) -> int:
@@ -152,7 +156,8 @@ class Judgement:
 
     def line(self, label: str, expect: Expect | None) -> str:
         """'ok   fam/variant [canary] detected: 3/3 runs failed: mismatch 3' (one per item)."""
-        mark = "skip" if self.verdict is Verdict.SKIPPED else "ok  " if self.ok else "FAIL"
+        mark = ("skip" if self.verdict is Verdict.SKIPPED else "note" if self.verdict is Verdict.KNOWN
+                else "ok  " if self.ok else "FAIL")
         noun = f" [{expect.noun}]" if expect is not None else ""
         return f"{mark} {label}{noun} {self.verdict}: {self.message}"
 

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, WaitOption, parse_duration, split_names
+from hazards.cli.options import JsonOption, WaitOption, check_seconds, parse_duration, split_names
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
 from hazards.gates import LOGIT_DEFAULT_MAX_KL, LOGIT_DEFAULT_RATIO
 from hazards.gates.perf import (DEFAULT_CONF, DEFAULT_MIN_EFFECT, DEFAULT_MIN_US, DEFAULT_REPEATS,
@@ -63,6 +63,7 @@ def perf_command(
 ) -> None:
     from hazards.gates import perf
 
+    check_seconds(timeout, "--timeout")
     result = perf.run_gate(baseline, candidate, workers=perf.parse_workers(workers), repeats=repeats,
                            conf=conf, min_effect=min_effect, min_us=min_us, cos_min=cos_min,
                            tasks=split_names(task) or None, timeout=timeout, launches=profiled_launches,

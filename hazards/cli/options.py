@@ -7,6 +7,7 @@ default stays in the command's signature, where a reader looks for it.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import signal
 from pathlib import Path
@@ -99,6 +100,14 @@ def progress_interval(text: str) -> float:
         return parse_duration(text, allow_zero=True)
     except UserError as e:
         raise UserError(f"--progress-interval: {e}") from None
+
+
+def check_seconds(value: float | None, flag: str) -> float | None:
+    """A positive, finite number of seconds given to `flag` (None passes); UserError for 0,
+    a negative number, inf or nan (an infinite timeout would hang a campaign forever)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UserError(f"{flag} must be a positive, finite number of seconds, got {value:g}")
+    return value
 
 
 def split_names(values: Optional[Iterable[str]]) -> list[str]:

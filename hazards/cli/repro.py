@@ -12,9 +12,9 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import (CommandArgument, CampaignNameOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
-                                 StoreOption, WaitOption, launches_option, parse_duration, progress_interval,
-                                 runs_option, timeout_option, variant_option)
+from hazards.cli.options import (CommandArgument, CampaignNameOption, JsonOption, MaxErrorsInARowOption,
+                                 ProgressIntervalOption, StoreOption, WaitOption, check_seconds, launches_option,
+                                 parse_duration, progress_interval, runs_option, timeout_option, variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.outcome import Outcome, RunResult
@@ -181,10 +181,8 @@ def repro_command(
     max_runs = old_max_runs if old_max_runs is not None else max_runs
     if max_runs < 1:
         raise UserError(f"-n/--runs must be at least 1, got {max_runs}")
-    if timeout is not None and not timeout > 0:
-        raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
-    if not hang_budget > 0:
-        raise UserError(f"--hang-budget must be a positive number of seconds, got {hang_budget:g}")
+    check_seconds(timeout, "--timeout")
+    check_seconds(hang_budget, "--hang-budget")
     if launches is not None and launches < 1:
         raise UserError(f"--launches must be at least 1, got {launches}")
     if max_errors_in_a_row < 0:

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (CommandArgument, CampaignNameOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
-                                 ResumeOption, StoreOption, WaitOption, interrupt_exit_code, parse_duration,
-                                 progress_interval, runs_option, timeout_option)
+from hazards.cli.options import (CommandArgument, CampaignNameOption, JsonOption, MaxErrorsInARowOption,
+                                 ProgressIntervalOption, ResumeOption, StoreOption, WaitOption, check_seconds,
+                                 interrupt_exit_code, parse_duration, progress_interval, runs_option, timeout_option)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.errors import UserError
@@ -68,8 +68,7 @@ def check_run_options(n: int | None, timeout: float | None, result_regex: str | 
         raise UserError(f"--max-errors-in-a-row must be 0 (never stop) or more, got {max_errors_in_a_row}")
     if n is not None and n < 1:
         raise UserError(f"-n must be at least 1, got {n}")
-    if timeout is not None and not timeout > 0:
-        raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    check_seconds(timeout, "--timeout")
     if result_regex is not None:
         try:
             re.compile(result_regex)

@@ -10,23 +10,28 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (BudgetOption, CampaignNameOption, ExclusiveOption, FamiliesOption, JsonOption,
-                                 LeaseDirOption, ProgressIntervalOption, ResumeOption, StoreOption, WaitOption,
-                                 parse_duration, progress_interval, split_names)
+                                 JUnitOption, LeaseDirOption, ProgressIntervalOption, ResumeOption, StoreOption,
+                                 WaitOption, parse_duration, progress_interval, split_names)
 from hazards.engine.errors import UserError
 
 _HELP = """Nightly soak: every family/variant and registered target on every free GPU, for a time budget.
 
 Every family/variant plus the targets of a TOML file run spread over every free GPU (one warm
 launch server per family per GPU), as one campaign. Resumable with `--resume ID` (the
-remaining budget is recomputed from the stored runs). At the end the campaign is compared
-with the previous soak: new failure signatures and significant rate changes are flagged, and
-an HTML report is written.
+remaining budget is recomputed from the stored runs). At the end every item is judged
+against the store's history: a clean item that failed with a failure never seen before in
+the store, or whose failure rate rose significantly since the previous soak (Holm-corrected
+across the items), regressed; one that failed as before is a known hazard (reported, not
+flagged); a canary that went blind or whose detection rate dropped fails. An HTML report
+(and with `--junit` a JUnit file failing exactly what the exit status counts) is written.
 
 Progress goes to stderr: a live display in a terminal, else one status line every
 `--progress-interval`.
 
-Exit status: 0 nothing flagged; 1 a regression, a canary that went blind, or a target
-dropped after repeated errors; 2 bad input (or no free GPU).
+Exit status: 0 nothing flagged; 1 a regression or a canary that went blind; 2 bad input (or
+no free GPU); 3 an item never judged (only errors, dropped after repeated errors, not
+reached in the budget, a server that never completed its handshake); 4 the results store
+failed.
 
 Examples:
 
@@ -66,6 +71,7 @@ def soak_command(
                                            help="Lease at most this many GPUs."),
     report: Optional[Path] = typer.Option(None, "--report", show_default=".hazards/reports/campaign-ID.html",
                                           help="HTML report path."),
+    junit: JUnitOption = None,
     store_path: StoreOption = None,
     lease_dir: LeaseDirOption = None,
     wait: WaitOption = "0s",
@@ -100,7 +106,7 @@ def soak_command(
         res = _remote_soak(executor, store, items, budget_s=budget_s, resume=resume, name=name,
                            address=address, max_gpus=max_gpus,
                            lock_dir=str(lease_dir) if lease_dir else None, exclusive=exclusive)
-        return _finish(store, res, report, json_out)
+        return _finish(store, res, report, json_out, junit)
     try:
         frame = LeasedCampaign.acquire(store, "hazards soak", lock_dir=str(lease_dir) if lease_dir else None,
                                        max_gpus=max_gpus, wait_s=wait_s, exclusive=exclusive)
@@ -110,7 +116,7 @@ def soak_command(
     with frame, CampaignProgress(interval_s=interval_s) as progress:
         typer.echo(f"soak on {frame.describe()}", err=True)
         res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, observer=progress)
-    _finish(store, res, report, json_out)
+    _finish(store, res, report, json_out, junit)
 
 
 def _check_executor(executor: str) -> None:
@@ -129,9 +135,12 @@ def _remote_soak(executor: str, store, items, **kw):
     return run_soak_with(executor, store, items, **kw)
 
 
-def _finish(store, res, report: Path | None, json_out: bool) -> None:
-    """Write the report, print the summary (or one JSON object), exit 1 when something was flagged."""
-    from hazards.engine.report import ReportExtraMissing, build_report, render_markdown, report_json, write_report
+def _finish(store, res, report: Path | None, json_out: bool, junit: Path | None = None) -> None:
+    """Write the report (and the JUnit file), print the summary (or one JSON object), and
+    exit with the soak's code: the same verdicts decide both (`soak_judgements`)."""
+    from hazards.engine.junit import write_junit
+    from hazards.engine.report import (ReportExtraMissing, build_report, junit_suites, render_markdown, report_json,
+                                       write_report)
 
     out = report or store.path.parent / "reports" / f"campaign-{res.campaign_id}.html"
     try:
@@ -140,14 +149,19 @@ def _finish(store, res, report: Path | None, json_out: bool) -> None:
         typer.echo(f"hazards: no HTML report: {e}", err=True)
         rep, out = build_report(store, res.campaign_id, figures=False), None
     store.close()
+    if junit is not None:
+        write_junit(junit, junit_suites(rep))
     if json_out:
         typer.echo(json.dumps({
-            "campaign": res.campaign_id, "flagged": res.flagged, "report_html": str(out) if out else None,
+            "campaign": res.campaign_id, "exit_code": res.exit_code, "flagged": res.flagged,
+            "problems": {k: {"verdict": res.judgements[k].verdict.value, "message": res.judgements[k].message}
+                         for k in res.problems},
+            "report_html": str(out) if out else None, "junit": str(junit) if junit else None,
             "status": res.status, "spent_s": res.spent_s, "budget_s": res.budget_s,
             "gpus": [{"gpu": g.gpu, "uuid": g.uuid, "runs": g.runs, "launches": g.launches,
                       "launch_rate": g.launch_rate, "elapsed_s": g.elapsed_s} for g in res.gpu_stats],
             "dropped": res.dropped, "blind": res.blind, "report": report_json(rep)}, default=str))
-        sys.exit(1 if res.flagged else 0)
+        sys.exit(res.exit_code)
     typer.echo(render_markdown(rep))
     for g in res.gpu_stats:
         typer.echo(f"GPU {g.uuid or g.gpu}: {g.runs} runs, {g.launches} launches, "
@@ -156,5 +170,7 @@ def _finish(store, res, report: Path | None, json_out: bool) -> None:
         typer.echo(f"DROPPED {key}: {why}")
     for line in res.canary_lines():
         typer.echo(line)
+    if junit is not None:
+        typer.echo(f"JUnit report: {junit}")
     typer.echo(f"campaign {res.campaign_id}; report: {out or 'not written'}")
-    sys.exit(1 if res.flagged else 0)
+    sys.exit(res.exit_code)

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (JsonOption, ProgressIntervalOption, StoreOption, WaitOption, launches_option,
-                                 parse_duration, progress_interval, timeout_option, variant_option)
+from hazards.cli.options import (JsonOption, ProgressIntervalOption, StoreOption, WaitOption, check_seconds,
+                                 launches_option, parse_duration, progress_interval, timeout_option, variant_option)
 from hazards.cli.progress import CampaignProgress
 from hazards.engine.errors import UserError
 from hazards.engine.stats import format_rate
@@ -128,8 +128,7 @@ def stress_command(
     n_req = requests if requests is not None else (SANITIZER_DEFAULT_REQUESTS if sanitizer else DEFAULT_REQUESTS)
     if n_launch < 1 or n_req < 1:
         raise UserError("--launches and --requests must be at least 1")
-    if timeout is not None and not timeout > 0:
-        raise UserError(f"--timeout must be positive, got {timeout:g}")
+    check_seconds(timeout, "--timeout")
     overrides = parse_sets(list(sets or []), fam.runtime_params)
     wait_s = parse_duration(wait, allow_zero=True)
     interval_s = progress_interval(progress_every)

@@ -41,9 +41,36 @@ def check_argv(argv: Any, cwd: str | os.PathLike[str] | None, env: dict[str, str
             raise UserError(f"command is a directory: {program}")
         if not os.access(path, os.X_OK):
             raise UserError(f"command is not executable: {program}")
-    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
-        raise UserError(f"command not found on PATH: {program}")
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+        if found is None:
+            raise UserError(f"command not found on PATH: {program}")
+        path = Path(found)
+    _check_interpreter(path, program, env)
     return list(argv)
+
+
+def _check_interpreter(path: Path, program: str, env: dict[str, str]) -> None:
+    """UserError when a script's `#!` line names an interpreter that is not there (the
+    kernel would refuse to start it: every run an error)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.readline(512)
+    except OSError:
+        return  # unreadable but executable: the start itself will say
+    if not head.startswith(b"#!"):
+        return
+    words = head[2:].decode("utf-8", "replace").split()
+    if not words:
+        raise UserError(f"command {program}: its #! line names no interpreter")
+    interpreter = words[0]
+    if not (os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
+        raise UserError(f"command {program}: its interpreter {interpreter} (#! line) does not exist "
+                        "or is not executable")
+    if Path(interpreter).name == "env":
+        rest = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        if rest and shutil.which(rest[0], path=env.get("PATH", os.defpath)) is None:
+            raise UserError(f"command {program}: its interpreter {rest[0]} (#!{' '.join(words)}) is not on PATH")
 
 
 def check_cwd(cwd: str | os.PathLike[str] | None) -> str | None:

@@ -76,10 +76,11 @@ def test_markdown_summary_has_rates_with_intervals_and_the_comparison(store):
     md = render_markdown(build_report(store, cur, figures=False))
     assert md.startswith(f"## hazards soak campaign {cur}")
     row = next(line for line in md.splitlines() if line.startswith("| pipeline/fixed |"))
-    assert re.search(r"\| clean \|.*\| 33% \(95% CI \d+%–\d+%\) \| failed \|$", row), row
+    assert re.search(r"\| clean \|.*\| 33% \(95% CI \d+%–\d+%\) \| regressed \|$", row), row
     canary = next(line for line in md.splitlines() if line.startswith("| pipeline/broken |"))
     assert canary.startswith("| pipeline/broken | detect |") and canary.endswith("| detected |")
-    assert f"Compared with campaign {prev}: 2 new failure signature(s), 1 significant rate change(s)." in md
+    assert (f"2 failure signature(s) never seen before in the store; compared with campaign {prev}: "
+            "1 significant rate change(s) (Holm-corrected).") in md
     assert "NEW hang in ordering/fixed" in md
 
 
@@ -194,7 +195,7 @@ def test_cli_report_json_has_every_row_with_its_rate_and_verdict(tmp_path, capsy
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["campaign"]["id"] == cur and out["report_html"].endswith("rep.html")
     row = next(r for r in out["rows"] if (r["target"], r["variant"]) == ("pipeline", "fixed"))
-    assert row["verdict"] == "failed" and row["rate_text"] == format_rate(row["failures"], row["judged"])
+    assert row["verdict"] == "regressed" and row["rate_text"] == format_rate(row["failures"], row["judged"])
     assert main(["report", "--store", str(db), "--json", "--markdown"]) == 2
 
 

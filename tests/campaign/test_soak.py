@@ -44,9 +44,9 @@ def test_targets_toml_gives_command_and_server_items(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("[[target]]\nname = 'a'\n", "'argv' must be a non-empty list"),
     ("[[target]]\nname = 'a'\nargv = ['x']\ncolour = 'red'\n", "unknown key 'colour'"),
-    ("[[target]]\nname = 'a'\nargv = ['x']\ntimeout = -1\n", "timeout must be > 0"),
+    ("[[target]]\nname = 'a'\nargv = ['x']\ntimeout = -1\n", "timeout must be a positive, finite number"),
     ("[[target]]\nname = 'a'\nargv = ['x']\nkind = 'daemon'\n", "kind must be 'command' or 'server'"),
-    ("[[target]]\nname = 'a'\nargv = ['x']\n[[target]]\nname = 'a'\nargv = ['y']\n", "defined twice"),
+    ("[[target]]\nname = 'a'\nargv = ['true']\n[[target]]\nname = 'a'\nargv = ['true', 'y']\n", "defined twice"),
     ("[[target]\nname = 'a'\n", "not valid TOML"),
     ("title = 'x'\n", "expected one or more [[target]] tables"),
 ])
@@ -76,25 +76,35 @@ def test_soak_holds_every_gpu_runs_every_item_and_writes_one_campaign(fake_gpus,
     runs = store.runs(res.campaign_id)
     assert {(sr.result.target, sr.result.variant) for sr in runs} == {(i.target, i.variant) for i in items}
     assert {sr.result.gpu_uuid for sr in runs if sr.result.target == "fakefam"} == {"GPU-fake-0", "GPU-fake-1"}
-    assert res.comparison is None and not res.blind and not res.dropped and not res.flagged
+    assert res.comparison.previous_id is None and not res.blind and not res.dropped and not res.flagged
+    assert res.exit_code == 0 and res.judgements["fakefam/broken"].verdict == "detected"
     # the lease log shows both GPUs held at the same time by this soak
     acq = [e for e in read_lease_log() if e["event"] == "acquire" and e["holder"] == "soak-test"]
     rel = [e for e in read_lease_log() if e["event"] == "release" and e["holder"] == "soak-test"]
     assert sorted(e["gpu"] for e in acq) == ["0", "1"] and max(e["t"] for e in acq) < min(e["t"] for e in rel)
 
 
+def _expecting(items):
+    """The fake family's items with the catalog's expectations (broken: detect; others: clean)."""
+    for i in items:
+        i.expect = "detect" if i.variant == "broken" else "clean"
+    return items
+
+
 def test_second_soak_flags_a_new_signature_and_a_rate_that_rose(fake_gpus, store):
     with LeasedCampaign.acquire(store, "soak-test") as frame:
         good = make_family(clean_fail_prob=0.0)
-        first = run_soak(frame, fake_items_for(good, list(good.variants)), budget_s=2.0)
+        first = run_soak(frame, _expecting(fake_items_for(good, list(good.variants))), budget_s=2.0)
         worse = make_family(clean_fail_prob=1.0)
-        second = run_soak(frame, fake_items_for(worse, list(worse.variants)), budget_s=2.0)
-    assert first.comparison is None
+        second = run_soak(frame, _expecting(fake_items_for(worse, list(worse.variants))), budget_s=2.0)
+    assert first.comparison.previous_id is None and first.exit_code == 0
     cmp = second.comparison
-    assert cmp is not None and cmp.previous_id == first.campaign_id and cmp.regressed and second.flagged
+    assert cmp.previous_id == first.campaign_id and second.flagged and second.exit_code == 1
     assert [(s.target, s.variant, s.outcome) for s in cmp.new_signatures] == [("fakefam", "fixed", "mismatch")]
     rose = [c for c in cmp.changes if c.direction == "rose"]
-    assert [(c.target, c.variant) for c in rose] == [("fakefam", "fixed")] and rose[0].p < 0.05
+    assert [(c.target, c.variant) for c in rose] == [("fakefam", "fixed")] and rose[0].p_adjusted < 0.05
+    assert rose[0].regression and second.problems == ["fakefam/fixed"]
+    assert second.judgements["fakefam/fixed"].verdict == "regressed"
 
 
 def test_canary_that_never_fails_in_a_soak_is_flagged_blind(fake_gpus, store):

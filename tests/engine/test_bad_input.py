@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import time
 
 import pytest
@@ -43,6 +44,8 @@ BAD_RUNS = {
     "no command at all": (["run", "-n", "2"], "no command given"),
     "negative timeout": (["run", "--timeout", "-1", "--", "true"], "--timeout"),
     "zero timeout": (["run", "--timeout", "0", "--", "true"], "--timeout"),
+    "infinite timeout": (["run", "--timeout", "inf", "--", "true"], "--timeout must be a positive, finite number"),
+    "nan timeout": (["run", "--timeout", "nan", "--", "true"], "--timeout must be a positive, finite number"),
     "zero runs": (["run", "-n", "0", "--", "true"], "-n must be"),
     "bad regex": (["run", "--result-regex", "([", "--", "true"], "--result-regex"),
     "resume missing campaign": (["run", "--resume", "999"], "no campaign 999"),
@@ -163,4 +166,54 @@ def test_a_name_that_matches_nothing_is_exit_2_with_the_valid_names(tmp_path, st
     store = [] if args[0] == "static" else ["--store", str(store_file)]
     proc = hazards(*args, *store, cwd=tmp_path, env={"HZ_FAKE_GPUS": "0"})
     assert_one_line_error(proc, match=match)
+    assert sha256(store_file) == digest and tree(tmp_path) == files
+
+
+MISSING_INTERPRETERS = {"absolute": "#!/nonexistent/python9\nprint(1)\n",
+                        "through env": "#!/usr/bin/env hz-no-such-python\nprint(1)\n"}
+
+
+@pytest.mark.parametrize("case", sorted(MISSING_INTERPRETERS))
+def test_a_script_whose_interpreter_is_missing_is_refused_before_any_campaign(tmp_path, store_file, case):
+    """Before: the campaign row was created and every run ended in `error` (exit 3)."""
+    script = tmp_path / "job.sh"
+    script.write_text(MISSING_INTERPRETERS[case])
+    script.chmod(0o755)
+    digest = sha256(store_file)
+    proc = hazards("run", "-n", "2", "--store", str(store_file), "--", "./job.sh", cwd=tmp_path)
+    assert_one_line_error(proc, match="command ./job.sh: its interpreter ")
+    assert sha256(store_file) == digest
+
+
+BAD_TARGETS = {
+    "infinite timeout": ("timeout = inf", "timeout must be a positive, finite number of seconds, not inf"),
+    "nan handshake": ('kind = "server"\nhandshake_timeout = nan', "handshake_timeout must be a positive, finite"),
+    "missing program": None,
+    "missing interpreter": None,
+    "server key on a command": ("launches = 10", "'launches' does not apply to a command target"),
+    "zero launches": ('kind = "server"\nlaunches = 0', "launches must be at least 1"),
+    "bad regex": ('result_regex = "(["', "result_regex is not a valid regular expression"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TARGETS))
+def test_a_bad_targets_file_is_refused_before_any_campaign_row(tmp_path, store_file, case):
+    """Before: an infinite timeout, a program that cannot start, a missing interpreter were
+    accepted: a soak campaign was created and its runs errored (or hung forever)."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/nonexistent/bash\n")
+    script.chmod(0o755)
+    argv, extra, match = f'["{sys.executable}", "-c", "pass"]', "", None
+    if case == "missing program":
+        argv, match = '["/no/such/program"]', "command not found: /no/such/program"
+    elif case == "missing interpreter":
+        argv, match = '["./job.sh"]', "its interpreter /nonexistent/bash"
+    else:
+        extra, match = BAD_TARGETS[case]
+    (tmp_path / "t.toml").write_text(f'[[target]]\nname = "t"\nargv = {argv}\n{extra}\n')
+    digest, files = sha256(store_file), tree(tmp_path)
+    proc = hazards("soak", "--no-families", "--targets", "t.toml", "--budget", "3s", "--store", str(store_file),
+                   cwd=tmp_path, env={"HZ_FAKE_GPUS": "0", "HZ_LEASE_DIR": str(tmp_path / "leases")})
+    assert_one_line_error(proc, match=match)
+    assert "targets file t.toml, target #1 (t): " in proc.stderr
     assert sha256(store_file) == digest and tree(tmp_path) == files
