@@ -300,6 +300,13 @@ class Drain(threading.Thread):
         return "\n".join(notable) + "\n" + body if notable else body
 
 
+def _kill_forgotten(pgid: int, **kw: Any) -> None:
+    """What a collected Supervised does (its owner forgot kill()): the tree dies, and the
+    supervisor's record stops listing it."""
+    if not kill_group(pgid, grace_s=0.0, **kw)["survivors"]:
+        CONTAINMENT.ended(pgid)
+
+
 class Supervised:
     """One child in its own session and process group, its output drained into tails.
 
@@ -331,9 +338,9 @@ class Supervised:
         self.pidfd: int | None = os.pidfd_open(self.pid) if PIDFDS else None
         self._start_ticks = start_ticks(self.pid)
         # If the owner forgets kill() (an exception, interpreter exit), the tree still dies.
-        self._finalizer = weakref.finalize(self, kill_group, self.pgid, grace_s=0.0,
-                                           mark=self.mark, since_ticks=self._start_ticks,
-                                           leader=self.proc, cgroup=self.cgroup)
+        self._finalizer = weakref.finalize(self, _kill_forgotten, self.pgid, mark=self.mark,
+                                           since_ticks=self._start_ticks, leader=self.proc,
+                                           cgroup=self.cgroup)
         self._tracked: dict[int, psutil.Process] = {}
         self._next_sample = 0.02
         self._sample_every = sample_every_s
