@@ -146,6 +146,24 @@ def alive(pids: set[int]) -> list[int]:
     return sorted(out)
 
 
+STARTED = time.time()
+
+
+def strays() -> list[int]:
+    """Every process of the fakes still running, found by what it runs (`sleep 86399`, the
+    fake script) rather than by the pids they recorded: nothing can hide from this count."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "create_time", "status"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if p.info["create_time"] >= STARTED - 1 and p.info["status"] != psutil.STATUS_ZOMBIE \
+                    and ("86399" in cmd or str(FAKE) in cmd):
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return sorted(found)
+
+
 def read_pids(path: Path) -> set[int]:
     try:
         return {int(x) for x in path.read_text().split()}
@@ -194,7 +212,7 @@ def campaign(n: int, work: Path, seed: int) -> dict:
             wrong.append({"seq": sr.seq, "mode": r.params.get("mode"), "expected": expected, "got": got,
                           "reason": r.reason})
     recorded = read_pids(pids)
-    survivors = alive(recorded)
+    survivors = sorted(set(alive(recorded)) | set(strays()))
     shm = sorted(glob.glob(f"/dev/shm/hz-tw-{os.getpid()}-*"))
     counts = collections.Counter(sr.result.outcome.value for sr in runs)
     expected = collections.Counter(sr.result.params.get("expect") for sr in runs)
@@ -277,7 +295,7 @@ def kills(k: int, work: Path, seed: int) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
-        survivors = wait_dead(read_pids(pids), 5.0)
+        survivors = sorted(set(wait_dead(read_pids(pids), 5.0)) | set(strays()))
         cid = db_rows(db, "SELECT max(id) FROM campaigns")[0][0]
         stored = db_rows(db, "SELECT count(*) FROM runs WHERE campaign_id = ?", cid)[0][0] if cid > before else 0
         rounds.append({
@@ -300,7 +318,8 @@ def kills(k: int, work: Path, seed: int) -> dict:
         spec = json.loads(spec)
         rnd["status_after_next_start"] = status
         rnd["recovered_report"] = spec.get("recovered")
-        rnd["surviving_after_next_start"] = alive(read_pids(work / f"kill{rnd['round']:02d}-pids"))
+        rnd["surviving_after_next_start"] = sorted(set(alive(read_pids(work / f"kill{rnd['round']:02d}-pids")))
+                                                   | set(strays()))
         rnd["shm_left_after_next_start"] = sorted(glob.glob(f"/dev/shm/hz-tw-{rnd['supervisor_pid']}-*"))
         if rnd["command"] == "run":  # resumed to completion; --resume says what was cleaned
             res = hazards(["run", "--resume", str(rnd["campaign"]), "-n", str(rnd["runs_stored"] + 1),
@@ -310,7 +329,8 @@ def kills(k: int, work: Path, seed: int) -> dict:
             rnd["resume_said"] = [ln for ln in err.splitlines() if "was interrupted" in ln]
             rnd["status_after_resume"] = db_rows(db, "SELECT status FROM campaigns WHERE id = ?",
                                                  rnd["campaign"])[0][0]
-            rnd["surviving_after_resume"] = alive(read_pids(work / f"kill{rnd['round']:02d}-pids"))
+            rnd["surviving_after_resume"] = sorted(set(alive(read_pids(work / f"kill{rnd['round']:02d}-pids")))
+                                                   | set(strays()))
     return {"rounds": rounds}
 
 

@@ -1,8 +1,9 @@
 #!/bin/sh
 # A fake target for bench/reliability_cpu.py: `reliability_fake.sh MODE PIDFILE STARTLOG`.
-# Every process it leaves running appends its pid to PIDFILE (so the bench can prove none
-# survives); every invocation appends one line to STARTLOG (runs started). sh and awk only:
-# a run costs a few milliseconds, so 2,000 of them fit in minutes on two busy cores.
+# Every process it leaves running appends its pid to PIDFILE, and every sleep it starts is
+# `sleep 86399` (so the bench can prove none survives, by pid and by a scan of all
+# processes); every invocation appends one line to STARTLOG (runs started). sh and awk
+# only: a run costs a few milliseconds, so 2,000 of them fit in minutes on two busy cores.
 mode=$1 pids=$2 started=$3
 echo "$mode" >>"$started"
 echo $$ >>"$pids"
@@ -33,12 +34,13 @@ case $mode in
   malformed_count) echo 'HZ_RESULT {"mismatched":"3"}' ;;
   malformed_status) echo 'HZ_RESULT {"status":"mismatch"}' ;;
   # hangs
-  hang_sleep) exec sleep 1000 ;;
-  hang_ignore_term) trap '' TERM; sleep 1000 & echo $! >>"$pids"; wait ;;
+  hang_sleep) exec sleep 86399 ;;
+  hang_ignore_term) trap '' TERM; sleep 86399 & echo $! >>"$pids"; wait ;;
   hang_setsid)  # a grandchild in a session of its own, keeping our output pipes
-    setsid sleep 1000 & echo $! >>"$pids"; sleep 1000 ;;
+    setsid sleep 86399 & echo $! >>"$pids"; exec sleep 86399 ;;
   hang_daemon)  # fork, setsid, fork; no marker, no pipes of ours: only a cgroup finds it
-    ( setsid sh -c 'echo $$ >>"$0"; exec env -i sleep 1000 </dev/null >/dev/null 2>&1' "$pids" & ) ; sleep 1000 ;;
+    ( setsid sh -c 'echo $$ >>"$0"; exec env -i sleep 86399 </dev/null >/dev/null 2>&1' "$pids" & )
+    exec sleep 86399 ;;
   # a supervisor-kill workload: each invocation one of clean / hang kinds, in turn
   cycle)
     n=$(wc -l <"$started")
