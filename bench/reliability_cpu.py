@@ -19,6 +19,9 @@ the dead supervisor left in /dev/shm; after the next start in the same store: ca
 status, what was cleaned, and survivors/files again; `hazards run` campaigns are resumed to
 completion (`--resume` must say what was cleaned after a SIGKILL).
 
+First, what containment costs: the start of `true` plain, behind setpriv, and behind the sh
+that joins a cgroup and then setpriv, in interleaved blocks.
+
     python3 bench/reliability_cpu.py --out docs/results/reliability-cpu     # ~5 min, 2 cores
     python3 bench/reliability_cpu.py --runs 200 --kills 3                    # a quick look
 """
@@ -230,6 +233,36 @@ def campaign(n: int, work: Path, seed: int) -> dict:
             "containment": containment}
 
 
+# -- what containment costs --------------------------------------------------------------
+
+def spawn_cost(blocks: int = 6, per_block: int = 40) -> dict:
+    """Milliseconds per start+wait of `true`: plain Popen, behind setpriv, and behind the
+    sh that joins a cgroup then setpriv (what every child gets here), in interleaved blocks
+    (median of the block medians, so load drift hits all three alike)."""
+    CONTAINMENT.describe()
+    setpriv, root = CONTAINMENT.setpriv, CONTAINMENT.cgroup_root
+    ways: dict[str, list[str]] = {"plain": ["true"]}
+    if setpriv:
+        ways["setpriv"] = [setpriv, "--pdeathsig", "KILL", "--", "true"]
+    if setpriv and root:
+        probe = os.path.join(root, "cost")
+        os.mkdir(probe)
+        ways["sh+cgroup+setpriv"] = ["sh", "-c", 'echo 0 2>/dev/null >"$0"; exec "$@"',
+                                     os.path.join(probe, "cgroup.procs"), *ways["setpriv"]]
+    medians: dict[str, list[float]] = {k: [] for k in ways}
+    for b in range(blocks):
+        for name in (list(ways) if b % 2 == 0 else list(ways)[::-1]):
+            times = []
+            for _ in range(per_block):
+                t = time.perf_counter()
+                subprocess.run(ways[name], start_new_session=True)
+                times.append(time.perf_counter() - t)
+            medians[name].append(sorted(times)[len(times) // 2] * 1000)
+    if setpriv and root:
+        os.rmdir(probe)
+    return {k: round(sorted(v)[len(v) // 2], 2) for k, v in medians.items()}
+
+
 # -- phase 2: supervisor kills ---------------------------------------------------------------
 
 SOAK_TOML = """[[target]]
@@ -361,12 +394,14 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
     machine = f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, Linux {platform.release()}"
+    cost = spawn_cost()
     camp = campaign(args.runs, work, args.seed)
     kill = kills(args.kills, work, args.seed)
     rounds = kill["rounds"]
     lines = [
         f"reliability-cpu  commit {commit}  {time.strftime('%Y-%m-%d %H:%M')}  {machine}",
         f"containment: {json.dumps(camp['containment'])}",
+        f"spawn + wait of `true`, ms (median of interleaved block medians): {json.dumps(cost)}",
         "",
         f"campaign: {camp['runs_stored']} runs on 4 fake GPUs in {camp['elapsed_s']} s "
         f"({camp['runs_per_s']} runs/s); hangs {camp['hang_share']:.1%} of the runs",
@@ -400,7 +435,7 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "campaign.json").write_text(json.dumps(camp, indent=1, default=str))
+        (args.out / "campaign.json").write_text(json.dumps({**camp, "spawn_cost_ms": cost}, indent=1, default=str))
         (args.out / "kills.json").write_text(json.dumps(kill, indent=1, default=str))
         (args.out / "summary.txt").write_text(text + "\n")
     ok = (camp["runs_started"] == camp["runs_stored"] and not camp["misclassified"]
