@@ -399,6 +399,17 @@ def spill_run(store_path: str | os.PathLike[str], campaign: "Campaign | None", c
     return "stderr"
 
 
+def _id_ranges(ids: list[int]) -> str:
+    """1, 2, 3, 5 -> '1-3, 5': the valid ids of a store in one short phrase."""
+    spans: list[list[int]] = []
+    for i in ids:
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
 class Store:
     """A results database. Open it, create campaigns, record runs, query them.
 
@@ -558,7 +569,9 @@ class Store:
             "SELECT id, kind, name, spec, created, status, host FROM campaigns WHERE id = ?",
             (int(campaign_id),)).fetchone()
         if row is None:
-            raise UserError(f"no campaign {campaign_id} in {self.path}")
+            ids = [r[0] for r in self._db.execute("SELECT id FROM campaigns ORDER BY id")]
+            held = f"its campaigns: {_id_ranges(ids)}" if ids else "it holds none"
+            raise UserError(f"no campaign {campaign_id} in {self.path} ({held})")
         return Campaign(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6])
 
     def campaigns(self, kind: str | None = None) -> list[Campaign]:

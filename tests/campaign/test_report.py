@@ -207,7 +207,7 @@ def test_cli_report_of_an_unknown_campaign_is_a_one_line_error(tmp_path, capsys)
     Store(db).close()
     rc = main(["report", "7", "--store", str(db), "-o", str(tmp_path / "x.html")])
     err = capsys.readouterr().err
-    assert rc == 2 and err == f"hazards: error: no campaign 7 in {db}\n"
+    assert rc == 2 and err == f"hazards: error: no campaign 7 in {db} (it holds none)\n"
     assert not (tmp_path / "x.html").exists()
     rc = main(["report", "--store", str(tmp_path / "none.db")])
     assert rc == 2 and "no results store" in capsys.readouterr().err

@@ -175,9 +175,13 @@ def test_open_without_create_refuses_a_missing_store_and_creates_nothing(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
-def test_missing_campaign_is_a_user_error(tmp_path):
-    with Store(tmp_path / "r.db") as s, pytest.raises(UserError, match="no campaign 42"):
-        s.campaign(42)
+def test_missing_campaign_is_a_user_error_that_lists_the_stored_ids(tmp_path):
+    with Store(tmp_path / "r.db") as s:
+        for _ in range(4):
+            s.create_campaign("run", {})
+        s._db.execute("DELETE FROM campaigns WHERE id = 3")
+        with pytest.raises(UserError, match=r"no campaign 42 in .*r\.db \(its campaigns: 1-2, 4\)$"):
+            s.campaign(42)
 
 
 def test_campaign_status_and_spec_round_trip(tmp_path):
