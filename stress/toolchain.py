@@ -223,16 +223,20 @@ def source_files(dirs: Sequence[Path], main: Path | None = None) -> list[Path]:
 
 def cache_key(files: Sequence[Path], args: Sequence[str], version: str, *, root: Path | None = None) -> str:
     """sha256 over every file (its path relative to `root`, when under it, and its bytes),
-    the arguments and the tool's version."""
+    the arguments (with `root` written as `<root>` in them, e.g. in `-I` flags) and the
+    tool's version: the same sources installed elsewhere share one build."""
     h = hashlib.sha256()
+    root_dir = Path(root).resolve() if root is not None else None
     for f in files:
         name = Path(f).resolve()
-        if root is not None:
+        if root_dir is not None:
             try:
-                name = name.relative_to(Path(root).resolve())
+                name = name.relative_to(root_dir)
             except ValueError:
                 pass
         h.update(str(name).encode() + b"\0" + Path(f).read_bytes() + b"\0")
+    if root_dir is not None:
+        args = [a.replace(str(root_dir), "<root>") for a in args]
     h.update("\0".join(args).encode() + b"\0" + version.encode())
     return h.hexdigest()
 

@@ -24,6 +24,7 @@ from typing import Mapping
 
 from hazards.engine import toolchain
 from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.kernel_sources import standalone_dir
 
 # Every family source compiled for the static checks sees this define: it selects the
 # two-line attribute shim instead of <hip/hip_runtime.h>, which -nogpuinc leaves out.
@@ -63,7 +64,8 @@ def _cached_build(tool: str, args: list[str], source: Path, suffix: str, label: 
     """Run `tool args source -o out` unless the same build is already cached."""
     include_dirs = [Path(a[2:]) for a in args if a.startswith("-I")]
     files = toolchain.included_files(source, include_dirs)
-    key = toolchain.cache_key(files, [tool, *args], toolchain.tool_version(tool))
+    # Keyed relative to the kernel sources: a wheel installed anywhere shares the checkout's builds.
+    key = toolchain.cache_key(files, [tool, *args], toolchain.tool_version(tool), root=standalone_dir())
     out = toolchain.cache_dir("static") / f"{label}-{key[:16]}{suffix}"
     log_path = out.with_suffix(out.suffix + ".log")
 
