@@ -12,6 +12,10 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 
+# `pytest -p hazards` without the package installed imports this package as the plugin
+# (installed, the `hazards` entry point answers instead): load the real one from here.
+pytest_plugins = ["hazards.pytest_plugin"]
+
 
 def _load_engine_from_checkout() -> None:
     """In a source checkout (editable install or none), `hazards/engine/` does not exist:

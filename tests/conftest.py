@@ -1,7 +1,13 @@
-"""Load the hazards pytest plugin when the package is not installed (its pytest11 entry point does otherwise)."""
-import importlib.metadata
-import os
+"""This repository's own `gpu` marker is the plugin's `hz_gpu` (skipped without a usable GPU).
 
-if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") or not any(
-        ep.value == "hazards.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11")):
-    pytest_plugins = ["hazards.pytest_plugin"]
+The plugin is on for this repository through `-p hazards` in pyproject.toml's addopts (the
+entry point when installed, the checkout's package otherwise). `gpu` stays this project's
+own marker name (registered in pyproject.toml); the plugin never acts on a bare `gpu`.
+"""
+import pytest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("gpu") is not None and item.get_closest_marker("hz_gpu") is None:
+            item.add_marker(pytest.mark.hz_gpu)

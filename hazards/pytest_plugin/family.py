@@ -24,14 +24,7 @@ import pytest
 from hazards.replay import PointRate, failure_note, measure_point, repro_command, target_mismatch_rate
 from hazards.engine.outcome import RunResult
 
-DEFAULT_POINT_RUNS = 10
 _SERVERS_KEY = pytest.StashKey[list]()
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("hazards", "gpu-hazards")
-    group.addoption("--hz-point-runs", type=int, default=DEFAULT_POINT_RUNS, metavar="R",
-                    help=f"re-run a failing family point R times to report its rate (default {DEFAULT_POINT_RUNS}; 0: off)")
 
 
 @dataclasses.dataclass

@@ -1,16 +1,18 @@
-"""The `gpu` marker, one exclusive GPU lease per pytest process, and the `hz_gpu` fixture.
+"""The `hz_gpu` marker, one exclusive GPU lease per pytest process, and the `hz_gpu` fixture.
 
-Every pytest process that runs tests (a plain session, or each pytest-xdist worker; never
-the xdist controller) leases one free GPU through `hazards.engine.leases` as early as the plugin
-can act: in `pytest_load_initial_conftests`, before conftests and test modules are
+Active only in a session that opted in (see `hazards.pytest_plugin.entry_point`). Every
+pytest process that runs tests (a plain session, or each pytest-xdist worker; never the
+xdist controller) then leases one free GPU through `hazards.engine.leases` as early as the
+plugin can act: in `pytest_load_initial_conftests`, before conftests and test modules are
 imported, so CUDA_VISIBLE_DEVICES is set before any CUDA use in that process (a CUDA
 runtime reads it once, at initialisation). `pytest -n 2` on two GPUs therefore pins the
 two workers to distinct devices. A process that finds no free GPU sets
 CUDA_VISIBLE_DEVICES to the empty string (so it cannot touch a GPU someone else leased)
-and its GPU tests skip, saying why.
+and its `hz_gpu` tests skip, saying why.
 
-Fake GPUs ($HZ_FAKE_GPUS, see `hazards.engine.leases`) are leased like real ones, which is how the
-CPU tests check the pinning; the `gpu` marker still needs a real device.
+The marker is `hz_gpu`, never a bare `gpu`: a project's own `gpu` marker is its own.
+Fake GPUs ($HZ_FAKE_GPUS, see `hazards.engine.leases`) are leased like real ones, which is
+how the CPU tests check the pinning; the `hz_gpu` marker still needs a real device.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Iterator
 
 import pytest
 
+MARKER = "hz_gpu"
 CHILD_ENV = "HZ_PYTEST_CHILD"  # set in children of hz_timeout: they inherit the parent's lease
 _STATE_KEY = pytest.StashKey["LeaseState"]()
 
@@ -35,14 +38,6 @@ class LeaseState:
     @property
     def visible_devices(self) -> str | None:
         return self.lease.visible_devices if self.lease is not None else None  # type: ignore[attr-defined]
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("hazards", "gpu-hazards")
-    group.addoption("--hz-no-lease", action="store_true", default=False,
-                    help="do not lease a GPU; use CUDA_VISIBLE_DEVICES as given")
-    group.addoption("--hz-lease-wait", type=float, default=0.0, metavar="S",
-                    help="wait up to S seconds for a free GPU lease (default 0)")
 
 
 def _worker_id() -> str:
@@ -100,14 +95,9 @@ def lease_for_session(config: pytest.Config) -> LeaseState:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    lease_for_session(early_config)
-
-
-@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a usable NVIDIA GPU (skipped without one)")
-    lease_for_session(config)  # no-op when pytest_load_initial_conftests already ran
+    config.addinivalue_line("markers", f"{MARKER}: needs a usable NVIDIA GPU (skipped without one, saying why)")
+    lease_for_session(config)  # no-op when the entry point took it in pytest_load_initial_conftests
 
 
 @pytest.hookimpl(trylast=True)
@@ -154,7 +144,7 @@ def lease_state(config: pytest.Config) -> LeaseState:
 
 
 def gpu_skip_reason(config: pytest.Config) -> str | None:
-    """Why a `gpu` test cannot run here, or None when a GPU is usable."""
+    """Why an `hz_gpu` test cannot run here, or None when a GPU is usable."""
     from hazards.engine.gpus import gpu_available
 
     state = lease_state(config)
@@ -166,15 +156,16 @@ def gpu_skip_reason(config: pytest.Config) -> str | None:
     return None
 
 
+@pytest.hookimpl(trylast=True)  # after conftests that mark items (e.g. map their own marker to hz_gpu)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not any(item.get_closest_marker("gpu") for item in items):
+    if not any(item.get_closest_marker(MARKER) for item in items):
         return
     reason = gpu_skip_reason(config)
     if reason is None:
         return
     skip = pytest.mark.skip(reason=reason)
     for item in items:
-        if item.get_closest_marker("gpu"):
+        if item.get_closest_marker(MARKER):
             item.add_marker(skip)
 
 

@@ -5,6 +5,13 @@ pytest plugin reads `--hypothesis-profile` in its pytest_configure. When that op
 not given, $HZ_HYPOTHESIS_PROFILE selects the profile (the option wins). Like
 hypothesis' plugin, this one imports hypothesis only when it is used: a session without
 hypothesis tests does not pay for the import.
+
+While tests repeat (`--hz-repeat`, pytest-repeat, flakefinder) the example database is
+off (profile `hazards-repeat`: the selected profile without a database). With it on, a
+repetition replays the failing example an earlier one saved, so repetitions are not
+independent runs and the rate table would count hypothesis' memory: a deterministic bug
+found on the third search would read "FLAKY 80%". Off, each repetition is one fresh run
+of the test, which is what the table's binomial interval assumes.
 """
 from __future__ import annotations
 
@@ -15,7 +22,9 @@ import pytest
 from hazards import hypothesis_profiles
 from hazards.hypothesis_profiles import PROFILE_ENV, profile_from_env
 
+REPEAT_PROFILE = "hazards-repeat"
 _SOURCE_KEY = pytest.StashKey[str]()
+_BASE_PROFILE_KEY = pytest.StashKey[str]()  # the profile that REPEAT_PROFILE copies
 
 
 def _register() -> None:
@@ -43,16 +52,52 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SOURCE_KEY] = f"${PROFILE_ENV}"
 
 
+@pytest.hookimpl(tryfirst=True)  # after every pytest_configure, before the header and collection
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from hazards.pytest_plugin.repeat import repetition_source
+
+    config = session.config
+    if repetition_source(config) is None:
+        return
+    from hypothesis import settings
+
+    base = settings.get_current_profile_name()
+    if base == REPEAT_PROFILE:  # an hz_timeout child started by a repeating parent
+        return
+    _register()
+    settings.register_profile(REPEAT_PROFILE, parent=settings.get_profile(base), database=None)
+    settings.load_profile(REPEAT_PROFILE)
+    config.stash[_BASE_PROFILE_KEY] = base
+
+
+def profile_for_children(config: pytest.Config) -> str | None:
+    """The profile a child pytest (hz_timeout) should load: the selected one (the child
+    derives `hazards-repeat` itself when it repeats too), or None without hypothesis."""
+    base = config.stash.get(_BASE_PROFILE_KEY, None)
+    if base is not None:
+        return base
+    try:
+        from hypothesis import settings
+    except ImportError:
+        return None
+    return settings.get_current_profile_name()
+
+
 def pytest_collection_modifyitems() -> None:
     # Test modules imported hypothesis: make `settings.load_profile("ci")` work in them.
     if "hypothesis" in sys.modules:
         _register()
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
     source = config.stash.get(_SOURCE_KEY, None)
-    if source is None:
-        return None
-    from hypothesis import settings
+    base = config.stash.get(_BASE_PROFILE_KEY, None)
+    if source is not None:
+        from hypothesis import settings
 
-    return f"hazards: hypothesis profile {settings.get_current_profile_name()!r} (from {source})"
+        lines.append(f"hazards: hypothesis profile {base or settings.get_current_profile_name()!r} (from {source})")
+    if base is not None:
+        lines.append(f"hazards: hypothesis example database off while tests repeat "
+                     f"(profile {REPEAT_PROFILE!r}: {base!r} without a database)")
+    return lines

@@ -78,41 +78,45 @@ def _marker_limits(marker: pytest.Mark) -> tuple[float, float]:
     return seconds, startup
 
 
-def _plugin_spec(config: pytest.Config) -> list[str]:
-    """How the child loads this plugin: as the parent did (entry point or -p)."""
-    pm = config.pluginmanager
-    if pm.get_plugin("hazards.pytest_plugin") is not None:
-        return ["-p", "hazards.pytest_plugin"]
-    return []  # the `pytest11` entry point (registered as "hazards") loads it in the child too
+def _repetition_options(config: pytest.Config) -> list[str]:
+    """The options that make the parent collect repetitions (`test_x[hzrep2of5]`,
+    `test_x[2-5]`, `test_x[3]`): the child must collect the same node ids."""
+    argv = []
+    if config.getoption("hz_repeat", None):
+        argv += ["--hz-repeat", str(config.getoption("hz_repeat"))]
+    if config.pluginmanager.has_plugin("repeat") and (config.getoption("count", 1) or 1) > 1:
+        argv += ["--count", str(config.getoption("count")), "--repeat-scope", config.getoption("repeat_scope")]
+    if config.getoption("flake_finder_enable", False):
+        argv += ["--flake-finder", "--flake-runs", str(config.getoption("flake_runs"))]
+    return argv
 
 
 def child_argv(item: pytest.Item) -> list[str]:
-    """`python -m pytest <nodeid>` with this session's ini file, rootdir and the plugin's
-    collection options (--hz-repeat); other command-line options are not passed on."""
+    """`python -m pytest <nodeid> -p hazards` with this session's ini file, rootdir and the
+    options that change what is collected (repetitions) or reported (--hz-point-runs);
+    other command-line options are not passed on."""
     config = item.config
-    argv = [sys.executable, "-m", "pytest", item.nodeid, *_plugin_spec(config),
+    # `-p hazards`: the entry point when installed, this package otherwise; opts in either way.
+    argv = [sys.executable, "-m", "pytest", item.nodeid, "-p", "hazards",
             "--rootdir", str(config.rootpath), "-o", "addopts=", "-p", "no:cacheprovider", "-q"]
     if config.inipath is not None:
         argv += ["-c", str(config.inipath)]
-    # Options that change what is collected or reported must match the parent's.
-    if config.getoption("hz_repeat", None):
-        argv += ["--hz-repeat", str(config.getoption("hz_repeat"))]
+    argv += _repetition_options(config)
     argv += ["--hz-point-runs", str(config.getoption("hz_point_runs", 0))]
     if config.pluginmanager.has_plugin("xdist"):
         argv += ["-p", "no:xdist"]
     return argv
 
 
-def _child_env(reports: Path) -> dict[str, str]:
+def _child_env(config: pytest.Config, reports: Path) -> dict[str, str]:
+    from hazards.pytest_plugin.hypo import profile_for_children
+
     env = {CHILD_ENV: "1", REPORTS_ENV: str(reports)}
     for key in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         env[key] = ""  # the child is a plain session on its parent's lease
-    try:
-        from hypothesis import settings
-
-        env["HZ_HYPOTHESIS_PROFILE"] = settings.get_current_profile_name()
-    except ImportError:
-        pass
+    profile = profile_for_children(config)
+    if profile is not None:
+        env["HZ_HYPOTHESIS_PROFILE"] = profile
     return env
 
 
@@ -199,7 +203,7 @@ def run_item_in_child(item: pytest.Item, seconds: float, startup: float) -> list
     with tempfile.TemporaryDirectory(prefix="hz-child-") as tmp:
         reports_path = Path(tmp) / "reports.jsonl"
         reports_path.touch()
-        result = supervise_test_child(child_argv(item), _child_env(reports_path), str(config.rootpath),
+        result = supervise_test_child(child_argv(item), _child_env(config, reports_path), str(config.rootpath),
                                       reports_path, f"pytest {item.nodeid}", seconds, startup)
         lines = reports_path.read_text(encoding="utf-8").splitlines()
     reports = []
@@ -241,6 +245,24 @@ def run_item_in_child(item: pytest.Item, seconds: float, startup: float) -> list
     for rep in reports:
         rep.user_properties.append(("hz_outcome", result.outcome.value))
     return reports
+
+
+# pytest-timeout asks its `pytest_timeout_set_timer` hook (firstresult) to arm a timer
+# around each test. An hz_timeout test is supervised here, with its own limits: its timer
+# would fire inside this plugin's supervision (SIGALRM raising in a hook is an
+# INTERNALERROR; the thread method kills the session), and in the child it would race the
+# supervisor. So for hz_timeout tests this plugin answers "set" and arms nothing: the
+# hz_timeout limits replace a global --timeout for that test, as pytest-timeout's own
+# marker would.
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool | None:  # noqa: ARG001
+    return True if item.get_closest_marker("hz_timeout") is not None else None
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> bool | None:
+    return True if item.get_closest_marker("hz_timeout") is not None else None
 
 
 @pytest.hookimpl(tryfirst=True)

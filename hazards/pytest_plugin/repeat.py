@@ -1,37 +1,35 @@
-"""`--hz-repeat N`: run every test N times and report its failure rate with an exact CI.
+"""Failure rates of repeated tests: `--hz-repeat N`, or pytest-repeat / pytest-flakefinder.
 
 A hazard test that fails 1 run in 20 passes most of the time; a pass/fail verdict from one
-run says little, a rate with a confidence interval says how much. Repetitions are
-parametrized items (`test_x[hzrep3of20]`), so they spread over pytest-xdist workers like
-any other items; the controller aggregates the reports it receives.
+run says little, a rate with a confidence interval says how much. `--hz-repeat N`
+repeats every test as parametrized items (`test_x[hzrep3of20]`), so repetitions spread
+over pytest-xdist workers like any other items; the controller aggregates the reports it
+receives. Repetitions made by pytest-repeat (`--count N`, `@pytest.mark.repeat(n)`) or
+pytest-flakefinder (`--flake-finder`) are counted the same way, as attempts of one test;
+`--hz-repeat` together with one of them is a usage error (the counts would multiply).
 
 A test is *flaky* when, over its attempts, it both passed and failed. Attempts counted as
 failed: a failed phase (setup, call or teardown), an `xfail` that failed, a pytest-
-rerunfailures rerun, a hypothesis FlakyFailure. pytest's own exit status is unchanged
-(a failed repetition fails the session as usual); `--hz-fail-on-flaky` additionally fails
-the session when a flaky test did not already fail it (a non-strict xfail that sometimes
-passes, a test that passed on a rerun).
+rerunfailures rerun, a hypothesis FlakyFailure. A hypothesis test whose examples are
+drawn anew each run is the exception: its repetitions are independent searches (the
+example database is off while tests repeat, see `hazards.pytest_plugin.hypo`), so some
+passing and some failing measures how often a search finds a failing example, not
+flakiness; it is flaky when hypothesis saw a failure that did not reproduce
+(FlakyFailure), or when its search is fixed (derandomize, a seed) and the outcome varied.
+pytest's own exit status is unchanged (a failed repetition fails the session as usual);
+`--hz-fail-on-flaky` additionally fails the session when a flaky test did not already
+fail it (a non-strict xfail that sometimes passes, a test that passed on a rerun).
 """
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import pytest
 
 REPEAT_FIXTURE = "hz_repeat_index"
-_REP_TOKEN = re.compile(r"(?:^|-)hzrep\d+of\d+(?=-|$)")
+PYTEST_REPEAT_FIXTURE = "__pytest_repeat_step_number"  # pytest-repeat's parameter
+FLAKEFINDER_PREFIX = "__flakefinder_"  # pytest-flakefinder's parameter: this prefix + the function name
 MAX_LINES = 40  # beyond this, only tests that failed at least once are listed
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("hazards", "gpu-hazards")
-    group.addoption("--hz-repeat", type=int, default=None, metavar="N",
-                    help="run each test N times and report its failure rate with a confidence interval")
-    group.addoption("--hz-fail-on-flaky", action="store_true", default=False,
-                    help="fail the session when a test both passed and failed (flaky)")
-    group.addoption("--hz-conf", type=float, default=0.95, metavar="C",
-                    help="confidence level of the failure-rate intervals (default 0.95)")
 
 
 @dataclasses.dataclass
@@ -42,6 +40,7 @@ class TestRate:
     failed: int = 0
     skipped: int = 0
     hypothesis_flaky: int = 0
+    new_search_each_run: bool = False  # a hypothesis test drawing its examples anew each run
 
     @property
     def n(self) -> int:
@@ -49,8 +48,10 @@ class TestRate:
 
     @property
     def flaky(self) -> bool:
-        """Both passed and failed, or hypothesis saw a failure that did not reproduce."""
-        return (self.passed > 0 and self.failed > 0) or self.hypothesis_flaky > 0
+        """Both passed and failed (unless those were independent hypothesis searches), or
+        hypothesis saw a failure that did not reproduce."""
+        varied = self.passed > 0 and self.failed > 0 and not self.new_search_each_run
+        return varied or self.hypothesis_flaky > 0
 
 
 class RateBook:
@@ -64,8 +65,12 @@ class RateBook:
         """Account one phase report."""
         base = base_nodeid_of(report)
         rate = self.tests.setdefault(base, TestRate())
-        if dict(report.user_properties).get("hz_flaky") == "hypothesis" and report.when == "call":
-            rate.hypothesis_flaky += 1
+        props = dict(report.user_properties)
+        if report.when == "call":
+            if props.get("hz_flaky") == "hypothesis":
+                rate.hypothesis_flaky += 1
+            if props.get("hz_search") == "new":
+                rate.new_search_each_run = True
         if report.outcome == "rerun":  # pytest-rerunfailures: one failed attempt, retried
             rate.failed += 1
             self._open.pop(report.nodeid, None)
@@ -103,15 +108,40 @@ def base_nodeid_of(report: pytest.TestReport) -> str:
     return str(props.get("hz_base", report.nodeid))
 
 
-def strip_repeat_id(nodeid: str, callspec_id: str) -> str:
-    """`t.py::f[a-hzrep2of5]` -> `t.py::f[a]`; `t.py::f[hzrep2of5]` -> `t.py::f`."""
-    suffix = f"[{callspec_id}]"
-    if not nodeid.endswith(suffix):
-        return nodeid
-    rest = _REP_TOKEN.sub("", callspec_id)
-    if callspec_id.startswith("hzrep"):
-        rest = rest[1:] if rest.startswith("-") else rest
-    return nodeid[: -len(suffix)] + (f"[{rest}]" if rest else "")
+def repetition_ids(item: pytest.Item) -> list[str]:
+    """The parameter ids that number this item's repetitions (ours, pytest-repeat's,
+    flakefinder's), as each plugin writes them."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return []
+    ids = []
+    for name, index in callspec.params.items():
+        if name == REPEAT_FIXTURE:
+            ids.append(f"hzrep{index + 1}of{item.config.getoption('hz_repeat')}")
+        elif name == PYTEST_REPEAT_FIXTURE:
+            marker = item.get_closest_marker("repeat")
+            count = int(marker.args[0]) if marker is not None else item.config.getoption("count")
+            ids.append(f"{index + 1}-{count}")
+        elif name.startswith(FLAKEFINDER_PREFIX):
+            ids.append(str(index))
+    return ids
+
+
+def base_nodeid(item: pytest.Item) -> str:
+    """The node id without the repetition parts of its parameter id:
+    `t.py::f[a-hzrep2of5]` -> `t.py::f[a]`, `t.py::f[2-5]` -> `t.py::f`."""
+    callspec = getattr(item, "callspec", None)
+    reps = repetition_ids(item)
+    parts = list(getattr(callspec, "_idlist", ()))  # one id per parametrization, joined by "-"
+    suffix = f"[{callspec.id}]" if callspec is not None else ""
+    if not reps or not item.nodeid.endswith(suffix) or "-".join(parts) != callspec.id:
+        return item.nodeid
+    for rep in reps:
+        if rep not in parts:
+            return item.nodeid  # an id format we do not know: count this item on its own
+        parts.remove(rep)
+    rest = "-".join(parts)
+    return item.nodeid[: -len(suffix)] + (f"[{rest}]" if rest else "")
 
 
 def repeat_count(config: pytest.Config) -> int | None:
@@ -121,8 +151,27 @@ def repeat_count(config: pytest.Config) -> int | None:
     return n
 
 
+def other_repeater(config: pytest.Config) -> str | None:
+    """The other plugin that repeats every test in this session, as its option says it."""
+    count = config.getoption("count", None)
+    if count is not None and count > 1 and config.pluginmanager.has_plugin("repeat"):
+        return f"pytest-repeat --count {count}"
+    if config.getoption("flake_finder_enable", False):
+        return f"flakefinder --flake-runs {config.getoption('flake_runs')}"
+    return None
+
+
+def repetition_source(config: pytest.Config) -> str | None:
+    """What repeats the tests of this session (for the table's title), or None."""
+    n = repeat_count(config)
+    return f"--hz-repeat {n}" if n else other_repeater(config)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    repeat_count(config)
+    other = other_repeater(config)
+    if repeat_count(config) and other:
+        raise pytest.UsageError(f"--hz-repeat and {other} both repeat every test: give one "
+                                "(the rate table counts either's repetitions)")
     conf = config.getoption("hz_conf")
     if not 0.0 < conf < 1.0:
         raise pytest.UsageError(f"--hz-conf must be between 0 and 1, got {conf}")
@@ -147,15 +196,35 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None and REPEAT_FIXTURE in callspec.params:
-            item.user_properties.append(("hz_base", strip_repeat_id(item.nodeid, callspec.id)))
+        base = base_nodeid(item)
+        if base != item.nodeid:
+            item.user_properties.append(("hz_base", base))
+
+
+def _hypothesis_search(item: pytest.Item) -> str | None:
+    """"new" for a hypothesis test that draws its examples anew each run, "fixed" for one
+    whose search repeats (derandomize, @seed, --hypothesis-seed), None for other tests."""
+    test = getattr(item, "obj", None)
+    if not getattr(test, "is_hypothesis_test", False):
+        return None
+    from hypothesis import settings
+
+    # The settings in effect for this test (hypothesis keeps them on the wrapped function).
+    used = getattr(test, "_hypothesis_internal_use_settings", None) or settings.default
+    seeded = getattr(test, "_hypothesis_internal_use_seed", None) is not None or \
+        item.config.getoption("hypothesis_seed", None) is not None
+    return "fixed" if used.derandomize or seeded else "new"
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     report = yield
-    if call.excinfo is not None and call.when == "call":
+    if call.when != "call":
+        return report
+    search = _hypothesis_search(item)
+    if search is not None:
+        report.user_properties.append(("hz_search", search))
+    if call.excinfo is not None:
         try:
             from hypothesis.errors import FlakyFailure
         except ImportError:  # hypothesis older than 6.100 (the project pins newer)
@@ -176,6 +245,9 @@ def summary_lines(book: RateBook, conf: float, verbose: bool) -> list[str]:
     for name, r in shown:
         tag = "FLAKY" if r.flaky else "     "
         note = f" (hypothesis FlakyFailure x{r.hypothesis_flaky})" if r.hypothesis_flaky else ""
+        if r.new_search_each_run and r.failed and not r.flaky:
+            note = (f" (hypothesis: a new search each run; {r.failed} of {r.n} found a failing example "
+                    "that failed again when replayed)")
         lines.append(f"{tag} {r.failed:>4}/{r.n:<4} failed {format_rate(r.failed, r.n, conf):<26} {name}{note}")
     hidden = len(rows) - len(shown)
     if hidden:
@@ -202,12 +274,13 @@ class RateReporter:
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         config, book = self.config, self.book
-        repeat = repeat_count(config)
-        if repeat is None and not book.flaky:
+        source = repetition_source(config)
+        repeated = any(r.n + r.skipped > 1 for r in book.tests.values())  # e.g. @pytest.mark.repeat(n)
+        if source is None and not repeated and not book.flaky:
             return
         conf = config.getoption("hz_conf")
         tr = terminalreporter
-        title = f"hazards: failure rates{f' (--hz-repeat {repeat})' if repeat else ''}"
+        title = f"hazards: failure rates{f' ({source})' if source else ''}"
         tr.write_sep("=", title)
         for line in summary_lines(book, conf, verbose=config.getoption("verbose") > 0):
             tr.write_line(line, red=line.startswith("FLAKY"))

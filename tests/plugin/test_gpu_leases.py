@@ -94,11 +94,11 @@ def test_lease_follows_the_callers_cuda_visible_devices(inner):
 
 
 @pytest.mark.skipif(gpu_available(), reason="checks the skip reason on a machine without a GPU")
-def test_gpu_marker_skips_with_a_clear_reason_without_a_gpu(inner):
+def test_hz_gpu_marker_skips_with_a_clear_reason_without_a_gpu(inner):
     inner.write("test_gpu.py", """
         import pytest
 
-        @pytest.mark.gpu
+        @pytest.mark.hz_gpu
         def test_needs_gpu():
             raise AssertionError("must not run without a GPU")
     """)

@@ -64,18 +64,23 @@ def test_hz_timeout_fails_a_hanging_test_as_hang_and_kills_its_process_group(inn
     assert elapsed < 120
 
 
-def test_hz_timeout_repetitions_run_in_their_own_children_and_count_in_the_rate(inner):
-    inner.write("test_rep.py", """
+@pytest.mark.parametrize("repeat_args, index", [(["--hz-repeat", "3"], "hz_repeat_index"),
+                                                (["--count", "3"], "__pytest_repeat_step_number")],
+                         ids=["hz-repeat", "pytest-repeat"])
+def test_hz_timeout_repetitions_run_in_their_own_children_and_count_in_the_rate(inner, repeat_args, index):
+    if index.startswith("__pytest_repeat"):
+        pytest.importorskip("pytest_repeat", reason="pytest-repeat is in the dev extra")
+    inner.write("test_rep.py", f"""
         import os
         import pytest
 
         @pytest.mark.hz_timeout(30)
-        def test_fails_on_the_second_repetition(hz_repeat_index):
+        def test_fails_on_the_second_repetition({index}):
             assert os.environ["HZ_PYTEST_CHILD"] == "1"
-            assert hz_repeat_index != 1
+            assert {index} != 1
     """)
-    res = inner.run("--hz-repeat", "3")
-    assert res.outcomes == {"failed": 1, "passed": 2}, res.stdout
+    res = inner.run(*repeat_args)  # the child collects the same repetitions as its parent
+    assert res.outcomes == {"failed": 1, "passed": 2}, res.stdout + res.stderr
     assert any(line.startswith("FLAKY") and "1/3" in line for line in res.stdout.splitlines()), res.stdout
 
 
