@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs everything gpu-hazards needs: system packages (clang-19 for the AMDGCN static
-# checks, chromium for the report's headless check), then the package with its dev extras.
-# Called by the README's install command and by .ci/run. Safe to run twice.
+# Installs everything gpu-hazards' development needs: system packages (clang-19 for the
+# AMDGCN static checks, chromium for the report's headless check), then the package,
+# editable, with its dev extra. Called by the README's install command and by .ci/run.
+# Safe to run twice. A torch already installed (say a CUDA build) is never touched.
+# HZ_SETUP_PYTHON picks the interpreter (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PYTHON=${HZ_SETUP_PYTHON:-python3}
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else "$@"; fi; }
 
@@ -21,5 +24,25 @@ else
   echo "setup: WARNING: no apt-get; install clang-19 and chromium yourself for the AMDGCN checks and report tests" >&2
 fi
 
-python3 -m pip install -q -e ".[dev]"
+# torch: the dev extra asks for a lower bound only. An installed torch is pinned for this
+# install (a constraint on its own version), so pip keeps it, or says it is too old, and
+# never plans to replace it. With none importable, install 2.13.0 first: this project's
+# machines keep its CPU build on disk, so pip takes that instead of a CUDA download.
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+if torch_version=$("$PYTHON" -c "import torch; print(torch.__version__)" 2>/dev/null); then
+  echo "setup: torch $torch_version is installed: kept as it is"
+  echo "torch==$torch_version" > "$constraints"
+else
+  echo "setup: no torch importable: installing torch==2.13.0 (the CPU build)"
+  "$PYTHON" -m pip install -q torch==2.13.0
+fi
+
+# The editable build uses the setuptools already here when it is new enough (no download,
+# so a machine with every dependency installed needs no network).
+build=()
+if "$PYTHON" -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 68)" >/dev/null 2>&1; then
+  build=(--no-build-isolation)
+fi
+"$PYTHON" -m pip install -q "${build[@]}" -c "$constraints" -e ".[dev]"
 echo "setup: done"

@@ -141,3 +141,25 @@ print(json.dumps({"exe": str(exe), "same": listing == {"hz_protocol": 1, **fam.h
     got = json.loads(proc.stdout)
     assert got["same"] and Path(got["exe"]).is_relative_to(tmp_path / "cache" / "family")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+
+def test_the_installed_wheel_runs_the_cli_from_outside_the_checkout(wheel, tmp_path):
+    """What .ci/run checks: the wheel installed --no-deps into a venv that sees the system's
+    site-packages runs `hazards --version`, `list`, `check --static` and `run` from a folder
+    outside the checkout, and every module of the checkout comes from the wheel."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.engine.toolchain import find_tool
+
+    try:
+        find_tool("clang")  # `check --static` needs the static-check compilers
+        find_tool("nvcc")
+    except ToolchainMissing as e:
+        pytest.skip(str(e))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HZ_BUILD_DIR", "HZ_STORE")}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "check_wheel.sh"), str(wheel)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for step in ("hazards --version", "hazards list", "hazards check --static", "hazards run",
+                 "every module of the checkout loads from the installed wheel", "passed"):
+        assert f"check_wheel: {step}" in proc.stdout
+    assert "check passed" in proc.stdout and "0 failures in 3 runs" in proc.stdout

@@ -64,6 +64,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C, or a stop signal (SIGTERM, SIGHUP, SIGQUIT)
         _say_interrupted()
         return interrupt_exit_code(e)
+    except ImportError as e:
+        # An optional dependency that a code path needs and no earlier check caught: the
+        # extra that brings it, in one line (any other ImportError is a bug: traceback).
+        from hazards.engine.extras import missing_extra_error
+
+        words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+        err = missing_extra_error(e, " ".join(["hazards", *words[:1]]))
+        if err is None:
+            raise
+        print(f"hazards: error: {err}", file=sys.stderr)
+        return err.exit_code
     except Exception as e:
         # click's exceptions and typer>=0.29's vendored copies (typer._click) alike
         show, code = getattr(e, "show", None), getattr(e, "exit_code", None)

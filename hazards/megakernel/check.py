@@ -163,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.calls < 1 or args.lens_scale < 1:
         print("megakernel check: --calls and --lens-scale must be >= 1", file=sys.stderr)
         return 2
+    from hazards.engine.extras import MissingExtra, require
+
+    try:
+        require("torch", "the megakernel check")
+    except MissingExtra as e:
+        print(f"megakernel check: {e}", file=sys.stderr)
+        return 2
     return serve_checks(args) if args.serve else once(args)
 
 
