@@ -1,4 +1,4 @@
-"""Dependencies that respect the user's environment (issue 13 item 3): a small core, extras
+"""Dependencies that respect the user's environment: a small core, extras
 for what only some users need, no torch pin, a setup that never replaces an installed
 torch, and a one-line install hint where an optional module is missing."""
 from __future__ import annotations
