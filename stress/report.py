@@ -14,7 +14,7 @@ links every artifact relative to itself: each run's folder and the files in it (
 hang.md from the hang forensics, the tripwire diagnosis, evidence.json), so the page and
 the store's artifacts/ folder can be moved together.
 
-The HTML needs the `report` extra (jinja2 and matplotlib); without it `write_report` is a
+The HTML needs the `reports` extra (jinja2 and matplotlib); without it `write_report` is a
 one-line error saying how to install it, while the markdown and JSON summaries still work.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.errors import UserError
 from hazards.engine.executor import WorkItem
+from hazards.engine.extras import MissingExtra, install_hint
 from hazards.engine.outcome import Outcome, item_key
 from hazards.engine.stats import format_rate, rate_ci, upper_bound
 from hazards.engine.store import Store, StoredRun, empty_counts
@@ -38,18 +38,18 @@ from hazards.engine.junit import JUnitSuite
 from hazards.engine.telemetry import APPLICATION_XIDS, hardware_suspect
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, judge
 
-REPORT_EXTRA_HINT = "pip install 'gpu-hazards[report]'"
+REPORT_EXTRA_HINT = install_hint("reports")
 
 
-class ReportExtraMissing(UserError):
-    """jinja2 or matplotlib (the `report` extra) is not installed."""
+class ReportExtraMissing(MissingExtra):
+    """jinja2 or matplotlib (the `reports` extra) is not installed."""
 LINKED_RUNS_PER_ROW = 3   # failing runs of a row linked in the table (the signatures link the rest)
 FILES_PER_RUN = 10        # files of a run folder listed by name (the folder link shows them all)
 
 
 def report_modules() -> tuple[Any, Any]:
     """(jinja2, the figures module) for the HTML report; a one-line UserError naming the
-    `report` extra when they are not installed."""
+    `reports` extra when they are not installed."""
     try:
         import jinja2
 
@@ -527,7 +527,7 @@ def junit_suites(rep: Report) -> list[JUnitSuite]:
 
 def write_report(store: Store, campaign_id: int, out: str | Path, *, last: int = 10) -> Report:
     """Build the report and write it as HTML to `out` (atomically); returns the data. A
-    UserError naming the `report` extra, before anything is written, without jinja2 or
+    UserError naming the `reports` extra, before anything is written, without jinja2 or
     matplotlib."""
     report_modules()
     rep = build_report(store, campaign_id, last=last)

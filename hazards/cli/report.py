@@ -37,9 +37,6 @@ def report_command(
     store_path: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    from hazards.engine.extras import require
-
-    require("reports", "hazards report")
     from hazards.engine.junit import write_junit
     from hazards.engine.report import junit_suites, render_markdown, report_json, write_report
     from hazards.engine.store import Store

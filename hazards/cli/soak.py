@@ -82,12 +82,10 @@ def soak_command(
 ) -> None:
     from hazards.cli.progress import CampaignProgress
     from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign
-    from hazards.engine.extras import require
     from hazards.engine.leases import lease_candidates
     from hazards.engine.soak import run_soak
     from hazards.engine.store import Store
 
-    require("reports", "hazards soak (its HTML report)")  # now, not after the budget is spent
     if executor != "local":
         _check_executor(executor)
     if max_gpus is not None and max_gpus < 1:

@@ -389,7 +389,7 @@ def test_without_the_report_extra_the_html_report_is_one_line_naming_it(tmp_path
     monkeypatch.setitem(sys.modules, "jinja2", None)  # `import jinja2` now raises ImportError
     rc = main(["report", "--store", str(db), "-o", str(tmp_path / "r.html")])
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "pip install 'gpu-hazards[report]'" in err
+    assert rc == 2 and err.count("\n") == 1 and "pip install 'gpu-hazards[reports]'" in err
     assert not (tmp_path / "r.html").exists()
     with Store(db, read_only=True) as s:  # the text summaries need neither
         assert render_markdown(build_report(s, cur, figures=False)).startswith("## hazards soak")
