@@ -22,7 +22,9 @@ per-GPU loop in an actor:
   SIGTERM reach the run in flight at once; several: one thread each); per-GPU statistics.
 
 A target that cannot even start (missing binary, build failure) gives `error` runs, never
-an exception out of the loop.
+an exception out of the loop. A target whose GPU is gone for good (a Ray node that died)
+raises `GpuLost` carrying the `error` run of the request it had in flight: the loop records
+that run and ends for that GPU alone; the other GPUs carry on.
 """
 from __future__ import annotations
 
@@ -199,6 +201,17 @@ class StoreSink:
 TargetFactory = Callable[[WorkItem, dict[str, str]], Any]
 
 
+class GpuLost(Exception):
+    """Raised by a target's `run` when its GPU is gone for the rest of the campaign (the
+    host running it died, its executor killed it). `result` is the `error` run of the
+    request that was in flight (it is recorded like any run); the loop then ends for that
+    GPU only, with `GpuStats.lost` saying why. Never raised for anything the kernel did."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__(result.reason)
+        self.result = result
+
+
 def default_target_factory(item: WorkItem, env: dict[str, str]) -> Any:
     """A ServerTarget or CommandTarget for `item`, with `env` added to its environment."""
     from hazards.engine.targets import CommandTarget, ServerTarget
@@ -230,6 +243,8 @@ class GpuStats:
     elapsed_s: float = 0.0
     counts: dict[str, int] = dataclasses.field(default_factory=empty_counts)
     crashed: str | None = None
+    lost: str | None = None         # why this GPU was lost mid-campaign (`GpuLost`), if it was
+    lost_at: float | None = None    # when (time.time())
 
     @property
     def launch_rate(self) -> float:
@@ -271,6 +286,9 @@ class GpuLoop:
         try:
             result = self._target(item).run(dict(item.params), timeout=item.timeout_s,
                                             launches=item.launches, artifact_dir=art)
+        except GpuLost as e:  # recorded below; `run` then ends this GPU's loop
+            result = e.result
+            self.stats.lost, self.stats.lost_at = result.reason, time.time()
         except Exception as e:  # a target that cannot start is our infrastructure's error
             result = RunResult(Outcome.ERROR, f"{type(e).__name__}: {e}", started_at=t0,
                                duration_s=time.time() - t0, error_kind="target_start")
@@ -297,7 +315,7 @@ class GpuLoop:
             s.launches += launches
 
     def run(self) -> GpuStats:
-        """Loop until the deadline, the source runs dry, or `stop`; close every target."""
+        """Loop until the deadline, the source runs dry, `stop`, or the GPU is lost; close every target."""
         t0 = time.monotonic()
         try:
             while not self.stop.is_set() and time.monotonic() < self.deadline:
@@ -308,6 +326,8 @@ class GpuLoop:
                     self.on_start(self.lease, item)
                 result = self.run_one(item)
                 self.source.report(item, result)
+                if self.stats.lost:
+                    break
         except BaseException as e:  # record why this GPU stopped; the others carry on
             self.stats.crashed = f"{type(e).__name__}: {e}"
             raise

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hazards.engine.campaign import LeasedCampaign, RunObserver
-from hazards.engine.errors import UserError
+from hazards.engine.errors import EXIT_DEGRADED, EXIT_OK, UserError
 from hazards.engine.executor import GpuStats, TargetFactory, WorkItem
 from hazards.engine.outcome import RunResult, item_key
 from hazards.engine.sources import Rotation
@@ -316,6 +316,7 @@ class SoakResult:
     dropped: dict[str, str]
     expectations: dict[str, Expect | None]
     judgements: dict[str, Judgement]
+    lost: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # nodes an executor lost (Ray)
 
     @property
     def blind(self) -> list[str]:
@@ -335,8 +336,16 @@ class SoakResult:
 
     @property
     def exit_code(self) -> int:
-        """1 a regression or a canary that went blind; 3 items never judged; 0 otherwise."""
-        return verdicts_exit_code(j.verdict for j in self.judgements.values())
+        """1 a regression or a canary that went blind; 3 items never judged; else 5 when the
+        infrastructure degraded (a node lost: `degraded`); 0 otherwise."""
+        code = verdicts_exit_code(j.verdict for j in self.judgements.values())
+        return code or (EXIT_DEGRADED if self.degraded else EXIT_OK)
+
+    @property
+    def degraded(self) -> bool:
+        """The infrastructure degraded mid-soak: a node (its GPUs) was lost; what ran on the
+        others is stored and judged, and the lost capacity is in the campaign's spec."""
+        return bool(self.lost)
 
     @property
     def flagged(self) -> bool:

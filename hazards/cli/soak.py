@@ -29,9 +29,11 @@ Progress goes to stderr: a live display in a terminal, else one status line ever
 `--progress-interval`.
 
 Exit status: 0 nothing flagged; 1 a regression or a canary that went blind; 2 bad input (or
-no free GPU); 3 an item never judged (only errors, dropped after repeated errors, not
-reached in the budget, a server that never completed its handshake); 4 the results store
-failed.
+no free GPU, or a Ray head that does not answer); 3 an item never judged (only errors,
+dropped after repeated errors, not reached in the budget, a server that never completed its
+handshake); 4 the results store failed; 5 the infrastructure degraded and nothing else
+was flagged (`--executor ray`: a node was lost mid-soak, the others ran the rest of the
+budget).
 
 Examples:
 
@@ -160,7 +162,8 @@ def _finish(store, res, report: Path | None, json_out: bool, junit: Path | None 
             "status": res.status, "spent_s": res.spent_s, "budget_s": res.budget_s,
             "gpus": [{"gpu": g.gpu, "uuid": g.uuid, "runs": g.runs, "launches": g.launches,
                       "launch_rate": g.launch_rate, "elapsed_s": g.elapsed_s} for g in res.gpu_stats],
-            "dropped": res.dropped, "blind": res.blind, "report": report_json(rep)}, default=str))
+            "dropped": res.dropped, "blind": res.blind, "lost": res.lost, "report": report_json(rep)},
+            default=str))
         sys.exit(res.exit_code)
     typer.echo(render_markdown(rep))
     for g in res.gpu_stats:
@@ -170,6 +173,8 @@ def _finish(store, res, report: Path | None, json_out: bool, junit: Path | None 
         typer.echo(f"DROPPED {key}: {why}")
     for line in res.canary_lines():
         typer.echo(line)
+    for node in res.lost:
+        typer.echo(f"LOST {node['note']}")
     if junit is not None:
         typer.echo(f"JUnit report: {junit}")
     typer.echo(f"campaign {res.campaign_id}; report: {out or 'not written'}")
