@@ -1,49 +1,73 @@
 """The Ray executor: one actor per GPU of a Ray cluster hosts that GPU's side of the loop.
 
-`hazards soak --executor ray [--address ADDR]` spreads a soak over every GPU of a Ray
-cluster (a local one when no address is given). Per GPU there is one `GpuActor`
-(`num_gpus=1`), created with `max_restarts=0` and `max_task_retries=0`: a retried run
-would hide a hang or a crash, so a lost actor is an error that ends the soak (resumable),
-never a silent re-run.
+`hazards soak --executor ray [--address HEAD]` spreads a soak over every GPU of a Ray
+cluster: an existing one (`--address HOST:PORT` of its head, or `ray://HOST:PORT` through
+Ray Client), or a local one started here when no address is given. Per GPU there is one
+`GpuActor` (`num_gpus=1`, so Ray sets its CUDA_VISIBLE_DEVICES), created with
+`max_restarts=0` and `max_task_retries=0`: a retried run would hide a hang or a crash.
 
 Split of the per-GPU loop (`hazards.engine.executor.GpuLoop`):
-- in the actor, on the GPU's host: the GPU lease (`hazards.engine.leases`, so local users of the
-  host see it held), the warm targets (one launch server per binary, as locally), the
-  watchdog of each run, and NVML telemetry around every run (per-host telemetry, attached
-  to the run's evidence; the per-GPU campaign summary goes into the campaign spec);
+- in the actor, on the GPU's host: the GPU lease (`hazards.engine.leases`, in that host's
+  lease folder, so local users of the host see it held), the warm targets (one launch
+  server per binary, as locally), the watchdog of each run, NVML telemetry around every
+  run, and the run's artifact folder in the host's temporary folder, whose files are sent
+  back with the result (up to ARTIFACT_COPY_MAX_BYTES per run, smallest first; the rest
+  stays on the host, its path in the run's evidence);
 - on the driver: a `GpuLoop` thread per actor, run by the same leased-campaign frame
   (`hazards.engine.campaign.LeasedCampaign`, over the actors' pseudo-leases), `run_local`
   and `run_soak` as the local executor, so what runs next, the budget, resume and the
   comparison with the previous soak are the same code, and every run is committed to the
-  driver's store the moment its result arrives.
+  driver's store the moment its result arrives, its `host` naming the node that ran it.
 
-The driver-side loop sees each actor through a *pseudo-lease* (`GpuLease` describing the
-remote lease, holding no lock here) and a target factory whose targets forward `run()` to
-the actor. Remote hosts need the package installed (`pip install "gpu-hazards[ray]"`);
-artifact folders are created on the host that ran the run (`RunResult.host` says which).
+**Losing a node.** When an actor stops answering (its host died, its raylet was killed,
+it did not reply within the run's timeout plus ANSWER_MARGIN_S), the request in flight is
+recorded as an `error` run (kind NODE_LOST, reason "node lost: ..."), never as a hang or a
+fault of the kernel; the actor is killed (not restarted) and that GPU's loop ends
+(`hazards.engine.executor.GpuLost`) while the other GPUs go on for the rest of the budget.
+`run_soak_ray` writes what was lost, when, and the share of the session's GPU time it cost
+into the campaign spec (`lost`, and a line in `notes` for the report); the soak's exit
+status then says the infrastructure degraded (`EXIT_DEGRADED`).
+
+**Losing the driver.** The actors are owned by the driver: Ray ends them when it dies
+(SIGKILL included), and each actor's targets die with it. `--resume ID` from a new driver
+continues the campaign with the budget it had left.
+
+Remote hosts need the package installed (`pip install "gpu-hazards[ray]"`, or the checkout
+on their PYTHONPATH) and Ray of the driver's version.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from hazards.engine.errors import UserError
-from hazards.engine.executor import GpuStats, WorkItem, default_target_factory, run_local
+from hazards.engine.executor import GpuLost, GpuStats, WorkItem, default_target_factory, run_local
 from hazards.engine.leases import GpuLease
-from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.outcome import HOST, Outcome, RunResult
 from hazards.engine.targets.base import Target
 
 STARTUP_TIMEOUT_S = 120.0   # actors created, leases taken, first call answered
 ANSWER_MARGIN_S = 60.0      # beyond a run's own timeout + kill grace + hang collectors
 CLOSE_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_S = 5.0       # connecting to the head: Ray itself would retry for minutes
+ARTIFACT_COPY_MAX_BYTES = 64 << 20  # per run: what a run leaves beyond it stays on its node
+NODE_LOST = "node_lost"     # error_kind of the run in flight on a GPU whose node was lost
 
-
-class ActorLost(BaseException):
-    """A GPU actor died or stopped answering. A BaseException on purpose: the driver's
-    GpuLoop must stop for that GPU (and the soak end, resumable), not record it as a run."""
+# The probe speaks just enough HTTP/2 to make one gRPC call (see `grpc_answers`).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_H2_DATA, _H2_HEADERS, _H2_RST_STREAM, _H2_SETTINGS, _H2_GOAWAY = 0, 1, 3, 4, 7
+_H2_END_STREAM, _H2_ACK, _H2_END_HEADERS = 1, 1, 4
+_HPACK_STATUS_200 = 0x88        # HPACK static table entry 8, ":status: 200"
+_GCS_CHECK_ALIVE = "/ray.rpc.NodeInfoGcsService/CheckAlive"
 
 
 def import_ray() -> Any:
@@ -55,6 +79,99 @@ def import_ray() -> Any:
     return ray
 
 
+def split_address(address: str) -> tuple[str, int]:
+    """(host, port) of a Ray address `HOST:PORT`, `[IPv6]:PORT` or `ray://HOST:PORT`;
+    UserError for anything else."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"Ray address {address!r} is not HOST:PORT (the head's GCS port, 6379 by default, "
+                        "or ray://HOST:PORT for Ray Client)")
+    return host, int(port)
+
+
+def _h2_frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def _hpack_literal(name: str, value: str) -> bytes:
+    """A header field as an HPACK literal without indexing, no Huffman (short strings only)."""
+    n, v = name.encode(), value.encode()
+    return bytes([0, len(n)]) + n + bytes([len(v)]) + v
+
+
+def grpc_answers(sock: socket.socket, authority: str, path: str = _GCS_CHECK_ALIVE) -> str | None:
+    """Make one gRPC call with an empty request on a connected socket; None when a gRPC
+    server answered it (HTTP status 200, with a reply or an error status of its own, as a
+    Ray head without token authentication or with it does), else what came back instead.
+
+    Ray's own connect retries for minutes at anything that accepts the connection, a
+    transparent HTTP proxy included (one answers every port with an HTTP/2 error page)."""
+    headers = b"".join(_hpack_literal(k, v) for k, v in (
+        (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", authority),
+        ("content-type", "application/grpc"), ("te", "trailers")))
+    deadline = time.monotonic() + (sock.gettimeout() or PROBE_TIMEOUT_S)
+    try:
+        sock.sendall(_H2_PREFACE + _h2_frame(_H2_SETTINGS, 0, 0)
+                     + _h2_frame(_H2_HEADERS, _H2_END_HEADERS, 1, headers)
+                     + _h2_frame(_H2_DATA, _H2_END_STREAM, 1, bytes(5)))  # an empty gRPC message
+        buf = b""
+        while True:
+            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                size, kind, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+                stream, payload, buf = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9:9 + size], buf[9 + size:]
+                if kind == _H2_SETTINGS and not flags & _H2_ACK:
+                    sock.sendall(_h2_frame(_H2_SETTINGS, _H2_ACK, 0))
+                elif kind == _H2_HEADERS and stream == 1:
+                    return None if payload[:1] == bytes([_HPACK_STATUS_200]) else "an HTTP answer that is not gRPC"
+                elif kind in (_H2_RST_STREAM, _H2_GOAWAY):
+                    return "the call was refused"
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            data = sock.recv(65536)
+            if not data:
+                return "the connection was closed"
+            buf += data
+    except socket.timeout:
+        return "no answer to a gRPC call"
+    except OSError as e:
+        return e.strerror or type(e).__name__
+
+
+def probe_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """UserError (one line) unless a gRPC server answers at `address` within `timeout`.
+
+    Ray's own connect retries for minutes when nothing is there; this tells a typo, a
+    head that is down, and a port that is not a Ray head's apart in seconds: it connects,
+    then calls the GCS's CheckAlive (a Ray Client server, `ray://`, answers it with an
+    error status, which counts: a gRPC server is there). With Ray's TLS on (RAY_USE_TLS=1)
+    only the TCP connection is checked."""
+    host, port = split_address(address)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UserError(f"cannot reach the Ray head at {address}: unknown host {host!r} ({e.strerror})") from None
+    last: OSError | None = None
+    for family, kind, proto, _, where in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(timeout)
+            try:
+                sock.connect(where)
+            except OSError as e:
+                last = e
+                continue
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return
+            why = grpc_answers(sock, f"{host}:{port}")
+            if why is None:
+                return
+            raise UserError(f"{address} is not a Ray head: something listens there but does not answer gRPC "
+                            f"({why}); give the head's GCS port, 6379 by default, or ray://HOST:PORT for Ray Client")
+    why = "no answer" if isinstance(last, socket.timeout) else (getattr(last, "strerror", None) or str(last))
+    raise UserError(f"cannot reach the Ray head at {address}: {why} within {timeout:g}s "
+                    "(is the cluster up? `ray status --address ADDRESS` on a node tells)")
+
+
 def _run_result(d: dict[str, Any]) -> RunResult:
     fields = {f.name for f in dataclasses.fields(RunResult)}
     kw = {k: v for k, v in d.items() if k in fields}
@@ -62,12 +179,51 @@ def _run_result(d: dict[str, Any]) -> RunResult:
     return RunResult(**kw)
 
 
+def _take_artifacts(folder: Path, limit: int = ARTIFACT_COPY_MAX_BYTES) -> tuple[dict[str, bytes], list[dict]]:
+    """The files of a run's folder on this node, smallest first, up to `limit` bytes in all
+    ({relative path: content}, removed here), and those left behind ([{path, bytes}])."""
+    if not folder.is_dir():
+        return {}, []
+    files = sorted((p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()),
+                   key=lambda p: p.stat().st_size)
+    taken: dict[str, bytes] = {}
+    left: list[dict] = []
+    total = 0
+    for p in files:
+        size = p.stat().st_size
+        if total + size > limit:
+            left.append({"path": str(p), "bytes": size})
+            continue
+        try:
+            taken[p.relative_to(folder).as_posix()] = p.read_bytes()
+        except OSError as e:
+            left.append({"path": str(p), "bytes": size, "error": str(e)})
+            continue
+        total += size
+        p.unlink()
+    if not left:
+        shutil.rmtree(folder, ignore_errors=True)
+    return taken, left
+
+
+def _put_artifacts(folder: Path, files: dict[str, bytes]) -> None:
+    """Write files sent back by an actor into the run's folder on the driver."""
+    for rel, data in files.items():
+        parts = Path(rel).parts
+        if not parts or Path(rel).is_absolute() or ".." in parts:
+            continue  # only ever below the run's folder
+        dest = folder.joinpath(*parts)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+
+
 class GpuActor:
     """Lives in a Ray actor with one GPU (Ray set its CUDA_VISIBLE_DEVICES). Plain class;
-    `RayExecutor` wraps it with `ray.remote`."""
+    `RayExecutor` wraps it with `ray.remote`. `session` names the driver's session: this
+    node's artifact folders live under `<temp dir>/gpu-hazards-ray/<session>/`."""
 
     def __init__(self, holder: str, lock_dir: str | None = None, exclusive: bool = False,
-                 telemetry: bool = True) -> None:
+                 telemetry: bool = True, session: str = "session") -> None:
         from hazards.engine.leases import acquire_free
 
         got, refused = acquire_free(holder, lock_dir=lock_dir, max_gpus=1, exclusive=exclusive)
@@ -77,6 +233,7 @@ class GpuActor:
             raise UserError(f"Ray actor on {os.uname().nodename} could not lease its GPU: {why}")
         self.lease = got[0]
         self.targets: dict[tuple, Any] = {}
+        self.scratch = Path(tempfile.gettempdir()) / "gpu-hazards-ray" / session
         self.monitor = None
         if telemetry:
             from hazards.engine.telemetry import TelemetryMonitor
@@ -84,9 +241,13 @@ class GpuActor:
             self.monitor = TelemetryMonitor([self.lease.uuid]).start()
 
     def describe(self) -> dict[str, Any]:
-        """The lease this actor holds, for the driver's pseudo-lease."""
+        """The lease this actor holds and the node it runs on, for the driver's pseudo-lease."""
+        import ray
+
         return {**self.lease.info(), "lock_path": str(self.lease.lock_path),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "hostname": HOST, "node_id": ray.get_runtime_context().get_node_id(),
+                "node_ip": ray.util.get_node_ip_address(), "actor_pid": os.getpid()}
 
     def _target(self, item: WorkItem) -> Any:
         key = item.target_key
@@ -96,24 +257,21 @@ class GpuActor:
 
     def run(self, item_json: dict[str, Any], params: dict[str, Any], timeout: float, launches: int | None,
             artifact_dir: str | None) -> dict[str, Any]:
-        """One run of `item` on this GPU; the RunResult as JSON (telemetry in its evidence)."""
+        """One run of `item` on this GPU: {"result": RunResult as JSON (telemetry in its
+        evidence), "artifacts": {relative path: bytes} of its folder, "left": files too
+        big to send, left on this node}. `artifact_dir` is the driver's folder for the
+        run; here the run gets a folder of the same name in this node's scratch folder."""
         item = WorkItem.from_json(item_json)
+        local = self.scratch / Path(artifact_dir).parent.name / Path(artifact_dir).name if artifact_dir else None
         window = self.monitor.begin(self.lease.uuid) if self.monitor else None
-        result = self._target(item).run(params, timeout=timeout, launches=launches,
-                                        artifact_dir=Path(artifact_dir) if artifact_dir else None)
+        result = self._target(item).run(params, timeout=timeout, launches=launches, artifact_dir=local)
         if window is not None:
             tel = self.monitor.end(window)
             if tel:
                 result.evidence = {**(result.evidence or {}), "telemetry": {**tel, "host": self.lease.host}}
         result.gpu_uuid = result.gpu_uuid or self.lease.uuid
-        if artifact_dir and result.outcome is Outcome.CLEAN:
-            # The driver's sink settles artifact folders, but cannot see this host's disk
-            # when the actor runs elsewhere: an empty folder of a clean run goes here.
-            try:
-                os.rmdir(artifact_dir)
-            except OSError:
-                pass  # not empty (kept for the driver's policy) or already gone
-        return result.to_json()
+        files, left = _take_artifacts(local) if local is not None else ({}, [])
+        return {"result": result.to_json(), "artifacts": files, "left": left}
 
     def close_target(self, item_json: dict[str, Any]) -> None:
         """Close the warm target `item` runs on (kills its process group)."""
@@ -134,39 +292,91 @@ class GpuActor:
             summary = {uuid: {**row, "host": self.lease.host} for uuid, row in self.monitor.summary().items()}
             self.monitor.stop()
         self.lease.release()
+        for folder in sorted(self.scratch.rglob("*"), reverse=True) + [self.scratch]:
+            try:
+                folder.rmdir()  # empty folders only: files left on purpose stay
+            except OSError:
+                pass
         return summary
+
+
+@dataclasses.dataclass
+class RemoteGpu:
+    """What the driver knows of one actor's GPU: where it is and its handle."""
+
+    actor: Any
+    node: str       # the node's label in run rows: its host name (+ Ray node name where hosts repeat)
+    node_id: str    # Ray's node id
+    gpu: str        # the CUDA_VISIBLE_DEVICES entry the actor leased on its node
+    uuid: str | None
+    lost: bool = False
 
 
 class RemoteTarget(Target):
     """Driver-side stand-in for a target that lives in a GPU actor."""
 
-    def __init__(self, executor: "RayExecutor", actor: Any, label: str, item: WorkItem) -> None:
-        self.executor, self.actor, self.label, self.item = executor, actor, label, item
+    def __init__(self, executor: "RayExecutor", label: str, item: WorkItem) -> None:
+        self.executor, self.label, self.item = executor, label, item
+        self.remote = executor.gpus[label]
         self.name = item.target
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float, launches: int | None = None,
             artifact_dir: Path | None = None) -> RunResult:
         ray = self.executor.ray
-        ref = self.actor.run.remote(self.item.to_json(), dict(params or {}), timeout, launches,
-                                    str(artifact_dir) if artifact_dir else None)
+        started = time.time()
         limit = timeout + self.executor.answer_margin_s
         try:
-            return _run_result(ray.get(ref, timeout=limit))
+            ref = self.remote.actor.run.remote(self.item.to_json(), dict(params or {}), timeout, launches,
+                                               str(artifact_dir) if artifact_dir else None)
+            reply = ray.get(ref, timeout=limit)
         except ray.exceptions.GetTimeoutError:
-            ray.kill(self.actor, no_restart=True)
-            raise ActorLost(f"GPU actor {self.label} did not answer within {limit:g}s "
-                            f"(run timeout {timeout:g}s): killed, not retried") from None
-        except ray.exceptions.RayActorError as e:
-            raise ActorLost(f"GPU actor {self.label} died: {e}") from None
+            why = f"its GPU actor did not answer within {limit:g}s (run timeout {timeout:g}s)"
+        except ray.exceptions.RayActorError as e:  # died, or unreachable (ActorUnavailableError)
+            why = f"its GPU actor is gone ({type(e).__name__}: {str(e).strip().splitlines()[0][:300]})"
         except ray.exceptions.RayTaskError as e:  # the run itself raised (e.g. a target that cannot start)
             cause = e.cause if isinstance(getattr(e, "cause", None), Exception) else None
             raise (cause or RuntimeError(str(e))) from None
+        else:
+            result = _run_result(reply["result"])
+            result.host = self.remote.node
+            made = result.artifact_dir is not None or reply["artifacts"]  # the node's folder existed
+            result.artifact_dir = None
+            if artifact_dir is not None and made:  # the same folder here, what it held copied back
+                artifact_dir.mkdir(parents=True, exist_ok=True)
+                _put_artifacts(artifact_dir, reply["artifacts"])
+                result.artifact_dir = str(artifact_dir)
+            if reply["left"]:
+                result.evidence = {**(result.evidence or {}),
+                                   "left_on_node": {"node": self.remote.node, "files": reply["left"]}}
+            return result
+        raise GpuLost(self.executor.lose(self.label, why, started, self.item))
 
     def close(self) -> None:
+        if self.remote.lost:
+            return
         try:
-            self.executor.ray.get(self.actor.close_target.remote(self.item.to_json()), timeout=CLOSE_TIMEOUT_S)
+            self.executor.ray.get(self.remote.actor.close_target.remote(self.item.to_json()),
+                                  timeout=CLOSE_TIMEOUT_S)
         except Exception:
             pass  # a dead actor's process tree died with it; shutdown() reports the rest
+
+
+def node_labels(infos: list[dict[str, Any]], node_names: dict[str, str]) -> dict[str, str]:
+    """{Ray node id: label}: the host name, or `host/<Ray node name>` (else `host/<node id>`)
+    where several nodes share a host name (nodes in containers, or a test cluster)."""
+    ids_by_host: dict[str, set[str]] = {}
+    for info in infos:
+        ids_by_host.setdefault(info["hostname"], set()).add(info["node_id"])
+    labels = {}
+    for host, ids in ids_by_host.items():
+        if len(ids) == 1:
+            labels[next(iter(ids))] = host
+            continue
+        names = {nid: node_names.get(nid) or nid[:12] for nid in ids}
+        unique = len(set(names.values())) == len(ids)
+        for nid in ids:
+            labels[nid] = f"{host}/{names[nid] if unique else nid[:12]}"
+    return labels
 
 
 class RayExecutor:
@@ -175,6 +385,7 @@ class RayExecutor:
     `leases` (one pseudo-lease per actor) and `target_factory` plug into `run_local` /
     `run_soak` exactly like local leases do. `address=None` starts a local Ray instance;
     `init_kwargs` go to `ray.init` (e.g. `num_gpus=2, num_cpus=2` for a test cluster).
+    `lost` lists the GPUs lost during the run (see `lose`).
     """
 
     def __init__(self, *, address: str | None = None, max_gpus: int | None = None, lock_dir: str | None = None,
@@ -186,30 +397,41 @@ class RayExecutor:
         self.address, self.max_gpus, self.lock_dir = address, max_gpus, lock_dir
         self.exclusive, self.telemetry, self.answer_margin_s = exclusive, telemetry, answer_margin_s
         self.init_kwargs = dict(init_kwargs or {})
-        self.actors: dict[str, Any] = {}  # pseudo-lease visible_devices -> actor handle
+        self.gpus: dict[str, RemoteGpu] = {}  # pseudo-lease visible_devices -> the actor's GPU
         self.leases: list[GpuLease] = []
         self.telemetry_summary: dict[str, Any] = {}
+        self.lost: list[dict[str, Any]] = []
+        self._mu = threading.Lock()
         self._started_ray = False
+        self.session = f"{HOST}-{os.getpid()}-{int(time.time())}"
 
     def __enter__(self) -> "RayExecutor":
+        # Ray prints what its cluster reports (a raylet that died, ...) on sys.stdout, which
+        # is the command's own (`--json`): while the executor is open it goes to stderr.
+        self._stdout = contextlib.redirect_stdout(sys.stderr)
+        self._stdout.__enter__()
         try:
             self.open()
         except BaseException:
-            self.close()
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            self._stdout.__exit__(None, None, None)
 
     def _init(self) -> None:
         ray = self.ray
         if ray.is_initialized():
             return
-        kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR", **self.init_kwargs}
+        kwargs = {"log_to_driver": False, "logging_level": "ERROR", **self.init_kwargs}
         if self.address is None:  # a local cluster: workers import this checkout like the driver does
             from hazards.engine.leases import FAKE_ENV, fake_gpus
 
+            kwargs.setdefault("include_dashboard", False)
             root = str(Path(__file__).resolve().parents[2])
             env = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
             fakes = fake_gpus()
@@ -217,11 +439,13 @@ class RayExecutor:
                 env[FAKE_ENV] = os.environ[FAKE_ENV]
                 kwargs.setdefault("num_gpus", len(fakes))
             kwargs.setdefault("runtime_env", {"env_vars": env})
+        elif self.address not in ("auto", "local"):
+            probe_address(self.address)
         try:
             ray.init(address=self.address, **kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as e:
+        except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as e:
             raise UserError(f"cannot start or reach the Ray cluster{f' at {self.address}' if self.address else ''}: "
-                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+                            f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
         self._started_ray = True
 
     def open(self) -> None:
@@ -232,10 +456,10 @@ class RayExecutor:
         if self.max_gpus is not None:
             gpus = min(gpus, self.max_gpus)
         if gpus < 1:
-            raise UserError("the Ray cluster has no GPU resources")
+            raise UserError(f"the Ray cluster{f' at {self.address}' if self.address else ''} has no GPU resources")
         actor_cls = ray.remote(GpuActor).options(num_gpus=1, num_cpus=0, max_restarts=0, max_task_retries=0)
-        actors = [actor_cls.remote(f"ray soak actor {i}", self.lock_dir, self.exclusive, self.telemetry)
-                  for i in range(gpus)]
+        actors = [actor_cls.remote(f"ray soak actor {i}", self.lock_dir, self.exclusive, self.telemetry,
+                                   self.session) for i in range(gpus)]
         try:
             infos = ray.get([a.describe.remote() for a in actors], timeout=STARTUP_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
@@ -245,18 +469,36 @@ class RayExecutor:
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
             self._kill(actors)
             raise UserError(f"a Ray GPU actor failed to start: {str(e).strip().splitlines()[-1]}") from None
+        names = {n["NodeID"]: n.get("NodeName", "") for n in ray.nodes()}
+        labels = node_labels(infos, names)
         for actor, info in zip(actors, infos):
-            lease = GpuLease(gpu=f"{info['host']}:{info['gpu']}", uuid=info["uuid"], holder=info["holder"],
-                             lock_path=Path(info["lock_path"]), pid=info["pid"], host=info["host"],
+            node = labels[info["node_id"]]
+            lease = GpuLease(gpu=f"{node}:{info['gpu']}", uuid=info["uuid"], holder=info["holder"],
+                             lock_path=Path(info["lock_path"]), pid=info["pid"], host=node,
                              acquired_at=info["acquired_at"])
-            self.actors[lease.visible_devices] = actor
+            self.gpus[lease.visible_devices] = RemoteGpu(actor, node, info["node_id"], info["gpu"], info["uuid"])
             self.leases.append(lease)
 
     def target_factory(self, item: WorkItem, env: dict[str, str]) -> RemoteTarget:
         """`hazards.engine.executor.TargetFactory` for the driver's loops: the pseudo-lease's
         CUDA_VISIBLE_DEVICES in `env` names the actor that runs the target."""
-        label = env["CUDA_VISIBLE_DEVICES"]
-        return RemoteTarget(self, self.actors[label], label, item)
+        return RemoteTarget(self, env["CUDA_VISIBLE_DEVICES"], item)
+
+    def lose(self, label: str, why: str, started_at: float, item: WorkItem) -> RunResult:
+        """Give up on the GPU `label` (its actor is killed, never restarted) and return the
+        `error` run of the request it had in flight (kind NODE_LOST)."""
+        remote = self.gpus[label]
+        remote.lost = True
+        self._kill([remote.actor])
+        at = time.time()
+        record = {"node": remote.node, "node_id": remote.node_id, "gpu": remote.gpu, "uuid": remote.uuid,
+                  "at": at, "reason": why, "item": item.key}
+        with self._mu:
+            self.lost.append(record)
+        return RunResult(Outcome.ERROR, f"node lost: {remote.node} (GPU {remote.uuid or remote.gpu}): {why}; "
+                         "the run was not retried", target=item.target, variant=item.variant,
+                         evidence={"node_lost": record}, started_at=started_at, duration_s=at - started_at,
+                         host=remote.node, gpu_uuid=remote.uuid, error_kind=NODE_LOST)
 
     def _kill(self, actors: list[Any]) -> None:
         for actor in actors:
@@ -268,14 +510,14 @@ class RayExecutor:
     def close(self) -> None:
         """Shut every actor down (targets closed, leases released), then Ray if we started it."""
         ray = self.ray
-        refs = {label: actor.shutdown.remote() for label, actor in self.actors.items()}
+        refs = {label: g.actor.shutdown.remote() for label, g in self.gpus.items() if not g.lost}
         for label, ref in refs.items():
             try:
                 self.telemetry_summary.update(ray.get(ref, timeout=CLOSE_TIMEOUT_S) or {})
             except Exception:
                 pass  # a lost actor: its host's OS dropped the lease with the process
-        self._kill(list(self.actors.values()))
-        self.actors.clear()
+        self._kill([g.actor for g in self.gpus.values()])
+        self.gpus.clear()
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
@@ -286,29 +528,68 @@ def run_ray(executor: RayExecutor, source: Any, sink: Any, *, budget_s: float) -
     return run_local(executor.leases, source, sink, budget_s=budget_s, target_factory=executor.target_factory)
 
 
+def capacity_lost(lost: list[dict[str, Any]], gpus: int, started: float, planned_s: float) -> list[dict[str, Any]]:
+    """The losses of one session grouped by node, each with the GPU time it cost: from the
+    loss to the session's planned end, per GPU, and as a share of the session's GPU time."""
+    end = started + planned_s
+    nodes: dict[str, dict[str, Any]] = {}
+    for rec in sorted(lost, key=lambda r: r["at"]):
+        n = nodes.setdefault(rec["node"], {"node": rec["node"], "node_id": rec["node_id"], "at": rec["at"],
+                                           "after_s": round(rec["at"] - started, 3), "gpus": [], "reasons": [],
+                                           "items": [], "gpu_s_lost": 0.0})
+        n["gpus"].append(rec["uuid"] or rec["gpu"])
+        n["reasons"].append(rec["reason"])
+        n["items"].append(rec["item"])
+        n["gpu_s_lost"] += max(0.0, end - rec["at"])
+    total = gpus * planned_s
+    for n in nodes.values():
+        n["gpu_s_lost"] = round(n["gpu_s_lost"], 3)
+        n["share"] = n["gpu_s_lost"] / total if total > 0 else 0.0
+        n["of_gpus"] = gpus
+        n["note"] = loss_note(n)
+    return list(nodes.values())
+
+
+def loss_note(n: dict[str, Any]) -> str:
+    """One line for the report: which node was lost, when, and what it cost."""
+    when = time.strftime("%H:%M:%S", time.localtime(n["at"]))
+    return (f"node lost: {n['node']} at {when} ({n['after_s']:.0f} s into the session), "
+            f"{len(n['gpus'])} of {n['of_gpus']} GPUs ({', '.join(n['gpus'])}): {n['gpu_s_lost']:.0f} GPU-seconds, "
+            f"{n['share']:.0%} of the session's GPU time; the run in flight is an error, not retried")
+
+
 def run_soak_ray(store: Any, items: list[WorkItem] | None, *, budget_s: float, resume: int | None = None,
                  name: str | None = None, address: str | None = None, max_gpus: int | None = None,
                  lock_dir: str | None = None, exclusive: bool = False, init_kwargs: dict[str, Any] | None = None,
                  telemetry: bool = True) -> Any:
-    """`hazards.engine.soak.run_soak` on a Ray cluster; the SoakResult. A lost actor ends the soak
-    with a UserError naming the campaign to resume (nothing is retried)."""
-    from hazards.engine.campaign import LeasedCampaign
-    from hazards.engine.soak import run_soak
+    """`hazards.engine.soak.run_soak` on a Ray cluster; the SoakResult, with `lost` (the
+    nodes lost in this session and what they cost) also in the campaign spec."""
+    from hazards.engine.campaign import INTERRUPTED, LeasedCampaign
+    from hazards.engine.soak import run_soak, spent_seconds
 
     spec_extra = {"executor": {"name": "ray", "address": address}}
     with RayExecutor(address=address, max_gpus=max_gpus, lock_dir=lock_dir, exclusive=exclusive,
                      telemetry=telemetry, init_kwargs=init_kwargs) as ex:
-        t0 = time.time()
-        try:
-            # telemetry is read in the actors, next to their GPUs (see `GpuActor.run`)
-            with LeasedCampaign(store, ex.leases, telemetry=False, target_factory=ex.target_factory) as frame:
-                res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, spec_extra=spec_extra)
-        except ActorLost as e:
-            cid = resume or next((c.id for c in reversed(store.campaigns("soak")) if c.created >= t0 - 1), None)
-            raise UserError(f"{e}; campaign {cid} stopped: continue it with "
-                            f"`hazards soak --executor ray --resume {cid}`") from None
+        planned = budget_s
+        if resume is not None:
+            camp = store.campaign(resume)
+            planned = max(0.0, float(camp.spec.get("budget_s", 0.0)) - spent_seconds(store, resume))
+        started = time.time()
+        # telemetry is read in the actors, next to their GPUs (see `GpuActor.run`)
+        with LeasedCampaign(store, ex.leases, telemetry=False, target_factory=ex.target_factory) as frame:
+            res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, spec_extra=spec_extra)
+        lost = capacity_lost(ex.lost, len(ex.leases), started, planned)
+        every_gpu_lost = len(ex.lost) == len(ex.leases)
+    spec = dict(store.campaign(res.campaign_id).spec)
     if ex.telemetry_summary:
-        spec = dict(store.campaign(res.campaign_id).spec)
         spec["telemetry"] = {**spec.get("telemetry", {}), **ex.telemetry_summary}
+    if lost:
+        spec["lost"] = list(spec.get("lost", [])) + lost
+        spec["notes"] = list(spec.get("notes", [])) + [n["note"] for n in lost]
+    if ex.telemetry_summary or lost:
         store.update_campaign_spec(res.campaign_id, spec)
-    return res
+    status = res.status
+    if every_gpu_lost and time.time() < started + planned:  # nothing left to run on: resume it
+        status = INTERRUPTED
+        store.set_campaign_status(res.campaign_id, status)
+    return dataclasses.replace(res, status=status, lost=lost)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-hazards[ray]\"")
+ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-hazards[ray]\"", exc_type=ImportError)
 
 from hazards.engine.executor import StoreSink, WorkItem, run_local  # noqa: E402
 from hazards.engine.sources import Rotation  # noqa: E402
@@ -22,6 +24,9 @@ from hazards.engine.executors.ray_executor import RayExecutor, run_ray, run_soak
 from hazards.engine.leases import acquire_free, current_holders, read_lease_log, release_all  # noqa: E402
 from hazards.engine.soak import run_soak  # noqa: E402
 from hazards.engine.store import Store  # noqa: E402
+
+# One Ray cluster at a time on this machine: every Ray test runs on the same xdist worker.
+pytestmark = pytest.mark.xdist_group("ray-cluster")
 
 FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_server.py"
 CMD = ("import json, os; print('HZ_RESULT ' + json.dumps({'ok': True, "
@@ -52,18 +57,21 @@ class EachTimes(Rotation):
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    """A local Ray cluster with two fake GPUs, for the whole module (start-up takes seconds)."""
+def ray_cluster():
+    """A local Ray cluster with two fake GPUs, for the whole module (start-up takes seconds),
+    its session in a folder of its own, removed after it."""
+    temp_dir = tempfile.mkdtemp(prefix="hzray-", dir="/tmp")  # short: Ray's unix sockets live there
     saved = {k: os.environ.get(k) for k in ("HZ_FAKE_GPUS", "CUDA_VISIBLE_DEVICES")}
     os.environ["HZ_FAKE_GPUS"] = "0,1"  # inherited by the Ray workers started below
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     root = str(Path(__file__).resolve().parents[2])
     ray.init(num_gpus=2, num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"PYTHONPATH": root, "HZ_FAKE_GPUS": "0,1"}})
+             runtime_env={"env_vars": {"PYTHONPATH": root, "HZ_FAKE_GPUS": "0,1"}}, _temp_dir=temp_dir)
     try:
         yield
     finally:
         ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
