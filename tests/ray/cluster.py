@@ -33,7 +33,17 @@ STARTED_LINE = "Ray runtime started."
 # node name -> its fake GPUs (UUIDs, listed in the node's CUDA_VISIBLE_DEVICES as a host
 # restricting its raylet would; Ray hands one to each actor as its CUDA_VISIBLE_DEVICES)
 NODES = {"node-a": ["GPU-a0"], "node-b": ["GPU-b0", "GPU-b1"]}
-START_TIMEOUT_S = 240.0  # a 2-core CI machine under load: measured 15-60 s per node
+START_TIMEOUT_S = 240.0
+NO_RAY = "Ray is an optional extra: pip install \"gpu-hazards[ray]\""  # a 2-core CI machine under load: measured 15-60 s per node
+
+
+def have_ray() -> bool:
+    """Whether Ray imports here (a test that needs it skips with NO_RAY otherwise)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def free_port() -> int:

@@ -13,17 +13,6 @@ import pytest
 
 from cluster import NODES, start_cluster
 
-NO_RAY = "Ray is an optional extra: pip install \"gpu-hazards[ray]\""
-
-
-def have_ray() -> bool:
-    """Whether Ray imports here (a module that needs it skips with NO_RAY otherwise)."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
 
 @pytest.fixture(scope="module")
 def cluster():

@@ -13,8 +13,7 @@ import time
 
 import pytest
 
-from cluster import free_port, ray_env
-from conftest import NO_RAY, have_ray
+from cluster import NO_RAY, free_port, have_ray, ray_env
 
 from hazards.engine.errors import UserError
 from hazards.engine.executors.ray_executor import probe_address

@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-hazards[ray]\"", exc_type=ImportError)
+pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-hazards[ray]\"",
+                    exc_type=ImportError)
 
 from cluster import NODES, REPO, ray_env  # noqa: E402
 

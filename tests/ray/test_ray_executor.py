@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-hazards[ray]\"", exc_type=ImportError)
+ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-hazards[ray]\"",
+                         exc_type=ImportError)
 
 from hazards.engine.executor import StoreSink, WorkItem, run_local  # noqa: E402
 from hazards.engine.sources import Rotation  # noqa: E402
@@ -157,3 +158,22 @@ def test_unknown_executor_is_a_user_error():
     with pytest.raises(UserError, match="unknown executor 'slurm'"):
         check_executor("slurm")
     assert check_executor("ray") == "ray"
+
+
+def test_a_gpu_already_leased_on_its_host_stops_the_ray_soak_before_any_campaign(ray_cluster, tmp_path,
+                                                                                 monkeypatch):
+    from hazards.engine.errors import UserError
+
+    monkeypatch.setenv("HZ_FAKE_GPUS", "0,1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    lock_dir = str(tmp_path / "leases")
+    store = Store(tmp_path / "results.db")
+    held, _ = acquire_free("someone else on the host", lock_dir=lock_dir)
+    try:
+        with pytest.raises(UserError) as e:
+            run_soak_ray(store, fake_items(), budget_s=3.0, lock_dir=lock_dir)
+    finally:
+        release_all(held)
+    msg = str(e.value)
+    assert "\n" not in msg and "could not lease its GPU" in msg and "someone else on the host" in msg, msg
+    assert store.campaigns() == []
