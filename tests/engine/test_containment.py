@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -86,10 +88,14 @@ def test_every_run_says_how_its_children_are_contained():
 
 
 def test_a_program_that_cannot_be_executed_is_an_error_run_not_a_fault(tmp_path):
+    interpreter = tmp_path / "interpreter"
+    shutil.copy("/bin/sh", interpreter)
     script = tmp_path / "orphaned-script"
-    script.write_text("#!/nonexistent/interpreter\n")  # exec fails behind the parent-death wrapper
+    script.write_text(f"#!{interpreter}\n")
     script.chmod(0o755)
-    result = CommandTarget([str(script)]).run(timeout=10)
+    target = CommandTarget([str(script)])  # checked here: the interpreter is there
+    interpreter.unlink()  # then gone: exec fails behind the parent-death wrapper
+    result = target.run(timeout=10)
     assert result.outcome is Outcome.ERROR and result.error_kind == "target_start", result.reason
     assert result.reason.startswith(f"cannot start {script}") and "No such file" in result.reason
 
@@ -302,20 +308,27 @@ def test_the_next_start_kills_a_dead_supervisors_recorded_groups_and_removes_its
 
 @needs_cgroup
 def test_cgroup_folders_of_dead_supervisors_are_swept_with_what_is_in_them():
-    from hazards.engine.recovery import sweep_cgroups
+    from hazards.engine.proctree import remove_cgroup
+    from hazards.engine.recovery import cgroup_root_name, sweep_cgroups
 
-    parent = Path(CONTAINMENT.cgroup_root).parent
-    stale = parent / "hazards-999999-1"
+    # A parent of this test's own, inside our cgroup root: the folder shared by every
+    # supervisor of the machine is swept by each one that starts (another xdist worker's
+    # `hazards` would sweep the stale folder first).
+    parent = Path(CONTAINMENT.cgroup_root) / f"sweep-{uuid.uuid4().hex[:8]}"
+    stale, alive = parent / "hazards-999999-1", parent / cgroup_root_name()
     (stale / "run-1").mkdir(parents=True)
+    alive.mkdir()
     inside = _sleeper()
     try:
         (stale / "run-1" / "cgroup.procs").write_text(str(inside.pid))
         assert sweep_cgroups(parent) == [str(stale)]
         inside.wait(timeout=5)
-        assert not stale.exists() and Path(CONTAINMENT.cgroup_root).exists()  # ours is alive: kept
+        assert not stale.exists() and alive.exists()  # a supervisor alive (this one): kept
     finally:
         inside.kill()
         inside.wait()
+        for folder in (stale / "run-1", stale, alive, parent):
+            remove_cgroup(str(folder), wait_s=5)
 
 
 def test_a_campaign_whose_supervisor_died_without_a_record_is_marked_at_the_next_start(tmp_path, monkeypatch):
@@ -345,3 +358,51 @@ def test_a_cgroup_folder_swept_by_another_supervisor_meanwhile_counts_as_removed
     stale.mkdir()
     monkeypatch.setattr(recovery, "kill_cgroup", lambda path: os.rmdir(path))  # the other sweeper wins
     assert recovery._remove_tree(str(stale)) is True
+
+
+STARTING_SUPERVISOR = textwrap.dedent("""
+    import json, sys
+    from hazards.engine.containment import CONTAINMENT
+    print("ready", flush=True)
+    sys.stdin.readline()  # every one imported: start together
+    print(json.dumps(CONTAINMENT.describe()), flush=True)
+    sys.stdin.readline()
+""")
+
+
+STALE, STARTING = 30, 4  # many folders to sweep: the sweeps overlap
+
+
+@needs_cgroup
+def test_supervisors_starting_at_the_same_moment_each_get_a_cgroup_and_sweep_the_dead_ones(tmp_path):
+    parent = Path(CONTAINMENT.cgroup_root).parent  # the folder every supervisor here sweeps
+    stale = [parent / f"hazards-999999-{uuid.uuid4().int % 10**9}" for _ in range(STALE)]
+    for folder in stale:
+        for run in range(1, 4):
+            (folder / f"run-{run}").mkdir(parents=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO), HZ_RUNTIME_DIR=str(tmp_path / "runtime"))
+    sups = [subprocess.Popen([sys.executable, "-c", STARTING_SUPERVISOR], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for _ in range(STARTING)]
+    try:
+        for sup in sups:
+            assert sup.stdout.readline() == "ready\n", sup.communicate(timeout=60)[1]
+        for sup in sups:
+            sup.stdin.write("go\n")
+            sup.stdin.flush()
+        roots = []
+        for sup in sups:
+            line = sup.stdout.readline()
+            assert line, sup.communicate(timeout=60)[1]
+            roots.append(json.loads(line)["cgroup"])
+        assert all(r.startswith(str(parent / "hazards-")) for r in roots) and len(set(roots)) == STARTING, roots
+        assert not any(folder.exists() for folder in stale)  # swept, whichever supervisor got there first
+        for sup in sups:
+            sup.communicate("bye\n", timeout=60)
+            assert sup.returncode == 0
+        assert not any(Path(r).exists() for r in roots)  # each removed its own at exit
+    finally:
+        for sup in sups:
+            if sup.poll() is None:
+                sup.kill()
+                sup.wait()
