@@ -39,8 +39,12 @@ class GpuTarget:
 
 
 TARGETS: dict[str, GpuTarget] = {
+    # -split-compile=0: ptxas compiles the kernels of one file on every core (the template
+    # families instantiate dozens of wgmma kernels: minutes serially, seconds on a GPU host's
+    # 16 cores; the output is the same).
     toolchain.SM90A: GpuTarget(toolchain.SM90A, "nvcc",
-                               ("-O3", "-std=c++17", "-lineinfo", *toolchain.nvcc_arch_flags(toolchain.SM90A))),
+                               ("-O3", "-std=c++17", "-lineinfo", "-split-compile=0",
+                                *toolchain.nvcc_arch_flags(toolchain.SM90A))),
     toolchain.GFX942: GpuTarget(toolchain.GFX942, "hipcc",
                                 ("-O3", "-std=c++17", toolchain.amd_arch_flag(toolchain.GFX942))),
 }

@@ -4,7 +4,8 @@
 
 Kernel: `standalone/mma_pingpong/mma_pingpong.cu` (+ `wgmma.cuh`). The tile shape, the
 `wgmma.wait_group` depth W and the accumulator-read placement are template arguments (so
-the SASS of each schedule is definite); the bank count, trip count, exit tail, jitter and
+the SASS of each schedule is definite), and so is who refills a bank (thread 0's bulk copies
+or every thread's `st.shared`); the bank count, trip count, exit tail, jitter and
 grid are run-time parameters. Hazards: the bank refill while its last reader may be in
 flight (W >= stages), the single exit tail (wrong when (T-1) % stages != 0), and the
 accumulators read before the retiring wait (undefined in PTX; ptxas serializes the kernel,
@@ -36,8 +37,9 @@ def hazards(params: dict[str, Any]) -> list[str]:
     s, t, w = int(p["stages"]), int(p["ktiles"]), effective_wait_depth(p)
     found = []
     if w >= s and t >= s + 1:
+        by = "the threads' st.shared refill" if p["refill"] == "threads" else "the bulk copy"
         found.append(f"WAR: wait_group {w} leaves the group that last read bank (t+1)%{s} in flight "
-                     f"when the bulk copy refills it (deepest safe wait: {s - 1})")
+                     f"when {by} refills it (deepest safe wait: {s - 1})")
     if p["tail"] == "single" and (t - 1) % s != 0:
         found.append(f"exit tail reads bank 0 but the last tile (T={t}) sits in bank {(t - 1) % s}")
     if p["acc_read"] == "before_wait":
@@ -71,7 +73,8 @@ def kernel_symbol(params: dict[str, Any]) -> str:
     p = FAMILY.resolve(params)
     bn, bk = p["shape"].split("x")
     early = 1 if p["acc_read"] == "before_wait" else 0
-    return f"mma_pingpong_kernelILi{bn}ELi{bk}ELi{effective_wait_depth(p)}ELb{early}EE"
+    threads = 1 if p["refill"] == "threads" else 0
+    return f"mma_pingpong_kernelILi{bn}ELi{bk}ELi{effective_wait_depth(p)}ELb{early}ELb{threads}EE"
 
 
 @functools.lru_cache(maxsize=4)
@@ -90,7 +93,7 @@ def _compiled(source: str, mtime: float, shape: str) -> tuple[Any, Any, tuple[An
 
 def static_check(params: dict[str, Any]):
     """Findings for one point: the wgmma SASS checks on the kernel instantiation it runs
-    (ring of `stages` banks) and ptxas' diagnostics for it."""
+    (ring of `stages` banks, refilled by bulk copies or by `STS`) and ptxas' diagnostics for it."""
     from hazards.engine.errors import UserError
     from hazards.static import wgmma
 
@@ -100,7 +103,9 @@ def static_check(params: dict[str, Any]):
     mine = [f for f in funcs if sym in f.name]
     if not mine:
         raise UserError(f"no kernel {sym} in {listing.path}: the SASS check could not look")
-    found = [x for f in mine for x in wgmma.check_function(f, str(listing.path), banks=int(p["stages"]))]
+    stores = p["refill"] == "threads"
+    found = [x for f in mine
+             for x in wgmma.check_function(f, str(listing.path), banks=int(p["stages"]), store_refills=stores)]
     return found + wgmma.check_ptxas_log(build.log, str(SOURCE), functions=[sym])
 
 

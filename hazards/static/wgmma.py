@@ -15,7 +15,11 @@ with the registers it owns), joined over paths (conservative), and reports:
   tensor core is still reading (the bulk-copy engine and the tensor core are both the async
   proxy: nothing orders them but the wait). ptxas does not track this: it cannot see which
   buffer a descriptor or a copy addresses. Without `banks` (a user's cubin) the depth at each
-  refill is reported as [wgmma-refill-depth] (info): the ring size decides.
+  refill is reported as [wgmma-refill-depth] (info): the ring size decides. When the caller
+  says the ring is refilled by the threads' own stores (`store_refills`), every `STS` counts
+  as a refill too (generic-proxy stores racing the tensor core's reads: they land within
+  tens of cycles, where a bulk copy takes about a microsecond).
+  Empty commits (see `Flight.reading_depth`) are not counted: they read nothing.
 - [wgmma-register-in-flight] a non-wgmma instruction that reads or writes an accumulator or
   register-A operand of a group that may still be pending. ptxas prevents this in code it
   compiles (it serializes the wgmma instead, see [wgmma-early-access]); the check is for
@@ -27,7 +31,7 @@ with the registers it owns), joined over paths (conservative), and reports:
 What the checks cannot see: which buffer a copy really writes (the ring model above is an
 assumption the caller states with `banks`), copies issued by another warp (a producer warp
 waiting on an "empty" mbarrier is outside this per-path analysis), and plain `STS`/`LDGSTS`
-writes into operand buffers.
+writes into operand buffers unless the caller names them (`store_refills`).
 """
 from __future__ import annotations
 
@@ -62,6 +66,14 @@ class Flight:
         """How many groups may be pending (the open batch counts as one)."""
         return len(self.groups) + (self.open is not None)
 
+    @property
+    def reading_depth(self) -> int:
+        """How many pending groups read operands: an empty commit (the predicated-off
+        `HGMMA.64x8x16 RZ, gdesc[URZ], RZ, !UPT, gsb0` ptxas emits when a `commit_group`
+        follows a loop of wgmmas, after closing a group at every trip's end) reads nothing,
+        so a wait that leaves only it pending has retired every real wgmma."""
+        return sum(1 for g in self.groups if g) + bool(self.open)
+
     def registers(self) -> frozenset[str]:
         regs = frozenset().union(*self.groups) if self.groups else frozenset()
         return regs | (self.open or frozenset())
@@ -79,9 +91,11 @@ def is_wgmma(ins: SassInstr) -> bool:
     return ins.base in _WGMMA_OPS
 
 
-def is_smem_refill(ins: SassInstr) -> bool:
-    """A bulk/tensor copy that writes shared memory (global -> shared)."""
-    return (ins.base == "UBLKCP" and ".S.G" in ins.opcode) or ins.base == "UTMALDG"
+def is_smem_refill(ins: SassInstr, store_refills: bool = False) -> bool:
+    """A bulk/tensor copy that writes shared memory (global -> shared); with
+    `store_refills`, also a thread's shared-memory store (`STS`)."""
+    return ((ins.base == "UBLKCP" and ".S.G" in ins.opcode) or ins.base == "UTMALDG"
+            or (store_refills and ins.base == "STS"))
 
 
 def _register_span(first: str, count: int) -> set[str]:
@@ -164,12 +178,15 @@ def _last_depbar(func: SassFunction, i: int) -> SassInstr | None:
     return None
 
 
-def check_function(func: SassFunction, path: str, banks: int | None = None) -> list[Finding]:
-    """The wgmma checks for one function; `banks` = operand buffers in its refill ring."""
+def check_function(func: SassFunction, path: str, banks: int | None = None,
+                   store_refills: bool = False) -> list[Finding]:
+    """The wgmma checks for one function; `banks` = operand buffers in its refill ring;
+    `store_refills`: the ring is (also) refilled by the threads' `STS`."""
     if not any(is_wgmma(ins) for ins in func.instrs):
         return []
     states = in_flight(func)
-    refills = [(i, s.depth) for i, s in enumerate(states) if s is not None and is_smem_refill(func.instrs[i])]
+    refills = [(i, s.reading_depth) for i, s in enumerate(states)
+               if s is not None and is_smem_refill(func.instrs[i], store_refills)]
     out: list[Finding] = []
     hot = [(i, d) for i, d in refills if banks is not None and d >= banks]
     if hot:
@@ -180,7 +197,7 @@ def check_function(func: SassFunction, path: str, banks: int | None = None) -> l
             path, ins.line,
             f"{func.name}: `{ins.opcode}` at /*{ins.addr:04x}*/ refills shared memory with up to {d} "
             f"wgmma group(s) in flight ({after}); a ring of {banks} operand buffer(s) leaves the "
-            f"refilled buffer's last reader among them: the copy can overwrite operands the "
+            f"refilled buffer's last reader among them: the refill can overwrite operands the "
             f"tensor core is still reading ({len(hot)} refill instruction(s) like this)",
             ins.text))
     elif refills:
@@ -216,15 +233,15 @@ def _register_hazards(func: SassFunction, states: list[Flight | None], path: str
 
 
 def check_sass(text: str, path: str, banks: int | None = None,
-               functions: Iterable[str] | None = None) -> list[Finding]:
+               functions: Iterable[str] | None = None, store_refills: bool = False) -> list[Finding]:
     """The wgmma checks over a listing (only the functions whose names contain one of
-    `functions`, when given)."""
+    `functions`, when given); `banks` and `store_refills` as in `check_function`."""
     wanted = tuple(functions or ())
     out: list[Finding] = []
     for func in parse_sass(text):
         if wanted and not any(w in func.name for w in wanted):
             continue
-        out += check_function(func, path, banks)
+        out += check_function(func, path, banks, store_refills)
     return out
 
 

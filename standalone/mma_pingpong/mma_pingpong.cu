@@ -14,6 +14,12 @@
 //     bulk copy then overwrites operands the tensor core may still be reading: nothing in
 //     the mbarrier/bulk-copy protocol orders the copy after the wgmma's reads, and ptxas
 //     does not track shared memory written by the async proxy.
+//     With `refill` = threads the refill is the warpgroup's own st.shared of the next tile
+//     (loaded into registers before the tile's wgmmas were issued): the stores land within
+//     tens of cycles of the commit, inside the window in which the last wgmmas of the group
+//     still read the bank, where a bulk copy lands only after about a microsecond (the
+//     bulk-copy WAR never showed at run time, docs/results/mma-pingpong-h200.md). The
+//     stores go last k-group first: the bytes the newest wgmmas read are overwritten first.
 //   * single exit tail (`tail` = single): the peeled last trip reads bank 0, right only
 //     when (T-1) % S == 0 -- odd trip counts for the ping-pong (the PR's exit-parity lesson).
 //   * accumulator read before the retiring wait (`acc_read` = before_wait): the epilogue
@@ -24,6 +30,9 @@
 // which is at or after the group t+1-S that last read the refilled bank; the
 // __syncthreads after it makes all four warps' waits precede the refill; the last trip
 // reads bank (T-1) % S; every copy has completed (the drain) before the block exits.
+// A thread refill (generic proxy) is made visible to the next wgmma (async proxy) by
+// fence.proxy.async before the barrier that publishes it; thread 0 then completes the
+// bank's mbarrier phase so that the consumer's wait is the same for both refills.
 // Oracle: every launch is compared bit-exactly with the reference schedule (one bank,
 // wait_group 0: no overlap) on the same inputs, and the reference itself is checked
 // against a double-precision host GEMM within a calibrated tolerance every batch.
@@ -63,7 +72,7 @@ struct Tile {
                 "the descriptor strides do not address the tiles the way tile_offset stores them");
 };
 
-template <int BN, int BK, int W, bool kEarlyRead>
+template <int BN, int BK, int W, bool kEarlyRead, bool kThreadRefill>
 __global__ void __launch_bounds__(kThreads, 1)
     mma_pingpong_kernel(const bf16* __restrict__ At, const bf16* __restrict__ Bt, float* __restrict__ D,
                         Schedule sc) {
@@ -79,6 +88,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     hz_mbar_arrive_expect_tx(&full[bank], Tl::kBankBytes);
     hz_bulk_g2s(dst, a_src + (size_t)tile * Tl::kA, Tl::kBytesA, &full[bank]);
     hz_bulk_g2s(dst + Tl::kBytesA, Bt + (size_t)tile * Tl::kB, Tl::kBytesB, &full[bank]);
+  };
+  // Thread refill: this thread's 16-byte chunks of the next tile, held in registers across
+  // the current tile's wgmma issue. Chunk j of the bank (A slice, then B slice) goes
+  // highest first: c = kChunks-1 - (j*kThreads + tid).
+  constexpr int kChunks = (int)(Tl::kBankBytes / 16), kPerThread = kThreadRefill ? kChunks / kThreads : 1;
+  static_assert(!kThreadRefill || kChunks % kThreads == 0, "bank not a multiple of 128 x 16 bytes");
+  uint4 next[kPerThread];
+  auto chunk_src = [&](int tile, int c) -> const uint4* {
+    const uint32_t off = (uint32_t)c * 16;
+    return off < Tl::kBytesA ? reinterpret_cast<const uint4*>(a_src + (size_t)tile * Tl::kA) + c
+                             : reinterpret_cast<const uint4*>(Bt + (size_t)tile * Tl::kB) + (c - (int)(Tl::kBytesA / 16));
   };
   if (tid == 0) {
     for (int b = 0; b < S; ++b) hz_mbar_init(&full[b], 1);
@@ -99,21 +119,39 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t a = smem0 + (uint32_t)bank * Tl::kBankBytes, b = a + Tl::kBytesA;
     mma::fence();
     mma::fence_operands(d);
-    for (int r = 0; r < sc.reps; ++r)
+    auto batch = [&] {
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk)
         mma::mma_async<BN>(d, mma::make_desc(a + 2 * kk * Tl::kLboA, Tl::kLboA),
                            mma::make_desc(b + 2 * kk * Tl::kLboB, Tl::kLboB));
+    };
+    for (int r = 1; r < sc.reps; ++r) batch();
+    // The last repetition straight-line, right before the commit: ptxas then closes the
+    // group on its last wgmma. When the commit followed the run-time loop directly, ptxas
+    // closed a group at every trip's end and committed an empty dummy wgmma, so
+    // wait_group 1 retired every real wgmma and no refill could race them (measured: the
+    // bulk WAR never showed, docs/results/mma-pingpong-h200.md).
+    batch();
     mma::fence_operands(d);
     mma::commit();
   };
 
   for (int t = 0; t < T - 1; ++t) {
+    if (kThreadRefill && t + 1 >= S)
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) next[j] = __ldg(chunk_src(t + 1, kChunks - 1 - (j * kThreads + tid)));
     consume(t, t % S);
     mma::wait<W>();  // groups t-W+1 .. t may still be reading their banks
     mma::fence_operands(d);
     __syncthreads();  // every warp of the warpgroup has passed its wait
-    if (tid == 0 && t + 1 >= S) {
+    if (kThreadRefill && t + 1 >= S) {  // bank last read by group t+1-S, refilled by st.shared
+      uint4* bank = reinterpret_cast<uint4*>(smem + (size_t)((t + 1) % S) * Tl::kBankBytes);
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) bank[kChunks - 1 - (j * kThreads + tid)] = next[j];
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> async-proxy reads
+      __syncthreads();
+      if (tid == 0) hz_mbar_arrive(&full[(t + 1) % S]);  // completes the phase consume() waits on
+    } else if (!kThreadRefill && tid == 0 && t + 1 >= S) {
       if (sc.jitter)
         hz_spin_cycles((long long)(hz::splitmix64(sc.seed ^ ((unsigned long long)blockIdx.x << 20) ^ t) %
                                    (unsigned long long)(sc.jitter * 64 + 1)));
@@ -142,14 +180,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 using KernelFn = void (*)(const bf16*, const bf16*, float*, Schedule);
 
-template <int BN, int BK, bool kEarly>
+template <int BN, int BK, bool kEarly, bool kThreads>
 KernelFn pick_depth(int w) {
   switch (w) {
-    case 0: return mma_pingpong_kernel<BN, BK, 0, kEarly>;
-    case 1: return mma_pingpong_kernel<BN, BK, 1, kEarly>;
-    case 2: return mma_pingpong_kernel<BN, BK, 2, kEarly>;
-    default: return mma_pingpong_kernel<BN, BK, 3, kEarly>;
+    case 0: return mma_pingpong_kernel<BN, BK, 0, kEarly, kThreads>;
+    case 1: return mma_pingpong_kernel<BN, BK, 1, kEarly, kThreads>;
+    case 2: return mma_pingpong_kernel<BN, BK, 2, kEarly, kThreads>;
+    default: return mma_pingpong_kernel<BN, BK, 3, kEarly, kThreads>;
   }
+}
+
+// The thread refill is compiled only with the accumulators read after the final wait (the
+// early read is a separate hazard, serialized by ptxas; validate() refuses the pair).
+template <int BN, int BK>
+KernelFn pick_schedule(int w, bool early, bool threads) {
+  if (threads) return pick_depth<BN, BK, false, true>(w);
+  return early ? pick_depth<BN, BK, true, false>(w) : pick_depth<BN, BK, false, false>(w);
 }
 
 struct Shape {
@@ -168,15 +214,15 @@ Shape parse_shape(const std::string& s) {
 #define HZ_MMA_SHAPES 7
 #endif
 
-KernelFn pick_kernel(Shape sh, int w, bool early) {
+KernelFn pick_kernel(Shape sh, int w, bool early, bool threads) {
 #if HZ_MMA_SHAPES & 1
-  if (sh.bn == 64 && sh.bk == 16) return early ? pick_depth<64, 16, true>(w) : pick_depth<64, 16, false>(w);
+  if (sh.bn == 64 && sh.bk == 16) return pick_schedule<64, 16>(w, early, threads);
 #endif
 #if HZ_MMA_SHAPES & 2
-  if (sh.bn == 128 && sh.bk == 64) return early ? pick_depth<128, 64, true>(w) : pick_depth<128, 64, false>(w);
+  if (sh.bn == 128 && sh.bk == 64) return pick_schedule<128, 64>(w, early, threads);
 #endif
 #if HZ_MMA_SHAPES & 4
-  if (sh.bn == 256 && sh.bk == 64) return early ? pick_depth<256, 64, true>(w) : pick_depth<256, 64, false>(w);
+  if (sh.bn == 256 && sh.bk == 64) return pick_schedule<256, 64>(w, early, threads);
 #endif
   throw hz::BadRequest("shape not compiled");
 }
@@ -393,6 +439,8 @@ void validate(const hz::Params& p, const hz::Device& d) {
   size_t M = (size_t)grid_blocks(p, d) * mma::kBM, K = (size_t)p.i("ktiles") * sh.bk;
   if ((double)M * K * 8 > 8e9) throw hz::BadRequest("blocks*64 x ktiles*BK too large (inputs exceed 8 GB)");
   if ((size_t)p.i("stages") * bank_bytes(sh) > 200 * 1024) throw hz::BadRequest("stages x bank exceeds 200 KB");
+  if (p.s("refill") == "threads" && p.s("acc_read") == "before_wait")
+    throw hz::BadRequest("refill=threads is compiled with acc_read=after_wait only");
   if (d.prop.major != 9) throw hz::BadRequest("mma_pingpong needs an sm_90 GPU (wgmma.mma_async)");
 }
 
@@ -405,8 +453,8 @@ void run(hz::Batch& b) {
   const int reps = (int)p.i("mma_reps");
   Schedule sc{T, S, p.s("tail") == "single", (int)p.i("jitter"), reps, 0};
   const Schedule ref_sc{T, 1, 0, 0, reps, 0};
-  KernelFn kernel = pick_kernel(sh, W, p.s("acc_read") == "before_wait");
-  KernelFn golden = pick_kernel(sh, 0, false);
+  KernelFn kernel = pick_kernel(sh, W, p.s("acc_read") == "before_wait", p.s("refill") == "threads");
+  KernelFn golden = pick_kernel(sh, 0, false, false);
   const size_t smem = (size_t)S * bank_bytes(sh), ref_smem = bank_bytes(sh);
   // The golden first: when the point's kernel is the same function (W = 0), its larger
   // limit must be the one that stays set.

@@ -11,8 +11,8 @@ from hazards.families import get_family, mma_pingpong as mp
 
 
 @pytest.mark.parametrize("variant, hazardous", [
-    ("reference", False), ("fixed", False), ("broken_war", True), ("broken_tail", True),
-    ("broken_acc_read", True),
+    ("reference", False), ("fixed", False), ("fixed_threads", False), ("broken_war", True),
+    ("broken_war_threads", True), ("broken_tail", True), ("broken_acc_read", True),
 ])
 def test_named_variants_have_the_verdict_their_role_says(variant, hazardous):
     assert mp.static_model({"variant": variant}).hazardous is hazardous
@@ -32,12 +32,15 @@ def test_the_ping_pong_single_tail_is_wrong_at_even_trip_counts_only():
     assert all(verdicts[t] is (t % 2 == 0) for t in verdicts)
 
 
-def test_a_refill_races_iff_the_wait_leaves_its_banks_last_reader_in_flight():
+@pytest.mark.parametrize("refill", ["bulk", "threads"])
+def test_a_refill_races_iff_the_wait_leaves_its_banks_last_reader_in_flight(refill):
     for stages in (1, 2, 3, 4):
         for wait in range(0, mp.MAX_WAIT + 1):
             for t in (1, stages, stages + 1, 40):
-                v = mp.static_model({"variant": "fixed", "stages": stages, "wait_depth": wait, "ktiles": t})
+                v = mp.static_model({"variant": "fixed", "stages": stages, "wait_depth": wait, "ktiles": t,
+                                     "refill": refill})
                 assert v.hazardous is (wait >= stages and t >= stages + 1), (stages, wait, t)
+                assert not v.hazardous or ("st.shared" in v.reason) is (refill == "threads")
 
 
 def test_the_default_wait_depth_is_the_deepest_safe_overlap():
@@ -57,12 +60,15 @@ def test_predicted_checks_follow_the_code_not_the_trip_count():
     assert mp.predicted_checks({"variant": "broken_war", "ktiles": 1}) == {"wgmma-refill-in-flight"}
     assert mp.predicted_checks({"variant": "broken_tail"}) == set()
     assert mp.predicted_checks({"variant": "broken_war", "acc_read": "before_wait"}) == {"wgmma-early-access"}
+    assert mp.predicted_checks({"variant": "broken_war_threads", "ktiles": 1}) == {"wgmma-refill-in-flight"}
+    assert mp.predicted_checks({"variant": "fixed_threads"}) == set()
 
 
 def test_kernel_symbol_names_the_template_instantiation():
-    assert mp.kernel_symbol({"variant": "fixed"}) == "mma_pingpong_kernelILi128ELi64ELi1ELb0EE"
+    assert mp.kernel_symbol({"variant": "fixed"}) == "mma_pingpong_kernelILi128ELi64ELi1ELb0ELb0EE"
     assert mp.kernel_symbol({"variant": "broken_acc_read", "shape": "64x16"}) == \
-        "mma_pingpong_kernelILi64ELi16ELi1ELb1EE"
+        "mma_pingpong_kernelILi64ELi16ELi1ELb1ELb0EE"
+    assert mp.kernel_symbol({"variant": "broken_war_threads"}) == "mma_pingpong_kernelILi128ELi64ELi1ELb0ELb1EE"
 
 
 @given(st.data())
@@ -74,6 +80,7 @@ def test_strategy_points_resolve_inside_the_binarys_domain(data):
     assert p["shape"] in mp.SHAPES and 1 <= p["stages"] <= 4 and -1 <= p["wait_depth"] <= mp.MAX_WAIT
     assert 1 <= p["ktiles"] <= 128 and 0 <= p["jitter"] <= 64 and p["inputs"] == "uniform"
     assert mp.static_model(point).reason
+    assert not (p["refill"] == "threads" and p["acc_read"] == "before_wait")  # not compiled: refused
 
 
 @pytest.mark.parametrize("want", [
@@ -81,6 +88,9 @@ def test_strategy_points_resolve_inside_the_binarys_domain(data):
     lambda p: p["ktiles"] % 2 == 1 and not mp.static_model(p).hazardous,
     lambda p: mp.effective_wait_depth(mp.FAMILY.resolve(p)) == int(mp.FAMILY.resolve(p)["stages"]),  # one too shallow
     lambda p: int(mp.FAMILY.resolve(p)["jitter"]) > 0 and mp.FAMILY.resolve(p)["shape"] == "64x16",
+    lambda p: mp.FAMILY.resolve(p)["refill"] == "threads" and mp.static_model(p).hazardous,
+    lambda p: mp.FAMILY.resolve(p)["refill"] == "bulk" and int(mp.FAMILY.resolve(p)["stages"]) == 1
+    and mp.effective_wait_depth(mp.FAMILY.resolve(p)) == 1,
 ])
-def test_the_strategy_reaches_both_parities_shallow_waits_jitter_and_every_shape(want):
+def test_the_strategy_reaches_both_parities_shallow_waits_jitter_every_shape_and_refill(want):
     find(mp.strategy(), lambda point: want(mp.FAMILY.resolve(point)), settings=settings(max_examples=2000, database=None))

@@ -43,7 +43,8 @@ def test_the_catalog_detects_both_static_canaries_and_passes_the_clean_variants(
     found = check_catalog(["mma_pingpong"])
     assert not [f for f in found if f.fails], [f.format() for f in found if f.fails]
     detected = {f.subject for f in found if f.check == "canary-detected"}
-    assert detected == {"mma_pingpong/broken_war", "mma_pingpong/broken_acc_read"}
+    assert detected == {"mma_pingpong/broken_war", "mma_pingpong/broken_war_threads",
+                        "mma_pingpong/broken_acc_read"}
 
 
 @requires_nvdisasm
@@ -55,6 +56,26 @@ def test_refill_depth_read_from_sass_equals_the_compiled_wait_depth(compiled, wa
     if wait < banks:
         (info,) = [f for f in found if f.check == "wgmma-refill-depth"]
         assert f"at most {wait} wgmma group(s) in flight" in info.message
+
+
+@requires_nvdisasm
+@pytest.mark.parametrize("wait, banks", [(1, 1), (1, 2), (0, 1)])
+def test_thread_store_refills_are_judged_like_bulk_copies_when_the_caller_names_them(compiled, wait, banks):
+    func = _function(compiled, stages=banks, wait_depth=wait, refill="threads")
+    assert sum(ins.base == "STS" for ins in func.instrs) == 12  # 24 KB bank / (128 threads x 16 B)
+    got = failing_ids(wgmma.check_function(func, "x.sass", banks=banks, store_refills=True))
+    assert got == ({"wgmma-refill-in-flight"} if wait >= banks else set())
+    assert not failing_ids(wgmma.check_function(func, "x.sass", banks=banks))  # the bulk prologue: depth 0
+
+
+@requires_nvdisasm
+def test_the_group_left_in_flight_by_the_broken_wait_holds_real_wgmmas(compiled):
+    """The last repetition of a tile's batch is straight-line before the commit, so ptxas
+    closes the group on a real wgmma, not on an empty commit after the run-time loop."""
+    func = _function(compiled, stages=1, wait_depth=1)
+    states = wgmma.in_flight(func)
+    at_refill = [s for i, s in enumerate(states) if s and wgmma.is_smem_refill(func.instrs[i]) and s.depth]
+    assert at_refill and all(s.reading_depth == 1 for s in at_refill)
 
 
 @requires_nvdisasm
@@ -141,6 +162,34 @@ def test_a_refill_is_judged_by_the_groups_pending_before_it_and_the_ring_size(wa
     text = _listing(PIPE.format(wait=wait, read=""))
     got = failing_ids(wgmma.check_sass(text, "k.sass", banks=banks))
     assert got == ({"wgmma-refill-in-flight"} if refill else set())
+
+
+@pytest.mark.parametrize("store_refills", [True, False])
+def test_a_thread_store_is_a_refill_only_when_the_caller_says_the_ring_is_refilled_by_stores(store_refills):
+    text = _listing(PIPE.format(wait="", read="").replace("UBLKCP.S.G [UR6], [UR22], UR9", "STS.128 [R2], R100"))
+    got = failing_ids(wgmma.check_sass(text, "k.sass", banks=1, store_refills=store_refills))
+    assert got == ({"wgmma-refill-in-flight"} if store_refills else set())
+
+
+EMPTY_COMMIT = """
+HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;
+HGMMA.64x64x16.F32.BF16 R24, gdesc[UR10], R24, gsb0
+{commit}
+WARPGROUP.DEPBAR.LE gsb0, 0x1
+UBLKCP.S.G [UR6], [UR22], UR9
+WARPGROUP.DEPBAR.LE gsb0, 0x0
+STG.E desc[UR4][R2.64], R30
+EXIT
+"""
+
+
+@pytest.mark.parametrize("commit, refill", [
+    ("HGMMA.64x8x16.F16 RZ, gdesc[URZ], RZ, !UPT, gsb0", False),  # the empty commit is what stays pending
+    ("", True),                                                     # the real group stays pending
+])
+def test_a_wait_that_leaves_only_an_empty_commit_pending_has_retired_the_real_wgmmas(commit, refill):
+    text = _listing(EMPTY_COMMIT.format(commit=commit))
+    assert failing_ids(wgmma.check_sass(text, "k.sass", banks=1)) == ({"wgmma-refill-in-flight"} if refill else set())
 
 
 def test_a_refill_is_only_described_when_the_ring_size_is_unknown():

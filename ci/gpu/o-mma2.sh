@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# GPU round for family mma_pingpong (helper o-mma2): does the operand-bank WAR show at run time
+# when the refill is the warpgroup's own st.shared (refill=threads) instead of a bulk copy,
+# and does the bulk WAR show now that the group left in flight holds real wgmmas (before,
+# ptxas committed an empty dummy after the run-time repetition loop)?
+# `hazards stress mma_pingpong` on broken_war_threads (one bank, stores right after the
+# commit) and broken_war and, at the same points, reference, fixed and fixed_threads (must
+# stay bit-exact),
+# then the thread WAR's rate over mma_reps/shape/grid, then racecheck on a tiny grid.
+# Writes $OUT/o-mma2.tar.gz. Budget: 90 s of device time; every step checks what is left.
+set -u
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=$PWD
+OUT=${OUT:-/tmp/o-mma2-out}
+R=$OUT/o-mma2
+mkdir -p "$R"
+T0=$(date +%s)
+BUDGET=84
+exec > >(tee "$R/console.log") 2>&1
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+step() { echo; echo "== $1 ($(( $(date +%s) - T0 )) s so far, $(left) s left)"; }
+finish() { step "done"; sleep 1; tar -czf "$OUT/o-mma2.tar.gz" -C "$OUT" o-mma2; exit 0; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+nvcc --version | tail -1
+git log -1 --format='commit %H %s' 2>/dev/null || echo "commit: unknown"
+date -u +"date %Y-%m-%dT%H:%M:%SZ"
+
+step "build through the hazards build cache (nvcc -split-compile=0)"
+BIN=$(timeout 60 python3 -c "
+from hazards.families import get_family
+from hazards.stress_family import family_binary
+print(family_binary(get_family('mma_pingpong')).resolve())" 2> "$R/build.err" | tail -1)
+echo "binary: $BIN"
+[ -x "$BIN" ] || { echo "BUILD FAILED"; tail -20 "$R/build.err"; finish; }
+
+summary() {  # the JSON object of one hazards stress run, one line per variant
+python3 - "$1" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("  no JSON:", e); sys.exit(0)
+for v in d["variants"]:
+    print(f"  {v['variant']:20s} {v['verdict']:10s} {v['mismatched_launches']}/{v['launches']} "
+          f"rate {v['launch_rate']} ci95 {v['launch_rate_ci95']} maxerr {v['max_rel_err']:.3g} wall {v['wall_s']:.1f}s")
+PY
+}
+run_stress() {  # name, min seconds needed, then hazards stress arguments
+  local name=$1 need=$2; shift 2
+  step "hazards stress mma_pingpong $*"
+  [ "$(left)" -gt "$need" ] || { echo "skipped: $(left) s left"; return; }
+  timeout $(( $(left) - 3 )) python3 -m hazards stress mma_pingpong "$@" --json --store "$OUT/stress.db" \
+      > "$R/$name.json" 2> "$R/$name.err"
+  echo "exit $?"
+  summary "$R/$name.json"
+}
+ALL5=(--variant broken_war_threads --variant broken_war --variant fixed_threads --variant fixed --variant reference)
+
+# The acceptance points: the new canary and the three clean schedules at the same points.
+run_stress defaults 10 "${ALL5[@]}" --launches 5000 --requests 1
+run_stress T15 8 "${ALL5[@]}" --launches 3000 --requests 1 --set ktiles=15
+run_stress s256x64 8 "${ALL5[@]}" --launches 3000 --requests 1 --set shape=256x64
+run_stress s64x16-T7 8 "${ALL5[@]}" --launches 3000 --requests 1 --set shape=64x16 --set ktiles=7
+# How the thread WAR's rate depends on the read window (mma_reps) and the grid.
+for reps in 1 4; do
+  run_stress war-reps$reps 6 --variant broken_war_threads --variant broken_war --launches 2000 --requests 1 --set mma_reps=$reps
+done
+run_stress war-blocks8 6 --variant broken_war_threads --launches 2000 --requests 1 --set blocks=8
+run_stress war-256x64-reps1 6 --variant broken_war_threads --variant broken_war --launches 2000 --requests 1 --set shape=256x64 --set mma_reps=1
+# racecheck: generic-proxy stores against async-proxy wgmma reads (can it see them?).
+run_stress san-racecheck 15 --variant broken_war_threads --variant fixed_threads --sanitizer racecheck \
+    --set blocks=2 --set ktiles=4 --launches 1 --requests 1
+for f in "$R"/san-racecheck.json; do [ -s "$f" ] && grep -o '"error_kind": *"[a-z_]*"' "$f" | sort | uniq -c; done
+finish
