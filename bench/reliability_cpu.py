@@ -9,7 +9,7 @@ by > 64 KB), malformed result lines, result lines after carriage returns, server
 garbage, hangs, deaths and servers that exit 0 right after a reply (the next request races
 the exit). Every run has an expected outcome; the bench counts runs started (items the work
 source handed out) vs stored, misclassified runs, processes still running afterwards and
-tripwire files left in /dev/shm.
+tripwire files left in /dev/shm. Results: docs/results/reliability-cpu.md.
 
 Phase 2, 20 supervisor kills: `hazards run`, `hazards soak` (two fake GPUs) and `hazards
 repro --tripwire` on a workload that cycles through clean runs and the hangs above, killed
@@ -22,7 +22,7 @@ completion (`--resume` must say what was cleaned after a SIGKILL).
 First, what containment costs: the start of `true` plain, behind setpriv, and behind the sh
 that joins a cgroup and then setpriv, in interleaved blocks.
 
-    python3 bench/reliability_cpu.py --out docs/results/reliability-cpu     # ~5 min, 2 cores
+    python3 bench/reliability_cpu.py --out docs/results/reliability-cpu     # ~7 min, 2 busy cores
     python3 bench/reliability_cpu.py --runs 200 --kills 3                    # a quick look
 """
 from __future__ import annotations
