@@ -125,10 +125,45 @@ class Variant:
 
 @dataclasses.dataclass(frozen=True)
 class StaticVerdict:
-    """The static model's prediction for one parameter point."""
+    """The static model's prediction for one parameter point.
+
+    `rate` is the chance per launch that the point fails on the GPU the family runs on here
+    (the H200: NVIDIA), as the model predicts it: 1.0 every launch, 0 < p < 1 intermittent,
+    0.0 for a point that is hazardous in the source but is not expected to show on this
+    platform (an AMD-only mechanism, a race the compiler repairs, a weak outcome the memory
+    model allows but the hardware was never seen to produce), None where the model makes no
+    prediction (a timing-dependent race it cannot rate). A safe point's rate is 0.
+    `hazards explore` holds the model to it: a point predicted to fail must fail within the
+    launches its rate implies, a point predicted not to fail must run clean.
+    """
 
     hazardous: bool
     reason: str
+    rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rate is not None and not 0.0 <= self.rate <= 1.0:
+            raise ValueError(f"a predicted rate is a probability, got {self.rate!r}")
+
+    @property
+    def expected_rate(self) -> float | None:
+        """The per-launch failure rate predicted here: 0 for a safe point, else `rate`."""
+        return 0.0 if not self.hazardous else self.rate
+
+
+def combined_rate(rates: list[float | None]) -> float | None:
+    """The per-launch rate of a point with several independent hazards: 1 - prod(1 - r)
+    over the rated ones (a lower bound when some are not rated, which can only add
+    failures); None when none is rated above 0 and some is not rated."""
+    rated = [r for r in rates if r is not None]
+    if len(rated) == 1 and len(rates) == 1:
+        return rated[0]
+    clean = 1.0
+    for r in rated:
+        clean *= 1.0 - r
+    if len(rated) < len(rates) and clean == 1.0:
+        return None
+    return 1.0 - clean
 
 
 @dataclasses.dataclass(frozen=True)

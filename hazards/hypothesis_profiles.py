@@ -5,8 +5,10 @@ reproducible by rerunning it), few examples, no deadline (a GPU launch batch tak
 long as it takes; hypothesis' deadline would flag slow batches as failures), and no
 example database (CI machines are fresh; nothing to share).
 
-`nightly` is for soaks: many examples, random generation, and an example database under
-`.hazards/hypothesis/` so that a point that failed last night is tried first tonight.
+`nightly` is for soaks: many examples, random generation, and the example database beside
+the results store (`database_dir`: `.hazards/hypothesis/` for the default store, or beside
+$HZ_STORE) so that a point that failed last night is tried first tonight. It is the same
+database `hazards explore` and `hazards soak --explore` use: one per store.
 
 Select one with hypothesis' own pytest option `--hypothesis-profile ci`, or with the
 environment variable HZ_HYPOTHESIS_PROFILE (the option wins). The pytest plugin registers
@@ -19,17 +21,26 @@ import os
 from pathlib import Path
 
 PROFILE_ENV = "HZ_HYPOTHESIS_PROFILE"
-DATABASE_DIR = Path(".hazards") / "hypothesis"
+DATABASE_NAME = "hypothesis"
 CI_MAX_EXAMPLES = 12
 NIGHTLY_MAX_EXAMPLES = 400
 PROFILES = ("ci", "nightly")
 
 
+def database_dir(store_path: str | os.PathLike[str] | None = None) -> Path:
+    """The example database of a results store: the folder `hypothesis/` beside it (for the
+    default store `.hazards/results.db`: `.hazards/hypothesis/`). `store_path` None means the
+    store every command opens by default ($HZ_STORE, else `.hazards/results.db`)."""
+    from hazards.engine.store import resolve_path
+
+    return resolve_path(store_path).parent / DATABASE_NAME
+
+
 def register_profiles(database_dir: str | os.PathLike[str] | None = None) -> None:
     """Register the `ci` and `nightly` profiles (idempotent; re-registering replaces them).
 
-    `database_dir` overrides where `nightly` keeps its example database
-    (default `.hazards/hypothesis/`, relative to the working directory like the results store).
+    `database_dir` overrides where `nightly` keeps its example database (default: beside
+    the default results store, `database_dir()`).
     hypothesis is imported here, not at module import, so importing this module is cheap.
     """
     from hypothesis import HealthCheck, settings
@@ -51,10 +62,14 @@ def register_profiles(database_dir: str | os.PathLike[str] | None = None) -> Non
         "nightly",
         max_examples=NIGHTLY_MAX_EXAMPLES,
         deadline=None,
-        database=DirectoryBasedExampleDatabase(str(Path(database_dir) if database_dir else DATABASE_DIR)),
+        database=DirectoryBasedExampleDatabase(str(Path(database_dir) if database_dir else _default_dir())),
         print_blob=True,
         suppress_health_check=suppressed,
     )
+
+
+def _default_dir() -> Path:
+    return database_dir(None)
 
 
 def profile_from_env() -> str | None:

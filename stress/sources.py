@@ -9,6 +9,11 @@ thread-safe (every GPU's loop calls it). A source that ends a campaign early say
   included; stops at the first failure (`until_fail`) or on an SPRT decision.
 - `Rotation` (soak): every item again and again, the one with the least GPU time first.
 - `SprtStop` (check): each item until its sequential test decides.
+- `EvidenceAllocation` (soak `--allocation evidence`, check's clean variants): canaries
+  until they are seen failing, then re-checked at one run in `RECHECK_EVERY` (50); every
+  other run to the clean item whose per-launch upper bound is weakest.
+- `Driven` (explore): the items a driver running in its own thread asks for, one at a
+  time (hypothesis drives `hazards explore` through it).
 
 Every source also says what it plans (`items`, and `total`: the runs it makes at most, None
 when only the budget bounds it), which progress displays show.
@@ -20,8 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any, Callable, Iterable
 
+from hazards.engine.evidence import Evidence
 from hazards.engine.executor import WorkItem
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import Sprt
@@ -226,3 +233,223 @@ class SprtStop(Rotation):
             return "failed" if key in self.failed else self.sprts[key].decision
 
 
+
+
+# A canary already seen failing gets one run in this many (all such canaries together, the
+# least recently checked first): enough to notice, within the night, a rig that went blind
+# (a server that stopped validating, a driver that masks the race), at 2% of the runs.
+RECHECK_EVERY = 50
+
+
+class EvidenceAllocation:
+    """Runs spent where evidence is thin (soak `--allocation evidence`; check's clean part).
+
+    - A canary (expect 'detect') runs until a failure its proof accepts is seen, or its
+      `sprt_for(item)` test accepts the blind rate (so a canary that went blind cannot eat
+      the budget); undecided canaries go first.
+    - Once decided, canaries, and clean items that failed (a hazard found: their rate is
+      news, not a bound to tighten), are only re-checked: one run in `recheck_every` of the
+      source's runs, the least recently run first.
+    - Every other run goes to the clean item (expect 'clean', or None) whose per-launch
+      upper bound is weakest, counting the runs in flight as clean at the item's mean
+      launches per run: the bounds of items with 1 launch per run and with 1,000 per run
+      are driven to the same level. With `target_bound`, an item whose bound is at or
+      below it is satisfied, and the source is finished when every clean item is (and no
+      canary is undecided).
+
+    `prior` replays a resumed campaign's stored runs (in their order). An item with
+    MAX_CONSECUTIVE_ERRORS error runs in a row is dropped (see `dropped`), as in `Rotation`.
+    """
+
+    def __init__(self, items: list[WorkItem], *, sprt_for: Callable[[WorkItem], Sprt],
+                 recheck_every: int = RECHECK_EVERY, recheck: bool = True, target_bound: float | None = None,
+                 prior: Iterable[RunResult] = (), conf: float = 0.95) -> None:
+        if recheck_every < 1:
+            raise ValueError(f"recheck_every must be >= 1, got {recheck_every!r}")
+        self._mu = threading.Lock()
+        self.items = {i.key: i for i in items}
+        self.evidence = {k: Evidence() for k in self.items}
+        self.sprts = {k: sprt_for(i) for k, i in self.items.items()}
+        self.recheck_every, self.recheck, self.target_bound, self.conf = recheck_every, recheck, target_bound, conf
+        self.in_flight = {k: 0 for k in self.items}
+        self.errors_in_a_row = {k: 0 for k in self.items}
+        self.last_run = {k: -1 for k in self.items}  # issue number of the item's last run
+        self._dropped: dict[str, str] = {}
+        self.issued = 0
+        self.rechecks = 0
+        self._since_recheck = 0
+        for r in prior:
+            if r.key in self.items:
+                self._count(self.items[r.key], r)
+
+    # -- what an item needs ------------------------------------------------------------------
+    def _canary(self, key: str) -> bool:
+        return self.items[key].expect == "detect"
+
+    def _decided(self, key: str) -> bool:
+        """A canary seen failing, or one its SPRT judged blind."""
+        return self.evidence[key].detected or self.sprts[key].decision is not None
+
+    def _settled(self, key: str) -> bool:
+        """Only re-checked from now on: a decided canary, or a clean item that failed."""
+        if self._canary(key):
+            return self._decided(key)
+        return self.evidence[key].failures > 0
+
+    def _bound(self, key: str) -> float:
+        ev = self.evidence[key]
+        return ev.launch_upper_if(round(self.in_flight[key] * ev.launches_per_run), self.conf)
+
+    def _live(self, key: str) -> bool:
+        return key not in self._dropped
+
+    # -- the work source -------------------------------------------------------------------------
+    def _pick(self) -> str | None:
+        live = [k for k in self.items if self._live(k)]
+        undecided = [k for k in live if self._canary(k) and not self._decided(k)]
+        free = [k for k in undecided if not self.in_flight[k]]
+        if free:
+            return min(free, key=lambda k: (self.evidence[k].n, self.last_run[k]))
+        key = self._pick_evidence(live)
+        if key is None and undecided:  # nothing else to do: a second run of an undecided canary
+            return min(undecided, key=lambda k: (self.in_flight[k], self.evidence[k].n))
+        return key
+
+    def _pick_evidence(self, live: list[str]) -> str | None:
+        settled = [k for k in live if self._settled(k)] if self.recheck else []
+        clean = [k for k in live if not self._canary(k) and not self._settled(k)]
+        wanting = clean if self.target_bound is None else [k for k in clean if self._bound(k) > self.target_bound]
+        recheck_due = self._since_recheck >= self.recheck_every - 1 or not clean
+        if settled and recheck_due and (wanting or not clean):
+            return min(settled, key=lambda k: (self.last_run[k], self.in_flight[k]))
+        if not wanting:
+            return None
+        return max(wanting, key=lambda k: (self._bound(k), -self.evidence[k].n - self.in_flight[k]))
+
+    def next_item(self, gpu: str) -> WorkItem | None:
+        with self._mu:
+            key = self._pick()
+            if key is None:
+                return None
+            if self._settled(key):
+                self.rechecks += 1
+                self._since_recheck = 0
+            else:
+                self._since_recheck += 1
+            self.issued += 1
+            self.last_run[key] = self.issued
+            self.in_flight[key] += 1
+            return self.items[key]
+
+    def _count(self, item: WorkItem, result: RunResult) -> None:
+        key = item.key
+        self.evidence[key].add(result, item.proof)
+        outcome = Outcome(result.outcome)
+        if outcome is not Outcome.ERROR and self._canary(key) and self.sprts[key].decision is None:
+            self.sprts[key].update(item.proof.proves(result))
+        self.errors_in_a_row[key] = self.errors_in_a_row[key] + 1 if outcome is Outcome.ERROR else 0
+        if self.errors_in_a_row[key] >= MAX_CONSECUTIVE_ERRORS and key not in self._dropped:
+            self._dropped[key] = f"{self.errors_in_a_row[key]} errors in a row, last: {result.reason}"
+
+    def report(self, item: WorkItem, result: RunResult) -> None:
+        with self._mu:
+            self.in_flight[item.key] = max(0, self.in_flight[item.key] - 1)
+            self._count(item, result)
+
+    def finished(self) -> bool:
+        with self._mu:
+            return self._pick() is None
+
+    def dropped(self) -> dict[str, str]:
+        """{item key: why it stopped being run} for items dropped after repeated errors."""
+        with self._mu:
+            return dict(self._dropped)
+
+    def decision(self, key: str) -> str | None:
+        """A canary's SPRT decision ('accept_h1' / 'accept_h0', None while undecided)."""
+        with self._mu:
+            return self.sprts[key].decision
+
+
+class DriverStopped(BaseException):
+    """Raised inside a `Driven` source's driver when the loop has stopped (the budget ended,
+    Ctrl-C): the driver must end now. A BaseException, so that a driver such as
+    hypothesis does not take it for a failure of the code under test and shrink it."""
+
+
+class Driven:
+    """The items a driver asks for, one at a time, from its own thread (explore).
+
+    `drive(ask)` runs in a thread the first time the loop wants an item; it calls
+    `ask(item)` for each run it wants and gets that run's `RunResult` back (the loop ran it
+    on a leased GPU, the sink committed it). When the driver returns, the source is
+    finished. After `deadline` (time.monotonic()) or `close()`, `ask` raises
+    `DriverStopped` in the driver. An exception the driver raises is kept in `error`;
+    `close()` stops the driver and waits for its thread (call it after the loop, in a
+    `finally`).
+    """
+
+    def __init__(self, drive: Callable[[Callable[[WorkItem], RunResult]], Any], *,
+                 deadline: float = float("inf")) -> None:
+        self._drive, self.deadline = drive, deadline
+        self._cv = threading.Condition()
+        self._asked: WorkItem | None = None
+        self._answer: RunResult | None = None
+        self._done = self._stopped = False
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.value: Any = None
+        self.stop_reason: str | None = None
+
+    def ask(self, item: WorkItem) -> RunResult:
+        """Run `item` once on the loop and return its result (called by the driver)."""
+        with self._cv:
+            if self._stopped or time.monotonic() >= self.deadline:
+                raise DriverStopped()
+            self._asked, self._answer = item, None
+            self._cv.notify_all()
+            while self._answer is None and not self._stopped:
+                self._cv.wait(0.5)
+            if self._answer is None:
+                raise DriverStopped()
+            result, self._answer = self._answer, None
+            return result
+
+    def _body(self) -> None:
+        try:
+            self.value = self._drive(self.ask)
+        except DriverStopped:
+            pass
+        except BaseException as e:  # kept for the caller; the loop must not hang on it
+            self.error = e
+        finally:
+            with self._cv:
+                self._done = True
+                self._cv.notify_all()
+
+    def next_item(self, gpu: str) -> WorkItem | None:
+        with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._body, name="hz-driver", daemon=True)
+                self._thread.start()
+            while self._asked is None and not self._done and not self._stopped:
+                self._cv.wait(0.5)
+            item, self._asked = self._asked, None
+            return item
+
+    def report(self, item: WorkItem, result: RunResult) -> None:
+        with self._cv:
+            self._answer = result
+            self._cv.notify_all()
+
+    def finished(self) -> bool:
+        with self._cv:
+            return self._done
+
+    def close(self) -> None:
+        """Stop the driver (its next `ask` raises DriverStopped) and wait for its thread."""
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join()

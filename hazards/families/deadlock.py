@@ -48,23 +48,26 @@ def static_model(params: dict[str, Any]) -> StaticVerdict:
     if sc == "grid_barrier":
         if p["grid_extra"] > 0:
             return StaticVerdict(True, f"grid is {p['grid_extra']} block(s) over the co-residency limit: "
-                                       "the extra blocks never start, the barrier never completes")
-        return StaticVerdict(False, "grid fits the co-residency limit: every block is resident")
+                                       "the extra blocks never start, the barrier never completes", 1.0)
+        return StaticVerdict(False, "grid fits the co-residency limit: every block is resident", 0.0)
     if sc == "chunk_count":
         arrivals = min(p["qkv_tiles"], p["chunks"]) if p["nested"] else p["chunks"]
         arrivals = min(arrivals, p["workers"])
         if arrivals < p["chunks"]:
             return StaticVerdict(True, f"only {arrivals} of {p['chunks']} chunk workers can arrive "
-                                       "(chunk phase nested in the QKV guard)")
-        return StaticVerdict(False, f"all {p['chunks']} chunk ranks arrive")
+                                       "(chunk phase nested in the QKV guard)", 1.0)
+        return StaticVerdict(False, f"all {p['chunks']} chunk ranks arrive", 0.0)
     prob = epoch_hang_probability(p)
     if p["epoch_fix"] != "none":
-        return StaticVerdict(False, f"epoch_fix={p['epoch_fix']}: every expected value is ordered before its bump")
+        return StaticVerdict(False, f"epoch_fix={p['epoch_fix']}: every expected value is ordered before its bump",
+                             0.0)
     if p["participants"] >= p["workers"]:
-        return StaticVerdict(False, "every worker arrives before the bump: no snapshot can follow it")
+        return StaticVerdict(False, "every worker arrives before the bump: no snapshot can follow it", 0.0)
+    # The skew's rate is a lower bound (the natural race adds to it); without skew only the
+    # natural race is left, which the model does not rate.
     return StaticVerdict(True, f"non-participants can read an already-bumped epoch; the injected skew alone "
                                f"hangs ~{prob:.1%} of launches, plus a natural race at layer 0 (a block that "
-                               "starts after the first merger bumped)")
+                               "starts after the first merger bumped)", prob if prob > 0 else None)
 
 
 def strategy() -> Any:

@@ -163,7 +163,9 @@ def static_model(params: dict[str, Any]) -> StaticVerdict:
     hazardous = pr.hazardous or amd_only
     rate = f" (p={pr.probability:.3g} per launch)" if pr.outcome in ("hang", "mismatch") else ""
     note = f"; {pr.platform_note}" if pr.platform_note else ""
-    return StaticVerdict(hazardous, f"{pr.outcome}{rate}: {pr.reason}{note}")
+    # `predict` is the H200's (NVIDIA) per-launch call: the AMD-only classes are expected ~0.
+    h200_rate = pr.probability if pr.outcome in ("hang", "mismatch") else 0.0
+    return StaticVerdict(hazardous, f"{pr.outcome}{rate}: {pr.reason}{note}", h200_rate if hazardous else 0.0)
 
 
 def strategy() -> Any:

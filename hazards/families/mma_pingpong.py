@@ -19,7 +19,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from hazards.family import StaticVerdict, load_family
+from hazards.family import StaticVerdict, combined_rate, load_family
 from hazards.kernel_sources import family_dir
 from hazards.static import checks
 
@@ -31,32 +31,48 @@ def effective_wait_depth(p: dict[str, Any]) -> int:
     return int(p["wait_depth"]) if int(p["wait_depth"]) >= 0 else min(int(p["stages"]) - 1, MAX_WAIT)
 
 
-def hazards(params: dict[str, Any]) -> list[str]:
-    """Every hazard of the source at this parameter point, in words (empty: safe)."""
+# Per-launch rates on the H200 (docs/results/mma-pingpong-h200.md): the single exit tail reads
+# a wrong bank in every launch; the bulk-copy WAR was never seen (0 in 72,000 launches over
+# 37 points: the bank's reader is done before a bulk copy lands); the early accumulator read
+# is repaired by ptxas (it serializes the kernel's wgmmas). The threads' st.shared refill
+# (made runnable later) has no measured rate yet: its WAR is hazardous, rate not predicted.
+TAIL_RATE, WAR_RATE, ACC_READ_RATE = 1.0, 0.0, 0.0
+
+
+def hazards_with_rates(params: dict[str, Any]) -> list[tuple[str, float]]:
+    """Every hazard of the source at this parameter point, in words, with the per-launch rate
+    the model predicts for it on the H200. Empty: safe."""
     p = FAMILY.resolve(params)
     s, t, w = int(p["stages"]), int(p["ktiles"]), effective_wait_depth(p)
     found = []
     if w >= s and t >= s + 1:
-        by = "the threads' st.shared refill" if p["refill"] == "threads" else "the bulk copy"
-        found.append(f"WAR: wait_group {w} leaves the group that last read bank (t+1)%{s} in flight "
-                     f"when {by} refills it (deepest safe wait: {s - 1})")
+        threads = p["refill"] == "threads"
+        by = "the threads' st.shared refill" if threads else "the bulk copy"
+        found.append((f"WAR: wait_group {w} leaves the group that last read bank (t+1)%{s} in flight "
+                      f"when {by} refills it (deepest safe wait: {s - 1})", None if threads else WAR_RATE))
     if p["tail"] == "single" and (t - 1) % s != 0:
-        found.append(f"exit tail reads bank 0 but the last tile (T={t}) sits in bank {(t - 1) % s}")
+        found.append((f"exit tail reads bank 0 but the last tile (T={t}) sits in bank {(t - 1) % s}", TAIL_RATE))
     if p["acc_read"] == "before_wait":
-        found.append("accumulators read before wait_group 0 retires the last wgmma (ptxas "
-                     "serializes every wgmma of the kernel: correct but slow, C7514)")
+        found.append(("accumulators read before wait_group 0 retires the last wgmma (ptxas "
+                      "serializes every wgmma of the kernel: correct but slow, C7514)", ACC_READ_RATE))
     return found
+
+
+def hazards(params: dict[str, Any]) -> list[str]:
+    """Every hazard of the source at this parameter point, in words (empty: safe)."""
+    return [what for what, _ in hazards_with_rates(params)]
 
 
 def static_model(params: dict[str, Any]) -> StaticVerdict:
     """Hazardous or safe from the parameters alone. The WAR race needs a refill (T >= S+1)
     and shows only when the copy lands before the in-flight wgmma has read its operands; the
-    early accumulator read is a source hazard the compiler repairs (runtime-clean)."""
-    found = hazards(params)
+    early accumulator read is a source hazard the compiler repairs (runtime-clean). The rate
+    is the H200's per launch (`hazards_with_rates`)."""
+    found = hazards_with_rates(params)
     if found:
-        return StaticVerdict(True, "; ".join(found))
+        return StaticVerdict(True, "; ".join(w for w, _ in found), combined_rate([r for _, r in found]))
     return StaticVerdict(False, "refills wait for the bank's last reader, the exit tail reads "
-                                "the last tile's bank, accumulators read after the final wait")
+                                "the last tile's bank, accumulators read after the final wait", 0.0)
 
 
 def predicted_checks(params: dict[str, Any]) -> set[str]:

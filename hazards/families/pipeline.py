@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hazards.family import StaticVerdict, load_family
+from hazards.family import StaticVerdict, combined_rate, load_family
 
 
 def correct_wait_depth(stages: int, war_barrier: bool) -> int:
@@ -24,32 +24,51 @@ def correct_wait_depth(stages: int, war_barrier: bool) -> int:
     return stages - 2 if war_barrier else stages - 1
 
 
-def hazards(params: dict[str, Any]) -> list[str]:
-    """Every hazard present at this parameter point, in words (empty: safe)."""
+# What the model predicts per launch on the H200 (docs/results/families-h200.md): the single
+# exit tail reads a wrong slot in every launch (10,000/10,000 at broken_tail); a wait one
+# group too shallow raced in 44% of launches at broken_wait's point (the model claims a
+# tenth of that anywhere: the race needs the copy to land late); the single-buffer WAR with
+# jitter raced in every launch at broken_war's point (claimed: a tenth). The WAR race with
+# more stages, or with no jitter, is timing-dependent and not rated.
+TAIL_RATE = 1.0
+RAW_RATE = 0.044
+WAR_JITTER_RATE = 0.1
+
+
+def hazards_with_rates(params: dict[str, Any]) -> list[tuple[str, float | None]]:
+    """Every hazard present at this parameter point, in words, with the per-launch rate the
+    model predicts for it on the H200 (None: not rated). Empty: safe."""
     p = FAMILY.resolve(params)
     s, t = int(p["stages"]), int(p["ktiles"])
-    found = []
+    found: list[tuple[str, float | None]] = []
     if not p["war_barrier"] and t >= s + 1:
-        found.append(f"WAR: slot (t-1)%{s} is refilled before the barrier that ends its last read "
-                     f"(first at trip 1 of {t})")
+        rate = WAR_JITTER_RATE if s == 1 and int(p["jitter"]) > 0 else None
+        found.append((f"WAR: slot (t-1)%{s} is refilled before the barrier that ends its last read "
+                      f"(first at trip 1 of {t})", rate))
     if p["copy"] == "cp_async":
         right = correct_wait_depth(s, bool(p["war_barrier"]))
         depth = right if p["wait_depth"] < 0 else int(p["wait_depth"])
         if depth > right:
-            found.append(f"RAW: cp.async.wait_group {depth} leaves tile t in flight (correct: {right})")
+            found.append((f"RAW: cp.async.wait_group {depth} leaves tile t in flight (correct: {right})", RAW_RATE))
     if p["tail"] == "single" and (t - 1) % s != 0:
-        found.append(f"exit tail reads slot 0 but the last tile (T={t}) sits in slot {(t - 1) % s}")
+        found.append((f"exit tail reads slot 0 but the last tile (T={t}) sits in slot {(t - 1) % s}", TAIL_RATE))
     return found
+
+
+def hazards(params: dict[str, Any]) -> list[str]:
+    """Every hazard present at this parameter point, in words (empty: safe)."""
+    return [what for what, _ in hazards_with_rates(params)]
 
 
 def static_model(params: dict[str, Any]) -> StaticVerdict:
     """Hazardous or safe from the parameters alone (the WAR race needs T >= S+1 trips to
-    exist; whether it shows in a given launch depends on timing, hence `jitter`)."""
-    found = hazards(params)
+    exist; whether it shows in a given launch depends on timing, hence `jitter`), with the
+    per-launch rate predicted on the H200 (`combined_rate` of the hazards present)."""
+    found = hazards_with_rates(params)
     if found:
-        return StaticVerdict(True, "; ".join(found))
+        return StaticVerdict(True, "; ".join(w for w, _ in found), combined_rate([r for _, r in found]))
     return StaticVerdict(False, "refill after the barrier, wait depth within the correct one, "
-                                "exit tail matches the trip count")
+                                "exit tail matches the trip count", 0.0)
 
 
 def strategy() -> Any:

@@ -11,6 +11,8 @@ decide the reply:
   fail_prob     the chance that every launch of this request mismatches (a canary: 1.0);
   fail_every    N > 0: every N-th request this process serves mismatches (an exact rate 1/N);
   rate          mismatched = round(rate * launches): a continuous rate
+  fail_from     {name: threshold}: every launch mismatches when each named request field is
+                >= its threshold (a failing region of a fake family's parameter space)
   sleep_s       seconds to sleep before replying
   anomaly       a metric a failing reply reports > 0 (the harness's own machinery went wrong,
                 not the hazard)
@@ -96,6 +98,10 @@ class FakeServer:
         """Mismatched launches of this request, from the params that set a failure pattern."""
         if "mismatched" in params:
             return int(params["mismatched"])
+        region = params.get("fail_from")
+        if isinstance(region, dict) and region:
+            inside = all(isinstance(params.get(k), (int, float)) and params[k] >= v for k, v in region.items())
+            return launches if inside else 0
         if random.random() < float(params.get("fail_prob", 0.0)):
             return launches
         every = int(params.get("fail_every", 0))

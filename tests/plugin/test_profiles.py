@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from hazards import hypothesis_profiles
 
@@ -71,10 +72,21 @@ def test_nightly_keeps_its_example_database_under_dot_hazards(tmp_path, monkeypa
     from hypothesis import settings
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HZ_STORE", raising=False)
     hypothesis_profiles.register_profiles()
     db = settings.get_profile("nightly").database
-    assert db is not None and str(db.path) == str(hypothesis_profiles.DATABASE_DIR)
+    assert db is not None and str(db.path) == str(Path(".hazards") / "hypothesis")
     db.save(b"key", b"value")
     assert (tmp_path / ".hazards" / "hypothesis").is_dir()
     ci = settings.get_profile("ci")
     assert ci.derandomize and ci.deadline is None and ci.database is None
+
+
+def test_nightly_shares_the_example_database_beside_the_results_store(tmp_path, monkeypatch):
+    """One database per store: the nightly profile follows $HZ_STORE like `hazards explore`."""
+    from hypothesis import settings
+
+    monkeypatch.setenv("HZ_STORE", str(tmp_path / "night" / "results.db"))
+    hypothesis_profiles.register_profiles()
+    db = settings.get_profile("nightly").database
+    assert str(db.path) == str(tmp_path / "night" / "hypothesis") == str(hypothesis_profiles.database_dir())
