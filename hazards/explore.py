@@ -259,6 +259,14 @@ class ExploreResult:
                 "findings": [f.to_json() for f in self.findings],
                 "observations": [o.to_json() for o in self.observations]}
 
+    def summary(self) -> dict[str, Any]:
+        """What a soak keeps of it (its spec's `explored`): totals, the table, the verdict."""
+        return {"family": self.family, "campaign": self.campaign_id, "exit_code": self.exit_code, **self.totals(),
+                "elapsed_s": self.elapsed_s, "first_failure_example": self.first_failure_example,
+                "agreement": self.table(), "counts": self.counts(), "error": self.error,
+                "disagreements": [f"{f.headline()} at {params_json(f.point)}; replay: {f.repro}"
+                                  for f in self.disagreements]}
+
     def lines(self) -> list[str]:
         """The human report: totals, the agreement table, the findings with repro lines."""
         t = self.totals()
@@ -528,3 +536,31 @@ def explore_family(frame: LeasedCampaign, family: Family, opts: ExploreOptions, 
     stored["result"] = {k: v for k, v in result.to_json().items() if k != "observations"}
     frame.store.update_campaign_spec(result.campaign_id, stored)
     return result
+
+
+def explore_share(families: list[Family], database_dir: str | Path, *,
+                  log: Callable[[str], None] = lambda s: None) -> Callable[[LeasedCampaign, float], list[dict[str, Any]]]:
+    """The explorer of a soak's explore share (`hazards soak --explore`): every runtime family
+    explored for an equal part of the seconds it is given, in the soak's frame; one summary
+    per family (a family that cannot be built or explored says why in `error`)."""
+    runtime = [f for f in families if f.binary]
+
+    def run(frame: LeasedCampaign, seconds: float) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        t_end = time.monotonic() + seconds
+        for k, fam in enumerate(runtime):
+            share = (t_end - time.monotonic()) / (len(runtime) - k)
+            if share <= 0.5:
+                out.append({"family": fam.name, "error": "the explore share ended first", "exit_code": 3})
+                continue
+            try:
+                res = explore_family(frame, fam, ExploreOptions(budget_s=share), database_dir=database_dir,
+                                     campaign_name=f"soak explore {fam.name}")
+            except UserError as e:
+                out.append({"family": fam.name, "error": str(e), "exit_code": 3})
+                continue
+            out.append(res.summary())
+            log(f"explore {fam.name}: {res.lines()[-1].split(': ', 1)[-1]} ({len(res.observations)} points)")
+        return out
+
+    return run

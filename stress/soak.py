@@ -11,6 +11,19 @@ that failed as before is a `known hazard`; a canary that went blind or whose det
 dropped significantly fails; an item never judged is an error. Rate changes are one-sided
 exact tests (Boschloo; Fisher for large samples) corrected with Holm across the items.
 
+How the budget is spent (`allocation`): `evidence` (the default) runs each canary until it
+is seen failing and then re-checks it at one run in 50 (`sources.RECHECK_EVERY`), and gives
+every other run to the clean item whose per-launch upper bound is weakest
+(`sources.EvidenceAllocation`); `uniform` gives every item the same GPU time (`Rotation`,
+the behaviour before evidence allocation, kept for comparison). Every soak reports, per
+item, its rates per run and per launch (`evidence.Evidence`; a run is one launch for some
+targets and hundreds for others) and how many runs went to canaries after their first
+detection.
+
+A share of the budget (`explore_share`, `hazards soak --explore 0.2`) goes to an explorer
+the caller passes (`hazards explore` on every family: the engine knows nothing of the
+catalog), after the items; its campaigns are recorded in the soak's spec.
+
 Registered targets come from a TOML file (see `load_targets`). `stress` knows nothing of
 the hazard catalog: the `hazards soak` command turns families into `WorkItem`s.
 """
@@ -25,16 +38,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hazards.engine.campaign import LeasedCampaign, RunObserver
-from hazards.engine.errors import EXIT_DEGRADED, EXIT_OK, UserError
+from hazards.engine.errors import EXIT_DEGRADED, EXIT_HAZARD, EXIT_OK, UserError
+from hazards.engine.evidence import Evidence, evidence_of
 from hazards.engine.executor import GpuStats, TargetFactory, WorkItem
 from hazards.engine.outcome import RunResult, item_key
-from hazards.engine.sources import Rotation
+from hazards.engine.sources import EvidenceAllocation, Rotation, canary_sprt
 from hazards.engine.stats import boschloo, fisher_one_sided, holm
 from hazards.engine.store import Signature, Store
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, Verdict, campaign_tallies, judge
 from hazards.engine.verdict import exit_code as verdicts_exit_code
 
 KIND = "soak"
+ALLOCATIONS = ("evidence", "uniform")
 BOSCHLOO_MAX_N = 200  # scipy's boschloo_exact takes ~0.1 s at n=100 and seconds beyond 1000
 
 _TARGET_KEYS = {"name": str, "kind": str, "argv": list, "cwd": str, "env": dict, "timeout": (int, float),
@@ -317,6 +332,54 @@ class SoakResult:
     expectations: dict[str, Expect | None]
     judgements: dict[str, Judgement]
     lost: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # nodes an executor lost (Ray)
+    allocation: str = "evidence"
+    evidence: dict[str, Evidence] = dataclasses.field(default_factory=dict)
+    explored: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the explorer's summaries
+
+    @property
+    def runs(self) -> int:
+        return sum(e.n for e in self.evidence.values())
+
+    @property
+    def canary_reruns(self) -> int:
+        """Runs spent on canaries after their first detection."""
+        return sum(e.runs_after_detection for k, e in self.evidence.items()
+                   if self.expectations.get(k) is Expect.DETECT)
+
+    def worst_clean(self, conf: float = 0.95) -> tuple[str, Evidence] | None:
+        """The clean item (expect clean) whose per-launch upper bound is weakest, failed ones
+        excluded (their rate is news, not a bound); None without one."""
+        clean = [(k, e) for k, e in self.evidence.items()
+                 if self.expectations.get(k) is Expect.CLEAN and not e.failures]
+        return max(clean, key=lambda ke: ke[1].launch_upper(conf)) if clean else None
+
+    def evidence_lines(self, conf: float = 0.95) -> list[str]:
+        """Per item: role, runs, launches, the rate per run and per launch (intervals/bounds)."""
+        out = [f"evidence ({self.allocation} allocation): {self.runs} runs, {self.canary_reruns} on canaries after "
+               f"their first detection"]
+        for k in sorted(self.evidence):
+            e, expect = self.evidence[k], self.expectations.get(k)
+            role = expect.noun if expect else "counted"
+            extra = f"; {e.runs_after_detection} runs after detection" if expect is Expect.DETECT else ""
+            out.append(f"  {k} [{role}] {e.judged} runs: {e.run_rate_text(conf)} per run; {e.launches:,} launches: "
+                       f"{e.launch_rate_text(conf)} per launch{extra}")
+        worst = self.worst_clean(conf)
+        if worst:
+            out.append(f"weakest clean bound: {worst[0]}, {worst[1].launch_upper(conf):.3g} per launch")
+        return out
+
+    def evidence_json(self, conf: float = 0.95) -> dict[str, Any]:
+        worst = self.worst_clean(conf)
+        return {"allocation": self.allocation, "runs": self.runs, "canary_reruns": self.canary_reruns,
+                "canary_rerun_share": self.canary_reruns / self.runs if self.runs else 0.0,
+                "worst_clean": {"item": worst[0], "launch_upper": worst[1].launch_upper(conf)} if worst else None,
+                "items": {k: {"expect": str(self.expectations.get(k) or ""), **e.to_json(conf)}
+                          for k, e in self.evidence.items()}}
+
+    @property
+    def explore_disagreements(self) -> list[str]:
+        """One line per confirmed disagreement the explore share found."""
+        return [f"{x['family']}: {h}" for x in self.explored for h in x.get("disagreements", [])]
 
     @property
     def blind(self) -> list[str]:
@@ -336,9 +399,12 @@ class SoakResult:
 
     @property
     def exit_code(self) -> int:
-        """1 a regression or a canary that went blind; 3 items never judged; else 5 when the
-        infrastructure degraded (a node lost: `degraded`); 0 otherwise."""
+        """1 a regression, a canary that went blind, or a confirmed disagreement with a static
+        model found by the explore share; 3 items never judged; else 5 when the infrastructure
+        degraded (a node lost: `degraded`); 0 otherwise."""
         code = verdicts_exit_code(j.verdict for j in self.judgements.values())
+        if self.explore_disagreements:
+            return EXIT_HAZARD
         return code or (EXIT_DEGRADED if self.degraded else EXIT_OK)
 
     @property
@@ -401,21 +467,56 @@ def start_or_resume(frame: LeasedCampaign, items: list[WorkItem] | None, *, budg
     return resume, stored, max(0.0, left)
 
 
+Explorer = Callable[[LeasedCampaign, float], list[dict[str, Any]]]  # (frame, seconds) -> summaries
+
+
+def soak_source(items: list[WorkItem], allocation: str, store: Store, campaign_id: int) -> Any:
+    """The work source of a soak: `EvidenceAllocation` or `Rotation`, seeded with the runs a
+    resumed campaign already stored."""
+    if allocation == "uniform":
+        return Rotation(items, stored_time(store, campaign_id))
+    if allocation != "evidence":
+        raise UserError(f"--allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
+    return EvidenceAllocation(items, sprt_for=canary_sprt, prior=(sr.result for sr in store.iter_runs(campaign_id)))
+
+
 def run_soak(frame: LeasedCampaign, items: list[WorkItem] | None, *, budget_s: float,
              resume: int | None = None, name: str | None = None, spec_extra: dict[str, Any] | None = None,
              on_result: Callable[[int, WorkItem, RunResult], None] | None = None,
-             target_factory: TargetFactory | None = None, observer: RunObserver | None = None) -> SoakResult:
+             target_factory: TargetFactory | None = None, observer: RunObserver | None = None,
+             allocation: str = "evidence", explore_share: float = 0.0,
+             explorer: Explorer | None = None) -> SoakResult:
     """Run (or resume) one soak campaign on the frame's leases and compare it with the previous
-    soak; `observer` (a progress display) watches the loop."""
+    soak; `observer` (a progress display) watches the loop.
+
+    `allocation` picks the work source (module docstring); `explore_share` of the budget
+    goes to `explorer(frame, seconds)` after the items (not again on a resume that already
+    explored). A resumed soak keeps the allocation and share it was started with."""
+    if not 0.0 <= explore_share < 1.0:
+        raise UserError(f"--explore must be a share of the budget in [0, 1), got {explore_share!r}")
+    if allocation not in ALLOCATIONS:
+        raise UserError(f"--allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
     store = frame.store
-    cid, items, left = start_or_resume(frame, items, budget_s=budget_s, resume=resume, spec_extra=spec_extra,
-                                       name=name)
-    source = Rotation(items, stored_time(store, cid))
-    stats = frame.run(cid, source, budget_s=left, target_factory=target_factory, on_result=on_result,
-                      observer=observer)
+    extra = {**(spec_extra or {}), "allocation": allocation, "explore_share": explore_share if explorer else 0.0}
+    cid, items, left = start_or_resume(frame, items, budget_s=budget_s, resume=resume, spec_extra=extra, name=name)
+    spec = store.campaign(cid).spec
+    allocation = spec.get("allocation", "uniform")  # a soak stored before allocations was uniform
+    share = float(spec.get("explore_share", 0.0)) if explorer else 0.0
+    explore_s = float(spec["budget_s"]) * share if "explored" not in spec else 0.0
+    source = soak_source(items, allocation, store, cid)
+    stats = frame.run(cid, source, budget_s=max(0.0, left - explore_s), target_factory=target_factory,
+                      on_result=on_result, observer=observer)
+    explored = list(spec.get("explored", []))
+    if explorer is not None and explore_s > 0:
+        explored = explorer(frame, explore_s)
+        stored = dict(store.campaign(cid).spec)
+        stored["explored"] = explored
+        store.update_campaign_spec(cid, stored)
     camp = store.campaign(cid)
     comparison = compare_campaigns(store, cid)
     verdicts = soak_judgements(store, cid, comparison)
+    evidence = evidence_of((sr.result for sr in store.iter_runs(cid)), {i.key: i.proof for i in items})
     return SoakResult(cid, camp.status, stats, spent_seconds(store, cid), float(camp.spec["budget_s"]),
                       comparison, dict(camp.spec.get("dropped") or {}), {k: e for k, (e, _) in verdicts.items()},
-                      {k: j for k, (_, j) in verdicts.items()})
+                      {k: j for k, (_, j) in verdicts.items()}, allocation,
+                      {i.key: evidence.get(i.key, Evidence()) for i in items}, explored)

@@ -35,8 +35,16 @@ from hazards.engine.stats import Sprt
 from hazards.engine.store import empty_counts
 from hazards.engine.verdict import Expect, ItemTally
 
-MAX_CONSECUTIVE_ERRORS = 3   # Rotation/SprtStop: an item with this many errors in a row is dropped
+MAX_CONSECUTIVE_ERRORS = 3   # Rotation/SprtStop/EvidenceAllocation: an item with this many errors in a row is dropped
 MAX_ERRORS_IN_A_ROW = 10     # Repeat: a campaign with this many error runs in a row stops
+# A canary's sequential test (check, and the soak's evidence allocation): "blind" p0 = 0.1%
+# against "detected" p1 = 30% per run, 1% error each way (13 clean runs accept blind).
+CANARY_SPRT = (0.001, 0.3, 0.01, 0.01)
+
+
+def canary_sprt(item: WorkItem | None = None) -> Sprt:
+    """A fresh sequential test for a canary (`CANARY_SPRT`)."""
+    return Sprt(*CANARY_SPRT)
 
 
 class Repeat:

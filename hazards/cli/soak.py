@@ -25,10 +25,18 @@ across the items), regressed; one that failed as before is a known hazard (repor
 flagged); a canary that went blind or whose detection rate dropped fails. An HTML report
 (and with `--junit` a JUnit file failing exactly what the exit status counts) is written.
 
+The budget goes where evidence is thin (`--allocation evidence`): a canary runs until it is
+seen failing, then one run in 50 re-checks the canaries already seen; every other run goes to
+the clean variant or target whose per-launch upper bound is weakest. `--allocation uniform`
+gives every item the same GPU time (the former behaviour). Rates are reported per run and per
+launch. A share of the budget (`--explore`, 0.2) runs `hazards explore` on every family,
+starting with the failing points of the example database beside the store.
+
 Progress goes to stderr: a live display in a terminal, else one status line every
 `--progress-interval`.
 
-Exit status: 0 nothing flagged; 1 a regression or a canary that went blind; 2 bad input (or
+Exit status: 0 nothing flagged; 1 a regression, a canary that went blind, or a confirmed
+disagreement with a static model (the explore share); 2 bad input (or
 no free GPU, or a Ray head that does not answer); 3 an item never judged (only errors,
 dropped after repeated errors, not reached in the budget, a server that never completed its
 handshake); 4 the results store failed; 5 the infrastructure degraded and nothing else
@@ -79,13 +87,18 @@ def soak_command(
     wait: WaitOption = "0s",
     exclusive: ExclusiveOption = False,
     name: CampaignNameOption = None,
+    allocation: str = typer.Option("evidence", "--allocation",
+                                   help="How runs are spent: evidence (canaries until seen, then 1 run in 50; the "
+                                        "rest to the weakest per-launch bound) or uniform (equal GPU time)."),
+    explore: float = typer.Option(0.2, "--explore",
+                                  help="Share of the budget that runs `hazards explore` on every family (0: none)."),
     json_out: JsonOption = False,
     progress_every: ProgressIntervalOption = "30s",
 ) -> None:
     from hazards.cli.progress import CampaignProgress
     from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign
     from hazards.engine.leases import lease_candidates
-    from hazards.engine.soak import run_soak
+    from hazards.engine.soak import ALLOCATIONS, run_soak
     from hazards.engine.store import Store
 
     if executor != "local":
@@ -96,6 +109,10 @@ def soak_command(
     interval_s = progress_interval(progress_every)
     if executor == "local" and not lease_candidates():  # say so before compiling any family
         raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
+    if allocation not in ALLOCATIONS:
+        raise UserError(f"--allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
+    if not 0.0 <= explore < 1.0:
+        raise UserError(f"--explore must be a share of the budget in [0, 1), got {explore:g}")
     items = None if resume is not None else soak_items(split_names(families), targets, no_families)
     if items is not None and not items:
         from hazards.checkrun import select_families
@@ -115,9 +132,18 @@ def soak_command(
     except UserError as e:
         store.close()
         raise UserError(f"hazards soak needs a free GPU: {e}") from None
+    explorer = None
+    if explore > 0 and not no_families:
+        from hazards.checkrun import select_families
+        from hazards.explore import explore_share
+        from hazards.hypothesis_profiles import database_dir
+
+        explorer = explore_share(select_families(split_names(families)), database_dir(store.path),
+                                 log=lambda s: typer.echo(s, err=True))
     with frame, CampaignProgress(interval_s=interval_s) as progress:
         typer.echo(f"soak on {frame.describe()}", err=True)
-        res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, observer=progress)
+        res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, observer=progress,
+                       allocation=allocation, explore_share=explore if explorer else 0.0, explorer=explorer)
     _finish(store, res, report, json_out, junit)
 
 
@@ -162,13 +188,20 @@ def _finish(store, res, report: Path | None, json_out: bool, junit: Path | None 
             "status": res.status, "spent_s": res.spent_s, "budget_s": res.budget_s,
             "gpus": [{"gpu": g.gpu, "uuid": g.uuid, "runs": g.runs, "launches": g.launches,
                       "launch_rate": g.launch_rate, "elapsed_s": g.elapsed_s} for g in res.gpu_stats],
-            "dropped": res.dropped, "blind": res.blind, "lost": res.lost, "report": report_json(rep)},
-            default=str))
+            "dropped": res.dropped, "blind": res.blind, "lost": res.lost, "evidence": res.evidence_json(),
+            "explored": res.explored, "report": report_json(rep)}, default=str))
         sys.exit(res.exit_code)
     typer.echo(render_markdown(rep))
     for g in res.gpu_stats:
         typer.echo(f"GPU {g.uuid or g.gpu}: {g.runs} runs, {g.launches} launches, "
                    f"{g.launch_rate:.0f} launches/s over {g.elapsed_s:.0f} s")
+    for line in res.evidence_lines():
+        typer.echo(line)
+    for x in res.explored:
+        typer.echo(f"explore {x['family']}: " + (x["error"] if x.get("error") and "examples" not in x else
+                   f"{x.get('examples', 0)} points, exit {x.get('exit_code')}"))
+    for line in res.explore_disagreements:
+        typer.echo(f"EXPLORE {line}")
     for key, why in res.dropped.items():
         typer.echo(f"DROPPED {key}: {why}")
     for line in res.canary_lines():

@@ -137,8 +137,10 @@ def test_canary_the_budget_never_reached_is_flagged_blind(fake_gpus, store):
     items = fake_items_for(fam, list(fam.variants))
     for i in items:
         i.expect = "detect" if i.variant == "broken" else "clean"
+    # uniform rotation: the clean variants come first (the evidence allocation runs canaries first)
     with LeasedCampaign.acquire(store, "soak-test", max_gpus=1, telemetry=False) as frame:
-        res = run_soak(frame, items, budget_s=0.2, target_factory=lambda item, env: _SlowCleanTarget(0.5))
+        res = run_soak(frame, items, budget_s=0.2, target_factory=lambda item, env: _SlowCleanTarget(0.5),
+                       allocation="uniform")
     assert not store.runs(res.campaign_id, variant="broken")  # the canary never ran
     assert res.blind == ["fakefam/broken"] and res.flagged
     assert res.judgements["fakefam/broken"].message == "not run: the budget ended first"
