@@ -7,9 +7,14 @@ no longer see the hazard it exists for, which is a failure of the check, never g
 The GPU part runs in one leased-campaign frame (`hazards.engine.campaign`) over every
 free GPU; verdicts are `hazards.engine.verdict`'s.
 
-Each variant runs until its SPRT settles (canary: p0 = 0.1% "blind" against p1 = 30%
-"detected"; clean: the same pair, stopping at the first failure), the per-variant cap,
-or the budget. Families are found with `hazards.families.all_families()`, so a new
+The GPU budget is spent where evidence is thin (`hazards.engine.sources.EvidenceAllocation`,
+without re-checks): canaries first, each until it is detected or its SPRT accepts the blind
+rate (p0 = 0.1% against p1 = 30% per run); then every run to the clean variant whose
+per-launch upper bound is weakest (a clean variant that fails stops: the check has failed),
+so what the check proves, stated per clean variant as a bound per launch, is as tight as the
+budget allows; then, when the example database beside the store holds failing points of the
+selected families (`hazards explore`), they are replayed (`REPLAY_SHARE` of the budget) and
+judged by the same two-way oracle. Families are found with `hazards.families.all_families()`, so a new
 family is checked without touching this file. A check that could not look never passes:
 without a GPU (or without clang-19, nvcc, the disassembler) what could not be judged is
 named and the check exits 3, unless `--skip` names what not to check (then it is reported
@@ -29,15 +34,14 @@ from hazards.engine.campaign import LeasedCampaign
 from hazards.engine.executor import TargetFactory, WorkItem, default_target_factory
 from hazards.engine.junit import JUnitCase, JUnitSuite
 from hazards.engine.leases import lease_candidates
-from hazards.engine.sources import SprtStop
+from hazards.engine.sources import EvidenceAllocation, canary_sprt
 from hazards.engine.stats import Sprt
 from hazards.engine.store import Store
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Verdict, judge, not_judged, skipped
 from hazards.engine.verdict import exit_code as verdicts_exit_code
 
 KIND = "check"
-SPRT_P0, SPRT_P1, SPRT_ALPHA, SPRT_BETA = 0.001, 0.3, 0.01, 0.01
-MAX_RUNS_PER_VARIANT = 200
+REPLAY_SHARE = 0.2  # of the GPU budget, for the database's failing points when it holds any
 ItemsFor = Callable[[Family, list[Variant]], list[WorkItem]]
 
 
@@ -55,9 +59,18 @@ class VariantVerdict:
     errors: int = 0
     message: str = ""
     time_s: float = 0.0
+    launches: int = 0
+    failed_launches: int = 0
 
     def __post_init__(self) -> None:
         self.status = Verdict(self.status)
+
+    @property
+    def launch_upper(self) -> float:
+        """One-sided 95% upper bound on the failure rate per launch."""
+        from hazards.engine.stats import upper_bound
+
+        return upper_bound(min(self.failed_launches, self.launches), self.launches)
 
     @classmethod
     def of(cls, family: str, variant: str, expect: Expect | None, judgement: Judgement,
@@ -161,6 +174,9 @@ class CheckResult:
         verdicts = [{"family": v.family, "variant": v.variant, "role": v.role, "verdict": v.status.value,
                      "ok": v.ok, "runs": v.runs, "failures": v.failures, "errors": v.errors,
                      "rate_text": format_rate(v.failures, v.runs - v.errors), "message": v.message,
+                     "launches": v.launches, "failed_launches": v.failed_launches,
+                     "launch_rate_text": format_rate(min(v.failed_launches, v.launches), v.launches),
+                     "launch_upper": v.launch_upper if v.launches else None,
                      "time_s": v.time_s} for v in self.verdicts]
         return {"ok": self.exit_code == 0, "exit_code": self.exit_code, "campaign": self.campaign_id,
                 "skipped": sorted(self.skipped_parts),
@@ -270,7 +286,7 @@ def select_families(names: Iterable[str] | None) -> list[Family]:
 
 
 def _sprt_for(item: WorkItem) -> Sprt:
-    return Sprt(SPRT_P0, SPRT_P1, SPRT_ALPHA, SPRT_BETA)
+    return canary_sprt(item)
 
 
 def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None, paths: Iterable[str] = (),
@@ -278,13 +294,16 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
               store: Store | None = None, lock_dir: str | None = None,
               wait_s: float = 60.0, exclusive: bool = False, items_for: ItemsFor | None = None,
               target_factory: TargetFactory = default_target_factory, catalog: list[Family] | None = None,
+              explore_item_for: Callable[[Family], Any] | None = None,
               log: Callable[[str], None] = lambda s: None, observer: Any = None) -> CheckResult:
     """Run the pre-merge check and return its result (the caller writes JUnit / exits).
 
     `skip` names the parts not to run ("static", "gpu"; `static_only` is "gpu"), reported
     as skipped; `skip_tools` the tools the static checks must not use. Without a usable
     GPU the GPU checks are errors (nothing judged), unless "gpu" is skipped. `observer` (a
-    progress display, `hazards.engine.campaign.RunObserver`) watches the GPU part."""
+    progress display, `hazards.engine.campaign.RunObserver`) watches the GPU part.
+    `explore_item_for(family)` makes the work items of replayed explore points (default:
+    requests to the family's launch server)."""
     if not budget_s > 0:
         raise UserError(f"budget must be positive, got {budget_s!r}")
     parts = set(skip) | ({"gpu"} if static_only else set())
@@ -329,13 +348,16 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
                              for v in gpu_variants(f)]
     if items:
         _run_gpu_part(res, items, budget_s - (time.monotonic() - t0), store, lock_dir, wait_s, exclusive,
-                      target_factory, log, observer)
+                      target_factory, log, observer, [f for f in fams if gpu_variants(f)], explore_item_for)
     return res
 
 
 def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, store: Store | None,
                   lock_dir: str | None, wait_s: float, exclusive: bool, target_factory: TargetFactory,
-                  log: Callable[[str], None], observer: Any = None) -> None:
+                  log: Callable[[str], None], observer: Any = None, families: list[Family] = (),
+                  explore_item_for: Callable[[Family], Any] | None = None) -> None:
+    from hazards.hypothesis_profiles import database_dir
+
     own_store = store is None
     store = store or Store()
     try:
@@ -347,20 +369,88 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
             res.verdicts += [VariantVerdict.of(i.target, i.variant, i.expectation, not_judged(str(e)))
                              for i in items]
             return
+        db = database_dir(store.path)
+        replay = _known_points(families, db)
         with frame:
             res.gpu_note = f"GPU checks on {frame.describe()}"
             log(res.gpu_note)
-            cid = frame.create(KIND, {"budget_s": budget_s, "items": [i.to_json() for i in items]})
+            t0 = time.monotonic()
+            cid = frame.create(KIND, {"budget_s": budget_s, "items": [i.to_json() for i in items],
+                                      "replay": [f.name for f in replay]})
             res.campaign_id = cid
-            source = SprtStop(items, _sprt_for, stop_on_failure=lambda i: i.expectation is Expect.CLEAN,
-                              max_runs=MAX_RUNS_PER_VARIANT)
-            frame.run(cid, source, budget_s=max(1.0, budget_s), observer=observer)
-        dropped = source.dropped()
-        for key, st in source.states.items():
-            j = judge(st.item.expectation, st.tally, decision=source.decision(key), dropped=dropped.get(key))
-            v = VariantVerdict.of(st.item.target, st.item.variant, st.item.expectation, j, st.tally, st.busy_s)
-            res.verdicts.append(v)
-            log(v.line())
+            source = EvidenceAllocation(items, sprt_for=_sprt_for, recheck=False)
+            frame.run(cid, source, budget_s=max(1.0, budget_s * (1.0 - REPLAY_SHARE) if replay else budget_s),
+                      observer=observer)
+            dropped = source.dropped()
+            busy = _busy_seconds(store, cid)
+            for key, it in source.items.items():
+                ev = source.evidence[key]
+                decision = "failed" if it.expectation is not Expect.DETECT and ev.failures else source.decision(key)
+                j = judge(it.expectation, ev, decision=decision, dropped=dropped.get(key))
+                if it.expectation is Expect.CLEAN and j.verdict is Verdict.CLEAN and ev.launches:
+                    j = Judgement(j.verdict, f"{j.message}; per launch <= {ev.launch_upper():.2g} at 95% "
+                                             f"({ev.launches:,} launches)")
+                v = VariantVerdict.of(it.target, it.variant, it.expectation, j, ev, busy.get(key, (0, 0.0))[1])
+                v.launches, v.failed_launches = ev.launches, ev.failed_launches
+                res.verdicts.append(v)
+                log(v.line())
+            left = budget_s - (time.monotonic() - t0)
+            for k, fam in enumerate(replay):
+                v = _replay_verdict(frame, fam, db, left / (len(replay) - k), explore_item_for)
+                left = budget_s - (time.monotonic() - t0)
+                res.verdicts.append(v)
+                log(v.line())
     finally:
         if own_store:
             store.close()
+
+
+def _busy_seconds(store: Store, campaign_id: int) -> dict[str, tuple[int, float]]:
+    """{item key: (runs, seconds of run time)} of a campaign."""
+    from hazards.engine.soak import stored_time
+
+    return stored_time(store, campaign_id)
+
+
+def _known_points(families: Iterable[Family], database_dir: Path) -> list[Family]:
+    """The families whose explore property has failing points in the example database."""
+    from hazards.explore import database_entries
+
+    if not database_dir.is_dir():
+        return []
+    return [f for f in families if database_entries(database_dir, f)]
+
+
+def _replay_verdict(frame: LeasedCampaign, family: Family, database_dir: Path, budget_s: float,
+                    explore_item_for: Callable[[Family], Any] | None) -> VariantVerdict:
+    """Replay a family's known failing explore points, judged by the two-way oracle: a point
+    the model calls safe that still fails is a hazard (failed), one it calls hazardous that
+    no longer fails within its launch budget a blind spot (went blind)."""
+    from hazards.explore import Agreement, ExploreOptions, explore_family
+
+    label = "explore points"
+    if budget_s < 0.5:
+        return VariantVerdict(family.name, label, "explore", Verdict.SKIPPED,
+                              message="the budget ended before the known failing points could be replayed")
+    try:
+        out = explore_family(frame, family, ExploreOptions(budget_s=budget_s, replay=True, point_runs=0),
+                             database_dir=database_dir, campaign_name=f"check replay {family.name}",
+                             item_for=explore_item_for(family) if explore_item_for else None)
+    except UserError as e:
+        return VariantVerdict(family.name, label, "explore", Verdict.ERROR, message=str(e))
+    ev = [o.evidence for o in out.observations]
+    runs, failures = sum(e.n for e in ev), sum(e.failures for e in ev)
+    where = f"{len(out.observations)} replayed run(s) of {out.replayed} known point(s)"
+    kinds = {f.kind for f in out.disagreements}
+    if Agreement.MISSED in kinds:
+        status, why = Verdict.FAILED, next(f for f in out.disagreements if f.kind is Agreement.MISSED)
+    elif Agreement.GAP in kinds:
+        status, why = Verdict.WENT_BLIND, out.disagreements[0]
+    elif out.exit_code == 3 or not out.judged:
+        return VariantVerdict(family.name, label, "explore", Verdict.ERROR, runs, failures,
+                              message=f"{where}: nothing judged ({out.error or out.stop_reason or 'errors only'})")
+    else:
+        return VariantVerdict(family.name, label, "explore", Verdict.CLEAN, runs, failures,
+                              message=f"{where}: every one agrees with the static model now")
+    return VariantVerdict(family.name, label, "explore", status, runs, failures,
+                          message=f"{where}: {why.headline()} at {why.repro}")

@@ -68,6 +68,8 @@ def upper_bound(k: int, n: int, conf: float = 0.95) -> float:
     _check_conf(conf)
     if n == 0 or k == n:
         return 1.0
+    if k == 0:  # the same number in closed form (no scipy import: work sources ask this per run)
+        return zero_failure_upper(n, conf)
     return float(_scipy_stats().beta.ppf(conf, k + 1, n - k))
 
 

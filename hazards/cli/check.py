@@ -14,10 +14,13 @@ from hazards.cli.options import (BudgetOption, ExclusiveOption, FamiliesOption, 
 
 _HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
 
-The static checks run on the catalog's families (and the given paths); then every family's
-canaries (broken variants) and clean variants run on each free GPU. Each variant runs until
-its SPRT verdict is settled, its cap, or the budget. A canary that was not detected "went
-blind" and fails the check.
+The static checks run on the catalog's families (and the given paths); then the GPU part
+spends the budget on each free GPU: every canary (broken variant) first, until it is detected
+or its SPRT accepts the blind rate; then every run to the clean variant whose per-launch upper
+bound is weakest, so what the check proves is as tight as the budget allows (stated per clean
+variant: a bound per run and per launch); then, when the example database beside the store
+holds failing points of `hazards explore`, they are replayed and judged by the static model.
+A canary that was not detected "went blind" and fails the check.
 
 A check that could not look never passes: without a usable GPU, or without clang-19, nvcc or
 the disassembler, every check that could not run is named (with how to install what is

@@ -4,7 +4,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hazards.family import Family, StaticVerdict, Variant
+from hypothesis import strategies as st
+
+from hazards.family import Family, Param, StaticVerdict, Variant
 from hazards.engine.executor import WorkItem
 
 HERE = Path(__file__).resolve().parent
@@ -76,3 +78,40 @@ def synthetic_soaks(store, *, n: int = 60) -> tuple[int, int]:
         store.set_campaign_status(cid, "complete")
         ids.append(cid)
     return ids[0], ids[1]
+
+
+# -- a fake family with a parameter space (explore) ------------------------------------------
+
+LAUNCHES = 4
+
+
+def knob_family(model_from: int, rate: float | None = 1.0, *, zero_from: int | None = None) -> Family:
+    """A family with one int parameter; the model calls knob >= model_from hazardous with
+    `rate` per launch (and knob >= zero_from hazardous at rate 0: only elsewhere)."""
+    def model(params):
+        p = fam.resolve(params)
+        if zero_from is not None and p["knob"] >= zero_from:
+            return StaticVerdict(True, "hazardous on another platform", 0.0)
+        if p["knob"] >= model_from:
+            return StaticVerdict(True, f"knob {p['knob']} >= {model_from}", rate)
+        return StaticVerdict(False, f"knob {p['knob']} < {model_from}", 0.0)
+
+    fam = Family(name="knobfam", summary="fake", binary="knobfam", default_launches=LAUNCHES,
+                 variants=(Variant("fixed", "fixed", "the fix"),
+                           Variant("broken", "broken", "seeded", params={"knob": 1000}, detected_by=("stress",))),
+                 params=(Param("knob", "int", 0, "a knob", 0, 1000),),
+                 static_model=model,
+                 strategy=lambda: st.fixed_dictionaries({"variant": st.just("fixed"), "knob": st.integers(0, 1000)}))
+    return fam
+
+
+def fake_item_for(fails_from: int, **extra: object):
+    """The fake 'kernel': every launch of a point with knob >= fails_from mismatches."""
+    def item_for(point):
+        return WorkItem(target="knobfam", variant=f"explore:{point.get('variant', 'fixed')}", kind="server",
+                        argv=(sys.executable, str(FAKE_SERVER)),
+                        params={**point, "fail_from": {"knob": fails_from}, **extra}, launches=LAUNCHES,
+                        timeout_s=10.0)
+    return item_for
+
+

@@ -24,7 +24,7 @@ def no_static(monkeypatch):
 
 
 def _check(fams, store, **kw):
-    return run_check(budget_s=60, catalog=fams, store=store, items_for=fake_items_for, wait_s=0, **kw)
+    return run_check(budget_s=3, catalog=fams, store=store, items_for=fake_items_for, wait_s=0, **kw)
 
 
 def test_check_passes_when_every_canary_is_detected_and_clean_variants_stay_clean(fake_gpus, store, no_static, tmp_path):
@@ -131,7 +131,7 @@ def test_cli_check_exits_non_zero_and_says_went_blind(fake_gpus, monkeypatch, tm
     monkeypatch.setattr(families, "all_families", lambda: [make_family(canary_fail_prob=0.0)])
     monkeypatch.setattr(checkrun, "default_items_for", fake_items_for)
     junit = tmp_path / "check.xml"
-    rc = main(["check", "--budget", "1m", "--junit", str(junit), "--store", str(tmp_path / "r.db"),
+    rc = main(["check", "--budget", "3s", "--junit", str(junit), "--store", str(tmp_path / "r.db"),
                "--families", "fakefam"])
     out = capsys.readouterr().out
     assert rc == 1 and "went blind" in out and "check FAILED" in out
@@ -145,7 +145,7 @@ def test_cli_check_json_is_one_object_with_every_verdict(fake_gpus, monkeypatch,
 
     monkeypatch.setattr(families, "all_families", lambda: [make_family(canary_fail_prob=0.0)])
     monkeypatch.setattr(checkrun, "default_items_for", fake_items_for)
-    rc = main(["check", "--budget", "1m", "--store", str(tmp_path / "r.db"), "--families", "fakefam", "--json"])
+    rc = main(["check", "--budget", "3s", "--store", str(tmp_path / "r.db"), "--families", "fakefam", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and out["exit_code"] == 1 and not out["ok"]
     verdicts = {v["variant"]: v for v in out["verdicts"]}

@@ -4,50 +4,14 @@ beside the store replayed across runs."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-from campaign_fakes import FAKE_SERVER
-from hypothesis import strategies as st
+from campaign_fakes import LAUNCHES, fake_item_for, knob_family
 
 from hazards.cli import main
 from hazards.explore import Agreement, ExploreOptions, database_entries, explore_family, launch_budget
-from hazards.family import Family, Param, StaticVerdict, Variant
 from hazards.replay import repro_command
 from hazards.engine.campaign import LeasedCampaign
-from hazards.engine.executor import WorkItem
-
-LAUNCHES = 4
-
-
-def knob_family(model_from: int, rate: float | None = 1.0, *, zero_from: int | None = None) -> Family:
-    """A family with one int parameter; the model calls knob >= model_from hazardous with
-    `rate` per launch (and knob >= zero_from hazardous at rate 0: only elsewhere)."""
-    def model(params):
-        p = fam.resolve(params)
-        if zero_from is not None and p["knob"] >= zero_from:
-            return StaticVerdict(True, "hazardous on another platform", 0.0)
-        if p["knob"] >= model_from:
-            return StaticVerdict(True, f"knob {p['knob']} >= {model_from}", rate)
-        return StaticVerdict(False, f"knob {p['knob']} < {model_from}", 0.0)
-
-    fam = Family(name="knobfam", summary="fake", binary="knobfam", default_launches=LAUNCHES,
-                 variants=(Variant("fixed", "fixed", "the fix"),
-                           Variant("broken", "broken", "seeded", params={"knob": 1000}, detected_by=("stress",))),
-                 params=(Param("knob", "int", 0, "a knob", 0, 1000),),
-                 static_model=model,
-                 strategy=lambda: st.fixed_dictionaries({"variant": st.just("fixed"), "knob": st.integers(0, 1000)}))
-    return fam
-
-
-def fake_item_for(fails_from: int, **extra):
-    """The fake 'kernel': every launch of a point with knob >= fails_from mismatches."""
-    def item_for(point):
-        return WorkItem(target="knobfam", variant=f"explore:{point.get('variant', 'fixed')}", kind="server",
-                        argv=(sys.executable, str(FAKE_SERVER)),
-                        params={**point, "fail_from": {"knob": fails_from}, **extra}, launches=LAUNCHES,
-                        timeout_s=10.0)
-    return item_for
 
 
 def explore(store, tmp_path, fam, fails_from, **opts):
