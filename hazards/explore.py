@@ -358,13 +358,13 @@ class _Explorer:
             self.result.observations.append(obs)
             return obs
         rate = verdict.expected_rate
-        per_run = self.opts.launches or self.family.default_launches
+        item = self.item_for(point)
+        per_run = item.launches or 1
         expect_fail = rate is not None and rate > 0
         budget = min(self.opts.max_launches, max(per_run, launch_budget(rate, self.opts.alpha))) if expect_fail \
             else per_run
         obs = Observation(index, point, verdict, budget)
         self.result.observations.append(obs)
-        item = self.item_for(point)
         rates: list[float] = []
         while True:
             r = ask(item)
@@ -479,6 +479,30 @@ class _Explorer:
         self.remeasure(ask)
 
 
+# Targets that are not catalog families but have a configuration space to explore: the module
+# defines SPACE (a Family: parameters, variants, static model, strategy) and item_for(point).
+TARGET_SPACES = {"ragged_decode": "hazards.megakernel.space"}
+
+
+def explorable(name: str) -> tuple[Family, ItemFor | None]:
+    """What `hazards explore NAME` explores: a catalog family with a launch server (items:
+    None, the family's server), or a target's configuration space with its items."""
+    import importlib
+
+    from hazards.families import all_families
+
+    if name in TARGET_SPACES:
+        mod = importlib.import_module(TARGET_SPACES[name])
+        return mod.SPACE, mod.item_for
+    runtime = {f.name: f for f in all_families() if f.binary}
+    if name not in runtime:
+        static = sorted(f.name for f in all_families() if not f.binary)
+        known = ", ".join(sorted(runtime) + sorted(TARGET_SPACES))
+        why = " (a static family: no runtime binary)" if name in static else ""
+        raise UserError(f"nothing to explore called {name!r}{why}; known: {known}")
+    return runtime[name], None
+
+
 def default_item_for(family: Family, *, launches: int | None = None, timeout_s: float | None = None) -> ItemFor:
     """Points as requests to the family's warm launch server (built or taken from the build
     cache by `hazards.stress_family.family_item`), labelled `explore:<variant>` in the store."""
@@ -491,6 +515,10 @@ def default_item_for(family: Family, *, launches: int | None = None, timeout_s: 
         return dataclasses.replace(server, variant=f"explore:{variant}", params=dict(point), expect=None)
 
     return item_for
+
+
+def _first_point(family: Family) -> dict[str, Any]:
+    return {"variant": family.variants[0].name}
 
 
 def explore_family(frame: LeasedCampaign, family: Family, opts: ExploreOptions, *, database_dir: str | Path,
@@ -511,7 +539,15 @@ def explore_family(frame: LeasedCampaign, family: Family, opts: ExploreOptions, 
         raise UserError(f"--launches must be at least 1, got {opts.launches}")
     database_dir = Path(database_dir)
     database_dir.mkdir(parents=True, exist_ok=True)
-    item_for = item_for or default_item_for(family, launches=opts.launches, timeout_s=opts.timeout_s)
+    if item_for is None:
+        item_for = default_item_for(family, launches=opts.launches, timeout_s=opts.timeout_s)
+    elif opts.launches or opts.timeout_s:
+        given = item_for
+
+        def item_for(point: dict[str, Any]) -> WorkItem:  # the run options laid over the caller's items
+            item = given(point)
+            return dataclasses.replace(item, launches=opts.launches or item.launches,
+                                       timeout_s=opts.timeout_s or item.timeout_s)
     result = ExploreResult(family.name, None, str(database_dir), opts.replay, opts.target,
                            replayed=database_entries(database_dir, family))
     t0 = time.monotonic()
@@ -521,7 +557,7 @@ def explore_family(frame: LeasedCampaign, family: Family, opts: ExploreOptions, 
                          DirectoryBasedExampleDatabase(str(database_dir)), search_deadline)
     spec = {"family": family.name, "budget_s": opts.budget_s if math.isfinite(opts.budget_s) else None,
             "examples": opts.examples, "replay": opts.replay, "target": opts.target, "seed": opts.seed,
-            "launches": opts.launches or family.default_launches, "max_launches": opts.max_launches,
+            "launches": item_for(_first_point(family)).launches, "max_launches": opts.max_launches,
             "alpha": opts.alpha, "database": str(database_dir)}
     result.campaign_id = frame.create(KIND, spec, name=campaign_name or f"explore {family.name}")
     source = Driven(explorer.drive, deadline=deadline)

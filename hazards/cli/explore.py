@@ -42,7 +42,7 @@ Examples:
 
 @app.command("explore", help=_HELP)
 def explore_command(
-    family: str = typer.Argument(..., help="Family name (see `hazards list`)."),
+    family: str = typer.Argument(..., help="Family name (see `hazards list`), or ragged_decode (the megakernel target)."),
     budget: BudgetOption = "60s",
     examples: Optional[int] = typer.Option(None, "--examples", show_default="as many as the budget allows",
                                            help="Parameter points (hypothesis examples) to try, at most."),
@@ -63,13 +63,10 @@ def explore_command(
 ) -> None:
     from hazards.engine.campaign import LeasedCampaign
     from hazards.engine.store import Store
-    from hazards.explore import ExploreOptions, explore_family
-    from hazards.families import get_family
+    from hazards.explore import ExploreOptions, explorable, explore_family
     from hazards.hypothesis_profiles import database_dir
 
-    fam = get_family(family)
-    if not fam.binary:
-        raise UserError(f"family {fam.name!r} has no runtime binary: use `hazards check --static`")
+    fam, item_for = explorable(family)
     if timeout is not None and not timeout > 0:
         raise UserError(f"--timeout must be positive, got {timeout:g}")
     opts = ExploreOptions(budget_s=parse_duration(budget), examples=examples, replay=replay, target=targeting,
@@ -81,7 +78,8 @@ def explore_command(
         with LeasedCampaign.acquire(store, "hazards explore", max_gpus=1, wait_s=wait_s,
                                     without_gpu=True) as frame:
             typer.echo(f"explore {fam.name} on {frame.describe()}", err=True)
-            res = explore_family(frame, fam, opts, database_dir=db, campaign_name=name)
+            res = explore_family(frame, fam, opts, database_dir=db, campaign_name=name,
+                                 item_for=item_for)
     if json_out:
         typer.echo(json.dumps(res.to_json(), default=str))
     else:

@@ -15,6 +15,11 @@ short soaks.
 length clamped at 8192, scaled by --lens-scale like the lengths; every request read from
 the top of the arena) while the reference
 keeps the true ones: canaries proving this oracle still catches a mishandled ragged batch.
+
+A server request may also name a point of the target's configuration space
+(`hazards.megakernel.space`: length distribution, batch, longest length, scale, grid, tile,
+schedule; `hazards explore ragged_decode` sends them): the server then builds that arena
+and schedule (kept until a request names another one) and checks the calls on it.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import os
 import sys
 from typing import Any, Callable
 
+from hazards.engine.errors import UserError
 from hazards.engine.protocol_server import StopServing
 
 TOL = 1e-2
@@ -37,7 +43,8 @@ class NoDevice(RuntimeError):
 class Checker:
     """A built schedule plus its arena: runs batches of checked calls."""
 
-    def __init__(self, lens_scale: int = 1, schedule: str = "split", arena_seed: int = 0) -> None:
+    def __init__(self, lens_scale: int = 1, schedule: str = "split", arena_seed: int = 0, *,
+                 lens: list[int] | None = None, grid: int | None = None, split_tokens: int = 2048) -> None:
         import torch
 
         from hazards.megakernel import kernel, reference
@@ -46,12 +53,34 @@ class Checker:
             raise NoDevice("no CUDA-capable device is detected by torch")
         self.torch, self.kernel, self.ref = torch, kernel, reference
         cfg = dict(reference.CONTRACT_CFG)
-        cfg["lens"] = [max(1, n // lens_scale) for n in reference.CONTRACT_LENS]
+        cfg["lens"] = list(lens) if lens is not None else [max(1, n // lens_scale) for n in reference.CONTRACT_LENS]
         self.cfg = cfg
+        self.config = {"lens": cfg["lens"], "grid": grid, "split_tokens": split_tokens, "schedule": schedule}
         self.clamp = max(1, 8192 // lens_scale)  # the contract's clamp, scaled with the lengths
         self.k, self.v = reference.make_arena(cfg["lens"], cfg["n_kv"], cfg["hd"], device="cuda", seed=arena_seed)
-        self.handle = kernel.build_sched({}, {"k": self.k, "v": self.v}, cfg, 1, schedule=schedule)
+        self.handle = kernel.build_sched({}, {"k": self.k, "v": self.v}, cfg, 1, schedule=schedule, grid=grid,
+                                         split_tokens=split_tokens)
         self.out = torch.empty(len(cfg["lens"]), cfg["n_q"] * cfg["hd"], dtype=torch.float32, device="cuda")
+        self._other: "Checker | None" = None
+
+    def configured(self, config: dict[str, Any], lens_scale: int = 1) -> "Checker":
+        """The checker of another point of the configuration space (built once and kept
+        until another is asked for); this one when `config` is its own."""
+        if config == self.config:
+            return self
+        if self._other is None or self._other.config != config:
+            if self._other is not None:
+                self._other.release()
+            self._other = None
+            self._other = Checker(lens_scale, config["schedule"], lens=config["lens"], grid=config["grid"],
+                                  split_tokens=config["split_tokens"])
+        return self._other
+
+    def release(self) -> None:
+        """Drop this configuration's device buffers."""
+        self.kernel.teardown(self.handle)
+        self.k = self.v = self.out = None
+        self.torch.cuda.empty_cache()
 
     def batch(self, calls: int, seed: int, mishandle: str = "none") -> dict[str, Any]:
         """Run `calls` checked calls with draws from `seed`; counts and the worst error."""
@@ -107,14 +136,29 @@ def once(args: argparse.Namespace) -> int:
 
 def handle(checker: Checker, req: dict[str, Any]) -> dict[str, Any]:
     """One protocol request: `launches` checked calls, or a bad_request reply saying why not."""
+    from hazards.megakernel import space
+
     params = req.get("params") or {}
-    unknown = set(params) - {"seed", "variant", "mishandle"}
+    unknown = set(params) - {"seed", "variant", "mishandle", *space.CONFIG_KEYS}
     if unknown:
         return {"status": "bad_request", "message": f"unknown params: {sorted(unknown)}"}
     mishandle = str(params.get("mishandle", "none"))
     if mishandle not in MISHANDLINGS:
         return {"status": "bad_request",
                 "message": f"unknown mishandling {mishandle!r} (known: {', '.join(MISHANDLINGS)})"}
+    if set(params) & set(space.CONFIG_KEYS):
+        point = {k: v for k, v in params.items() if k in space.CONFIG_KEYS}
+        try:
+            config = space.config_of(point)
+        except UserError as e:
+            return {"status": "bad_request", "message": str(e)}
+        if sum(config["lens"]) > space.MAX_TOKENS:
+            return {"status": "bad_request", "message": f"{sum(config['lens']):,} tokens: more than the server's "
+                                                        f"{space.MAX_TOKENS:,}"}
+        try:
+            checker = checker.configured(config, int(space.SPACE.resolve(point)["lens_scale"]))
+        except UserError as e:  # the host refused the configuration (shared memory, schedule)
+            return {"status": "bad_request", "message": str(e)}
     try:
         res = checker.batch(int(req.get("launches", 1)), int(params.get("seed", req.get("id"))), mishandle)
     except Exception as exc:  # noqa: BLE001 - a sticky CUDA error poisons the context

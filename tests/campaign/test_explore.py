@@ -126,4 +126,5 @@ def test_explore_refuses_bad_input_with_one_line(capsys):
     assert main(["explore", "no_such_family"]) == 2
     assert main(["explore", "earlyclobber"]) == 2
     err = capsys.readouterr().err
-    assert "no family 'no_such_family'" in err and "no runtime binary" in err
+    assert "nothing to explore called 'no_such_family'" in err and "ragged_decode" in err
+    assert "'earlyclobber' (a static family: no runtime binary)" in err
