@@ -47,7 +47,7 @@ from hazards.engine.errors import UserError
 from hazards.engine.evidence import Evidence
 from hazards.engine.executor import WorkItem
 from hazards.engine.outcome import Outcome, RunResult
-from hazards.engine.sources import Driven, DriverStopped
+from hazards.engine.sources import MAX_CONSECUTIVE_ERRORS, Driven, DriverStopped
 from hazards.engine.stats import format_rate, rate_ci
 
 KIND = "explore"
@@ -329,7 +329,8 @@ class ExploreOptions:
     timeout_s: float | None = None       # per run (default: the family's)
     alpha: float = ALPHA
     conf: float = 0.95
-    stop_at_first_failure: bool = False  # the targeting measurement: stop at the first failing run
+    stop_at_rate: float | None = None    # the targeting measurement: stop at the first point whose observed
+                                         # failure rate (per launch, a hang 1) reaches this
     strategy: Any = None                 # a strategy of points (default: the family's)
 
 
@@ -344,7 +345,7 @@ class _Explorer:
         self.family, self.item_for, self.opts, self.result = family, item_for, opts, result
         self.database, self.search_deadline = database, search_deadline
         self.last: dict[Agreement, Observation] = {}
-        self.first_failure_seen = False
+        self.errors_in_a_row = 0
 
     # -- one point -------------------------------------------------------------------------
     def judge(self, point: dict[str, Any], ask: Callable[[WorkItem], RunResult]) -> Observation:
@@ -372,7 +373,12 @@ class _Explorer:
             if Outcome(r.outcome) is Outcome.ERROR:
                 obs.agreement = Agreement.REFUSED if r.error_kind == "bad_request" else Agreement.ERROR
                 obs.reason = r.reason
+                self.errors_in_a_row = self.errors_in_a_row + 1 if obs.agreement is Agreement.ERROR else 0
+                if self.errors_in_a_row >= MAX_CONSECUTIVE_ERRORS:  # the target cannot run: stop, say why
+                    self.result.error = f"{self.errors_in_a_row} errors in a row, last: {r.reason}"
+                    raise DriverStopped()
                 return obs
+            self.errors_in_a_row = 0
             rates.append(mismatch_rate(r) or 0.0)
             obs.observed_rate = sum(rates) / len(rates)
             if Outcome(r.outcome).is_failure:
@@ -417,8 +423,8 @@ class _Explorer:
                 reject()
             if opts.target:
                 target(obs.observed_rate, label=TARGET_LABEL)
-            if obs.failed and opts.stop_at_first_failure:
-                self.result.stop_reason = f"first failing point (example {obs.index})"
+            if opts.stop_at_rate is not None and obs.failed and obs.observed_rate >= opts.stop_at_rate:
+                self.result.stop_reason = f"example {obs.index} failed at rate {obs.observed_rate:.3g}"
                 raise DriverStopped()
             if obs.agreement is Agreement.MISSED:
                 self.last[Agreement.MISSED] = obs
@@ -475,7 +481,8 @@ class _Explorer:
         try:
             self.search(ask)
         except DriverStopped:
-            self.result.stop_reason = self.result.stop_reason or "the budget ended"
+            if not self.result.stop_reason:
+                self.result.stop_reason = "the target could not run" if self.result.error else "the budget ended"
         self.remeasure(ask)
 
 

@@ -3,6 +3,7 @@ server, shrinking to the edge of the disagreement, re-measurement, and the examp
 beside the store replayed across runs."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -128,3 +129,19 @@ def test_explore_refuses_bad_input_with_one_line(capsys):
     err = capsys.readouterr().err
     assert "nothing to explore called 'no_such_family'" in err and "ragged_decode" in err
     assert "'earlyclobber' (a static family: no runtime binary)" in err
+
+
+def test_a_target_that_cannot_run_stops_the_search_with_its_reason(store, tmp_path):
+    with LeasedCampaign.on_cpu(store) as frame:
+        res = explore_family(frame, knob_family(model_from=400), ExploreOptions(examples=50, seed=4, point_runs=0),
+                             database_dir=tmp_path / "hypothesis",
+                             item_for=lambda p: dataclasses.replace(fake_item_for(400)(p), argv=("/no/such/server",)))
+    assert len(res.observations) == 3 and res.stop_reason == "the target could not run"
+    assert "errors in a row" in res.error and res.exit_code == 3
+
+
+def test_the_targeting_measurement_stops_at_the_first_point_failing_at_its_rate(store, tmp_path):
+    res = explore(store, tmp_path, knob_family(model_from=0, rate=None), fails_from=600, stop_at_rate=0.5,
+                  target=False, examples=200)
+    assert res.observations[-1].point["knob"] >= 600 and res.first_failure_example == len(res.observations)
+    assert res.stop_reason.startswith(f"example {len(res.observations)} failed at rate 1")
