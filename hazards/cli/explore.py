@@ -11,7 +11,7 @@ import typer
 from hazards.cli.app import app
 from hazards.cli.options import (BudgetOption, CampaignNameOption, JsonOption, StoreOption, WaitOption,
                                  launches_option,
-                                 parse_duration, sigterm_as_interrupt, timeout_option)
+                                 parse_duration, timeout_option)
 from hazards.engine.errors import UserError
 
 _HELP = """Explore a family's parameter space on a leased GPU, holding its static model to its word.
@@ -73,7 +73,7 @@ def explore_command(
                           seed=seed, launches=launches, max_launches=max_launches, point_runs=point_runs,
                           timeout_s=timeout)
     wait_s = parse_duration(wait, allow_zero=True)
-    with sigterm_as_interrupt(), Store(store_path) as store:
+    with Store(store_path) as store:
         db = database_dir(store.path)
         with LeasedCampaign.acquire(store, "hazards explore", max_gpus=1, wait_s=wait_s,
                                     without_gpu=True) as frame:
