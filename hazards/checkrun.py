@@ -383,7 +383,7 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
                       observer=observer)
             dropped = source.dropped()
             busy = _busy_seconds(store, cid)
-            for key, it in source.items.items():
+            for key, it in source.by_key.items():
                 ev = source.evidence[key]
                 decision = "failed" if it.expectation is not Expect.DETECT and ev.failures else source.decision(key)
                 j = judge(it.expectation, ev, decision=decision, dropped=dropped.get(key))

@@ -275,24 +275,30 @@ class EvidenceAllocation:
         if recheck_every < 1:
             raise ValueError(f"recheck_every must be >= 1, got {recheck_every!r}")
         self._mu = threading.Lock()
-        self.items = {i.key: i for i in items}
-        self.evidence = {k: Evidence() for k in self.items}
-        self.sprts = {k: sprt_for(i) for k, i in self.items.items()}
+        self.by_key = {i.key: i for i in items}
+        self.evidence = {k: Evidence() for k in self.by_key}
+        self.sprts = {k: sprt_for(i) for k, i in self.by_key.items()}
         self.recheck_every, self.recheck, self.target_bound, self.conf = recheck_every, recheck, target_bound, conf
-        self.in_flight = {k: 0 for k in self.items}
-        self.errors_in_a_row = {k: 0 for k in self.items}
-        self.last_run = {k: -1 for k in self.items}  # issue number of the item's last run
+        self.in_flight = {k: 0 for k in self.by_key}
+        self.errors_in_a_row = {k: 0 for k in self.by_key}
+        self.last_run = {k: -1 for k in self.by_key}  # issue number of the item's last run
         self._dropped: dict[str, str] = {}
         self.issued = 0
         self.rechecks = 0
         self._since_recheck = 0
         for r in prior:
-            if r.key in self.items:
-                self._count(self.items[r.key], r)
+            if r.key in self.by_key:
+                self._count(self.by_key[r.key], r)
+
+    @property
+    def items(self) -> list[WorkItem]:
+        return list(self.by_key.values())
+
+    total = None  # only the budget (or `target_bound`) bounds it
 
     # -- what an item needs ------------------------------------------------------------------
     def _canary(self, key: str) -> bool:
-        return self.items[key].expect == "detect"
+        return self.by_key[key].expect == "detect"
 
     def _decided(self, key: str) -> bool:
         """A canary seen failing, or one its SPRT judged blind."""
@@ -313,7 +319,7 @@ class EvidenceAllocation:
 
     # -- the work source -------------------------------------------------------------------------
     def _pick(self) -> str | None:
-        live = [k for k in self.items if self._live(k)]
+        live = [k for k in self.by_key if self._live(k)]
         undecided = [k for k in live if self._canary(k) and not self._decided(k)]
         free = [k for k in undecided if not self.in_flight[k]]
         if free:
@@ -347,7 +353,7 @@ class EvidenceAllocation:
             self.issued += 1
             self.last_run[key] = self.issued
             self.in_flight[key] += 1
-            return self.items[key]
+            return self.by_key[key]
 
     def _count(self, item: WorkItem, result: RunResult) -> None:
         key = item.key
