@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# GPU round for issue 17 (helper l-explore), one H200, ~166 s of script time:
+# GPU round of hazards explore and evidence allocation (helper l-explore), one H200,
+# ~166 s of script time:
 #  (a) the targeting measurement: bench/explore_targeting.py, region pipeline-war (the WAR
 #      refill race of a 2-4 stage ring without its barrier, rate growing with jitter), 20 seeds,
 #      with and without hypothesis.target, examples to the first failing point;
 #  (b) the allocation benchmark: bench/soak_allocation.py, the same soak budget with
 #      --allocation evidence and uniform side by side (scaled down from the issue's 10 minutes
 #      to ~30 s each: the whole team has 30 minutes of device time);
-#  (c) one short `hazards explore` per runtime family, with its agreement table and findings.
+#  (c) one short `hazards explore` per runtime family (and the ragged-decode megakernel
+#      target), with its agreement table and findings.
 # The family binaries build in the background from the start (in parallel); each step waits
 # for the ones it needs and is capped by what is left. Everything lands in $OUT/l-explore.tar.gz.
 set -u
@@ -22,14 +24,16 @@ exec > >(tee "$R/console.log") 2>&1
 elapsed() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( BUDGET - $(elapsed) )); }
 step() { echo; echo "== $1 ($(elapsed) s so far, $(left) s left)"; }
-finish() { step "done"; tar -czf "$OUT/l-explore.tar.gz" -C "$OUT" l-explore; exit 0; }
+finish() { trap - EXIT TERM INT; step "done"; timeout 20 tar -czf "$OUT/l-explore.tar.gz" -C "$OUT" l-explore; exit 0; }
+trap finish EXIT TERM INT  # killed from outside too: what was measured still comes back
 FAMILIES="pipeline ordering barrier_layout deadlock mma_pingpong megakernel_layers"
+EXPLORED="$FAMILIES ragged_decode"
 
 step "machine"
-nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-nvcc --version | tail -1
-python3 -c "import hypothesis, sys; print('hypothesis', hypothesis.__version__, 'python', sys.version.split()[0])"
-git log -1 --format='commit %H %s' 2>/dev/null || echo "commit: (no git metadata in this copy)"
+timeout 20 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+timeout 20 nvcc --version | tail -1
+timeout 30 python3 -c "import hypothesis, sys; print('hypothesis', hypothesis.__version__, 'python', sys.version.split()[0])"
+timeout 10 git log -1 --format='commit %H %s' 2>/dev/null || echo "commit: (no git metadata in this copy)"
 date -u +"date %Y-%m-%dT%H:%M:%SZ"
 
 step "build every runtime family in the background (the hazards build cache)"
@@ -40,6 +44,10 @@ from hazards.stress_family import family_binary
 print(family_binary(get_family('$f')))" > "$R/build-$f.txt" 2>&1
     echo "$f rc=$? at $(elapsed) s" >> "$R/builds.txt" ) &
 done
+( timeout 150 python3 -c "
+from hazards.megakernel.build import build_library
+print(build_library())" > "$R/build-ragged_decode.txt" 2>&1
+  echo "ragged_decode rc=$? at $(elapsed) s" >> "$R/builds.txt" ) &
 built() {  # wait (at most $2 s) for family $1's build; true when its binary is there
   local deadline=$(( $(elapsed) + $2 ))
   while ! grep -q "^$1 " "$R/builds.txt" 2>/dev/null; do
@@ -73,17 +81,17 @@ else
 fi
 
 step "(c) hazards explore, one short run per runtime family"
-n=6
-for f in $FAMILIES; do
+n=7
+for f in $EXPLORED; do
   PER=$(( ($(left) - 3) / n - 3 )); n=$(( n - 1 )); [ "$PER" -gt 7 ] && PER=7
   if [ "$PER" -lt 2 ]; then echo "$f: no time left"; continue; fi
   if ! built "$f" 5; then echo "$f: not built"; tail -3 "$R/build-$f.txt"; continue; fi
   extra=""
-  case $f in deadlock) extra="--timeout 1";; megakernel_layers) extra="--timeout 3";; esac
+  case $f in deadlock) extra="--timeout 1";; megakernel_layers|ragged_decode) extra="--timeout 3";; esac
   timeout $(( PER + 12 )) python3 -m hazards explore "$f" --budget "${PER}s" --point-runs 3 --json \
     --store "$W/explore.db" $extra > "$R/explore-$f.json" 2> "$R/explore-$f.err"
   echo "$f exit $?"
-  python3 - "$R/explore-$f.json" <<'EOF'
+  timeout 20 python3 - "$R/explore-$f.json" <<'EOF'
 import json, sys
 try:
     d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
