@@ -86,9 +86,10 @@ for f in $EXPLORED; do
   PER=$(( ($(left) - 3) / n - 3 )); n=$(( n - 1 )); [ "$PER" -gt 7 ] && PER=7
   if [ "$PER" -lt 2 ]; then echo "$f: no time left"; continue; fi
   if ! built "$f" 5; then echo "$f: not built"; tail -3 "$R/build-$f.txt"; continue; fi
-  extra=""
-  case $f in deadlock) extra="--timeout 1";; megakernel_layers|ragged_decode) extra="--timeout 3";; esac
-  timeout $(( PER + 12 )) python3 -m hazards explore "$f" --budget "${PER}s" --point-runs 3 --json \
+  extra="" grace=12
+  case $f in deadlock) extra="--timeout 1";; megakernel_layers) extra="--timeout 3";;
+    ragged_decode) extra="--timeout 3" grace=20;; esac  # its server imports torch before its handshake
+  timeout $(( PER + grace )) python3 -m hazards explore "$f" --budget "${PER}s" --point-runs 3 --json \
     --store "$W/explore.db" $extra > "$R/explore-$f.json" 2> "$R/explore-$f.err"
   echo "$f exit $?"
   timeout 20 python3 - "$R/explore-$f.json" <<'EOF'
