@@ -55,20 +55,22 @@ def knob_items(family, variants):
     return [fake_item_for(2000 if v.name == "fixed" else 0)({"variant": v.name}) for v in variants]
 
 
-def test_check_replays_the_failing_points_explore_left_in_the_database(fake_gpus, store):
+def test_check_replays_the_failing_points_explore_left_in_the_database(fake_gpus, store, monkeypatch):
+    # most of the budget to the replay: on a loaded box its fake server must have time to start
+    monkeypatch.setattr("hazards.checkrun.REPLAY_SHARE", 0.75)
     fam = knob_family(model_from=500)
     with LeasedCampaign.on_cpu(store) as frame:  # last night: a point the model calls safe failed
         found = explore_family(frame, fam, ExploreOptions(examples=100, point_runs=0),
                                database_dir=database_dir(store.path), item_for=fake_item_for(300))
     assert found.findings and database_entries(database_dir(store.path), fam)
-    res = run_check(budget_s=4, catalog=[fam], store=store, items_for=knob_items, wait_s=0,
+    res = run_check(budget_s=10, catalog=[fam], store=store, items_for=knob_items, wait_s=0,
                     explore_item_for=lambda f: fake_item_for(300))
     replay = [x for x in res.verdicts if x.role == "explore"]
     assert [(x.family, x.variant, x.status) for x in replay] == [("knobfam", "explore points", "failed")]
     assert "MODEL MISSED A HAZARD" in replay[0].message and "hazards repro --family knobfam" in replay[0].message
     assert res.exit_code == 1 and store.campaign(res.campaign_id).spec["replay"] == ["knobfam"]
     # fixed: the replayed points pass, the check passes, and the database forgets them
-    res = run_check(budget_s=4, catalog=[fam], store=store, items_for=knob_items, wait_s=0,
+    res = run_check(budget_s=10, catalog=[fam], store=store, items_for=knob_items, wait_s=0,
                     explore_item_for=lambda f: fake_item_for(2000))
     assert [x.status for x in res.verdicts if x.role == "explore"] == ["clean"] and res.exit_code == 0
     assert database_entries(database_dir(store.path), fam) == 0

@@ -149,7 +149,7 @@ def test_check_shows_canaries_detected_and_the_clean_rate(fake_gpus, tmp_path, c
     monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): ([], "stubbed"))
     monkeypatch.setattr(families, "all_families", lambda: [make_family()])
     monkeypatch.setattr(checkrun, "default_items_for", fake_items_for)
-    rc = main(["check", "--budget", "1m", "--store", str(tmp_path / "r.db"), "--families", "fakefam",
+    rc = main(["check", "--budget", "4s", "--store", str(tmp_path / "r.db"), "--families", "fakefam",
                "--progress-interval", "1h"])
     err = capsys.readouterr().err
     last = _status_lines(err)[-1]
