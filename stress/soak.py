@@ -518,5 +518,5 @@ def run_soak(frame: LeasedCampaign, items: list[WorkItem] | None, *, budget_s: f
     evidence = evidence_of((sr.result for sr in store.iter_runs(cid)), {i.key: i.proof for i in items})
     return SoakResult(cid, camp.status, stats, spent_seconds(store, cid), float(camp.spec["budget_s"]),
                       comparison, dict(camp.spec.get("dropped") or {}), {k: e for k, (e, _) in verdicts.items()},
-                      {k: j for k, (_, j) in verdicts.items()}, allocation,
-                      {i.key: evidence.get(i.key, Evidence()) for i in items}, explored)
+                      {k: j for k, (_, j) in verdicts.items()}, allocation=allocation,
+                      evidence={i.key: evidence.get(i.key, Evidence()) for i in items}, explored=explored)
