@@ -21,8 +21,9 @@ def test_the_predicted_rate_agrees_with_what_each_variant_is_for(family):
             assert verdict.expected_rate == 0.0, (v.name, verdict)
         elif "stress" in v.detected_by:  # stress must see it here: the model predicts it fails here
             assert verdict.expected_rate is None or verdict.expected_rate > 0, (v.name, verdict)
-        else:  # seen only by the static checks (an AMD mechanism, a compiler-repaired race)
-            assert verdict.expected_rate == 0.0, (v.name, verdict)
+        else:  # seen only by the static checks (an AMD mechanism, a compiler-repaired race, or a
+            # race not measured on the GPU yet: not predicted, never a made-up rate)
+            assert verdict.expected_rate in (0.0, None), (v.name, verdict)
 
 
 @pytest.mark.parametrize("family", RUNTIME, ids=lambda f: f.name)
