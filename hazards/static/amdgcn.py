@@ -85,33 +85,101 @@ def _region_text(func: isa.Function, reg: isa.Region) -> str:
 
 def check_asm_overlap(funcs: list[isa.Function], path: str,
                       stmts: list[cscan.AsmStatement] | None = None,
-                      source_path: str | None = None) -> list[Finding]:
-    """[asm-overlap]: registers an asm region writes and then reads as an input, by overlap."""
+                      source_path: str | None = None,
+                      line_map: list[tuple[str, int]] | None = None) -> list[Finding]:
+    """[asm-overlap]: an output and an input of an asm region that got overlapping registers,
+    with an instruction writing the output before one that may run after it (later, or
+    around an asm-written loop) reads the input.
+
+    Precise when the region carries its `; HZ_ASM` annotation and `stmts` (the annotated
+    source's statements) are given: the template says which operand each instruction
+    writes and reads, the annotation which registers each operand got. Otherwise the
+    registers alone are compared (see `_overlap_reason`). `line_map` maps the statements'
+    lines (preprocessed text) back to the user's source."""
     out: list[Finding] = []
     for func in funcs:
         for reg in func.regions:
-            idx = range(reg.first, reg.last + 1)
             parsed = _parse_annotation(reg.annotation) if reg.annotation else None
-            pairs = _annotated_pairs(parsed) if parsed else None
-            reasons: list[tuple[int, str]] = []
-            for i in idx:
-                w = isa.units(func.instrs[i].writes())
-                for j in (j for j in idx if j > i and w):
-                    hit = w & isa.units(func.instrs[j].reads())
-                    why = _overlap_reason(func, i, j, hit, pairs) if hit else None
-                    if why is not None:
-                        reasons.append((func.instrs[i].line, why))
+            st = stmts[parsed[0]] if parsed and stmts is not None and parsed[0] < len(stmts) else None
+            reasons = _template_overlaps(func, reg, st, parsed[1]) if st is not None else None
+            if reasons is None:
+                reasons = _register_overlaps(func, reg, _annotated_pairs(parsed) if parsed else None)
             if not reasons:
                 continue
             line, where = reg.start_line, path
-            if parsed and stmts is not None and parsed[0] < len(stmts) and source_path:
-                line, where = stmts[parsed[0]].line, source_path
+            if st is not None and source_path:
+                line, where = st.line, source_path
+                if line_map and st.line - 1 < len(line_map) and line_map[st.line - 1][0]:
+                    where, line = line_map[st.line - 1]
             more = f" (+{len(reasons) - 1} more overlaps in this block)" if len(reasons) > 1 else ""
             out.append(checks.ASM_OVERLAP.finding(
                 where, line,
                 f"{reasons[0][1]}{more} [listing {path}:{reasons[0][0]}, function {func.name}]",
                 _region_text(func, reg)))
     return out
+
+
+def _template_overlaps(func: isa.Function, reg: isa.Region, st: cscan.AsmStatement,
+                       ops: list[tuple[str, list[isa.Reg]]]) -> list[tuple[int, str]] | None:
+    """(listing line, why) for each output/input pair that shares registers and is written
+    then read in that order; None when the template's instructions do not match the
+    region's one for one (then only registers can be compared)."""
+    from hazards.static.asm_lint import may_follow, split_instructions
+
+    names = {op.name: op.index for op in st.outputs + st.inputs if op.name}
+    instrs = split_instructions(st.template, names, "amdgcn")
+    if len(instrs) != reg.last - reg.first + 1:
+        return None
+    after = may_follow(instrs)
+    kinds = {k: kind for k, (kind, _) in enumerate(ops)}
+    units = {k: isa.units(regs) for k, (_, regs) in enumerate(ops)}
+    reasons = []
+    for ko in (k for k, kind in kinds.items() if kind in ("o", "b")):
+        for ki in (k for k, kind in kinds.items() if kind == "i" and units[k] & units[ko]):
+            pair = next(((i, j) for i, ins in enumerate(instrs) if ko in ins.written
+                         for j in sorted(after[i]) if ki in instrs[j].refs), None)
+            if pair is None:
+                continue  # the input is read before the output is written: sharing is fine
+            a, b = (func.instrs[reg.first + k] for k in pair)
+            how = ('make the output early-clobber ("=&v")' if kinds[ko] == "o" else
+                   'a read-write ("+") output shares an input\'s registers only when its value '
+                   'is undefined or equal to that input: initialise it or make it "+&v"')
+            loop = " (around the asm-written loop)" if pair[1] <= pair[0] else ""
+            reasons.append((a.line, f"output %{ko} and input %{ki} were allocated overlapping "
+                                    f"registers ({isa.describe_units(units[ko] & units[ki])}): "
+                                    f"`{a.text}` writes %{ko} before `{b.text}`{loop} reads "
+                                    f"%{ki}; {how}"))
+    return reasons
+
+
+def _register_overlaps(func: isa.Function, reg: isa.Region,
+                       pairs: list[tuple[int, int, set]] | None) -> list[tuple[int, str]]:
+    """(listing line, why) from registers alone: a write, then a read of the same registers
+    by an instruction that may run after it inside the region."""
+    reasons = []
+    for i in range(reg.first, reg.last + 1):
+        w = isa.units(func.instrs[i].writes())
+        if not w:
+            continue
+        for j in sorted(_reach_in_region(func, reg, i)):
+            hit = w & isa.units(func.instrs[j].reads())
+            why = _overlap_reason(func, i, j, hit, pairs) if hit else None
+            if why is not None:
+                reasons.append((func.instrs[i].line, why))
+    return reasons
+
+
+def _reach_in_region(func: isa.Function, reg: isa.Region, start: int) -> set[int]:
+    """Instructions of the region that may execute after `start` without leaving it."""
+    seen: set[int] = set()
+    stack = list(func.successors(start))
+    while stack:
+        k = stack.pop()
+        if k in seen or not reg.first <= k <= reg.last:
+            continue
+        seen.add(k)
+        stack.extend(func.successors(k))
+    return seen
 
 
 def _annotated_pairs(parsed) -> list[tuple[int, int, set]]:
@@ -137,7 +205,7 @@ def _overlap_reason(func: isa.Function, i: int, j: int, hit: set,
     # Bare listing: an input is a register the compiler materialised before the region
     # (e.g. `v_mov_b64 v[2:3], s[4:5]`) that a later instruction reads as that tuple; a
     # hard-coded temporary (clobbered, so never live into the region) does not qualify.
-    region_first = min((k for k in range(i + 1) if func.instrs[k].in_asm == a.in_asm), default=i)
+    region_first = min((k for k in range(min(i, j) + 1) if func.instrs[k].in_asm == a.in_asm), default=i)
     before = {str(r) for k in range(region_first) for r in func.instrs[k].writes()}
     r_tuples = [r for r in b.reads() if isa.units([r]) & hit and str(r) in before]
     if not r_tuples:
@@ -294,14 +362,16 @@ def _dropped_on(func: isa.Function, reg: isa.Region, start: int, bank: set) -> i
 
 def check_listing(text: str, path: str, *, target: str = "any",
                   stmts: list[cscan.AsmStatement] | None = None,
-                  source_path: str | None = None) -> list[Finding]:
-    """Every AMDGCN check over one listing's text."""
+                  source_path: str | None = None,
+                  line_map: list[tuple[str, int]] | None = None) -> list[Finding]:
+    """Every AMDGCN check over one listing's text (`stmts`, `source_path`, `line_map`: see
+    `check_asm_overlap`)."""
     from hazards.static import amdgcn_sync
 
     funcs = isa.parse_listing(text)
     m = re.search(r'\.amdgcn_target\s+"[^"]*--(gfx\w+)', text)
     target = m.group(1) if target == "any" and m else target
-    return (check_asm_overlap(funcs, path, stmts, source_path)
+    return (check_asm_overlap(funcs, path, stmts, source_path, line_map)
             + check_mfma_waits(funcs, path, target)
             + check_exit_parity(funcs, path)
             + amdgcn_sync.check_sync(funcs, path))

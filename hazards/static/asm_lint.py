@@ -4,27 +4,44 @@ A multi-instruction `asm` block whose register outputs are not early-clobber (`"
 than `"=&v"`) lets the compiler give an output the same register as an input it considers
 dead after the block. If an instruction writes that output and a *later* instruction of the
 same block reads that input, the later instruction reads what the earlier one wrote: the
-MI355 megakernel PR's four-load block, where load 1's destination `v[4:7]` covered
-load 2's address `v[6:7]` (a garbage address: a nil-address fault or a wave parked on
-`s_waitcnt` forever).
+MI355 megakernel PR's four-load block, where load 1's destination `v[4:7]` covered load 2's
+address `v[6:7]` (a garbage address: a nil-address fault or a wave parked on `s_waitcnt`
+forever).
 
-The rule, per asm statement with >= 2 instructions: an output operand without `&` that an
-instruction writes (AMDGCN: the destination position; other ISAs: any mention, to be safe),
-and a register input read by a later instruction. Tied inputs (`"0"`), in-out operands
-(`"+v"`), immediates and memory operands cannot alias an output register and are ignored.
-PTX templates (NVIDIA) are skipped: nvcc gives every asm operand its own virtual register and
-ptxas allocates after that, so the overlap cannot arise there.
+The rule, per asm statement: an output operand without `&` that an instruction writes
+(AMDGCN: the destination position; other ISAs: any mention, to be safe), and a register
+input read by an instruction that may run after it - later in the text, or anywhere in an
+asm-written loop (a label and a branch back to it) that the write is inside. Every form of
+the output counts:
+
+- `"=v"`: the allocator may put it on any input that is dead after the block;
+- `"+v"` (read-write): its register holds the operand's value on entry, so it can only
+  share an input's register when that value is *undefined* (the variable is declared
+  without an initializer and nothing assigns it before the block; clang-19 then places a
+  later load's address in it, the MI355 megakernel PR's overlap exactly) or *equal* to the input (the same
+  expression passed twice).
+
+Tied inputs (`"0"`), immediates and memory operands cannot alias an output register and
+are ignored, as are operands in different AMDGPU register files. PTX templates (NVIDIA) are
+skipped: nvcc gives every asm operand its own virtual register and ptxas allocates after
+that, so the overlap cannot arise there.
+
+Templates are read from string literals (raw `R"(...)"` ones included) and object-like
+string macros; a template built through a function-like macro is expanded by running the
+preprocessor (`expand`, see `hazards.static.preprocess`) and the findings are mapped back
+to the source lines. Every block is counted as checked or skipped (and why), per file.
 
 Reviewed blocks are silenced by a comment on the statement's lines or the line above:
 ``// hazards: allow(early-clobber) <reason>`` (the reason is required).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from hazards.static import checks, cscan
 from hazards.static.amdgcn_isa import parse_instr
@@ -36,18 +53,41 @@ SKIP_DIRS = frozenset({".git", ".hg", "build", ".hazards", "node_modules", "__py
                        ".venv", "venv", "site-packages", ".tox", ".pytest_cache",
                        ".hypothesis", ".mypy_cache", "dist"})
 MAX_FILE_BYTES = 4 << 20
+# Why a block was not checked (the keys of `FileReport.skipped`).
+SKIP_REASONS = {
+    "ptx": "PTX templates: nvcc gives every operand its own virtual register",
+    "macro": "template built from macros the lint could not expand",
+    "allowlisted": "allowlisted with a reason (`hazards: allow(early-clobber) ...`)",
+}
 _ALLOW_RE = re.compile(r"hazards:\s*allow\(([^)]*)\)\s*(.*)")
 _AMD_MNEMONIC = re.compile(r"^(v_|s_|ds_|global_|buffer_|flat_|scratch_|exp\b|image_)")
 _REF_RE = re.compile(r"%(?:[a-zA-Z])?(?:(\d+)|\[(\w+)\])")
+_LABEL_RE = re.compile(r"^([A-Za-z_.$][\w.$]*(?:%=[\w.$]*)?|\d+)\s*:(?!:)\s*")
+_LOCAL_REF_RE = re.compile(r"^(\d+)([fb])$")
+_UNCONDITIONAL = re.compile(r"^(s_branch|s_setpc_b64|jmp|bra\.uni|b|br)$")
 _NON_REGISTER_LETTERS = set("moVXinEFpgIJKLMNOP<>")
+_DIRECTIVES = {"if", "ifdef", "ifndef", "elif", "else", "endif", "defined"}
+
+# Preprocess a file: returns its text with `# N "file"` line markers, or raises ExpandError.
+Expander = Callable[[Path], str]
+
+
+class ExpandError(Exception):
+    """The preprocessor could not expand a file (the message says why, in one line)."""
 
 
 @dataclasses.dataclass
 class Instruction:
+    """One instruction of a template: the operands it mentions and writes, the labels that
+    name it and the labels it may branch to."""
+
     index: int
     text: str
     refs: set[int]
     written: set[int]
+    labels: list[str] = dataclasses.field(default_factory=list)
+    targets: list[str] = dataclasses.field(default_factory=list)
+    falls_through: bool = True
 
 
 def _resolve_refs(text: str, names: dict[str, int]) -> list[tuple[int, int, int]]:
@@ -66,7 +106,8 @@ def dialect(template: str) -> str:
     """'amdgcn', 'ptx' or 'generic' from the mnemonics a template uses."""
     mnems = []
     for line in re.split(r"[\n;]", template):
-        tok = line.strip().split()
+        line = _LABEL_RE.sub("", line.strip())
+        tok = line.split()
         if tok and not tok[0].endswith(":") and not tok[0].startswith(("//", "#", ".", "{", "}")):
             mnems.append(tok[0])
     if any(_AMD_MNEMONIC.match(m) for m in mnems):
@@ -77,12 +118,16 @@ def dialect(template: str) -> str:
 
 
 def split_instructions(template: str, names: dict[str, int], kind: str) -> list[Instruction]:
-    """The instructions of a template, each with the operands it mentions and writes."""
+    """The instructions of a template, each with the operands it mentions and writes, the
+    labels defined on it and the labels it branches to (an asm-written loop)."""
     out: list[Instruction] = []
+    pending: list[str] = []
     lines = template.split("\n") if kind == "amdgcn" else re.split(r"[\n;]", template)
     for raw in lines:
         line = re.split(r"//|;" if kind == "amdgcn" else r"//|#", raw)[0].strip()
-        line = re.sub(r"^\w+:\s*", "", line)  # a label before the instruction
+        while (lab := _LABEL_RE.match(line)) is not None:
+            pending.append(lab.group(1))
+            line = line[lab.end():]
         if not line or line.startswith("."):
             continue
         refs = _resolve_refs(line, names)
@@ -90,11 +135,55 @@ def split_instructions(template: str, names: dict[str, int], kind: str) -> list[
         if kind == "amdgcn":
             ins = parse_instr(0, line)
             if ins is not None and ins.has_dest and ins.operands:
-                first = ins.operands[0]
-                written = {i for i, _, _ in _resolve_refs(first, names)}
+                written = {i for i, _, _ in _resolve_refs(ins.operands[0], names)}
         else:
             written = {i for i, _, _ in refs}  # destination position unknown: any mention
-        out.append(Instruction(len(out), line, {i for i, _, _ in refs}, written))
+        mnemonic = line.replace("\t", " ").split(" ", 1)[0]
+        words = re.findall(r"[\w.$%=]+", line[len(mnemonic):])
+        out.append(Instruction(len(out), line, {i for i, _, _ in refs}, written, pending, words,
+                               not _UNCONDITIONAL.match(mnemonic)))
+        pending = []
+    _resolve_targets(out)
+    return out
+
+
+def _resolve_targets(instrs: list[Instruction]) -> None:
+    """Keep only the words of each instruction that name a label of this block, as indices."""
+    named = {lab for ins in instrs for lab in ins.labels}
+    for ins in instrs:
+        ins.targets = [w for w in ins.targets if w in named or _LOCAL_REF_RE.match(w)]
+
+
+def _target_index(instrs: list[Instruction], at: int, target: str) -> int | None:
+    local = _LOCAL_REF_RE.match(target)
+    if local:  # GNU local labels: `1b` = the nearest `1:` at or before, `1f` = after
+        name, forward = local.group(1), local.group(2) == "f"
+        cands = [k for k, ins in enumerate(instrs) if name in ins.labels]
+        if forward:
+            return next((k for k in cands if k > at), None)
+        return next((k for k in reversed(cands) if k <= at), None)
+    return next((k for k, ins in enumerate(instrs) if target in ins.labels), None)
+
+
+def may_follow(instrs: list[Instruction]) -> list[set[int]]:
+    """For each instruction, the instructions that may execute after it inside the block
+    (later ones in a straight line; around a loop, those before it too, itself included)."""
+    succ: list[list[int]] = []
+    for k, ins in enumerate(instrs):
+        nxt = [t for t in (_target_index(instrs, k, w) for w in ins.targets) if t is not None]
+        if ins.falls_through and k + 1 < len(instrs):
+            nxt.append(k + 1)
+        succ.append(nxt)
+    out = []
+    for k in range(len(instrs)):
+        seen: set[int] = set()
+        stack = list(succ[k])
+        while stack:
+            j = stack.pop()
+            if j not in seen:
+                seen.add(j)
+                stack.extend(succ[j])
+        out.append(seen)
     return out
 
 
@@ -108,11 +197,18 @@ def _is_register_input(op: cscan.Operand) -> bool:
     return False
 
 
+def _has_register(constraint: str) -> bool:
+    return any(ch not in _NON_REGISTER_LETTERS for ch in re.sub(r"[=+&%*!?#,\s]", "", constraint))
+
+
 def _may_lack_early_clobber(op: cscan.Operand) -> bool:
-    cons = op.constraints or [""]
-    return any(c.startswith("=") and "&" not in c and
-               any(ch not in _NON_REGISTER_LETTERS for ch in re.sub(r"[=&%*!?#,\s]", "", c))
-               for c in cons)
+    """A write-only output (`=`) some alternative of which has no `&`."""
+    return any(c.startswith("=") and "&" not in c and _has_register(c) for c in op.constraints or [""])
+
+
+def _read_write_without_early_clobber(op: cscan.Operand) -> bool:
+    """A read-write output (`+`) some alternative of which has no `&`."""
+    return any(c.startswith("+") and "&" not in c and _has_register(c) for c in op.constraints or [""])
 
 
 def _classes(op: cscan.Operand) -> set[str]:
@@ -133,35 +229,126 @@ def _may_share(a: cscan.Operand, b: cscan.Operand, kind: str) -> bool:
     return "*" in ca or "*" in cb or bool(ca & cb)
 
 
-def check_statement(st: cscan.AsmStatement) -> str | None:
-    """Why this asm statement is hazardous, or None."""
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What the lint concluded about one asm statement: `hazard` (with why), `clean`, or
+    `skipped` (with a key of `SKIP_REASONS`)."""
+
+    status: str
+    reason: str = ""
+
+
+# Whether the value of a read-write operand is undefined where the asm statement runs.
+UndefinedValue = Callable[[cscan.Operand], bool]
+
+
+def check_statement(st: cscan.AsmStatement, undefined: UndefinedValue | None = None) -> Verdict:
+    """The lint's verdict on one asm statement (`undefined` decides `"+"` operands; without
+    it they are never flagged for an undefined value, only for one equal to an input)."""
     kind = dialect(st.template)
     if kind == "ptx":
-        return None
+        return Verdict("skipped", "ptx")
     names = {op.name: op.index for op in st.outputs + st.inputs if op.name}
     instrs = split_instructions(st.template, names, kind)
-    if len(instrs) < 2:
-        return None
+    after = may_follow(instrs)
     inputs = {op.index: op for op in st.inputs if _is_register_input(op)}
     for out_op in st.outputs:
-        if not _may_lack_early_clobber(out_op):
+        shareable = _shareable_inputs(out_op, inputs, kind, undefined)
+        if not shareable:
             continue
-        first_write = next((ins for ins in instrs if out_op.index in ins.written), None)
-        if first_write is None:
-            continue
-        for later in instrs[first_write.index + 1:]:
-            hit = sorted(i for i in later.refs
-                         if i in inputs and _may_share(out_op, inputs[i], kind))
-            if hit:
-                inp = inputs[hit[0]]
-                alts = " or ".join(f'"{c}"' for c in out_op.constraints)
-                return (f"output %{out_op.index} ({alts} {out_op.expr}) is written by "
-                        f"instruction {first_write.index + 1} (`{first_write.text}`) before "
-                        f"instruction {later.index + 1} (`{later.text}`) reads input "
-                        f"%{inp.index} (\"{(inp.constraints or [''])[0]}\" {inp.expr}); "
-                        f"without early-clobber (\"=&...\") the compiler may give them "
-                        f"overlapping registers")
-    return None
+        for first in (ins for ins in instrs if out_op.index in ins.written):
+            for later in sorted(after[first.index]):
+                hit = sorted(i for i in instrs[later].refs if i in shareable)
+                if hit:
+                    return Verdict("hazard", _why(out_op, inputs[hit[0]], first, instrs[later]))
+    return Verdict("clean")
+
+
+def _shareable_inputs(out_op: cscan.Operand, inputs: dict[int, cscan.Operand], kind: str,
+                      undefined: UndefinedValue | None) -> dict[int, cscan.Operand]:
+    """The register inputs this output may be allocated onto."""
+    if _may_lack_early_clobber(out_op):
+        return {i: op for i, op in inputs.items() if _may_share(out_op, op, kind)}
+    if not _read_write_without_early_clobber(out_op):
+        return {}
+    if undefined is not None and undefined(out_op):
+        return {i: op for i, op in inputs.items() if _may_share(out_op, op, kind)}
+    same = _normalized(out_op.expr)
+    return {i: op for i, op in inputs.items() if same and _normalized(op.expr) == same}
+
+
+def _normalized(expr: str) -> str:
+    return re.sub(r"\s+", "", expr)
+
+
+def _why(out_op: cscan.Operand, inp: cscan.Operand, first: Instruction, later: Instruction) -> str:
+    alts = " or ".join(f'"{c}"' for c in out_op.constraints)
+    if _may_lack_early_clobber(out_op):
+        how = "without early-clobber (\"=&...\") the compiler may give them overlapping registers"
+    elif _normalized(out_op.expr) == _normalized(inp.expr):
+        how = ("both carry the same value, so the compiler may pass them in one register; "
+               "make the output early-clobber (\"+&...\")")
+    else:
+        how = ("its value is uninitialised here, so the compiler may give it any register, "
+               "that input's included; initialise it or make it early-clobber (\"+&...\")")
+    loop = " (around the asm-written loop)" if later.index <= first.index else ""
+    return (f"output %{out_op.index} ({alts} {out_op.expr}) is written by instruction "
+            f"{first.index + 1} (`{first.text}`) before instruction {later.index + 1} "
+            f"(`{later.text}`){loop} reads input %{inp.index} "
+            f"(\"{(inp.constraints or [''])[0]}\" {inp.expr}); {how}")
+
+
+def undefined_at(scanned: cscan.Scanned, st: cscan.AsmStatement) -> UndefinedValue:
+    """Whether a read-write operand's variable is undefined where `st` runs: it is declared
+    in the enclosing code without an initializer, nothing mentions it between the
+    declaration and the statement, and no loop between them could carry a value into it."""
+    def undefined(op: cscan.Operand) -> bool:
+        m = re.match(r"\s*([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*|\.\s*\w+\s*)*$", op.expr)
+        return bool(m) and _declared_without_value(scanned, st.start, m.group(1))
+    return undefined
+
+
+def _declared_without_value(scanned: cscan.Scanned, at: int, name: str) -> bool:
+    code = scanned.code
+    last = None
+    for m in re.finditer(rf"\b{re.escape(name)}\b", code[:at]):
+        if not scanned.in_string(m.start()):
+            last = m
+    if last is None:
+        return False
+    stmt_start = max(code.rfind(c, 0, last.start()) for c in ";{}") + 1
+    head = code[stmt_start:last.start()].replace("\\\n", " ").strip()
+    # A declaration statement: a type (and earlier declarators) before the name; not a
+    # parameter, an argument, a condition, an assignment or a label.
+    if not _DECLARATION_HEAD.match(head) or _NOT_A_TYPE.search(head):
+        return False
+    after = re.match(r"\s*(?:\[[^\]]*\]\s*)*([,;])", code[last.end():at])
+    if not after:
+        return False  # `= ...`, `{...}` or `(...)`: initialised
+    return not _loop_between(code, last.end(), at)
+
+
+_DECLARATION_HEAD = re.compile(r"^[A-Za-z_][\w\s:<>,*&\[\]]*[\s*&>]$")
+_NOT_A_TYPE = re.compile(r"\b(?:return|case|goto|else|do|throw|co_return|co_yield|delete|new)\b|"
+                         r"(?<!:):(?!:)")
+
+
+def _loop_between(code: str, lo: int, hi: int) -> bool:
+    """Whether a loop opened between `lo` and `hi` is still open at `hi` (a value may then
+    come round from the previous iteration)."""
+    stack: list[bool] = []
+    for m in re.finditer(r"\b(?:for|while|do)\b|[{}]", code[lo:hi]):
+        tok = m.group(0)
+        if tok == "{":
+            before = code[lo:lo + m.start()].rstrip()
+            stack.append(before.endswith("do") or bool(re.search(r"\b(?:for|while)\s*\(", before[-200:])
+                                                           and before.endswith(")")))
+        elif tok == "}":
+            if stack:
+                stack.pop()
+    tail = code[max(lo, hi - 300):hi].rstrip()
+    braceless = bool(re.search(r"\b(?:for|while)\s*\([^;{}]*(?:;[^;{}]*){0,2}\)\s*$", tail)) or tail.endswith("do")
+    return any(stack) or braceless
 
 
 def _allowed(scanned: cscan.Scanned, st: cscan.AsmStatement, path: str) -> tuple[bool, list[Finding]]:
@@ -177,62 +364,209 @@ def _allowed(scanned: cscan.Scanned, st: cscan.AsmStatement, path: str) -> tuple
             continue
         if m.group(2).strip().strip("*/").strip():
             return True, []
-        notes.append(checks.ALLOW_NO_REASON.finding(path, line,
-                             "allowlist comment without a reason is ignored: write "
-                             "`hazards: allow(early-clobber) <why this block is safe>`"))
+        notes.append(checks.ALLOW_NO_REASON.finding(
+            path, line, "allowlist comment without a reason is ignored: write "
+                        "`hazards: allow(early-clobber) <why this block is safe>`"))
     return False, notes
 
 
-def _unresolved_note(st: cscan.AsmStatement, path: str, lines: list[str]) -> Finding | None:
-    """An `info` finding for a block whose template the lint could not read in full.
+def _could_have_hazard(st: cscan.AsmStatement) -> bool:
+    return any(_may_lack_early_clobber(op) or _read_write_without_early_clobber(op)
+               for op in st.outputs)
 
-    A template spelled through a function-like macro (or a name defined elsewhere) cannot be
-    expanded without preprocessing, so an overlap in it would pass unseen; say so rather
-    than count the block as checked. Only blocks that could have the hazard (a register
-    output without early-clobber) are reported.
-    """
-    if not st.template_unresolved or dialect(st.template) == "ptx":
-        return None
-    if not any(_may_lack_early_clobber(op) for op in st.outputs):
-        return None
-    directives = {"if", "ifdef", "ifndef", "elif", "else", "endif", "defined"}
+
+def _needs_expansion(st: cscan.AsmStatement) -> bool:
+    """A template the lint cannot read in full (a function-like macro, a name defined
+    elsewhere) whose block could have the hazard."""
+    return bool(st.template_unresolved) and dialect(st.template) != "ptx" and _could_have_hazard(st)
+
+
+def _unchecked_note(st: cscan.AsmStatement, path: str, lines: list[str], why: str,
+                    line: int | None = None) -> Finding:
     unknown = set(st.template_unresolved)
-    names = ", ".join(sorted(unknown - directives)) or "preprocessor conditionals"
-    if unknown & directives and unknown - directives:
+    names = ", ".join(sorted(unknown - _DIRECTIVES)) or "preprocessor conditionals"
+    if unknown & _DIRECTIVES and unknown - _DIRECTIVES:
         names += " and #if blocks"
-    return checks.ASM_UNCHECKED.finding(path, st.line,
-                   f"not checked: the asm template uses {names}, which the lint cannot expand "
-                   f"without preprocessing; `hazards static` checks the compiled code, or "
-                   f"spell the template with string literals / object-like string macros",
-                   "\n".join(lines[st.line - 1:st.end_line]))
+    return checks.ASM_UNCHECKED.finding(
+        path, line or st.line,
+        f"not checked: the asm template uses {names}, which the lint could not expand ({why}); "
+        f"give the compile flags (-I/-D, or --compile-commands compile_commands.json) or check "
+        f"the compiled code: `hazards static --compile {path} -- FLAGS`",
+        "\n".join(lines[st.line - 1:st.end_line]))
+
+
+@dataclasses.dataclass
+class FileReport:
+    """What the lint did with one file: its findings, and how many asm blocks it checked
+    and skipped (by reason, keys of `SKIP_REASONS`)."""
+
+    path: str
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    checked: int = 0
+    skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    expanded: bool = False  # the preprocessor ran on it
+
+    @property
+    def blocks(self) -> int:
+        return self.checked + sum(self.skipped.values())
+
+
+@dataclasses.dataclass
+class LintReport:
+    """The lint over many files: every finding, per-file counts, files not linted."""
+
+    files: list[FileReport] = dataclasses.field(default_factory=list)
+    not_linted: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for r in self.files for f in r.findings]
+
+    @property
+    def checked(self) -> int:
+        return sum(r.checked for r in self.files)
+
+    @property
+    def skipped(self) -> collections.Counter:
+        total: collections.Counter = collections.Counter()
+        for r in self.files:
+            total.update(r.skipped)
+        return total
+
+    def summary(self) -> str:
+        """One line: files, blocks checked and skipped (and why)."""
+        skipped = self.skipped
+        why = ", ".join(f"{n} {k}" for k, n in sorted(skipped.items()))
+        files = len(self.files)
+        out = (f"{files} source file(s), {self.checked + sum(skipped.values())} asm block(s): "
+               f"{self.checked} checked, {sum(skipped.values())} skipped" + (f" ({why})" if why else ""))
+        if self.not_linted:
+            out += f"; {len(self.not_linted)} file(s) not linted"
+        return out
+
+
+def _judge(text: str, path: str, *, honor_allowlist: bool, line_map, scanned=None,
+           stmts=None) -> list[tuple[cscan.AsmStatement, Verdict, list[Finding]]]:
+    """Each statement of `text` with its verdict and findings (hazards mapped back)."""
+    scanned = scanned or cscan.scan(text)
+    lines = text.split("\n")
+    out = []
+    for st in stmts if stmts is not None else cscan.asm_statements(text, scanned):
+        verdict = check_statement(st, undefined_at(scanned, st))
+        found: list[Finding] = []
+        if verdict.status == "hazard" and honor_allowlist:
+            ok, found = _allowed(scanned, st, path)
+            if ok:
+                verdict = Verdict("skipped", "allowlisted")
+        if verdict.status == "hazard":
+            where, line = path, st.line
+            if line_map and st.line - 1 < len(line_map) and line_map[st.line - 1][0]:
+                where, line = line_map[st.line - 1]
+                where = path if _same_file(where, path) else where
+            found.append(checks.EARLY_CLOBBER.finding(where, line, verdict.reason,
+                                                      "\n".join(lines[st.line - 1:st.end_line])))
+        out.append((st, verdict, found))
+    return out
+
+
+def lint_source(text: str, path: str, *, honor_allowlist: bool = True,
+                line_map: list[tuple[str, int]] | None = None,
+                expand: Expander | None = None) -> FileReport:
+    """Lint one source text: findings and block counts. `line_map` maps lines of
+    preprocessed text back; `expand` preprocesses the file when a template needs it."""
+    report = FileReport(path)
+    if "asm" not in text:
+        return report
+    scanned = cscan.scan(text)
+    stmts = cscan.asm_statements(text, scanned)
+    lines = text.split("\n")
+    pending = []
+    for st, verdict, found in _judge(text, path, honor_allowlist=honor_allowlist,
+                                     line_map=line_map, scanned=scanned, stmts=stmts):
+        if _needs_expansion(st):
+            pending.append(st)
+            continue
+        report.findings += found
+        _count(report, verdict)
+    if pending:
+        _expand_and_judge(report, text, path, pending, lines, expand, honor_allowlist)
+    return report
+
+
+def _count(report: FileReport, verdict: Verdict) -> None:
+    if verdict.status == "skipped":
+        report.skipped[verdict.reason] += 1
+    else:
+        report.checked += 1
+
+
+def _expand_and_judge(report: FileReport, text: str, path: str, pending, lines,
+                      expand: Expander | None, honor_allowlist: bool) -> None:
+    """Judge the blocks whose templates need the preprocessor on its output, mapped back.
+
+    A pending block written in the code is replaced by the expanded blocks on its lines; a
+    pending block inside a `#define` by the expansions of macros elsewhere in this file
+    (blocks the lint already read in full are not judged twice)."""
+    if expand is None:
+        return _leave_unchecked(report, path, pending, lines, "no preprocessor configured")
+    try:
+        pre = expand(Path(path))
+    except ExpandError as e:
+        return _leave_unchecked(report, path, pending, lines, f"preprocessing failed: {e}")
+    report.expanded = True
+    lmap = cscan.line_map(pre) or []
+    read_in_full = [(st.line, st.end_line) for st in cscan.asm_statements(text)]
+    in_define = [st for st in pending if _inside_define(lines, st.line)]
+    resolved: set[int] = set()  # lines of the pending blocks now judged
+    for st, verdict, found in _judge(pre, path, honor_allowlist=honor_allowlist, line_map=lmap):
+        src_file, src_line = lmap[st.line - 1] if st.line - 1 < len(lmap) else ("", 0)
+        if not src_file or not _same_file(src_file, path):
+            continue
+        owner = next((p for p in pending if p.line <= src_line <= p.end_line), None)
+        if owner is None and (not in_define or any(a <= src_line <= b for a, b in read_in_full)):
+            continue
+        if _needs_expansion(st):  # still not a literal after preprocessing
+            report.findings.append(_unchecked_note(st, path, pre.split("\n"), "not a string "
+                                                   "literal after preprocessing", src_line))
+            report.skipped["macro"] += 1
+        else:
+            report.findings += found
+            _count(report, verdict)
+        resolved |= {owner.line} if owner is not None else {p.line for p in in_define}
+    left = [st for st in pending if st.line not in resolved]
+    _leave_unchecked(report, path, [st for st in left if st not in in_define], lines,
+                     "the preprocessed file has no such block: #if'd out with these flags?")
+    _leave_unchecked(report, path, [st for st in left if st in in_define], lines,
+                     "no expansion of the macro reached the code of this file")
+
+
+def _leave_unchecked(report: FileReport, path: str, pending, lines, why: str) -> None:
+    for st in pending:
+        report.findings.append(_unchecked_note(st, path, lines, why))
+        report.skipped["macro"] += 1
+
+
+def _inside_define(lines: list[str], line: int) -> bool:
+    """Whether source line `line` (1-based) is part of a `#define` (with continuations)."""
+    k = line - 1
+    while k > 0 and lines[k - 1].rstrip().endswith("\\"):
+        k -= 1
+    return bool(re.match(r"\s*#\s*define\b", lines[k]))
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.normpath(a) == os.path.normpath(b)
 
 
 def lint_text(text: str, path: str, *, honor_allowlist: bool = True,
-              line_map: list[tuple[str, int]] | None = None) -> list[Finding]:
-    """Findings for one source text. `line_map` maps lines of preprocessed text back."""
-    if "asm" not in text:
-        return []
-    scanned = cscan.scan(text)
-    lines = text.split("\n")
-    out: list[Finding] = []
-    for st in cscan.asm_statements(text, scanned):
-        why = check_statement(st)
-        if why is None:
-            unchecked = _unresolved_note(st, path, lines)
-            if unchecked is not None:
-                out.append(unchecked)
-            continue
-        if honor_allowlist:
-            ok, notes = _allowed(scanned, st, path)
-            out += notes
-            if ok:
-                continue
-        where, line = path, st.line
-        if line_map and st.line - 1 < len(line_map) and line_map[st.line - 1][0]:
-            where, line = line_map[st.line - 1]
-        snippet = "\n".join(lines[st.line - 1:st.end_line])
-        out.append(checks.EARLY_CLOBBER.finding(where, line, why, snippet))
-    return out
+              line_map: list[tuple[str, int]] | None = None,
+              expand: Expander | None = None) -> list[Finding]:
+    """Findings for one source text (see `lint_source`)."""
+    return lint_source(text, path, honor_allowlist=honor_allowlist, line_map=line_map,
+                       expand=expand).findings
 
 
 def iter_sources(paths: Iterable[Path]) -> Iterable[Path]:
@@ -253,24 +587,34 @@ def iter_sources(paths: Iterable[Path]) -> Iterable[Path]:
                     yield Path(root) / name
 
 
-def lint_paths(paths: Iterable[Path], *, honor_allowlist: bool = True) -> list[Finding]:
-    """Source-lint every C-family file under `paths`."""
-    out: list[Finding] = []
+def lint_report(paths: Iterable[Path], *, honor_allowlist: bool = True,
+                expand: Expander | None = None) -> LintReport:
+    """Source-lint every C-family file under `paths`: findings and per-file block counts."""
+    report = LintReport()
     for f in iter_sources(paths):
         try:
             if f.stat().st_size > MAX_FILE_BYTES:
                 if _mentions_asm(f):  # a skipped file must not read as a clean one
-                    out.append(checks.LINT_SKIPPED.finding(str(f), 0,
-                                       f"not linted: larger than {MAX_FILE_BYTES >> 20} MiB "
-                                       f"and it contains `asm`"))
+                    report.not_linted.append(str(f))
+                    report.files.append(FileReport(str(f), [checks.LINT_SKIPPED.finding(
+                        str(f), 0, f"not linted: larger than {MAX_FILE_BYTES >> 20} MiB and it "
+                                   f"contains `asm`")]))
                 continue
             text = f.read_text(errors="replace")
         except OSError as e:
-            out.append(checks.LINT_SKIPPED.finding(str(f), 0,
-                               f"not linted: cannot read it ({e.strerror or e})"))
+            report.not_linted.append(str(f))
+            report.files.append(FileReport(str(f), [checks.LINT_SKIPPED.finding(
+                str(f), 0, f"not linted: cannot read it ({e.strerror or e})")]))
             continue
-        out += lint_text(text, str(f), honor_allowlist=honor_allowlist)
-    return out
+        report.files.append(lint_source(text, str(f), honor_allowlist=honor_allowlist,
+                                        expand=expand))
+    return report
+
+
+def lint_paths(paths: Iterable[Path], *, honor_allowlist: bool = True,
+               expand: Expander | None = None) -> list[Finding]:
+    """Source-lint every C-family file under `paths` (the findings of `lint_report`)."""
+    return lint_report(paths, honor_allowlist=honor_allowlist, expand=expand).findings
 
 
 def _mentions_asm(path: Path, chunk: int = 1 << 20) -> bool:

@@ -60,12 +60,14 @@ def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
 
 
 def _cached_build(tool: str, args: list[str], source: Path, suffix: str, label: str,
-                  out_flag: str = "-o") -> Build:
-    """Run `tool args source -o out` unless the same build is already cached."""
+                  out_flag: str = "-o", key_extra: str = "") -> Build:
+    """Run `tool args source -o out` unless the same build is already cached (`key_extra`:
+    more text the output depends on, e.g. every header a user build reads)."""
     include_dirs = [Path(a[2:]) for a in args if a.startswith("-I")]
     files = toolchain.included_files(source, include_dirs)
     # Keyed relative to the kernel sources: a wheel installed anywhere shares the checkout's builds.
-    key = toolchain.cache_key(files, [tool, *args], toolchain.tool_version(tool), root=standalone_dir())
+    key = toolchain.cache_key(files, [tool, *args, key_extra], toolchain.tool_version(tool),
+                              root=standalone_dir())
     out = toolchain.cache_dir("static") / f"{label}-{key[:16]}{suffix}"
     log_path = out.with_suffix(out.suffix + ".log")
 
@@ -121,12 +123,12 @@ def preprocess(source: Path, *, defines: Mapping[str, object] | None = None,
 
 def compile_cubin(source: Path, *, arch: str = toolchain.SM90A,
                   defines: Mapping[str, object] | None = None, label: str | None = None,
-                  extra_args: tuple[str, ...] = ()) -> Build:
+                  extra_args: tuple[str, ...] = (), key_extra: str = "") -> Build:
     """A cubin for `source` built with `nvcc -cubin -O3` for `arch`; `log` is ptxas' stderr."""
     nvcc = toolchain.find_tool("nvcc", needed_for="for the NVIDIA static checks")
     src = Path(source)
     args = ["-cubin", *toolchain.nvcc_arch_flags(arch), "-O3", *_define_args(defines), *extra_args]
-    return _cached_build(nvcc, args, src, ".cubin", label or f"{src.stem}-{arch}")
+    return _cached_build(nvcc, args, src, ".cubin", label or f"{src.stem}-{arch}", key_extra=key_extra)
 
 
 def compile_ptx(source: Path, *, arch: str = toolchain.SM90A,
@@ -139,9 +141,12 @@ def compile_ptx(source: Path, *, arch: str = toolchain.SM90A,
 
 
 def disassemble(cubin: Path) -> Build:
-    """SASS text of a cubin (nvdisasm -c; cuobjdump -sass when nvdisasm is absent)."""
+    """SASS text of a cubin (nvdisasm -c -g, with line info where the cubin has it;
+    cuobjdump -sass when nvdisasm is absent). The listing is kept in the build cache under
+    a name keyed by the cubin's bytes: never written next to the cubin (a user's file of
+    that name is never overwritten) and never stale."""
     try:
-        tool, args = toolchain.find_tool("nvdisasm", needed_for="for the SASS checks"), ["-c"]
+        tool, args = toolchain.find_tool("nvdisasm", needed_for="for the SASS checks"), ["-c", "-g"]
     except ToolchainMissing as missing:
         if missing.skipped:  # --skip nvdisasm skips the SASS checks, not just one disassembler
             raise
@@ -149,11 +154,16 @@ def disassemble(cubin: Path) -> Build:
             tool, args = toolchain.find_tool("cuobjdump", needed_for="for the SASS checks"), ["-sass"]
         except ToolchainMissing:
             raise missing from None  # neither: name the preferred one
-    listing = cubin.with_suffix(".sass")
+    cubin = Path(cubin)
+    try:
+        digest = hashlib.sha256(cubin.read_bytes()).hexdigest()[:16]
+    except OSError as e:
+        raise UserError(f"cannot read {cubin}: {e.strerror or e}") from None
+    listing = toolchain.cache_dir("static") / f"{cubin.stem}-{digest}-{Path(tool).name}.sass"
     cmd = (tool, *args, str(cubin))
-    if not listing.exists() or listing.stat().st_mtime < cubin.stat().st_mtime:
-        proc = _run(list(cmd), Path(tool).name)
-        tmp = listing.with_name(listing.name + f".tmp{os.getpid()}")
-        tmp.write_text(proc.stdout)
-        os.replace(tmp, listing)
+
+    def disassemble_to(tmp: Path) -> None:
+        tmp.write_text(_run(list(cmd), Path(tool).name).stdout)
+
+    toolchain.cached_output(listing, disassemble_to)
     return Build(listing, listing.read_text(errors="replace"), "", cmd)

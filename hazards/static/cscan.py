@@ -2,8 +2,8 @@
 
 Enough of C's lexical rules to find every `asm`/`__asm__` statement (with `volatile`,
 `goto`, `inline` qualifiers), including ones inside macros with line continuations, and to
-split it into its template (adjacent string literals and macro names) and its operand
-lists. It is not a preprocessor: object-like string macros (``#define OC "=v"``) are
+split it into its template (adjacent string literals - raw `R"(...)"` ones included - and
+macro names) and its operand lists. It is not a preprocessor: object-like string macros (``#define OC "=v"``) are
 collected so that a template or constraint spelled through one can be resolved; a macro
 with several definitions (``#ifdef`` branches) yields every alternative.
 """
@@ -21,6 +21,9 @@ _STRING_MACRO_RE = re.compile(
 _LITERAL_RE = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "r": "", "0": ""}
 _LINE_MARKER_RE = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"([^"]*)"')
+_RAW_OPEN_RE = re.compile(r'(?<![\w])(?:u8|u|U|L)?R"([^()\\\s"]{0,16})\(')
+_PREFIXED_RE = re.compile(r'(?<![\w])(?:u8|u|U|L)$')
+_LITERAL_VALUE_RE = re.compile(r'(?:u8|u|U|L)?(?:R"([^(]*)\((.*)\)\1"|"(.*)")\Z', re.S)
 
 
 @dataclasses.dataclass
@@ -41,44 +44,51 @@ class Scanned:
         return i >= 0 and self.string_spans[i][0] <= offset < self.string_spans[i][1]
 
 
+_SPECIAL_RE = re.compile(r"""//|/\*|["']|(?<![\w])(?:u8|u|U|L)?R"(?=[^()\\\s"]{0,16}\()""")
+
+
 def scan(text: str) -> Scanned:
-    """Blank out comments (keeping newlines) and record string-literal spans."""
-    out = list(text)
+    """Blank out comments (keeping newlines) and record string-literal spans (a span starts
+    at the literal's encoding prefix, if any, and covers a raw literal's delimiters)."""
+    out: list[str] = []
     comments: list[tuple[int, str]] = []
     spans: list[tuple[int, int]] = []
-    i, n, line = 0, len(text), 1
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    i, n = 0, len(text)
     while i < n:
-        c = text[i]
-        if c == "\n":
-            line += 1
-            i += 1
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
+        m = _SPECIAL_RE.search(text, i)
+        if m is None:
+            break
+        tok, at = m.group(0), m.start()
+        if tok == "//":
+            j = text.find("\n", at)
             j = n if j < 0 else j
-            comments.append((line, text[i + 2:j]))
-            for k in range(i, j):
-                out[k] = " "
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
+            comments.append((bisect.bisect_right(starts, at), text[at + 2:j]))
+            out.append(text[i:at])
+            out.append(" " * (j - at))
+        elif tok == "/*":
+            j = text.find("*/", at + 2)
             j = n if j < 0 else j + 2
-            comments.append((line, text[i + 2:j - 2]))
-            for k in range(i, j):
-                if text[k] != "\n":
-                    out[k] = " "
-            line += text.count("\n", i, j)
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
+            comments.append((bisect.bisect_right(starts, at), text[at + 2:j - 2]))
+            out.append(text[i:at])
+            out.append(re.sub(r"[^\n]", " ", text[at:j]))
+        elif tok.endswith('R"'):
+            raw = _RAW_OPEN_RE.match(text, at)
+            close = text.find(")" + raw.group(1) + '"', raw.end()) if raw else -1
+            j = n if close < 0 else close + len(raw.group(1)) + 2
+            spans.append((at, j))
+            out.append(text[i:j])
+        else:  # a quote: a string or character literal, ended by its quote or the line
+            j = at + 1
+            while j < n and text[j] != tok and text[j] != "\n":
                 j += 2 if text[j] == "\\" else 1
             j = min(j + 1, n)
-            if c == '"':
-                spans.append((i, j))
-            i = j
-        else:
-            i += 1
-    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+            if tok == '"':
+                prefix = _PREFIXED_RE.search(text, max(0, at - 2), at)
+                spans.append((prefix.start() if prefix else at, j))
+            out.append(text[i:j])
+        i = j
+    out.append(text[i:])
     return Scanned("".join(out), comments, spans, starts)
 
 
@@ -94,6 +104,15 @@ def string_macros(code: str) -> dict[str, list[str]]:
 def unescape(body: str) -> str:
     """The value of a C string literal's body (the escapes asm templates use)."""
     return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)
+
+
+def literal_value(literal: str) -> str:
+    """The value of one string literal as written: `"..."` (escapes), `R"d(...)d"` (none),
+    either with an encoding prefix (`u8`, `u`, `U`, `L`)."""
+    m = _LITERAL_VALUE_RE.match(literal)
+    if not m:
+        return unescape(literal.strip('"'))
+    return m.group(2) if m.group(3) is None else unescape(m.group(3))
 
 
 @dataclasses.dataclass
@@ -167,7 +186,7 @@ def _strings_and_names(code: str, scanned: Scanned, lo: int, hi: int,
     while i < hi:
         if scanned.in_string(i):
             j = _span_end(scanned, i)
-            lit = unescape(code[i + 1:j - 1])
+            lit = literal_value(code[i:j])
             values = [v + lit for v in values]
             i = last = j
             continue
@@ -179,6 +198,10 @@ def _strings_and_names(code: str, scanned: Scanned, lo: int, hi: int,
             else:
                 unknown.append(name)
             i += len(name)
+            call = re.match(r"\s*\(", code[i:hi])
+            if name not in macros and call:  # a function-like macro: its arguments too
+                close = _matching_paren(code, scanned, i + call.end() - 1)
+                i = close + 1 if 0 <= close < hi else i
             last = i
             continue
         i += 1

@@ -1,0 +1,238 @@
+"""The compiled mode: a user's own sources compiled with their flags, every check run on
+what the compiler emitted.
+
+AMD (gfx942, clang-19): the source is preprocessed with the installed HIP headers and the
+user's flags, every asm template of the preprocessed text gets its `; HZ_ASM` operand
+annotation (so a macro-built template is annotated after its expansion, never between a
+macro's name and its arguments), the annotated text is compiled to assembly with line
+tables, and the AMDGCN checks run on it. NVIDIA (sm_90a, nvcc): a cubin with line info,
+disassembled, and the SASS and ptxas checks. Findings point at the user's source line
+(from the line tables) and name the listing line they were found on. Every build lands in
+the static build cache, never next to the user's files; a source that does not compile is
+a `compile-failed` warning (nothing in it was checked), not a pass.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import subprocess
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.static import amdgcn, checks, cscan, sass
+from hazards.engine import toolchain
+from hazards.static.compile import compile_amdgcn, compile_cubin, disassemble
+from hazards.static.findings import Finding
+from hazards.static.userbuild import CompileDatabase, Entry, hip_device_args, source_flags
+
+AMD_ARCHS = ("gfx942", "gfx950")
+NVIDIA_ARCHS = ("sm_90a", "sm_90", "sm_80", "sm_100a")
+_AMD_HINTS = re.compile(r"hip_runtime|__HIP|__builtin_amdgcn|__hip_atomic|hipLaunch|"
+                        r"\b(?:v_mfma|global_load|buffer_load|ds_read|s_waitcnt)\w*")
+_NV_HINTS = re.compile(r"cuda_runtime|cuda\.h|__nv_|cooperative_groups|\bcuda::|"
+                       r"\bld\.(?:global|shared|acquire|volatile)|\bcp\.async|\bwgmma\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileJob:
+    """One source to compile for one target with the flags that decide its text."""
+
+    source: Path
+    arch: str
+    flags: tuple[str, ...] = ()
+
+    @property
+    def platform(self) -> str:
+        return "amd" if self.arch.startswith("gfx") else "nvidia"
+
+
+def infer_archs(source: Path) -> tuple[str, ...]:
+    """The targets a source is meant for, from its suffix and text: `.hip` or HIP/AMDGCN
+    spellings -> gfx942; CUDA/PTX spellings -> sm_90a; a `.cu` with neither -> sm_90a."""
+    try:
+        text = Path(source).read_text(errors="replace")
+    except OSError as e:
+        raise UserError(f"cannot read {source}: {e.strerror or e}") from None
+    amd = Path(source).suffix == ".hip" or bool(_AMD_HINTS.search(text))
+    nv = bool(_NV_HINTS.search(text)) or (not amd and Path(source).suffix in (".cu", ".cuh"))
+    return (("gfx942",) if amd else ()) + (("sm_90a",) if nv else ()) or ("gfx942",)
+
+
+def _absolute(flags: Sequence[str], directory: Path) -> tuple[str, ...]:
+    """Relative include paths and forced includes made absolute against `directory`."""
+    out, take_next = [], False
+    for f in flags:
+        if take_next:
+            out.append(str(directory / f) if not Path(f).is_absolute() else f)
+            take_next = False
+            continue
+        if f in ("-isystem", "-iquote", "-idirafter", "-include", "-imacros"):
+            take_next = True
+        elif f.startswith("-I") and len(f) > 2 and not Path(f[2:]).is_absolute():
+            f = "-I" + str(directory / f[2:])
+        out.append(f)
+    return tuple(out)
+
+
+def jobs_for_files(sources: Iterable[Path], flags: Sequence[str] = (),
+                   archs: Sequence[str] = ()) -> list[CompileJob]:
+    """Jobs for sources named on the command line with the flags after `--`."""
+    jobs = []
+    for src in sources:
+        src = Path(src)
+        if not src.is_file():
+            raise UserError(f"no such source file: {src}")
+        kept = _absolute(source_flags(flags, for_nvcc=True), Path.cwd())
+        jobs += [CompileJob(src, a, kept) for a in (archs or infer_archs(src))]
+    return jobs
+
+
+def jobs_from_database(db: CompileDatabase, only: Iterable[Path] = (),
+                       archs: Sequence[str] = ()) -> list[CompileJob]:
+    """Jobs for every entry of a compile database (or those of the files in `only`), each
+    for the target its compiler builds (nvcc: sm_90a; hipcc/clang HIP: gfx942)."""
+    wanted = {Path(p).resolve() for p in only}
+    jobs = []
+    for e in db.entries:
+        if wanted and e.file not in wanted:
+            continue
+        if not e.file.is_file():
+            raise UserError(f"{db.path}: {e.file} does not exist")
+        targets = archs or (("sm_90a",) if e.platform == "nvidia" else ("gfx942",))
+        jobs += [CompileJob(e.file, a, _absolute(_entry_flags(e, a), e.directory)) for a in targets]
+    if wanted and not jobs:
+        raise UserError(f"{db.path} has no command for {', '.join(map(str, sorted(wanted)))}")
+    return jobs
+
+
+def _entry_flags(e: Entry, arch: str) -> list[str]:
+    return source_flags(e.arguments[1:], for_nvcc=not arch.startswith("gfx"))
+
+
+def check_job(job: CompileJob) -> list[Finding]:
+    """Compile one job and run every check for its platform (a `compile-failed` warning
+    when it does not compile)."""
+    try:
+        if job.platform == "amd":
+            return _check_amd(job)
+        return _check_nvidia(job)
+    except UserError as e:
+        first = next((ln for ln in str(e).splitlines()[1:] if "error" in ln), str(e).splitlines()[0])
+        return [checks.COMPILE_FAILED.finding(str(job.source), 0,
+                                              f"not checked for {job.arch}: {first.strip()}")]
+
+
+def check_jobs(jobs: Iterable[CompileJob]) -> list[Finding]:
+    """Every job's findings; a missing compiler is a `toolchain-missing` note per job."""
+    out: list[Finding] = []
+    for job in jobs:
+        try:
+            out += check_job(job)
+        except ToolchainMissing as e:
+            out.append(checks.TOOLCHAIN_MISSING.finding(
+                str(job.source), 0, f"{job.arch} checks skipped: {e}"))
+    return out
+
+
+def _language_flags(flags: Sequence[str]) -> list[str]:
+    """The flags that still matter once the text is preprocessed (the language)."""
+    return [f for f in flags if f.startswith(("-std=", "-f"))]
+
+
+def _check_amd(job: CompileJob) -> list[Finding]:
+    clang = toolchain.find_tool("clang", needed_for="for the AMDGCN checks of user builds")
+    cmd = [clang, "-E", *hip_device_args(clang, job.arch), "-w", *job.flags,
+           str(job.source.resolve()), "-o", "-"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise UserError(f"clang -E failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
+    pre = proc.stdout
+    annotated, stmts = amdgcn.annotate_source(pre)
+    build = compile_amdgcn(job.source, arch=job.arch, text=annotated,
+                           label=f"{job.source.stem}-{job.arch}-user",
+                           extra_args=(*_language_flags(job.flags), "-gline-tables-only"))
+    found = amdgcn.check_listing(build.text, str(build.path), target=job.arch, stmts=stmts,
+                                 source_path=str(job.source), line_map=cscan.line_map(pre))
+    return at_source(found, build.text, str(build.path), _amd_locations)
+
+
+def _check_nvidia(job: CompileJob) -> list[Finding]:
+    build = compile_cubin(job.source, arch=job.arch, label=f"{job.source.stem}-{job.arch}-user",
+                          extra_args=(*job.flags, "-lineinfo"), key_extra=_headers_key(job))
+    found = sass.check_ptxas_log(build.log, str(job.source))
+    listing = disassemble(build.path)
+    found += sass.check_sass(listing.text, str(listing.path))
+    return at_source(found, listing.text, str(listing.path), _sass_locations)
+
+
+def _headers_key(job: CompileJob) -> str:
+    """The text of every file nvcc reads for this job (`nvcc -M`): part of the cache key, so
+    an edited header behind -I never leaves a stale cubin in use."""
+    cmd = [toolchain.find_tool("nvcc", needed_for="for the NVIDIA checks of user builds"), "-M",
+           *toolchain.nvcc_arch_flags(job.arch), *job.flags, str(job.source)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise UserError(f"nvcc -M failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
+    deps = proc.stdout.replace("\\\n", " ").split(":", 1)[-1].split()
+    digest = hashlib.sha256()
+    for dep in sorted(set(deps)):
+        try:
+            digest.update(dep.encode() + b"\0" + Path(dep).read_bytes())
+        except OSError:
+            digest.update(dep.encode() + b"\0missing")
+    return digest.hexdigest()
+
+
+_LOC_RE = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
+_FILE_RE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"(?:\s+"([^"]*)")?')
+_SASS_LOC_RE = re.compile(r'^\s*//## File "([^"]*)", line (\d+)')
+
+
+def _amd_locations(listing: str) -> list[tuple[str, int] | None]:
+    """For each listing line, the source line its code came from (the latest `.loc`)."""
+    files: dict[str, str] = {}
+    cur: tuple[str, int] | None = None
+    out: list[tuple[str, int] | None] = []
+    for raw in listing.split("\n"):
+        m = _FILE_RE.match(raw)
+        if m:
+            files[m.group(1)] = str(Path(m.group(2)) / m.group(3)) if m.group(3) else m.group(2)
+        m = _LOC_RE.match(raw)
+        if m:
+            name = files.get(m.group(1))
+            cur = (name, int(m.group(2))) if name and int(m.group(2)) > 0 else None
+        elif re.match(r"^[A-Za-z_.$][\w.$]*:", raw):
+            cur = None  # a new function starts without a location
+        out.append(cur)
+    return out
+
+
+def _sass_locations(listing: str) -> list[tuple[str, int] | None]:
+    """For each SASS line, the source line nvdisasm's line info gives it."""
+    cur: tuple[str, int] | None = None
+    out: list[tuple[str, int] | None] = []
+    for raw in listing.split("\n"):
+        m = _SASS_LOC_RE.match(raw)
+        if m:
+            cur = (m.group(1), int(m.group(2)))
+        elif raw.startswith("//---"):
+            cur = None
+        out.append(cur)
+    return out
+
+
+def at_source(found: list[Finding], listing: str, listing_path: str, locations) -> list[Finding]:
+    """Findings on listing lines re-pointed at the source line the code came from (the
+    listing line is kept in the message)."""
+    where = locations(listing)
+    out = []
+    for f in found:
+        loc = where[f.line - 1] if f.path == listing_path and 0 < f.line <= len(where) else None
+        if loc is None:
+            out.append(f)
+            continue
+        out.append(dataclasses.replace(f, path=loc[0], line=loc[1],
+                                       message=f"{f.message} [listing {listing_path}:{f.line}]"))
+    return out

@@ -1,0 +1,236 @@
+"""The user's build: compile_commands.json entries, the flags worth keeping from them, and
+the preprocessor run with those flags (the source lint's expansion of macro templates).
+
+A compile command names a compiler (nvcc, hipcc, clang, ...), flags, the source and an
+output. For the static checks only what decides the *text* the compiler sees is kept:
+include paths, defines, the language standard, forced includes (and nvcc's
+`--expt-*` switches for an nvcc build); outputs, targets, optimisation and dependency
+flags are ours to choose. Relative paths stay relative: commands run in the entry's
+`directory`, as the build did.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from hazards.engine import toolchain
+from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.static.asm_lint import ExpandError
+
+# flag -> whether it takes the next argument when written alone (`-I dir`)
+_KEEP_WITH_VALUE = ("-I", "-isystem", "-iquote", "-idirafter", "-D", "-U", "-include",
+                    "-imacros", "--include-path", "--define-macro", "--undefine-macro",
+                    "--pre-include", "--system-include")
+_KEEP_ALONE = re.compile(r"^(-std=|--std=|-fms-extensions|-fno-exceptions|-fno-rtti|"
+                         r"-fdeclspec|--expt-relaxed-constexpr|--expt-extended-lambda|"
+                         r"--extended-lambda|-DNDEBUG)")
+_NVCC_LONG = {"--include-path": "-I", "--define-macro": "-D", "--undefine-macro": "-U",
+              "--pre-include": "-include", "--system-include": "-isystem"}
+_NVCC_ONLY = ("--expt-relaxed-constexpr", "--expt-extended-lambda", "--extended-lambda")
+_MISSING_HEADER = re.compile(r"fatal error: '([^']+)' file not found")
+MAX_STUBS = 32
+
+
+def source_flags(args: Sequence[str], *, for_nvcc: bool = False) -> list[str]:
+    """The flags of a command line that decide the text the compiler sees (see module doc);
+    `for_nvcc` keeps nvcc's own switches, which clang does not accept."""
+    out: list[str] = []
+    it = iter(range(len(args)))
+    for k in it:
+        a = args[k]
+        name = next((f for f in _KEEP_WITH_VALUE if a.startswith(f)), None)
+        if name is not None:
+            if a == name:
+                value = args[k + 1] if k + 1 < len(args) else ""
+                next(it, None)
+            else:
+                value = a[len(name):].lstrip("=")
+            flag = _NVCC_LONG.get(name, name)
+            out += [flag + value] if len(flag) == 2 else [flag, value]
+        elif _KEEP_ALONE.match(a) and (for_nvcc or a not in _NVCC_ONLY):
+            out.append("-std=" + a.split("=", 1)[1] if a.startswith("--std=") else a)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One compile command: where it ran, the source, and its arguments (compiler first)."""
+
+    directory: Path
+    file: Path
+    arguments: tuple[str, ...]
+
+    @property
+    def compiler(self) -> str:
+        return Path(self.arguments[0]).name if self.arguments else ""
+
+    @property
+    def platform(self) -> str:
+        """'nvidia' for nvcc / CUDA builds, 'amd' for hipcc / clang HIP builds."""
+        args = " ".join(self.arguments)
+        if "nvcc" in self.compiler or re.search(r"-x\s*cuda\b|--cuda-gpu-arch", args):
+            return "nvidia"
+        if ("hipcc" in self.compiler or "amdclang" in self.compiler
+                or re.search(r"--offload-arch|-x\s*hip\b|--amdgpu-target", args)):
+            return "amd"
+        return "nvidia" if self.file.suffix in (".cu", ".cuh") else "amd"
+
+    def flags(self) -> list[str]:
+        """The text-deciding flags of this command (`source_flags`)."""
+        return source_flags(self.arguments[1:], for_nvcc=self.platform == "nvidia")
+
+
+class CompileDatabase:
+    """A compile_commands.json: entries by source file."""
+
+    def __init__(self, path: Path, entries: Iterable[Entry]) -> None:
+        self.path = Path(path)
+        self.entries = list(entries)
+        self._by_file = {e.file: e for e in self.entries}
+
+    @classmethod
+    def load(cls, path: Path) -> "CompileDatabase":
+        """Read a compile_commands.json (a UserError on anything malformed)."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise UserError(f"no such compile database: {path}") from None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read compile database {path}: {e}") from None
+        if not isinstance(data, list):
+            raise UserError(f"{path}: a compile database is a JSON array of commands")
+        entries = []
+        for k, raw in enumerate(data):
+            if not isinstance(raw, dict) or "file" not in raw or "directory" not in raw:
+                raise UserError(f"{path}: entry #{k} needs `directory` and `file`")
+            args = raw.get("arguments")
+            if args is None:
+                try:
+                    args = shlex.split(raw.get("command", ""))
+                except ValueError as e:
+                    raise UserError(f"{path}: entry #{k}: cannot split its command ({e})") from None
+            directory = Path(raw["directory"])
+            file = Path(raw["file"])
+            file = (file if file.is_absolute() else directory / file).resolve()
+            entries.append(Entry(directory, file, tuple(str(a) for a in args)))
+        return cls(path, entries)
+
+    @classmethod
+    def find(cls, start: Path) -> "CompileDatabase | None":
+        """The nearest compile_commands.json at or above `start` (also in a `build/` there)."""
+        start = Path(start).resolve()
+        for d in [start, *start.parents] if start.is_dir() else start.parents:
+            for cand in (d / "compile_commands.json", d / "build" / "compile_commands.json"):
+                if cand.is_file():
+                    return _load_cached(cand)
+        return None
+
+    def entry_for(self, source: Path) -> Entry | None:
+        """The command that compiles `source`; for a file the build never compiles (a
+        header), the command of a source in its folder or the nearest one above it."""
+        source = Path(source).resolve()
+        if source in self._by_file:
+            return self._by_file[source]
+        for d in source.parents:
+            near = [e for e in self.entries if d in e.file.parents]
+            if near:
+                return min(near, key=lambda e: (len(e.file.parents), str(e.file)))
+        return None
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(path: Path) -> CompileDatabase:
+    return CompileDatabase.load(path)
+
+
+@functools.lru_cache(maxsize=None)
+def hip_headers_found(clang: str) -> bool:
+    """Whether `clang -x hip` finds ROCm's HIP headers (`<hip/hip_runtime.h>`) by itself."""
+    try:
+        proc = subprocess.run([clang, "-E", "-x", "hip", "--cuda-device-only",
+                               "--offload-arch=gfx942", "-nogpulib", "-", "-o", "-"],
+                              input="#include <hip/hip_runtime.h>\n", capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
+
+
+def hip_device_args(clang: str, arch: str = "gfx942") -> list[str]:
+    """clang's flags for the device side of a HIP source: the installed HIP headers when
+    clang finds them, otherwise `-nogpuinc` (the source must then bring its own)."""
+    args = ["-x", "hip", "--cuda-device-only", f"--offload-arch={arch}", "-nogpulib"]
+    return args if hip_headers_found(clang) else [*args, "-nogpuinc"]
+
+
+class Preprocessor:
+    """`clang -E` over a user's source with the flags its build uses, for the source lint
+    (an `asm_lint.Expander`). Flags: the file's compile_commands.json entry (an explicit
+    database, or the nearest one found above the file), then `extra` (-I/-D/-U/-include
+    from the command line). Headers that cannot be found are replaced by empty stubs in a
+    temporary folder (the macros the file defines itself still expand); `stubbed` records
+    which, per file."""
+
+    def __init__(self, extra: Sequence[str] = (), database: CompileDatabase | None = None,
+                 discover: bool = True, clang: str | None = None) -> None:
+        self.extra = list(extra)
+        self.database = database
+        self.discover = discover
+        self._clang = clang
+        self.stubbed: dict[str, list[str]] = {}
+
+    def flags_for(self, source: Path) -> tuple[list[str], Path]:
+        """(flags, working directory) for preprocessing `source`."""
+        db = self.database or (CompileDatabase.find(source) if self.discover else None)
+        entry = db.entry_for(source) if db is not None else None
+        if entry is None:
+            return [f"-I{Path(source).resolve().parent}", *self.extra], Path(source).resolve().parent
+        return [*source_flags(entry.arguments[1:]), f"-I{Path(source).resolve().parent}",
+                *self.extra], entry.directory
+
+    def __call__(self, source: Path) -> str:
+        """The preprocessed text of `source` with line markers (ExpandError on failure)."""
+        try:
+            clang = self._clang or _find_clang()
+        except ToolchainMissing as e:
+            raise ExpandError(str(e)) from None
+        flags, cwd = self.flags_for(source)
+        with tempfile.TemporaryDirectory(prefix="hz-stubs-") as stubs:
+            stubbed: list[str] = []
+            for _ in range(MAX_STUBS + 1):
+                cmd = [clang, "-E", *hip_device_args(clang), "-w", *flags, f"-I{stubs}",
+                       str(Path(source).resolve()), "-o", "-"]
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                                          cwd=cwd if cwd.is_dir() else None)
+                except subprocess.TimeoutExpired:
+                    raise ExpandError("clang -E timed out after 120 s") from None
+                except OSError as e:
+                    raise ExpandError(f"cannot run clang: {e}") from None
+                if proc.returncode == 0:
+                    if stubbed:
+                        self.stubbed[str(source)] = stubbed
+                    return proc.stdout
+                missing = _MISSING_HEADER.search(proc.stderr)
+                if missing is None or len(stubbed) >= MAX_STUBS or ".." in missing.group(1):
+                    last = next((ln for ln in proc.stderr.splitlines() if "error" in ln),
+                                proc.stderr.strip()[:200])
+                    raise ExpandError(last.strip())
+                stub = Path(stubs) / missing.group(1)
+                stub.parent.mkdir(parents=True, exist_ok=True)
+                stub.write_text("")
+                stubbed.append(missing.group(1))
+        raise ExpandError("too many missing headers")
+
+
+def _find_clang() -> str:
+    return toolchain.find_tool("clang", needed_for="to expand macro templates for the source lint")
