@@ -21,6 +21,7 @@ The disassemblers come from the pip wheels `nvidia-cuda-nvdisasm` / `nvidia-cuda
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import Mapping
@@ -36,8 +37,21 @@ _PRED_RE = re.compile(r"^!?U?P[0-6T]$")
 _MEM_LOADS = ("LDG", "LD", "LDS", "LDSM", "ATOMG", "ATOM", "ATOMS", "LDGSTS", "SUATOM", "SULD",
               "TLD", "LDL",
               "SYNCS")  # mbarrier ops: PHASECHK.TRANS64.TRYWAIT polls the barrier in smem
-_FENCES = ("CCTL", "MEMBAR", "FENCE")
+_MEM_STORES = ("STG", "ST", "STS", "STL", "RED", "REDG", "REDUX", "SUST", "SURED", "STSM")
 _WGMMA_RE = re.compile(r"\(C75(1[0-6])\) Potential Performance Loss: (wgmma[^\n]*)")
+
+
+def _memo(method):
+    """Compute an instruction's register set once (callers never mutate the result)."""
+    key = "_memo_" + method.__name__
+
+    @functools.wraps(method)
+    def cached(self):
+        found = self.__dict__.get(key)
+        if found is None:
+            found = self.__dict__[key] = method(self)
+        return found
+    return cached
 
 
 @dataclasses.dataclass
@@ -58,23 +72,106 @@ class SassInstr:
         return self.base in _MEM_LOADS
 
     @property
+    def is_memory(self) -> bool:
+        """Reads or writes memory (its `[...]` operand is an address, not a value)."""
+        return self.base in _MEM_LOADS or self.base in _MEM_STORES
+
+    @property
+    def polls_other_agents(self) -> bool:
+        """A load that can observe another block's or GPU's write: global or generic
+        memory (not local, shared, constant, or an mbarrier in shared memory)."""
+        return self.base in ("LDG", "LD", "ATOMG", "ATOM", "SULD")
+
+    @property
     def is_weak_global_load(self) -> bool:
-        return self.base in ("LDG", "LD") and ".STRONG" not in self.opcode
+        """A weak load of global memory through L1 that a stale line could answer: `LDG`
+        (a generic `LD` may address shared memory, which has no stale lines), not
+        `.STRONG`, not L1::no_allocate (`.NA`), and not a non-coherent `ld.global.nc` /
+        `__ldg` (`.CONSTANT`: the programmer's promise that the data do not change while
+        the kernel runs, so not data a flag publishes)."""
+        return (self.base == "LDG"
+                and not any(m in self.opcode for m in (".STRONG", ".NA", ".CONSTANT")))
 
     @property
     def is_acquire_fence(self) -> bool:
-        return self.base in _FENCES and (self.base != "CCTL" or "IVALL" in self.opcode)
+        """Drops stale L1 lines for a grid- or system-scope flag: `CCTL.IVALL` (what
+        ld.acquire.gpu and __threadfence() emit) or a gpu/system `MEMBAR`. A block-scope
+        `MEMBAR.*.CTA` orders nothing another block wrote."""
+        if self.base == "CCTL":
+            return "IVALL" in self.opcode
+        return self.base == "MEMBAR" and ".CTA" not in self.opcode
 
+    def _pred_dest_count(self) -> int:
+        if "SETP" in self.opcode or self.base in ("PLOP3", "R2P"):
+            return 2
+        if self.base == "VOTE":
+            return 2 if self.operands and self.operands[0].startswith(("R", "UR")) else 1
+        return 0
+
+    @_memo
     def pred_writes(self) -> set[str]:
-        if "SETP" not in self.opcode and self.base not in ("PLOP3", "R2P", "VOTE"):
-            return set()
-        return {op.lstrip("!") for op in self.operands[:2] if _PRED_RE.match(op) and "T" not in op}
+        n = self._pred_dest_count()
+        return {op.lstrip("!") for op in self.operands[:n] if _PRED_RE.match(op) and "T" not in op}
 
+    @_memo
+    def pred_reads(self) -> set[str]:
+        """Predicates this instruction reads (its guard included)."""
+        n = self._pred_dest_count()
+        out = {op.lstrip("!") for op in self.operands[n:] if _PRED_RE.match(op) and "T" not in op}
+        if self.pred and self.pred != "@PT":
+            out.add(self.pred.lstrip("@!"))
+        return out
+
+    def _width(self) -> int:
+        """How many consecutive registers the destination covers."""
+        if ".128" in self.opcode:
+            return 4
+        wide = (".64", ".WIDE")
+        if any(w in self.opcode for w in wide) or (self.base == "CS2R" and ".32" not in self.opcode):
+            return 2
+        return 1
+
+    @_memo
     def reg_writes(self) -> set[str]:
-        return set(re.findall(r"\bU?R\d+\b", self.operands[0])) if self.operands else set()
+        """Registers written (stores and reductions write none)."""
+        if not self.operands or self.base in _MEM_STORES:
+            return set()
+        dest = self.operands[0]
+        if self.base in ("ATOM", "ATOMG", "ATOMS") and _PRED_RE.match(dest) and len(self.operands) > 1:
+            dest = self.operands[1]
+        return _registers(dest, self._width())
 
+    @_memo
+    def address_reads(self) -> set[str]:
+        """Registers read as an address (inside `[...]`) by a memory instruction."""
+        if not self.is_memory:
+            return set()
+        return {r for op in self.operands for m in re.finditer(r"\[([^\]]*)\]", op)
+                for r in _registers(m.group(1), 2 if ".64" in m.group(1) else 1)}
+
+    @_memo
     def reg_reads(self) -> set[str]:
-        return {r for op in self.operands[1:] for r in re.findall(r"\bU?R\d+\b", op)}
+        """Registers read, address registers included."""
+        first = 0 if self.base in _MEM_STORES else 1
+        return {r for op in self.operands[first:] for r in _registers(op, 2 if ".64" in op else 1)}
+
+    @_memo
+    def value_reads(self) -> set[str]:
+        """Registers read as values (everything but the address of a memory access)."""
+        addr = self.address_reads()
+        first = 0 if self.base in _MEM_STORES else 1
+        vals = set()
+        for op in self.operands[first:]:
+            vals |= _registers(re.sub(r"\[[^\]]*\]", "", op), 2 if ".64" in op else 1)
+        return vals - (addr - vals)
+
+
+def _registers(operand: str, width: int = 1) -> set[str]:
+    """`R4` (and its `width - 1` neighbours), `UR6`, ...: the registers an operand names."""
+    out = set()
+    for m in re.finditer(r"\b(U?R)(\d+)\b", operand):
+        out |= {f"{m.group(1)}{int(m.group(2)) + k}" for k in range(width)}
+    return out - {"RZ", "URZ"}
 
 
 @dataclasses.dataclass
@@ -84,13 +181,23 @@ class SassFunction:
     labels: dict[str, int]
 
     def successors(self, i: int) -> list[int]:
+        """Where control may go after instruction `i` (computed once per function)."""
+        succ = self.__dict__.get("_succ")
+        if succ is None:
+            succ = self.__dict__["_succ"] = [self._successors(k) for k in range(len(self.instrs))]
+        return succ[i]
+
+    def _successors(self, i: int) -> list[int]:
         ins = self.instrs[i]
         conditional = bool(ins.pred) and ins.pred not in ("@PT",)
-        if ins.base in ("EXIT", "RET", "BRX", "JMX"):
+        if ins.base in ("EXIT", "RET", "BRX", "JMX") or ins.opcode.startswith("BPT.TRAP"):
             return [i + 1] if conditional and i + 1 < len(self.instrs) else []
         if ins.base in ("BRA", "JMP"):
             m = re.search(r"\((\.L_x_\d+)\)", ins.text)
             out = [self.labels[m.group(1)]] if m and m.group(1) in self.labels else []
+            # BRA.DIV, or a BRA with its own predicate operand: taken only sometimes
+            conditional = conditional or ".DIV" in ins.opcode or bool(
+                ins.operands and re.match(r"!?U?P[0-6]|U?R\d", ins.operands[0]))
             if conditional and i + 1 < len(self.instrs):
                 out.append(i + 1)
             return out
@@ -138,26 +245,31 @@ def _reachable(func: SassFunction) -> set[int]:
 
 
 def _loops(func: SassFunction) -> list[set[int]]:
-    """Natural loops: for each back edge i -> t (t at or before i), t plus every
-    instruction that reaches i without passing through t. Nested loops stay separate."""
+    """Natural loops, one per header: for the back edges i -> t (t at or before i) of one
+    header t, t plus every instruction that reaches one of those i without passing through
+    t. Nested loops (other headers) stay separate. Computed once per function."""
+    cached = func.__dict__.get("_loops")
+    if cached is not None:
+        return cached
     live = _reachable(func)
     preds: dict[int, list[int]] = {}
+    latches: dict[int, list[int]] = {}
     for i in live:
-        for s in func.successors(i):
-            preds.setdefault(s, []).append(i)
-    loops = []
-    for i in sorted(live):
         for t in func.successors(i):
-            if t > i or t not in live:
+            preds.setdefault(t, []).append(i)
+            if t <= i and t in live:
+                latches.setdefault(t, []).append(i)
+    loops = []
+    for t in sorted(latches):
+        body, stack = {t}, list(latches[t])
+        while stack:
+            x = stack.pop()
+            if x in body:
                 continue
-            body, stack = {t}, [i]
-            while stack:
-                x = stack.pop()
-                if x in body:
-                    continue
-                body.add(x)
-                stack.extend(preds.get(x, []))
-            loops.append(body)
+            body.add(x)
+            stack.extend(preds.get(x, []))
+        loops.append(body)
+    func.__dict__["_loops"] = loops
     return loops
 
 
@@ -170,8 +282,7 @@ def _exit_preds(func: SassFunction, loop: set[int]) -> tuple[bool, set[str]]:
         leaves = [s for s in succ if s not in loop] or (ins.base in ("EXIT", "RET") and [i])
         if leaves:
             has_exit = True
-            if ins.pred and ins.pred != "@PT":
-                preds.add(ins.pred.lstrip("@!"))
+            preds |= ins.pred_reads()  # the guard and a branch's own predicate operand
     return has_exit, preds
 
 
@@ -197,70 +308,159 @@ def check_spin_loops(func: SassFunction, path: str) -> list[Finding]:
     return out
 
 
-def _is_poll(func: SassFunction, loop: set[int]) -> int | None:
-    """The index of a load whose value decides the loop's exit, if any: the last write of
-    an exit branch's predicate before that branch reads (transitively) the loaded value."""
+MAX_POLL_LOOP = 1024  # instructions
+
+
+def _loop_invariant(func: SassFunction, loop: set[int]) -> set[str]:
+    """Registers whose value is the same in every iteration of the loop: not written in it,
+    or written only from invariant registers (a pointer re-read from one table slot counts:
+    the same address each time). A register read before any write of it in the loop body
+    (its value comes round the back edge) and one set from the clock are not."""
     body = sorted(loop)
-    for b in body:
-        br = func.instrs[b]
-        if not br.pred or br.pred == "@PT" or all(s in loop for s in func.successors(b)):
-            continue
-        pred = br.pred.lstrip("@!")
-        defs = [k for k in body if k < b and pred in func.instrs[k].pred_writes()]
-        if not defs:
-            continue
-        d = defs[-1]
-        for i in (k for k in body if k < d):
-            ld = func.instrs[i]
-            if not ld.is_load or ld.base in ("LDS", "LDSM"):
+    first_write: dict[str, int] = {}
+    for pos, k in enumerate(body):
+        for r in func.instrs[k].reg_writes():
+            first_write.setdefault(r, pos)
+    variant: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for pos, k in enumerate(body):
+            ins = func.instrs[k]
+            outs = ins.reg_writes() - variant
+            if not outs:
                 continue
-            taint = ld.reg_writes()
-            for k in (k for k in body if i < k < d):
-                ins = func.instrs[k]
-                if ins.reg_reads() & taint:
-                    taint |= ins.reg_writes()
-                else:
-                    taint -= ins.reg_writes()
-            if func.instrs[d].reg_reads() & taint:
+            reads = ins.address_reads() if ins.is_load else ins.reg_reads()
+            carried = {r for r in reads if first_write.get(r, -1) >= pos}
+            if reads & variant or carried or ins.base in ("S2R", "CS2R", "S2UR") or (
+                    ins.is_load and not ins.polls_other_agents and ins.base != "LDC"):
+                variant |= outs
+                changed = True
+    return {r for k in body for r in func.instrs[k].reg_reads()} - variant
+
+
+def _is_poll(func: SassFunction, loop: set[int]) -> int | None:
+    """The index of the load whose *value* decides an exit of the loop, if any.
+
+    A poll re-reads one address until another agent changes it: the load's address is
+    loop-invariant (a data loop walks addresses) and it reads global/generic memory (not
+    local, shared or constant memory, nor an mbarrier in shared memory). Its value must
+    reach an exit branch: taint flows forward through the registers and predicates
+    computed from it (`__all_sync`/`__any_sync` votes included), never through the address
+    of another access - a pointer loaded from a table is not the poll; the load through it
+    is."""
+    if len(loop) > MAX_POLL_LOOP:
+        return None  # a loop this long does work; a poll inside it is its own inner loop
+    body = sorted(loop)
+    exits = [b for b in body if func.instrs[b].pred_reads()
+             and not all(s in loop for s in func.successors(b))]
+    if not exits:
+        return None
+    invariant = _loop_invariant(func, loop)
+    for n, i in enumerate(body):
+        if not func.instrs[i].polls_other_agents or not func.instrs[i].address_reads() <= invariant:
+            continue
+        taint = set(func.instrs[i].reg_writes())
+        for k in body[n + 1:]:
+            ins = func.instrs[k]
+            if k in exits and ins.pred_reads() & taint:
                 return i
+            if ins.is_load:
+                taint -= ins.reg_writes()  # loaded from memory: not computed from the taint
+                continue
+            if (ins.value_reads() | ins.pred_reads()) & taint:
+                taint |= ins.reg_writes() | ins.pred_writes()
+            else:
+                taint -= ins.reg_writes() | ins.pred_writes()
     return None
 
 
+def _only_an_address(func: SassFunction, at: int, limit: int = 96) -> bool:
+    """Whether what the load at `at` returns is used only to form addresses (a pointer
+    read from a table), never as a value, on the code after it (every path, `limit`
+    instructions deep)."""
+    derived = set(func.instrs[at].reg_writes())
+    used_as_address = False
+    seen: set[int] = set()
+    frontier = list(func.successors(at))
+    while frontier and len(seen) < limit:
+        k = frontier.pop(0)
+        if k in seen or k >= len(func.instrs):
+            continue
+        seen.add(k)
+        ins = func.instrs[k]
+        if ins.is_memory:
+            if ins.value_reads() & derived:
+                return False
+            used_as_address |= bool(ins.address_reads() & derived)
+            derived -= ins.reg_writes()
+        elif ins.reg_reads() & derived:
+            if ins.pred_writes() or ins.base in ("BRX", "JMX", "RET", "CALL"):
+                return False  # tested or jumped through: a value
+            derived |= ins.reg_writes()
+        else:
+            derived -= ins.reg_writes()
+        if not derived:
+            break
+        frontier.extend(func.successors(k))
+    return used_as_address
+
+
+READ_WINDOW = 64  # instructions after a poll's exit in which its data is read
+
+
+def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls: set[int]):
+    """(first weak data load within `READ_WINDOW` instructions of the poll's loop exit
+    reached from the poll with no acquire on the way, how many such loads, the first
+    acquire fence seen). The walk starts at the poll (an `ld.acquire`'s fence sits right
+    after it, inside the loop), stops at another poll loop (what follows it is that poll's
+    data) and does not count pointer loads (`_only_an_address`)."""
+    seen: set[int] = set()
+    frontier = [(s, 0) for s in func.successors(poll)]
+    first, count, fence = None, 0, None
+    while frontier:
+        i, dist = frontier.pop(0)
+        if i in seen or i >= len(func.instrs) or i in other_polls or dist > READ_WINDOW:
+            continue
+        seen.add(i)
+        ins = func.instrs[i]
+        if ins.is_acquire_fence:
+            fence = fence or ins
+            continue  # acquired on this path
+        if i not in loop and ins.is_weak_global_load and not _only_an_address(func, i):
+            count += 1
+            first = ins if first is None or ins.addr < first.addr else first
+        frontier.extend((s, dist + (i not in loop)) for s in func.successors(i))
+    return first, count, fence
+
+
 def check_polls(func: SassFunction, path: str) -> list[Finding]:
-    """[poll-no-acquire] and the [sync-scope] note for every poll loop."""
+    """[poll-no-acquire] and the [sync-scope] note, once per poll loop."""
     out = []
+    polls: dict[int, set[int]] = {}
     for loop in _loops(func):
         p = _is_poll(func, loop)
-        if p is None:
-            continue
+        if p is not None:
+            polls.setdefault(p, set()).update(loop)
+    for p, loop in sorted(polls.items()):
         poll = func.instrs[p]
-        seen, stack, fence, bad = set(), [(s, False) for s in func.successors(p)], None, None
-        while stack and bad is None:
-            i, acquired = stack.pop()
-            if (i, acquired) in seen or i >= len(func.instrs):
-                continue
-            seen.add((i, acquired))
-            ins = func.instrs[i]
-            if ins.is_acquire_fence:
-                acquired, fence = True, fence or ins
-            elif ins.is_weak_global_load and i not in loop and not acquired:
-                bad = ins
-                break
-            stack.extend((s, acquired) for s in func.successors(i))
+        others = set().union(*(body for q, body in polls.items() if q != p)) - loop
+        bad, count, fence = _stale_read_after(func, loop, p, others)
         if bad is not None:
+            more = f" (+{count - 1} more such loads)" if count > 1 else ""
             out.append(checks.POLL_NO_ACQUIRE.finding(
                 path, bad.line,
                 f"{func.name}: `{bad.opcode}` at /*{bad.addr:04x}*/ follows the poll "
                 f"`{poll.opcode}` at /*{poll.addr:04x}*/ with no acquire in between (no "
-                f"CCTL.IVALL / MEMBAR): it may read stale L1 lines of the data the flag "
-                f"publishes; poll with ld.acquire.gpu or add __threadfence() after the loop",
-                f"{poll.text}\n...\n{bad.text}"))
+                f"CCTL.IVALL / gpu-scope MEMBAR){more}: it may read stale L1 lines of the data "
+                f"the flag publishes; poll with ld.acquire.gpu or add __threadfence() after "
+                f"the loop", f"{poll.text}\n...\n{bad.text}"))
         else:
             scope = {"SYS": "system (volatile)", "GPU": "gpu"}.get(poll.opcode.split(".")[-1], poll.opcode)
-            acq = f"`{fence.opcode}` at /*{fence.addr:04x}*/" if fence else "no weak load follows"
+            acq = f"`{fence.opcode}` at /*{fence.addr:04x}*/" if fence else "no weak data load follows"
             out.append(checks.SYNC_SCOPE.finding(path, poll.line,
-                               f"{func.name}: poll `{poll.opcode}` ({scope}); acquire: {acq}",
-                               poll.text))
+                                                 f"{func.name}: poll `{poll.opcode}` ({scope}); "
+                                                 f"acquire: {acq}", poll.text))
     return out
 
 
