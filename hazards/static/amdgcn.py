@@ -241,7 +241,8 @@ def check_mfma_waits(funcs: list[isa.Function], path: str, target: str = "any") 
         for m_idx, m in enumerate(func.instrs):
             if not m.is_mfma:
                 continue
-            shape = mfma_table.lookup(m.mnemonic, target) or mfma_table.lookup(m.mnemonic)
+            shape = (mfma_table.lookup(m.mnemonic, target, m.text)
+                     or mfma_table.lookup(m.mnemonic, "any", m.text))
             # (a gfx950 mnemonic in a gfx942 listing: inline asm passes through -S unassembled)
             if shape is None:
                 out.append(checks.MFMA_UNKNOWN_SHAPE.finding(path, m.line,

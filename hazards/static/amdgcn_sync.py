@@ -80,6 +80,8 @@ _COND_REG = {"vccz": "vcc", "vccnz": "vcc", "execz": "exec", "execnz": "exec",
 
 def _implicit_writes(ins: isa.Instr) -> set[tuple[str, int]]:
     m = ins.mnemonic
+    if m.startswith("v_cmpx"):
+        return {("exec", 0), ("exec", 1)}
     if m.startswith(("s_cmp", "s_bitcmp")) or (m.startswith("s_") and m.endswith(("_b32", "_b64"))
                                                and not m.startswith(("s_mov", "s_load"))):
         out = {("scc", 0)}
@@ -93,25 +95,60 @@ def _is_data_load(ins: isa.Instr) -> bool:
     return ins.mnemonic.startswith(("global_load", "flat_load", "buffer_load", "scratch_load"))
 
 
+def _loop_variant(func: isa.Function, t: int, b: int) -> set[tuple[str, int]]:
+    """Register units of the loop [t, b] whose value may differ between iterations: read
+    before any write of them in the body (carried round the back edge) or computed from
+    such a value; a load's result counts as invariant when its address is (a pointer
+    re-read from one slot), the clock (`s_memtime`, `s_getreg`) does not."""
+    first_write: dict[tuple[str, int], int] = {}
+    for k in range(t, b + 1):
+        for u in isa.units(func.instrs[k].writes()) | _implicit_writes(func.instrs[k]):
+            first_write.setdefault(u, k)
+    variant: set[tuple[str, int]] = set()
+    changed = True
+    while changed:
+        changed = False
+        for k in range(t, b + 1):
+            ins = func.instrs[k]
+            outs = (isa.units(ins.writes()) | _implicit_writes(ins)) - variant
+            if not outs:
+                continue
+            reads = isa.units(ins.reads())
+            carried = {u for u in reads if first_write.get(u, -1) >= k}
+            if reads & variant or carried or ins.mnemonic.startswith(("s_memtime", "s_memrealtime",
+                                                                      "s_getreg")):
+                variant |= outs
+                changed = True
+    return variant
+
+
 def poll_loops(func: isa.Function) -> list[tuple[int, int, int]]:
-    """(loop head, back-branch, poll load) for loops whose exit depends on a loaded value:
-    the branch condition (vcc/exec/scc) is computed, in the loop body, from a memory read."""
+    """(loop head, back-branch, poll load) for loops that wait on a value another agent
+    writes: a memory load from a loop-invariant address (one flag re-read each time; a
+    reduction or quantization loop walks addresses) whose value decides the exit - the
+    last write of the branch's condition (vcc/exec/scc) before it is computed from it."""
     loops = []
     for b, ins in enumerate(func.instrs):
         t = func.target_index(b) if ins.is_conditional else None
         if t is None or t > b:
             continue
         cond = _COND_REG.get(ins.mnemonic.removeprefix("s_cbranch_"))
+        if cond is None:
+            continue
+        variant = _loop_variant(func, t, b)
         for i in range(t, b):
             ld = func.instrs[i]
-            if not (ld.is_vmem and ld.is_load):
+            if not (ld.is_vmem and ld.is_load) or isa.units(ld.reads()) & variant:
                 continue
             taint = isa.units(ld.writes())
             for k in range(i + 1, b):
                 nxt = func.instrs[k]
-                if isa.units(nxt.reads()) & taint:
-                    taint |= isa.units(nxt.writes()) | _implicit_writes(nxt)
-            if cond is None or any(f == cond for f, _ in taint):
+                outs = isa.units(nxt.writes()) | _implicit_writes(nxt)
+                if isa.units(nxt.reads()) & taint and not nxt.is_load:
+                    taint |= outs
+                else:
+                    taint -= outs
+            if any(f == cond for f, _ in taint):
                 loops.append((t, b, i))
                 break
     return loops
@@ -143,14 +180,16 @@ def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
     for func in funcs:
         loops = poll_loops(func)
         has_wt = any(i.is_store and {"sc0", "sc1"} <= _bits(i) for i in func.instrs)
-        if not loops and not has_wt:
-            continue
         for head, back, poll in loops:
             out += _check_acquire(func, path, head, back, poll)
         preds = _preds(func)
         for f_idx, ins in enumerate(func.instrs):
-            if _is_flag_store(ins):
+            if not _is_flag_store(ins):
+                continue
+            if loops or has_wt:
                 out += _check_release(func, path, f_idx, preds)
+            elif ins.is_atomic:  # an arrival: only other waves' data (across a barrier) count
+                out += _check_release(func, path, f_idx, preds, after_barrier_only=True)
     return out
 
 
@@ -190,16 +229,23 @@ def _check_acquire(func, path, head, back, poll) -> list[Finding]:
     return out
 
 
-def _check_release(func, path, f_idx, preds) -> list[Finding]:
+def _check_release(func, path, f_idx, preds, after_barrier_only: bool = False) -> list[Finding]:
+    """Walk back from a flag store: every data store reaching it must be waited for
+    (`s_waitcnt vmcnt(0)`), and written back (`buffer_wbl2`) when the flag is written
+    through. Stores of other waves (before an `s_barrier`) are data whatever their bits:
+    the seed's TopK block wrote its data write-through too. `after_barrier_only`: an atomic
+    in a function that neither polls nor writes through is a release only of what other
+    waves stored before a barrier (a relaxed counter after this wave's own stores is not a
+    flag)."""
     flag = func.instrs[f_idx]
     flag_wt = flag.is_store and {"sc0", "sc1"} <= _bits(flag)
-    seen: set[tuple[int, bool, bool]] = set()
-    stack = [(p, False, None) for p in preds.get(f_idx, [])]
+    seen: set[tuple[int, bool, bool, bool]] = set()
+    stack = [(p, False, None, False) for p in preds.get(f_idx, [])]
     steps, out, fences = 0, [], set()
     while stack and steps < _STEP_LIMIT:
-        i, waited, wb = stack.pop()
+        i, waited, wb, crossed = stack.pop()
         steps += 1
-        key = (i, waited, wb is not None)
+        key = (i, waited, wb is not None, crossed)
         if key in seen:
             continue
         seen.add(key)
@@ -208,12 +254,19 @@ def _check_release(func, path, f_idx, preds) -> list[Finding]:
             waited = True
         elif ins.mnemonic.startswith("buffer_wbl2"):
             wb = ins
-        elif _is_data_write(ins):
+        elif ins.mnemonic == "s_barrier":
+            crossed = True
+        elif _is_data_write(ins) or (crossed and ins.is_vmem and ins.is_store):
+            if after_barrier_only and not crossed:
+                continue
+            who = "another wave's " if crossed else ""
             if not waited:
                 out.append(checks.RELEASE_ORDER.finding(
                     path, flag.line,
-                    f"`{ins.text}` (line {ins.line}) reaches the flag store without "
-                    f"`s_waitcnt vmcnt(0)`: the flag may become visible before that write",
+                    f"{who}`{ins.text}` (line {ins.line}) reaches the flag `{flag.mnemonic}` "
+                    f"without `s_waitcnt vmcnt(0)` (or a release fence): the flag may become "
+                    f"visible before that write" + (" - s_barrier orders execution, not "
+                                                    "memory" if crossed else ""),
                     f"{ins.text}\n...\n{flag.text}"))
                 return out
             if flag_wt and wb is None:
@@ -227,9 +280,11 @@ def _check_release(func, path, f_idx, preds) -> list[Finding]:
             fences.add(f"`{wb.text}`: {fence_scope(wb)}" if wb is not None
                        else "s_waitcnt only: the data reach this XCD's L2 (no write-back)")
             continue
-        stack.extend((p, waited, wb) for p in preds.get(i, []))
+        stack.extend((p, waited, wb, crossed) for p in preds.get(i, []))
+    if after_barrier_only and not fences:
+        return out  # a counter, not a release: nothing to say
     rel = "; ".join(sorted(fences)) or "no earlier write on any path"
     out.append(checks.SYNC_SCOPE.finding(path, flag.line,
-                       f"flag `{flag.mnemonic}` ({access_scope(flag)}); release: {rel}",
-                       flag.text))
+                                         f"flag `{flag.mnemonic}` ({access_scope(flag)}); release: {rel}",
+                                         flag.text))
     return out

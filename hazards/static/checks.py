@@ -158,10 +158,12 @@ WGMMA_EARLY_ACCESS = register(Check(
 # --- barrier layouts ------------------------------------------------------------------------
 LAYOUT_WT_L2_LINE = register(Check(
     "layout-wt-l2-line", "error", "layout",
-    "a write-through slot in one line with an L2-resident writer (atomic or plain)", also=("warning",), also_doc="warning on NVIDIA"))
+    "a write-through slot in one line with an L2-resident writer (atomic or plain), one "
+    "finding per pair of barriers", also=("warning",), also_doc="warning on NVIDIA"))
 LAYOUT_FALSE_SHARING = register(Check(
     "layout-false-sharing", "warning", "layout",
-    "one line (NVIDIA: and whether one 32-B sector) shared by unrelated barriers"))
+    "one line (NVIDIA: and whether one 32-B sector) shared by unrelated barriers, one "
+    "finding per pair of barriers", also=("perf",), also_doc="perf on NVIDIA"))
 LAYOUT_OVERLAP = register(Check(
     "layout-overlap", "error", "layout", "slots sharing bytes"))
 LAYOUT_MISALIGNED = register(Check(

@@ -100,14 +100,17 @@ def _with_text(source: Path, text: str | None) -> Path:
 
 def compile_amdgcn(source: Path, *, arch: str = toolchain.GFX942,
                    defines: Mapping[str, object] | None = None, text: str | None = None,
-                   label: str | None = None, extra_args: tuple[str, ...] = ()) -> Build:
+                   label: str | None = None, extra_args: tuple[str, ...] = (),
+                   device_libs: tuple[str, ...] = ("-nogpulib",)) -> Build:
     """AMDGCN assembly for `source` (or for `text` in place of its contents).
 
-    `HZ_STATIC_ONLY` is always defined; quoted includes resolve next to `source`.
+    `HZ_STATIC_ONLY` is always defined; quoted includes resolve next to `source`;
+    `device_libs` are the flags for ROCm's device libraries (default: none).
     """
     clang = toolchain.find_tool("clang", needed_for="for the AMDGCN static checks")
     src = _with_text(Path(source), text)
-    args = [*toolchain.AMD_DEVICE_ONLY_FLAGS, "-O3", "-S", toolchain.amd_arch_flag(arch),
+    base = [f for f in toolchain.AMD_DEVICE_ONLY_FLAGS if f != "-nogpulib"]
+    args = [*base, *device_libs, "-O3", "-S", toolchain.amd_arch_flag(arch),
             f"-D{STATIC_DEFINE}", f"-I{Path(source).resolve().parent}", *_define_args(defines), *extra_args]
     return _cached_build(clang, args, src, ".s", label or f"{Path(source).stem}-{arch}")
 

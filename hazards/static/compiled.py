@@ -25,7 +25,8 @@ from hazards.static import amdgcn, checks, cscan, sass
 from hazards.engine import toolchain
 from hazards.static.compile import compile_amdgcn, compile_cubin, disassemble
 from hazards.static.findings import Finding
-from hazards.static.userbuild import CompileDatabase, Entry, hip_device_args, source_flags
+from hazards.static.userbuild import (CompileDatabase, Entry, device_lib_args, hip_device_args,
+                                      source_flags)
 
 AMD_ARCHS = ("gfx942", "gfx950")
 NVIDIA_ARCHS = ("sm_90a", "sm_90", "sm_80", "sm_100a")
@@ -152,7 +153,8 @@ def _check_amd(job: CompileJob) -> list[Finding]:
     annotated, stmts = amdgcn.annotate_source(pre)
     build = compile_amdgcn(job.source, arch=job.arch, text=annotated,
                            label=f"{job.source.stem}-{job.arch}-user",
-                           extra_args=(*_language_flags(job.flags), "-gline-tables-only"))
+                           extra_args=(*_language_flags(job.flags), "-gline-tables-only"),
+                           device_libs=device_lib_args(clang, job.arch))
     found = amdgcn.check_listing(build.text, str(build.path), target=job.arch, stmts=stmts,
                                  source_path=str(job.source), line_map=cscan.line_map(pre))
     return at_source(found, build.text, str(build.path), _amd_locations)

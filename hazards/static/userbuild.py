@@ -152,23 +152,95 @@ def _load_cached(path: Path) -> CompileDatabase:
     return CompileDatabase.load(path)
 
 
-@functools.lru_cache(maxsize=None)
-def hip_headers_found(clang: str) -> bool:
-    """Whether `clang -x hip` finds ROCm's HIP headers (`<hip/hip_runtime.h>`) by itself."""
+def _compiles(clang: str, args: Sequence[str], source: str) -> bool:
     try:
-        proc = subprocess.run([clang, "-E", "-x", "hip", "--cuda-device-only",
-                               "--offload-arch=gfx942", "-nogpulib", "-", "-o", "-"],
-                              input="#include <hip/hip_runtime.h>\n", capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run([clang, *args, "-", "-o", "-"], input=source, capture_output=True,
+                              text=True, timeout=120)
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0
 
 
+@functools.lru_cache(maxsize=None)
+def hip_headers_found(clang: str) -> bool:
+    """Whether `clang -x hip` finds ROCm's HIP headers (`<hip/hip_runtime.h>`) by itself."""
+    return _compiles(clang, ["-E", "-x", "hip", "--cuda-device-only", "--offload-arch=gfx942",
+                             "-nogpulib"], "#include <hip/hip_runtime.h>\n")
+
+
+_BITCODE_DIRS = ("{rocm}/amdgcn/bitcode", "/opt/rocm/amdgcn/bitcode",
+                 "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/usr/lib/amdgcn/bitcode")
+_KERNEL = "__attribute__((global)) void hz_probe(int* p) { __builtin_amdgcn_s_barrier(); }\n"
+
+
+def isa_version(arch: str) -> int:
+    """The number ROCm's device libraries give a target: gfx942 -> 9402, gfx90a -> 9010."""
+    digits = arch.removeprefix("gfx")
+    return int(digits[:-2]) * 1000 + int(digits[-2], 16) * 100 + int(digits[-1], 16)
+
+
+@functools.lru_cache(maxsize=None)
+def device_lib_args(clang: str, arch: str = "gfx942") -> tuple[str, ...]:
+    """clang's flags to link ROCm's device libraries for `arch`, so that `__syncthreads`,
+    `__threadfence` and friends compile to the fences and barriers they are (without the
+    libraries they stay calls the checks cannot see through).
+
+    Where the installed libraries predate the target (Debian's ROCm 5.2 has no
+    `oclc_isa_version_942.bc`), a folder in the build cache links to them and adds that
+    one-constant library, written from the target's ISA number. Without any libraries:
+    `-nogpulib` (and `device_libs_missing` says so)."""
+    base = ["-x", "hip", "--cuda-device-only", f"--offload-arch={arch}", "-nogpuinc", "-S"]
+    if _compiles(clang, base, _KERNEL):
+        return ()
+    import os
+
+    rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
+    src = next((Path(d.format(rocm=rocm)) for d in _BITCODE_DIRS
+                if (Path(d.format(rocm=rocm)) / "ockl.bc").is_file()), None)
+    if src is None:
+        return ("-nogpulib",)
+    from hazards.static.compile import build_dir
+
+    dest = build_dir() / "rocm-device-libs" / arch
+    dest.mkdir(parents=True, exist_ok=True)
+    for lib in src.glob("*.bc"):
+        link = dest / lib.name
+        if not link.exists():
+            link.symlink_to(lib)
+    isa = dest / f"oclc_isa_version_{arch.removeprefix('gfx')}.bc"
+    if not isa.exists() and not _write_isa_library(clang, src, isa, isa_version(arch)):
+        return ("-nogpulib",)
+    flag = f"--rocm-device-lib-path={dest}"
+    return (flag,) if _compiles(clang, [*base, flag], _KERNEL) else ("-nogpulib",)
+
+
+def _write_isa_library(clang: str, src: Path, out: Path, version: int) -> bool:
+    """Assemble the one-constant `oclc_isa_version` library with llvm-as (next to clang),
+    in the data layout of the installed ones."""
+    llvm_as = shutil.which(Path(clang).name.replace("clang", "llvm-as")) or shutil.which("llvm-as")
+    llvm_dis = shutil.which(Path(clang).name.replace("clang", "llvm-dis")) or shutil.which("llvm-dis")
+    sample = next(iter(sorted(src.glob("oclc_isa_version_9*.bc"))), None)
+    if not llvm_as or not llvm_dis or sample is None:
+        return False
+    dis = subprocess.run([llvm_dis, str(sample), "-o", "-"], capture_output=True, text=True, timeout=60)
+    layout = next((ln for ln in dis.stdout.splitlines() if ln.startswith("target datalayout")), "")
+    ir = (f"{layout}\ntarget triple = \"amdgcn-amd-amdhsa\"\n"
+          f"@__oclc_ISA_version = linkonce_odr protected local_unnamed_addr addrspace(4) "
+          f"constant i32 {version}, align 4\n")
+    tmp = out.with_name(out.name + ".tmp")
+    proc = subprocess.run([llvm_as, "-", "-o", str(tmp)], input=ir, capture_output=True,
+                          text=True, timeout=60)
+    if proc.returncode != 0:
+        return False
+    tmp.replace(out)
+    return True
+
+
 def hip_device_args(clang: str, arch: str = "gfx942") -> list[str]:
     """clang's flags for the device side of a HIP source: the installed HIP headers when
-    clang finds them, otherwise `-nogpuinc` (the source must then bring its own)."""
-    args = ["-x", "hip", "--cuda-device-only", f"--offload-arch={arch}", "-nogpulib"]
+    clang finds them (otherwise `-nogpuinc`: the source must bring its own) and the device
+    libraries (`device_lib_args`)."""
+    args = ["-x", "hip", "--cuda-device-only", f"--offload-arch={arch}", *device_lib_args(clang, arch)]
     return args if hip_headers_found(clang) else [*args, "-nogpuinc"]
 
 

@@ -129,6 +129,6 @@ def layout_hazards(layout: Layout) -> set[str]:
             kinds = {s.access for s in members}
             if "write_through" in kinds and kinds & {"atomic", "plain"}:
                 found.add("layout-wt-l2-line")
-            if len({s.barrier for s in members}) > 1:
-                found.add("layout-false-sharing")
+            if len({s.barrier for s in members}) > 1 and layout.platform != "nvidia":
+                found.add("layout-false-sharing")  # a perf finding on NVIDIA: never fails
     return found

@@ -154,16 +154,21 @@ v_accvgpr_read_b32 v4, a3
     assert failing_ids(check(body)) == {"mfma-acc-read"}  # via the branch: 1 + 6 = 7 < 11
 
 
-def test_gfx950_scaled_mfma_is_checked_with_the_mi355_threshold():
+def test_gfx950_scaled_mfma_is_checked_with_llvms_gfx950_rule():
     body = """
 ;;#ASMSTART
-v_mfma_scale_f32_16x16x128_f8f6f4 a[0:3], v[0:7], v[8:15], a[0:3], v20, v21
+v_mfma_scale_f32_16x16x128_f8f6f4 a[0:3], v[0:7], v[8:15], a[0:3], v20, v21{fmt}
 {tail}
 v_accvgpr_read_b32 v4, a0
 ;;#ASMEND
 """
-    assert failing_ids(check(body.format(tail="s_nop 7\ns_nop 0"))) == {"mfma-acc-read"}
-    assert failing_ids(check(body.format(tail="s_nop 7\ns_nop 2"))) == set()
+    # an f8 matrix (the default format): 8 passes, 8 + 3 + 1 = 12 on gfx950
+    assert failing_ids(check(body.format(fmt="", tail="s_nop 7\ns_nop 0"))) == {"mfma-acc-read"}
+    assert failing_ids(check(body.format(fmt="", tail="s_nop 7\ns_nop 2"))) == {"mfma-acc-read"}
+    assert failing_ids(check(body.format(fmt="", tail="s_nop 7\ns_nop 3"))) == set()
+    # f4 x f4 (cbsz:4 blgp:4): 4 passes, 4 + 3 + 1 = 8
+    assert failing_ids(check(body.format(fmt=" cbsz:4 blgp:4", tail="s_nop 7"))) == set()
+    assert failing_ids(check(body.format(fmt=" cbsz:4 blgp:4", tail="s_nop 6"))) == {"mfma-acc-read"}
 
 
 def test_unknown_mfma_shape_is_reported_not_passed():

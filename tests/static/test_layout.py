@@ -21,8 +21,20 @@ def ids(lay: Layout) -> set[str]:
 def test_moe_barrier_before_the_fix_loses_releases():
     found = layout.check_layout_file(DATA / "moe_barrier_before.toml")
     wt = [f for f in found if f.check == "layout-wt-l2-line"]
-    assert wt and all(f.severity == "error" for f in wt)
-    assert any("release[7]" in f.message and "arrivals" in f.message for f in wt)
+    assert len(wt) == 2 and all(f.severity == "error" for f in wt)  # one per expert's line
+    assert "release[0]" in wt[0].message and "arrivals" in wt[0].message
+    assert "and 7 more slot pair(s)" in wt[0].message
+
+
+def test_a_layout_with_many_slots_gives_one_finding_per_pair_of_barriers_not_per_pair_of_slots():
+    # 16 barriers of 8 atomic words, two barriers per 64-B line: pairwise reporting gave
+    # 8 x 8 slot pairs per line (512 findings); one per pair of barriers gives 8
+    slots = tuple(Slot(f"b{k}[{w}]", 32 * k + 4 * w, 4, "atomic", f"b{k}") for k in range(16) for w in range(8))
+    found = layout.check_layout(Layout(slots, "amd"))
+    assert len(found) == 8 and "and 63 more slot pair(s)" in found[0].message
+    assert all(f.check == "layout-false-sharing" and f.severity == "warning" for f in found)
+    nvidia = layout.check_layout(Layout(slots, "nvidia"))
+    assert nvidia and all(f.severity == "perf" and not f.fails for f in nvidia)
 
 
 def test_moe_barrier_after_the_fix_is_clean():

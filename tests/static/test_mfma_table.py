@@ -113,5 +113,38 @@ def test_required_wait_states_follow_llvm_formulas():
     assert mfma_table.required_wait_states(s, "srcc_full") == 0
     f32 = mfma_table.lookup("v_mfma_f32_32x32x2_f32", "gfx942")
     assert mfma_table.required_wait_states(f32, "valu") == 18  # SMFMA: N + 2
-    scaled = mfma_table.lookup("v_mfma_scale_f32_16x16x128_f8f6f4")
-    assert mfma_table.required_wait_states(scaled, "valu") == 11  # the MI355 PR's measured threshold
+
+
+
+# gfx950, from ROCm/llvm-project's recognizer (IsGFX950 rules) and scheduling model, cited in
+# hazards/static/mfma_table.py: (passes, VALU read, SrcA/B, partial SrcC)
+GFX950_RULES = {
+    "v_mfma_f32_16x16x32_bf16": (4, 8, 7, 6), "v_mfma_f32_16x16x32_f16": (4, 8, 7, 6),
+    "v_mfma_f32_32x32x16_bf16": (8, 12, 11, 10), "v_mfma_f32_32x32x16_f16": (8, 12, 11, 10),
+    "v_mfma_i32_16x16x64_i8": (4, 8, 7, 6), "v_mfma_i32_32x32x32_i8": (8, 12, 11, 10),
+    "v_mfma_f32_16x16x128_f8f6f4": (8, 12, 11, 10), "v_mfma_f32_32x32x64_f8f6f4": (16, 20, 19, 18),
+    "v_mfma_scale_f32_16x16x128_f8f6f4": (8, 12, 11, 10),
+    "v_mfma_scale_f32_32x32x64_f8f6f4": (16, 20, 19, 18),
+    "v_mfma_f32_4x4x4_16b_f16": (2, 5, 5, 4),  # 2-pass XDL: no gfx950 extra on VALU reads
+    "v_mfma_f32_32x32x2_f32": (16, 18, 18, 16),  # SMFMA: unchanged from gfx940
+    "v_mfma_f64_16x16x4_f64": (16, 19, 19, 17),  # the 16x16 DGEMM: 16 passes on gfx950
+}
+
+
+@pytest.mark.parametrize("mnemonic", sorted(GFX950_RULES))
+def test_gfx950_rows_follow_the_cited_llvm_rules(mnemonic):
+    shape = mfma_table.lookup(mnemonic, "gfx950")
+    got = (shape.passes, *(mfma_table.required_wait_states(shape, k) for k in ("valu", "srcab", "srcc_partial")))
+    assert got == GFX950_RULES[mnemonic]
+
+
+def test_an_f8f6f4_op_with_no_f8_matrix_takes_half_the_passes():
+    f8 = mfma_table.lookup("v_mfma_scale_f32_16x16x128_f8f6f4", "gfx950", "... cbsz:0 blgp:4")
+    f4 = mfma_table.lookup("v_mfma_scale_f32_16x16x128_f8f6f4", "gfx950", "... cbsz:4 blgp:4")
+    assert (f8.passes, f4.passes) == (8, 4)
+
+
+def test_gfx942_listings_keep_the_gfx940_rules_for_shared_mnemonics():
+    shared = "v_mfma_f32_32x32x8_f16"
+    assert mfma_table.required_wait_states(mfma_table.lookup(shared), "valu") == 11
+    assert mfma_table.required_wait_states(mfma_table.lookup(shared, "gfx950"), "valu") == 12
