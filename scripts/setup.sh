@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything gpu-hazards' development needs: system packages (clang-19 for the
-# AMDGCN static checks, chromium for the report's headless check), then the package,
-# editable, with its dev extra. Called by the README's install command and by .ci/run.
-# Safe to run twice. A torch already installed (say a CUDA build) is never touched.
+# AMDGCN static checks; ROCm's HIP headers and device libraries - Debian's libamdhip64-dev,
+# HIP 5.2, and rocm-device-libs - so user sources compile with real headers and the HIP
+# build of every family is checked; chromium for the report's headless check), then the
+# package, editable, with its dev extra. Called by the README's install command and by
+# .ci/run. Safe to run twice. A torch already installed (say a CUDA build) is never touched.
 # HZ_SETUP_PYTHON picks the interpreter (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,8 @@ sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; the
 if command -v apt-get >/dev/null 2>&1; then
   need=()
   command -v clang-19 >/dev/null 2>&1 || need+=(clang-19 llvm-19)
+  [ -f /usr/include/hip/hip_runtime.h ] || need+=(libamdhip64-dev)
+  [ -d /usr/lib/x86_64-linux-gnu/amdgcn/bitcode ] || need+=(rocm-device-libs)
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing system packages: ${need[*]}"
@@ -21,7 +25,7 @@ if command -v apt-get >/dev/null 2>&1; then
     fi
   fi
 else
-  echo "setup: WARNING: no apt-get; install clang-19 and chromium yourself for the AMDGCN checks and report tests" >&2
+  echo "setup: WARNING: no apt-get; install clang-19, ROCm's HIP headers and device libraries, and chromium yourself for the AMDGCN checks and report tests" >&2
 fi
 
 # torch: the dev extra asks for a lower bound only. An installed torch is pinned for this

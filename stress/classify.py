@@ -329,7 +329,7 @@ def result_verdict(payload: dict[str, Any]) -> tuple[Outcome, str] | None:
     status = payload.get("status")
     if status == "fault":
         return Outcome.FAULT, f"result line: fault: {payload.get('message', '')}".rstrip(": ")
-    if status in ("bad_reference", "bad_request"):
+    if status in ("bad_reference", "bad_request", "unsupported"):
         return Outcome.ERROR, f"result line: {status}"
     mismatched = payload.get("mismatched")
     if payload.get("ok") is False:
@@ -487,7 +487,8 @@ def classify_reply(reply: dict[str, Any]) -> tuple[Outcome, str, dict[str, Any]]
     """Judge one validated server reply (docs/protocol.md, "Reply").
 
     ok -> clean or mismatch (by `mismatched`); fault -> fault (error_kind from the fault
-    signature in `message` if any, else "device_error"); bad_reference / bad_request ->
+    signature in `message` if any, else "device_error"); bad_reference / bad_request /
+    unsupported (a build that cannot run the point: error kind "unsupported") ->
     error. An unknown status is a protocol error (error), never clean.
     """
     status = reply.get("status")
@@ -510,7 +511,7 @@ def classify_reply(reply: dict[str, Any]) -> tuple[Outcome, str, dict[str, Any]]
         signature = find_fault_signature(message)
         kind = signature[0] if signature else "device_error"
         return _verdict(Outcome.FAULT, f"device fault: {message or 'no message'}", evidence, kind)
-    if status in ("bad_reference", "bad_request"):
+    if status in ("bad_reference", "bad_request", "unsupported"):
         return _verdict(Outcome.ERROR, f"{status}: {message or 'no message'}", evidence, status)
     return _verdict(Outcome.ERROR, f"protocol error: unknown status {str(status)[:50]!r}",
                     evidence, "protocol")

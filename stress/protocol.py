@@ -16,7 +16,7 @@ PROTOCOL_VERSION = 1
 MAX_BANNER_LINES = 100
 # A line longer than this is garbage, not a reply: it bounds the supervisor's buffer.
 MAX_LINE_BYTES = 1 << 20
-REPLY_STATUSES = ("ok", "fault", "bad_reference", "bad_request")
+REPLY_STATUSES = ("ok", "fault", "bad_reference", "bad_request", "unsupported")
 # Shown in reasons and evidence: enough to recognise the garbage, bounded for the store.
 _SHOWN_CHARS = 200
 

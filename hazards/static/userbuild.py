@@ -199,9 +199,7 @@ def device_lib_args(clang: str, arch: str = "gfx942") -> tuple[str, ...]:
                 if (Path(d.format(rocm=rocm)) / "ockl.bc").is_file()), None)
     if src is None:
         return ("-nogpulib",)
-    from hazards.static.compile import build_dir
-
-    dest = build_dir() / "rocm-device-libs" / arch
+    dest = toolchain.cache_dir("static") / "rocm-device-libs" / arch
     dest.mkdir(parents=True, exist_ok=True)
     for lib in src.glob("*.bc"):
         link = dest / lib.name

@@ -8,7 +8,7 @@
 //
 // HZ_HIP is 1 for a HIP build, 0 for CUDA. HZ_HAVE_CP_ASYNC says whether the
 // `cp.async` (sm_80+) path is real; where it is not, hz_cp_async_* degrade to plain
-// synchronous copies and families reject the cp_async copy kind as a bad request.
+// synchronous copies and families answer the cp_async copy kind as unsupported (hz::Unsupported).
 #pragma once
 
 #if defined(HZ_STATIC_ONLY) && defined(__HIP__)

@@ -10,7 +10,8 @@
 //   BIN --resolve JSON           `HZ_RESOLVED {"variant":..,"resolved":{..}}`: the point a request
 //                                runs (no GPU needed); exit 2 with the message for a bad one
 //   BIN --once [JSON]            one batch; prints `HZ_RESULT {...}`; exit 0 clean,
-//                                1 mismatch, 2 bad request/reference, 3 device fault.
+//                                1 mismatch, 2 bad request/reference, 3 device fault,
+//                                4 unsupported by this build (hz::Unsupported).
 //                                JSON is a request ({"launches":N,"params":{...}}) or a bare
 //                                params object; without JSON the env var HZ_PARAMS is read.
 //   BIN --serve                  the JSON-lines server of docs/protocol.md (version 1)
@@ -50,6 +51,12 @@ struct BadRequest : std::runtime_error {  // the request cannot be served (bad p
   using std::runtime_error::runtime_error;
 };
 struct BadReference : std::runtime_error {  // the reference failed its own validation
+  using std::runtime_error::runtime_error;
+};
+// This build cannot run the request: a well-formed point needing a feature the platform lacks
+// (cp.async in a HIP build). Replied as "unsupported", never as a bad request: on another
+// platform the same request is good.
+struct Unsupported : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -318,12 +325,24 @@ inline FamilyTable FamilyTable::parse(const std::string& text) {
 
 namespace detail {
 
-inline std::string format_uuid(const cudaDeviceProp& prop) {
-  const unsigned char* u = (const unsigned char*)&prop.uuid;
+inline std::string format_uuid(const unsigned char* u) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
                 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
   return buf;
+}
+
+// HIP 5's hipDeviceProp_t has no uuid member; hipDeviceGetUuid exists in HIP 5 and 6.
+inline std::string device_uuid(int device, const cudaDeviceProp& prop) {
+#if HZ_HIP
+  (void)prop;
+  hipUUID id{};
+  if (hipDeviceGetUuid(&id, device) != hipSuccess) return "GPU-unknown";
+  return format_uuid(reinterpret_cast<const unsigned char*>(id.bytes));
+#else
+  (void)device;
+  return format_uuid(reinterpret_cast<const unsigned char*>(&prop.uuid));
+#endif
 }
 
 inline std::string list_json(const FamilyTable& f) {
@@ -370,7 +389,7 @@ class Runner {
     if (n < 1) throw DeviceFault("no GPU visible");
     HZ_CHECK(cudaSetDevice(0));
     HZ_CHECK(cudaGetDeviceProperties(&dev_.prop, 0));
-    dev_.uuid = detail::format_uuid(dev_.prop);
+    dev_.uuid = detail::device_uuid(0, dev_.prop);
     HZ_CHECK(cudaStreamCreate(&stream_));
     HZ_CHECK(cudaEventCreate(&ev_[0]));
     HZ_CHECK(cudaEventCreate(&ev_[1]));

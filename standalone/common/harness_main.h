@@ -104,6 +104,9 @@ inline int run_once(const FamilyTable& table, const FamilySpec& spec, const std:
   } catch (const BadRequest& e) {
     emit("HZ_RESULT " + error_reply("bad_request", e.what()));
     return 2;
+  } catch (const Unsupported& e) {
+    emit("HZ_RESULT " + error_reply("unsupported", e.what()));
+    return 4;
   } catch (const BadReference& e) {
     emit("HZ_RESULT " + error_reply("bad_reference", e.what()));
     return 2;
@@ -142,6 +145,9 @@ inline int run_raw_loop(const FamilyTable& table, const FamilySpec& spec, long n
   } catch (const BadRequest& e) {
     std::fprintf(stderr, "hz: bad request: %s\n", e.what());
     return 2;
+  } catch (const Unsupported& e) {
+    std::fprintf(stderr, "hz: unsupported by this build: %s\n", e.what());
+    return 4;
   } catch (const BadReference& e) {
     std::fprintf(stderr, "hz: bad reference: %s\n", e.what());
     return 2;
@@ -192,6 +198,8 @@ inline int run_serve(const FamilyTable& table, const FamilySpec& spec) {
       emit(with_id(id, r.run_batch(params, launches)));
     } catch (const BadRequest& e) {
       emit(with_id(id, error_reply("bad_request", e.what())));
+    } catch (const Unsupported& e) {
+      emit(with_id(id, error_reply("unsupported", e.what())));
     } catch (const BadReference& e) {
       emit(with_id(id, error_reply("bad_reference", e.what())));
     } catch (const DeviceFault& e) {

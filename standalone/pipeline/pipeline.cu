@@ -201,7 +201,8 @@ void validate_reference(const Buffers& b, cudaStream_t st) {
 }
 
 void validate(const hz::Params& p, const hz::Device& d) {
-  if (p.s("copy") == "cp_async" && !HZ_HOST_HAS_CP_ASYNC) throw hz::BadRequest("copy=cp_async needs CUDA sm_80+");
+  if (p.s("copy") == "cp_async" && !HZ_HOST_HAS_CP_ASYNC)
+    throw hz::Unsupported("copy=cp_async needs CUDA sm_80+ (this build has no cp.async)");
   long long depth = p.i("wait_depth");
   if (depth > 7) throw hz::BadRequest("wait_depth above 7");
   double bytes = (double)grid_blocks(p, d) * kRows * p.i("ktiles") * kTileK * 4.0;

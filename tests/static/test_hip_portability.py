@@ -1,0 +1,60 @@
+"""Every runtime family source compiles as HIP for gfx942 against the installed ROCm headers
+(device side to assembly, host side checked with -fsyntax-only: no ROCm linker or GPU here),
+and the replies a HIP build gives for what it cannot run are `unsupported`, not bad requests."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from hazards.engine import toolchain
+from hazards.engine.classify import classify_reply
+from hazards.engine.outcome import Outcome
+from hazards.engine.protocol import validate_reply
+from hazards.families import all_families
+from hazards.static.userbuild import device_lib_args, hip_headers_found
+from static_helpers import CLANG_MISSING, REPO
+
+# Families whose kernel has no HIP counterpart, and why (the test says so, never passes them).
+CUDA_ONLY = {"mma_pingpong": "its kernel is sm_90a wgmma PTX (tensor-core async MMA): no HIP counterpart"}
+RUNTIME = sorted(f.name for f in all_families() if f.binary)
+
+
+def _hip_missing() -> str | None:
+    if CLANG_MISSING:
+        return CLANG_MISSING
+    clang = toolchain.find_tool("clang")
+    if not hip_headers_found(clang):
+        return "ROCm's HIP headers are not installed (apt-get install libamdhip64-dev)"
+    if "-nogpulib" in device_lib_args(clang, "gfx942"):
+        return "ROCm's device libraries are not installed (apt-get install rocm-device-libs)"
+    return None
+
+
+@pytest.mark.parametrize("family", RUNTIME)
+def test_every_runtime_family_source_compiles_as_hip_for_gfx942(family, tmp_path):
+    if family in CUDA_ONLY:
+        pytest.skip(f"{family} is CUDA-only: {CUDA_ONLY[family]}")
+    if (why := _hip_missing()) is not None:
+        pytest.skip(why)
+    clang = toolchain.find_tool("clang")
+    src = REPO / "standalone" / family / f"{family}.cu"
+    base = [clang, "-x", "hip", toolchain.amd_arch_flag("gfx942"), f"-I{REPO / 'standalone'}", str(src)]
+    device = subprocess.run([*base, "--cuda-device-only", *device_lib_args(clang, "gfx942"), "-O1",
+                             "-S", "-o", str(tmp_path / "device.s")], capture_output=True, text=True, timeout=600)
+    assert device.returncode == 0, device.stderr[-3000:]
+    assert "amdgcn-amd-amdhsa--gfx942" in (tmp_path / "device.s").read_text()
+    host = subprocess.run([*base, "--cuda-host-only", "-fsyntax-only"], capture_output=True, text=True,
+                          timeout=600)
+    assert host.returncode == 0, host.stderr[-3000:]
+
+
+def test_the_cuda_only_exceptions_name_real_runtime_families():
+    assert set(CUDA_ONLY) <= set(RUNTIME)
+
+
+def test_an_unsupported_reply_is_its_own_error_kind_not_a_bad_request():
+    reply = validate_reply({"id": 3, "status": "unsupported", "message": "copy=cp_async needs CUDA sm_80+"}, 3)
+    outcome, reason, evidence = classify_reply(reply)
+    assert outcome is Outcome.ERROR and evidence.get("error_kind") == "unsupported"
+    assert "unsupported" in reason and "bad_request" not in reason
