@@ -39,8 +39,10 @@ CATALOG_CHECKS: tuple[Check, ...] = (CANARY_BLIND, CANARY_DETECTED, MODEL_DISAGR
 
 
 def run_static_checks(paths: list[Path] | None = None, *, catalog: bool = True,
-                      families: Iterable[str] | None = None, skip: Iterable[str] = ()) -> list[Finding]:
-    """Run every static check over the catalog (unless `catalog=False`) and over `paths`.
+                      families: Iterable[str] | None = None, skip: Iterable[str] = (),
+                      expand=None) -> list[Finding]:
+    """Run every static check over the catalog (unless `catalog=False`) and over `paths`
+    (`expand`: the lint's macro expander for the sources among them).
 
     Returns all findings; those with `.fails` (errors, warnings) mean the check failed. Bad
     paths and family names that match nothing raise `UserError`. A check that could not run
@@ -55,7 +57,7 @@ def run_static_checks(paths: list[Path] | None = None, *, catalog: bool = True,
     with toolchain.skipping(skip):
         if catalog:
             found += check_catalog(families)
-        return found + check_paths(paths or ())
+        return found + check_paths(paths or (), expand)
 
 
 def static_family_names() -> list[str]:

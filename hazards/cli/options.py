@@ -73,6 +73,14 @@ def variant_option(default: str) -> Any:
 def launches_option(default: str) -> Any:
     """--launches: kernel launches per run (one batch on a family's server)."""
     return typer.Option("--launches", "-l", show_default=default, help="Kernel launches per run.")
+# The user's build, for the static checks of their sources (macro expansion, compiled mode).
+IncludeOption = Annotated[Optional[List[Path]], typer.Option(
+    "-I", "--include-dir", help="An include folder of the sources' build (repeat).", show_default="none")]
+DefineOption = Annotated[Optional[List[str]], typer.Option(
+    "-D", "--define", help="A define of the sources' build, NAME or NAME=VALUE (repeat).", show_default="none")]
+CompileCommandsOption = Annotated[Optional[Path], typer.Option(
+    "--compile-commands", help="The build's compile_commands.json (flags per source).",
+    show_default="the nearest compile_commands.json above each source")]
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
@@ -108,6 +116,11 @@ def check_seconds(value: float | None, flag: str) -> float | None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise UserError(f"{flag} must be a positive, finite number of seconds, got {value:g}")
     return value
+
+
+def build_flags(includes: Optional[Iterable[Path]], defines: Optional[Iterable[str]]) -> list[str]:
+    """-I/-D options as compiler flags (include folders made absolute)."""
+    return [f"-I{Path(d).resolve()}" for d in includes or ()] + [f"-D{d}" for d in defines or ()]
 
 
 def split_names(values: Optional[Iterable[str]]) -> list[str]:

@@ -1,4 +1,5 @@
-"""`hazards static`: every static check (the catalog's families and the given artifacts)."""
+"""`hazards static`: every static check (the catalog's families and the given artifacts), and
+the compiled mode for a user's own sources."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +10,8 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (FamiliesOption, JsonOption, SkipOption, VerboseOption, parse_skip, print_findings,
+from hazards.cli.options import (CompileCommandsOption, DefineOption, FamiliesOption, IncludeOption,
+                                 JsonOption, SkipOption, VerboseOption, build_flags, parse_skip, print_findings,
                                  split_names)
 
 _HELP = """Run every static check on the catalog's families and on the given paths.
@@ -24,7 +26,18 @@ is reported as skipped). `-v` also prints info findings.
 Exit status: 0 every check ran and passed; 1 an error or warning (with `--fail-on-perf` also a
 performance finding), or a canary nothing flagged; 2 bad input (a family name that matches
 nothing); 3 a check could not run (a missing tool that `--skip` does not name).
+
+Compiled mode, for your own sources: `hazards static --compile FILE [-- FLAGS]` or
+`hazards static --compile-commands build/compile_commands.json` compiles them with their
+flags and the installed headers - for gfx942 with clang-19 (HIP sources) and/or sm_90a with
+nvcc (CUDA sources; `--arch` picks) - and runs every AMDGCN/SASS check on what came out, at
+the source lines. The catalog is not run then.
 """
+
+
+def _flags_after_double_dash() -> list[str]:
+    """The compiler flags given after `--` (click hands them to the path argument)."""
+    return sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
 
 
 @app.command("static", help=_HELP)
@@ -36,19 +49,43 @@ def static_command(
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
     fail_on_perf: bool = typer.Option(False, "--fail-on-perf", help="Performance findings fail too."),
+    compile_files: Optional[List[Path]] = typer.Option(
+        None, "--compile", help="Compile this source with the flags after `--` and check the output (repeat).",
+        show_default="none"),
+    compile_commands: CompileCommandsOption = None,
+    archs: Optional[List[str]] = typer.Option(
+        None, "--arch", help="Targets of the compiled mode: gfx942 and/or sm_90a (repeat).",
+        show_default="from the source (HIP: gfx942, CUDA: sm_90a) or its compile command"),
+    includes: IncludeOption = None,
+    defines: DefineOption = None,
 ) -> None:
+    from hazards.engine import toolchain
+    from hazards.static import compiled
+    from hazards.static.userbuild import CompileDatabase, preprocessor_for
     from hazards.static_catalog import could_not_look, run_static_checks, static_exit_code
 
     _, tools = parse_skip(skip, parts=())
     t0 = time.monotonic()
-    findings = run_static_checks(paths or [], catalog=not no_catalog, families=split_names(families) or None,
-                                 skip=tools)
+    flags = _flags_after_double_dash()
+    paths = list(paths or [])[:len(paths or []) - len(flags)] if flags else list(paths or [])
+    flags = build_flags(includes, defines) + flags
+    archs = split_names(archs)
+    jobs = []
+    if compile_commands is not None:
+        jobs = compiled.jobs_from_database(CompileDatabase.load(compile_commands), compile_files or (), archs)
+    elif compile_files:
+        jobs = compiled.jobs_for_files(compile_files, flags, archs)
+    findings = run_static_checks(paths, catalog=not (no_catalog or jobs), families=split_names(families) or None,
+                                 skip=tools, expand=preprocessor_for(flags, compile_commands))
+    with toolchain.skipping(tools):
+        findings += compiled.check_jobs(jobs)
     print_findings(findings, as_json, verbose)
     code = static_exit_code(findings, fail_on_perf=fail_on_perf)
     bad = [f for f in findings if (f.fails or (fail_on_perf and f.severity == "perf"))]
     blind = could_not_look(findings)
     detected = sum(1 for f in findings if f.check == "canary-detected")
     skipped = sum(1 for f in findings if f.check == "check-skipped")
-    typer.echo(f"hazards static: {len(bad) - len(blind)} failing finding(s), {detected} canaries detected, "
+    built = f", {len(jobs)} compiled source build(s)" if jobs else ""
+    typer.echo(f"hazards static: {len(bad) - len(blind)} failing finding(s), {detected} canaries detected{built}, "
                f"{len(blind)} check(s) could not run, {skipped} skipped, {time.monotonic() - t0:.1f} s", err=True)
     sys.exit(code)

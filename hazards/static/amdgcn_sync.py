@@ -259,11 +259,11 @@ def _check_release(func, path, f_idx, preds, after_barrier_only: bool = False) -
         elif _is_data_write(ins) or (crossed and ins.is_vmem and ins.is_store):
             if after_barrier_only and not crossed:
                 continue
-            who = "another wave's " if crossed else ""
+            who = ", made by every wave of the block before the s_barrier," if crossed else ""
             if not waited:
                 out.append(checks.RELEASE_ORDER.finding(
                     path, flag.line,
-                    f"{who}`{ins.text}` (line {ins.line}) reaches the flag `{flag.mnemonic}` "
+                    f"`{ins.text}` (line {ins.line}){who} reaches the flag `{flag.mnemonic}` "
                     f"without `s_waitcnt vmcnt(0)` (or a release fence): the flag may become "
                     f"visible before that write" + (" - s_barrier orders execution, not "
                                                     "memory" if crossed else ""),

@@ -147,11 +147,18 @@ def split_instructions(template: str, names: dict[str, int], kind: str) -> list[
     return out
 
 
+_BRANCH = re.compile(r"^(s_branch|s_cbranch\w*|s_setpc\w*|j[a-z]*|b|b\.[a-z]+|b[a-z]{2}|cb[n]?z|tb[n]?z|"
+                     r"bra(\.\w+)?|loop[a-z]*)$")
+
+
 def _resolve_targets(instrs: list[Instruction]) -> None:
-    """Keep only the words of each instruction that name a label of this block, as indices."""
-    named = {lab for ins in instrs for lab in ins.labels}
+    """Keep only the label references of branch instructions: a named label of this block,
+    or a GNU local label as `1b`/`1f` (a plain number is an immediate, not a label)."""
+    named = {lab for ins in instrs for lab in ins.labels if not lab.isdigit()}
     for ins in instrs:
-        ins.targets = [w for w in ins.targets if w in named or _LOCAL_REF_RE.match(w)]
+        mnemonic = ins.text.replace("\t", " ").split(" ", 1)[0]
+        ins.targets = ([w for w in ins.targets if w in named or _LOCAL_REF_RE.match(w)]
+                       if _BRANCH.match(mnemonic) else [])
 
 
 def _target_index(instrs: list[Instruction], at: int, target: str) -> int | None:
@@ -317,7 +324,7 @@ def _declared_without_value(scanned: cscan.Scanned, at: int, name: str) -> bool:
     if last is None:
         return False
     stmt_start = max(code.rfind(c, 0, last.start()) for c in ";{}") + 1
-    head = code[stmt_start:last.start()].replace("\\\n", " ").strip()
+    head = code[stmt_start:last.start()].replace("\\\n", " ").lstrip()
     # A declaration statement: a type (and earlier declarators) before the name; not a
     # parameter, an argument, a condition, an assignment or a label.
     if not _DECLARATION_HEAD.match(head) or _NOT_A_TYPE.search(head):
@@ -376,20 +383,25 @@ def _could_have_hazard(st: cscan.AsmStatement) -> bool:
 
 
 def _needs_expansion(st: cscan.AsmStatement) -> bool:
-    """A template the lint cannot read in full (a function-like macro, a name defined
-    elsewhere) whose block could have the hazard."""
-    return bool(st.template_unresolved) and dialect(st.template) != "ptx" and _could_have_hazard(st)
+    """A block the lint cannot read in full - its template or an output's constraint spelled
+    through a function-like macro or a name defined elsewhere - that could have the hazard
+    (an output constraint it cannot read might lack `&`)."""
+    if dialect(st.template) == "ptx":
+        return False
+    if any(op.unresolved for op in st.outputs):
+        return True
+    return bool(st.template_unresolved) and _could_have_hazard(st)
 
 
 def _unchecked_note(st: cscan.AsmStatement, path: str, lines: list[str], why: str,
                     line: int | None = None) -> Finding:
-    unknown = set(st.template_unresolved)
+    unknown = set(st.template_unresolved) | {n for op in st.outputs for n in op.unresolved}
     names = ", ".join(sorted(unknown - _DIRECTIVES)) or "preprocessor conditionals"
     if unknown & _DIRECTIVES and unknown - _DIRECTIVES:
         names += " and #if blocks"
     return checks.ASM_UNCHECKED.finding(
         path, line or st.line,
-        f"not checked: the asm template uses {names}, which the lint could not expand ({why}); "
+        f"not checked: the asm block uses {names}, which the lint could not expand ({why}); "
         f"give the compile flags (-I/-D, or --compile-commands compile_commands.json) or check "
         f"the compiled code: `hazards static --compile {path} -- FLAGS`",
         "\n".join(lines[st.line - 1:st.end_line]))

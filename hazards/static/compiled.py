@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -114,11 +115,11 @@ def _entry_flags(e: Entry, arch: str) -> list[str]:
 
 def check_job(job: CompileJob) -> list[Finding]:
     """Compile one job and run every check for its platform (a `compile-failed` warning
-    when it does not compile)."""
+    when it does not compile). A finding repeated at one source line (the instantiations
+    of one template, the inlined copies of one function) is reported once."""
     try:
-        if job.platform == "amd":
-            return _check_amd(job)
-        return _check_nvidia(job)
+        found = _check_amd(job) if job.platform == "amd" else _check_nvidia(job)
+        return once_per_line([_as_given(f, job.source) for f in found])
     except UserError as e:
         first = next((ln for ln in str(e).splitlines()[1:] if "error" in ln), str(e).splitlines()[0])
         return [checks.COMPILE_FAILED.finding(str(job.source), 0,
@@ -238,3 +239,28 @@ def at_source(found: list[Finding], listing: str, listing_path: str, locations) 
         out.append(dataclasses.replace(f, path=loc[0], line=loc[1],
                                        message=f"{f.message} [listing {listing_path}:{f.line}]"))
     return out
+
+
+def once_per_line(found: list[Finding]) -> list[Finding]:
+    """One finding per (check, file, line), saying how many more the line had."""
+    groups: dict[tuple[str, str, int], list[Finding]] = {}
+    for f in found:
+        groups.setdefault((f.check, f.path, f.line), []).append(f)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        if len(group) > 1:
+            first = dataclasses.replace(first, message=f"{first.message} (and {len(group) - 1} more at "
+                                                       f"this line: other instantiations or inlined copies)")
+        out.append(first)
+    return out
+
+
+def _as_given(f: Finding, source: Path) -> Finding:
+    """A finding on the compiled source named as the user named it (line tables and line
+    markers spell it absolute or relative, as the compiler saw it)."""
+    try:
+        same = f.path != str(source) and os.path.samefile(f.path, source)
+    except OSError:
+        same = False
+    return dataclasses.replace(f, path=str(source)) if same else f

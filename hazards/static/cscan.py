@@ -124,6 +124,7 @@ class Operand:
     constraints: list[str]
     expr: str
     is_output: bool
+    unresolved: list[str] = dataclasses.field(default_factory=list)  # names in the constraint
 
 
 @dataclasses.dataclass
@@ -221,8 +222,8 @@ def _operands(code: str, scanned: Scanned, lo: int, hi: int, macros: dict[str, l
         expr = piece[paren + 1:piece.rfind(")")].strip() if paren >= 0 else ""
         c_lo = a + (name_m.end() if name_m else 0)
         c_hi = a + paren if paren >= 0 else b
-        cons, _, _ = _strings_and_names(code, scanned, c_lo, c_hi, macros)
-        ops.append(Operand(first_index + k, name, cons, " ".join(expr.split()), is_output))
+        cons, unknown, _ = _strings_and_names(code, scanned, c_lo, c_hi, macros)
+        ops.append(Operand(first_index + k, name, cons, " ".join(expr.split()), is_output, unknown))
     return ops
 
 

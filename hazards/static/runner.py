@@ -18,36 +18,37 @@ LISTING_SUFFIXES = {".s": "amdgcn", ".sass": "sass", ".cubin": "cubin"}
 LAYOUT_SUFFIXES = (".layout.toml", ".layout.json")
 
 
-def check_paths(paths: Iterable[Path]) -> list[Finding]:
+def check_paths(paths: Iterable[Path], expand: asm_lint.Expander | None = None) -> list[Finding]:
     """Every check that applies to each path (file or directory). Bad paths raise
     `UserError`; a missing disassembler is a `toolchain-missing` finding (an error: the
-    check could not look), or `check-skipped` under `--skip`."""
+    check could not look), or `check-skipped` under `--skip`. `expand` preprocesses sources
+    whose asm templates need it (the lint)."""
     found: list[Finding] = []
     for p in paths:
-        found += check_path(Path(p))
+        found += check_path(Path(p), expand)
     return found
 
 
-def check_path(path: Path) -> list[Finding]:
+def check_path(path: Path, expand: asm_lint.Expander | None = None) -> list[Finding]:
     """The checks that apply to one user path (file or directory)."""
     if not path.exists():
         raise UserError(f"no such file or directory: {path}")
     if path.is_dir():
-        out = asm_lint.lint_paths([path])
+        out = asm_lint.lint_paths([path], expand=expand)
         for f in sorted(path.rglob("*")):
             if any(part in asm_lint.SKIP_DIRS for part in f.parts):
                 continue
             if f.suffix in LISTING_SUFFIXES or f.name.endswith(LAYOUT_SUFFIXES):
                 out += check_file(f)
         return out
-    return check_file(path)
+    return check_file(path, expand)
 
 
-def check_file(path: Path) -> list[Finding]:
+def check_file(path: Path, expand: asm_lint.Expander | None = None) -> list[Finding]:
     """The checks for one file, chosen by its suffix."""
     suffix = path.suffix
     if suffix in asm_lint.SOURCE_SUFFIXES:
-        return asm_lint.lint_paths([path])
+        return asm_lint.lint_paths([path], expand=expand)
     if suffix in (".toml", ".json"):
         from hazards.static import layout
 

@@ -304,3 +304,10 @@ class Preprocessor:
 
 def _find_clang() -> str:
     return toolchain.find_tool("clang", needed_for="to expand macro templates for the source lint")
+
+
+def preprocessor_for(flags: Sequence[str] = (), compile_commands: Path | None = None) -> Preprocessor:
+    """The lint's macro expander for a command line: `flags` (-I/-D) on top of the given
+    compile database, or of the nearest compile_commands.json above each source."""
+    db = CompileDatabase.load(compile_commands) if compile_commands is not None else None
+    return Preprocessor(extra=flags, database=db, discover=db is None)

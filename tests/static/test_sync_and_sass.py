@@ -130,3 +130,66 @@ def test_sass_loop_with_a_changing_exit_is_not_a_spin():
                              "        /*0040*/              @!P0 BRA `(.L_x_1) ;\n"
                              "        /*0048*/                   EXIT ;")
     assert not [f for f in sass.check_sass(text, "k.sass") if f.fails]
+
+
+# --- precision of the poll checks on real nvcc output --------------------------------------
+
+@pytest.fixture(scope="module")
+def precision_sass():
+    build = compile_cubin(DATA / "polls_precision.cu", label="polls-precision")
+    found = sass.check_cubin(build.path)
+    by_kernel: dict[str, list] = {}
+    for f in found:
+        kernel = f.message.split(":", 1)[0]
+        by_kernel.setdefault(kernel.split("_Z", 1)[-1], []).append(f)
+    return by_kernel
+
+
+def _errors(by_kernel, name):
+    (key,) = [k for k in by_kernel if name in k] or [None]
+    return [f for f in by_kernel.get(key, []) if f.fails]
+
+
+@requires_nvdisasm
+@pytest.mark.parametrize("kernel", ["pointer_table_poll_flagged", "all_sync_poll_flagged",
+                                    "block_fence_after_poll_flagged", "many_reads_one_finding_flagged"])
+def test_a_data_read_after_a_poll_without_acquire_is_flagged_once(precision_sass, kernel):
+    (f,) = _errors(precision_sass, kernel)
+    assert f.check == "poll-no-acquire" and "follows the poll `LDG.E.STRONG.SYS`" in f.message
+
+
+@requires_nvdisasm
+def test_the_poll_is_the_load_of_the_flag_not_of_its_address(precision_sass):
+    (f,) = _errors(precision_sass, "pointer_table_poll_flagged")
+    assert "LDG.E.64" not in f.message  # the pointer-table load is not named as the poll
+
+
+@requires_nvdisasm
+def test_one_finding_names_how_many_more_reads_there_were(precision_sass):
+    (f,) = _errors(precision_sass, "many_reads_one_finding_flagged")
+    assert "more such loads" in f.message
+
+
+@requires_nvdisasm
+@pytest.mark.parametrize("kernel", ["gpu_fence_after_poll_ok", "credit_poll_then_own_input_ok",
+                                    "search_loop_is_not_a_poll_ok", "local_memory_loop_is_not_a_poll_ok"])
+def test_acquired_credit_search_and_local_loops_give_no_error(precision_sass, kernel):
+    assert _errors(precision_sass, kernel) == []
+
+
+@requires_clang
+@pytest.mark.parametrize("name,expected", [
+    ("arrival_after_barrier_flagged", {"release-order"}), ("arrival_after_fence_ok", set()),
+    ("histogram_counter_ok", set()), ("reduction_loop_is_not_a_poll_ok", set()),
+    ("search_loop_is_not_a_poll_ok", set()),
+])
+def test_amd_arrivals_counters_reductions_and_searches(amd_sync, name, expected):
+    assert {f.check for f in _one(amd_sync, name) if f.fails} == expected
+
+
+@requires_clang
+def test_loops_that_walk_addresses_are_not_polls():
+    build = compile_amdgcn(DATA / "sync.hip", label="sync")
+    polls = {f.name: amdgcn_sync.poll_loops(f) for f in amdgcn_isa.parse_listing(build.text)}
+    assert all(not loops for name, loops in polls.items() if "is_not_a_poll" in name)
+    assert any(loops for name, loops in polls.items() if "poll_relaxed" in name)

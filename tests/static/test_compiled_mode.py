@@ -1,0 +1,203 @@
+"""The compiled mode on a user's own sources: every form of the early-clobber bug seen in the
+registers clang-19 really allocated (with the installed HIP headers), findings at source
+lines, the flags of compile_commands.json, and build files kept out of the user's folders."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hazards.engine import toolchain
+from hazards.static import compiled
+from hazards.static.userbuild import device_lib_args, hip_headers_found
+from static_helpers import CLANG_MISSING, DATA, NVDISASM_MISSING, hazards
+
+
+def _hip_missing() -> str | None:
+    if CLANG_MISSING:
+        return CLANG_MISSING
+    clang = toolchain.find_tool("clang")
+    if not hip_headers_found(clang) or "-nogpulib" in device_lib_args(clang, "gfx942"):
+        return "needs ROCm's HIP headers and device libraries (scripts/setup.sh installs them)"
+    return None
+
+
+requires_hip = pytest.mark.skipif(_hip_missing() is not None, reason=str(_hip_missing()))
+requires_sass = pytest.mark.skipif(NVDISASM_MISSING is not None, reason=f"needs nvcc and nvdisasm: {NVDISASM_MISSING}")
+
+HEAD = "#include <hip/hip_runtime.h>\n"
+FOUR_LOADS = HEAD + '''typedef float f4 __attribute__((ext_vector_type(4)));
+__global__ void k(const f4* p, f4* o) {
+  f4 a{INIT}, b{INIT}, c{INIT}, d{INIT};
+  asm volatile("global_load_dwordx4 %0, %4, off\\n\\t"
+               "global_load_dwordx4 %1, %5, off\\n\\t"
+               "global_load_dwordx4 %2, %6, off\\n\\t"
+               "global_load_dwordx4 %3, %7, off\\n\\t"
+               "s_waitcnt vmcnt(0)"
+               : "{C}"(a), "{C}"(b), "{C}"(c), "{C}"(d) : "v"(p), "v"(p + 1), "v"(p + 2), "v"(p + 3));
+  o[threadIdx.x] = a + b + c + d;
+}
+'''
+
+
+def check(tmp_path: Path, text: str, name: str = "k.hip", flags=()) -> list:
+    src = tmp_path / name
+    src.write_text(text)
+    return [f for f in compiled.check_jobs(compiled.jobs_for_files([src], list(flags))) if f.fails]
+
+
+@requires_hip
+@pytest.mark.parametrize("constraint,init,hazard", [
+    ("=v", "", True), ("=&v", "", False),            # the MI355 megakernel PR's block and its fix
+    ("+v", "", True), ("+v", " = {0, 0, 0, 0}", False),  # read-write: undefined vs initialised
+])
+def test_each_output_form_is_judged_from_the_registers_clang_allocated(tmp_path, constraint, init, hazard):
+    found = check(tmp_path, FOUR_LOADS.replace("{C}", constraint).replace("{INIT}", init))
+    assert [(f.check, f.line) for f in found] == ([("asm-overlap", 5)] if hazard else [])
+    if hazard:
+        assert "global_load_dwordx4" in found[0].message and "before" in found[0].message
+
+
+@requires_hip
+def test_a_macro_template_compiles_annotated_and_is_flagged_at_its_line(tmp_path):
+    text = HEAD + '''typedef float f4 __attribute__((ext_vector_type(4)));
+#define SRC(reg, off) "%" #reg ", off offset:" #off "\\n\\t"
+#define LOADS(o0, o1) "global_load_dwordx4 " #o0 ", " SRC(2, 0) "global_load_dwordx4 " #o1 ", " SRC(3, 16)
+__global__ void k(const f4* p, f4* o) {
+  f4 a, b;
+  asm volatile(LOADS(%0, %1) : "{C}"(a), "{C}"(b) : "v"(p), "v"(p + 1));
+  o[threadIdx.x] = a + b;
+}
+'''
+    # the template ends in a function-like macro: the annotation goes after its expansion
+    assert [(f.check, f.line) for f in check(tmp_path, text.replace("{C}", "=v"))] == [("asm-overlap", 7)]
+    assert check(tmp_path, text.replace("{C}", "=&v"), "k2.hip") == []
+
+
+@requires_hip
+def test_a_raw_string_template_is_compiled_and_flagged(tmp_path):
+    text = FOUR_LOADS.replace('''"global_load_dwordx4 %0, %4, off\\n\\t"
+               "global_load_dwordx4 %1, %5, off\\n\\t"
+               "global_load_dwordx4 %2, %6, off\\n\\t"
+               "global_load_dwordx4 %3, %7, off\\n\\t"
+               "s_waitcnt vmcnt(0)"''', '''R"(global_load_dwordx4 %0, %4, off
+               global_load_dwordx4 %1, %5, off
+               global_load_dwordx4 %2, %6, off
+               global_load_dwordx4 %3, %7, off
+               s_waitcnt vmcnt(0))"''')
+    assert [f.check for f in check(tmp_path, text.replace("{C}", "=v").replace("{INIT}", ""))] == ["asm-overlap"]
+    assert check(tmp_path, text.replace("{C}", "=&v").replace("{INIT}", ""), "k2.hip") == []
+
+
+LOOP = HEAD + '''__global__ void k(const long* p, long* o, int n) {
+  long tmp;
+  long acc = 0;
+  const long* q = p + threadIdx.x * 64;
+  asm volatile("1:\\n\\t"
+               "global_load_dwordx2 %0, %3, off\\n\\t"
+               "s_waitcnt vmcnt(0)\\n\\t"
+               "v_lshl_add_u64 %1, %1, 0, %0\\n\\t"
+               "s_sub_u32 %2, %2, 1\\n\\t"
+               "s_cmp_lg_u32 %2, 0\\n\\t"
+               "s_cbranch_scc1 1b"
+               : "{C}"(tmp), "+v"(acc), "+s"(n) : "v"(q));
+  o[0] = acc;
+}
+'''
+
+
+@requires_hip
+def test_an_asm_written_loop_is_judged_around_its_back_branch(tmp_path):
+    (f,) = check(tmp_path, LOOP.replace("{C}", "=v"))
+    assert f.check == "asm-overlap" and "around the asm-written loop" in f.message
+    assert check(tmp_path, LOOP.replace("{C}", "=&v"), "k2.hip") == []
+
+
+@requires_hip
+def test_a_block_that_reads_back_its_own_output_is_not_an_overlap(tmp_path):
+    text = HEAD + '''__global__ void k(const int* p, int* o) {
+  int in = p[threadIdx.x], out;
+  asm volatile("v_add_u32 %0, %1, 1\\n\\tv_mul_lo_u32 %0, %0, {R}" : "=v"(out) : "v"(in));
+  o[threadIdx.x] = out;
+}
+'''
+    # clang gives `out` the register of `in` (dead after the block): reading %0 back is fine,
+    # reading %1 after %0 was written is not - and the message names that pair
+    assert check(tmp_path, text.replace("{R}", "%0")) == []
+    (f,) = check(tmp_path, text.replace("{R}", "%1"), "k2.hip")
+    assert "v_add_u32" in f.message and "v_mul_lo_u32" in f.message and "%1" in f.message
+
+
+@requires_hip
+def test_fences_and_barriers_of_the_hip_headers_are_seen(tmp_path):
+    text = HEAD + '''__global__ void arrive(float* part, int* counter) {
+  part[threadIdx.x] = 1.0f;
+  {FENCE}
+  __syncthreads();
+  if (threadIdx.x == 0) __hip_atomic_fetch_add(counter, 1, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
+'''
+    (f,) = check(tmp_path, text.replace("{FENCE}", ""))
+    assert (f.check, f.line) == ("release-order", 6) and "s_barrier" in f.message
+    assert check(tmp_path, text.replace("{FENCE}", "__threadfence();"), "k2.hip") == []
+
+
+@requires_hip
+def test_the_flags_of_compile_commands_json_reach_the_compiler(tmp_path):
+    src = tmp_path / "src" / "k.hip"
+    src.parent.mkdir()
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "constraint.h").write_text('#define OUT "=&v"\n')
+    src.write_text('#include "constraint.h"\n' + FOUR_LOADS.replace('"{C}"', "OUT").replace("{INIT}", ""))
+    db = tmp_path / "build" / "compile_commands.json"
+    db.parent.mkdir()
+    db.write_text(json.dumps([{"directory": str(tmp_path / "build"), "file": "../src/k.hip",
+                               "command": "hipcc -I../inc --offload-arch=gfx90a -O2 -c ../src/k.hip -o k.o"}]))
+    ok = hazards("static", "--compile-commands", str(db))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    (tmp_path / "inc" / "constraint.h").write_text('#define OUT "=v"\n')  # an edited header is a new build
+    bad = hazards("static", "--compile-commands", str(db))
+    assert bad.returncode == 1 and f"{src.resolve()}:6: error: [asm-overlap]" in bad.stdout
+
+
+@requires_hip
+def test_the_compile_option_takes_the_flags_after_a_double_dash(tmp_path):
+    src = tmp_path / "k.hip"
+    src.write_text(FOUR_LOADS.replace('"{C}"', "OUT").replace("{INIT}", ""))
+    bad = hazards("static", "--compile", str(src), "--", '-DOUT="=v"')
+    assert bad.returncode == 1 and "[asm-overlap]" in bad.stdout and "1 compiled source build" in bad.stderr
+    assert hazards("static", "--compile", str(src), "--", '-DOUT="=&v"').returncode == 0
+
+
+@requires_hip
+def test_a_source_that_does_not_compile_is_a_warning_not_a_pass(tmp_path):
+    (f,) = check(tmp_path, HEAD + "__global__ void k() { this is not C++; }\n")
+    assert (f.check, f.severity) == ("compile-failed", "warning") and "not checked" in f.message
+
+
+@requires_sass
+def test_nvidia_sources_get_the_sass_checks_at_source_lines(tmp_path):
+    src = tmp_path / "p.cu"
+    shutil.copy(DATA / "polls_precision.cu", src)
+    found = check(tmp_path, src.read_text(), "p.cu")
+    assert {f.check for f in found} == {"poll-no-acquire"}
+    assert all(f.path == str(src) and f.line > 0 for f in found)
+    assert len(found) == 4  # the four `_flagged` kernels, once each
+
+
+@requires_sass
+def test_a_cubins_listing_is_never_written_next_to_it_nor_read_stale(tmp_path):
+    from hazards.static.compile import compile_cubin
+
+    cubin = tmp_path / "polls.cubin"
+    shutil.copy(compile_cubin(DATA / "polls.cu", label="polls").path, cubin)
+    stale = tmp_path / "polls.sass"
+    stale.write_text("// a stale listing of another build: no poll, no spin\n")
+    os.utime(stale, (cubin.stat().st_mtime + 100,) * 2)
+    proc = hazards("static", "--no-catalog", str(cubin))
+    assert proc.returncode == 1 and "[spin-no-load]" in proc.stdout
+    assert stale.read_text().startswith("// a stale listing")  # untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["polls.cubin", "polls.sass"]
