@@ -259,40 +259,57 @@ def check_statement(st: cscan.AsmStatement, undefined: UndefinedValue | None = N
     instrs = split_instructions(st.template, names, kind)
     after = may_follow(instrs)
     inputs = {op.index: op for op in st.inputs if _is_register_input(op)}
+    ties = _tied_inputs(st)
     for out_op in st.outputs:
-        shareable = _shareable_inputs(out_op, inputs, kind, undefined)
+        shareable = _shareable_inputs(out_op, inputs, kind, undefined, ties.get(out_op.index))
         if not shareable:
             continue
         for first in (ins for ins in instrs if out_op.index in ins.written):
             for later in sorted(after[first.index]):
                 hit = sorted(i for i in instrs[later].refs if i in shareable)
                 if hit:
-                    return Verdict("hazard", _why(out_op, inputs[hit[0]], first, instrs[later]))
+                    return Verdict("hazard", _why(out_op, inputs[hit[0]], first, instrs[later],
+                                                  ties.get(out_op.index)))
     return Verdict("clean")
 
 
 def _shareable_inputs(out_op: cscan.Operand, inputs: dict[int, cscan.Operand], kind: str,
-                      undefined: UndefinedValue | None) -> dict[int, cscan.Operand]:
-    """The register inputs this output may be allocated onto."""
-    if _may_lack_early_clobber(out_op):
+                      undefined: UndefinedValue | None,
+                      tied: cscan.Operand | None = None) -> dict[int, cscan.Operand]:
+    """The register inputs this output may be allocated onto. An output with an input tied
+    to it (`"0"(x)`) holds that input's value on entry, like a `"+"` operand: it can share
+    another input's register only when that value is undefined or the same value."""
+    if _may_lack_early_clobber(out_op) and tied is None:
         return {i: op for i, op in inputs.items() if _may_share(out_op, op, kind)}
-    if not _read_write_without_early_clobber(out_op):
+    if tied is None and not _read_write_without_early_clobber(out_op):
         return {}
-    if undefined is not None and undefined(out_op):
+    value = tied if tied is not None else out_op
+    if undefined is not None and undefined(value):
         return {i: op for i, op in inputs.items() if _may_share(out_op, op, kind)}
-    same = _normalized(out_op.expr)
+    same = _normalized(value.expr)
     return {i: op for i, op in inputs.items() if same and _normalized(op.expr) == same}
+
+
+def _tied_inputs(st: cscan.AsmStatement) -> dict[int, cscan.Operand]:
+    """Output index -> the input tied to it by a matching constraint (`"0"`, `"1"`, ...)."""
+    out = {}
+    for op in st.inputs:
+        letters = re.sub(r"[=+&%*!?#,\s]", "", (op.constraints or [""])[0])
+        if letters.isdigit():
+            out[int(letters)] = op
+    return out
 
 
 def _normalized(expr: str) -> str:
     return re.sub(r"\s+", "", expr)
 
 
-def _why(out_op: cscan.Operand, inp: cscan.Operand, first: Instruction, later: Instruction) -> str:
+def _why(out_op: cscan.Operand, inp: cscan.Operand, first: Instruction, later: Instruction,
+         tied: cscan.Operand | None = None) -> str:
     alts = " or ".join(f'"{c}"' for c in out_op.constraints)
-    if _may_lack_early_clobber(out_op):
+    if _may_lack_early_clobber(out_op) and not tied:
         how = "without early-clobber (\"=&...\") the compiler may give them overlapping registers"
-    elif _normalized(out_op.expr) == _normalized(inp.expr):
+    elif _normalized((tied or out_op).expr) == _normalized(inp.expr):
         how = ("both carry the same value, so the compiler may pass them in one register; "
                "make the output early-clobber (\"+&...\")")
     else:

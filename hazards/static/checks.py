@@ -77,12 +77,13 @@ def markdown_table(checks: Iterable[Check]) -> str:
 # --- source lint ---------------------------------------------------------------------------
 EARLY_CLOBBER = register(Check(
     "early-clobber", "error", "source",
-    "an asm block with >= 2 instructions where an output without `&` is written before a "
-    "later instruction reads a register input"))
+    "an asm block where an output without `&` (`\"=v\"`, or a `\"+v\"`/tied operand whose value "
+    "is undefined or equal to an input) is written before an instruction that runs after it - "
+    "later, or around an asm-written loop - reads a register input"))
 ASM_UNCHECKED = register(Check(
     "asm-unchecked", "info", "source",
-    "an asm block that could have the hazard but whose template the lint could not read "
-    "(a macro it could not expand): counted as skipped, never as clean"))
+    "an asm block that could have the hazard but that the lint could not read (a macro the "
+    "preprocessor could not expand with the flags it had): counted as skipped, never as clean"))
 LINT_SKIPPED = register(Check(
     "lint-skipped", "warning", "source",
     "a source file containing `asm` that was not linted (too large, unreadable)"))
@@ -112,14 +113,16 @@ MFMA_UNKNOWN_SHAPE = register(Check(
     "an MFMA the wait-state table does not know: its hazards cannot be checked"))
 RELEASE_ORDER = register(Check(
     "release-order", "error", "AMDGCN",
-    "a plain store reaches a flag store (sc1 / write-through / atomic) without "
-    "`s_waitcnt vmcnt(0)`"))
+    "a data store reaches a flag (sc1 / write-through store, atomic) without `s_waitcnt "
+    "vmcnt(0)` or a release fence; an atomic after an `s_barrier` is a release of every wave's "
+    "stores before it"))
 RELEASE_SCOPE = register(Check(
     "release-scope", "error", "AMDGCN",
     "a write-through (`sc0 sc1`) flag after L2-resident data with no `buffer_wbl2 sc1`"))
 ACQUIRE_MISSING = register(Check(
     "acquire-missing", "error", "AMDGCN",
-    "a poll loop exits into a plain load with no `buffer_inv`"))
+    "a poll loop (one loop-invariant address re-read until its value lets the loop exit) "
+    "exits into a plain load with no `buffer_inv`"))
 SYNC_SCOPE = register(Check(
     "sync-scope", "info", "AMDGCN, SASS",
     "the scope each release/acquire sequence provides, in words"))
@@ -131,7 +134,9 @@ SPIN_NO_LOAD = register(Check(
     "certain hang"))
 POLL_NO_ACQUIRE = register(Check(
     "poll-no-acquire", "error", "SASS",
-    "a poll loop followed by weak global loads with no `CCTL.IVALL`/`MEMBAR`"))
+    "a poll loop (its exit tests the value re-read from one address) followed by a weak "
+    "global data load with no gpu/system acquire (`CCTL.IVALL`, `MEMBAR.GPU`/`.SYS`), once "
+    "per poll"))
 WGMMA_SERIALIZED = register(Check(
     "wgmma-serialized", "perf", "ptxas log",
     "ptxas serialized `wgmma.mma_async` (C7510-C7516), with its reason"))

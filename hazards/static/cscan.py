@@ -218,10 +218,13 @@ def _operands(code: str, scanned: Scanned, lo: int, hi: int, macros: dict[str, l
         piece = code[a:b]
         name_m = re.match(r"\s*\[\s*(\w+)\s*\]", piece)
         name = name_m.group(1) if name_m else ""
-        paren = piece.rfind("(")
-        expr = piece[paren + 1:piece.rfind(")")].strip() if paren >= 0 else ""
         c_lo = a + (name_m.end() if name_m else 0)
-        c_hi = a + paren if paren >= 0 else b
+        # the expression is the first parenthesised group after the constraint (it may hold
+        # parentheses of its own: `"+v"(reinterpret_cast<T&>(x))`)
+        paren = next((i for i, c, depth in _code_chars(code, scanned, c_lo, b) if c == "(" and depth == 0), -1)
+        close = _matching_paren(code, scanned, paren) if paren >= 0 else -1
+        expr = code[paren + 1:close].strip() if 0 <= paren < close <= b else ""
+        c_hi = paren if paren >= 0 else b
         cons, unknown, _ = _strings_and_names(code, scanned, c_lo, c_hi, macros)
         ops.append(Operand(first_index + k, name, cons, " ".join(expr.split()), is_output, unknown))
     return ops

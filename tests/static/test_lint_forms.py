@@ -232,3 +232,21 @@ def test_the_lint_command_prints_the_counts_per_file_and_in_total(tmp_path):
     assert proc.returncode == 1
     assert f"{tmp_path / 'a.hip'}: 1 asm block(s), 1 checked, 0 skipped" in proc.stderr
     assert "1 source file(s), 1 asm block(s): 1 checked, 0 skipped" in proc.stderr
+
+
+# --- outputs tied to an input ("0"): a read-write operand spelled two ways ----------------
+
+TIED = '''void f(float a, float b0, float b1{PARAMS}) {{DECL}
+  asm volatile("v_fmac_f32 %0, %2, %3\\n\\tv_fmac_f32 %1, %2, %4"
+               : "=v"(c0), "=v"(c1) : "v"(a), "v"(b0), "v"(b1), "0"(c0), "1"(c1));
+}
+'''
+
+
+def test_an_output_tied_to_a_defined_input_holds_that_value_and_is_clean():
+    assert lint(TIED.replace("{PARAMS}", ", float& c0, float& c1").replace("{DECL}", "")) == []
+
+
+def test_an_output_tied_to_an_undefined_input_is_flagged():
+    (f,) = lint(TIED.replace("{PARAMS}", "").replace("{DECL}", "\n  float c0, c1;"))
+    assert '"=v" c0' in f.message and "uninitialised" in f.message
