@@ -376,9 +376,15 @@ def _loop_between(code: str, lo: int, hi: int) -> bool:
 
 
 def _allowed(scanned: cscan.Scanned, st: cscan.AsmStatement, path: str) -> tuple[bool, list[Finding]]:
+    """Whether an allowlist comment with a reason covers `st`: on one of its lines, or in the
+    comment block right above it (the line above and the comment lines running up from it)."""
     notes = []
+    commented = {line for line, _ in scanned.comments}
+    first = st.line - 1
+    while first - 1 in commented and first in commented:
+        first -= 1
     for line, text in scanned.comments:
-        if not st.line - 1 <= line <= st.end_line:
+        if not first <= line <= st.end_line:
             continue
         m = _ALLOW_RE.search(text)
         if not m:
@@ -547,7 +553,8 @@ def _expand_and_judge(report: FileReport, text: str, path: str, pending, lines,
     read_in_full = [(st.line, st.end_line) for st in cscan.asm_statements(text)]
     in_define = [st for st in pending if _inside_define(lines, st.line)]
     resolved: set[int] = set()  # lines of the pending blocks now judged
-    for st, verdict, found in _judge(pre, path, honor_allowlist=honor_allowlist, line_map=lmap):
+    raw = cscan.scan(text)  # the preprocessed text has no comments: allowlists are read here
+    for st, verdict, found in _judge(pre, path, honor_allowlist=False, line_map=lmap):
         src_file, src_line = lmap[st.line - 1] if st.line - 1 < len(lmap) else ("", 0)
         if not src_file or not _same_file(src_file, path):
             continue
@@ -558,9 +565,16 @@ def _expand_and_judge(report: FileReport, text: str, path: str, pending, lines,
             report.findings.append(_unchecked_note(st, path, pre.split("\n"), "not a string "
                                                    "literal after preprocessing", src_line))
             report.skipped["macro"] += 1
-        else:
-            report.findings += found
-            _count(report, verdict)
+            resolved |= {owner.line} if owner is not None else {p.line for p in in_define}
+            continue
+        if verdict.status == "hazard" and honor_allowlist:
+            where = owner or dataclasses.replace(st, line=src_line, end_line=src_line)
+            ok, notes = _allowed(raw, where, path)
+            report.findings += notes
+            if ok:
+                verdict, found = Verdict("skipped", "allowlisted"), []
+        report.findings += found
+        _count(report, verdict)
         resolved |= {owner.line} if owner is not None else {p.line for p in in_define}
     left = [st for st in pending if st.line not in resolved]
     _leave_unchecked(report, path, [st for st in left if st not in in_define], lines,

@@ -66,8 +66,8 @@ def _cached_build(tool: str, args: list[str], source: Path, suffix: str, label: 
     include_dirs = [Path(a[2:]) for a in args if a.startswith("-I")]
     files = toolchain.included_files(source, include_dirs)
     # Keyed relative to the kernel sources: a wheel installed anywhere shares the checkout's builds.
-    key = toolchain.cache_key(files, [tool, *args, key_extra], toolchain.tool_version(tool),
-                              root=standalone_dir())
+    key = toolchain.cache_key(files, [tool, *args, *([key_extra] if key_extra else [])],
+                              toolchain.tool_version(tool), root=standalone_dir())
     out = toolchain.cache_dir("static") / f"{label}-{key[:16]}{suffix}"
     log_path = out.with_suffix(out.suffix + ".log")
 

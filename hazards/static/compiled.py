@@ -121,7 +121,9 @@ def check_job(job: CompileJob) -> list[Finding]:
         found = _check_amd(job) if job.platform == "amd" else _check_nvidia(job)
         return once_per_line([_as_given(f, job.source) for f in found])
     except UserError as e:
-        first = next((ln for ln in str(e).splitlines()[1:] if "error" in ln), str(e).splitlines()[0])
+        lines = str(e).splitlines()
+        first = next((ln for ln in lines[1:] if "error:" in ln),
+                     next((ln for ln in lines[1:] if "error" in ln), lines[0]))
         return [checks.COMPILE_FAILED.finding(str(job.source), 0,
                                               f"not checked for {job.arch}: {first.strip()}")]
 

@@ -167,3 +167,11 @@ def test_a_template_built_from_function_like_macros_is_reported_unchecked_not_cl
 
 def test_an_unexpandable_template_with_early_clobber_outputs_needs_no_note():
     assert lint(MACRO_TEMPLATE.replace("%s", '"=&v"')) == []
+
+
+def test_an_allowlist_comment_may_open_the_comment_block_above_the_statement():
+    src = TWO_LOADS.replace("  asm volatile", "  // hazards: allow(early-clobber) seeded on purpose; the\n"
+                                              "  // reason goes on over a second line\n  asm volatile")
+    assert lint(src) == []
+    detached = src.replace("  // reason goes on", "  int unrelated;\n  // reason goes on")
+    assert [f.check for f in lint(detached)] == ["early-clobber"]

@@ -250,3 +250,14 @@ def test_an_output_tied_to_a_defined_input_holds_that_value_and_is_clean():
 def test_an_output_tied_to_an_undefined_input_is_flagged():
     (f,) = lint(TIED.replace("{PARAMS}", "").replace("{DECL}", "\n  float c0, c1;"))
     assert '"=v" c0' in f.message and "uninitialised" in f.message
+
+
+@requires_clang_e
+def test_an_allowlist_comment_still_silences_a_block_judged_after_expansion(tmp_path):
+    src = tmp_path / "k.hip"
+    allowed = MACRO.replace("  asm volatile", "  // hazards: allow(early-clobber) seeded on purpose\n  asm volatile")
+    src.write_text(allowed)
+    report = asm_lint.lint_source(allowed, str(src), expand=Preprocessor())
+    assert report.findings == [] and dict(report.skipped) == {"allowlisted": 1}
+    report = asm_lint.lint_source(allowed, str(src), honor_allowlist=False, expand=Preprocessor())
+    assert [f.check for f in report.findings] == ["early-clobber"]
