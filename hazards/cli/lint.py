@@ -10,7 +10,7 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (CompileCommandsOption, DefineOption, IncludeOption, JsonOption,
-                                 build_flags, print_findings)
+                                 VerboseOption, build_flags, print_findings)
 
 _HELP = """Lint inline asm in C/C++/CUDA/HIP sources (files or directories).
 
@@ -20,7 +20,7 @@ that runs after it - later, or around an asm-written loop - reads an input (the 
 megakernel PR's four-load block). Templates in raw string literals are read; templates
 built through function-like macros are expanded with `clang -E` and the build's flags
 (the nearest compile_commands.json, or -I/-D). Prints file:line, the reason and the block,
-then how many asm blocks were checked and skipped (and why); exits 1 when anything is
+then how many asm blocks were checked and skipped and why (per file with -v); exits 1 when anything is
 found. Silence a reviewed block with a comment on its lines or the line above:
 `// hazards: allow(early-clobber) <reason>`.
 """
@@ -36,7 +36,7 @@ def lint_command(
     compile_commands: CompileCommandsOption = None,
     no_expand: bool = typer.Option(False, "--no-expand", help="Never run the preprocessor: "
                                    "templates built from macros are reported as not checked."),
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print each file's block counts."),
+    verbose: VerboseOption = False,
 ) -> None:
     from hazards.static.asm_lint import lint_report
     from hazards.static.userbuild import preprocessor_for

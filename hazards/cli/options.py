@@ -52,6 +52,8 @@ MaxErrorsInARowOption = Annotated[int, typer.Option(
     "--max-errors-in-a-row",
     help="Stop after this many runs in a row end in `error` (the check itself failing, e.g. an import "
          "error); 0 never stops.")]
+# One meaning of --arch for every command (a command builds for one target or, repeated, several).
+ARCH_HELP = "GPU architecture to build for (sm_90a; gfx942 where a HIP compiler exists)."
 
 
 def runs_option(default: str) -> Any:

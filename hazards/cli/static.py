@@ -10,9 +10,9 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (CompileCommandsOption, DefineOption, FamiliesOption, IncludeOption,
-                                 JsonOption, SkipOption, VerboseOption, build_flags, parse_skip, print_findings,
-                                 split_names)
+from hazards.cli.options import (ARCH_HELP, CompileCommandsOption, DefineOption, FamiliesOption,
+                                 IncludeOption, JsonOption, SkipOption, VerboseOption, build_flags, parse_skip,
+                                 print_findings, split_names)
 
 _HELP = """Run every static check on the catalog's families and on the given paths.
 
@@ -54,7 +54,7 @@ def static_command(
         show_default="none"),
     compile_commands: CompileCommandsOption = None,
     archs: Optional[List[str]] = typer.Option(
-        None, "--arch", help="Targets of the compiled mode: gfx942 and/or sm_90a (repeat).",
+        None, "--arch", help=ARCH_HELP,
         show_default="from the source (HIP: gfx942, CUDA: sm_90a) or its compile command"),
     includes: IncludeOption = None,
     defines: DefineOption = None,

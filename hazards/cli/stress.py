@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (JsonOption, ProgressIntervalOption, StoreOption, WaitOption, check_seconds,
-                                 launches_option, parse_duration, progress_interval, timeout_option, variant_option)
+from hazards.cli.options import (ARCH_HELP, JsonOption, ProgressIntervalOption, StoreOption, WaitOption,
+                                 check_seconds, launches_option, parse_duration, progress_interval, timeout_option,
+                                 variant_option)
 from hazards.cli.progress import CampaignProgress
 from hazards.engine.errors import UserError
 from hazards.engine.stats import format_rate
@@ -101,7 +102,7 @@ def stress_command(
     sets: Optional[List[str]] = typer.Option(None, "--set", show_default="none",
                                              help="Override a run-time parameter: NAME=VALUE (repeatable)."),
     timeout: Annotated[Optional[float], timeout_option("the family's")] = None,
-    arch: str = typer.Option("sm_90a", "--arch", help="GPU architecture to build for (sm_90a; gfx942 where hipcc exists)."),
+    arch: str = typer.Option("sm_90a", "--arch", help=ARCH_HELP),
     json_out: JsonOption = False,
     store_path: StoreOption = None,
     wait: WaitOption = "0s",
