@@ -53,3 +53,33 @@ def hazards(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.Co
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "hazards", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+# The MI355 PR's shape in two loads: a plain "=v" output may land on the second load's address.
+TWO_LOADS = '''
+__global__ void k(const float4* p, float4* o) {
+  float4 a, b;
+  asm volatile("global_load_dwordx4 %0, %2, off\\n\\t"
+               "global_load_dwordx4 %1, %3, off\\n\\t"
+               "s_waitcnt vmcnt(0)"
+               : "=v"(a), "=v"(b) : "v"(p), "v"(p + 1));
+  o[0] = a; o[1] = b;
+}
+'''
+
+# A loop written in asm; {C} is the scratch output's constraint (=v: flagged, =&v: clean).
+ASM_LOOP = '''__global__ void k(const long* p, long* o, int n) {
+  long tmp;
+  long acc = 0;
+  const long* q = p + threadIdx.x * 64;
+  asm volatile("1:\\n\\t"
+               "global_load_dwordx2 %0, %3, off\\n\\t"
+               "s_waitcnt vmcnt(0)\\n\\t"
+               "v_lshl_add_u64 %1, %1, 0, %0\\n\\t"
+               "s_sub_u32 %2, %2, 1\\n\\t"
+               "s_cmp_lg_u32 %2, 0\\n\\t"
+               "s_cbranch_scc1 1b"
+               : "{C}"(tmp), "+v"(acc), "+s"(n) : "v"(q));
+  o[0] = acc;
+}
+'''

@@ -5,17 +5,7 @@ from hypothesis import given, settings
 
 from hazards.static import asm_lint, cscan
 from hazards.strategies.static import asm_blocks, block_hazard
-
-TWO_LOADS = '''
-__global__ void k(const float4* p, float4* o) {
-  float4 a, b;
-  asm volatile("global_load_dwordx4 %0, %2, off\\n\\t"
-               "global_load_dwordx4 %1, %3, off\\n\\t"
-               "s_waitcnt vmcnt(0)"
-               : "=v"(a), "=v"(b) : "v"(p), "v"(p + 1));
-  o[0] = a; o[1] = b;
-}
-'''
+from static_helpers import TWO_LOADS
 
 
 def lint(src: str, **kw):

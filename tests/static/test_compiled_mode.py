@@ -13,7 +13,7 @@ import pytest
 from hazards.engine import toolchain
 from hazards.static import compiled
 from hazards.static.userbuild import device_lib_args, hip_headers_found
-from static_helpers import CLANG_MISSING, DATA, NVDISASM_MISSING, hazards
+from static_helpers import ASM_LOOP, CLANG_MISSING, DATA, NVDISASM_MISSING, hazards
 
 
 def _hip_missing() -> str | None:
@@ -92,21 +92,7 @@ def test_a_raw_string_template_is_compiled_and_flagged(tmp_path):
     assert check(tmp_path, text.replace("{C}", "=&v").replace("{INIT}", ""), "k2.hip") == []
 
 
-LOOP = HEAD + '''__global__ void k(const long* p, long* o, int n) {
-  long tmp;
-  long acc = 0;
-  const long* q = p + threadIdx.x * 64;
-  asm volatile("1:\\n\\t"
-               "global_load_dwordx2 %0, %3, off\\n\\t"
-               "s_waitcnt vmcnt(0)\\n\\t"
-               "v_lshl_add_u64 %1, %1, 0, %0\\n\\t"
-               "s_sub_u32 %2, %2, 1\\n\\t"
-               "s_cmp_lg_u32 %2, 0\\n\\t"
-               "s_cbranch_scc1 1b"
-               : "{C}"(tmp), "+v"(acc), "+s"(n) : "v"(q));
-  o[0] = acc;
-}
-'''
+LOOP = HEAD + ASM_LOOP
 
 
 @requires_hip

@@ -9,20 +9,9 @@ import pytest
 
 from hazards.static import asm_lint
 from hazards.static.userbuild import Preprocessor
-from static_helpers import CLANG_MISSING, hazards
+from static_helpers import ASM_LOOP, CLANG_MISSING, TWO_LOADS, hazards
 
 requires_clang_e = pytest.mark.skipif(CLANG_MISSING is not None, reason=f"needs clang: {CLANG_MISSING}")
-
-TWO_LOADS = '''
-__global__ void k(const float4* p, float4* o) {
-  float4 a, b;
-  asm volatile("global_load_dwordx4 %0, %2, off\\n\\t"
-               "global_load_dwordx4 %1, %3, off\\n\\t"
-               "s_waitcnt vmcnt(0)"
-               : "=v"(a), "=v"(b) : "v"(p), "v"(p + 1));
-  o[0] = a; o[1] = b;
-}
-'''
 
 
 def lint(src: str, **kw):
@@ -100,35 +89,20 @@ def test_a_raw_string_template_with_early_clobber_is_clean():
 
 # --- asm-written loops ---------------------------------------------------------------------
 
-LOOP = '''
-__global__ void k(const long* p, long* o, int n) {
-  long tmp, acc = 0;
-  asm volatile("1:\\n\\t"
-               "global_load_dwordx2 %0, %3, off\\n\\t"
-               "s_waitcnt vmcnt(0)\\n\\t"
-               "v_lshl_add_u64 %1, %1, 0, %0\\n\\t"
-               "s_sub_u32 %2, %2, 1\\n\\t"
-               "s_cmp_lg_u32 %2, 0\\n\\t"
-               "s_cbranch_scc1 1b"
-               : "{C}"(tmp), "+v"(acc), "+s"(n) : "v"(p));
-  o[0] = acc;
-}
-'''
-
 
 def test_a_loop_written_in_asm_carries_a_write_round_to_an_earlier_read():
     # in text order the load reads its address before anything is written; around the
     # loop, the next trip's load reads the address after this trip's load wrote the output
-    (f,) = lint(LOOP.replace("{C}", "=v"))
+    (f,) = lint(ASM_LOOP.replace("{C}", "=v"))
     assert "around the asm-written loop" in f.message
 
 
 def test_a_loop_written_in_asm_with_early_clobber_is_clean():
-    assert lint(LOOP.replace("{C}", "=&v")) == []
+    assert lint(ASM_LOOP.replace("{C}", "=&v")) == []
 
 
 def test_a_block_with_a_forward_branch_only_is_not_a_loop():
-    src = LOOP.replace("1b", "2f").replace('"s_cmp_lg_u32 %2, 0\\n\\t"', '"s_cmp_lg_u32 %2, 0\\n\\t" "2:\\n\\t"')
+    src = ASM_LOOP.replace("1b", "2f").replace('"s_cmp_lg_u32 %2, 0\\n\\t"', '"s_cmp_lg_u32 %2, 0\\n\\t" "2:\\n\\t"')
     assert lint(src.replace("{C}", "=v")) == []
 
 
