@@ -144,18 +144,24 @@ def _check_variant(fam, mod, static_check, v) -> list[Finding]:
     return out + blind_spots
 
 
+# Findings that say a check could not look: a tool missing (not skipped), a user's source
+# that did not compile in the compiled mode.
+NOT_JUDGED = (checks.TOOLCHAIN_MISSING.id, checks.COMPILE_FAILED.id)
+
+
 def could_not_look(findings: Iterable[Finding]) -> list[Finding]:
-    """The findings that say a check could not look (a tool missing, not skipped)."""
-    return [f for f in findings if f.check == checks.TOOLCHAIN_MISSING.id]
+    """The findings that say a check could not look (a tool missing, not skipped; a user's
+    source that did not compile)."""
+    return [f for f in findings if f.check in NOT_JUDGED]
 
 
 def static_exit_code(findings: Iterable[Finding], *, fail_on_perf: bool = False) -> int:
     """1 for any failing finding that is a hazard (or a blind canary), else 3 when a check
-    could not look for a missing tool, else 0."""
+    could not look (a missing tool, a source that did not compile), else 0."""
     from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK
 
     findings = list(findings)
-    if any((f.fails or (fail_on_perf and f.severity == "perf")) and f.check != checks.TOOLCHAIN_MISSING.id
+    if any((f.fails or (fail_on_perf and f.severity == "perf")) and f.check not in NOT_JUDGED
            for f in findings):
         return EXIT_HAZARD
     return EXIT_NOT_JUDGED if could_not_look(findings) else EXIT_OK

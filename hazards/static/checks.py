@@ -184,8 +184,9 @@ CHECK_SKIPPED = register(Check(
     "check-skipped", "info", "any",
     "checks skipped at the user's request (`--skip TOOL`): names them and the tool"))
 COMPILE_FAILED = register(Check(
-    "compile-failed", "warning", "compiled mode",
-    "a user source that did not compile with the given flags: nothing in it was checked"))
+    "compile-failed", "error", "compiled mode",
+    "a user source that did not compile with the given flags: nothing in it was checked "
+    "(exit 3, could not judge)"))
 
 
 def could_not_look(path: str, what: str, missing: Exception, subject: str = "") -> Finding:

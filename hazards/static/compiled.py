@@ -9,7 +9,7 @@ tables, and the AMDGCN checks run on it. NVIDIA (sm_90a, nvcc): a cubin with lin
 disassembled, and the SASS and ptxas checks. Findings point at the user's source line
 (from the line tables) and name the listing line they were found on. Every build lands in
 the static build cache, never next to the user's files; a source that does not compile is
-a `compile-failed` warning (nothing in it was checked), not a pass.
+a `compile-failed` error (nothing in it was checked: exit 3), not a pass.
 """
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def _entry_flags(e: Entry, arch: str) -> list[str]:
 
 
 def check_job(job: CompileJob) -> list[Finding]:
-    """Compile one job and run every check for its platform (a `compile-failed` warning
+    """Compile one job and run every check for its platform (a `compile-failed` error
     when it does not compile). A finding repeated at one source line (the instantiations
     of one template, the inlined copies of one function) is reported once."""
     try:
@@ -129,14 +129,14 @@ def check_job(job: CompileJob) -> list[Finding]:
 
 
 def check_jobs(jobs: Iterable[CompileJob]) -> list[Finding]:
-    """Every job's findings; a missing compiler is a `toolchain-missing` note per job."""
+    """Every job's findings; a missing compiler is a `toolchain-missing` error per job (the
+    checks could not look), `check-skipped` when `--skip` names the tool."""
     out: list[Finding] = []
     for job in jobs:
         try:
             out += check_job(job)
         except ToolchainMissing as e:
-            out.append(checks.TOOLCHAIN_MISSING.finding(
-                str(job.source), 0, f"{job.arch} checks skipped: {e}"))
+            out.append(checks.could_not_look(str(job.source), f"{job.arch} checks", e))
     return out
 
 

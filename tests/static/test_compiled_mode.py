@@ -161,7 +161,7 @@ def test_the_compile_option_takes_the_flags_after_a_double_dash(tmp_path):
 @requires_hip
 def test_a_source_that_does_not_compile_is_a_warning_not_a_pass(tmp_path):
     (f,) = check(tmp_path, HEAD + "__global__ void k() { this is not C++; }\n")
-    assert (f.check, f.severity) == ("compile-failed", "warning") and "not checked" in f.message
+    assert (f.check, f.severity) == ("compile-failed", "error") and "not checked" in f.message
 
 
 @requires_sass

@@ -16,7 +16,11 @@ from hazards.static.userbuild import device_lib_args, hip_headers_found
 from static_helpers import CLANG_MISSING, REPO
 
 # Families whose kernel has no HIP counterpart, and why (the test says so, never passes them).
-CUDA_ONLY = {"mma_pingpong": "its kernel is sm_90a wgmma PTX (tensor-core async MMA): no HIP counterpart"}
+CUDA_ONLY = {
+    "mma_pingpong": "its kernel is sm_90a wgmma PTX (tensor-core async MMA): no HIP counterpart",
+    "megakernel_layers": "an sm_90a megakernel: inline PTX (ld.global.nc.L1::no_allocate, "
+                         "cp.async.bulk.prefetch.L2, st.global.wt), cuda_bf16/cuda_fp8 types",
+}
 RUNTIME = sorted(f.name for f in all_families() if f.binary)
 
 
