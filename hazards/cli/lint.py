@@ -20,8 +20,9 @@ that runs after it - later, or around an asm-written loop - reads an input (the 
 megakernel PR's four-load block). Templates in raw string literals are read; templates
 built through function-like macros are expanded with `clang -E` and the build's flags
 (the nearest compile_commands.json, or -I/-D). Prints file:line, the reason and the block,
-then how many asm blocks were checked and skipped and why (per file with -v); exits 1 when anything is
-found. Silence a reviewed block with a comment on its lines or the line above:
+then how many asm blocks were checked and skipped and why (per file with -v). Exit status: 1
+when anything is found; else 3 when macro-built blocks could not be expanded because
+clang-19 is not installed (`--no-expand` skips them instead); else 0. Silence a reviewed block with a comment on its lines or the line above:
 `// hazards: allow(early-clobber) <reason>`.
 """
 
@@ -39,6 +40,7 @@ def lint_command(
     verbose: VerboseOption = False,
 ) -> None:
     from hazards.static.asm_lint import lint_report
+    from hazards.static_catalog import could_not_look, static_exit_code
     from hazards.static.userbuild import preprocessor_for
 
     t0 = time.monotonic()
@@ -50,7 +52,9 @@ def lint_command(
             why = ", ".join(f"{n} {k}" for k, n in sorted(r.skipped.items()))
             typer.echo(f"{r.path}: {r.blocks} asm block(s), {r.checked} checked, "
                        f"{sum(r.skipped.values())} skipped" + (f" ({why})" if why else ""), err=True)
-    bad = [f for f in report.findings if f.fails]
-    typer.echo(f"hazards lint: {len(bad)} finding(s); {report.summary()}; "
-               f"{time.monotonic() - t0:.2f} s", err=True)
-    sys.exit(1 if bad else 0)
+    blind = could_not_look(report.findings)
+    bad = [f for f in report.findings if f.fails and f not in blind]
+    typer.echo(f"hazards lint: {len(bad)} finding(s); {report.summary()}"
+               + (f"; {len(blind)} file(s) could not be fully checked (a tool is missing)" if blind else "")
+               + f"; {time.monotonic() - t0:.2f} s", err=True)
+    sys.exit(static_exit_code(report.findings))

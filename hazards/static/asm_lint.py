@@ -43,6 +43,7 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
+from hazards.engine.errors import ToolchainMissing
 from hazards.static import checks, cscan
 from hazards.static.amdgcn_isa import parse_instr
 from hazards.static.findings import Finding
@@ -548,6 +549,10 @@ def _expand_and_judge(report: FileReport, text: str, path: str, pending, lines,
         pre = expand(Path(path))
     except ExpandError as e:
         return _leave_unchecked(report, path, pending, lines, f"preprocessing failed: {e}")
+    except ToolchainMissing as e:  # could not look: an error (exit 3), never a quiet skip
+        report.findings.append(checks.could_not_look(
+            path, f"the lint of {len(pending)} asm block(s) built from macros (--no-expand skips them)", e))
+        return _leave_unchecked(report, path, pending, lines, "clang-19 is not installed")
     report.expanded = True
     lmap = cscan.line_map(pre) or []
     read_in_full = [(st.line, st.end_line) for st in cscan.asm_statements(text)]

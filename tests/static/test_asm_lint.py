@@ -39,7 +39,7 @@ def test_single_instruction_block_is_clean():
     assert lint(src) == []
 
 
-def test_tied_and_inout_operands_cannot_alias():
+def test_tied_and_read_write_operands_holding_defined_values_are_clean():
     tied = ('void f(int x){ int a; asm("v_mov_b32 %0, 1\\n v_add_u32 %0, %0, %1" '
             ': "=v"(a) : "0"(x)); }')
     inout = ('void f(int x, int y){ asm("v_mov_b32 %0, 1\\n v_add_u32 %0, %0, %0" '

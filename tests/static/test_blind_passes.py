@@ -138,3 +138,35 @@ def test_a_family_name_that_matches_nothing_is_exit_2_with_the_valid_names(capsy
     assert "earlyclobber" in err and "mma_pingpong" in err
     assert main(["static", "--families", "pipeline"]) == 2
     assert "'pipeline' has no static checks" in capsys.readouterr().err
+
+
+MACRO_BUILT_BLOCK = '''#define LOAD(reg, off) "global_load_dwordx4 %" #reg ", %2, off offset:" #off "\\n\\t"
+__global__ void k(const float4* p, float4* o) {
+  float4 a, b;
+  asm volatile(LOAD(0, 0) LOAD(1, 16) "s_waitcnt vmcnt(0)" : "=v"(a), "=v"(b) : "v"(p));
+  o[0] = a; o[1] = b;
+}
+'''
+
+
+def test_the_lint_without_clang_cannot_judge_a_macro_built_block_and_exits_3(hide, tmp_path, capsys):
+    src = tmp_path / "k.hip"
+    src.write_text(MACRO_BUILT_BLOCK)
+    hide("clang")
+    rc = main(["lint", str(src)])
+    out, err = capsys.readouterr()
+    assert rc == 3, out + err
+    assert f"{src}: error: [toolchain-missing] the lint of 1 asm block(s) built from macros" in out
+    assert "[asm-unchecked]" in out and "1 skipped (macro)" in err and "could not be fully checked" in err
+    assert main(["lint", "--no-expand", str(src)]) == 0  # the user's choice: reported skipped
+
+
+def test_the_compiled_mode_without_clang_is_not_judged_unless_skipped(hide, tmp_path, capsys):
+    src = tmp_path / "k.hip"
+    src.write_text(MACRO_BUILT_BLOCK)
+    hide("clang")
+    rc = main(["static", "--compile", str(src)])
+    out, err = capsys.readouterr()
+    assert rc == 3 and f"{src}: error: [toolchain-missing] gfx942 checks could not run" in out, out + err
+    assert main(["static", "--compile", str(src), "--skip", "clang", "-v"]) == 0
+    assert "[check-skipped] gfx942 checks skipped" in capsys.readouterr().out

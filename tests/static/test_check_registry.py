@@ -28,7 +28,8 @@ def _imports(path) -> set[str]:
 
 
 def test_the_static_package_imports_nothing_from_the_catalog():
-    allowed = ("hazards.static", "hazards.engine")
+    # hazards.kernel_sources only says where the kernel sources are (a build key's root)
+    allowed = ("hazards.static", "hazards.engine", "hazards.kernel_sources")
     for path in sorted(STATIC.glob("*.py")):
         bad = {m for m in _imports(path) if m.startswith("hazards") and not m.startswith(allowed)}
         assert not bad, f"{path.name} imports {sorted(bad)}"

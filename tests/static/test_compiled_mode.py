@@ -159,9 +159,12 @@ def test_the_compile_option_takes_the_flags_after_a_double_dash(tmp_path):
 
 
 @requires_hip
-def test_a_source_that_does_not_compile_is_a_warning_not_a_pass(tmp_path):
+def test_a_source_that_does_not_compile_is_an_error_that_exits_3_not_a_pass(tmp_path):
     (f,) = check(tmp_path, HEAD + "__global__ void k() { this is not C++; }\n")
     assert (f.check, f.severity) == ("compile-failed", "error") and "not checked" in f.message
+    proc = hazards("static", "--compile", str(tmp_path / "k.hip"))
+    assert proc.returncode == 3 and "[compile-failed]" in proc.stdout, proc.stdout + proc.stderr
+    assert "0 failing finding(s)" in proc.stderr and "1 check(s) could not run" in proc.stderr
 
 
 @requires_sass

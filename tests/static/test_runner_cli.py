@@ -1,7 +1,5 @@
-"""`run_static_checks`, `hazards lint` and `hazards static`: exit codes, output, speed."""
+"""`run_static_checks`, `hazards lint` and `hazards static`: exit codes and output."""
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -66,12 +64,10 @@ def test_lint_cli_on_clean_code_exits_0_and_bad_path_is_one_line(tmp_path):
     assert "Traceback" not in bad.stderr
 
 
-def test_lint_of_the_whole_repository_is_clean_and_under_15_seconds():
-    t0 = time.monotonic()
+def test_lint_of_the_whole_repository_is_clean():
+    """Its speed is a benchmark (bench/static_lint_speed.py), not a timed test on a shared box."""
     proc = hazards("lint", ".", cwd=REPO)
-    elapsed = time.monotonic() - t0
-    assert proc.returncode == 0, proc.stdout
-    assert elapsed < 15.0, f"hazards lint . took {elapsed:.1f} s"
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_static_cli_on_user_paths_only(tmp_path):
