@@ -120,6 +120,8 @@ def check_job(job: CompileJob) -> list[Finding]:
     try:
         found = _check_amd(job) if job.platform == "amd" else _check_nvidia(job)
         return once_per_line([_as_given(f, job.source) for f in found])
+    except ToolchainMissing:
+        raise  # not a compile failure: check_jobs names the missing tool
     except UserError as e:
         lines = str(e).splitlines()
         first = next((ln for ln in lines[1:] if "error:" in ln),

@@ -157,7 +157,7 @@ def test_the_lint_without_clang_cannot_judge_a_macro_built_block_and_exits_3(hid
     out, err = capsys.readouterr()
     assert rc == 3, out + err
     assert f"{src}: error: [toolchain-missing] the lint of 1 asm block(s) built from macros" in out
-    assert "[asm-unchecked]" in out and "1 skipped (macro)" in err and "could not be fully checked" in err
+    assert "[asm-unchecked]" in out and "1 skipped (1 macro)" in err and "could not be fully checked" in err
     assert main(["lint", "--no-expand", str(src)]) == 0  # the user's choice: reported skipped
 
 
