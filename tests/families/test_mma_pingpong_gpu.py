@@ -1,9 +1,10 @@
 """On a GPU (sm_90): family mma_pingpong's oracle end to end through one warm server.
 
-Reference and fixed stay bit-exact (and the reference within tolerance of the host GEMM) at
-both trip-count parities and shapes; the exit-tail port fails at even trip counts only; the
-one-bank bulk refill and the early accumulator read run clean as measured (their canaries
-are static: the refill cannot race a bulk copy, ptxas serialized the read).
+Reference, fixed and fixed_threads stay bit-exact (and the reference within tolerance of the
+host GEMM) at both trip-count parities and shapes; the exit-tail port fails at even trip
+counts only; the one-bank refill by thread stores fails; the one-bank bulk refill and the
+early accumulator read run clean as measured (their canaries are static: the bulk copy lands
+after the in-flight wgmmas read, ptxas serialized the read).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _run(server, params, launches=LAUNCHES):
     return r
 
 
-@pytest.mark.parametrize("variant", ["reference", "fixed"])
+@pytest.mark.parametrize("variant", ["reference", "fixed", "fixed_threads"])
 @pytest.mark.parametrize("extra", [{"ktiles": 15}, {"ktiles": 16}, {"shape": "64x16", "ktiles": 7},
                                    {"shape": "256x64", "mma_reps": 16},
                                    {"stages": 2, "wait_depth": 0}])  # same kernel as the golden
@@ -53,11 +54,20 @@ def test_the_single_exit_tail_fails_at_even_trip_counts_only(server):
     assert odd.outcome is Outcome.CLEAN
 
 
+@pytest.mark.parametrize("extra", [{}, {"shape": "256x64", "mma_reps": 1}, {"blocks": 8}])
+def test_the_one_bank_refill_by_thread_stores_fails_every_launch(server, extra):
+    """Measured on the H200: every launch wrong at these points (the stores land while the
+    group's last wgmmas still read the bank)."""
+    r = _run(server, {"variant": "broken_war_threads", **extra}, 50)
+    assert r.outcome is Outcome.MISMATCH and r.metrics["mismatched"] == 50, r.metrics
+
+
 def test_the_one_bank_bulk_refill_stays_invisible_at_run_time_as_measured(server):
-    """Measured on the H200 (docs/results/mma-pingpong-h200.md): the one-bank refill never
-    changed a result, because wgmma issue stalls until only the batch's tail is in flight,
-    shorter than a bulk copy's latency. If this fails, the race has become observable:
-    add "stress" to broken_war's detected_by (standalone/mma_pingpong/family.toml)."""
+    """Measured on the H200 (docs/results/mma-pingpong-h200.md): the one-bank bulk refill
+    never changed a result, also with real wgmmas left in flight by the wait, because wgmma
+    issue stalls until only the batch's tail is in flight, shorter than a bulk copy's
+    latency. If this fails, the race has become observable: add "stress" to broken_war's
+    detected_by (standalone/mma_pingpong/family.toml)."""
     r = _run(server, {"variant": "broken_war"}, 2000)
     assert r.outcome is Outcome.CLEAN, r.metrics
 
