@@ -144,7 +144,8 @@ WGMMA_SERIALIZED = register(Check(
 # --- NVIDIA wgmma pipelines (hazards/static/wgmma.py) ---------------------------------------
 WGMMA_REFILL_IN_FLIGHT = register(Check(
     "wgmma-refill-in-flight", "error", "SASS",
-    "a bulk copy into shared memory (`UBLKCP.S.G`, `UTMALDG`) issued while as many wgmma groups "
+    "a bulk copy into shared memory (`UBLKCP.S.G`, `UTMALDG`; and `STS` when the caller says the "
+    "ring is refilled by stores) issued while as many wgmma groups "
     "may be pending (after the `WARPGROUP.DEPBAR` before it) as the ring has operand buffers: "
     "the copy can overwrite operands the tensor core still reads"))
 WGMMA_REFILL_DEPTH = register(Check(
