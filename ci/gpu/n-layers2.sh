@@ -31,6 +31,9 @@ date -u +"date %Y-%m-%dT%H:%M:%SZ"; hostname
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 nvcc --version | tail -2 | head -1
 git log -1 --format='commit %H %s' 2>/dev/null || echo "commit: (no git metadata in this copy)"
+# the copy's git metadata need not be the branch's (rounds 1-3 printed main's): a content hash
+# of what ran identifies the commit beyond doubt (compare with the same command on the checkout)
+echo "sources sha256 $(cat standalone/megakernel_layers/* standalone/include/*.h ci/gpu/n-layers2.sh | sha256sum | cut -c1-16)"
 } | tee "$W/env.txt"
 
 log "build: plain, profiled, profiled noop (in parallel)"
