@@ -167,8 +167,9 @@ def probe_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
                 return
             raise UserError(f"{address} is not a Ray head: something listens there but does not answer gRPC "
                             f"({why}); give the head's GCS port, 6379 by default, or ray://HOST:PORT for Ray Client")
-    why = "no answer" if isinstance(last, socket.timeout) else (getattr(last, "strerror", None) or str(last))
-    raise UserError(f"cannot reach the Ray head at {address}: {why} within {timeout:g}s "
+    why = f"no answer within {timeout:g}s" if isinstance(last, socket.timeout) else \
+        (getattr(last, "strerror", None) or str(last))
+    raise UserError(f"cannot reach the Ray head at {address}: {why} "
                     "(is the cluster up? `ray status --address ADDRESS` on a node tells)")
 
 
