@@ -1,7 +1,8 @@
 """A Ray head that is down or an address that is not one: one line, exit 2, nothing stored, fast.
 
-Ray's own connect retries for minutes (measured: over 200 s for a refused port and for an
-unknown host); `hazards soak --executor ray --address` probes the address first.
+Ray's own connect retries for minutes (a refused port: still retrying after 409 s, see
+docs/results/ray-multinode-cpu.md); `hazards soak --executor ray --address` probes the
+address first.
 """
 from __future__ import annotations
 
