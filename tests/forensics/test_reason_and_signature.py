@@ -145,4 +145,4 @@ def test_repro_without_forensics_keeps_the_plain_reason(tmp_path):
 
 def test_a_bad_hang_budget_is_a_one_line_error(tmp_path):
     r = _repro("--hang-budget", "0", "--", "true", store=tmp_path / "r.db")
-    assert r.returncode == 2 and "--hang-budget must be a positive number of seconds" in r.stderr
+    assert r.returncode == 2 and "--hang-budget must be a positive, finite number of seconds" in r.stderr
