@@ -38,9 +38,11 @@ HAZARD_IDS = {name: i for i, name in enumerate(M.HAZARDS)}
 # What the static model assumes about time on the H200 (docs/results/megakernel-layers-h200.md).
 CLOCK_GHZ = 1.98
 # A skewed worker later than QKV + attention + merge of the next layer snapshots an already-bumped
-# ATTN_RELEASE. Round 2 measured 272 us per layer (gemv_depth 1) and no hang at a 101 us skew in
-# 16 launches: the head is longer than 101 us; a whole layer bounds it from above.
-LAYER_HEAD_US = 272.0
+# ATTN_RELEASE. The per-task profiler measured that head on the H200 (round 3, tripwire in, the
+# default preset): 126-128 us from the previous layer's last W2 record to the merge's release (a
+# layer 237-245 us). Round 2 saw no hang at a 101-us skew in 16 launches (below the head) and
+# round 3 5 of 16 at 505 us (above it).
+LAYER_HEAD_US = 128.0
 W2_HEAD_US = 5.0      # a W13 tile this late is read by W2 rows that no longer wait for it
 
 
