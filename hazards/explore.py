@@ -71,9 +71,15 @@ class Agreement(str, enum.Enum):
     UNCONFIRMED = "clean (rate not predicted)"
     REFUSED = "refused by the binary"
     ERROR = "error"
+    CUT_SHORT = "cut short by the end of the budget"
 
     def __str__(self) -> str:
         return self.value
+
+    @property
+    def judged(self) -> bool:
+        """Whether the point's runs say anything about the model."""
+        return self not in (Agreement.ERROR, Agreement.REFUSED, Agreement.CUT_SHORT)
 
     @property
     def disagrees(self) -> bool:
@@ -219,7 +225,7 @@ class ExploreResult:
 
     @property
     def judged(self) -> int:
-        return sum(1 for o in self.observations if o.agreement not in (Agreement.ERROR, Agreement.REFUSED))
+        return sum(1 for o in self.observations if o.agreement.judged)
 
     @property
     def exit_code(self) -> int:
@@ -233,7 +239,7 @@ class ExploreResult:
         """{model row: {agreement name: points}} over every judged point."""
         out: dict[str, dict[str, int]] = {row: {} for row in ROWS}
         for o in self.observations:
-            if o.agreement in (Agreement.ERROR, Agreement.REFUSED):
+            if not o.agreement.judged:
                 continue
             row = out[model_row(o.verdict)]
             row[o.agreement.name.lower()] = row.get(o.agreement.name.lower(), 0) + 1
@@ -368,7 +374,14 @@ class _Explorer:
         self.result.observations.append(obs)
         rates: list[float] = []
         while True:
-            r = ask(item)
+            try:
+                r = ask(item)
+            except DriverStopped:  # the budget ended before this point was judged
+                if obs.evidence.n:
+                    obs.agreement = Agreement.CUT_SHORT
+                else:  # never ran: not a point of this search
+                    self.result.observations.remove(obs)
+                raise
             obs.evidence.add(r)
             if Outcome(r.outcome) is Outcome.ERROR:
                 obs.agreement = Agreement.REFUSED if r.error_kind == "bad_request" else Agreement.ERROR
