@@ -30,8 +30,15 @@ def correct_wait_depth(stages: int, war_barrier: bool) -> int:
 # tenth of that anywhere: the race needs the copy to land late); the single-buffer WAR with
 # jitter raced in every launch at broken_war's point (claimed: a tenth). The WAR race with
 # more stages, or with no jitter, is timing-dependent and not rated.
+# The RAW rate holds only where it was measured and no lighter: broken_wait's grid (2 blocks
+# per SM, or more) and trip count (16 tiles, or more). `hazards explore pipeline` on the H200
+# (docs/results/explore-h200.md) found it 0 in 600 launches at 4 blocks, 0 in 200 at 16
+# blocks, 0 in 200 at 5 tiles and 1-2 in 200 at 1-2 tiles: with few blocks or few trips the
+# late copy lands before it is read, so there the model does not rate it.
 TAIL_RATE = 1.0
 RAW_RATE = 0.044
+RAW_RATE_MIN_TILES = 16
+RAW_RATE_MIN_BLOCKS = 264  # 2 per SM on the H200's 132 SMs: what `blocks = 0` launches there
 WAR_JITTER_RATE = 0.1
 
 
@@ -49,7 +56,10 @@ def hazards_with_rates(params: dict[str, Any]) -> list[tuple[str, float | None]]
         right = correct_wait_depth(s, bool(p["war_barrier"]))
         depth = right if p["wait_depth"] < 0 else int(p["wait_depth"])
         if depth > right:
-            found.append((f"RAW: cp.async.wait_group {depth} leaves tile t in flight (correct: {right})", RAW_RATE))
+            blocks = int(p["blocks"])
+            loaded = t >= RAW_RATE_MIN_TILES and (blocks == 0 or blocks >= RAW_RATE_MIN_BLOCKS)
+            found.append((f"RAW: cp.async.wait_group {depth} leaves tile t in flight (correct: {right})",
+                          RAW_RATE if loaded else None))
     if p["tail"] == "single" and (t - 1) % s != 0:
         found.append((f"exit tail reads slot 0 but the last tile (T={t}) sits in slot {(t - 1) % s}", TAIL_RATE))
     return found
