@@ -9,11 +9,14 @@ group repeated failures. The precedence for processes is documented in docs/prot
 """
 from __future__ import annotations
 
+import collections
+import copy
 import dataclasses
 import json
 import math
 import re
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 from hazards.engine.outcome import Outcome
@@ -106,6 +109,8 @@ class NotableLines:
     RESULT_AFTER = 1 << 16  # a result line is kept whole up to this many bytes
     TRUNCATED = " [line truncated]"
 
+    PATTERN_KEYWORD = "result_regex"  # what lines found by `with_pattern`'s regex are filed under
+
     def __init__(self, patterns: tuple[str, ...], keep: int = 10) -> None:
         for pattern in patterns:
             if not any(k in pattern for k in self.KEYWORDS):
@@ -115,6 +120,20 @@ class NotableLines:
                        for k, v in self.KEYWORDS.items()}
         self.max_after = max(self.AFTER, self.RESULT_AFTER)
         self._longest = max(len(k) for k in self.checks)
+        self._pattern: re.Pattern[bytes] | None = None
+
+    def with_pattern(self, regex: str | re.Pattern[str]) -> "NotableLines":
+        """These lines, plus those where a target's own `result_regex` matches (it has no
+        keyword: it is searched as a regex, kept whole like a result line). A match must lie
+        within one line of at most `RESULT_AFTER` bytes after its start to be found."""
+        other = copy.copy(self)
+        source = regex.pattern if isinstance(regex, re.Pattern) else regex
+        flags = (regex.flags if isinstance(regex, re.Pattern) else 0) & ~re.UNICODE
+        try:  # the output is bytes: a str pattern as UTF-8 bytes (\w, \d then mean ASCII)
+            other._pattern = re.compile(source.encode("utf-8"), flags | re.MULTILINE)
+        except re.error:  # a str-only construct: searched over Latin-1, byte for character
+            other._pattern = _Latin1Pattern(re.compile(source, flags | re.MULTILINE))
+        return other
 
     def _positions(self, data: bytes | bytearray, keyword: bytes, check: re.Pattern[bytes] | None,
                    lo: int, hi: int) -> list[int]:
@@ -150,7 +169,8 @@ class NotableLines:
         before `at` (marked with a leading '…') and `AFTER` / `RESULT_AFTER` bytes after it
         (marked `TRUNCATED`, which no parser mistakes for the rest of a JSON object).
         """
-        after = self.RESULT_AFTER if keyword == self.RESULT_KEYWORD.encode() else self.AFTER
+        whole = keyword in (self.RESULT_KEYWORD.encode(), self.PATTERN_KEYWORD.encode())
+        after = self.RESULT_AFTER if whole else self.AFTER
         floor = max(0, at - self.BEFORE)
         start = max(data.rfind(b"\n", floor, at), data.rfind(b"\r", floor, at)) + 1
         clipped_front = start == 0 and floor > 0
@@ -172,6 +192,14 @@ class NotableLines:
         found: list[tuple[bytes, int]] = []
         for keyword, check in self.checks.items():
             found += [(keyword, at) for at in self._positions(data, keyword, check, lo, hi)]
+        if self._pattern is not None:  # the first and last `keep` matches, like keywords
+            head: list[int] = []
+            tail: collections.deque[int] = collections.deque(maxlen=self.keep)
+            for m in self._pattern.finditer(data, lo):
+                if m.start() >= hi:
+                    break
+                (head if len(head) < self.keep else tail).append(m.start())
+            found += [(self.PATTERN_KEYWORD.encode(), a) for a in head + list(tail)]
         return found
 
     def lines(self, data: bytes) -> list[tuple[str, str]]:
@@ -182,6 +210,17 @@ class NotableLines:
             if start not in found:
                 found[start] = (keyword.decode(), text)
         return [found[start] for start in sorted(found)]
+
+
+class _Latin1Pattern:
+    """A str regex searched over bytes read as Latin-1 (one character per byte, so match
+    positions are byte offsets)."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+
+    def finditer(self, data: bytes | bytearray, pos: int = 0) -> Iterator[re.Match[str]]:
+        return self.pattern.finditer(bytes(data).decode("latin-1"), pos)
 
 
 # What the watchdog's drains keep (pass as `Supervised(..., notable_re=NOTABLE_RE)`).

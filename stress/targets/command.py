@@ -35,8 +35,10 @@ class CommandTarget(Target):
     """Run `argv` once per `run()`; classify by exit status, signal, output and result line.
 
     `env` is laid over this process's environment. `result_regex`, if given, is searched
-    in stdout and stderr after the run: a match marks the run a `mismatch` (its named
-    groups are kept as evidence), e.g. ``r"MISMATCH|max_err=(?P<max_err>\\S+) FAIL"``.
+    in every byte of stdout and stderr as they stream (like result lines: a match that
+    scrolled out of the kept tail still counts; within one line): a match marks the run a
+    `mismatch` (its named groups are kept as evidence), e.g.
+    ``r"MISMATCH|max_err=(?P<max_err>\\S+) FAIL"``.
     `grace_s` is the time between SIGTERM and SIGKILL when a run must be killed.
     `faithful_cos_min`: a FAITHFUL_RESULT line whose cos is below it makes the run a mismatch.
     Bad input (missing program, bad cwd, bad regex) raises UserError here, before any run.
@@ -59,6 +61,8 @@ class CommandTarget(Target):
                                  if isinstance(result_regex, str) else result_regex)
         except re.error as exc:
             raise UserError(f"bad result regex {result_regex!r}: {exc}") from None
+        # The drains look for the regex's matches in every byte, like for result lines.
+        self._notable = NOTABLE_RE.with_pattern(self.result_regex) if self.result_regex else NOTABLE_RE
 
     def with_prefix(self, prefix: list[str], *, name: str | None = None) -> "CommandTarget":
         """This command run through another program (a sanitizer, a profiler): the same
@@ -90,7 +94,7 @@ class CommandTarget(Target):
         try:
             child = Supervised(self.argv, env=env, cwd=self.cwd, target=self.name,
                                log_dir=artifacts, grace_s=self.grace_s,
-                               notable_re=NOTABLE_RE)
+                               notable_re=self._notable)
         except OSError as exc:
             raise UserError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
         try:

@@ -1,6 +1,7 @@
 """Every byte of a child's output is scanned for fault messages and result lines, in
 bounded memory, and the line that matched is kept in the evidence."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -15,9 +16,9 @@ from hazards.engine.targets import CommandTarget
 from hazards.engine.watchdog import Drain
 
 
-def _drain(data: bytes, **kw) -> Drain:
+def _drain(data: bytes, notable_re=NOTABLE_RE, **kw) -> Drain:
     r, w = os.pipe()
-    drain = Drain(r, name="t", notable_re=NOTABLE_RE, **kw)
+    drain = Drain(r, name="t", notable_re=notable_re, **kw)
     drain.start()
     with os.fdopen(w, "wb") as f:
         f.write(data)
@@ -92,3 +93,26 @@ def test_a_50_mb_output_does_not_raise_the_supervisors_memory(tmp_path):
     assert out["outcome"] == "fault" and out["kind"] == "misaligned_address"
     assert "misaligned address" in out["line"]["line"]
     assert out["grew_kib"] < 16 * 1024, out  # peak RSS: 50 MB went through, < 16 MB stayed
+
+
+REGEX = r"max_err=(?P<max_err>\S+) FAIL"
+
+
+@pytest.mark.parametrize("end", ["\n", "\r"])
+def test_a_result_regex_match_is_seen_after_64_kb_more_output(end):
+    # the match scrolls out of the tail; a progress bar may end it with a carriage return
+    script = f"printf 'step 1\\rmax_err=0.25 FAIL{end!s}'; yes 'filler line' | head -c 300000"
+    result = CommandTarget(["sh", "-c", script.replace("\r", "\\r").replace("\n", "\\n")],
+                           result_regex=REGEX).run(timeout=30)
+    assert result.outcome is Outcome.MISMATCH, result.reason
+    assert result.evidence["regex_match"]["groups"] == {"max_err": "0.25"}
+    assert "FAIL" not in result.evidence["stdout_tail"]  # it scrolled out
+
+
+# the second one has a construct bytes patterns lack (\N{...}): searched another way
+@pytest.mark.parametrize("regex", [REGEX, r"max_err=(?P<max_err>\S+) \N{LATIN CAPITAL LETTER F}AIL"])
+def test_a_result_regex_match_inside_an_endless_line_is_found_at_any_read_boundary(regex):
+    for split in (1, 65535, 65536, 100_000):
+        body = b"x" * split + b" max_err=7 FAIL " + b"y" * 200_000
+        kept = _drain(body, notable_re=NOTABLE_RE.with_pattern(regex)).text()
+        assert re.search(regex, kept).group("max_err") == "7", split
