@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from engine_fakes import assert_none_running, fake_command, recorded_pids, running
+from engine_fakes import SLACK_S, assert_none_running, fake_command, recorded_pids, running
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import Outcome
 from hazards.engine.targets import CommandTarget
@@ -42,7 +42,7 @@ def test_busy_loop_hang_is_classified_and_process_group_killed(fake_env, pidfile
     result, elapsed = run_fake("busy", fake_env, timeout=HANG_TIMEOUT)
     assert result.outcome is Outcome.HANG and result.error_kind == "timeout"
     assert "ready" in result.evidence["stdout_tail"]  # it really was running when killed
-    assert elapsed < HANG_TIMEOUT + 1.0
+    assert elapsed < HANG_TIMEOUT + SLACK_S
     assert result.evidence["sigkill"] == []  # SIGTERM sufficed
     assert result.evidence["survivors"] == []
     pids = recorded_pids(pidfile)
@@ -54,7 +54,7 @@ def test_blocking_hang_with_hanging_child_kills_both(fake_env, pidfile):
     result, elapsed = run_fake("block_with_child", fake_env, timeout=HANG_TIMEOUT)
     assert result.outcome is Outcome.HANG
     assert "ready" in result.evidence["stdout_tail"]
-    assert elapsed < HANG_TIMEOUT + 1.0
+    assert elapsed < HANG_TIMEOUT + SLACK_S
     pids = recorded_pids(pidfile)
     assert len(pids) == 2 and set(result.evidence["killed"]) >= pids
     assert result.evidence["survivors"] == []
@@ -75,7 +75,7 @@ def test_grandchild_that_called_setsid_is_found_and_killed(fake_env, pidfile, mo
     result, elapsed = run_fake(mode, fake_env, timeout=timeout)
     assert result.outcome is Outcome.HANG, result.reason
     assert "ready" in result.evidence["stdout_tail"]  # all three had started
-    assert elapsed < timeout + 1.0
+    assert elapsed < timeout + SLACK_S
     pids = recorded_pids(pidfile)
     assert len(pids) == 3  # program, the setsid-ing child (exited by itself), grandchild
     assert len(set(result.evidence["killed"]) & pids) == 2
@@ -88,7 +88,7 @@ def test_program_ignoring_sigterm_gets_sigkill_after_grace(fake_env, pidfile):
     assert result.outcome is Outcome.HANG
     assert "ready" in result.evidence["stdout_tail"]  # SIGTERM was ignored by then
     assert result.evidence["sigkill"] == sorted(recorded_pids(pidfile))
-    assert elapsed < HANG_TIMEOUT + 0.3 + 1.0
+    assert elapsed < HANG_TIMEOUT + 0.3 + SLACK_S
     assert_none_running(recorded_pids(pidfile))
 
 
@@ -108,7 +108,7 @@ def test_crash_signal_is_a_fault_named_by_its_signal(fake_env, pidfile, mode, ki
     assert result.outcome is Outcome.FAULT
     assert result.error_kind == kind and result.evidence["signal"] == signame
     assert result.reason == f"killed by {signame}"
-    assert elapsed < TIMEOUT + 1.0
+    assert elapsed < TIMEOUT + SLACK_S
     assert_none_running(recorded_pids(pidfile))
 
 
@@ -190,7 +190,7 @@ def test_on_hang_collectors_see_the_live_child_and_their_errors_are_recorded(fak
     assert collected[snapshot.__qualname__]["pid"] == result.evidence["pid"]
     assert collected[snapshot.__qualname__]["marker"] is True
     assert collected[broken.__qualname__] == {"error": "RuntimeError: collector bug"}
-    assert elapsed < TIMEOUT + 1.0
+    assert elapsed < TIMEOUT + SLACK_S
     assert_none_running(recorded_pids(pidfile))
 
 

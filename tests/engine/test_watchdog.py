@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from engine_fakes import FAKES, assert_none_running, fake_command, recorded_pids, running
+from engine_fakes import FAKES, SLACK_S, assert_none_running, fake_command, recorded_pids, running
 from hazards.engine.classify import NOTABLE_RE, find_fault_signature
 from hazards.engine.watchdog import (Drain, HangContext, Supervised, kill_group, register_on_hang,
                              run_collectors, scan_for, unregister_on_hang)
@@ -69,7 +69,7 @@ def test_a_blocking_collector_cannot_stall_the_supervisor(only_these_collectors)
     only_these_collectors(lambda ctx: time.sleep(30))
     t0 = time.monotonic()
     out = run_collectors(_ctx(), budget_s=0.2)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < SLACK_S
     assert "still running" in next(iter(out.values()))["error"]
 
 
@@ -136,7 +136,7 @@ def test_kill_group_escalates_to_sigkill_and_verifies_no_survivor():
     child_pid = int(proc.stdout.readline())
     t0 = time.monotonic()
     evidence = kill_group(proc.pid, grace_s=0.3, leader=proc)
-    assert time.monotonic() - t0 < 0.3 + 1.0
+    assert time.monotonic() - t0 < 0.3 + SLACK_S
     assert set(evidence["killed"]) == {proc.pid, child_pid}
     # The sleeper inherited SIG_IGN for SIGTERM across exec, so both needed SIGKILL.
     assert evidence["sigkill"] == sorted({proc.pid, child_pid})
@@ -160,7 +160,7 @@ def test_supervised_wait_times_out_on_a_live_child_and_kill_ends_it():
     child = Supervised(SLEEPER, env=dict(os.environ), grace_s=0.5)
     t0 = time.monotonic()
     assert not child.wait_exit(t0 + 0.3)
-    assert 0.3 <= time.monotonic() - t0 < 0.3 + 1.0
+    assert 0.3 <= time.monotonic() - t0 < 0.3 + SLACK_S
     assert running(child.pid)
     assert child.kill()["survivors"] == []
     assert not running(child.pid)
