@@ -8,7 +8,7 @@ R=/tmp/final-suite; rm -rf $R; mkdir -p $R
 T0=$(date +%s); left() { echo $(( ${BUDGET:-290} - ($(date +%s) - T0) )); }
 finish() { tar -czf "$OUT/final-suite.tar.gz" -C $R .; echo "== done in $(( $(date +%s) - T0 )) s"; }
 trap finish EXIT
-{ git log -1 --format='%H %s' 2>/dev/null || cat COMMIT 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 --version; date -u; } > $R/context.txt
+{ cat .gpu/COMMIT 2>/dev/null || echo "commit unknown (no .gpu/COMMIT; the device copy's .git is stale)"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 --version; date -u; } > $R/context.txt
 # 1. Every runtime family's binary, built in parallel before the tests time anything.
 timeout 120 python3 - > $R/build.txt 2>&1 <<'PY'
 import concurrent.futures as cf, time
