@@ -6,6 +6,8 @@ import os
 import sqlite3
 import sys
 import time
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -36,33 +38,9 @@ def assert_one_line_error(proc, exit_code=2, match=None):
         assert match in err_lines[0]
 
 
-BAD_RUNS = {
-    "nonexistent path": (["run", "-n", "2", "--", "/no/such/program"], "command not found"),
-    "not on PATH": (["run", "-n", "2", "--", "hz-no-such-program-x"], "command not found"),
-    "not executable": (["run", "-n", "2", "--", "./results.db"], "not executable"),
-    "empty command": (["run", "-n", "2", "--"], "no command given"),
-    "no command at all": (["run", "-n", "2"], "no command given"),
-    "negative timeout": (["run", "--timeout", "-1", "--", "true"], "--timeout"),
-    "zero timeout": (["run", "--timeout", "0", "--", "true"], "--timeout"),
-    "infinite timeout": (["run", "--timeout", "inf", "--", "true"], "--timeout must be a positive, finite number"),
-    "nan timeout": (["run", "--timeout", "nan", "--", "true"], "--timeout must be a positive, finite number"),
-    "repro infinite timeout": (["repro", "--timeout", "inf", "--", "true"], "--timeout must be a positive, finite"),
-    "repro infinite hang budget": (["repro", "--hang-budget", "inf", "--", "true"],
-                                   "--hang-budget must be a positive, finite"),
-    "stress infinite timeout": (["stress", "pipeline", "--timeout", "inf"], "--timeout must be a positive, finite"),
-    "zero runs": (["run", "-n", "0", "--", "true"], "-n must be"),
-    "bad regex": (["run", "--result-regex", "([", "--", "true"], "--result-regex"),
-    "resume missing campaign": (["run", "--resume", "999"], "no campaign 999"),
-    "resume with a command": (["run", "--resume", "1", "--", "true"], "do not give one"),
-    "stats missing campaign": (["stats", "--campaign", "999"], "no campaign 999"),
-    "compare missing campaign": (["compare", "--before-campaign", "999", "--after", "0/10"], "no campaign 999"),
-    "malformed K/N": (["compare", "--before", "4of7", "--after", "0/10"], "FAILURES/RUNS"),
-    "K/N letters": (["compare", "--before", "a/b", "--after", "0/10"], "FAILURES/RUNS"),
-    "K above N": (["compare", "--before", "8/7", "--after", "0/10"], "more failures than runs"),
-    "N zero": (["compare", "--before", "0/0", "--after", "0/10"], "at least 1"),
-    "K/N missing": (["compare", "--before", "4/7"], "exactly one of"),
-    "K/N and campaign": (["compare", "--before", "4/7", "--before-campaign", "1", "--after", "0/1"], "exactly one of"),
-}
+# The bad command lines and the words their error must contain: a data file.
+BAD_RUNS = {name: (case["args"], case["message"])
+            for name, case in tomllib.loads((Path(__file__).parent / "bad_runs.toml").read_text()).items()}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_RUNS))
