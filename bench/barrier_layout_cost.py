@@ -21,7 +21,6 @@ Usage: python3 bench/barrier_layout_cost.py [--rounds 7] [--launches 20] [--epoc
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -34,6 +33,7 @@ from hazards.families.barrier_layout import RELEASE_KINDS  # noqa: E402
 from hazards.stress_family import family_binary  # noqa: E402
 from hazards.engine.outcome import Outcome  # noqa: E402
 from hazards.engine.targets import ServerTarget  # noqa: E402
+from bench.bench_json import save_json  # noqa: E402
 
 SHARED_STRIDE, SEPARATE_STRIDE, NEXT_TO_COUNTER = 4, 128, 8 * 128 + 4
 
@@ -141,8 +141,7 @@ def main() -> None:
             res = run(w, args, target)
             print_result(res)
             results.append(res)
-    if args.json:
-        args.json.write_text(json.dumps({"binary": str(exe), "results": results}, indent=1))
+    save_json(args.json, {"binary": str(exe), "results": results})
 
 
 if __name__ == "__main__":

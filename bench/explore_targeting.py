@@ -39,6 +39,7 @@ from hazards.explore import ExploreOptions, explore_family  # noqa: E402
 from hazards.families import get_family  # noqa: E402
 from hazards.engine.campaign import LeasedCampaign  # noqa: E402
 from hazards.engine.store import Store  # noqa: E402
+from bench.bench_json import save_json  # noqa: E402
 
 
 def regions() -> dict[str, tuple[str, object]]:
@@ -130,8 +131,7 @@ def main() -> int:
               f"{len(t)}), untargeted median {out[metric]['untargeted']['median']} (found "
               f"{len(u) - u.count(None)}/{len(u)}); targeting sooner on {sooner}, later on {later} seeds, "
               f"sign test p={out[metric]['sign_test_p']:.3g}")
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+    save_json(args.json, out)
     return 0
 
 

@@ -21,7 +21,6 @@ Usage: python3 bench/litmus_incantations.py [--seconds 1.5] [--launches 2000] [-
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from hazards.stress_family import family_binary  # noqa: E402
 from hazards.engine.outcome import Outcome  # noqa: E402
 from hazards.engine.stats import rate_ci  # noqa: E402
 from hazards.engine.targets import ServerTarget  # noqa: E402
+from bench.bench_json import save_json  # noqa: E402
 
 # 264 stress blocks + 132 test blocks fit the 792 co-resident blocks of 256 threads the
 # litmus kernel gets on an H200 (6 per SM); 792 stress blocks would be a bad request.
@@ -148,8 +148,7 @@ def main() -> None:
                 q = {"variant": "mp_fenced", **NO_INCANTATIONS, **p, **add}
                 results["D"][f"{name} {cond}"] = measure(t, q, args.seconds, args.launches)
                 print(line(f"{name} {cond}", results["D"][f"{name} {cond}"], None), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    save_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from hazards.families import get_family  # noqa: E402
 from hazards.stress_family import family_binary  # noqa: E402
+from bench.bench_json import save_json  # noqa: E402
 
 
 def targets_toml(one_launch: list[str]) -> str:
@@ -104,8 +105,7 @@ def main() -> int:
               f"= {out['worst_bound_ratio_uniform_over_evidence']:.2f}x (goal >= 5x)")
     print(f"canary re-runs: evidence {out['evidence']['canary_rerun_share']:.1%}, uniform "
           f"{out['uniform']['canary_rerun_share']:.1%} of runs (goal: evidence < 5%)")
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+    save_json(args.json, out)
     return 0
 
 
