@@ -8,45 +8,18 @@
 # Budget: 170 s of script time; every step checks what is left.
 set -u
 cd "$(dirname "$0")/../.."
-export PYTHONPATH=$PWD
-OUT=${OUT:-/tmp/e-mma-out}
-R=$OUT/e-mma
-mkdir -p "$R"
-T0=$(date +%s)
-BUDGET=165
-exec > >(tee "$R/console.log") 2>&1
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-step() { echo; echo "== $1 ($(( $(date +%s) - T0 )) s so far, $(left) s left)"; }
-finish() { step "done"; sleep 1; tar -czf "$OUT/e-mma.tar.gz" -C "$OUT" e-mma; exit 0; }
+. ci/gpu/round.sh e-mma 165  # PYTHONPATH, $OUT, $R, console.log, left/step/finish
 
-step "machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-nvcc --version | tail -1
-git log -1 --format='commit %H %s' 2>/dev/null || echo "commit: $(cat .git/HEAD 2>/dev/null)"
-date -u +"date %Y-%m-%dT%H:%M:%SZ"
+machine_step
 
 step "build through the hazards build cache (nvcc, serial)"
-BIN=$(timeout 90 python3 -c "
-from hazards.families import get_family
-from hazards.stress_family import family_binary
-print(family_binary(get_family('mma_pingpong')).resolve())" 2> "$R/build.err" | tail -1)
-echo "binary: $BIN"
-[ -x "$BIN" ] || { echo "BUILD FAILED"; tail -20 "$R/build.err"; finish; }
+build_family mma_pingpong 90
 
 step "acceptance: hazards stress mma_pingpong (defaults, 10,000 launches per variant)"
 timeout $(( $(left) - 5 )) python3 -m hazards stress mma_pingpong --launches 10000 --requests 1 --json \
     --store "$OUT/stress.db" > "$R/accept-defaults.json" 2> "$R/accept-defaults.err"
 echo "exit $?"
-python3 - "$R/accept-defaults.json" <<'EOF'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("no JSON:", e); sys.exit(0)
-for v in d["variants"]:
-    print(f"{v['variant']:16s} {v['verdict']:10s} {v['mismatched_launches']}/{v['launches']} "
-          f"rate {v['launch_rate']} ci95 {v['launch_rate_ci95']} maxerr {v['max_rel_err']:.3g} wall {v['wall_s']:.1f}s")
-EOF
+python3 ci/gpu/stress_summary.py "$R/accept-defaults.json"
 
 step "rates, calibration and the 40 strategy points through one server"
 timeout $(( $(left) - 60 > 20 ? $(left) - 60 : 20 )) python3 - "$BIN" "$R/sweep.jsonl" ci/gpu/e-mma-points.json <<'EOF'

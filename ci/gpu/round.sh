@@ -1,0 +1,35 @@
+# round.sh -- the common frame of a GPU-round script, sourced from the repository root:
+#     cd "$(dirname "$0")/../.." && . ci/gpu/round.sh NAME BUDGET_S
+# Sets PYTHONPATH, OUT (default /tmp/NAME-out) and R=$OUT/NAME (created), copies the console
+# into $R/console.log, and defines left (seconds of BUDGET_S left), step TITLE, finish (tar
+# $R into $OUT/NAME.tar.gz and exit 0: what was measured still comes back), machine_step
+# (the GPU, nvcc, commit and date the round ran on) and build_family FAMILY TIMEOUT_S (the
+# family's binary through the hazards build cache in $BIN, or finish).
+ROUND=$1
+BUDGET=$2
+export PYTHONPATH=$PWD
+OUT=${OUT:-/tmp/$ROUND-out}
+R=$OUT/$ROUND
+mkdir -p "$R"
+T0=$(date +%s)
+exec > >(tee "$R/console.log") 2>&1
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+step() { echo; echo "== $1 ($(( $(date +%s) - T0 )) s so far, $(left) s left)"; }
+finish() { step "done"; sleep 1; tar -czf "$OUT/$ROUND.tar.gz" -C "$OUT" "$ROUND"; exit 0; }
+
+machine_step() {
+  step "machine"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  nvcc --version | tail -1
+  git log -1 --format='commit %H %s' 2>/dev/null || echo "commit: $(cat .git/HEAD 2>/dev/null)"
+  date -u +"date %Y-%m-%dT%H:%M:%SZ"
+}
+
+build_family() {
+  BIN=$(timeout "$2" python3 -c "
+from hazards.families import get_family
+from hazards.stress_family import family_binary
+print(family_binary(get_family('$1')).resolve())" 2> "$R/build.err" | tail -1)
+  echo "binary: $BIN"
+  [ -x "$BIN" ] || { echo "BUILD FAILED"; tail -20 "$R/build.err"; finish; }
+}
