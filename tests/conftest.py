@@ -11,3 +11,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("gpu") is not None and item.get_closest_marker("hz_gpu") is None:
             item.add_marker(pytest.mark.hz_gpu)
+
+
+@pytest.fixture
+def refuses_file(tmp_path):
+    """`refuses_file(load, text, message)`: write `text` to a file, and check that `load(path)`
+    refuses it with a one-line UserError containing `message` (taken literally)."""
+    import re
+
+    from hazards.engine.errors import UserError
+
+    def check(load, text: str, message: str) -> None:
+        path = tmp_path / "bad.toml"
+        path.write_text(text)
+        with pytest.raises(UserError, match=re.escape(message)) as refused:
+            load(path)
+        assert "\n" not in str(refused.value)
+
+    return check
