@@ -26,6 +26,25 @@ inline void emit(const std::string& line) {
   std::fflush(stdout);
 }
 
+// The errors a request can end in, one table for every mode: each gets its reply status
+// ("bad_request", "unsupported", "bad_reference", "fault") and its exit code (2, 4, 2, 3;
+// the supervisor reads both), and `on_error(status, message, code)` says what the mode does
+// with them. `body()` returns the mode's exit code when nothing was thrown.
+template <class Body, class OnError>
+int run_guarded(Body&& body, OnError&& on_error) {
+  try {
+    return body();
+  } catch (const BadRequest& e) {
+    return on_error("bad_request", e.what(), 2);
+  } catch (const Unsupported& e) {
+    return on_error("unsupported", e.what(), 4);
+  } catch (const BadReference& e) {
+    return on_error("bad_reference", e.what(), 2);
+  } catch (const DeviceFault& e) {
+    return on_error("fault", e.what(), 3);
+  }
+}
+
 inline std::string error_reply(const char* status, const std::string& message) {
   return json::Writer().str("status", status).str("message", message).done();
 }
@@ -90,30 +109,23 @@ inline int run_resolve(const FamilyTable& table, const std::string& text) {
 
 inline int run_once(const FamilyTable& table, const FamilySpec& spec, const std::string& text) {
   Runner r(table, spec);
-  try {
-    json::Value params;
-    long launches = 1;
-    const char* env_launches = std::getenv("HZ_LAUNCHES");  // set by command targets
-    if (env_launches && *env_launches) launches = std::atol(env_launches);
-    split_request(parse_or_throw(text), params, launches);
-    resolve(table, params);  // a bad request is answered before touching the device
-    r.init_device();
-    std::string reply = r.run_batch(params, launches);
-    emit("HZ_RESULT " + reply);
-    return r.last_mismatched() ? 1 : 0;
-  } catch (const BadRequest& e) {
-    emit("HZ_RESULT " + error_reply("bad_request", e.what()));
-    return 2;
-  } catch (const Unsupported& e) {
-    emit("HZ_RESULT " + error_reply("unsupported", e.what()));
-    return 4;
-  } catch (const BadReference& e) {
-    emit("HZ_RESULT " + error_reply("bad_reference", e.what()));
-    return 2;
-  } catch (const DeviceFault& e) {
-    emit("HZ_RESULT " + error_reply("fault", e.what()));
-    return 3;
-  }
+  return run_guarded(
+      [&] {
+        json::Value params;
+        long launches = 1;
+        const char* env_launches = std::getenv("HZ_LAUNCHES");  // set by command targets
+        if (env_launches && *env_launches) launches = std::atol(env_launches);
+        split_request(parse_or_throw(text), params, launches);
+        resolve(table, params);  // a bad request is answered before touching the device
+        r.init_device();
+        std::string reply = r.run_batch(params, launches);
+        emit("HZ_RESULT " + reply);
+        return r.last_mismatched() ? 1 : 0;
+      },
+      [](const char* status, const char* message, int code) {
+        emit("HZ_RESULT " + error_reply(status, message));
+        return code;
+      });
 }
 
 inline std::string variant_of(const json::Value& reply) {
@@ -122,39 +134,40 @@ inline std::string variant_of(const json::Value& reply) {
   return v ? v->str : "";
 }
 
+// The words --raw-loop prints on stderr for each error status.
+inline const char* raw_error_words(const char* status) {
+  if (std::strcmp(status, "bad_request") == 0) return "bad request";
+  if (std::strcmp(status, "unsupported") == 0) return "unsupported by this build";
+  if (std::strcmp(status, "bad_reference") == 0) return "bad reference";
+  return "device fault";
+}
+
 inline int run_raw_loop(const FamilyTable& table, const FamilySpec& spec, long n, const std::string& text) {
   Runner r(table, spec);
-  try {
-    json::Value params;
-    long ignored = 0;
-    split_request(parse_or_throw(text), params, ignored);
-    r.init_device();
-    double wall_s = 0;
-    r.run_batch(params, n < 50 ? n : 50, false);  // warm-up: module load, first allocation
-    std::string reply = r.run_batch(params, n, false, &wall_s);
-    json::Value rv = parse_or_throw(reply);
-    double kernel_ms = rv.get("kernel_ms") ? rv.get("kernel_ms")->num : 0.0;
-    emit("HZ_RAW " + json::Writer()
-                         .num("launches", (double)n)
-                         .num("loop_ms", kernel_ms)
-                         .num("launches_per_s", kernel_ms > 0 ? n / (kernel_ms * 1e-3) : 0.0)
-                         .num("wall_ms", wall_s * 1e3)
-                         .str("variant", variant_of(rv))
-                         .done());
-    return 0;
-  } catch (const BadRequest& e) {
-    std::fprintf(stderr, "hz: bad request: %s\n", e.what());
-    return 2;
-  } catch (const Unsupported& e) {
-    std::fprintf(stderr, "hz: unsupported by this build: %s\n", e.what());
-    return 4;
-  } catch (const BadReference& e) {
-    std::fprintf(stderr, "hz: bad reference: %s\n", e.what());
-    return 2;
-  } catch (const DeviceFault& e) {
-    std::fprintf(stderr, "hz: device fault: %s\n", e.what());
-    return 3;
-  }
+  return run_guarded(
+      [&] {
+        json::Value params;
+        long ignored = 0;
+        split_request(parse_or_throw(text), params, ignored);
+        r.init_device();
+        double wall_s = 0;
+        r.run_batch(params, n < 50 ? n : 50, false);  // warm-up: module load, first allocation
+        std::string reply = r.run_batch(params, n, false, &wall_s);
+        json::Value rv = parse_or_throw(reply);
+        double kernel_ms = rv.get("kernel_ms") ? rv.get("kernel_ms")->num : 0.0;
+        emit("HZ_RAW " + json::Writer()
+                             .num("launches", (double)n)
+                             .num("loop_ms", kernel_ms)
+                             .num("launches_per_s", kernel_ms > 0 ? n / (kernel_ms * 1e-3) : 0.0)
+                             .num("wall_ms", wall_s * 1e3)
+                             .str("variant", variant_of(rv))
+                             .done());
+        return 0;
+      },
+      [](const char* status, const char* message, int code) {
+        std::fprintf(stderr, "hz: %s: %s\n", raw_error_words(status), message);
+        return code;
+      });
 }
 
 inline int run_serve(const FamilyTable& table, const FamilySpec& spec) {
@@ -188,24 +201,24 @@ inline int run_serve(const FamilyTable& table, const FamilySpec& spec) {
     const json::Value* id = req.get("id");
     const json::Value* cmd = req.get("cmd");
     if (cmd && cmd->type == json::Value::String && cmd->str == "quit") return 0;
-    try {
-      if (!id || !id->is_integer()) throw BadRequest("request needs an integer id");
-      if (cmd) throw BadRequest("unknown cmd");
-      json::Value params;
-      params.type = json::Value::Object;
-      long launches = 1;
-      split_request(req, params, launches);
-      emit(with_id(id, r.run_batch(params, launches)));
-    } catch (const BadRequest& e) {
-      emit(with_id(id, error_reply("bad_request", e.what())));
-    } catch (const Unsupported& e) {
-      emit(with_id(id, error_reply("unsupported", e.what())));
-    } catch (const BadReference& e) {
-      emit(with_id(id, error_reply("bad_reference", e.what())));
-    } catch (const DeviceFault& e) {
-      emit(with_id(id, error_reply("fault", e.what())));
-      return 3;  // the context may be poisoned: the supervisor respawns us
-    }
+    constexpr int kKeepServing = -1;
+    const int rc = run_guarded(
+        [&] {
+          if (!id || !id->is_integer()) throw BadRequest("request needs an integer id");
+          if (cmd) throw BadRequest("unknown cmd");
+          json::Value params;
+          params.type = json::Value::Object;
+          long launches = 1;
+          split_request(req, params, launches);
+          emit(with_id(id, r.run_batch(params, launches)));
+          return kKeepServing;
+        },
+        [&](const char* status, const char* message, int code) {
+          emit(with_id(id, error_reply(status, message)));
+          // A fault may have poisoned the context: exit 3 and the supervisor respawns us.
+          return code == 3 ? code : kKeepServing;
+        });
+    if (rc != kKeepServing) return rc;
   }
   return 0;  // EOF
 }

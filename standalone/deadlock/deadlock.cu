@@ -31,6 +31,7 @@
 #include "../common/harness.h"
 #include "../include/hz_tripwire.h"
 #include "../include/hz_tripwire_host.h"
+#include "../include/hz_tripwire_launches.h"
 #include "deadlock_names.h"
 // The tripwire's host half is plain C; compiled into this binary as part of its one TU.
 #include "../tripwire_host/hz_tripwire_host.c"
@@ -175,22 +176,7 @@ __global__ void __launch_bounds__(kWorkerThreads)
 }
 
 // ------------------------------------------------------------------------- host side --
-hz_tw_host g_tw;
-bool g_tw_open = false;
-
-// One slot per worker of the current launch shape: a slot nobody uses would read as a
-// block that was never resident. Re-opened (re-initialised) when the worker count changes.
-hz_tw_t tripwire_launch(uint32_t workers) {
-  if (!g_tw_open || g_tw.workers != workers) {
-    if (g_tw_open) hz_tw_host_close(&g_tw);
-    if (hz_tw_host_open(&g_tw, workers) != 0) std::fprintf(stderr, "hz-deadlock: %s\n", g_tw.error);
-    else if (g_tw.mode != HZ_TW_MODE_NONE)
-      std::fprintf(stderr, "hz-deadlock: tripwire mode %s, %u slots%s%s\n", hz_tw_mode_name(g_tw.mode), workers,
-                   g_tw.error[0] ? ": " : "", g_tw.error);
-    g_tw_open = true;
-  }
-  return hz_tw_host_launch(&g_tw);
-}
+HzTripwireLaunches g_tripwire("hz-deadlock");
 
 struct Buffers {
   uint32_t* ctr = nullptr;
@@ -237,7 +223,7 @@ void launch_loop(hz::Batch& b, uint32_t workers, Launch launch) {
   b.timer_start();
   for (long i = 0; i < b.launches; ++i) {
     HZ_CHECK(cudaMemsetAsync(g_buf.ctr, 0, 16 * sizeof(uint32_t), b.stream));
-    launch(hz::splitmix64(b.seed + (uint64_t)i), i, tripwire_launch(workers));
+    launch(hz::splitmix64(b.seed + (uint64_t)i), i, g_tripwire.launch(workers));
     HZ_CHECK_LAUNCH();
     // One launch in flight at a time: the header's generation then names the launch that hangs.
     HZ_CHECK(cudaStreamSynchronize(b.stream));
@@ -284,7 +270,7 @@ void run(hz::Batch& b) {
                                            b.launch_bits, tw);
     });
   }
-  b.metric("tripwire_mode", hz_tw_mode_name(g_tw.mode));
+  b.metric("tripwire_mode", g_tripwire.mode_name());
 }
 
 // Parameters, variants and counters: standalone/deadlock/family.toml (embedded by the build).
