@@ -19,16 +19,17 @@ the output counts:
   share an input's register when that value is *undefined* (the variable is declared
   without an initializer and nothing assigns it before the block; clang-19 then places a
   later load's address in it, the MI355 megakernel PR's overlap exactly) or *equal* to the input (the same
-  expression passed twice).
+  expression passed twice);
+- `"=v"` with an input tied to it (`"0"(x)`): judged like `"+v"` with the tied input's value.
 
-Tied inputs (`"0"`), immediates and memory operands cannot alias an output register and
-are ignored, as are operands in different AMDGPU register files. PTX templates (NVIDIA) are
+A tied input itself, immediates and memory operands are not register inputs another output
+could land on, and are ignored, as are operands in different AMDGPU register files. PTX templates (NVIDIA) are
 skipped: nvcc gives every asm operand its own virtual register and ptxas allocates after
 that, so the overlap cannot arise there.
 
 Templates are read from string literals (raw `R"(...)"` ones included) and object-like
 string macros; a template built through a function-like macro is expanded by running the
-preprocessor (`expand`, see `hazards.static.preprocess`) and the findings are mapped back
+preprocessor (`expand`, see `hazards.static.userbuild.Preprocessor`) and the findings are mapped back
 to the source lines. Every block is counted as checked or skipped (and why), per file.
 
 Reviewed blocks are silenced by a comment on the statement's lines or the line above:
