@@ -76,7 +76,8 @@ def soak_command(
     resume: ResumeOption = None,
     executor: str = typer.Option("local", "--executor", help="Where the per-GPU loops run: local, or ray (a Ray cluster)."),
     address: Optional[str] = typer.Option(None, "--address", show_default="a local Ray",
-                                          help="Ray cluster address (--executor ray)."),
+                                          help="An existing Ray cluster's head, HOST:PORT of its GCS (ray://HOST:PORT: Ray Client); "
+                                               "checked before anything runs (--executor ray)."),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", show_default="every free one",
                                            help="Lease at most this many GPUs."),
     report: Optional[Path] = typer.Option(None, "--report", show_default=".hazards/reports/campaign-ID.html",
@@ -103,6 +104,8 @@ def soak_command(
 
     if executor != "local":
         _check_executor(executor)
+    elif address is not None:
+        raise UserError("--address names a Ray cluster: it needs --executor ray")
     if max_gpus is not None and max_gpus < 1:
         raise UserError("--max-gpus must be at least 1")
     budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
@@ -122,9 +125,13 @@ def soak_command(
                         f"(families with a launch server: {runnable})")
     store = Store(store_path)
     if executor != "local":
-        res = _remote_soak(executor, store, items, budget_s=budget_s, resume=resume, name=name,
-                           address=address, max_gpus=max_gpus,
-                           lock_dir=str(lease_dir) if lease_dir else None, exclusive=exclusive)
+        if explore > 0 and not no_families and resume is None:
+            typer.echo(f"hazards soak: --explore is not run with --executor {executor} (it explores on this "
+                       "host's GPUs); the whole budget goes to the items", err=True)
+        with CampaignProgress(interval_s=interval_s) as progress:
+            res = _remote_soak(executor, store, items, budget_s=budget_s, resume=resume, name=name,
+                               address=address, max_gpus=max_gpus, allocation=allocation, observer=progress,
+                               lock_dir=str(lease_dir) if lease_dir else None, exclusive=exclusive)
         return _finish(store, res, report, json_out, junit)
     try:
         frame = LeasedCampaign.acquire(store, "hazards soak", lock_dir=str(lease_dir) if lease_dir else None,

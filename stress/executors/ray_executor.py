@@ -562,7 +562,7 @@ def loss_note(n: dict[str, Any]) -> str:
 def run_soak_ray(store: Any, items: list[WorkItem] | None, *, budget_s: float, resume: int | None = None,
                  name: str | None = None, address: str | None = None, max_gpus: int | None = None,
                  lock_dir: str | None = None, exclusive: bool = False, init_kwargs: dict[str, Any] | None = None,
-                 telemetry: bool = True) -> Any:
+                 telemetry: bool = True, allocation: str = "evidence", observer: Any = None) -> Any:
     """`hazards.engine.soak.run_soak` on a Ray cluster; the SoakResult, with `lost` (the
     nodes lost in this session and what they cost) also in the campaign spec."""
     from hazards.engine.campaign import INTERRUPTED, LeasedCampaign
@@ -578,7 +578,8 @@ def run_soak_ray(store: Any, items: list[WorkItem] | None, *, budget_s: float, r
         started = time.time()
         # telemetry is read in the actors, next to their GPUs (see `GpuActor.run`)
         with LeasedCampaign(store, ex.leases, telemetry=False, target_factory=ex.target_factory) as frame:
-            res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, spec_extra=spec_extra)
+            res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, spec_extra=spec_extra,
+                           allocation=allocation, observer=observer)
         lost = capacity_lost(ex.lost, len(ex.leases), started, planned)
         every_gpu_lost = len(ex.lost) == len(ex.leases)
     spec = dict(store.campaign(res.campaign_id).spec)

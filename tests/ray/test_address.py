@@ -134,3 +134,12 @@ def test_the_probe_accepts_a_real_ray_head(ray_temp_dir):
         probe_address(ctx.address_info["gcs_address"], timeout=5.0)
     finally:
         ray.shutdown()
+
+
+def test_an_address_without_the_ray_executor_is_bad_input(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hazards", "soak", "--address", "127.0.0.1:6379", "--no-families",
+                           "--store", str(tmp_path / "results.db")], cwd=tmp_path, env=ray_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["hazards: error: --address names a Ray cluster: it needs --executor ray"]
+    assert not (tmp_path / "results.db").exists()
