@@ -63,7 +63,7 @@ def test_an_item_that_cannot_start_is_dropped_and_the_rest_goes_on(fake_gpus, st
     leases, _ = acquire_free("test", max_gpus=1)
     try:
         cid = store.create_campaign("soak", {})
-        run_local(leases, source, StoreSink(store, cid), budget_s=1.5)
+        run_local(leases, source, StoreSink(store, cid), budget_s=6.0)  # 1.5 s was too short for 3 fake runs at load 17
     finally:
         release_all(leases)
     assert "nosuch" in source.dropped() and "errors in a row" in source.dropped()["nosuch"]

@@ -52,7 +52,7 @@ def test_hang_is_counted_within_the_timeout(tmp_path):
     t0 = time.monotonic()
     proc, out = run_json(tmp_path, "-n", "1", "--timeout", "1", "--", *FAKE, "busy")
     assert out["counts"]["hang"] == 1 and proc.returncode == 1
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 45  # "busy" never ends: any bound catches a missed timeout; 15 s failed at load 17
 
 
 def test_until_fail_stops_at_the_first_failure(tmp_path):
