@@ -8,9 +8,9 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, ExclusiveOption, FamiliesOption, JsonOption, JUnitOption,
-                                 LeaseDirOption, ProgressIntervalOption, SkipOption, StoreOption, WaitOption,
-                                 parse_duration, parse_skip, progress_interval, split_names)
+from hazards.cli.options import (BudgetOption, FamiliesOption, JsonOption, JUnitOption, LeaseFlags,
+                                 ProgressIntervalOption, SkipOption, lease_options, parse_duration, parse_skip,
+                                 progress_interval, split_names)
 
 _HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
 
@@ -41,6 +41,7 @@ Examples:
 
 
 @app.command("check", help=_HELP)
+@lease_options
 def check_command(
     paths: Optional[List[str]] = typer.Argument(None, show_default="the catalog only",
                                                 help="Sources or listings for the static checks too."),
@@ -49,10 +50,7 @@ def check_command(
     static: bool = typer.Option(False, "--static", help="Run only the static checks (no GPU); the same as `--skip gpu`."),
     skip: SkipOption = None,
     families: FamiliesOption = None,
-    store_path: StoreOption = None,
-    lease_dir: LeaseDirOption = None,
-    wait: WaitOption = "60s",
-    exclusive: ExclusiveOption = False,
+    lease: LeaseFlags = LeaseFlags(wait="60s"),  # --store, --lease-dir, --wait, --exclusive
     json_out: JsonOption = False,
     progress_every: ProgressIntervalOption = "30s",
 ) -> None:
@@ -61,17 +59,17 @@ def check_command(
     from hazards.engine.junit import write_junit
     from hazards.engine.store import Store
 
-    budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
+    budget_s, wait_s = parse_duration(budget), lease.wait_s
     interval_s = progress_interval(progress_every)
     parts, tools = parse_skip(skip)
     if static:
         parts.add("gpu")
-    store = None if "gpu" in parts else Store(store_path)
+    store = None if "gpu" in parts else Store(lease.store_path)
     try:
         with CampaignProgress(interval_s=interval_s) as progress:
             res = run_check(budget_s=budget_s, families=split_names(families), paths=paths or (), skip=parts,
-                            skip_tools=tools, store=store, lock_dir=str(lease_dir) if lease_dir else None,
-                            wait_s=wait_s, exclusive=exclusive, log=lambda s: typer.echo(s, err=True),
+                            skip_tools=tools, store=store, lock_dir=lease.lock_dir, wait_s=wait_s,
+                            exclusive=lease.exclusive, log=lambda s: typer.echo(s, err=True),
                             observer=progress)
     finally:
         if store is not None:

@@ -2,16 +2,21 @@
 one help text per flag), the parsers of option values, and two small helpers.
 
 A command declares a shared option by its type, e.g. `store_path: StoreOption = None`; the
-default stays in the command's signature, where a reader looks for it.
+default stays in the command's signature, where a reader looks for it. The four options of a
+leased campaign (--store, --lease-dir, --wait, --exclusive) come as one parameter,
+`lease: LeaseFlags = LeaseFlags(wait="60s")`, that `@lease_options` spells out for typer.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import inspect
 import math
 import re
 import signal
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Iterator, List, Optional
+from typing import Annotated, Any, Callable, Iterable, Iterator, List, Optional
 
 import typer
 
@@ -86,6 +91,56 @@ CompileCommandsOption = Annotated[Optional[Path], typer.Option(
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseFlags:
+    """Where a leased campaign keeps its results and how it leases GPUs: the values of
+    --store, --lease-dir, --wait and --exclusive (`lease_options` declares them)."""
+
+    store_path: Optional[Path] = None
+    lease_dir: Optional[Path] = None
+    wait: str = "0s"
+    exclusive: bool = False
+
+    @property
+    def lock_dir(self) -> str | None:
+        """The lease folder as the engine takes it (None: its default)."""
+        return str(self.lease_dir) if self.lease_dir else None
+
+    @property
+    def wait_s(self) -> float:
+        """--wait in seconds (0 allowed: do not wait)."""
+        return parse_duration(self.wait, allow_zero=True)
+
+
+_LEASE_OPTIONS = {"store_path": StoreOption, "lease_dir": LeaseDirOption, "wait": WaitOption,
+                  "exclusive": ExclusiveOption}
+
+
+def lease_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command --store, --lease-dir, --wait and --exclusive where its signature has
+    `lease: LeaseFlags = LeaseFlags(...)` (whose fields are the options' defaults), and pass
+    their values to it as that one LeaseFlags.
+
+    Typer reads a command's options from its signature, so the returned command's signature
+    names the four options in the place of `lease`, and its help lists them there."""
+    signature = inspect.signature(command, eval_str=True)
+    defaults = signature.parameters["lease"].default
+    if not isinstance(defaults, LeaseFlags):
+        raise TypeError(f"{command.__name__}: `lease` needs a LeaseFlags default")
+    flags = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(defaults, name),
+                               annotation=option) for name, option in _LEASE_OPTIONS.items()]
+    params = [q for p in signature.parameters.values()
+              for q in (flags if p.name == "lease" else [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)])]
+
+    @functools.wraps(command)
+    def with_lease(**kwargs: Any) -> Any:
+        lease = LeaseFlags(**{name: kwargs.pop(name) for name in _LEASE_OPTIONS})
+        return command(**kwargs, lease=lease)
+
+    with_lease.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return with_lease
 
 
 def parse_duration(text: str, *, allow_zero: bool = False) -> float:

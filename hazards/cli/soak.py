@@ -9,9 +9,9 @@ from typing import Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, CampaignNameOption, ExclusiveOption, FamiliesOption, JsonOption,
-                                 JUnitOption, LeaseDirOption, ProgressIntervalOption, ResumeOption, StoreOption,
-                                 WaitOption, parse_duration, progress_interval, split_names)
+from hazards.cli.options import (BudgetOption, CampaignNameOption, FamiliesOption, JsonOption, JUnitOption,
+                                 LeaseFlags, ProgressIntervalOption, ResumeOption, lease_options, parse_duration,
+                                 progress_interval, split_names)
 from hazards.engine.errors import UserError
 
 _HELP = """Nightly soak: every family/variant and registered target on every free GPU, for a time budget.
@@ -67,6 +67,7 @@ def soak_items(families: list[str], targets: Path | None, no_families: bool) -> 
 
 
 @app.command("soak", help=_HELP)
+@lease_options
 def soak_command(
     budget: BudgetOption = "30m",
     families: FamiliesOption = None,
@@ -83,10 +84,7 @@ def soak_command(
     report: Optional[Path] = typer.Option(None, "--report", show_default=".hazards/reports/campaign-ID.html",
                                           help="HTML report path."),
     junit: JUnitOption = None,
-    store_path: StoreOption = None,
-    lease_dir: LeaseDirOption = None,
-    wait: WaitOption = "0s",
-    exclusive: ExclusiveOption = False,
+    lease: LeaseFlags = LeaseFlags(),  # --store, --lease-dir, --wait, --exclusive
     name: CampaignNameOption = None,
     allocation: str = typer.Option("evidence", "--allocation",
                                    help="How runs are spent: evidence (canaries until seen, then 1 run in 50; the "
@@ -108,7 +106,7 @@ def soak_command(
         raise UserError("--address names a Ray cluster: it needs --executor ray")
     if max_gpus is not None and max_gpus < 1:
         raise UserError("--max-gpus must be at least 1")
-    budget_s, wait_s = parse_duration(budget), parse_duration(wait, allow_zero=True)
+    budget_s, wait_s = parse_duration(budget), lease.wait_s
     interval_s = progress_interval(progress_every)
     if executor == "local" and not lease_candidates():  # say so before compiling any family
         raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
@@ -123,7 +121,7 @@ def soak_command(
         runnable = ", ".join(f.name for f in select_families(None) if f.binary)
         raise UserError(f"nothing to soak: no family with a launch server selected and no --targets "
                         f"(families with a launch server: {runnable})")
-    store = Store(store_path)
+    store = Store(lease.store_path)
     if executor != "local":
         if explore > 0 and not no_families and resume is None:
             typer.echo(f"hazards soak: --explore is not run with --executor {executor} (it explores on this "
@@ -131,11 +129,11 @@ def soak_command(
         with CampaignProgress(interval_s=interval_s) as progress:
             res = _remote_soak(executor, store, items, budget_s=budget_s, resume=resume, name=name,
                                address=address, max_gpus=max_gpus, allocation=allocation, observer=progress,
-                               lock_dir=str(lease_dir) if lease_dir else None, exclusive=exclusive)
+                               lock_dir=lease.lock_dir, exclusive=lease.exclusive)
         return _finish(store, res, report, json_out, junit)
     try:
-        frame = LeasedCampaign.acquire(store, "hazards soak", lock_dir=str(lease_dir) if lease_dir else None,
-                                       max_gpus=max_gpus, wait_s=wait_s, exclusive=exclusive)
+        frame = LeasedCampaign.acquire(store, "hazards soak", lock_dir=lease.lock_dir,
+                                       max_gpus=max_gpus, wait_s=wait_s, exclusive=lease.exclusive)
     except UserError as e:
         store.close()
         raise UserError(f"hazards soak needs a free GPU: {e}") from None
