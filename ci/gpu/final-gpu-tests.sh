@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU tests alone (the stress verdicts are ci/gpu/final-suite.sh's), the files the
+# 2026-11-30 suite covered first, the newer families' after; every binary built in parallel
+# first. pytest is stopped with SIGINT at the budget so it still prints its summary.
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=$PWD HZ_BUILD_DIR=/tmp/hz-build PYTHONUNBUFFERED=1
+R=/tmp/final-gpu-tests; rm -rf $R; mkdir -p $R
+T0=$(date +%s); left() { echo $(( ${BUDGET:-220} - ($(date +%s) - T0) )); }
+trap 'tar -czf "$OUT/final-gpu-tests.tar.gz" -C $R .; echo "== done in $(( $(date +%s) - T0 )) s"' EXIT
+{ cat .gpu/COMMIT 2>/dev/null || echo "commit unknown"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > $R/context.txt
+timeout 60 python3 - > $R/build.txt 2>&1 <<'PY'
+import concurrent.futures as cf, time
+from hazards.families import all_families
+from hazards.stress_family import family_binary
+fams = [f for f in all_families() if f.binary]
+t = time.monotonic()
+with cf.ThreadPoolExecutor(8) as pool:
+    for f, r in zip(fams, pool.map(family_binary, fams)):
+        print(f.name, r)
+print(f"built {len(fams)} binaries in {time.monotonic() - t:.1f} s")
+PY
+tail -1 $R/build.txt
+timeout -s INT -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -v -rs -p no:cacheprovider -p no:randomly --durations=25 \
+  tests/families/test_families_gpu.py tests/families/test_barrier_layout_runtime.py tests/tripwire/test_deadlock_gpu.py \
+  tests/megakernel/test_gpu_kernel.py tests/megakernel/test_check_target.py tests/campaign/test_check_gpu.py \
+  tests/plugin/test_family_property_gpu.py tests/megakernel/test_profiler_gpu.py tests/megakernel_layers/test_gpu.py \
+  tests/families/test_mma_pingpong_gpu.py > $R/gpu-tests.txt 2>&1
+echo "gpu tests rc=$?"; grep -E "passed|failed|error" $R/gpu-tests.txt | tail -3
