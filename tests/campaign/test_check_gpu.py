@@ -29,9 +29,11 @@ def test_pipeline_check_passes_and_a_harmless_canary_went_blind(tmp_path):
     assert fam.static_model({"variant": "broken_war"}).hazardous
     assert not fam.static_model({"variant": "broken_war", **HARMLESS}).hazardous  # the fixture is harmless
     with Store(tmp_path / "r.db") as store:
-        # a private lease folder: a pytest plugin may hold this GPU's lease in .hazards/leases
-        good = run_check(budget_s=120, catalog=[fam], store=store, lock_dir=str(tmp_path / "leases"), wait_s=0)
-        bad = run_check(budget_s=120, catalog=[fam], store=store, lock_dir=str(tmp_path / "leases"), wait_s=0,
+        # a private lease folder: a pytest plugin may hold this GPU's lease in .hazards/leases.
+        # 30 s each: the check spends its whole budget (canaries first, until each is detected
+        # or its SPRT accepts it blind); at 120 s each the test ran past the suite's budget.
+        good = run_check(budget_s=30, catalog=[fam], store=store, lock_dir=str(tmp_path / "leases"), wait_s=0)
+        bad = run_check(budget_s=30, catalog=[fam], store=store, lock_dir=str(tmp_path / "leases"), wait_s=0,
                         items_for=harmless_broken_war)
     assert all(v.ok for v in good.verdicts), "\n".join(good.summary_lines())
     assert {v.variant: v.status for v in good.verdicts if v.role == "canary"} == {
