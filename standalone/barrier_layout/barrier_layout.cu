@@ -40,14 +40,9 @@
 // clang-19 -x hip --offload-arch=gfx942 -nogpulib -nogpuinc --cuda-device-only -S
 // -DHZ_STATIC_ONLY compiles the device code of a point for the AMDGCN checks.
 #if defined(HZ_STATIC_ONLY) && defined(__HIP__)
-#define __global__ __attribute__((global))
-#define __device__ __attribute__((device))
-#define __forceinline__ inline __attribute__((always_inline))
-#define HZ_HIP 1
+#include "../common/compat.h"  // spells the device names and the loads for a device-only compile
 #define HZ_TID __builtin_amdgcn_workitem_id_x()
 #define HZ_BID __builtin_amdgcn_workgroup_id_x()
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
 #else
 #include "../common/harness.h"
 #define HZ_TID threadIdx.x
