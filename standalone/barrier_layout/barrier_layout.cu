@@ -150,18 +150,10 @@ __device__ __forceinline__ void hz_arrive_consumer(uint32_t* done) {
 // the compiler may hoist out of the spin loop). The loads are compat.h's.
 template <int Poll>
 __device__ __forceinline__ uint32_t hz_poll(uint32_t* p) {
-  // Spelled out here, not compat.h's loads: the HZ_STATIC_ONLY build (clang-19, gfx942, no
-  // harness) compiles this file alone.
-  if (Poll == POLL_ACQUIRE) {
-#if HZ_HIP
-    return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
-#else
-    uint32_t v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-#endif
-  }
-  if (Poll == POLL_VOLATILE) return *(volatile uint32_t*)p;
+  // compat.h's loads: the HZ_STATIC_ONLY build (clang-19, gfx942, no harness) includes
+  // compat.h too (above), so both builds have them.
+  if (Poll == POLL_ACQUIRE) return hz_ld_acquire_gpu(p);
+  if (Poll == POLL_VOLATILE) return hz_ld_volatile(p);
   return *p;
 }
 
