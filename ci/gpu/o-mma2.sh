@@ -10,42 +10,15 @@
 # Writes $OUT/o-mma2.tar.gz. Budget: 90 s of device time; every step checks what is left.
 set -u
 cd "$(dirname "$0")/../.."
-export PYTHONPATH=$PWD
-OUT=${OUT:-/tmp/o-mma2-out}
-R=$OUT/o-mma2
-mkdir -p "$R"
-T0=$(date +%s)
-BUDGET=84
-exec > >(tee "$R/console.log") 2>&1
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-step() { echo; echo "== $1 ($(( $(date +%s) - T0 )) s so far, $(left) s left)"; }
-finish() { step "done"; sleep 1; tar -czf "$OUT/o-mma2.tar.gz" -C "$OUT" o-mma2; exit 0; }
+. ci/gpu/round.sh o-mma2 84  # PYTHONPATH, $OUT, $R, console.log, left/step/finish
 
-step "machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-nvcc --version | tail -1
-git log -1 --format='commit %H %s' 2>/dev/null || echo "commit: unknown"
-date -u +"date %Y-%m-%dT%H:%M:%SZ"
+machine_step
 
 step "build through the hazards build cache (nvcc -split-compile=0)"
-BIN=$(timeout 60 python3 -c "
-from hazards.families import get_family
-from hazards.stress_family import family_binary
-print(family_binary(get_family('mma_pingpong')).resolve())" 2> "$R/build.err" | tail -1)
-echo "binary: $BIN"
-[ -x "$BIN" ] || { echo "BUILD FAILED"; tail -20 "$R/build.err"; finish; }
+build_family mma_pingpong 60
 
 summary() {  # the JSON object of one hazards stress run, one line per variant
-python3 - "$1" <<'PY'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("  no JSON:", e); sys.exit(0)
-for v in d["variants"]:
-    print(f"  {v['variant']:20s} {v['verdict']:10s} {v['mismatched_launches']}/{v['launches']} "
-          f"rate {v['launch_rate']} ci95 {v['launch_rate_ci95']} maxerr {v['max_rel_err']:.3g} wall {v['wall_s']:.1f}s")
-PY
+  python3 ci/gpu/stress_summary.py "$1" "  " 20
 }
 run_stress() {  # name, min seconds needed, then hazards stress arguments
   local name=$1 need=$2; shift 2
