@@ -36,6 +36,7 @@
 #include "../common/harness.h"
 #include "../include/hz_tripwire.h"
 #include "../include/hz_tripwire_host.h"
+#include "../include/hz_tripwire_launches.h"
 // The tripwire's host half is plain C; compiled into this binary as part of its one TU.
 #include "../tripwire_host/hz_tripwire_host.c"
 #include "megakernel_layers_names.h"
@@ -442,20 +443,7 @@ __global__ void compare_output(const float* out, const float* ref, int n, float 
 }
 
 // ---- tripwire ---------------------------------------------------------------------------------
-hz_tw_host g_tw;
-bool g_tw_open = false;
-
-hz_tw_t tripwire_launch(uint32_t workers) {
-  if (!g_tw_open || g_tw.workers != workers) {
-    if (g_tw_open) hz_tw_host_close(&g_tw);
-    if (hz_tw_host_open(&g_tw, workers) != 0) std::fprintf(stderr, "hz-megakernel_layers: %s\n", g_tw.error);
-    else if (g_tw.mode != HZ_TW_MODE_NONE)
-      std::fprintf(stderr, "hz-megakernel_layers: tripwire mode %s, %u slots%s%s\n", hz_tw_mode_name(g_tw.mode),
-                   workers, g_tw.error[0] ? ": " : "", g_tw.error);
-    g_tw_open = true;
-  }
-  return hz_tw_host_launch(&g_tw);
-}
+HzTripwireLaunches g_tripwire("hz-megakernel_layers");
 
 std::string g_dump_path;  // --dump: where to write (output, reference) after the batch
 
@@ -479,7 +467,7 @@ void run(hz::Batch& b) {
       poison_new_rows<<<u.L, 256, 0, b.stream>>>(m.kc, m.vc, m.cache_l, u.seq, row);
       HZ_CHECK_LAUNCH();
     }
-    HZ_CHECK(launch_step(p, u.tripwire, u.tripwire ? tripwire_launch((uint32_t)u.G) : hz_tw_t{}, b.stream));
+    HZ_CHECK(launch_step(p, u.tripwire, u.tripwire ? g_tripwire.launch((uint32_t)u.G) : hz_tw_t{}, b.stream));
     if (b.validate) {
       compare_output<<<1, 1024, 0, b.stream>>>(sc.xres, m.ref_out, u.s.D, u.tol, i, b.check, b.launch_bits);
       HZ_CHECK_LAUNCH();
@@ -505,7 +493,7 @@ void run(hz::Batch& b) {
   b.metric("tokens", u.S);
   b.metric("tol", u.tol);
   b.metric("bytes_per_step", step_bytes(u));
-  b.metric("tripwire_mode", u.tripwire ? hz_tw_mode_name(g_tw.mode) : "compiled-out instance");
+  b.metric("tripwire_mode", u.tripwire ? g_tripwire.mode_name() : "compiled-out instance");
 }
 
 // Parameters, variants and counters: standalone/megakernel_layers/family.toml (embedded by the build).
@@ -570,12 +558,12 @@ int run_bench(const std::string& text) {
     auto timed = [&](int cfg) -> double {
       for (int w = 0; w < 2; ++w) {  // warm-up launches, untimed
         p.step = step++;
-        HZ_CHECK(launch_step(p, cfg > 0, cfg == 2 ? tripwire_launch((uint32_t)u.G) : hz_tw_t{}, st));
+        HZ_CHECK(launch_step(p, cfg > 0, cfg == 2 ? g_tripwire.launch((uint32_t)u.G) : hz_tw_t{}, st));
       }
       HZ_CHECK(cudaEventRecord(ev[0], st));
       for (long i = 0; i < per; ++i) {
         p.step = step++;
-        HZ_CHECK(launch_step(p, cfg > 0, cfg == 2 ? tripwire_launch((uint32_t)u.G) : hz_tw_t{}, st));
+        HZ_CHECK(launch_step(p, cfg > 0, cfg == 2 ? g_tripwire.launch((uint32_t)u.G) : hz_tw_t{}, st));
       }
       HZ_CHECK(cudaEventRecord(ev[1], st));
       HZ_CHECK(cudaEventSynchronize(ev[1]));
@@ -605,7 +593,7 @@ int run_bench(const std::string& text) {
         .num("kernels_per_step", kernels).num("us_off", median(us[0])).num("us_on_null", median(us[1]))
         .num("ratio_on_null_vs_off", paired(1, 0)).str("device", d.prop.name);
     if (have_file) w.num("us_on_file", median(us[2])).num("ratio_on_file_vs_off", paired(2, 0))
-                       .str("tripwire_mode", hz_tw_mode_name(g_tw.mode));
+                       .str("tripwire_mode", g_tripwire.mode_name());
     std::string rounds_json = "[";
     for (long r = 0; r < rounds; ++r) {
       rounds_json += (r ? ",[" : "[");
@@ -687,7 +675,7 @@ std::string profile_once(const std::string& text, const hz::FamilyTable& table, 
   Scratch& sc = g_scratch;
   HZ_CHECK(cudaMemsetAsync(sc.sync, 0, (size_t)sync_bytes(u.s.E), st));  // epochs restart at step 0
   Params p = make_params(u, m);
-  const hz_tw_t tw = u.tripwire ? tripwire_launch((uint32_t)u.G) : hz_tw_t{};
+  const hz_tw_t tw = u.tripwire ? g_tripwire.launch((uint32_t)u.G) : hz_tw_t{};
   int step = 0;
   // the checked launch: intermediates poisoned, the output against the reference on the host
   HZ_CHECK(cudaMemsetAsync(sc.poisoned, 0xFF, sc.poisoned_floats * sizeof(float), st));
