@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tomllib
+from pathlib import Path
 from typing import Literal
 
 ReaderKind = Literal["valu", "mem", "srcab", "srcc_partial", "srcc_full"]
@@ -70,41 +72,10 @@ _LLVM_942 = "LLVM GCNHazardRecognizer gfx940 rules + SISchedule pass count (chec
 _LLVM_950 = ("ROCm/llvm-project GCNHazardRecognizer.cpp @ 11c27ae7 (IsGFX950 rules) + "
              "SISchedule.td @ 37d9a345 (SIDPGFX950FullSpeedModel)")
 
-_GFX942 = {
-    # non-XDL ("SMFMA") on gfx940: the f32-input shapes
-    "v_mfma_f32_32x32x1_2b_f32": (16, "smfma"), "v_mfma_f32_16x16x1_4b_f32": (8, "smfma"),
-    "v_mfma_f32_4x4x1_16b_f32": (2, "smfma"), "v_mfma_f32_32x32x2_f32": (16, "smfma"),
-    "v_mfma_f32_16x16x4_f32": (8, "smfma"),
-    # XDL
-    "v_mfma_f32_32x32x4_2b_f16": (16, "xdl"), "v_mfma_f32_16x16x4_4b_f16": (8, "xdl"),
-    "v_mfma_f32_4x4x4_16b_f16": (2, "xdl"), "v_mfma_f32_32x32x8_f16": (8, "xdl"),
-    "v_mfma_f32_16x16x16_f16": (4, "xdl"),
-    "v_mfma_f32_32x32x4_2b_bf16": (16, "xdl"), "v_mfma_f32_16x16x4_4b_bf16": (8, "xdl"),
-    "v_mfma_f32_4x4x4_16b_bf16": (2, "xdl"), "v_mfma_f32_32x32x8_bf16": (8, "xdl"),
-    "v_mfma_f32_16x16x16_bf16": (4, "xdl"),
-    "v_mfma_i32_32x32x4_2b_i8": (16, "xdl"), "v_mfma_i32_16x16x4_4b_i8": (8, "xdl"),
-    "v_mfma_i32_4x4x4_16b_i8": (2, "xdl"), "v_mfma_i32_32x32x16_i8": (8, "xdl"),
-    "v_mfma_i32_16x16x32_i8": (4, "xdl"),
-    "v_mfma_f32_32x32x4_xf32": (8, "xdl"), "v_mfma_f32_16x16x8_xf32": (4, "xdl"),
-    "v_mfma_f32_16x16x32_fp8_fp8": (4, "xdl"), "v_mfma_f32_16x16x32_fp8_bf8": (4, "xdl"),
-    "v_mfma_f32_16x16x32_bf8_fp8": (4, "xdl"), "v_mfma_f32_16x16x32_bf8_bf8": (4, "xdl"),
-    "v_mfma_f32_32x32x16_fp8_fp8": (8, "xdl"), "v_mfma_f32_32x32x16_fp8_bf8": (8, "xdl"),
-    "v_mfma_f32_32x32x16_bf8_fp8": (8, "xdl"), "v_mfma_f32_32x32x16_bf8_bf8": (8, "xdl"),
-    # DGEMM
-    "v_mfma_f64_16x16x4_f64": (8, "dgemm"), "v_mfma_f64_4x4x4_4b_f64": (4, "dgemm"),
-}
-# gfx950: every gfx942 shape (the 16x16 f64 op takes 16 passes there) and the new ones.
-# The f8f6f4 ops list their f8 pass count; `lookup` halves it for f6/f4-only operands.
-_GFX950 = {
-    **_GFX942,
-    "v_mfma_f64_16x16x4_f64": (16, "dgemm"),
-    "v_mfma_f32_16x16x32_f16": (4, "xdl"), "v_mfma_f32_16x16x32_bf16": (4, "xdl"),
-    "v_mfma_f32_32x32x16_f16": (8, "xdl"), "v_mfma_f32_32x32x16_bf16": (8, "xdl"),
-    "v_mfma_i32_16x16x64_i8": (4, "xdl"), "v_mfma_i32_32x32x32_i8": (8, "xdl"),
-    "v_mfma_f32_16x16x128_f8f6f4": (8, "xdl"), "v_mfma_f32_32x32x64_f8f6f4": (16, "xdl"),
-    "v_mfma_scale_f32_16x16x128_f8f6f4": (8, "xdl"),
-    "v_mfma_scale_f32_32x32x64_f8f6f4": (16, "xdl"),
-}
+# The pass counts are data (mfma_shapes.toml): gfx950 has every gfx942 shape, plus its own.
+_SHAPES = tomllib.loads((Path(__file__).with_name("mfma_shapes.toml")).read_text())
+_GFX942 = {m: (passes, kind) for m, (passes, kind) in _SHAPES["gfx942"].items()}
+_GFX950 = {**_GFX942, **{m: (passes, kind) for m, (passes, kind) in _SHAPES["gfx950"].items()}}
 _FORMAT_DEPENDENT = re.compile(r"_f8f6f4$")
 
 TABLE: dict[str, dict[str, MfmaShape]] = {
