@@ -89,11 +89,8 @@ def test_json_layouts_load_like_toml(tmp_path):
     ("platform = 'tpu'\n[[slot]]\nname='a'\noffset=0\nsize=4\naccess='plain'\n", "platform must be"),
     ("this is = = not toml", "cannot parse"),
 ])
-def test_bad_layout_files_are_one_line_user_errors(tmp_path, text, msg):
-    p = tmp_path / "bad.toml"
-    p.write_text(text)
-    with pytest.raises(UserError, match=msg):
-        layout.check_layout_file(p)
+def test_bad_layout_files_are_one_line_user_errors(refuses_file, text, msg):
+    refuses_file(layout.check_layout_file, text, msg)
 
 
 def test_missing_layout_file_is_a_user_error(tmp_path):

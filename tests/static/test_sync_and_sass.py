@@ -68,21 +68,19 @@ def polls_sass():
 
 
 @requires_nvdisasm
-def test_spin_on_a_plain_flag_is_a_certain_hang(polls_sass):
-    (f,) = [f for f in polls_sass if f.check == "spin-no-load"]
-    assert "spin_plain_flag_hangs" in f.message
+@pytest.mark.parametrize("check, kernel", [
+    ("spin-no-load", "spin_plain_flag_hangs"),  # a spin on a plain flag: a certain hang
+    ("poll-no-acquire", "spin_volatile_no_acquire"),  # a volatile poll, then plain loads, no acquire
+])
+def test_the_one_finding_of_a_poll_check_names_its_broken_kernel(polls_sass, check, kernel):
+    (f,) = [f for f in polls_sass if f.check == check]
+    assert kernel in f.message
 
 
 @requires_nvdisasm
 def test_mbarrier_try_wait_loop_is_a_memory_poll_not_a_spin(polls_sass):
     spins = " ".join(f.message for f in polls_sass if f.check == "spin-no-load")
     assert "spin_plain_flag_hangs" in spins and "mbarrier_try_wait_loop_ok" not in spins
-
-
-@requires_nvdisasm
-def test_volatile_poll_then_plain_load_without_acquire_is_flagged(polls_sass):
-    (f,) = [f for f in polls_sass if f.check == "poll-no-acquire"]
-    assert "spin_volatile_no_acquire" in f.message
 
 
 @requires_nvdisasm
