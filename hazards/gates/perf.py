@@ -163,16 +163,7 @@ class CatalogSide(Side):
     (hazards.megakernel.candidates) or the layered one (hazards.megakernel_layers.faithful)."""
 
     def __init__(self, spec: str, server: CatalogServer, cos_min: float) -> None:
-        prefix = catalog_of(spec)
-        name = spec[len(prefix):]
-        if prefix == CATALOG_PREFIX:
-            from hazards.megakernel import candidates
-
-            self.candidate = candidates.get(name)
-        else:
-            from hazards.megakernel_layers import faithful
-
-            self.candidate = faithful.candidate(name)
+        self.candidate = catalog_candidate(spec)
         self.label, self.server, self.cos_min = spec, server, cos_min
 
     def sample(self, workers: int, seed: int) -> Sample:
@@ -184,6 +175,20 @@ class CatalogSide(Side):
 
     def describe(self) -> dict[str, Any]:
         return {"label": self.label, "candidate": self.candidate.to_json()}
+
+
+def catalog_candidate(spec: str) -> Any:
+    """The catalog candidate a megakernel:NAME / megakernel_layers:NAME names (UserError
+    with the known names for one that matches nothing)."""
+    prefix = catalog_of(spec)
+    name = spec[len(prefix):]
+    if prefix == CATALOG_PREFIX:
+        from hazards.megakernel import candidates
+
+        return candidates.get(name)
+    from hazards.megakernel_layers import faithful
+
+    return faithful.candidate(name)
 
 
 def catalog_of(spec: str) -> str | None:
@@ -408,6 +413,13 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     if not 0 < conf < 1 or not 0 <= min_effect < 1 or not -1 <= cos_min <= 1 or min_us < 0:
         raise UserError("need 0 < --conf < 1, 0 <= --min-effect < 1, -1 <= --cos-min <= 1, --min-us >= 0")
     cwd = cwd or os.getcwd()
+    if len(set(candidates)) != len(candidates):
+        raise UserError("the same candidate was given twice")
+    for spec in specs:  # a name that matches nothing or a missing program: before any lease
+        if is_catalog(spec):
+            catalog_candidate(spec)
+        else:
+            CommandSide(spec, env=dict(os.environ), cwd=cwd, timeout=timeout, cos_min=cos_min)
     with exclusive_gpu("hazards gate perf", wait_s) as lease_env:
         servers: dict[str, CatalogServer] = {}
         try:
@@ -421,8 +433,6 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
 
             base_side = side(baseline)
             cand_sides = [side(c) for c in candidates]
-            if len({s.label for s in cand_sides}) != len(cand_sides):
-                raise UserError("the same candidate was given twice")
             pairs = sample_pairs(base_side, cand_sides, list(workers), repeats, progress,
                                  lambda s: check_repeats(s, tasks, len(workers), repeats, conf, min_us))
         finally:

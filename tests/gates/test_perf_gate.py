@@ -116,6 +116,23 @@ def test_the_gate_holds_an_exclusive_lease(tmp_path):
     assert rc == 2 and "someone-else" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("spec, words", [
+    ("megakernel:nosuch", "unknown megakernel candidate 'nosuch' (known: baseline"),
+    ("megakernel_layers:nosuch", "unknown layered-megakernel candidate 'nosuch'"),
+    ("/nonexistent/program --x", "command not found: /nonexistent/program"),
+])
+def test_a_candidate_that_names_nothing_is_refused_before_waiting_for_a_gpu(spec, words):
+    from hazards.engine.leases import acquire
+
+    # the GPU is held by someone else for the whole call: only a refusal before the lease
+    # answers "unknown ..."; one after it would wait and then say the GPU is taken
+    with acquire("0", "someone-else", lock_dir=os.environ["HZ_LEASE_DIR"]):
+        rc, _, err = gate(spec, extra=("--wait", "1s"))
+        assert rc == 2 and words in err and "someone-else" not in err and "Traceback" not in err, err
+        rc, _, err = gate(f"{FAKE} --role b", f"{FAKE} --role b", extra=("--wait", "1s"))
+        assert rc == 2 and "the same candidate was given twice" in err, err
+
+
 def test_bad_options_are_one_line_errors():
     for extra in (("--workers", "8,x"), ("--repeats", "0"), ("--conf", "1.5")):
         rc, _, err = gate(f"{FAKE} --role b --slow 1 --wall 1 --sum 1", extra=extra)
