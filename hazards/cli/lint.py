@@ -46,6 +46,10 @@ def lint_command(
     t0 = time.monotonic()
     expand = None if no_expand else preprocessor_for(build_flags(includes, defines), compile_commands)
     report = lint_report(paths, honor_allowlist=not no_allowlist, expand=expand)
+    if not report.files:  # nothing looked at must not read as a pass
+        from hazards.engine.errors import UserError
+
+        raise UserError(f"no C/C++/CUDA/HIP source under {', '.join(map(str, paths))}: nothing to lint")
     print_findings(report.findings, as_json, True)
     if verbose:
         for r in (r for r in report.files if r.blocks):

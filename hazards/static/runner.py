@@ -34,12 +34,17 @@ def check_path(path: Path, expand: asm_lint.Expander | None = None) -> list[Find
     if not path.exists():
         raise UserError(f"no such file or directory: {path}")
     if path.is_dir():
-        out = asm_lint.lint_paths([path], expand=expand)
+        report = asm_lint.lint_report([path], expand=expand)
+        out, others = report.findings, 0
         for f in sorted(path.rglob("*")):
             if any(part in asm_lint.SKIP_DIRS for part in f.parts):
                 continue
             if f.suffix in LISTING_SUFFIXES or f.name.endswith(LAYOUT_SUFFIXES):
                 out += check_file(f)
+                others += 1
+        if not report.files and not others:  # nothing looked at must not read as a pass
+            raise UserError(f"nothing to check under {path}: no C/C++/CUDA/HIP source, listing "
+                            f"(.s, .sass, .cubin) or barrier layout")
         return out
     return check_file(path, expand)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -170,3 +172,18 @@ def test_the_compiled_mode_without_clang_is_not_judged_unless_skipped(hide, tmp_
     assert rc == 3 and f"{src}: error: [toolchain-missing] gfx942 checks could not run" in out, out + err
     assert main(["static", "--compile", str(src), "--skip", "clang", "-v"]) == 0
     assert "[check-skipped] gfx942 checks skipped" in capsys.readouterr().out
+
+
+def test_a_folder_with_nothing_to_check_is_exit_2_not_a_pass(tmp_path):
+    """`hazards lint DIR` / `hazards static DIR` over a folder with no source, listing or
+    layout looked at nothing: a one-line error, exit 2 (it was '0 findings', exit 0)."""
+    (tmp_path / "notes.txt").write_text("no sources here\n")
+    for args in (["lint", str(tmp_path)], ["static", "--no-catalog", str(tmp_path)]):
+        proc = subprocess.run([sys.executable, "-m", "hazards", *args], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert "nothing to" in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "a.c").write_text("int main(void) { return 0; }\n")  # a source without asm: looked at, clean
+    proc = subprocess.run([sys.executable, "-m", "hazards", "lint", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
