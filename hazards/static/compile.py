@@ -48,7 +48,9 @@ def _define_args(defines: Mapping[str, object] | None) -> list[str]:
     return args
 
 
-def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    """Run a compiler or disassembler with the toolchain's time limit; a failure or a
+    timeout is a UserError naming the command and the end of its output."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=toolchain.COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
@@ -72,7 +74,7 @@ def _cached_build(tool: str, args: list[str], source: Path, suffix: str, label: 
     log_path = out.with_suffix(out.suffix + ".log")
 
     def compile_to(tmp: Path) -> None:
-        proc = _run([tool, *args, str(source), out_flag, str(tmp)], label)
+        proc = run_tool([tool, *args, str(source), out_flag, str(tmp)], label)
         log_path.write_text(proc.stderr)
 
     toolchain.cached_output(out, compile_to)
@@ -166,7 +168,7 @@ def disassemble(cubin: Path) -> Build:
     cmd = (tool, *args, str(cubin))
 
     def disassemble_to(tmp: Path) -> None:
-        tmp.write_text(_run(list(cmd), Path(tool).name).stdout)
+        tmp.write_text(run_tool(list(cmd), Path(tool).name).stdout)
 
     toolchain.cached_output(listing, disassemble_to)
     return Build(listing, listing.read_text(errors="replace"), "", cmd)

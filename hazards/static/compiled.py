@@ -17,14 +17,13 @@ import dataclasses
 import hashlib
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.static import amdgcn, checks, cscan, sass
 from hazards.engine import toolchain
-from hazards.static.compile import compile_amdgcn, compile_cubin, disassemble
+from hazards.static.compile import compile_amdgcn, compile_cubin, disassemble, run_tool
 from hazards.static.findings import Finding
 from hazards.static.userbuild import (CompileDatabase, Entry, device_lib_args, hip_device_args,
                                       source_flags)
@@ -151,10 +150,7 @@ def _check_amd(job: CompileJob) -> list[Finding]:
     clang = toolchain.find_tool("clang", needed_for="for the AMDGCN checks of user builds")
     cmd = [clang, "-E", *hip_device_args(clang, job.arch), "-w", *job.flags,
            str(job.source.resolve()), "-o", "-"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise UserError(f"clang -E failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
-    pre = proc.stdout
+    pre = run_tool(cmd, "clang -E").stdout
     annotated, stmts = amdgcn.annotate_source(pre)
     build = compile_amdgcn(job.source, arch=job.arch, text=annotated,
                            label=f"{job.source.stem}-{job.arch}-user",
@@ -179,10 +175,7 @@ def _headers_key(job: CompileJob) -> str:
     an edited header behind -I never leaves a stale cubin in use."""
     cmd = [toolchain.find_tool("nvcc", needed_for="for the NVIDIA checks of user builds"), "-M",
            *toolchain.nvcc_arch_flags(job.arch), *job.flags, str(job.source)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise UserError(f"nvcc -M failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
-    deps = proc.stdout.replace("\\\n", " ").split(":", 1)[-1].split()
+    deps = run_tool(cmd, "nvcc -M").stdout.replace("\\\n", " ").split(":", 1)[-1].split()
     digest = hashlib.sha256()
     for dep in sorted(set(deps)):
         try:

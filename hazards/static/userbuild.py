@@ -10,9 +10,11 @@ flags are ours to choose. Relative paths stay relative: commands run in the entr
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
+import os
 import re
 import shlex
 import shutil
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from hazards.engine import toolchain
-from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.engine.errors import UserError
 from hazards.static.asm_lint import ExpandError
 
 # flag -> whether it takes the next argument when written alone (`-I dir`)
@@ -82,10 +84,6 @@ class Entry:
                 or re.search(r"--offload-arch|-x\s*hip\b|--amdgpu-target", args)):
             return "amd"
         return "nvidia" if self.file.suffix in (".cu", ".cuh") else "amd"
-
-    def flags(self) -> list[str]:
-        """The text-deciding flags of this command (`source_flags`)."""
-        return source_flags(self.arguments[1:], for_nvcc=self.platform == "nvidia")
 
 
 class CompileDatabase:
@@ -164,7 +162,7 @@ def _compiles(clang: str, args: Sequence[str], source: str) -> bool:
 @functools.lru_cache(maxsize=None)
 def hip_headers_found(clang: str) -> bool:
     """Whether `clang -x hip` finds ROCm's HIP headers (`<hip/hip_runtime.h>`) by itself."""
-    return _compiles(clang, ["-E", "-x", "hip", "--cuda-device-only", "--offload-arch=gfx942",
+    return _compiles(clang, ["-E", "-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(toolchain.GFX942),
                              "-nogpulib"], "#include <hip/hip_runtime.h>\n")
 
 
@@ -180,7 +178,7 @@ def isa_version(arch: str) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def device_lib_args(clang: str, arch: str = "gfx942") -> tuple[str, ...]:
+def device_lib_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, ...]:
     """clang's flags to link ROCm's device libraries for `arch`, so that `__syncthreads`,
     `__threadfence` and friends compile to the fences and barriers they are (without the
     libraries they stay calls the checks cannot see through).
@@ -189,11 +187,9 @@ def device_lib_args(clang: str, arch: str = "gfx942") -> tuple[str, ...]:
     `oclc_isa_version_942.bc`), a folder in the build cache links to them and adds that
     one-constant library, written from the target's ISA number. Without any libraries:
     `-nogpulib` (and `device_libs_missing` says so)."""
-    base = ["-x", "hip", "--cuda-device-only", f"--offload-arch={arch}", "-nogpuinc", "-S"]
+    base = ["-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(arch), "-nogpuinc", "-S"]
     if _compiles(clang, base, _KERNEL):
         return ()
-    import os
-
     rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
     src = next((Path(d.format(rocm=rocm)) for d in _BITCODE_DIRS
                 if (Path(d.format(rocm=rocm)) / "ockl.bc").is_file()), None)
@@ -202,9 +198,8 @@ def device_lib_args(clang: str, arch: str = "gfx942") -> tuple[str, ...]:
     dest = toolchain.cache_dir("static") / "rocm-device-libs" / arch
     dest.mkdir(parents=True, exist_ok=True)
     for lib in src.glob("*.bc"):
-        link = dest / lib.name
-        if not link.exists():
-            link.symlink_to(lib)
+        with contextlib.suppress(FileExistsError):  # another process (an xdist worker) made it first
+            (dest / lib.name).symlink_to(lib)
     isa = dest / f"oclc_isa_version_{arch.removeprefix('gfx')}.bc"
     if not isa.exists() and not _write_isa_library(clang, src, isa, isa_version(arch)):
         return ("-nogpulib",)
@@ -225,7 +220,7 @@ def _write_isa_library(clang: str, src: Path, out: Path, version: int) -> bool:
     ir = (f"{layout}\ntarget triple = \"amdgcn-amd-amdhsa\"\n"
           f"@__oclc_ISA_version = linkonce_odr protected local_unnamed_addr addrspace(4) "
           f"constant i32 {version}, align 4\n")
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # per process: replace() is the atomic step
     proc = subprocess.run([llvm_as, "-", "-o", str(tmp)], input=ir, capture_output=True,
                           text=True, timeout=60)
     if proc.returncode != 0:
@@ -234,11 +229,11 @@ def _write_isa_library(clang: str, src: Path, out: Path, version: int) -> bool:
     return True
 
 
-def hip_device_args(clang: str, arch: str = "gfx942") -> list[str]:
+def hip_device_args(clang: str, arch: str = toolchain.GFX942) -> list[str]:
     """clang's flags for the device side of a HIP source: the installed HIP headers when
     clang finds them (otherwise `-nogpuinc`: the source must bring its own) and the device
     libraries (`device_lib_args`)."""
-    args = ["-x", "hip", "--cuda-device-only", f"--offload-arch={arch}", *device_lib_args(clang, arch)]
+    args = ["-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(arch), *device_lib_args(clang, arch)]
     return args if hip_headers_found(clang) else [*args, "-nogpuinc"]
 
 
