@@ -295,7 +295,7 @@ class LeasedCampaign:
         recovery.recover(self._store_key, mark)
         for camp in self.store.campaigns():  # dead supervisors whose record is gone too
             sup = (camp.spec.get("sessions") or [{}])[-1].get("supervisor") if camp.status == RUNNING else None
-            if sup and sup.get("host") == HOST and camp.id not in marked and not _alive(sup):
+            if sup and sup.get("host") == HOST and camp.id not in marked and not recovery.supervisor_alive(sup):
                 mark(camp.id, {"supervisor_pid": sup.get("pid"), "by": "next start", "at": time.time(),
                                "note": "no record of what it ran was left (runtime folder cleared, "
                                        "or the machine rebooted)"})
@@ -435,13 +435,6 @@ class LeasedCampaign:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _alive(supervisor: dict[str, Any]) -> bool:
-    """Whether the supervisor a session names (pid, start ticks, boot) still runs."""
-    pid = supervisor.get("pid")
-    return bool(pid) and supervisor.get("boot_id") == recovery.boot_id() \
-        and start_ticks(int(pid)) == supervisor.get("ticks")
 
 
 def _say(line: str) -> None:

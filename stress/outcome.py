@@ -70,3 +70,12 @@ class RunResult:
         d = dataclasses.asdict(self)
         d["outcome"] = self.outcome.value
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RunResult":
+        """The inverse of `to_json` (keys that are not fields are ignored; a missing outcome
+        is an error run)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["outcome"] = Outcome(kw.get("outcome", "error"))
+        return cls(**kw)

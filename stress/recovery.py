@@ -280,6 +280,12 @@ def sweep_cgroups(parent: str | os.PathLike[str]) -> list[str]:
     return removed
 
 
+def supervisor_alive(supervisor: dict[str, Any]) -> bool:
+    """Whether the supervisor a record or session names (pid, start ticks, boot) still runs."""
+    pid = supervisor.get("pid")
+    return bool(pid) and supervisor.get("boot_id") == boot_id() and start_ticks(int(pid)) == supervisor.get("ticks")
+
+
 @contextlib.contextmanager
 def _locked(path: Path, wait_s: float) -> Iterator[int | None]:
     """The record's lock if its supervisor is gone (None while it lives). A record locked
@@ -296,10 +302,7 @@ def _locked(path: Path, wait_s: float) -> Iterator[int | None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError:
-                sup = read_record(path)["supervisor"]
-                alive = sup.get("pid") and start_ticks(sup["pid"]) == sup.get("ticks") \
-                    and sup.get("boot_id") == boot_id()
-                if alive or time.monotonic() >= deadline:
+                if supervisor_alive(read_record(path)["supervisor"]) or time.monotonic() >= deadline:
                     yield None
                     return
                 time.sleep(0.05)

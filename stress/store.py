@@ -494,7 +494,7 @@ class Store:
                 seq = int(rec["seq"])
                 if self._db.execute("SELECT 1 FROM runs WHERE campaign_id = ? AND seq = ?", (cid, seq)).fetchone():
                     continue
-                self.record_run(cid, _result_from_json(rec["result"]), seq=seq)
+                self.record_run(cid, RunResult.from_json(rec["result"]), seq=seq)
                 n += 1
             if bad:
                 kept = path.with_name(path.name + ".unreadable")
@@ -770,10 +770,3 @@ def _read_spill(path: Path) -> tuple[list[dict[str, Any]], int]:
             except (ValueError, AttributeError):
                 bad += 1
     return records, bad
-
-
-def _result_from_json(d: dict[str, Any]) -> RunResult:
-    fields = {f.name for f in dataclasses.fields(RunResult)}
-    kw = {k: v for k, v in d.items() if k in fields}
-    kw["outcome"] = Outcome(kw.get("outcome", "error"))
-    return RunResult(**kw)

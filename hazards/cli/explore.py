@@ -9,10 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, CampaignNameOption, JsonOption, StoreOption, WaitOption,
+from hazards.cli.options import (BudgetOption, check_seconds, CampaignNameOption, JsonOption, StoreOption, WaitOption,
                                  launches_option,
                                  parse_duration, timeout_option)
-from hazards.engine.errors import UserError
 
 _HELP = """Explore a family's parameter space on a leased GPU, holding its static model to its word.
 
@@ -67,8 +66,7 @@ def explore_command(
     from hazards.hypothesis_profiles import database_dir
 
     fam, item_for = explorable(family)
-    if timeout is not None and not timeout > 0:
-        raise UserError(f"--timeout must be positive, got {timeout:g}")
+    check_seconds(timeout, "--timeout")
     opts = ExploreOptions(budget_s=parse_duration(budget), examples=examples, replay=replay, target=targeting,
                           seed=seed, launches=launches, max_launches=max_launches, point_runs=point_runs,
                           timeout_s=timeout)

@@ -173,13 +173,6 @@ def probe_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
                     "(is the cluster up? `ray status --address ADDRESS` on a node tells)")
 
 
-def _run_result(d: dict[str, Any]) -> RunResult:
-    fields = {f.name for f in dataclasses.fields(RunResult)}
-    kw = {k: v for k, v in d.items() if k in fields}
-    kw["outcome"] = Outcome(kw["outcome"])
-    return RunResult(**kw)
-
-
 def _take_artifacts(folder: Path, limit: int = ARTIFACT_COPY_MAX_BYTES) -> tuple[dict[str, bytes], list[dict]]:
     """The files of a run's folder on this node, smallest first, up to `limit` bytes in all
     ({relative path: content}, removed here), and those left behind ([{path, bytes}])."""
@@ -338,7 +331,7 @@ class RemoteTarget(Target):
             cause = e.cause if isinstance(getattr(e, "cause", None), Exception) else None
             raise (cause or RuntimeError(str(e))) from None
         else:
-            result = _run_result(reply["result"])
+            result = RunResult.from_json(reply["result"])
             result.host = self.remote.node
             made = result.artifact_dir is not None or reply["artifacts"]  # the node's folder existed
             result.artifact_dir = None
