@@ -10,6 +10,17 @@ the innermost frame of the program's own code (the line that called it), e.g.
 
 Native processes: `thread apply all bt` from a debugger session (gdb, or the same
 cuda-gdb attach that reads the device), summarised the same way from the main thread.
+
+The stuck thread, not the waiting one: when the main thread only waits for another thread
+of its own process (Thread.join, a Future's result, pthread_join, a lock that a sibling
+holds), the summary names the thread that waits on something else, with its innermost
+frame of the program's own code, e.g.
+
+    fetcher waits in fetch_forever (hung_worker.py:9), native: read (libc.so.6); MainThread
+    waits for another thread in Thread._wait_for_tstate_lock (threading.py:1139) called from
+    main (hung_worker.py:17)
+
+Every thread stays in the raw dump (`hang-host-<pid>.txt`).
 """
 from __future__ import annotations
 
@@ -203,6 +214,65 @@ def main_thread(threads: list[HostThread], pid: int) -> HostThread | None:
     return threads[0] if threads else None
 
 
+# Waiting for another thread of the same process: joining it, or a Future it will complete
+# (Python frames, by file and function) ...
+_JOIN_PY = {"threading.py": re.compile(r"(^|\.)(join|_wait_for_tstate_lock)$"),
+            "concurrent/futures/_base.py": re.compile(r"(^|\.)(result|wait|as_completed)$")}
+# ... pthread_join / std::thread::join (native frames) ...
+_JOIN_NATIVE = re.compile(r"pthread_join|pthread_clockjoin|pthread_timedjoin|std::thread::join")
+# ... or a mutex, which only another thread can be holding (a Python lock taken in the
+# program's own code; a pthread mutex). A lock taken inside threading.py is a condition's
+# waiter (Event.wait, Condition.wait): that waits for anyone, not a sibling.
+_LOCK_NATIVE = re.compile(r"^(lock_PyThread_acquire_lock|rlock_acquire|PyThread_acquire_lock_timed|acquire_timed"
+                          r"|_PyMutex_LockTimed|__lll_lock_wait|_*pthread_mutex_(timed)?lock)")
+
+
+def waits_for_sibling(t: HostThread) -> str | None:
+    """The frame where `t` waits for another thread of its own process (a join, a Future,
+    a lock a sibling holds), as words; None when it waits on something else."""
+    py = [f for f in t.frames if f.python]
+    for f in py:  # the library frames above the program's own code
+        if not is_library_path(f.file):
+            break
+        short = _short_path(f.file or "")
+        if any(short == file and pattern.search(f.function) for file, pattern in _JOIN_PY.items()):
+            return f.where()
+    native_top = t.frames[:t.frames.index(py[0])] if py else t.frames
+    for f in native_top:
+        if _JOIN_NATIVE.search(f.function):
+            return f.where()
+        if f.file and not is_system_source(f.file):
+            break  # the program's own native code: a wait below it is not a join
+    if (not py or not is_library_path(py[0].file)) and any(_LOCK_NATIVE.match(f.function) for f in native_top):
+        return next(f.where() for f in native_top if _LOCK_NATIVE.match(f.function))
+    return None
+
+
+def _own_frame(t: HostThread) -> Frame | None:
+    """The innermost frame of the program's own code (Python first, then native with
+    source outside system libraries)."""
+    own = next((f for f in t.frames if f.python and not is_library_path(f.file)), None)
+    return own or next((f for f in t.frames if not f.python and f.file and f.line
+                        and not is_system_source(f.file)), None)
+
+
+def stuck_thread(threads: list[HostThread], pid: int) -> tuple[HostThread | None, HostThread | None]:
+    """(the thread the hang is about, the main thread when it only waits for that one).
+
+    The main thread, unless it waits for another thread of its own (`waits_for_sibling`):
+    then the first thread that does not, preferring one that is in the program's own code
+    (a pool's idle workers and a runtime's helper threads are not); if every thread waits
+    for another, the main thread (a cycle: no one thread to blame)."""
+    main = main_thread(threads, pid)
+    if main is None or waits_for_sibling(main) is None:
+        return main, None
+    others = [t for t in threads if t is not main and t.frames and waits_for_sibling(t) is None]
+    if not others:
+        return main, None
+    chosen = next((t for t in others if _own_frame(t) is not None), others[0])
+    return chosen, main
+
+
 def is_system_source(path: str | None) -> bool:
     """Source paths of distribution-built libraries (glibc's `./nptl/…`, `../sysdeps/…`,
     `/build/…`, `/usr/…`): frames there are where a wait happens, not the program's line."""
@@ -224,10 +294,14 @@ def _named(frames: list[Frame]) -> Frame | None:
         (named[0] if named else None)
 
 
+def _thread_name(t: HostThread, pid: int | None) -> str:
+    return "main thread" if (pid is not None and t.tid == pid and t.name != "MainThread") else \
+        (t.name or f"thread {t.tid}")
+
+
 def summarize_thread(t: HostThread, pid: int | None = None) -> tuple[str, str | None]:
     """(sentence, stuck location) for one thread: where it waits and which own line called it."""
-    name = "main thread" if (pid is not None and t.tid == pid and t.name != "MainThread") else \
-        (t.name or f"thread {t.tid}")
+    name = _thread_name(t, pid)
     if not t.frames:
         return f"{name}: no frames", None
     py = [f for f in t.frames if f.python]
@@ -266,9 +340,15 @@ def render_threads(threads: list[HostThread]) -> str:
 
 
 def host_report(pid: int, threads: list[HostThread], tool: str) -> dict[str, Any]:
-    """The JSON a host collector stores: every thread's frames and the main thread's summary."""
-    main = main_thread(threads, pid)
-    sentence, stuck = summarize_thread(main, pid) if main else (f"no threads read from pid {pid}", None)
+    """The JSON a host collector stores: every thread's frames and the summary of the stuck
+    thread (`stuck_thread`: the main one unless it only waits for another of its own)."""
+    chosen, waiting = stuck_thread(threads, pid)
+    sentence, stuck = summarize_thread(chosen, pid) if chosen else (f"no threads read from pid {pid}", None)
+    if waiting is not None:
+        own = _own_frame(waiting)
+        sentence += (f"; {_thread_name(waiting, pid)} waits for another thread in {waits_for_sibling(waiting)}"
+                     + (f" called from {own.where()}" if own is not None else ""))
     return {"pid": pid, "tool": tool, "sentence": sentence, "stuck_at": stuck,
+            "stuck_thread": chosen.name or str(chosen.tid) if chosen else None,
             "threads": [{"tid": t.tid, "name": t.name, "frames": [dataclasses.asdict(f) for f in t.frames[:64]]}
                         for t in threads[:64]]}
