@@ -64,11 +64,13 @@ GRACE_S = 0.3          # SIGTERM to SIGKILL
 
 # (kind, mode, expected outcome, share of 2,000 runs)
 COMMANDS = [
-    ("clean", "clean", 210), ("mismatch_line", "mismatch", 50), ("exit1", "mismatch", 40),
+    ("clean", "clean", 130), ("mismatch_line", "mismatch", 50), ("exit1", "mismatch", 40),
     ("fault_exit3", "fault", 60), ("fault_msg", "fault", 60), ("segv", "fault", 50),
     ("longline_fault", "fault", 80), ("longline_result", "mismatch", 50),
     ("malformed_json", "error", 25), ("malformed_ok", "error", 25), ("malformed_count", "error", 25),
     ("malformed_status", "error", 25),
+    ("malformed_says_mismatch", "mismatch", 20), ("malformed_exit1", "mismatch", 20),
+    ("wrapper_sigkill", "error", 20), ("wrapper_segv", "fault", 20),
     ("hang_sleep", "hang", 140), ("hang_ignore_term", "hang", 130), ("hang_setsid", "hang", 130),
     ("hang_daemon", "hang", 130),
     ("tw_clean", "clean", 40), ("tw_fault_msg", "fault", 30), ("tw_mismatch_line", "mismatch", 30),

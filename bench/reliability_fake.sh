@@ -32,7 +32,13 @@ case $mode in
   malformed_json) echo 'HZ_RESULT {"ok": false, max_err: 3}' ;;
   malformed_ok) echo 'HZ_RESULT {"ok":"false"}' ;;
   malformed_count) echo 'HZ_RESULT {"mismatched":"3"}' ;;
-  malformed_status) echo 'HZ_RESULT {"status":"mismatch"}' ;;
+  malformed_status) echo 'HZ_RESULT {"status":"done"}' ;;
+  # a malformed line beside a failure signal: a counted mismatch, never an error
+  malformed_says_mismatch) echo 'KERNEL_RESULT {"status": "mismatch", "max_err": 0.4}' ;;
+  malformed_exit1) echo 'HZ_RESULT {"ok": false, max_err: 3}'; exit 1 ;;
+  # a wrapper script reporting its child's death by signal N as 128+N
+  wrapper_sigkill) sh -c 'kill -KILL $$'; exit $? ;;
+  wrapper_segv) sh -c 'kill -SEGV $$'; exit $? ;;
   # hangs
   hang_sleep) exec sleep 86399 ;;
   hang_ignore_term) trap '' TERM; sleep 86399 & echo $! >>"$pids"; wait ;;

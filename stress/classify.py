@@ -233,6 +233,8 @@ CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.
                            signal.SIGABRT, signal.SIGTRAP, signal.SIGSYS})
 EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
                               signal.SIGQUIT})
+# A shell reports its child's death by signal N as exit 128+N (N up to the last real-time signal).
+_MAX_SIGNAL = 64
 # Uncaught Python exceptions that mean the program could not even start its work.
 _SETUP_EXCEPTIONS = frozenset({"ModuleNotFoundError", "ImportError", "SyntaxError",
                                "IndentationError", "TabError", "FileNotFoundError",
@@ -285,6 +287,47 @@ def find_fault_signature(text: str) -> tuple[str, str] | None:
     return _first_match(_FAULT_RES, text)
 
 
+# Words by which an unreadable result line still says the run failed (whole words, any case).
+_FAILURE_WORD_RE = re.compile(r"\b(?:mismatch|fail|failed|wrong|incorrect)\b", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class MalformedLine:
+    """A result line that cannot be judged: its tag, its JSON (None if it is not JSON),
+    the text after the tag, and `problem`, which quotes the line and says why."""
+
+    tag: str
+    payload: Any
+    body: str
+    problem: str
+
+    def failure_signal(self, cos_min: float) -> str | None:
+        """What in this line still says the run failed, or None: a FAITHFUL_RESULT `cos`
+        below `cos_min` ("cos 0.5 < 0.99"), or a failure word ("the word 'mismatch'") in
+        its string values (in its text, when it is not JSON). Key names do not count."""
+        cos = self.payload.get("cos") if isinstance(self.payload, dict) else None
+        if self.tag == FAITHFUL_TAG and isinstance(cos, _NUMBER) and not isinstance(cos, bool) \
+                and -1.0 <= cos < cos_min:
+            return f"cos {cos:.6g} < {cos_min:g}"
+        for text in _strings(self.payload) if self.payload is not None else [self.body]:
+            word = _FAILURE_WORD_RE.search(text)
+            if word:
+                return f"the word {word.group(0)!r}"
+        return None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string value inside a JSON value (not the keys of its objects)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
 @dataclasses.dataclass(frozen=True)
 class ResultLine:
     """One well-formed result line: its tag, its JSON object, and the line as printed."""
@@ -329,14 +372,15 @@ def faithful_problem(payload: Any) -> str | None:
     return None
 
 
-def parse_result_lines(text: str) -> tuple[list[ResultLine], list[str]]:
-    """Every result line of `text`: (the well-formed ones in order, a problem for each of
-    the others). A problem quotes the line: 'malformed HZ_RESULT line (not JSON):
+def parse_result_lines(text: str) -> tuple[list[ResultLine], list[MalformedLine]]:
+    """Every result line of `text`: (the well-formed ones in order, the others). A
+    malformed line's `problem` quotes it: 'malformed HZ_RESULT line (not JSON):
     \'HZ_RESULT {"ok": false, max_err: 3}\''. A line printed twice counts once."""
     good: dict[str, ResultLine] = {}
-    problems: dict[str, str] = {}
+    problems: dict[str, MalformedLine] = {}
     for m in _RESULT_RE.finditer(text):
         line, tag, body = m.group(0).strip(), m.group(1), m.group(2)
+        payload: Any = None
         try:
             payload = json.loads(body)
         except ValueError:
@@ -346,7 +390,8 @@ def parse_result_lines(text: str) -> tuple[list[ResultLine], list[str]]:
             if why is None and tag == FAITHFUL_TAG:
                 why = faithful_problem(payload)
         if why:
-            problems.setdefault(line, f"malformed {tag} line ({why}): {shown(line)!r}")
+            problems.setdefault(line, MalformedLine(tag, payload, body,
+                                                    f"malformed {tag} line ({why}): {shown(line)!r}"))
         else:
             good.pop(line, None)  # the last print of a line decides its place
             good[line] = ResultLine(tag, payload, shown(line))
@@ -424,13 +469,15 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
     Precedence (first rule that applies): timed out -> hang; crash signal or fault
     signature -> fault; infra signature (no device, driver, no kernel
     image) -> error; signal from outside -> error; exit 3 -> fault; exit 2 -> error;
-    other exit >= 4 -> fault (128+N crash signals named); a result line's fault/error
-    status; a malformed result line (not a JSON object, fields of the wrong type, a
-    FAITHFUL_RESULT without its keys) -> error; a FAITHFUL_RESULT cos below
-    `faithful_cos_min`, a failing result line or a `result_regex` match -> mismatch; exit 1 ->
-    mismatch (or the uncaught Python exception's class: AssertionError mismatch, import /
-    file errors error, anything else fault); exit 0 -> clean, unless the result line or
-    regex said otherwise. A result line never turns a non-zero exit into clean.
+    other exit >= 4 -> fault (a shell's 128+N read as signal N); a result line's
+    fault/error status; a FAITHFUL_RESULT cos below `faithful_cos_min`, a failing result
+    line or a `result_regex` match -> mismatch; a malformed result line (not a JSON
+    object, fields of the wrong type, a FAITHFUL_RESULT without its keys) -> mismatch if
+    something else says the run failed (exit 1, a failure word or a low cos in that line;
+    the reason notes the line), else error; exit 1 -> mismatch (or the uncaught Python
+    exception's class: AssertionError mismatch, import / file errors error, anything else
+    fault); exit 0 -> clean, unless the result line or regex said otherwise. A result line
+    never turns a non-zero exit into clean.
     `returncode` is Popen's: negative for death by signal; None if still running.
     """
     text = f"{stdout}\n{stderr}"
@@ -438,24 +485,23 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
     signature = find_fault_signature(text)
     if signature:
         evidence["fault_signature"] = {"kind": signature[0], "line": signature[1]}
-    results, problems = parse_result_lines(stdout)
+    results, malformed = parse_result_lines(stdout)
     more = parse_result_lines(stderr)
     faithful = [r.payload for r in results + more[0] if r.tag == FAITHFUL_TAG]  # every one counts
-    results, problems = results or more[0], problems + more[1]
+    results, malformed = results or more[0], malformed + more[1]
     if faithful:
         evidence["faithful"] = faithful
     result = (results[-1].tag, results[-1].payload) if results else None
     if results:
         evidence["result"] = {"tag": results[-1].tag, "payload": results[-1].payload,
                               "line": results[-1].line}
-    if problems:
-        evidence["result_problems"] = problems[:10]
+    if malformed:
+        evidence["result_problems"] = [m.problem for m in malformed[:10]]
     signum = None
     if returncode is not None and returncode < 0:
         signum = -returncode
-    elif returncode is not None and 128 < returncode <= 128 + 64 \
-            and (returncode - 128) in CRASH_SIGNALS:
-        signum = returncode - 128  # a shell reporting its child's death by signal
+    elif returncode is not None and 128 < returncode <= 128 + _MAX_SIGNAL:
+        signum = returncode - 128  # a shell reporting its child's death by signal N
         evidence["shell_reported"] = True
     if signum is not None:
         evidence["signal"] = signal_name(signum)
@@ -492,25 +538,34 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
     if verdict and verdict[0] in (Outcome.FAULT, Outcome.ERROR):
         kind = "result_fault" if verdict[0] is Outcome.FAULT else "result_error"
         return _verdict(verdict[0], verdict[1], evidence, kind)
-    if problems:  # a result line nobody can read: the run cannot be judged
-        return _verdict(Outcome.ERROR, problems[0], evidence, "result_malformed")
+    # A malformed line cannot be judged, but it does not cancel what else says the run
+    # failed: every failure signal below is a mismatch whose reason notes the line.
+    note = f" ({malformed[0].problem})" if malformed else ""
     low = [p for p in faithful if p["cos"] < faithful_cos_min]
     if low:
         worst = min(low, key=lambda p: p["cos"])
         return _verdict(Outcome.MISMATCH, f"FAITHFUL_RESULT cos {worst['cos']:.6g} < {faithful_cos_min:g} "
-                        f"(task {worst['task_id']} {worst['task']!s:.40}, workers {worst['workers']})",
-                        evidence, "mismatch")
+                        f"(task {worst['task_id']} {worst['task']!s:.40}, workers {worst['workers']})"
+                        + note, evidence, "mismatch")
     if verdict and verdict[0] is Outcome.MISMATCH:
-        return _verdict(Outcome.MISMATCH, verdict[1], evidence, "mismatch")
+        return _verdict(Outcome.MISMATCH, verdict[1] + note, evidence, "mismatch")
     if result_regex is not None:
         m = result_regex.search(text)
         if m:
             evidence["regex_match"] = {"line": _line_at(text, m.start()),
                                        "groups": m.groupdict()}
-            return _verdict(Outcome.MISMATCH, f"output matched {result_regex.pattern!r}",
+            return _verdict(Outcome.MISMATCH, f"output matched {result_regex.pattern!r}{note}",
                             evidence, "mismatch")
     if returncode == 1:
-        return _classify_exit_1(stderr, evidence)
+        outcome, reason, evidence = _classify_exit_1(stderr, evidence)
+        return outcome, reason + note, evidence
+    for line in malformed:
+        said = line.failure_signal(faithful_cos_min)
+        if said:
+            return _verdict(Outcome.MISMATCH, f"result line says the run failed ({said}): {line.problem}",
+                            evidence, "mismatch")
+    if malformed:  # a result line nobody can read, and nothing says the run failed
+        return _verdict(Outcome.ERROR, malformed[0].problem, evidence, "result_malformed")
     return _verdict(Outcome.CLEAN, verdict[1] if verdict else "exit code 0", evidence, None)
 
 

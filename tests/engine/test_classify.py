@@ -8,6 +8,7 @@ from hazards.engine.classify import (NOTABLE_RE, NotableLines, classify_exit, cl
                              find_infra_signature, parse_result_line, python_exception,
                              reply_metrics, result_verdict, signal_name)
 from hazards.engine.outcome import Outcome
+from hazards.engine.targets import CommandTarget
 
 CUDA_MESSAGES = [
     ("RuntimeError: CUDA error: an illegal memory access was encountered", "illegal_address"),
@@ -184,3 +185,24 @@ def test_reply_metrics_merge_counts_and_metrics():
              "metrics": {"weak": 2}}
     assert reply_metrics(reply) == {"launches": 10, "mismatched": 1, "kernel_ms": 0.5,
                                     "weak": 2}
+
+
+@pytest.mark.parametrize("signum, expected", [
+    (signal.SIGKILL, Outcome.ERROR), (signal.SIGTERM, Outcome.ERROR), (signal.SIGINT, Outcome.ERROR),
+    (signal.SIGHUP, Outcome.ERROR), (signal.SIGQUIT, Outcome.ERROR),
+    (signal.SIGSEGV, Outcome.FAULT), (signal.SIGBUS, Outcome.FAULT), (signal.SIGUSR1, Outcome.FAULT),
+])
+def test_a_shells_128_plus_n_reads_as_death_by_signal_n(signum, expected):
+    """A wrapper script reports its child's death by signal N as exit 128+N: the same verdict
+    as the signal itself (exit 137 is a SIGKILL from outside the watchdog: error, not fault)."""
+    direct = classify_exit(-signum)
+    shell = classify_exit(128 + signum)
+    assert direct[0] is shell[0] is expected, shell[1]
+    assert shell[2]["error_kind"] == direct[2]["error_kind"] and shell[2]["shell_reported"]
+    assert shell[2]["signal"] == signal_name(signum)
+
+
+def test_a_wrapper_script_whose_child_is_sigkilled_is_an_error_run(fake_env):
+    script = "sh -c 'kill -KILL $$'; exit $?"
+    result = CommandTarget(["sh", "-c", script], env=fake_env).run(timeout=20)
+    assert result.outcome is Outcome.ERROR and result.error_kind == "sigkill", result.reason

@@ -38,7 +38,7 @@ def test_the_threshold_is_settable():
 
 
 @pytest.mark.parametrize("text,why", [
-    ('FAITHFUL_RESULT {"cos": 0.5}', "missing key 'task_id'"),
+    ('FAITHFUL_RESULT {"cos": 0.995}', "missing key 'task_id'"),
     ("FAITHFUL_RESULT cos=0.5", "not JSON"),
     ("FAITHFUL_RESULT [1, 2]", "not a JSON object"),
     ("FAITHFUL_RESULT", "nothing after the tag"),
@@ -57,9 +57,11 @@ def test_a_malformed_line_is_an_error_not_clean(text, why):
     assert why in reason
 
 
-def test_malformed_wins_over_exit_1_and_a_low_cos_but_not_over_a_fault():
-    assert classify_exit(1, "FAITHFUL_RESULT {\n")[0] is Outcome.ERROR
-    assert classify_exit(0, line(cos=0.1) + "\nFAITHFUL_RESULT {\n")[0] is Outcome.ERROR
+def test_malformed_gives_way_to_exit_1_a_low_cos_and_a_fault():
+    """A malformed line is an error only when nothing else says the run failed."""
+    assert classify_exit(1, "FAITHFUL_RESULT {\n")[0] is Outcome.MISMATCH
+    outcome, reason, _ = classify_exit(0, line(cos=0.1) + "\nFAITHFUL_RESULT {\n")
+    assert outcome is Outcome.MISMATCH and "cos 0.1 < 0.99" in reason and "malformed" in reason
     assert classify_exit(3, "FAITHFUL_RESULT {\n")[0] is Outcome.FAULT
 
 

@@ -1,6 +1,8 @@
 """A result line the classifier cannot read, or whose fields have the wrong type, makes the
 run `error` with a reason that quotes it; a server reply follows the same rules."""
 import json
+import re
+import sys
 
 import pytest
 
@@ -16,7 +18,7 @@ MALFORMED = [
     ('{"ok": false, max_err: 3}', "not JSON"),
     ('{"ok":"false"}', 'ok is not true or false: "false"'),
     ('{"mismatched":"3"}', 'mismatched is not a non-negative integer: "3"'),
-    ('{"status":"mismatch"}', 'unknown status "mismatch"'),
+    ('{"status":"done"}', 'unknown status "done"'),
     ('{"mismatched": -1}', "mismatched is not a non-negative integer: -1"),
     ('{"ok": true, "mismatched": 1.5}', "mismatched is not a non-negative integer: 1.5"),
     ('{"ok": true, "max_rel_err": "0.3"}', 'max_rel_err is not a number: "0.3"'),
@@ -30,11 +32,10 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize("code", [0, 1])
 @pytest.mark.parametrize("body, why", MALFORMED)
-def test_a_malformed_result_line_is_an_error_quoting_the_line(body, why, code):
+def test_a_malformed_result_line_is_an_error_quoting_the_line(body, why):
     line = f"HZ_RESULT {body}".strip()
-    outcome, reason, evidence = classify_exit(code, f"work\n{line}\nbye\n", "")
+    outcome, reason, evidence = classify_exit(0, f"work\n{line}\nbye\n", "")
     assert outcome is Outcome.ERROR and evidence["error_kind"] == "result_malformed"
     assert why in reason and repr(line) in reason, reason
     assert evidence["result_problems"][0] == reason
@@ -82,3 +83,50 @@ def test_a_program_printing_a_malformed_result_line_is_an_error_run(fake_env):
     result = CommandTarget(fake_command("print", 'HZ_RESULT {"ok": false, max_err: 3}'), env=fake_env).run(timeout=20)
     assert result.outcome is Outcome.ERROR and result.error_kind == "result_malformed"
     assert result.reason == "malformed HZ_RESULT line (not JSON): 'HZ_RESULT {\"ok\": false, max_err: 3}'"
+
+
+# Concordant failure signals (issue 24 item 1): a malformed line is an `error` only when
+# nothing else says the run failed.
+@pytest.mark.parametrize("code, text, why", [
+    (1, 'KERNEL_RESULT {"status": "mismatch", "max_err": 0.4}', "exit code 1"),
+    (0, 'KERNEL_RESULT {"status": "mismatch", "max_err": 0.4}', "'mismatch'"),
+    (0, 'HZ_RESULT {"status": "FAILED"}', "'FAILED'"),
+    (0, 'HZ_RESULT {"verdict": "wrong answer", "ok": "no"}', "'wrong'"),
+    (0, "HZ_RESULT result incorrect at row 3", "'incorrect'"),
+    (0, 'HZ_RESULT {"status": "fail"}', "'fail'"),
+    (0, 'FAITHFUL_RESULT {"cos": 0.5}', "cos 0.5 < 0.99"),
+    (1, 'HZ_RESULT {"ok": false, max_err: 3}', "exit code 1"),
+])
+def test_a_malformed_line_that_agrees_with_a_failure_is_a_mismatch_keeping_the_line(code, text, why):
+    outcome, reason, evidence = classify_exit(code, f"work\n{text}\n", "")
+    assert outcome is Outcome.MISMATCH and evidence["error_kind"] == "mismatch", reason
+    assert why in reason and "malformed" in reason and repr(text) in reason, reason
+    assert evidence["result_problems"][0].startswith("malformed ") and repr(text) in evidence["result_problems"][0]
+
+
+@pytest.mark.parametrize("text", [
+    'HZ_RESULT {"mismatched": "3"}',          # a key name is not a failure word
+    'HZ_RESULT {"status": "done"}',
+    'FAITHFUL_RESULT {"cos": 0.999}',          # cos at or above the threshold says nothing
+    'FAITHFUL_RESULT {"cos": "0.5"}',          # a cos that is not a number says nothing either
+    'HZ_RESULT {"failures": 0, "ok": 1}',       # words only as whole words
+])
+def test_a_malformed_line_with_no_failure_signal_stays_an_error(text):
+    outcome, reason, evidence = classify_exit(0, text + "\n")
+    assert outcome is Outcome.ERROR and evidence["error_kind"] == "result_malformed", reason
+
+
+def test_a_failing_well_formed_line_or_regex_beside_a_malformed_one_is_a_mismatch():
+    bad = 'HZ_RESULT {"ok": "false"}\n'
+    outcome, reason, _ = classify_exit(0, 'HZ_RESULT {"ok": false}\n' + bad)
+    assert outcome is Outcome.MISMATCH and "malformed" in reason
+    outcome, _, _ = classify_exit(0, bad + "max err 0.7\n", result_regex=re.compile(r"max err 0\.[5-9]"))
+    assert outcome is Outcome.MISMATCH
+
+
+def test_a_program_exiting_1_with_an_unknown_status_is_a_counted_mismatch(fake_env):
+    text = 'KERNEL_RESULT {"status": "mismatch", "max_err": 0.4}'
+    program = [sys.executable, "-c", f"print({text!r}); raise SystemExit(1)"]
+    result = CommandTarget(program, env=fake_env).run(timeout=20)
+    assert result.outcome is Outcome.MISMATCH and result.error_kind == "mismatch", result.reason
+    assert text in result.reason
