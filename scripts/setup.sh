@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything gpu-hazards' development needs: system packages (clang-19 for the
-# AMDGCN static checks; ROCm's HIP headers and device libraries - Debian's libamdhip64-dev,
-# HIP 5.2, and rocm-device-libs - so user sources compile with real headers and the HIP
+# AMDGCN static checks of gfx942; clang-22, lld-22 and llvm-22 for gfx950, which clang-19
+# rejects - Debian 12 carries clang-22 in bookworm-security, `apt-cache policy clang-22`;
+# ROCm's HIP headers and device libraries - Debian's libamdhip64-dev, HIP 5.2, and
+# rocm-device-libs - so user sources compile with real headers and the HIP
 # build of every family is checked; chromium for the report's headless check), then the
 # package, editable, with its dev extra. Called by the README's install command and by
 # .ci/run. Safe to run twice. A torch already installed (say a CUDA build) is never touched.
@@ -15,6 +17,7 @@ sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; the
 if command -v apt-get >/dev/null 2>&1; then
   need=()
   command -v clang-19 >/dev/null 2>&1 || need+=(clang-19 llvm-19)
+  command -v clang-22 >/dev/null 2>&1 || need+=(clang-22 lld-22 llvm-22)
   [ -f /usr/include/hip/hip_runtime.h ] || need+=(libamdhip64-dev)
   [ -d /usr/lib/x86_64-linux-gnu/amdgcn/bitcode ] || need+=(rocm-device-libs)
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -25,7 +28,7 @@ if command -v apt-get >/dev/null 2>&1; then
     fi
   fi
 else
-  echo "setup: WARNING: no apt-get; install clang-19, ROCm's HIP headers and device libraries, and chromium yourself for the AMDGCN checks and report tests" >&2
+  echo "setup: WARNING: no apt-get; install clang-19, clang-22, ROCm's HIP headers and device libraries, and chromium yourself for the AMDGCN checks and report tests" >&2
 fi
 
 # torch: the dev extra asks for a lower bound only. An installed torch is pinned for this

@@ -4,7 +4,10 @@ versions, cache keys and the build cache.
 - `find_tool(name)`: nvcc, hipcc, clang (with the AMDGPU backend), nvdisasm, cuobjdump. An
   `HZ_<TOOL>` variable overrides the lookup (HZ_NVCC, HZ_HIPCC, HZ_CLANG, HZ_NVDISASM,
   HZ_CUOBJDUMP); a missing tool raises `ToolchainMissing` naming the tool and how to
-  install it. Within `skipping(names)` (the static checks under `--skip TOOL`) those tools
+  install it. `find_tool("clang", arch=...)` is the first clang that compiles for that AMD
+  target: clang-19 for gfx942 (the release the checks were first measured on), clang-22
+  for gfx950 (clang-19 rejects the processor; Debian 12 ships clang-22 in
+  bookworm-security). Within `skipping(names)` (the static checks under `--skip TOOL`) those tools
   are not used even where installed: `ToolchainMissing(skipped=True)`.
 - The GPU targets' flags are spelled here once: `SM90A` / `nvcc_arch_flags()` for NVIDIA
   (`-gencode=arch=compute_90a,code=sm_90a`), `GFX942` / `amd_arch_flag()` for AMD
@@ -39,6 +42,8 @@ from hazards.engine.errors import ToolchainMissing, UserError
 
 SM90A = "sm_90a"
 GFX942 = "gfx942"
+GFX950 = "gfx950"
+AMD_ARCHS = (GFX942, GFX950)  # MI300 (CDNA3), MI350/MI355 (CDNA4): every HIP family builds for both
 # clang flags of an AMD device-only build without ROCm installed (static checks: -S listings).
 AMD_DEVICE_ONLY_FLAGS: tuple[str, ...] = ("-x", "hip", "-nogpulib", "-nogpuinc", "--cuda-device-only")
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".c", ".cc", ".cpp", ".inc", ".hip")
@@ -85,6 +90,17 @@ def _has_amdgpu_backend(path: str) -> bool:
     return "amdgcn" in out
 
 
+@functools.lru_cache(maxsize=None)
+def _clang_targets(path: str, arch: str) -> bool:
+    """Whether clang at `path` compiles device code for `arch` (an empty HIP unit)."""
+    try:
+        proc = subprocess.run([path, *AMD_DEVICE_ONLY_FLAGS, amd_arch_flag(arch), "-S", "-", "-o", os.devnull],
+                              input="", capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
+
+
 @dataclasses.dataclass(frozen=True)
 class Tool:
     """How to find one program: an override variable, names on PATH, extra folders, an
@@ -97,6 +113,9 @@ class Tool:
     folders: Callable[[], Iterable[Path]] = lambda: ()
     usable: Callable[[str], bool] = lambda path: True
     what: str = ""  # how the error names it, when the program name alone says too little
+    # for tools that compile for a GPU target: whether the program at a path targets `arch`
+    targets: Callable[[str, str], bool] | None = None
+    install_for: Callable[[str], str] = lambda arch: ""  # the install hint for one target
 
 
 _NV_TOOLS_INSTALL = "pip install 'nvidia-cuda-nvdisasm>=13.2,<14' 'nvidia-cuda-cuobjdump>=13.2,<14' (the nvtools extra)"
@@ -105,8 +124,13 @@ TOOLS: dict[str, Tool] = {
                  folders=_cuda_homes),
     "hipcc": Tool("hipcc", "HZ_HIPCC", ("hipcc",), "install ROCm (hipcc) or set HZ_HIPCC",
                   folders=lambda: [Path("/opt/rocm/bin")]),
-    "clang": Tool("clang", "HZ_CLANG", ("clang-19", "clang"), "apt-get install clang-19, or set HZ_CLANG",
-                  usable=_has_amdgpu_backend, what="clang-19 with the AMDGPU backend"),
+    "clang": Tool("clang", "HZ_CLANG", ("clang-19", "clang-22", "clang-21", "clang-20", "clang"),
+                  "apt-get install clang-19, or set HZ_CLANG",
+                  usable=_has_amdgpu_backend, what="clang-19 with the AMDGPU backend",
+                  targets=_clang_targets,
+                  install_for=lambda arch: ("apt-get install clang-22 (Debian 12: bookworm-security; "
+                                            "scripts/setup.sh does it), or set HZ_CLANG to a clang that "
+                                            "targets gfx950") if arch != GFX942 else ""),
     "nvdisasm": Tool("nvdisasm", "HZ_NVDISASM", ("nvdisasm",), _NV_TOOLS_INSTALL,
                      folders=lambda: [*_cuda_homes(), *_nvidia_wheel_bins()]),
     "cuobjdump": Tool("cuobjdump", "HZ_CUOBJDUMP", ("cuobjdump",), _NV_TOOLS_INSTALL,
@@ -132,29 +156,43 @@ def skipping(names: Iterable[str]) -> Iterator[None]:
         _SKIPPED = before
 
 
-def find_tool(name: str, needed_for: str = "") -> str:
+def find_tool(name: str, needed_for: str = "", *, arch: str | None = None) -> str:
     """Path of tool `name` (a key of TOOLS); ToolchainMissing (one line: the tool, what
-    needed it, how to install it or skip what needs it) if it is not installed. Looked up
-    again whenever the override variable, PATH or CUDA_HOME/CUDA_PATH change; capability
-    probes run once."""
+    needed it, how to install it or skip what needs it) if it is not installed. `arch` (a
+    tool that compiles for GPU targets: clang): the first candidate that compiles for that
+    target, default gfx942. Looked up again whenever the override variable, PATH or
+    CUDA_HOME/CUDA_PATH change; capability probes run once."""
     if name not in TOOLS:
         raise UserError(f"unknown tool {name!r} (known: {', '.join(TOOLS)})")
     tool = TOOLS[name]
+    if tool.targets is not None:
+        arch = arch or GFX942
+        amd_arch_flag(arch)  # a malformed target is the user's error, not a missing tool
+    else:
+        arch = None
+    what = tool.what or tool.name
+    if arch and arch != GFX942:
+        what = f"{tool.name} for {arch}"
     why = f" (needed {needed_for})" if needed_for else ""
     if name in _SKIPPED:
-        raise ToolchainMissing(f"{tool.what or tool.name} skipped{why}: --skip {name}", tool=name, skipped=True)
+        raise ToolchainMissing(f"{what} skipped{why}: --skip {name}", tool=name, skipped=True)
     env = tuple(os.environ.get(k, "") for k in (tool.env_var, "PATH", "CUDA_HOME", "CUDA_PATH"))
-    found, reason = _lookup(name, env)
+    found, reason = _lookup(name, env, arch)
     if found is None:
-        raise ToolchainMissing(f"{tool.what or tool.name} not found{why}: {reason or tool.install}"
+        hint = (tool.install_for(arch) if arch else "") or tool.install
+        raise ToolchainMissing(f"{what} not found{why}: {reason or hint}"
                                f" (or --skip {name} to skip what needs it)", tool=name)
     return found
 
 
 @functools.lru_cache(maxsize=None)
-def _lookup(name: str, env: tuple[str, ...]) -> tuple[str | None, str]:
+def _lookup(name: str, env: tuple[str, ...], arch: str | None = None) -> tuple[str | None, str]:
     """(path or None, reason). `env` is part of the cache key only."""
     tool = TOOLS[name]
+
+    def fits(path: str) -> bool:
+        return tool.usable(path) and (arch is None or tool.targets is None or tool.targets(path, arch))
+
     override = env[0]
     if override:
         path = shutil.which(override)
@@ -162,11 +200,14 @@ def _lookup(name: str, env: tuple[str, ...]) -> tuple[str | None, str]:
             return None, f"{tool.env_var}={override} is not an executable"
         if not tool.usable(path):
             return None, f"{tool.env_var}={override} cannot do the job ({tool.install})"
+        if not fits(path):
+            return None, (f"{tool.env_var}={override} cannot compile for {arch} "
+                          f"({tool.install_for(arch) or tool.install})")
         return path, ""
     candidates = [shutil.which(p) for p in tool.programs]
     candidates += [str(d / p) for d in tool.folders() for p in tool.programs]
     for cand in candidates:
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK) and tool.usable(cand):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK) and fits(cand):
             return cand, ""
     return None, ""
 

@@ -1,7 +1,8 @@
 """Compiler and disassembler invocation for the static checks, cached by content.
 
-The checks read what the compiler really emitted: AMDGCN assembly from clang-19
-(`-x hip --offload-arch=gfx942 -nogpulib -nogpuinc --cuda-device-only -O3 -S`), cubins and
+The checks read what the compiler really emitted: AMDGCN assembly from clang
+(`-x hip --offload-arch=gfx942 -nogpulib -nogpuinc --cuda-device-only -O3 -S`; clang-19 for
+gfx942, clang-22 for gfx950: `toolchain.find_tool("clang", arch=...)`), cubins and
 PTX from nvcc, SASS from nvdisasm/cuobjdump. Finding the tools, their flags, the cache key
 and the cache folder are `hazards.engine.toolchain`'s job: a tool that is not installed
 raises `ToolchainMissing` naming what to install.
@@ -109,7 +110,7 @@ def compile_amdgcn(source: Path, *, arch: str = toolchain.GFX942,
     `HZ_STATIC_ONLY` is always defined; quoted includes resolve next to `source`;
     `device_libs` are the flags for ROCm's device libraries (default: none).
     """
-    clang = toolchain.find_tool("clang", needed_for="for the AMDGCN static checks")
+    clang = toolchain.find_tool("clang", needed_for="for the AMDGCN static checks", arch=arch)
     src = _with_text(Path(source), text)
     base = [f for f in toolchain.AMD_DEVICE_ONLY_FLAGS if f != "-nogpulib"]
     args = [*base, *device_libs, "-O3", "-S", toolchain.amd_arch_flag(arch),

@@ -204,7 +204,12 @@ def device_lib_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, ...]
     if not isa.exists() and not _write_isa_library(clang, src, isa, isa_version(arch)):
         return ("-nogpulib",)
     flag = f"--rocm-device-lib-path={dest}"
-    return (flag,) if _compiles(clang, [*base, flag], _KERNEL) else ("-nogpulib",)
+    # A clang newer than the libraries asks for their ABI-version library of its default code
+    # object (clang-22: v6, "requires ROCm 6.3"); Debian's ROCm 5.2 has v4 and v5: build v5.
+    for args in ((flag,), (flag, "-mcode-object-version=5")):
+        if _compiles(clang, [*base, *args], _KERNEL):
+            return args
+    return ("-nogpulib",)
 
 
 def _write_isa_library(clang: str, src: Path, out: Path, version: int) -> bool:
@@ -229,12 +234,31 @@ def _write_isa_library(clang: str, src: Path, out: Path, version: int) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=None)
+def wavefront_size_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, ...]:
+    """`-D__AMDGCN_WAVEFRONT_SIZE=N` where `clang` no longer defines it (clang 22 dropped
+    the macro) for headers that still read it (HIP 5.2's `warpSize`); else nothing. N is the
+    target's default wave size: 64 on gfx9 (CDNA), 32 from gfx10 on."""
+    try:
+        proc = subprocess.run([clang, *toolchain.AMD_DEVICE_ONLY_FLAGS, toolchain.amd_arch_flag(arch),
+                               "-dM", "-E", "-", "-o", "-"], input="", capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    if proc.returncode != 0 or "__AMDGCN_WAVEFRONT_SIZE " in proc.stdout:
+        return ()
+    return (f"-D__AMDGCN_WAVEFRONT_SIZE={64 if re.fullmatch(r'gfx9[0-9a-f]{2}', arch) else 32}",)
+
+
 def hip_device_args(clang: str, arch: str = toolchain.GFX942) -> list[str]:
     """clang's flags for the device side of a HIP source: the installed HIP headers when
-    clang finds them (otherwise `-nogpuinc`: the source must bring its own) and the device
-    libraries (`device_lib_args`)."""
+    clang finds them (otherwise `-nogpuinc`: the source must bring its own; with them, the
+    wave-size macro they read where clang no longer defines it) and the device libraries
+    (`device_lib_args`)."""
     args = ["-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(arch), *device_lib_args(clang, arch)]
-    return args if hip_headers_found(clang) else [*args, "-nogpuinc"]
+    if not hip_headers_found(clang):
+        return [*args, "-nogpuinc"]
+    return [*args, *wavefront_size_args(clang, arch)]
 
 
 class Preprocessor:

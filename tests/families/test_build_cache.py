@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hazards.engine import build, toolchain
-from hazards.engine.errors import ToolchainMissing
+from hazards.engine.errors import ToolchainMissing, UserError
 
 FAKE_NVCC = """#!/bin/sh
 # A stand-in for nvcc: --version prints a release line; otherwise copy the source to -o,
@@ -146,6 +146,9 @@ def test_every_tool_names_what_to_install(monkeypatch, tmp_path):
             toolchain.find_tool("nvdisasm")
         with pytest.raises(ToolchainMissing, match="clang-19 with the AMDGPU backend not found: apt-get install clang-19"):
             toolchain.find_tool("clang")
+        with pytest.raises(ToolchainMissing, match="clang for gfx950 not found: apt-get install clang-22 "
+                                                   r"\(Debian 12: bookworm-security"):
+            toolchain.find_tool("clang", arch="gfx950")
     finally:
         toolchain.find_tool.cache_clear()
 
@@ -154,3 +157,21 @@ def test_the_sm90a_flags_are_spelled_once():
     assert toolchain.nvcc_arch_flags("sm_90a") == ("-gencode=arch=compute_90a,code=sm_90a",)
     assert build.TARGETS["sm_90a"].flags[-1] == "-gencode=arch=compute_90a,code=sm_90a"
     assert toolchain.amd_arch_flag("gfx942") == "--offload-arch=gfx942"
+
+
+def test_a_clang_that_cannot_target_gfx950_is_refused_for_gfx950_by_name(monkeypatch):
+    import shutil
+
+    clang19 = shutil.which("clang-19")
+    if clang19 is None:
+        pytest.skip("clang-19 is not installed")
+    monkeypatch.setenv("HZ_CLANG", clang19)
+    toolchain.find_tool.cache_clear()
+    try:
+        assert toolchain.find_tool("clang", arch="gfx942") == clang19
+        with pytest.raises(ToolchainMissing, match="HZ_CLANG=.*clang-19 cannot compile for gfx950"):
+            toolchain.find_tool("clang", arch="gfx950")
+        with pytest.raises(UserError, match="not an AMD architecture"):
+            toolchain.find_tool("clang", arch="sm_90a")
+    finally:
+        toolchain.find_tool.cache_clear()

@@ -23,7 +23,7 @@ import pytest
 from hazards.cli import main
 from hazards.engine import toolchain
 
-HIDDEN = {"clang": ("clang-19", "clang"), "nvcc": ("nvcc",), "nvdisasm": ("nvdisasm", "cuobjdump")}
+HIDDEN = {"clang": toolchain.TOOLS["clang"].programs, "nvcc": ("nvcc",), "nvdisasm": ("nvdisasm", "cuobjdump")}
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Every runtime family source compiles as HIP for gfx942 against the installed ROCm headers
-(device side to assembly, host side checked with -fsyntax-only: no ROCm linker or GPU here),
+"""Every runtime family source compiles as HIP for gfx942 (clang-19) and gfx950 (clang-22)
+against the installed ROCm headers (device side to assembly, host side checked with
+-fsyntax-only: no ROCm linker or GPU here),
 and the replies a HIP build gives for what it cannot run are `unsupported`, not bad requests."""
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from hazards.engine.classify import classify_reply
 from hazards.engine.outcome import Outcome
 from hazards.engine.protocol import validate_reply
 from hazards.families import all_families
-from hazards.static.userbuild import device_lib_args, hip_headers_found
-from static_helpers import CLANG_MISSING, REPO
+from hazards.engine.errors import ToolchainMissing
+from hazards.static.userbuild import device_lib_args, hip_device_args, hip_headers_found
+from static_helpers import REPO
 
 # Families whose kernel has no HIP counterpart, and why (the test says so, never passes them).
 CUDA_ONLY = {
@@ -24,31 +26,35 @@ CUDA_ONLY = {
 RUNTIME = sorted(f.name for f in all_families() if f.binary)
 
 
-def _hip_missing() -> str | None:
-    if CLANG_MISSING:
-        return CLANG_MISSING
-    clang = toolchain.find_tool("clang")
+def _hip_missing(arch: str) -> str | None:
+    try:
+        clang = toolchain.find_tool("clang", arch=arch)
+    except ToolchainMissing as e:
+        return str(e)
     if not hip_headers_found(clang):
         return "ROCm's HIP headers are not installed (apt-get install libamdhip64-dev)"
-    if "-nogpulib" in device_lib_args(clang, "gfx942"):
+    if "-nogpulib" in device_lib_args(clang, arch):
         return "ROCm's device libraries are not installed (apt-get install rocm-device-libs)"
     return None
 
 
+@pytest.mark.parametrize("arch", toolchain.AMD_ARCHS)
 @pytest.mark.parametrize("family", RUNTIME)
-def test_every_runtime_family_source_compiles_as_hip_for_gfx942(family, tmp_path):
+def test_every_runtime_family_source_compiles_as_hip(family, arch, tmp_path):
     if family in CUDA_ONLY:
         pytest.skip(f"{family} is CUDA-only: {CUDA_ONLY[family]}")
-    if (why := _hip_missing()) is not None:
+    if (why := _hip_missing(arch)) is not None:
         pytest.skip(why)
-    clang = toolchain.find_tool("clang")
+    clang = toolchain.find_tool("clang", arch=arch)
     src = REPO / "standalone" / family / f"{family}.cu"
-    base = [clang, "-x", "hip", toolchain.amd_arch_flag("gfx942"), f"-I{REPO / 'standalone'}", str(src)]
-    device = subprocess.run([*base, "--cuda-device-only", *device_lib_args(clang, "gfx942"), "-O1",
-                             "-S", "-o", str(tmp_path / "device.s")], capture_output=True, text=True, timeout=600)
+    device_args = hip_device_args(clang, arch)  # the device libraries, the wave-size macro clang 22 dropped
+    device = subprocess.run([clang, *device_args, f"-I{REPO / 'standalone'}", str(src), "-O1", "-S",
+                             "-o", str(tmp_path / "device.s")], capture_output=True, text=True, timeout=600)
     assert device.returncode == 0, device.stderr[-3000:]
-    assert "amdgcn-amd-amdhsa--gfx942" in (tmp_path / "device.s").read_text()
-    host = subprocess.run([*base, "--cuda-host-only", "-fsyntax-only"], capture_output=True, text=True,
+    assert f"amdgcn-amd-amdhsa--{arch}" in (tmp_path / "device.s").read_text()
+    wave = [a for a in device_args if a.startswith("-D__AMDGCN_WAVEFRONT_SIZE")]
+    host = subprocess.run([clang, "-x", "hip", toolchain.amd_arch_flag(arch), *wave, f"-I{REPO / 'standalone'}",
+                           str(src), "--cuda-host-only", "-fsyntax-only"], capture_output=True, text=True,
                           timeout=600)
     assert host.returncode == 0, host.stderr[-3000:]
 

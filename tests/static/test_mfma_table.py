@@ -1,4 +1,5 @@
-"""The MFMA wait-state table agrees with LLVM's hazard recognizer in clang-19 (gfx942).
+"""The MFMA wait-state table agrees with LLVM's hazard recognizer: in clang-19 for gfx942,
+in clang-22 for gfx950 (clang-19 rejects gfx950).
 
 One kernel per table row: an MFMA intrinsic whose result is used right away. LLVM inserts
 exactly the `s_nop`s its recognizer requires; the fewest wait states on any path from the
@@ -6,15 +7,20 @@ MFMA to the first reader of its result must equal `required_wait_states` for tha
 """
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
+from hazards.engine import toolchain
+from hazards.engine.errors import ToolchainMissing
 from hazards.static import amdgcn, amdgcn_isa as isa, mfma_table
 from hazards.static.compile import compile_amdgcn
 from static_helpers import requires_clang
 
 V = "__attribute__((ext_vector_type({n})))"
 TYPES = ["typedef float v2f " + V.format(n=2) + ";", "typedef _Float16 v4h " + V.format(n=4) + ";",
-         "typedef short v4s " + V.format(n=4) + ";"]
+         "typedef short v4s " + V.format(n=4) + ";", "typedef _Float16 v8h " + V.format(n=8) + ";",
+         "typedef __bf16 v8bf " + V.format(n=8) + ";", "typedef int i8 " + V.format(n=8) + ";"]
 for n in (4, 16, 32):
     TYPES += [f"typedef float f{n} {V.format(n=n)};", f"typedef int i{n} {V.format(n=n)};"]
 TYPES.append(f"typedef double d4 {V.format(n=4)};")
@@ -56,32 +62,74 @@ ROWS = {
 }
 
 
-def test_every_gfx942_row_has_a_probe():
+# gfx950's own rows. The f8f6f4 ops come from the scaled builtin (LLVM selects the unscaled
+# instruction when both scales are the constant 0); cbsz/blgp 4 = f4 operands (half the passes).
+_F8F6F4 = "(a[0], b[0], c, {fmt}, {fmt}, 0, {sa}, 0, {sb})"
+ROWS_950 = {
+    "v_mfma_f32_16x16x32_f16": ("mfma_f32_16x16x32_f16", "v8h", "f4"),
+    "v_mfma_f32_16x16x32_bf16": ("mfma_f32_16x16x32_bf16", "v8bf", "f4"),
+    "v_mfma_f32_32x32x16_f16": ("mfma_f32_32x32x16_f16", "v8h", "f16"),
+    "v_mfma_f32_32x32x16_bf16": ("mfma_f32_32x32x16_bf16", "v8bf", "f16"),
+    "v_mfma_i32_16x16x64_i8": ("mfma_i32_16x16x64_i8", "i4", "i4"),
+    "v_mfma_i32_32x32x32_i8": ("mfma_i32_32x32x32_i8", "i4", "i16"),
+    "v_mfma_f32_16x16x128_f8f6f4": ("mfma_scale_f32_16x16x128_f8f6f4", "i8", "f4",
+                                    _F8F6F4.format(fmt=0, sa=0, sb=0)),
+    "v_mfma_f32_32x32x64_f8f6f4": ("mfma_scale_f32_32x32x64_f8f6f4", "i8", "f16",
+                                   _F8F6F4.format(fmt=0, sa=0, sb=0)),
+    "v_mfma_scale_f32_16x16x128_f8f6f4": ("mfma_scale_f32_16x16x128_f8f6f4", "i8", "f4",
+                                          _F8F6F4.format(fmt=0, sa="s[0]", sb="s[1]")),
+    "v_mfma_scale_f32_32x32x64_f8f6f4": ("mfma_scale_f32_32x32x64_f8f6f4", "i8", "f16",
+                                         _F8F6F4.format(fmt=0, sa="s[0]", sb="s[1]")),
+}
+# the same op with f4 operands only (cbsz:4 blgp:4): a probe of its own, one row of the table
+F4_PROBE = ("mfma_scale_f32_16x16x128_f8f6f4", "i8", "f4", _F8F6F4.format(fmt=4, sa="s[0]", sb="s[1]"))
+DROPPED_950 = {"v_mfma_f32_32x32x4_xf32", "v_mfma_f32_16x16x8_xf32"}
+
+
+def _probes_for(arch: str) -> list[tuple]:
+    if arch == "gfx942":
+        return list(ROWS.values())
+    rows = {**{m: r for m, r in ROWS.items() if m not in DROPPED_950}, **ROWS_950}
+    return [*rows.values(), F4_PROBE]
+
+
+def test_every_row_of_each_target_has_a_probe():
     assert set(ROWS) == set(mfma_table.TABLE["gfx942"])
+    assert {m for m in ROWS if m not in DROPPED_950} | set(ROWS_950) == set(mfma_table.TABLE["gfx950"])
 
 
-@pytest.fixture(scope="module")
-def probes(tmp_path_factory):
+def _compile_probes(arch: str, folder) -> list:
     src = ["#define __global__ __attribute__((global))", *TYPES]
-    for k, (mnem, (builtin, ab, c)) in enumerate(ROWS.items()):
+    for k, (builtin, ab, c, *args) in enumerate(_probes_for(arch)):
         use = "c" if c == "double" else "c[0]"
-        src.append(f"__global__ void probe{k}(const {ab}* a, const {ab}* b, const {c}* cp, float* o)"
-                   f" {{ {c} c = cp[0]; c = __builtin_amdgcn_{builtin}(a[0], b[0], c, 0, 0, 0);"
+        call = args[0] if args else "(a[0], b[0], c, 0, 0, 0)"
+        src.append(f"__global__ void probe{k}(const {ab}* a, const {ab}* b, const {c}* cp, const int* s,"
+                   f" float* o) {{ {c} c = cp[0]; c = __builtin_amdgcn_{builtin}{call};"
                    f" o[0] = (float)({use}); }}")
-    path = tmp_path_factory.mktemp("mfma") / "probes.hip"
+    path = folder / f"probes-{arch}.hip"
     path.write_text("\n".join(src) + "\n")
-    build = compile_amdgcn(path, label="mfma-probes")
+    try:
+        build = compile_amdgcn(path, arch=arch, label=f"mfma-probes-{arch}")
+    except ToolchainMissing as e:
+        pytest.skip(f"no clang for {arch}: {e}")
     return isa.parse_listing(build.text)
 
 
+@pytest.fixture(scope="module", params=toolchain.AMD_ARCHS)
+def probes(request, tmp_path_factory):
+    return request.param, _compile_probes(request.param, tmp_path_factory.mktemp("mfma"))
+
+
 @requires_clang
-def test_llvm_inserts_exactly_the_table_wait_states_for_every_gfx942_mfma(probes):
-    checked, exact = 0, 0
-    for func in probes:
+def test_llvm_inserts_exactly_the_table_wait_states_for_every_mfma(probes):
+    arch, funcs = probes
+    checked, exact, seen = 0, 0, set()
+    for func in funcs:
         (m_idx,) = [i for i, ins in enumerate(func.instrs) if ins.is_mfma]
         mfma = func.instrs[m_idx]
-        shape = mfma_table.lookup(mfma.mnemonic, "gfx942")
+        shape = mfma_table.lookup(mfma.mnemonic, arch, mfma.text)
         assert shape is not None, mfma.mnemonic
+        seen.add(mfma.mnemonic.removesuffix("_e64"))
         dst = isa.units(mfma.writes())
         reach = isa.min_wait_reach(func, m_idx, 64, lambda i: bool(isa.units(func.instrs[i].reads()) & dst))
         readers = [(w, i) for i, w in reach.items() if isa.units(func.instrs[i].reads()) & dst]
@@ -92,18 +140,39 @@ def test_llvm_inserts_exactly_the_table_wait_states_for_every_gfx942_mfma(probes
         # padding placed for another hazard (a VALU overwriting part of the result, WAW)
         # says nothing about the read: exactness is claimed only when the read comes first
         waw = any(isa.units(func.instrs[i].writes()) & dst for i in range(m_idx + 1, r_idx))
-        assert waited >= need, (mfma.mnemonic, kind, waited, need)  # table never stricter
+        assert waited >= need, (arch, mfma.mnemonic, kind, waited, need)  # table never stricter
         if nops and not waw:  # LLVM had to pad: the padding is exactly our requirement
-            assert waited == need, (mfma.mnemonic, kind, waited, need)
+            assert waited == need, (arch, mfma.mnemonic, kind, waited, need)
             exact += 1
         checked += 1
-    assert checked == len(ROWS) and exact >= len(ROWS) - 4
+    # every row of the target came out of the compiler as itself (no other selection)
+    assert seen == set(mfma_table.TABLE[arch]), sorted(seen ^ set(mfma_table.TABLE[arch]))
+    assert checked == len(_probes_for(arch)) and exact >= checked - 4
 
 
 @requires_clang
 def test_clang_output_has_no_mfma_findings(probes):
-    for func in probes:
-        assert not [f for f in amdgcn.check_mfma_waits([func], "p.s", "gfx942") if f.fails]
+    arch, funcs = probes
+    for func in funcs:
+        assert not [f for f in amdgcn.check_mfma_waits([func], "p.s", arch) if f.fails]
+
+
+@requires_clang
+def test_the_dropped_xf32_ops_are_not_gfx950_instructions(tmp_path):
+    src = tmp_path / "xf32.hip"
+    src.write_text("#define __global__ __attribute__((global))\n" + TYPES[0] + "\n" + TYPES[6] + "\n"
+                   "__global__ void k(const v2f* a, const f4* c, float* o) {"
+                   " o[0] = __builtin_amdgcn_mfma_f32_16x16x8_xf32(a[0], a[1], c[0], 0, 0, 0)[0]; }\n")
+    try:
+        clang = toolchain.find_tool("clang", arch="gfx950")
+    except ToolchainMissing as e:
+        pytest.skip(f"no clang for gfx950: {e}")
+    # (no crash reproducer files: the backend aborts on the unselectable intrinsic)
+    proc = subprocess.run([clang, *toolchain.AMD_DEVICE_ONLY_FLAGS, "--offload-arch=gfx950", "-O3", "-S",
+                           "-fno-crash-diagnostics", str(src), "-o", str(tmp_path / "xf32.s")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "Cannot select: intrinsic %llvm.amdgcn.mfma.f32.16x16x8.xf32" in proc.stderr
 
 
 def test_required_wait_states_follow_llvm_formulas():
