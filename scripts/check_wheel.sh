@@ -31,9 +31,29 @@ wheel=$(cd "$(dirname "$wheel")" && pwd)/$(basename "$wheel")
 
 step "installing $(basename "$wheel") --no-deps into a venv with the system's site-packages"
 python3 -m venv --system-site-packages --without-pip "$work/venv"
+site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# A venv made from inside another venv sees the *base* interpreter's packages, not the active
+# venv's: list the active interpreter's site folders in a .pth so that what the contributor's
+# venv installed (typer, rich, ...) is what the wheel runs against. Its .pth files are not
+# processed, so an editable install of this checkout there cannot serve a module the wheel lacks.
+python3 -c 'import site, sys; print("\n".join(p for p in [*site.getsitepackages(), site.getusersitepackages()] if p not in sys.argv[1:]))' \
+  "$site" > "$site/zz-active-interpreter.pth"
 "$work/venv/bin/python" -m pip install -q --no-deps --no-index "$wheel"
 hazards="$work/venv/bin/hazards"
-site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+
+step "the wheel runs against the active interpreter's dependencies"
+# The core dependencies' import names (pyproject.toml's dependencies): each must resolve to the
+# same file in the wheel's venv as in the interpreter that runs this script (a venv included).
+origins='import importlib.util as u
+for name in ("hypothesis", "psutil", "scipy", "typer", "rich", "pynvml", "filelock"):
+    spec = u.find_spec(name)
+    print(name, spec.origin if spec else "MISSING")'
+python3 -c "$origins" > "$work/active-deps.txt"
+"$work/venv/bin/python" -c "$origins" > "$work/wheel-deps.txt"
+if ! diff -u "$work/active-deps.txt" "$work/wheel-deps.txt"; then
+  echo "check_wheel: the wheel's venv does not see the active interpreter's dependencies" >&2
+  exit 1
+fi
 
 mkdir "$work/outside"
 cd "$work/outside"

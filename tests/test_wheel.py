@@ -143,10 +143,27 @@ print(json.dumps({"exe": str(exe), "same": listing == {"hz_protocol": 1, **fam.h
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
 
 
+def _contributor_venv(path: Path) -> dict[str, str]:
+    """A venv like a contributor's, active (PATH, VIRTUAL_ENV), whose own site-packages holds a
+    dependency the base interpreter also has (filelock, copied): a wheel check that ran against
+    the base interpreter's packages instead of the active venv's would see another copy."""
+    import filelock
+
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
+    purelib = subprocess.run([str(path / "bin" / "python"), "-c",
+                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    shutil.copytree(Path(filelock.__file__).parent, Path(purelib) / "filelock")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HZ_BUILD_DIR", "HZ_STORE")}
+    env.update(VIRTUAL_ENV=str(path), PATH=f"{path / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
 def test_the_installed_wheel_runs_the_cli_from_outside_the_checkout(wheel, tmp_path):
-    """What .ci/run checks: the wheel installed --no-deps into a venv that sees the system's
-    site-packages runs `hazards --version`, `list`, `check --static` and `run` from a folder
-    outside the checkout, and every module of the checkout comes from the wheel."""
+    """What .ci/run checks: the wheel installed --no-deps into a venv that sees the active
+    interpreter's packages runs `hazards --version`, `list`, `check --static` and `run` from a
+    folder outside the checkout, and every module of the checkout comes from the wheel. Run
+    from inside a contributor's venv: the wheel must see what that venv installed."""
     from hazards.engine.errors import ToolchainMissing
     from hazards.engine.toolchain import find_tool
 
@@ -155,11 +172,12 @@ def test_the_installed_wheel_runs_the_cli_from_outside_the_checkout(wheel, tmp_p
         find_tool("nvcc")
     except ToolchainMissing as e:
         pytest.skip(str(e))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HZ_BUILD_DIR", "HZ_STORE")}
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "check_wheel.sh"), str(wheel)], cwd=tmp_path, env=env,
+    env = _contributor_venv(tmp_path / "contributor-venv")
+    (tmp_path / "work").mkdir()
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "check_wheel.sh"), str(wheel)], cwd=tmp_path / "work", env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    for step in ("hazards --version", "hazards list", "hazards check --static", "hazards run",
+    for step in ("the wheel runs against the active interpreter's dependencies", "hazards --version", "hazards list", "hazards check --static", "hazards run",
                  "every module of the checkout loads from the installed wheel", "passed"):
         assert f"check_wheel: {step}" in proc.stdout
     assert "check passed" in proc.stdout and "0 failures in 3 runs" in proc.stdout
