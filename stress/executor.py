@@ -42,6 +42,7 @@ from hazards.engine.containment import CONTAINMENT
 from hazards.engine.leases import GpuLease
 from hazards.engine.outcome import Outcome, RunResult, item_key
 from hazards.engine.store import Store, empty_counts
+from hazards.engine.targets.base import stall_kw
 from hazards.engine.verdict import Expect, Proof, expect_of
 
 ARTIFACT_POLICIES = ("failures", "all", "none")
@@ -73,6 +74,7 @@ class WorkItem:
     anomalies: tuple[str, ...] = ()
     sanitizer: str | None = None
     handshake_timeout_s: float | None = None  # server: wait for a new worker's handshake (None: the default)
+    stall_s: float | None = None  # a run with progress, then none for this long, is a hang (None: timeout only)
 
     @property
     def expectation(self) -> Expect | None:
@@ -285,7 +287,7 @@ class GpuLoop:
         t0 = time.time()
         try:
             result = self._target(item).run(dict(item.params), timeout=item.timeout_s,
-                                            launches=item.launches, artifact_dir=art)
+                                            launches=item.launches, artifact_dir=art, **stall_kw(item.stall_s))
         except GpuLost as e:  # recorded below; `run` then ends this GPU's loop
             result = e.result
             self.stats.lost, self.stats.lost_at = result.reason, time.time()

@@ -45,6 +45,26 @@ def quit_request(request_id: int) -> dict[str, Any]:
     return {"id": request_id, "cmd": "quit"}
 
 
+def progress_request(request_id: int, label: Any) -> dict[str, Any]:
+    """A server's progress line during request `request_id` (docs/stall.md)."""
+    return {"id": request_id, "progress": label}
+
+
+def progress_of(line: bytes) -> tuple[Any, str] | None:
+    """(id, label) when `line` is a progress line ({"id": N, "progress": ...}, no status),
+    else None. Cheap for replies: only a line that names "progress" is parsed here."""
+    if b'"progress"' not in line:
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or "progress" not in obj or "status" in obj:
+        return None
+    label = obj["progress"]
+    return obj.get("id"), label if isinstance(label, str) else json.dumps(label)
+
+
 def is_banner(line: bytes) -> bool:
     """True for a pre-handshake line that is not protocol (does not start with `{`)."""
     return not line.lstrip().startswith(b"{")

@@ -7,7 +7,10 @@
 
 `serve` writes the handshake, then answers every request with the handler's reply (the
 request's id added) until a quit request or EOF. A handler that must end the server after
-a request (a sticky device error poisons the context) raises `StopServing`.
+a request (a sticky device error poisons the context) raises `StopServing`. A handler whose
+batch is long calls `progress(label)` as its work moves (after each launch it has seen
+complete, say): the supervisor then declares a hang as soon as those stop for its stall
+window, instead of waiting for the request's timeout (docs/stall.md).
 """
 from __future__ import annotations
 
@@ -15,10 +18,20 @@ import json
 import sys
 from typing import Any, BinaryIO, Callable, Optional
 
-from hazards.engine.protocol import PROTOCOL_VERSION, encode
+from hazards.engine.protocol import PROTOCOL_VERSION, encode, progress_request
 
 Reply = Optional[dict[str, Any]]
 Handler = Callable[[dict[str, Any]], Reply]
+
+
+_current: dict[str, Any] = {}  # the request being served and where to write: for `progress`
+
+
+def progress(label: Any = "") -> None:
+    """Report progress of the request being served (a no-op outside a handler)."""
+    send = _current.get("send")
+    if send is not None:
+        send(progress_request(_current["id"], label))
 
 
 class StopServing(Exception):
@@ -51,12 +64,15 @@ def serve(handler: Handler, hello: Optional[dict[str, Any]], *,
         request = json.loads(raw)
         if request.get("cmd") == "quit":
             return 0
+        _current.update(send=send, id=request.get("id"))
         try:
             reply = handler(request)
         except StopServing as stop:
             if stop.reply is not None:
                 send({"id": request.get("id"), **stop.reply})
             return stop.exit_code
+        finally:
+            _current.clear()
         if reply is not None:
             send({"id": request.get("id"), **reply})
     return 0

@@ -37,6 +37,7 @@ from typing import Any, Callable
 import psutil
 
 from hazards.engine.containment import CONTAINMENT
+from hazards.engine.progress import POLL_S, LineScanner, Progress
 from hazards.engine.proctree import (KILL_WAIT_S, PIDFDS, kill_group, kill_pids, pipe_holders, scan_for,
                              start_ticks, still_same)
 
@@ -186,8 +187,10 @@ class Drain(threading.Thread):
     """
 
     def __init__(self, fd: int, *, name: str, tail_bytes: int = TAIL_BYTES,
-                 log_path: Path | None = None, notable_re: Any = None) -> None:
+                 log_path: Path | None = None, notable_re: Any = None,
+                 progress: Progress | None = None) -> None:
         super().__init__(name=f"hz-drain-{name}", daemon=True)
+        self._progress = LineScanner(progress) if progress is not None else None
         self.fd = fd
         self.total = 0
         self._tail = bytearray()
@@ -219,6 +222,8 @@ class Drain(threading.Thread):
                     self.log_error = f"{self._log_path}: {exc.strerror}"
                     log = self._close_log(log)
             self._scan(data, final=False)
+            if self._progress is not None:
+                self._progress.feed(data)
             with self._lock:
                 self.total += len(data)
                 self._tail += data
@@ -312,14 +317,18 @@ class Supervised:
 
     `line_stdout=True` leaves stdout to the caller (server protocol) as a non-blocking fd;
     otherwise stdout is drained like stderr. With `log_dir`, full logs are written there
-    as stdout.log / stderr.log. Raises OSError if the program cannot be started.
+    as stdout.log / stderr.log. `progress`, when given, hears the child's progress events
+    (HZ_PROGRESS lines in its output; file sources the caller adds as pollers): `watch`
+    then judges stalls. Raises OSError if the program cannot be started.
     """
 
     def __init__(self, argv: list[str], *, env: dict[str, str], cwd: str | None = None,
                  target: str = "", stdin: bool = False, line_stdout: bool = False,
                  log_dir: Path | None = None, grace_s: float = 2.0,
-                 notable_re: Any = None, sample_every_s: float = 0.25) -> None:
+                 notable_re: Any = None, sample_every_s: float = 0.25,
+                 progress: Progress | None = None) -> None:
         self.argv = list(argv)
+        self.progress = progress
         self.target = target
         self.grace_s = grace_s
         token = uuid.uuid4().hex
@@ -354,10 +363,12 @@ class Supervised:
             self.stdout_drain = None
         else:
             self.stdout_drain = Drain(self.stdout_fd, name="stdout", notable_re=notable_re,
-                                      log_path=log_dir / "stdout.log" if log_dir else None)
+                                      log_path=log_dir / "stdout.log" if log_dir else None,
+                                      progress=progress)
             self.stdout_drain.start()
         self.stderr_drain = Drain(self.proc.stderr.fileno(), name="stderr", notable_re=notable_re,
-                                  log_path=log_dir / "stderr.log" if log_dir else None)
+                                  log_path=log_dir / "stderr.log" if log_dir else None,
+                                  progress=progress)
         self.stderr_drain.start()
 
     # -- state ---------------------------------------------------------------------
@@ -405,6 +416,33 @@ class Supervised:
                 select.select([self.pidfd], [], [], max(0.0, wake))
             else:
                 time.sleep(min(max(0.0, wake), 0.001))
+
+    def watch(self, deadline: float, stall_s: float | None = None) -> str:
+        """Wait for the child's exit like `wait_exit`, judging progress meanwhile: "exited",
+        "timeout" (monotonic `deadline` passed) or "stall" (`stall_s` seconds without a
+        progress event after the first one; never before the first)."""
+        progress = self.progress
+        if progress is None or not stall_s:
+            return "exited" if self.wait_exit(deadline) else "timeout"
+        tick = POLL_S if progress.pollers else 0.05  # drains beat from their threads
+        while True:
+            if self.exit_status() is not None:
+                return "exited"
+            progress.poll()
+            now = time.monotonic()
+            quiet = progress.stalled_for(now)
+            if quiet is not None and quiet >= stall_s:
+                return "stall"
+            if now >= deadline:
+                return "timeout"
+            self.maybe_sample()
+            wake = min(deadline, self._t0 + self._next_sample, now + tick)
+            if quiet is not None:
+                wake = min(wake, now + stall_s - quiet)
+            if self.pidfd is not None:
+                select.select([self.pidfd], [], [], max(0.0, wake - now))
+            else:
+                time.sleep(min(max(0.0, wake - now), 0.001))
 
     # -- output ----------------------------------------------------------------------
     def stdout_text(self) -> str:

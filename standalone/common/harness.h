@@ -396,6 +396,7 @@ class Runner {
     HZ_CHECK(cudaMalloc(&check_, sizeof(DeviceCheck)));
   }
   const Device& device() const { return dev_; }
+  cudaStream_t stream() const { return stream_; }
 
   // One batch: returns the reply object (without id). Throws DeviceFault / BadRequest /
   // BadReference; the caller turns them into replies.

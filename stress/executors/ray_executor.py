@@ -53,7 +53,7 @@ from hazards.engine.errors import UserError
 from hazards.engine.executor import GpuLost, GpuStats, WorkItem, default_target_factory, run_local
 from hazards.engine.leases import GpuLease
 from hazards.engine.outcome import HOST, Outcome, RunResult
-from hazards.engine.targets.base import Target
+from hazards.engine.targets.base import Target, stall_kw
 
 STARTUP_TIMEOUT_S = 120.0   # actors created, leases taken, first call answered
 ANSWER_MARGIN_S = 60.0      # beyond a run's own timeout + kill grace + hang collectors
@@ -258,7 +258,8 @@ class GpuActor:
         item = WorkItem.from_json(item_json)
         local = self.scratch / Path(artifact_dir).parent.name / Path(artifact_dir).name if artifact_dir else None
         window = self.monitor.begin(self.lease.uuid) if self.monitor else None
-        result = self._target(item).run(params, timeout=timeout, launches=launches, artifact_dir=local)
+        result = self._target(item).run(params, timeout=timeout, launches=launches, artifact_dir=local,
+                                        **stall_kw(item.stall_s))
         if window is not None:
             tel = self.monitor.end(window)
             if tel:
@@ -315,7 +316,8 @@ class RemoteTarget(Target):
         self.name = item.target
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float, launches: int | None = None,
-            artifact_dir: Path | None = None) -> RunResult:
+            artifact_dir: Path | None = None, stall: float | None = None) -> RunResult:
+        """`stall` travels in the item (the actor reads `item.stall_s`)."""
         ray = self.executor.ray
         started = time.time()
         limit = timeout + self.executor.answer_margin_s

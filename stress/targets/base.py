@@ -109,6 +109,11 @@ def check_timeout(timeout: Any) -> float:
     return _seconds(timeout, "timeout", allow_zero=False)
 
 
+def check_stall(stall: Any) -> float | None:
+    """A stall window: None (off) or a positive, finite number of seconds; UserError otherwise."""
+    return None if stall is None else _seconds(stall, "stall window", allow_zero=False)
+
+
 def check_grace(grace_s: Any) -> float:
     """A non-negative, finite grace period (SIGTERM to SIGKILL) in seconds, or UserError."""
     return _seconds(grace_s, "grace period", allow_zero=True)
@@ -150,6 +155,12 @@ def prepare_artifact_dir(artifact_dir: str | os.PathLike[str] | None) -> Path | 
     return path
 
 
+def stall_kw(stall: float | None) -> dict[str, float]:
+    """`stall=` for an inner target's run only when a window is set: targets written before
+    stall windows (a test's fake, a user's plugin) keep working without one."""
+    return {} if stall is None else {"stall": stall}
+
+
 class Target(abc.ABC):
     """Something that can be run and judged; one `run` is one RunResult.
 
@@ -160,8 +171,10 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
-            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
-        """Run once with `params` under a `timeout` (seconds) and return the judged result."""
+            launches: int | None = None, artifact_dir: Path | None = None,
+            stall: float | None = None) -> RunResult:
+        """Run once with `params` under a `timeout` (seconds) and return the judged result;
+        with `stall`, a run that stops showing progress for that long is a hang sooner."""
 
     def close(self) -> None:
         """Release every process this target started (no-op by default)."""
@@ -187,9 +200,11 @@ class WrapperTarget(Target):
         self.name = name or getattr(inner, "name", type(inner).__name__)
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
-            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
+            launches: int | None = None, artifact_dir: Path | None = None,
+            stall: float | None = None) -> RunResult:
         """Run the inner target unchanged (subclasses add their part around this)."""
-        return self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
+        return self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir,
+                              **stall_kw(stall))
 
     def close(self) -> None:
         """Close the inner target (and with it every process it started)."""

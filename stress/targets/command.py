@@ -17,8 +17,9 @@ from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN, NOTABLE_RE, classi
 from hazards.engine.errors import UserError
 from hazards.engine.forensics.collector import hang_reason
 from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.progress import Progress, RunProgress, stall_reason
 from hazards.engine.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
-                                 check_launches, check_params, check_timeout, default_name,
+                                 check_launches, check_params, check_stall, check_timeout, default_name,
                                  prepare_artifact_dir)
 from hazards.engine.watchdog import Supervised
 
@@ -73,9 +74,14 @@ class CommandTarget(Target):
         return other
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
-            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
-        """Start the program, wait up to `timeout` s, kill its whole tree, judge the run."""
+            launches: int | None = None, artifact_dir: Path | None = None,
+            stall: float | None = None) -> RunResult:
+        """Start the program, wait up to `timeout` s, kill its whole tree, judge the run.
+
+        With `stall`, a run that showed progress (docs/stall.md) and then none for `stall`
+        seconds is a hang at once (reason "no progress for ..."), the timeout the backstop."""
         timeout = check_timeout(timeout)
+        stall = check_stall(stall)
         params = check_params(params)
         launches = check_launches(launches)
         artifacts = prepare_artifact_dir(artifact_dir)
@@ -89,23 +95,28 @@ class CommandTarget(Target):
         if artifacts is not None:
             env["HZ_ARTIFACT_DIR"] = str(artifacts.resolve())
 
-        started_at = time.time()
-        t0 = time.monotonic()
-        try:
-            child = Supervised(self.argv, env=env, cwd=self.cwd, target=self.name,
-                               log_dir=artifacts, grace_s=self.grace_s,
-                               notable_re=self._notable)
-        except OSError as exc:
-            raise UserError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
-        try:
-            exited = child.wait_exit(t0 + timeout)
-            duration = time.monotonic() - t0
-            if exited:
-                kill_evidence = child.kill()  # leftovers the program left behind
-            else:
-                kill_evidence = child.hang(artifacts)
-        finally:
-            child.kill()  # idempotent; also runs if a collector or wait raised
+        with RunProgress(env) as watched:
+            started_at = time.time()
+            t0 = time.monotonic()
+            try:
+                child = Supervised(self.argv, env=env, cwd=self.cwd, target=self.name,
+                                   log_dir=artifacts, grace_s=self.grace_s,
+                                   notable_re=self._notable, progress=watched.progress)
+            except OSError as exc:
+                raise UserError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
+            try:
+                state = child.watch(t0 + timeout, stall)
+                exited = state == "exited"
+                duration = time.monotonic() - t0
+                if exited:
+                    watched.progress.finish()
+                    kill_evidence = child.kill()  # leftovers the program left behind
+                else:
+                    stalled = stall_reason(watched.progress.stalled_for() or 0.0, watched.progress.last_label()) \
+                        if state == "stall" else None
+                    kill_evidence = child.hang(artifacts)
+            finally:
+                child.kill()  # idempotent; also runs if a collector or wait raised
         outcome, reason, evidence = classify_exit(
             child.proc.returncode if exited else None, child.stdout_text(), child.stderr_text(),
             timed_out=not exited, timeout=timeout, result_regex=self.result_regex,
@@ -115,6 +126,11 @@ class CommandTarget(Target):
             outcome, reason = Outcome.ERROR, f"cannot start {self.argv[0]}: {unstartable}"
             evidence["error_kind"] = "target_start"
         evidence.update(kill_evidence)
+        if watched.progress.events:
+            evidence["progress"] = watched.progress.summary()
+        if not exited and stalled:
+            reason, evidence["error_kind"] = stalled, "stall"
+            evidence["stall_s"] = stall
         if outcome is Outcome.HANG:
             reason = hang_reason(reason, evidence)  # where it is stuck, when a collector saw it
         evidence["pid"] = child.pid

@@ -125,7 +125,8 @@ class SanitizerTarget(WrapperTarget):
         self.print_limit = print_limit
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
-            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
+            launches: int | None = None, artifact_dir: Path | None = None,
+            stall: float | None = None) -> RunResult:
         """One process under the sanitizer; its report becomes the evidence."""
         tmp = None
         if artifact_dir is None:
@@ -139,7 +140,7 @@ class SanitizerTarget(WrapperTarget):
                   "--print-limit", str(self.print_limit)]
         try:
             result = self.inner.with_prefix(prefix, name=self.name).run(
-                params, timeout=timeout, launches=launches, artifact_dir=artifact_dir)
+                params, timeout=timeout, launches=launches, artifact_dir=artifact_dir, stall=stall)
             text = log.read_text(errors="replace") if log.exists() else ""
             report = parse_report(text, self.tool)
             if tmp is None:

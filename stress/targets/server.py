@@ -23,8 +23,9 @@ from hazards.engine.classify import (NOTABLE_RE, classify_exit, classify_reply, 
 from hazards.engine.errors import ProtocolError, UserError
 from hazards.engine.forensics.collector import hang_reason
 from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.progress import POLL_S, RunProgress, stall_reason
 from hazards.engine.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
-                                 check_launches, check_params, check_timeout, default_name,
+                                 check_launches, check_params, check_stall, check_timeout, default_name,
                                  prepare_artifact_dir)
 from hazards.engine.targets.command import tail_text
 from hazards.engine.watchdog import Supervised
@@ -36,8 +37,10 @@ SAMPLE_EVERY_S = 1.0  # descendant sampling cadence: amortised to nothing per re
 class _Worker:
     """One server process: its pipes, its read buffer, and how many requests it served."""
 
-    def __init__(self, child: Supervised) -> None:
+    def __init__(self, child: Supervised, sources: RunProgress) -> None:
         self.child = child
+        self.sources = sources  # its progress file and tripwire: polled, removed with it
+        self.progress = sources.progress
         self.age = 0
         self.handshake: dict[str, Any] = {}
         self._buf = bytearray()
@@ -87,6 +90,34 @@ class _Worker:
                     self._poll.unregister(fd)
                     self._read_available()
                     self._eof = True
+
+    def read_reply(self, deadline: float, request_id: int, stall_s: float | None) -> tuple[str, bytes]:
+        """`read_line` for the reply to `request_id`, taking its progress lines as progress
+        events on the way (and ignoring a late one of an earlier request): adds ("stall",
+        b"") when progress stopped for `stall_s` after the first event."""
+        progress = self.progress
+        tick = POLL_S if progress.pollers else 0.05  # the stderr drain beats from its thread
+        while True:
+            progress.poll()
+            now = time.monotonic()
+            quiet = progress.stalled_for(now)
+            if stall_s and quiet is not None and quiet >= stall_s:
+                return "stall", b""
+            wake = min(deadline, now + tick) if (stall_s or progress.pollers) else deadline
+            if stall_s and quiet is not None:
+                wake = min(wake, now + stall_s - quiet)
+            kind, line = self.read_line(wake)
+            if kind == "timeout":
+                if time.monotonic() >= deadline:
+                    return kind, line
+                continue
+            if kind == "line":
+                beat = protocol.progress_of(line)
+                if beat is not None:
+                    if beat[0] == request_id:
+                        progress.beat(beat[1])
+                    continue
+            return kind, line
 
     def send(self, data: bytes, deadline: float) -> str:
         """Write a request: "ok", "broken" (the server is gone) or "timeout" (not reading)."""
@@ -185,21 +216,27 @@ class ServerTarget(Target):
 
     def _spawn(self) -> tuple[str, str] | None:
         """Start a worker and read its handshake; (error_kind, message) on failure."""
+        env = dict(self.env)
+        sources = RunProgress(env)
         try:
-            child = Supervised(self.argv, env=self.env, cwd=self.cwd, target=self.name,
+            child = Supervised(self.argv, env=env, cwd=self.cwd, target=self.name,
                                stdin=True, line_stdout=True, grace_s=self.grace_s,
-                               notable_re=NOTABLE_RE, sample_every_s=SAMPLE_EVERY_S)
+                               notable_re=NOTABLE_RE, sample_every_s=SAMPLE_EVERY_S,
+                               progress=sources.progress)
         except OSError as exc:
+            sources.close()
             raise UserError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
         self.spawns += 1
         try:
-            worker = _Worker(child)
+            worker = _Worker(child, sources)
             failure = self._handshake(worker)
         except BaseException:
             child.kill()
+            sources.close()
             raise
         if failure:
             child.kill()
+            sources.close()
             return failure
         self._worker = worker
         self._ever_started = True
@@ -254,13 +291,19 @@ class ServerTarget(Target):
             if worker.send(protocol.encode(protocol.quit_request(next(self._ids))),
                            deadline) == "ok":
                 child.wait_exit(deadline)
-        return child.kill()
+        try:
+            return child.kill()
+        finally:
+            worker.sources.close()
 
     # -- one run ---------------------------------------------------------------------
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
-            launches: int | None = None, artifact_dir: Path | None = None) -> RunResult:
-        """Send one request (`launches` defaults to 1) and judge the reply within `timeout`."""
+            launches: int | None = None, artifact_dir: Path | None = None,
+            stall: float | None = None) -> RunResult:
+        """Send one request (`launches` defaults to 1) and judge the reply within `timeout`
+        (or sooner, a hang, when its progress stops for `stall` seconds: docs/stall.md)."""
         timeout = check_timeout(timeout)
+        stall = check_stall(stall)
         params = check_params(params)
         launches = check_launches(launches) or 1
         artifacts = prepare_artifact_dir(artifact_dir)
@@ -278,15 +321,18 @@ class ServerTarget(Target):
         worker = self._worker
         assert worker is not None
         try:
-            return self._exchange(worker, request, request_id, params, timeout, artifacts)
+            return self._exchange(worker, request, request_id, params, timeout, artifacts, stall)
         except BaseException:
             if self._worker is worker:  # interrupted mid-request: leave nothing behind
                 self._retire(graceful=False)
             raise
 
     def _exchange(self, worker: _Worker, request: bytes, request_id: int,
-                  params: dict[str, Any], timeout: float, artifacts: Path | None) -> RunResult:
+                  params: dict[str, Any], timeout: float, artifacts: Path | None,
+                  stall: float | None = None) -> RunResult:
         worker.child.maybe_sample()
+        progress = worker.progress
+        progress.restart()
         age = worker.age
         worker.age += 1
         started_at = time.time()
@@ -297,7 +343,7 @@ class ServerTarget(Target):
         when = "between requests" if worker.child.exit_status() is not None else "mid-request"
         sent = worker.send(request, deadline) if when == "mid-request" else "broken"
         if sent == "ok":
-            kind, data = worker.read_line(deadline)
+            kind, data = worker.read_reply(deadline, request_id, stall)
         else:
             kind, data = ("timeout", b"") if sent == "timeout" else ("eof", b"")
         if kind == "eof" and (sent == "broken" or worker.unread() >= len(request)):
@@ -306,7 +352,11 @@ class ServerTarget(Target):
             # death during that request.
             when = "between requests"
         duration = time.monotonic() - t0
+        if kind == "line":
+            progress.finish()
         evidence: dict[str, Any] = {"request_id": request_id, "server_pid": worker.child.pid}
+        if progress.events:
+            evidence["progress"] = progress.summary()
         metrics: dict[str, Any] = {}
         gpu_uuid = worker.handshake.get("gpu_uuid")
         if kind == "line":
@@ -323,11 +373,18 @@ class ServerTarget(Target):
             outcome, reason = Outcome.ERROR, (f"protocol error: line longer than "
                                               f"{protocol.MAX_LINE_BYTES} bytes")
             evidence.update(error_kind="protocol", line=protocol.shown(data))
-        elif kind == "timeout":
-            outcome, reason = Outcome.HANG, f"no reply within {timeout:g}s"
-            evidence["error_kind"] = "timeout"
+        elif kind in ("timeout", "stall"):
+            if kind == "stall":
+                outcome, reason = Outcome.HANG, stall_reason(progress.stalled_for() or 0.0, progress.last_label())
+                evidence["stall_s"] = stall
+            else:
+                outcome, reason = Outcome.HANG, f"no reply within {timeout:g}s"
+            evidence["error_kind"] = kind
             self._worker = None
-            evidence.update(worker.child.hang(artifacts))
+            try:
+                evidence.update(worker.child.hang(artifacts))
+            finally:
+                worker.sources.close()
         else:
             outcome, reason = self._judge_death(worker, data, deadline, timeout, evidence,
                                                 artifacts, when)
@@ -351,7 +408,10 @@ class ServerTarget(Target):
         settle = time.monotonic() + min(self.grace_s, 0.5)
         if worker.wait_exit(max(deadline, settle)) is None:  # closed stdout, kept running
             self._worker = None
-            evidence.update(worker.child.hang(artifacts))
+            try:
+                evidence.update(worker.child.hang(artifacts))
+            finally:
+                worker.sources.close()
             evidence["error_kind"] = "timeout"
             return Outcome.HANG, f"closed its stdout and no exit within {timeout:g}s"
         evidence.update(self._retire(graceful=False))  # reaps it and drains its stderr

@@ -123,6 +123,12 @@ def register_names(path: str | os.PathLike[str], names: Names) -> None:
         _names_by_path[str(path)] = names
 
 
+def names_for(path: str | os.PathLike[str]) -> Names | None:
+    """The names registered for the file at `path` (None when none were)."""
+    with _lock:
+        return _names_by_path.get(str(path))
+
+
 def write_artifacts(dest: Path | None, stem: str, diag: Diagnosis,
                     images: list[tuple[bytes, Snapshot]]) -> list[str]:
     """tripwire-<stem>.json (diagnosis + decoded snapshots), .txt, and the raw images."""

@@ -169,7 +169,26 @@ def prints(text: str) -> int:
     return 0
 
 
+def progresses(events: str, every_s: str, then: str = "block", how: str = "line") -> int:
+    """`events` progress events `every_s` apart (HZ_PROGRESS lines on stderr, or touches of
+    HZ_PROGRESS_FILE with `how` = file), then `then`: block forever (sleeping, no more
+    progress) or exit 0."""
+    for k in range(int(events)):
+        if how == "file":
+            with open(os.environ["HZ_PROGRESS_FILE"], "a") as f:
+                f.write(f"step {k}\n")
+        else:
+            print(f"HZ_PROGRESS step {k} of {events}", file=sys.stderr, flush=True)
+        time.sleep(float(every_s))
+    if then == "block":
+        ready()
+        while True:
+            time.sleep(3600)
+    return 0
+
+
 MODES = {
+    "progress": progresses,
     "pass": passes, "busy": busy_loop, "block_with_child": block_with_child,
     # Each escape is found by a different mechanism of the watchdog (see its docstring):
     "setsid_grandchild": lambda: setsid_grandchild(False, False, 0.0),       # env marker

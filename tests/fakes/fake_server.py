@@ -14,6 +14,8 @@ decide the reply:
   fail_from     {name: threshold}: every launch mismatches when each named request field is
                 >= its threshold (a failing region of a fake family's parameter space)
   sleep_s       seconds to sleep before replying
+  beats, beat_s that many progress lines (protocol_server.progress), `beat_s` apart, before
+                anything else (a hang after them is a stall)
   anomaly       a metric a failing reply reports > 0 (the harness's own machinery went wrong,
                 not the hazard)
   variant       echoed into metrics
@@ -46,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, wh
 
 from fakelib import record_pid  # noqa: E402
 
-from hazards.engine.protocol_server import StopServing, serve  # noqa: E402
+from hazards.engine.protocol_server import StopServing, progress, serve  # noqa: E402
 
 out = sys.stdout.buffer
 cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -71,6 +73,9 @@ class FakeServer:
     def __call__(self, req: dict) -> dict | None:
         self.served += 1
         params, launches = req.get("params", {}), int(req.get("launches") or 1)
+        for k in range(int(params.get("beats", 0))):
+            progress(f"launch {k}")
+            time.sleep(float(params.get("beat_s", 0.0)))
         action = params.get("action", "ok")
         if action != "ok":
             return misbehave(action, req["id"])
