@@ -71,6 +71,15 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("chunks64", "64-token attention chunks (65 chunks for the same tokens): each chunk does half "
               "the work, the per-chunk overheads and the merge's inputs double", "sloughing",
               params=(("chunk_tokens", 64),)),
+    # The optimisation campaign (issue 25): each step's predecessor stays buildable
+    # (MKL_CAMPAIGN_STEP in mkl_kernel.cuh), so each step is judged against the production
+    # it replaces: step_a vs round3, production vs step_a.
+    Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
+              "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
+    Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
+              "(MKL_CAMPAIGN_STEP 1)", "slower", defines=(("MKL_CAMPAIGN_STEP", 1),)),
+    Candidate("chunks32", "32-token attention chunks (129 chunks, nearly one per worker): shorter chunks, a "
+              "merge of 4x the partials", "sloughing", params=(("chunk_tokens", 32),)),
     Candidate("stale_descriptor", "the stale_descriptor switch: layers >= 1 read layer 0's W2 and KV cache",
               "incorrect", params=(("hazard", "stale_descriptor"),)),
 )}

@@ -236,13 +236,19 @@ def forward(w: Weights, *, acc: torch.dtype = torch.float32, chunk_tokens: int =
 # ---- the fast-torch baselines (performance only) --------------------------------------
 
 
-def step_bf16(w: Weights, kv: dict[str, torch.Tensor], *, host_routing: bool) -> torch.Tensor:
+def step_bf16(w: Weights, kv: dict[str, torch.Tensor], *, host_routing: bool = False,
+              fixed_ids: list[list[int]] | None = None, trace: list | None = None) -> torch.Tensor:
     """The same decode step the way plain torch runs it fast: bf16 activations, cuBLAS GEMVs,
     SDPA with GQA over a (NKV, S, HD) cache whose last row receives the new token.
 
-    host_routing: the eager style (expert ids read on the host, one GEMV per selected
-    expert); False: capturable in a CUDA graph (the selected experts' weights gathered with
-    index_select, then batched GEMVs)."""
+    The experts of a layer are chosen one of three ways:
+    host_routing: the eager style (expert ids read on the host, one F.linear per selected
+    expert on its weights in place); fixed_ids: the same in-place F.linear on the experts
+    given per layer (ids read once before a graph capture: the minimal-byte graph, a lower
+    bound for torch since the routing is frozen at capture, not a serving path); neither:
+    capturable with live routing (the selected experts' weights gathered with index_select,
+    then batched GEMVs: ~2.5x the minimal bytes). The combine weights always come from the
+    router computed in the step. `trace` receives each layer's selected ids (as tensors)."""
     s = w.shape
     nq, nk = s.NQ * M.HD, s.NKV * M.HD
     x = w.x0.to(torch.bfloat16)
@@ -257,9 +263,12 @@ def step_bf16(w: Weights, kv: dict[str, torch.Tensor], *, host_routing: bool) ->
         hn = F.rms_norm(h, (s.D,), w.mlp_norm[l].to(torch.bfloat16), eps=M.RMS_EPS)
         sel, ids = torch.topk(F.linear(hn, w.router[l]).float(), s.K)
         wts = torch.softmax(sel, dim=0).to(torch.bfloat16)
-        if host_routing:
+        if trace is not None:
+            trace.append(ids)
+        if host_routing or fixed_ids is not None:
+            experts = ids.tolist() if host_routing else fixed_ids[l]
             y = torch.zeros_like(x)
-            for j, e in enumerate(ids.tolist()):
+            for j, e in enumerate(experts):
                 gu = F.linear(hn, w.w13[l][e])
                 y = y + wts[j] * F.linear(F.silu(gu[0::2]) * gu[1::2], w.w2[l][e])
         else:
@@ -270,6 +279,13 @@ def step_bf16(w: Weights, kv: dict[str, torch.Tensor], *, host_routing: bool) ->
             y = (torch.bmm(w2, a[:, :, None])[:, :, 0] * wts[:, None]).sum(0)
         x = h + y
     return x
+
+
+def host_ids(w: Weights, kv: dict[str, torch.Tensor]) -> list[list[int]]:
+    """Each layer's selected experts of one eager step (what a fixed-routing capture freezes)."""
+    trace: list = []
+    step_bf16(w, kv, host_routing=True, trace=trace)
+    return [t.tolist() for t in trace]
 
 
 def bf16_cache(w: Weights) -> dict[str, list[torch.Tensor]]:

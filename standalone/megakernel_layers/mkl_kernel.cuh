@@ -501,10 +501,21 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 
 // LSE merge of C chunk partials into attn_out (the last chunk arriver), MERGE_BATCH chunks
 // a pass: their (m, l) land in smem, each head's running max / sum and rescale factor are
-// updated there, then every thread weighs its MERGE_OUT outputs with the batch's partials,
-// issuing the batch's loads together (one dependent L2 load at a time would make the merge
-// latency-bound). Plain loads: what they see depends on the acquire before them
-// (HZ_PARTIAL_NO_FENCE drops it).
+// updated there, then every thread weighs its MERGE_OUT outputs with the batch's partials.
+// Plain loads: what they see depends on the acquire before them (HZ_PARTIAL_NO_FENCE drops
+// it).
+//
+// Campaign step (a) (issue 25): round 3 read the batch with `b < cnt ? load : 0`; nvcc made
+// each load a predicated LDG followed at once by its predicated FFMA, so the merge was a
+// chain of ~150 dependent L2 round trips on one block (67-73 us a layer, 8 GB/s). Now a
+// thread owns MERGE_OUT / 2 adjacent output pairs (float2 loads: every partial row is 8-B
+// aligned), the chunk index of a load is clamped into the partials (a row past the batch
+// is loaded and discarded, so no load is predicated) and the next pair's batch is loaded
+// before this pair's FMAs: MERGE_BATCH x 8 B in flight per thread while it computes.
+// Every output sees the same FMAs in the same order with the same operands: same bits.
+#ifndef MKL_CAMPAIGN_STEP
+#define MKL_CAMPAIGN_STEP 2  // production; 0: round 3's merge and router, 1: after step (a)
+#endif
 __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out, int NQ, int C, float* arena) {
   __builtin_assume(__isShared(arena));
   const int W = 2 + HD, tid = threadIdx.x;
@@ -513,12 +524,23 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
   float* run_m = wts + MERGE_BATCH * NQ;    // (NQ) running max
   float* run_l = run_m + NQ;                // (NQ) running sum
   float* alpha = run_l + NQ;                // (NQ) rescale of this pass
+#if MKL_CAMPAIGN_STEP >= 1
+  constexpr int PAIRS = MERGE_OUT / 2;      // output pairs (2p, 2p + 1) per thread
+  const int npairs = NQ * HD / 2;
+  float2 acc[PAIRS];
+#pragma unroll
+  for (int r = 0; r < PAIRS; ++r) acc[r] = make_float2(0.f, 0.f);
+#else
   float acc[MERGE_OUT];
 #pragma unroll
   for (int r = 0; r < MERGE_OUT; ++r) acc[r] = 0.f;
+#endif
   for (int n = tid; n < NQ; n += THREADS) { run_m[n] = -INFINITY; run_l[n] = 0.f; }
   for (int cb = 0; cb < C; cb += MERGE_BATCH) {
     const int cnt = min(MERGE_BATCH, C - cb);
+#if MKL_CAMPAIGN_STEP >= 1
+#pragma unroll 4
+#endif
     for (int i = tid; i < cnt * NQ; i += THREADS) {
       const float* pc = partials + ((size_t)cb * NQ + i) * W;  // chunk cb + i / NQ, head i % NQ
       ml[2 * i] = pc[0];
@@ -542,6 +564,41 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
       alpha[n] = al;
     }
     __syncthreads();
+#if MKL_CAMPAIGN_STEP >= 1
+    // pair q = tid + r * THREADS holds outputs 2q, 2q + 1 of head n = 2q / HD (HD is even)
+    auto load_batch = [&](int r, float2 (&v)[MERGE_BATCH]) {
+      const int q = min(tid + r * THREADS, npairs - 1);
+      const int n = (2 * q) / HD, d = (2 * q) % HD;
+#pragma unroll
+      for (int b = 0; b < MERGE_BATCH; ++b) {
+        const int c = min(cb + b, C - 1);
+        v[b] = *reinterpret_cast<const float2*>(partials + ((size_t)c * NQ + n) * W + 2 + d);
+      }
+    };
+    float2 cur[MERGE_BATCH], nxt[MERGE_BATCH];
+    load_batch(0, cur);
+#pragma unroll
+    for (int r = 0; r < PAIRS; ++r) {
+      if (r + 1 < PAIRS) load_batch(r + 1, nxt);
+      const int q = tid + r * THREADS;
+      if (q < npairs) {
+        const int n = (2 * q) / HD;
+        const float al = alpha[n];
+        float a0 = acc[r].x * al, a1 = acc[r].y * al;
+#pragma unroll
+        for (int b = 0; b < MERGE_BATCH; ++b)
+          if (b < cnt) {
+            const float wb = wts[b * NQ + n];
+            a0 = fmaf(wb, cur[b].x, a0);
+            a1 = fmaf(wb, cur[b].y, a1);
+          }
+        acc[r] = make_float2(a0, a1);
+      }
+      if (r + 1 < PAIRS)
+#pragma unroll
+        for (int b = 0; b < MERGE_BATCH; ++b) cur[b] = nxt[b];
+    }
+#else
 #pragma unroll
     for (int r = 0; r < MERGE_OUT; ++r) {
       const int idx = tid + r * THREADS;
@@ -558,13 +615,25 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
         acc[r] = a;
       }
     }
+#endif
     __syncthreads();  // the next pass rewrites ml / wts / alpha
   }
+#if MKL_CAMPAIGN_STEP >= 1
+#pragma unroll
+  for (int r = 0; r < PAIRS; ++r) {
+    const int q = tid + r * THREADS;
+    if (q < npairs) {
+      const float l = run_l[(2 * q) / HD];
+      *reinterpret_cast<float2*>(attn_out + 2 * q) = make_float2(acc[r].x / l, acc[r].y / l);
+    }
+  }
+#else
 #pragma unroll
   for (int r = 0; r < MERGE_OUT; ++r) {
     const int idx = tid + r * THREADS;
     if (idx < NQ * HD) attn_out[idx] = acc[r] / run_l[idx / HD];
   }
+#endif
 }
 
 // Router + top-k + softmax by the last O-projection arriver (its caller publishes ROUTING):
@@ -579,6 +648,31 @@ __device__ __noinline__ void router_topk(const Shape s, const float* h, const fl
   rmsnorm_to(h, mlp_norm, hn, s.D, hd);
   for (int i = threadIdx.x; i < s.D; i += THREADS) hn_out[i] = hn[i];  // the payload
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#if MKL_CAMPAIGN_STEP >= 2
+  // Campaign step (b0) (issue 25): round 3's loop issued one 16-B weight load per iteration
+  // and consumed it at once (~12 dependent round trips per expert, two experts a warp: the
+  // router was 23 us on one block). Now ROUTER_AHEAD chunks' loads go out together (a chunk
+  // past the row is clamped, loaded and discarded) and are summed in the same order: same bits.
+  constexpr int ROUTER_AHEAD = 12;  // 2880 / 8 / 32 = 11.25 chunks a lane at the default shape
+  const int nchunk = s.D >> 3;
+  for (int e = warp; e < s.E; e += NWARPS) {
+    const __nv_bfloat16* row = wr + (size_t)e * s.D;
+    float a = 0.f;
+    for (int c0 = lane; c0 < nchunk; c0 += 32 * ROUTER_AHEAD) {
+      uint4 wv[ROUTER_AHEAD];
+#pragma unroll
+      for (int u = 0; u < ROUTER_AHEAD; ++u) wv[u] = ld_weights(row + 8 * min(c0 + 32 * u, nchunk - 1));
+#pragma unroll
+      for (int u = 0; u < ROUTER_AHEAD; ++u) {
+        const int c = c0 + 32 * u;
+        if (c < nchunk)
+          a += dot8(wv[u], *reinterpret_cast<const float4*>(hn + 8 * c), *reinterpret_cast<const float4*>(hn + 8 * c + 4));
+      }
+    }
+    a = warp_sum(a);
+    if (lane == 0) logits[e] = a;
+  }
+#else
   for (int e = warp; e < s.E; e += NWARPS) {
     float a = 0.f;
     for (int c = lane; c < (s.D >> 3); c += 32)
@@ -587,6 +681,7 @@ __device__ __noinline__ void router_topk(const Shape s, const float* h, const fl
     a = warp_sum(a);
     if (lane == 0) logits[e] = a;
   }
+#endif
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned long long taken = 0ull;  // E <= 64

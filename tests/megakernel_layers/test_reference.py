@@ -93,3 +93,16 @@ def test_the_fast_torch_step_is_the_same_model_in_bf16(tiny):
     eager = R.step_bf16(tiny, R.bf16_cache(tiny), host_routing=True).float()
     gathered = R.step_bf16(tiny, R.bf16_cache(tiny), host_routing=False).float()
     assert R.rel_err(eager, ref) < 5e-2 and R.rel_err(gathered, eager) < 1e-2
+
+
+def test_the_minimal_byte_torch_step_reads_the_experts_the_eager_step_chose(tiny):
+    """The fair baseline's capture: routing frozen at the eager step's ids, F.linear on each
+    expert's weights in place, gives the eager step's bits; other frozen ids give another
+    step (the ids really decide which weights are read)."""
+    ids = R.host_ids(tiny, R.bf16_cache(tiny))
+    assert len(ids) == tiny.layers and all(len(i) == tiny.shape.K for i in ids)
+    eager = R.step_bf16(tiny, R.bf16_cache(tiny), host_routing=True)
+    fixed = R.step_bf16(tiny, R.bf16_cache(tiny), fixed_ids=ids)
+    assert torch.equal(fixed, eager)
+    other = [[(e + 1) % tiny.shape.E for e in layer] for layer in ids]
+    assert not torch.equal(R.step_bf16(tiny, R.bf16_cache(tiny), fixed_ids=other), eager)

@@ -1,0 +1,71 @@
+"""The layer head's single-block tasks issue their loads ahead (issue 25, campaign steps a, b0).
+
+Round 3's LSE merge read a batch with `b < cnt ? load : 0` and nvcc made each load a
+predicated LDG consumed at once by its FFMA: a chain of dependent L2 round trips on one block
+(67-73 us a layer on the H200). Its router issued one 16-B weight load per loop iteration.
+Its router's weight loop (unrolled by nvcc) had two 16-B loads in flight per lane.
+Machine code (sm_90a, nvcc + nvdisasm on the CPU) of the probe kernels in head_probe.cu: the
+longest run of global loads issued before the next FFMA, per build of MKL_CAMPAIGN_STEP.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hazards.engine.toolchain import find_tool, nvcc_arch_flags
+from tests.static.static_helpers import requires_nvdisasm
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+MERGE_BATCH = 16  # mkl_kernel.cuh
+
+
+def _sass(tmp_path: Path, step: int) -> dict[str, str]:
+    """Each device function's SASS text, for the build MKL_CAMPAIGN_STEP=step."""
+    cubin = tmp_path / f"head_{step}.cubin"
+    cmd = [find_tool("nvcc"), "-cubin", "-O3", *nvcc_arch_flags(), f"-I{ROOT / 'standalone' / 'megakernel_layers'}",
+           f"-I{ROOT / 'standalone' / 'include'}", f"-DMKL_CAMPAIGN_STEP={step}", str(HERE / "head_probe.cu"),
+           "-o", str(cubin)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = subprocess.run([find_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    funcs, name = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^\S*?(merge_chunks|router_topk)\S*:\s*$", line)
+        if m:
+            name = m.group(1)
+            funcs[name] = ""
+        elif re.match(r"^\S.*:\s*$", line) and not line.startswith("."):
+            name = None
+        elif name:
+            funcs[name] += line + "\n"
+    return funcs
+
+
+def _longest_load_run(sass: str, load: str = r"\bLDG\.") -> int:
+    """The most global loads (matching `load`) issued in a row before an FFMA (other
+    instructions between them do not end a run)."""
+    best = run = 0
+    for line in sass.splitlines():
+        if re.search(load, line):
+            run += 1
+            best = max(best, run)
+        elif re.search(r"\bFFMA\b", line):
+            run = 0
+    return best
+
+
+@requires_nvdisasm
+@pytest.mark.parametrize("step, merge_ahead, router_ahead", [(0, False, False), (1, True, False), (2, True, True)])
+def test_the_head_tasks_issue_their_loads_ahead_from_their_campaign_step(tmp_path: Path, step: int,
+                                                                        merge_ahead: bool, router_ahead: bool) -> None:
+    funcs = _sass(tmp_path, step)
+    assert set(funcs) == {"merge_chunks", "router_topk"}, sorted(funcs)
+    merge = _longest_load_run(funcs["merge_chunks"])
+    router = _longest_load_run(funcs["router_topk"], r"\bLDG\S*\.128\b")  # the weights (16 B), not h
+    assert (merge >= MERGE_BATCH) == merge_ahead, merge
+    assert (router >= 8) == router_ahead, router

@@ -1,0 +1,29 @@
+"""bench/megakernel_layers_perf.py's headline line (issue 25's format), on the CPU."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("megakernel_layers_perf", ROOT / "bench" / "megakernel_layers_perf.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_headline_names_the_step_against_the_copy_floor_and_the_fastest_torch_path():
+    bench = _bench()
+    torch_res = {"eager": {"s": 3.1e-3, "what": "torch eager"},
+                 "graph_fixed": {"s": 725.5e-6, "what": "torch CUDA graph (routing fixed, experts in place)"},
+                 "compile_reduce-overhead": {"error": "CompileTimeout: ...", "what": "torch.compile"},
+                 "fixed_ids": [[1, 2]], "eager_rel_err": 0.01}
+    line = bench.headline(600.0, 248.0, torch_res)
+    assert re.fullmatch(r"headline: step 600\.0 us = 2\.42x copy floor; best torch 725\.5 us "
+                        r"\(torch CUDA graph \(routing fixed, experts in place\)\)", line), line
+    assert bench.headline(600.0, 248.0, None) == "headline: step 600.0 us = 2.42x copy floor"
