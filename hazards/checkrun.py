@@ -132,8 +132,18 @@ class CheckResult:
         only errors); else 0."""
         from hazards.static_catalog import static_exit_code
 
-        codes = {static_exit_code(self.findings), verdicts_exit_code(v.status for v in self.verdicts)}
+        codes = {static_exit_code(list(self.findings)), verdicts_exit_code(v.status for v in self.verdicts)}
+        if self.judged_nothing:
+            codes.add(EXIT_NOT_JUDGED)
         return EXIT_HAZARD if EXIT_HAZARD in codes else EXIT_NOT_JUDGED if EXIT_NOT_JUDGED in codes else EXIT_OK
+
+    @property
+    def judged_nothing(self) -> bool:
+        """Neither part judged anything: the static part was skipped or every one of its
+        checks was (`--skip clang,nvcc,nvdisasm`), and no GPU check ran (skipped, or none).
+        Whatever `--skip` named, such a check never passes."""
+        static_judged = 0 if "static" in self.skipped_parts else getattr(self.findings, "judged", None)
+        return static_judged == 0 and all(v.status is Verdict.SKIPPED for v in self.verdicts)
 
     def junit_suites(self) -> list[JUnitSuite]:
         """A static suite and a GPU suite for the JUnit writer. What could not be judged is
@@ -206,7 +216,10 @@ class CheckResult:
         hazards = len(self.static_failures) + sum(1 for v in self.verdicts if v.status.is_hazard)
         unjudged = len(self.static_not_judged) + sum(1 for v in self.verdicts if v.status is Verdict.ERROR)
         n_skipped = sum(1 for v in self.verdicts if v.status is Verdict.SKIPPED)
-        if self.exit_code == EXIT_HAZARD:
+        if self.judged_nothing and self.exit_code == EXIT_NOT_JUDGED and not unjudged:
+            lines.append("check JUDGED NOTHING: every static check and every GPU check was skipped "
+                         "(--skip); name less to skip, or install what is missing")
+        elif self.exit_code == EXIT_HAZARD:
             lines.append(f"check FAILED ({hazards} problem(s)" + (f", {unjudged} not judged)" if unjudged else ")"))
         elif self.exit_code == EXIT_NOT_JUDGED:
             lines.append(f"check COULD NOT JUDGE {unjudged} item(s) (listed above): install what is missing, "
@@ -227,8 +240,7 @@ def run_static(paths: Iterable[str], families: list[str] | None = None,
     from hazards.static_catalog import run_static_checks, static_family_names
 
     names = None if families is None else [f for f in families if f in static_family_names()]
-    findings = list(run_static_checks([Path(p) for p in paths], catalog=names != [], families=names,
-                                      skip=skip_tools))
+    findings = run_static_checks([Path(p) for p in paths], catalog=names != [], families=names, skip=skip_tools)
     detected = sum(1 for f in findings if f.check == "canary-detected")
     failing = sum(1 for f in findings if f.fails)
     note = f"{len(findings)} finding(s), {failing} failing, {detected} static canaries detected"

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.static import checks
 from hazards.static.checks import Check
 from hazards.static.findings import Finding, with_subject
-from hazards.static.runner import check_paths
+from hazards.static.runner import check_path
 
 CANARY_BLIND = Check(
     "canary-blind", "error", "catalog",
@@ -38,9 +38,23 @@ MODEL_DISAGREES = Check(
 CATALOG_CHECKS: tuple[Check, ...] = (CANARY_BLIND, CANARY_DETECTED, MODEL_DISAGREES)
 
 
+class StaticFindings(list):
+    """A static run's findings, and `judged`: how many subjects (catalog variants, user
+    paths, compiled builds) at least one check looked at. 0 means the run judged nothing,
+    which never reads as a pass (`static_exit_code`), whatever `--skip` named."""
+
+    judged = 0
+
+    def add(self, found: list[Finding]) -> None:
+        """The findings of one subject: judged unless they are all blind spots (a check
+        skipped or missing), none at all meaning every check looked and found nothing."""
+        self.extend(found)
+        self.judged += not found or any(f.check not in BLIND_SPOTS for f in found)
+
+
 def run_static_checks(paths: list[Path] | None = None, *, catalog: bool = True,
                       families: Iterable[str] | None = None, skip: Iterable[str] = (),
-                      expand=None) -> list[Finding]:
+                      expand=None) -> StaticFindings:
     """Run every static check over the catalog (unless `catalog=False`) and over `paths`
     (`expand`: the lint's macro expander for the sources among them).
 
@@ -53,11 +67,13 @@ def run_static_checks(paths: list[Path] | None = None, *, catalog: bool = True,
     """
     from hazards.engine import toolchain
 
-    found: list[Finding] = []
+    found = StaticFindings()
     with toolchain.skipping(skip):
-        if catalog:
-            found += check_catalog(families)
-        return found + check_paths(paths or (), expand)
+        for subject in (_catalog_subjects(families) if catalog else ()):
+            found.add(subject)
+        for path in paths or ():
+            found.add(check_path(Path(path), expand))
+    return found
 
 
 def static_family_names() -> list[str]:
@@ -88,19 +104,23 @@ def _static_modules(families: Iterable[str] | None):
 
 def check_catalog(families: Iterable[str] | None = None) -> list[Finding]:
     """Compile and check every variant of every family that has a static check."""
-    out: list[Finding] = []
+    return [f for subject in _catalog_subjects(families) for f in subject]
+
+
+def _catalog_subjects(families: Iterable[str] | None) -> Iterator[list[Finding]]:
+    """The findings of each catalog variant (of a family claiming static detection without
+    a static check: its blind canaries), one list per variant."""
     for fam, mod, static_check in _static_modules(families):
         src = str(fam.source_path)
         claims = [v for v in fam.canaries if "static" in v.detected_by]
         if static_check is None:
             for v in claims:
-                out.append(CANARY_BLIND.finding(
+                yield [CANARY_BLIND.finding(
                     src, 0, f"{v.name} claims static detection but family {fam.name} "
-                            f"defines no static_check", subject=f"{fam.name}/{v.name}"))
+                            f"defines no static_check", subject=f"{fam.name}/{v.name}")]
             continue
         for v in fam.variants:
-            out += _check_variant(fam, mod, static_check, v)
-    return out
+            yield _check_variant(fam, mod, static_check, v)
 
 
 BLIND_SPOTS = (checks.TOOLCHAIN_MISSING.id, checks.CHECK_SKIPPED.id)  # checks that could not look
@@ -157,14 +177,16 @@ def could_not_look(findings: Iterable[Finding]) -> list[Finding]:
 
 def static_exit_code(findings: Iterable[Finding], *, fail_on_perf: bool = False) -> int:
     """1 for any failing finding that is a hazard (or a blind canary), else 3 when a check
-    could not look (a missing tool, a source that did not compile), else 0."""
+    could not look (a missing tool, a source that did not compile) or a `StaticFindings`
+    run judged nothing (every check skipped by name), else 0."""
     from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK
 
+    judged_nothing = getattr(findings, "judged", None) == 0
     findings = list(findings)
     if any((f.fails or (fail_on_perf and f.severity == "perf")) and f.check not in NOT_JUDGED
            for f in findings):
         return EXIT_HAZARD
-    return EXIT_NOT_JUDGED if could_not_look(findings) else EXIT_OK
+    return EXIT_NOT_JUDGED if could_not_look(findings) or judged_nothing else EXIT_OK
 
 
 def checks_table() -> str:

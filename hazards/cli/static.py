@@ -25,7 +25,8 @@ is reported as skipped). `-v` also prints info findings.
 
 Exit status: 0 every check ran and passed; 1 an error or warning (with `--fail-on-perf` also a
 performance finding), or a canary nothing flagged; 2 bad input (a family name that matches
-nothing); 3 a check could not run (a missing tool that `--skip` does not name).
+nothing); 3 a check could not run (a missing tool that `--skip` does not name), or nothing
+was judged at all (every check skipped by `--skip`).
 
 Compiled mode, for your own sources: `hazards static --compile FILE [-- FLAGS]` or
 `hazards static --compile-commands build/compile_commands.json` compiles them with their
@@ -78,7 +79,8 @@ def static_command(
     findings = run_static_checks(paths, catalog=not (no_catalog or jobs), families=split_names(families) or None,
                                  skip=tools, expand=preprocessor_for(flags, compile_commands))
     with toolchain.skipping(tools):
-        findings += compiled.check_jobs(jobs)
+        for job in jobs:
+            findings.add(compiled.check_jobs([job]))
     print_findings(findings, as_json, verbose)
     code = static_exit_code(findings, fail_on_perf=fail_on_perf)
     bad = [f for f in findings if (f.fails or (fail_on_perf and f.severity == "perf"))]
@@ -88,4 +90,6 @@ def static_command(
     built = f", {len(jobs)} compiled source build(s)" if jobs else ""
     typer.echo(f"hazards static: {len(bad) - len(blind)} failing finding(s), {detected} canaries detected{built}, "
                f"{len(blind)} check(s) could not run, {skipped} skipped, {time.monotonic() - t0:.1f} s", err=True)
+    if not findings.judged:
+        typer.echo("hazards static judged nothing: every check was skipped (--skip) or could not run", err=True)
     sys.exit(code)

@@ -82,11 +82,12 @@ def test_static_without_clang_names_every_variant_it_could_not_judge_and_exits_3
     assert "0 canaries detected, 9 check(s) could not run, 0 skipped" in err
 
 
-def test_static_skip_clang_reports_them_skipped_and_passes(hide, capsys):
+def test_static_skip_clang_reports_them_skipped_and_judged_nothing(hide, capsys):
     hide("clang")
     rc = main(["static", "--families", AMD_FAMILIES, "--skip", "clang", "-v"])
     out, err = capsys.readouterr()
-    assert rc == 0, out + err
+    assert rc == 3, out + err  # every check skipped by name: nothing judged, never a pass
+    assert "judged nothing" in err
     skipped = [ln for ln in out.splitlines() if "[check-skipped]" in ln]
     assert len(skipped) == 9 and all("skipped: clang-19 with the AMDGPU backend skipped" in ln for ln in skipped)
     assert "9 skipped" in err
@@ -103,7 +104,7 @@ def test_check_junit_without_clang_has_an_error_per_variant_and_no_pass(hide, tm
     assert sorted(cases.values()) == ["error"] * 9
     assert {name.split(" ", 1)[1] for name in cases} == AMD_VARIANTS
     rc = main(["check", "--static", "--families", AMD_FAMILIES, "--junit", str(junit), "--skip", "clang"])
-    assert rc == 0 and sorted(_cases(junit).values()) == ["skipped"] * 9
+    assert rc == 3 and sorted(_cases(junit).values()) == ["skipped"] * 9  # skipped, and nothing judged
 
 
 def test_static_without_nvcc_cannot_judge_the_sass_family(hide, capsys, monkeypatch):
@@ -129,7 +130,7 @@ def test_a_cubin_without_a_disassembler_is_not_judged(hide, tmp_path, capsys):
     rc = main(["static", "--no-catalog", str(cubin)])
     out = capsys.readouterr().out
     assert rc == 3 and f"{cubin}: error: [toolchain-missing] SASS checks could not run: nvdisasm not found" in out
-    assert main(["static", "--no-catalog", "--skip", "nvdisasm", str(cubin)]) == 0
+    assert main(["static", "--no-catalog", "--skip", "nvdisasm", str(cubin)]) == 3  # skipped: judged nothing
 
 
 def test_a_family_name_that_matches_nothing_is_exit_2_with_the_valid_names(capsys):
@@ -170,7 +171,7 @@ def test_the_compiled_mode_without_clang_is_not_judged_unless_skipped(hide, tmp_
     rc = main(["static", "--compile", str(src)])
     out, err = capsys.readouterr()
     assert rc == 3 and f"{src}: error: [toolchain-missing] gfx942 checks could not run" in out, out + err
-    assert main(["static", "--compile", str(src), "--skip", "clang", "-v"]) == 0
+    assert main(["static", "--compile", str(src), "--skip", "clang", "-v"]) == 3  # skipped: judged nothing
     assert "[check-skipped] gfx942 checks skipped" in capsys.readouterr().out
 
 
@@ -187,3 +188,22 @@ def test_a_folder_with_nothing_to_check_is_exit_2_not_a_pass(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hazards", "lint", str(tmp_path)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("command", [["check", "--static"], ["static"]])
+def test_a_check_whose_every_check_was_skipped_by_name_judged_nothing_and_exits_3(command, capsys):
+    """`--skip clang,nvcc,nvdisasm` leaves no static check that can run: it is reported as
+    skipped, and the command says it judged nothing and exits 3, never "check passed"."""
+    rc = main([*command, "--skip", "clang,nvcc,nvdisasm"])
+    out, err = capsys.readouterr()
+    assert rc == 3, out + err
+    assert "judged nothing" in (out + err).lower() and "check passed" not in out
+
+
+def test_a_check_that_judged_something_still_passes(capsys):
+    """A family skipped by name beside a path that was judged (a barrier layout needs no
+    tool): something was judged, so a clean result passes."""
+    layout = Path(__file__).parent / "data" / "moe_barrier_after.toml"
+    rc = main(["static", "--families", "earlyclobber", "--skip", "clang", str(layout)])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "judged nothing" not in err, out + err
