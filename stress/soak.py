@@ -100,6 +100,19 @@ def _seconds(where: str, key: str, value: Any) -> float:
     return seconds
 
 
+def _non_finite(value: Any, where: str) -> str | None:
+    """Where in a TOML value a non-finite number is ("params.a.b[1] is inf"), or None:
+    such a number has no JSON spelling, so the program would get invalid `HZ_PARAMS`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} is {value!r}"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{where}[{key}]" if isinstance(value, list) else f"{where}.{key}")
+        if found:
+            return found
+    return None
+
+
 def _target_item(path: Path, index: int, t: Any) -> WorkItem:
     from hazards.engine.targets.base import check_argv, check_cwd, check_env
 
@@ -129,6 +142,9 @@ def _target_item(path: Path, index: int, t: Any) -> WorkItem:
         raise UserError(f"{where}: launches must be at least 1 and respawn_every at least 0")
     if not all(isinstance(v, str) for v in t.get("env", {}).values()):
         raise UserError(f"{where}: env values must be strings")
+    bad_number = _non_finite(t.get("params", {}), "params")
+    if bad_number:
+        raise UserError(f"{where}: {bad_number}: parameters must be finite numbers (they are passed as JSON)")
     expect = t.get("expect", "clean")
     if expect not in ("clean", "detect"):
         raise UserError(f"{where}: expect must be 'clean' or 'detect', not {expect!r}")

@@ -62,8 +62,11 @@ Examples:
 def _parse_params(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
+    def non_finite(name: str) -> None:  # Python's json reads NaN and Infinity; JSON has neither
+        raise ValueError(f"{name} is not a finite number")
+
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=non_finite)
     except ValueError as e:
         raise UserError(f"--params is not JSON: {e}") from None
     if not isinstance(value, dict):

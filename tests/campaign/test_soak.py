@@ -49,6 +49,10 @@ def test_targets_toml_gives_command_and_server_items(tmp_path):
     ("[[target]]\nname = 'a'\nargv = ['true']\n[[target]]\nname = 'a'\nargv = ['true', 'y']\n", "defined twice"),
     ("[[target]\nname = 'a'\n", "not valid TOML"),
     ("title = 'x'\n", "expected one or more [[target]] tables"),
+    # non-finite numbers: HZ_PARAMS would carry NaN / Infinity, which is not JSON
+    ("[[target]]\nname = 'a'\nargv = ['true']\nparams = {v = nan}\n", "params.v is nan"),
+    ("[[target]]\nname = 'a'\nargv = ['true']\nparams = {v = -inf}\n", "params.v is -inf"),
+    ("[[target]]\nname = 'a'\nargv = ['true']\nparams = {a = {b = [1.0, inf]}}\n", "params.a.b[1] is inf"),
 ])
 def test_bad_targets_file_is_a_one_line_user_error(tmp_path, refuses_file, text, message):
     refuses_file(load_targets, text, message)
