@@ -35,6 +35,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -149,7 +150,6 @@ def compiled_step(fn, mode: str, timeout_s: int):
 
 def torch_baselines(w: R.Weights, n: int, compile_modes: list[str], compile_timeout: int) -> dict:
     """Every torch path's median time per step, kernels per step and its error against eager."""
-    import time
 
     out: dict = {}
     kv = R.bf16_cache(w)
@@ -232,6 +232,9 @@ def main() -> int:
                     help="torch.compile mode(s) to time (default: reduce-overhead and default+graph, the "
                          "default mode's kernels captured in a CUDA graph here); 'none' for no compile")
     ap.add_argument("--compile-timeout", type=int, default=240, help="seconds allowed per torch.compile")
+    ap.add_argument("--compile-warmup-only", action="store_true",
+                    help="only compile the torch.compile modes and exit (fills inductor's on-disk caches, e.g. in "
+                         "a process started beside the builds; the timed run then compiles from them)")
     ap.add_argument("--json", help="write every number here")
     a = ap.parse_args()
     fam = get_family("megakernel_layers")
@@ -241,6 +244,16 @@ def main() -> int:
         fam.resolve(p)  # a bad field is one line here, not a failed bench
     defines = {spec: {k: int(v) for k, v in fields(spec.split(",")).items()} for spec in a.also_define}
     modes = [m for m in (a.compile_mode or ["reduce-overhead", "default+graph"]) if m != "none"]
+    if a.compile_warmup_only:
+        w = R.make_weights(M.SHAPES["default"], a.layers, a.seq, 1, "cuda")
+        ids = R.host_ids(w, R.bf16_cache(w))
+        for mode in modes:
+            kvc = R.bf16_cache(w)
+            torch._dynamo.reset()
+            t0 = time.monotonic()
+            compiled_step(lambda: R.step_bf16(w, kvc, fixed_ids=ids), mode.removesuffix("+graph"), a.compile_timeout)
+            print(f"compiled {mode} in {time.monotonic() - t0:.0f} s", flush=True)
+        return 0
     exe = family_binary(fam)
     builds = {spec: family_binary(fam, defines=d) for spec, d in defines.items()}
     res: dict = {"layers": a.layers, "seq": a.seq, "params": params, "device": torch.cuda.get_device_name()}

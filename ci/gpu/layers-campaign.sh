@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The layered megakernel's optimisation campaign (issue 25), one GPU, <= BUDGET s of script time.
+#     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|check|all]
+# What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
+# what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
+#   * builds: production and the campaign's earlier kernels (MKL_CAMPAIGN_STEP 0 = round 3,
+#     1 = step (a)), plain and profiled, in parallel with a torch.compile warm-up process that
+#     fills inductor's on-disk caches (the timed compile in the bench then reads them);
+#   * the campaign's steps give the same bits (3 checked launches each, outputs dumped);
+#   * bench/megakernel_layers_perf.py: the step against the copy and read-stream floors, the
+#     earlier kernels and every torch path (eager, gather graph, minimal-byte graph,
+#     torch.compile) in one process, kernels per step, the tripwire's cost, the headline;
+#   * hazards gate perf: step_a vs round3, production vs step_a (and chunk sizings);
+#   * the per-task profile of production (where the step goes now);
+#   * `check`/`all`: hazards check on the family (every switch still detected, clean variants
+#     clean), the ragged-decode regression, bench/tripwire_overhead.py.
+# Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
+set -u
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+WHAT=${1:-gate}
+OUT=${OUT:-/tmp/layers-campaign-out}
+W=$(mktemp -d)/layers-campaign
+R=$OUT/layers-campaign
+mkdir -p "$W" "$R"
+T0=$(date +%s)
+BUDGET=${BUDGET:-280}
+log() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+cap() { local want=$1 l; l=$(left); [ "$l" -lt "$want" ] && want=$l; [ "$want" -lt 1 ] && want=1; echo "$want"; }
+build() {  # build NAME DEFINES (a Python dict or None) -> $W/build_NAME.txt, last line the binary
+  timeout "$(cap 120)" python3 -c "
+from hazards.families import get_family
+from hazards.stress_family import family_binary
+print(family_binary(get_family('megakernel_layers'), defines=$2))" > "$W/build_$1.txt" 2>&1
+}
+gate() {  # gate NAME BASELINE CANDIDATE... -> $W/gate_NAME.json
+  local name=$1 base=$2; shift 2
+  local cands=(); for c in "$@"; do cands+=(--candidate "megakernel_layers:$c"); done
+  log "gate $name: $base -> $*"
+  timeout "$(cap 90)" python3 -m hazards gate perf --baseline "megakernel_layers:$base" "${cands[@]}" \
+    --workers 132 --repeats 10 --profiled-launches 3 --timeout 120 --wait 0s --json \
+    > "$W/gate_$name.json" 2> "$W/gate_$name.err"
+  echo "exit $?"
+  python3 - "$W/gate_$name.json" <<'EOF' 2>&1 | cut -c1-400
+import json, sys
+d = json.load(open(sys.argv[1]))
+for c in d.get("candidates", [d]):
+    p = c["points"][0]
+    r = {t: f"{v['slowCTA']['ratio']:.3f}" for t, v in p.get("ratios", {}).items()}
+    print(c["candidate_side"]["label"], "->", c["verdict"], "| slowCTA ratios", r)
+EOF
+}
+
+{
+date -u +"date %Y-%m-%dT%H:%M:%SZ"; hostname
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
+nvcc --version | tail -2 | head -1
+python3 -c "import torch; print('torch', torch.__version__)"
+echo "sources sha256 $(cat standalone/megakernel_layers/* standalone/include/*.h ci/gpu/layers-campaign.sh | sha256sum | cut -c1-16)"
+} | tee "$W/env.txt"
+
+log "torch.compile warm-up (background) and builds (parallel)"
+timeout "$(cap 200)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-timeout 180 \
+  > "$W/compile_warmup.txt" 2>&1 &
+WARM=$!
+build plain None &
+build step0 "{'MKL_CAMPAIGN_STEP': 0}" &
+build step1 "{'MKL_CAMPAIGN_STEP': 1}" &
+build prof "{'HZ_PROFILER': 1}" &
+build prof0 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 0}" &
+build prof1 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 1}" &
+for j in $(jobs -p); do [ "$j" = "$WARM" ] || wait "$j"; done
+BIN=$(tail -1 "$W/build_plain.txt")
+[ -x "$BIN" ] || { log "BUILD FAILED"; tail -5 "$W"/build_*.txt; }
+
+log "same bits: 3 checked launches per campaign step, outputs dumped"
+for b in step0 step1 plain; do
+  B=$(tail -1 "$W/build_$b.txt")
+  timeout "$(cap 20)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
+  echo "$b exit $?: $(grep -o '"max_rel_err":[^,]*' "$W/sanity_$b.txt" | head -1)"
+done
+cmp "$W/dump_step0.f32" "$W/dump_step1.f32" && echo "step (a): same bits as round 3"
+cmp "$W/dump_step0.f32" "$W/dump_plain.f32" && echo "production: same bits as round 3"
+
+log "waiting for the compile warm-up"
+wait "$WARM"; echo "warm-up exit $?"; tail -3 "$W/compile_warmup.txt"
+
+log "bench: floors, the campaign's kernels, torch paths"
+timeout "$(cap 150)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=0 \
+  --also-define MKL_CAMPAIGN_STEP=1 --compile-timeout 100 --json "$W/perf.json" > "$W/perf.txt" 2>&1
+echo "exit $?"; cat "$W/perf.txt" | tail -30
+
+gate a step_a round3
+gate b production step_a chunks64 chunks32
+
+log "per-task profile of production"
+timeout "$(cap 25)" python3 bench/megakernel_layers_profile.py --candidate production --launches 5 \
+  --out "$W/profile" > "$W/profile.txt" 2>&1
+echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+
+if [ "$WHAT" != gate ]; then
+  log "hazards check on the family (static half needs clang: skipped here)"
+  timeout "$(cap 150)" python3 -m hazards check --families megakernel_layers --skip clang --budget 120s \
+    --junit "$W/check-junit.xml" > "$W/check.txt" 2>&1
+  echo "exit $?"; tail -25 "$W/check.txt" | cut -c1-200
+  log "ragged decode regression"
+  timeout "$(cap 60)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
+    --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
+  echo "exit $?"; tail -8 "$W/ragged.txt" | cut -c1-200
+  log "tripwire overhead bench"
+  timeout "$(cap 40)" python3 bench/tripwire_overhead.py > "$W/tripwire_overhead.txt" 2>&1
+  echo "exit $?"; tail -6 "$W/tripwire_overhead.txt" | cut -c1-200
+fi
+log "done"
+cp "$W/perf.txt" "$W/env.txt" "$R/" 2>/dev/null
+tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign
+ls -la "$R"
