@@ -14,17 +14,20 @@ predicts on this GPU) decides what the runs must show:
 - **expected to fail** at rate p per launch: runs of `launches` launches until one fails
   or the launch budget N(p) = ln(ALPHA) / ln(1 - p) is spent (capped at `max_launches`).
   Still clean: a model gap or a blind harness, `GAP` (or `TOO_RARE` when N(p) exceeds the
-  cap: the budget could not tell).
+  cap: the budget could not tell). Failed, but at a per-launch rate whose interval excludes
+  p (the model has the outcome right and the rate wrong, either way): `RATE`.
 - **not rated** (hazardous, no predicted rate): one run; a failure is `OBSERVED`, a clean
   run `UNCONFIRMED`. Neither is a disagreement: the model made no prediction to hold it to.
 
-A disagreement (MISSED, GAP) fails the hypothesis property, so hypothesis shrinks it to a
+A disagreement (MISSED, GAP, RATE) fails the hypothesis property, so hypothesis shrinks it to a
 minimal point and stores it in the example database; `hypothesis.target` steers generation
 toward higher observed failure rates (per launch; a hang or fault counts as 1). At the end
 every minimal disagreeing point is re-measured (`point_runs` runs) and printed with its
 rate per run and per launch, their intervals, and a `hazards repro --family F --params JSON`
 line. A GAP whose re-measured rate is consistent with the prediction (its per-launch upper
-bound at or above the predicted rate) is reported as not confirmed.
+bound at or above the predicted rate), or a RATE whose re-measured per-launch interval
+(a fixed number of runs: no stopping at the first failure) contains the prediction, is
+reported as not confirmed; only confirmed disagreements make explore exit 1.
 
 The example database lives beside the results store (`hazards.hypothesis_profiles
 .database_dir`): one per store, shared with the soak's explore share and the pytest
@@ -66,6 +69,7 @@ class Agreement(str, enum.Enum):
     FAILED = "failed as predicted"
     MISSED = "model missed a hazard"
     GAP = "model gap or blind harness"
+    RATE = "failed at a rate the model does not predict"
     TOO_RARE = "clean, rate too low for the launch cap"
     OBSERVED = "failed (rate not predicted)"
     UNCONFIRMED = "clean (rate not predicted)"
@@ -83,7 +87,7 @@ class Agreement(str, enum.Enum):
 
     @property
     def disagrees(self) -> bool:
-        return self in (Agreement.MISSED, Agreement.GAP)
+        return self in (Agreement.MISSED, Agreement.GAP, Agreement.RATE)
 
 
 class ModelMissed(AssertionError):
@@ -92,6 +96,18 @@ class ModelMissed(AssertionError):
 
 class ModelGap(AssertionError):
     """A point the model expects to fail stayed clean over its launch budget."""
+
+
+class ModelRate(AssertionError):
+    """A point the model expects to fail failed at a rate whose interval excludes the prediction."""
+
+
+def rate_excluded(failed_launches: int, launches: int, rate: float, conf: float) -> bool:
+    """Whether the two-sided per-launch interval of failed_launches / launches excludes `rate`."""
+    if launches <= 0:
+        return False
+    low, high = rate_ci(min(failed_launches, launches), launches, conf)
+    return not low <= rate <= high
 
 
 def launch_budget(rate: float, alpha: float = ALPHA) -> int:
@@ -178,6 +194,11 @@ class Finding:
         if self.kind is Agreement.MISSED:
             what = (f"MODEL MISSED A HAZARD (or a hardware/compiler surprise): the model says {said} "
                     f"({o.verdict.reason}) but the point failed: {o.reason}")
+        elif self.kind is Agreement.RATE:
+            ev = o.evidence
+            what = (f"MODEL RATE DISAGREES: the model says {said} ({o.verdict.reason}) but "
+                    f"{ev.failed_launches}/{ev.launches} launches failed: "
+                    f"{format_rate(min(ev.failed_launches, ev.launches), ev.launches, self.conf)}")
         else:
             what = (f"MODEL GAP OR BLIND HARNESS: the model says {said} ({o.verdict.reason}) but "
                     f"{o.evidence.launches} launches ran clean (budget {o.budget})")
@@ -405,7 +426,8 @@ class _Explorer:
         elif not expect_fail:
             obs.agreement = Agreement.MISSED if failed else Agreement.CLEAN
         elif failed:
-            obs.agreement = Agreement.FAILED
+            excluded = rate_excluded(obs.evidence.failed_launches, obs.evidence.launches, rate, self.opts.conf)
+            obs.agreement = Agreement.RATE if excluded else Agreement.FAILED
         else:
             capped = launch_budget(rate, self.opts.alpha) > budget
             obs.agreement = Agreement.TOO_RARE if capped else Agreement.GAP
@@ -445,6 +467,9 @@ class _Explorer:
             if obs.agreement is Agreement.GAP:
                 self.last[Agreement.GAP] = obs
                 raise ModelGap(f"{obs.evidence.launches} clean launches")
+            if obs.agreement is Agreement.RATE:
+                self.last[Agreement.RATE] = obs
+                raise ModelRate(f"{obs.evidence.failed_launches}/{obs.evidence.launches} launches failed")
 
         explore_point._hypothesis_internal_database_key = database_key(self.family)  # type: ignore[attr-defined]
         if opts.seed is not None:
@@ -471,7 +496,7 @@ class _Explorer:
 
     def remeasure(self, ask: Callable[[WorkItem], RunResult]) -> None:
         """Re-run every minimal disagreeing point `point_runs` times (budget permitting)."""
-        for kind in (Agreement.MISSED, Agreement.GAP):
+        for kind in (Agreement.MISSED, Agreement.GAP, Agreement.RATE):
             obs = self.last.get(kind)
             if obs is None:
                 continue
@@ -489,6 +514,11 @@ class _Explorer:
             if kind is Agreement.GAP and rate and ev.launches:
                 # a GAP stands only if the point's rate is shown below the prediction
                 finding.confirmed = ev.launch_upper(self.opts.conf) < rate
+            if kind is Agreement.RATE:
+                # the search stopped at a failure (its rate leans high): only a fixed number of
+                # re-runs whose interval still excludes the prediction confirms it
+                finding.confirmed = bool(rate) and rate_excluded(ev.failed_launches, ev.launches, rate,
+                                                                 self.opts.conf)
 
     def drive(self, ask: Callable[[WorkItem], RunResult]) -> None:
         try:

@@ -57,6 +57,18 @@ def test_a_gap_whose_remeasured_rate_is_consistent_with_the_model_is_not_confirm
     assert "NOT CONFIRMED" in "\n".join(res.lines())
 
 
+def test_a_point_that_fails_far_more_often_than_predicted_is_a_confirmed_rate_disagreement(store, tmp_path):
+    # the model has the outcome right (hazardous from 300) and the rate wrong: 1% per launch
+    # predicted, every launch fails (the stale_release case of megakernel_layers, the other way)
+    res = explore(store, tmp_path, knob_family(model_from=300, rate=0.01), fails_from=300)
+    assert [f.kind for f in res.findings] == [Agreement.RATE]
+    f = res.findings[0]
+    assert f.point == {"variant": "fixed", "knob": 300}
+    assert f.confirmed and f.remeasured.failed_launches == f.remeasured.launches == 5 * LAUNCHES
+    text = "\n".join(res.lines())
+    assert "MODEL RATE DISAGREES" in text and "0.01 per launch" in text and res.exit_code == 1
+
+
 def test_points_where_model_and_runs_agree_pass_with_an_agreement_table(store, tmp_path):
     res = explore(store, tmp_path, knob_family(model_from=400), fails_from=400)
     assert res.findings == [] and res.exit_code == 0
