@@ -1,16 +1,20 @@
-"""Hypothesis settings profiles for hazard property tests: `ci` and `nightly`.
+"""Hypothesis settings profiles for hazard property tests: `hazards-ci` and `hazards-nightly`.
 
-`ci` is for pre-merge: derandomized (the same examples every run, so a red CI run is
+The names are this project's own: hypothesis itself registers a `ci` profile (loaded when it
+sees a CI environment), and a user's conftest may define `ci` or `nightly`; this module never
+redefines a profile it did not register.
+
+`hazards-ci` is for pre-merge: derandomized (the same examples every run, so a red CI run is
 reproducible by rerunning it), few examples, no deadline (a GPU launch batch takes as
 long as it takes; hypothesis' deadline would flag slow batches as failures), and no
 example database (CI machines are fresh; nothing to share).
 
-`nightly` is for soaks: many examples, random generation, and the example database beside
+`hazards-nightly` is for soaks: many examples, random generation, and the example database beside
 the results store (`database_dir`: `.hazards/hypothesis/` for the default store, or beside
 $HZ_STORE) so that a point that failed last night is tried first tonight. It is the same
 database `hazards explore` and `hazards soak --explore` use: one per store.
 
-Select one with hypothesis' own pytest option `--hypothesis-profile ci`, or with the
+Select one with hypothesis' own pytest option `--hypothesis-profile hazards-ci`, or with the
 environment variable HZ_HYPOTHESIS_PROFILE (the option wins). The pytest plugin registers
 both profiles at configure time; outside pytest (or in a conftest) call
 `register_profiles()` or `load_profile_from_env()`.
@@ -24,7 +28,12 @@ PROFILE_ENV = "HZ_HYPOTHESIS_PROFILE"
 DATABASE_NAME = "hypothesis"
 CI_MAX_EXAMPLES = 12
 NIGHTLY_MAX_EXAMPLES = 400
-PROFILES = ("ci", "nightly")
+CI_PROFILE = "hazards-ci"
+NIGHTLY_PROFILE = "hazards-nightly"
+PROFILES = (CI_PROFILE, NIGHTLY_PROFILE)
+# The settings objects this module registered, by name: a profile of the same name that is not
+# one of these belongs to the user (or to hypothesis) and is left alone.
+_REGISTERED: dict[str, object] = {}
 
 
 def database_dir(store_path: str | os.PathLike[str] | None = None) -> Path:
@@ -37,7 +46,9 @@ def database_dir(store_path: str | os.PathLike[str] | None = None) -> Path:
 
 
 def register_profiles(database_dir: str | os.PathLike[str] | None = None) -> None:
-    """Register the `ci` and `nightly` profiles (idempotent; re-registering replaces them).
+    """Register the `hazards-ci` and `hazards-nightly` profiles (idempotent: re-registering
+    replaces ours, e.g. after $HZ_STORE moved; a profile of that name that someone else
+    registered first is kept as it is).
 
     `database_dir` overrides where `nightly` keeps its example database (default: beside
     the default results store, `database_dir()`).
@@ -49,8 +60,8 @@ def register_profiles(database_dir: str | os.PathLike[str] | None = None) -> Non
     # Both profiles: a family point can legitimately take seconds (a batch of launches),
     # and a server fixture shared across examples is the point of a warm server.
     suppressed = (HealthCheck.too_slow, HealthCheck.function_scoped_fixture)
-    settings.register_profile(
-        "ci",
+    _register_ours(
+        CI_PROFILE,
         derandomize=True,
         max_examples=CI_MAX_EXAMPLES,
         deadline=None,
@@ -58,14 +69,29 @@ def register_profiles(database_dir: str | os.PathLike[str] | None = None) -> Non
         print_blob=True,
         suppress_health_check=suppressed,
     )
-    settings.register_profile(
-        "nightly",
+    _register_ours(
+        NIGHTLY_PROFILE,
         max_examples=NIGHTLY_MAX_EXAMPLES,
         deadline=None,
         database=DirectoryBasedExampleDatabase(str(Path(database_dir) if database_dir else _default_dir())),
         print_blob=True,
         suppress_health_check=suppressed,
     )
+
+
+def _register_ours(name: str, **values: object) -> None:
+    """settings.register_profile, unless a profile of this name exists that we did not register."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        current = settings.get_profile(name)
+    except InvalidArgument:
+        current = None
+    if current is not None and current is not _REGISTERED.get(name):
+        return  # the user's (or hypothesis') own profile of that name: never redefined
+    settings.register_profile(name, **values)
+    _REGISTERED[name] = settings.get_profile(name)
 
 
 def _default_dir() -> Path:

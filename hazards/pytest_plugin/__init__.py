@@ -13,7 +13,7 @@ pytest configuration, or any `--hz-*` option. Then it registers the parts:
   `--hz-fail-on-flaky`.
 - `isolation`: the `hz_timeout(s)` marker and the `hz_run_out_of_process` fixture: the GPU
   body runs in a supervised child that the engine's watchdog kills on a hang.
-- `hypo`: the hypothesis profiles (`ci`, `nightly`, $HZ_HYPOTHESIS_PROFILE), and for a
+- `hypo`: the hypothesis profiles (`hazards-ci`, `hazards-nightly`, $HZ_HYPOTHESIS_PROFILE), and for a
   failing family point the failing parameters, the rate re-measured at that point and
   the `hazards repro` command that replays it.
 - `family`: the `hz_family_server` fixture.

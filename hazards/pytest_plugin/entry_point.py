@@ -139,6 +139,32 @@ def pytest_configure(config: pytest.Config) -> None:
         activate(config, reason)
 
 
+# What a test can use only with the plugin on: without it the markers are silently inert and
+# the fixtures "not found". A test that uses one in a session that did not opt in is told so.
+PLUGIN_MARKERS = ("hz_gpu", "hz_timeout")
+PLUGIN_FIXTURES = ("hz_gpu", "hz_family_server", "hz_run_out_of_process")
+OPT_IN_HINT = ("the gpu-hazards pytest plugin is opt-in: turn it on with `-p hazards` (or `hazards = true` "
+               "in [tool.pytest.ini_options], or any --hz-* option)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One line, not an error: the session goes on as it would have (a marker stays inert, a
+    fixture is still "not found"), now saying why."""
+    if is_active(config):
+        return
+    users: list[tuple[str, str]] = []
+    for item in items:
+        used = [f"@pytest.mark.{m}" for m in PLUGIN_MARKERS if item.get_closest_marker(m) is not None]
+        used += [f"fixture {f}" for f in PLUGIN_FIXTURES if f in getattr(item, "fixturenames", ())]
+        if used:
+            users.append((item.nodeid, used[0]))
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if users and reporter is not None:
+        first, what = users[0]
+        more = f" and {len(users) - 1} more" if len(users) > 1 else ""
+        reporter.write_line(f"hazards: {first} uses {what}{more}, but {OPT_IN_HINT}", yellow=True)
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
     reason = config.stash.get(_ACTIVE, None)
     return f"hazards: plugin on ({reason})" if reason else None

@@ -1,4 +1,5 @@
-"""Hypothesis profiles in pytest: `ci` / `nightly`, chosen by option or $HZ_HYPOTHESIS_PROFILE.
+"""Hypothesis profiles in pytest: `hazards-ci` / `hazards-nightly`, chosen by option or
+$HZ_HYPOTHESIS_PROFILE.
 
 The profiles are registered in a `tryfirst` pytest_configure, before hypothesis' own
 pytest plugin reads `--hypothesis-profile` in its pytest_configure. When that option is
@@ -84,7 +85,7 @@ def profile_for_children(config: pytest.Config) -> str | None:
 
 
 def pytest_collection_modifyitems() -> None:
-    # Test modules imported hypothesis: make `settings.load_profile("ci")` work in them.
+    # Test modules imported hypothesis: make `settings.load_profile("hazards-ci")` work in them.
     if "hypothesis" in sys.modules:
         _register()
 

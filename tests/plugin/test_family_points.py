@@ -43,7 +43,7 @@ FAMILY_TESTS = f"""
 
 def test_failing_point_gets_its_rate_and_replay_command(inner):
     inner.write("test_fam.py", FAMILY_TESTS)
-    res = inner.run("--hypothesis-profile", "ci", "--hz-point-runs", "9")
+    res = inner.run("--hypothesis-profile", "hazards-ci", "--hz-point-runs", "9")
     assert (res.outcomes["failed"], res.outcomes["passed"]) == (1, 1), res.stdout + res.stderr
     m = re.search(r"family fakefam, failing point: (\{.*\})", res.stdout)
     assert m, res.stdout
@@ -58,7 +58,7 @@ def test_failing_point_gets_its_rate_and_replay_command(inner):
 
 def test_point_runs_zero_skips_the_remeasurement(inner):
     inner.write("test_fam.py", FAMILY_TESTS)
-    res = inner.run("--hypothesis-profile", "ci", "--hz-point-runs", "0", "-k", "point_is_clean")
+    res = inner.run("--hypothesis-profile", "hazards-ci", "--hz-point-runs", "0", "-k", "point_is_clean")
     assert res.outcomes["failed"] == 1 and "passed" not in res.outcomes
     assert "failing point" in res.stdout and "rate at this point" not in res.stdout
 

@@ -10,7 +10,7 @@ The property: a point the static model calls safe runs clean (over SAFE_LAUNCHES
 validated launches); no point is an `error` (every generated point is a valid request).
 
 Run it on a GPU machine (the wall time is what the issue asks to report):
-    PYTHONPATH=$PWD python3 -m pytest -p hazards.pytest_plugin --hypothesis-profile ci \\
+    PYTHONPATH=$PWD python3 -m pytest -p hazards.pytest_plugin --hypothesis-profile hazards-ci \\
         tests/plugin/test_family_property_gpu.py -v --hypothesis-show-statistics
 (with the package installed, the `-p` is not needed: the pytest11 entry point loads it).
 """
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 
 from hazards.families import get_family
-from hazards.hypothesis_profiles import register_profiles
+from hazards.hypothesis_profiles import CI_PROFILE, register_profiles
 from hazards.engine.outcome import Outcome
 
 FAMILY = get_family("pipeline")
@@ -29,11 +29,12 @@ SAFE_LAUNCHES = 200
 pytestmark = pytest.mark.gpu
 
 
-# The profile loaded by --hypothesis-profile / $HZ_HYPOTHESIS_PROFILE; `ci` when none was
-# chosen (hypothesis' default profile has a 200 ms deadline, wrong for GPU batches).
+# The profile loaded by --hypothesis-profile / $HZ_HYPOTHESIS_PROFILE; `hazards-ci` when none
+# was chosen (hypothesis' default profile has a 200 ms deadline, wrong for GPU batches).
 register_profiles()
-PROFILE_NAME = settings.get_current_profile_name() if settings.get_current_profile_name() != "default" else "ci"
-PROFILE = settings.get_profile(PROFILE_NAME) if PROFILE_NAME == "ci" else settings.default
+PROFILE_NAME = (settings.get_current_profile_name() if settings.get_current_profile_name() != "default"
+                else CI_PROFILE)
+PROFILE = settings.get_profile(PROFILE_NAME) if PROFILE_NAME == CI_PROFILE else settings.default
 
 
 # Sharing the function-scoped warm server across examples is intended (the profiles say so too).

@@ -44,7 +44,7 @@ USER_PROJECT = {
             from hypothesis import settings
             from hypothesis.errors import InvalidArgument
             try:
-                settings.get_profile("nightly")
+                settings.get_profile("hazards-nightly")
             except InvalidArgument:
                 print("HZ-PROFILES: absent")
             else:
@@ -73,7 +73,11 @@ def test_an_installed_plugin_stays_out_of_a_session_that_did_not_ask(user_projec
                            opt_in=False, env={"HZ_FAKE_GPUS": "0", "HZ_TEST_OUT": str(user_project.path / "out.json")})
     assert res.ret == 0 and res.outcomes == {"passed": 4}, res.stdout + res.stderr
     assert "gpu-hazards" in res.stdout  # the entry point was loaded ...
-    assert "hazards:" not in res.stdout  # ... and said and did nothing
+    said = [line for line in res.stdout.splitlines() if "hazards:" in line]
+    # ... and did nothing, saying only that the test using hz_gpu needs the plugin turned on
+    assert said == ["hazards: test_user.py::test_hz_gpu uses @pytest.mark.hz_gpu, but the gpu-hazards pytest plugin "
+                    "is opt-in: turn it on with `-p hazards` (or `hazards = true` in [tool.pytest.ini_options], "
+                    "or any --hz-* option)"], res.stdout
     assert _cvd_at_conftest(user_project) is None
     assert leases.read_lease_log(user_project.lease_dir) == []
     assert "HZ-PROFILES: absent" in res.stdout
@@ -90,6 +94,27 @@ def test_a_gpu_leased_elsewhere_leaves_the_sessions_cuda_visible_devices_alone(u
                                                   "HZ_TEST_OUT": str(user_project.path / "out.json")})
     assert res.ret == 0 and res.outcomes == {"passed": 4}, res.stdout + res.stderr
     assert _cvd_at_conftest(user_project) == "0"
+
+
+def test_a_plugin_fixture_without_opt_in_is_explained_in_one_line(inner, pythons):
+    """Without opt-in, `hz_gpu` would only be "fixture not found" and `hz_timeout` silently
+    inert: one line says the plugin is opt-in and how to turn it on (the session goes on)."""
+    inner.write("test_fixture.py", """
+        import pytest
+
+        def test_uses_the_gpu_fixture(hz_gpu):
+            pass
+
+        @pytest.mark.hz_timeout(5)
+        def test_with_a_timeout():
+            pass
+    """)
+    res = inner.run("-W", "ignore::pytest.PytestUnknownMarkWarning", python=pythons["installed"], opt_in=False)
+    assert res.outcomes == {"passed": 1, "errors": 1}, res.stdout + res.stderr
+    said = [line for line in res.stdout.splitlines() if line.startswith("hazards:")]
+    assert said == ["hazards: test_fixture.py::test_uses_the_gpu_fixture uses fixture hz_gpu and 1 more, but the "
+                    "gpu-hazards pytest plugin is opt-in: turn it on with `-p hazards` (or `hazards = true` in "
+                    "[tool.pytest.ini_options], or any --hz-* option)"], res.stdout
 
 
 OPT_INS = [
