@@ -5,7 +5,8 @@ GPU, node-b with two, each its own `ray start` process, lease folder and node na
 `hazards soak --executor ray --address HEAD` (text output) from a separate driver process,
 SIGKILLs every process of node-a once the soak has stored enough runs, and prints the
 soak's output, its exit status and the stored rows per node and GPU. Then the CLI against
-addresses that are not a Ray head. Finally the cluster is stopped and any process left is
+addresses that are not a Ray head. Every node, the driver and the fake heads are on
+127.0.0.1: nothing leaves the loopback interface. Finally the cluster is stopped and any process left is
 listed. Prints everything on stdout (the raw output of docs/results/ray-multinode-cpu.md).
 
     PYTHONPATH=$PWD python3 bench/ray_multinode_cpu.py [--budget 20] [--kill-after-runs 8]
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -23,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "ray"))
 
-from cluster import NODES, free_port, start_cluster  # noqa: E402
+from cluster import HTTP2_NOT_FOUND, LOOPBACK, NODES, fake_head, free_port, full_backlog, start_cluster  # noqa: E402
 from test_multinode import Driver, targets_toml  # noqa: E402
 
 from hazards.engine.store import Store  # noqa: E402
@@ -75,14 +77,20 @@ def main() -> int:
             print(f"campaign {camp.id}: status {camp.status}; spec lost: {camp.spec.get('lost')}")
             store.close()
 
-            bad = {"nothing listens": f"127.0.0.1:{free_port()}", "unknown host": "no-such-host.invalid:6379",
-                   "TEST-NET-3 (a transparent proxy here)": "203.0.113.1:6379", "not HOST:PORT": "headnode"}
-            for what, address in bad.items():
-                b = Driver(Path(tmp), address)
-                t1 = time.monotonic()
-                rc, _, berr = b.run("--targets", str(targets), "--no-families", "--budget", "5s")
-                print(f"--address {address} ({what}): exit {rc} after {time.monotonic() - t1:.1f} s: "
-                      f"{berr.strip()}")
+            # Every bad address is made here on 127.0.0.1 (nothing leaves loopback;
+            # an unknown host name is left to the tests, where no DNS server is asked).
+            with contextlib.ExitStack() as fakes:
+                bad = {"nothing listens": f"{LOOPBACK}:{free_port()}",
+                       "a silent port": fakes.enter_context(fake_head()),
+                       "an HTTP/2 server that is not gRPC": fakes.enter_context(fake_head(HTTP2_NOT_FOUND)),
+                       "a full backlog: no answer to a connect": fakes.enter_context(full_backlog()),
+                       "not HOST:PORT": "headnode"}
+                for what, address in bad.items():
+                    b = Driver(Path(tmp), address)
+                    t1 = time.monotonic()
+                    rc, _, berr = b.run("--targets", str(targets), "--no-families", "--budget", "5s")
+                    print(f"--address {address} ({what}): exit {rc} after {time.monotonic() - t1:.1f} s: "
+                          f"{berr.strip()}")
     finally:
         t1 = time.monotonic()
         left = cluster.stop()

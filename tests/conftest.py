@@ -29,3 +29,27 @@ def refuses_file(tmp_path):
         assert "\n" not in str(refused.value)
 
     return check
+
+
+@pytest.fixture(scope="session", autouse=True)
+def loopback_only():
+    """Every Python-level connect of the test run to an address off loopback (and every DNS
+    lookup) raises `loopback.OffLoopback`. Ray's C++/gRPC and subprocesses are
+    not covered: see tests/loopback.py."""
+    from loopback import guard_connects, unguard_connects
+
+    guard_connects()
+    yield
+    unguard_connects()
+
+
+@pytest.fixture(autouse=True)
+def no_connect_off_loopback(loopback_only):
+    """Fail the test that tried to reach an address off loopback, even if the code under
+    test caught the error."""
+    from loopback import take_attempts
+
+    take_attempts()
+    yield
+    tried = take_attempts()
+    assert not tried, "this test tried to leave loopback: " + "; ".join(tried)

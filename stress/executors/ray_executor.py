@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import os
 import shutil
 import socket
@@ -47,7 +48,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from hazards.engine.errors import UserError
 from hazards.engine.executor import GpuLost, GpuStats, WorkItem, default_target_factory, run_local
@@ -60,6 +61,7 @@ ANSWER_MARGIN_S = 60.0      # beyond a run's own timeout + kill grace + hang col
 CLOSE_TIMEOUT_S = 30.0
 PROBE_TIMEOUT_S = 5.0       # connecting to the head: Ray itself would retry for minutes
 ARTIFACT_COPY_MAX_BYTES = 64 << 20  # per run: what a run leaves beyond it stays on its node
+LOOPBACK = "127.0.0.1"      # the node IP of the local cluster `RayExecutor` starts
 NODE_LOST = "node_lost"     # error_kind of the run in flight on a GPU whose node was lost
 
 # The probe speaks just enough HTTP/2 to make one gRPC call (see `grpc_answers`).
@@ -136,6 +138,55 @@ def grpc_answers(sock: socket.socket, authority: str, path: str = _GCS_CHECK_ALI
         return "no answer to a gRPC call"
     except OSError as e:
         return e.strerror or type(e).__name__
+
+
+@contextlib.contextmanager
+def loopback_kept() -> Iterator[None]:
+    """While open, Ray keeps a loopback host (127.0.0.1, localhost) as given.
+
+    Ray 2.x on Linux replaces a loopback `--node-ip-address`, `_node_ip_address` or join
+    address by the address of the machine's outbound interface
+    (`ray._private.services.resolve_ip_for_localhost`), which moves a cluster meant for
+    this machine alone onto its network interface. Other hosts are resolved as Ray does.
+    Without that private function (another Ray version) this changes nothing."""
+    try:
+        from ray._private import services
+    except ImportError:
+        yield
+        return
+    real = getattr(services, "resolve_ip_for_localhost", None)
+    if real is None:
+        yield
+        return
+
+    def keep_loopback(host: str) -> str:
+        return host if host and is_loopback_host(host) else real(host)
+
+    services.resolve_ip_for_localhost = keep_loopback
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = real
+
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """Whether `host` (an IP literal or a name) is this machine's loopback, without asking a
+    resolver: 127.0.0.0/8, ::1, ::ffff:127.x or one of LOOPBACK_NAMES. None is not."""
+    if not host:
+        return False
+    host = host.strip("[]").split("%")[0].lower().rstrip(".")
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
 
 
 def probe_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
@@ -428,6 +479,9 @@ class RayExecutor:
             from hazards.engine.leases import FAKE_ENV, fake_gpus
 
             kwargs.setdefault("include_dashboard", False)
+            # It serves this machine only: on loopback, nothing of it is reachable from (or
+            # talks to) the network, and it does not depend on which interface Ray guesses.
+            kwargs.setdefault("_node_ip_address", LOOPBACK)
             root = str(Path(__file__).resolve().parents[2])
             env = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
             fakes = fake_gpus()
@@ -438,7 +492,8 @@ class RayExecutor:
         elif self.address not in ("auto", "local"):
             probe_address(self.address)
         try:
-            ray.init(address=self.address, **kwargs)
+            with loopback_kept():  # a cluster on 127.0.0.1 (ours, or --address 127.0.0.1:P) stays there
+                ray.init(address=self.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as e:
             raise UserError(f"cannot start or reach the Ray cluster{f' at {self.address}' if self.address else ''}: "
                             f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None

@@ -4,7 +4,9 @@ Each node is its own `ray start --block` process in a session of its own (so it 
 process it starts, raylet and workers included, form one process group we can kill as a
 host dies), with its own environment as a different host would have: its fake GPUs
 ($HZ_FAKE_GPUS, with CUDA_VISIBLE_DEVICES listing them the way a host restricts its
-raylet), its own lease folder ($HZ_LEASE_DIR) and its own node name. The head node has
+raylet), its own lease folder ($HZ_LEASE_DIR) and its own node name. Every node is on
+127.0.0.1 (`--node-ip-address`, the head's dashboard off): the cluster's traffic stays on
+the loopback interface, as every test's must. The head node has
 no GPU, so the driver (which attaches to a raylet of its own host: the head, here) never
 shares a node with the work.
 
@@ -15,6 +17,7 @@ clusters included. `stop()` ends exactly the processes this cluster started, and
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -23,8 +26,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 
@@ -35,6 +40,11 @@ STARTED_LINE = "Ray runtime started."
 NODES = {"node-a": ["GPU-a0"], "node-b": ["GPU-b0", "GPU-b1"]}
 START_TIMEOUT_S = 240.0
 NO_RAY = "Ray is an optional extra: pip install \"gpu-hazards[ray]\""  # a 2-core CI machine under load: measured 15-60 s per node
+LOOPBACK = "127.0.0.1"  # every node, driver and fake head of the tests binds here and talks to nothing else
+# `ray ...` with 127.0.0.1 kept as given (Ray on Linux would swap it for the outbound
+# interface's address: hazards.engine.executors.ray_executor.loopback_kept).
+RAY_CLI_ON_LOOPBACK = ("import sys\nfrom hazards.engine.executors.ray_executor import loopback_kept\n"
+                       "from ray.scripts.scripts import main\nwith loopback_kept():\n    sys.exit(main())")
 
 
 def have_ray() -> bool:
@@ -47,9 +57,67 @@ def have_ray() -> bool:
 
 
 def free_port() -> int:
+    """A port of 127.0.0.1 where nothing listens (a connection to it is refused)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
+
+
+# What an HTTP/2 server that is not gRPC (a web server, a transparent proxy) answers: its
+# SETTINGS, then a response to stream 1 with ":status: 404" (HPACK static entry 13).
+HTTP2_NOT_FOUND = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]) + bytes([0, 0, 1, 1, 5, 0, 0, 0, 1, 0x8D])
+GARBAGE = b"SSH-2.0-not-a-ray-head\r\n"  # a service that speaks first, then hangs up
+
+
+@contextlib.contextmanager
+def fake_head(answer: bytes = b"", hang_up: bool = False) -> Iterator[str]:
+    """A port of 127.0.0.1 (its address yielded) where something accepts every connection
+    and sends `answer` (b"": stays silent), then ends its side of it if `hang_up`."""
+    srv = socket.socket()
+    srv.bind((LOOPBACK, 0))
+    srv.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn = srv.accept()[0]
+            except OSError:
+                continue
+            if answer:
+                conn.sendall(answer)
+            if hang_up:  # a FIN, not a close: a close with our request unread would be a reset
+                conn.shutdown(socket.SHUT_WR)
+            held.append(conn)
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield f"{LOOPBACK}:{srv.getsockname()[1]}"
+    finally:
+        stop.set()
+        t.join()
+        for s in held:
+            s.close()
+        srv.close()
+
+
+@contextlib.contextmanager
+def full_backlog() -> Iterator[str]:
+    """A port of 127.0.0.1 (its address yielded) that listens but never accepts, its
+    accept queue already full: Linux drops a new connection's SYN, so a connect gets no
+    answer at all until its own timeout (as a host that drops packets would)."""
+    srv = socket.socket()
+    srv.bind((LOOPBACK, 0))
+    srv.listen(0)  # the queue holds one connection
+    filler = socket.create_connection(srv.getsockname(), timeout=5)
+    try:
+        yield f"{LOOPBACK}:{srv.getsockname()[1]}"
+    finally:
+        filler.close()
+        srv.close()
 
 
 def ray_env(**extra: str) -> dict[str, str]:
@@ -64,7 +132,7 @@ def ray_env(**extra: str) -> dict[str, str]:
 
 @dataclasses.dataclass
 class Node:
-    """One `ray start --block` process and what it was given."""
+    """One `ray start --block` process (RAY_CLI_ON_LOOPBACK) and what it was given."""
 
     name: str
     gpus: list[str]
@@ -118,15 +186,17 @@ class LocalCluster:
         # Short: Ray's unix sockets live under it (108-byte path limit).
         self.temp_dir = Path(tempfile.mkdtemp(prefix="hzray-", dir="/tmp"))
         self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{LOOPBACK}:{self.port}"
         self.nodes: dict[str, Node] = {}
 
     def _start(self, name: str, args: list[str], gpus: list[str], lease_dir: Path | None,
                env: dict[str, str]) -> Node:
         log = self.temp_dir / f"{name}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen(["ray", "start", *args, "--block", "--disable-usage-stats",
-                                     f"--node-name={name}", f"--temp-dir={self.temp_dir}"],
+            proc = subprocess.Popen([sys.executable, "-c", RAY_CLI_ON_LOOPBACK, "start", *args, "--block",
+                                     "--disable-usage-stats",
+                                     f"--node-ip-address={LOOPBACK}", f"--node-name={name}",
+                                     f"--temp-dir={self.temp_dir}"],
                                     stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         node = Node(name, gpus, lease_dir, proc, log)
         self.nodes[name] = node

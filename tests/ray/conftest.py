@@ -4,6 +4,7 @@ a Ray session folder per test. Nothing here imports Ray: without it the tests th
 skip with a reason and the others (the address probe) still run."""
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -12,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from cluster import NODES, start_cluster
+
+# Ray in this process (`ray.init` of a test) reports no usage statistics: no traffic off loopback.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 @pytest.fixture(scope="module")

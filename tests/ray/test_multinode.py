@@ -7,6 +7,7 @@ file order and the last one kills node-a for good.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-h
 
 from cluster import NODES, REPO, ray_env  # noqa: E402
 
+from hazards.engine.executors.ray_executor import is_loopback_host  # noqa: E402
 from hazards.engine.leases import read_lease_log  # noqa: E402
 from hazards.engine.outcome import HOST  # noqa: E402
 from hazards.engine.store import Store  # noqa: E402
@@ -207,6 +209,27 @@ def test_soak_through_the_head_address_runs_on_every_node_and_streams_rows_to_th
     per_gpu = {g["uuid"]: g["runs"] for g in doc["gpus"]}
     assert per_gpu == {g: sum(gpu_of(r) == g for r in runs) for g in GPU_NODE}
     print(f"\nmultinode soak: runs per GPU {per_gpu}")
+
+
+def test_every_node_of_the_cluster_is_on_loopback_only(cluster):
+    """Loopback only: no connection of any node's process leaves 127.0.0.1, and nothing listens on
+    the machine's network interface (Ray's gRPC servers listen on the wildcard address, which
+    sends nothing; a socket bound to a non-loopback address would mean a node took the
+    interface's IP instead of 127.0.0.1)."""
+    seen, off = 0, []
+    for node in cluster.nodes.values():
+        for proc in node.processes():
+            try:
+                conns = proc.net_connections(kind="inet")
+            except psutil.Error:
+                continue
+            for c in conns:
+                seen += 1
+                local_ok = is_loopback_host(c.laddr.ip) or ipaddress.ip_address(c.laddr.ip).is_unspecified
+                if not local_ok or (c.raddr and not is_loopback_host(c.raddr.ip)):
+                    off.append((node.name, proc.name(), c.laddr, c.raddr, c.status))
+    assert seen > 0  # the nodes' sockets were looked at
+    assert off == [], f"sockets of the test cluster off loopback: {off}"
 
 
 def test_driver_sigkill_leaves_no_actor_at_work_and_resume_continues(cluster, tmp_path):

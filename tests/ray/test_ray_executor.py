@@ -21,7 +21,7 @@ from hazards.engine.executor import StoreSink, WorkItem, run_local  # noqa: E402
 from hazards.engine.sources import Rotation  # noqa: E402
 from hazards.engine.campaign import LeasedCampaign  # noqa: E402
 from hazards.engine.executors import check_executor  # noqa: E402
-from hazards.engine.executors.ray_executor import RayExecutor, run_ray, run_soak_ray  # noqa: E402
+from hazards.engine.executors.ray_executor import RayExecutor, loopback_kept, run_ray, run_soak_ray  # noqa: E402
 from hazards.engine.leases import acquire_free, current_holders, read_lease_log, release_all  # noqa: E402
 from hazards.engine.soak import run_soak  # noqa: E402
 from hazards.engine.store import Store  # noqa: E402
@@ -66,8 +66,10 @@ def ray_cluster():
     os.environ["HZ_FAKE_GPUS"] = "0,1"  # inherited by the Ray workers started below
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     root = str(Path(__file__).resolve().parents[2])
-    ray.init(num_gpus=2, num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"PYTHONPATH": root, "HZ_FAKE_GPUS": "0,1"}}, _temp_dir=temp_dir)
+    with loopback_kept():  # the cluster on 127.0.0.1, not on the machine's interface
+        ray.init(num_gpus=2, num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 _node_ip_address="127.0.0.1", runtime_env={"env_vars": {"PYTHONPATH": root, "HZ_FAKE_GPUS": "0,1"}},
+                 _temp_dir=temp_dir)
     try:
         yield
     finally:
