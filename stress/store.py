@@ -13,8 +13,15 @@ Tables
   signatures (id, key, outcome, error_kind, target, variant, message, first_seen,
               last_seen, count)
 
-The schema is versioned with `PRAGMA user_version`; a database with another version is
-refused with a clear error instead of being misread or migrated silently.
+The schema is versioned with `PRAGMA user_version`. A schema change is a numbered,
+forward-only migration (`MIGRATIONS`: entry i takes a store from version i + 1 to i + 2).
+A new store is made at version 1 (`_SCHEMA_V1`, never edited) and migrated forward like any
+other, so a new store and an upgraded one are the same by construction. A writable open of
+an older store backs it up beside itself first (`<store>.v<N>-backup-<UTC time>`, SQLite's
+online backup) and then migrates it in one transaction (all steps or none); a read-only open
+refuses it in one line naming `hazards store migrate`; a newer store than this hazards knows
+is refused in one line (never misread, never downgraded). `inspect_store` says where a store
+stands without changing it (`hazards store check`).
 
 When SQLite fails (a damaged file, a full disk, an I/O error, a write lock held for longer
 than the busy timeout) every method raises `StoreError`: one line naming the file, SQLite's
@@ -42,14 +49,13 @@ import tempfile
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from hazards.engine.errors import StoreError, UserError
 from hazards.engine.outcome import OUTCOMES, HOST, Outcome, RunResult
 from hazards.engine.signatures import signature_of
 from hazards.engine.stats import CiMethod, rate_ci, upper_bound
 
-SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(".hazards") / "results.db"
 BUSY_TIMEOUT_MS = 60_000
 SPILL_SUFFIX = ".spill.jsonl"
@@ -57,7 +63,9 @@ SPILL_FORMAT = "hazards-spill/1"
 
 log = logging.getLogger(__name__)
 
-_SCHEMA = """
+# Version 1 of the schema, as the first stores were made. Never edit it: change the schema
+# with a migration (below), so that stores made before the change can follow.
+_SCHEMA_V1 = """
 CREATE TABLE campaigns (
     id       INTEGER PRIMARY KEY,
     kind     TEXT NOT NULL,
@@ -103,6 +111,35 @@ CREATE TABLE runs (
 CREATE INDEX runs_by_target ON runs (target, variant);
 CREATE INDEX runs_by_signature ON runs (signature_id);
 """
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """One forward step of the schema, to version `to` from `to - 1`: `sql` (statements
+    separated by `;`) or `apply(db)` for a step SQL alone cannot say. It runs inside the
+    migration's transaction, with foreign-key enforcement off (a table rebuild is possible);
+    the references are checked before the commit."""
+
+    to: int
+    what: str  # one line for `hazards store check|migrate`
+    sql: str = ""
+    apply: Callable[[sqlite3.Connection], None] | None = None
+
+    def run(self, db: sqlite3.Connection) -> None:
+        for stmt in self.sql.split(";"):
+            if stmt.strip():
+                db.execute(stmt)
+        if self.apply is not None:
+            self.apply(db)
+
+
+# The migrations, in order: MIGRATIONS[i].to == i + 2. Append only; never edit a released one
+# (stores in the field have run it). Test: tests/engine/test_store_migrations.py migrates the
+# stored version-1 database (tests/data/store-v1.db) and compares it with a new store.
+MIGRATIONS: tuple[Migration, ...] = ()
+SCHEMA_VERSION = 1 + len(MIGRATIONS)
+assert all(m.to == i + 2 for i, m in enumerate(MIGRATIONS)), "MIGRATIONS must be numbered 2, 3, ..."
+MIGRATE_TRIES = 5  # backups retaken when other writers commit between the backup and the lock
 
 
 @dataclasses.dataclass
@@ -410,19 +447,138 @@ def _id_ranges(ids: list[int]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
+@dataclasses.dataclass(frozen=True)
+class Migrated:
+    """A store taken from one schema version to another; `backup` is the file as it was."""
+
+    from_version: int
+    to_version: int
+    backup: Path
+
+    def describe(self, path: Path) -> str:
+        return (f"migrated results store {path} from schema version {self.from_version} to {self.to_version}; "
+                f"the file as it was is kept as {self.backup}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreState:
+    """Where a store stands (`inspect_store`): its schema version, the migrations it
+    lacks, SQLite's integrity check and the spill files waiting to be imported."""
+
+    path: Path
+    version: int
+    pending: tuple[Migration, ...]
+    integrity: str
+    spills: tuple[Path, ...]
+
+    @property
+    def sound(self) -> bool:
+        return self.integrity == "ok"
+
+
+def _schema_version(db: sqlite3.Connection, path: Path) -> int:
+    """The store's schema version: 0 for an empty file; UserError for an SQLite database
+    that is not a results store."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if version == 0 and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        raise UserError(f"{path} is an SQLite database but not a hazards results store")
+    return version
+
+
+def _newer_message(path: Path, version: int) -> str:
+    return (f"results store {path} has schema version {version}, newer than this hazards knows (up to "
+            f"{SCHEMA_VERSION}): use a newer hazards (pip install -U gpu-hazards) or another --store; "
+            "the store was not changed")
+
+
+def _older_message(path: Path, version: int) -> str:
+    return (f"results store {path} has schema version {version}; this hazards reads version {SCHEMA_VERSION}: "
+            f"run `hazards store migrate --store {path}` (it backs the file up first)")
+
+
+def _backup(db: sqlite3.Connection, path: Path, version: int) -> Path:
+    """A consistent copy of the store beside it (SQLite's online backup, as one self-contained
+    file), made before a migration; StoreError when it cannot be made (nothing changed)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest = path.with_name(f"{path.name}.v{version}-backup-{stamp}")
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = path.with_name(f"{path.name}.v{version}-backup-{stamp}-{n}")
+    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+    try:
+        copy = sqlite3.connect(tmp)
+        try:
+            db.backup(copy)
+            copy.execute("PRAGMA journal_mode = DELETE")  # no -wal beside the copy
+        finally:
+            copy.close()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except (sqlite3.Error, OSError) as e:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"results store {path}: could not back it up to {dest} before migrating it "
+                         f"({getattr(e, 'strerror', None) or e}); it was not changed: free space beside it, "
+                         "or copy it elsewhere and migrate the copy") from None
+    return dest
+
+
+def _apply_migrations(db: sqlite3.Connection, path: Path, version: int, backup: Path | None = None) -> None:
+    """Run the migrations after `version` inside the caller's transaction and set the new
+    version; a failing step (or a dangling reference after them) is a StoreError and, the
+    caller's transaction rolling back, leaves the store as it was."""
+    step = None
+    try:
+        for step in MIGRATIONS[version - 1:]:
+            step.run(db)
+        step = None
+        dangling = db.execute("PRAGMA foreign_key_check").fetchone()
+        if dangling is not None:
+            raise StoreError(f"a row of table {dangling[0]} refers to a missing row of {dangling[2]}")
+    except (sqlite3.Error, StoreError) as e:
+        where = f"the step to version {step.to} ({step.what})" if step else "the check of its references"
+        kept = f"; the backup {backup} is the same" if backup else ""
+        raise StoreError(f"results store {path}: migrating it from schema version {version} failed in {where}: "
+                         f"{e}; the store is unchanged (version {version}){kept}") from None
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def inspect_store(path: str | os.PathLike[str] | None = None) -> StoreState:
+    """Where the store at `path` stands, read without changing it. UserError for a missing
+    file, an SQLite database that is not a results store, or a newer schema than this
+    hazards knows; StoreError when SQLite cannot read it."""
+    p = resolve_path(path)
+    if not p.is_file():
+        raise UserError(f"no results store at {p} (run `hazards run` first, or pass --store)")
+    db = _connect(p, read_only=True)
+    try:
+        version = _schema_version(db, p)
+        if version > SCHEMA_VERSION:
+            raise UserError(_newer_message(p, version))
+        integrity = str(db.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        db.close()
+    return StoreState(p, version, MIGRATIONS[max(version, 1) - 1:], integrity,
+                      tuple(s for s in spill_paths(p) if s.is_file()))
+
+
 class Store:
     """A results database. Open it, create campaigns, record runs, query them.
 
     `create=False` opens an existing store only: a missing file is a UserError and nothing
     is created. `read_only=True` (implies `create=False`) never writes: the commands that
     only read (`stats`, `report`, `compare`) use it, and it works on a read-only mount.
-    Opening for writing first imports the runs of any spill file (`import_spills`).
+    Opening for writing migrates an older store (after a backup; `migrated` says so) and
+    imports the runs of any spill file (`import_spills`).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, say_migrated: bool = True) -> None:
         self.path = resolve_path(path)
         self.read_only = read_only
+        self.migrated: Migrated | None = None  # set when this open migrated the store
+        self._say_migrated = say_migrated  # `hazards store migrate` says it itself
         create = create and not read_only
         if create:
             _check_writable(self.path)
@@ -443,18 +599,17 @@ class Store:
     def _setup(self, create: bool) -> None:
         db = self._db
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
+        version = _schema_version(db, self.path)
         if version == 0:
-            has_tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if has_tables:
-                raise UserError(f"{self.path} is an SQLite database but not a hazards results store")
             if not create:
                 raise UserError(f"{self.path} is an empty results store")
             self._create_schema()
-        elif version != SCHEMA_VERSION:
-            raise UserError(
-                f"results store {self.path} has schema version {version}; this hazards "
-                f"understands version {SCHEMA_VERSION} (use a matching hazards or another --store)")
+        elif version > SCHEMA_VERSION:
+            raise UserError(_newer_message(self.path, version))
+        elif version < SCHEMA_VERSION:
+            if self.read_only:
+                raise UserError(_older_message(self.path, version))
+            self.migrated = self._migrate()
         if create and db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             db.execute("PRAGMA journal_mode = WAL")
         # NORMAL in WAL mode loses no committed transaction when the process dies; only a
@@ -467,10 +622,37 @@ class Store:
         with self._write() as db:
             # another process may have created it while we waited for the lock
             if db.execute("PRAGMA user_version").fetchone()[0] == 0:
-                for stmt in _SCHEMA.split(";"):
+                for stmt in _SCHEMA_V1.split(";"):
                     if stmt.strip():
                         db.execute(stmt)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                _apply_migrations(db, self.path, 1)
+
+    def _migrate(self) -> "Migrated | None":
+        """Back the store up, then take it to SCHEMA_VERSION in one transaction. The backup
+        is retaken when another process commits between the backup and the write lock (it
+        must hold every run the migrated store holds); None when another process migrated
+        it meanwhile."""
+        db = self._db
+        db.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before
+        for _ in range(MIGRATE_TRIES):
+            seen = db.execute("PRAGMA data_version").fetchone()[0]
+            version = _schema_version(db, self.path)
+            if version >= SCHEMA_VERSION:
+                return None
+            backup = _backup(db, self.path, version)
+            with self._write() as db:
+                if db.execute("PRAGMA data_version").fetchone()[0] == seen:
+                    _apply_migrations(db, self.path, version, backup)
+                    done = Migrated(version, SCHEMA_VERSION, backup)
+                    break
+            backup.unlink(missing_ok=True)  # stale: retaken on the next try
+        else:
+            raise StoreError(f"results store {self.path}: other processes kept writing to it while it was being "
+                             f"migrated ({MIGRATE_TRIES} tries); stop them and run `hazards store migrate "
+                             f"--store {self.path}`")
+        if self._say_migrated:
+            log.warning("hazards: %s", done.describe(self.path))
+        return done
 
     # -- spilled runs ----------------------------------------------------------------------
     def spill(self, campaign_id: int, seq: int, result: RunResult, campaign: Campaign | None = None) -> str:
