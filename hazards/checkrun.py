@@ -307,13 +307,15 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
               wait_s: float = 60.0, exclusive: bool = False, items_for: ItemsFor | None = None,
               target_factory: TargetFactory = default_target_factory, catalog: list[Family] | None = None,
               explore_item_for: Callable[[Family], Any] | None = None,
-              log: Callable[[str], None] = lambda s: None, observer: Any = None) -> CheckResult:
+              log: Callable[[str], None] = lambda s: None, observer: Any = None,
+              forensics: Any = None) -> CheckResult:
     """Run the pre-merge check and return its result (the caller writes JUnit / exits).
 
     `skip` names the parts not to run ("static", "gpu"; `static_only` is "gpu"), reported
     as skipped; `skip_tools` the tools the static checks must not use. Without a usable
     GPU the GPU checks are errors (nothing judged), unless "gpu" is skipped. `observer` (a
-    progress display, `hazards.engine.campaign.RunObserver`) watches the GPU part.
+    progress display, `hazards.engine.campaign.RunObserver`) watches the GPU part;
+    `forensics` (a ForensicsPolicy) decides what each hang's collectors read.
     `explore_item_for(family)` makes the work items of replayed explore points (default:
     requests to the family's launch server)."""
     if not budget_s > 0:
@@ -360,14 +362,15 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
                              for v in gpu_variants(f)]
     if items:
         _run_gpu_part(res, items, budget_s - (time.monotonic() - t0), store, lock_dir, wait_s, exclusive,
-                      target_factory, log, observer, [f for f in fams if gpu_variants(f)], explore_item_for)
+                      target_factory, log, observer, [f for f in fams if gpu_variants(f)], explore_item_for,
+                      forensics)
     return res
 
 
 def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, store: Store | None,
                   lock_dir: str | None, wait_s: float, exclusive: bool, target_factory: TargetFactory,
                   log: Callable[[str], None], observer: Any = None, families: list[Family] = (),
-                  explore_item_for: Callable[[Family], Any] | None = None) -> None:
+                  explore_item_for: Callable[[Family], Any] | None = None, forensics: Any = None) -> None:
     from hazards.hypothesis_profiles import database_dir
 
     own_store = store is None
@@ -375,7 +378,8 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
     try:
         try:
             frame = LeasedCampaign.acquire(store, "hazards check", lock_dir=lock_dir, wait_s=wait_s,
-                                           exclusive=exclusive, target_factory=target_factory)
+                                           exclusive=exclusive, target_factory=target_factory,
+                                           forensics=forensics)
         except UserError as e:  # every GPU busy (or gone since we looked): nothing judged
             res.gpu_note = f"GPU checks could not run: {e}"
             res.verdicts += [VariantVerdict.of(i.target, i.variant, i.expectation, not_judged(str(e)))

@@ -27,6 +27,12 @@ Repetition (n runs, until the first failure, an SPRT stop, resume up to the requ
 total) is the `Repeat` work source; `repeat()` runs one item that way and returns a
 `CampaignSummary`.
 
+Hang forensics: a frame given a `ForensicsPolicy` (`forensics=`; every command gives one
+unless `--no-forensics`) makes it the watchdog's hang policy while its loop runs: each hang
+gets a full collection, a summary or none within a capped share of the campaign's budget
+(`hazards.engine.forensics.policy`); the tally lands in the campaign spec (`forensics`) and
+is said once the loop ends ("forensics: 3 hangs, 1 full collection, 2 summaries (...)").
+
 A `RunObserver` (the progress display every command shows, `hazards.cli.progress`) watches
 the loop: `begin` as a campaign's loop starts (what it plans, what is stored already),
 `started` as each run starts on a GPU, `finished` after each run is committed, `end` with
@@ -34,6 +40,7 @@ the campaign's status.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -163,11 +170,13 @@ class LeasedCampaign:
     """
 
     def __init__(self, store: Store, leases: list[GpuLease], *, telemetry: bool = True,
-                 owns_leases: bool = False, target_factory: TargetFactory = default_target_factory) -> None:
+                 owns_leases: bool = False, target_factory: TargetFactory = default_target_factory,
+                 forensics: Any = None) -> None:
         if not leases:
             raise ValueError("a leased campaign needs at least one lease")
         self.store, self.leases, self.owns_leases = store, list(leases), owns_leases
         self.target_factory = target_factory
+        self.forensics = forensics  # a ForensicsPolicy, or None: hangs get the fixed collectors only
         self.say: Callable[[str], None] = _say  # where notes for the user go (stderr)
         self.caches: dict[str, dict[tuple, Any]] = {}
         self.monitor = None
@@ -181,26 +190,27 @@ class LeasedCampaign:
     def acquire(cls, store: Store, holder: str, *, max_gpus: int | None = None, lock_dir: str | None = None,
                 wait_s: float = 0.0, exclusive: bool = False, telemetry: bool = True,
                 without_gpu: bool = False,
-                target_factory: TargetFactory = default_target_factory) -> "LeasedCampaign":
+                target_factory: TargetFactory = default_target_factory, forensics: Any = None) -> "LeasedCampaign":
         """Lease every free GPU this process may use (at most `max_gpus`), waiting up to
         `wait_s` for one. No GPU visible: the no-GPU pseudo-lease if `without_gpu`, else
         NoGpuVisible; every GPU busy: NoGpuFree naming the holders (both one-line UserErrors)."""
         if not lease_candidates():
             if without_gpu:
-                return cls.on_cpu(store, holder, target_factory=target_factory)
+                return cls.on_cpu(store, holder, target_factory=target_factory, forensics=forensics)
             raise NoGpuVisible(NO_GPU_VISIBLE)
         leases, busy = acquire_free(holder, lock_dir=lock_dir, max_gpus=max_gpus, wait_s=wait_s,
                                     exclusive=exclusive)
         if not leases:
             raise NoGpuFree("; ".join(busy.values()) or "no GPU could be leased")
-        return cls(store, leases, telemetry=telemetry, owns_leases=True, target_factory=target_factory)
+        return cls(store, leases, telemetry=telemetry, owns_leases=True, target_factory=target_factory,
+                   forensics=forensics)
 
     @classmethod
     def on_cpu(cls, store: Store, holder: str = "hazards",
-               target_factory: TargetFactory = default_target_factory) -> "LeasedCampaign":
+               target_factory: TargetFactory = default_target_factory, forensics: Any = None) -> "LeasedCampaign":
         """A frame on the no-GPU pseudo-lease: the children's environment is left as it is."""
         return cls(store, [no_gpu_lease(holder)], telemetry=False, owns_leases=True,
-                   target_factory=target_factory)
+                   target_factory=target_factory, forensics=forensics)
 
     # -- what the frame holds --------------------------------------------------------------
     @property
@@ -328,16 +338,21 @@ class LeasedCampaign:
                          evidence_json=evidence_json)
         self.store.set_campaign_status(campaign_id, RUNNING)
         status, stats, ended = INTERRUPTED, [], False
+        hangs_before = self.forensics.hangs if self.forensics is not None else 0
         try:
-            stats = run_local(self.leases, source, sink, budget_s=budget_s, telemetry=self.monitor,
-                              target_factory=target_factory or self.target_factory,
-                              caches=self.caches if caches is None else caches,
-                              on_start=observer.started if observer is not None else None)
+            with (self.forensics.installed(_forensics_base(budget_s, source), self.store)
+                  if self.forensics is not None else contextlib.nullcontext()):
+                stats = run_local(self.leases, source, sink, budget_s=budget_s, telemetry=self.monitor,
+                                  target_factory=target_factory or self.target_factory,
+                                  caches=self.caches if caches is None else caches,
+                                  on_start=observer.started if observer is not None else None)
             status = STOPPED if getattr(source, "stop_reason", None) else COMPLETE
             ended = True
         finally:
             if observer is not None:
                 observer.end(status, getattr(source, "stop_reason", None))
+            if self.forensics is not None and self.forensics.hangs > hangs_before:
+                self.say(self.forensics.words())
             try:
                 self._finish(campaign_id, source, status)
             except StoreError:
@@ -347,12 +362,14 @@ class LeasedCampaign:
 
     def _finish(self, campaign_id: int, source: WorkSource, status: str) -> None:
         dropped = source.dropped() if hasattr(source, "dropped") else {}
-        if self.monitor is not None or dropped:
+        if self.monitor is not None or dropped or self.forensics is not None:
             spec = dict(self.store.campaign(campaign_id).spec)
             if self.monitor is not None:
                 spec["telemetry"] = {**spec.get("telemetry", {}), **self.monitor.summary()}
             if dropped:
                 spec["dropped"] = {**spec.get("dropped", {}), **dropped}
+            if self.forensics is not None:
+                spec["forensics"] = self.forensics.summary()
             self.store.update_campaign_spec(campaign_id, spec)
         self.store.set_campaign_status(campaign_id, status)
         CONTAINMENT.track_campaign(self._store_key, campaign_id, live=False)
@@ -435,6 +452,16 @@ class LeasedCampaign:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _forensics_base(budget_s: float, source: WorkSource) -> float:
+    """The budget a campaign's forensics share is of: its time budget, or for a campaign of
+    n runs the longest it may take (the runs still to make times their timeout)."""
+    if math.isfinite(budget_s):
+        return budget_s
+    left = max(0, int(getattr(source, "total", 0) or 0) - int(getattr(source, "issued", 0) or 0))
+    timeouts = [i.timeout_s for i in getattr(source, "items", [])] or [0.0]
+    return left * max(timeouts)
 
 
 def _say(line: str) -> None:

@@ -44,6 +44,7 @@ from hazards.engine.outcome import Outcome, RunResult, item_key
 from hazards.engine.store import Store, empty_counts
 from hazards.engine.targets.base import stall_kw
 from hazards.engine.verdict import Expect, Proof, expect_of
+from hazards.engine.watchdog import labelled_run
 
 ARTIFACT_POLICIES = ("failures", "all", "none")
 OnRun = Callable[[int, "WorkItem", RunResult], None]  # (seq, item, result) after the commit
@@ -286,8 +287,9 @@ class GpuLoop:
         window = self.telemetry.begin(self.lease.uuid) if self.telemetry else None
         t0 = time.time()
         try:
-            result = self._target(item).run(dict(item.params), timeout=item.timeout_s,
-                                            launches=item.launches, artifact_dir=art, **stall_kw(item.stall_s))
+            with labelled_run(target=item.target, variant=item.variant, expect=item.expect, seq=seq):
+                result = self._target(item).run(dict(item.params), timeout=item.timeout_s, launches=item.launches,
+                                                artifact_dir=art, **stall_kw(item.stall_s))
         except GpuLost as e:  # recorded below; `run` then ends this GPU's loop
             result = e.result
             self.stats.lost, self.stats.lost_at = result.reason, time.time()

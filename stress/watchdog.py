@@ -21,6 +21,8 @@ Signals to processes outside the group go through pidfds, so a recycled pid is n
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import dataclasses
 import json
 import os
@@ -32,7 +34,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Protocol
 
 import psutil
 
@@ -49,7 +51,8 @@ MARK_PREFIX = "HZ_SUPERVISED_"
 EXEC_FAILED = re.compile(r"setpriv: failed to execute ([^\n]*)")
 
 __all__ = ["HangContext", "register_on_hang", "unregister_on_hang", "run_collectors", "set_collector_budget",
-           "collector_budget", "find_marked", "Drain",
+           "collector_budget", "find_marked", "Drain", "HangPolicy", "set_hang_policy", "hang_policy",
+           "labelled_run", "is_registered",
            "Supervised", "kill_group", "scan_for"]
 
 
@@ -68,6 +71,10 @@ class HangContext:
     # outputs of the collectors that ran before this one (a later collector may cite them).
     deadline: float | None = None
     collected: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # What the run is (target, variant, expect, seq: `labelled_run` around it), and what the
+    # hang policy decided for this hang (`HangPolicy.plan`; None without a policy).
+    run: dict[str, Any] = dataclasses.field(default_factory=dict)
+    plan: Any = None
 
     def remaining(self) -> float:
         """Seconds left of the collectors' budget (inf when no deadline was set)."""
@@ -78,6 +85,43 @@ HangCollector = Callable[[HangContext], "dict[str, Any] | None"]
 _collectors: list[tuple[int, HangCollector]] = []
 _collectors_lock = threading.Lock()
 _budget = {"s": COLLECTOR_BUDGET_S}
+
+
+class HangPolicy(Protocol):
+    """Decides, per hang, how long the collectors may take (a campaign's forensics share:
+    hazards.engine.forensics.policy), and is told what they took."""
+
+    def plan(self, ctx: HangContext) -> float: ...  # seconds for all collectors; 0: run none
+    def spent(self, ctx: HangContext, seconds: float, results: dict[str, Any]) -> None: ...
+
+
+_policy: dict[str, HangPolicy | None] = {"p": None}
+# What the run in flight in this thread is: the loop sets it around each run.
+_run_labels: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("hz_run_labels", default={})
+
+
+def set_hang_policy(policy: HangPolicy | None) -> None:
+    """Let `policy` decide every hang's collector budget from now on (None: the fixed hang budget)."""
+    _policy["p"] = policy
+
+
+def hang_policy() -> HangPolicy | None:
+    return _policy["p"]
+
+
+@contextlib.contextmanager
+def labelled_run(**labels: Any) -> Iterator[None]:
+    """Within (in this thread): a hang's `HangContext.run` is `labels` (target, variant, ...)."""
+    token = _run_labels.set(dict(labels))
+    try:
+        yield
+    finally:
+        _run_labels.reset(token)
+
+
+def is_registered(fn: HangCollector) -> bool:
+    with _collectors_lock:
+        return any(f == fn for _, f in _collectors)
 
 
 def register_on_hang(fn: HangCollector, order: int = 0) -> None:
@@ -137,13 +181,24 @@ def find_marked(evidence: Any, marker: str) -> dict[str, Any] | None:
 def run_collectors(ctx: HangContext, budget_s: float | None = None) -> dict[str, Any]:
     """Run every registered collector on `ctx`; return {name: output or {"error": ...}}.
 
-    Each runs in its own thread against one shared time budget (default: the hang
-    budget, `collector_budget()`), so a collector that raises or blocks is recorded as
-    evidence and never takes the supervisor down. `ctx.deadline` tells collectors when
-    the budget ends; `ctx.collected` holds the outputs of those that ran before.
+    Each runs in its own thread against one shared time budget (default: what the hang
+    policy plans for this hang, else the hang budget, `collector_budget()`), so a collector
+    that raises or blocks is recorded as evidence and never takes the supervisor down.
+    `ctx.deadline` tells collectors when the budget ends; `ctx.collected` holds the outputs
+    of those that ran before. A planned budget of 0 runs none; the policy is told the
+    seconds they took either way.
     """
     with _collectors_lock:
         fns = [fn for _, fn in _collectors]
+    policy = _policy["p"] if budget_s is None else None
+    t0 = time.monotonic()
+    if policy is not None:
+        try:
+            budget_s = policy.plan(ctx)
+            fns = fns if budget_s > 0 else []
+        except Exception as exc:  # noqa: BLE001 - a policy must never stop the kill
+            ctx.collected["hang_policy"] = {"error": f"{type(exc).__name__}: {exc}"}
+            policy, budget_s = None, None
     budget_s = collector_budget() if budget_s is None else budget_s
     deadline = time.monotonic() + budget_s
     ctx.deadline = deadline
@@ -172,6 +227,11 @@ def run_collectors(ctx: HangContext, budget_s: float | None = None) -> dict[str,
                 results[name] = _jsonable(box.get("out"))
             except (TypeError, ValueError) as exc:
                 results[name] = {"error": f"output not JSON-serialisable: {exc}"}
+    if policy is not None:
+        try:
+            policy.spent(ctx, time.monotonic() - t0, results)
+        except Exception as exc:  # noqa: BLE001
+            results["hang_policy"] = {"error": f"{type(exc).__name__}: {exc}"}
     return results
 
 
@@ -457,7 +517,7 @@ class Supervised:
         hang budget), then kill. Returns evidence."""
         ctx = HangContext(pid=self.pid, pgid=self.pgid, argv=list(self.argv),
                           target=self.target, started_at=self.started_at,
-                          artifact_dir=artifact_dir, env=dict(self.env))
+                          artifact_dir=artifact_dir, env=dict(self.env), run=dict(_run_labels.get()))
         collected = run_collectors(ctx, budget_s)
         evidence = self.kill()
         evidence["collectors"] = collected

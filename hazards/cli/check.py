@@ -8,9 +8,11 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, FamiliesOption, JsonOption, JUnitOption, LeaseFlags,
-                                 ProgressIntervalOption, SkipOption, lease_options, parse_duration, parse_skip,
+from hazards.cli.options import (BudgetOption, FamiliesOption, ForensicsOption, ForensicsShareOption,
+                                 HangBudgetOption, JsonOption, JUnitOption, LeaseFlags, ProgressIntervalOption,
+                                 SkipOption, forensics_policy, lease_options, parse_duration, parse_skip,
                                  progress_interval, split_names)
+from hazards.engine.forensics.policy import CHECK_HANG_BUDGET_S, DEFAULT_SHARE
 
 _HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
 
@@ -21,6 +23,12 @@ bound is weakest, so what the check proves is as tight as the budget allows (sta
 variant: a bound per run and per launch); then, when the example database beside the store
 holds failing points of `hazards explore`, they are replayed and judged by the static model.
 A canary that was not detected "went blind" and fails the check.
+
+A hang is read before it is killed (`--forensics`, on by default), kept cheap for pre-merge: a
+canary whose hang is already located in the store (its stuck locations known) gets no
+forensics at all; the first hang of a canary, and any hang of a clean variant, gets the full
+collection (cuda-gdb, host stacks, GPU state) within `--hang-budget`, all hangs together
+within `--forensics-share` of the budget; hang.md lands in the run's artifact folder.
 
 A check that could not look never passes: without a usable GPU, or without clang-19, nvcc or
 the disassembler, every check that could not run is named (with how to install what is
@@ -53,6 +61,9 @@ def check_command(
     lease: LeaseFlags = LeaseFlags(wait="60s"),  # --store, --lease-dir, --wait, --exclusive
     json_out: JsonOption = False,
     progress_every: ProgressIntervalOption = "30s",
+    forensics: ForensicsOption = True,
+    hang_budget: HangBudgetOption = CHECK_HANG_BUDGET_S,
+    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
 ) -> None:
     from hazards.checkrun import run_check
     from hazards.cli.progress import CampaignProgress
@@ -62,6 +73,7 @@ def check_command(
     budget_s, wait_s = parse_duration(budget), lease.wait_s
     interval_s = progress_interval(progress_every)
     parts, tools = parse_skip(skip)
+    policy = forensics_policy(forensics, hang_budget, forensics_share, known_canary="none")
     if static:
         parts.add("gpu")
     store = None if "gpu" in parts else Store(lease.store_path)
@@ -70,7 +82,7 @@ def check_command(
             res = run_check(budget_s=budget_s, families=split_names(families), paths=paths or (), skip=parts,
                             skip_tools=tools, store=store, lock_dir=lease.lock_dir, wait_s=wait_s,
                             exclusive=lease.exclusive, log=lambda s: typer.echo(s, err=True),
-                            observer=progress)
+                            observer=progress, forensics=policy)
     finally:
         if store is not None:
             store.close()

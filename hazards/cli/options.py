@@ -57,6 +57,15 @@ MaxErrorsInARowOption = Annotated[int, typer.Option(
     "--max-errors-in-a-row",
     help="Stop after this many runs in a row end in `error` (the check itself failing, e.g. an import "
          "error); 0 never stops.")]
+ForensicsOption = Annotated[bool, typer.Option(
+    "--forensics/--no-forensics",
+    help="On a hang, before the kill, read where it is stuck (host stacks, device warps, GPU state): a full "
+         "collection for an item's first hang or a new stuck location, a summary (py-spy, tripwire) after, "
+         "within --forensics-share of the budget.")]
+HangBudgetOption = Annotated[float, typer.Option("--hang-budget", help="Seconds the on-hang collectors may take per hang.")]
+ForensicsShareOption = Annotated[float, typer.Option(
+    "--forensics-share", help="The most of the campaign's budget (or of its runs' timeouts) all hangs' "
+                              "collectors may take together, 0-1; never less than one hang budget.")]
 # One meaning of --arch for every command (a command builds for one target or, repeated, several).
 ARCH_HELP = "GPU architecture to build for (sm_90a; gfx942 where a HIP compiler exists)."
 
@@ -173,6 +182,17 @@ def check_seconds(value: float | None, flag: str) -> float | None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise UserError(f"{flag} must be a positive, finite number of seconds, got {value:g}")
     return value
+
+
+def forensics_policy(enabled: bool, hang_budget: float, share: float, *, known_canary: str = "summary") -> Any:
+    """The campaign's ForensicsPolicy from --forensics/--hang-budget/--forensics-share (None
+    with --no-forensics); UserError for a budget or share out of range."""
+    from hazards.engine.forensics.policy import ForensicsPolicy
+
+    check_seconds(hang_budget, "--hang-budget")
+    if not (math.isfinite(share) and 0 < share <= 1):
+        raise UserError(f"--forensics-share must be a share of the budget in (0, 1], got {share:g}")
+    return ForensicsPolicy(hang_budget_s=hang_budget, share=share, known_canary=known_canary) if enabled else None
 
 
 def build_flags(includes: Optional[Iterable[Path]], defines: Optional[Iterable[str]]) -> list[str]:

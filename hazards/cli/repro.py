@@ -12,11 +12,13 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import (CommandArgument, CampaignNameOption, JsonOption, MaxErrorsInARowOption,
-                                 ProgressIntervalOption, StoreOption, WaitOption, check_seconds, launches_option,
+from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
+                                 HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
+                                 StoreOption, WaitOption, check_seconds, forensics_policy, launches_option,
                                  parse_duration, progress_interval, runs_option, timeout_option, variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
+from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.sources import MAX_ERRORS_IN_A_ROW
 from hazards.engine.stats import describe_rate, rate_ci
@@ -25,9 +27,6 @@ from hazards.engine.store import Store
 KIND = "repro"
 DEFAULT_MAX_RUNS = 100
 DEFAULT_TIMEOUT_S = 60.0
-# What the on-hang collectors may take per hang: a cuda-gdb attach to a PyTorch process
-# took 7.3 s on the H200 (symbols of torch's libraries), to a plain CUDA program 0.3 s.
-DEFAULT_HANG_BUDGET_S = 20.0
 
 _HELP = """Run a program (or a family variant) until its first hang, fault or mismatch.
 
@@ -40,7 +39,9 @@ Before a hung program is killed, hang forensics (on by default, `--no-forensics`
 within `--hang-budget` seconds: cuda-gdb names every resident warp's stuck source line (build
 with -lineinfo) and the kind of wait, py-spy (the package's forensics extra) or gdb the host
 threads' stacks, NVML and dmesg the GPU's state; hang.md in the run's artifacts says it in one
-sentence, which is also the run's reason.
+sentence, which is also the run's reason. With --keep-going, a later hang at a location already
+seen gets only a py-spy summary; all hangs together take at most `--forensics-share` of the
+runs' timeouts (at least one hang budget).
 
 The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry and Xid
 events of that GPU per run); on a machine with no GPU it runs as it is.
@@ -167,10 +168,9 @@ def repro_command(
     names: Optional[Path] = typer.Option(None, "--names", show_default="the family's, else none",
                                          help="Phase/barrier names: JSON or a C header."),
     keep_tripwire: bool = typer.Option(False, "--keep-tripwire", help="Keep the raw tripwire file of clean runs too."),
-    forensics: bool = typer.Option(True, "--forensics/--no-forensics",
-                                   help="On a hang, read device warps, host stacks and GPU state before the kill."),
-    hang_budget: float = typer.Option(DEFAULT_HANG_BUDGET_S, "--hang-budget",
-                                      help="Seconds the on-hang collectors may take per hang."),
+    forensics: ForensicsOption = True,
+    hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
+    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
     store_path: StoreOption = None,
     name: CampaignNameOption = None,
     json_out: JsonOption = False,
@@ -185,7 +185,7 @@ def repro_command(
     if max_runs < 1:
         raise UserError(f"-n/--runs must be at least 1, got {max_runs}")
     check_seconds(timeout, "--timeout")
-    check_seconds(hang_budget, "--hang-budget")
+    policy = forensics_policy(forensics, hang_budget, forensics_share)
     if launches is not None and launches < 1:
         raise UserError(f"--launches must be at least 1, got {launches}")
     if max_errors_in_a_row < 0:
@@ -210,71 +210,62 @@ def repro_command(
 
     spec = {"argv": argv, "cwd": os.getcwd(), "family": family, "params": run_params, "timeout": timeout,
             "max_runs": max_runs, "until_fail": not keep_going, "tripwire": tripwire,
-            "forensics": forensics, "hang_budget": hang_budget,
+            "forensics": forensics, "hang_budget": hang_budget, "forensics_share": forensics_share,
             "names": str(names) if names else None, "max_errors_in_a_row": max_errors_in_a_row}
     store = Store(store_path)
     with store:
         summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name, wait_s,
-                                 interval_s)
+                                 interval_s, policy)
     _report(summary, failures, spec, store, json_out)
     sys.exit(1 if summary.failures else (3 if summary.errors else 0))
 
 
 def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[str, Any], tripwire: bool,
          name_table: Any, keep_tripwire: bool, name: str | None,
-         wait_s: float, interval_s: float) -> tuple[Any, list[tuple[int, RunResult]]]:
+         wait_s: float, interval_s: float, policy: Any) -> tuple[Any, list[tuple[int, RunResult]]]:
     from contextlib import nullcontext
 
     from hazards.cli.progress import CampaignProgress
     from hazards.engine.campaign import LeasedCampaign
     from hazards.engine.executor import WorkItem
-    from hazards.engine.forensics import install_hang_collector, uninstall_hang_collector
     from hazards.engine.targets import CommandTarget
     from hazards.engine.targets.base import default_name
     from hazards.engine.targets.repro import KernelLog, ReproTarget, run_context
     from hazards.engine.targets.tripwire import TripwireTarget
     from hazards.engine.tripwire import TripwireFile
-    from hazards.engine.watchdog import collector_budget, set_collector_budget
 
     failures: list[tuple[int, RunResult]] = []
     item = WorkItem(target=name or default_name(argv), variant=str(run_params.get("variant", "")), kind="command",
                     argv=tuple(argv), params=run_params, timeout_s=spec["timeout"])
-    budget_before = collector_budget()
-    if spec["forensics"]:
-        install_hang_collector()
-    set_collector_budget(spec["hang_budget"])
-    try:
-        with (TripwireFile() if tripwire else nullcontext()) as tw, \
-                LeasedCampaign.acquire(store, "hazards repro", max_gpus=1, wait_s=wait_s, without_gpu=True) as frame:
-            kernel_log = KernelLog()  # what the log held before the first run
+    with (TripwireFile() if tripwire else nullcontext()) as tw, \
+            LeasedCampaign.acquire(store, "hazards repro", max_gpus=1, wait_s=wait_s, without_gpu=True,
+                                   forensics=policy) as frame:
+        kernel_log = KernelLog()  # what the log held before the first run
 
-            def make_target(item: WorkItem, env: dict[str, str]) -> Any:
-                # CommandTarget -> TripwireTarget -> ReproTarget, on the leased GPU
-                target: Any = CommandTarget(argv, env={**(tw.env() if tw else {}), **env}, name=item.target)
-                if tw is not None:
-                    target = TripwireTarget(target, tw, names=name_table,
-                                            keep="always" if keep_tripwire else "failures",
-                                            explain=_family_explainer(spec.get("family")))
-                return ReproTarget(target, kernel_log)
+        def make_target(item: WorkItem, env: dict[str, str]) -> Any:
+            # CommandTarget -> TripwireTarget -> ReproTarget, on the leased GPU
+            target: Any = CommandTarget(argv, env={**(tw.env() if tw else {}), **env}, name=item.target)
+            if tw is not None:
+                target = TripwireTarget(target, tw, names=name_table,
+                                        keep="always" if keep_tripwire else "failures",
+                                        explain=_family_explainer(spec.get("family")))
+            return ReproTarget(target, kernel_log)
 
-            cid = frame.create(KIND, spec, name=name)
-            ctx_dir = store.artifact_root(cid)
-            ctx_dir.mkdir(parents=True, exist_ok=True)
-            (ctx_dir / "repro-context.json").write_text(json.dumps(run_context(argv, spec["cwd"]), indent=1))
+        cid = frame.create(KIND, spec, name=name)
+        ctx_dir = store.artifact_root(cid)
+        ctx_dir.mkdir(parents=True, exist_ok=True)
+        (ctx_dir / "repro-context.json").write_text(json.dumps(run_context(argv, spec["cwd"]), indent=1))
 
-            def on_result(seq: int, r: RunResult, counts: dict[str, int]) -> None:
-                if Outcome(r.outcome).is_failure or r.outcome is Outcome.ERROR:
-                    failures.append((seq, r))
+        def on_result(seq: int, r: RunResult, counts: dict[str, int]) -> None:
+            if Outcome(r.outcome).is_failure or r.outcome is Outcome.ERROR:
+                failures.append((seq, r))
 
-            with CampaignProgress(interval_s=interval_s) as progress:
-                summary = frame.repeat(item=item, n=spec["max_runs"], timeout=spec["timeout"],
-                                       until_fail=spec["until_fail"], campaign_id=cid, on_result=on_result,
-                                       target_factory=make_target, evidence_json=True, observer=progress,
-                                       artifacts="all" if keep_tripwire else "failures",
-                                       max_errors_in_a_row=spec["max_errors_in_a_row"])
-    finally:
-        uninstall_hang_collector()
-        set_collector_budget(budget_before)
+        with CampaignProgress(interval_s=interval_s) as progress:
+            summary = frame.repeat(item=item, n=spec["max_runs"], timeout=spec["timeout"],
+                                   until_fail=spec["until_fail"], campaign_id=cid, on_result=on_result,
+                                   target_factory=make_target, evidence_json=True, observer=progress,
+                                   artifacts="all" if keep_tripwire else "failures",
+                                   max_errors_in_a_row=spec["max_errors_in_a_row"])
     return summary, failures
 
 

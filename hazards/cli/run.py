@@ -14,13 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (CommandArgument, CampaignNameOption, JsonOption, MaxErrorsInARowOption,
-                                 ProgressIntervalOption, ResumeOption, StoreOption, WaitOption, check_seconds,
+from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
+                                 HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
+                                 ResumeOption, StoreOption, WaitOption, check_seconds, forensics_policy,
                                  interrupt_exit_code, parse_duration, progress_interval, runs_option, timeout_option)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.errors import UserError
 from hazards.engine.executor import ARTIFACT_POLICIES, WorkItem
+from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.outcome import OUTCOMES
 from hazards.engine.sources import MAX_ERRORS_IN_A_ROW
 from hazards.engine.stats import describe_rate
@@ -44,6 +46,11 @@ results store the moment it ends, so a killed campaign can be continued with `--
 
 The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry per run);
 on a machine with no GPU it runs as it is, with its environment untouched.
+
+A hung run is read before it is killed (`--forensics`, on by default): host stacks (py-spy,
+gdb), device warps (cuda-gdb) and GPU state, within `--hang-budget` per hang; a full collection
+for the first hang of a new stuck location, a py-spy summary after, all within
+`--forensics-share` of the runs' timeouts. Each hang's hang.md lands in its artifact folder.
 
 Progress goes to stderr: a live display in a terminal, else one status line every
 `--progress-interval`. A run of `error` runs (the program cannot even be checked, e.g. an
@@ -178,8 +185,12 @@ def run_command(
     wait: WaitOption = "0s",
     max_errors_in_a_row: MaxErrorsInARowOption = MAX_ERRORS_IN_A_ROW,
     progress_every: ProgressIntervalOption = "30s",
+    forensics: ForensicsOption = True,
+    hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
+    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
 ) -> None:
     check_run_options(n, timeout, result_regex, max_errors_in_a_row)
+    policy = forensics_policy(forensics, hang_budget, forensics_share)
     wait_s = parse_duration(wait, allow_zero=True)
     interval_s = progress_interval(progress_every)
     if artifacts not in ARTIFACT_POLICIES:
@@ -202,7 +213,7 @@ def run_command(
     item = command_item(spec)
     try:
         with store, LeasedCampaign.acquire(store, "hazards run", max_gpus=1, wait_s=wait_s,
-                                           without_gpu=True) as frame:
+                                           without_gpu=True, forensics=policy) as frame:
             if campaign_id is None:
                 campaign_id = frame.create(KIND, spec, name=name)
             else:

@@ -9,10 +9,12 @@ from typing import Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, CampaignNameOption, FamiliesOption, JsonOption, JUnitOption,
-                                 LeaseFlags, ProgressIntervalOption, ResumeOption, lease_options, parse_duration,
-                                 progress_interval, split_names)
+from hazards.cli.options import (BudgetOption, CampaignNameOption, FamiliesOption, ForensicsOption,
+                                 ForensicsShareOption, HangBudgetOption, JsonOption, JUnitOption, LeaseFlags,
+                                 ProgressIntervalOption, ResumeOption, forensics_policy, lease_options,
+                                 parse_duration, progress_interval, split_names)
 from hazards.engine.errors import UserError
+from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 
 _HELP = """Nightly soak: every family/variant and registered target on every free GPU, for a time budget.
 
@@ -31,6 +33,13 @@ the clean variant or target whose per-launch upper bound is weakest. `--allocati
 gives every item the same GPU time (the former behaviour). Rates are reported per run and per
 launch. A share of the budget (`--explore`, 0.2) runs `hazards explore` on every family,
 starting with the failing points of the example database beside the store.
+
+A hang is read before it is killed (`--forensics`, on by default): the first hang of each item
+(or at a new stuck location) gets the full collection (host stacks, device warps, GPU state)
+within `--hang-budget`, later ones a py-spy/tripwire summary, all of them within
+`--forensics-share` of the budget; each hang's hang.md is in its run's artifact folder and the
+report links each new hang signature to it. (`--executor ray`: the nodes kill hangs without
+forensics.)
 
 Progress goes to stderr: a live display in a terminal, else one status line every
 `--progress-interval`.
@@ -93,6 +102,9 @@ def soak_command(
                                   help="Share of the budget that runs `hazards explore` on every family (0: none)."),
     json_out: JsonOption = False,
     progress_every: ProgressIntervalOption = "30s",
+    forensics: ForensicsOption = True,
+    hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
+    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
 ) -> None:
     from hazards.cli.progress import CampaignProgress
     from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign
@@ -108,6 +120,7 @@ def soak_command(
         raise UserError("--max-gpus must be at least 1")
     budget_s, wait_s = parse_duration(budget), lease.wait_s
     interval_s = progress_interval(progress_every)
+    policy = forensics_policy(forensics, hang_budget, forensics_share)
     if executor == "local" and not lease_candidates():  # say so before compiling any family
         raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
     if allocation not in ALLOCATIONS:
@@ -133,7 +146,8 @@ def soak_command(
         return _finish(store, res, report, json_out, junit)
     try:
         frame = LeasedCampaign.acquire(store, "hazards soak", lock_dir=lease.lock_dir,
-                                       max_gpus=max_gpus, wait_s=wait_s, exclusive=lease.exclusive)
+                                       max_gpus=max_gpus, wait_s=wait_s, exclusive=lease.exclusive,
+                                       forensics=policy)
     except UserError as e:
         store.close()
         raise UserError(f"hazards soak needs a free GPU: {e}") from None

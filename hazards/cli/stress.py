@@ -10,11 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (ARCH_HELP, JsonOption, ProgressIntervalOption, StoreOption, WaitOption,
+from hazards.cli.options import (ARCH_HELP, ForensicsOption, ForensicsShareOption, HangBudgetOption, JsonOption,
+                                 ProgressIntervalOption, StoreOption, WaitOption, forensics_policy,
                                  check_seconds, launches_option, parse_duration, progress_interval, timeout_option,
                                  variant_option)
 from hazards.cli.progress import CampaignProgress
 from hazards.engine.errors import UserError
+from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.stats import format_rate
 from hazards.engine.store import Store
 from hazards.engine.verdict import Verdict
@@ -107,6 +109,9 @@ def stress_command(
     store_path: StoreOption = None,
     wait: WaitOption = "0s",
     progress_every: ProgressIntervalOption = "30s",
+    forensics: ForensicsOption = True,
+    hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
+    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
 ) -> None:
     from hazards.engine.campaign import LeasedCampaign
     from hazards.families import get_family
@@ -133,10 +138,11 @@ def stress_command(
     overrides = parse_sets(list(sets or []), fam.runtime_params)
     wait_s = parse_duration(wait, allow_zero=True)
     interval_s = progress_interval(progress_every)
+    policy = forensics_policy(forensics, hang_budget, forensics_share)
 
     reports = []
     with Store(store_path) as store, LeasedCampaign.acquire(store, "hazards stress", max_gpus=1, wait_s=wait_s,
-                                                            without_gpu=True) as frame:
+                                                            without_gpu=True, forensics=policy) as frame:
         # One warm server in the frame for all variants (the point of a server target). A
         # server that cannot start, or a sanitizer that is not installed, is one clear line
         # before any bar, not a column of error runs.

@@ -13,7 +13,10 @@ passive snapshots, because a debugger attach stops the process). Within the hang
 
 Each step is skipped with a one-line reason when it cannot run (no debugger, ptrace not
 permitted, no GPU process, budget spent), and never leaves a process stopped or
-attached. Everything lands in the run's artifact folder (`hang.md`, `hang.json`,
+attached. Under a campaign's forensics policy (`hazards.engine.forensics.policy`, the
+hang's `ctx.plan`) a hang may get only the summary (step 2, no debugger attach; the full
+collection after it when step 2 found a stuck location new for the item) or nothing at
+all (`no_collection`: hang.md says why). Everything lands in the run's artifact folder (`hang.md`, `hang.json`,
 `hang-device.txt`, `hang-host-<pid>.txt`) and the summary sentence is returned for the
 run's reason (`hang_reason`) and the failure signature (`stuck_locations`).
 """
@@ -31,6 +34,7 @@ from hazards.engine.forensics.device import (LINEINFO_HINT, POLL_KINDS, block_ra
                                              parse_block_ranges, rocgdb_device_report)
 from hazards.engine.forensics.host import (host_report, is_python_process, parse_gdb_backtraces,
                                            py_spy_dump, render_threads)
+from hazards.engine.forensics.policy import FULL, NONE, SUMMARY
 from hazards.engine.forensics.system import describe_system, system_report
 from hazards.engine.tripwire.session import MARKER as TRIPWIRE_MARKER
 from hazards.engine.watchdog import find_marked
@@ -177,18 +181,16 @@ def python_host_step(pid: int, *, deadline: float, env: dict[str, str], path: st
 
 # -- the collector -------------------------------------------------------------------------------
 def collect(ctx: Any, *, path: str | None = None) -> dict[str, Any]:
-    """Everything this module knows about a hung run (see the module docstring)."""
+    """Everything this module knows about a hung run (see the module docstring); only the
+    summary when the hang's plan says so."""
     t_start = time.monotonic()
     deadline = (ctx.deadline if getattr(ctx, "deadline", None) else t_start + 10.0) - FINISH_RESERVE_S
     env = _tool_env(ctx.env)
     pids = run_processes(ctx.pid, ctx.pgid)
     seconds: dict[str, float] = {}
     skipped: dict[str, str] = {}
+    plan = getattr(ctx, "plan", None)
     result: dict[str, Any] = {MARKER: 1, "pid": ctx.pid, "processes": pids}
-
-    t = time.monotonic()
-    result["system"] = system_report(ctx.started_at, set(pids), deadline=deadline)
-    seconds["system"] = round(time.monotonic() - t, 3)
 
     vendors = {p: uses_gpu(p) for p in pids}
     gpu_pids = [p for p in pids if vendors[p]]
@@ -205,7 +207,18 @@ def collect(ctx: Any, *, path: str | None = None) -> dict[str, Any]:
         if chosen:
             seconds[f"host_{kind}"] = round(time.monotonic() - t, 3)
 
-    host_steps("python", sorted(python, key=pids.index), python_host_step)
+    host_steps("python", sorted(python, key=pids.index), python_host_step)  # the summary: no attach
+    if plan is not None and plan.level == SUMMARY:
+        found = next((h.get("stuck_at") for h in hosts.values() if h.get("stuck_at")), None)
+        if plan.is_new_location(found):
+            plan.upgrade(found)
+    if plan is not None and plan.level == SUMMARY:
+        return _finish(ctx, result, hosts, {}, seconds,
+                       {**skipped, "full collection": plan.why}, t_start)
+
+    t = time.monotonic()
+    result["system"] = system_report(ctx.started_at, set(pids), deadline=deadline)
+    seconds["system"] = round(time.monotonic() - t, 3)
 
     device: dict[str, Any] = {}
     if not gpu_pids:
@@ -228,18 +241,45 @@ def collect(ctx: Any, *, path: str | None = None) -> dict[str, Any]:
     result["device"] = device
 
     host_steps("native", [p for p in pids[:MAX_HOST_PROCESSES] if p not in hosts], native_host_step)
+    return _finish(ctx, result, hosts, device, seconds, skipped, t_start)
+
+
+def _finish(ctx: Any, result: dict[str, Any], hosts: dict[int, dict[str, Any]], device: dict[str, Any],
+            seconds: dict[str, float], skipped: dict[str, str], t_start: float) -> dict[str, Any]:
+    """The sentence, the tripwire side by side, the artifacts; what the evidence keeps. A
+    full collection tells the policy where the item's hang is located."""
+    plan = getattr(ctx, "plan", None)
     for p, h in hosts.items():
         if "skipped" in h:
             skipped[f"host {p}"] = h["skipped"]
+    result.setdefault("system", {})
+    result["device"] = device
     result["host"] = {str(p): h for p, h in hosts.items()}
     result["skipped"] = skipped
     result["seconds"] = seconds
+    result["level"] = plan.level if plan is not None else FULL
+    if plan is not None:
+        result["plan"] = plan.to_json()
     result["sentence"], result["stuck_at"] = summarize(result)
+    if result["level"] == SUMMARY and not result["stuck_at"] and not any(h.get("sentence") for h in hosts.values()):
+        result["sentence"] = ""  # a summary of a native program reads nothing: the reason stays as it is
     tripwire = find_marked(getattr(ctx, "collected", None) or {}, TRIPWIRE_MARKER)
     if tripwire:
         result["tripwire"] = {"sentence": tripwire.get("sentence"), "counts": tripwire.get("counts"),
                               "agreement": agreement(tripwire, device)}
+    if plan is not None and plan.policy is not None and result["level"] == FULL:
+        host_stuck = [str(h["stuck_at"]) for h in hosts.values() if h.get("stuck_at")]
+        plan.policy.learn(plan.key, [*result["stuck_at"], *host_stuck])
     result["seconds"]["total"] = round(time.monotonic() - t_start, 3)  # all but writing the files
+    result["artifacts"] = write_artifacts(ctx.artifact_dir, result, target=getattr(ctx, "target", ""))
+    return _slim(result)
+
+
+def no_collection(ctx: Any, plan: Any) -> dict[str, Any]:
+    """What a hang that the policy gave no forensics keeps: why, and a hang.md saying it."""
+    result: dict[str, Any] = {MARKER: 1, "pid": ctx.pid, "processes": [ctx.pid], "level": NONE,
+                              "plan": plan.to_json(), "sentence": "", "stuck_at": [], "system": {},
+                              "device": {}, "host": {}, "skipped": {"forensics": plan.why}, "seconds": {}}
     result["artifacts"] = write_artifacts(ctx.artifact_dir, result, target=getattr(ctx, "target", ""))
     return _slim(result)
 
@@ -339,10 +379,15 @@ def _slim(result: dict[str, Any]) -> dict[str, Any]:
 
 def hang_markdown(result: dict[str, Any], target: str = "") -> str:
     """hang.md: the sentence, then device, host, system, tripwire and collector times."""
-    lines = [f"# Hang{': ' + target if target else ''} (pid {result.get('pid')})", "", result["sentence"], ""]
+    lines = [f"# Hang{': ' + target if target else ''} (pid {result.get('pid')})", "",
+             result["sentence"] or "where it hangs was not read (see Forensics)", ""]
+    plan = result.get("plan") or {}
+    lines += ["## Forensics", f"{result.get('level', FULL)}: {plan.get('why') or 'every collector'}"
+              + (f" (budget {plan['budget_s']:.1f} s)" if plan.get("budget_s") else ""), ""]
     dev = result.get("device") or {}
     lines.append(f"## Device{' (' + Path(dev['debugger']).name + ')' if dev.get('debugger') else ''}")
-    skipped_device = dev.get("skipped") or (result.get("skipped") or {}).get("device")
+    skipped_device = dev.get("skipped") or (result.get("skipped") or {}).get("device") or \
+        (f"not read ({result['level']})" if result.get("level", FULL) != FULL else None)
     if skipped_device:
         lines.append(f"skipped: {skipped_device}")
     if dev.get("error"):
@@ -364,7 +409,8 @@ def hang_markdown(result: dict[str, Any], target: str = "") -> str:
         lines.append(f"- pid {p} ({h.get('tool', '?')}): {what}")
     if not result.get("host"):
         lines.append("no host stacks read")
-    lines += ["", "## System"] + describe_system(result.get("system") or {})
+    lines += ["", "## System"] + (describe_system(result["system"]) if result.get("system")
+                                  else [f"not read ({result.get('level', FULL)})"])
     tw = result.get("tripwire")
     if tw:
         lines += ["", "## Tripwire and debugger, side by side", "", "| tripwire | debugger |", "|---|---|",

@@ -1,0 +1,184 @@
+"""Forensics at first sight, in every command (issue 23 item 3): a hang under `hazards run` or
+`hazards soak` is read before the kill and leaves its hang.md in the run's artifact folder;
+a campaign's forensics take a capped share of its budget, a full collection once per stuck
+location and a summary after; the command says what it spent."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from forensics_helpers import PROGRAMS, needs_ptrace, needs_py_spy
+from hazards.cli import main
+from hazards.engine.forensics import find_forensics_evidence
+from hazards.engine.forensics.policy import FULL, NONE, SUMMARY, ForensicsPolicy, forensics_words
+from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.store import Store
+from hazards.engine.watchdog import HangContext, labelled_run, register_on_hang, run_collectors, set_hang_policy, \
+    unregister_on_hang
+
+HUNG_PY = PROGRAMS / "hung_python.py"
+HUNG_WORKER = PROGRAMS / "hung_worker.py"
+
+
+def hang_mds(store_path: Path) -> list[Path]:
+    return sorted((store_path.parent / "artifacts").glob("campaign-*/run-*/hang.md"))
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch, tmp_path):
+    """Two fake GPUs, leases in a private folder (as tests/campaign's fixture)."""
+    monkeypatch.setenv("HZ_FAKE_GPUS", "0,1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("HZ_LEASE_DIR", str(tmp_path / "leases"))
+
+
+# -- the commands, end to end --------------------------------------------------------------
+@needs_py_spy
+@needs_ptrace
+def test_run_leaves_host_stacks_naming_the_waiting_function(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    rc = main(["run", "-n", "1", "--timeout", "1.5", "--store", str(db), "--", sys.executable, str(HUNG_PY)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    [md] = hang_mds(db)
+    text = md.read_text()
+    assert "called from wait_for_result (hung_python.py:14)" in text and "## Forensics\nfull:" in text
+    assert (md.parent / "hang.json").is_file()
+    assert "forensics: 1 hang, 1 full collection, 0 summaries" in err
+    with Store(db) as s:
+        [run] = s.runs(1)
+        spec = s.campaign(1).spec
+    assert "wait_for_result" in run.result.reason and run.result.artifact_dir == str(md.parent)
+    assert spec["forensics"]["full"] == 1 and spec["forensics"]["spent_s"] > 0
+
+
+@needs_py_spy
+@needs_ptrace
+def test_run_names_the_stuck_worker_not_the_joining_main_thread(tmp_path):
+    db = tmp_path / "r.db"
+    main(["run", "-n", "1", "--timeout", "1.5", "--store", str(db), "--", sys.executable, str(HUNG_WORKER)])
+    [md] = hang_mds(db)
+    assert md.read_text().split("\n")[2].startswith("host: fetcher waits in fetch_forever (hung_worker.py:9)")
+
+
+def test_no_forensics_kills_a_hang_with_nothing_collected(tmp_path):
+    db = tmp_path / "r.db"
+    main(["run", "-n", "1", "--timeout", "0.5", "--no-forensics", "--store", str(db), "--",
+          sys.executable, str(HUNG_PY)])
+    assert hang_mds(db) == []
+    with Store(db) as s:
+        assert find_forensics_evidence(s.runs(1)[0].result.evidence) is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hang-budget", "0"], "--hang-budget must be a positive, finite number of seconds"),
+    (["--forensics-share", "1.5"], "--forensics-share must be a share of the budget in (0, 1]"),
+])
+def test_bad_forensics_options_are_one_line_errors(tmp_path, capsys, args, message):
+    rc = main(["run", "-n", "1", *args, "--store", str(tmp_path / "r.db"), "--", sys.executable, str(HUNG_PY)])
+    assert rc == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "r.db").exists()
+
+
+@needs_py_spy
+@needs_ptrace
+def test_soak_leaves_the_hang_md_of_a_hung_python_target(fake_gpus, tmp_path, capsys):
+    targets = tmp_path / "targets.toml"
+    targets.write_text(f'[[target]]\nname = "hung-py"\nargv = ["{sys.executable}", "{HUNG_PY}"]\ntimeout = 1\n')
+    db = tmp_path / "r.db"
+    rc = main(["soak", "--budget", "2s", "--targets", str(targets), "--no-families", "--store", str(db),
+               "--report", str(tmp_path / "soak.html"), "--max-gpus", "1"])
+    captured = capsys.readouterr()
+    assert rc == 1, captured.out  # a clean target that hangs is flagged
+    mds = hang_mds(db)
+    assert mds, "no hang.md in the soak's artifacts"
+    assert "wait_for_result (hung_python.py:14)" in mds[0].read_text()
+    with Store(db) as s:
+        hangs = s.runs(1, outcome="hang")
+        spec = s.campaign(1).spec
+    levels = [find_forensics_evidence(r.result.evidence)["level"] for r in hangs]
+    assert levels[0] == FULL and all(lv == SUMMARY for lv in levels[1:])  # one location: one full collection
+    assert spec["forensics"]["hangs"] == len(hangs) and f"forensics: {len(hangs)} hang" in captured.err
+
+
+# -- the share ------------------------------------------------------------------------------
+class _Slow:
+    """A collector standing in for the real ones: takes `seconds` (or what is left)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.__qualname__ = "slow_collector"
+
+    def __call__(self, ctx: HangContext) -> dict:
+        time.sleep(max(0.0, min(self.seconds, ctx.remaining() - 0.05)))
+        if ctx.plan is not None and ctx.plan.level == FULL:
+            ctx.plan.policy.learn(ctx.plan.key, [f"{ctx.plan.key[0]}.py:1"])
+        return {"level": ctx.plan.level if ctx.plan else None}
+
+
+def _hang(policy: ForensicsPolicy, target: str, expect: str | None = None) -> tuple[str, float]:
+    ctx = HangContext(pid=0, pgid=0, argv=[], target=target, started_at=time.time(), artifact_dir=None, env={})
+    with labelled_run(target=target, variant="", expect=expect):
+        ctx.run = {"target": target, "variant": "", "expect": expect}
+        t0 = time.monotonic()
+        run_collectors(ctx)
+        return ctx.plan.level, time.monotonic() - t0
+
+
+def test_many_hangs_get_one_full_collection_per_location_and_never_more_than_the_cap():
+    policy = ForensicsPolicy(hang_budget_s=0.4, share=0.1)
+    slow = _Slow(0.3)
+    register_on_hang(slow, order=100)
+    set_hang_policy(policy)
+    try:
+        policy.begin(30.0)  # cap: 10% of 30 s = 3 s
+        levels = [_hang(policy, t)[0] for t in ["a", "a", "b", "a", "b"]]
+        assert levels == [FULL, SUMMARY, FULL, SUMMARY, SUMMARY]
+        levels += [_hang(policy, "a")[0] for _ in range(20)]
+    finally:
+        set_hang_policy(None)
+        unregister_on_hang(slow)
+    s = policy.summary()
+    assert s["full"] == 2 and levels[-1] == NONE  # the cap ended the collections
+    assert s["spent_s"] <= s["cap_s"] + 0.1, s
+    assert s["hangs"] == 25 and s["none"] == levels.count(NONE) > 0
+    words = forensics_words(s)
+    assert words.startswith("forensics: 25 hangs, 2 full collections, ") and "without forensics" in words
+    assert "cap 10%" in words
+
+
+def test_a_canary_whose_hang_the_store_located_gets_nothing_under_the_check_default(tmp_path):
+    with Store(tmp_path / "r.db") as store:
+        cid = store.create_campaign("check", {})
+        located = {"collectors": {"hang_forensics": {"hz_forensics": 1, "stuck_at": ["k.cu:40"]}}}
+        store.record_run(cid, RunResult(Outcome.HANG, "timed out", target="deadlock", variant="broken",
+                                        evidence=located))
+        policy = ForensicsPolicy(hang_budget_s=10, known_canary=NONE)
+        policy.begin(180.0, store)
+    canary = HangContext(pid=0, pgid=0, argv=[], target="x", started_at=0, artifact_dir=None, env={},
+                         run={"target": "deadlock", "variant": "broken", "expect": "detect"})
+    assert policy.plan(canary) == 0.0 and canary.plan.level == NONE
+    assert "already located" in canary.plan.why
+    clean = HangContext(pid=0, pgid=0, argv=[], target="x", started_at=0, artifact_dir=None, env={},
+                        run={"target": "deadlock", "variant": "fixed", "expect": "clean"})
+    assert policy.plan(clean) == 10.0 and clean.plan.level == FULL  # a clean variant's hang is news
+
+
+def test_a_hang_without_forensics_still_leaves_a_hang_md_saying_why(tmp_path):
+    policy = ForensicsPolicy(hang_budget_s=1, known_canary=NONE)
+    policy.learn(("deadlock", "broken"), ["k.cu:40"])
+    ctx = HangContext(pid=0, pgid=0, argv=[], target="deadlock", started_at=0, artifact_dir=tmp_path, env={},
+                      run={"target": "deadlock", "variant": "broken", "expect": "detect"})
+    set_hang_policy(policy)
+    try:
+        out = run_collectors(ctx)
+    finally:
+        set_hang_policy(None)
+    assert find_forensics_evidence(out)["level"] == NONE
+    md = (tmp_path / "hang.md").read_text()
+    assert "none: a canary whose hang is already located" in md
+    assert json.loads((tmp_path / "hang.json").read_text())["level"] == NONE
