@@ -9,8 +9,8 @@ the faithful metrics of every perf-gate candidate across worker counts.
    equal the spans a full ring recorded, and the decoder must report the difference as
    dropped (never a silent truncation).
 3. Cost: the profiled and the unprofiled build, launches interleaved, median kernel time.
-4. Candidates: hazards.megakernel.faithful.Faithful.measure for every candidate of
-   hazards.megakernel.candidates at each worker count (cos and the per-task medians).
+4. Candidates: hazards.ragged_decode.faithful.Faithful.measure for every candidate of
+   hazards.ragged_decode.candidates at each worker count (cos and the per-task medians).
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import time
 import torch
 
 from hazards.engine import profiler
-from hazards.megakernel import candidates, kernel, reference
-from hazards.megakernel.faithful import Faithful
+from hazards.ragged_decode import candidates, kernel, reference
+from hazards.ragged_decode.faithful import Faithful
 
 
 def main() -> int:

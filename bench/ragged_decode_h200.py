@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hazards.megakernel import schedule as sched  # noqa: E402
-from hazards.megakernel.calibration import calibrate  # noqa: E402
-from hazards.megakernel.kernel import build_sched, graph_node_counts, ragged_decode  # noqa: E402
-from hazards.megakernel.reference import CONTRACT_CFG, draw_call, make_arena, reference_decode, rel_err  # noqa: E402
+from hazards.ragged_decode import schedule as sched  # noqa: E402
+from hazards.ragged_decode.calibration import calibrate  # noqa: E402
+from hazards.ragged_decode.kernel import build_sched, graph_node_counts, ragged_decode  # noqa: E402
+from hazards.ragged_decode.reference import CONTRACT_CFG, draw_call, make_arena, reference_decode, rel_err  # noqa: E402
 
 CFG = CONTRACT_CFG
 BYTES = sum(CFG["lens"]) * CFG["n_kv"] * CFG["hd"] * 2 * 2  # K and V, bf16, read once

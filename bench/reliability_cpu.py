@@ -50,7 +50,7 @@ import psutil  # noqa: E402
 
 from hazards.engine.campaign import LeasedCampaign  # noqa: E402
 from hazards.engine.containment import CONTAINMENT  # noqa: E402
-from hazards.engine.executor import WorkItem  # noqa: E402
+from hazards.engine.loop import WorkItem  # noqa: E402
 from hazards.engine.store import Store  # noqa: E402
 from hazards.engine.targets import CommandTarget, ServerTarget  # noqa: E402
 from hazards.engine.targets.tripwire import TripwireTarget  # noqa: E402

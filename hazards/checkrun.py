@@ -31,7 +31,7 @@ from hazards.family import Family, Variant
 from hazards.stress_family import expectation
 from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError
 from hazards.engine.campaign import LeasedCampaign
-from hazards.engine.executor import TargetFactory, WorkItem, default_target_factory
+from hazards.engine.loop import TargetFactory, WorkItem, default_target_factory
 from hazards.engine.junit import JUnitCase, JUnitSuite
 from hazards.engine.leases import lease_candidates
 from hazards.engine.sources import EvidenceAllocation, canary_sprt

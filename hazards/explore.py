@@ -48,7 +48,7 @@ from hazards.replay import mismatch_rate, params_json, repro_command
 from hazards.engine.campaign import LeasedCampaign
 from hazards.engine.errors import UserError
 from hazards.engine.evidence import Evidence
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.sources import MAX_CONSECUTIVE_ERRORS, Driven, DriverStopped
 from hazards.engine.stats import format_rate, rate_ci
@@ -531,7 +531,7 @@ class _Explorer:
 
 # Targets that are not catalog families but have a configuration space to explore: the module
 # defines SPACE (a Family: parameters, variants, static model, strategy) and item_for(point).
-TARGET_SPACES = {"ragged_decode": "hazards.megakernel.space"}
+TARGET_SPACES = {"ragged_decode": "hazards.ragged_decode.space"}
 
 
 def explorable(name: str) -> tuple[Family, ItemFor | None]:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from hazards.family import HEADER_NAME, Family, Variant
 from hazards.engine.build import build_family
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
-from hazards.engine.executor import WorkItem, default_target_factory
+from hazards.engine.loop import WorkItem, default_target_factory
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import rate_ci
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, Verdict, judge

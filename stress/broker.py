@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hazards.engine.errors import UserError
-from hazards.engine.leases import GpuLease, acquire_free, lease_candidates
-from hazards.engine.targets.base import check_argv
+from .errors import UserError
+from .leases import GpuLease, acquire_free, lease_candidates
+from .targets.base import check_argv
 
 REAPER = Path(__file__).with_name("reaper.py")
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -21,8 +21,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hazards.engine import toolchain
-from hazards.engine.errors import UserError
+from . import toolchain
+from .errors import UserError
 
 
 class BuildFailed(UserError):

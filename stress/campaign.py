@@ -9,7 +9,7 @@ Every command that runs anything opens one `LeasedCampaign` and runs its campaig
     with LeasedCampaign.acquire(store, "hazards run", max_gpus=1, without_gpu=True) as frame:
         summary = frame.repeat(item=WorkItem("demo", kind="command", argv=argv), n=20, timeout=60)
 
-The frame owns what every campaign needs around `hazards.engine.executor.run_local`: the
+The frame owns what every campaign needs around `hazards.engine.loop.run_local`: the
 GPU leases (released when the frame closes; a machine with no GPU gets the no-GPU
 pseudo-lease where the caller allows it), an NVML telemetry monitor on exactly the leased
 GPUs (every run gets a telemetry window; the summary lands in the campaign spec), one
@@ -51,16 +51,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from hazards.engine import recovery
-from hazards.engine.containment import CONTAINMENT
-from hazards.engine.errors import StoreError, UserError
-from hazards.engine.executor import (ARTIFACT_POLICIES, GpuStats, StoreSink, TargetFactory, WorkItem, WorkSource,
+from . import recovery
+from .containment import CONTAINMENT
+from .errors import StoreError, UserError
+from .loop import (ARTIFACT_POLICIES, GpuStats, StoreSink, TargetFactory, WorkItem, WorkSource,
                                      close_targets, default_target_factory, run_local, warm_target)
-from hazards.engine.leases import GpuLease, acquire_free, lease_candidates, no_gpu_lease
-from hazards.engine.outcome import HOST, RunResult
-from hazards.engine.proctree import start_ticks
-from hazards.engine.stats import Sprt
-from hazards.engine.store import Campaign, OutcomeCounts, Store
+from .leases import GpuLease, acquire_free, lease_candidates, no_gpu_lease
+from .outcome import HOST, RunResult
+from .proctree import start_ticks
+from .stats import Sprt
+from .store import Campaign, OutcomeCounts, Store
 
 # Campaign statuses written by the frame.
 RUNNING = "running"          # in progress, or its supervisor died (resume it)
@@ -109,7 +109,7 @@ def invocation(argv: list[str] | None = None) -> str:
 def session_context(cwd: str | None = None) -> dict[str, Any]:
     """Where and how a campaign session runs: the command, its folder and that folder's
     `git describe`, the host, the hazards and Python versions (the report shows them)."""
-    from hazards.engine.targets.repro import git_describe
+    from .targets.repro import git_describe
 
     cwd = cwd or os.getcwd()
     try:
@@ -182,7 +182,7 @@ class LeasedCampaign:
         self.monitor = None
         gpus = [lease for lease in self.leases if lease.is_gpu]
         if telemetry and gpus:
-            from hazards.engine.telemetry import TelemetryMonitor
+            from .telemetry import TelemetryMonitor
 
             self.monitor = TelemetryMonitor([lease.uuid for lease in gpus]).start()
 
@@ -395,7 +395,7 @@ class LeasedCampaign:
         source's; 0: never). A KeyboardInterrupt marks the campaign 'interrupted' and
         propagates.
         """
-        from hazards.engine.sources import Repeat
+        from .sources import Repeat
 
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")

@@ -19,8 +19,8 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
-from hazards.engine.outcome import Outcome
-from hazards.engine.protocol import field_problem, shown
+from .outcome import Outcome
+from .protocol import field_problem, shown
 
 # CUDA statuses that say the machine or the build is unusable, not that a kernel failed.
 _INFRA_ENUMS = ("NoDevice", "InsufficientDriver", "DevicesUnavailable", "NoKernelImageForDevice",

@@ -45,8 +45,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.engine.proctree import kill_cgroup, remove_cgroup, start_ticks
-from hazards.engine.recovery import SupervisorRecord, cgroup_root_name, sweep_cgroups
+from .proctree import kill_cgroup, remove_cgroup, start_ticks
+from .recovery import SupervisorRecord, cgroup_root_name, sweep_cgroups
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

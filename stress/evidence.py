@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
-from hazards.engine.outcome import Outcome, RunResult
-from hazards.engine.stats import format_rate, upper_bound
-from hazards.engine.verdict import ItemTally, Proof
+from .outcome import Outcome, RunResult
+from .stats import format_rate, upper_bound
+from .verdict import ItemTally, Proof
 
 
 def _count(value: Any) -> int | None:

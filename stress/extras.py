@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-from hazards.engine.errors import UserError
+from .errors import UserError
 
 PACKAGE = "gpu-hazards"
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {

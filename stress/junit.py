@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Literal
 
-from hazards.engine.outcome import HOST
+from .outcome import HOST
 
 Status = Literal["passed", "failure", "error", "skipped"]
 # XML 1.0 forbids most control characters even escaped; a kernel log may contain them.

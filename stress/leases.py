@@ -47,8 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.errors import UserError
-from hazards.engine.outcome import HOST
+from .errors import UserError
+from .outcome import HOST
 
 DEFAULT_LOCK_DIR = Path("/tmp/gpu-hazards-leases")
 DIR_MODE = 0o1777   # shared by all users, each removing only their own files (sticky)
@@ -96,7 +96,7 @@ def lease_candidates() -> list[tuple[str, str | None]]:
     fakes = fake_gpus()
     if fakes is not None:  # a fake entry spelled as a UUID is its own UUID (NVML fakes key on it)
         return [(e, e if e.startswith("GPU-") else None) for e in _fake_visible(fakes)]
-    from hazards.engine.gpus import uuid_of, visible_gpus
+    from .gpus import uuid_of, visible_gpus
 
     return [(e, uuid_of(e)) for e in visible_gpus()]
 
@@ -324,7 +324,7 @@ def acquire(gpu: str, holder: str, *, uuid: str | None = None, lock_dir: str | o
     ldir = lock_dir_path(lock_dir)
     _prepare_dir(ldir)
     if uuid is None and fake_gpus() is None:
-        from hazards.engine.gpus import uuid_of
+        from .gpus import uuid_of
 
         uuid = uuid_of(gpu)
     path = ldir / _lock_name(gpu, uuid)
@@ -389,7 +389,7 @@ def _claim(lease: GpuLease, other: dict[str, Any], ldir: Path, exclusive: bool, 
 def _foreign_pids(uuid: str | None) -> list[int]:
     if uuid is None:
         return []
-    from hazards.engine.telemetry import compute_pids
+    from .telemetry import compute_pids
 
     pids = compute_pids(uuid)
     if not pids:

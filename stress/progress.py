@@ -197,7 +197,7 @@ def tripwire_poller(progress: Progress, path: str, names: Any = None) -> Callabl
     """A poller that beats when the tripwire file's launch generation, a worker's position
     or a barrier state changes (not its spin counts: a deadlocked kernel keeps spinning).
     The label names the least advanced unfinished worker's layer and phase."""
-    from hazards.engine.tripwire.layout import HEADER_BYTES, SLOT_WORDS, decode
+    from .tripwire.layout import HEADER_BYTES, SLOT_WORDS, decode
 
     state: dict[str, Any] = {"key": None, "raw": b""}
 
@@ -235,7 +235,7 @@ def tripwire_poller(progress: Progress, path: str, names: Any = None) -> Callabl
 def tripwire_label(snap: Any, names: Any = None) -> str:
     """'launch 12, layer 3, phase ATTN, barrier ATTN_RELEASE' for the least advanced worker
     of the current launch that has not finished ('' when the file says nothing)."""
-    from hazards.engine.tripwire.names import Names
+    from .tripwire.names import Names
 
     names = names or Names()
     if snap.header is None:
@@ -258,7 +258,7 @@ class RunProgress:
     def __init__(self, env: dict[str, str]) -> None:
         self.progress = Progress()
         self.path: str | None = None
-        from hazards.engine.containment import CONTAINMENT
+        from .containment import CONTAINMENT
 
         folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
         try:
@@ -270,7 +270,7 @@ class RunProgress:
             CONTAINMENT.track_file(self.path)
             env[ENV_FILE] = self.path
             self.progress.pollers.append(file_poller(self.progress, self.path))
-        from hazards.engine.tripwire.session import ENV_PATH, names_for
+        from .tripwire.session import ENV_PATH, names_for
 
         tripwire = env.get(ENV_PATH)
         if tripwire:
@@ -285,7 +285,7 @@ class RunProgress:
     def close(self) -> None:
         """Remove the progress file (idempotent)."""
         if self.path is not None:
-            from hazards.engine.containment import CONTAINMENT
+            from .containment import CONTAINMENT
 
             try:
                 os.unlink(self.path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hazards.engine.errors import ProtocolError
+from .errors import ProtocolError
 
 PROTOCOL_VERSION = 1
 # Library banners a server may print on stdout before its handshake (docs/protocol.md).

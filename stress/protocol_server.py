@@ -18,7 +18,7 @@ import json
 import sys
 from typing import Any, BinaryIO, Callable, Optional
 
-from hazards.engine.protocol import PROTOCOL_VERSION, encode, progress_request
+from .protocol import PROTOCOL_VERSION, encode, progress_request
 
 Reply = Optional[dict[str, Any]]
 Handler = Callable[[dict[str, Any]], Reply]

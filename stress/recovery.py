@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hazards.engine.proctree import cgroup_pids, kill_cgroup, remove_cgroup, scan_for, start_ticks
+from .proctree import cgroup_pids, kill_cgroup, remove_cgroup, scan_for, start_ticks
 
 RECORD_DIR = "supervisors"
 STALE_S = 30 * 86400       # a cleaned record whose campaigns' stores were never reopened

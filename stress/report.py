@@ -29,14 +29,14 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.executor import WorkItem
-from hazards.engine.extras import MissingExtra, install_hint
-from hazards.engine.outcome import Outcome, item_key
-from hazards.engine.stats import format_rate, rate_ci, upper_bound
-from hazards.engine.store import Store, StoredRun, empty_counts
-from hazards.engine.junit import JUnitSuite
-from hazards.engine.telemetry import APPLICATION_XIDS, hardware_suspect
-from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, judge
+from .loop import WorkItem
+from .extras import MissingExtra, install_hint
+from .outcome import Outcome, item_key
+from .stats import format_rate, rate_ci, upper_bound
+from .store import Store, StoredRun, empty_counts
+from .junit import JUnitSuite
+from .telemetry import APPLICATION_XIDS, hardware_suspect
+from .verdict import Expect, ItemTally, Judgement, Proof, judge
 
 REPORT_EXTRA_HINT = install_hint("reports")
 
@@ -53,7 +53,7 @@ def report_modules() -> tuple[Any, Any]:
     try:
         import jinja2
 
-        from hazards.engine import report_figures
+        from . import report_figures
     except ImportError as e:
         raise ReportExtraMissing(f"the HTML report needs jinja2 and matplotlib ({e.name or e} is missing): "
                         f"{REPORT_EXTRA_HINT}") from None
@@ -232,7 +232,7 @@ def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, Gp
     """The rows (every work item of the spec, run or not; a run of anything the spec does
     not list, such as a `hazards run` command, is expected clean), the GPUs and
     {signature id: the campaign's first run with it}."""
-    from hazards.engine.soak import item_expectations
+    from .soak import item_expectations
 
     camp = store.campaign(campaign_id)
     expected = item_expectations(camp.spec)
@@ -332,7 +332,7 @@ def _context(camp: Any) -> list[dict[str, Any]]:
 
 def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: bool = True) -> Report:
     """Gather one campaign's report data (and render its figures unless `figures=False`)."""
-    from hazards.engine.soak import KIND as SOAK, compare_campaigns, soak_judgements
+    from .soak import KIND as SOAK, compare_campaigns, soak_judgements
 
     camp = store.campaign(campaign_id)
     rows, gpus, examples = _collect(store, campaign_id)

@@ -13,8 +13,8 @@ import hashlib
 import json
 import re
 
-from hazards.engine.forensics.collector import stuck_locations
-from hazards.engine.outcome import Outcome, RunResult
+from .forensics.collector import stuck_locations
+from .outcome import Outcome, RunResult
 
 MAX_MESSAGE = 200
 

@@ -37,16 +37,16 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.engine.campaign import LeasedCampaign, RunObserver
-from hazards.engine.errors import EXIT_DEGRADED, EXIT_HAZARD, EXIT_OK, UserError
-from hazards.engine.evidence import Evidence, evidence_of
-from hazards.engine.executor import GpuStats, TargetFactory, WorkItem
-from hazards.engine.outcome import RunResult, item_key
-from hazards.engine.sources import EvidenceAllocation, Rotation, canary_sprt
-from hazards.engine.stats import boschloo, fisher_one_sided, holm
-from hazards.engine.store import Signature, Store
-from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, Verdict, campaign_tallies, judge
-from hazards.engine.verdict import exit_code as verdicts_exit_code
+from .campaign import LeasedCampaign, RunObserver
+from .errors import EXIT_DEGRADED, EXIT_HAZARD, EXIT_OK, UserError
+from .evidence import Evidence, evidence_of
+from .loop import GpuStats, TargetFactory, WorkItem
+from .outcome import RunResult, item_key
+from .sources import EvidenceAllocation, Rotation, canary_sprt
+from .stats import boschloo, fisher_one_sided, holm
+from .store import Signature, Store
+from .verdict import Expect, ItemTally, Judgement, Proof, Verdict, campaign_tallies, judge
+from .verdict import exit_code as verdicts_exit_code
 
 KIND = "soak"
 ALLOCATIONS = ("evidence", "uniform")
@@ -114,7 +114,7 @@ def _non_finite(value: Any, where: str) -> str | None:
 
 
 def _target_item(path: Path, index: int, t: Any) -> WorkItem:
-    from hazards.engine.targets.base import check_argv, check_cwd, check_env
+    from .targets.base import check_argv, check_cwd, check_env
 
     where = f"targets file {path}, target #{index}"
     if not isinstance(t, dict):

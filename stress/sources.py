@@ -1,6 +1,6 @@
 """Work sources: what each leased GPU's loop runs next, and when a campaign is done.
 
-A work source (`hazards.engine.executor.WorkSource`) answers `next_item(gpu)` (None: nothing
+A work source (`hazards.engine.loop.WorkSource`) answers `next_item(gpu)` (None: nothing
 left), hears `report(item, result)` after every run, and says `finished()`; it must be
 thread-safe (every GPU's loop calls it). A source that ends a campaign early says why in
 `stop_reason` (the campaign is then 'stopped', not 'complete').
@@ -28,12 +28,12 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from hazards.engine.evidence import Evidence
-from hazards.engine.executor import WorkItem
-from hazards.engine.outcome import Outcome, RunResult
-from hazards.engine.stats import Sprt
-from hazards.engine.store import empty_counts
-from hazards.engine.verdict import Expect, ItemTally
+from .evidence import Evidence
+from .loop import WorkItem
+from .outcome import Outcome, RunResult
+from .stats import Sprt
+from .store import empty_counts
+from .verdict import Expect, ItemTally
 
 MAX_CONSECUTIVE_ERRORS = 3   # Rotation/SprtStop/EvidenceAllocation: an item with this many errors in a row is dropped
 MAX_ERRORS_IN_A_ROW = 10     # Repeat: a campaign with this many error runs in a row stops

@@ -51,10 +51,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hazards.engine.errors import StoreError, UserError
-from hazards.engine.outcome import OUTCOMES, HOST, Outcome, RunResult
-from hazards.engine.signatures import signature_of
-from hazards.engine.stats import CiMethod, rate_ci, upper_bound
+from .errors import StoreError, UserError
+from .outcome import OUTCOMES, HOST, Outcome, RunResult
+from .signatures import signature_of
+from .stats import CiMethod, rate_ci, upper_bound
 
 DEFAULT_PATH = Path(".hazards") / "results.db"
 BUSY_TIMEOUT_MS = 60_000

@@ -38,7 +38,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from filelock import FileLock
 
-from hazards.engine.errors import ToolchainMissing, UserError
+from .errors import ToolchainMissing, UserError
 
 SM90A = "sm_90a"
 GFX942 = "gfx942"

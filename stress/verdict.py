@@ -15,11 +15,11 @@ import dataclasses
 import enum
 from typing import Any, Iterable
 
-from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK
-from hazards.engine.junit import JUnitCase
-from hazards.engine.outcome import Outcome, RunResult
-from hazards.engine.stats import upper_bound
-from hazards.engine.store import OutcomeCounts, Store, empty_counts
+from .errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK
+from .junit import JUnitCase
+from .outcome import Outcome, RunResult
+from .stats import upper_bound
+from .store import OutcomeCounts, Store, empty_counts
 
 
 class Verdict(str, enum.Enum):
@@ -109,7 +109,7 @@ class Proof:
         if not Outcome(result.outcome).is_failure:
             return False
         if self.sanitizer is not None:
-            from hazards.engine.targets.sanitizer import ERROR_KINDS
+            from .targets.sanitizer import ERROR_KINDS
 
             kind = result.error_kind or (result.evidence or {}).get("error_kind")
             return kind == ERROR_KINDS.get(self.sanitizer)

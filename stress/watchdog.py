@@ -38,9 +38,9 @@ from typing import Any, Callable, Iterator, Protocol
 
 import psutil
 
-from hazards.engine.containment import CONTAINMENT
-from hazards.engine.progress import POLL_S, LineScanner, Progress
-from hazards.engine.proctree import (KILL_WAIT_S, PIDFDS, kill_group, kill_pids, pipe_holders, scan_for,
+from .containment import CONTAINMENT
+from .progress import POLL_S, LineScanner, Progress
+from .proctree import (KILL_WAIT_S, PIDFDS, kill_group, kill_pids, pipe_holders, scan_for,
                              start_ticks, still_same)
 
 TAIL_BYTES = 64 * 1024          # kept in memory per stream for classification

@@ -19,8 +19,8 @@ stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 } > "$R/env.txt" 2>&1
 
 stamp "build the profiled megakernel libraries (baseline build and the noop candidate's) in parallel"
-python3 -c "from hazards.megakernel.build import build_library; print(build_library(profiler=True))" > "$R/build_prof.txt" 2>&1 &
-python3 -c "from hazards.megakernel.build import build_library; print(build_library(profiler=True, defines=('HZ_RD_NOOP_CANDIDATE',)))" > "$R/build_noop.txt" 2>&1 &
+python3 -c "from hazards.ragged_decode.build import build_library; print(build_library(profiler=True))" > "$R/build_prof.txt" 2>&1 &
+python3 -c "from hazards.ragged_decode.build import build_library; print(build_library(profiler=True, defines=('HZ_RD_NOOP_CANDIDATE',)))" > "$R/build_noop.txt" 2>&1 &
 wait
 stamp "built"
 
@@ -56,7 +56,7 @@ stamp "gate logits done"
 
 if [ $(( $(date +%s) - T0 )) -lt 115 ]; then
   stamp "4. the profiler's GPU tests"
-  timeout $(( 145 - ($(date +%s) - T0) )) python3 -m pytest -q -p no:cacheprovider tests/megakernel/test_profiler_gpu.py \
+  timeout $(( 145 - ($(date +%s) - T0) )) python3 -m pytest -q -p no:cacheprovider tests/ragged_decode/test_profiler_gpu.py \
     > "$R/pytest_profiler_gpu.txt" 2>&1
   echo "rc=$?" >> "$R/pytest_profiler_gpu.txt"
 fi

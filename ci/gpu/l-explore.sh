@@ -45,7 +45,7 @@ print(family_binary(get_family('$f')))" > "$R/build-$f.txt" 2>&1
     echo "$f rc=$? at $(elapsed) s" >> "$R/builds.txt" ) &
 done
 ( timeout 150 python3 -c "
-from hazards.megakernel.build import build_library
+from hazards.ragged_decode.build import build_library
 print(build_library())" > "$R/build-ragged_decode.txt" 2>&1
   echo "ragged_decode rc=$? at $(elapsed) s" >> "$R/builds.txt" ) &
 built() {  # wait (at most $2 s) for family $1's build; true when its binary is there

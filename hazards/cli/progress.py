@@ -30,7 +30,7 @@ from hazards.engine.leases import GpuLease
 from hazards.engine.outcome import OUTCOMES, Outcome, RunResult
 from hazards.engine.stats import format_rate
 from hazards.engine.store import empty_counts
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 from hazards.engine.verdict import Expect
 
 DEFAULT_INTERVAL_S = 30.0

@@ -227,7 +227,7 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
 
     from hazards.cli.progress import CampaignProgress
     from hazards.engine.campaign import LeasedCampaign
-    from hazards.engine.executor import WorkItem
+    from hazards.engine.loop import WorkItem
     from hazards.engine.targets import CommandTarget
     from hazards.engine.targets.base import default_name
     from hazards.engine.targets.repro import KernelLog, ReproTarget, run_context

@@ -21,7 +21,7 @@ from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsO
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.errors import UserError
-from hazards.engine.executor import ARTIFACT_POLICIES, WorkItem
+from hazards.engine.loop import ARTIFACT_POLICIES, WorkItem
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.outcome import OUTCOMES
 from hazards.engine.sources import MAX_ERRORS_IN_A_ROW

@@ -51,7 +51,7 @@ PASSING = frozenset({"faster", "no-change"})
 _RANK = {"no-change": 0, "faster": 1, "slower": 2, "sloughing": 3, "incorrect": 4}
 # Catalog sides: `PREFIX:NAME` names a candidate of a megakernel whose faithful check serves
 # every catalog side of that prefix from one warm server (module run with --serve).
-CATALOGS = {"megakernel:": "hazards.megakernel.faithful", "megakernel_layers:": "hazards.megakernel_layers.faithful"}
+CATALOGS = {"megakernel:": "hazards.ragged_decode.faithful", "megakernel_layers:": "hazards.megakernel_layers.faithful"}
 CATALOG_PREFIX = "megakernel:"  # the ragged-decode megakernel's (docs and tests name it)
 DEFAULT_WORKERS = (8, 64, 68, 128, 132)
 DEFAULT_REPEATS = 12
@@ -160,7 +160,7 @@ class CatalogServer:
 
 class CatalogSide(Side):
     """A named build/configuration of a catalog megakernel: the ragged-decode one
-    (hazards.megakernel.candidates) or the layered one (hazards.megakernel_layers.faithful)."""
+    (hazards.ragged_decode.candidates) or the layered one (hazards.megakernel_layers.faithful)."""
 
     def __init__(self, spec: str, server: CatalogServer, cos_min: float) -> None:
         self.candidate = catalog_candidate(spec)
@@ -183,7 +183,7 @@ def catalog_candidate(spec: str) -> Any:
     prefix = catalog_of(spec)
     name = spec[len(prefix):]
     if prefix == CATALOG_PREFIX:
-        from hazards.megakernel import candidates
+        from hazards.ragged_decode import candidates
 
         return candidates.get(name)
     from hazards.megakernel_layers import faithful

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from hazards.megakernel.calibration import Calibration, Row
+from hazards.ragged_decode.calibration import Calibration, Row
 from hazards.megakernel_layers import model as M
 from hazards.megakernel_layers import reference as R
 

@@ -40,7 +40,7 @@ from typing import Any
 from hazards.engine import profiler
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
 from hazards.engine.errors import UserError
-from hazards.megakernel.faithful import faithful_parser, parse_request, workers_from_env
+from hazards.ragged_decode.faithful import faithful_parser, parse_request, workers_from_env
 
 PROFILE_TAG = "MKL_PROFILE "
 HEADER_WORDS = 2  # claimed, capacity

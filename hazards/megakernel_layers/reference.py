@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from hazards.megakernel.reference import rel_err  # noqa: F401  (the one relative error)
+from hazards.ragged_decode.reference import rel_err  # noqa: F401  (the one relative error)
 from hazards.megakernel_layers import model as M
 
 _MASK32 = 0xFFFFFFFF

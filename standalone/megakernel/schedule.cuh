@@ -1,6 +1,6 @@
 // Ragged-decode megakernel: the device-side schedule (longest-first line, guided and split
 // chunks, chunk lookup) and the per-call prologue that builds it in shared memory.
-// hazards/megakernel/schedule.py states the same formulas for the CPU tests.
+// hazards/ragged_decode/schedule.py states the same formulas for the CPU tests.
 #pragma once
 #include <stdint.h>
 

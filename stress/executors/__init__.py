@@ -1,11 +1,11 @@
 """Executors: where the per-GPU loops of a soak run.
 
-- `local` (the default, `hazards.engine.executor.run_local`): one thread per GPU leased on this host.
+- `local` (the default, `hazards.engine.loop.run_local`): one thread per GPU leased on this host.
 - `ray` (`hazards.engine.executors.ray_executor`): one Ray actor per GPU of a Ray cluster
   (`num_gpus=1`, no restarts, no task retries), results streamed to this driver's store.
 
 Every executor offers the same contract as `run_local`: it takes over a work source and a
-sink (`hazards.engine.executor.WorkSource`, `Sink`) and returns one `GpuStats` per GPU, so the
+sink (`hazards.engine.loop.WorkSource`, `Sink`) and returns one `GpuStats` per GPU, so the
 soak and check code above it does not change with the executor. Ray is an optional extra
 (`pip install "gpu-hazards[ray]"`); asking for it without Ray installed is a UserError.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hazards.engine.errors import UserError
+from ..errors import UserError
 
 EXECUTORS = ("local", "ray")
 
@@ -23,7 +23,7 @@ def check_executor(name: str) -> str:
     if name not in EXECUTORS:
         raise UserError(f"unknown executor {name!r} (known: {', '.join(EXECUTORS)})")
     if name == "ray":
-        from hazards.engine.executors.ray_executor import import_ray
+        from ..executors.ray_executor import import_ray
 
         import_ray()
     return name
@@ -40,7 +40,7 @@ def run_soak_with(executor: str, store: Any, items: list | None, *, budget_s: fl
     check_executor(executor)
     if executor != "ray":
         raise UserError(f"run_soak_with handles remote executors only, not {executor!r}")
-    from hazards.engine.executors.ray_executor import run_soak_ray
+    from ..executors.ray_executor import run_soak_ray
 
     return run_soak_ray(store, items, budget_s=budget_s, resume=resume, name=name, address=address,
                         max_gpus=max_gpus, **ray_options)

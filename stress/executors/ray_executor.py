@@ -6,7 +6,7 @@ Ray Client), or a local one started here when no address is given. Per GPU there
 `GpuActor` (`num_gpus=1`, so Ray sets its CUDA_VISIBLE_DEVICES), created with
 `max_restarts=0` and `max_task_retries=0`: a retried run would hide a hang or a crash.
 
-Split of the per-GPU loop (`hazards.engine.executor.GpuLoop`):
+Split of the per-GPU loop (`hazards.engine.loop.GpuLoop`):
 - in the actor, on the GPU's host: the GPU lease (`hazards.engine.leases`, in that host's
   lease folder, so local users of the host see it held), the warm targets (one launch
   server per binary, as locally), the watchdog of each run, NVML telemetry around every
@@ -23,7 +23,7 @@ Split of the per-GPU loop (`hazards.engine.executor.GpuLoop`):
 it did not reply within the run's timeout plus ANSWER_MARGIN_S), the request in flight is
 recorded as an `error` run (kind NODE_LOST, reason "node lost: ..."), never as a hang or a
 fault of the kernel; the actor is killed (not restarted) and that GPU's loop ends
-(`hazards.engine.executor.GpuLost`) while the other GPUs go on for the rest of the budget.
+(`hazards.engine.loop.GpuLost`) while the other GPUs go on for the rest of the budget.
 `run_soak_ray` writes what was lost, when, and the share of the session's GPU time it cost
 into the campaign spec (`lost`, and a line in `notes` for the report); the soak's exit
 status then says the infrastructure degraded (`EXIT_DEGRADED`).
@@ -50,11 +50,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from hazards.engine.errors import UserError
-from hazards.engine.executor import GpuLost, GpuStats, WorkItem, default_target_factory, run_local
-from hazards.engine.leases import GpuLease
-from hazards.engine.outcome import HOST, Outcome, RunResult
-from hazards.engine.targets.base import Target, stall_kw
+from ..errors import UserError
+from ..loop import GpuLost, GpuStats, WorkItem, default_target_factory, run_local
+from ..leases import GpuLease
+from ..outcome import HOST, Outcome, RunResult
+from ..targets.base import Target, stall_kw
 
 STARTUP_TIMEOUT_S = 120.0   # actors created, leases taken, first call answered
 ANSWER_MARGIN_S = 60.0      # beyond a run's own timeout + kill grace + hang collectors
@@ -269,7 +269,7 @@ class GpuActor:
 
     def __init__(self, holder: str, lock_dir: str | None = None, exclusive: bool = False,
                  telemetry: bool = True, session: str = "session") -> None:
-        from hazards.engine.leases import acquire_free
+        from ..leases import acquire_free
 
         got, refused = acquire_free(holder, lock_dir=lock_dir, max_gpus=1, exclusive=exclusive)
         if not got:
@@ -281,7 +281,7 @@ class GpuActor:
         self.scratch = Path(tempfile.gettempdir()) / "gpu-hazards-ray" / session
         self.monitor = None
         if telemetry:
-            from hazards.engine.telemetry import TelemetryMonitor
+            from ..telemetry import TelemetryMonitor
 
             self.monitor = TelemetryMonitor([self.lease.uuid]).start()
 
@@ -476,7 +476,7 @@ class RayExecutor:
             return
         kwargs = {"log_to_driver": False, "logging_level": "ERROR", **self.init_kwargs}
         if self.address is None:  # a local cluster: workers import this checkout like the driver does
-            from hazards.engine.leases import FAKE_ENV, fake_gpus
+            from ..leases import FAKE_ENV, fake_gpus
 
             kwargs.setdefault("include_dashboard", False)
             # It serves this machine only: on loopback, nothing of it is reachable from (or
@@ -531,7 +531,7 @@ class RayExecutor:
             self.leases.append(lease)
 
     def target_factory(self, item: WorkItem, env: dict[str, str]) -> RemoteTarget:
-        """`hazards.engine.executor.TargetFactory` for the driver's loops: the pseudo-lease's
+        """`hazards.engine.loop.TargetFactory` for the driver's loops: the pseudo-lease's
         CUDA_VISIBLE_DEVICES in `env` names the actor that runs the target."""
         return RemoteTarget(self, env["CUDA_VISIBLE_DEVICES"], item)
 
@@ -615,8 +615,8 @@ def run_soak_ray(store: Any, items: list[WorkItem] | None, *, budget_s: float, r
                  telemetry: bool = True, allocation: str = "evidence", observer: Any = None) -> Any:
     """`hazards.engine.soak.run_soak` on a Ray cluster; the SoakResult, with `lost` (the
     nodes lost in this session and what they cost) also in the campaign spec."""
-    from hazards.engine.campaign import INTERRUPTED, LeasedCampaign
-    from hazards.engine.soak import run_soak, spent_seconds
+    from ..campaign import INTERRUPTED, LeasedCampaign
+    from ..soak import run_soak, spent_seconds
 
     spec_extra = {"executor": {"name": "ray", "address": address}}
     with RayExecutor(address=address, max_gpus=max_gpus, lock_dir=lock_dir, exclusive=exclusive,

@@ -9,7 +9,7 @@
   writes `hang.md`; `hang_reason` and `stuck_locations` for the run's reason and signature.
 See docs/hang-forensics.md.
 """
-from hazards.engine.forensics.collector import (MARKER, collect, find_forensics_evidence, hang_forensics,
+from ..forensics.collector import (MARKER, collect, find_forensics_evidence, hang_forensics,
                                                 hang_markdown, hang_reason, install_hang_collector,
                                                 stuck_locations, uninstall_hang_collector)
 

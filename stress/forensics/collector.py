@@ -28,16 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.forensics.debugger import (DEBUGGERS, HOST_DEBUGGERS, AttachRefused, DebuggerGone,
+from ..forensics.debugger import (DEBUGGERS, HOST_DEBUGGERS, AttachRefused, DebuggerGone,
                                                DebuggerSession, attach_refusal, find_debugger)
-from hazards.engine.forensics.device import (LINEINFO_HINT, POLL_KINDS, block_ranges, cuda_device_report,
+from ..forensics.device import (LINEINFO_HINT, POLL_KINDS, block_ranges, cuda_device_report,
                                              parse_block_ranges, rocgdb_device_report)
-from hazards.engine.forensics.host import (host_report, is_python_process, parse_gdb_backtraces,
+from ..forensics.host import (host_report, is_python_process, parse_gdb_backtraces,
                                            py_spy_dump, render_threads)
-from hazards.engine.forensics.policy import FULL, NONE, SUMMARY
-from hazards.engine.forensics.system import describe_system, system_report
-from hazards.engine.tripwire.session import MARKER as TRIPWIRE_MARKER
-from hazards.engine.watchdog import find_marked
+from ..forensics.policy import FULL, NONE, SUMMARY
+from ..forensics.system import describe_system, system_report
+from ..tripwire.session import MARKER as TRIPWIRE_MARKER
+from ..watchdog import find_marked
 
 MARKER = "hz_forensics"           # identifies this collector's output inside evidence
 ORDER = 100                       # after passive collectors (the tripwire reads first)
@@ -50,7 +50,7 @@ _MARK_PREFIX = "HZ_SUPERVISED_"
 # -- which processes --------------------------------------------------------------------------
 def run_processes(pid: int, pgid: int) -> list[int]:
     """The run's live processes: the child first, then its process group, by pid."""
-    from hazards.engine.proctree import scan_for
+    from ..proctree import scan_for
 
     found = scan_for(pgid) | ({pid} if Path(f"/proc/{pid}").exists() else set())
     return sorted(found, key=lambda p: (p != pid, p))
@@ -291,13 +291,13 @@ def hang_forensics(ctx: Any) -> dict[str, Any]:
 
 def install_hang_collector() -> None:
     """Register `hang_forensics` with the watchdog, after the passive collectors (idempotent)."""
-    from hazards.engine.watchdog import register_on_hang
+    from ..watchdog import register_on_hang
 
     register_on_hang(hang_forensics, order=ORDER)
 
 
 def uninstall_hang_collector() -> None:
-    from hazards.engine.watchdog import unregister_on_hang
+    from ..watchdog import unregister_on_hang
 
     unregister_on_hang(hang_forensics)
 

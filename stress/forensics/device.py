@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.forensics.debugger import DebuggerGone, DebuggerSession
+from ..forensics.debugger import DebuggerGone, DebuggerSession
 
 MAX_LOCATIONS = 16          # distinct stuck locations reported (the largest PC groups first)
 MAX_KERNELS = 8             # active kernels whose threads are listed

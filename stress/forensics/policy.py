@@ -169,7 +169,7 @@ class ForensicsPolicy:
                 self.counts[FULL] += 1
                 self.upgrades += 1
         if plan is not None and plan.level == NONE:
-            from hazards.engine.forensics.collector import no_collection
+            from ..forensics.collector import no_collection
             results["hang_forensics"] = no_collection(ctx, plan)
 
     # -- what it did -----------------------------------------------------------------------
@@ -191,8 +191,8 @@ class ForensicsPolicy:
     @contextlib.contextmanager
     def installed(self, base_s: float, store: Any = None) -> Iterator["ForensicsPolicy"]:
         """Within: this policy decides every hang of this process, and the forensics collector runs."""
-        from hazards.engine.forensics.collector import hang_forensics, install_hang_collector, uninstall_hang_collector
-        from hazards.engine.watchdog import hang_policy, is_registered, set_hang_policy
+        from ..forensics.collector import hang_forensics, install_hang_collector, uninstall_hang_collector
+        from ..watchdog import hang_policy, is_registered, set_hang_policy
 
         self.begin(base_s, store)
         before, had_collector = hang_policy(), is_registered(hang_forensics)

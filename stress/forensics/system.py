@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hazards.engine.telemetry import KernelLog, gpu_states, xids_since
+from ..telemetry import KernelLog, gpu_states, xids_since
 
 
 def system_report(started_at: float, run_pids: set[int], *, deadline: float) -> dict[str, Any]:

@@ -6,8 +6,8 @@ Every target subclasses `Target`. `CommandTarget` runs a program once per run;
 `TripwireTarget` (tripwire diagnoses), `SanitizerTarget` (compute-sanitizer reports),
 `ReproTarget` (kernel-log Xid lines and evidence.json for `hazards repro`).
 """
-from hazards.engine.targets.base import Target, WrapperTarget
-from hazards.engine.targets.command import CommandTarget
-from hazards.engine.targets.server import ServerTarget
+from ..targets.base import Target, WrapperTarget
+from ..targets.command import CommandTarget
+from ..targets.server import ServerTarget
 
 __all__ = ["Target", "WrapperTarget", "CommandTarget", "ServerTarget"]

@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.errors import UserError
-from hazards.engine.outcome import RunResult
+from ..errors import UserError
+from ..outcome import RunResult
 
 _NAME_CHARS = 200
 

@@ -13,15 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN, NOTABLE_RE, classify_exit
-from hazards.engine.errors import UserError
-from hazards.engine.forensics.collector import hang_reason
-from hazards.engine.outcome import Outcome, RunResult
-from hazards.engine.progress import Progress, RunProgress, stall_reason
-from hazards.engine.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
+from ..classify import DEFAULT_FAITHFUL_COS_MIN, NOTABLE_RE, classify_exit
+from ..errors import UserError
+from ..forensics.collector import hang_reason
+from ..outcome import Outcome, RunResult
+from ..progress import Progress, RunProgress, stall_reason
+from ..targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
                                  check_launches, check_params, check_stall, check_timeout, default_name,
                                  prepare_artifact_dir)
-from hazards.engine.watchdog import Supervised
+from ..watchdog import Supervised
 
 EVIDENCE_TAIL_CHARS = 4000  # of each stream, kept in the evidence of non-clean runs
 

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.outcome import RunResult
-from hazards.engine.targets.base import Target, WrapperTarget, stall_kw
-from hazards.engine.telemetry import KernelLog
+from ..outcome import RunResult
+from ..targets.base import Target, WrapperTarget, stall_kw
+from ..telemetry import KernelLog
 
 # Environment entries never written to an artifact (they may hold credentials).
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(^|_)KEY($|_)|AUTH|COOKIE|SESSION", re.IGNORECASE)

@@ -22,10 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.errors import ToolchainMissing, UserError
-from hazards.engine.outcome import Outcome, RunResult
-from hazards.engine.targets.base import WrapperTarget
-from hazards.engine.targets.command import CommandTarget
+from ..errors import ToolchainMissing, UserError
+from ..outcome import Outcome, RunResult
+from ..targets.base import WrapperTarget
+from ..targets.command import CommandTarget
 
 TOOLS = ("racecheck", "synccheck", "memcheck", "initcheck")
 ERROR_KINDS = {"racecheck": "sanitizer_race", "synccheck": "sanitizer_sync",

@@ -17,18 +17,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hazards.engine import protocol
-from hazards.engine.classify import (NOTABLE_RE, classify_exit, classify_reply, find_fault_signature,
+from .. import protocol
+from ..classify import (NOTABLE_RE, classify_exit, classify_reply, find_fault_signature,
                              reply_metrics, signal_name)
-from hazards.engine.errors import ProtocolError, UserError
-from hazards.engine.forensics.collector import hang_reason
-from hazards.engine.outcome import Outcome, RunResult
-from hazards.engine.progress import POLL_S, RunProgress, stall_reason
-from hazards.engine.targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
+from ..errors import ProtocolError, UserError
+from ..forensics.collector import hang_reason
+from ..outcome import Outcome, RunResult
+from ..progress import POLL_S, RunProgress, stall_reason
+from ..targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
                                  check_launches, check_params, check_stall, check_timeout, default_name,
                                  prepare_artifact_dir)
-from hazards.engine.targets.command import tail_text
-from hazards.engine.watchdog import Supervised
+from ..targets.command import tail_text
+from ..watchdog import Supervised
 
 DEFAULT_HANDSHAKE_TIMEOUT_S = 60.0  # a torch import alone takes ~6 s
 SAMPLE_EVERY_S = 1.0  # descendant sampling cadence: amortised to nothing per request

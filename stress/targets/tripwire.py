@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.engine.outcome import Outcome, RunResult
-from hazards.engine.targets.base import Target, WrapperTarget, stall_kw
-from hazards.engine.tripwire.analysis import analyze
-from hazards.engine.tripwire.layout import Snapshot, decode
-from hazards.engine.tripwire.names import Names
-from hazards.engine.tripwire.session import (MARKER, TripwireFile, diagnosis_evidence, find_tripwire_evidence,
+from ..outcome import Outcome, RunResult
+from ..targets.base import Target, WrapperTarget, stall_kw
+from ..tripwire.analysis import analyze
+from ..tripwire.layout import Snapshot, decode
+from ..tripwire.names import Names
+from ..tripwire.session import (MARKER, TripwireFile, diagnosis_evidence, find_tripwire_evidence,
                                              install_hang_collector, register_names, write_artifacts)
 
 

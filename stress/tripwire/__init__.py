@@ -6,10 +6,10 @@
 - `session`: the private file and the watchdog's on-hang collector (the target wrapper is
   `hazards.engine.targets.tripwire.TripwireTarget`).
 """
-from hazards.engine.tripwire.analysis import Diagnosis, Group, analyze
-from hazards.engine.tripwire.layout import Header, Slot, Snapshot, decode, read_snapshot, tag_of
-from hazards.engine.tripwire.names import Names, load_names, parse_c_names
-from hazards.engine.tripwire.session import (
+from ..tripwire.analysis import Diagnosis, Group, analyze
+from ..tripwire.layout import Header, Slot, Snapshot, decode, read_snapshot, tag_of
+from ..tripwire.names import Names, load_names, parse_c_names
+from ..tripwire.session import (
     ENV_PATH,
     TripwireFile,
     diagnosis_evidence,

@@ -22,8 +22,8 @@ import collections
 import dataclasses
 from typing import Any
 
-from hazards.engine.tripwire.layout import Slot, Snapshot, tag_of
-from hazards.engine.tripwire.names import Names
+from ..tripwire.layout import Slot, Snapshot, tag_of
+from ..tripwire.names import Names
 
 LIST_MAX = 8  # worker ids listed per group before "…"
 

@@ -14,7 +14,7 @@ import json
 import re
 from pathlib import Path
 
-from hazards.engine.errors import UserError
+from ..errors import UserError
 
 _C_NAME = re.compile(
     r"(?:#\s*define\s+|^\s*|,\s*)(?:HZ_(?:TW_)?)?(PHASE|BARRIER|BAR)_([A-Za-z0-9_]+)\s*=?\s*(0[xX][0-9a-fA-F]+|\d+)\b",

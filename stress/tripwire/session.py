@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hazards.engine.containment import CONTAINMENT
-from hazards.engine.tripwire.analysis import Diagnosis, analyze
-from hazards.engine.tripwire.layout import Snapshot, decode
-from hazards.engine.tripwire.names import Names
+from ..containment import CONTAINMENT
+from ..tripwire.analysis import Diagnosis, analyze
+from ..tripwire.layout import Snapshot, decode
+from ..tripwire.names import Names
 
 ENV_PATH = "HZ_TRIPWIRE_PATH"
 SHM_DIR = "/dev/shm"
@@ -187,19 +187,19 @@ def _read(path: str) -> bytes:
 
 def install_hang_collector() -> None:
     """Register `collect_on_hang` with the watchdog (idempotent)."""
-    from hazards.engine.watchdog import register_on_hang
+    from ..watchdog import register_on_hang
 
     register_on_hang(collect_on_hang)
 
 
 def uninstall_hang_collector() -> None:
-    from hazards.engine.watchdog import unregister_on_hang
+    from ..watchdog import unregister_on_hang
 
     unregister_on_hang(collect_on_hang)
 
 
 def find_tripwire_evidence(evidence: Any) -> dict[str, Any] | None:
     """This collector's output wherever the target stored it inside `evidence`."""
-    from hazards.engine.watchdog import find_marked
+    from ..watchdog import find_marked
 
     return find_marked(evidence, MARKER)

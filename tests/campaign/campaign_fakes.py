@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from hazards.family import Family, Param, StaticVerdict, Variant
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 
 HERE = Path(__file__).resolve().parent
 FAKE_SERVER = HERE.parent / "fakes" / "fake_server.py"

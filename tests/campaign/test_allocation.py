@@ -10,7 +10,7 @@ from campaign_fakes import FAKE_SERVER, fake_items_for, make_family
 
 from hazards.engine.campaign import LeasedCampaign
 from hazards.engine.evidence import Evidence, launches_of
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.soak import run_soak
 from hazards.engine.sources import RECHECK_EVERY, EvidenceAllocation, Rotation, canary_sprt

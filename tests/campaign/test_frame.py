@@ -12,7 +12,7 @@ import pytest
 from campaign_fakes import FAKE_SERVER
 
 from hazards.engine.campaign import COMPLETE, STOPPED, LeasedCampaign, NoGpuFree, NoGpuVisible
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 from hazards.engine.leases import GpuLease, acquire, current_holders
 from hazards.engine.outcome import HOST, Outcome
 

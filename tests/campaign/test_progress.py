@@ -13,7 +13,7 @@ from campaign_fakes import fake_items_for, make_family
 
 from hazards import checkrun
 from hazards.cli import main
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 from hazards.engine.leases import no_gpu_lease
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import format_rate

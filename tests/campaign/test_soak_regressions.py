@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 
 from hazards.cli import main
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.soak import compare_campaigns
 

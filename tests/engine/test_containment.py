@@ -105,7 +105,7 @@ def test_a_program_that_cannot_be_executed_is_an_error_run_not_a_fault(tmp_path)
 LIBRARY_SUPERVISOR = textwrap.dedent("""
     import sys, threading
     from hazards.engine.campaign import LeasedCampaign
-    from hazards.engine.executor import WorkItem
+    from hazards.engine.loop import WorkItem
     from hazards.engine.store import Store
     from hazards.engine.tripwire.session import TripwireFile
     store = Store(sys.argv[1])

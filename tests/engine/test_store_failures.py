@@ -20,7 +20,7 @@ import pytest
 from cli_helpers import REPO, hazards, sha256
 from hazards.engine.campaign import LeasedCampaign
 from hazards.engine.errors import EXIT_STORE, StoreError
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.store import Store
 

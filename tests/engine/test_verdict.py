@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.verdict import Expect, ItemTally, Proof, Verdict, expect_of, judge
 

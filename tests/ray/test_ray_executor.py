@@ -17,7 +17,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install \"gpu-hazards[ray]\"",
                          exc_type=ImportError)
 
-from hazards.engine.executor import StoreSink, WorkItem, run_local  # noqa: E402
+from hazards.engine.loop import StoreSink, WorkItem, run_local  # noqa: E402
 from hazards.engine.sources import Rotation  # noqa: E402
 from hazards.engine.campaign import LeasedCampaign  # noqa: E402
 from hazards.engine.executors import check_executor  # noqa: E402

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from hazards.megakernel import schedule as sched
+from hazards.ragged_decode import schedule as sched
 from hazards.engine import profiler
 from hazards.engine.errors import UserError
-from hazards.megakernel.build import build_library
+from hazards.ragged_decode.build import build_library
 
 SCHEDULES = ("guided", "split", "per_request")
 PROBES = {"none": 0, "stream_only": 1, "compute_only": 2}  # diagnostics: results are garbage

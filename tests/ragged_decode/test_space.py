@@ -1,4 +1,4 @@
-"""The ragged-decode megakernel target's configuration space (hazards.megakernel.space):
+"""The ragged-decode megakernel target's configuration space (hazards.ragged_decode.space):
 lengths from a distribution, the static model of the mishandlings, strategy points the
 server accepts, and the server building the arena a request names (no GPU)."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hazards.explore import explorable
-from hazards.megakernel import space
-from hazards.megakernel.check import handle
-from hazards.megakernel.reference import CONTRACT_LENS
+from hazards.ragged_decode import space
+from hazards.ragged_decode.check import handle
+from hazards.ragged_decode.reference import CONTRACT_LENS
 
 
 def test_lengths_come_from_the_distribution_and_its_seed():
@@ -44,7 +44,7 @@ def test_strategy_points_resolve_and_get_a_rate(data):
     verdict = space.static_model(point)
     assert verdict.expected_rate in (0.0, 1.0)
     item = space.item_for(point)
-    assert item.params["mishandle"] in space.MISHANDLINGS and item.argv[-2:] == ("hazards.megakernel.check", "--serve")
+    assert item.params["mishandle"] in space.MISHANDLINGS and item.argv[-2:] == ("hazards.ragged_decode.check", "--serve")
 
 
 class FakeChecker:

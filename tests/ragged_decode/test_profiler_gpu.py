@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hazards.megakernel import schedule as sched  # noqa: E402
-from hazards.megakernel.reference import draw_call, make_arena, reference_decode, rel_err  # noqa: E402
+from hazards.ragged_decode import schedule as sched  # noqa: E402
+from hazards.ragged_decode.reference import draw_call, make_arena, reference_decode, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ def arena():
 
 
 def test_every_task_kind_is_recorded_with_the_instances_the_schedule_predicts(arena):
-    from hazards.megakernel.kernel import build_sched, ragged_decode, read_profile
+    from hazards.ragged_decode.kernel import build_sched, ragged_decode, read_profile
 
     k, v = arena
     grid = 20
@@ -58,7 +58,7 @@ def test_every_task_kind_is_recorded_with_the_instances_the_schedule_predicts(ar
 
 def test_overflow_on_the_real_ring_is_counted_never_silent(arena):
     from hazards.engine import profiler
-    from hazards.megakernel.kernel import build_sched, ragged_decode, read_profile
+    from hazards.ragged_decode.kernel import build_sched, ragged_decode, read_profile
 
     k, v = arena
     q, starts, lens = draw_call(LENS, 32, 128, torch.Generator().manual_seed(1), device="cuda")
@@ -77,7 +77,7 @@ def test_the_faithful_check_prints_lines_the_engine_judges(arena):
     from hazards.engine.outcome import Outcome
     from hazards.engine.targets import CommandTarget
 
-    cmd = [sys.executable, "-m", "hazards.megakernel.faithful", "--lens-scale", "16", "--launches", "2"]
+    cmd = [sys.executable, "-m", "hazards.ragged_decode.faithful", "--lens-scale", "16", "--launches", "2"]
     ok = CommandTarget([*cmd, "--candidate", "production", "--workers", "64"], cwd=REPO).run(timeout=300)
     assert ok.outcome is Outcome.CLEAN, ok.reason
     tasks = {r["task"]: r for r in ok.evidence["faithful"]}

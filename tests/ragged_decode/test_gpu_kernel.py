@@ -5,8 +5,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hazards.megakernel.calibration import tiled_decode_fp32  # noqa: E402
-from hazards.megakernel.reference import CONTRACT_CFG, draw_call, make_arena, reference_decode, rel_err  # noqa: E402
+from hazards.ragged_decode.calibration import tiled_decode_fp32  # noqa: E402
+from hazards.ragged_decode.reference import CONTRACT_CFG, draw_call, make_arena, reference_decode, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-2
@@ -18,7 +18,7 @@ def needs_hopper():
 
 
 def run(handle, q, starts, lens):
-    from hazards.megakernel.kernel import ragged_decode
+    from hazards.ragged_decode.kernel import ragged_decode
 
     out = torch.full((q.shape[0], q.shape[1] * q.shape[2]), float("nan"), device="cuda")  # poison
     ragged_decode(handle, q, starts, lens, out=out)
@@ -38,7 +38,7 @@ def contract_arena():
 @pytest.mark.parametrize("schedule,copies", [("guided", "contiguous"), ("guided", "rows"), ("split", "contiguous"),
                                              ("per_request", "contiguous")])
 def test_contract_fixture_matches_reference_with_fresh_permutations(contract_arena, schedule, copies):
-    from hazards.megakernel.kernel import build_sched, error_flags
+    from hazards.ragged_decode.kernel import build_sched, error_flags
 
     k, v = contract_arena
     h = build_sched({}, {"k": k, "v": v}, CONTRACT_CFG, 1, schedule=schedule, copies=copies)
@@ -56,7 +56,7 @@ def test_contract_fixture_matches_reference_with_fresh_permutations(contract_are
                                                       (32, 8, "guided", "rows"), (4, 4, "per_request", "contiguous")])
 def test_odd_lengths_tails_and_group_sizes(n_q, n_kv, schedule, copies):
     needs_hopper()
-    from hazards.megakernel.kernel import build_sched
+    from hazards.ragged_decode.kernel import build_sched
 
     lens = [1, 0, 15, 16, 17, 31, 33, 250, 1000, 2049, 7, 0, 129, 64, 5, 4097]
     cfg = dict(n_q=n_q, n_kv=n_kv, hd=128, lens=lens)
@@ -75,7 +75,7 @@ def test_odd_lengths_tails_and_group_sizes(n_q, n_kv, schedule, copies):
 
 def test_repeated_calls_are_bitwise_identical(contract_arena):
     """Counters reset inside the kernel and partials merge in slot order: no drift, no race."""
-    from hazards.megakernel.kernel import build_sched
+    from hazards.ragged_decode.kernel import build_sched
 
     k, v = contract_arena
     h = build_sched({}, {"k": k, "v": v}, CONTRACT_CFG, 1)
@@ -87,7 +87,7 @@ def test_repeated_calls_are_bitwise_identical(contract_arena):
 
 def test_bad_request_is_nan_and_flagged_not_a_fault():
     needs_hopper()
-    from hazards.megakernel.kernel import build_sched, error_flags
+    from hazards.ragged_decode.kernel import build_sched, error_flags
 
     lens = [100, 50, 20]
     cfg = dict(n_q=8, n_kv=2, hd=128, lens=lens)
@@ -101,7 +101,7 @@ def test_bad_request_is_nan_and_flagged_not_a_fault():
 
 
 def test_graph_capture_holds_one_kernel_and_replays_correctly(contract_arena):
-    from hazards.megakernel.kernel import build_sched, graph_node_counts, ragged_decode
+    from hazards.ragged_decode.kernel import build_sched, graph_node_counts, ragged_decode
 
     k, v = contract_arena
     h = build_sched({}, {"k": k, "v": v}, CONTRACT_CFG, 1)

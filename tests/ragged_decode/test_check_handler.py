@@ -3,7 +3,7 @@ any kernel runs, and a device error ends the server after a `fault` reply."""
 import pytest
 
 from hazards.engine.protocol_server import StopServing
-from hazards.megakernel.check import handle
+from hazards.ragged_decode.check import handle
 
 
 class FakeChecker:

@@ -5,8 +5,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hazards.megakernel.calibration import calibrate, tiled_decode_fp32  # noqa: E402
-from hazards.megakernel.reference import make_arena, reference_decode  # noqa: E402
+from hazards.ragged_decode.calibration import calibrate, tiled_decode_fp32  # noqa: E402
+from hazards.ragged_decode.reference import make_arena, reference_decode  # noqa: E402
 
 LENS = [48, 48, 24, 24, 24, 12, 12, 12, 12, 6, 6]
 

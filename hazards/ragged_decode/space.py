@@ -1,12 +1,12 @@
 """The ragged-decode megakernel target's configuration space, for `hazards explore ragged_decode`.
 
 The reference megakernel (`standalone/megakernel/`, the ragged-decode contract) is soaked
-with the contract's fixed multiset of lengths (`hazards.megakernel.check`). Its correctness
+with the contract's fixed multiset of lengths (`hazards.ragged_decode.check`). Its correctness
 must not depend on that multiset: the device schedule ranks requests, cuts them into tiles
 and merges partials for any lengths, any grid and any tile size. This module states that
 space once, as a `Family` (parameters checked by the one resolver, variants, a static model
 with a rate per launch, a hypothesis strategy) that is not in the catalog (there is no
-harness binary: the target is `python3 -m hazards.megakernel.check --serve`, which takes
+harness binary: the target is `python3 -m hazards.ragged_decode.check --serve`, which takes
 these fields per request and rebuilds its arena and schedule when they change).
 
 Lengths come from a distribution and a seed (`lens_of`): the contract's multiset (scaled),
@@ -61,7 +61,7 @@ def lens_of(params: dict[str, Any]) -> list[int]:
     p = SPACE.resolve(params)
     scale, dist = p["lens_scale"], p["dist"]
     if dist == "contract":
-        from hazards.megakernel.reference import CONTRACT_LENS
+        from hazards.ragged_decode.reference import CONTRACT_LENS
 
         return [max(1, n // scale) for n in CONTRACT_LENS]
     rng = random.Random(p["lens_seed"])
@@ -127,11 +127,11 @@ def strategy() -> Any:
 def item_for(point: dict[str, Any]) -> Any:
     """The work item of a point: a request to the megakernel check server with every field
     resolved (the server knows no variants)."""
-    from hazards.engine.executor import WorkItem
+    from hazards.engine.loop import WorkItem
 
     resolved = {**SPACE.resolve(point), "variant": point.get("variant", VARIANTS[0].name)}
     return WorkItem(target=SPACE.name, variant=f"explore:{resolved['variant']}", kind="server",
-                    argv=(sys.executable, "-m", "hazards.megakernel.check", "--serve"), params=resolved,
+                    argv=(sys.executable, "-m", "hazards.ragged_decode.check", "--serve"), params=resolved,
                     launches=SPACE.default_launches, timeout_s=SPACE.timeout_s, respawn_every=200)
 
 

@@ -1,8 +1,8 @@
 """The faithful per-task check of the ragged-decode megakernel: FAITHFUL_RESULT lines.
 
-    python3 -m hazards.megakernel.faithful --candidate improved --workers 132
-    HZ_NUM_WORKERS=66 python3 -m hazards.megakernel.faithful      # the perf gate's way
-    python3 -m hazards.megakernel.faithful --serve                 # JSON-lines server
+    python3 -m hazards.ragged_decode.faithful --candidate improved --workers 132
+    HZ_NUM_WORKERS=66 python3 -m hazards.ragged_decode.faithful      # the perf gate's way
+    python3 -m hazards.ragged_decode.faithful --serve                 # JSON-lines server
 
 The recipe of the faithful per-task gate: the kernel runs INSIDE the real megakernel at the
 production geometry (the seed's 128-request multiset, full lengths unless --lens-scale),
@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 from hazards.engine import profiler
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
-from hazards.megakernel import candidates
+from hazards.ragged_decode import candidates
 from hazards.engine.errors import UserError
 from hazards.engine.protocol_server import StopServing
-from hazards.megakernel.check import NoDevice, _device_error, serve_on_gpu
+from hazards.ragged_decode.check import NoDevice, _device_error, serve_on_gpu
 
 DEFAULT_COS_MIN = DEFAULT_FAITHFUL_COS_MIN  # one threshold: the classifier's
 DEFAULT_LAUNCHES = 5
@@ -65,7 +65,7 @@ class Faithful:
     def __init__(self, lens_scale: int = 1, arena_seed: int = 0, ring: int = RING_CAPACITY) -> None:
         import torch
 
-        from hazards.megakernel import kernel, reference
+        from hazards.ragged_decode import kernel, reference
 
         if not torch.cuda.is_available():
             raise NoDevice("no CUDA-capable device is detected by torch")
@@ -229,7 +229,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = faithful_parser("python3 -m hazards.megakernel.faithful", __doc__, list(candidates.CANDIDATES),
+    ap = faithful_parser("python3 -m hazards.ragged_decode.faithful", __doc__, list(candidates.CANDIDATES),
                          "profiled calls (medians over them)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the call's draw (not --serve)")
     ap.add_argument("--lens-scale", type=int, default=1, help="divide the seed's lengths by this")

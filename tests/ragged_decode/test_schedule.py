@@ -5,7 +5,7 @@ from collections import Counter
 
 from hypothesis import given, settings, strategies as st
 
-from hazards.megakernel import schedule as sched
+from hazards.ragged_decode import schedule as sched
 
 CONTRACT_LENS = [65536] * 2 + [32768] * 4 + [16384] * 8 + [8192] * 16 + [4096] * 32 + [2048] * 66
 CONFIGS = [(sched.GUIDED, 0), (sched.SPLIT, 2048), (sched.SPLIT, 0)]

@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hazards.megakernel.calibration import tiled_decode_fp32  # noqa: E402
-from hazards.megakernel.reference import (draw_call, make_arena, reference_decode,  # noqa: E402
+from hazards.ragged_decode.calibration import tiled_decode_fp32  # noqa: E402
+from hazards.ragged_decode.reference import (draw_call, make_arena, reference_decode,  # noqa: E402
                                           rel_err, segment_starts)
 
 LENS = [40, 40, 20, 20, 20, 20, 9, 9, 9, 3, 1]

@@ -6,7 +6,7 @@ import sys
 
 from campaign_fakes import fake_items_for, make_family
 
-from hazards.engine.executor import StoreSink, WorkItem, run_local
+from hazards.engine.loop import StoreSink, WorkItem, run_local
 from hazards.engine.leases import acquire_free, release_all
 from hazards.engine.sources import Rotation, SprtStop
 from hazards.engine.stats import Sprt

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from hazards.megakernel.reference import draw_call, reference_decode, rel_err
+from hazards.ragged_decode.reference import draw_call, reference_decode, rel_err
 
 TOL = 1e-2
 Impl = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, starts, lens) -> out

@@ -1,7 +1,7 @@
 """The megakernel as a target the engine can soak: correctness of ragged decode, call by call.
 
-    python3 -m hazards.megakernel.check --calls 8            # one batch: HZ_RESULT line, exit code
-    python3 -m hazards.megakernel.check --serve              # JSON-lines server (docs/protocol.md)
+    python3 -m hazards.ragged_decode.check --calls 8            # one batch: HZ_RESULT line, exit code
+    python3 -m hazards.ragged_decode.check --serve              # JSON-lines server (docs/protocol.md)
 
 Each call draws a fresh permutation of `starts`/`lens` and fresh queries, poisons the output
 with NaN, runs the kernel (one launch) and compares it with the ragged-decode contract's
@@ -17,7 +17,7 @@ the top of the arena) while the reference
 keeps the true ones: canaries proving this oracle still catches a mishandled ragged batch.
 
 A server request may also name a point of the target's configuration space
-(`hazards.megakernel.space`: length distribution, batch, longest length, scale, grid, tile,
+(`hazards.ragged_decode.space`: length distribution, batch, longest length, scale, grid, tile,
 schedule; `hazards explore ragged_decode` sends them): the server then builds that arena
 and schedule (kept until a request names another one) and checks the calls on it.
 """
@@ -47,7 +47,7 @@ class Checker:
                  lens: list[int] | None = None, grid: int | None = None, split_tokens: int = 2048) -> None:
         import torch
 
-        from hazards.megakernel import kernel, reference
+        from hazards.ragged_decode import kernel, reference
 
         if not torch.cuda.is_available():
             raise NoDevice("no CUDA-capable device is detected by torch")
@@ -136,7 +136,7 @@ def once(args: argparse.Namespace) -> int:
 
 def handle(checker: Checker, req: dict[str, Any]) -> dict[str, Any]:
     """One protocol request: `launches` checked calls, or a bad_request reply saying why not."""
-    from hazards.megakernel import space
+    from hazards.ragged_decode import space
 
     params = req.get("params") or {}
     unknown = set(params) - {"seed", "variant", "mishandle", *space.CONFIG_KEYS}
@@ -193,7 +193,7 @@ def serve_checks(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m hazards.megakernel.check", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python3 -m hazards.ragged_decode.check", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--serve", action="store_true", help="speak the JSON-lines server protocol")
     ap.add_argument("--calls", type=int, default=8, help="checked calls in the one batch (not --serve)")

@@ -37,14 +37,14 @@ from typing import Any, Callable, Protocol
 import json
 import shutil
 
-from hazards.engine.errors import StoreError
-from hazards.engine.containment import CONTAINMENT
-from hazards.engine.leases import GpuLease
-from hazards.engine.outcome import Outcome, RunResult, item_key
-from hazards.engine.store import Store, empty_counts
-from hazards.engine.targets.base import stall_kw
-from hazards.engine.verdict import Expect, Proof, expect_of
-from hazards.engine.watchdog import labelled_run
+from .errors import StoreError
+from .containment import CONTAINMENT
+from .leases import GpuLease
+from .outcome import Outcome, RunResult, item_key
+from .store import Store, empty_counts
+from .targets.base import stall_kw
+from .verdict import Expect, Proof, expect_of
+from .watchdog import labelled_run
 
 ARTIFACT_POLICIES = ("failures", "all", "none")
 OnRun = Callable[[int, "WorkItem", RunResult], None]  # (seq, item, result) after the commit
@@ -217,7 +217,7 @@ class GpuLost(Exception):
 
 def default_target_factory(item: WorkItem, env: dict[str, str]) -> Any:
     """A ServerTarget or CommandTarget for `item`, with `env` added to its environment."""
-    from hazards.engine.targets import CommandTarget, ServerTarget
+    from .targets import CommandTarget, ServerTarget
 
     if item.kind == "server":
         extra = {"handshake_timeout_s": item.handshake_timeout_s} if item.handshake_timeout_s else {}
@@ -227,7 +227,7 @@ def default_target_factory(item: WorkItem, env: dict[str, str]) -> Any:
         target = CommandTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
                                result_regex=item.result_regex)
         if item.sanitizer:
-            from hazards.engine.targets.sanitizer import SanitizerTarget
+            from .targets.sanitizer import SanitizerTarget
 
             return SanitizerTarget(target, item.sanitizer, name=item.target)
         return target

@@ -16,7 +16,7 @@ _KERNEL_NAMES = ("build_sched", "ragged_decode", "teardown")
 
 def __getattr__(name: str) -> Any:
     if name in _KERNEL_NAMES:
-        from hazards.megakernel import kernel
+        from hazards.ragged_decode import kernel
 
         return getattr(kernel, name)
     raise AttributeError(name)

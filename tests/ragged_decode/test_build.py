@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from hazards.megakernel import build
+from hazards.ragged_decode import build
 
 pytestmark = pytest.mark.skipif(
     shutil.which("nvcc") is None and not os.environ.get("HZ_NVCC"),

@@ -10,7 +10,7 @@ library. No torch here: building needs only nvcc. `build_library(profiler=True)`
 -DHZ_PROFILER variant (per-task spans, standalone/include/hz_profiler.h); `defines` adds
 further -D flags (a candidate build of the perf gate).
 
-Run ``python3 -m hazards.megakernel.build`` to build and print the report.
+Run ``python3 -m hazards.ragged_decode.build`` to build and print the report.
 """
 from __future__ import annotations
 

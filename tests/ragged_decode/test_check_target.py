@@ -1,4 +1,4 @@
-"""The megakernel as an engine target (`python3 -m hazards.megakernel.check`): the exit-code
+"""The megakernel as an engine target (`python3 -m hazards.ragged_decode.check`): the exit-code
 convention and HZ_RESULT on a command target, the JSON-lines protocol on a server target,
 and its canaries (the ragged-decode contract's known-bad mishandlings) detected."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hazards.engine.outcome import Outcome
 from hazards.engine.targets import CommandTarget, ServerTarget
 
 REPO = Path(__file__).resolve().parents[2]
-CHECK = [sys.executable, "-m", "hazards.megakernel.check"]
+CHECK = [sys.executable, "-m", "hazards.ragged_decode.check"]
 torch = pytest.importorskip("torch", reason="the megakernel check needs torch (dev extra: torch==2.13.0)")
 
 
