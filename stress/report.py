@@ -31,6 +31,7 @@ from typing import Any
 
 from .loop import WorkItem
 from .extras import MissingExtra, install_hint
+from .forensics.policy import forensics_words
 from .outcome import Outcome, item_key
 from .stats import format_rate, rate_ci, upper_bound
 from .store import Store, StoredRun, empty_counts
@@ -354,7 +355,8 @@ def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: boo
                      "variant": s.variant, "label": item_key(s.target, s.variant), "message": s.message, "count": s.count, "new": s.key in new_keys,
                      "first_seen": seen.get(s.id, (s.first_seen,))[0],
                      "last_seen": seen.get(s.id, (None, s.last_seen))[1],
-                     "example": run_artifacts(store, example) if example is not None else None})
+                     "example": run_artifacts(store, example) if example is not None else None,
+                     "hang_md": _hang_md(store, example) if s.outcome == "hang" and example is not None else None})
     hint = hardware_suspect({u: {"runs": g.runs, "failures": g.failures, "xids": g.xids,
                                  "ecc_corrected": g.ecc_corrected, "ecc_uncorrected": g.ecc_uncorrected}
                              for u, g in gpus.items()})
@@ -366,6 +368,14 @@ def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: boo
     if figures:
         rep.figures = render_figures(rep)
     return rep
+
+
+def _hang_md(store: Store, example: StoredRun) -> str | None:
+    """The hang.md of a hang signature's example run (its first in the campaign: the one
+    that got the full collection when the item's hang was new), None when it has none."""
+    folder = find_artifact_folder(store, example.result.artifact_dir)
+    md = folder / "hang.md" if folder is not None else None
+    return str(md) if md is not None and md.is_file() else None
 
 
 def render_figures(rep: Report) -> dict[str, str]:
@@ -474,11 +484,15 @@ def render_markdown(rep: Report) -> str:
         out.append(head + ".")
         for s in new:
             out.append(f"- NEW {s['outcome']} in {md_text(s['label'])}: "
-                       f"{md_text(s['message'])} (x{s['count']})")
+                       f"{md_text(s['message'])} (x{s['count']})"
+                       + (f"; hang.md: {md_text(s['hang_md'])}" if s.get("hang_md") else ""))
         for ch in rep.changes:
             out.append(f"- {md_text(item_key(ch['target'], ch['variant']))}: {md_text(ch['verdict'])}"
                        + (" (regression)" if ch.get("regression") else ""))
         out.append("")
+    spent = forensics_words(c.spec.get("forensics"))
+    if spent:
+        out += [md_text(spent), ""]
     if rep.hint:
         out += [f"**{md_text(rep.hint)}**", ""]
     for note in rep.notes:

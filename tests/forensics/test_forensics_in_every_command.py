@@ -103,6 +103,10 @@ def test_soak_leaves_the_hang_md_of_a_hung_python_target(fake_gpus, tmp_path, ca
     levels = [find_forensics_evidence(r.result.evidence)["level"] for r in hangs]
     assert levels[0] == FULL and all(lv == SUMMARY for lv in levels[1:])  # one location: one full collection
     assert spec["forensics"]["hangs"] == len(hangs) and f"forensics: {len(hangs)} hang" in captured.err
+    # the morning report links the new hang signature to the hang.md of its first (fully read) hang
+    first_md = Path(hangs[0].result.artifact_dir) / "hang.md"
+    assert f"NEW hang in hung-py: stuck at hung_python.py:14 (x{len(hangs)}); hang.md: {first_md}" in captured.out
+    assert f"forensics: {len(hangs)} hang" in captured.out
 
 
 # -- the share ------------------------------------------------------------------------------
