@@ -32,7 +32,6 @@ import contextlib
 import dataclasses
 import math
 import threading
-import time
 from typing import Any, Iterable, Iterator
 
 FULL, SUMMARY, NONE = "full", "summary", "none"
@@ -169,7 +168,7 @@ class ForensicsPolicy:
                 self.counts[FULL] += 1
                 self.upgrades += 1
         if plan is not None and plan.level == NONE:
-            from ..forensics.collector import no_collection
+            from .collector import no_collection
             results["hang_forensics"] = no_collection(ctx, plan)
 
     # -- what it did -----------------------------------------------------------------------
@@ -191,7 +190,7 @@ class ForensicsPolicy:
     @contextlib.contextmanager
     def installed(self, base_s: float, store: Any = None) -> Iterator["ForensicsPolicy"]:
         """Within: this policy decides every hang of this process, and the forensics collector runs."""
-        from ..forensics.collector import hang_forensics, install_hang_collector, uninstall_hang_collector
+        from .collector import hang_forensics, install_hang_collector, uninstall_hang_collector
         from ..watchdog import hang_policy, is_registered, set_hang_policy
 
         self.begin(base_s, store)
