@@ -3,8 +3,8 @@
 The MI355 megakernel PR: four NT loads in one `asm volatile` with plain "=v"
 outputs; the allocator put load 1's destination over load 2's address. Kernel:
 `standalone/earlyclobber/earlyclobber.hip`, variants by -D parameters. The family is
-static (AMD, checked on clang-19's gfx942 output): on these machines AMD code is compiled
-and checked, never run. NVIDIA cannot have this bug (PTX operands are virtual registers).
+static (AMD, checked on clang-19's gfx942 and clang-22's gfx950 output): on these machines
+AMD code is compiled and checked, never run. NVIDIA cannot have this bug (PTX operands are virtual registers).
 
 Oracles: the source lint (on the variant's preprocessed text) and the AMDGCN overlap
 check (`asm-overlap`) on the emitted assembly, which sees the registers the allocator really chose.
@@ -15,11 +15,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from hazards.engine import toolchain
 from hazards.family import StaticVerdict, load_family
 from hazards.kernel_sources import family_dir
 from hazards.static import checks
 
 SOURCE = family_dir("earlyclobber") / "earlyclobber.hip"
+STATIC_ARCHS = toolchain.AMD_ARCHS  # the catalog judges every variant on each target's listing
 
 
 def static_model(params: dict[str, Any]) -> StaticVerdict:
@@ -33,9 +35,9 @@ def static_model(params: dict[str, Any]) -> StaticVerdict:
                                "output may cover a later load's address")
 
 
-def predicted_checks(params: dict[str, Any]) -> set[str]:
+def predicted_checks(params: dict[str, Any], arch: str = toolchain.GFX942) -> set[str]:
     """The check ids this point must trigger: the source lint and the overlap check on the
-    emitted assembly (empty = clean)."""
+    emitted assembly (empty = clean), on every AMD target."""
     if not static_model(params).hazardous:
         return set()
     return {checks.EARLY_CLOBBER.id, checks.ASM_OVERLAP.id}
@@ -48,9 +50,9 @@ def strategy() -> Any:
         st.sampled_from([v.name for v in FAMILY.variants]), st.integers(2, 4), st.booleans())
 
 
-def static_check(params: dict[str, Any]):
+def static_check(params: dict[str, Any], arch: str = toolchain.GFX942):
     """Findings for one point from real compiler output: lint of the preprocessed source
-    (allowlist ignored) plus the AMDGCN checks on clang-19's gfx942 assembly."""
+    (allowlist ignored) plus the AMDGCN checks on the assembly clang emits for `arch`."""
     from hazards.static import amdgcn, asm_lint, cscan
     from hazards.static.compile import preprocess
 
@@ -59,7 +61,7 @@ def static_check(params: dict[str, Any]):
     pre = preprocess(SOURCE, defines=d, label=label + "-pp")
     found = asm_lint.lint_text(pre.text, str(SOURCE), honor_allowlist=False,
                                line_map=cscan.line_map(pre.text))
-    return found + amdgcn.compile_and_check(SOURCE, defines=d, label=label)
+    return found + amdgcn.compile_and_check(SOURCE, arch=arch, defines=d, label=f"{label}-{arch}")
 
 
 # Parameters (-D of the point build), variants and their reasons: standalone/earlyclobber/family.toml.

@@ -5,7 +5,8 @@ decode step of a GPT-OSS-shaped model through L layers in one launch, scheduled 
 device by worker rank (QKV tiles, attention chunks with an LSE merge, O-projection, router
 top-k, expert W13 then W2 behind per-expert arrival barriers), with the tripwire compiled in
 and every inter-block wait instrumented. Its synchronisation layer (`mkl_sync.cuh`) also
-compiles for gfx942 with clang-19, so the AMDGCN checks read the megakernel's own barriers.
+compiles for gfx942 with clang-19 and for gfx950 with clang-22, so the AMDGCN checks read
+the megakernel's own barriers on both targets.
 
 One variant per hazard class of the MI355 megakernel PR (the request field `hazard`), each
 restoring the PR's mechanism where it lived, plus clean variants at several (sequence
@@ -26,12 +27,15 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from hazards.engine import toolchain
 from hazards.family import StaticVerdict, load_family
 from hazards.megakernel_layers import model as M
 from hazards.kernel_sources import family_dir
 from hazards.static import checks
 
 SYNC_STATIC = family_dir("megakernel_layers") / "mkl_sync_static.cu"
+# The catalog judges the sync layer on each AMD target's listing; nvcc's layout runs once.
+STATIC_ARCHS = toolchain.AMD_ARCHS
 H200_SMS = 132  # what grid 0 (one worker per SM) means for the model unless told otherwise
 HAZARD_IDS = {name: i for i, name in enumerate(M.HAZARDS)}
 
@@ -203,15 +207,16 @@ SYNC_CHECKS = {"shared_line": {checks.LAYOUT_WT_L2_LINE.id}, "partial_no_fence":
                "routing_no_fence": {checks.RELEASE_ORDER.id}}
 
 
-def predicted_checks(params: dict[str, Any]) -> set[str]:
-    """The failing static check ids a point must trigger (empty: the sync layer is clean)."""
+def predicted_checks(params: dict[str, Any], arch: str = toolchain.GFX942) -> set[str]:
+    """The failing static check ids a point must trigger (empty: the sync layer is clean),
+    the same on every AMD target."""
     return set(SYNC_CHECKS.get(resolve(params)["hazard"], set()))
 
 
-def static_check(params: dict[str, Any]):
-    """Findings on what clang-19 emits for gfx942 from the sync layer under this point's
+def static_check(params: dict[str, Any], arch: str = toolchain.GFX942):
+    """Findings on what clang emits for `arch` from the sync layer under this point's
     switch (release/acquire order and scope, the barrier layout with AMD's 64-B lines), and
-    the layout nvcc builds (NVIDIA's 128-B lines: warnings only)."""
+    with the first AMD target the layout nvcc builds (NVIDIA's 128-B lines: warnings only)."""
     from hazards.engine.errors import ToolchainMissing
     from hazards.static import amdgcn, checks, layout
     from hazards.static.compile import compile_ptx
@@ -220,13 +225,15 @@ def static_check(params: dict[str, Any]):
     hz = resolve(params)["hazard"]
     defines = {"MKL_HAZARD": HAZARD_IDS[hz]}
     label = f"megakernel_layers-{hz}"
-    amd, stmts = amdgcn.compile_annotated(SYNC_STATIC, defines=defines, label=label)
-    found = amdgcn.check_listing(amd.text, str(amd.path), target="gfx942", stmts=stmts, source_path=str(SYNC_STATIC))
+    amd, stmts = amdgcn.compile_annotated(SYNC_STATIC, arch=arch, defines=defines, label=f"{label}-{arch}")
+    found = amdgcn.check_listing(amd.text, str(amd.path), target=arch, stmts=stmts, source_path=str(SYNC_STATIC))
     rows = layout.table_from_amdgcn(amd.text)
     if not rows:
         found.append(Finding("layout-missing", "error", str(amd.path), 0,
-                             "hz_barrier_layout not found in the gfx942 listing: the layout check could not look"))
+                             f"hz_barrier_layout not found in the {arch} listing: the layout check could not look"))
     found += layout.check_layout(layout.layout_from_table(rows, "amd"), str(amd.path))
+    if arch != STATIC_ARCHS[0]:
+        return found
     try:
         ptx = compile_ptx(SYNC_STATIC, defines=defines, label=label)
         found += layout.check_layout(layout.layout_from_table(layout.table_from_ptx(ptx.text), "nvidia"),

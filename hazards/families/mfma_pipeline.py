@@ -8,7 +8,8 @@ wrong), and (3) its ping-pong fix needs one exit tail per trip-count parity. Ker
 `standalone/mfma_pipeline/mfma_pipeline.hip` + `mfma_kernel.inc`, built for gfx942 with
 v_mfma_f32_32x32x8_f16 (8 passes: needs 11) or v_mfma_f32_16x16x16_f16 (4 passes: 7).
 
-Oracle here: the AMDGCN checks on clang-19's output. The hipcc runtime comparison (bit-exact
+Oracle here: the AMDGCN checks on clang-19's gfx942 and clang-22's gfx950 output (every
+variant judged on both; gfx950 asks one wait state more of a 4- or 8-pass XDL result). The hipcc runtime comparison (bit-exact
 against the reference at both parities) exists in the source but has never been run: no AMD
 GPU on these machines.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from hazards.engine import toolchain
 from hazards.family import StaticVerdict, load_family
 from hazards.kernel_sources import family_dir
 from hazards.static import checks, mfma_table
@@ -25,6 +27,7 @@ from hazards.static import checks, mfma_table
 SOURCE = family_dir("mfma_pipeline") / "mfma_pipeline.hip"
 TAIL_WAIT_STATES = {32: 32, 11: 11, 9: 9}  # s_nop 15 x2, s_nop 7+2, s_nop 7+0
 MNEMONIC = {32: "v_mfma_f32_32x32x8_f16", 16: "v_mfma_f32_16x16x16_f16"}
+STATIC_ARCHS = toolchain.AMD_ARCHS  # the catalog judges every variant on each target's listing
 
 
 def _extra_wait(p: dict[str, Any]) -> int:
@@ -36,10 +39,12 @@ def _extra_wait(p: dict[str, Any]) -> int:
     return 0 if p["exit_tails"] == 2 else 1
 
 
-def predicted_checks(params: dict[str, Any]) -> set[str]:
-    """The AMDGCN check ids this point must trigger (empty = clean)."""
+def predicted_checks(params: dict[str, Any], arch: str = toolchain.GFX942) -> set[str]:
+    """The AMDGCN check ids this point must trigger on `arch` (empty = clean): gfx950 asks
+    one wait state more of a 4- or 8-pass XDL result (the 11-wait-state tail that suffices
+    for the 8-pass op on gfx942 is short there)."""
     p = FAMILY.resolve(params)
-    shape = mfma_table.lookup(MNEMONIC[p["shape"]], "gfx942")
+    shape = mfma_table.lookup(MNEMONIC[p["shape"]], arch)
     need = mfma_table.required_wait_states(shape, "valu")
     out = set()
     if p["banks"] == 1 and p["overlap"]:
@@ -73,13 +78,14 @@ def strategy() -> Any:
                      st.sampled_from(sorted(TAIL_WAIT_STATES)))
 
 
-def static_check(params: dict[str, Any]):
-    """Findings for one point: the AMDGCN checks on clang-19's gfx942 assembly."""
+def static_check(params: dict[str, Any], arch: str = toolchain.GFX942):
+    """Findings for one point: the AMDGCN checks on the assembly clang emits for `arch`
+    (clang-19 for gfx942, clang-22 for gfx950)."""
     from hazards.static import amdgcn
 
     d = FAMILY.defines(params)
     label = FAMILY.build_label(params)
-    return amdgcn.compile_and_check(SOURCE, defines=d, label=label)
+    return amdgcn.compile_and_check(SOURCE, arch=arch, defines=d, label=f"{label}-{arch}")
 
 
 # Parameters (-D of the point build), variants and their reasons: standalone/mfma_pipeline/family.toml.

@@ -23,8 +23,8 @@
 // -nogpuinc --cuda-device-only -O3 -S -DHZ_STATIC_ONLY. With hipcc on AMD hardware the
 // host harness below runs the reference and the variant on the same data at both parities
 // (default 23 and 22 tiles) and requires bit-exact agreement; THAT RUNTIME PATH HAS NOT
-// BEEN RUN (no AMD GPU or ROCm on the project's machines). gfx950 and its scaled MFMA need
-// a newer LLVM than clang-19; the gfx950 mnemonic passes through -S unassembled.
+// BEEN RUN (no AMD GPU or ROCm on the project's machines). The same source is built for
+// gfx950 with clang-22 (clang-19 rejects the processor) and judged on that listing.
 #if defined(HZ_STATIC_ONLY)
 #define __global__ __attribute__((global))
 #define __shared__ __attribute__((shared))

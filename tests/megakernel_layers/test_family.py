@@ -167,24 +167,25 @@ def test_evidence_that_does_not_fit_the_switch_is_not_blamed_on_it():
     assert F.explain_hang(snapshot(132, [slot(0, layer=0, phase=5, waiting=False)]), {}) is None
 
 
-# ---- static checks on the sync layer (clang-19, gfx942) -------------------------------------
+# ---- static checks on the sync layer (clang-19 gfx942, clang-22 gfx950) ----------------------
 
-@pytest.fixture(scope="module")
-def clang():
+@pytest.fixture(scope="module", params=["gfx942", "gfx950"])
+def arch(request):
     from hazards.engine import toolchain
     from hazards.engine.errors import ToolchainMissing
 
     try:
-        return toolchain.find_tool("clang", "the AMDGCN checks")
+        toolchain.find_tool("clang", "the AMDGCN checks", arch=request.param)
     except ToolchainMissing as e:
         pytest.skip(str(e))
+    return request.param
 
 
 @pytest.mark.parametrize("variant", [v.name for v in FAM.variants])
-def test_sync_layer_static_checks_flag_exactly_the_sync_switches(clang, variant):
-    found = F.static_check({"variant": variant})
+def test_sync_layer_static_checks_flag_exactly_the_sync_switches(arch, variant):
+    found = F.static_check({"variant": variant}, arch=arch)
     failing = {f.check for f in found if f.fails}
-    assert failing == F.predicted_checks({"variant": variant}), [f.message for f in found if f.fails]
+    assert failing == F.predicted_checks({"variant": variant}, arch=arch), [f.message for f in found if f.fails]
     assert any(f.check == "sync-scope" for f in found)  # the checks really looked at polls and flags
 
 

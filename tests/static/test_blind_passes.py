@@ -66,9 +66,11 @@ def _cases(junit: Path) -> dict[str, str]:
 
 
 AMD_FAMILIES = "earlyclobber,mfma_pipeline"
-AMD_VARIANTS = {"earlyclobber/reference", "earlyclobber/fixed", "earlyclobber/broken",
-                "earlyclobber/broken_shared_base", "mfma_pipeline/reference", "mfma_pipeline/fixed",
-                "mfma_pipeline/broken_war", "mfma_pipeline/broken_tail9", "mfma_pipeline/broken_single_tail"}
+GFX942_VARIANTS = {"earlyclobber/reference", "earlyclobber/fixed", "earlyclobber/broken",
+                   "earlyclobber/broken_shared_base", "mfma_pipeline/reference", "mfma_pipeline/fixed",
+                   "mfma_pipeline/broken_war", "mfma_pipeline/broken_tail9", "mfma_pipeline/broken_single_tail"}
+# every variant is judged again on the gfx950 listing (clang-22), named so
+AMD_VARIANTS = GFX942_VARIANTS | {f"{v}@gfx950" for v in GFX942_VARIANTS}
 
 
 def test_static_without_clang_names_every_variant_it_could_not_judge_and_exits_3(hide, capsys):
@@ -78,8 +80,10 @@ def test_static_without_clang_names_every_variant_it_could_not_judge_and_exits_3
     assert rc == 3, out + err
     lines = [ln for ln in out.splitlines() if "[toolchain-missing]" in ln]
     assert {ln.rsplit("(", 1)[1].rstrip(")") for ln in lines} == AMD_VARIANTS
-    assert all("apt-get install clang-19" in ln and "--skip clang" in ln for ln in lines)
-    assert "0 canaries detected, 9 check(s) could not run, 0 skipped" in err
+    assert all("--skip clang" in ln for ln in lines)
+    assert all("apt-get install clang-" in ln for ln in lines)
+    assert all("apt-get install clang-22" in ln for ln in lines if "mfma_pipeline/" in ln and "@gfx950" in ln)
+    assert "0 canaries detected, 18 check(s) could not run, 0 skipped" in err
 
 
 def test_static_skip_clang_reports_them_skipped_and_judged_nothing(hide, capsys):
@@ -89,8 +93,8 @@ def test_static_skip_clang_reports_them_skipped_and_judged_nothing(hide, capsys)
     assert rc == 3, out + err  # every check skipped by name: nothing judged, never a pass
     assert "judged nothing" in err
     skipped = [ln for ln in out.splitlines() if "[check-skipped]" in ln]
-    assert len(skipped) == 9 and all("skipped: clang-19 with the AMDGPU backend skipped" in ln for ln in skipped)
-    assert "9 skipped" in err
+    assert len(skipped) == 18 and all("skipped: clang" in ln and "--skip clang" in ln for ln in skipped)
+    assert "18 skipped" in err
 
 
 def test_check_junit_without_clang_has_an_error_per_variant_and_no_pass(hide, tmp_path, capsys):
@@ -98,13 +102,13 @@ def test_check_junit_without_clang_has_an_error_per_variant_and_no_pass(hide, tm
     junit = tmp_path / "check.xml"
     rc = main(["check", "--static", "--families", AMD_FAMILIES, "--junit", str(junit)])
     out = capsys.readouterr().out
-    assert rc == 3 and "check COULD NOT JUDGE 9 item(s)" in out
-    assert sum("static NOT JUDGED" in ln for ln in out.splitlines()) == 9
+    assert rc == 3 and "check COULD NOT JUDGE 18 item(s)" in out
+    assert sum("static NOT JUDGED" in ln for ln in out.splitlines()) == 18
     cases = _cases(junit)
-    assert sorted(cases.values()) == ["error"] * 9
+    assert sorted(cases.values()) == ["error"] * 18
     assert {name.split(" ", 1)[1] for name in cases} == AMD_VARIANTS
     rc = main(["check", "--static", "--families", AMD_FAMILIES, "--junit", str(junit), "--skip", "clang"])
-    assert rc == 3 and sorted(_cases(junit).values()) == ["skipped"] * 9  # skipped, and nothing judged
+    assert rc == 3 and sorted(_cases(junit).values()) == ["skipped"] * 18  # skipped, and nothing judged
 
 
 def test_static_without_nvcc_cannot_judge_the_sass_family(hide, capsys, monkeypatch):

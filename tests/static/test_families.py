@@ -1,10 +1,14 @@
 """The static families, compiled for real: broken variants flagged, fixed ones clean."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from hazards.families import barrier_layout, earlyclobber, mfma_pipeline
+from hazards.engine import toolchain
+from hazards.engine.errors import ToolchainMissing
 from hazards.families import get_family
 from static_helpers import CLANG_MISSING, NVCC_MISSING, NVDISASM_MISSING, failing_ids, requires_clang
 
@@ -19,25 +23,60 @@ def _expected(mod, params) -> set[str]:
     return mod.predicted_checks(params)
 
 
-def _skip_reason(name: str) -> str | None:
+def _skip_reason(name: str, arch: str = "gfx942") -> str | None:
     if CLANG_MISSING:
         return f"needs clang-19: {CLANG_MISSING}"
+    try:
+        toolchain.find_tool("clang", arch=arch)
+    except ToolchainMissing as e:
+        return f"needs a clang for {arch}: {e}"
     if name == "barrier_layout" and NVDISASM_MISSING:
         return f"needs nvdisasm for the SASS half: {NVDISASM_MISSING}"
     return None
 
 
+@pytest.mark.parametrize("arch", toolchain.AMD_ARCHS)
 @pytest.mark.parametrize("family,variant", CASES)
-def test_each_variant_is_classified_as_its_role_says(family, variant):
-    if reason := _skip_reason(family):
+def test_each_variant_is_classified_as_its_role_says_on_each_amd_target(family, variant, arch):
+    if reason := _skip_reason(family, arch):
         pytest.skip(reason)
     mod = MODULES[family]
     v = get_family(family).variant(variant)
-    got = failing_ids(mod.static_check({"variant": variant}))
-    expected = _expected(mod, {"variant": variant})
+    found = mod.static_check({"variant": variant}, arch=arch)
+    got = failing_ids(found)
+    expected = mod.predicted_checks({"variant": variant}, arch=arch)
     assert got == expected
-    assert bool(got) is v.is_canary
     assert mod.static_model({"variant": variant}).hazardous is v.is_canary
+    if v.is_canary and arch == "gfx950":
+        # the gfx950 canary is flagged on a gfx950 listing (clang-22), not a gfx942 one
+        # (earlyclobber's overlap findings point at the source line instead of the listing)
+        listings = {f.path for f in found if f.fails and f.path.endswith(".s")}
+        assert listings or family == "earlyclobber" or not expected  # (NVIDIA-only: nothing on AMD)
+        assert all('amdgcn-amd-amdhsa--gfx950"' in Path(p).read_text() for p in listings)
+    if arch == "gfx942" or family != "barrier_layout":
+        assert bool(got) is v.is_canary
+
+
+def test_the_shared_line_canary_and_its_fixed_twin_are_judged_on_the_gfx950_listing():
+    if reason := _skip_reason("barrier_layout", "gfx950"):
+        pytest.skip(reason)
+    broken = barrier_layout.static_check({"variant": "broken_shared_line"}, arch="gfx950")
+    fixed = barrier_layout.static_check({"variant": "fixed"}, arch="gfx950")
+    wt = [f for f in broken if f.check == "layout-wt-l2-line" and f.fails]
+    assert wt and all('amdgcn-amd-amdhsa--gfx950"' in Path(f.path).read_text() for f in wt)
+    assert not failing_ids(fixed)
+
+
+def test_the_11_wait_state_tail_is_enough_on_gfx942_and_one_short_on_gfx950():
+    # gfx950 asks one wait state more of an 8-pass XDL result (12): the tail the MI355 PR
+    # measured as the hardware threshold is judged by LLVM's rule, from each target's listing
+    point = {"variant": "fixed", "tail": 11}
+    for arch, flagged in (("gfx942", False), ("gfx950", True)):
+        if reason := _skip_reason("mfma_pipeline", arch):
+            pytest.skip(reason)
+        got = failing_ids(mfma_pipeline.static_check(point, arch=arch))
+        assert got == mfma_pipeline.predicted_checks(point, arch=arch)
+        assert ("mfma-acc-read" in got) is flagged, (arch, got)
 
 
 def test_families_are_in_the_catalog_with_static_canaries():
