@@ -22,6 +22,8 @@ from hazards.engine.watchdog import HangContext, labelled_run, register_on_hang,
 
 HUNG_PY = PROGRAMS / "hung_python.py"
 HUNG_WORKER = PROGRAMS / "hung_worker.py"
+HUNG_TWO_PLACES = PROGRAMS / "hung_two_places.py"
+FAKE_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "fake_server.py"
 
 
 def hang_mds(store_path: Path) -> list[Path]:
@@ -107,6 +109,73 @@ def test_soak_leaves_the_hang_md_of_a_hung_python_target(fake_gpus, tmp_path, ca
     first_md = Path(hangs[0].result.artifact_dir) / "hang.md"
     assert f"NEW hang in hung-py: stuck at hung_python.py:14 (x{len(hangs)}); hang.md: {first_md}" in captured.out
     assert f"forensics: {len(hangs)} hang" in captured.out
+
+
+def _levels(db: Path, campaign_id: int = 1) -> list[str]:
+    with Store(db) as s:
+        return [find_forensics_evidence(r.result.evidence)["level"] for r in s.runs(campaign_id, outcome="hang")]
+
+
+@needs_py_spy
+@needs_ptrace
+def test_each_new_stuck_location_gets_one_full_collection_and_repeats_a_summary(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    main(["run", "-n", "4", "--timeout", "0.8", "--store", str(db), "--",
+          sys.executable, str(HUNG_TWO_PLACES), str(tmp_path / "counter")])
+    # run 2 hangs elsewhere: its summary saw a location new for the item and went on to the full collection
+    assert _levels(db) == [FULL, FULL, SUMMARY, SUMMARY]
+    with Store(db) as s:
+        runs = s.runs(1)
+        assert {sig.message for sig in s.signatures(1)} == {"stuck at hung_two_places.py:10",
+                                                            "stuck at hung_two_places.py:14"}
+        assert s.campaign(1).spec["forensics"]["upgraded"] == 1
+    plan = find_forensics_evidence(runs[1].result.evidence)["plan"]
+    assert "new stuck location (hung_two_places.py:14)" in plan["why"]
+    assert "forensics: 4 hangs, 2 full collections, 2 summaries" in capsys.readouterr().err
+
+
+@needs_py_spy
+@needs_ptrace
+def test_a_run_campaign_keeps_its_forensics_within_the_cap(tmp_path):
+    db = tmp_path / "r.db"
+    # 8 runs x 0.4 s timeout: a 3.2 s base, 10% of it below one 0.8 s hang budget: the cap is 0.8 s
+    main(["run", "-n", "8", "--timeout", "0.4", "--hang-budget", "0.8", "--store", str(db), "--",
+          sys.executable, str(HUNG_PY)])
+    with Store(db) as s:
+        f = s.campaign(1).spec["forensics"]
+    assert f["cap_s"] == 0.8 and f["hangs"] == 8 and f["spent_s"] <= f["cap_s"] + 0.1, f
+    levels = _levels(db)
+    assert levels[0] == FULL and FULL not in levels[1:] and levels.count(NONE) == f["none"]
+
+
+@needs_py_spy
+@needs_ptrace
+def test_check_reads_a_canary_hang_once_then_not_again_once_the_store_located_it(fake_gpus, tmp_path, monkeypatch):
+    from hazards import checkrun
+    from hazards.engine.loop import WorkItem
+    from hazards.family import Family, StaticVerdict, Variant
+
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): ([], "stubbed"))
+    fam = Family(name="fakefam", summary="a canary that hangs", strategy=lambda: None, binary="fakefam",
+                 static_model=lambda p: StaticVerdict(p.get("variant") == "broken", "fake"),
+                 variants=(Variant("fixed", "fixed", "the fix", params={}),
+                           Variant("broken", "broken", "hangs", params={"action": "hang"}, detected_by=("stress",))))
+
+    def items_for(family, variants):
+        return [WorkItem(target=family.name, variant=v.name, kind="server", argv=(sys.executable, str(FAKE_SERVER)),
+                         params={"variant": v.name, **v.params}, launches=2, timeout_s=1.0) for v in variants]
+
+    db = tmp_path / "r.db"
+    for _ in range(2):
+        with Store(db) as store:
+            res = checkrun.run_check(budget_s=4, catalog=[fam], store=store, items_for=items_for, wait_s=0,
+                                     forensics=ForensicsPolicy(hang_budget_s=10, known_canary=NONE))
+        assert {v.variant: v.status for v in res.verdicts}["broken"] == "detected"
+    first, second = _levels(db, 1), _levels(db, 2)
+    assert first[0] == FULL and second and set(second) == {NONE}
+    mds = hang_mds(db)
+    assert "fake_server.py" in mds[0].read_text()
+    assert any("none: a canary whose hang is already located" in m.read_text() for m in mds if "campaign-2" in str(m))
 
 
 # -- the share ------------------------------------------------------------------------------
