@@ -46,20 +46,72 @@ def check_argv(argv: Any, cwd: str | os.PathLike[str] | None, env: dict[str, str
         if found is None:
             raise UserError(f"command not found on PATH: {program}")
         path = Path(found)
-    _check_interpreter(path, program, env)
+    _check_format(path, program, env)
     return list(argv)
 
 
-def _check_interpreter(path: Path, program: str, env: dict[str, str]) -> None:
-    """UserError when a script's `#!` line names an interpreter that is not there (the
-    kernel would refuse to start it: every run an error)."""
+# ELF e_machine values this machine's kernel runs natively (platform.machine() -> values).
+_NATIVE_ELF = {"x86_64": {62, 3}, "i686": {3}, "aarch64": {183, 40}, "armv7l": {40},
+               "ppc64le": {21}, "s390x": {22}, "riscv64": {243}}
+_BINFMT = Path("/proc/sys/fs/binfmt_misc")
+
+
+def binfmt_handles(head: bytes) -> bool:
+    """Whether an enabled binfmt_misc entry (qemu-user, wine, ...) runs a file whose first
+    bytes are `head` (magic entries only; an extension entry matches no head)."""
+    try:
+        entries = [e for e in _BINFMT.iterdir() if e.name not in ("register", "status")]
+    except OSError:
+        return False
+    for entry in entries:
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+        if not text.startswith("enabled") or "magic" not in fields:
+            continue
+        magic = bytes.fromhex(fields["magic"])
+        mask = bytes.fromhex(fields.get("mask", "ff" * len(magic)))
+        at = int(fields.get("offset", "0"))
+        window = head[at:at + len(magic)]
+        if len(window) == len(magic) and all(b & m == c & m for b, c, m in zip(window, magic, mask)):
+            return True
+    return False
+
+
+def _exec_format_problem(head: bytes) -> str | None:
+    """Why the kernel would refuse to execute a file starting with `head` (ENOEXEC), or None:
+    neither a #! line nor an ELF header for this machine, and no binfmt_misc entry for it."""
+    import platform
+
+    if head.startswith(b"#!"):
+        return None
+    if head.startswith(b"\x7fELF") and len(head) >= 20:
+        native = _NATIVE_ELF.get(platform.machine())
+        machine = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+        if native is None or machine in native or binfmt_handles(head):
+            return None
+        return f"an ELF program for another machine (e_machine {machine}, this is {platform.machine()})"
+    if binfmt_handles(head):
+        return None
+    return "neither an ELF program for this machine nor a script with a #! line"
+
+
+def _check_format(path: Path, program: str, env: dict[str, str]) -> None:
+    """UserError when the kernel would refuse to start the program (exec format error), or
+    a script's `#!` line names an interpreter that is not there: every run an error."""
     try:
         with open(path, "rb") as f:
-            head = f.readline(512)
+            head = f.read(512)
     except OSError:
         return  # unreadable but executable: the start itself will say
+    problem = _exec_format_problem(head)
+    if problem:
+        raise UserError(f"command {program}: exec format error: {problem} (a script needs a #! line)")
     if not head.startswith(b"#!"):
         return
+    head = head.split(b"\n", 1)[0]
     words = head[2:].decode("utf-8", "replace").split()
     if not words:
         raise UserError(f"command {program}: its #! line names no interpreter")

@@ -199,3 +199,32 @@ def test_a_bad_targets_file_is_refused_before_any_campaign_row(tmp_path, store_f
     assert_one_line_error(proc, match=match)
     assert "targets file t.toml, target #1 (t): " in proc.stderr
     assert sha256(store_file) == digest and tree(tmp_path) == files
+
+
+def _foreign_elf() -> bytes:
+    """The first bytes of a 64-bit little-endian ELF for a machine that is not this one."""
+    import platform
+    machine = 62 if platform.machine() != "x86_64" else 183  # x86-64, else AArch64
+    return b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + machine.to_bytes(2, "little") + bytes(44)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x00\x13garbage that is no program" * 4, "exec format error"),
+    (b"echo a script without its #! line\n", "exec format error"),
+    (_foreign_elf(), "exec format error"),
+])
+@pytest.mark.parametrize("command", ["run", "repro"])
+def test_a_program_the_kernel_cannot_execute_is_refused_before_any_campaign(tmp_path, store_file, content,
+                                                                            message, command):
+    """Exec format error (no ELF header for this machine, no #! line): exit 2 and one line
+    before any campaign row, like a missing program (before: a campaign of error runs)."""
+    from hazards.engine.targets.base import binfmt_handles
+    if binfmt_handles(content):
+        pytest.skip("binfmt_misc on this machine runs such a file")
+    program = tmp_path / "prog"
+    program.write_bytes(content)
+    program.chmod(0o755)
+    digest = sha256(store_file)
+    proc = hazards(command, "-n", "1", "--store", str(store_file), "--", "./prog", cwd=tmp_path)
+    assert_one_line_error(proc, match=message)
+    assert sha256(store_file) == digest
