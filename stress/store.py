@@ -351,12 +351,31 @@ class _Cursor(sqlite3.Cursor):
             raise self._fail(e) from None
 
 
+def storable_text(text: str) -> str:
+    """`text` as valid UTF-8: a non-UTF-8 byte that came in through surrogateescape (a
+    program argument, a file name) is stored escaped as `\\xff`, any other lone surrogate as
+    `\\udXXX`; SQLite refuses them raw, and the run would be lost."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class _Connection(sqlite3.Connection):
-    """A connection whose `execute` returns `_Cursor`s (SQLite failures become StoreErrors)."""
+    """A connection whose `execute` returns `_Cursor`s (SQLite failures become StoreErrors)
+    and stores every text as valid UTF-8 (`storable_text`)."""
 
     hz_path: Path
 
     def execute(self, sql: str, params: Any = ()) -> _Cursor:  # type: ignore[override]
+        if isinstance(params, (tuple, list)):
+            params = tuple(storable_text(p) if isinstance(p, str) else p for p in params)
         return self.cursor(_Cursor).execute(sql, params)
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, VerboseOption
+from hazards.cli.options import JsonOption, VerboseOption, literal
 from hazards.family import Family
 
 
@@ -47,13 +47,14 @@ def list_command(
     out = Console(width=None if sys.stdout.isatty() else 160)
     for f in fams:
         kind = f"binary {f.binary}" if f.binary else "static checks"
-        out.print(f"[bold]{f.name}[/] ({kind}; {', '.join(f.platforms)}): {f.summary}", highlight=False)
+        out.print(f"[bold]{literal(f.name)}[/] " + literal(f"({kind}; {', '.join(f.platforms)}): {f.summary}"),
+                  highlight=False)
         table = Table(show_header=True, box=None, pad_edge=False)
         for col in ("variant", "role", "detected by", "description"):
             table.add_column(col)
         for v in f.variants:
-            role = f"[red]{v.role}[/]" if v.is_canary else v.role
-            table.add_row(v.name, role, ", ".join(v.detected_by) or "-", v.description)
+            role = f"[red]{literal(v.role)}[/]" if v.is_canary else literal(v.role)
+            table.add_row(literal(v.name), role, literal(", ".join(v.detected_by) or "-"), literal(v.description))
         out.print(table)
         if verbose and f.runtime_params:
             for name, doc in f.runtime_params.items():

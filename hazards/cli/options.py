@@ -22,6 +22,17 @@ import typer
 
 from hazards.engine.errors import UserError
 
+def literal(text: Any) -> str:
+    """User- or data-supplied text for a rich console, shown as it is: its square brackets
+    escaped (rich markup would eat `[fp16-sm90]` in `test_gemm[fp16-sm90]`), its non-UTF-8
+    bytes (arguments pass through with surrogateescape) escaped as `\\xff`."""
+    from rich.markup import escape
+
+    from hazards.engine.store import storable_text
+
+    return escape(storable_text(str(text)))
+
+
 StoreOption = Annotated[Optional[Path], typer.Option(
     "--store", help="Results database.", show_default="$HZ_STORE or .hazards/results.db")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -15,7 +16,8 @@ from hazards.cli.app import app
 from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
                                  HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
                                  StoreOption, WaitOption, check_seconds, forensics_policy, launches_option,
-                                 parse_duration, progress_interval, runs_option, timeout_option, variant_option)
+                                 literal, parse_duration, progress_interval, runs_option, timeout_option,
+                                 variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
@@ -123,7 +125,7 @@ def _family_explainer(family: str | None) -> Any:
 
 
 def _print_failure(out: Console, seq: int, r: RunResult) -> None:
-    out.print(f"[bold]run {seq}: {r.outcome}[/] — {r.reason}", highlight=False)
+    out.print(f"[bold]run {seq}: {r.outcome}[/] — {literal(r.reason)}", highlight=False)
     tw = r.evidence.get("tripwire") or {}
     if tw.get("sentence"):
         out.print(f"  tripwire ({tw.get('when', '?')}): {tw['sentence']}", highlight=False, markup=False)
@@ -134,7 +136,7 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
     if isinstance(lines, list) and lines:
         out.print(f"  kernel log: {lines[-1]}", highlight=False, markup=False)
     if isinstance(xid.get("nvml"), list) and xid["nvml"]:
-        out.print(f"  NVML Xid: {xid['nvml']}", highlight=False)
+        out.print(f"  NVML Xid: {xid['nvml']}", highlight=False, markup=False)
     found = find_forensics_evidence(r.evidence)
     if found:
         if (found.get("tripwire") or {}).get("agreement"):
@@ -143,9 +145,9 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
             out.print(f"  forensics skipped: {why}", highlight=False, markup=False)
         md = [a for a in found.get("artifacts", []) if a.endswith("hang.md")]
         if md:
-            out.print(f"  hang report: {md[0]}", highlight=False)
+            out.print(f"  hang report: {md[0]}", highlight=False, markup=False)
     if r.artifact_dir:
-        out.print(f"  artifacts: {r.artifact_dir}", highlight=False)
+        out.print(f"  artifacts: {r.artifact_dir}", highlight=False, markup=False)
 
 
 @app.command("repro", help=_HELP, context_settings={"allow_interspersed_args": False})
@@ -294,7 +296,7 @@ def _report(summary: Any, failures: list[tuple[int, RunResult]], spec: dict[str,
         print(json.dumps(d, default=str))
         return
     out = Console(width=None if sys.stdout.isatty() else 200)
-    out.print(f"[bold]repro campaign {summary.campaign_id}[/]: {' '.join(spec['argv'])}", highlight=False)
+    out.print(f"[bold]repro campaign {summary.campaign_id}[/]: {literal(shlex.join(spec['argv']))}", highlight=False)
     for seq, r in failures[:3]:
         _print_failure(out, seq, r)
     if len(failures) > 3:
@@ -302,5 +304,5 @@ def _report(summary: Any, failures: list[tuple[int, RunResult]], spec: dict[str,
     out.print("counts: " + ", ".join(f"{o} {c}" for o, c in summary.counts.items() if c), highlight=False)
     out.print(describe_rate(k, n), highlight=False)
     if summary.stop_reason:
-        out.print(f"stopped: {summary.stop_reason}", highlight=False)
-    out.print(f"artifacts: {store.artifact_root(summary.campaign_id)}", highlight=False)
+        out.print(f"stopped: {summary.stop_reason}", highlight=False, markup=False)
+    out.print(f"artifacts: {store.artifact_root(summary.campaign_id)}", highlight=False, markup=False)

@@ -17,7 +17,8 @@ from hazards.cli.app import app
 from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
                                  HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
                                  ResumeOption, StoreOption, WaitOption, check_seconds, forensics_policy,
-                                 interrupt_exit_code, parse_duration, progress_interval, runs_option, timeout_option)
+                                 interrupt_exit_code, literal, parse_duration, progress_interval, runs_option,
+                                 timeout_option)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.errors import UserError
@@ -115,7 +116,7 @@ def summary_json(summary: CampaignSummary, store: Store, spec: dict[str, Any], t
 def print_summary(summary: CampaignSummary, store: Store, spec: dict[str, Any]) -> None:
     """Human summary: outcome counts, the rate in words, top failure signatures, resume hint."""
     out = Console(width=None if sys.stdout.isatty() else 200)  # logs: no folding
-    out.print(f"[bold]campaign {summary.campaign_id}[/]: {shlex.join(spec['argv'])}", highlight=False)
+    out.print(f"[bold]campaign {summary.campaign_id}[/]: {literal(shlex.join(spec['argv']))}", highlight=False)
     table = Table()
     for o in OUTCOMES:
         table.add_column(f"[{OUTCOME_STYLE[o.value]}]{o.value}[/]", justify="right")
@@ -130,10 +131,10 @@ def print_summary(summary: CampaignSummary, store: Store, spec: dict[str, Any]) 
         kind = f" ({s.error_kind})" if s.error_kind and s.error_kind != s.outcome else ""
         out.print(f"  {s.count:>5} x {s.outcome}{kind}: {s.message}", highlight=False, markup=False)
     if summary.stop_reason:
-        out.print(f"stopped early: {summary.stop_reason}", highlight=False)
+        out.print(f"stopped early: {literal(summary.stop_reason)}", highlight=False)
     if summary.n < summary.requested and summary.stop_reason is None:
         out.print(f"incomplete: continue with `hazards run --resume {summary.campaign_id}`", highlight=False)
-    out.print(f"store: {store.path}", highlight=False)
+    out.print(f"store: {literal(store.path)}", highlight=False)
 
 
 def exit_code(summary: CampaignSummary) -> int:

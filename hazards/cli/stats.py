@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import ConfOption, JsonOption, StoreOption
+from hazards.cli.options import ConfOption, JsonOption, StoreOption, literal
 from hazards.engine.errors import UserError
 from hazards.engine.outcome import OUTCOMES, item_key
 from hazards.engine.stats import format_rate
@@ -55,7 +55,7 @@ def stats_command(
                               "signatures": [dataclasses.asdict(s) for s in sigs]}))
             return
         console = Console(width=None if sys.stdout.isatty() else 200)  # logs: no folding
-        console.print(f"{store.path}" + (f", campaign {campaign}" if campaign is not None else ""),
+        console.print(literal(store.path) + (f", campaign {campaign}" if campaign is not None else ""),
                       highlight=False)
         table = Table()
         table.add_column("target", overflow="fold", min_width=24)
@@ -64,7 +64,7 @@ def stats_command(
             table.add_column(col, justify="right", no_wrap=True)
         table.add_column("failure rate", justify="right", no_wrap=True)
         for t in tallies:
-            table.add_row(t.target, t.variant or "-", str(t.n), *[str(t.counts[o.value]) for o in OUTCOMES],
+            table.add_row(literal(t.target), literal(t.variant or "-"), str(t.n), *[str(t.counts[o.value]) for o in OUTCOMES],
                           format_rate(t.failures, t.judged, conf))
         console.print(table if tallies else "no runs stored yet")
         if sigs:

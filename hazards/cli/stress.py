@@ -12,8 +12,8 @@ from rich.table import Table
 from hazards.cli.app import app
 from hazards.cli.options import (ARCH_HELP, ForensicsOption, ForensicsShareOption, HangBudgetOption, JsonOption,
                                  ProgressIntervalOption, StoreOption, WaitOption, forensics_policy,
-                                 check_seconds, launches_option, parse_duration, progress_interval, timeout_option,
-                                 variant_option)
+                                 check_seconds, launches_option, literal, parse_duration, progress_interval,
+                                 timeout_option, variant_option)
 from hazards.cli.progress import CampaignProgress
 from hazards.engine.errors import UserError
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
@@ -79,7 +79,8 @@ def print_reports(reports: list[Any]) -> None:
         lps = f"{t.launches / r.wall_s:,.0f}" if r.wall_s > 0 and t.launches else "-"
         counts = " ".join(f"{k}:{v}" for k, v in r.summary.counts.items() if v)
         style = "cyan" if r.verdict is Verdict.ERROR else "green" if r.verdict.ok else "bold red"
-        table.add_row(r.variant, r.role, "hazard" if r.static_hazardous else "safe", r.oracle, counts,
+        table.add_row(literal(r.variant), literal(r.role), "hazard" if r.static_hazardous else "safe",
+                      literal(r.oracle), counts,
                       str(t.launches), str(t.mismatched), format_rate(t.mismatched, t.launches), weak, lps,
                       f"[{style}]{r.verdict}[/]")
     out.print(table)
@@ -87,7 +88,8 @@ def print_reports(reports: list[Any]) -> None:
         if not r.verdict.ok:
             out.print(r.judgement.line(f"{r.family}/{r.variant}", r.expected), highlight=False, markup=False)
         if r.oracle == "sanitizer" and r.tally.sanitizer_errors:
-            out.print(f"{r.variant}: {r.tally.sanitizer_errors} sanitizer error(s) reported", highlight=False)
+            out.print(f"{r.variant}: {r.tally.sanitizer_errors} sanitizer error(s) reported", highlight=False,
+                      markup=False)
 
 
 @app.command("stress", help=_HELP)

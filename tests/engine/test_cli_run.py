@@ -245,3 +245,22 @@ def test_run_without_a_gpu_leaves_the_programs_environment_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr
     with Store(tmp_path / "r.db") as store:
         assert store.runs(json.loads(proc.stdout)["campaign"])[0].result.metrics["cvd"] == ""
+
+
+def test_non_utf8_bytes_in_the_arguments_reach_the_program_and_are_stored_escaped(tmp_path):
+    """Arguments are bytes on Linux: b'a\\xffb' (not UTF-8) passes through to the program
+    unchanged (surrogateescape) and is stored and shown escaped ('a\\\\xffb'); the run is
+    not lost to a traceback."""
+    got = tmp_path / "argv.bin"
+    code = f"import os, sys; open({str(got)!r}, 'wb').write(os.fsencode(sys.argv[1]))"
+    arg = os.fsdecode(b"a\xffb")
+    proc = hazards("run", "-n", "2", "--store", str(tmp_path / "r.db"), "--", sys.executable, "-c", code, arg,
+                   cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert got.read_bytes() == b"a\xffb"
+    assert "a\\xffb" in proc.stdout
+    db = sqlite3.connect(tmp_path / "r.db")
+    targets = [t for (t,) in db.execute("SELECT target FROM runs")]
+    assert len(targets) == 2 and all(t.endswith("'a\\xffb'") for t in targets), targets
+    stats = hazards("stats", "--store", str(tmp_path / "r.db"), cwd=tmp_path)
+    assert stats.returncode == 0 and "a\\xffb" in stats.stdout, stats.stdout + stats.stderr
