@@ -252,9 +252,9 @@ def test_non_utf8_bytes_in_the_arguments_reach_the_program_and_are_stored_escape
     unchanged (surrogateescape) and is stored and shown escaped ('a\\\\xffb'); the run is
     not lost to a traceback."""
     got = tmp_path / "argv.bin"
-    code = f"import os, sys; open({str(got)!r}, 'wb').write(os.fsencode(sys.argv[1]))"
+    (tmp_path / "keep.py").write_text("import os, sys; open('argv.bin', 'wb').write(os.fsencode(sys.argv[1]))\n")
     arg = os.fsdecode(b"a\xffb")
-    proc = hazards("run", "-n", "2", "--store", str(tmp_path / "r.db"), "--", sys.executable, "-c", code, arg,
+    proc = hazards("run", "-n", "2", "--store", str(tmp_path / "r.db"), "--", sys.executable, "keep.py", arg,
                    cwd=tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert got.read_bytes() == b"a\xffb"
