@@ -8,10 +8,10 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, FamiliesOption, ForensicsOption, ForensicsShareOption,
+from hazards.cli.options import (BudgetOption, DryRunOption, FamiliesOption, ForensicsOption, ForensicsShareOption,
                                  HangBudgetOption, JsonOption, JUnitOption, LeaseFlags, ProgressIntervalOption,
                                  SkipOption, forensics_policy, lease_options, parse_duration, parse_skip,
-                                 progress_interval, split_names)
+                                 print_plan, progress_interval, split_names)
 from hazards.engine.forensics.policy import CHECK_HANG_BUDGET_S, DEFAULT_SHARE
 
 _HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
@@ -35,6 +35,10 @@ the disassembler, every check that could not run is named (with how to install w
 missing) and the check exits 3, unless `--skip` names what not to check (`--skip gpu`, same as
 `--static`; `--skip static`; `--skip clang`): that is reported as skipped, in JUnit too.
 
+`--dry-run` checks the input and prints the plan: the static and GPU items, how the budget
+would be spent, and what would be skipped or not judged (a missing tool, no usable GPU), then
+exits 0 (2 for bad input); nothing is built, leased or stored.
+
 Exit status: 0 every check ran and passed (or was skipped with --skip); 1 a hazard: a failing
 static finding, a canary that went blind, a clean variant that failed; 2 bad input; 3 something
 could not be judged; 4 the results store failed.
@@ -45,6 +49,7 @@ Examples:
     hazards check --static src/kernels/
     hazards check --skip clang --junit hazards-junit.xml
     hazards check --families pipeline,ordering --json
+    hazards check --dry-run
 """
 
 
@@ -64,6 +69,7 @@ def check_command(
     forensics: ForensicsOption = True,
     hang_budget: HangBudgetOption = CHECK_HANG_BUDGET_S,
     forensics_share: ForensicsShareOption = DEFAULT_SHARE,
+    dry_run: DryRunOption = False,
 ) -> None:
     from hazards.checkrun import run_check
     from hazards.cli.progress import CampaignProgress
@@ -76,6 +82,11 @@ def check_command(
     policy = forensics_policy(forensics, hang_budget, forensics_share, known_canary="none")
     if static:
         parts.add("gpu")
+    if dry_run:
+        from hazards.plan import check_plan
+
+        return print_plan(check_plan(budget_s=budget_s, families=split_names(families), paths=paths or (),
+                                     parts=parts, skip_tools=tools, store_path=lease.store_path), json_out)
     store = None if "gpu" in parts else Store(lease.store_path)
     try:
         with CampaignProgress(interval_s=interval_s) as progress:

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import json
 import math
 import re
 import signal
@@ -64,6 +65,9 @@ ProgressIntervalOption = Annotated[str, typer.Option(
     "--progress-interval", envvar="HZ_PROGRESS_INTERVAL",
     help="How often a status line is written when stderr is not a terminal (CI logs), e.g. 30s or 2m; "
          "0 turns progress off.")]
+DryRunOption = Annotated[bool, typer.Option(
+    "--dry-run", help="Check the input and print the plan (items, budget, what would be skipped), then exit "
+                      "0; no GPU, no build, nothing stored.")]
 MaxErrorsInARowOption = Annotated[int, typer.Option(
     "--max-errors-in-a-row",
     help="Stop after this many runs in a row end in `error` (the check itself failing, e.g. an import "
@@ -229,6 +233,15 @@ def parse_skip(values: Optional[Iterable[str]], parts: tuple[str, ...] = CHECK_P
         else:
             raise UserError(f"--skip {name}: nothing of that name (give {', '.join((*parts, *TOOLS))})")
     return got_parts, tools
+
+
+def print_plan(plan: Any, as_json: bool) -> None:
+    """A `--dry-run` plan (`hazards.plan.Plan`) as text lines or one JSON object on stdout."""
+    if as_json:
+        typer.echo(json.dumps(plan.to_json()))
+        return
+    for line in plan.lines():
+        typer.echo(line)
 
 
 def print_findings(findings: Iterable[Any], as_json: bool, show_info: bool) -> None:

@@ -9,11 +9,12 @@ from typing import Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, CampaignNameOption, FamiliesOption, ForensicsOption,
+from hazards.cli.options import (BudgetOption, CampaignNameOption, DryRunOption, FamiliesOption, ForensicsOption,
                                  ForensicsShareOption, HangBudgetOption, JsonOption, JUnitOption, LeaseFlags,
                                  ProgressIntervalOption, ResumeOption, forensics_policy, lease_options,
-                                 parse_duration, progress_interval, split_names)
+                                 parse_duration, print_plan, progress_interval, split_names)
 from hazards.engine.errors import UserError
+from hazards.plan import SoakSelection, soak_plan
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 
 _HELP = """Nightly soak: every family/variant and registered target on every free GPU, for a time budget.
@@ -42,7 +43,9 @@ report links each new hang signature to it. (`--executor ray`: the nodes kill ha
 forensics.)
 
 Progress goes to stderr: a live display in a terminal, else one status line every
-`--progress-interval`.
+`--progress-interval`. `--dry-run` checks everything given (families, the targets file, a
+resumed campaign) and prints the items, how the budget would be spent and what would be
+skipped, without a GPU, a build or a store write.
 
 Exit status: 0 nothing flagged; 1 a regression, a canary that went blind, or a confirmed
 disagreement with a static model (the explore share); 2 bad input (or
@@ -57,22 +60,19 @@ Examples:
     hazards soak --budget 30m --report soak.html
     hazards soak --families pipeline --targets targets.toml
     hazards soak --resume 12 --json
+    hazards soak --targets targets.toml --dry-run
 """
 
 
-def soak_items(families: list[str], targets: Path | None, no_families: bool) -> list:
-    """Work items for the selected families (all variants) and the TOML targets."""
-    from hazards.checkrun import default_items_for, family_items, select_families
-    from hazards.engine.soak import load_targets
+def soak_items(selection) -> list:
+    """Work items for the selected families (all variants; builds or takes each family's
+    launch server from the build cache) and the targets file."""
+    from hazards.checkrun import default_items_for, family_items
 
     items = []
-    if not no_families:
-        for fam in select_families(families):
-            if fam.binary:
-                items.extend(family_items(fam, list(fam.variants), default_items_for))
-    if targets is not None:
-        items.extend(load_targets(targets))
-    return items
+    for fam in selection.families:
+        items.extend(family_items(fam, list(fam.variants), default_items_for))
+    return items + selection.targets
 
 
 @app.command("soak", help=_HELP)
@@ -105,6 +105,7 @@ def soak_command(
     forensics: ForensicsOption = True,
     hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
     forensics_share: ForensicsShareOption = DEFAULT_SHARE,
+    dry_run: DryRunOption = False,
 ) -> None:
     from hazards.cli.progress import CampaignProgress
     from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign
@@ -121,19 +122,25 @@ def soak_command(
     budget_s, wait_s = parse_duration(budget), lease.wait_s
     interval_s = progress_interval(progress_every)
     policy = forensics_policy(forensics, hang_budget, forensics_share)
-    if executor == "local" and not lease_candidates():  # say so before compiling any family
-        raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
     if allocation not in ALLOCATIONS:
         raise UserError(f"--allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
     if not 0.0 <= explore < 1.0:
         raise UserError(f"--explore must be a share of the budget in [0, 1), got {explore:g}")
-    items = None if resume is not None else soak_items(split_names(families), targets, no_families)
-    if items is not None and not items:
+    # everything the user wrote is checked before a GPU is asked for (nothing built yet)
+    selection = None if resume is not None else SoakSelection.of(split_names(families), targets, no_families)
+    if selection is not None and not (selection.families or selection.targets):
         from hazards.checkrun import select_families
 
         runnable = ", ".join(f.name for f in select_families(None) if f.binary)
         raise UserError(f"nothing to soak: no family with a launch server selected and no --targets "
                         f"(families with a launch server: {runnable})")
+    if dry_run:
+        plan = soak_plan(selection, budget_s=budget_s, allocation=allocation, explore=explore, executor=executor,
+                         resume=resume, store_path=lease.store_path)
+        return print_plan(plan, json_out)
+    if executor == "local" and not lease_candidates():  # say so before compiling any family
+        raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
+    items = None if selection is None else soak_items(selection)
     store = Store(lease.store_path)
     if executor != "local":
         if explore > 0 and not no_families and resume is None:
