@@ -147,7 +147,7 @@ def soak_plan(selection: SoakSelection | None, *, budget_s: float, allocation: s
 def _resumed_soak(resume: int, store_path: Path | None, notes: list[str]) -> tuple[list[PlannedItem], float, str,
                                                                                    float]:
     """(items, budget left, allocation, explore share) of a stored soak, read only."""
-    from hazards.engine.executor import WorkItem
+    from hazards.engine.loop import WorkItem
     from hazards.engine.soak import KIND, spent_seconds
     from hazards.engine.store import Store
 

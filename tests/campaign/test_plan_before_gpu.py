@@ -13,7 +13,7 @@ import hazards.families as families
 import hazards.stress_family as stress_family
 from hazards import checkrun, static_catalog
 from hazards.cli import main
-from hazards.engine.executor import WorkItem
+from hazards.engine.loop import WorkItem
 from hazards.engine.store import Store
 
 TARGETS = f"""
