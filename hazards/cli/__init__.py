@@ -18,7 +18,7 @@ import sys
 from hazards.cli.app import app
 
 _LOADED = False
-_NOT_COMMANDS = ("app", "options")  # what the commands share, not commands themselves
+_NOT_COMMANDS = ("app", "options", "project_defaults")  # what the commands share, not commands themselves
 
 
 def load_commands() -> None:

@@ -35,13 +35,13 @@ def literal(text: Any) -> str:
 
 
 StoreOption = Annotated[Optional[Path], typer.Option(
-    "--store", help="Results database.", show_default="$HZ_STORE or .hazards/results.db")]
+    "--store", envvar="HZ_STORE", help="Results database.", show_default=".hazards/results.db")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 CommandArgument = Annotated[Optional[List[str]], typer.Argument(
     help="The program and its arguments (after --).", show_default=False)]
 FamiliesOption = Annotated[Optional[List[str]], typer.Option(
-    "--families", help="Only these families (repeat or comma-separate).", show_default="all")]
-BudgetOption = Annotated[str, typer.Option("--budget", help="Time budget (e.g. 90s, 3m, 1h30m).")]
+    "--families", envvar="HZ_FAMILIES", help="Only these families (repeat or comma-separate).", show_default="all")]
+BudgetOption = Annotated[str, typer.Option("--budget", envvar="HZ_BUDGET", help="Time budget (e.g. 90s, 3m, 1h30m).")]
 LeaseDirOption = Annotated[Optional[Path], typer.Option(
     "--lease-dir", help="GPU lease folder.", show_default="$HZ_LEASE_DIR or /tmp/gpu-hazards-leases")]
 WaitOption = Annotated[str, typer.Option("--wait", help="How long to wait for a GPU leased by someone else.")]
@@ -55,7 +55,7 @@ JUnitOption = Annotated[Optional[Path], typer.Option(
     "--junit", help="Also write the result as JUnit XML to this file.", show_default="none")]
 ConfOption = Annotated[float, typer.Option("--conf", help="Confidence level of the intervals.")]
 SkipOption = Annotated[Optional[List[str]], typer.Option(
-    "--skip", show_default="nothing",
+    "--skip", envvar="HZ_SKIP", show_default="nothing",
     help="What not to check, reported as skipped (never as passed): `gpu` or `static` (the parts of "
          "`hazards check`), or a tool the static checks use (clang, nvcc, nvdisasm), installed or not. "
          "Without it, a check that cannot run exits 3. Repeat or comma-separate.")]
