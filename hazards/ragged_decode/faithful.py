@@ -70,8 +70,8 @@ class Faithful:
         if not torch.cuda.is_available():
             raise NoDevice("no CUDA-capable device is detected by torch")
         self.torch, self.kernel, self.ref = torch, kernel, reference
-        cfg = dict(reference.SEED_CFG)
-        cfg["lens"] = [max(1, n // lens_scale) for n in reference.SEED_LENS]
+        cfg = dict(reference.CONTRACT_CFG)
+        cfg["lens"] = [max(1, n // lens_scale) for n in reference.CONTRACT_LENS]
         self.cfg, self.lens_scale, self.ring = cfg, lens_scale, ring
         self.clamp = max(1, 8192 // lens_scale)
         self.k, self.v = reference.make_arena(cfg["lens"], cfg["n_kv"], cfg["hd"], device="cuda", seed=arena_seed)

@@ -1,0 +1,179 @@
+"""GPU-side code, checked on a CPU so that a rename breaks CI and not the GPU run.
+
+A rename (`reference.SEED_CFG` -> `CONTRACT_CFG`) left the faithful check reading a name
+that no longer existed; only the H200 saw it, because every CPU test stopped at "no GPU"
+before the line ran. Here, without a GPU: every GPU-side module imports (the ragged-decode
+and layered megakernels, the gates, the bench scripts); every module attribute and every
+`from hazards... import NAME` they, the GPU tests and ci/gpu's scripts spell resolves,
+inside functions too;
+and the host-side logic (argument parsing, configuration building, the faithful checks' setup)
+runs up to its first device call.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import pkgutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_PACKAGES = ("hazards.ragged_decode", "hazards.megakernel_layers", "hazards.gates")
+BENCH = sorted(p for p in (REPO / "bench").glob("*.py") if '__name__ == "__main__"' in p.read_text())
+CI_SCRIPTS = sorted((REPO / "ci" / "gpu").glob("*.py"))  # run on the GPU machine only
+GPU_TESTS = sorted(p for p in (REPO / "tests").rglob("test_*.py")
+                   if "mark.gpu" in p.read_text() and p != Path(__file__).resolve())
+
+
+def _gpu_modules() -> list[str]:
+    names = []
+    for package in GPU_PACKAGES:
+        pkg = importlib.import_module(package)
+        names.append(package)
+        names += [m.name for m in pkgutil.walk_packages(pkg.__path__, package + ".")]
+    return sorted(names)
+
+
+GPU_MODULES = _gpu_modules()
+
+
+def _module_path(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin is not None, name
+    return Path(spec.origin)
+
+
+def _load_script(path: Path) -> types.ModuleType:
+    """A bench script as a module (its `if __name__ == "__main__"` part not run)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", GPU_MODULES)
+def test_every_gpu_side_module_imports_without_a_gpu(name):
+    importlib.import_module(name)
+
+
+@pytest.mark.parametrize("path", BENCH, ids=lambda p: p.name)
+def test_every_bench_script_imports_and_parses_its_arguments_without_a_gpu(path, monkeypatch, capsys):
+    module = _load_script(path)
+    main = getattr(module, "main", None)
+    if main is None or "argparse" not in path.read_text():
+        return  # nothing to parse: importing it was the check
+    monkeypatch.setattr(sys, "argv", [str(path), "--help"])
+    with pytest.raises(SystemExit) as done:
+        main() if main.__code__.co_argcount == 0 else main(["--help"])
+    assert done.value.code == 0, capsys.readouterr()
+    assert "usage:" in capsys.readouterr().out
+
+
+def _is_ours(module: str) -> bool:
+    return module == "hazards" or module.startswith("hazards.")
+
+
+def _resolve(module: str, name: str) -> str | None:
+    """The module `module.name` if it is one, else None (an attribute, or nothing)."""
+    try:
+        return importlib.import_module(f"{module}.{name}").__name__
+    except ModuleNotFoundError:
+        return None
+
+
+def unresolved(path: Path) -> list[str]:
+    """Every `from hazards.X import NAME` and `module.NAME` (for a name bound to one of our
+    modules by an import, anywhere in the file, and never assigned) whose NAME does not exist."""
+    tree = ast.parse(path.read_text(), str(path))
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    assigned |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    bound: dict[str, set[str]] = {}  # local name -> the modules imports bind it to
+    missing = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_ours(alias.name) and alias.asname:
+                    bound.setdefault(alias.asname, set()).add(alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _is_ours(node.module):
+            source = importlib.import_module(node.module)
+            for alias in node.names:
+                sub = _resolve(node.module, alias.name) if alias.name != "*" else None
+                if sub is not None:
+                    bound.setdefault(alias.asname or alias.name, set()).add(sub)
+                elif alias.name != "*" and not hasattr(source, alias.name):
+                    missing.append(f"{path.name}:{node.lineno}: from {node.module} import {alias.name}")
+    modules = {name: next(iter(mods)) for name, mods in bound.items() if len(mods) == 1}  # one meaning only
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and isinstance(node.ctx, ast.Load):
+            name = node.value.id
+            if name in modules and name not in assigned:
+                module = importlib.import_module(modules[name])
+                if not hasattr(module, node.attr) and _resolve(modules[name], node.attr) is None:
+                    missing.append(f"{path.name}:{node.lineno}: {name}.{node.attr} ({modules[name]})")
+    return missing
+
+
+@pytest.mark.parametrize("path", [_module_path(m) for m in GPU_MODULES] + BENCH + CI_SCRIPTS + GPU_TESTS,
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_every_name_gpu_code_takes_from_our_modules_exists(path):
+    assert unresolved(path) == []
+
+
+def test_the_resolver_finds_a_renamed_constant(tmp_path):
+    """The check above can fail: the very line that broke on the H200 is found."""
+    bad = tmp_path / "faithful.py"
+    bad.write_text("def f():\n    from hazards.ragged_decode import reference\n    return dict(reference.SEED_CFG)\n"
+                   "from hazards.ragged_decode.reference import SEED_LENS\n")
+    found = unresolved(bad)
+    assert len(found) == 2 and "reference.SEED_CFG" in found[0] + found[1] and "SEED_LENS" in found[0] + found[1]
+
+
+def _stopped_at_the_device(exc: BaseException) -> bool:
+    """The error a CPU-only torch raises at the first CUDA allocation or call."""
+    text = f"{type(exc).__name__}: {exc}"
+    return isinstance(exc, (AssertionError, RuntimeError)) and ("CUDA" in text or "cuda" in text)
+
+
+def test_the_ragged_decode_faithful_check_builds_its_configuration_up_to_the_device(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from hazards.ragged_decode import faithful, reference
+
+    assert faithful.main(["--launches", "0"]) == 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # on to the first device call
+    with pytest.raises(BaseException) as stopped:
+        faithful.Faithful(lens_scale=16)
+    assert _stopped_at_the_device(stopped.value), repr(stopped.value)
+    assert len(reference.CONTRACT_LENS) == 128  # the geometry the check uses: the seed's multiset
+
+
+def test_the_ragged_decode_faithful_check_refuses_bad_input_before_the_device(capsys):
+    from hazards.ragged_decode import faithful
+
+    assert faithful.main(["--candidate", "nosuch", "--launches", "1"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    assert faithful.parse_request({"params": {"candidate": "production", "workers": 64}},
+                                  faithful.candidates.get)[1] == 64
+
+
+def test_the_layered_faithful_check_parses_and_knows_its_candidates(capsys):
+    from hazards.megakernel_layers import faithful
+
+    assert faithful.main(["--launches", "0"]) == 2
+    for name in faithful.CANDIDATES:
+        assert faithful.candidate(name).name == name
+    assert faithful.main(["--candidate", "nosuch"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["hazards.ragged_decode.check", "hazards.ragged_decode.faithful",
+                                    "hazards.megakernel_layers.faithful", "hazards.megakernel_layers.calibration",
+                                    "hazards.gates.synthlm.harness", "hazards.gates.synthlm.train"])
+def test_every_gpu_side_entry_point_parses_its_arguments(module, capsys):
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and "usage:" in capsys.readouterr().out
