@@ -4,7 +4,8 @@
 # rejects - Debian 12 carries clang-22 in bookworm-security, `apt-cache policy clang-22`;
 # ROCm's HIP headers and device libraries - Debian's libamdhip64-dev, HIP 5.2, and
 # rocm-device-libs - so user sources compile with real headers and the HIP
-# build of every family is checked; chromium for the report's headless check), then the
+# build of every family is checked; chromium for the report's headless check; gdb for the
+# native host stacks of hang forensics), then the
 # package, editable, with its dev extra. Called by the README's install command and by
 # .ci/run. Safe to run twice. A torch already installed (say a CUDA build) is never touched.
 # HZ_SETUP_PYTHON picks the interpreter (default python3).
@@ -21,6 +22,7 @@ if command -v apt-get >/dev/null 2>&1; then
   [ -f /usr/include/hip/hip_runtime.h ] || need+=(libamdhip64-dev)
   [ -d /usr/lib/x86_64-linux-gnu/amdgcn/bitcode ] || need+=(rocm-device-libs)
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v gdb >/dev/null 2>&1 || need+=(gdb)  # hang forensics: native host stacks (tests/forensics)
   if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing system packages: ${need[*]}"
     if ! { sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq --no-install-recommends "${need[@]}"; } >/tmp/hazards-apt.log 2>&1; then

@@ -30,7 +30,8 @@ def _attach_blocker() -> str | None:
 
 PTRACE_BLOCKED = _attach_blocker()
 needs_ptrace = pytest.mark.skipif(PTRACE_BLOCKED is not None, reason=f"ptrace not permitted here: {PTRACE_BLOCKED}")
-needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None,
+                               reason="gdb is not installed (scripts/setup.sh installs it where apt-get exists)")
 needs_py_spy = pytest.mark.skipif(shutil.which("py-spy") is None,
                                   reason="py-spy is not installed (pip install 'gpu-hazards[forensics]')")
 
