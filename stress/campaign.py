@@ -122,6 +122,23 @@ def session_context(cwd: str | None = None) -> dict[str, Any]:
             "hazards_version": hz_version, "python": sys.version.split()[0]}
 
 
+def running_supervisor(camp: Campaign) -> dict[str, Any] | None:
+    """The supervisor (pid, ticks, boot, host) of a 'running' campaign's last session, or None."""
+    if camp.status != RUNNING:
+        return None
+    return (camp.spec.get("sessions") or [{}])[-1].get("supervisor") or None
+
+
+def check_resumable(store: Store, campaign_id: int) -> None:
+    """UserError when campaign `campaign_id` cannot be resumed now because its supervisor, on
+    this host, still runs: a second supervisor would run the same campaign beside it."""
+    camp = store.campaign(campaign_id)
+    sup = running_supervisor(camp)
+    if sup and sup.get("host") == HOST and sup.get("pid") != os.getpid() and recovery.supervisor_alive(sup):
+        raise UserError(f"campaign {campaign_id} is still running (its supervisor, pid {sup['pid']}, is alive): "
+                        f"wait for it to end, or stop it (kill -INT {sup['pid']}), then resume")
+
+
 class NoGpuVisible(UserError):
     """No GPU is visible to this process (and the caller cannot run without one)."""
 
@@ -269,6 +286,7 @@ class LeasedCampaign:
         """A stored campaign of `kind` to continue (UserError otherwise), this session added.
         If its supervisor died, what was cleaned up after it is said (`say`) once."""
         self.recover_interrupted()
+        check_resumable(self.store, campaign_id)
         camp = self.store.campaign(campaign_id)
         if camp.kind != kind:
             raise UserError(f"campaign {campaign_id} is a {camp.kind!r} campaign, not a {kind!r} one")
@@ -304,7 +322,7 @@ class LeasedCampaign:
 
         recovery.recover(self._store_key, mark)
         for camp in self.store.campaigns():  # dead supervisors whose record is gone too
-            sup = (camp.spec.get("sessions") or [{}])[-1].get("supervisor") if camp.status == RUNNING else None
+            sup = running_supervisor(camp)
             if sup and sup.get("host") == HOST and camp.id not in marked and not recovery.supervisor_alive(sup):
                 mark(camp.id, {"supervisor_pid": sup.get("pid"), "by": "next start", "at": time.time(),
                                "note": "no record of what it ran was left (runtime folder cleared, "

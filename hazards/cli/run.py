@@ -20,7 +20,7 @@ from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsO
                                  interrupt_exit_code, literal, parse_duration, progress_interval, runs_option,
                                  timeout_option)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
-from hazards.engine.campaign import CampaignSummary, LeasedCampaign
+from hazards.engine.campaign import CampaignSummary, LeasedCampaign, check_resumable
 from hazards.engine.errors import UserError
 from hazards.engine.loop import ARTIFACT_POLICIES, WorkItem
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
@@ -155,6 +155,7 @@ def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, time
         camp = store.campaign(campaign_id)
         if camp.kind != KIND:
             raise UserError(f"campaign {campaign_id} is a '{camp.kind}' campaign, not a `hazards run` one")
+        check_resumable(store, campaign_id)  # before the spec is updated or anything run
         spec = dict(camp.spec)
         command_item(spec)
     except BaseException:

@@ -108,7 +108,7 @@ def soak_command(
     dry_run: DryRunOption = False,
 ) -> None:
     from hazards.cli.progress import CampaignProgress
-    from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign
+    from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign, check_resumable
     from hazards.engine.leases import lease_candidates
     from hazards.engine.soak import ALLOCATIONS, run_soak
     from hazards.engine.store import Store
@@ -138,6 +138,9 @@ def soak_command(
         plan = soak_plan(selection, budget_s=budget_s, allocation=allocation, explore=explore, executor=executor,
                          resume=resume, store_path=lease.store_path)
         return print_plan(plan, json_out)
+    if resume is not None:  # a campaign whose supervisor still runs: refused before the GPU is asked for
+        with Store(lease.store_path, create=False, read_only=True) as store:
+            check_resumable(store, resume)
     if executor == "local" and not lease_candidates():  # say so before compiling any family
         raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
     items = None if selection is None else soak_items(selection)

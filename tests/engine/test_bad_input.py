@@ -228,3 +228,24 @@ def test_a_program_the_kernel_cannot_execute_is_refused_before_any_campaign(tmp_
     proc = hazards(command, "-n", "1", "--store", str(store_file), "--", "./prog", cwd=tmp_path)
     assert_one_line_error(proc, match=message)
     assert sha256(store_file) == digest
+
+
+@pytest.mark.parametrize("command", ["run", "soak"])
+def test_resuming_a_campaign_whose_supervisor_still_runs_is_refused_up_front(tmp_path, command):
+    """A second `--resume` while the campaign's supervisor lives would run beside it (and lost
+    its run to a traceback): one line, exit 2, the store untouched."""
+    from hazards.engine.outcome import HOST
+    from hazards.engine.proctree import start_ticks
+    from hazards.engine.recovery import boot_id
+
+    path = tmp_path / "results.db"
+    alive = {"pid": os.getpid(), "ticks": start_ticks(os.getpid()), "boot_id": boot_id(), "host": HOST}
+    spec = {"argv": ["true"], "cwd": str(tmp_path), "n": 5, "timeout": 5.0, "until_fail": False, "name": None,
+            "result_regex": None, "sessions": [{"started": time.time(), "supervisor": alive}]}
+    with Store(path) as s:
+        cid = s.create_campaign(command, spec)  # status 'running', its supervisor this test
+    digest = sha256(path)
+    proc = hazards(command, "--resume", str(cid), "--store", str(path), cwd=tmp_path)
+    assert_one_line_error(proc, match=f"campaign {cid} is still running")
+    assert f"pid {os.getpid()}" in proc.stderr
+    assert sha256(path) == digest
