@@ -10,7 +10,10 @@ a lease alive after its supervisor is gone. The optional NVML exclusive-card che
 
 Shared by all users, the folder is made world-writable and sticky (mode 1777, like /tmp),
 and every file in it is made readable and writable by all (0666, whatever the creator's
-umask), so a lock file one user created is lockable by the next. Files are opened relative
+umask), so a lock file one user created is lockable by the next. A folder that someone
+other than the user could empty is refused (whoever may delete a held lock file can hand
+the same GPU to two processes): one owned by another user than the user or root, or one
+writable by others without the sticky bit. Files are opened relative
 to the opened folder without following symbolic links (O_NOFOLLOW): a link planted in the
 folder is refused, never written through. A lock file another user made unwritable (not
 by this code) is still locked, read-only; its holder line then cannot be rewritten.
@@ -270,6 +273,17 @@ def _prepare_dir(lock_dir: Path) -> None:
                         "the folder it points to if that is meant)")
     if not stat.S_ISDIR(info.st_mode):
         raise UserError(f"cannot create lease folder {lock_dir}: it exists and is not a folder")
+    # Whoever may delete a held lock file can hand the same GPU to two processes (the next
+    # one locks a new file): the folder's owner always may, anyone with write access may
+    # unless the sticky bit limits deletion to each file's owner.
+    if info.st_uid not in (os.geteuid(), 0):
+        raise UserError(f"lease folder {lock_dir} is owned by another user (uid {info.st_uid}), who could delete "
+                        "a held lease and give the GPU to two processes: have root own it (chown root) or set "
+                        "HZ_LEASE_DIR to a folder of yours")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+        raise UserError(f"lease folder {lock_dir} is writable by others without the sticky bit (mode "
+                        f"{stat.S_IMODE(info.st_mode):o}): anyone could delete a held lease; chmod +t it "
+                        f"(mode {DIR_MODE:o}, like /tmp) or set HZ_LEASE_DIR to a folder of yours")
 
 
 def _open_lock(path: Path) -> tuple[int, bool]:

@@ -156,3 +156,34 @@ def test_a_lock_file_another_user_left_unwritable_is_still_locked_read_only(shar
     finally:
         holder.kill()
         holder.communicate()
+
+
+def test_a_lease_folder_writable_by_others_without_the_sticky_bit_is_refused(tmp_path, monkeypatch):
+    """Without the sticky bit anyone may delete a held lock file, and the next process then
+    locks a new one: the same GPU handed to two holders. Refused, with the fix named."""
+    monkeypatch.setenv("HZ_FAKE_GPUS", "0")
+    lock_dir = tmp_path / "leases"
+    lock_dir.mkdir()
+    for mode in (0o777, 0o775):
+        lock_dir.chmod(mode)
+        with pytest.raises(UserError, match=r"writable by others without the sticky bit.*chmod \+t") as refused:
+            acquire("0", "me", lock_dir=lock_dir)
+        assert "\n" not in str(refused.value)
+    assert list(lock_dir.iterdir()) == []
+    lock_dir.chmod(0o1777)  # shared the intended way: accepted
+    acquire("0", "me", lock_dir=lock_dir).release()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_lease_folder_owned_by_another_user_is_refused(shared_base, monkeypatch):
+    """Its owner may delete any file in it, sticky or not: refused unless it is ours or root's."""
+    monkeypatch.setenv("HZ_FAKE_GPUS", "0")
+    lock_dir = shared_base / "leases"
+    lock_dir.mkdir(mode=0o1777)
+    lock_dir.chmod(0o1777)
+    os.chown(lock_dir, 65534, 65534)
+    with pytest.raises(UserError, match="owned by another user .*uid 65534.*HZ_LEASE_DIR"):
+        acquire("0", "me", lock_dir=lock_dir)
+    assert list(lock_dir.iterdir()) == []
+    os.chown(lock_dir, 0, 0)  # root's, as a shared folder should be: accepted
+    acquire("0", "me", lock_dir=lock_dir).release()
