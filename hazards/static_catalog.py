@@ -174,8 +174,8 @@ def _check_variant(fam, mod, static_check, v, arch: str | None = None, *, primar
 
 
 # Findings that say a check could not look: a tool missing (not skipped), a user's source
-# that did not compile in the compiled mode.
-NOT_JUDGED = (checks.TOOLCHAIN_MISSING.id, checks.COMPILE_FAILED.id)
+# that did not compile in the compiled mode, a device function that left no code to check.
+NOT_JUDGED = (checks.TOOLCHAIN_MISSING.id, checks.COMPILE_FAILED.id, checks.NOT_ANALYSED.id)
 
 
 def could_not_look(findings: Iterable[Finding]) -> list[Finding]:

@@ -30,9 +30,12 @@ was judged at all (every check skipped by `--skip`).
 
 Compiled mode, for your own sources: `hazards static --compile FILE [-- FLAGS]` or
 `hazards static --compile-commands build/compile_commands.json` compiles them with their
-flags and the installed headers - for gfx942 with clang-19 (HIP sources) and/or sm_90a with
-nvcc (CUDA sources; `--arch` picks) - and runs every AMDGCN/SASS check on what came out, at
-the source lines. The catalog is not run then.
+flags and the installed headers - for gfx942 with clang-19 or gfx950 with clang-22 (HIP
+sources) and/or sm_90a with nvcc (CUDA sources; `--arch` picks) - and runs every AMDGCN/SASS
+check on what came out, at the source lines, and says per build what it covered: device functions compiled, asm blocks
+and polls checked. A device function with asm, atomics, volatile accesses, fences or loops
+that left no code in the output (never instantiated, never called) is `not-analysed`: an
+error that exits 3 (could not judge), never a silent pass. The catalog is not run then.
 """
 
 
@@ -82,6 +85,10 @@ def static_command(
         for job in jobs:
             findings.add(compiled.check_jobs([job]))
     print_findings(findings, as_json, verbose)
+    if not (as_json or verbose):  # what each build covered, like the lint's summary (-v prints it above)
+        for f in findings:
+            if f.check == "coverage":
+                typer.echo(f"coverage: {f.message}", err=True)
     code = static_exit_code(findings, fail_on_perf=fail_on_perf)
     bad = [f for f in findings if (f.fails or (fail_on_perf and f.severity == "perf"))]
     blind = could_not_look(findings)

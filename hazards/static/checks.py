@@ -184,6 +184,14 @@ TOOLCHAIN_MISSING = register(Check(
 CHECK_SKIPPED = register(Check(
     "check-skipped", "info", "any",
     "checks skipped at the user's request (`--skip TOOL`): names them and the tool"))
+NOT_ANALYSED = register(Check(
+    "not-analysed", "error", "compiled mode",
+    "a device function of the source with asm, atomics, volatile accesses, fences or loops that "
+    "left no code in the output (a template never instantiated, a function never called): "
+    "nothing in it was checked (exit 3, could not judge)"))
+COVERAGE = register(Check(
+    "coverage", "info", "compiled mode",
+    "per build: device functions compiled, asm blocks and polls checked, functions not analysed"))
 COMPILE_FAILED = register(Check(
     "compile-failed", "error", "compiled mode",
     "a user source that did not compile with the given flags: nothing in it was checked "

@@ -1,7 +1,7 @@
 """The compiled mode: a user's own sources compiled with their flags, every check run on
 what the compiler emitted.
 
-AMD (gfx942, clang-19): the source is preprocessed with the installed HIP headers and the
+AMD (gfx942 with clang-19, gfx950 with clang-22): the source is preprocessed with the installed HIP headers and the
 user's flags, every asm template of the preprocessed text gets its `; HZ_ASM` operand
 annotation (so a macro-built template is annotated after its expansion, never between a
 macro's name and its arguments), the annotated text is compiled to assembly with line
@@ -10,6 +10,14 @@ disassembled, and the SASS and ptxas checks. Findings point at the user's source
 (from the line tables) and name the listing line they were found on. Every build lands in
 the static build cache, never next to the user's files; a source that does not compile is
 a `compile-failed` error (nothing in it was checked: exit 3), not a pass.
+
+Every build says what it covered (a `coverage` line, like the lint's): the device functions
+in the output, the asm blocks and the polls checked. A device function of the source that
+left no code in the output - a template never instantiated, a function nothing calls - was
+not looked at: if it holds what the checks judge (asm, atomics, volatile accesses, fences,
+loops) it is a `not-analysed` error naming it (exit 3, could not judge), never a silent
+"0 failing". AMD reads the functions from the preprocessed text (inactive `#if` branches
+are not functions of the build), NVIDIA from the source as written.
 """
 from __future__ import annotations
 
@@ -21,14 +29,14 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from hazards.engine.errors import ToolchainMissing, UserError
-from hazards.static import amdgcn, checks, cscan, sass
+from hazards.static import amdgcn, amdgcn_isa as isa, amdgcn_sync, checks, cscan, sass
 from hazards.engine import toolchain
 from hazards.static.compile import compile_amdgcn, compile_cubin, disassemble, run_tool
 from hazards.static.findings import Finding
 from hazards.static.userbuild import (CompileDatabase, Entry, device_lib_args, hip_device_args,
                                       source_flags)
 
-AMD_ARCHS = ("gfx942", "gfx950")
+AMD_ARCHS = toolchain.AMD_ARCHS
 NVIDIA_ARCHS = ("sm_90a", "sm_90", "sm_80", "sm_100a")
 _AMD_HINTS = re.compile(r"hip_runtime|__HIP|__builtin_amdgcn|__hip_atomic|hipLaunch|"
                         r"\b(?:v_mfma|global_load|buffer_load|ds_read|s_waitcnt)\w*")
@@ -112,13 +120,81 @@ def _entry_flags(e: Entry, arch: str) -> list[str]:
     return source_flags(e.arguments[1:], for_nvcc=not arch.startswith("gfx"))
 
 
+@dataclasses.dataclass
+class Coverage:
+    """What one compiled build let the checks look at."""
+
+    source: str
+    arch: str
+    functions: int = 0      # device functions in the output
+    asm_blocks: int = 0     # asm blocks in the output, checked
+    polls: int = 0          # poll loops found in the output, checked
+    not_analysed: list[cscan.DeviceFunction] = dataclasses.field(default_factory=list)  # watched ones
+    no_code: int = 0        # other source functions without code in the output (nothing to judge)
+
+    def summary(self) -> str:
+        """One line, like the lint's: what was checked and what was not."""
+        out = (f"{self.source} ({self.arch}): {self.functions} device function(s) compiled, "
+               f"{self.asm_blocks} asm block(s) and {self.polls} poll(s) checked")
+        if self.not_analysed:
+            names = ", ".join(f"{f.name} (line {f.line})" for f in self.not_analysed)
+            out += f"; not analysed: {len(self.not_analysed)} function(s) with no code in the output: {names}"
+        if self.no_code:
+            out += f"; {self.no_code} other function(s) left no code (nothing to judge in them)"
+        return out
+
+    def findings(self) -> list[Finding]:
+        """The `coverage` line and one `not-analysed` error per watched function left out."""
+        out = [checks.COVERAGE.finding(self.source, 0, self.summary())]
+        for f in self.not_analysed:
+            out.append(checks.NOT_ANALYSED.finding(
+                self.source, f.line, f"not analysed for {self.arch}: device function `{f.name}` "
+                f"(lines {f.line}-{f.end_line}) left no code in the output - never instantiated or "
+                f"never called in this build - so nothing in it was checked; instantiate or call it "
+                f"from a kernel of this source"))
+        return out
+
+
+def _coverage(job: CompileJob, functions: list[cscan.DeviceFunction], funcs_out: int,
+              blocks: int, polls: int, covered: set[int]) -> Coverage:
+    """`functions` (the source's) split by whether any output line came from their lines."""
+    cov = Coverage(str(job.source), job.arch, funcs_out, blocks, polls)
+    for f in functions:
+        if any(f.line <= ln <= f.end_line for ln in covered):
+            continue
+        if f.watched:
+            cov.not_analysed.append(f)
+        else:
+            cov.no_code += 1
+    return cov
+
+
+def _covered_lines(locations: list[tuple[str, int] | None], source: Path) -> set[int]:
+    """The lines of `source` some output line came from (line tables)."""
+    names: dict[str, bool] = {}
+    out = set()
+    for loc in locations:
+        if loc is None:
+            continue
+        same = names.get(loc[0])
+        if same is None:
+            try:
+                same = names[loc[0]] = os.path.samefile(loc[0], source)
+            except OSError:
+                same = names[loc[0]] = False
+        if same:
+            out.add(loc[1])
+    return out
+
+
 def check_job(job: CompileJob) -> list[Finding]:
     """Compile one job and run every check for its platform (a `compile-failed` error
-    when it does not compile). A finding repeated at one source line (the instantiations
-    of one template, the inlined copies of one function) is reported once."""
+    when it does not compile), then say what was covered (`Coverage`). A finding repeated
+    at one source line (the instantiations of one template, the inlined copies of one
+    function) is reported once."""
     try:
-        found = _check_amd(job) if job.platform == "amd" else _check_nvidia(job)
-        return once_per_line([_as_given(f, job.source) for f in found])
+        found, cov = _check_amd(job) if job.platform == "amd" else _check_nvidia(job)
+        return once_per_line([_as_given(f, job.source) for f in found]) + cov.findings()
     except ToolchainMissing:
         raise  # not a compile failure: check_jobs names the missing tool
     except UserError as e:
@@ -146,8 +222,8 @@ def _language_flags(flags: Sequence[str]) -> list[str]:
     return [f for f in flags if f.startswith(("-std=", "-f"))]
 
 
-def _check_amd(job: CompileJob) -> list[Finding]:
-    clang = toolchain.find_tool("clang", needed_for="for the AMDGCN checks of user builds")
+def _check_amd(job: CompileJob) -> tuple[list[Finding], Coverage]:
+    clang = toolchain.find_tool("clang", needed_for="for the AMDGCN checks of user builds", arch=job.arch)
     cmd = [clang, "-E", *hip_device_args(clang, job.arch), "-w", *job.flags,
            str(job.source.resolve()), "-o", "-"]
     pre = run_tool(cmd, "clang -E").stdout
@@ -156,18 +232,49 @@ def _check_amd(job: CompileJob) -> list[Finding]:
                            label=f"{job.source.stem}-{job.arch}-user",
                            extra_args=(*_language_flags(job.flags), "-gline-tables-only"),
                            device_libs=device_lib_args(clang, job.arch))
+    lines = cscan.line_map(pre)
     found = amdgcn.check_listing(build.text, str(build.path), target=job.arch, stmts=stmts,
-                                 source_path=str(job.source), line_map=cscan.line_map(pre))
-    return at_source(found, build.text, str(build.path), _amd_locations)
+                                 source_path=str(job.source), line_map=lines)
+    locations = _amd_locations(build.text)
+    covered = _covered_lines(locations, job.source)
+    funcs = isa.parse_listing(build.text)
+    blocks = {(f.name, r.index) for f in funcs for r in f.regions}
+    # asm blocks are part of the output too (line tables may not reach inside them)
+    for r in (r for f in funcs for r in f.regions if r.annotation):
+        sid = int(r.annotation.split()[0])
+        if 0 <= sid < len(stmts) and lines:
+            covered |= {lines[ln - 1][1] for ln in range(stmts[sid].line, stmts[sid].end_line + 1)
+                        if ln - 1 < len(lines) and _same_file(lines[ln - 1][0], job.source)}
+    polls = sum(len(amdgcn_sync.poll_loops(f)) for f in funcs)
+    mine = [dataclasses.replace(f, line=lines[f.line - 1][1], end_line=lines[f.end_line - 1][1])
+            for f in cscan.device_functions(pre)
+            if lines and _same_file(lines[f.line - 1][0], job.source)] if lines else []
+    cov = _coverage(job, mine, len(funcs), len(blocks), polls, covered)
+    return at_source(found, build.text, str(build.path), _amd_locations), cov
 
 
-def _check_nvidia(job: CompileJob) -> list[Finding]:
+def _same_file(name: str, source: Path) -> bool:
+    try:
+        return os.path.samefile(name, source)
+    except OSError:
+        return False
+
+
+def _check_nvidia(job: CompileJob) -> tuple[list[Finding], Coverage]:
     build = compile_cubin(job.source, arch=job.arch, label=f"{job.source.stem}-{job.arch}-user",
                           extra_args=(*job.flags, "-lineinfo"), key_extra=_headers_key(job))
     found = sass.check_ptxas_log(build.log, str(job.source))
     listing = disassemble(build.path)
     found += sass.check_sass(listing.text, str(listing.path))
-    return at_source(found, listing.text, str(listing.path), _sass_locations)
+    funcs = sass.parse_sass(listing.text)
+    polls = sum(len(sass.poll_loops(f)) for f in funcs)
+    covered = _covered_lines(_sass_locations(listing.text), job.source)
+    text = job.source.read_text(errors="replace")
+    # SASS marks no asm blocks: a block counts as checked when its lines left code
+    blocks = sum(1 for st in cscan.asm_statements(text)
+                 if any(st.line <= ln <= st.end_line for ln in covered))
+    cov = _coverage(job, cscan.device_functions(text), len(funcs), blocks, polls, covered)
+    return at_source(found, listing.text, str(listing.path), _sass_locations), cov
 
 
 def _headers_key(job: CompileJob) -> str:

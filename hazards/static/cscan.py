@@ -273,3 +273,59 @@ def line_map(preprocessed: str) -> list[tuple[str, int]] | None:
         mapping.append((cur_file, cur_line))
         cur_line += 1
     return mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFunction:
+    """A `__global__` / `__device__` function defined in a source: name and body lines."""
+
+    name: str
+    line: int       # the line of its name
+    end_line: int   # the line of its closing brace
+    watched: bool   # its body holds what the static checks judge: asm, atomics, volatile, fences, spins
+
+
+_DEVICE_RE = re.compile(r"\b(?:__global__|__device__|__attribute__\s*\(\(\s*(?:global|device)\s*\)\))")
+_SKIP_CALLS = {"__launch_bounds__", "__attribute__", "__declspec", "alignas", "__align__", "decltype",
+               "__attribute", "operator"}
+_NAME_BEFORE_PAREN = re.compile(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>\s*)?\($")
+_WATCHED_RE = re.compile(r"\b(?:asm|__asm__|__asm|volatile|__volatile__|while|for|do)\b|atomic|fence|"
+                         r"\bld_acquire|\bst_release")
+
+
+def device_functions(text: str) -> list[DeviceFunction]:
+    """The device functions a C++/CUDA/HIP source defines (declarations, device variables and
+    lambdas are not), in order: found from their `__global__`/`__device__` qualifier, named
+    by the first call-like identifier after it that is not an attribute, their body the
+    braces after its parameter list."""
+    scanned = scan(text)
+    code = scanned.code
+    out: list[DeviceFunction] = []
+    pos = 0
+    for m in _DEVICE_RE.finditer(code):
+        if m.start() < pos or scanned.in_string(m.start()):
+            continue
+        i, name, name_at = m.end(), None, -1
+        while i < len(code):
+            c = code[i]
+            if c in ";={}":
+                break
+            if c == "(":
+                call = _NAME_BEFORE_PAREN.search(code, max(m.end(), i - 200), i + 1)
+                close = _matching_paren(code, scanned, i)
+                if close < 0:
+                    break
+                if call and call.group(1) not in _SKIP_CALLS and name is None:
+                    name, name_at = call.group(1), call.start(1)
+                i = close + 1
+                continue
+            i += 1
+        if name is None or i >= len(code) or code[i] != "{":
+            continue
+        end = _matching_paren(code, scanned, i)
+        if end < 0:
+            continue
+        out.append(DeviceFunction(name, scanned.line_of(name_at), scanned.line_of(end),
+                                  bool(_WATCHED_RE.search(code, i, end))))
+        pos = end + 1
+    return out

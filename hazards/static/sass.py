@@ -434,14 +434,20 @@ def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls
     return first, count, fence
 
 
-def check_polls(func: SassFunction, path: str) -> list[Finding]:
-    """[poll-no-acquire] and the [sync-scope] note, once per poll loop."""
-    out = []
+def poll_loops(func: SassFunction) -> dict[int, set[int]]:
+    """Each poll load (instruction index) -> the instructions of the loop(s) it decides."""
     polls: dict[int, set[int]] = {}
     for loop in _loops(func):
         p = _is_poll(func, loop)
         if p is not None:
             polls.setdefault(p, set()).update(loop)
+    return polls
+
+
+def check_polls(func: SassFunction, path: str) -> list[Finding]:
+    """[poll-no-acquire] and the [sync-scope] note, once per poll loop."""
+    out = []
+    polls = poll_loops(func)
     for p, loop in sorted(polls.items()):
         poll = func.instrs[p]
         others = set().union(*(body for q, body in polls.items() if q != p)) - loop

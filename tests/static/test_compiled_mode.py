@@ -190,3 +190,108 @@ def test_a_cubins_listing_is_never_written_next_to_it_nor_read_stale(tmp_path):
     assert proc.returncode == 1 and "[spin-no-load]" in proc.stdout
     assert stale.read_text().startswith("// a stale listing")  # untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["polls.cubin", "polls.sass"]
+
+
+# ---- coverage: what a compiled build let the checks see (issue 26 item 4) -------------------
+
+TWO_LOAD_BLOCK = '''  f4 a, b;
+  asm volatile("global_load_dwordx4 %0, %2, off\\n\\tglobal_load_dwordx4 %1, %3, off\\n\\ts_waitcnt vmcnt(0)"
+               : "=v"(a), "=v"(b) : "v"(p), "v"(p + N));
+  o[0] = a; o[1] = b;
+'''
+UNCALLED = HEAD + '''typedef float f4 __attribute__((ext_vector_type(4)));
+template <int N> __device__ void never_instantiated(const f4* p, f4* o) {
+''' + TWO_LOAD_BLOCK + '''}
+static __device__ void never_called(const f4* p, f4* o) {
+  const int N = 1;
+''' + TWO_LOAD_BLOCK + '''}
+__device__ int spin(volatile int* f) { while (*f == 0) {} return f[1]; }
+__device__ int lanes() { return 64; }
+__global__ void k(int* p, volatile int* f) { p[0] = spin(f) + lanes(); }
+'''
+
+
+def _coverage(found) -> str:
+    (cov,) = [f.message for f in found if f.check == "coverage"]
+    return cov
+
+
+@requires_hip
+def test_a_hazard_in_a_function_never_instantiated_or_called_is_not_analysed_never_a_pass(tmp_path):
+    src = tmp_path / "k.hip"
+    src.write_text(UNCALLED)
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["gfx942"]))
+    missed = [(f.check, f.line) for f in found if f.check == "not-analysed"]
+    assert missed == [("not-analysed", 3), ("not-analysed", 9)]
+    assert "never_instantiated" in found[[f.check for f in found].index("not-analysed")].message
+    cov = _coverage(found)
+    assert "1 device function(s) compiled, 0 asm block(s) and 1 poll(s) checked" in cov
+    assert "not analysed: 2 function(s)" in cov and "1 other function(s) left no code" in cov
+    proc = hazards("static", "--compile", str(src), "--arch", "gfx942")
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # could not judge: not 0, not "a hazard"
+    assert "0 failing finding(s)" in proc.stderr and "coverage: " in proc.stderr
+
+
+@requires_hip
+def test_when_every_function_is_called_the_build_says_what_it_checked_and_passes(tmp_path):
+    src = tmp_path / "k.hip"
+    called = UNCALLED.replace("p[0] = spin(f) + lanes();",
+                              "p[0] = spin(f) + lanes(); never_instantiated<1>((const f4*)p, (f4*)p + 4);"
+                              " never_called((const f4*)p, (f4*)p + 8);")
+    src.write_text(called.replace('"=v"', '"=&v"'))
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["gfx942"]))
+    assert not [f for f in found if f.fails]
+    assert "1 device function(s) compiled, 2 asm block(s) and 1 poll(s) checked" in _coverage(found)
+    assert "not analysed" not in _coverage(found)
+    assert hazards("static", "--compile", str(src), "--arch", "gfx942").returncode == 0
+
+
+@requires_hip
+def test_a_function_in_an_inactive_if_branch_is_not_a_function_of_the_build(tmp_path):
+    src = tmp_path / "k.hip"
+    src.write_text(UNCALLED.replace("template <int N> __device__", "#if 0\ntemplate <int N> __device__")
+                   .replace("static __device__ void never_called", "#endif\nstatic __device__ void never_called"))
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["gfx942"]))
+    assert [f.message.split("`")[1] for f in found if f.check == "not-analysed"] == ["never_called"]
+
+
+@requires_hip
+def test_gfx950_user_builds_are_compiled_by_a_clang_that_targets_it(tmp_path):
+    try:
+        toolchain.find_tool("clang", arch="gfx950")
+    except toolchain.ToolchainMissing as e:
+        pytest.skip(str(e))
+    src = tmp_path / "k.hip"
+    src.write_text(FOUR_LOADS.replace("{C}", "=v").replace("{INIT}", ""))
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["gfx950"]))
+    assert [f.check for f in found if f.fails] == ["asm-overlap"]
+    assert "(gfx950): 1 device function(s) compiled, 1 asm block(s)" in _coverage(found)
+
+
+@requires_sass
+def test_nvidia_builds_report_coverage_and_uncalled_functions_too(tmp_path):
+    src = tmp_path / "p.cu"
+    src.write_text('''__device__ int spin(volatile int* f) { while (*f == 0) {} return f[1]; }
+__device__ int never_called(volatile int* f) { while (*f == 0) {} return f[2]; }
+__global__ void k(int* p, volatile int* f) { p[0] = spin(f); }
+''')
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["sm_90a"]))
+    assert [(f.check, f.line) for f in found if f.check == "not-analysed"] == [("not-analysed", 2)]
+    assert "(sm_90a): 1 device function(s) compiled, 0 asm block(s) and 1 poll(s) checked" in _coverage(found)
+
+
+@requires_hip
+def test_a_relative_include_of_a_compile_command_resolves_against_its_directory(tmp_path):
+    proj = tmp_path / "proj"
+    (proj / "build").mkdir(parents=True)
+    (proj / "pre.h").write_text('#define OUT "=v"\n')
+    (proj / "k.hip").write_text(FOUR_LOADS.replace('"{C}"', "OUT").replace("{INIT}", ""))
+    db = proj / "build" / "compile_commands.json"
+    db.write_text(json.dumps([{"directory": str(proj / "build"), "file": "../k.hip",
+                               "command": "hipcc --offload-arch=gfx942 -include ../pre.h -c ../k.hip"}]))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    static = hazards("static", "--compile-commands", str(db), cwd=elsewhere)
+    assert static.returncode == 1 and "[asm-overlap]" in static.stdout, static.stdout + static.stderr
+    lint = hazards("lint", "--compile-commands", str(db), str(proj / "k.hip"), cwd=elsewhere)
+    assert lint.returncode == 1 and "[early-clobber]" in lint.stdout, lint.stdout + lint.stderr
