@@ -5,8 +5,9 @@ left), hears `report(item, result)` after every run, and says `finished()`; it m
 thread-safe (every GPU's loop calls it). A source that ends a campaign early says why in
 `stop_reason` (the campaign is then 'stopped', not 'complete').
 
-- `Repeat` (run, repro, stress): one item `n` times, stored runs of a resumed campaign
-  included; stops at the first failure (`until_fail`) or on an SPRT decision.
+- `Repeat` (run, repro, stress, bisect): one item `n` times, stored runs of a resumed
+  campaign included; stops at the first failure (`until_fail`), at the k-th
+  (`until_failures`), or on an SPRT decision.
 - `Rotation` (soak): every item again and again, the one with the least GPU time first.
 - `SprtStop` (check): each item until its sequential test decides.
 - `EvidenceAllocation` (soak `--allocation evidence`, check's clean variants): canaries
@@ -49,8 +50,9 @@ def canary_sprt(item: WorkItem | None = None) -> Sprt:
 
 class Repeat:
     """One item again and again: `n` runs in all (the `prior` runs of a resumed campaign
-    count), stopping early at the first failure (`until_fail`) or when `sprt` decides (the
-    prior runs are seen first: a campaign that already met its stop condition runs nothing).
+    count), stopping early at the first failure (`until_fail`), at the `until_failures`-th
+    one, or when `sprt` decides (the prior runs are seen first: a campaign that already met
+    its stop condition runs nothing).
 
     `params(k)`, when given, makes the parameters of the campaign's k-th run (k from 1,
     prior runs included). `counts` are the outcome counts so far, prior runs included. A
@@ -60,19 +62,25 @@ class Repeat:
     0 never stops for errors).
     """
 
-    def __init__(self, item: WorkItem, n: int, *, until_fail: bool = False, sprt: Sprt | None = None,
-                 prior: Iterable[RunResult] = (), params: Callable[[int], dict[str, Any]] | None = None,
+    def __init__(self, item: WorkItem, n: int, *, until_fail: bool = False, until_failures: int = 0,
+                 sprt: Sprt | None = None, prior: Iterable[RunResult] = (),
+                 params: Callable[[int], dict[str, Any]] | None = None,
                  max_errors_in_a_row: int = MAX_ERRORS_IN_A_ROW) -> None:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n!r}")
         if max_errors_in_a_row < 0:
             raise ValueError(f"max_errors_in_a_row must be >= 0, got {max_errors_in_a_row!r}")
+        if until_failures < 0:
+            raise ValueError(f"until_failures must be >= 0, got {until_failures!r}")
         self._mu = threading.Lock()
-        self.item, self.n, self.until_fail, self.sprt, self.params = item, n, until_fail, sprt, params
+        self.item, self.n, self.sprt, self.params = item, n, sprt, params
+        self.until_failures = 1 if until_fail else until_failures  # 0: no such stop
+        self.until_fail = self.until_failures == 1
         self.max_errors_in_a_row = max_errors_in_a_row
         self.counts = empty_counts()
         self.issued = self.ran_now = 0
         self.failed = False
+        self.failures = 0
         self.cannot_start: str | None = None
         self.errors_in_a_row = 0
         self.last_error = ""
@@ -84,14 +92,15 @@ class Repeat:
         outcome = Outcome(result.outcome)
         self.counts[outcome.value] += 1
         self.failed = self.failed or outcome.is_failure
+        self.failures += int(outcome.is_failure)
         if self.sprt is not None and outcome is not Outcome.ERROR:
             self.sprt.update(outcome.is_failure)
 
     @property
     def stop_reason(self) -> str | None:
-        """'first failure' or 'SPRT <decision>' once the campaign should stop early."""
-        if self.until_fail and self.failed:
-            return "first failure"
+        """'first failure', 'K failures' or 'SPRT <decision>' once the campaign should stop early."""
+        if self.until_failures and self.failures >= self.until_failures:
+            return "first failure" if self.until_failures == 1 else f"{self.failures} failures"
         if self.sprt is not None and self.sprt.decision is not None:
             return f"SPRT {self.sprt.decision}"
         if self.cannot_start is not None:

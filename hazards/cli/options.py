@@ -47,6 +47,8 @@ LeaseDirOption = Annotated[Optional[Path], typer.Option(
 WaitOption = Annotated[str, typer.Option("--wait", help="How long to wait for a GPU leased by someone else.")]
 ExclusiveOption = Annotated[bool, typer.Option(
     "--exclusive", help="Refuse GPUs that run compute processes of others (NVML).")]
+FamilyOption = Annotated[Optional[str], typer.Option(
+    "--family", show_default="none: run CMD", help="Run a catalog family's binary instead of CMD.")]
 CampaignNameOption = Annotated[Optional[str], typer.Option(
     "--name", help="Name for the campaign.", show_default="none")]
 ResumeOption = Annotated[Optional[int], typer.Option(

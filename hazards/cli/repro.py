@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
-                                 HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
+from hazards.cli.options import (CommandArgument, CampaignNameOption, FamilyOption, ForensicsOption,
+                                 ForensicsShareOption, HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
                                  StoreOption, WaitOption, check_seconds, forensics_policy, launches_option,
                                  literal, parse_duration, progress_interval, runs_option, timeout_option,
                                  variant_option)
@@ -153,8 +153,7 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
 @app.command("repro", help=_HELP, context_settings={"allow_interspersed_args": False})
 def repro_command(
     command: CommandArgument = None,
-    family: Optional[str] = typer.Option(None, "--family", show_default="none: run CMD",
-                                         help="Run a catalog family's binary instead of CMD."),
+    family: FamilyOption = None,
     variant: Annotated[Optional[str], variant_option("the family's first")] = None,
     params: Optional[str] = typer.Option(None, "--params", show_default="none",
                                          help="JSON object of run parameters (family)."),

@@ -176,3 +176,25 @@ def test_a_target_that_cannot_start_stops_the_campaign_at_its_first_error_run(st
     s = run_campaign(t, store, n=1000, timeout=1.0, until_fail=True)
     assert len(t.calls) == 1 and s.counts["error"] == 1 and s.status == STOPPED
     assert s.stop_reason == "the target cannot start: UserError: cannot start ./gone: No such file or directory"
+
+
+def test_repeat_until_the_kth_failure_stops_there_and_counts_stored_runs_first():
+    """`Repeat(until_failures=K)` (the bad end of `hazards bisect`): runs until K failures,
+    a resumed campaign's stored failures counted; `until_fail` is K = 1."""
+    from hazards.engine.loop import WorkItem
+    from hazards.engine.sources import Repeat
+
+    item = WorkItem("t", kind="command")
+
+    def result(o: str) -> RunResult:
+        return RunResult(outcome=Outcome(o), reason=o, target="t")
+
+    src = Repeat(item, 100, until_failures=3, prior=[result("mismatch"), result("clean"), result("hang")])
+    assert src.stop_reason is None and src.next_item("0") is item
+    src.report(item, result("error"))   # not a failure
+    assert src.stop_reason is None
+    src.report(item, result("fault"))
+    assert src.stop_reason == "3 failures" and src.finished() and src.next_item("0") is None
+    assert Repeat(item, 5, until_fail=True, prior=[result("hang")]).stop_reason == "first failure"
+    with pytest.raises(ValueError):
+        Repeat(item, 5, until_failures=-1)
