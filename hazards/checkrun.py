@@ -308,7 +308,7 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
               target_factory: TargetFactory = default_target_factory, catalog: list[Family] | None = None,
               explore_item_for: Callable[[Family], Any] | None = None,
               log: Callable[[str], None] = lambda s: None, observer: Any = None,
-              forensics: Any = None) -> CheckResult:
+              forensics: Any = None, stall: str | float = "auto") -> CheckResult:
     """Run the pre-merge check and return its result (the caller writes JUnit / exits).
 
     `skip` names the parts not to run ("static", "gpu"; `static_only` is "gpu"), reported
@@ -363,14 +363,16 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
     if items:
         _run_gpu_part(res, items, budget_s - (time.monotonic() - t0), store, lock_dir, wait_s, exclusive,
                       target_factory, log, observer, [f for f in fams if gpu_variants(f)], explore_item_for,
-                      forensics)
+                      forensics, stall)
     return res
 
 
 def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, store: Store | None,
                   lock_dir: str | None, wait_s: float, exclusive: bool, target_factory: TargetFactory,
                   log: Callable[[str], None], observer: Any = None, families: list[Family] = (),
-                  explore_item_for: Callable[[Family], Any] | None = None, forensics: Any = None) -> None:
+                  explore_item_for: Callable[[Family], Any] | None = None, forensics: Any = None,
+                  stall: str | float = "auto") -> None:
+    from hazards.engine.stall import StallPolicy
     from hazards.hypothesis_profiles import database_dir
 
     own_store = store is None
@@ -385,6 +387,7 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
             res.verdicts += [VariantVerdict.of(i.target, i.variant, i.expectation, not_judged(str(e)))
                              for i in items]
             return
+        frame.stall = StallPolicy(stall, store)
         db = database_dir(store.path)
         replay = _known_points(families, db)
         with frame:

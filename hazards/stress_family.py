@@ -29,6 +29,7 @@ from hazards.engine.build import build_family
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.loop import WorkItem, default_target_factory
 from hazards.engine.outcome import Outcome, RunResult
+from hazards.engine.stall import FAMILY_STALL_S
 from hazards.engine.stats import rate_ci
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, Verdict, judge
 
@@ -81,7 +82,10 @@ def family_item(family: Family, variant: str | None = None, *, sanitizer: str | 
     item = WorkItem(target=f"{family.name}[{sanitizer}]" if sanitizer else family.name,
                     kind="command" if sanitizer else "server", argv=(exe, "--once" if sanitizer else "--serve"),
                     launches=launches or family.default_launches, timeout_s=timeout or family_timeout(family, sanitizer),
-                    respawn_every=respawn_every, sanitizer=sanitizer, anomalies=tuple(family.harness_anomalies))
+                    respawn_every=respawn_every, sanitizer=sanitizer, anomalies=tuple(family.harness_anomalies),
+                    # the harness beats while a batch's GPU work completes (docs/stall.md); under a
+                    # sanitizer a launch may take far longer than a window: the timeout alone there
+                    stall_s=None if sanitizer else FAMILY_STALL_S)
     return _for_variant(item, family, variant, overrides) if variant else item
 
 

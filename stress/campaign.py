@@ -54,6 +54,7 @@ from typing import Any, Callable, Protocol
 from . import recovery
 from .containment import CONTAINMENT
 from .errors import StoreError, UserError
+from .stall import StallPolicy
 from .loop import (ARTIFACT_POLICIES, GpuStats, StoreSink, TargetFactory, WorkItem, WorkSource,
                                      close_targets, default_target_factory, run_local, warm_target)
 from .leases import GpuLease, acquire_free, lease_candidates, no_gpu_lease
@@ -183,7 +184,8 @@ class LeasedCampaign:
     `target_factory` makes the targets of work items (default: ServerTarget / CommandTarget /
     SanitizerTarget from the item); `run` and `repeat` may override it. Close it (or use it
     as a context manager): warm targets are closed, telemetry stopped, owned leases released.
-    The store stays open (it is the caller's).
+    The store stays open (it is the caller's). `stall` (a `StallPolicy`, default `--stall
+    auto` over this store's calibration) gives each run its stall window.
     """
 
     def __init__(self, store: Store, leases: list[GpuLease], *, telemetry: bool = True,
@@ -194,6 +196,7 @@ class LeasedCampaign:
         self.store, self.leases, self.owns_leases = store, list(leases), owns_leases
         self.target_factory = target_factory
         self.forensics = forensics  # a ForensicsPolicy, or None: hangs get the fixed collectors only
+        self.stall = StallPolicy(store=store)
         self.say: Callable[[str], None] = _say  # where notes for the user go (stderr)
         self.caches: dict[str, dict[tuple, Any]] = {}
         self.monitor = None
@@ -363,7 +366,7 @@ class LeasedCampaign:
                 stats = run_local(self.leases, source, sink, budget_s=budget_s, telemetry=self.monitor,
                                   target_factory=target_factory or self.target_factory,
                                   caches=self.caches if caches is None else caches,
-                                  on_start=observer.started if observer is not None else None)
+                                  on_start=observer.started if observer is not None else None, stall=self.stall)
             status = STOPPED if getattr(source, "stop_reason", None) else COMPLETE
             ended = True
         finally:

@@ -29,6 +29,7 @@ that run and ends for that GPU alone; the other GPUs carry on.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from pathlib import Path
@@ -42,7 +43,7 @@ from .containment import CONTAINMENT
 from .leases import GpuLease
 from .outcome import Outcome, RunResult, item_key
 from .store import Store, empty_counts
-from .targets.base import stall_kw
+from .targets.base import CUT_SHORT, run_kw, supported_kw
 from .verdict import Expect, Proof, expect_of
 from .watchdog import labelled_run
 
@@ -246,6 +247,7 @@ class GpuStats:
     elapsed_s: float = 0.0
     counts: dict[str, int] = dataclasses.field(default_factory=empty_counts)
     crashed: str | None = None
+    cut_short: int = 0              # runs the budget ended before they could be judged (not stored)
     lost: str | None = None         # why this GPU was lost mid-campaign (`GpuLost`), if it was
     lost_at: float | None = None    # when (time.time())
 
@@ -259,7 +261,11 @@ class GpuLoop:
     """The per-GPU loop: pull items from `source`, run them on this lease's GPU, `sink` them.
 
     Stops at `deadline` (time.monotonic()), when the source has nothing left, or when
-    `stop` is set; a run in flight always finishes (bounded by its own timeout).
+    `stop` is set. A run in flight at the deadline gets at most its stall window more
+    (so a run that stalled can still be judged a hang); then it is given up unjudged and
+    not stored (`GpuStats.cut_short`): the budget holds whatever the run's timeout.
+    `stall` (a `StallPolicy`, stress/stall.py) gives each run its stall window; without
+    one, the item's own `stall_s`.
     `on_start(lease, item)`, when given, is called as each run starts (progress displays).
     `targets` is the warm-target cache to use ({WorkItem.target_key: target}); a caller
     that passes one keeps its targets open across loops and closes them itself (the
@@ -269,8 +275,10 @@ class GpuLoop:
     def __init__(self, lease: GpuLease, source: WorkSource, sink: Sink, *, deadline: float,
                  telemetry: Any = None, stop: threading.Event | None = None,
                  target_factory: TargetFactory = default_target_factory,
-                 targets: dict[tuple, Any] | None = None, on_start: OnStart | None = None) -> None:
+                 targets: dict[tuple, Any] | None = None, on_start: OnStart | None = None,
+                 stall: Any = None) -> None:
         self.lease, self.source, self.sink, self.deadline = lease, source, sink, deadline
+        self.stall = stall
         self.on_start = on_start
         self.telemetry, self.stop = telemetry, stop or threading.Event()
         self.target_factory = target_factory
@@ -281,15 +289,36 @@ class GpuLoop:
     def _target(self, item: WorkItem) -> Any:
         return warm_target(self.targets, item, self.lease, self.target_factory)
 
+    def _prepared(self, item: WorkItem) -> WorkItem:
+        """`item` with this run's stall window and (for a server not yet started here) the
+        handshake wait the policy derives from stored start-up times."""
+        if self.stall is None:
+            return item
+        changes: dict[str, Any] = {}
+        window = self.stall.window(item)
+        if window != item.stall_s:
+            changes["stall_s"] = window
+        if item.kind == "server" and item.handshake_timeout_s is None:
+            from .targets.server import DEFAULT_HANDSHAKE_TIMEOUT_S
+
+            wait = self.stall.handshake_timeout(item, DEFAULT_HANDSHAKE_TIMEOUT_S)
+            if wait != DEFAULT_HANDSHAKE_TIMEOUT_S:
+                changes["handshake_timeout_s"] = wait
+        return dataclasses.replace(item, **changes) if changes else item
+
     def run_one(self, item: WorkItem) -> RunResult:
-        """Run one item once on this GPU and judge it (never raises for a target's failure)."""
+        """Run one item once on this GPU and judge it (never raises for a target's failure).
+        A run the budget ended (`cut_short`) is returned but not stored."""
+        item = self._prepared(item)
         seq, art = self.sink.allocate()
         window = self.telemetry.begin(self.lease.uuid) if self.telemetry else None
         t0 = time.time()
         try:
+            cutoff = self.deadline + (item.stall_s or 0.0) if math.isfinite(self.deadline) else None
+            target = self._target(item)
             with labelled_run(target=item.target, variant=item.variant, expect=item.expect, seq=seq):
-                result = self._target(item).run(dict(item.params), timeout=item.timeout_s, launches=item.launches,
-                                                artifact_dir=art, **stall_kw(item.stall_s))
+                result = target.run(dict(item.params), timeout=item.timeout_s, launches=item.launches,
+                                    artifact_dir=art, **supported_kw(target, run_kw(item.stall_s, cutoff)))
         except GpuLost as e:  # recorded below; `run` then ends this GPU's loop
             result = e.result
             self.stats.lost, self.stats.lost_at = result.reason, time.time()
@@ -297,6 +326,13 @@ class GpuLoop:
             result = RunResult(Outcome.ERROR, f"{type(e).__name__}: {e}", started_at=t0,
                                duration_s=time.time() - t0, error_kind="target_start")
         if self.stop.is_set():  # interrupted: its child was killed under it, it shows nothing
+            return result
+        if result.error_kind == CUT_SHORT:
+            self.stats.cut_short += 1
+            if window is not None:
+                self.telemetry.end(window)
+            if art is not None:
+                shutil.rmtree(art, ignore_errors=True)
             return result
         result.target, result.variant = item.target, item.variant
         result.params = {**item.params, **(result.params or {})}
@@ -329,6 +365,8 @@ class GpuLoop:
                 if self.on_start is not None:
                     self.on_start(self.lease, item)
                 result = self.run_one(item)
+                if result.error_kind == CUT_SHORT:
+                    break  # the budget ended; nothing to report
                 self.source.report(item, result)
                 if self.stats.lost:
                     break
@@ -365,7 +403,7 @@ def run_local(leases: list[GpuLease], source: WorkSource, sink: Sink, *, budget_
               telemetry: Any = None, target_factory: TargetFactory = default_target_factory,
               stop: threading.Event | None = None,
               caches: dict[str, dict[tuple, Any]] | None = None,
-              on_start: OnStart | None = None) -> list[GpuStats]:
+              on_start: OnStart | None = None, stall: Any = None) -> list[GpuStats]:
     """Run one `GpuLoop` per lease until the budget ends; per-GPU statistics.
 
     One lease runs its loop in the calling thread (Ctrl-C / SIGTERM interrupt the run in
@@ -378,7 +416,7 @@ def run_local(leases: list[GpuLease], source: WorkSource, sink: Sink, *, budget_
     stop = stop or threading.Event()
     deadline = time.monotonic() + max(0.0, budget_s)
     loops = [GpuLoop(lease, source, sink, deadline=deadline, telemetry=telemetry, stop=stop,
-                     target_factory=target_factory, on_start=on_start,
+                     target_factory=target_factory, on_start=on_start, stall=stall,
                      targets=None if caches is None else caches.setdefault(lease.gpu, {}))
              for lease in leases]
     if len(loops) == 1:

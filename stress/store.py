@@ -12,6 +12,11 @@ Tables
               gpu_uuid, worker_age, artifact_dir, signature_id)
   signatures (id, key, outcome, error_kind, target, variant, message, first_seen,
               last_seen, count)
+  progress_calibration (item, runs, gaps JSON, startup_max_s, updated): per item
+              ('target/variant'), the gaps between progress events of its clean runs (a
+              histogram, stress/progress.py) and, per target ('target'), the slowest
+              server start-up: what `--stall auto` and handshake timeouts are derived from
+              (stress/stall.py). Since version 2.
 
 The schema is versioned with `PRAGMA user_version`. A schema change is a numbered,
 forward-only migration (`MIGRATIONS`: entry i takes a store from version i + 1 to i + 2).
@@ -52,7 +57,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .errors import StoreError, UserError
-from .outcome import OUTCOMES, HOST, Outcome, RunResult
+from .outcome import OUTCOMES, HOST, Outcome, RunResult, item_key
 from .signatures import signature_of
 from .stats import CiMethod, rate_ci, upper_bound
 
@@ -136,7 +141,17 @@ class Migration:
 # The migrations, in order: MIGRATIONS[i].to == i + 2. Append only; never edit a released one
 # (stores in the field have run it). Test: tests/engine/test_store_migrations.py migrates the
 # stored version-1 database (tests/data/store-v1.db) and compares it with a new store.
-MIGRATIONS: tuple[Migration, ...] = ()
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(2, "progress_calibration: gaps between progress events of clean runs per item, server start-ups "
+                 "per target (stall windows and handshake waits, docs/stall.md)",
+              sql="""CREATE TABLE progress_calibration (
+    item           TEXT PRIMARY KEY,
+    runs           INTEGER NOT NULL DEFAULT 0,
+    gaps           TEXT NOT NULL DEFAULT '{}',
+    startup_max_s  REAL,
+    updated        REAL NOT NULL DEFAULT 0
+)"""),
+)
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 assert all(m.to == i + 2 for i, m in enumerate(MIGRATIONS)), "MIGRATIONS must be numbered 2, 3, ..."
 MIGRATE_TRIES = 5  # backups retaken when other writers commit between the backup and the lock
@@ -826,7 +841,42 @@ class Store:
                  _finite_or_zero(result.duration_s),
                  result.host or HOST, result.gpu_uuid, int(result.worker_age or 0),
                  str(result.artifact_dir) if result.artifact_dir else None, sig_id))
+            self._calibrate(db, result, outcome, seen)
             return int(cur.lastrowid)
+
+    def _calibrate(self, db: sqlite3.Connection, result: RunResult, outcome: Outcome, now: float) -> None:
+        """Add a clean run's progress gaps to its item's calibration, and a server's
+        start-up time (evidence `startup_s`) to its target's (in the run's transaction)."""
+        evidence = result.evidence if isinstance(result.evidence, dict) else {}
+        progress = evidence.get("progress") if outcome is Outcome.CLEAN else None
+        gaps = progress.get("gaps") if isinstance(progress, dict) else None
+        if isinstance(gaps, dict) and gaps:
+            key = item_key(result.target or "", result.variant or "")
+            row = db.execute("SELECT gaps FROM progress_calibration WHERE item = ?", (key,)).fetchone()
+            merged = json.loads(row[0]) if row else {}
+            for k, n in gaps.items():
+                if isinstance(n, int) and n > 0:
+                    merged[str(k)] = int(merged.get(str(k), 0)) + n
+            db.execute("INSERT INTO progress_calibration (item, runs, gaps, updated) VALUES (?, 1, ?, ?)"
+                       " ON CONFLICT(item) DO UPDATE SET runs = runs + 1, gaps = excluded.gaps,"
+                       " updated = excluded.updated", (key, _json(merged), now))
+        startup = evidence.get("startup_s")
+        if isinstance(startup, (int, float)) and math.isfinite(startup) and startup > 0 and outcome is not Outcome.ERROR:
+            db.execute("INSERT INTO progress_calibration (item, startup_max_s, updated) VALUES (?, ?, ?)"
+                       " ON CONFLICT(item) DO UPDATE SET startup_max_s = max(coalesce(startup_max_s, 0),"
+                       " excluded.startup_max_s), updated = excluded.updated",
+                       (item_key(result.target or ""), float(startup), now))
+
+    def progress_calibration(self, key: str) -> dict[str, Any] | None:
+        """An item's stored calibration ({runs, gaps, startup_max_s}), or None."""
+        try:
+            row = self._db.execute("SELECT runs, gaps, startup_max_s FROM progress_calibration WHERE item = ?",
+                                   (key,)).fetchone()
+        except sqlite3.OperationalError:  # a read-only store from before the table
+            return None
+        if row is None:
+            return None
+        return {"runs": int(row[0]), "gaps": json.loads(row[1]), "startup_max_s": row[2]}
 
     def runs(self, campaign_id: int | None = None, *, outcome: str | Outcome | None = None,
              target: str | None = None, variant: str | None = None) -> list[StoredRun]:

@@ -10,8 +10,8 @@ import typer
 from hazards.cli.app import app
 from hazards.cli.options import (BudgetOption, DryRunOption, FamiliesOption, ForensicsOption, ForensicsShareOption,
                                  HangBudgetOption, JsonOption, JUnitOption, LeaseFlags, ProgressIntervalOption,
-                                 SkipOption, forensics_policy, lease_options, parse_duration, parse_skip,
-                                 print_plan, progress_interval, split_names)
+                                 SkipOption, StallOption, forensics_policy, lease_options, parse_duration, parse_skip,
+                                 parse_stall, print_plan, progress_interval, split_names)
 from hazards.engine.forensics.policy import CHECK_HANG_BUDGET_S, DEFAULT_SHARE
 
 _HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
@@ -70,6 +70,7 @@ def check_command(
     hang_budget: HangBudgetOption = CHECK_HANG_BUDGET_S,
     forensics_share: ForensicsShareOption = DEFAULT_SHARE,
     dry_run: DryRunOption = False,
+    stall: StallOption = "auto",
 ) -> None:
     from hazards.checkrun import run_check
     from hazards.cli.progress import CampaignProgress
@@ -78,6 +79,7 @@ def check_command(
 
     budget_s, wait_s = parse_duration(budget), lease.wait_s
     interval_s = progress_interval(progress_every)
+    stall_setting = parse_stall(stall)
     parts, tools = parse_skip(skip)
     policy = forensics_policy(forensics, hang_budget, forensics_share, known_canary="none")
     if static:
@@ -93,7 +95,7 @@ def check_command(
             res = run_check(budget_s=budget_s, families=split_names(families), paths=paths or (), skip=parts,
                             skip_tools=tools, store=store, lock_dir=lease.lock_dir, wait_s=wait_s,
                             exclusive=lease.exclusive, log=lambda s: typer.echo(s, err=True),
-                            observer=progress, forensics=policy)
+                            observer=progress, forensics=policy, stall=stall_setting)
     finally:
         if store is not None:
             store.close()

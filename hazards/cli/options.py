@@ -83,6 +83,11 @@ HangBudgetOption = Annotated[float, typer.Option("--hang-budget", help="Seconds 
 ForensicsShareOption = Annotated[float, typer.Option(
     "--forensics-share", help="The most of the campaign's budget (or of its runs' timeouts) all hangs' "
                               "collectors may take together, 0-1; never less than one hang budget.")]
+StallOption = Annotated[str, typer.Option(
+    "--stall", help="A run that showed progress (HZ_PROGRESS lines, a family's heartbeat, its tripwire: "
+                    "docs/stall.md) and then none for this long is a hang, long before --timeout: a duration "
+                    "(e.g. 1.5s), `off` (the timeout alone), or `auto` (calibrated per item from its clean runs "
+                    "in the store; a family's server starts at the measured floor).")]
 # One meaning of --arch for every command (a command builds for one target or, repeated, several).
 ARCH_HELP = "GPU architecture to build for (sm_90a; gfx942 where a HIP compiler exists)."
 
@@ -191,6 +196,20 @@ def progress_interval(text: str) -> float:
         return parse_duration(text, allow_zero=True)
     except UserError as e:
         raise UserError(f"--progress-interval: {e}") from None
+
+
+def parse_stall(text: str | None) -> str | float:
+    """`--stall`: 'auto', 'off' (also 0) or positive seconds of a duration; UserError otherwise."""
+    from hazards.engine.stall import AUTO, OFF
+
+    s = (text or AUTO).strip().lower()
+    if s in (AUTO, OFF):
+        return s
+    try:
+        seconds = parse_duration(s, allow_zero=True)
+    except UserError as e:
+        raise UserError(f"--stall: {e}, or auto, or off") from None
+    return OFF if seconds == 0 else check_seconds(seconds, "--stall")
 
 
 def check_seconds(value: float | None, flag: str) -> float | None:

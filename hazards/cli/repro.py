@@ -14,15 +14,16 @@ from rich.console import Console
 
 from hazards.cli.app import app
 from hazards.cli.options import (CommandArgument, CampaignNameOption, FamilyOption, ForensicsOption,
-                                 ForensicsShareOption, HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
-                                 StoreOption, WaitOption, check_seconds, forensics_policy, launches_option,
-                                 literal, parse_duration, progress_interval, runs_option, timeout_option,
-                                 variant_option)
+                                 ForensicsShareOption, HangBudgetOption, JsonOption, MaxErrorsInARowOption,
+                                 ProgressIntervalOption, StallOption, StoreOption, WaitOption, check_seconds,
+                                 forensics_policy, launches_option, literal, parse_duration, parse_stall,
+                                 progress_interval, runs_option, timeout_option, variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.sources import MAX_ERRORS_IN_A_ROW
+from hazards.engine.stall import FAMILY_STALL_S, StallPolicy
 from hazards.engine.stats import describe_rate, rate_ci
 from hazards.engine.store import Store
 
@@ -178,6 +179,7 @@ def repro_command(
     wait: WaitOption = "0s",
     max_errors_in_a_row: MaxErrorsInARowOption = MAX_ERRORS_IN_A_ROW,
     progress_every: ProgressIntervalOption = "30s",
+    stall: StallOption = "auto",
 ) -> None:
     from hazards.engine.targets.base import check_argv
     from hazards.engine.tripwire import load_names
@@ -187,6 +189,7 @@ def repro_command(
         raise UserError(f"-n/--runs must be at least 1, got {max_runs}")
     check_seconds(timeout, "--timeout")
     policy = forensics_policy(forensics, hang_budget, forensics_share)
+    stall_setting = parse_stall(stall)
     if launches is not None and launches < 1:
         raise UserError(f"--launches must be at least 1, got {launches}")
     if max_errors_in_a_row < 0:
@@ -216,14 +219,15 @@ def repro_command(
     store = Store(store_path)
     with store:
         summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name, wait_s,
-                                 interval_s, policy)
+                                 interval_s, policy, stall_setting, FAMILY_STALL_S if family is not None else None)
     _report(summary, failures, spec, store, json_out)
     sys.exit(1 if summary.failures else (3 if summary.errors else 0))
 
 
 def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[str, Any], tripwire: bool,
          name_table: Any, keep_tripwire: bool, name: str | None,
-         wait_s: float, interval_s: float, policy: Any) -> tuple[Any, list[tuple[int, RunResult]]]:
+         wait_s: float, interval_s: float, policy: Any, stall_setting: str | float,
+         item_stall_s: float | None) -> tuple[Any, list[tuple[int, RunResult]]]:
     from contextlib import nullcontext
 
     from hazards.cli.progress import CampaignProgress
@@ -237,10 +241,12 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
 
     failures: list[tuple[int, RunResult]] = []
     item = WorkItem(target=name or default_name(argv), variant=str(run_params.get("variant", "")), kind="command",
-                    argv=tuple(argv), params=run_params, timeout_s=spec["timeout"])
+                    argv=tuple(argv), params=run_params, timeout_s=spec["timeout"],
+                    stall_s=item_stall_s)  # a family binary beats (HZ_PROGRESS) while its GPU work completes
     with (TripwireFile() if tripwire else nullcontext()) as tw, \
             LeasedCampaign.acquire(store, "hazards repro", max_gpus=1, wait_s=wait_s, without_gpu=True,
                                    forensics=policy) as frame:
+        frame.stall = StallPolicy(stall_setting, store)
         kernel_log = KernelLog()  # what the log held before the first run
 
         def make_target(item: WorkItem, env: dict[str, str]) -> Any:

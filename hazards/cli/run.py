@@ -16,8 +16,8 @@ from rich.table import Table
 from hazards.cli.app import app
 from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
                                  HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
-                                 ResumeOption, StoreOption, WaitOption, check_seconds, forensics_policy,
-                                 interrupt_exit_code, literal, parse_duration, progress_interval, runs_option,
+                                 ResumeOption, StallOption, StoreOption, WaitOption, check_seconds, forensics_policy,
+                                 interrupt_exit_code, literal, parse_duration, parse_stall, progress_interval, runs_option,
                                  timeout_option)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign, check_resumable
@@ -26,6 +26,7 @@ from hazards.engine.loop import ARTIFACT_POLICIES, WorkItem
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.outcome import OUTCOMES
 from hazards.engine.sources import MAX_ERRORS_IN_A_ROW
+from hazards.engine.stall import StallPolicy
 from hazards.engine.stats import describe_rate
 from hazards.engine.store import Store
 from hazards.engine.targets.base import check_argv, check_cwd, check_env, default_name
@@ -190,9 +191,11 @@ def run_command(
     forensics: ForensicsOption = True,
     hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
     forensics_share: ForensicsShareOption = DEFAULT_SHARE,
+    stall: StallOption = "auto",
 ) -> None:
     check_run_options(n, timeout, result_regex, max_errors_in_a_row)
     policy = forensics_policy(forensics, hang_budget, forensics_share)
+    stall_setting = parse_stall(stall)
     wait_s = parse_duration(wait, allow_zero=True)
     interval_s = progress_interval(progress_every)
     if artifacts not in ARTIFACT_POLICIES:
@@ -216,6 +219,7 @@ def run_command(
     try:
         with store, LeasedCampaign.acquire(store, "hazards run", max_gpus=1, wait_s=wait_s,
                                            without_gpu=True, forensics=policy) as frame:
+            frame.stall = StallPolicy(stall_setting, store)
             if campaign_id is None:
                 campaign_id = frame.create(KIND, spec, name=name)
             else:

@@ -11,8 +11,8 @@ import typer
 from hazards.cli.app import app
 from hazards.cli.options import (BudgetOption, CampaignNameOption, DryRunOption, FamiliesOption, ForensicsOption,
                                  ForensicsShareOption, HangBudgetOption, JsonOption, JUnitOption, LeaseFlags,
-                                 ProgressIntervalOption, ResumeOption, forensics_policy, lease_options,
-                                 parse_duration, print_plan, progress_interval, split_names)
+                                 ProgressIntervalOption, ResumeOption, StallOption, forensics_policy, lease_options,
+                                 parse_duration, parse_stall, print_plan, progress_interval, split_names)
 from hazards.engine.errors import UserError
 from hazards.plan import SoakSelection, soak_plan
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
@@ -106,9 +106,11 @@ def soak_command(
     hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
     forensics_share: ForensicsShareOption = DEFAULT_SHARE,
     dry_run: DryRunOption = False,
+    stall: StallOption = "auto",
 ) -> None:
     from hazards.cli.progress import CampaignProgress
     from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign, check_resumable
+    from hazards.engine.stall import StallPolicy
     from hazards.engine.leases import lease_candidates
     from hazards.engine.soak import ALLOCATIONS, run_soak
     from hazards.engine.store import Store
@@ -120,6 +122,7 @@ def soak_command(
     if max_gpus is not None and max_gpus < 1:
         raise UserError("--max-gpus must be at least 1")
     budget_s, wait_s = parse_duration(budget), lease.wait_s
+    stall_setting = parse_stall(stall)
     interval_s = progress_interval(progress_every)
     policy = forensics_policy(forensics, hang_budget, forensics_share)
     if allocation not in ALLOCATIONS:
@@ -161,6 +164,7 @@ def soak_command(
     except UserError as e:
         store.close()
         raise UserError(f"hazards soak needs a free GPU: {e}") from None
+    frame.stall = StallPolicy(stall_setting, store)
     explorer = None
     if explore > 0 and not no_families:
         from hazards.checkrun import select_families

@@ -11,9 +11,10 @@ from rich.table import Table
 
 from hazards.cli.app import app
 from hazards.cli.options import (ARCH_HELP, ForensicsOption, ForensicsShareOption, HangBudgetOption, JsonOption,
-                                 ProgressIntervalOption, StoreOption, WaitOption, forensics_policy,
-                                 check_seconds, launches_option, literal, parse_duration, progress_interval,
+                                 ProgressIntervalOption, StallOption, StoreOption, WaitOption, forensics_policy,
+                                 check_seconds, launches_option, literal, parse_duration, parse_stall, progress_interval,
                                  timeout_option, variant_option)
+from hazards.engine.stall import StallPolicy
 from hazards.cli.progress import CampaignProgress
 from hazards.engine.errors import UserError
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
@@ -114,6 +115,7 @@ def stress_command(
     forensics: ForensicsOption = True,
     hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
     forensics_share: ForensicsShareOption = DEFAULT_SHARE,
+    stall: StallOption = "auto",
 ) -> None:
     from hazards.engine.campaign import LeasedCampaign
     from hazards.families import get_family
@@ -141,10 +143,12 @@ def stress_command(
     wait_s = parse_duration(wait, allow_zero=True)
     interval_s = progress_interval(progress_every)
     policy = forensics_policy(forensics, hang_budget, forensics_share)
+    stall_setting = parse_stall(stall)
 
     reports = []
     with Store(store_path) as store, LeasedCampaign.acquire(store, "hazards stress", max_gpus=1, wait_s=wait_s,
                                                             without_gpu=True, forensics=policy) as frame:
+        frame.stall = StallPolicy(stall_setting, store)
         # One warm server in the frame for all variants (the point of a server target). A
         # server that cannot start, or a sanitizer that is not installed, is one clear line
         # before any bar, not a column of error runs.

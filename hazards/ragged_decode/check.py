@@ -30,7 +30,7 @@ import sys
 from typing import Any, Callable
 
 from hazards.engine.errors import UserError
-from hazards.engine.protocol_server import StopServing
+from hazards.engine.protocol_server import StopServing, progress
 
 TOL = 1e-2
 MISHANDLINGS = ("none", "clamp8192", "ignore_starts")
@@ -91,7 +91,7 @@ class Checker:
         mismatched, worst, flags = 0, 0.0, set()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         kernel_ms = 0.0
-        for _ in range(calls):
+        for call in range(calls):
             q, starts, lens = self.ref.draw_call(self.cfg["lens"], self.cfg["n_q"], self.cfg["hd"], gen,
                                                  device="cuda")
             self.out.fill_(float("nan"))
@@ -111,6 +111,7 @@ class Checker:
             flags.update(call_flags)
             worst = max(worst, err)
             mismatched += int(not err <= TOL or bool(call_flags))
+            progress(f"call {call + 1} of {calls}")  # a call that never ends is a stall (docs/stall.md)
         return {"launches": calls, "mismatched": mismatched, "max_rel_err": worst,
                 "kernel_ms": kernel_ms / max(calls, 1), "seed": seed,
                 "metrics": {"tol": TOL, "kernel_flags": sorted(flags)}}

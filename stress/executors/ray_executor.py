@@ -54,7 +54,7 @@ from ..errors import UserError
 from ..loop import GpuLost, GpuStats, WorkItem, default_target_factory, run_local
 from ..leases import GpuLease
 from ..outcome import HOST, Outcome, RunResult
-from ..targets.base import Target, stall_kw
+from ..targets.base import Target, run_kw
 
 STARTUP_TIMEOUT_S = 120.0   # actors created, leases taken, first call answered
 ANSWER_MARGIN_S = 60.0      # beyond a run's own timeout + kill grace + hang collectors
@@ -310,7 +310,7 @@ class GpuActor:
         local = self.scratch / Path(artifact_dir).parent.name / Path(artifact_dir).name if artifact_dir else None
         window = self.monitor.begin(self.lease.uuid) if self.monitor else None
         result = self._target(item).run(params, timeout=timeout, launches=launches, artifact_dir=local,
-                                        **stall_kw(item.stall_s))
+                                        **run_kw(item.stall_s))
         if window is not None:
             tel = self.monitor.end(window)
             if tel:
@@ -367,13 +367,16 @@ class RemoteTarget(Target):
         self.name = item.target
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float, launches: int | None = None,
-            artifact_dir: Path | None = None, stall: float | None = None) -> RunResult:
-        """`stall` travels in the item (the actor reads `item.stall_s`)."""
+            artifact_dir: Path | None = None, stall: float | None = None,
+            cutoff: float | None = None) -> RunResult:
+        """`stall` travels in the item (the actor reads `item.stall_s`); `cutoff` does not
+        (another host's clock): a remote run ends by its own timeout or stall."""
         ray = self.executor.ray
         started = time.time()
         limit = timeout + self.executor.answer_margin_s
         try:
-            ref = self.remote.actor.run.remote(self.item.to_json(), dict(params or {}), timeout, launches,
+            item = self.item if stall == self.item.stall_s else dataclasses.replace(self.item, stall_s=stall)
+            ref = self.remote.actor.run.remote(item.to_json(), dict(params or {}), timeout, launches,
                                                str(artifact_dir) if artifact_dir else None)
             reply = ray.get(ref, timeout=limit)
         except ray.exceptions.GetTimeoutError:

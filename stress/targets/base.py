@@ -3,6 +3,7 @@ and `WrapperTarget`, the base of targets that add something around another targe
 from __future__ import annotations
 
 import abc
+import inspect
 import math
 import os
 import shlex
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..outcome import RunResult
+from ..outcome import Outcome, RunResult
 
 _NAME_CHARS = 200
 
@@ -207,10 +208,36 @@ def prepare_artifact_dir(artifact_dir: str | os.PathLike[str] | None) -> Path | 
     return path
 
 
-def stall_kw(stall: float | None) -> dict[str, float]:
-    """`stall=` for an inner target's run only when a window is set: targets written before
-    stall windows (a test's fake, a user's plugin) keep working without one."""
-    return {} if stall is None else {"stall": stall}
+def run_kw(stall: float | None = None, cutoff: float | None = None) -> dict[str, float]:
+    """`stall=` and `cutoff=` for a target's run only when set: targets written before them
+    (a test's fake, a user's plugin) keep working without."""
+    return {k: v for k, v in (("stall", stall), ("cutoff", cutoff)) if v is not None}
+
+
+def supported_kw(target: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `kw` that `target.run` accepts: a target written before stall windows
+    and cutoffs (a test's fake, a user's plugin) runs without them, as it always did."""
+    if not kw:
+        return kw
+    try:
+        params = inspect.signature(target.run).parameters
+    except (TypeError, ValueError):
+        return kw
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kw
+    return {k: v for k, v in kw.items() if k in params}
+
+
+CUT_SHORT = "cut_short"  # error kind of a run the campaign's budget ended (never stored)
+
+
+def cut_short(name: str, params: dict[str, Any], started_at: float, duration_s: float, what: str = "this run") -> RunResult:
+    """The result of a run the campaign's budget ended before it could be judged: not a
+    hang (it may have been progressing), not stored (the loop drops it)."""
+    return RunResult(Outcome.ERROR, f"the campaign's budget ended {duration_s:.1f} s into {what}: not judged",
+                     target=name, variant=str(params.get("variant", "")), params=params,
+                     evidence={"error_kind": CUT_SHORT}, started_at=started_at, duration_s=duration_s,
+                     error_kind=CUT_SHORT)
 
 
 class Target(abc.ABC):
@@ -224,9 +251,11 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
             launches: int | None = None, artifact_dir: Path | None = None,
-            stall: float | None = None) -> RunResult:
+            stall: float | None = None, cutoff: float | None = None) -> RunResult:
         """Run once with `params` under a `timeout` (seconds) and return the judged result;
-        with `stall`, a run that stops showing progress for that long is a hang sooner."""
+        with `stall`, a run that stops showing progress for that long is a hang sooner;
+        `cutoff` (time.monotonic()) is when the campaign's budget ends: a run still going
+        then is given up unjudged (`cut_short`), whatever its timeout."""
 
     def close(self) -> None:
         """Release every process this target started (no-op by default)."""
@@ -253,10 +282,10 @@ class WrapperTarget(Target):
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
             launches: int | None = None, artifact_dir: Path | None = None,
-            stall: float | None = None) -> RunResult:
+            stall: float | None = None, cutoff: float | None = None) -> RunResult:
         """Run the inner target unchanged (subclasses add their part around this)."""
         return self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir,
-                              **stall_kw(stall))
+                              **supported_kw(self.inner, run_kw(stall, cutoff)))
 
     def close(self) -> None:
         """Close the inner target (and with it every process it started)."""

@@ -19,8 +19,8 @@ from ..forensics.collector import hang_reason
 from ..outcome import Outcome, RunResult
 from ..progress import Progress, RunProgress, stall_reason
 from ..targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
-                                 check_launches, check_params, check_stall, check_timeout, default_name,
-                                 prepare_artifact_dir)
+                                 check_launches, check_params, check_stall, check_timeout, cut_short,
+                                 default_name, prepare_artifact_dir)
 from ..watchdog import Supervised
 
 EVIDENCE_TAIL_CHARS = 4000  # of each stream, kept in the evidence of non-clean runs
@@ -75,11 +75,13 @@ class CommandTarget(Target):
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
             launches: int | None = None, artifact_dir: Path | None = None,
-            stall: float | None = None) -> RunResult:
+            stall: float | None = None, cutoff: float | None = None) -> RunResult:
         """Start the program, wait up to `timeout` s, kill its whole tree, judge the run.
 
         With `stall`, a run that showed progress (docs/stall.md) and then none for `stall`
-        seconds is a hang at once (reason "no progress for ..."), the timeout the backstop."""
+        seconds is a hang at once (reason "no progress for ..."), the timeout the backstop.
+        At `cutoff` (time.monotonic(), the campaign's budget end) a run still going is
+        killed unjudged (`cut_short`)."""
         timeout = check_timeout(timeout)
         stall = check_stall(stall)
         params = check_params(params)
@@ -105,9 +107,13 @@ class CommandTarget(Target):
             except OSError as exc:
                 raise UserError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
             try:
-                state = child.watch(t0 + timeout, stall)
+                clipped = cutoff is not None and cutoff < t0 + timeout
+                state = child.watch(min(t0 + timeout, cutoff) if clipped else t0 + timeout, stall)
                 exited = state == "exited"
                 duration = time.monotonic() - t0
+                if state == "timeout" and clipped:
+                    child.kill()
+                    return cut_short(self.name, params, started_at, duration)
                 if exited:
                     watched.progress.finish()
                     kill_evidence = child.kill()  # leftovers the program left behind

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..outcome import RunResult
-from ..targets.base import Target, WrapperTarget, stall_kw
+from ..targets.base import Target, WrapperTarget, run_kw, supported_kw
 from ..telemetry import KernelLog
 
 # Environment entries never written to an artifact (they may hold credentials).
@@ -85,9 +85,10 @@ class ReproTarget(WrapperTarget):
         self.kernel_log = kernel_log or KernelLog()
 
     def run(self, params: dict | None = None, *, timeout: float, launches: int | None = None,
-            artifact_dir: Path | None = None, stall: float | None = None) -> RunResult:
+            artifact_dir: Path | None = None, stall: float | None = None,
+            cutoff: float | None = None) -> RunResult:
         r = self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir,
-                           **stall_kw(stall))
+                           **supported_kw(self.inner, run_kw(stall, cutoff)))
         lines = self.kernel_log.new_lines()
         log = self.kernel_log
         r.evidence["xid"] = {"kernel_log": lines if log.readable else f"unreadable: {log.why}"}

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ToolchainMissing, UserError
 from ..outcome import Outcome, RunResult
-from ..targets.base import WrapperTarget
+from ..targets.base import WrapperTarget, run_kw
 from ..targets.command import CommandTarget
 
 TOOLS = ("racecheck", "synccheck", "memcheck", "initcheck")
@@ -126,7 +126,7 @@ class SanitizerTarget(WrapperTarget):
 
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
             launches: int | None = None, artifact_dir: Path | None = None,
-            stall: float | None = None) -> RunResult:
+            stall: float | None = None, cutoff: float | None = None) -> RunResult:
         """One process under the sanitizer; its report becomes the evidence."""
         tmp = None
         if artifact_dir is None:
@@ -140,7 +140,8 @@ class SanitizerTarget(WrapperTarget):
                   "--print-limit", str(self.print_limit)]
         try:
             result = self.inner.with_prefix(prefix, name=self.name).run(
-                params, timeout=timeout, launches=launches, artifact_dir=artifact_dir, stall=stall)
+                params, timeout=timeout, launches=launches, artifact_dir=artifact_dir,
+                **run_kw(stall, cutoff))
             text = log.read_text(errors="replace") if log.exists() else ""
             report = parse_report(text, self.tool)
             if tmp is None:

@@ -25,8 +25,8 @@ from ..forensics.collector import hang_reason
 from ..outcome import Outcome, RunResult
 from ..progress import POLL_S, RunProgress, stall_reason
 from ..targets.base import (Target, check_argv, check_cwd, check_env, check_grace,
-                                 check_launches, check_params, check_stall, check_timeout, default_name,
-                                 prepare_artifact_dir)
+                                 check_launches, check_params, check_stall, check_timeout, cut_short,
+                                 default_name, prepare_artifact_dir, CUT_SHORT)
 from ..targets.command import tail_text
 from ..watchdog import Supervised
 
@@ -42,6 +42,7 @@ class _Worker:
         self.sources = sources  # its progress file and tripwire: polled, removed with it
         self.progress = sources.progress
         self.age = 0
+        self.startup_s: float | None = None  # spawn to handshake
         self.handshake: dict[str, Any] = {}
         self._buf = bytearray()
         self._eof = False
@@ -204,9 +205,10 @@ class ServerTarget(Target):
         return dict(self._worker.handshake) if self._worker else {}
 
     # -- lifecycle -------------------------------------------------------------------
-    def start(self) -> None:
-        """Start a worker now (if none runs); UserError if its handshake fails."""
-        failure = self._ensure_worker()
+    def start(self, cutoff: float | None = None) -> None:
+        """Start a worker now (if none runs); UserError if its handshake fails (or does not
+        come before `cutoff`, time.monotonic())."""
+        failure = self._ensure_worker(cutoff)
         if failure:
             raise UserError(f"server target {self.name}: {failure[1]}")
 
@@ -214,7 +216,7 @@ class ServerTarget(Target):
         """Ask the worker to quit, then make sure its whole process tree is gone."""
         self._retire(graceful=True)
 
-    def _spawn(self) -> tuple[str, str] | None:
+    def _spawn(self, cutoff: float | None = None) -> tuple[str, str] | None:
         """Start a worker and read its handshake; (error_kind, message) on failure."""
         env = dict(self.env)
         sources = RunProgress(env)
@@ -229,7 +231,7 @@ class ServerTarget(Target):
         self.spawns += 1
         try:
             worker = _Worker(child, sources)
-            failure = self._handshake(worker)
+            failure = self._handshake(worker, cutoff)
         except BaseException:
             child.kill()
             sources.close()
@@ -240,14 +242,19 @@ class ServerTarget(Target):
             return failure
         self._worker = worker
         self._ever_started = True
+        worker.startup_s = child.elapsed()
         return None
 
-    def _handshake(self, worker: _Worker) -> tuple[str, str] | None:
-        """Read banners and the handshake line; (error_kind, message) on failure."""
+    def _handshake(self, worker: _Worker, cutoff: float | None = None) -> tuple[str, str] | None:
+        """Read banners and the handshake line; (error_kind, message) on failure (kind
+        `cut_short` when `cutoff`, the campaign's budget end, comes first)."""
         deadline = time.monotonic() + self.handshake_timeout_s
+        clipped = cutoff is not None and cutoff < deadline
         banners = 0
         while True:
-            kind, line = worker.read_line(deadline)
+            kind, line = worker.read_line(min(deadline, cutoff) if clipped else deadline)
+            if kind == "timeout" and clipped:
+                return (CUT_SHORT, "the server's start-up")
             if kind == "timeout":
                 return ("handshake_timeout", f"handshake timeout: no hz_protocol line "
                         f"within {self.handshake_timeout_s:g}s")
@@ -273,11 +280,11 @@ class ServerTarget(Target):
                 return ("protocol", f"protocol error in handshake: {exc}")
             return None
 
-    def _ensure_worker(self) -> tuple[str, str] | None:
+    def _ensure_worker(self, cutoff: float | None = None) -> tuple[str, str] | None:
         if self._worker and self.respawn_every and self._worker.age >= self.respawn_every:
             self._retire(graceful=True)
         if self._worker is None:
-            return self._spawn()
+            return self._spawn(cutoff)
         return None
 
     def _retire(self, graceful: bool) -> dict[str, Any]:
@@ -299,9 +306,11 @@ class ServerTarget(Target):
     # -- one run ---------------------------------------------------------------------
     def run(self, params: dict[str, Any] | None = None, *, timeout: float,
             launches: int | None = None, artifact_dir: Path | None = None,
-            stall: float | None = None) -> RunResult:
+            stall: float | None = None, cutoff: float | None = None) -> RunResult:
         """Send one request (`launches` defaults to 1) and judge the reply within `timeout`
-        (or sooner, a hang, when its progress stops for `stall` seconds: docs/stall.md)."""
+        (or sooner, a hang, when its progress stops for `stall` seconds: docs/stall.md).
+        At `cutoff` (time.monotonic(), the campaign's budget end) a request or a start-up
+        still going is given up unjudged (`cut_short`; the worker is replaced)."""
         timeout = check_timeout(timeout)
         stall = check_stall(stall)
         params = check_params(params)
@@ -312,7 +321,10 @@ class ServerTarget(Target):
             request = protocol.encode(protocol.request(request_id, launches, params))
         except (TypeError, ValueError) as exc:
             raise UserError(f"params are not JSON-serialisable: {exc}") from None
-        failure = self._ensure_worker()
+        t_start, started_at = time.monotonic(), time.time()
+        failure = self._ensure_worker(cutoff)
+        if failure and failure[0] == CUT_SHORT:
+            return cut_short(self.name, params, started_at, time.monotonic() - t_start, failure[1])
         if failure:
             if not self._ever_started:
                 raise UserError(f"server target {self.name}: {failure[1]}")
@@ -321,7 +333,7 @@ class ServerTarget(Target):
         worker = self._worker
         assert worker is not None
         try:
-            return self._exchange(worker, request, request_id, params, timeout, artifacts, stall)
+            return self._exchange(worker, request, request_id, params, timeout, artifacts, stall, cutoff)
         except BaseException:
             if self._worker is worker:  # interrupted mid-request: leave nothing behind
                 self._retire(graceful=False)
@@ -329,7 +341,7 @@ class ServerTarget(Target):
 
     def _exchange(self, worker: _Worker, request: bytes, request_id: int,
                   params: dict[str, Any], timeout: float, artifacts: Path | None,
-                  stall: float | None = None) -> RunResult:
+                  stall: float | None = None, cutoff: float | None = None) -> RunResult:
         worker.child.maybe_sample()
         progress = worker.progress
         progress.restart()
@@ -337,7 +349,8 @@ class ServerTarget(Target):
         worker.age += 1
         started_at = time.time()
         t0 = time.monotonic()
-        deadline = t0 + timeout
+        clipped = cutoff is not None and cutoff < t0 + timeout
+        deadline = min(t0 + timeout, cutoff) if clipped else t0 + timeout
         # One waitid() per request: a server that died after its last reply is reported
         # as such, not as a death during this request.
         when = "between requests" if worker.child.exit_status() is not None else "mid-request"
@@ -352,9 +365,14 @@ class ServerTarget(Target):
             # death during that request.
             when = "between requests"
         duration = time.monotonic() - t0
+        if kind == "timeout" and clipped:
+            self._retire(graceful=False)  # mid-request: its next request needs a fresh one
+            return cut_short(self.name, params, started_at, duration)
         if kind == "line":
             progress.finish()
         evidence: dict[str, Any] = {"request_id": request_id, "server_pid": worker.child.pid}
+        if age == 0 and worker.startup_s is not None:
+            evidence["startup_s"] = round(worker.startup_s, 4)  # calibrates handshake timeouts
         if progress.events:
             evidence["progress"] = progress.summary()
         metrics: dict[str, Any] = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..outcome import Outcome, RunResult
-from ..targets.base import Target, WrapperTarget, stall_kw
+from ..targets.base import Target, WrapperTarget, run_kw, supported_kw
 from ..tripwire.analysis import analyze
 from ..tripwire.layout import Snapshot, decode
 from ..tripwire.names import Names
@@ -60,10 +60,11 @@ class TripwireTarget(WrapperTarget):
         install_hang_collector()
 
     def run(self, params: dict | None = None, *, timeout: float, launches: int | None = None,
-            artifact_dir: Path | None = None, stall: float | None = None) -> RunResult:
+            artifact_dir: Path | None = None, stall: float | None = None,
+            cutoff: float | None = None) -> RunResult:
         self.tw.reset()
         r = self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir,
-                           **stall_kw(stall))
+                           **supported_kw(self.inner, run_kw(stall, cutoff)))
         art = Path(r.artifact_dir) if r.artifact_dir else artifact_dir
         found = find_tripwire_evidence(r.evidence)
         if found is None and r.outcome in (Outcome.FAULT, Outcome.HANG):

@@ -1,4 +1,4 @@
-"""Stall detection (issue 23 items 1 and 2): a run whose progress stops is a hang within its
+"""Stall detection: a run whose progress stops is a hang within its
 stall window, long before its timeout; a slow run that keeps progressing never is."""
 import time
 
