@@ -139,6 +139,7 @@ class Sink(Protocol):
 
     def allocate(self) -> tuple[int, Path | None]: ...  # (seq, artifact dir for the run)
     def record(self, seq: int, item: WorkItem, result: RunResult) -> None: ...
+    # Optional: `release(seq)`, a number allocated for a run that will not be recorded.
 
 
 class StoreSink:
@@ -164,6 +165,7 @@ class StoreSink:
         self.evidence_json = evidence_json
         self._mu = threading.Lock()
         self._seq = store.last_seq(campaign_id)
+        self._released: set[int] = set()
         self._campaign = store.campaign(campaign_id)  # what a spill record needs, read while the store works
         self.spilled: list[str] = []  # where runs went that the store could not take
         self._failure = ""
@@ -176,6 +178,18 @@ class StoreSink:
             self._seq += 1
             seq = self._seq
         return seq, (self._folder(seq) if self.artifacts != "none" else None)
+
+    def release(self, seq: int) -> None:
+        """`seq` will not be recorded (the budget cut its run): its folder goes, and the
+        numbering takes it back when nothing after it was allocated (the runs the budget
+        cuts are the last ones; a number below a stored run stays a gap)."""
+        if self.artifacts != "none":
+            shutil.rmtree(self._folder(seq), ignore_errors=True)
+        with self._mu:
+            self._released.add(seq)
+            while self._seq in self._released:
+                self._released.discard(self._seq)
+                self._seq -= 1
 
     def record(self, seq: int, item: WorkItem, result: RunResult) -> None:
         if self.artifacts != "none":
@@ -331,7 +345,10 @@ class GpuLoop:
             self.stats.cut_short += 1
             if window is not None:
                 self.telemetry.end(window)
-            if art is not None:
+            release = getattr(self.sink, "release", None)
+            if release is not None:
+                release(seq)
+            elif art is not None:
                 shutil.rmtree(art, ignore_errors=True)
             return result
         result.target, result.variant = item.target, item.variant
