@@ -22,6 +22,15 @@ Cleaning kills every child still recorded (its cgroup at once; its process group
 the group id now names another process; every process carrying its marker), removes its
 cgroup folders and its tripwire files, and appends a `cleaned` line saying what it did. A
 record is deleted once it is cleaned and every campaign it lists was marked in its store.
+
+A record stays proportional to what is live: once it reaches `COMPACT_BYTES` and holds four
+times what its live entries need (a long campaign starts and ends a child per run), it is
+rewritten in place, in the same file under the same lock (the guardian waits on that
+file): its supervisor line and live entries over its start, then cut after them. A death
+between the two leaves the live entries followed by the tail of the old log, whose
+replay adds only entries that also end in it; a child pid reused since, whose old end
+falls in that tail, is the one case it can drop (then its cgroup, still recorded, and the
+parent-death signal still end it).
 """
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ import os
 import signal
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -42,6 +52,7 @@ from .proctree import cgroup_pids, kill_cgroup, remove_cgroup, scan_for, start_t
 RECORD_DIR = "supervisors"
 STALE_S = 30 * 86400       # a cleaned record whose campaigns' stores were never reopened
 WAIT_FOR_CLEANER_S = 10.0  # a record locked by a cleaner (its supervisor is dead)
+COMPACT_BYTES = 1 << 16    # a record this large, and mostly ended entries, is rewritten
 
 
 def runtime_dir() -> Path:
@@ -80,7 +91,10 @@ class SupervisorRecord:
 
     def __init__(self, path: Path, fd: int) -> None:
         self.path, self._fd, self.owner = path, fd, os.getpid()
-        self._live: set[str] = set()
+        self._live: dict[str, bytes] = {}  # "kind:key" -> its start line, in start order
+        self._head = b""                   # the supervisor line
+        self._size = 0                     # bytes in the file
+        self._mu = threading.Lock()
 
     @classmethod
     def open(cls) -> "SupervisorRecord":
@@ -91,26 +105,53 @@ class SupervisorRecord:
                      | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours: a pid and start time are unique
         rec = cls(path, fd)
-        rec._write({"supervisor": {"pid": me, "ticks": start_ticks(me), "boot_id": boot_id(),
-                                   "host": os.uname().nodename, "started": time.time(),
-                                   "argv": sys.argv[:6]}})
+        rec._head = _line({"supervisor": {"pid": me, "ticks": start_ticks(me), "boot_id": boot_id(),
+                                          "host": os.uname().nodename, "started": time.time(),
+                                          "argv": sys.argv[:6]}})
+        rec._write(rec._head)
         return rec
 
-    def _write(self, obj: dict[str, Any]) -> None:
+    def _write(self, line: bytes) -> None:
         if self._fd is None or os.getpid() != self.owner:  # a forked child must not write ours
             return
         try:
-            os.write(self._fd, _line(obj))
+            self._size += os.write(self._fd, line)
         except OSError:
             pass  # a full /tmp must not stop a run; the record is a safety net
 
     def _start(self, kind: str, key: str, fields: dict[str, Any]) -> None:
-        self._live.add(f"{kind}:{key}")
-        self._write({kind: fields})
+        line = _line({kind: fields})
+        with self._mu:
+            self._live[f"{kind}:{key}"] = line
+            self._write(line)
 
     def _end(self, kind: str, key: str, fields: Any) -> None:
-        self._live.discard(f"{kind}:{key}")
-        self._write({f"{kind}_end": fields})
+        with self._mu:
+            self._live.pop(f"{kind}:{key}", None)
+            self._write(_line({f"{kind}_end": fields}))
+            if self._size >= COMPACT_BYTES:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the record as its supervisor line and live entries, in place, when they
+        need under a quarter of it (see the module docstring for a death meanwhile)."""
+        snapshot = self._head + b"".join(self._live.values())
+        if 4 * len(snapshot) > self._size or self._fd is None or os.getpid() != self.owner:
+            return
+        try:  # a second descriptor: pwrite on an O_APPEND one would append
+            fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if os.fstat(fd).st_ino != os.fstat(self._fd).st_ino:
+                return  # not our file any more: leave it
+            os.pwrite(fd, snapshot, 0)
+            os.ftruncate(fd, len(snapshot))
+            self._size = len(snapshot)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def child(self, pid: int, pgid: int, ticks: int, mark: str, cgroup: str | None) -> None:
         """A child started (`mark`: its environment marker, NAME=VALUE)."""
@@ -185,7 +226,8 @@ def read_record(path: Path | str) -> dict[str, Any]:
         elif kind == "child_end":
             state["children"].pop(value, None)
         elif kind in ("file", "cgroup_root", "campaign"):
-            state[f"{kind}s"].append(value)
+            if value not in state[f"{kind}s"]:  # once each, as a rewritten record holds them
+                state[f"{kind}s"].append(value)
         elif kind in ("file_end", "cgroup_root_end", "campaign_end"):
             items = state[f"{kind[:-4]}s"]
             if value in items:

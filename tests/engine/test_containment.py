@@ -406,3 +406,73 @@ def test_supervisors_starting_at_the_same_moment_each_get_a_cgroup_and_sweep_the
             if sup.poll() is None:
                 sup.kill()
                 sup.wait()
+
+
+def test_the_supervisor_record_stays_proportional_to_what_is_live(tmp_path, monkeypatch):
+    """A long campaign starts and ends a child per run: its record (~200 bytes a run) grew
+    without bound (2.2 MB after 10,950 runs). It is rewritten in place, its live entries only,
+    once it is large and mostly ended entries: the same state, the same file and lock."""
+    import fcntl
+
+    from hazards.engine.recovery import COMPACT_BYTES, SupervisorRecord, read_record
+
+    monkeypatch.setenv("HZ_RUNTIME_DIR", str(tmp_path / "rt"))
+    rec = SupervisorRecord.open()
+    inode = os.stat(rec.path).st_ino
+    rec.cgroup_root("/sys/fs/cgroup/hz-test")
+    rec.file("/dev/shm/hz-tw-test")
+    rec.campaign("/tmp/store.db", 3)
+    rec.child(10, 10, 5, "HZ_SUPERVISED_x=1", None)  # lives throughout
+    largest = 0
+    for pid in range(1000, 12000):
+        rec.child(pid, pid, 7, "HZ_SUPERVISED_x=1", None)
+        if pid % 2:
+            rec.file(f"/dev/shm/hz-tw-{pid}")
+            rec.file_end(f"/dev/shm/hz-tw-{pid}")
+        rec.child_end(pid)
+        largest = max(largest, os.path.getsize(rec.path))
+    rec.child(20, 20, 6, "HZ_SUPERVISED_x=1", None)  # started after the last rewrite
+    assert largest <= COMPACT_BYTES + 1024, largest
+    state = read_record(rec.path)
+    assert sorted(state["children"]) == [10, 20] and state["files"] == ["/dev/shm/hz-tw-test"]
+    assert state["cgroup_roots"] == ["/sys/fs/cgroup/hz-test"] and state["campaigns"] == [{"store": "/tmp/store.db", "id": 3}]
+    assert state["supervisor"]["pid"] == os.getpid()
+    assert os.stat(rec.path).st_ino == inode  # the guardian waits on this file: never replaced
+    probe = os.open(rec.path, os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # still locked by its supervisor
+    finally:
+        os.close(probe)
+    rec.child_end(10)
+    rec.child_end(20)
+    rec.file_end("/dev/shm/hz-tw-test")
+    rec.cgroup_root_end("/sys/fs/cgroup/hz-test")
+    rec.campaign_end("/tmp/store.db", 3)
+    rec.close()
+    assert not rec.path.exists()  # nothing left to clean: deleted as before
+
+
+def test_a_death_between_the_rewrite_and_the_cut_leaves_the_same_state(tmp_path, monkeypatch):
+    """The rewrite writes the live entries over the record's start, then cuts the file: a
+    supervisor killed in between leaves them followed by the old log's tail, which must
+    replay to the same children, files and campaigns."""
+    from hazards.engine import recovery
+
+    monkeypatch.setenv("HZ_RUNTIME_DIR", str(tmp_path / "rt"))
+    monkeypatch.setattr(recovery, "COMPACT_BYTES", 1 << 40)  # no rewrite: the whole log kept
+    rec = recovery.SupervisorRecord.open()
+    rec.file("/dev/shm/hz-tw-live")
+    for pid in range(1000, 1400):
+        rec.child(pid, pid, 7, "HZ_SUPERVISED_x=1", None)
+        if pid % 3 == 0:
+            rec.campaign("/tmp/s.db", pid)
+        if pid % 7:
+            rec.child_end(pid)
+    log = rec.path.read_bytes()
+    snapshot = rec._head + b"".join(rec._live.values())
+    assert len(snapshot) < len(log)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(snapshot + log[len(snapshot):])
+    assert recovery.read_record(torn) == recovery.read_record(rec.path)
+    rec.close()
