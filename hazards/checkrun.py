@@ -234,13 +234,15 @@ class CheckResult:
 
 
 def run_static(paths: Iterable[str], families: list[str] | None = None,
-               skip_tools: Iterable[str] = ()) -> tuple[list[Any], str]:
+               skip_tools: Iterable[str] = (), observer: Any = None) -> tuple[list[Any], str]:
     """(findings, note) of hazards.static_catalog on the catalog (the selected families that
-    have static checks; all when `families` is None) and the paths."""
+    have static checks; all when `families` is None) and the paths; `observer` (the
+    progress display) is told what is being compiled."""
     from hazards.static_catalog import run_static_checks, static_family_names
 
     names = None if families is None else [f for f in families if f in static_family_names()]
-    findings = run_static_checks([Path(p) for p in paths], catalog=names != [], families=names, skip=skip_tools)
+    findings = run_static_checks([Path(p) for p in paths], catalog=names != [], families=names, skip=skip_tools,
+                                 observer=observer)
     detected = sum(1 for f in findings if f.check == "canary-detected")
     failing = sum(1 for f in findings if f.fails)
     note = f"{len(findings)} finding(s), {failing} failing, {detected} static canaries detected"
@@ -329,7 +331,8 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
     if "static" in parts:
         res.static_note = "SKIPPED (--skip static)"
     else:
-        res.findings, res.static_note = run_static(paths, [f.name for f in fams] if families else None, skip_tools)
+        res.findings, res.static_note = run_static(paths, [f.name for f in fams] if families else None, skip_tools,
+                                                   observer=observer)
     res.static_s = time.monotonic() - t0
     wanted = [(f, v) for f in fams for v in gpu_variants(f)]
     names = ", ".join(f"{f.name}/{v.name}" for f, v in wanted)

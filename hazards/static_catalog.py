@@ -17,6 +17,7 @@ here, with their ids in `CATALOG_CHECKS`.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -25,7 +26,7 @@ from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.static import checks
 from hazards.static.checks import Check
 from hazards.static.findings import Finding, with_subject
-from hazards.static.runner import check_path
+from hazards.static.runner import StepObserver, Subject, path_subjects, run_subjects
 
 CANARY_BLIND = Check(
     "canary-blind", "error", "catalog",
@@ -54,9 +55,12 @@ class StaticFindings(list):
 
 def run_static_checks(paths: list[Path] | None = None, *, catalog: bool = True,
                       families: Iterable[str] | None = None, skip: Iterable[str] = (),
-                      expand=None) -> StaticFindings:
-    """Run every static check over the catalog (unless `catalog=False`) and over `paths`
-    (`expand`: the lint's macro expander for the sources among them).
+                      expand=None, builds: Iterable[Subject] = (), jobs: int | None = None,
+                      observer: StepObserver | None = None) -> StaticFindings:
+    """Run every static check over the catalog (unless `catalog=False`), over `paths`
+    (`expand`: the lint's macro expander for the sources among them) and `builds` (the
+    compiled mode's), up to `jobs` subjects at once (default: the machine's cores), telling
+    `observer` what is being judged (`hazards.static.runner.run_subjects`).
 
     Returns all findings; those with `.fails` (errors, warnings) mean the check failed. Bad
     paths and family names that match nothing raise `UserError`. A check that could not run
@@ -68,11 +72,10 @@ def run_static_checks(paths: list[Path] | None = None, *, catalog: bool = True,
     from hazards.engine import toolchain
 
     found = StaticFindings()
+    subjects = [*(_catalog_subjects(families) if catalog else ()), *path_subjects(paths or (), expand), *builds]
     with toolchain.skipping(skip):
-        for subject in (_catalog_subjects(families) if catalog else ()):
-            found.add(subject)
-        for path in paths or ():
-            found.add(check_path(Path(path), expand))
+        for findings in run_subjects(subjects, jobs=jobs, observer=observer):
+            found.add(findings)
     return found
 
 
@@ -106,25 +109,28 @@ def check_catalog(families: Iterable[str] | None = None) -> list[Finding]:
     """Compile and check every variant of every family that has a static check; an AMD
     family (its module lists `STATIC_ARCHS`) on each of those targets' listings, the
     subject of a target other than the first naming it (`earlyclobber/broken@gfx950`)."""
-    return [f for subject in _catalog_subjects(families) for f in subject]
+    return [f for findings in run_subjects(list(_catalog_subjects(families))) for f in findings]
 
 
-def _catalog_subjects(families: Iterable[str] | None) -> Iterator[list[Finding]]:
-    """The findings of each catalog variant (of a family claiming static detection without
-    a static check: its blind canaries), one list per variant and AMD target."""
+def _catalog_subjects(families: Iterable[str] | None) -> Iterator[Subject]:
+    """Each catalog variant on each AMD target as a subject to judge (of a family claiming
+    static detection without a static check: its blind canaries)."""
     for fam, mod, static_check in _static_modules(families):
         src = str(fam.source_path)
         claims = [v for v in fam.canaries if "static" in v.detected_by]
         if static_check is None:
             for v in claims:
-                yield [CANARY_BLIND.finding(
+                blind = [CANARY_BLIND.finding(
                     src, 0, f"{v.name} claims static detection but family {fam.name} "
                             f"defines no static_check", subject=f"{fam.name}/{v.name}")]
+                yield Subject(f"{fam.name}/{v.name}", lambda blind=blind: blind)
             continue
         archs = getattr(mod, "STATIC_ARCHS", (None,))
         for arch in archs:
             for v in fam.variants:
-                yield _check_variant(fam, mod, static_check, v, arch, primary=arch == archs[0])
+                primary = arch == archs[0]
+                yield Subject(f"{fam.name}/{v.name}" + ("" if primary else f"@{arch}"),
+                              functools.partial(_check_variant, fam, mod, static_check, v, arch, primary=primary))
 
 
 BLIND_SPOTS = (checks.TOOLCHAIN_MISSING.id, checks.CHECK_SKIPPED.id)  # checks that could not look

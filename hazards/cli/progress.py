@@ -15,6 +15,11 @@ a check) and what runs now on which GPU.
   and one at the end of each campaign, written as they are: never folded or cut at 80
   columns (or any width).
 - `interval_s` 0: no progress output at all.
+
+It also watches work that comes before any run (a `StepObserver` of
+`hazards.static.runner`): the static checks of `check --static` and `static`, compiled up to
+the machine's cores at once, show what is compiling, n of m subjects judged and the time
+left, in the same two forms.
 """
 from __future__ import annotations
 
@@ -84,6 +89,19 @@ class _Campaign:
         return [k for k, e in self.expect.items() if e is Expect.DETECT]
 
 
+@dataclasses.dataclass
+class _Steps:
+    """Where a phase of steps (the static checks' subjects) stands."""
+
+    what: str
+    total: int
+    workers: int
+    began: float
+    done: int = 0
+    now: list[str] = dataclasses.field(default_factory=list)  # in the order they started
+    ended: float | None = None
+
+
 class CampaignProgress:
     """Live progress of the campaigns run inside it (a `RunObserver`; a context manager).
 
@@ -102,6 +120,7 @@ class CampaignProgress:
         self.clock = clock
         self._mu = threading.RLock()
         self._campaign: _Campaign | None = None
+        self._steps: _Steps | None = None
         self._live: Any = None
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
@@ -136,8 +155,10 @@ class CampaignProgress:
     def _tick(self) -> None:
         while not self._stop.wait(self.interval_s):
             with self._mu:
-                c = self._campaign
-                if c is not None and c.status is None:
+                c, st = self._campaign, self._steps
+                if st is not None and st.ended is None:
+                    self._write(self._steps_line(st))
+                elif c is not None and c.status is None:
                     self._write(self.status_line())
 
     def _write(self, line: str) -> None:
@@ -195,6 +216,57 @@ class CampaignProgress:
                 c.now.pop(key)
             if self.enabled and not self.terminal:
                 self._write(self.status_line())
+
+    # -- the static phase (hazards.static.runner.StepObserver) -----------------------------------
+    def steps_begin(self, what: str, total: int, workers: int) -> None:
+        with self._mu:
+            self._steps = _Steps(what, total, workers, self.clock())
+            if self.enabled and not self.terminal:
+                self._write(f"hazards {what}: started: {total} to judge, {workers} at a time")
+
+    def step_started(self, label: str) -> None:
+        with self._mu:
+            if self._steps is not None:
+                self._steps.now.append(label)
+
+    def step_finished(self, label: str) -> None:
+        with self._mu:
+            st = self._steps
+            if st is not None:
+                st.done += 1
+                if label in st.now:
+                    st.now.remove(label)
+
+    def steps_end(self) -> None:
+        with self._mu:
+            st = self._steps
+            if st is None or st.ended is not None:
+                return
+            st.ended = self.clock()
+            if self.enabled and not self.terminal:
+                self._write(self._steps_line(st))
+            if self._live is not None:
+                self._live.console.print(self._render())  # the finished phase stays on screen
+            self._steps = None
+
+    def _steps_parts(self, st: _Steps) -> dict[str, str]:
+        elapsed = (st.ended if st.ended is not None else self.clock()) - st.began
+        out = {"n": f"{st.done}/{st.total} judged"}
+        if st.ended is not None:
+            out["left"] = f"done in {format_duration(elapsed)}"
+            return out
+        if st.done:
+            out["left"] = f"ETA {format_duration((st.total - st.done) * elapsed / st.done)}"
+        else:
+            out["left"] = f"ETA after the first one ({format_duration(elapsed)} so far)"
+        if st.now:
+            shown = st.now[:4] + ([f"{len(st.now) - 4} more"] if len(st.now) > 4 else [])
+            out["now"] = "compiling and checking " + ", ".join(shown)
+        return out
+
+    def _steps_line(self, st: _Steps) -> str:
+        p = self._steps_parts(st)
+        return f"hazards {st.what}: " + "; ".join([p.pop("n"), *p.values()])
 
     # -- what is shown -----------------------------------------------------------------------
     def _name(self, c: _Campaign) -> str:
@@ -270,6 +342,17 @@ class CampaignProgress:
         from rich.text import Text
 
         with self._mu:
+            st = self._steps
+            if st is not None:
+                p = self._steps_parts(st)
+                head = Table.grid(padding=(0, 1))
+                head.add_row(Text(f"hazards {st.what}", style="bold"),
+                             ProgressBar(total=max(st.total, 1), completed=st.done, width=20), Text(p.pop("n")),
+                             Text(p.pop("left"), style="bold" if st.ended is None else ""))
+                grid = Table.grid()
+                grid.add_row(head)
+                grid.add_row(Text(p.get("now", ""), overflow="fold"))
+                return grid
             c = self._campaign
             if c is None:
                 return Text("")

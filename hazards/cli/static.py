@@ -11,8 +11,8 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (ARCH_HELP, CompileCommandsOption, DefineOption, FamiliesOption,
-                                 IncludeOption, JsonOption, SkipOption, VerboseOption, build_flags, parse_skip,
-                                 print_findings, split_names)
+                                 IncludeOption, JsonOption, ProgressIntervalOption, SkipOption, VerboseOption,
+                                 build_flags, parse_skip, print_findings, progress_interval, split_names)
 
 _HELP = """Run every static check on the catalog's families and on the given paths.
 
@@ -21,7 +21,9 @@ be flagged, every fixed one clean. Paths: sources get the asm lint, `.s` the AMD
 `.sass`/`.cubin` the SASS checks, `.toml`/`.json` the barrier-layout checks. A check that
 cannot run because clang-19, nvcc or the disassembler is missing is reported by name with
 how to install it, never as passed; `--skip TOOL` says not to use that tool (what needs it
-is reported as skipped). `-v` also prints info findings.
+is reported as skipped). `-v` also prints info findings. Builds run in parallel, up to the
+machine's cores; progress (what is compiling, n of m, the time left) goes to stderr: a live
+display in a terminal, else one status line every `--progress-interval`.
 
 Exit status: 0 every check ran and passed; 1 an error or warning (with `--fail-on-perf` also a
 performance finding), or a canary nothing flagged; 2 bad input (a family name that matches
@@ -62,13 +64,16 @@ def static_command(
         show_default="from the source (HIP: gfx942, CUDA: sm_90a) or its compile command"),
     includes: IncludeOption = None,
     defines: DefineOption = None,
+    progress_every: ProgressIntervalOption = "30s",
 ) -> None:
-    from hazards.engine import toolchain
+    from hazards.cli.progress import CampaignProgress
     from hazards.static import compiled
+    from hazards.static.runner import Subject
     from hazards.static.userbuild import CompileDatabase, preprocessor_for
     from hazards.static_catalog import could_not_look, run_static_checks, static_exit_code
 
     _, tools = parse_skip(skip, parts=())
+    interval_s = progress_interval(progress_every)
     t0 = time.monotonic()
     flags = _flags_after_double_dash()
     paths = list(paths or [])[:len(paths or []) - len(flags)] if flags else list(paths or [])
@@ -79,11 +84,11 @@ def static_command(
         jobs = compiled.jobs_from_database(CompileDatabase.load(compile_commands), compile_files or (), archs)
     elif compile_files:
         jobs = compiled.jobs_for_files(compile_files, flags, archs)
-    findings = run_static_checks(paths, catalog=not (no_catalog or jobs), families=split_names(families) or None,
-                                 skip=tools, expand=preprocessor_for(flags, compile_commands))
-    with toolchain.skipping(tools):
-        for job in jobs:
-            findings.add(compiled.check_jobs([job]))
+    builds = [Subject(f"{job.source} for {job.arch}", lambda job=job: compiled.check_jobs([job])) for job in jobs]
+    with CampaignProgress(interval_s=interval_s) as progress:
+        findings = run_static_checks(paths, catalog=not (no_catalog or jobs), families=split_names(families) or None,
+                                     skip=tools, expand=preprocessor_for(flags, compile_commands), builds=builds,
+                                     observer=progress)
     print_findings(findings, as_json, verbose)
     if not (as_json or verbose):  # what each build covered, like the lint's summary (-v prints it above)
         for f in findings:

@@ -4,11 +4,20 @@ C/C++/CUDA/HIP sources get the inline-asm source lint; `.s` listings the AMDGCN 
 `.sass` listings and `.cubin` files the NVIDIA SASS checks; `.toml` / `.json` files (in a
 directory: `*.layout.toml` / `*.layout.json`) the barrier-layout check. The catalog's own
 families are checked by `hazards.static_catalog`, which builds on this module.
+
+`run_subjects` judges a list of subjects (a catalog variant on one target, a user's path, a
+compiled build) up to the machine's cores at a time: each subject's work is mostly a
+compiler or disassembler process, so threads overlap them. It tells a progress observer
+(`hazards.cli.progress.CampaignProgress`) what starts and ends, so the static phase shows
+what is compiling, n of m and the time left like the GPU phase does.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
+import os
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, Iterator, Protocol
 
 from hazards.static import asm_lint, checks
 from hazards.static.findings import Finding
@@ -16,6 +25,77 @@ from hazards.engine.errors import ToolchainMissing, UserError
 
 LISTING_SUFFIXES = {".s": "amdgcn", ".sass": "sass", ".cubin": "cubin"}
 LAYOUT_SUFFIXES = (".layout.toml", ".layout.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """One thing the static checks judge: `label` names it (what the progress shows as being
+    compiled), `check()` returns its findings."""
+
+    label: str
+    check: Callable[[], list[Finding]]
+
+
+class StepObserver(Protocol):
+    """Who watches a static phase (`hazards.cli.progress.CampaignProgress`)."""
+
+    def steps_begin(self, what: str, total: int, workers: int) -> None: ...
+    def step_started(self, label: str) -> None: ...
+    def step_finished(self, label: str) -> None: ...
+    def steps_end(self) -> None: ...
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def run_subjects(subjects: list[Subject], *, jobs: int | None = None, observer: StepObserver | None = None,
+                 what: str = "static checks") -> Iterator[list[Finding]]:
+    """Each subject's findings, in the subjects' order, up to `jobs` (default: the machine's
+    cores) judged at once. The first exception of a subject, in order, is raised once the
+    subjects already started have ended; the ones not started are not."""
+    workers = max(1, min(jobs or machine_cores(), len(subjects) or 1))
+    if observer is not None:
+        observer.steps_begin(what, len(subjects), workers)
+
+    def judged(subject: Subject) -> list[Finding]:
+        if observer is not None:
+            observer.step_started(subject.label)
+        try:
+            return subject.check()
+        finally:
+            if observer is not None:
+                observer.step_finished(subject.label)
+
+    try:
+        if workers == 1:
+            for subject in subjects:
+                yield judged(subject)
+            return
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hz-static")
+        try:
+            futures = [pool.submit(judged, subject) for subject in subjects]
+            for future in futures:
+                yield future.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        if observer is not None:
+            observer.steps_end()
+
+
+def path_subjects(paths: Iterable[Path], expand: asm_lint.Expander | None = None) -> list[Subject]:
+    """One subject per user path (a missing one is a UserError now, before anything runs)."""
+    out = []
+    for p in paths:
+        if not Path(p).exists():
+            raise UserError(f"no such file or directory: {p}")
+        out.append(Subject(str(p), lambda p=Path(p): check_path(p, expand)))
+    return out
 
 
 def check_paths(paths: Iterable[Path], expand: asm_lint.Expander | None = None) -> list[Finding]:

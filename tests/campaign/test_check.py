@@ -20,7 +20,7 @@ NO_STATIC = ([], "static checks stubbed out in this test")
 
 @pytest.fixture
 def no_static(monkeypatch):
-    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): NO_STATIC)
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(), observer=None: NO_STATIC)
 
 
 def _check(fams, store, **kw):
@@ -110,7 +110,7 @@ def test_cli_check_without_a_gpu_exits_3_unless_told_to_skip_it(monkeypatch, tmp
 
 def test_failing_static_findings_fail_the_check(monkeypatch, store):
     bad = Finding("asm-overlap", "error", "k.s", 12, "load 1's destination covers load 2's address")
-    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): ([bad], "1 finding(s), 1 failing"))
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(), observer=None: ([bad], "1 finding(s), 1 failing"))
     res = run_check(budget_s=10, catalog=[], static_only=True)
     assert res.exit_code == 1 and "static FAIL k.s:12: [asm-overlap]" in "\n".join(res.summary_lines())
 
@@ -179,7 +179,7 @@ def test_static_canaries_become_junit_cases(monkeypatch, tmp_path):
     seen = Finding("canary-detected", "info", "k.s", 3, "flagged as expected", subject="earlyclobber/broken")
     blind = Finding("canary-blind", "error", "k2.s", 0, "nothing fired: the check went blind",
                     subject="earlyclobber/broken_shared_base")
-    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): ([seen, blind], "2 finding(s)"))
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(), observer=None: ([seen, blind], "2 finding(s)"))
     res = run_check(budget_s=10, catalog=[], static_only=True)
     assert res.exit_code == 1
     text = write_junit(tmp_path / "s.xml", res.junit_suites()).read_text()

@@ -18,7 +18,7 @@ from hazards.engine.campaign import LeasedCampaign
 
 @pytest.fixture(autouse=True)
 def no_static(monkeypatch):
-    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): ([], "stubbed"))
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(), observer=None: ([], "stubbed"))
 
 
 def uneven_items(family, variants):

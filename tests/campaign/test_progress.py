@@ -146,7 +146,7 @@ def test_soak_shows_progress_in_a_ci_log_for_its_whole_budget(fake_gpus, tmp_pat
 def test_check_shows_canaries_detected_and_the_clean_rate(fake_gpus, tmp_path, capsys, monkeypatch):
     import hazards.families as families
 
-    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): ([], "stubbed"))
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(), observer=None: ([], "stubbed"))
     monkeypatch.setattr(families, "all_families", lambda: [make_family()])
     monkeypatch.setattr(checkrun, "default_items_for", fake_items_for)
     rc = main(["check", "--budget", "4s", "--store", str(tmp_path / "r.db"), "--families", "fakefam",

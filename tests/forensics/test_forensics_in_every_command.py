@@ -155,7 +155,7 @@ def test_check_reads_a_canary_hang_once_then_not_again_once_the_store_located_it
     from hazards.engine.loop import WorkItem
     from hazards.family import Family, StaticVerdict, Variant
 
-    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(): ([], "stubbed"))
+    monkeypatch.setattr(checkrun, "run_static", lambda paths, families=None, skip_tools=(), observer=None: ([], "stubbed"))
     fam = Family(name="fakefam", summary="a canary that hangs", strategy=lambda: None, binary="fakefam",
                  static_model=lambda p: StaticVerdict(p.get("variant") == "broken", "fake"),
                  variants=(Variant("fixed", "fixed", "the fix", params={}),

@@ -1,0 +1,91 @@
+"""Progress during static work: `hazards static` and `hazards check --static` show what is
+being compiled, n of m and the time left (as lines when stderr is not a terminal), and the
+subjects are judged in parallel up to the machine's cores, their findings kept in order."""
+from __future__ import annotations
+
+import io
+import threading
+import time
+
+import pytest
+
+from hazards import static_catalog
+from hazards.cli import main
+from hazards.cli.progress import CampaignProgress
+from hazards.engine.errors import UserError
+from hazards.static.findings import Finding
+from hazards.static.runner import Subject, machine_cores, run_subjects
+from static_helpers import DATA
+
+
+class Overlap:
+    """Subjects that take `seconds` each and record how many ran at once."""
+
+    def __init__(self, seconds: float = 0.3) -> None:
+        self.seconds, self.running, self.most, self.mu = seconds, 0, 0, threading.Lock()
+
+    def subject(self, label: str, *, fail: bool = False) -> Subject:
+        def check() -> list[Finding]:
+            with self.mu:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            time.sleep(self.seconds)
+            with self.mu:
+                self.running -= 1
+            if fail:
+                raise UserError(f"{label} cannot be judged")
+            return [Finding("demo", "info", label, 1, label)]
+        return Subject(label, check)
+
+
+def test_subjects_run_in_parallel_up_to_the_jobs_and_keep_their_order():
+    overlap = Overlap()
+    subjects = [overlap.subject(f"fam/v{i}") for i in range(6)]
+    t0 = time.monotonic()
+    found = list(run_subjects(subjects, jobs=3))
+    assert [f[0].path for f in found] == [s.label for s in subjects]
+    assert overlap.most == 3 and time.monotonic() - t0 < 6 * overlap.seconds
+    assert machine_cores() >= 1
+
+
+def test_the_first_failing_subject_in_order_is_raised_and_the_rest_not_started():
+    overlap = Overlap(0.05)
+    started = []
+    subjects = [overlap.subject("a"), overlap.subject("b", fail=True)] + [
+        Subject(f"late{i}", lambda i=i: started.append(i) or time.sleep(0.05) or []) for i in range(50)]
+    with pytest.raises(UserError, match="b cannot be judged"):
+        list(run_subjects(subjects, jobs=2))
+    assert len(started) < 10  # a build that cannot be judged stops the phase: no point building the rest
+
+
+def test_a_non_tty_static_phase_writes_begin_interval_and_end_lines():
+    stream = io.StringIO()  # not a terminal: lines, as a CI log gets them
+    overlap = Overlap(0.4)
+    with CampaignProgress(interval_s=0.3, stream=stream, terminal=False) as progress:
+        list(run_subjects([overlap.subject(f"fam/v{i}") for i in range(4)], jobs=2, observer=progress))
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "hazards static checks: started: 4 to judge, 2 at a time"
+    middle = [line for line in lines[1:-1] if "compiling and checking fam/v" in line]
+    assert middle and any(" judged; ETA " in line for line in middle), lines
+    assert lines[-1].startswith("hazards static checks: 4/4 judged; done in ")
+
+
+def test_hazards_static_shows_progress_lines_on_a_non_tty_stderr(capsys, tmp_path):
+    main(["static", "--no-catalog", str(DATA / "moe_barrier_before.toml"), str(DATA / "moe_barrier_after.toml"),
+          "--progress-interval", "5s"])
+    err = capsys.readouterr().err
+    assert "hazards static checks: started: 2 to judge" in err
+    assert "hazards static checks: 2/2 judged; done in " in err
+    assert main(["static", "--no-catalog", str(DATA / "moe_barrier_after.toml"), "--progress-interval", "0"]) == 0
+    assert "hazards static checks" not in capsys.readouterr().err
+
+
+def test_hazards_check_static_shows_the_catalog_being_compiled(capsys, monkeypatch, tmp_path):
+    overlap = Overlap(0.4)
+    monkeypatch.setattr(static_catalog, "_catalog_subjects",
+                        lambda families: iter([overlap.subject(f"fakefam/v{i}") for i in range(4)]))
+    main(["check", "--static", "--progress-interval", "0.3s", "--store", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert "hazards static checks: started: 4 to judge" in err
+    assert "compiling and checking fakefam/v" in err and "hazards static checks: 4/4 judged; done in" in err
+    assert overlap.most >= min(2, machine_cores())
