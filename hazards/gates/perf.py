@@ -1,14 +1,18 @@
 """The faithful per-task performance gate: is a candidate faster than the baseline, task by
 task, inside the real megakernel, without trading correctness?
 
-Both sides run on ONE exclusively leased GPU, interleaved (A B A B ..., each pair with
-the same input seed, so slow drift of clocks or temperature cancels within a pair),
+Both sides run on ONE exclusively leased GPU, interleaved in pairs with the same input
+seed (slow drift of clocks or temperature cancels within a pair), the order alternating
+(A B, B A, A B, ...: whatever running second costs or gains falls on both sides alike),
 `repeats` pairs per worker count. Every run must print FAITHFUL_RESULT lines (or, for a
 catalog megakernel, reply with them from a warm server). For each (worker count, task id,
 metric) the candidate/baseline ratio is the Hodges-Lehmann estimate of the paired log
-ratios with its exact Wilcoxon signed-rank interval (rank-based, distribution-free); the
-intervals are Bonferroni-adjusted over the judged (worker count, task) cells so the
-family-wise confidence is `conf`.
+ratios with its exact Wilcoxon signed-rank interval (rank-based, distribution-free). The
+intervals are Bonferroni-adjusted over every (worker count, task, metric) judged: a verdict
+is any interval that excludes 1, so all of them together hold at `conf` and an A/A gate
+says anything but no-change with probability at most 1 - `conf` (tests/gates/
+test_perf_multiplicity.py measures it; adjusting over the cells alone let three metrics
+each call a no-op slower).
 
 Verdict per judged task (slowCTA is the verdict metric; wall and sumCTA judge with it):
   * sloughing -- slowCTA significantly down AND sumCTA significantly up: the same work
@@ -282,7 +286,8 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
                 base_slow = sorted(p.baseline.rows[t]["slowCTA_us"] for p in ps)
                 if base_slow[len(base_slow) // 2] >= min_us:
                     judged_cells += 1
-    interval_conf = 1.0 - (1.0 - conf) / max(1, judged_cells)
+    judged_tests = judged_cells * len(METRICS)  # every interval a verdict may read
+    interval_conf = 1.0 - (1.0 - conf) / max(1, judged_tests)
     points = []
     for w in sorted(by_w):
         ps = by_w[w]
@@ -335,7 +340,7 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
         points.append(point)
     return {"verdict": worst([p["verdict"] for p in points]), "baseline": baseline_label,
             "candidate": candidate_label, "conf": conf, "interval_conf": interval_conf,
-            "min_effect": min_effect, "min_us": min_us, "points": points}
+            "judged_tests": judged_tests, "min_effect": min_effect, "min_us": min_us, "points": points}
 
 
 def check_repeats(first: Sample, tasks: Sequence[str] | None, points: int, repeats: int, conf: float,
@@ -344,27 +349,33 @@ def check_repeats(first: Sample, tasks: Sequence[str] | None, points: int, repea
     Bonferroni-adjusted level for the tasks the first baseline run shows (GateError)."""
     judged = [t for t, r in first.rows.items()
               if (not tasks or str(t) in tasks or str(r.get("task")) in tasks) and r["slowCTA_us"] >= min_us]
-    level = 1.0 - (1.0 - conf) / max(1, points * len(judged))
+    level = 1.0 - (1.0 - conf) / max(1, points * len(judged) * len(METRICS))
     need = min_pairs(level)
     if repeats < need:
         raise GateError(f"--repeats {repeats} cannot give an interval at {level:.4g} ({conf:g} family-wise over "
-                        f"{points} worker counts x {len(judged)} tasks): use --repeats {need} or more")
+                        f"{points} worker counts x {len(judged)} tasks x {len(METRICS)} metrics): "
+                        f"use --repeats {need} or more")
 
 
 def sample_pairs(baseline: Side, candidates: Sequence[Side], workers: Sequence[int], repeats: int,
                  progress: Callable[[str], None] | None = None,
                  check: Callable[[Sample], None] | None = None) -> dict[str, list[Pair]]:
-    """Run the interleaved schedule: per worker count, per repeat, per candidate: A then B.
-    `check(first baseline sample)` runs once, before anything else is sampled."""
+    """Run the interleaved schedule: per worker count, per repeat, per candidate, a pair
+    in the order `baseline_first(i)` says (A B, B A, ...). `check(first baseline sample)`
+    runs once, as soon as there is one, before the run it is paired with."""
     out: dict[str, list[Pair]] = {c.label: [] for c in candidates}
     for w in workers:
         for i in range(repeats):
             for c in candidates:
-                a = baseline.sample(w, i)
-                if check is not None and a.ok and a.rows:
-                    check(a)
-                    check = None
-                b = c.sample(w, i)
+                if baseline_first(i):
+                    a = baseline.sample(w, i)
+                    if check is not None and a.ok and a.rows:
+                        check(a)
+                        check = None
+                    b = c.sample(w, i)
+                else:
+                    b = c.sample(w, i)
+                    a = baseline.sample(w, i)
                 for side, s in (("baseline", a), ("candidate", b)):
                     if s.outcome == Outcome.ERROR.value:  # the check itself failed: nothing to judge
                         raise GateError(f"the {side} run at {w} workers (seed {i}) could not be judged: {s.reason}")
@@ -377,6 +388,13 @@ def sample_pairs(baseline: Side, candidates: Sequence[Side], workers: Sequence[i
                 if not a.ok:
                     raise GateError(f"the baseline failed its own check at {w} workers (seed {i}): {a.reason}")
     return out
+
+
+def baseline_first(pair: int) -> bool:
+    """Whether the baseline runs first in pair `pair` of a worker count: even pairs A B, odd
+    pairs B A. With one fixed order, anything the second run of a pair gains or loses (a
+    warmer cache, a clock step after the first) reads as the candidate's effect."""
+    return pair % 2 == 0
 
 
 @contextlib.contextmanager
@@ -462,7 +480,8 @@ def format_report(result: dict[str, Any]) -> str:
     for r in result.get("candidates", [result]):
         lines.append(f"{r['candidate']} vs {r['baseline']}: {r['verdict'].upper()}  "
                      f"({r['repeats']} pairs per point, intervals at {r['interval_conf']:.4g} "
-                     f"for {r['conf']:g} family-wise, min effect {r['min_effect']:g})")
+                     f"for {r['conf']:g} family-wise over {r['judged_tests']} (workers, task, metric), "
+                     f"min effect {r['min_effect']:g})")
         for p in r["points"]:
             cos = p["cos"]
             cos_txt = (f"cos base {cos['baseline']:.5f} cand {cos['candidate']:.5f}"

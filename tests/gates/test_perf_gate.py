@@ -1,6 +1,6 @@
 """`hazards gate perf` on fake commands emitting FAITHFUL_RESULT lines: every verdict
 (faster, no-change, slower, sloughing, incorrect), the JSON object, the exit codes, the
-exclusive lease, the ABAB order and the worker sweep."""
+exclusive lease, the alternating pair order (A B, B A) and the worker sweep."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ FAKE = f"{sys.executable} {REPO / 'tests' / 'gates' / 'fake_faithful.py'}"
 BASE = f"{FAKE} --role a --slow 100 --wall 300 --sum 5000"
 
 
-def gate(*candidates: str, workers: str = "64", repeats: int = 7, extra: tuple[str, ...] = (),
+def gate(*candidates: str, workers: str = "64", repeats: int = 8, extra: tuple[str, ...] = (),
          baseline: str = BASE) -> tuple[int, dict, str]:
     args = [sys.executable, "-m", "hazards", "gate", "perf", "--baseline", baseline, "--workers", workers,
             "--repeats", str(repeats), "--json", *extra]
@@ -66,7 +66,7 @@ def test_a_crashing_candidate_is_incorrect():
 
 def test_the_verdict_follows_the_worker_count_and_the_worst_point_wins():
     rc, out, _ = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000 --faster-above 64", workers="8,128",
-                      repeats=8)
+                      repeats=9)
     assert rc == 1 and out["verdict"] == "slower"
     assert [(p["workers"], p["verdict"]) for p in out["points"]] == [(8, "slower"), (128, "faster")]
 
@@ -96,9 +96,10 @@ def test_baseline_and_candidate_alternate_with_the_same_seed(tmp_path):
     wrapper.write_text("#!/bin/sh\nrole=$1; shift\necho \"$role$HZ_GATE_SEED\" >> " + str(log) + "\nexec \"$@\"\n")
     wrapper.chmod(0o755)
     rc, out, err = gate(f"{wrapper} B {FAKE} --role b --slow 100 --wall 300 --sum 5000",
-                        baseline=f"{wrapper} A {BASE}", repeats=7)
+                        baseline=f"{wrapper} A {BASE}", repeats=8)
     assert rc == 0, err
-    assert log.read_text().split() == [f"{side}{i}" for i in range(7) for side in "AB"]
+    # A B, then B A: running second in a pair must not read as the candidate's effect
+    assert log.read_text().split() == [f"{side}{i}" for i in range(8) for side in ("AB" if i % 2 == 0 else "BA")]
 
 
 def test_a_failing_baseline_or_a_malformed_line_stops_the_gate_with_exit_2():
@@ -181,5 +182,6 @@ def test_a_gate_that_can_judge_nothing_is_an_error_not_a_pass():
 
 
 def test_too_few_repeats_for_an_interval_is_an_error_before_the_long_run():
-    rc, _, err = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000", workers="8,64,128", repeats=7)
-    assert rc == 2 and "use --repeats 8 or more" in err, err
+    rc, _, err = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000", workers="8,64,128", repeats=9)
+    # 3 worker counts x 2 judged tasks x 3 metrics: 18 intervals at 1 - 0.05/18 need 10 pairs
+    assert rc == 2 and "use --repeats 10 or more" in err and "x 3 metrics" in err, err

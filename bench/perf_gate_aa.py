@@ -1,0 +1,112 @@
+"""A/A gates of `hazards gate perf` on the layered megakernel (issue 24 item 3): how often
+does the gate call a candidate that is the baseline again anything but no-change?
+
+    python3 bench/perf_gate_aa.py --budget-s 200 --out DIR [--max-gates 60]
+
+Gates run one after another, alternating the issue's two A/A comparisons, each at
+`--workers 132 --repeats 10` (the issue's command) and the gate's defaults otherwise:
+  noop: --baseline megakernel_layers:production --candidate megakernel_layers:noop
+  self: --baseline megakernel_layers:production --candidate megakernel_layers:production
+through `hazards.gates.perf.run_gate`, what `hazards gate perf` calls (each gate takes its
+own exclusive lease and starts its own warm server). A gate starts only while the budget
+leaves 1.5x the slowest gate so far. Per gate one JSON line in DIR/gates.jsonl: the kind,
+seconds, the verdict and each task's, the verdict of the rule before the fix on the same
+pairs (intervals adjusted over the (worker count, task) cells only, which is `evaluate` at
+conf 1 - 3 x (1 - conf)), and the raw pairs (which side ran first, every task's metrics).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hazards.gates import perf  # noqa: E402
+
+KINDS = {"noop": ("megakernel_layers:production", "megakernel_layers:noop"),
+         "self": ("megakernel_layers:production", "megakernel_layers:production")}
+WORKERS, REPEATS = [132], 10
+
+
+def cells_only_verdict(baseline: str, candidate: str, pairs: list[perf.Pair]) -> str:
+    """The verdict under the rule before issue 24 item 3 (intervals at 1 - (1 - conf)/cells)."""
+    old_conf = 1.0 - len(perf.METRICS) * (1.0 - perf.DEFAULT_CONF)
+    return perf.evaluate(baseline, candidate, pairs, conf=old_conf)["verdict"]
+
+
+def raw_pairs(pairs: list[perf.Pair]) -> list[dict[str, Any]]:
+    def side(s: perf.Sample) -> dict[str, Any]:
+        return {"ok": s.ok, "cos": s.cos,
+                "tasks": {str(r.get("task", t)): [r[f"{m}_us"] for m in perf.METRICS] for t, r in s.rows.items()}}
+    return [{"workers": p.workers, "seed": p.seed, "baseline_first": perf.baseline_first(p.seed),
+             "baseline": side(p.baseline), "candidate": side(p.candidate)} for p in pairs]
+
+
+def one_gate(kind: str) -> dict[str, Any]:
+    baseline, candidate = KINDS[kind]
+    seen: list[list[perf.Pair]] = []
+    evaluate = perf.evaluate
+
+    def keep_pairs(b: str, c: str, pairs: Any, **kw: Any) -> dict[str, Any]:
+        seen.append(list(pairs))
+        return evaluate(b, c, pairs, **kw)
+
+    perf.evaluate = keep_pairs
+    t0 = time.monotonic()
+    try:
+        res = perf.run_gate(baseline, [candidate], workers=WORKERS, repeats=REPEATS, wait_s=60.0)
+    except Exception as exc:  # noqa: BLE001 - a gate that could not judge is a line, not the end
+        return {"kind": kind, "seconds": time.monotonic() - t0, "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        perf.evaluate = evaluate
+    [point] = res["points"]
+    return {"kind": kind, "seconds": time.monotonic() - t0, "verdict": res["verdict"],
+            "cells_only_verdict": cells_only_verdict(baseline, candidate, seen[0]),
+            "interval_conf": res["interval_conf"], "judged_tests": res["judged_tests"],
+            "tasks": point.get("tasks", {}),
+            "slowCTA": {t: e["slowCTA"] for t, e in point.get("ratios", {}).items()},
+            "pairs": raw_pairs(seen[0])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget-s", type=float, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--max-gates", type=int, default=60)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0, slowest, failures_in_a_row = time.monotonic(), 0.0, 0
+    done: list[dict[str, Any]] = []
+    with (args.out / "gates.jsonl").open("w") as out:
+        while len(done) < args.max_gates and time.monotonic() - t0 + 1.5 * slowest < args.budget_s:
+            kind = list(KINDS)[len(done) % len(KINDS)]
+            g = one_gate(kind)
+            slowest = max(slowest, g["seconds"])
+            out.write(json.dumps(g) + "\n")
+            out.flush()
+            done.append(g)
+            print(f"gate {len(done)} {kind}: {g.get('verdict', g.get('error'))} "
+                  f"(rule before the fix: {g.get('cells_only_verdict', '-')}) in {g['seconds']:.1f} s", flush=True)
+            failures_in_a_row = failures_in_a_row + 1 if "error" in g else 0
+            if failures_in_a_row >= 2:
+                print("two gates in a row could not judge: stopping", flush=True)
+                break
+    judged = [g for g in done if "verdict" in g]
+    print(f"completed {len(done)} gates ({len(judged)} judged) in {time.monotonic() - t0:.0f} s")
+    for kind in KINDS:
+        gs = [g for g in judged if g["kind"] == kind]
+        for rule in ("verdict", "cells_only_verdict"):
+            counts: dict[str, int] = {}
+            for g in gs:
+                counts[g[rule]] = counts.get(g[rule], 0) + 1
+            false = sum(n for v, n in counts.items() if v != "no-change")
+            print(f"  {kind:<4} {rule:<18} {false} of {len(gs)} not no-change  {counts}")
+    return 0 if judged else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
