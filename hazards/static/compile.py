@@ -147,12 +147,14 @@ def compile_ptx(source: Path, *, arch: str = toolchain.SM90A,
 
 
 def disassemble(cubin: Path) -> Build:
-    """SASS text of a cubin (nvdisasm -c -g, with line info where the cubin has it;
+    """SASS text of a cubin (nvdisasm -c -gi, with line info and inlining where the cubin has it;
     cuobjdump -sass when nvdisasm is absent). The listing is kept in the build cache under
     a name keyed by the cubin's bytes: never written next to the cubin (a user's file of
     that name is never overwritten) and never stale."""
     try:
-        tool, args = toolchain.find_tool("nvdisasm", needed_for="for the SASS checks"), ["-c", "-g"]
+        # -gi: line info with the inlining chain (compiled mode reports code of an inline
+        # helper at each call site)
+        tool, args = toolchain.find_tool("nvdisasm", needed_for="for the SASS checks"), ["-c", "-gi"]
     except ToolchainMissing as missing:
         if missing.skipped:  # --skip nvdisasm skips the SASS checks, not just one disassembler
             raise
@@ -165,7 +167,7 @@ def disassemble(cubin: Path) -> Build:
         digest = hashlib.sha256(cubin.read_bytes()).hexdigest()[:16]
     except OSError as e:
         raise UserError(f"cannot read {cubin}: {e.strerror or e}") from None
-    listing = toolchain.cache_dir("static") / f"{cubin.stem}-{digest}-{Path(tool).name}.sass"
+    listing = toolchain.cache_dir("static") / f"{cubin.stem}-{digest}-{Path(tool).name}{''.join(args)}.sass"
     cmd = (tool, *args, str(cubin))
 
     def disassemble_to(tmp: Path) -> None:

@@ -169,7 +169,7 @@ def _coverage(job: CompileJob, functions: list[cscan.DeviceFunction], funcs_out:
     return cov
 
 
-def _covered_lines(locations: list[tuple[str, int] | None], source: Path) -> set[int]:
+def _covered_lines(locations: list[tuple | None], source: Path) -> set[int]:
     """The lines of `source` some output line came from (line tables)."""
     names: dict[str, bool] = {}
     out = set()
@@ -183,7 +183,7 @@ def _covered_lines(locations: list[tuple[str, int] | None], source: Path) -> set
             except OSError:
                 same = names[loc[0]] = False
         if same:
-            out.add(loc[1])
+            out.update(loc[1:])  # the line, and the inlined helper's line where there is one
     return out
 
 
@@ -294,7 +294,7 @@ def _headers_key(job: CompileJob) -> str:
 
 _LOC_RE = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
 _FILE_RE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"(?:\s+"([^"]*)")?')
-_SASS_LOC_RE = re.compile(r'^\s*//## File "([^"]*)", line (\d+)')
+_SASS_LOC_RE = re.compile(r'^\s*//## File "([^"]*)", line (\d+)(?: inlined at "([^"]*)", line (\d+))?')
 
 
 def _amd_locations(listing: str) -> list[tuple[str, int] | None]:
@@ -316,16 +316,26 @@ def _amd_locations(listing: str) -> list[tuple[str, int] | None]:
     return out
 
 
-def _sass_locations(listing: str) -> list[tuple[str, int] | None]:
-    """For each SASS line, the source line nvdisasm's line info gives it."""
-    cur: tuple[str, int] | None = None
-    out: list[tuple[str, int] | None] = []
+def _sass_locations(listing: str) -> list[tuple | None]:
+    """For each SASS line, the source line nvdisasm's line info (`-gi`) gives it: code
+    inlined from a helper is placed at the call site, `(file, line, helper line)`, so a
+    helper called from many places is reported once per call, not once at its own line."""
+    cur: tuple | None = None
+    inner: tuple[str, int] | None = None  # the helper line of the latest "inlined at" marker
+    out: list[tuple | None] = []
     for raw in listing.split("\n"):
         m = _SASS_LOC_RE.match(raw)
-        if m:
-            cur = (m.group(1), int(m.group(2)))
+        if m and m.group(3):
+            inner = (m.group(1), int(m.group(2)))
+            cur = (m.group(3), int(m.group(4)), inner[1]) if inner[0] == m.group(3) else (m.group(3), int(m.group(4)))
+        elif m:
+            here = (m.group(1), int(m.group(2)))
+            # nvdisasm repeats the call site after an "inlined at" marker: keep the helper line
+            cur = cur if cur is not None and inner is not None and cur[:2] == here else here
+            if cur is here:
+                inner = None
         elif raw.startswith("//---"):
-            cur = None
+            cur, inner = None, None
         out.append(cur)
     return out
 
@@ -333,15 +343,16 @@ def _sass_locations(listing: str) -> list[tuple[str, int] | None]:
 def at_source(found: list[Finding], listing: str, listing_path: str, locations) -> list[Finding]:
     """Findings on listing lines re-pointed at the source line the code came from (the
     listing line is kept in the message)."""
-    where = locations(listing)
+    where = locations(listing)  # (file, line) or (file, line, the inlined helper's line)
     out = []
     for f in found:
         loc = where[f.line - 1] if f.path == listing_path and 0 < f.line <= len(where) else None
         if loc is None:
             out.append(f)
             continue
+        via = f", inlined from line {loc[2]}" if len(loc) > 2 else ""
         out.append(dataclasses.replace(f, path=loc[0], line=loc[1],
-                                       message=f"{f.message} [listing {listing_path}:{f.line}]"))
+                                       message=f"{f.message} [listing {listing_path}:{f.line}{via}]"))
     return out
 
 

@@ -84,12 +84,14 @@ class SassInstr:
 
     @property
     def is_weak_global_load(self) -> bool:
-        """A weak load of global memory through L1 that a stale line could answer: `LDG`
-        (a generic `LD` may address shared memory, which has no stale lines), not
-        `.STRONG`, not L1::no_allocate (`.NA`), and not a non-coherent `ld.global.nc` /
-        `__ldg` (`.CONSTANT`: the programmer's promise that the data do not change while
-        the kernel runs, so not data a flag publishes)."""
-        return (self.base == "LDG"
+        """A weak load that may read global memory through L1, where a stale line could
+        answer: `LDG`, and a generic `LD` (a pointer the compiler could not place - one
+        taken from a peer table, kept in shared memory, passed to a non-inlined function -
+        is the usual multi-GPU exchange shape; it reads global memory unless the pointer is
+        in fact a shared one), not `.STRONG`, not L1::no_allocate (`.NA`), and not a
+        non-coherent `ld.global.nc` / `__ldg` (`.CONSTANT`: the programmer's promise that
+        the data do not change while the kernel runs, so not data a flag publishes)."""
+        return (self.base in ("LDG", "LD")
                 and not any(m in self.opcode for m in (".STRONG", ".NA", ".CONSTANT")))
 
     @property

@@ -295,3 +295,55 @@ def test_a_relative_include_of_a_compile_command_resolves_against_its_directory(
     assert static.returncode == 1 and "[asm-overlap]" in static.stdout, static.stdout + static.stderr
     lint = hazards("lint", "--compile-commands", str(db), str(proj / "k.hip"), cwd=elsewhere)
     assert lint.returncode == 1 and "[early-clobber]" in lint.stdout, lint.stdout + lint.stderr
+
+
+# ---- NVIDIA poll checks: generic loads, inline helpers (issue 26 items 5, 6) -----------------
+
+PEER_EXCHANGE = '''struct Peers { int* buf[8]; };
+__global__ void exch(Peers peers, volatile int* flag, int* out, int rank) {
+  __shared__ int* s_ptr;
+  if (threadIdx.x == 0) s_ptr = peers.buf[rank ^ 1];  // a peer's buffer, from the peer table
+  __syncthreads();
+  while (*flag == 0) {}                                // ld.volatile poll: no acquire
+  {FENCE}
+  const int* peer = s_ptr;                              // a pointer the compiler cannot place:
+  out[threadIdx.x] = peer[threadIdx.x];                 // a generic LD, not an LDG
+}
+'''
+
+
+@requires_sass
+@pytest.mark.parametrize("fence,flagged", [("", True), ("__threadfence();", False)])
+def test_a_generic_load_through_a_peer_pointer_after_a_volatile_poll_is_judged_like_a_global_one(
+        tmp_path, fence, flagged):
+    found = check(tmp_path, PEER_EXCHANGE.replace("{FENCE}", fence), "p.cu")
+    got = [(f.check, f.line) for f in found]
+    assert got == ([("poll-no-acquire", 9)] if flagged else [])
+    if flagged:
+        assert "`LD.E`" in found[0].message  # the generic load, where only LDG was judged before
+
+
+HELPER_POLLS = '''__device__ __forceinline__ void wait_flag(volatile int* f, int v) { while (*f != v) {} }
+__global__ void exch(volatile int* flag, int* out, const int* data) {
+  wait_flag(flag, 1);
+  out[0] = data[0];
+  wait_flag(flag + 1, 2);
+  __threadfence();
+  out[1] = data[1];
+  wait_flag(flag + 2, 3);
+  out[2] = data[2];
+}
+'''
+
+
+@requires_sass
+def test_polls_reached_through_an_inline_helper_are_reported_at_each_call_site(tmp_path):
+    src = tmp_path / "h.cu"
+    src.write_text(HELPER_POLLS)
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["sm_90a"]))
+    polls = sorted((f.check, f.line) for f in found if f.check in ("poll-no-acquire", "sync-scope"))
+    # the data reads after the first and third call fail; the second call's poll is acquired
+    assert polls == [("poll-no-acquire", 4), ("poll-no-acquire", 9), ("sync-scope", 5)]
+    assert "inlined from line 1" in next(f.message for f in found if f.check == "sync-scope")
+    assert "and 2 more at this line" not in " ".join(f.message for f in found)
+    assert "3 poll(s) checked" in _coverage(found) and "not analysed" not in _coverage(found)
