@@ -75,8 +75,11 @@ class Heartbeat {
       return;
     bool pending = false;
     long beats = 0;
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(interval_ms_), [this] { return stop_; })) {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);  // held only while waiting, never in a CUDA call
+        if (cv_.wait_for(lock, std::chrono::milliseconds(interval_ms_), [this] { return stop_; })) break;
+      }
       if (pending) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaErrorNotReady) continue;
@@ -90,7 +93,6 @@ class Heartbeat {
       if (cudaEventRecord(ev, stream_) != cudaSuccess) break;
       pending = true;
     }
-    lock.unlock();
     cudaEventDestroy(ev);
   }
 

@@ -54,3 +54,25 @@ def test_seeded_deadlocks_hang_and_are_named(binary: Path, tmp_path: Path, varia
     assert tw["when"] == "hang" and tw["verdict"] == "producer_never_arrived", tw
     for text in must_name:
         assert text in tw["sentence"], tw["sentence"]
+
+
+@pytest.mark.parametrize("variant", ["broken_grid", "broken_chunk"])
+def test_a_seeded_deadlock_is_a_stall_within_the_window_on_the_family_server(binary: Path, variant: str) -> None:
+    from hazards.engine.targets import ServerTarget
+
+    with ServerTarget([str(binary), "--serve"], grace_s=0.5) as target:
+        clean = target.run({"variant": "fixed_grid"}, timeout=60, launches=200, stall=1.0)
+        assert clean.outcome is Outcome.CLEAN and clean.evidence["progress"]["events"] >= 1, clean.reason
+        r = target.run({"variant": variant}, timeout=60, launches=1, stall=1.0)
+    # the harness's heartbeat said the request started, then stopped with the hung kernel
+    assert r.outcome is Outcome.HANG and r.error_kind == "stall", r.reason
+    assert r.reason.startswith("no progress for 1.0 s (last: "), r.reason
+    assert r.duration_s < 1.0 + 1.0
+
+
+def test_a_seeded_deadlock_under_once_is_a_stall_through_its_progress_lines(binary: Path, tmp_path: Path) -> None:
+    with TripwireFile() as tw:
+        target = TripwireTarget(CommandTarget([str(binary), "--once"], env=tw.env()), tw, names=NAMES)
+        r = target.run({"variant": "broken_grid", "launches": 1}, timeout=60, stall=1.0, artifact_dir=tmp_path)
+    assert r.outcome is Outcome.HANG and r.error_kind == "stall", r.reason
+    assert r.duration_s < 1.0 + 1.0 + 2.0  # the process's CUDA start-up comes before its first beat

@@ -1,0 +1,240 @@
+"""Stall detection on a GPU: the measurements of docs/results/hangs-h200.md (ci/gpu/stall-h200.sh).
+
+    python3 ci/gpu/stall_measure.py verdicts   OUT_DIR SECONDS   # time to a hang verdict, per hang canary
+    python3 ci/gpu/stall_measure.py falsestall OUT_DIR SECONDS   # clean runs under GPU contention + CPU load
+
+`verdicts`: every stress canary of `deadlock` and `megakernel_layers` on its family server
+(the check's own work item), with the family's stall window (`after`) and, for the first hang
+canary of each family, with stall detection off (`before`: the timeout alone). One line per
+run in verdicts.jsonl: variant, mode, outcome, error kind, the run's duration (start of the
+request to the verdict; the on-hang collectors are not registered here) and the wall time of
+the whole run() call (the kill and the respawn included).
+
+`falsestall`: while a second process keeps the GPU busy (torch matmuls back to back) and one
+busy-looping process per CPU core loads the host, every clean variant of every runtime
+family, and the ragged-decode megakernel's check server, runs requests with the family
+window until 20,000 launches or its share of SECONDS. One line per item in falsestall.jsonl
+(launches, requests, outcomes, stall verdicts, largest gap, the merged gap histogram);
+gaps.json holds the histograms; the summary prints the gap distribution over all items.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hazards.engine.progress import bucket_upper_s
+from hazards.engine.stall import FAMILY_STALL_S, quantile_upper
+from hazards.engine.targets import ServerTarget
+from hazards.families import all_families
+from hazards.stress_family import family_binary
+
+HANG_FAMILIES = ("deadlock", "megakernel_layers")
+LAUNCH_GOAL = 20_000
+HAMMER = """
+import time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+print("hammer ready", flush=True)
+n = 0
+while True:
+    for _ in range(20):
+        a = (a @ b).clamp_(-1, 1)
+    torch.cuda.synchronize()
+    n += 20
+"""
+
+
+def out(path: Path, row: dict) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row), flush=True)
+
+
+def server_for(fam):
+    return ServerTarget([str(family_binary(fam).resolve()), "--serve"], name=fam.name, grace_s=0.5)
+
+
+def verdicts(dest: Path, seconds: float) -> None:
+    t_end = time.monotonic() + seconds
+    rows = dest / "verdicts.jsonl"
+    fams = {f.name: f for f in all_families()}
+    for name in HANG_FAMILIES:
+        fam = fams[name]
+        canaries = [v for v in fam.variants if v.role == "broken" and "stress" in v.detected_by]
+        before_done = False
+        with server_for(fam) as target:
+            for v in canaries:
+                hangs = 0
+                runs = 0
+                while hangs < 2 and runs < 40 and time.monotonic() < t_end:
+                    t0 = time.monotonic()
+                    r = target.run({"variant": v.name}, timeout=fam.timeout_s, launches=fam.default_launches,
+                                   stall=FAMILY_STALL_S)
+                    runs += 1
+                    out(rows, {"family": name, "variant": v.name, "mode": "after", "stall_s": FAMILY_STALL_S,
+                               "timeout_s": fam.timeout_s, "outcome": r.outcome.value, "error_kind": r.error_kind,
+                               "duration_s": round(r.duration_s, 3), "wall_s": round(time.monotonic() - t0, 3),
+                               "reason": r.reason[:300], "progress": (r.evidence or {}).get("progress")})
+                    if r.outcome.value != "hang":
+                        if r.outcome.value == "mismatch" and runs >= 3:
+                            break  # a mismatch canary, not a hang one
+                        continue
+                    hangs += 1
+                    if not before_done and time.monotonic() + fam.timeout_s + 5 < t_end:
+                        before_done = True
+                        t0 = time.monotonic()
+                        r = target.run({"variant": v.name}, timeout=fam.timeout_s, launches=fam.default_launches)
+                        out(rows, {"family": name, "variant": v.name, "mode": "before", "stall_s": None,
+                                   "timeout_s": fam.timeout_s, "outcome": r.outcome.value,
+                                   "error_kind": r.error_kind, "duration_s": round(r.duration_s, 3),
+                                   "wall_s": round(time.monotonic() - t0, 3), "reason": r.reason[:300]})
+
+
+def merge(into: dict, gaps: dict) -> None:
+    for k, n in (gaps or {}).items():
+        into[k] = into.get(k, 0) + n
+
+
+def falsestall(dest: Path, seconds: float) -> None:
+    rows = dest / "falsestall.jsonl"
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 4)]
+    hammer = subprocess.Popen([sys.executable, "-c", HAMMER], stdout=subprocess.PIPE, text=True)
+    try:
+        ready = hammer.stdout.readline().strip()
+        print(f"contention: {ready or 'hammer did not start'}; CPU load: {len(load)} busy processes", flush=True)
+        items = []
+        for fam in all_families():
+            if fam.binary and "cuda" in fam.platforms:
+                items += [(fam, v.name) for v in fam.variants if v.role != "broken"]
+        # the slow ones last: each item gets an even share of what is left, so they inherit
+        # what the fast ones did not need to reach LAUNCH_GOAL
+        items.sort(key=lambda fv: fv[0] is not None and fv[0].name == "megakernel_layers")
+        items.append((None, "ragged_decode"))
+        t_end = time.monotonic() + seconds
+        all_gaps: dict = {}
+        targets: dict = {}
+        for i, (fam, variant) in enumerate(items):
+            share = (t_end - time.monotonic()) / (len(items) - i)
+            item_end = time.monotonic() + max(1.0, share)
+            name = fam.name if fam else "ragged_decode"
+            if name not in targets:
+                for t in targets.values():
+                    t.close()
+                targets.clear()
+                if fam is None:
+                    targets[name] = ServerTarget([sys.executable, "-m", "hazards.ragged_decode.check", "--serve"],
+                                                 name=name, grace_s=0.5, handshake_timeout_s=120)
+                else:
+                    targets[name] = server_for(fam)
+            target = targets[name]
+            params = {} if fam is None else {"variant": variant}
+            per_request = 8 if fam is None else max(fam.default_launches, 200)
+            timeout = 120.0 if fam is None else max(fam.timeout_s, 30.0)
+            launches = requests = stalls = 0
+            outcomes: dict = {}
+            gaps: dict = {}
+            max_gap = 0.0
+            reasons = []
+            t0 = time.monotonic()
+            while launches < LAUNCH_GOAL and time.monotonic() < item_end:
+                r = target.run(params, timeout=timeout, launches=per_request, stall=FAMILY_STALL_S)
+                requests += 1
+                outcomes[r.outcome.value] = outcomes.get(r.outcome.value, 0) + 1
+                if r.error_kind == "stall":
+                    stalls += 1
+                if r.outcome.value != "clean" and len(reasons) < 3:
+                    reasons.append(r.reason[:300])
+                launches += int((r.metrics or {}).get("launches") or 0)
+                prog = (r.evidence or {}).get("progress") or {}
+                merge(gaps, prog.get("gaps"))
+                max_gap = max(max_gap, float(prog.get("max_gap_s") or 0.0))
+            merge(all_gaps, gaps)
+            out(rows, {"item": f"{name}/{variant}", "launches": launches, "requests": requests,
+                       "launches_per_request": per_request, "seconds": round(time.monotonic() - t0, 1),
+                       "outcomes": outcomes, "stall_verdicts": stalls, "stall_s": FAMILY_STALL_S,
+                       "max_gap_s": round(max_gap, 4), "p999_gap_upper_s": quantile_upper(gaps),
+                       "gaps": gaps, "non_clean_reasons": reasons})
+        for t in targets.values():
+            t.close()
+        (dest / "gaps.json").write_text(json.dumps(all_gaps, indent=1))
+        total = sum(all_gaps.values())
+        print(f"\ngap distribution over all items ({total} gaps between progress events, clean runs "
+              f"under contention + load):")
+        seen = 0
+        for k in sorted(all_gaps, key=int):
+            seen += all_gaps[k]
+            print(f"  <= {bucket_upper_s(int(k)) * 1e3:9.1f} ms: {all_gaps[k]:8d}  (cumulative {seen / total:.6f})")
+        for q in (0.5, 0.99, 0.999, 0.9999, 1.0):
+            print(f"  quantile {q}: <= {quantile_upper(all_gaps, q)} s")
+    finally:
+        hammer.kill()
+        for p in load:
+            p.kill()
+        for p in load + [hammer]:
+            p.wait()
+
+
+def check_summary(dest: Path, db: str) -> None:
+    """From `hazards check`'s store: when each canary was first seen failing (seconds from
+    the campaign's start), each hang's duration and kind, the clean items' per-launch
+    bounds, and the gap distribution of the clean runs (no contention)."""
+    from hazards.engine.stats import upper_bound
+    from hazards.engine.store import Store
+
+    with Store(Path(db), read_only=True) as store:
+        camp = store.campaigns("check")[-1]
+        runs = store.runs(camp.id)
+    t0 = camp.created
+    first: dict = {}
+    hangs = []
+    clean: dict = {}
+    gaps: dict = {}
+    for sr in runs:
+        r = sr.result
+        key = f"{r.target}/{r.variant}"
+        expect = next((i.get("expect") for i in camp.spec.get("items", []) if
+                       f"{i['target']}/{i.get('variant', '')}" == key), None)
+        end = r.started_at + r.duration_s - t0
+        if r.outcome.value == "hang":
+            hangs.append({"item": key, "error_kind": r.error_kind, "duration_s": round(r.duration_s, 3)})
+        if expect == "detect" and r.outcome.is_failure and key not in first:
+            first[key] = round(end, 1)
+        if expect == "clean":
+            c = clean.setdefault(key, [0, 0])
+            if r.outcome.value in ("clean", "mismatch"):
+                c[0] += int((r.metrics or {}).get("launches") or 0)
+                c[1] += int((r.metrics or {}).get("mismatched") or 0)
+            merge(gaps, ((r.evidence or {}).get("progress") or {}).get("gaps"))
+    canaries = sorted({f"{i['target']}/{i.get('variant', '')}" for i in camp.spec.get("items", [])
+                       if i.get("expect") == "detect"})
+    summary = {"campaign": camp.id, "canaries": len(canaries), "detected": len(first),
+               "not_detected": [c for c in canaries if c not in first],
+               "all_detected_by_s": max(first.values()) if len(first) == len(canaries) and first else None,
+               "first_detection_s": first, "hangs": hangs,
+               "clean_launch_upper": {k: upper_bound(min(b, n), n) if n else None for k, (n, b) in clean.items()},
+               "clean_gaps": gaps, "clean_gap_p999_upper_s": quantile_upper(gaps),
+               "clean_gap_max_upper_s": quantile_upper(gaps, 1.0)}
+    (dest / "check-summary.json").write_text(json.dumps(summary, indent=1))
+    bounds = [b for b in summary["clean_launch_upper"].values() if b is not None]
+    print(f"canaries detected: {len(first)} of {len(canaries)}; all by {summary['all_detected_by_s']} s "
+          f"after the campaign began; not detected: {summary['not_detected']}")
+    print(f"hangs: {len(hangs)}, of them stall verdicts: {sum(h['error_kind'] == 'stall' for h in hangs)}; "
+          f"durations: {sorted(h['duration_s'] for h in hangs)}")
+    if bounds:
+        print(f"clean per-launch upper bounds (95%): weakest {max(bounds):.2e}, best {min(bounds):.2e}, "
+              f"over {len(bounds)} clean items")
+    print(f"clean runs' gaps (no contention): p99.9 <= {summary['clean_gap_p999_upper_s']} s, "
+          f"largest <= {summary['clean_gap_max_upper_s']} s")
+
+
+if __name__ == "__main__":
+    mode, dest = sys.argv[1], Path(sys.argv[2])
+    dest.mkdir(parents=True, exist_ok=True)
+    if mode == "check_summary":
+        check_summary(dest, sys.argv[3])
+    else:
+        {"verdicts": verdicts, "falsestall": falsestall}[mode](dest, float(sys.argv[3]))
