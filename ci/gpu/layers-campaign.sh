@@ -39,7 +39,7 @@ gate() {  # gate NAME BASELINE CANDIDATE... -> $W/gate_NAME.json
   local cands=(); for c in "$@"; do cands+=(--candidate "megakernel_layers:$c"); done
   log "gate $name: $base -> $*"
   timeout "$(cap 90)" python3 -m hazards gate perf --baseline "megakernel_layers:$base" "${cands[@]}" \
-    --workers 132 --repeats 10 --profiled-launches 3 --timeout 120 --wait 0s --json \
+    --workers 132 --repeats "${REPEATS:-10}" --profiled-launches 3 --timeout 120 --wait 0s --json \
     > "$W/gate_$name.json" 2> "$W/gate_$name.err"
   echo "exit $?"
   python3 - "$W/gate_$name.json" <<'EOF' 2>&1 | cut -c1-400
@@ -95,22 +95,23 @@ gate a step_a round3
 gate b production step_a chunks64 chunks32
 
 log "per-task profile of production"
-timeout "$(cap 25)" python3 bench/megakernel_layers_profile.py --candidate production --launches 5 \
+timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --launches 5 \
   --out "$W/profile" > "$W/profile.txt" 2>&1
 echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
 
 if [ "$WHAT" != gate ]; then
-  log "hazards check on the family (static half needs clang: skipped here)"
-  timeout "$(cap 150)" python3 -m hazards check --families megakernel_layers --skip clang --budget 120s \
-    --junit "$W/check-junit.xml" > "$W/check.txt" 2>&1
-  echo "exit $?"; tail -25 "$W/check.txt" | cut -c1-200
   log "ragged decode regression"
-  timeout "$(cap 60)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
+  timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
-  echo "exit $?"; tail -8 "$W/ragged.txt" | cut -c1-200
+  echo "exit $?"; grep -iE "megakernel|floor" "$W/ragged.txt" | head -8 | cut -c1-200
   log "tripwire overhead bench"
-  timeout "$(cap 40)" python3 bench/tripwire_overhead.py > "$W/tripwire_overhead.txt" 2>&1
+  timeout "$(cap 30)" python3 bench/tripwire_overhead.py --rounds 21 > "$W/tripwire_overhead.txt" 2>&1
   echo "exit $?"; tail -6 "$W/tripwire_overhead.txt" | cut -c1-200
+  CB=$(( $(left) - 15 )); [ "$CB" -gt 120 ] && CB=120
+  log "hazards check on the family, budget ${CB}s (static half needs clang: skipped here)"
+  timeout "$(cap $(( CB + 25 )))" python3 -m hazards check --families megakernel_layers --skip clang --budget "${CB}s" \
+    --junit "$W/check-junit.xml" > "$W/check.txt" 2>&1
+  echo "exit $?"; tail -30 "$W/check.txt" | cut -c1-220
 fi
 log "done"
 cp "$W/perf.txt" "$W/env.txt" "$R/" 2>/dev/null
