@@ -10,7 +10,8 @@
 #   * bench/megakernel_layers_perf.py: the step against the copy and read-stream floors, the
 #     earlier kernels and every torch path (eager, gather graph, minimal-byte graph,
 #     torch.compile) in one process, kernels per step, the tripwire's cost, the headline;
-#   * hazards gate perf: step_a vs round3, production vs step_a (and chunk sizings);
+#   * hazards gate perf: step_a vs round3, production vs step_a, chunk sizings vs production;
+#   * snapshot_epoch at the 101-us skew (the layer head the model assumes moves with the campaign);
 #   * the per-task profile of production (where the step goes now);
 #   * `check`/`all`: hazards check on the family (every switch still detected, clean variants
 #     clean), the ragged-decode regression, bench/tripwire_overhead.py.
@@ -92,7 +93,21 @@ timeout "$(cap 150)" python3 bench/megakernel_layers_perf.py --also-define MKL_C
 echo "exit $?"; cat "$W/perf.txt" | tail -30
 
 gate a step_a round3
-gate b production step_a chunks64 chunks32
+gate b production step_a
+gate c chunks64 production chunks32
+
+log "snapshot_epoch at the 101-us skew (round 2/3: 0 of 16 with a 128-us head): 16 runs of 1 launch"
+timeout "$(cap 35)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
+  --json --keep-going --variant snapshot_epoch --params '{"jitter_cycles": 200000}' --runs 16 --launches 1 \
+  --timeout 1.5 --no-forensics > "$W/repro_snapshot_epoch_101us.json" 2> "$W/repro_snapshot_epoch_101us.err"
+echo "exit $?"
+python3 - "$W/repro_snapshot_epoch_101us.json" <<'EOF' 2>&1 | cut -c1-1200
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(d.get("counts"), d.get("rate_in_words"), "ci_95", d.get("ci_95"))
+for f in d.get("failures", [])[:1]:
+    print(" ", f["outcome"], "|", (f.get("tripwire") or {}).get("sentence"))
+EOF
 
 log "per-task profile of production"
 timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --launches 5 \
