@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The layered megakernel's optimisation campaign (issue 25), one GPU, <= BUDGET s of script time.
-#     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|check|all]
+#     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|all]
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's earlier kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -13,8 +13,9 @@
 #   * hazards gate perf: step_a vs round3, production vs step_a, chunk sizings vs production;
 #   * snapshot_epoch at the 101-us skew (the layer head the model assumes moves with the campaign);
 #   * the per-task profile of production (where the step goes now);
-#   * `check`/`all`: hazards check on the family (every switch still detected, clean variants
-#     clean), the ragged-decode regression, bench/tripwire_overhead.py.
+#   * `all`: the ragged-decode regression, the family's clean variants and corruption canaries
+#     (acceptance bench), its hang classes (one run each), bench/tripwire_overhead.py, then
+#     hazards check on the family with the time left (>= 45 s, else skipped and said so).
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
@@ -62,7 +63,7 @@ echo "sources sha256 $(cat standalone/megakernel_layers/* standalone/include/*.h
 } | tee "$W/env.txt"
 
 log "torch.compile warm-up (background) and builds (parallel)"
-timeout "$(cap 200)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-timeout 180 \
+timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-timeout 100 \
   > "$W/compile_warmup.txt" 2>&1 &
 WARM=$!
 build plain None &
@@ -88,8 +89,8 @@ log "waiting for the compile warm-up"
 wait "$WARM"; echo "warm-up exit $?"; tail -3 "$W/compile_warmup.txt"
 
 log "bench: floors, the campaign's kernels, torch paths"
-timeout "$(cap 150)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=0 \
-  --also-define MKL_CAMPAIGN_STEP=1 --compile-timeout 100 --json "$W/perf.json" > "$W/perf.txt" 2>&1
+timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=0 \
+  --also-define MKL_CAMPAIGN_STEP=1 --compile-timeout 60 --json "$W/perf.json" > "$W/perf.txt" 2>&1
 echo "exit $?"; cat "$W/perf.txt" | tail -30
 
 gate a step_a round3
@@ -119,14 +120,35 @@ if [ "$WHAT" != gate ]; then
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
   echo "exit $?"; grep -iE "megakernel|floor" "$W/ragged.txt" | head -8 | cut -c1-200
+  log "the family's canaries on the new kernel: clean variants and corruption canaries (one warm server)"
+  timeout "$(cap 30)" python3 bench/megakernel_layers_acceptance.py --clean-launches 500 --clean-budget 2 \
+    --canary-budget 1 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1
+  echo "exit $?"; cut -c1-200 "$W/acceptance.txt" | grep -v Warning
+  for v in participant_set chunk_supply shared_line; do
+    [ "$(left)" -lt 10 ] && { log "no time left for the hang classes"; break; }
+    log "hang class $v: 1 run of 2 launches"
+    timeout "$(cap 12)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
+      --json --keep-going --variant "$v" --runs 1 --launches 2 --timeout 2 --no-forensics \
+      > "$W/repro_$v.json" 2> "$W/repro_$v.err"
+    python3 -c "
+import json
+d = json.load(open('$W/repro_$v.json'))
+print(d.get('counts'))
+for f in d.get('failures', [])[:1]:
+    print(' ', f['outcome'], '|', (f.get('tripwire') or {}).get('sentence'))" 2>&1 | cut -c1-600
+  done
   log "tripwire overhead bench"
   timeout "$(cap 30)" python3 bench/tripwire_overhead.py --rounds 21 > "$W/tripwire_overhead.txt" 2>&1
   echo "exit $?"; tail -6 "$W/tripwire_overhead.txt" | cut -c1-200
   CB=$(( $(left) - 15 )); [ "$CB" -gt 120 ] && CB=120
-  log "hazards check on the family, budget ${CB}s (static half needs clang: skipped here)"
-  timeout "$(cap $(( CB + 25 )))" python3 -m hazards check --families megakernel_layers --skip clang --budget "${CB}s" \
-    --junit "$W/check-junit.xml" > "$W/check.txt" 2>&1
-  echo "exit $?"; tail -30 "$W/check.txt" | cut -c1-220
+  if [ "$CB" -ge 45 ]; then
+    log "hazards check on the family, budget ${CB}s (static half needs clang: skipped here)"
+    timeout "$(cap $(( CB + 25 )))" python3 -m hazards check --families megakernel_layers --skip clang \
+      --budget "${CB}s" --junit "$W/check-junit.xml" > "$W/check.txt" 2>&1
+    echo "exit $?"; tail -30 "$W/check.txt" | cut -c1-220
+  else
+    log "no time left for hazards check (${CB}s)"
+  fi
 fi
 log "done"
 cp "$W/perf.txt" "$W/env.txt" "$R/" 2>/dev/null
