@@ -49,6 +49,7 @@ DEFAULT_BETA = 0.01
 END_SHARE = 0.5         # the bad end may spend at most this share of the budget
 
 LIKE_GOOD, LIKE_BAD, UNDECIDED, SKIPPED = "like good", "like bad", "undecided", "skipped"
+MEASURED = "measured"  # an end: its rate measured, not judged (the user said which end it is)
 
 
 class Refused(Exception):
@@ -108,7 +109,7 @@ class Judged:
     """What one commit's runs said."""
 
     index: int
-    verdict: str          # LIKE_GOOD, LIKE_BAD, UNDECIDED, SKIPPED
+    verdict: str          # LIKE_GOOD, LIKE_BAD, UNDECIDED, SKIPPED; MEASURED for an end
     failures: int = 0
     runs: int = 0         # judged runs (error runs excluded)
     why: str = ""         # a skip's reason
@@ -165,7 +166,8 @@ def bisect(last: int, side: Side, *, budget: int, threshold: float | None = None
         raise ValueError("need at least the two ends")
     bad = side.measure(last, END_FAILURES, max(1, int(budget * END_SHARE)))
     if bad.verdict == SKIPPED:
-        return Bisection("refused", None, Judged(0, UNDECIDED), bad, [], reason=f"the bad end cannot be tested: {bad.why}")
+        return Bisection("refused", None, Judged(0, UNDECIDED), bad, [],
+                         reason=f"the bad end cannot be tested: {bad.why}")
     if bad.failures == 0:
         return Bisection("refused", None, Judged(0, UNDECIDED), bad, [],
                          reason=f"the bad end never failed in {bad.runs} runs: nothing to bisect")

@@ -25,7 +25,7 @@ from hazards.engine.sources import Repeat
 from hazards.engine.stats import Sprt, format_rate, rate_ci
 from hazards.engine.store import Store
 from hazards.bisect.history import BUILD_TIMEOUT_S, Checkouts, Commit
-from hazards.bisect.search import LIKE_BAD, LIKE_GOOD, SKIPPED, UNDECIDED, Bisection, Judged, bisect
+from hazards.bisect.search import LIKE_BAD, LIKE_GOOD, MEASURED, SKIPPED, UNDECIDED, Bisection, Judged, bisect
 
 KIND = "bisect"
 COMMIT_KIND = "bisect-commit"
@@ -88,11 +88,13 @@ class StoreSide:
         self._save()
         return cid
 
-    def _item(self, folder: Path) -> WorkItem:
+    def _item(self, folder: Path, sha: str) -> WorkItem:
+        """The test at this commit (a command: its variant is the commit, so `hazards stats`
+        shows each commit's rate on a row of its own)."""
         plan = self.plan
         if plan.family is None:
-            return WorkItem(target=Path(plan.argv[0]).name, kind="command", argv=tuple(plan.argv), cwd=str(folder),
-                            timeout_s=plan.timeout_s)
+            return WorkItem(target=Path(plan.argv[0]).name, variant=sha[:12], kind="command", argv=tuple(plan.argv),
+                            cwd=str(folder), timeout_s=plan.timeout_s)
         from hazards.families import get_family
         from hazards.engine.build import build_family
         from hazards.family import HEADER_NAME
@@ -131,7 +133,7 @@ class StoreSide:
             if folder is None:
                 return self._skip(index, why)
             try:
-                source.item = self._item(folder)
+                source.item = self._item(folder, sha)
             except UserError as e:
                 return self._skip(index, str(e))
             if cid is None:
@@ -144,7 +146,7 @@ class StoreSide:
         judged = sum(v for o, v in source.counts.items() if o != Outcome.ERROR.value)
         if judged == 0 and (source.cannot_start or source.errors_in_a_row):
             return self._skip(index, f"untestable: {source.last_error or source.cannot_start}")
-        verdict = UNDECIDED
+        verdict = MEASURED
         if test is not None:
             verdict = {"accept_h1": LIKE_BAD, "accept_h0": LIKE_GOOD}.get(test.decision or "", UNDECIDED)
         return Judged(index, verdict, k, judged)

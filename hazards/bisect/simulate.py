@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from hazards.engine.stats import Sprt
-from hazards.bisect.search import LIKE_BAD, LIKE_GOOD, SKIPPED, UNDECIDED, Judged
+from hazards.bisect.search import LIKE_BAD, LIKE_GOOD, MEASURED, SKIPPED, UNDECIDED, Judged
 
 
 class SimulatedSide:
@@ -31,7 +31,7 @@ class SimulatedSide:
         while n < cap and not (until_failures and k >= until_failures):
             k += self._draw(index)
             n += 1
-        return Judged(index, UNDECIDED, k, n)
+        return Judged(index, MEASURED, k, n)
 
     def judge(self, index: int, test: Sprt, cap: int) -> Judged:
         if self.rates[index] is None:
