@@ -408,6 +408,28 @@ def _only_an_address(func: SassFunction, at: int, limit: int = 96) -> bool:
     return used_as_address
 
 
+def _own_word(func: SassFunction, at: int, limit: int = 96) -> bool:
+    """Whether the load at `at` reads a word this thread writes itself: a store within
+    `limit` instructions, before or after it, to the same address expression (registers
+    and offset) with those registers unchanged in between - a thread's own counter
+    (load, add, store back) or its own write read back. No flag publishes such a word to
+    this thread, so a stale L1 line of another agent's data cannot be what it reads."""
+    load = func.instrs[at]
+    where = re.findall(r"\[[^\]]*\]", load.text)
+    if not where:
+        return False
+    address, regs = where[-1], load.address_reads()
+    lo, hi = max(0, at - limit), min(len(func.instrs), at + limit + 1)
+    for k in range(lo, hi):
+        ins = func.instrs[k]
+        if ins.base not in ("STG", "ST") or re.findall(r"\[[^\]]*\]", ins.text)[-1:] != [address]:
+            continue
+        between = range(min(k, at) + 1, max(k, at))
+        if not any(func.instrs[j].reg_writes() & regs for j in between):
+            return True
+    return False
+
+
 READ_WINDOW = 64  # instructions after a poll's exit in which its data is read
 
 
@@ -416,7 +438,8 @@ def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls
     reached from the poll with no acquire on the way, how many such loads, the first
     acquire fence seen). The walk starts at the poll (an `ld.acquire`'s fence sits right
     after it, inside the loop), stops at another poll loop (what follows it is that poll's
-    data) and does not count pointer loads (`_only_an_address`)."""
+    data) and does not count pointer loads (`_only_an_address`) nor a thread's own words
+    (`_own_word`: its counter, its own write read back)."""
     seen: set[int] = set()
     frontier = [(s, 0) for s in func.successors(poll)]
     first, count, fence = None, 0, None
@@ -429,7 +452,8 @@ def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls
         if ins.is_acquire_fence:
             fence = fence or ins
             continue  # acquired on this path
-        if i not in loop and ins.is_weak_global_load and not _only_an_address(func, i):
+        if (i not in loop and ins.is_weak_global_load and not _only_an_address(func, i)
+                and not _own_word(func, i)):
             count += 1
             first = ins if first is None or ins.addr < first.addr else first
         frontier.extend((s, dist + (i not in loop)) for s in func.successors(i))

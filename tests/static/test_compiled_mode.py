@@ -347,3 +347,30 @@ def test_polls_reached_through_an_inline_helper_are_reported_at_each_call_site(t
     assert "inlined from line 1" in next(f.message for f in found if f.check == "sync-scope")
     assert "and 2 more at this line" not in " ".join(f.message for f in found)
     assert "3 poll(s) checked" in _coverage(found) and "not analysed" not in _coverage(found)
+
+
+OWN_COUNTER = '''struct Signal { unsigned counter[64][8]; unsigned peer[64][8]; };
+__global__ void barrier_twice(Signal* self, Signal* const* peers, int rank, float* out, const float* in) {
+  for (int round = 0; round < 2; ++round) {
+    if (threadIdx.x < 8) {
+      unsigned val = self->counter[blockIdx.x][threadIdx.x] += 1;   // this thread's own counter
+      ((volatile unsigned*)peers[threadIdx.x]->peer[blockIdx.x])[rank] = val;
+      while (((volatile unsigned*)self->peer[blockIdx.x])[threadIdx.x] != val) {}
+    }
+    __syncthreads();
+    {READ}
+  }
+}
+'''
+
+
+@requires_sass
+@pytest.mark.parametrize("read,flagged", [("", False), ("out[threadIdx.x + round] = in[threadIdx.x];", True)])
+def test_a_counter_only_its_own_thread_touches_is_not_data_the_poll_publishes(tmp_path, read, flagged):
+    # the second round reads the counter again after the first round's poll: that read is
+    # the thread's own load-add-store word (flashinfer's vLLM all-reduce barrier), not a stale read;
+    # a read of data after the poll still is
+    found = check(tmp_path, OWN_COUNTER.replace("{READ}", read), "c.cu")
+    assert [f.check for f in found] == (["poll-no-acquire"] if flagged else [])
+    if flagged:
+        assert found[0].line == 10
