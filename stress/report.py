@@ -9,7 +9,14 @@ of the last N campaigns of the same kind, time-to-failure and kernel-time distri
 the GPU telemetry table (from each run's `evidence["telemetry"]` plus the campaign's
 telemetry summary), failure signatures (a raw example run with its artifacts, first and
 last seen in the whole store, new ones marked: never seen before in the store) and
-significant rate changes. `render_html` / `render_markdown` turn it into text. The page
+significant rate changes. For triage, each failure signature also carries its example
+run's diagnostic line (the matched fault signature, the uncaught exception, the failing
+result line...) and the last lines of its stderr, the `hazards repro` command that
+reproduces it (rebuilt from the stored work item: the engine never imports the catalog, so
+the caller names the catalog's families), its hang.md, and how many more runs it had; a
+"new since the previous campaign" section opens the page. `render_html` / `render_markdown`
+turn it into text. Times carry their time zone; the page's tables sort and filter with a
+small inline script (no network). The page
 links every artifact relative to itself: each run's folder and the files in it (logs,
 hang.md from the hang forensics, the tripwire diagnosis, evidence.json), so the page and
 the store's artifacts/ folder can be moved together.
@@ -22,17 +29,19 @@ from __future__ import annotations
 import base64
 import dataclasses
 import html
+import json
 import os
+import shlex
 import statistics
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from .loop import WorkItem
 from .extras import MissingExtra, install_hint
 from .forensics.policy import forensics_words
-from .outcome import Outcome, item_key
+from .outcome import Outcome, RunResult, item_key
 from .stats import format_rate, rate_ci, upper_bound
 from .store import Store, StoredRun, empty_counts
 from .junit import JUnitSuite
@@ -46,6 +55,7 @@ class ReportExtraMissing(MissingExtra):
     """jinja2 or matplotlib (the `reports` extra) is not installed."""
 LINKED_RUNS_PER_ROW = 3   # failing runs of a row linked in the table (the signatures link the rest)
 FILES_PER_RUN = 10        # files of a run folder listed by name (the folder link shows them all)
+STDERR_LINES = 15         # last lines of an example run's stderr shown per signature
 
 
 def report_modules() -> tuple[Any, Any]:
@@ -148,6 +158,7 @@ class KeyRow(ItemTally):
     ttf_samples: list[float] = dataclasses.field(default_factory=list)
     kernel_ms: list[float] = dataclasses.field(default_factory=list)
     linked: list[RunArtifacts] = dataclasses.field(default_factory=list)  # its first failing (else error) runs
+    linked_of: int = 0  # how many runs of the kind linked it had (the rest are "N more")
 
     @property
     def label(self) -> str:
@@ -214,6 +225,18 @@ class Report:
     campaign_files: list[Path] = dataclasses.field(default_factory=list)  # e.g. repro-context.json
     figures: dict[str, str] = dataclasses.field(default_factory=dict)
     generated_at: float = dataclasses.field(default_factory=time.time)
+    previous_created: float | None = None  # when the campaign compared with started
+
+    @property
+    def news(self) -> dict[str, list[Any]]:
+        """What is new since the previous campaign of its kind: failure signatures never seen
+        before in the store, items that regressed or went blind, significant rate rises."""
+        bad = ("regressed", "went blind", "failed")
+        flagged = [r for r in self.rows if r.judgement.verdict.value in bad]
+        said = {r.label for r in flagged}  # a regressed item's verdict already names its rate rise
+        return {"signatures": [s for s in self.signatures if s["new"]], "flagged": flagged,
+                "rose": [ch for ch in self.changes if ch.get("direction") == "rose"
+                         and item_key(ch["target"], ch["variant"]) not in said]}
 
     @property
     def trend_dates(self) -> list[tuple[float, int]]:
@@ -255,6 +278,8 @@ def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, Gp
             row.linked.append(run_artifacts(store, sr))
         elif outcome is Outcome.ERROR and len(error_runs.setdefault(key, [])) < LINKED_RUNS_PER_ROW:
             error_runs[key].append(sr)
+        if outcome.is_failure:
+            row.linked_of += 1
         launches = r.metrics.get("launches")
         if isinstance(launches, int):
             row.launches += launches
@@ -287,6 +312,7 @@ def _collect(store: Store, campaign_id: int) -> tuple[list[KeyRow], dict[str, Gp
             row.kernel_ms_median = statistics.median(row.kernel_ms)
         if not row.linked:  # a row with only error runs links those
             row.linked = [run_artifacts(store, sr) for sr in error_runs.get(key, [])]
+            row.linked_of = row.counts.get(Outcome.ERROR.value, 0)
     summary = camp.spec.get("telemetry") or {}
     for uuid, s in summary.items() if isinstance(summary, dict) else ():
         g = gpus.setdefault(uuid, GpuRow(uuid))
@@ -331,8 +357,11 @@ def _context(camp: Any) -> list[dict[str, Any]]:
     return out
 
 
-def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: bool = True) -> Report:
-    """Gather one campaign's report data (and render its figures unless `figures=False`)."""
+def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: bool = True,
+                 families: Collection[str] = ()) -> Report:
+    """Gather one campaign's report data (and render its figures unless `figures=False`).
+    `families`: the catalog's family names, whose launch-server items are reproduced with
+    `hazards repro --family` (the engine does not import the catalog to know them)."""
     from .soak import KIND as SOAK, compare_campaigns, soak_judgements
 
     camp = store.campaign(campaign_id)
@@ -351,7 +380,8 @@ def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: boo
     sigs = []
     for s in store.signatures(campaign_id):
         example = examples.get(s.id)
-        sigs.append({"id": s.id, "outcome": s.outcome, "error_kind": s.error_kind, "target": s.target,
+        triage = _triage(camp.spec, example.result if example is not None else None, families)
+        sigs.append({**triage, "more": max(0, s.count - 1),"id": s.id, "outcome": s.outcome, "error_kind": s.error_kind, "target": s.target,
                      "variant": s.variant, "label": item_key(s.target, s.variant), "message": s.message, "count": s.count, "new": s.key in new_keys,
                      "first_seen": seen.get(s.id, (s.first_seen,))[0],
                      "last_seen": seen.get(s.id, (None, s.last_seen))[1],
@@ -364,10 +394,82 @@ def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: boo
     root = store.artifact_root(campaign_id)
     rep = Report(camp, rows, sorted(gpus.values(), key=lambda g: g.uuid), sigs,
                  [dataclasses.asdict(c) for c in cmp.changes], cmp.previous_id, _trend(store, camp, last), hint,
-                 notes, _context(camp), sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else [])
+                 notes, _context(camp), sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else [],
+                 previous_created=store.campaign(cmp.previous_id).created if cmp.previous_id is not None else None)
     if figures:
         rep.figures = render_figures(rep)
     return rep
+
+
+_DIAGNOSTIC_EVIDENCE = (  # where a run's evidence says what went wrong, the most specific first
+    ("fault_signature", "line"), ("python_exception", None), ("infra_signature", "line"),
+    ("regex_match", "line"), ("result", "line"), ("message", None))
+
+
+def diagnostic_line(result: RunResult) -> str:
+    """The one line that says what went wrong in a run: the fault signature it matched, its
+    uncaught exception, the infrastructure signature, the output line a regex matched, its
+    failing result line or the server's message; else its reason."""
+    ev = result.evidence if isinstance(result.evidence, dict) else {}
+    for key, field in _DIAGNOSTIC_EVIDENCE:
+        value = ev.get(key)
+        if field is not None:
+            value = value.get(field) if isinstance(value, dict) else None
+        if isinstance(value, str) and value.strip():
+            return " ".join(value.split())
+    return result.reason or ""
+
+
+def stderr_tail(result: RunResult, lines: int = STDERR_LINES) -> tuple[list[str], int]:
+    """(the last `lines` lines of the run's kept stderr, how many lines were kept)."""
+    text = (result.evidence or {}).get("stderr_tail") if isinstance(result.evidence, dict) else None
+    kept = text.rstrip("\n").splitlines() if isinstance(text, str) and text.strip() else []
+    return kept[-lines:], len(kept)
+
+
+def repro_line(spec: dict[str, Any], result: RunResult, families: Collection[str] = ()) -> str | None:
+    """The `hazards repro` command that reruns this run's target until it fails, rebuilt
+    from the campaign's stored work item (or a run/repro campaign's command); None for what
+    `hazards repro` cannot run (a registered server target, a sanitizer item)."""
+    items = [WorkItem.from_json(i) for i in spec.get("items", []) if isinstance(i, dict)]
+    item = next((i for i in items if (i.target, i.variant) == (result.target, result.variant)), None)
+    if item is not None:
+        if item.kind == "server" and item.target in families:
+            return _family_repro(item.target, {**item.params, **(result.params or {})}, item.timeout_s)
+        if item.kind != "command" or item.sanitizer:
+            return None
+        return _command_repro(list(item.argv), item.cwd, item.env, item.timeout_s)
+    if spec.get("family") and spec["family"] in families:
+        return _family_repro(spec["family"], dict(spec.get("params") or {}), spec.get("timeout"))
+    if spec.get("argv"):
+        return _command_repro(list(spec["argv"]), spec.get("cwd"), {}, spec.get("timeout"))
+    return None
+
+
+def _family_repro(family: str, params: dict[str, Any], timeout: float | None) -> str:
+    rest = {k: v for k, v in params.items() if k != "variant"}
+    argv = ["hazards", "repro", "--family", family]
+    argv += ["--variant", str(params["variant"])] if params.get("variant") else []
+    argv += ["--params", json.dumps(rest, sort_keys=True, separators=(",", ":"))] if rest else []
+    argv += ["--timeout", f"{timeout:g}"] if timeout else []
+    return shlex.join(argv)
+
+
+def _command_repro(argv: list[str], cwd: str | None, env: dict[str, str], timeout: float | None) -> str:
+    line = shlex.join(["hazards", "repro", *(["--timeout", f"{timeout:g}"] if timeout else []), "--", *argv])
+    if env:
+        line = shlex.join(["env", *(f"{k}={v}" for k, v in sorted(env.items()))]) + " " + line
+    return f"cd {shlex.quote(cwd)} && {line}" if cwd else line
+
+
+def _triage(spec: dict[str, Any], example: RunResult | None, families: Collection[str]) -> dict[str, Any]:
+    """What a signature's example run gives triage: its diagnostic line, the end of its
+    stderr, and the command that reproduces it."""
+    if example is None:
+        return {"diagnostic": "", "stderr_tail": [], "stderr_lines": 0, "repro": None}
+    tail, kept = stderr_tail(example)
+    return {"diagnostic": diagnostic_line(example), "stderr_tail": tail, "stderr_lines": kept,
+            "repro": repro_line(spec, example, families)}
 
 
 def _hang_md(store: Store, example: StoredRun) -> str | None:
@@ -418,8 +520,23 @@ def _gpu_cells(g: GpuRow) -> dict[str, str]:
     }
 
 
-def _when(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "—"
+def _when(t: float | None, *, seconds: bool = True) -> str:
+    """A stored time in the reader's local time with its zone: '2026-12-05 10:12:04 CET (+01:00)'."""
+    if not t:
+        return "—"
+    local = time.localtime(t)
+    offset = time.strftime("%z", local)
+    zone = time.strftime("%Z", local)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M", local)
+    return f"{stamp} {zone} ({offset[:3]}:{offset[3:]})" if zone and not zone.startswith(("+", "-")) \
+        else f"{stamp} {offset[:3]}:{offset[3:]}"
+
+
+def _iso(t: float | None) -> str:
+    """A stored time as ISO 8601 with its offset (a <time datetime> value, a sort key)."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds") if t else ""
 
 
 def _link(base: Path | None):
@@ -442,7 +559,7 @@ def render_html(rep: Report, base: str | os.PathLike[str] | None = None) -> str:
                              undefined=jinja2.StrictUndefined)
     return env.get_template("report.html.j2").render(
         rep=rep, c=rep.campaign, counts=rep.counts, rows=rep.rows, fmt_rate=_fmt_rate,
-        gpus=[_gpu_cells(g) for g in rep.gpus], when=_when, esc=html.escape,
+        gpus=[_gpu_cells(g) for g in rep.gpus], when=_when, iso=_iso, esc=html.escape,
         link=_link(Path(base) if base is not None else None))
 
 
@@ -486,6 +603,8 @@ def render_markdown(rep: Report) -> str:
             out.append(f"- NEW {s['outcome']} in {md_text(s['label'])}: "
                        f"{md_text(s['message'])} (x{s['count']})"
                        + (f"; hang.md: {md_text(s['hang_md'])}" if s.get("hang_md") else ""))
+            if s.get("repro"):
+                out.append(f"  reproduce: `{md_text(s['repro'])}`")
         for ch in rep.changes:
             out.append(f"- {md_text(item_key(ch['target'], ch['variant']))}: {md_text(ch['verdict'])}"
                        + (" (regression)" if ch.get("regression") else ""))
@@ -539,12 +658,13 @@ def junit_suites(rep: Report) -> list[JUnitSuite]:
     return [suite]
 
 
-def write_report(store: Store, campaign_id: int, out: str | Path, *, last: int = 10) -> Report:
+def write_report(store: Store, campaign_id: int, out: str | Path, *, last: int = 10,
+                 families: Collection[str] = ()) -> Report:
     """Build the report and write it as HTML to `out` (atomically); returns the data. A
     UserError naming the `reports` extra, before anything is written, without jinja2 or
-    matplotlib."""
+    matplotlib. `families` as for `build_report`."""
     report_modules()
-    rep = build_report(store, campaign_id, last=last)
+    rep = build_report(store, campaign_id, last=last, families=families)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

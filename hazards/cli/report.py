@@ -40,6 +40,7 @@ def report_command(
     from hazards.engine.junit import write_junit
     from hazards.engine.report import junit_suites, render_markdown, report_json, write_report
     from hazards.engine.store import Store
+    from hazards.families import launch_server_families
 
     if last < 1:
         raise UserError("--last must be at least 1")
@@ -54,7 +55,7 @@ def report_command(
         store.campaign(campaign)  # UserError if unknown, before anything is written
         path = out or store.path.parent / "reports" / f"campaign-{campaign}.html"
         try:
-            rep = write_report(store, campaign, path, last=last)
+            rep = write_report(store, campaign, path, last=last, families=launch_server_families())
         except OSError as e:  # e.g. the default folder beside a store on a read-only mount
             raise UserError(f"cannot write the report to {path}: {e.strerror or e}"
                             + ("" if out else " (pass -o FILE)")) from None

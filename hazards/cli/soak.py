@@ -132,9 +132,9 @@ def soak_command(
     # everything the user wrote is checked before a GPU is asked for (nothing built yet)
     selection = None if resume is not None else SoakSelection.of(split_names(families), targets, no_families)
     if selection is not None and not (selection.families or selection.targets):
-        from hazards.checkrun import select_families
+        from hazards.families import launch_server_families
 
-        runnable = ", ".join(f.name for f in select_families(None) if f.binary)
+        runnable = ", ".join(launch_server_families())
         raise UserError(f"nothing to soak: no family with a launch server selected and no --targets "
                         f"(families with a launch server: {runnable})")
     if dry_run:
@@ -203,12 +203,15 @@ def _finish(store, res, report: Path | None, json_out: bool, junit: Path | None 
     from hazards.engine.report import (ReportExtraMissing, build_report, junit_suites, render_markdown, report_json,
                                        write_report)
 
+    from hazards.families import launch_server_families
+
     out = report or store.path.parent / "reports" / f"campaign-{res.campaign_id}.html"
+    families = launch_server_families()
     try:
-        rep = write_report(store, res.campaign_id, out)
+        rep = write_report(store, res.campaign_id, out, families=families)
     except ReportExtraMissing as e:  # the soak's verdict does not depend on the page
         typer.echo(f"hazards: no HTML report: {e}", err=True)
-        rep, out = build_report(store, res.campaign_id, figures=False), None
+        rep, out = build_report(store, res.campaign_id, figures=False, families=families), None
     store.close()
     if junit is not None:
         write_junit(junit, junit_suites(rep))

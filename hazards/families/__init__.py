@@ -18,6 +18,11 @@ def all_families() -> list[Family]:
     return sorted(found, key=lambda f: f.name)
 
 
+def launch_server_families() -> list[str]:
+    """The names of the families with a launch server (a runtime binary), sorted."""
+    return [f.name for f in all_families() if f.binary]
+
+
 def get_family(name: str) -> Family:
     """The family called `name`; a UserError naming the known ones otherwise."""
     from hazards.engine.errors import UserError

@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
@@ -139,6 +141,7 @@ def _open_in_chromium(page, tmp_path) -> dict:
     assert m, f"chromium did not finish the page (rc {r.returncode}): {r.stderr[-2000:]}"
     result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     result["console"] = [ln for ln in r.stderr.splitlines() if "CONSOLE" in ln and "probe-" in ln]
+    result["dom"] = r.stdout
     return result
 
 
@@ -220,6 +223,7 @@ count = {count!r}
 n = int(open(count).read()) + 1 if os.path.exists(count) else 1
 open(count, "w").write(str(n))
 print(f"run {{n}}: <b>output</b> | with a pipe", flush=True)
+print(f"flaky: starting run {{n}}", file=sys.stderr, flush=True)
 if n % 4 == 2:
     os.kill(os.getpid(), signal.SIGSEGV)
 if n % 4 == 3:
@@ -422,3 +426,127 @@ def test_a_failing_run_of_any_command_keeps_evidence_json_that_the_report_links(
     evidence = dict((p.name, what) for what, p in row.linked[0].files)
     assert evidence["evidence.json"] == "evidence"
     assert json.loads((row.linked[0].folder / "evidence.json").read_text())["outcome"] == "fault"
+
+
+# -- made for triage: per signature what it said, how to reproduce it, what is new ------------
+
+def test_each_signature_has_its_diagnostic_line_stderr_tail_and_a_repro_command_that_reproduces_it(
+        repro_store, tmp_path):
+    from hazards.engine.store import Store
+
+    with Store(repro_store, read_only=True) as store:
+        page = tmp_path / "report.html"
+        rep = write_report(store, 1, page)
+        spec = store.campaign(1).spec
+    sigs = {s["outcome"]: s for s in rep.signatures}
+    assert sigs["mismatch"]["diagnostic"].startswith('HZ_RESULT {"ok": false')  # the failing result line
+    assert sigs["fault"]["diagnostic"] == sigs["fault"]["example"].reason  # no better line: the reason
+    for s in sigs.values():
+        assert s["stderr_tail"] and s["stderr_tail"][-1].startswith("flaky: starting run "), s["stderr_tail"]
+        assert s["repro"] == (f"cd {spec['cwd']} && hazards repro --timeout 2 -- "
+                              f"{sys.executable} {repro_store.parent.parent / 'flaky.py'}")
+    html = page.read_text()
+    assert html.count('class="repro"') >= 3 and "flaky: starting run 2" in html
+    hang = sigs["hang"]
+    assert hang["hang_md"] and "hang.md</a>" in html  # the forensics' hang.md, linked from its signature
+    # the command reproduces it: run as written (with this checkout's hazards), it stops at a failure
+    line = sigs["mismatch"]["repro"].replace(" hazards repro ", f" {sys.executable} -m hazards repro ", 1)
+    r = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HZ_STORE": str(tmp_path / "again.db"),
+                            "HZ_PROGRESS_INTERVAL": "0", "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert r.returncode == 1, r.stderr[-2000:]
+
+
+def test_a_family_signature_reproduces_with_hazards_repro_family_and_a_server_target_says_it_has_none(store):
+    _, cur = synthetic_soaks(store)
+    rep = build_report(store, cur, figures=False, families=("pipeline", "ordering"))
+    sig = next(s for s in rep.signatures if s["label"] == "ordering/fixed")
+    assert sig["repro"] == "hazards repro --family ordering --variant fixed --timeout 20"
+    assert sig["diagnostic"] == "no reply within 10 s" and sig["stderr_tail"] == []
+    unknown = build_report(store, cur, figures=False)  # not told the catalog: a server it cannot rerun
+    assert all(s["repro"] is None for s in unknown.signatures)
+    assert "no one-command repro" in render_html_of(unknown)
+
+
+def test_elided_runs_are_counted_as_n_more(store):
+    _, cur = synthetic_soaks(store)
+    rep = build_report(store, cur, figures=False)
+    row = next(r for r in rep.rows if r.label == "pipeline/fixed")
+    assert len(row.linked) == 3 and row.linked_of == 20
+    sig = next(s for s in rep.signatures if s["label"] == "pipeline/fixed")
+    assert sig["count"] == 20 and sig["more"] == 19
+    html = render_html_of(rep)
+    assert "17 more (their signatures are below)" in html and "this run and 19 more" in html
+
+
+def test_timestamps_carry_their_time_zone(store, monkeypatch):
+    import time
+
+    from hazards.engine.report import _when
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        assert _when(1_700_000_000.0) == "2023-11-14 23:13:20 CET (+01:00)"
+        assert _when(1_690_000_000.0) == "2023-07-22 06:26:40 CEST (+02:00)"
+        cid = store.create_campaign("run", {})
+        from hazards.engine.outcome import Outcome, RunResult
+        store.record_run(cid, RunResult(Outcome.HANG, "timed out", target="p", started_at=1_700_000_000.0))
+        html = render_html_of(build_report(store, cid, figures=False))
+        assert '<time datetime="2023-11-14T23:13:20+01:00">2023-11-14 23:13:20 CET (+01:00)</time>' in html
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_the_report_opens_with_what_is_new_since_the_previous_campaign(store):
+    from hazards.engine.outcome import Outcome, RunResult
+
+    prev, cur = synthetic_soaks(store)
+    html = render_html_of(build_report(store, cur, figures=False))
+    news = html[html.index('<section class="news"'):html.index("</section>")]
+    assert html.index('<section class="news"') < html.index("<h2>Run context</h2>")
+    assert f"campaign {prev}, started " in news
+    assert "new hang</span> in <strong>ordering/fixed</strong>" in news
+    assert "<strong>pipeline/fixed</strong> regressed" in news and "rose from 0/60 to 20/60" in news
+    assert news.count("rose from 0/60 to 20/60") == 1  # said once, in its verdict
+    first = render_html_of(build_report(store, prev, figures=False))
+    assert "This is the first soak campaign in the store" in first
+    quiet = store.create_campaign("soak", {"items": [{"target": "pipeline", "variant": "fixed", "role": "clean"}]})
+    for _ in range(5):
+        store.record_run(quiet, RunResult(Outcome.CLEAN, "ok", target="pipeline", variant="fixed"))
+    assert "Nothing new:" in render_html_of(build_report(store, quiet, figures=False))
+
+
+SORT_AND_FILTER = """<script>
+window.addEventListener('load', function () {
+  var table = document.getElementById('signatures');
+  function column(i) { return Array.prototype.map.call(table.tBodies[0].rows, function (r) { return r.cells[i].textContent.trim(); }); }
+  var runs = Array.prototype.findIndex.call(table.tHead.rows[0].cells, function (c) { return c.textContent.trim() === 'runs'; });
+  table.tHead.rows[0].cells[runs].click();
+  var up = column(runs).map(function (t) { return parseInt(t, 10); });
+  table.tHead.rows[0].cells[runs].click();
+  var down = column(runs).map(function (t) { return parseInt(t, 10); });
+  var filter = table.previousElementSibling;
+  filter.value = 'ordering';
+  filter.dispatchEvent(new Event('input'));
+  var shown = Array.prototype.filter.call(table.tBodies[0].rows, function (r) { return !r.hidden; }).length;
+  document.documentElement.setAttribute('data-hz-triage', JSON.stringify({up: up, down: down, shown: shown,
+    total: table.tBodies[0].rows.length, filter: filter.tagName + ':' + filter.type}));
+});
+</script>"""
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (scripts/setup.sh installs it: apt-get install chromium)")
+def test_tables_sort_and_filter_in_headless_chromium_offline(store, tmp_path):
+    _, cur = synthetic_soaks(store)
+    page = tmp_path / "report.html"
+    write_report(store, cur, page)
+    page.write_text(page.read_text().replace("</body>", SORT_AND_FILTER + "</body>"))
+    result = _open_in_chromium(page, tmp_path)
+    assert result["errors"] == [] and result["console"] == []
+    m = re.search(r'data-hz-triage="([^"]*)"', result["dom"])
+    assert m, "the probe did not run"
+    got = json.loads(m.group(1).replace("&quot;", '"'))
+    assert got["total"] == 3 and got["up"] == sorted(got["up"]) and got["down"] == sorted(got["down"], reverse=True)
+    assert got["up"] != got["down"] and got["shown"] == 1 and got["filter"] == "INPUT:search"
