@@ -249,11 +249,15 @@ class Verdict:
 
 # Whether the value of a read-write operand is undefined where the asm statement runs.
 UndefinedValue = Callable[[cscan.Operand], bool]
+# The expression an operand's variable was last assigned before the statement (or None).
+AssignedValue = Callable[[cscan.Operand], "str | None"]
 
 
-def check_statement(st: cscan.AsmStatement, undefined: UndefinedValue | None = None) -> Verdict:
+def check_statement(st: cscan.AsmStatement, undefined: UndefinedValue | None = None,
+                    value_of: AssignedValue | None = None) -> Verdict:
     """The lint's verdict on one asm statement (`undefined` decides `"+"` operands; without
-    it they are never flagged for an undefined value, only for one equal to an input)."""
+    it they are never flagged for an undefined value, only for one equal to an input -
+    the same expression, or, with `value_of`, a variable assigned that input's value)."""
     kind = dialect(st.template)
     if kind == "ptx":
         return Verdict("skipped", "ptx")
@@ -263,21 +267,39 @@ def check_statement(st: cscan.AsmStatement, undefined: UndefinedValue | None = N
     inputs = {op.index: op for op in st.inputs if _is_register_input(op)}
     ties = _tied_inputs(st)
     for out_op in st.outputs:
-        shareable = _shareable_inputs(out_op, inputs, kind, undefined, ties.get(out_op.index))
+        shareable = _shareable_inputs(out_op, inputs, kind, undefined, ties.get(out_op.index), value_of)
         if not shareable:
             continue
         for first in (ins for ins in instrs if out_op.index in ins.written):
             for later in sorted(after[first.index]):
                 hit = sorted(i for i in instrs[later].refs if i in shareable)
                 if hit:
+                    value = ties.get(out_op.index) or out_op
+                    same = bool(_values(value, value_of) & _values(inputs[hit[0]], value_of)) and not (
+                        undefined is not None and undefined(value))
                     return Verdict("hazard", _why(out_op, inputs[hit[0]], first, instrs[later],
-                                                  ties.get(out_op.index)))
+                                                  ties.get(out_op.index), same))
     return Verdict("clean")
+
+
+def written_inputs(st: cscan.AsmStatement) -> list[tuple[cscan.Operand, Instruction]]:
+    """AMDGCN: (input, instruction) where an instruction's destination is an operand the
+    statement lists only as an input (not an output, not tied to one). The compiler assumes
+    the input's register still holds the input after the block."""
+    if dialect(st.template) != "amdgcn":
+        return []  # elsewhere the destination position is not known
+    names = {op.name: op.index for op in st.outputs + st.inputs if op.name}
+    inputs = {op.index: op for op in st.inputs if _is_register_input(op)}
+    out = []
+    for ins in split_instructions(st.template, names, "amdgcn"):
+        out += [(inputs[i], ins) for i in sorted(ins.written) if i in inputs]
+    return out
 
 
 def _shareable_inputs(out_op: cscan.Operand, inputs: dict[int, cscan.Operand], kind: str,
                       undefined: UndefinedValue | None,
-                      tied: cscan.Operand | None = None) -> dict[int, cscan.Operand]:
+                      tied: cscan.Operand | None = None,
+                      value_of: AssignedValue | None = None) -> dict[int, cscan.Operand]:
     """The register inputs this output may be allocated onto. An output with an input tied
     to it (`"0"(x)`) holds that input's value on entry, like a `"+"` operand: it can share
     another input's register only when that value is undefined or the same value."""
@@ -288,8 +310,16 @@ def _shareable_inputs(out_op: cscan.Operand, inputs: dict[int, cscan.Operand], k
     value = tied if tied is not None else out_op
     if undefined is not None and undefined(value):
         return {i: op for i, op in inputs.items() if _may_share(out_op, op, kind)}
-    same = _normalized(value.expr)
-    return {i: op for i, op in inputs.items() if same and _normalized(op.expr) == same}
+    same = _values(value, value_of)
+    return {i: op for i, op in inputs.items() if same & _values(op, value_of)}
+
+
+def _values(op: cscan.Operand, value_of: AssignedValue | None) -> set[str]:
+    """What an operand is known to hold: its expression, and the expression its variable was
+    last assigned (`acc = x;` before the block: `acc` holds `x`)."""
+    out = {_normalized(op.expr)} - {""}
+    assigned = value_of(op) if value_of is not None else None
+    return out | ({_normalized(assigned)} if assigned else set())
 
 
 def _tied_inputs(st: cscan.AsmStatement) -> dict[int, cscan.Operand]:
@@ -307,11 +337,11 @@ def _normalized(expr: str) -> str:
 
 
 def _why(out_op: cscan.Operand, inp: cscan.Operand, first: Instruction, later: Instruction,
-         tied: cscan.Operand | None = None) -> str:
+         tied: cscan.Operand | None = None, same_value: bool = False) -> str:
     alts = " or ".join(f'"{c}"' for c in out_op.constraints)
     if _may_lack_early_clobber(out_op) and not tied:
         how = "without early-clobber (\"=&...\") the compiler may give them overlapping registers"
-    elif _normalized((tied or out_op).expr) == _normalized(inp.expr):
+    elif _normalized((tied or out_op).expr) == _normalized(inp.expr) or same_value:
         how = ("both carry the same value, so the compiler may pass them in one register; "
                "make the output early-clobber (\"+&...\")")
     else:
@@ -327,11 +357,92 @@ def _why(out_op: cscan.Operand, inp: cscan.Operand, first: Instruction, later: I
 def undefined_at(scanned: cscan.Scanned, st: cscan.AsmStatement) -> UndefinedValue:
     """Whether a read-write operand's variable is undefined where `st` runs: it is declared
     in the enclosing code without an initializer, nothing mentions it between the
-    declaration and the statement, and no loop between them could carry a value into it."""
+    declaration and the statement, and no loop between them could carry a value into it;
+    or it is a reference parameter of the enclosing function and a call in this text
+    passes it a variable that is undefined there (the value comes from the caller)."""
     def undefined(op: cscan.Operand) -> bool:
         m = re.match(r"\s*([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*|\.\s*\w+\s*)*$", op.expr)
-        return bool(m) and _declared_without_value(scanned, st.start, m.group(1))
+        return bool(m) and (_declared_without_value(scanned, st.start, m.group(1))
+                            or _reference_parameter_undefined(scanned, st.start, m.group(1)))
     return undefined
+
+
+_FUNCTION_HEAD = re.compile(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>\s*)?\(([^;{}]*)\)\s*(?:const\s*)?(?:noexcept\s*)?\{")
+
+
+def _enclosing_function(scanned: cscan.Scanned, at: int) -> re.Match | None:
+    """The definition head (`name(params) {`) of the function whose body holds `at`."""
+    code = scanned.code
+    best = None
+    for m in _FUNCTION_HEAD.finditer(code, 0, at):
+        if m.group(1) in ("if", "for", "while", "switch", "catch") or scanned.in_string(m.start()):
+            continue
+        depth, i = 0, m.end() - 1
+        for i in range(m.end() - 1, at):
+            depth += (code[i] == "{") - (code[i] == "}")
+            if depth == 0:
+                break
+        if depth > 0:
+            best = m  # still open at `at`: the innermost such head is the last one
+    return best
+
+
+def _reference_parameter_undefined(scanned: cscan.Scanned, at: int, name: str) -> bool:
+    """`name` is a `T& name` parameter of the function around `at`, and some call of that
+    function in this text passes, in that position, a variable undefined at the call."""
+    head = _enclosing_function(scanned, at)
+    if head is None:
+        return False
+    params = [p.strip() for p in head.group(2).split(",")]
+    pos = next((k for k, p in enumerate(params)
+                if re.search(rf"&\s*{re.escape(name)}\s*$", p) and "&&" not in p), None)
+    if pos is None:
+        return False
+    code = scanned.code
+    for call in re.finditer(rf"\b{re.escape(head.group(1))}\s*(?:<[^;{{}}()]*>\s*)?\(", code):
+        if call.start() == head.start() or scanned.in_string(call.start()):
+            continue
+        close = cscan._matching_paren(code, scanned, call.end() - 1)
+        if close < 0:
+            continue
+        args = [code[a:b].strip() for a, b in cscan._split_top(code, scanned, call.end(), close, ",")]
+        if pos < len(args) and re.fullmatch(r"[A-Za-z_]\w*", args[pos]) \
+                and _declared_without_value(scanned, call.start(), args[pos]):
+            return True
+    return False
+
+
+def assigned_at(scanned: cscan.Scanned, st: cscan.AsmStatement) -> AssignedValue:
+    """The expression a plain variable operand was last assigned before `st` (`acc = x;`,
+    `T acc = x;`, `T acc{x};`), when nothing mentions the variable or that expression's
+    names between the assignment and `st` and no loop between could change them."""
+    code = scanned.code
+
+    def value_of(op: cscan.Operand) -> str | None:
+        if not re.fullmatch(r"[A-Za-z_]\w*", op.expr):
+            return None
+        last = None
+        for m in re.finditer(rf"\b{re.escape(op.expr)}\b", code[:st.start]):
+            if not scanned.in_string(m.start()):
+                last = m
+        if last is None:
+            return None
+        rhs = re.match(r"\s*(?:=(?!=)|(?=[{(]))", code[last.end():st.start])
+        if rhs is None:
+            return None
+        begin = last.end() + rhs.end()
+        end = code.find(";", begin, st.start)
+        if end < 0:
+            return None
+        value = code[begin:end].strip()
+        if value[:1] in "({" and value[-1:] in ")}":
+            value = value[1:-1].strip()
+        between = code[end:st.start]
+        if not value or any(re.search(rf"\b{re.escape(n)}\b", between)
+                            for n in re.findall(r"[A-Za-z_]\w*", value)) or _loop_between(code, end, st.start):
+            return None
+        return value
+    return value_of
 
 
 def _declared_without_value(scanned: cscan.Scanned, at: int, name: str) -> bool:
@@ -489,19 +600,26 @@ def _judge(text: str, path: str, *, honor_allowlist: bool, line_map, scanned=Non
     lines = text.split("\n")
     out = []
     for st in stmts if stmts is not None else cscan.asm_statements(text, scanned):
-        verdict = check_statement(st, undefined_at(scanned, st))
+        verdict = check_statement(st, undefined_at(scanned, st), assigned_at(scanned, st))
         found: list[Finding] = []
         if verdict.status == "hazard" and honor_allowlist:
             ok, found = _allowed(scanned, st, path)
             if ok:
                 verdict = Verdict("skipped", "allowlisted")
+        where, line = path, st.line
+        if line_map and st.line - 1 < len(line_map) and line_map[st.line - 1][0]:
+            where, line = line_map[st.line - 1]
+            where = path if _same_file(where, path) else where
+        block = "\n".join(lines[st.line - 1:st.end_line])
         if verdict.status == "hazard":
-            where, line = path, st.line
-            if line_map and st.line - 1 < len(line_map) and line_map[st.line - 1][0]:
-                where, line = line_map[st.line - 1]
-                where = path if _same_file(where, path) else where
-            found.append(checks.EARLY_CLOBBER.finding(where, line, verdict.reason,
-                                                      "\n".join(lines[st.line - 1:st.end_line])))
+            found.append(checks.EARLY_CLOBBER.finding(where, line, verdict.reason, block))
+        for inp, ins in written_inputs(st) if verdict.status != "skipped" or verdict.reason != "ptx" else ():
+            found.append(checks.ASM_WRITES_INPUT.finding(
+                where, line, f"instruction {ins.index + 1} (`{ins.text}`) writes %{inp.index} "
+                f"(\"{(inp.constraints or [''])[0]}\" {inp.expr}), which the block lists only as an "
+                f"input: the compiler assumes its register still holds {inp.expr} after the block "
+                f"(and may have put another live value there); make it an output (\"+v\") or write "
+                f"a scratch output instead", block))
         out.append((st, verdict, found))
     return out
 
@@ -520,7 +638,9 @@ def lint_source(text: str, path: str, *, honor_allowlist: bool = True,
     pending = []
     for st, verdict, found in _judge(text, path, honor_allowlist=honor_allowlist,
                                      line_map=line_map, scanned=scanned, stmts=stmts):
-        if _needs_expansion(st):
+        # an output constraint chosen by `#if` is judged with the build's active defines
+        # when a preprocessor is given (without one: every definition, conservatively)
+        if _needs_expansion(st) or (expand is not None and any(op.conditional for op in st.outputs)):
             pending.append(st)
             continue
         report.findings += found

@@ -80,6 +80,11 @@ EARLY_CLOBBER = register(Check(
     "an asm block where an output without `&` (`\"=v\"`, or a `\"+v\"`/tied operand whose value "
     "is undefined or equal to an input) is written before an instruction that runs after it - "
     "later, or around an asm-written loop - reads a register input"))
+ASM_WRITES_INPUT = register(Check(
+    "asm-writes-input", "error", "source",
+    "an AMDGCN asm template whose instruction writes (destination position) an operand listed "
+    "only as an input: the compiler assumes an input's register holds its value after the block "
+    "and may reuse it, or have put another live value there"))
 ASM_UNCHECKED = register(Check(
     "asm-unchecked", "info", "source",
     "an asm block that could have the hazard but that the lint could not read (a macro the "

@@ -125,6 +125,9 @@ class Operand:
     expr: str
     is_output: bool
     unresolved: list[str] = dataclasses.field(default_factory=list)  # names in the constraint
+    # string macros in the constraint with several differing definitions (`#if` branches):
+    # which one is active depends on the build's defines
+    conditional: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -209,6 +212,11 @@ def _strings_and_names(code: str, scanned: Scanned, lo: int, hi: int,
     return values, unknown, last
 
 
+def _code_only(code: str, scanned: Scanned, lo: int, hi: int) -> str:
+    """code[lo:hi] with its string literals blanked."""
+    return "".join(c if not scanned.in_string(i) else " " for i, c in enumerate(code[lo:hi], lo))
+
+
 def _operands(code: str, scanned: Scanned, lo: int, hi: int, macros: dict[str, list[str]],
               first_index: int, is_output: bool) -> list[Operand]:
     ops = []
@@ -226,7 +234,10 @@ def _operands(code: str, scanned: Scanned, lo: int, hi: int, macros: dict[str, l
         expr = code[paren + 1:close].strip() if 0 <= paren < close <= b else ""
         c_hi = paren if paren >= 0 else b
         cons, unknown, _ = _strings_and_names(code, scanned, c_lo, c_hi, macros)
-        ops.append(Operand(first_index + k, name, cons, " ".join(expr.split()), is_output, unknown))
+        conditional = [n for n in re.findall(r"[A-Za-z_]\w*", _code_only(code, scanned, c_lo, c_hi))
+                       if len(set(macros.get(n, ()))) > 1]
+        ops.append(Operand(first_index + k, name, cons, " ".join(expr.split()), is_output, unknown,
+                           conditional))
     return ops
 
 

@@ -1,11 +1,12 @@
 """Source lint of inline asm: each rule with a minimal positive and negative case."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 
 from hazards.static import asm_lint, cscan
 from hazards.strategies.static import asm_blocks, block_hazard
-from static_helpers import TWO_LOADS
+from static_helpers import TWO_LOADS, requires_clang
 
 
 def lint(src: str, **kw):
@@ -165,3 +166,106 @@ def test_an_allowlist_comment_may_open_the_comment_block_above_the_statement():
     assert lint(src) == []
     detached = src.replace("  // reason goes on", "  int unrelated;\n  // reason goes on")
     assert [f.check for f in lint(detached)] == ["early-clobber"]
+
+
+# ---- values across functions and names; inputs written; #if-chosen constraints (item 7) ------
+
+REF_PARAM = '''typedef float f4 __attribute__((ext_vector_type(4)));
+__device__ void load2(f4& acc, const f4* p) {
+  asm volatile("global_load_dwordx4 %0, %1, off\\n\\t"
+               "global_load_dwordx4 %0, %2, off"
+               : "+v"(acc) : "v"(p), "v"(p + 1));
+}
+__global__ void k(const f4* p, f4* o) {
+  f4 acc{DECL};
+  load2(acc, p);
+  o[0] = acc;
+}
+'''
+
+
+@pytest.mark.parametrize("decl,flagged", [(";", True), (" = {0, 0, 0, 0};", False)])
+def test_a_read_write_reference_parameter_is_undefined_when_its_caller_never_initialised_it(decl, flagged):
+    src = REF_PARAM.replace("{DECL};", decl)
+    found = lint(src)
+    assert [(f.check, f.line) for f in found] == ([("early-clobber", 3)] if flagged else [])
+    if flagged:
+        assert "uninitialised" in found[0].message
+
+
+SAME_VALUE = '''__global__ void k(const float* p, float* o) {
+  float x = p[threadIdx.x];
+  float y = p[threadIdx.x + 64];
+  {ASSIGN}
+  asm volatile("v_add_f32 %0, %0, %1\\n\\t"
+               "v_mul_f32 %0, %0, %1" : "+v"(acc) : "v"(x));
+  o[threadIdx.x] = acc;
+}
+'''
+
+
+@pytest.mark.parametrize("assign,flagged", [
+    ("float acc = x;", True),                 # the accumulator holds the input's value
+    ("float acc; acc = x;", True),            # assigned, not initialised: the same
+    ("float acc = y;", False),                # another value: its own register
+    ("float acc = x; x = x * 2.0f;", False),  # the input changed after the copy
+])
+def test_a_read_write_operand_assigned_an_inputs_value_under_another_name_may_share_its_register(
+        assign, flagged):
+    found = lint(SAME_VALUE.replace("{ASSIGN}", assign))
+    assert [f.check for f in found] == (["early-clobber"] if flagged else [])
+    if flagged:
+        assert "same value" in found[0].message
+
+
+WRITES_INPUT = '''__global__ void k(unsigned* p, unsigned x) {
+  asm volatile("v_add_u32 %0, %0, 1\\n\\t"
+               "global_store_dword %1, %0, off" : {OUT} : "v"(x), "v"(p));
+  p[1] = x;
+}
+'''
+
+
+def test_an_instruction_that_writes_an_input_only_operand_is_its_own_finding():
+    (f,) = lint(WRITES_INPUT.replace("{OUT}", ""))
+    assert (f.check, f.severity, f.line) == ("asm-writes-input", "error", 2)
+    assert "`v_add_u32 %0, %0, 1`" in f.message and "%0" in f.message
+
+
+def test_writing_an_output_or_a_tied_input_is_not_writing_an_input():
+    tied = WRITES_INPUT.replace("{OUT} : \"v\"(x)", "\"=v\"(x) : \"0\"(x)").replace("%1, %0", "%2, %0")
+    assert [f.check for f in lint(tied)] == []
+    stores_only = '__global__ void k(unsigned* p, unsigned x) { asm volatile("global_store_dword %0, %1, off" :: "v"(p), "v"(x)); }'
+    assert lint(stores_only) == []
+
+
+IF_CHOSEN = '''#ifdef SAFE
+#define OUT "=&v"
+#else
+#define OUT "=v"
+#endif
+__global__ void k(const float4* p, float4* o) {
+  float4 a, b;
+  asm volatile("global_load_dwordx4 %0, %2, off\\n\\t"
+               "global_load_dwordx4 %1, %3, off\\n\\t"
+               "s_waitcnt vmcnt(0)" : OUT(a), OUT(b) : "v"(p), "v"(p + 1));
+  o[0] = a; o[1] = b;
+}
+'''
+
+
+@requires_clang
+@pytest.mark.parametrize("defines,flagged", [(["-DSAFE"], False), ([], True)])
+def test_a_constraint_macro_chosen_by_if_is_judged_with_the_active_defines(tmp_path, defines, flagged):
+    from hazards.static.userbuild import preprocessor_for
+
+    src = tmp_path / "k.hip"
+    src.write_text(IF_CHOSEN)
+    report = asm_lint.lint_report([src], expand=preprocessor_for(defines))
+    assert [(f.check, f.line) for f in report.findings if f.fails] == ([("early-clobber", 8)] if flagged else [])
+    assert report.checked == 1
+
+
+def test_without_a_preprocessor_an_if_chosen_constraint_is_judged_on_every_definition():
+    (f,) = lint(IF_CHOSEN)
+    assert '"=&v" or "=v"' in f.message
