@@ -281,7 +281,9 @@ def _finite_or_zero(value: Any) -> float:
 
 
 def _check_writable(path: Path) -> None:
-    """Refuse (UserError) a store path we could not write, creating only its own folder."""
+    """Refuse a store path we could not write, creating only its own folder: a store that
+    exists and cannot be written is a store failure (StoreError, exit 4, as for every
+    command); a path where none can be made is bad input (UserError)."""
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise UserError(f"store path {path} is a directory; give a file path such as {path / 'results.db'}")
@@ -298,6 +300,8 @@ def _check_writable(path: Path) -> None:
         with open(probe, "wb"):
             pass
     except OSError as e:
+        if path.exists():
+            raise _read_only(path, e.strerror or str(e)) from None
         raise UserError(f"store path {path} is not writable: {e.strerror or e}") from None
     finally:
         try:
@@ -305,7 +309,11 @@ def _check_writable(path: Path) -> None:
         except OSError:
             pass
     if path.exists() and not os.access(path, os.W_OK):
-        raise UserError(f"store file {path} is not writable")
+        raise _read_only(path, "the file is not writable")
+
+
+def _read_only(path: Path, why: str) -> StoreError:
+    return StoreError(f"results store {path} is read-only ({why}): {_advice('SQLITE_READONLY', path)}")
 
 
 # -- SQLite failures as StoreError ---------------------------------------------------------
@@ -618,6 +626,8 @@ class Store:
             _check_writable(self.path)
         elif not self.path.is_file():
             raise UserError(f"no results store at {self.path} (run `hazards run` first, or pass --store)")
+        elif not read_only:
+            _check_writable(self.path)  # an existing store to write: read-only is exit 4 here too
         self._db = _connect(self.path, read_only=read_only)
         try:
             self._setup(create)

@@ -217,3 +217,25 @@ def test_read_only_open_never_writes(two_campaigns):
     with Store(two_campaigns, read_only=True) as s, pytest.raises(StoreError, match="readonly"):
         s.create_campaign("run", {})
     assert sqlite3.connect(two_campaigns).execute("SELECT count(*) FROM campaigns").fetchone() == (2,)
+
+
+def test_every_command_that_writes_a_read_only_store_says_so_with_exit_4(tmp_path, two_campaigns):
+    """A store that exists but cannot be written is a store failure (exit 4, one line naming
+    it), for every command that writes one; before, some said exit 2 ("not writable": bad
+    input) and others exit 4. The commands that only read still work (the test above)."""
+    ro, db = two_campaigns.parent, two_campaigns
+    (tmp_path / "t.toml").write_text("[[target]]\nname = 'x'\nargv = ['true']\n")
+    py = f"{sys.executable} -m hazards"
+    commands = [f"run -n 1 --store {db} -- true", f"run --resume 1 --store {db}", f"repro -n 1 --store {db} -- true",
+                f"soak --budget 1s --no-families --targets {tmp_path}/t.toml --store {db}",
+                f"check --budget 1s --families pipeline --store {db}", f"stress pipeline -r 1 --store {db}",
+                f"explore pipeline --budget 1s --store {db}", f"bisect --resume 1 --store {db}"]
+    script = f"mount --bind -o ro {ro} {ro} && touch {ro}/x 2>/dev/null && echo WRITABLE; " + "".join(
+        f"{py} {c} >/dev/null 2>{tmp_path}/err; echo \"rc=$? $(cat {tmp_path}/err | wc -l) $(head -c 300 {tmp_path}/err)\"; "
+        for c in commands)
+    proc = _in_namespace(script, tmp_path, env={"HZ_FAKE_GPUS": "0"})
+    assert "WRITABLE" not in proc.stdout, "the bind mount was not read-only"
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("rc=")]
+    assert len(lines) == len(commands), proc.stdout + proc.stderr
+    for command, line in zip(commands, lines):
+        assert line.startswith("rc=4 1 hazards: error: results store ") and "read-only" in line, (command, line)
