@@ -199,6 +199,7 @@ class LeasedCampaign:
         self.stall = StallPolicy(store=store)
         self.say: Callable[[str], None] = _say  # where notes for the user go (stderr)
         self.caches: dict[str, dict[tuple, Any]] = {}
+        self.campaign_id: int | None = None  # the campaign created or reopened last (an interrupt names it)
         self.monitor = None
         gpus = [lease for lease in self.leases if lease.is_gpu]
         if telemetry and gpus:
@@ -283,6 +284,7 @@ class LeasedCampaign:
         self.recover_interrupted()
         campaign_id = self.store.create_campaign(kind, {**spec, "sessions": [self.session()]}, name=name)
         CONTAINMENT.track_campaign(self._store_key, campaign_id)
+        self.campaign_id = campaign_id
         return campaign_id
 
     def reopen(self, campaign_id: int, kind: str) -> Campaign:
@@ -300,6 +302,7 @@ class LeasedCampaign:
         spec["sessions"] = list(spec.get("sessions", [])) + [self.session()]
         self.store.update_campaign_spec(campaign_id, spec)
         CONTAINMENT.track_campaign(self._store_key, campaign_id)
+        self.campaign_id = campaign_id
         return self.store.campaign(campaign_id)
 
     @property

@@ -563,11 +563,15 @@ def render_html(rep: Report, base: str | os.PathLike[str] | None = None) -> str:
         link=_link(Path(base) if base is not None else None))
 
 
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "|<>&"})
+
+
 def md_text(value: Any) -> str:
-    """Text as it must appear in a markdown table cell or list item: `|` escaped (it would
-    end the cell), HTML escaped (a job summary renders tags), one line."""
-    text = html.escape(str(value), quote=False)
-    return " ".join(text.replace("|", "\\|").split())
+    """Text as it must appear in a markdown table cell or list item, one line: markdown's
+    own backslash escapes for `|` (it would end the cell) and `<` `>` `&` (a job summary
+    would render a tag or an entity). No HTML entities:
+    `hazards soak` prints this summary on the terminal too, where `&lt;n&gt;` is noise."""
+    return " ".join(str(value).translate(_MD_SPECIAL).split())
 
 
 def render_markdown(rep: Report) -> str:

@@ -15,7 +15,9 @@ import inspect
 import json
 import math
 import re
+import shlex
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterable, Iterator, List, Optional
 
@@ -288,6 +290,18 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def say_interrupted(command: str, campaign_id: int | None, store_path: Path | None) -> None:
+    """The line a campaign command prints when Ctrl-C (or a stop signal) ends it: that the
+    finished runs are kept, and the exact command that continues the campaign."""
+    store = f" --store {shlex.quote(str(store_path))}" if store_path is not None else ""
+    kept = (f"campaign {campaign_id} keeps every finished run (continue with "
+            f"`hazards {command} --resume {campaign_id}{store}`)" if campaign_id is not None else "no run had started")
+    try:
+        print(f"hazards: interrupted; {kept}", file=sys.stderr)
+    except OSError:  # the terminal hung up (SIGHUP)
+        pass
 
 
 def interrupt_exit_code(exc: BaseException) -> int:

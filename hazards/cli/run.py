@@ -17,7 +17,7 @@ from hazards.cli.app import app
 from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
                                  HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
                                  ResumeOption, StallOption, StoreOption, WaitOption, check_seconds, forensics_policy,
-                                 interrupt_exit_code, literal, parse_duration, parse_stall, progress_interval, runs_option,
+                                 interrupt_exit_code, literal, parse_duration, say_interrupted, parse_stall, progress_interval, runs_option,
                                  timeout_option)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign, check_resumable
@@ -235,11 +235,6 @@ def run_command(
                 print_summary(summary, store, spec)
     except KeyboardInterrupt as e:
         # typer turns this into an exit code the entry point would drop: say it and exit here
-        kept = (f"campaign {campaign_id} keeps every finished run (continue with "
-                f"`hazards run --resume {campaign_id}`)" if campaign_id is not None else "no run had started")
-        try:
-            print(f"hazards: interrupted; {kept}", file=sys.stderr)
-        except OSError:  # the terminal hung up (SIGHUP)
-            pass
+        say_interrupted("run", campaign_id, store_path)
         sys.exit(interrupt_exit_code(e))
     sys.exit(exit_code(summary))

@@ -11,8 +11,9 @@ import typer
 from hazards.cli.app import app
 from hazards.cli.options import (BudgetOption, CampaignNameOption, DryRunOption, FamiliesOption, ForensicsOption,
                                  ForensicsShareOption, HangBudgetOption, JsonOption, JUnitOption, LeaseFlags,
-                                 ProgressIntervalOption, ResumeOption, StallOption, forensics_policy, lease_options,
-                                 parse_duration, parse_stall, print_plan, progress_interval, split_names)
+                                 ProgressIntervalOption, ResumeOption, StallOption, forensics_policy,
+                                 interrupt_exit_code, lease_options, parse_duration, parse_stall, print_plan,
+                                 progress_interval, say_interrupted, split_names)
 from hazards.engine.errors import UserError
 from hazards.plan import SoakSelection, soak_plan
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
@@ -173,10 +174,14 @@ def soak_command(
 
         explorer = explore_share(select_families(split_names(families)), database_dir(store.path),
                                  log=lambda s: typer.echo(s, err=True))
-    with frame, CampaignProgress(interval_s=interval_s) as progress:
-        typer.echo(f"soak on {frame.describe()}", err=True)
-        res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, observer=progress,
-                       allocation=allocation, explore_share=explore if explorer else 0.0, explorer=explorer)
+    try:
+        with frame, CampaignProgress(interval_s=interval_s) as progress:
+            typer.echo(f"soak on {frame.describe()}", err=True)
+            res = run_soak(frame, items, budget_s=budget_s, resume=resume, name=name, observer=progress,
+                           allocation=allocation, explore_share=explore if explorer else 0.0, explorer=explorer)
+    except KeyboardInterrupt as e:  # say how to continue, then exit here (typer would drop the code)
+        say_interrupted("soak", frame.campaign_id, lease.store_path)
+        sys.exit(interrupt_exit_code(e))
     _finish(store, res, report, json_out, junit)
 
 

@@ -264,3 +264,29 @@ def test_non_utf8_bytes_in_the_arguments_reach_the_program_and_are_stored_escape
     assert len(targets) == 2 and all(t.endswith("'a\\xffb'") for t in targets), targets
     stats = hazards("stats", "--store", str(tmp_path / "r.db"), cwd=tmp_path)
     assert stats.returncode == 0 and "a\\xffb" in stats.stdout, stats.stdout + stats.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "soak"])
+def test_ctrl_c_says_interrupted_and_the_exact_resume_command(tmp_path, command):
+    """Ctrl-C mid-campaign: 'interrupted', and the command that continues it (with the
+    store it used); soak printed only 'hazards: interrupted'."""
+    db_path = tmp_path / "r.db"
+    targets = tmp_path / "t.toml"
+    targets.write_text("[[target]]\nname = 'ok'\nargv = ['true']\n")
+    env = {k: v for k, v in os.environ.items() if k != "HZ_STORE"}
+    env.update(PYTHONPATH=str(REPO), HZ_FAKE_GPUS="0", HZ_LEASE_DIR=str(tmp_path / "leases"))
+    args = (["run", "-n", "100000", "--store", str(db_path), "--", "true"] if command == "run" else
+            ["soak", "--budget", "10m", "--no-families", "--targets", str(targets), "--store", str(db_path)])
+    proc = subprocess.Popen([sys.executable, "-m", "hazards", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_runs(db_path, 3, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    cid = sqlite3.connect(db_path).execute("SELECT id FROM campaigns").fetchone()[0]
+    assert "hazards: interrupted; campaign" in err, err
+    assert f"`hazards {command} --resume {cid} --store {db_path}`" in err, err
