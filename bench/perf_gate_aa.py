@@ -7,9 +7,9 @@ Gates run one after another, alternating the issue's two A/A comparisons, each a
 `--workers 132 --repeats 10` (the issue's command) and the gate's defaults otherwise:
   noop: --baseline megakernel_layers:production --candidate megakernel_layers:noop
   self: --baseline megakernel_layers:production --candidate megakernel_layers:production
-through `hazards.gates.perf.run_gate`, what `hazards gate perf` calls (each gate takes its
-own exclusive lease and starts its own warm server). A gate starts only while the budget
-leaves 1.5x the slowest gate so far. Per gate one JSON line in DIR/gates.jsonl: the kind,
+through `hazards.gates.perf.run_gate`, what `hazards gate perf` calls (each gate is its
+own campaign: an exclusive lease, a warm server, its runs in a scratch store). A gate starts
+only while the budget leaves 1.5x the slowest gate so far. Per gate one JSON line in DIR/gates.jsonl: the kind,
 seconds, the verdict and each task's, the verdict of the rule before the fix on the same
 pairs (intervals adjusted over the (worker count, task) cells only, which is `evaluate` at
 conf 1 - 3 x (1 - conf)), and the raw pairs (which side ran first, every task's metrics).
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def raw_pairs(pairs: list[perf.Pair]) -> list[dict[str, Any]]:
              "baseline": side(p.baseline), "candidate": side(p.candidate)} for p in pairs]
 
 
-def one_gate(kind: str) -> dict[str, Any]:
+def one_gate(kind: str, store: Path) -> dict[str, Any]:
     baseline, candidate = KINDS[kind]
     seen: list[list[perf.Pair]] = []
     evaluate = perf.evaluate
@@ -58,7 +59,7 @@ def one_gate(kind: str) -> dict[str, Any]:
     perf.evaluate = keep_pairs
     t0 = time.monotonic()
     try:
-        res = perf.run_gate(baseline, [candidate], workers=WORKERS, repeats=REPEATS, wait_s=60.0)
+        res = perf.run_gate(baseline, [candidate], workers=WORKERS, repeats=REPEATS, wait_s=60.0, store_path=store)
     except Exception as exc:  # noqa: BLE001 - a gate that could not judge is a line, not the end
         return {"kind": kind, "seconds": time.monotonic() - t0, "error": f"{type(exc).__name__}: {exc}"}
     finally:
@@ -81,10 +82,11 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     t0, slowest, failures_in_a_row = time.monotonic(), 0.0, 0
     done: list[dict[str, Any]] = []
+    store = Path(tempfile.mkdtemp(prefix="hz-gate-aa-")) / "results.db"  # the gates' runs: not sent back
     with (args.out / "gates.jsonl").open("w") as out:
         while len(done) < args.max_gates and time.monotonic() - t0 + 1.5 * slowest < args.budget_s:
             kind = list(KINDS)[len(done) % len(KINDS)]
-            g = one_gate(kind)
+            g = one_gate(kind, store)
             slowest = max(slowest, g["seconds"])
             out.write(json.dumps(g) + "\n")
             out.flush()
@@ -102,7 +104,7 @@ def main() -> int:
         for rule in ("verdict", "cells_only_verdict"):
             counts: dict[str, int] = {}
             for g in gs:
-                counts[g[rule]] = counts.get(g[rule], 0) + 1
+                counts[str(g[rule])] = counts.get(str(g[rule]), 0) + 1
             false = sum(n for v, n in counts.items() if v != "no-change")
             print(f"  {kind:<4} {rule:<18} {false} of {len(gs)} not no-change  {counts}")
     return 0 if judged else 1

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, WaitOption, check_seconds, parse_duration, split_names
+from hazards.cli.options import JsonOption, LeaseFlags, check_seconds, lease_options, split_names
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
 from hazards.gates import LOGIT_DEFAULT_MAX_KL, LOGIT_DEFAULT_RATIO
 from hazards.gates.perf import (DEFAULT_CONF, DEFAULT_MIN_EFFECT, DEFAULT_MIN_US, DEFAULT_REPEATS,
@@ -34,6 +34,7 @@ Per worker count and task it prints the candidate/baseline ratios of slowCTA, wa
 sumCTA with rank-based intervals, cos, and a verdict: faster, no-change, slower,
 sloughing (slowCTA down but sumCTA up) or incorrect (cos below --cos-min, or a crashed
 run). Exit 0 for faster/no-change, 1 otherwise, 2 bad input or a baseline that fails.
+Every run is stored (--store) as one campaign of kind gate-perf, its verdicts in its spec.
 
 Example:\n
   hazards gate perf --baseline megakernel:baseline --candidate megakernel:improved --workers 66,132
@@ -41,6 +42,7 @@ Example:\n
 
 
 @gate_app.command("perf", help=_PERF_HELP)
+@lease_options
 def perf_command(
     baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string), megakernel:NAME or megakernel_layers:NAME."),
     candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command or megakernel:NAME, for logits an .npz sink."),
@@ -58,7 +60,7 @@ def perf_command(
     profiled_launches: int = typer.Option(5, "--profiled-launches",
                                           help="Profiled launches per megakernel:NAME sample (medians over them)."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds a run may take before it is a hang."),
-    wait: WaitOption = "1h",
+    lease: LeaseFlags = LeaseFlags(wait="1h", exclusive=True),  # --store, --lease-dir, --wait, --exclusive
     json_out: JsonOption = False,
 ) -> None:
     from hazards.gates import perf
@@ -67,8 +69,8 @@ def perf_command(
     result = perf.run_gate(baseline, candidate, workers=perf.parse_workers(workers), repeats=repeats,
                            conf=conf, min_effect=min_effect, min_us=min_us, cos_min=cos_min,
                            tasks=split_names(task) or None, timeout=timeout, launches=profiled_launches,
-                           wait_s=parse_duration(wait, allow_zero=True),
-                           progress=lambda s: print(s, file=sys.stderr, flush=True))
+                           wait_s=lease.wait_s, store_path=lease.store_path, lock_dir=lease.lock_dir,
+                           exclusive=lease.exclusive, progress=lambda s: print(s, file=sys.stderr, flush=True))
     if json_out:
         print(json.dumps(result))
     else:

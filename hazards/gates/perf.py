@@ -1,7 +1,9 @@
 """The faithful per-task performance gate: is a candidate faster than the baseline, task by
 task, inside the real megakernel, without trading correctness?
 
-Both sides run on ONE exclusively leased GPU, interleaved in pairs with the same input
+The gate is a campaign like any other (kind 'gate-perf'): the leased-campaign frame holds
+one GPU exclusively, keeps the catalog's warm server, and stores every run; `PairSchedule`
+is its work source. Both sides run on that GPU, interleaved in pairs with the same input
 seed (slow drift of clocks or temperature cancels within a pair), the order alternating
 (A B, B A, A B, ...: whatever running second costs or gains falls on both sides alike),
 `repeats` pairs per worker count. Every run must print FAITHFUL_RESULT lines (or, for a
@@ -36,23 +38,46 @@ judged (timer resolution: %globaltimer steps 32 ns on the H200).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import enum
 import math
 import os
 import shlex
 import sys
-from typing import Any, Callable, Iterator, Sequence
+import threading
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
 from hazards.engine.errors import UserError
-from hazards.engine.outcome import Outcome
+from hazards.engine.loop import TargetFactory, WorkItem, default_target_factory
+from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import Interval, min_pairs, shift_ci
 
 METRICS = ("slowCTA", "wall", "sumCTA")
-VERDICTS = ("faster", "no-change", "slower", "sloughing", "incorrect")
-PASSING = frozenset({"faster", "no-change"})
-_RANK = {"no-change": 0, "faster": 1, "slower": 2, "sloughing": 3, "incorrect": 4}
+
+
+class PerfVerdict(enum.StrEnum):
+    """What the gate concluded about a candidate at a worker count (or overall: the worst)."""
+
+    NO_CHANGE = "no-change"  # nothing significant
+    FASTER = "faster"        # slowCTA or wall significantly down, nothing significantly up
+    SLOWER = "slower"        # any of slowCTA, wall, sumCTA significantly up
+    SLOUGHING = "sloughing"  # slowCTA down and sumCTA up: the same work spread over more blocks
+    INCORRECT = "incorrect"  # a candidate run failed its correctness check, crashed or hung
+
+    @property
+    def rank(self) -> int:
+        """Severity: incorrect > sloughing > slower > faster > no-change."""
+        return list(PerfVerdict).index(self)
+
+    @property
+    def passing(self) -> bool:
+        """Whether this verdict lets the gate pass (exit 0)."""
+        return self in (PerfVerdict.FASTER, PerfVerdict.NO_CHANGE)
+
+
+VERDICTS = tuple(v.value for v in PerfVerdict)
 # Catalog sides: `PREFIX:NAME` names a candidate of a megakernel whose faithful check serves
 # every catalog side of that prefix from one warm server (module run with --serve).
 CATALOGS = {"megakernel:": "hazards.ragged_decode.faithful", "megakernel_layers:": "hazards.megakernel_layers.faithful"}
@@ -69,9 +94,9 @@ class GateError(UserError):
     """The gate cannot judge (a baseline that fails, a run without result lines, ...)."""
 
 
-def worst(verdicts: Sequence[str]) -> str:
+def worst(verdicts: Sequence[str]) -> PerfVerdict:
     """The most severe verdict: incorrect > sloughing > slower > faster > no-change."""
-    return max(verdicts, key=_RANK.__getitem__) if verdicts else "no-change"
+    return max((PerfVerdict(v) for v in verdicts), key=lambda v: v.rank, default=PerfVerdict.NO_CHANGE)
 
 
 @dataclasses.dataclass
@@ -88,6 +113,14 @@ class Sample:
         vals = [float(r["cos"]) for r in self.rows.values() if "cos" in r]
         return min(vals) if vals else None
 
+    @classmethod
+    def from_result(cls, result: RunResult, label: str) -> "Sample":
+        """A run as the engine judged it; its FAITHFUL_RESULT rows (a command's evidence, a
+        catalog server's reply metrics)."""
+        lines = (result.evidence or {}).get("faithful") or (result.metrics or {}).get("faithful") or []
+        outcome = Outcome(result.outcome)
+        return cls(outcome is Outcome.CLEAN, result.reason, rows_by_task(lines, label), outcome.value)
+
 
 def rows_by_task(payloads: Sequence[dict[str, Any]], label: str) -> dict[int, dict[str, Any]]:
     """FAITHFUL_RESULT payloads keyed by task id; two different lines for one id are an error."""
@@ -100,85 +133,54 @@ def rows_by_task(payloads: Sequence[dict[str, Any]], label: str) -> dict[int, di
     return out
 
 
-class Side:
-    """One side of the comparison (the baseline or a candidate)."""
+def side_item(spec: str, *, cwd: str, timeout: float, cos_min: float, launches: int) -> WorkItem:
+    """The work item of one side (`spec`: a command, or PREFIX:NAME of a catalog megakernel),
+    before a sample's worker count and seed are put in (`sample_item`). Every catalog side
+    of one megakernel has the same server argv: the frame keeps one warm server for them.
+    A name that matches nothing or a program that does not exist: UserError, here."""
+    prefix = catalog_of(spec)
+    if prefix is not None:
+        cand = catalog_candidate(spec)
+        module = CATALOGS[prefix]
+        return WorkItem(target=module.rsplit(".", 2)[-2] + "-faithful", variant=cand.name, kind="server",
+                        argv=(sys.executable, "-m", module, "--serve"),
+                        params={"candidate": cand.name, "cos_min": cos_min}, launches=launches,
+                        timeout_s=timeout, handshake_timeout_s=max(timeout, 300.0), respawn_every=0)
+    from hazards.engine.targets import CommandTarget
 
-    label: str
-
-    def sample(self, workers: int, seed: int) -> Sample:
-        raise NotImplementedError
-
-    def describe(self) -> dict[str, Any]:
-        return {"label": self.label}
-
-
-class CommandSide(Side):
-    """A command run once per sample. `{workers}` in it becomes the worker count, which is
-    also in $HZ_NUM_WORKERS; $HZ_GATE_SEED is the pair's seed (the same for both sides)."""
-
-    def __init__(self, command: str, *, env: dict[str, str], cwd: str | None, timeout: float,
-                 cos_min: float) -> None:
-        from hazards.engine.targets import CommandTarget
-
-        try:
-            self.argv = shlex.split(command)
-        except ValueError as exc:
-            raise UserError(f"cannot split command {command!r}: {exc}") from None
-        if not self.argv:
-            raise UserError("empty command")
-        self.label = command
-        self.env, self.cwd, self.timeout, self.cos_min = dict(env), cwd, timeout, cos_min
-        self._target = CommandTarget  # checked below: the program exists before anything runs
-        CommandTarget(self._argv(1), env=self.env, cwd=cwd)
-
-    def _argv(self, workers: int) -> list[str]:
-        return [a.replace("{workers}", str(workers)) for a in self.argv]
-
-    def sample(self, workers: int, seed: int) -> Sample:
-        env = {**self.env, "HZ_NUM_WORKERS": str(workers), "HZ_GATE_SEED": str(seed)}
-        target = self._target(self._argv(workers), env=env, cwd=self.cwd, name=self.label,
-                              faithful_cos_min=self.cos_min)
-        result = target.run(timeout=self.timeout)
-        rows = rows_by_task(result.evidence.get("faithful") or [], self.label)
-        return Sample(result.outcome is Outcome.CLEAN, result.reason, rows, result.outcome.value)
-
-    def describe(self) -> dict[str, Any]:
-        return {"label": self.label, "command": self.argv}
+    try:
+        argv = shlex.split(spec)
+    except ValueError as exc:
+        raise UserError(f"cannot split command {spec!r}: {exc}") from None
+    if not argv:
+        raise UserError("empty command")
+    CommandTarget(_with_workers(argv, 1), env=dict(os.environ), cwd=cwd)  # the program exists
+    return WorkItem(target=spec, kind="command", argv=tuple(argv), cwd=cwd, timeout_s=timeout)
 
 
-class CatalogServer:
-    """One warm faithful-check server shared by every catalog side of one megakernel."""
-
-    def __init__(self, env: dict[str, str], timeout: float, launches: int,
-                 module: str = CATALOGS[CATALOG_PREFIX]) -> None:
-        from hazards.engine.targets import ServerTarget
-
-        self.timeout, self.launches = timeout, launches
-        self.target = ServerTarget([sys.executable, "-m", module, "--serve"],
-                                   env=env, name=module.rsplit(".", 2)[-2] + "-faithful",
-                                   handshake_timeout_s=max(timeout, 300.0), respawn_every=0)
-
-    def close(self) -> None:
-        self.target.close()
+def _with_workers(argv: Sequence[str], workers: int) -> list[str]:
+    return [a.replace("{workers}", str(workers)) for a in argv]
 
 
-class CatalogSide(Side):
-    """A named build/configuration of a catalog megakernel: the ragged-decode one
-    (hazards.ragged_decode.candidates) or the layered one (hazards.megakernel_layers.faithful)."""
+def sample_item(side: WorkItem, workers: int, seed: int) -> WorkItem:
+    """One sample of a side: a command gets the worker count as `{workers}` in its argv and
+    $HZ_NUM_WORKERS, the pair's seed as $HZ_GATE_SEED; a catalog server gets both in its request."""
+    if side.kind == "server":
+        return dataclasses.replace(side, params={**side.params, "workers": workers, "seed": seed})
+    return dataclasses.replace(side, argv=tuple(_with_workers(side.argv, workers)),
+                               env={**side.env, "HZ_NUM_WORKERS": str(workers), "HZ_GATE_SEED": str(seed)})
 
-    def __init__(self, spec: str, server: CatalogServer, cos_min: float) -> None:
-        self.candidate = catalog_candidate(spec)
-        self.label, self.server, self.cos_min = spec, server, cos_min
 
-    def sample(self, workers: int, seed: int) -> Sample:
-        result = self.server.target.run({"candidate": self.candidate.name, "workers": workers, "seed": seed,
-                                         "cos_min": self.cos_min}, timeout=self.server.timeout,
-                                        launches=self.server.launches)
-        rows = rows_by_task(result.metrics.get("faithful") or [], self.label)
-        return Sample(result.outcome is Outcome.CLEAN, result.reason, rows, result.outcome.value)
+def gate_targets(cos_min: float) -> TargetFactory:
+    """The frame's target factory: command sides judge FAITHFUL_RESULT cos against `cos_min`
+    (a catalog server gets it in each request)."""
+    def make(item: WorkItem, env: dict[str, str]) -> Any:
+        if item.kind == "command":
+            from hazards.engine.targets import CommandTarget
 
-    def describe(self) -> dict[str, Any]:
-        return {"label": self.label, "candidate": self.candidate.to_json()}
+            return CommandTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target, faithful_cos_min=cos_min)
+        return default_target_factory(item, env)
+    return make
 
 
 def catalog_candidate(spec: str) -> Any:
@@ -212,7 +214,7 @@ def ratio_interval(base: Sequence[float], cand: Sequence[float], conf: float) ->
                     math.exp(iv.hi) if iv.resolved else math.inf, iv.achieved, iv.n)
 
 
-def judge(ratios: dict[str, Interval], min_effect: float) -> str:
+def judge(ratios: dict[str, Interval], min_effect: float) -> PerfVerdict:
     """The verdict of one task from its three ratio intervals (see the module docstring)."""
     def down(m: str) -> bool:
         r = ratios[m]
@@ -223,12 +225,12 @@ def judge(ratios: dict[str, Interval], min_effect: float) -> str:
         return r.resolved and r.lo > 1.0 and r.estimate > 1.0 + min_effect
 
     if down("slowCTA") and up("sumCTA"):
-        return "sloughing"
+        return PerfVerdict.SLOUGHING
     if any(up(m) for m in METRICS):
-        return "slower"
+        return PerfVerdict.SLOWER
     if down("slowCTA") or down("wall"):
-        return "faster"
-    return "no-change"
+        return PerfVerdict.FASTER
+    return PerfVerdict.NO_CHANGE
 
 
 @dataclasses.dataclass
@@ -298,12 +300,12 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
                                          "candidate": min(cos_c) if cos_c else None}}
         failed = [p for p in ps if not p.candidate.ok]
         if failed:
-            point.update(verdict="incorrect", reason=f"{len(failed)} of {len(ps)} candidate runs failed: "
+            point.update(verdict=PerfVerdict.INCORRECT, reason=f"{len(failed)} of {len(ps)} candidate runs failed: "
                                                      f"{failed[0].candidate.reason}", ratios={}, tasks={})
             points.append(point)
             continue
         ratios: dict[str, Any] = {}
-        task_verdicts: dict[str, str] = {}
+        task_verdicts: dict[str, PerfVerdict] = {}
         unresolved = []
         for t in task_ids:
             name = names.get(t, str(t))
@@ -357,37 +359,14 @@ def check_repeats(first: Sample, tasks: Sequence[str] | None, points: int, repea
                         f"use --repeats {need} or more")
 
 
-def sample_pairs(baseline: Side, candidates: Sequence[Side], workers: Sequence[int], repeats: int,
-                 progress: Callable[[str], None] | None = None,
-                 check: Callable[[Sample], None] | None = None) -> dict[str, list[Pair]]:
-    """Run the interleaved schedule: per worker count, per repeat, per candidate, a pair
-    in the order `baseline_first(i)` says (A B, B A, ...). `check(first baseline sample)`
-    runs once, as soon as there is one, before the run it is paired with."""
-    out: dict[str, list[Pair]] = {c.label: [] for c in candidates}
-    for w in workers:
-        for i in range(repeats):
-            for c in candidates:
-                if baseline_first(i):
-                    a = baseline.sample(w, i)
-                    if check is not None and a.ok and a.rows:
-                        check(a)
-                        check = None
-                    b = c.sample(w, i)
-                else:
-                    b = c.sample(w, i)
-                    a = baseline.sample(w, i)
-                for side, s in (("baseline", a), ("candidate", b)):
-                    if s.outcome == Outcome.ERROR.value:  # the check itself failed: nothing to judge
-                        raise GateError(f"the {side} run at {w} workers (seed {i}) could not be judged: {s.reason}")
-                    if s.ok and not s.rows:
-                        raise GateError(f"the {side} run at {w} workers (seed {i}) printed no FAITHFUL_RESULT line")
-                out[c.label].append(Pair(w, i, a, b))
-                if progress:
-                    progress(f"workers {w} pair {i + 1}/{repeats} {c.label}: baseline "
-                             f"{'ok' if a.ok else 'FAILED'}, candidate {'ok' if b.ok else 'FAILED'}")
-                if not a.ok:
-                    raise GateError(f"the baseline failed its own check at {w} workers (seed {i}): {a.reason}")
-    return out
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One run of the schedule: which side, for which candidate's pair, where."""
+
+    role: str  # "baseline" | "candidate"
+    candidate: str
+    workers: int
+    seed: int
 
 
 def baseline_first(pair: int) -> bool:
@@ -397,31 +376,110 @@ def baseline_first(pair: int) -> bool:
     return pair % 2 == 0
 
 
-@contextlib.contextmanager
-def exclusive_gpu(holder: str, wait_s: float) -> Iterator[dict[str, str]]:
-    """Lease one GPU exclusively (flock + NVML foreign-process check) for the whole gate;
-    yields the environment its children get."""
-    from hazards.engine.leases import acquire_free, release_all
+def schedule(candidates: Sequence[str], workers: Sequence[int], repeats: int) -> list[Step]:
+    """The interleaved schedule: per worker count, per repeat i, per candidate, a pair with
+    seed i in the order `baseline_first(i)` says."""
+    return [Step(role, c, w, i) for w in workers for i in range(repeats) for c in candidates
+            for role in (("baseline", "candidate") if baseline_first(i) else ("candidate", "baseline"))]
 
-    leases, skipped = acquire_free(holder, max_gpus=1, wait_s=wait_s, exclusive=True)
-    if not leases:
-        why = "; ".join(f"GPU {g}: {r}" for g, r in skipped.items()) or "no GPU is visible to this process"
-        raise UserError(f"no GPU could be leased exclusively within {wait_s:g}s ({why})")
-    try:
-        yield leases[0].env()
-    finally:
-        release_all(leases)
+
+class PairSchedule:
+    """The gate's work source on the leased-campaign frame: the schedule's runs one by one,
+    each run's FAITHFUL_RESULT rows paired up per (candidate, worker count, seed).
+
+    It stops the campaign (`stop_reason`; `error` is the GateError to raise) at the first
+    run that cannot be judged (an `error` run, a clean run without result lines), a
+    baseline that fails its own check, or when `check(first clean baseline sample)`
+    refuses (too few repeats). `progress(line)` hears each completed pair."""
+
+    def __init__(self, baseline: WorkItem, candidates: dict[str, WorkItem], workers: Sequence[int], repeats: int,
+                 *, baseline_label: str, check: Callable[[Sample], None] | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.baseline, self.candidates, self.repeats = baseline, dict(candidates), repeats
+        self.baseline_label, self.check, self.progress = baseline_label, check, progress
+        self.steps = schedule(list(candidates), workers, repeats)
+        self.pairs: dict[str, list[Pair]] = {c: [] for c in candidates}
+        self.error: GateError | None = None
+        self._mu = threading.Lock()
+        self._next = 0
+        self._issued: dict[int, Step] = {}
+        self._halves: dict[tuple[str, int, int], dict[str, Sample]] = {}
+
+    @property
+    def items(self) -> list[WorkItem]:
+        return [self.baseline, *self.candidates.values()]
+
+    @property
+    def total(self) -> int:
+        return len(self.steps)
+
+    @property
+    def stop_reason(self) -> str | None:
+        return str(self.error) if self.error is not None else None
+
+    def next_item(self, gpu: str) -> WorkItem | None:
+        with self._mu:
+            if self.error is not None or self._next >= len(self.steps):
+                return None
+            step = self.steps[self._next]
+            self._next += 1
+            side = self.baseline if step.role == "baseline" else self.candidates[step.candidate]
+            item = sample_item(side, step.workers, step.seed)
+            self._issued[id(item)] = step
+            return item
+
+    def report(self, item: WorkItem, result: RunResult) -> None:
+        with self._mu:
+            step = self._issued.pop(id(item))
+            if self.error is None:
+                try:
+                    self._take(step, result)
+                except GateError as exc:
+                    self.error = exc
+
+    def _take(self, step: Step, result: RunResult) -> None:
+        label = self.baseline_label if step.role == "baseline" else step.candidate
+        where = f"at {step.workers} workers (seed {step.seed})"
+        s = Sample.from_result(result, label)
+        if s.outcome == Outcome.ERROR.value:  # the check itself failed: nothing to judge
+            raise GateError(f"the {step.role} run {where} could not be judged: {s.reason}")
+        if s.ok and not s.rows:
+            raise GateError(f"the {step.role} run {where} printed no FAITHFUL_RESULT line")
+        if step.role == "baseline":
+            if not s.ok:
+                raise GateError(f"the baseline failed its own check {where}: {s.reason}")
+            if self.check is not None:
+                check, self.check = self.check, None
+                check(s)
+        halves = self._halves.setdefault((step.candidate, step.workers, step.seed), {})
+        halves[step.role] = s
+        if len(halves) == 2:
+            del self._halves[(step.candidate, step.workers, step.seed)]
+            a, b = halves["baseline"], halves["candidate"]
+            self.pairs[step.candidate].append(Pair(step.workers, step.seed, a, b))
+            if self.progress:
+                self.progress(f"workers {step.workers} pair {step.seed + 1}/{self.repeats} {step.candidate}: "
+                              f"baseline {'ok' if a.ok else 'FAILED'}, candidate {'ok' if b.ok else 'FAILED'}")
+
+    def finished(self) -> bool:
+        with self._mu:
+            return self.error is not None or (self._next >= len(self.steps) and not self._issued)
 
 
 def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int] = DEFAULT_WORKERS,
              repeats: int = DEFAULT_REPEATS, conf: float = DEFAULT_CONF, min_effect: float = DEFAULT_MIN_EFFECT,
              min_us: float = DEFAULT_MIN_US, cos_min: float = DEFAULT_FAITHFUL_COS_MIN,
              tasks: Sequence[str] | None = None, timeout: float = 600.0, launches: int = 5,
-             wait_s: float = 3600.0, cwd: str | None = None,
+             wait_s: float = 3600.0, cwd: str | None = None, store_path: str | Path | None = None,
+             lock_dir: str | None = None, exclusive: bool = True,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Lease a GPU, run the interleaved schedule, judge every candidate. The JSON object:
-    one candidate -> {"verdict", "points": [...], ...}; several -> {"verdict", "candidates": [...]}."""
-    specs = [baseline, *candidates]
+    """Lease a GPU, run the interleaved schedule as a 'gate-perf' campaign on the
+    leased-campaign frame (every run stored), judge every candidate. The JSON object: one
+    candidate -> {"verdict", "points": [...], ...}; several -> {"verdict", "candidates": [...]};
+    both carry the "campaign" id. The verdicts go into the campaign's spec too."""
+    from hazards.engine.campaign import LeasedCampaign
+    from hazards.engine.store import Store
+
     if not candidates:
         raise UserError("give at least one --candidate")
     if any(w < 1 for w in workers) or not workers:
@@ -433,45 +491,48 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     cwd = cwd or os.getcwd()
     if len(set(candidates)) != len(candidates):
         raise UserError("the same candidate was given twice")
-    for spec in specs:  # a name that matches nothing or a missing program: before any lease
-        if is_catalog(spec):
-            catalog_candidate(spec)
-        else:
-            CommandSide(spec, env=dict(os.environ), cwd=cwd, timeout=timeout, cos_min=cos_min)
-    with exclusive_gpu("hazards gate perf", wait_s) as lease_env:
-        servers: dict[str, CatalogServer] = {}
-        try:
-            def side(spec: str) -> Side:
-                prefix = catalog_of(spec)
-                if prefix is not None:
-                    if prefix not in servers:
-                        servers[prefix] = CatalogServer(lease_env, timeout, launches, CATALOGS[prefix])
-                    return CatalogSide(spec, servers[prefix], cos_min)
-                return CommandSide(spec, env=lease_env, cwd=cwd, timeout=timeout, cos_min=cos_min)
-
-            base_side = side(baseline)
-            cand_sides = [side(c) for c in candidates]
-            pairs = sample_pairs(base_side, cand_sides, list(workers), repeats, progress,
-                                 lambda s: check_repeats(s, tasks, len(workers), repeats, conf, min_us))
-        finally:
-            for server in servers.values():
-                server.close()
-    results = []
-    for c in cand_sides:
-        res = evaluate(base_side.label, c.label, pairs[c.label], conf=conf, min_effect=min_effect,
-                       min_us=min_us, tasks=tasks)
-        res.update(repeats=repeats, baseline_side=base_side.describe(), candidate_side=c.describe(),
-                   min_pairs_for_interval=min_pairs(res["interval_conf"]))
-        results.append(res)
+    # a name that matches nothing or a missing program: before any lease
+    base_item, *cand_items = [side_item(spec, cwd=cwd, timeout=timeout, cos_min=cos_min, launches=launches)
+                              for spec in (baseline, *candidates)]
+    source = PairSchedule(base_item, dict(zip(candidates, cand_items)), list(workers), repeats,
+                          baseline_label=baseline, progress=progress,
+                          check=lambda s: check_repeats(s, tasks, len(workers), repeats, conf, min_us))
+    spec = {"baseline": baseline, "candidates": list(candidates), "workers": list(workers), "repeats": repeats,
+            "conf": conf, "min_effect": min_effect, "min_us": min_us, "cos_min": cos_min,
+            "tasks": list(tasks) if tasks else None, "profiled_launches": launches}
+    with Store(store_path) as store:
+        with LeasedCampaign.acquire(store, "hazards gate perf", max_gpus=1, lock_dir=lock_dir, wait_s=wait_s,
+                                    exclusive=exclusive, target_factory=gate_targets(cos_min)) as frame:
+            campaign_id = frame.create("gate-perf", spec)
+            frame.run(campaign_id, source)
+        if source.error is not None:
+            raise source.error
+        results = []
+        for c in candidates:
+            res = evaluate(baseline, c, source.pairs[c], conf=conf, min_effect=min_effect, min_us=min_us,
+                           tasks=tasks)
+            res.update(repeats=repeats, campaign=campaign_id, baseline_side=_describe(baseline, base_item),
+                       candidate_side=_describe(c, source.candidates[c]),
+                       min_pairs_for_interval=min_pairs(res["interval_conf"]))
+            results.append(res)
+        store.update_campaign_spec(campaign_id, {**store.campaign(campaign_id).spec,
+                                                 "verdicts": {r["candidate"]: r["verdict"] for r in results}})
     if len(results) == 1:
         return results[0]
-    return {"verdict": worst([r["verdict"] for r in results]), "candidates": results}
+    return {"verdict": worst([r["verdict"] for r in results]), "campaign": campaign_id, "candidates": results}
+
+
+def _describe(spec: str, item: WorkItem) -> dict[str, Any]:
+    """A side as the JSON object names it: its command, or its catalog candidate."""
+    if item.kind == "server":
+        return {"label": spec, "candidate": catalog_candidate(spec).to_json()}
+    return {"label": spec, "command": list(item.argv)}
 
 
 def exit_code(result: dict[str, Any]) -> int:
     """0 when every candidate is faster or no-change, else 1."""
     verdicts = [r["verdict"] for r in result.get("candidates", [result])]
-    return 0 if all(v in PASSING for v in verdicts) else 1
+    return 0 if all(PerfVerdict(v).passing for v in verdicts) else 1
 
 
 def format_report(result: dict[str, Any]) -> str:

@@ -35,6 +35,7 @@ def _fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("HZ_FAKE_GPUS", "0")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("HZ_LEASE_DIR", str(tmp_path / "leases"))
+    monkeypatch.setenv("HZ_STORE", str(tmp_path / "results.db"))
 
 
 @pytest.mark.parametrize("cand,verdict,code", [
@@ -57,6 +58,30 @@ def test_each_verdict_from_fake_commands(cand, verdict, code):
         assert ratios["judged"] and not point["ratios"]["fill"]["judged"]  # 32 ns: below the timer's resolution
     else:
         assert "cos" in point["reason"] and point["cos"]["candidate"] == 0.5
+
+
+def test_the_gate_is_a_stored_campaign_on_the_leased_frame():
+    from hazards.engine.store import Store
+
+    rc, out, err = gate(f"{FAKE} --role b --slow 125 --wall 360 --sum 6000")
+    assert rc == 1 and out["verdict"] == "slower", err
+    with Store(os.environ["HZ_STORE"], create=False) as store:
+        camp = store.campaign(out["campaign"])
+        runs = list(store.iter_runs(camp.id))
+    assert camp.kind == "gate-perf" and camp.status == "complete"
+    assert camp.spec["verdicts"] == {out["candidate"]: "slower"} and camp.spec["repeats"] == 8
+    assert len(runs) == 2 * 8 and {r.result.outcome.value for r in runs} == {"clean"}
+    assert camp.spec["sessions"][0]["gpus"]  # the frame's lease, recorded like every campaign's
+
+
+def test_a_gate_stopped_by_a_failing_baseline_keeps_its_runs_and_says_stopped():
+    from hazards.engine.store import Store
+
+    rc, _, err = gate(f"{FAKE} --role b --slow 100 --wall 300 --sum 5000", baseline=f"{BASE} --cos 0.5")
+    assert rc == 2 and "baseline failed its own check" in err
+    with Store(os.environ["HZ_STORE"], create=False) as store:
+        [camp] = store.campaigns("gate-perf")
+        assert camp.status == "stopped" and len(list(store.iter_runs(camp.id))) == 1
 
 
 def test_a_crashing_candidate_is_incorrect():
@@ -158,7 +183,8 @@ def test_judge_rules(slow, wall, sum_, verdict):
 
 
 def test_worst_orders_the_verdicts():
-    assert perf.worst(["no-change", "faster"]) == "faster"
+    assert perf.worst(["no-change", "faster"]) is perf.PerfVerdict.FASTER
+    assert [v.passing for v in perf.PerfVerdict] == [True, True, False, False, False]
     assert perf.worst(["faster", "slower"]) == "slower"
     assert perf.worst(["slower", "sloughing"]) == "sloughing"
     assert perf.worst(["sloughing", "incorrect", "faster"]) == "incorrect"

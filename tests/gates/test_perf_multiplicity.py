@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import random
 
+from hazards.engine.loop import WorkItem
+from hazards.engine.outcome import Outcome, RunResult
 from hazards.gates import perf
 
 ALPHA = 1.0 - perf.DEFAULT_CONF
@@ -49,26 +51,25 @@ def test_an_aa_gate_calls_a_no_op_slower_or_faster_at_most_alpha_of_the_time():
     assert perf.evaluate("a", "a again", gates[0])["judged_tests"] == len(WORKERS) * TASKS * len(perf.METRICS)
 
 
-class _SecondRunPays(perf.Side):
-    """A side of an A/A gate on a machine where the second run of a pair is 4% slower
-    (a clock step after the first, say): whoever runs second pays, not the candidate."""
-
-    def __init__(self, label: str, rng: random.Random, clock: list[int]) -> None:
-        self.label, self.rng, self.clock = label, rng, clock
-
-    def sample(self, workers: int, seed: int) -> perf.Sample:
-        self.clock[0] += 1
-        second = self.clock[0] % 2 == 0
-        return _sample(self.rng, 2, NOISE, slowdown=math.log(1.04) if second else 0.0)
+def _second_run_pays(rng: random.Random) -> list[perf.Pair]:
+    """An A/A gate on a machine where the second run of a pair is 4% slower (a clock step
+    after the first, say): the gate's own work source (`PairSchedule`) decides the order,
+    and whoever runs second pays, not the candidate."""
+    side = WorkItem(target="same", kind="command", argv=("prog",))
+    source = perf.PairSchedule(side, {"again": side}, [132], REPEATS, baseline_label="same")
+    runs = 0
+    while (item := source.next_item("0")) is not None:
+        runs += 1
+        second = runs % 2 == 0  # a pair's two runs are consecutive
+        s = _sample(rng, 2, NOISE, slowdown=math.log(1.04) if second else 0.0)
+        source.report(item, RunResult(Outcome.CLEAN, "", evidence={"faithful": list(s.rows.values())}))
+    assert source.finished() and source.error is None and runs == 2 * REPEATS
+    return source.pairs["again"]
 
 
 def test_running_second_in_a_pair_is_not_the_candidates_effect():
-    rng, verdicts = random.Random(7), []
-    for _ in range(200):
-        clock = [0]
-        base, cand = _SecondRunPays("base", rng, clock), _SecondRunPays("cand", rng, clock)
-        pairs = perf.sample_pairs(base, [cand], [132], 10)["cand"]
-        verdicts.append(perf.evaluate("base", "cand", pairs)["verdict"])
+    rng = random.Random(7)
+    verdicts = [perf.evaluate("same", "again", _second_run_pays(rng))["verdict"] for _ in range(200)]
     # a fixed A-then-B order called this slower 40% of the time (the candidate always ran second);
     # alternating, 1.5% anything but no-change
     assert sum(v != "no-change" for v in verdicts) / len(verdicts) <= ALPHA, verdicts
