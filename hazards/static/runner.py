@@ -56,8 +56,9 @@ def machine_cores() -> int:
 def run_subjects(subjects: list[Subject], *, jobs: int | None = None, observer: StepObserver | None = None,
                  what: str = "static checks") -> Iterator[list[Finding]]:
     """Each subject's findings, in the subjects' order, up to `jobs` (default: the machine's
-    cores) judged at once. The first exception of a subject, in order, is raised once the
-    subjects already started have ended; the ones not started are not."""
+    cores) judged at once. The first exception of a subject, in order, is raised; the
+    subjects not started then are not, and the compilers the others started are killed (as
+    Ctrl-C or a stop signal does: a worker thread cannot be interrupted, its child can)."""
     workers = max(1, min(jobs or machine_cores(), len(subjects) or 1))
     if observer is not None:
         observer.steps_begin(what, len(subjects), workers)
@@ -77,15 +78,40 @@ def run_subjects(subjects: list[Subject], *, jobs: int | None = None, observer: 
                 yield judged(subject)
             return
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hz-static")
+        before = _child_pids()
+        done = False
         try:
             futures = [pool.submit(judged, subject) for subject in subjects]
             for future in futures:
                 yield future.result()
+            done = True
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            if not done:
+                pool.shutdown(wait=False, cancel_futures=True)
+                _kill_children_since(before)
+            pool.shutdown(wait=True)
     finally:
         if observer is not None:
             observer.steps_end()
+
+
+def _child_pids() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _kill_children_since(before: set[int]) -> None:
+    """Kill this process's children that were not there before the phase: the compilers
+    and disassemblers its worker threads are waiting for."""
+    import psutil
+
+    for p in psutil.Process().children(recursive=True):
+        if p.pid not in before:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
 
 
 def path_subjects(paths: Iterable[Path], expand: asm_lint.Expander | None = None) -> list[Subject]:

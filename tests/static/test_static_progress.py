@@ -58,6 +58,31 @@ def test_the_first_failing_subject_in_order_is_raised_and_the_rest_not_started()
     assert len(started) < 10  # a build that cannot be judged stops the phase: no point building the rest
 
 
+def test_a_failure_or_an_interrupt_kills_the_compilers_still_running_instead_of_waiting_for_them(tmp_path):
+    import subprocess
+
+    pids = tmp_path / "pids"
+
+    def slow_compiler() -> list[Finding]:
+        proc = subprocess.Popen(["sleep", "60"])
+        pids.write_text(str(proc.pid))
+        proc.wait()
+        return []
+
+    def interrupted() -> list[Finding]:
+        while not pids.exists():
+            time.sleep(0.01)
+        raise KeyboardInterrupt  # what a stop signal raises in the waiting thread
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        list(run_subjects([Subject("stopped", interrupted), Subject("slow", slow_compiler)], jobs=2))
+    assert time.monotonic() - t0 < 20
+    import psutil
+    assert not psutil.pid_exists(int(pids.read_text())) or \
+        psutil.Process(int(pids.read_text())).status() == psutil.STATUS_ZOMBIE
+
+
 def test_a_non_tty_static_phase_writes_begin_interval_and_end_lines():
     stream = io.StringIO()  # not a terminal: lines, as a CI log gets them
     overlap = Overlap(0.4)
