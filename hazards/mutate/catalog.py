@@ -1,0 +1,73 @@
+"""`hazards mutate --family F`: the catalog's own kernels as mutation subjects.
+
+The subject files are the family's kernel sources (its folder under `standalone/`) and the
+harness's `common/compat.h`, whose acquire/release/fence helpers every family calls; the root
+copied per mutant is the whole kernel tree. A mutant builds with the family's own build
+(`python3 -m hazards.mutate.catalog build F DIR OUT`: the binary from DIR instead of the
+installed tree, symlinked as OUT/bin) and is judged by the binary's `--once` mode on the
+variant (HZ_RESULT lines, exit codes and hangs classified by the engine like any run).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from hazards.engine.errors import UserError
+
+SUFFIXES = (".cu", ".cuh", ".h", ".hip")
+# What the family's NVIDIA build defines and leaves undefined: compat.h's HIP and static-only
+# branches are then known to be compiled away, and their look-alike sites are left alone.
+NVIDIA_BUILD: dict[str, str | None] = {"__CUDACC__": "1", "__NVCC__": "1", "__HIP__": None, "__HIPCC__": None,
+                                       "__HIP_PLATFORM_AMD__": None, "HZ_STATIC_ONLY": None}
+
+
+def subject_files(family: str) -> tuple[Path, list[Path]]:
+    """(the kernel tree, the files to mutate) of a runtime family; a UserError otherwise."""
+    from hazards.families import get_family
+    from hazards.kernel_sources import standalone_dir
+
+    fam = get_family(family)
+    if not fam.binary:
+        raise UserError(f"family {family!r} has no runtime binary: mutate its sources with --test instead")
+    root = standalone_dir()
+    files = sorted(p for p in fam.source_path.iterdir() if p.suffix in SUFFIXES)
+    return root, [*files, root / "common" / "compat.h"]
+
+
+def commands(family: str, variants: list[str], launches: int) -> tuple[str, str]:
+    """(build, test) command lines for the kill loop: the test runs one batch of each variant
+    (default: every fixed and reference variant) and stops at the first that fails."""
+    from hazards.families import get_family
+
+    fam = get_family(family)
+    names = [v.name for v in fam.variants]
+    unknown = [v for v in variants if v not in names]
+    if unknown:
+        raise UserError(f"family {family!r} has no variant {unknown[0]!r} (known: {', '.join(names)})")
+    chosen = variants or [v.name for v in fam.variants if v.role in ("fixed", "reference")]
+    build = f"{shlex.quote(sys.executable)} -m hazards.mutate.catalog build {shlex.quote(family)} {{dir}} {{out}}"
+    # `{`/`}` of the JSON doubled: the kill loop fills {dir}/{src}/{out} with str.format.
+    runs = ["{out}/bin --once " + shlex.quote(json.dumps({"launches": launches, "params": {"variant": v}}))
+            .replace("{", "{{").replace("}", "}}") for v in chosen]
+    return build, " && ".join(runs)
+
+
+def _build(family: str, tree: str, out: str) -> None:
+    from hazards.engine.build import build_family
+    from hazards.families import get_family
+    from hazards.stress_family import HEADER_NAME
+
+    fam = get_family(family)
+    exe = build_family(Path(tree), fam.source_dir or fam.name, fam.binary, target="sm_90a",
+                       generated={HEADER_NAME: fam.table_header()})
+    link = Path(out) / "bin"
+    link.unlink(missing_ok=True)
+    link.symlink_to(exe)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] != "build":
+        sys.exit("usage: python3 -m hazards.mutate.catalog build FAMILY TREE OUT")
+    _build(*sys.argv[2:])

@@ -1,0 +1,281 @@
+"""The kill loop: build each mutant in a scratch copy, judge it statically, then run the user's
+test on it through the engine, and say which synchronization points the test can see.
+
+Each mutant ends as exactly one of `Fate`: killed-static (the early-clobber lint flags what
+the original passes), killed (a run hung, faulted or mismatched: the run's evidence is kept),
+survived (no failure in n runs: its per-run upper bound), did-not-build, timed-out-build,
+not-judged (every run an infrastructure error) or not-run (the budget ended first). The user's
+files are never written: the folder `root` is copied once into a scratch folder, each mutant
+gets a hard-linked copy of it with only its file rewritten (a new inode), and everything is
+removed at the end. Every mutant's runs are a campaign of kind `mutate` in the store, its
+spec holding the mutant (id, operator, line, description, diff) and its fate.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import enum
+import hashlib
+import os
+import random
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from hazards.engine.errors import UserError
+from hazards.engine.loop import WorkItem
+from hazards.engine.stats import describe_rate
+from hazards.mutate.mutants import Mutant
+
+KIND = "mutate"
+IGNORED = shutil.ignore_patterns(".git", ".hazards", "__pycache__", "*.pyc")
+
+
+class Fate(str, enum.Enum):
+    """How one mutant ended."""
+
+    KILLED_STATIC = "killed-static"
+    KILLED = "killed"
+    SURVIVED = "survived"
+    DID_NOT_BUILD = "did-not-build"
+    TIMED_OUT_BUILD = "timed-out-build"
+    NOT_JUDGED = "not-judged"
+    NOT_RUN = "not-run"
+
+
+KILLED = (Fate.KILLED_STATIC, Fate.KILLED)
+
+
+@dataclasses.dataclass
+class KillConfig:
+    """What the kill loop runs. Commands are shell lines; `{dir}` is the mutant's copy of
+    `root`, `{src}` its mutated file, `{out}` a folder for the build's output."""
+
+    root: Path
+    test: str
+    build: str | None = None
+    budget_s: float = 600.0
+    timeout_s: float = 60.0
+    max_runs: int = 50
+    build_timeout_s: float = 300.0
+    jobs: int = max(1, os.cpu_count() or 1)
+    static: bool = True
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class MutantResult:
+    mutant: Mutant
+    fate: Fate
+    evidence: str = ""
+    runs: int = 0
+    failures: int = 0
+    bound: str = ""
+    campaign_id: int | None = None
+
+    def as_json(self, text: str) -> dict[str, Any]:
+        return {**self.mutant.as_json(text), "fate": self.fate.value, "evidence": self.evidence, "runs": self.runs,
+                "failures": self.failures, "bound": self.bound, "campaign": self.campaign_id}
+
+
+def _fill(template: str, **values: str) -> str:
+    try:
+        return template.format(**{k: shlex.quote(v) for k, v in values.items()})
+    except (KeyError, IndexError, ValueError) as e:
+        raise UserError(f"command {template!r}: only {{dir}}, {{src}} and {{out}} may be filled in ({e})") from None
+
+
+def check_config(cfg: KillConfig, sources: list[Path]) -> None:
+    """One-line UserErrors for what cannot work, before anything runs."""
+    if not cfg.root.is_dir():
+        raise UserError(f"--root {cfg.root} is not a folder")
+    for src in sources:
+        try:
+            src.resolve().relative_to(cfg.root.resolve())
+        except ValueError:
+            raise UserError(f"{src} is not inside --root {cfg.root}: the scratch copy would not hold it") from None
+    for tmpl in (cfg.test, cfg.build or ""):
+        _fill(tmpl, dir="d", src="s", out="o")
+    if not cfg.test.strip():
+        raise UserError("--test is empty")
+    if not cfg.budget_s > 0 or not cfg.timeout_s > 0 or cfg.max_runs < 1:
+        raise UserError("--budget and --timeout must be > 0 and --runs >= 1")
+
+
+class Scratch:
+    """The scratch folder: `base` (a copy of root) and one hard-linked copy per mutant."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.dir = Path(tempfile.mkdtemp(prefix="hazards-mutate-"))
+        self.base = self.dir / "base"
+        shutil.copytree(self.root, self.base, ignore=IGNORED, symlinks=True)
+
+    def copy_with(self, name: str, rel: Path, text: str | None) -> Path:
+        dest = self.dir / name
+        shutil.copytree(self.base, dest, copy_function=os.link, symlinks=True)
+        if text is not None:
+            target = dest / rel
+            target.unlink()  # a new inode: the hard link to base (and to nothing of the user's) stays intact
+            target.write_text(text, encoding="utf-8", errors="surrogateescape")
+        (dest / ".hazards-out").mkdir(exist_ok=True)
+        return dest
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _build(cfg: KillConfig, folder: Path, src: Path) -> tuple[Fate | None, str]:
+    """None when it built (or there is nothing to build); a build fate and the reason otherwise."""
+    if not cfg.build:
+        return None, ""
+    cmd = _fill(cfg.build, dir=str(folder), src=str(src), out=str(folder / ".hazards-out"))
+    try:
+        proc = subprocess.run(["bash", "-c", cmd], cwd=folder, capture_output=True, text=True,
+                              timeout=cfg.build_timeout_s, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return Fate.TIMED_OUT_BUILD, f"the build ran past {cfg.build_timeout_s:g} s"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or [""]
+        return Fate.DID_NOT_BUILD, f"build exit {proc.returncode}: {last[0][:200]}"
+    return None, ""
+
+
+def _content_key(mutated: str, cfg: KillConfig) -> str:
+    """Builds are cached by content: the same mutated text and build command build once."""
+    return hashlib.sha256((mutated + "\0" + (cfg.build or "")).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _lint_errors(text: str, path: str) -> list[str]:
+    from hazards.static.asm_lint import lint_text
+
+    return [f"{f.check} line {f.line}: {f.message}" for f in lint_text(text, path) if f.fails]
+
+
+def _item(cfg: KillConfig, folder: Path, src: Path, name: str) -> WorkItem:
+    cmd = _fill(cfg.test, dir=str(folder), src=str(src), out=str(folder / ".hazards-out"))
+    return WorkItem(target=name, kind="command", argv=("bash", "-c", cmd), cwd=str(folder), timeout_s=cfg.timeout_s)
+
+
+def kill_loop(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]],
+              say: Callable[[str], None] = lambda s: None) -> list[MutantResult]:
+    """Judge every mutant (with its original file's text) within cfg.budget_s, on the leased
+    campaign frame `frame`. The unmutated sources must build and pass the test first."""
+    t0 = time.monotonic()
+    scratch = Scratch(cfg.root)
+    try:
+        return _judge_all(frame, cfg, mutants, scratch, t0, say)
+    finally:
+        scratch.close()
+
+
+def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], scratch: Scratch, t0: float,
+               say: Callable[[str], None]) -> list[MutantResult]:
+    results: dict[str, MutantResult] = {}
+    rel = {m.id + m.path: Path(m.path).resolve().relative_to(scratch.root) for m, _ in mutants}
+
+    # The original: it must build and its test must pass, or no mutant can be judged.
+    first = mutants[0][0] if mutants else None
+    original = scratch.copy_with("original", rel[first.id + first.path] if first else Path("."), None)
+    fate, why = _build(cfg, original, original / (rel[first.id + first.path] if first else Path(".")))
+    if fate is not None:
+        raise UserError(f"the unmutated sources do not build ({why}): fix the build command first")
+    base_id = frame.create(KIND, {"baseline": True, "test": cfg.test, "build": cfg.build, "root": str(cfg.root)},
+                           name="mutate baseline")
+    t_run = time.monotonic()
+    base = frame.repeat(item=_item(cfg, original, original, "mutate:original"), n=2, timeout=cfg.timeout_s,
+                        until_fail=True, campaign_id=base_id)
+    per_run_s = max(0.05, (time.monotonic() - t_run) / max(1, base.counts.get("clean", 0) or 1))
+    bad = {k: v for k, v in base.counts.items() if k != "clean" and v}
+    if bad:
+        raise UserError(f"the test is not clean on the unmutated sources ({bad}, campaign {base_id}): "
+                        "a mutant can only be judged against a test that passes")
+    say(f"original: builds, test clean ({per_run_s:.2f} s a run)")
+
+    # Static first (no build needed): the lint judges the mutated text against the original's.
+    todo: list[tuple[Mutant, str]] = []
+    lint_before: dict[str, set[str]] = {}
+    for m, text in mutants:
+        if cfg.static:
+            before = lint_before.setdefault(m.path, set(_lint_errors(text, m.path)))
+            new = [e for e in _lint_errors(m.apply(text), m.path) if e not in before]
+            if new:
+                results[m.id + m.path] = MutantResult(m, Fate.KILLED_STATIC, evidence=new[0])
+                continue
+        todo.append((m, text))
+
+    # The order the budget is spent in: a seeded permutation, so a budget smaller than the
+    # set samples every operator and region alike rather than the top of the file.
+    random.Random(cfg.seed).shuffle(todo)
+
+    # Builds in parallel, one per distinct mutated text (cached by content).
+    folders: dict[str, Path] = {}
+    built: dict[str, tuple[Fate | None, str]] = {}
+    by_hash: dict[str, str] = {}
+
+    def build_one(pair: tuple[Mutant, str]) -> None:
+        m, text = pair
+        key = m.id + m.path
+        mutated = m.apply(text)
+        h = _content_key(mutated, cfg)
+        folders[key] = scratch.copy_with(f"m-{h[:16]}", rel[key], mutated)
+        by_hash[h] = key
+        built[key] = _build(cfg, folders[key], folders[key] / rel[key])
+
+    with cf.ThreadPoolExecutor(max_workers=max(1, cfg.jobs)) as pool:
+        unique: dict[str, tuple[Mutant, str]] = {}
+        for m, text in todo:
+            unique.setdefault(_content_key(m.apply(text), cfg), (m, text))
+        list(pool.map(build_one, unique.values()))
+    for m, text in todo:  # duplicates of an already built text share its folder and fate
+        key = m.id + m.path
+        if key not in built:
+            first_key = by_hash[_content_key(m.apply(text), cfg)]
+            folders[key], built[key] = folders[first_key], built[first_key]
+    say(f"{len(unique)} distinct mutant builds, {sum(1 for f, _ in built.values() if f is not None)} did not build")
+
+    # Runs: the budget left, shared by the mutants left to run.
+    runnable = [(m, t) for m, t in todo if built[m.id + m.path][0] is None]
+    for m, text in todo:
+        key = m.id + m.path
+        if built[key][0] is not None:
+            results[key] = MutantResult(m, built[key][0], evidence=built[key][1])
+    for k, (m, text) in enumerate(runnable):
+        key = m.id + m.path
+        left = cfg.budget_s - (time.monotonic() - t0)
+        share = left / (len(runnable) - k)
+        n = min(cfg.max_runs, int(share / per_run_s))
+        if n < 1:
+            results[key] = MutantResult(m, Fate.NOT_RUN, evidence="the budget ended first")
+            continue
+        spec = {"mutant": m.as_json(text), "test": cfg.test, "build": cfg.build}
+        cid = frame.create(KIND, spec, name=f"mutate {m.id}")
+        folder = folders[key]
+        summary = frame.repeat(item=_item(cfg, folder, folder / rel[key], f"mutate:{m.id}"), n=n,
+                               timeout=cfg.timeout_s, until_fail=True, campaign_id=cid)
+        counts = summary.counts
+        failures = sum(counts.get(o, 0) for o in ("hang", "fault", "mismatch"))
+        judged = sum(v for o, v in counts.items() if o != "error")
+        if failures:
+            first = next((r.result for r in frame.store.runs(cid)
+                          if r.result.outcome.value in ("hang", "fault", "mismatch")), None)
+            why = f"{first.outcome.value}: {first.reason}" if first is not None else "a failing run"
+            res = MutantResult(m, Fate.KILLED, evidence=why, runs=judged, failures=failures, campaign_id=cid)
+        elif judged == 0:
+            res = MutantResult(m, Fate.NOT_JUDGED, evidence=f"every run an error ({counts})", campaign_id=cid)
+        else:
+            res = MutantResult(m, Fate.SURVIVED, runs=judged, bound=describe_rate(0, judged), campaign_id=cid)
+        frame.store.update_campaign_spec(cid, {**spec, "fate": res.fate.value, "evidence": res.evidence})
+        results[key] = res
+        say(f"{m.id}: {res.fate.value} {res.evidence or res.bound}")
+    return [results[m.id + m.path] for m, _ in mutants]
+
+
+def score(results: list[MutantResult]) -> tuple[int, int]:
+    """(killed, judged): mutants that did not build, were not judged or not run are left out."""
+    judged = [r for r in results if r.fate in (*KILLED, Fate.SURVIVED)]
+    return sum(1 for r in judged if r.fate in KILLED), len(judged)

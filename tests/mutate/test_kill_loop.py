@@ -1,0 +1,107 @@
+"""The kill loop on fake programs whose mutants are killed or survive as designed: a mutant the
+test catches is killed with the run's evidence, one it cannot see survives with a bound, one that
+breaks the build is did-not-build, one the lint flags is killed-static; nothing is written into
+the user's folder; every mutant's runs are a campaign in the store."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from hazards.engine.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+
+KERNEL = textwrap.dedent('''\
+    __global__ void k(int* data, int* flag) {
+      data[0] = 42;
+      __threadfence();
+      atomicExch(flag, 1);
+      __syncthreads();
+    }
+    int g(int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    __global__ void l(const float4* p, float4* o) {
+      float4 a, b;
+      asm volatile("global_load_dwordx4 %0, %2, off\\n\\t"
+                   "global_load_dwordx4 %1, %3, off\\n\\t"
+                   : "=&v"(a), "=&v"(b) : "v"(p), "v"(p + 1));
+      o[0] = a; o[1] = b;
+    }
+''')
+# The "compiler": a relaxed order does not build; otherwise the source is the program.
+BUILD = textwrap.dedent('''\
+    import shutil, sys
+    src, out = sys.argv[1], sys.argv[2]
+    if "__ATOMIC_RELAXED" in open(src).read():
+        sys.exit("build.py: error: relaxed order refused")
+    shutil.copy(src, out + "/kernel.txt")
+''')
+# The "test": a missing fence is a wrong answer, a flag published before its data a hang.
+CHECK = textwrap.dedent('''\
+    import sys, time
+    text = open(sys.argv[1]).read()
+    if "__threadfence" not in text:
+        print('HZ_RESULT {"status": "mismatch", "detail": "stale data"}')
+        sys.exit(1)
+    if text.index("atomicExch") < text.index("data[0] = 42"):
+        time.sleep(600)
+    print('HZ_RESULT {"status": "ok"}')
+''')
+
+
+def _tree_hash(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_mutants_are_killed_or_survive_as_designed_and_the_users_files_stay(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "kernel.cu").write_text(KERNEL)
+    (project / "build.py").write_text(BUILD)
+    (project / "check.py").write_text(CHECK)
+    before = _tree_hash(project)
+    store = tmp_path / "results.db"
+    res = subprocess.run(
+        [sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--root", ".",
+         "--build", f"{sys.executable} build.py {{src}} {{out}}",
+         "--test", f"{sys.executable} {{dir}}/check.py {{out}}/kernel.txt",
+         "--timeout", "3", "-n", "4", "--budget", "5m", "--jobs", "2", "--store", str(store), "--json"],
+        cwd=project, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]  # survivors exist
+    got = json.loads(res.stdout)
+    fates = {m["id"]: m["fate"] for m in got["mutants"]}
+    assert fates["remove-fence@3"] == "killed"
+    assert fates["flag-before-data@4"] == "killed"
+    assert fates["remove-barrier@5"] == "survived"
+    assert fates["weaken-order@7"] == "did-not-build"
+    assert fates["drop-earlyclobber@12"] == "killed-static"  # a's "=v" may take the second load's address
+    by_id = {m["id"]: m for m in got["mutants"]}
+    assert by_id["remove-fence@3"]["evidence"].startswith("mismatch")
+    assert by_id["flag-before-data@4"]["evidence"].startswith("hang")
+    assert "upper bound" in by_id["remove-barrier@5"]["bound"] and by_id["remove-barrier@5"]["runs"] == 4
+    assert "asm-overlap" in by_id["drop-earlyclobber@12"]["evidence"] or "overlap" in by_id["drop-earlyclobber@12"]["evidence"]
+    killed = sum(1 for f in fates.values() if f in ("killed", "killed-static"))
+    judged = sum(1 for f in fates.values() if f in ("killed", "killed-static", "survived"))
+    assert got["score"] == {"killed": killed, "judged": judged, "mutants": len(fates)}
+    assert _tree_hash(project) == before  # the user's folder is untouched: no file written or changed
+    with Store(store, create=False) as s:
+        camps = [c for c in s.campaigns(kind="mutate") if not c.spec.get("baseline")]
+        assert {c.spec["mutant"]["id"] for c in camps} == {i for i, f in fates.items() if f in ("killed", "survived")}
+        assert all(c.spec["fate"] == fates[c.spec["mutant"]["id"]] for c in camps)
+
+
+def test_a_test_that_fails_on_the_original_is_refused(tmp_path):
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "kernel.cu").write_text("void f(){ __threadfence(); }\n")
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--test", "false", "--timeout", "5",
+                          "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    assert res.returncode == 2 and "not clean on the unmutated sources" in res.stderr, res.stderr
+    assert sorted(p.name for p in project.iterdir()) == ["kernel.cu"]

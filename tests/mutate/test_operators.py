@@ -1,0 +1,134 @@
+"""Every mutation operator finds its sites and leaves the look-alikes alone (comments, strings,
+branches a `#if` drops), its diffs apply with git, and `hazards mutate --list` needs no compiler."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hazards.mutate.conditionals import evaluate, inactive_lines
+from hazards.mutate.mutants import mutants_of_text
+from hazards.mutate.operators import OPERATORS
+
+REPO = Path(__file__).resolve().parents[2]
+
+# (operator, a source with exactly one site of it, the text its mutant must contain, a
+# source where the same spelling is a look-alike: comment, string or a disabled branch)
+CASES = [
+    ("remove-fence", "void f(int* d){ d[0]=1; __threadfence(); }", "d[0]=1;  }",
+     'void f(){ /* __threadfence(); */ const char* s = "__threadfence();"; }'),
+    ("remove-fence", 'void f(){ asm volatile("fence.acq_rel.gpu;" ::: "memory"); }', 'asm volatile("" :::',
+     '#if 0\nvoid f(){ asm volatile("fence.acq_rel.gpu;" ::: "memory"); }\n#endif\n'),
+    ("remove-fence", 'void f(){ __atomic_thread_fence(__ATOMIC_SEQ_CST); }', "void f(){  }",
+     "// __atomic_thread_fence(__ATOMIC_SEQ_CST);\n"),
+    ("remove-fence", 'void f(){ asm volatile("buffer_wbl2 sc1\\n\\t" "global_store_dword %0, %1, off" :: "v"(0), "v"(1)); }',
+     'asm volatile("" "global_store_dword', 'const char* doc = "buffer_wbl2 is a fence";\n'),
+    ("weaken-order", "int g(int* p){ return __atomic_load_n(p, __ATOMIC_ACQUIRE); }", "__ATOMIC_RELAXED",
+     "// __atomic_load_n(p, __ATOMIC_ACQUIRE)\n"),
+    ("weaken-order", "void f(cuda::atomic_ref<int, cuda::thread_scope_device> r){ r.store(1, cuda::std::memory_order_release); }",
+     "memory_order_relaxed", 'const char* s = "memory_order_release";\n'),
+    ("weaken-order", 'int g(int* p){ int v; asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p)); return v; }',
+     "ld.relaxed.gpu.u32", "// ld.acquire.gpu.u32 in a comment\n"),
+    ("weaken-order", 'void f(int* p){ asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(p)); }',
+     "red.relaxed.gpu", '#ifdef NEVER_DEFINED_HERE\n#else\n#endif\n'),
+    ("narrow-scope", "void f(int* p){ __hip_atomic_store(p, 1, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM); }",
+     "__HIP_MEMORY_SCOPE_AGENT", "/* __HIP_MEMORY_SCOPE_SYSTEM */\n"),
+    ("narrow-scope", 'void f(int* p){ asm volatile("st.relaxed.sys.u32 [%0], 1;" :: "l"(p)); }', "st.relaxed.gpu.u32",
+     'const char* s = "st.relaxed.sys.u32";\n'),
+    ("remove-barrier", "__global__ void k(){ __syncthreads(); }", "__global__ void k(){  }",
+     "#if 0\n__global__ void k(){ __syncthreads(); }\n#endif\n"),
+    ("remove-barrier", "__global__ void k(unsigned m){ __syncwarp(m); }", "__global__ void k(unsigned m){  }",
+     "// __syncwarp(m);\n"),
+    ("remove-barrier", '__global__ void k(){ asm volatile("bar.sync 1, 128;"); }', 'asm volatile("")',
+     'const char* s = "bar.sync 0";\n'),
+    ("remove-barrier", "__global__ void k(int* c){ int n = __syncthreads_count(c[0]); c[1] = n; }", None, None),
+    ("deepen-wait", '__global__ void k(){ asm volatile("cp.async.wait_group 1;" ::: "memory"); }', "cp.async.wait_group 2;",
+     '// asm volatile("cp.async.wait_group 1;")\n'),
+    ("deepen-wait", '__global__ void k(){ asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }',
+     "wgmma.wait_group.sync.aligned 1;", 'const char* s = "wgmma.wait_group.sync.aligned 0;";\n'),
+    ("deepen-wait", 'void k(){ asm volatile("s_waitcnt vmcnt(2)" ::: "memory"); }', "s_waitcnt vmcnt(3)",
+     "// s_waitcnt vmcnt(2)\n"),
+    ("deepen-wait", "void k(){ __pipeline_wait_prior(0); }", "__pipeline_wait_prior(1)", "// __pipeline_wait_prior(0);\n"),
+    ("drop-earlyclobber", 'void k(float* p){ float a; asm volatile("v_mov_b32 %0, %1" : "=&v"(a) : "v"(p[0])); p[1] = a; }',
+     '"=v"(a)', 'const char* s = "=&v";\n'),
+    ("drop-earlyclobber", '#define HZ_OUT "=&v"\nvoid k(){}\n', '#define HZ_OUT "=v"',
+     '#if 0\n#define HZ_OUT "=&v"\n#endif\n'),
+    ("flag-before-data", textwrap.dedent("""\
+        __global__ void k(int* data, int* flag) {
+          data[threadIdx.x] = 42;
+          __threadfence();
+          atomicExch(flag, 1);
+        }
+        """), "atomicExch(flag, 1);\n  data[threadIdx.x] = 42;\n  __threadfence();",
+     "// data[0] = 1; __threadfence(); atomicExch(flag, 1);\n"),
+    ("reduce-nop", 'void k(){ asm volatile("v_mfma_f32_32x32x8f16 a[0:15], v[0:1], v[2:3], a[0:15]\\n s_nop 7"); }',
+     "s_nop 6", 'const char* s = "s_nop 7";\n'),
+]
+
+
+@pytest.mark.parametrize("op, source, expect, lookalike", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_an_operator_finds_its_site_and_leaves_look_alikes_alone(op, source, expect, lookalike):
+    found = mutants_of_text(source, "k.cu", operators=[op])
+    if expect is None:  # the barrier used as a value: no statement to delete
+        assert found == []
+        return
+    assert len(found) == 1, [m.description for m in found]
+    assert expect in found[0].apply(source), found[0].apply(source)
+    assert mutants_of_text(lookalike, "k.cu", operators=[op]) == []
+
+
+def test_every_operator_has_a_case():
+    assert {c[0] for c in CASES} == set(OPERATORS)
+
+
+def test_a_define_given_decides_a_branch_and_an_unknown_one_keeps_both():
+    src = "#ifdef HZ_FENCE\nvoid f(){ __threadfence(); }\n#else\nvoid g(){ __threadfence(); }\n#endif\n"
+    assert [m.line for m in mutants_of_text(src, "k.cu")] == [2, 4]  # HZ_FENCE unknown: both branches
+    assert [m.line for m in mutants_of_text(src, "k.cu", defines={"HZ_FENCE": "1"})] == [2]
+    assert inactive_lines("#define MODE 2\n#if MODE == 3\nx\n#elif MODE == 2\ny\n#else\nz\n#endif\n") == {3, 7}
+    assert evaluate("defined(A) && B > 1", {"A": "1", "B": "2"}) is True
+    assert evaluate("C", {}) is None
+
+
+def test_the_diffs_apply_with_git_and_give_the_mutant(tmp_path):
+    source = (REPO / "standalone" / "deadlock" / "deadlock.cu").read_text()
+    mutants = mutants_of_text(source, "deadlock.cu")
+    assert len(mutants) >= 5
+    for m in mutants:
+        work = tmp_path / m.id
+        work.mkdir()
+        (work / "deadlock.cu").write_text(source)
+        patch = work / "m.diff"
+        patch.write_text(m.diff(source))
+        subprocess.run(["git", "apply", "-p1", "m.diff"], cwd=work, check=True, capture_output=True)
+        assert (work / "deadlock.cu").read_text() == m.apply(source), m.id
+
+
+def test_list_prints_mutants_without_a_compiler(tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(int* d, int* f){ d[0] = 1; __threadfence(); atomicExch(f, 1); __syncthreads(); }\n")
+    env_path = "/nonexistent"  # no nvcc, no clang on PATH
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), "--list", "--json"], capture_output=True,
+                         text=True, env={"PATH": env_path, "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)["mutants"]
+    assert {m["operator"] for m in got} == {"remove-fence", "remove-barrier", "flag-before-data"}
+    assert all(m["id"] and m["description"] and m["diff"].startswith("---") for m in got)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cu"]  # nothing written
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--operators", "remove-fnce"], "no mutation operator 'remove-fnce'"),
+    (["--lines", "9-3"], "--lines must be A-B"),
+    ([], "give --test CMD"),
+])
+def test_bad_input_is_one_line(tmp_path, args, words):
+    src = tmp_path / "k.cu"
+    src.write_text("void f(){ __threadfence(); }\n")
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), *args], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
+    assert res.returncode == 2 and words in res.stderr and res.stderr.count("\n") == 1, res.stderr
