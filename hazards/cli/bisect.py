@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (CommandArgument, FamilyOption, JsonOption, LeaseFlags, ResumeOption, check_seconds,
+from hazards.cli.options import (BuildOption, CommandArgument, FamilyOption, JsonOption, LeaseFlags, ResumeOption, check_seconds,
                                  lease_options, parse_duration, timeout_option, variant_option)
 from hazards.engine.errors import EXIT_NOT_JUDGED, EXIT_OK, UserError
 from hazards.engine.stats import percent
@@ -137,8 +137,7 @@ def bisect_command(
     command: CommandArgument = None,
     good: Optional[str] = typer.Option(None, "--good", show_default="none", help="A commit without the failure."),
     bad: Optional[str] = typer.Option(None, "--bad", show_default="none", help="A commit with it."),
-    build: Optional[str] = typer.Option(None, "--build", show_default="none",
-                                        help="Shell command that builds a commit's checkout (run in it)."),
+    build: BuildOption = None,
     build_timeout: str = typer.Option("1h", "--build-timeout", help="Longest a build may take."),
     family: FamilyOption = None,
     variant: Annotated[Optional[str], variant_option("the family's first")] = None,

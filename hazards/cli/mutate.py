@@ -9,7 +9,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, DefineOption, JsonOption, LeaseFlags, check_seconds, launches_option, lease_options,
+from hazards.cli.options import (BuildOption, FamilyOption, BudgetOption, DefineOption, JsonOption, LeaseFlags, check_seconds, launches_option, lease_options,
                                  parse_duration, runs_option, timeout_option, variant_option)
 from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError
 
@@ -49,8 +49,7 @@ def mutate_command(
     undefines: Optional[List[str]] = typer.Option(None, "-U", "--undefine", show_default="none",
                                                   help="A macro the build leaves undefined (repeat): the "
                                                        "branches it guards are then decided."),
-    build: Optional[str] = typer.Option(None, "--build", show_default="none",
-                                        help="Shell command that builds a mutant ({dir}, {src}, {out})."),
+    build: BuildOption = None,
     test: Optional[str] = typer.Option(None, "--test", show_default="none (needed without --list)",
                                        help="Shell command whose run judges a mutant ({dir}, {src}, {out})."),
     root: Optional[Path] = typer.Option(None, "--root", show_default="the first source's folder",
@@ -60,8 +59,7 @@ def mutate_command(
     runs: Annotated[int, runs_option("50 per mutant")] = 50,
     jobs: int = typer.Option(0, "--jobs", show_default="the machine's cores", help="Parallel builds."),
     no_static: bool = typer.Option(False, "--no-static", help="Skip the early-clobber lint of each mutant."),
-    family: Optional[str] = typer.Option(None, "--family", show_default="none",
-                                         help="Run a catalog family's binary instead of CMD."),
+    family: FamilyOption = None,
     variants: Annotated[Optional[List[str]], variant_option("with --family: every fixed and reference variant")] = None,
     launches: Annotated[int, launches_option("1000")] = 1000,
     lease: LeaseFlags = LeaseFlags(),

@@ -114,6 +114,12 @@ def launches_option(default: str) -> Any:
     """--launches: kernel launches per run (one batch on a family's server)."""
     return typer.Option("--launches", "-l", show_default=default, help="Kernel launches per run.")
 # The user's build, for the static checks of their sources (macro expansion, compiled mode).
+# --build: bisect builds each commit's checkout (run in it), mutate each mutant's copy ({dir},
+# {src}, {out} filled in): one flag, one meaning - the shell command that builds what is judged.
+BuildOption = Annotated[Optional[str], typer.Option(
+    "--build", show_default="none",
+    help="Shell command that builds what is judged: bisect, a commit's checkout (run in it); mutate, "
+         "a mutant's copy ({dir}, {src} and {out} filled in).")]
 IncludeOption = Annotated[Optional[List[Path]], typer.Option(
     "-I", "--include-dir", help="An include folder of the sources' build (repeat).", show_default="none")]
 DefineOption = Annotated[Optional[List[str]], typer.Option(
