@@ -62,6 +62,16 @@ def family_binary(family: Family, *, target: str = "sm_90a", defines: dict[str, 
                         defines=defines, generated={HEADER_NAME: family.table_header()})
 
 
+def tripwire_names(family: Family) -> str | None:
+    """The phase and barrier names of a family whose kernels write tripwire breadcrumbs
+    (`standalone/<family>/<family>_names.h`), or None: its server then gets a tripwire file,
+    read live as progress (a stall names the layer and phase) and on a hang."""
+    from hazards.kernel_sources import family_dir
+
+    path = family_dir(family.source_dir or family.name) / f"{family.name}_names.h"
+    return str(path) if path.is_file() else None
+
+
 def family_timeout(family: Family, sanitizer: str | None = None) -> float:
     """Seconds per request: the family's, scaled for the sanitizer's slowdown."""
     if not sanitizer:
@@ -85,7 +95,8 @@ def family_item(family: Family, variant: str | None = None, *, sanitizer: str | 
                     respawn_every=respawn_every, sanitizer=sanitizer, anomalies=tuple(family.harness_anomalies),
                     # the harness beats while a batch's GPU work completes (docs/stall.md); under a
                     # sanitizer a launch may take far longer than a window: the timeout alone there
-                    stall_s=None if sanitizer else FAMILY_STALL_S)
+                    stall_s=None if sanitizer else FAMILY_STALL_S,
+                    tripwire_names=None if sanitizer else tripwire_names(family))
     return _for_variant(item, family, variant, overrides) if variant else item
 
 

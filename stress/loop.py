@@ -77,6 +77,9 @@ class WorkItem:
     sanitizer: str | None = None
     handshake_timeout_s: float | None = None  # server: wait for a new worker's handshake (None: the default)
     stall_s: float | None = None  # a run with progress, then none for this long, is a hang (None: timeout only)
+    # server: the program writes tripwire breadcrumbs; its server gets a private tripwire file
+    # (progress, and the hang's diagnosis) named from this names file (a C header or JSON)
+    tripwire_names: str | None = None
 
     @property
     def expectation(self) -> Expect | None:
@@ -95,7 +98,7 @@ class WorkItem:
         """Items with the same key share one warm target per GPU (one server per binary)."""
         if self.kind == "server":
             return ("server", self.argv, self.cwd, tuple(sorted(self.env.items())), self.respawn_every,
-                    self.handshake_timeout_s)
+                    self.handshake_timeout_s, self.tripwire_names)
         return ("command", self.key, self.argv, self.cwd, tuple(sorted(self.env.items())), self.sanitizer)
 
     def to_json(self) -> dict[str, Any]:
@@ -236,8 +239,22 @@ def default_target_factory(item: WorkItem, env: dict[str, str]) -> Any:
 
     if item.kind == "server":
         extra = {"handshake_timeout_s": item.handshake_timeout_s} if item.handshake_timeout_s else {}
-        return ServerTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
-                            respawn_every=item.respawn_every, **extra)
+        if not item.tripwire_names:
+            return ServerTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
+                                respawn_every=item.respawn_every, **extra)
+        from .targets.tripwire import TripwireTarget
+        from .tripwire import Names, TripwireFile, load_names
+
+        # a spec stored by another checkout may name a file that is not here: numbers, not names
+        names = load_names(item.tripwire_names) if Path(item.tripwire_names).is_file() else Names()
+        tw = TripwireFile()
+        try:
+            server = ServerTarget(list(item.argv), env={**env, **tw.env()}, cwd=item.cwd, name=item.target,
+                                  respawn_every=item.respawn_every, **extra)
+        except BaseException:
+            tw.close()
+            raise
+        return TripwireTarget(server, tw, names=names, reset=False, owns_file=True)
     if item.kind == "command":
         target = CommandTarget(list(item.argv), env=env, cwd=item.cwd, name=item.target,
                                result_regex=item.result_regex)

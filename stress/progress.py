@@ -67,17 +67,21 @@ class Progress:
         self.gaps: dict[int, int] = {}
         self.pollers: list[Callable[[], None]] = []
         self._label_fn: Callable[[], str] | None = None
+        self._where_fn: Callable[[], str] | None = None  # the tripwire's: names the kernel's place
 
     def restart(self) -> None:
         """Forget every event (a server's next request starts its own count)."""
         with self._lock:
             self.events, self.first_at, self.last_at, self.label, self._label_fn = 0, None, None, "", None
+            self._where_fn = None
             self.max_gap_s, self.gaps = 0.0, {}
 
     def beat(self, label: str | None = None, at: float | None = None,
-             label_fn: Callable[[], str] | None = None) -> None:
+             label_fn: Callable[[], str] | None = None, where: bool = False) -> None:
         """One progress event now (or at `at`, time.monotonic()); `label` says where it was
-        (`label_fn`, when given, makes it only if a verdict needs it)."""
+        (`label_fn`, when given, makes it only if a verdict needs it). `where`: `label_fn`
+        names the kernel's own place (the tripwire's layer and phase): the last such one is
+        the verdict's label even when another source beat after it (a heartbeat says less)."""
         now = time.monotonic() if at is None else at
         with self._lock:
             if self.last_at is not None:
@@ -90,6 +94,8 @@ class Progress:
                 self.label, self._label_fn = label[:LABEL_CHARS], None
             elif label_fn is not None:
                 self._label_fn = label_fn
+            if where and label_fn is not None:
+                self._where_fn = label_fn
 
     def _gap(self, gap: float) -> None:
         k = gap_bucket(gap)
@@ -104,7 +110,17 @@ class Progress:
             return (time.monotonic() if now is None else now) - self.last_at
 
     def last_label(self) -> str:
-        """Where the last event was, as its source said it ('' when nobody said)."""
+        """Where the last event was, as its source said it ('' when nobody said); the
+        tripwire's place when it beat in this run."""
+        with self._lock:
+            where = self._where_fn
+        if where is not None:
+            try:
+                text = where()[:LABEL_CHARS]
+            except Exception:  # a label must never cost the verdict: fall back to the last one
+                text = ""
+            if text:
+                return text
         with self._lock:
             fn = self._label_fn
         if fn is not None:
@@ -226,7 +242,7 @@ def tripwire_poller(progress: Progress, path: str, names: Any = None) -> Callabl
             return
         if key != state["key"]:
             state["key"], state["raw"] = key, raw
-            progress.beat(label_fn=label)
+            progress.beat(label_fn=label, where=True)
 
     poll()
     return poll
@@ -243,7 +259,7 @@ def tripwire_label(snap: Any, names: Any = None) -> str:
     live = [s for s in snap.slots if s.current and not s.done]
     parts = [f"launch {snap.header.generation}"]
     if live:
-        s = min(live, key=lambda s: (s.layer, s.phase, s.tile))
+        s = min(live, key=lambda s: (s.layer, s.phase, not s.waiting, s.tile))  # a waiter names its barrier
         parts += [f"layer {s.layer}", f"phase {names.phase(s.phase)}"]
         if s.waiting:
             parts.append(f"barrier {names.barrier(s.barrier)}")

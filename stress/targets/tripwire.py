@@ -44,11 +44,13 @@ class TripwireTarget(WrapperTarget):
     `result.evidence["tripwire"]`; with `keep` the raw file is copied into the run's
     artifact folder ("failures": only for non-clean runs). `explain(snapshot, params)`, when
     given (a family's `explain_hang`), reads the final file after a hang or fault and its
-    clause is appended to the sentence.
+    clause is appended to the sentence. `reset=False` for a server (the file is mapped by a
+    process that serves many runs); `owns_file`: `close` removes the file too.
     """
 
     def __init__(self, inner: Target, tw: TripwireFile, names: Names | None = None, keep: str = "failures",
-                 explain: Callable[[Snapshot, dict], str | None] | None = None) -> None:
+                 explain: Callable[[Snapshot, dict], str | None] | None = None, *, reset: bool = True,
+                 owns_file: bool = False) -> None:
         if keep not in ("always", "failures", "never"):
             raise ValueError(f"keep must be always|failures|never, not {keep!r}")
         super().__init__(inner)
@@ -56,13 +58,19 @@ class TripwireTarget(WrapperTarget):
         self.names = names or Names()
         self.keep_mode = keep
         self.explain = explain
+        # A server maps the file once for many runs: truncating it under that mapping would
+        # fault the kernel's next store, so a server's file is never reset (its launch
+        # generation tells one run's breadcrumbs from another's).
+        self.reset = reset
+        self.owns_file = owns_file
         register_names(tw.path, self.names)
         install_hang_collector()
 
     def run(self, params: dict | None = None, *, timeout: float, launches: int | None = None,
             artifact_dir: Path | None = None, stall: float | None = None,
             cutoff: float | None = None) -> RunResult:
-        self.tw.reset()
+        if self.reset:
+            self.tw.reset()
         r = self.inner.run(params, timeout=timeout, launches=launches, artifact_dir=artifact_dir,
                            **supported_kw(self.inner, run_kw(stall, cutoff)))
         art = Path(r.artifact_dir) if r.artifact_dir else artifact_dir
@@ -84,3 +92,11 @@ class TripwireTarget(WrapperTarget):
                 if r.artifact_dir is None:
                     r.artifact_dir = str(art)
         return r
+
+    def close(self) -> None:
+        """Close the inner target, then remove the file if this wrapper made it for it."""
+        try:
+            super().close()
+        finally:
+            if self.owns_file:
+                self.tw.close()
