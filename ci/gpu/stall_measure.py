@@ -30,7 +30,8 @@ from hazards.engine.progress import bucket_upper_s
 from hazards.engine.stall import FAMILY_STALL_S, quantile_upper
 from hazards.engine.targets import ServerTarget
 from hazards.families import all_families
-from hazards.stress_family import family_binary
+from hazards.engine.loop import default_target_factory
+from hazards.stress_family import family_item
 
 HANG_FAMILIES = ("deadlock", "megakernel_layers")
 LAUNCH_GOAL = 20_000
@@ -55,7 +56,8 @@ def out(path: Path, row: dict) -> None:
 
 
 def server_for(fam):
-    return ServerTarget([str(family_binary(fam).resolve()), "--serve"], name=fam.name, grace_s=0.5)
+    """The family's warm server as check and soak make it (its tripwire file included)."""
+    return default_target_factory(family_item(fam), {})
 
 
 def verdicts(dest: Path, seconds: float) -> None:
