@@ -126,8 +126,11 @@ def _catalog_subjects(families: Iterable[str] | None) -> Iterator[Subject]:
                 yield Subject(f"{fam.name}/{v.name}", lambda blind=blind: blind)
             continue
         archs = getattr(mod, "STATIC_ARCHS", (None,))
+        targets = getattr(mod, "static_targets", lambda params, archs=archs: archs)  # a point's buildable targets
         for arch in archs:
             for v in fam.variants:
+                if arch not in targets({"variant": v.name}):
+                    continue
                 primary = arch == archs[0]
                 yield Subject(f"{fam.name}/{v.name}" + ("" if primary else f"@{arch}"),
                               functools.partial(_check_variant, fam, mod, static_check, v, arch, primary=primary))

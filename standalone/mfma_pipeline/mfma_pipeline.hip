@@ -13,6 +13,7 @@
 //  3. Exit parity (HZ_EXIT_TAILS=1): with two banks, an odd tile count leaves the last
 //     tile in bank 0 and an even one in bank 1; one shared tail consumes the wrong bank at
 //     one parity.
+// HZ_SHAPE=128 builds the same schedules on the MI355 PR's own op (gfx950 only, static).
 // Why the fixed variant is correct: two disjoint operand banks, ping-ponged, so no
 // register is ever both a source of an in-flight MFMA and an LDS destination (a bank is
 // reloaded only after the next MFMA - which depends on the previous one through the
@@ -78,8 +79,32 @@ typedef __attribute__((address_space(3))) const unsigned long long* hz_lds_ptr;
 #define HZ_ZERO_ACC HZ_ACC_ZERO4(0, 1, 2, 3)
 #define HZ_READ_ACC HZ_ACC_READ4(0, 1, 2, 3)
 #define HZ_ACC_OUTPUTS HZ_ACC_OUT4(0, 1, 2, 3)
+#elif HZ_SHAPE == 128
+// The MI355 PR's own op (gfx950 only; static build only - the host harness below fills
+// f16 tiles): v_mfma_scale_f32_16x16x128_f8f6f4, 8 passes with f8 operands (needs 12 wait
+// states before v_accvgpr_read on gfx950). A and B are 8 VGPRs each (two ds_read_b128),
+// the E8M0 scales v50/v51 (127: 1.0). Banks: 0 = v[52:59] (A), v[60:67] (B); 1 = v[68:75],
+// v[76:83].
+#if !defined(HZ_STATIC_ONLY)
+#error "HZ_SHAPE 128 is built for the static checks only (-DHZ_STATIC_ONLY, gfx950)"
+#endif
+#define HZ_MFMA "v_mfma_scale_f32_16x16x128_f8f6f4"
+#define HZ_ACC "a[0:3]"
+#define HZ_ACC_REGS 4
+#define HZ_ZERO_ACC "v_mov_b32 v50, 0x7f\n v_mov_b32 v51, 0x7f\n" HZ_ACC_ZERO4(0, 1, 2, 3)
+#define HZ_READ_ACC HZ_ACC_READ4(0, 1, 2, 3)
+#define HZ_ACC_OUTPUTS HZ_ACC_OUT4(0, 1, 2, 3)
+#define HZ_LOAD_B0 "ds_read_b128 v[52:55], v48\n ds_read_b128 v[56:59], v48 offset:16\n" \
+                   "ds_read_b128 v[60:63], v49\n ds_read_b128 v[64:67], v49 offset:16\n"
+#define HZ_LOAD_B1 "ds_read_b128 v[68:71], v48\n ds_read_b128 v[72:75], v48 offset:16\n" \
+                   "ds_read_b128 v[76:79], v49\n ds_read_b128 v[80:83], v49 offset:16\n"
+#define HZ_MFMA_B0 HZ_MFMA " " HZ_ACC ", v[52:59], v[60:67], " HZ_ACC ", v50, v51\n"
+#define HZ_MFMA_B1 HZ_MFMA " " HZ_ACC ", v[68:75], v[76:83], " HZ_ACC ", v50, v51\n"
+#define HZ_MORE_CLOBBERS , "v50", "v51", "v52", "v53", "v54", "v55", "v56", "v57", "v58", "v59", \
+  "v60", "v61", "v62", "v63", "v64", "v65", "v66", "v67", "v68", "v69", "v70", "v71", "v72", \
+  "v73", "v74", "v75", "v76", "v77", "v78", "v79", "v80", "v81", "v82", "v83"
 #else
-#error "HZ_SHAPE must be 32 (v_mfma_f32_32x32x8_f16) or 16 (v_mfma_f32_16x16x16_f16)"
+#error "HZ_SHAPE must be 32 (v_mfma_f32_32x32x8_f16), 16 (v_mfma_f32_16x16x16_f16) or 128 (gfx950's scaled f8f6f4)"
 #endif
 
 #define HZ_TAIL_32 "s_nop 15\n s_nop 15\n"

@@ -70,7 +70,9 @@ GFX942_VARIANTS = {"earlyclobber/reference", "earlyclobber/fixed", "earlyclobber
                    "earlyclobber/broken_shared_base", "mfma_pipeline/reference", "mfma_pipeline/fixed",
                    "mfma_pipeline/broken_war", "mfma_pipeline/broken_tail9", "mfma_pipeline/broken_single_tail"}
 # every variant is judged again on the gfx950 listing (clang-22), named so
-AMD_VARIANTS = GFX942_VARIANTS | {f"{v}@gfx950" for v in GFX942_VARIANTS}
+# (and the scaled f8f6f4 variants, gfx950 only)
+AMD_VARIANTS = GFX942_VARIANTS | {f"{v}@gfx950" for v in GFX942_VARIANTS} | {
+    f"mfma_pipeline/{v}@gfx950" for v in ("fixed_scaled", "broken_war_scaled", "broken_tail9_scaled")}
 
 
 def test_static_without_clang_names_every_variant_it_could_not_judge_and_exits_3(hide, capsys):
@@ -83,7 +85,7 @@ def test_static_without_clang_names_every_variant_it_could_not_judge_and_exits_3
     assert all("--skip clang" in ln for ln in lines)
     assert all("apt-get install clang-" in ln for ln in lines)
     assert all("apt-get install clang-22" in ln for ln in lines if "mfma_pipeline/" in ln and "@gfx950" in ln)
-    assert "0 canaries detected, 18 check(s) could not run, 0 skipped" in err
+    assert "0 canaries detected, 21 check(s) could not run, 0 skipped" in err
 
 
 def test_static_skip_clang_reports_them_skipped_and_judged_nothing(hide, capsys):
@@ -93,8 +95,8 @@ def test_static_skip_clang_reports_them_skipped_and_judged_nothing(hide, capsys)
     assert rc == 3, out + err  # every check skipped by name: nothing judged, never a pass
     assert "judged nothing" in err
     skipped = [ln for ln in out.splitlines() if "[check-skipped]" in ln]
-    assert len(skipped) == 18 and all("skipped: clang" in ln and "--skip clang" in ln for ln in skipped)
-    assert "18 skipped" in err
+    assert len(skipped) == 21 and all("skipped: clang" in ln and "--skip clang" in ln for ln in skipped)
+    assert "21 skipped" in err
 
 
 def test_check_junit_without_clang_has_an_error_per_variant_and_no_pass(hide, tmp_path, capsys):
@@ -102,13 +104,13 @@ def test_check_junit_without_clang_has_an_error_per_variant_and_no_pass(hide, tm
     junit = tmp_path / "check.xml"
     rc = main(["check", "--static", "--families", AMD_FAMILIES, "--junit", str(junit)])
     out = capsys.readouterr().out
-    assert rc == 3 and "check COULD NOT JUDGE 18 item(s)" in out
-    assert sum("static NOT JUDGED" in ln for ln in out.splitlines()) == 18
+    assert rc == 3 and "check COULD NOT JUDGE 21 item(s)" in out
+    assert sum("static NOT JUDGED" in ln for ln in out.splitlines()) == 21
     cases = _cases(junit)
-    assert sorted(cases.values()) == ["error"] * 18
+    assert sorted(cases.values()) == ["error"] * 21
     assert {name.split(" ", 1)[1] for name in cases} == AMD_VARIANTS
     rc = main(["check", "--static", "--families", AMD_FAMILIES, "--junit", str(junit), "--skip", "clang"])
-    assert rc == 3 and sorted(_cases(junit).values()) == ["skipped"] * 18  # skipped, and nothing judged
+    assert rc == 3 and sorted(_cases(junit).values()) == ["skipped"] * 21  # skipped, and nothing judged
 
 
 def test_static_without_nvcc_cannot_judge_the_sass_family(hide, capsys, monkeypatch):

@@ -35,8 +35,12 @@ def _skip_reason(name: str, arch: str = "gfx942") -> str | None:
     return None
 
 
-@pytest.mark.parametrize("arch", toolchain.AMD_ARCHS)
-@pytest.mark.parametrize("family,variant", CASES)
+# every variant on each AMD target it can be built for (the scaled f8f6f4 op: gfx950 only)
+TARGET_CASES = [(name, v, arch) for name, v in CASES for arch in toolchain.AMD_ARCHS
+                if arch in getattr(MODULES[name], "static_targets", lambda p: toolchain.AMD_ARCHS)({"variant": v})]
+
+
+@pytest.mark.parametrize("family,variant,arch", TARGET_CASES)
 def test_each_variant_is_classified_as_its_role_says_on_each_amd_target(family, variant, arch):
     if reason := _skip_reason(family, arch):
         pytest.skip(reason)
@@ -120,3 +124,16 @@ def test_barrier_layout_harness_builds_with_nvcc_for_sm_90a(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_size > 0  # built here; run on the H200 in docs/results/barrier-layout-h200.md
+
+
+def test_the_seeds_scaled_mfma_hazards_are_gfx950_canaries_on_its_own_instruction():
+    names = {v.name for v in mfma_pipeline.FAMILY.variants if mfma_pipeline.static_targets({"variant": v.name})
+             == ("gfx950",)}
+    assert names == {"fixed_scaled", "broken_war_scaled", "broken_tail9_scaled"}
+    if reason := _skip_reason("mfma_pipeline", "gfx950"):
+        pytest.skip(reason)
+    found = mfma_pipeline.static_check({"variant": "broken_tail9_scaled"}, arch="gfx950")
+    acc = [f.message for f in found if f.check == "mfma-acc-read"]  # one per exit tail
+    assert acc and all("v_mfma_scale_f32_16x16x128_f8f6f4" in m and "it needs 12" in m for m in acc)
+    with pytest.raises(ValueError, match="not a gfx942 instruction"):
+        mfma_pipeline.static_check({"variant": "fixed_scaled"}, arch="gfx942")
