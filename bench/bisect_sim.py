@@ -18,7 +18,8 @@ from hazards.bisect.search import bisect
 from hazards.bisect.simulate import SimulatedSide, history
 
 COMMITS, CULPRIT, UNBUILDABLE = 24, 15, (4, 9, 17)
-SCENARIOS = [(0.0, 1.0), (0.0, 0.5), (0.0, 0.2), (0.0, 0.05), (0.0, 0.02), (0.01, 0.1), (0.02, 0.3)]
+SCENARIOS = [(0.0, 1.0), (0.0, 0.5), (0.0, 0.2), (0.0, 0.05), (0.0, 0.02), (0.01, 0.1), (0.02, 0.3),
+             (0.05, 0.05), (0.2, 0.2)]  # the last two: no change at all (a refusal is right)
 
 
 def main() -> None:

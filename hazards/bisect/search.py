@@ -7,7 +7,9 @@ Bernoulli outcomes), so the statistics are the same code in both.
 1. **The bad end first.** It runs until END_FAILURES failures are seen (or its share of
    the budget is spent): no failure at all is a refusal, there is nothing to bisect.
 2. **The good end** runs as many times as the bad end did (at least MIN_GOOD_RUNS); the
-   bad end must be clearly above it: one-sided Fisher exact p < END_ALPHA, else a refusal.
+   bad end must be clearly above it: one-sided Fisher exact p < END_ALPHA / END_LOOKS.
+   Where it is not, both ends run on (the bad end to twice the failures, the good end to
+   as many runs) up to END_LOOKS looks, then a refusal (END_ALPHA in all, Bonferroni).
 3. **Per commit, a sequential test** (Wald's SPRT, `hazards.engine.stats.Sprt`) between
    "like good", H0: rate = p0, and "like bad", H1: rate = p1, with error rates alpha
    (says bad, is good) and beta (says good, is bad). `Design.from_ends`: p1 = the bad
@@ -39,7 +41,8 @@ from hazards.engine.stats import Sprt, fisher_one_sided, format_rate, rate_ci, u
 
 END_FAILURES = 8        # the bad end runs until this many failures (its rate to ~35 % relative)
 MIN_GOOD_RUNS = 20      # the good end runs at least this many times
-END_ALPHA = 0.05        # the bad end is "clearly above" the good end at this one-sided level
+END_ALPHA = 0.05        # the bad end is "clearly above" the good end at this one-sided level, in all
+END_LOOKS = 3           # looks at the ends (8, 16, 32 failures), each at END_ALPHA / END_LOOKS (Bonferroni)
 P0_RATIO = 20.0         # p0 is at least p1 / P0_RATIO
 P1_CONF = 0.9           # p1: the bad end's one-sided lower bound at this confidence
 P0_CONF = 0.5           # p0: the good end's one-sided upper bound at this confidence (median-unbiased)
@@ -164,22 +167,26 @@ def bisect(last: int, side: Side, *, budget: int, threshold: float | None = None
     stored runs takes the same path and runs only what is missing."""
     if last < 1:
         raise ValueError("need at least the two ends")
-    bad = side.measure(last, END_FAILURES, max(1, int(budget * END_SHARE)))
-    if bad.verdict == SKIPPED:
-        return Bisection("refused", None, Judged(0, UNDECIDED), bad, [],
-                         reason=f"the bad end cannot be tested: {bad.why}")
-    if bad.failures == 0:
-        return Bisection("refused", None, Judged(0, UNDECIDED), bad, [],
-                         reason=f"the bad end never failed in {bad.runs} runs: nothing to bisect")
-    good = side.measure(0, 0, max(bad.runs, MIN_GOOD_RUNS))
-    if good.verdict == SKIPPED:
-        return Bisection("refused", None, good, bad, [], reason=f"the good end cannot be tested: {good.why}")
-    p = fisher_one_sided(bad.failures, bad.runs, good.failures, good.runs)
-    if p >= END_ALPHA:
+    bad_cap = max(1, int(budget * END_SHARE))
+    for look in range(END_LOOKS):  # the ends' evidence doubles at each look (their stored runs count)
+        bad = side.measure(last, END_FAILURES << look, bad_cap)
+        if bad.verdict == SKIPPED:
+            return Bisection("refused", None, Judged(0, UNDECIDED), bad, [],
+                             reason=f"the bad end cannot be tested: {bad.why}")
+        if bad.failures == 0:
+            return Bisection("refused", None, Judged(0, UNDECIDED), bad, [],
+                             reason=f"the bad end never failed in {bad.runs} runs: nothing to bisect")
+        good = side.measure(0, 0, max(bad.runs, MIN_GOOD_RUNS))
+        if good.verdict == SKIPPED:
+            return Bisection("refused", None, good, bad, [], reason=f"the good end cannot be tested: {good.why}")
+        p = fisher_one_sided(bad.failures, bad.runs, good.failures, good.runs)
+        if p < END_ALPHA / END_LOOKS or bad.runs >= bad_cap:
+            break
+    if p >= END_ALPHA / END_LOOKS:
         return Bisection("refused", None, good, bad, [], end_p=p, reason=(
             f"the bad end's failure rate, {format_rate(bad.failures, bad.runs)}, is not clearly above the "
             f"good end's, {format_rate(good.failures, good.runs)} (one-sided Fisher p = {p:.2g}, "
-            f"needs < {END_ALPHA:g})"))
+            f"needs < {END_ALPHA / END_LOOKS:.2g})"))
     try:
         design = Design.from_ends((good.failures, good.runs), (bad.failures, bad.runs), threshold=threshold,
                                   alpha=alpha, beta=beta)

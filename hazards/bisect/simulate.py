@@ -19,18 +19,21 @@ class SimulatedSide:
         self.rates = rates
         self.rng = random.Random(seed)
         self.runs_at: dict[int, int] = {}
+        self.measured: dict[int, tuple[int, int]] = {}
 
     def _draw(self, index: int) -> bool:
         self.runs_at[index] = self.runs_at.get(index, 0) + 1
         return self.rng.random() < self.rates[index]
 
     def measure(self, index: int, until_failures: int, cap: int) -> Judged:
+        """Cumulative, as stored runs are: a second call continues the first one's counts."""
         if self.rates[index] is None:
             return Judged(index, SKIPPED, why="does not build")
-        k = n = 0
+        k, n = self.measured.get(index, (0, 0))
         while n < cap and not (until_failures and k >= until_failures):
             k += self._draw(index)
             n += 1
+        self.measured[index] = (k, n)
         return Judged(index, MEASURED, k, n)
 
     def judge(self, index: int, test: Sprt, cap: int) -> Judged:

@@ -21,8 +21,9 @@ DEFAULT_TIMEOUT_S = 60.0
 _HELP = """Find the first commit where a flaky failure began: bisect on failure rates, not single runs.
 
 `git bisect run` on a 5% hang gives wrong answers (a good-looking commit was a lucky one).
-This measures the bad end first (until 8 failures) and refuses, in one line, when its failure
-rate is not clearly above the good end's (one-sided Fisher p < 0.05 over as many runs). Then it
+This measures the bad end first (until 8 failures, then 16 and 32 if needed) and refuses, in
+one line, when its failure rate is not clearly above the good end's over as many runs
+(one-sided Fisher p < 0.05 in all). Then it
 bisects the first-parent history: each commit runs until a sequential test (Wald's SPRT,
 error rates `--alpha` and `--beta`) decides "like good" or "like bad", so a 0% -> 100% change
 costs a few runs per commit and a 0% -> 5% change about a hundred. A commit that does not
