@@ -372,6 +372,10 @@ class LeasedCampaign:
                                   on_start=observer.started if observer is not None else None, stall=self.stall)
             status = STOPPED if getattr(source, "stop_reason", None) else COMPLETE
             ended = True
+            cut = sum(st.cut_short for st in stats)
+            if cut:  # not a verdict: the runs in flight when the budget (+ their stall window) ended
+                self.say(f"{cut} run(s) still going when the budget ended were given up, not judged "
+                         "(not stored; see docs/stall.md)")
         finally:
             if observer is not None:
                 observer.end(status, getattr(source, "stop_reason", None))

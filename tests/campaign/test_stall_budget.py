@@ -46,14 +46,17 @@ timeout = 600
 def test_a_run_still_progressing_when_the_budget_ends_is_given_up_unjudged(store):
     item = WorkItem(target="slow", kind="command", timeout_s=600.0, stall_s=0.5,
                     argv=(sys.executable, str(FAKE_COMMAND), "progress", "200", "0.1", "exit"))
+    said = []
     with LeasedCampaign.on_cpu(store) as frame:
         cid = store.create_campaign("run", {})
         frame.stall = StallPolicy("auto", store)
+        frame.say = said.append
         t0 = time.monotonic()
         stats = frame.run(cid, Repeat(item, 5), budget_s=1.0)
         wall = time.monotonic() - t0
     assert wall < 1.0 + 0.5 + SLACK_S, wall  # budget + one stall window
     assert stats[0].cut_short == 1 and store.runs(cid) == []
+    assert any("1 run(s) still going when the budget ended were given up, not judged" in s for s in said)
 
 
 def test_a_stall_right_at_the_budget_end_is_still_judged_within_one_window(store):
