@@ -31,7 +31,8 @@ from hazards.engine.loop import WorkItem, default_target_factory
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stall import FAMILY_STALL_S
 from hazards.engine.stats import rate_ci
-from hazards.engine.verdict import Expect, ItemTally, Judgement, Proof, Verdict, judge
+from hazards.engine.verdict import Expect, ItemTally, Judgement, Verdict, judge
+from hazards.engine import toolchain
 
 KIND = "stress"
 
@@ -44,12 +45,7 @@ def expectation(variant: Variant, oracle: str = "stress", hazardous: bool = Fals
     return None if hazardous else Expect.CLEAN
 
 
-def proof(family: Family, sanitizer: str | None = None) -> Proof:
-    """What counts as the oracle seeing a variant's hazard (see the module docstring)."""
-    return Proof(sanitizer=sanitizer, anomalies=tuple(family.harness_anomalies))
-
-
-def family_binary(family: Family, *, target: str = "sm_90a", defines: dict[str, Any] | None = None) -> Path:
+def family_binary(family: Family, *, target: str = toolchain.SM90A, defines: dict[str, Any] | None = None) -> Path:
     """Build (or reuse from the cache) the family's binary for `target`; `defines` are extra
     compile-time -D flags (e.g. HZ_PROFILER for a profiled build), part of the cache key."""
     if not family.binary:
@@ -82,7 +78,7 @@ def family_timeout(family: Family, sanitizer: str | None = None) -> float:
 
 
 def family_item(family: Family, variant: str | None = None, *, sanitizer: str | None = None,
-                build_target: str = "sm_90a", overrides: dict[str, Any] | None = None,
+                build_target: str = toolchain.SM90A, overrides: dict[str, Any] | None = None,
                 launches: int | None = None, timeout: float | None = None, respawn_every: int = 0) -> WorkItem:
     """The work item that runs `variant` (None: the family's server for any variant): a
     request of `launches` launches to its warm launch server (`BIN --serve`), or `BIN --once`
@@ -107,7 +103,7 @@ def _for_variant(item: WorkItem, family: Family, variant: str, overrides: dict[s
     return dataclasses.replace(item, variant=v.name, params=params, expect=expect.value if expect else None)
 
 
-def family_target(family: Family, *, target: str = "sm_90a", sanitizer: str | None = None,
+def family_target(family: Family, *, target: str = toolchain.SM90A, sanitizer: str | None = None,
                   respawn_every: int = 0, env: dict[str, str] | None = None) -> Any:
     """A target for the family outside a campaign (the pytest plugin's servers): a warm
     server, or `--once` under compute-sanitizer."""
@@ -192,7 +188,7 @@ class VariantReport:
 def stress_variant(family: Family, variant: str, *, frame: LeasedCampaign, launches: int, requests: int,
                    timeout: float | None = None, sanitizer: str | None = None,
                    overrides: dict[str, Any] | None = None, target: Any = None,
-                   build_target: str = "sm_90a",
+                   build_target: str = toolchain.SM90A,
                    on_result: Callable[[int, RunResult, dict[str, int]], None] | None = None,
                    observer: Any = None) -> VariantReport:
     """Run `requests` batches of `launches` launches of one variant in `frame` (one campaign

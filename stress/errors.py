@@ -12,7 +12,7 @@ EXIT_BAD_INPUT = 2      # bad input: one line on stderr, nothing written
 EXIT_NOT_JUDGED = 3     # something could not be judged (only errors, missing toolchain, no GPU)
 EXIT_STORE = 4          # the results store failed (damaged, disk full, I/O error)
 EXIT_DEGRADED = 5       # the infrastructure degraded mid-campaign (a soak lost a node), nothing else flagged
-EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM / SIGHUP
+# 128 + N: stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; hazards.cli.options)
 
 
 class UserError(Exception):

@@ -9,7 +9,6 @@ thread-safe (every GPU's loop calls it). A source that ends a campaign early say
   campaign included; stops at the first failure (`until_fail`), at the k-th
   (`until_failures`), or on an SPRT decision.
 - `Rotation` (soak): every item again and again, the one with the least GPU time first.
-- `SprtStop` (check): each item until its sequential test decides.
 - `EvidenceAllocation` (soak `--allocation evidence`, check's clean variants): canaries
   until they are seen failing, then re-checked at one run in `RECHECK_EVERY` (50); every
   other run to the clean item whose per-launch upper bound is weakest.
@@ -19,7 +18,7 @@ thread-safe (every GPU's loop calls it). A source that ends a campaign early say
 Every source also says what it plans (`items`, and `total`: the runs it makes at most, None
 when only the budget bounds it), which progress displays show.
 
-A target that cannot even start produces `error` runs; `Rotation` and `SprtStop` stop
+A target that cannot even start produces `error` runs; `Rotation` and `EvidenceAllocation` stop
 issuing an item after a few consecutive errors so a broken item cannot eat the budget.
 """
 from __future__ import annotations
@@ -36,7 +35,7 @@ from .stats import Sprt
 from .store import empty_counts
 from .verdict import Expect, ItemTally
 
-MAX_CONSECUTIVE_ERRORS = 3   # Rotation/SprtStop/EvidenceAllocation: an item with this many errors in a row is dropped
+MAX_CONSECUTIVE_ERRORS = 3   # Rotation/EvidenceAllocation: an item with this many errors in a row is dropped
 MAX_ERRORS_IN_A_ROW = 10     # Repeat: a campaign with this many error runs in a row stops
 # A canary's sequential test (check, and the soak's evidence allocation): "blind" p0 = 0.1%
 # against "detected" p1 = 30% per run, 1% error each way (13 clean runs accept blind).
@@ -211,45 +210,6 @@ class Rotation:
         """{item key: why it stopped being run} for items dropped after repeated errors."""
         with self._mu:
             return {k: s.dropped for k, s in self.states.items() if s.dropped}
-
-
-class SprtStop(Rotation):
-    """Each item until its sequential test decides (check).
-
-    `sprt_for(item)` gives a fresh `Sprt`; `stop_on_failure(item)` says whether one
-    failure settles it (a clean variant that fails has failed the check). `max_runs`
-    caps every item. `decision(key)` is 'accept_h1', 'accept_h0', 'failed', or None.
-    For a canary (expect 'detect') only failures its proof accepts count as detections.
-    """
-
-    def __init__(self, items: list[WorkItem], sprt_for: Callable[[WorkItem], Sprt],
-                 stop_on_failure: Callable[[WorkItem], bool] = lambda i: False, max_runs: int = 1000) -> None:
-        super().__init__(items)
-        self.sprts = {i.key: sprt_for(i) for i in items}
-        self.stop_on_failure = stop_on_failure
-        self.max_runs = max_runs
-        self.failed: set[str] = set()
-
-    def _eligible(self, st: _ItemState) -> bool:
-        key = st.item.key
-        return (st.dropped is None and key not in self.failed and self.sprts[key].decision is None
-                and st.runs + st.in_flight < self.max_runs)
-
-    def _after(self, st: _ItemState, result: RunResult) -> None:
-        outcome = Outcome(result.outcome)
-        if outcome is Outcome.ERROR:
-            return  # our infrastructure: no evidence either way
-        item = st.item
-        seen = item.proof.proves(result) if item.expectation is Expect.DETECT else outcome.is_failure
-        self.sprts[item.key].update(seen)
-        if outcome.is_failure and self.stop_on_failure(item):
-            self.failed.add(st.item.key)
-
-    def decision(self, key: str) -> str | None:
-        with self._mu:
-            return "failed" if key in self.failed else self.sprts[key].decision
-
-
 
 
 # A canary already seen failing gets one run in this many (all such canaries together, the

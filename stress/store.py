@@ -810,7 +810,6 @@ class Store:
         with self._write() as db:
             db.execute("UPDATE campaigns SET status = ? WHERE id = ?", (status, int(campaign_id)))
 
-    finish_campaign = set_campaign_status
 
     def update_campaign_spec(self, campaign_id: int, spec: dict[str, Any]) -> None:
         """Replace a campaign's spec (e.g. a resume that raises the requested total)."""

@@ -10,7 +10,7 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import ConfOption, JsonOption, StoreOption
-from hazards.engine.errors import UserError
+from hazards.engine.errors import EXIT_HAZARD, EXIT_OK, UserError
 from hazards.engine.stats import compare
 from hazards.engine.store import Store
 
@@ -40,8 +40,6 @@ def campaign_k_of_n(store: Store, campaign_id: int) -> tuple[int, int]:
         raise UserError(f"campaign {campaign_id} has no judged runs to compare")
     return k, n
 
-
-EXIT_ROSE = 1
 
 _HELP = """Compare failure counts before and after a change and say what they show.
 
@@ -100,4 +98,4 @@ def compare_command(
               f"(one-sided Fisher p={c.fisher_p_one_sided:.3g} for a drop, {c.fisher_p_rose:.3g} for a rise; "
               f"Boschloo p={c.boschloo_p:.3g} for a drop)")
         print(c.verdict)
-    sys.exit(EXIT_ROSE if c.rose else 0)  # main() keeps SystemExit codes
+    sys.exit(EXIT_HAZARD if c.rose else EXIT_OK)  # main() keeps SystemExit codes

@@ -39,7 +39,6 @@ from hazards.engine.loop import WorkItem
 from hazards.engine.verdict import Expect
 
 DEFAULT_INTERVAL_S = 30.0
-INTERVAL_ENV = "HZ_PROGRESS_INTERVAL"
 OUTCOME_STYLE = {"clean": "green", "hang": "magenta", "fault": "red", "mismatch": "yellow", "error": "cyan"}
 
 

@@ -21,7 +21,7 @@ from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsO
                                  timeout_option)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign, check_resumable
-from hazards.engine.errors import UserError
+from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError
 from hazards.engine.loop import ARTIFACT_POLICIES, WorkItem
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.outcome import OUTCOMES
@@ -35,9 +35,6 @@ DEFAULT_N = 20
 DEFAULT_N_UNTIL_FAIL = 1000
 DEFAULT_TIMEOUT_S = 60.0
 KIND = "run"
-
-# Exit codes of `hazards run` (also in the command's help).
-EXIT_CLEAN, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_ERRORS_ONLY = 0, 1, 2, 3
 
 _HELP = """Run a program N times; judge, store and count every run.
 
@@ -141,10 +138,10 @@ def print_summary(summary: CampaignSummary, store: Store, spec: dict[str, Any]) 
 def exit_code(summary: CampaignSummary) -> int:
     """0 all clean, 1 a hazard observed, 3 only infrastructure errors besides clean runs."""
     if summary.failures:
-        return EXIT_FAILURE
+        return EXIT_HAZARD
     if summary.errors:
-        return EXIT_ERRORS_ONLY
-    return EXIT_CLEAN
+        return EXIT_NOT_JUDGED
+    return EXIT_OK
 
 
 def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, timeout: float | None,

@@ -20,12 +20,12 @@ from hazards.engine.errors import UserError
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.stats import format_rate
 from hazards.engine.store import Store
-from hazards.engine.verdict import Verdict
+from hazards.engine.verdict import Verdict, exit_code as verdicts_exit_code
+from hazards.engine import toolchain
 
 DEFAULT_REQUESTS = 10
 SANITIZER_DEFAULT_LAUNCHES = 4
 SANITIZER_DEFAULT_REQUESTS = 2
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERRORS = 0, 1, 3
 
 _HELP = """Stress a family's variants on a leased GPU; store every batch; judge the catalog.
 
@@ -107,7 +107,7 @@ def stress_command(
     sets: Optional[List[str]] = typer.Option(None, "--set", show_default="none",
                                              help="Override a run-time parameter: NAME=VALUE (repeatable)."),
     timeout: Annotated[Optional[float], timeout_option("the family's")] = None,
-    arch: str = typer.Option("sm_90a", "--arch", help=ARCH_HELP),
+    arch: str = typer.Option(toolchain.SM90A, "--arch", help=ARCH_HELP),
     json_out: JsonOption = False,
     store_path: StoreOption = None,
     wait: WaitOption = "0s",
@@ -164,7 +164,6 @@ def stress_command(
                           "variants": [r.to_json() for r in reports]}))
     else:
         print_reports(reports)
-    if any(r.verdict in (Verdict.WENT_BLIND, Verdict.FAILED) for r in reports):
-        raise typer.Exit(EXIT_CHECK_FAILED)
-    if any(r.verdict is Verdict.ERROR for r in reports):
-        raise typer.Exit(EXIT_ERRORS)
+    code = verdicts_exit_code(r.verdict for r in reports)  # the one rule every check's verdicts follow
+    if code:
+        raise typer.Exit(code)

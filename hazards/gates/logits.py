@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from hazards.engine.errors import UserError
+from hazards.engine.errors import EXIT_HAZARD, EXIT_OK, UserError
 from hazards.engine.stats import median_ci
 from hazards.gates import LOGIT_DEFAULT_MAX_KL, LOGIT_DEFAULT_RATIO
 
@@ -252,4 +252,4 @@ def format_report(res: dict[str, Any]) -> str:
 
 def verdicts_exit(results: Sequence[dict[str, Any]]) -> int:
     """0 when every judgement passed, else 1."""
-    return 0 if all(r["verdict"] == "pass" for r in results) else 1
+    return EXIT_OK if all(r["verdict"] == "pass" for r in results) else EXIT_HAZARD

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
-from hazards.engine.errors import UserError
+from hazards.engine.errors import EXIT_HAZARD, EXIT_OK, UserError
 from hazards.engine.loop import TargetFactory, WorkItem, default_target_factory
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stats import Interval, min_pairs, shift_ci
@@ -532,7 +532,7 @@ def _describe(spec: str, item: WorkItem) -> dict[str, Any]:
 def exit_code(result: dict[str, Any]) -> int:
     """0 when every candidate is faster or no-change, else 1."""
     verdicts = [r["verdict"] for r in result.get("candidates", [result])]
-    return 0 if all(PerfVerdict(v).passing for v in verdicts) else 1
+    return EXIT_OK if all(PerfVerdict(v).passing for v in verdicts) else EXIT_HAZARD
 
 
 def format_report(result: dict[str, Any]) -> str:

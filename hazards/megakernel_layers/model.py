@@ -22,7 +22,6 @@ RELEASE_FANOUT = 8
 AMD_LINE = 64
 OWN_LINE_STRIDE = 128
 SHARED_LINE_STRIDE = 4
-NWARPS = 16  # the kernel's 512 threads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,9 +129,6 @@ class Schedule:
 
     def chunk_servers(self) -> list[int]:
         return [w for w in range(min(self.workers, self.chunks)) if self.serves_chunk(w)]
-
-    def qkv_holders(self) -> list[int]:
-        return sorted({t % self.workers for t in range(self.qkv_tiles)})
 
     def holds_qkv(self, w: int) -> bool:
         return w < self.qkv_tiles  # tile t -> worker t % G, so ranks 0..min(QT, G)-1

@@ -36,8 +36,6 @@ from hazards.static.findings import Finding
 from hazards.static.userbuild import (CompileDatabase, Entry, device_lib_args, hip_device_args,
                                       source_flags)
 
-AMD_ARCHS = toolchain.AMD_ARCHS
-NVIDIA_ARCHS = ("sm_90a", "sm_90", "sm_80", "sm_100a")
 _AMD_HINTS = re.compile(r"hip_runtime|__HIP|__builtin_amdgcn|__hip_atomic|hipLaunch|"
                         r"\b(?:v_mfma|global_load|buffer_load|ds_read|s_waitcnt)\w*")
 _NV_HINTS = re.compile(r"cuda_runtime|cuda\.h|__nv_|cooperative_groups|\bcuda::|"
@@ -66,7 +64,7 @@ def infer_archs(source: Path) -> tuple[str, ...]:
         raise UserError(f"cannot read {source}: {e.strerror or e}") from None
     amd = Path(source).suffix == ".hip" or bool(_AMD_HINTS.search(text))
     nv = bool(_NV_HINTS.search(text)) or (not amd and Path(source).suffix in (".cu", ".cuh"))
-    return (("gfx942",) if amd else ()) + (("sm_90a",) if nv else ()) or ("gfx942",)
+    return ((toolchain.GFX942,) if amd else ()) + ((toolchain.SM90A,) if nv else ()) or (toolchain.GFX942,)
 
 
 def _absolute(flags: Sequence[str], directory: Path) -> tuple[str, ...]:
@@ -109,7 +107,7 @@ def jobs_from_database(db: CompileDatabase, only: Iterable[Path] = (),
             continue
         if not e.file.is_file():
             raise UserError(f"{db.path}: {e.file} does not exist")
-        targets = archs or (("sm_90a",) if e.platform == "nvidia" else ("gfx942",))
+        targets = archs or ((toolchain.SM90A,) if e.platform == "nvidia" else (toolchain.GFX942,))
         jobs += [CompileJob(e.file, a, _absolute(_entry_flags(e, a), e.directory)) for a in targets]
     if wanted and not jobs:
         raise UserError(f"{db.path} has no command for {', '.join(map(str, sorted(wanted)))}")

@@ -29,6 +29,7 @@ from typing import Mapping
 from hazards.static import checks
 from hazards.static.compile import compile_cubin, disassemble
 from hazards.static.findings import Finding
+from hazards.engine import toolchain
 
 _INSTR_RE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL_RE = re.compile(r"^(\.L_x_\d+|[.\w$]+):")
@@ -519,7 +520,7 @@ def check_cubin(cubin: Path) -> list[Finding]:
     return check_sass(listing.text, str(listing.path))
 
 
-def compile_and_check(source: Path, *, arch: str = "sm_90a",
+def compile_and_check(source: Path, *, arch: str = toolchain.SM90A,
                       defines: Mapping[str, object] | None = None,
                       label: str | None = None) -> list[Finding]:
     """nvcc -cubin the source, then the ptxas-log and SASS checks."""

@@ -8,8 +8,7 @@ from campaign_fakes import fake_items_for, make_family
 
 from hazards.engine.loop import StoreSink, WorkItem, run_local
 from hazards.engine.leases import acquire_free, release_all
-from hazards.engine.sources import Rotation, SprtStop
-from hazards.engine.stats import Sprt
+from hazards.engine.sources import Repeat, Rotation
 
 
 def test_every_leased_gpu_runs_work_with_its_own_cuda_visible_devices(fake_gpus, store):
@@ -76,32 +75,13 @@ def test_an_item_that_cannot_start_is_dropped_and_the_rest_goes_on(fake_gpus, st
     assert len(store.runs(cid, target="fakefam")) > 3
 
 
-def test_sprt_stop_settles_each_item_and_then_stops(fake_gpus, store):
-    fam = make_family(canary_fail_prob=1.0)
-    items = fake_items_for(fam, list(fam.variants))
-    source = SprtStop(items, lambda i: Sprt(0.001, 0.3, 0.01, 0.01), stop_on_failure=lambda i: i.variant != "broken")
-    leases, _ = acquire_free("test")
-    try:
-        cid = store.create_campaign("check", {})
-        run_local(leases, source, StoreSink(store, cid), budget_s=60.0)
-    finally:
-        release_all(leases)
-    assert source.finished()
-    assert source.decision("fakefam/broken") == "accept_h1"
-    assert source.decision("fakefam/fixed") == "accept_h0"
-    n_broken = len(store.runs(cid, variant="broken"))
-    n_fixed = len(store.runs(cid, variant="fixed"))
-    assert 1 <= n_broken <= 2  # one failure settles it (a second GPU may have had one in flight)
-    assert 13 <= n_fixed <= 14  # log(0.01/0.99) / log(0.7/0.999) -> 13 clean runs
-
-
 def test_command_items_get_the_lease_environment_too(fake_gpus, store):
     code = "import os, sys; print('HZ_RESULT {\"ok\": true, \"cvd\": \"%s\"}' % os.environ['CUDA_VISIBLE_DEVICES'])"
     item = WorkItem(target="cmd", kind="command", argv=(sys.executable, "-c", code), timeout_s=10.0)
     leases, _ = acquire_free("test", max_gpus=1)
     try:
         cid = store.create_campaign("soak", {})
-        run_local(leases, SprtStop([item], lambda i: Sprt(0.001, 0.3, 0.01, 0.01)), StoreSink(store, cid), budget_s=30)
+        run_local(leases, Repeat(item, 3), StoreSink(store, cid), budget_s=30)
     finally:
         release_all(leases)
     runs = store.runs(cid)

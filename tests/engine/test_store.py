@@ -189,7 +189,7 @@ def test_campaign_status_and_spec_round_trip(tmp_path):
         cid = s.create_campaign("run", {"argv": ["a", "b"], "n": 3}, name="x")
         c = s.campaign(cid)
         assert (c.kind, c.name, c.spec, c.status) == ("run", "x", {"argv": ["a", "b"], "n": 3}, "running")
-        s.finish_campaign(cid, "complete")
+        s.set_campaign_status(cid, "complete")
         s.update_campaign_spec(cid, {"n": 5})
         c = s.campaign(cid)
         assert (c.status, c.spec) == ("complete", {"n": 5})

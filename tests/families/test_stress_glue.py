@@ -9,7 +9,7 @@ import pytest
 
 from hazards.families import get_family
 from hazards.engine.verdict import Proof, Verdict
-from hazards.stress_family import proof, stress_variant
+from hazards.stress_family import stress_variant
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.targets import ServerTarget
 
@@ -84,7 +84,7 @@ def test_only_a_sanitizer_error_counts_as_a_sanitizer_detection(outcome, error_k
 
 
 def test_a_stress_failure_with_a_harness_anomaly_is_not_attributed():
-    stress = proof(get_family("ordering"))
+    stress = Proof(anomalies=tuple(get_family("ordering").harness_anomalies))
     assert stress.proves(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 4}))
     assert not stress.proves(RunResult(Outcome.MISMATCH, "x", metrics={"weak": 0, "invalid": 3}))
     assert stress.proves(RunResult(Outcome.HANG, "x"))
@@ -94,8 +94,8 @@ def test_spin_timeouts_are_the_seeded_hazard_where_a_family_says_so():
     # barrier_layout's lost release / hoisted poll shows *only* as bounded spins giving up:
     # for that family a spin timeout is the detection, not a harness anomaly
     timed_out = RunResult(Outcome.MISMATCH, "x", metrics={"spin_timeouts": 132})
-    assert proof(get_family("barrier_layout")).proves(timed_out)
-    assert not proof(get_family("ordering")).proves(timed_out)
+    assert Proof(anomalies=tuple(get_family("barrier_layout").harness_anomalies)).proves(timed_out)
+    assert not Proof(anomalies=tuple(get_family("ordering").harness_anomalies)).proves(timed_out)
 
 
 def test_overrides_change_the_static_expectation(frame, fake_target):
