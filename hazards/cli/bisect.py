@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BuildOption, CommandArgument, FamilyOption, JsonOption, LeaseFlags, ResumeOption, check_seconds,
-                                 lease_options, parse_duration, timeout_option, variant_option)
+from hazards.cli.options import (BuildOption, CommandArgument, FamilyOption, JsonOption, LeaseFlags, ResumeOption,
+                                 check_seconds, lease_options, parse_duration, timeout_option, variant_option)
 from hazards.engine.errors import EXIT_NOT_JUDGED, EXIT_OK, UserError
 from hazards.engine.stats import percent
 
