@@ -14,6 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from hazards.engine import toolchain
 from hazards.engine.errors import UserError
 
 SUFFIXES = (".cu", ".cuh", ".h", ".hip")
@@ -60,7 +61,7 @@ def _build(family: str, tree: str, out: str) -> None:
     from hazards.stress_family import HEADER_NAME
 
     fam = get_family(family)
-    exe = build_family(Path(tree), fam.source_dir or fam.name, fam.binary, target="sm_90a",
+    exe = build_family(Path(tree), fam.source_dir or fam.name, fam.binary, target=toolchain.SM90A,
                        generated={HEADER_NAME: fam.table_header()})
     link = Path(out) / "bin"
     link.unlink(missing_ok=True)
