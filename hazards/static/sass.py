@@ -431,6 +431,78 @@ def _own_word(func: SassFunction, at: int, limit: int = 96) -> bool:
     return False
 
 
+def _writer(func: SassFunction, reg: str, before: int, lo: int) -> int | None:
+    """The last instruction before `before` (not before `lo`) that writes `reg`."""
+    return next((k for k in range(before - 1, lo - 1, -1) if reg in func.instrs[k].reg_writes()), None)
+
+
+def _from_arguments(func: SassFunction, regs: set[str], before: int, lo: int) -> bool:
+    """Whether `regs` hold only values computed from kernel arguments (constant bank: LDC,
+    ULDC) and immediates in the straight-line code before `before`."""
+    todo, seen = list(regs), set()
+    while todo:
+        r = todo.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        k = _writer(func, r, before, lo)
+        if k is None:
+            return False
+        ins = func.instrs[k]
+        if ins.is_load and ins.base not in ("LDC", "ULDC") or ins.base in ("S2R", "S2UR", "CS2R"):
+            return False
+        todo += ins.reg_reads()
+        before = min(before, k + 1)
+    return True
+
+
+def _own_rank_entry(func: SassFunction, at: int, window: int = 48) -> bool:
+    """Whether the load at `at` reads through a pointer taken from a pointer table at an
+    entry chosen by a kernel argument as it is (`buffer_ptrs[rank]`: the launching rank's
+    own buffer, DeepEP's `rank_prefix_matrix`): a rank's own input, which no peer's flag
+    publishes. Every 64-bit pointer load the address is computed from must be such an
+    entry: base and index kernel arguments, the index loaded as it is (a peer's entry,
+    `(rank + i) % n`, is computed)."""
+    lo = max(0, at - window)
+    tables, todo, seen = [], [(r, at) for r in func.instrs[at].address_reads() - _uniform(func.instrs[at])], set()
+    while todo:
+        r, before = todo.pop()
+        if (r, before) in seen:
+            continue
+        seen.add((r, before))
+        k = _writer(func, r, before, lo)
+        if k is None:
+            continue
+        ins = func.instrs[k]
+        if ins.base in ("LDG", "LD") and ".64" in ins.opcode:
+            tables.append(k)
+        elif not ins.is_load:
+            todo += [(x, k) for x in ins.reg_reads()]
+    return bool(tables) and all(_argument_entry(func, k, lo) for k in tables)
+
+
+def _argument_entry(func: SassFunction, k: int, lo: int) -> bool:
+    """Whether the pointer load at `k` reads table entry `base + index * 8` with `base` an
+    argument-only value and `index` a kernel argument loaded as it is."""
+    for r in func.instrs[k].address_reads() - _uniform(func.instrs[k]):
+        w = _writer(func, r, k, lo)
+        step = func.instrs[w] if w is not None else None
+        if step is None or step.base != "IMAD" or ".WIDE" not in step.opcode or len(step.operands) < 4 \
+                or step.operands[2] != "0x8":
+            continue
+        idx = _registers(step.operands[1])
+        writers = [_writer(func, i, w, lo) for i in idx]
+        if idx and all(x is not None and func.instrs[x].base == "LDC" for x in writers) \
+                and _from_arguments(func, _registers(step.operands[3], 2), w, lo):
+            return True
+    return False
+
+
+def _uniform(ins: SassInstr) -> set[str]:
+    """The uniform registers of an access (`desc[UR36]`: the memory descriptor)."""
+    return {r for r in ins.address_reads() if r.startswith("UR")}
+
+
 READ_WINDOW = 64  # instructions after a poll's exit in which its data is read
 
 
@@ -439,8 +511,9 @@ def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls
     reached from the poll with no acquire on the way, how many such loads, the first
     acquire fence seen). The walk starts at the poll (an `ld.acquire`'s fence sits right
     after it, inside the loop), stops at another poll loop (what follows it is that poll's
-    data) and does not count pointer loads (`_only_an_address`) nor a thread's own words
-    (`_own_word`: its counter, its own write read back)."""
+    data) and does not count pointer loads (`_only_an_address`), a thread's own words
+    (`_own_word`: its counter, its own write read back) nor a rank's own buffer
+    (`_own_rank_entry`: `buffer_ptrs[rank]`)."""
     seen: set[int] = set()
     frontier = [(s, 0) for s in func.successors(poll)]
     first, count, fence = None, 0, None
@@ -454,7 +527,7 @@ def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls
             fence = fence or ins
             continue  # acquired on this path
         if (i not in loop and ins.is_weak_global_load and not _only_an_address(func, i)
-                and not _own_word(func, i)):
+                and not _own_word(func, i) and not _own_rank_entry(func, i)):
             count += 1
             first = ins if first is None or ins.addr < first.addr else first
         frontier.extend((s, dist + (i not in loop)) for s in func.successors(i))

@@ -374,3 +374,19 @@ def test_a_counter_only_its_own_thread_touches_is_not_data_the_poll_publishes(tm
     assert [f.check for f in found] == (["poll-no-acquire"] if flagged else [])
     if flagged:
         assert found[0].line == 10
+
+
+OWN_INPUT = '''__global__ void recv(void** buffer_ptrs, int rank, volatile int* flag, int* out) {
+  while (*flag == 0) {}
+  const int* buf = static_cast<const int*>(buffer_ptrs[{INDEX}]);
+  out[threadIdx.x] = buf[56 + rank];
+}
+'''
+
+
+@requires_sass
+@pytest.mark.parametrize("index,flagged", [("rank", False), ("(rank + 1) % 8", True)])
+def test_a_rank_reading_its_own_buffer_after_a_poll_is_not_reading_what_a_peer_published(tmp_path, index, flagged):
+    # DeepEP's `buffer_ptrs[rank]` (its own rank_prefix_matrix) vs a peer's entry
+    found = check(tmp_path, OWN_INPUT.replace("{INDEX}", index), "o.cu")
+    assert [(f.check, f.line) for f in found] == ([("poll-no-acquire", 4)] if flagged else [])
