@@ -144,7 +144,9 @@ class Checkouts:
         if rec is not None and (not rec.get("ok") or folder.is_dir()):
             return (folder, "") if rec["ok"] else (None, rec.get("why", "the build failed"))
         shutil.rmtree(folder, ignore_errors=True)
-        git(self.repo, "worktree", "add", "--detach", "--force", "--quiet", str(folder), sha)
+        # Hooks off: the user's post-checkout hook has no business in our scratch folder.
+        git(self.repo, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", "--force", "--quiet",
+            str(folder), sha)
         try:
             ok, why, seconds = self._build(folder)
         finally:

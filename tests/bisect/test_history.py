@@ -89,3 +89,14 @@ def test_ctrl_c_during_a_build_stops_it_and_leaves_the_checkout_as_it_was(tmp_pa
     assert not list((tmp_path / "scratch").glob("*/.git"))
     left = subprocess.run(["pgrep", "-f", f"touch {marker}; sleep 60"], capture_output=True, text=True).stdout
     assert left.strip() == ""  # the build's processes were stopped with it
+
+
+def test_the_users_git_hooks_do_not_run_in_the_scratch_checkouts(tmp_path):
+    repo = tmp_path / "repo"
+    shas = make_repo(repo, 2, culprit=1, rate=1.0)
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {tmp_path / 'hook-ran'}\n")
+    hook.chmod(0o755)
+    folder, why = Checkouts(repo, tmp_path / "scratch", "sh build.sh").prepare(shas[0])
+    assert folder is not None, why
+    assert not (tmp_path / "hook-ran").exists()
