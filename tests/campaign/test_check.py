@@ -223,3 +223,18 @@ def test_one_broken_run_gets_one_word_in_check_soak_stress_and_report(fake_gpus,
     case = next(c for c in junit_suites(build_report(store, soak.campaign_id, figures=False))[0].cases
                 if c.name == "fakefam/broken (canary)")
     assert (case.status, case.type) == ("failure", "went-blind")
+
+
+def test_static_checks_all_skipped_by_name_beside_a_gpu_part_that_judged_passes():
+    """`--skip clang,nvcc,nvdisasm` with a GPU: the GPU part judged, so the check is not
+    'judged nothing' (that is exit 3 only when neither part judged anything)."""
+    from hazards.checkrun import CheckResult, VariantVerdict
+    from hazards.engine.verdict import Expect, Judgement, Verdict, skipped
+    from hazards.static_catalog import StaticFindings
+
+    static = StaticFindings()  # every check skipped: nothing judged
+    detected = VariantVerdict.of("fam", "broken", Expect.DETECT, Judgement(Verdict.DETECTED, "seen"))
+    assert CheckResult(findings=static, verdicts=[detected]).exit_code == 0
+    gpu_skipped = VariantVerdict.of("fam", "broken", Expect.DETECT, skipped("--skip gpu"))
+    res = CheckResult(findings=static, verdicts=[gpu_skipped], skipped_parts={"gpu"})
+    assert res.exit_code == 3 and res.summary_lines()[-1].startswith("check JUDGED NOTHING")
