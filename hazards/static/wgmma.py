@@ -41,7 +41,7 @@ from typing import Iterable
 
 from hazards.static import checks
 from hazards.static.findings import Finding
-from hazards.static.sass import SassFunction, SassInstr, parse_sass
+from hazards.static.sass_listing import SassFunction, SassInstr, parse_sass
 
 GROUP_CAP = 8  # groups tracked per path; older ones merge (depths beyond this saturate)
 _WGMMA_OPS = ("HGMMA", "IGMMA", "QGMMA", "BGMMA")
