@@ -1,4 +1,4 @@
-"""A/A gates of `hazards gate perf` on the layered megakernel (issue 24 item 3): how often
+"""A/A gates of `hazards gate perf` on the layered megakernel: how often
 does the gate call a candidate that is the baseline again anything but no-change?
 
     python3 bench/perf_gate_aa.py --budget-s 200 --out DIR [--max-gates 60]
@@ -34,7 +34,7 @@ WORKERS, REPEATS = [132], 10
 
 
 def cells_only_verdict(baseline: str, candidate: str, pairs: list[perf.Pair]) -> str:
-    """The verdict under the rule before issue 24 item 3 (intervals at 1 - (1 - conf)/cells)."""
+    """The verdict under the rule before the family-wise fix (intervals at 1 - (1 - conf)/cells)."""
     old_conf = 1.0 - len(perf.METRICS) * (1.0 - perf.DEFAULT_CONF)
     return perf.evaluate(baseline, candidate, pairs, conf=old_conf)["verdict"]
 

@@ -147,7 +147,7 @@ def test_the_ragged_decode_faithful_check_builds_its_configuration_up_to_the_dev
     with pytest.raises(BaseException) as stopped:
         faithful.Faithful(lens_scale=16)
     assert _stopped_at_the_device(stopped.value), repr(stopped.value)
-    assert len(reference.CONTRACT_LENS) == 128  # the geometry the check uses: the seed's multiset
+    assert len(reference.CONTRACT_LENS) == 128  # the geometry the check uses: the ragged-decode contract's multiset
 
 
 def test_the_ragged_decode_faithful_check_refuses_bad_input_before_the_device(capsys):

@@ -1,4 +1,4 @@
-"""Arrows point down (issue 28 item 4): the engine (`stress/`, installed as `hazards.engine`)
+"""Arrows point down: the engine (`stress/`, installed as `hazards.engine`)
 imports nothing of the catalog above it; the reference megakernels' packages import neither
 the catalog nor its glue; no module of `hazards/static/` imports one that imports it back.
 Every import counts, function-local ones included: a lazy import is still an arrow."""
@@ -55,7 +55,7 @@ CATALOG_AND_GLUE = ("hazards.families", "hazards.strategies", "hazards.stress_fa
 @pytest.mark.parametrize("package", [
     "ragged_decode",
     pytest.param("megakernel_layers", marks=pytest.mark.xfail(
-        strict=True, reason="issue 28 item 4, not done: faithful.py's Faithful.binary builds through "
+        strict=True, reason="not done yet: faithful.py's Faithful.binary builds through "
                             "hazards.families + hazards.stress_family")),
 ])
 def test_a_reference_megakernel_package_imports_neither_the_catalog_nor_its_glue(package):

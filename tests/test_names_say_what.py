@@ -1,12 +1,16 @@
 """Code, tests and docs name the source documents by what they are ("the MI355 megakernel
-PR", "the ragged-decode contract"), never by file id, and carry no "issue N" notes: only
+PR", "the ragged-decode contract"), never by file id nor as "the seed('s)", and carry no "issue N" notes: only
 `docs/seeds.md` maps names to files, and `docs/results/` are historical records."""
 import re
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WHERE_NOT_WHAT = re.compile(r"\b00[024]_[0-9a-f]{6,}|\bseed 00[024]\b|\bissue #?\d+\b", re.IGNORECASE)
+WHERE_NOT_WHAT = re.compile(r"\b00[024]_[0-9a-f]{6,}|\bseed 00[024]\b|\bissue #?\d+\b"
+                            # "the seed" for a source document: which one? (an RNG's seed is never possessive)
+                            r"|\bthe seed's\b|\bthe seeds?\s+(?:found|judges?|says?|ran|wrote)\b"
+                            r"|\bfrom the seeds\b",
+                            re.IGNORECASE)
 EXEMPT = ("docs/results/", "docs/seeds.md", "tests/test_names_say_what.py")
 
 

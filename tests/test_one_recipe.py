@@ -1,4 +1,4 @@
-"""One idea spelled once (issue 28): values the code shares have one home, and names that
+"""One idea spelled once: values the code shares have one home, and names that
 nothing uses are gone instead of lying about what the code does."""
 from __future__ import annotations
 

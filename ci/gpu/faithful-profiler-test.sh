@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24 item 13 on the GPU: the ragged-decode profiler tests, the faithful check among
+# GPU code no CPU test reached, on the GPU: the ragged-decode profiler tests, the faithful check among
 # them (it read reference.SEED_CFG, renamed CONTRACT_CFG: AttributeError on the H200 only).
 # Raw output: $OUT/faithful-profiler-test/{context.txt,pytest.txt}. About 3 minutes.
 cd "$(dirname "$0")/../.."

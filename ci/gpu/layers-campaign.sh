@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The layered megakernel's optimisation campaign (issue 25), one GPU, <= BUDGET s of script time.
+# The layered megakernel's optimisation campaign, one GPU, <= BUDGET s of script time.
 #     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|all]
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/A gates of `hazards gate perf` on the layered megakernel, one H200, <= 250 s of script
-# time (issue 24 item 3: the gate must call a candidate that is the baseline again anything
+# time (the gate's family-wise error: it must call a candidate that is the baseline again anything
 # but no-change in at most 1 of 20 gates). Builds the profiled production and noop binaries,
 # times one gate through the CLI (the issue's command), then runs as many gates as the
 # budget leaves (bench/perf_gate_aa.py: noop vs production and production vs itself in turn,

@@ -1,5 +1,5 @@
 #!/bin/bash
-# soak-hang-md on the H200 (issue 23 item 3, "a soak that meets a hang leaves its hang.md"):
+# soak-hang-md on the H200 ("a soak that meets a hang leaves its hang.md"):
 # a short `hazards soak` of the `deadlock` family (its three broken variants are hang canaries)
 # with forensics at their defaults, then `hazards check` of the same family on the same store
 # (a canary whose hang the soak located gets no forensics there). Lists every hang.md the two

@@ -15,7 +15,7 @@ Statistics, all per position and paired (the same position in both files):
     same positions whatever the length, so the corpus cannot move the score) and overall;
   * predictive entropy of each; mean KL(reference || candidate);
   * argmax agreement (candidate vs reference) reported SEPARATELY from top-1 accuracy of
-    each against the corpus -- two different numbers the seed found people conflating.
+    each against the corpus -- two different numbers the MI355 megakernel PR found people conflating.
 
 Gates (each verified to fail when tightened, tests/gates): `ceiling` on the candidate's
 fixed-prefix perplexity; `ratio` on the two-sided perplexity ratio max(r, 1/r) over the

@@ -31,7 +31,7 @@ error instead (exit 2: nothing can be judged from it); otherwise it takes its ta
 Exit 0 when every candidate is faster or no-change, 1 otherwise.
 
 Every task common to both sides gets its ratios reported; verdicts come from the tasks
-given in `tasks` (default: all). The seed's recipe judges the task the candidate changes
+given in `tasks` (default: all). The faithful per-task gate recipe judges the task the candidate changes
 (`--task attend`), and a regression of a co-resident task then shows in the ratios without
 deciding the verdict. Tasks whose baseline slowCTA is below `min_us` are reported but not
 judged (timer resolution: %globaltimer steps 32 ns on the H200).

@@ -71,7 +71,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("chunks64", "64-token attention chunks (65 chunks for the same tokens): each chunk does half "
               "the work, the per-chunk overheads and the merge's inputs double", "sloughing",
               params=(("chunk_tokens", 64),)),
-    # The optimisation campaign (issue 25): each step's predecessor stays buildable
+    # The optimisation campaign: each step's predecessor stays buildable
     # (MKL_CAMPAIGN_STEP in mkl_kernel.cuh), so each step is judged against the production
     # it replaces: step_a vs round3, production vs step_a.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "

@@ -17,7 +17,7 @@ baseline built to be each of the gate's verdicts by construction:
   * sloughing -- tiles of 512 tokens instead of 2048: each attend instance does a quarter of
                  the work (slowCTA drops) while the per-piece overheads (queries, partials,
                  arrivals, 4x the merge inputs) make the total block-time rise;
-  * incorrect -- every length clamped at 8192 tokens (the seed's mishandling): less work,
+  * incorrect -- every length clamped at 8192 tokens (the ragged-decode contract's mishandling): less work,
                  so it is also faster -- the gate must still call it incorrect.
 """
 from __future__ import annotations

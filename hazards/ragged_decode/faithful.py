@@ -5,7 +5,7 @@
     python3 -m hazards.ragged_decode.faithful --serve                 # JSON-lines server
 
 The recipe of the faithful per-task gate: the kernel runs INSIDE the real megakernel at the
-production geometry (the seed's 128-request multiset, full lengths unless --lens-scale),
+production geometry (the ragged-decode contract's 128-request multiset, full lengths unless --lens-scale),
 with the persistent grid set to the worker count, and the per-task profiler ON
 (hz_profiler.h). One call is checked against the torch reference (cos = the smallest
 per-request cosine similarity), then `--launches` profiled calls on the same input are decoded; each task id
@@ -43,7 +43,7 @@ def cosine(out: Any, ref: Any) -> float:
     """The smallest per-request cosine similarity of `out` and `ref` (rows), in float64.
 
     Per request, not over the flattened output: one wrong request among 128 barely moves a
-    whole-output cosine (the seed's clamp-at-8192 mishandling scores 0.988 that way) but is
+    whole-output cosine (the ragged-decode contract's clamp-at-8192 mishandling scores 0.988 that way) but is
     a wrong answer. A request whose output and reference are both zero (no tokens) scores 1;
     a non-finite output scores -1.
     """
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = faithful_parser("python3 -m hazards.ragged_decode.faithful", __doc__, list(candidates.CANDIDATES),
                          "profiled calls (medians over them)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the call's draw (not --serve)")
-    ap.add_argument("--lens-scale", type=int, default=1, help="divide the seed's lengths by this")
+    ap.add_argument("--lens-scale", type=int, default=1, help="divide the ragged-decode contract's lengths by this")
     ap.add_argument("--ring", type=int, default=RING_CAPACITY, help="profiler ring capacity (spans per launch)")
     args = ap.parse_args(argv)
     if args.launches < 1 or args.lens_scale < 1 or args.ring < 1 or not -1.0 <= args.cos_min <= 1.0:

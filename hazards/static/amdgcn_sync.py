@@ -233,7 +233,7 @@ def _check_release(func, path, f_idx, preds, after_barrier_only: bool = False) -
     """Walk back from a flag store: every data store reaching it must be waited for
     (`s_waitcnt vmcnt(0)`), and written back (`buffer_wbl2`) when the flag is written
     through. Stores of other waves (before an `s_barrier`) are data whatever their bits:
-    the seed's TopK block wrote its data write-through too. `after_barrier_only`: an atomic
+    the MI355 megakernel PR's TopK block wrote its data write-through too. `after_barrier_only`: an atomic
     in a function that neither polls nor writes through is a release only of what other
     waves stored before a barrier (a relaxed counter after this wave's own stores is not a
     flag)."""

@@ -9,13 +9,13 @@
  * Record (4 x u64, HZ_PROF_RECORD_WORDS): begin, end (globaltimer ns on NVIDIA; the
  * constant-rate s_memrealtime counter on AMD, 10 ns ticks on gfx9), where = task id (16) |
  * SM id (16, 0xFFFF unknown) | block (32), and one user word (aux). Tasks are matched by
- * their NUMERIC id; names are metadata the host keeps (the seed's profiler wrote
+ * their NUMERIC id; names are metadata the host keeps (the faithful per-task gate recipe's profiler wrote
  * UNKNOWN_<id> for names it lacked, so nothing here depends on a name).
  *
  * The ring has an explicit capacity. Every commit claims a slot from one 64-bit counter
  * (atomicAdd), so the counter ends at the number of spans the launch TRIED to record: a
  * counter above the capacity is overflow, reported by the decoder as dropped records --
- * never a silent truncation (the seed's timing ring averaged only the first 8,117 of its
+ * never a silent truncation (the faithful per-task gate recipe's timing ring averaged only the first 8,117 of its
  * iterations and said nothing). The host zeroes the counter before each profiled launch.
  *
  * Use (the recording thread is the caller's choice, usually one per block):

@@ -20,7 +20,7 @@
 // for is computed from (decode step, layer) -- the PR's fix -- and release flags sit on
 // their own lines. Workers skew freely across layers: only those waits bind them.
 // Before each wait a worker issues bulk L2 prefetches of the weights (or K/V) it reads
-// next, so the copy overlaps the wait (the seed's DMA-before-poll).
+// next, so the copy overlaps the wait (the MI355 megakernel PR's DMA-before-poll).
 //
 // The ten hazard switches (Params::hazard, mkl::Hazard) each restore one mechanism of the
 // MI355 PR at the place it lived; see docs/megakernel-layers.md for the table.
@@ -343,7 +343,7 @@ __device__ __noinline__ void mkl_prof_record(hz_prof_t prof, uint32_t task, uint
 __device__ __forceinline__ uint32_t* sync_word(const Params& p, int w) { return word_at(p.sync, single_off(w)); }
 
 // Refresh the task descriptor from this layer's row of the table. HZ_STALE_DESCRIPTOR copies
-// only the slots of the plain task (the seed's first 24 of 28): W2 and the KV cache keep
+// only the slots of the plain task (the MI355 megakernel PR's first 24 of 28): W2 and the KV cache keep
 // layer 0's pointers.
 __device__ __forceinline__ void refresh_desc(const Params& p, SmemHead* hd, int layer) {
   const int n = (p.hazard == HZ_STALE_DESCRIPTOR && layer > 0) ? PLAIN_SLOTS : N_SLOTS;
@@ -505,7 +505,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 // Plain loads: what they see depends on the acquire before them (HZ_PARTIAL_NO_FENCE drops
 // it).
 //
-// Campaign step (a) (issue 25): round 3 read the batch with `b < cnt ? load : 0`; nvcc made
+// Campaign step (a): round 3 read the batch with `b < cnt ? load : 0`; nvcc made
 // each load a predicated LDG followed at once by its predicated FFMA, so the merge was a
 // chain of ~150 dependent L2 round trips on one block (67-73 us a layer, 8 GB/s). Now a
 // thread owns MERGE_OUT / 2 adjacent output pairs (float2 loads: every partial row is 8-B
@@ -649,7 +649,7 @@ __device__ __noinline__ void router_topk(const Shape s, const float* h, const fl
   for (int i = threadIdx.x; i < s.D; i += THREADS) hn_out[i] = hn[i];  // the payload
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #if MKL_CAMPAIGN_STEP >= 2
-  // Campaign step (b0) (issue 25): round 3's loop issued one 16-B weight load per iteration
+  // Campaign step (b0): round 3's loop issued one 16-B weight load per iteration
   // and consumed it at once (~12 dependent round trips per expert, two experts a warp: the
   // router was 23 us on one block). Now ROUTER_AHEAD chunks' loads go out together (a chunk
   // past the row is clamped, loaded and discarded) and are summed in the same order: same bits.
@@ -706,7 +706,7 @@ __device__ __noinline__ void router_topk(const Shape s, const float* h, const fl
 // comes from a butterfly. `reg` is one register reused per round: it holds the lane's amax
 // bits, then the last word of its packed codes. With HZ_AMAX_TAIL a lane whose sub-block
 // lies past the end keeps last round's packed codes in `reg` and the butterfly reads them as
-// an amax (the seed: "shuffled from two lanes whose loop condition had failed and whose
+// an amax (the MI355 megakernel PR: "shuffled from two lanes whose loop condition had failed and whose
 // amax register was never written"); fixed: the partner index is clamped to the last
 // sub-block that ran.
 __device__ __noinline__ void quantize_expert_input(const float* src, float* dst, float wgt, int I, bool broken_tail) {

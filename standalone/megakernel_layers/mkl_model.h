@@ -33,7 +33,7 @@ struct Shape {
   int D, NQ, NKV, E, K, I;  // hidden, q heads, kv heads, experts, top-k, expert intermediate
 };
 // GPT-OSS-20B's layer shape (d_model 2880, 64 q / 8 kv heads of 64, 32 experts, top-4,
-// intermediate 2880: 90 sub-blocks of 32, not a multiple of 4 -- the seed's W2 tail).
+// intermediate 2880: 90 sub-blocks of 32, not a multiple of 4 -- the MI355 megakernel PR's W2 tail).
 constexpr Shape SHAPE_DEFAULT = {2880, 64, 8, 32, 4, 2880};
 // A small model for quick checks; its intermediate is a multiple of 128 (no amax tail).
 constexpr Shape SHAPE_SMALL = {1024, 16, 4, 8, 2, 1024};
@@ -66,7 +66,7 @@ enum Slot : int {
   SLOT_KCACHE = 7,
   SLOT_VCACHE = 8,
   N_SLOTS = 9,
-  // what a refresh sized for the "plain" task copies (the seed's first 24 of 28 inputs)
+  // what a refresh sized for the "plain" task copies (the MI355 megakernel PR's first 24 of 28 inputs)
   PLAIN_SLOTS = 6,
 };
 
@@ -129,7 +129,7 @@ MKL_HD int chunk_begin(int c, int C, int S) { return (int)(((long long)c * S) / 
 // Intermediate channels of W13 tile t of T13 (a contiguous range).
 MKL_HD int channel_begin(int t, int T13, int I) { return (int)(((long long)t * I) / T13); }
 
-// Does worker w serve attention chunk w this layer? The seed's bug nests the chunk phase
+// Does worker w serve attention chunk w this layer? The MI355 megakernel PR's bug nests the chunk phase
 // inside the QKV rank guard: only workers that hold a QKV tile then reach it.
 MKL_HD bool serves_chunk(int w, const Schedule& sc, int hazard) {
   if (w >= sc.C) return false;

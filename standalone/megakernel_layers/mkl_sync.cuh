@@ -1,7 +1,7 @@
 // mkl_sync.cuh -- the barrier / flag / epoch layer of the layered MoE decode megakernel.
 //
 // Every inter-block hand-off of the megakernel goes through these functions: arrival
-// counters (an L2 atomic add per block), release flags (a write-through store, the seed's
+// counters (an L2 atomic add per block), release flags (a write-through store, the MoE barrier report's
 // st_wt), acquire polls, the W13->W2 release fan-out, and the byte layout of all of them in
 // one "sync arena". This is where the MI355 PR's deadlocks and lost releases live, so it is
 // HIP-portable and compiles two ways:
@@ -35,9 +35,9 @@ namespace mkl {
 // ---- the sync arena: byte offsets of every barrier word ------------------------------------
 constexpr int LINE = 128;            // one word per 128-B line (NVIDIA line = two AMD lines)
 constexpr int AMD_LINE = 64;         // the L2 line the lost-release mechanism works on
-constexpr int RELEASE_FANOUT = 8;    // release flags per expert barrier (the seed's one per XCD)
+constexpr int RELEASE_FANOUT = 8;    // release flags per expert barrier (the MoE barrier report's one per XCD)
 constexpr int OWN_LINE_STRIDE = 128;     // fixed: every release flag on its own line
-constexpr int SHARED_LINE_STRIDE = 4;    // the seed's layout: releases [0..7], counter [8]
+constexpr int SHARED_LINE_STRIDE = 4;    // the MoE barrier report's layout: releases [0..7], counter [8]
 
 enum SyncWord : int {
   W_LAYER_CTR = 0,     // W2 arrivals: QKV of the next layer waits for all of them
@@ -111,7 +111,7 @@ __device__ __forceinline__ uint32_t arrive(uint32_t* ctr) {
 #endif
 }
 
-// A release flag store, write-through as the seed's st_wt: AMD system scope (sc0 sc1, past
+// A release flag store, write-through as the MoE barrier report's st_wt: AMD system scope (sc0 sc1, past
 // L2 to memory); NVIDIA st.global.wt (a weak store; the fence before it orders it).
 __device__ __forceinline__ void store_write_through(uint32_t* p, uint32_t v) {
 #if HZ_HIP

@@ -85,7 +85,7 @@ def test_a_program_printing_a_malformed_result_line_is_an_error_run(fake_env):
     assert result.reason == "malformed HZ_RESULT line (not JSON): 'HZ_RESULT {\"ok\": false, max_err: 3}'"
 
 
-# Concordant failure signals (issue 24 item 1): a malformed line is an `error` only when
+# Concordant failure signals: a malformed line is an `error` only when
 # nothing else says the run failed.
 @pytest.mark.parametrize("code, text, why", [
     (1, 'KERNEL_RESULT {"status": "mismatch", "max_err": 0.4}', "exit code 1"),

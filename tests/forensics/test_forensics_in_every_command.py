@@ -1,4 +1,4 @@
-"""Forensics at first sight, in every command (issue 23 item 3): a hang under `hazards run` or
+"""Forensics at first sight, in every command: a hang under `hazards run` or
 `hazards soak` is read before the kill and leaves its hang.md in the run's artifact folder;
 a campaign's forensics take a capped share of its budget, a full collection once per stuck
 location and a summary after; the command says what it spent."""

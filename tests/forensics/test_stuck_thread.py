@@ -1,4 +1,4 @@
-"""The stuck thread, not the waiting one (issue 23 item 4): when the main thread only waits
+"""The stuck thread, not the waiting one: when the main thread only waits
 for another thread of its own (join, a Future, a lock a sibling holds), the host summary
 names the thread that waits on something else, with its own innermost frame; every thread
 stays in the raw dump."""

@@ -1,4 +1,4 @@
-"""The perf gate's family-wise error on A/A data (issue 24 item 3): a candidate that is the
+"""The perf gate's family-wise error on A/A data: a candidate that is the
 baseline again must get a verdict other than no-change in at most 1 - conf of the gates,
 over every (worker count, task, metric) the gate judges; and running second in a pair must
 not read as the candidate's effect. Simulated gates with a fixed seed: the rates are

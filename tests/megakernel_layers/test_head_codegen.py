@@ -1,4 +1,4 @@
-"""The layer head's single-block tasks issue their loads ahead (issue 25, campaign steps a, b0).
+"""The layer head's single-block tasks issue their loads ahead (campaign steps a, b0).
 
 Round 3's LSE merge read a batch with `b < cnt ? load : 0` and nvcc made each load a
 predicated LDG consumed at once by its FFMA: a chain of dependent L2 round trips on one block

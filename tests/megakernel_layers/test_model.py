@@ -88,7 +88,7 @@ def test_schedule_functions_match_the_c_header(c_values):
 def test_default_shape_is_gpt_oss_20b_layers_with_an_amax_tail():
     s = M.SHAPES["default"]
     assert (s.D, s.NQ, s.NKV, s.E, s.K, s.I) == (2880, 64, 8, 32, 4, 2880)
-    assert (s.I // M.SUB_BLOCK) % 4 != 0          # 90 sub-blocks: the seed's W2 tail
+    assert (s.I // M.SUB_BLOCK) % 4 != 0          # 90 sub-blocks: the MI355 megakernel PR's W2 tail
     assert (M.SHAPES["small"].I // M.SUB_BLOCK) % 4 == 0
     assert M.qkv_tiles(s) == 80
 

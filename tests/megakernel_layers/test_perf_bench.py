@@ -1,4 +1,4 @@
-"""bench/megakernel_layers_perf.py's headline line (issue 25's format), on the CPU."""
+"""bench/megakernel_layers_perf.py's headline line (the campaign's format), on the CPU."""
 from __future__ import annotations
 
 import importlib.util

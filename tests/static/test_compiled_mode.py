@@ -192,7 +192,7 @@ def test_a_cubins_listing_is_never_written_next_to_it_nor_read_stale(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["polls.cubin", "polls.sass"]
 
 
-# ---- coverage: what a compiled build let the checks see (issue 26 item 4) -------------------
+# ---- coverage: what a compiled build let the checks see --------------------------------
 
 TWO_LOAD_BLOCK = '''  f4 a, b;
   asm volatile("global_load_dwordx4 %0, %2, off\\n\\tglobal_load_dwordx4 %1, %3, off\\n\\ts_waitcnt vmcnt(0)"
@@ -297,7 +297,7 @@ def test_a_relative_include_of_a_compile_command_resolves_against_its_directory(
     assert lint.returncode == 1 and "[early-clobber]" in lint.stdout, lint.stdout + lint.stderr
 
 
-# ---- NVIDIA poll checks: generic loads, inline helpers (issue 26 items 5, 6) -----------------
+# ---- NVIDIA poll checks: generic loads, inline helpers ------------------------------------
 
 PEER_EXCHANGE = '''struct Peers { int* buf[8]; };
 __global__ void exch(Peers peers, volatile int* flag, int* out, int rank) {

@@ -11,14 +11,14 @@ A `Path` says how the arithmetic is done, which is what the logit gate judges:
   * gemm "steps23": the reduction dimension in 23 accumulation steps, f32 accumulate --
     a correct kernel's different summation order (the MI355 loops ran 23 iterations);
   * perturb > 0: in each QKV / W13 / W2 GEMM one of the 23 steps reads the NEXT step's
-    weight operand for that fraction of rows -- the seed's silent MFMA pipeline hazard
+    weight operand for that fraction of rows -- the MI355 megakernel PR's silent MFMA pipeline hazard
     (0.4-6 % GEMM error, no NaN, argmax mostly unchanged);
   * weights "mxfp4": QKV, O, experts and the LM head round-tripped through a 4-bit
-    E2M1 block format (32 values share a power-of-two scale), as the seed's kernel ran;
+    E2M1 block format (32 values share a power-of-two scale), as the MI355 megakernel PR's kernel ran;
     `declared` is what the path claims to run (a candidate that quantizes while declaring
     f32 is the bug; a reference that does the same is "precision-matched");
   * sink "f32" | "bf16" | "striped": how the logits reach the buffer the gate reads. The
-    path's own greedy token (`emitted`) is always taken from its f32 logits, as the seed's
+    path's own greedy token (`emitted`) is always taken from its f32 logits, as the MI355 megakernel PR's
     kernel reduced the logit row to an argmax in registers.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 ACCUM_STEPS = 23
-PERTURBED_GEMMS = ("qkv", "w13", "w2")  # the seed's PIPELINED_QKV / W13 / W2 loops
+PERTURBED_GEMMS = ("qkv", "w13", "w2")  # the MI355 megakernel PR's PIPELINED_QKV / W13 / W2 loops
 
 
 @dataclasses.dataclass(frozen=True)
