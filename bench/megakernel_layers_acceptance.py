@@ -13,7 +13,7 @@ One warm family server (the engine's ServerTarget, docs/protocol.md) serves ever
     worst error against the tolerance;
   * agreement points: one request each; the outcome the static model predicts
     (`megakernel_layers.predict`) beside the outcome the GPU gave.
-Hangs are `hazards repro`'s job (the tripwire sentence); ci/gpu/n-layers2.sh runs it.
+Hangs are `hazards repro`'s job (the tripwire sentence); ci/gpu/megakernel-layers-acceptance.sh runs it.
 """
 from __future__ import annotations
 

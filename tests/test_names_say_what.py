@@ -39,3 +39,10 @@ def test_the_seed_map_names_every_source_document():
         assert name in text
     for file_id in ("002_79daa8f540f6a64d.txt", "000_d0657c503f61c22a.txt", "004_7857eeb99bc0f1cf.txt"):
         assert file_id in text
+
+
+def test_gpu_scripts_are_named_by_what_they_do():
+    # not by the helper or round that wrote them ("f-gates.sh", "n-layers2.sh", "o-mma2.sh")
+    names = [p.name for p in (ROOT / "ci" / "gpu").iterdir() if p.is_file()]
+    by_who = [n for n in names if re.match(r"^[a-z][-_]", n) or re.search(r"[a-z]\d\.\w+$", n)]
+    assert not by_who, by_who

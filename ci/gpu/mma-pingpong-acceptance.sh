@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# GPU round 2 for family mma_pingpong (helper e-mma): `hazards stress mma_pingpong`
+# GPU round 2 for family mma_pingpong: `hazards stress mma_pingpong`
 # acceptance (10,000 launches per point for reference/fixed at several trip-count parities
 # and shapes; every canary), broken-variant rates over the timing knobs (shape, mma_reps,
 # banks/wait depth, jitter, grid), the host-tolerance calibration (floor E, distance D), the
-# static-vs-runtime agreement over 40 strategy points (ci/gpu/e-mma-points.json), the
-# compute-sanitizer table, the family's GPU tests. Writes $OUT/e-mma.tar.gz.
+# static-vs-runtime agreement over 40 strategy points (ci/gpu/mma-pingpong-points.json), the
+# compute-sanitizer table, the family's GPU tests. Writes $OUT/mma-pingpong-acceptance.tar.gz.
 # Budget: 170 s of script time; every step checks what is left.
 set -u
 cd "$(dirname "$0")/../.."
-. ci/gpu/round.sh e-mma 165  # PYTHONPATH, $OUT, $R, console.log, left/step/finish
+. ci/gpu/round.sh mma-pingpong-acceptance 165  # PYTHONPATH, $OUT, $R, console.log, left/step/finish
 
 machine_step
 
@@ -22,7 +22,7 @@ echo "exit $?"
 python3 ci/gpu/stress_summary.py "$R/accept-defaults.json"
 
 step "rates, calibration and the 40 strategy points through one server"
-timeout $(( $(left) - 60 > 20 ? $(left) - 60 : 20 )) python3 - "$BIN" "$R/sweep.jsonl" ci/gpu/e-mma-points.json <<'EOF'
+timeout $(( $(left) - 60 > 20 ? $(left) - 60 : 20 )) python3 - "$BIN" "$R/sweep.jsonl" ci/gpu/mma-pingpong-points.json <<'EOF'
 import json, select, subprocess, sys, time
 binary, out_path, points_path = sys.argv[1:4]
 reqs = []

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU round of hazards explore and evidence allocation (helper l-explore), one H200,
+# GPU round of hazards explore and evidence allocation, one H200,
 # ~166 s of script time:
 #  (a) the targeting measurement: bench/explore_targeting.py, region pipeline-war (the WAR
 #      refill race of a 2-4 stage ring without its barrier, rate growing with jitter), 20 seeds,
@@ -10,12 +10,12 @@
 #  (c) one short `hazards explore` per runtime family (and the ragged-decode megakernel
 #      target), with its agreement table and findings.
 # The family binaries build in the background from the start (in parallel); each step waits
-# for the ones it needs and is capped by what is left. Everything lands in $OUT/l-explore.tar.gz.
+# for the ones it needs and is capped by what is left. Everything lands in $OUT/explore-targeting.tar.gz.
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/l-explore-out}
-R=$OUT/l-explore
+OUT=${OUT:-/tmp/explore-targeting-out}
+R=$OUT/explore-targeting
 W=$(mktemp -d)
 mkdir -p "$R"
 T0=$(date +%s)
@@ -24,7 +24,7 @@ exec > >(tee "$R/console.log") 2>&1
 elapsed() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( BUDGET - $(elapsed) )); }
 step() { echo; echo "== $1 ($(elapsed) s so far, $(left) s left)"; }
-finish() { trap - EXIT TERM INT; step "done"; timeout 20 tar -czf "$OUT/l-explore.tar.gz" -C "$OUT" l-explore; exit 0; }
+finish() { trap - EXIT TERM INT; step "done"; timeout 20 tar -czf "$OUT/explore-targeting.tar.gz" -C "$OUT" explore-targeting; exit 0; }
 trap finish EXIT TERM INT  # killed from outside too: what was measured still comes back
 FAMILIES="pipeline ordering barrier_layout deadlock mma_pingpong megakernel_layers"
 EXPLORED="$FAMILIES ragged_decode"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU round for family mma_pingpong (helper o-mma2): does the operand-bank WAR show at run time
+# GPU round for family mma_pingpong: does the operand-bank WAR show at run time
 # when the refill is the warpgroup's own st.shared (refill=threads) instead of a bulk copy,
 # and does the bulk WAR show now that the group left in flight holds real wgmmas (before,
 # ptxas committed an empty dummy after the run-time repetition loop)?
@@ -7,10 +7,10 @@
 # commit) and broken_war and, at the same points, reference, fixed and fixed_threads (must
 # stay bit-exact),
 # then the thread WAR's rate over mma_reps/shape/grid, then racecheck on a tiny grid.
-# Writes $OUT/o-mma2.tar.gz. Budget: 90 s of device time; every step checks what is left.
+# Writes $OUT/mma-pingpong-refill-war.tar.gz. Budget: 90 s of device time; every step checks what is left.
 set -u
 cd "$(dirname "$0")/../.."
-. ci/gpu/round.sh o-mma2 84  # PYTHONPATH, $OUT, $R, console.log, left/step/finish
+. ci/gpu/round.sh mma-pingpong-refill-war 84  # PYTHONPATH, $OUT, $R, console.log, left/step/finish
 
 machine_step
 

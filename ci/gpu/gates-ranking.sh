@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# f-gates GPU round 2 (budget 150 s): the perf-gate ranking table for the five candidates of
+# The gates on the GPU, round 2 (budget 150 s): the perf-gate ranking table for the five candidates of
 # the ragged-decode megakernel (improved, noop, slower, sloughing, incorrect vs baseline,
 # worker sweep, rank-based intervals), the logit-gate table for the known-bad candidates
 # (training the synthetic-language model on the way), `hazards gate logits` on two of the
 # GPU-produced sinks, then the profiler's GPU tests if time is left.
-# Writes everything into $OUT/f-gates.tar.gz.
+# Writes everything into $OUT/gates-ranking.tar.gz.
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD
 export HZ_CACHE_DIR=/tmp/hz-cache HZ_LEASE_DIR=/tmp/hz-leases HZ_MEGAKERNEL_BUILD_DIR=/tmp/hz-build
-R=/tmp/f-gates-results
+R=/tmp/gates-ranking-results
 rm -rf "$R"; mkdir -p "$R"
 T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
@@ -62,7 +62,7 @@ if [ $(( $(date +%s) - T0 )) -lt 115 ]; then
 fi
 stamp "all done"
 mkdir -p "$OUT"
-tar -czf "$OUT/f-gates.tar.gz" -C "$R" .
+tar -czf "$OUT/gates-ranking.tar.gz" -C "$R" .
 echo "== summary"
 grep -E "vs megakernel:baseline|overall" "$R/gate_perf.txt"
 tail -1 "$R/gate_perf.stderr"

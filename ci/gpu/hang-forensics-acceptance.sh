@@ -1,18 +1,18 @@
 #!/bin/bash
-# g-forensics on the H200, round 2: the acceptance runs of hang forensics through the real
+# Hang forensics on the H200, round 2: the acceptance runs of hang forensics through the real
 # collectors (`hazards repro`, forensics on by default): each hanging `deadlock` variant with
 # the tripwire, two hung programs built without it (a spin on a flag nobody sets, a grid
 # barrier one block past co-residency; with and without -lineinfo), and a hung PyTorch
 # program. Keeps every hang.md / hang.json / hang-device.txt / hang-host-*.txt, the console
 # output of each repro and `hazards stats`. Round 1 (raw cuda-gdb/py-spy recordings) was
-# ci/gpu/g_forensics_record.py. Writes $OUT/g-forensics.tar.gz. Budget ${HZ_BUDGET_S:-90} s.
+# ci/gpu/hang_forensics_record.py. Writes $OUT/hang-forensics-acceptance.tar.gz. Budget ${HZ_BUDGET_S:-90} s.
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD
 T0=$(date +%s)
 BUDGET=${HZ_BUDGET_S:-90}
 END=$((T0 + BUDGET - 5))
-OUTD=$OUT/g-forensics
+OUTD=$OUT/hang-forensics-acceptance
 mkdir -p "$OUTD/runs"
 date -u +%Y-%m-%dT%H:%M:%SZ > "$OUTD/date.txt"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > "$OUTD/pip.log" 2>&1 \
@@ -67,7 +67,7 @@ python3 -m hazards stats --store "$STORE" --json > "$OUTD/stats.json" 2>&1
 # the artifact folders of the failing runs (hang.md & co; no large binaries)
 find "$OUTD/artifacts" -name "*.bin" -size +1M -delete 2>/dev/null
 nvidia-smi > "$OUTD/nvidia-smi-after.txt" 2>&1
-tar czf "$OUT/g-forensics.tar.gz" -C "$OUT" g-forensics
-echo "== g-forensics round 2 done in $(( $(date +%s) - T0 ))s"
+tar czf "$OUT/hang-forensics-acceptance.tar.gz" -C "$OUT" hang-forensics-acceptance
+echo "== hang-forensics-acceptance round 2 done in $(( $(date +%s) - T0 ))s"
 cat "$OUTD/summary.txt"
 echo "leftover processes after each repro (should be none):"; cat "$OUTD/leftovers.txt" 2>/dev/null | head

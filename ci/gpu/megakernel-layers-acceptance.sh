@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU round 3 of the layered MoE decode megakernel (helper n-layers2), one H200, <= 170 s.
+# GPU round 3 of the layered MoE decode megakernel, one H200, <= 170 s.
 # What it settles, in the order it runs (most important first: a step that runs out of its cap
 # leaves the later ones the time that is left; predictions: docs/results/megakernel-layers-h200.md):
 #   * the kernel after this round's changes gives the same bits at gemv_depth 4 and 1; the small
@@ -13,12 +13,12 @@
 #     tripwire in vs out, depth 4 vs 1;
 #   * hazards gate perf on candidates of the layered kernel (catalog mode, one warm server);
 #   * the hang classes' tripwire sentences on the changed kernel (if time is left).
-# Every step has its own time cap; everything lands in $OUT/n-layers2.tar.gz.
+# Every step has its own time cap; everything lands in $OUT/megakernel-layers-acceptance.tar.gz.
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/n-layers2-out}
-W=$(mktemp -d)/n-layers2
+OUT=${OUT:-/tmp/megakernel-layers-acceptance-out}
+W=$(mktemp -d)/megakernel-layers-acceptance
 mkdir -p "$W" "$OUT"
 T0=$(date +%s)
 BUDGET=${BUDGET:-163}  # seconds of script time (the round gives 170)
@@ -33,7 +33,7 @@ nvcc --version | tail -2 | head -1
 git log -1 --format='commit %H %s' 2>/dev/null || echo "commit: (no git metadata in this copy)"
 # the copy's git metadata need not be the branch's (rounds 1-3 printed main's): a content hash
 # of what ran identifies the commit beyond doubt (compare with the same command on the checkout)
-echo "sources sha256 $(cat standalone/megakernel_layers/* standalone/include/*.h ci/gpu/n-layers2.sh | sha256sum | cut -c1-16)"
+echo "sources sha256 $(cat standalone/megakernel_layers/* standalone/include/*.h ci/gpu/megakernel-layers-acceptance.sh | sha256sum | cut -c1-16)"
 } | tee "$W/env.txt"
 
 log "build: plain, profiled, profiled noop (in parallel)"
@@ -141,5 +141,5 @@ for f in d.get('failures', [])[:1]:
   done
 fi
 log "done"
-tar -czf "$OUT/n-layers2.tar.gz" -C "$(dirname "$W")" n-layers2
-ls -la "$OUT/n-layers2.tar.gz"
+tar -czf "$OUT/megakernel-layers-acceptance.tar.gz" -C "$(dirname "$W")" megakernel-layers-acceptance
+ls -la "$OUT/megakernel-layers-acceptance.tar.gz"

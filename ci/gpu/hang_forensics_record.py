@@ -1,7 +1,7 @@
 """Round 1 of the hang-forensics GPU work: record what cuda-gdb and py-spy really print for
 hung programs on the H200 (test data for the parsers), and how long each takes.
 
-Usage: python3 ci/gpu/g_forensics_record.py BUILD_DIR OUT_DIR DEADLINE_EPOCH
+Usage: python3 ci/gpu/hang_forensics_record.py BUILD_DIR OUT_DIR DEADLINE_EPOCH
 BUILD_DIR holds hung-li / hung-noli (hung_kernels.cu with and without -lineinfo) and
 libhung-li.so. Every hung process is killed after its captures; nothing is left running.
 """
