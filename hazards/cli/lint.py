@@ -10,7 +10,7 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (CompileCommandsOption, DefineOption, IncludeOption, JsonOption,
-                                 VerboseOption, build_flags, print_findings)
+                                 RocmPathOption, VerboseOption, build_flags, print_findings, use_rocm_path)
 
 _HELP = """Lint inline asm in C/C++/CUDA/HIP sources (files or directories).
 
@@ -35,6 +35,7 @@ def lint_command(
     includes: IncludeOption = None,
     defines: DefineOption = None,
     compile_commands: CompileCommandsOption = None,
+    rocm_path: RocmPathOption = None,
     no_expand: bool = typer.Option(False, "--no-expand", help="Never run the preprocessor: "
                                    "templates built from macros are reported as not checked."),
     verbose: VerboseOption = False,
@@ -44,6 +45,7 @@ def lint_command(
     from hazards.static.userbuild import preprocessor_for
 
     t0 = time.monotonic()
+    use_rocm_path(rocm_path)
     expand = None if no_expand else preprocessor_for(build_flags(includes, defines), compile_commands)
     report = lint_report(paths, honor_allowlist=not no_allowlist, expand=expand)
     if not report.files:  # nothing looked at must not read as a pass

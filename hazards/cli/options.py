@@ -14,6 +14,7 @@ import functools
 import inspect
 import json
 import math
+import os
 import re
 import shlex
 import signal
@@ -124,6 +125,9 @@ IncludeOption = Annotated[Optional[List[Path]], typer.Option(
     "-I", "--include-dir", help="An include folder of the sources' build (repeat).", show_default="none")]
 DefineOption = Annotated[Optional[List[str]], typer.Option(
     "-D", "--define", help="A define of the sources' build, NAME or NAME=VALUE (repeat).", show_default="none")]
+RocmPathOption = Annotated[Optional[Path], typer.Option(
+    "--rocm-path", help="A ROCm installation to compile HIP sources with (its headers and device "
+    "libraries; sets ROCM_PATH).", show_default="$ROCM_PATH, else the system's HIP headers")]
 CompileCommandsOption = Annotated[Optional[Path], typer.Option(
     "--compile-commands", help="The build's compile_commands.json (flags per source).",
     show_default="the nearest compile_commands.json above each source")]
@@ -237,6 +241,22 @@ def forensics_policy(enabled: bool, hang_budget: float, share: float, *, known_c
     if not (math.isfinite(share) and 0 < share <= 1):
         raise UserError(f"--forensics-share must be a share of the budget in (0, 1], got {share:g}")
     return ForensicsPolicy(hang_budget_s=hang_budget, share=share, known_canary=known_canary) if enabled else None
+
+
+def use_rocm_path(path: Optional[Path]) -> None:
+    """`--rocm-path DIR`: the ROCm the HIP builds use (ROCM_PATH, read by
+    hazards.static.userbuild.rocm_path); a folder that does not exist is a UserError."""
+    if path is None:
+        if os.environ.get("ROCM_PATH") and not Path(os.environ["ROCM_PATH"]).is_dir():
+            from hazards.engine.errors import UserError
+
+            raise UserError(f"ROCM_PATH={os.environ['ROCM_PATH']} is not a folder (a ROCm installation, e.g. /opt/rocm)")
+        return
+    if not Path(path).is_dir():
+        from hazards.engine.errors import UserError
+
+        raise UserError(f"--rocm-path {path}: not a folder (a ROCm installation, e.g. /opt/rocm)")
+    os.environ["ROCM_PATH"] = str(Path(path).resolve())
 
 
 def build_flags(includes: Optional[Iterable[Path]], defines: Optional[Iterable[str]]) -> list[str]:

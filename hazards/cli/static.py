@@ -11,8 +11,9 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (ARCH_HELP, CompileCommandsOption, DefineOption, FamiliesOption,
-                                 IncludeOption, JsonOption, ProgressIntervalOption, SkipOption, VerboseOption,
-                                 build_flags, parse_skip, print_findings, progress_interval, split_names)
+                                 IncludeOption, JsonOption, ProgressIntervalOption, RocmPathOption, SkipOption,
+                                 VerboseOption, build_flags, parse_skip, print_findings, progress_interval,
+                                 split_names, use_rocm_path)
 
 _HELP = """Run every static check on the catalog's families and on the given paths.
 
@@ -32,12 +33,13 @@ was judged at all (every check skipped by `--skip`).
 
 Compiled mode, for your own sources: `hazards static --compile FILE [-- FLAGS]` or
 `hazards static --compile-commands build/compile_commands.json` compiles them with their
-flags and the installed headers - for gfx942 with clang-19 or gfx950 with clang-22 (HIP
-sources) and/or sm_90a with nvcc (CUDA sources; `--arch` picks) - and runs every AMDGCN/SASS
-check on what came out, at the source lines, and says per build what it covered: device functions compiled, asm blocks
-and polls checked. A device function with asm, atomics, volatile accesses, fences or loops
-that left no code in the output (never instantiated, never called) is `not-analysed`: an
-error that exits 3 (could not judge), never a silent pass. The catalog is not run then.
+flags and the installed headers (`--rocm-path` / `ROCM_PATH`: your ROCm's) - for gfx942
+with clang-19 or gfx950 with clang-22 (HIP sources) and/or sm_90a with nvcc (CUDA sources;
+`--arch` picks) - and runs every AMDGCN/SASS check on what came out, at the source lines,
+and says per build what it covered: device functions compiled, asm blocks and polls
+checked. A device function with asm, atomics, volatile accesses, fences or loops that left
+no code in the output (never instantiated, never called) is `not-analysed`: an error that
+exits 3 (could not judge), never a silent pass. The catalog is not run then.
 """
 
 
@@ -64,6 +66,7 @@ def static_command(
         show_default="from the source (HIP: gfx942, CUDA: sm_90a) or its compile command"),
     includes: IncludeOption = None,
     defines: DefineOption = None,
+    rocm_path: RocmPathOption = None,
     progress_every: ProgressIntervalOption = "30s",
 ) -> None:
     from hazards.cli.progress import CampaignProgress
@@ -73,6 +76,7 @@ def static_command(
     from hazards.static_catalog import could_not_look, run_static_checks, static_exit_code
 
     _, tools = parse_skip(skip, parts=())
+    use_rocm_path(rocm_path)
     interval_s = progress_interval(progress_every)
     t0 = time.monotonic()
     flags = _flags_after_double_dash()

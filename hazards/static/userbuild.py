@@ -159,15 +159,36 @@ def _compiles(clang: str, args: Sequence[str], source: str) -> bool:
     return proc.returncode == 0
 
 
-@functools.lru_cache(maxsize=None)
+def rocm_path() -> str | None:
+    """The user's ROCm installation: `$ROCM_PATH` (`--rocm-path` sets it), else None (the
+    system's HIP headers and device libraries, Debian's). A value that is not a folder is
+    a UserError."""
+    value = os.environ.get("ROCM_PATH", "")
+    if not value:
+        return None
+    if not Path(value).is_dir():
+        raise UserError(f"ROCM_PATH={value} is not a folder (a ROCm installation, e.g. /opt/rocm)")
+    return str(Path(value).resolve())
+
+
+def _rocm_args() -> tuple[str, ...]:
+    rocm = rocm_path()
+    return (f"--rocm-path={rocm}",) if rocm else ()
+
+
 def hip_headers_found(clang: str) -> bool:
-    """Whether `clang -x hip` finds ROCm's HIP headers (`<hip/hip_runtime.h>`) by itself."""
+    """Whether `clang -x hip` finds ROCm's HIP headers (`<hip/hip_runtime.h>`): in the
+    user's ROCm (`rocm_path`) when one is given, else by itself."""
+    return _hip_headers_found(clang, _rocm_args())
+
+
+@functools.lru_cache(maxsize=None)
+def _hip_headers_found(clang: str, rocm: tuple[str, ...]) -> bool:
     return _compiles(clang, ["-E", "-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(toolchain.GFX942),
-                             "-nogpulib"], "#include <hip/hip_runtime.h>\n")
+                             "-nogpulib", *rocm], "#include <hip/hip_runtime.h>\n")
 
 
-_BITCODE_DIRS = ("{rocm}/amdgcn/bitcode", "/opt/rocm/amdgcn/bitcode",
-                 "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/usr/lib/amdgcn/bitcode")
+_BITCODE_DIRS = ("/opt/rocm/amdgcn/bitcode", "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/usr/lib/amdgcn/bitcode")
 _KERNEL = "__attribute__((global)) void hz_probe(int* p) { __builtin_amdgcn_s_barrier(); }\n"
 
 
@@ -177,11 +198,18 @@ def isa_version(arch: str) -> int:
     return int(digits[:-2]) * 1000 + int(digits[-2], 16) * 100 + int(digits[-1], 16)
 
 
-@functools.lru_cache(maxsize=None)
 def device_lib_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, ...]:
     """clang's flags to link ROCm's device libraries for `arch`, so that `__syncthreads`,
     `__threadfence` and friends compile to the fences and barriers they are (without the
-    libraries they stay calls the checks cannot see through).
+    libraries they stay calls the checks cannot see through). With the user's ROCm
+    (`rocm_path`): `--rocm-path=` it, its headers and libraries as they are; else the
+    system's (`_system_device_lib_args`)."""
+    return _rocm_args() or _system_device_lib_args(clang, arch)
+
+
+@functools.lru_cache(maxsize=None)
+def _system_device_lib_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, ...]:
+    """The system's device libraries for `arch` (no `ROCM_PATH`).
 
     Where the installed libraries predate the target (Debian's ROCm 5.2 has no
     `oclc_isa_version_942.bc`), a folder in the build cache links to them and adds that
@@ -190,9 +218,7 @@ def device_lib_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, ...]
     base = ["-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(arch), "-nogpuinc", "-S"]
     if _compiles(clang, base, _KERNEL):
         return ()
-    rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
-    src = next((Path(d.format(rocm=rocm)) for d in _BITCODE_DIRS
-                if (Path(d.format(rocm=rocm)) / "ockl.bc").is_file()), None)
+    src = next((Path(d) for d in _BITCODE_DIRS if (Path(d) / "ockl.bc").is_file()), None)
     if src is None:
         return ("-nogpulib",)
     dest = toolchain.cache_dir("static") / "rocm-device-libs" / arch
@@ -256,7 +282,7 @@ def hip_device_args(clang: str, arch: str = toolchain.GFX942) -> list[str]:
     wave-size macro they read where clang no longer defines it) and the device libraries
     (`device_lib_args`)."""
     args = ["-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(arch), *device_lib_args(clang, arch)]
-    if not hip_headers_found(clang):
+    if not hip_headers_found(clang):  # (with the user's ROCm, device_lib_args gave --rocm-path)
         return [*args, "-nogpuinc"]
     return [*args, *wavefront_size_args(clang, arch)]
 

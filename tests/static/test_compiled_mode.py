@@ -390,3 +390,30 @@ def test_a_rank_reading_its_own_buffer_after_a_poll_is_not_reading_what_a_peer_p
     # DeepEP's `buffer_ptrs[rank]` (its own rank_prefix_matrix) vs a peer's entry
     found = check(tmp_path, OWN_INPUT.replace("{INDEX}", index), "o.cu")
     assert [(f.check, f.line) for f in found] == ([("poll-no-acquire", 4)] if flagged else [])
+
+
+@requires_hip
+def test_a_users_rocm_is_used_for_hip_builds_and_a_missing_one_is_a_one_line_error(tmp_path, monkeypatch):
+    from hazards.static.userbuild import hip_device_args
+
+    # a ROCm layout (include/, amdgcn/bitcode) made of links to the system's
+    rocm = tmp_path / "rocm"
+    (rocm / "amdgcn").mkdir(parents=True)
+    (rocm / "include").mkdir()
+    (rocm / "include" / "hip").symlink_to("/usr/include/hip")
+    clang = toolchain.find_tool("clang")
+    (flag,) = device_lib_args(clang, "gfx942")  # the system's libraries, with gfx942's ISA library added
+    (rocm / "amdgcn" / "bitcode").symlink_to(flag.split("=", 1)[1])
+    monkeypatch.setenv("ROCM_PATH", str(rocm))
+    assert f"--rocm-path={rocm.resolve()}" in hip_device_args(clang, "gfx942")
+    src = tmp_path / "k.hip"
+    src.write_text(FOUR_LOADS.replace("{C}", "=v").replace("{INIT}", ""))
+    monkeypatch.delenv("ROCM_PATH")
+    proc = hazards("static", "--compile", str(src), "--arch", "gfx942", "--rocm-path", str(rocm))
+    assert proc.returncode == 1 and "[asm-overlap]" in proc.stdout, proc.stdout + proc.stderr
+    (rocm / "amdgcn" / "bitcode").unlink()  # a ROCm without gfx942's libraries: said so, never a pass
+    (rocm / "amdgcn" / "bitcode").symlink_to("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode")
+    old = hazards("static", "--compile", str(src), "--arch", "gfx942", "--rocm-path", str(rocm))
+    assert old.returncode == 3 and "[compile-failed]" in old.stdout and "device library for gfx942" in old.stdout
+    bad = hazards("static", "--compile", str(src), "--rocm-path", str(tmp_path / "absent"))
+    assert bad.returncode == 2 and "--rocm-path" in bad.stderr and "not a folder" in bad.stderr
