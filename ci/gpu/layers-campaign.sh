@@ -25,6 +25,7 @@ OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
 R=$OUT/layers-campaign
 mkdir -p "$W" "$R"
+exec > >(tee "$W/console.log") 2>&1
 T0=$(date +%s)
 BUDGET=${BUDGET:-280}
 log() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
@@ -93,9 +94,9 @@ timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --also-define MKL_C
   --also-define MKL_CAMPAIGN_STEP=1 --compile-timeout 60 --json "$W/perf.json" > "$W/perf.txt" 2>&1
 echo "exit $?"; cat "$W/perf.txt" | tail -30
 
-gate a step_a round3
-gate b production step_a
-gate c chunks64 production chunks32
+gate a round3 step_a
+gate b step_a production
+gate c production chunks64 chunks32
 
 log "snapshot_epoch at the 101-us skew (round 2/3: 0 of 16 with a 128-us head): 16 runs of 1 launch"
 timeout "$(cap 35)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
