@@ -27,3 +27,20 @@ def test_the_headline_names_the_step_against_the_copy_floor_and_the_fastest_torc
     assert re.fullmatch(r"headline: step 600\.0 us = 2\.42x copy floor; best torch 725\.5 us "
                         r"\(torch CUDA graph \(routing fixed, experts in place\)\)", line), line
     assert bench.headline(600.0, 248.0, None) == "headline: step 600.0 us = 2.42x copy floor"
+
+
+def test_the_campaign_table_reads_each_gates_verdict_ratios_and_cos(tmp_path):
+    """ci/gpu/layers_campaign_table.py on round 3's recorded gate: a row per candidate with
+    its baseline, verdict, the tasks' slowCTA ratios with intervals and both sides' cos; a
+    missing bench output is said, not filled in."""
+    import shutil
+    import subprocess
+
+    shutil.copy(ROOT / "docs/results/megakernel-layers-h200/round3/gate.json", tmp_path / "gate_r3.json")
+    out = subprocess.run([sys.executable, str(ROOT / "ci/gpu/layers_campaign_table.py"), str(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert "| production | sloughing |" in rows["chunks64"]
+    assert "attn_merge 1.664 [1.564, 1.674]" in rows["chunks64"] and "0.99999984 / 0.99998724" in rows["chunks64"]
+    assert "| incorrect |" in rows["stale_descriptor"]
+    assert "perf.json: missing" in out
