@@ -85,9 +85,33 @@ def _resolve(module: str, name: str) -> str | None:
         return None
 
 
+def _package_of(path: Path) -> str | None:
+    """The package a repository file's relative imports start from (stress/ is hazards.engine)."""
+    rel = path.resolve().relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] == "stress":
+        parts = ["hazards", "engine", *parts[1:]]
+    elif parts[0] != "hazards":
+        return None
+    return ".".join(parts if parts[-1] == "__init__" and parts.pop() else parts[:-1])
+
+
+def _absolute(node: ast.ImportFrom, path: Path) -> str | None:
+    """The module an ImportFrom names, relative ones resolved against `path`'s package."""
+    if node.level == 0:
+        return node.module
+    package = _package_of(path)
+    if package is None:
+        return None
+    base = package.split(".")
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def unresolved(path: Path) -> list[str]:
-    """Every `from hazards.X import NAME` and `module.NAME` (for a name bound to one of our
-    modules by an import, anywhere in the file, and never assigned) whose NAME does not exist."""
+    """Every `from hazards.X import NAME` (relative ones too) and `module.NAME` (for a name
+    bound to one of our modules by an import, anywhere in the file, and never assigned)
+    whose NAME does not exist."""
     tree = ast.parse(path.read_text(), str(path))
     assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     assigned |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
@@ -98,14 +122,14 @@ def unresolved(path: Path) -> list[str]:
             for alias in node.names:
                 if _is_ours(alias.name) and alias.asname:
                     bound.setdefault(alias.asname, set()).add(alias.name)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _is_ours(node.module):
-            source = importlib.import_module(node.module)
+        elif isinstance(node, ast.ImportFrom) and _is_ours(module := _absolute(node, path) or ""):
+            source = importlib.import_module(module)
             for alias in node.names:
-                sub = _resolve(node.module, alias.name) if alias.name != "*" else None
+                sub = _resolve(module, alias.name) if alias.name != "*" else None
                 if sub is not None:
                     bound.setdefault(alias.asname or alias.name, set()).add(sub)
                 elif alias.name != "*" and not hasattr(source, alias.name):
-                    missing.append(f"{path.name}:{node.lineno}: from {node.module} import {alias.name}")
+                    missing.append(f"{path.name}:{node.lineno}: from {module} import {alias.name}")
     modules = {name: next(iter(mods)) for name, mods in bound.items() if len(mods) == 1}  # one meaning only
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and isinstance(node.ctx, ast.Load):
@@ -123,6 +147,13 @@ def test_every_name_gpu_code_takes_from_our_modules_exists(path):
     assert unresolved(path) == []
 
 
+def test_every_name_the_rest_of_the_package_takes_from_our_modules_exists():
+    """The same over hazards/ and the engine (stress/, relative imports resolved): code
+    that only a GPU, a missing tool or a rare error path reaches is checked here too."""
+    paths = sorted(p for root in ("hazards", "stress") for p in (REPO / root).rglob("*.py"))
+    assert [m for p in paths for m in unresolved(p)] == []
+
+
 def test_the_resolver_finds_a_renamed_constant(tmp_path):
     """The check above can fail: the very line that broke on the H200 is found."""
     bad = tmp_path / "faithful.py"
@@ -130,6 +161,9 @@ def test_the_resolver_finds_a_renamed_constant(tmp_path):
                    "from hazards.ragged_decode.reference import SEED_LENS\n")
     found = unresolved(bad)
     assert len(found) == 2 and "reference.SEED_CFG" in found[0] + found[1] and "SEED_LENS" in found[0] + found[1]
+    engine = REPO / "stress" / "campaign.py"  # a relative import, resolved against the engine package
+    node = ast.parse("from .store import NoSuchThing\n").body[0]
+    assert _absolute(node, engine) == "hazards.engine.store"
 
 
 def _stopped_at_the_device(exc: BaseException) -> bool:
