@@ -196,6 +196,15 @@ class Family:
     params: tuple[Param, ...] = ()
     counters: tuple[str, ...] = ()
     table_path: Path | None = None
+    # What the family module adds beyond its table (`load_family`'s keywords): a static check
+    # of a point's emitted code (its Findings), the check ids a canary's static check must
+    # report, the targets the catalog judges it on (the first is the primary listing) and
+    # which of them a point builds for, and a sentence for a hang its tripwire caught.
+    static_check: Callable[..., list[Any]] | None = None
+    predicted_checks: Callable[..., set[str]] | None = None
+    static_archs: tuple[str | None, ...] = (None,)
+    static_targets: Callable[[dict[str, Any]], tuple[str | None, ...]] | None = None
+    explain_hang: Callable[[Any, dict[str, Any]], str | None] | None = None
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:
@@ -441,11 +450,11 @@ def read_table(path: Path) -> dict[str, Any]:
 
 
 def family_from_table(path: Path, *, static_model: Callable[[dict[str, Any]], StaticVerdict],
-                      strategy: Callable[[], Any]) -> Family:
+                      strategy: Callable[[], Any], **capabilities: Any) -> Family:
     """The Family described by the table at `path`, with its Python behaviour. Every
     variant's preset is resolved once here, so a table whose preset the binary would refuse
     never loads."""
-    fam = Family(static_model=static_model, strategy=strategy, **read_table(path))
+    fam = Family(static_model=static_model, strategy=strategy, **read_table(path), **capabilities)
     for v in fam.variants:
         try:
             fam.resolve({"variant": v.name})
@@ -455,9 +464,12 @@ def family_from_table(path: Path, *, static_model: Callable[[dict[str, Any]], St
 
 
 def load_family(folder: str, *, static_model: Callable[[dict[str, Any]], StaticVerdict],
-                strategy: Callable[[], Any]) -> Family:
+                strategy: Callable[[], Any], **capabilities: Any) -> Family:
     """The Family described by `standalone/<folder>/family.toml`, with its behaviour on the
-    Python side (the static model and the hypothesis strategy)."""
+    Python side (the static model, the hypothesis strategy, and `capabilities`: the
+    optional `Family` fields static_check, predicted_checks, static_archs, static_targets,
+    explain_hang)."""
     from hazards.kernel_sources import family_dir
 
-    return family_from_table(family_dir(folder) / TABLE_FILE, static_model=static_model, strategy=strategy)
+    return family_from_table(family_dir(folder) / TABLE_FILE, static_model=static_model, strategy=strategy,
+                             **capabilities)

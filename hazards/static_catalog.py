@@ -1,8 +1,8 @@
 """The catalog's static canaries: every static family compiled and judged, variant by variant.
 
-Each family module in `hazards/families/` that defines `static_check(params) -> list[Finding]`
-is compiled and checked variant by variant with the artifact checks of `hazards.static`. A
-broken variant (canary) must be flagged - by every check id its `predicted_checks` names;
+Each family with a static check (`Family.static_check(params) -> list[Finding]`, given by its
+module in `hazards/families/`) is compiled and checked variant by variant with the artifact checks of `hazards.static`. A
+broken variant (canary) must be flagged - by every check id its `Family.predicted_checks` names;
 if nothing fires, the check "went blind" and that is reported as an error; a
 reference/fixed variant must be clean - anything it triggers is reported as found. A
 variant whose checks could not run (a compiler or disassembler is missing) is reported by
@@ -18,11 +18,11 @@ here, with their ids in `CATALOG_CHECKS`.
 from __future__ import annotations
 
 import functools
-import importlib
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.family import Family, Variant
 from hazards.static import checks
 from hazards.static.checks import Check
 from hazards.static.findings import Finding, with_subject
@@ -84,11 +84,10 @@ def static_family_names() -> list[str]:
     from hazards.families import all_families
 
     return [f.name for f in all_families()
-            if hasattr(importlib.import_module(f"hazards.families.{f.name}"), "static_check")
-            or any("static" in v.detected_by for v in f.canaries)]
+            if f.static_check is not None or any("static" in v.detected_by for v in f.canaries)]
 
 
-def _static_modules(families: Iterable[str] | None):
+def _static_families(families: Iterable[str] | None) -> Iterator[Family]:
     from hazards.families import all_families
 
     wanted = set(families or ())
@@ -101,13 +100,12 @@ def _static_modules(families: Iterable[str] | None):
     for fam in all_families():
         if (wanted and fam.name not in wanted) or fam.name not in static:
             continue
-        mod = importlib.import_module(f"hazards.families.{fam.name}")
-        yield fam, mod, getattr(mod, "static_check", None)
+        yield fam
 
 
 def check_catalog(families: Iterable[str] | None = None) -> list[Finding]:
     """Compile and check every variant of every family that has a static check; an AMD
-    family (its module lists `STATIC_ARCHS`) on each of those targets' listings, the
+    family (`Family.static_archs`) on each of those targets' listings, the
     subject of a target other than the first naming it (`earlyclobber/broken@gfx950`)."""
     return [f for findings in run_subjects(list(_catalog_subjects(families))) for f in findings]
 
@@ -115,35 +113,35 @@ def check_catalog(families: Iterable[str] | None = None) -> list[Finding]:
 def _catalog_subjects(families: Iterable[str] | None) -> Iterator[Subject]:
     """Each catalog variant on each AMD target as a subject to judge (of a family claiming
     static detection without a static check: its blind canaries)."""
-    for fam, mod, static_check in _static_modules(families):
+    for fam in _static_families(families):
         src = str(fam.source_path)
         claims = [v for v in fam.canaries if "static" in v.detected_by]
-        if static_check is None:
+        if fam.static_check is None:
             for v in claims:
                 blind = [CANARY_BLIND.finding(
                     src, 0, f"{v.name} claims static detection but family {fam.name} "
                             f"defines no static_check", subject=f"{fam.name}/{v.name}")]
                 yield Subject(f"{fam.name}/{v.name}", lambda blind=blind: blind)
             continue
-        archs = getattr(mod, "STATIC_ARCHS", (None,))
-        targets = getattr(mod, "static_targets", lambda params, archs=archs: archs)  # a point's buildable targets
+        archs = fam.static_archs
+        targets = fam.static_targets or (lambda params, archs=archs: archs)  # a point's buildable targets
         for arch in archs:
             for v in fam.variants:
                 if arch not in targets({"variant": v.name}):
                     continue
                 primary = arch == archs[0]
                 yield Subject(f"{fam.name}/{v.name}" + ("" if primary else f"@{arch}"),
-                              functools.partial(_check_variant, fam, mod, static_check, v, arch, primary=primary))
+                              functools.partial(_check_variant, fam, v, arch, primary=primary))
 
 
 BLIND_SPOTS = (checks.TOOLCHAIN_MISSING.id, checks.CHECK_SKIPPED.id)  # checks that could not look
 
 
-def _check_variant(fam, mod, static_check, v, arch: str | None = None, *, primary: bool = True) -> list[Finding]:
+def _check_variant(fam: Family, v: Variant, arch: str | None = None, *, primary: bool = True) -> list[Finding]:
     subject, src = f"{fam.name}/{v.name}" + ("" if primary else f"@{arch}"), str(fam.source_path)
     on_target = {"arch": arch} if arch else {}
     try:
-        found = static_check({"variant": v.name}, **on_target)
+        found = fam.static_check({"variant": v.name}, **on_target)
     except ToolchainMissing as e:
         return [checks.could_not_look(src, f"static checks of {subject}", e, subject=subject)]
     out: list[Finding] = []
@@ -158,8 +156,8 @@ def _check_variant(fam, mod, static_check, v, arch: str | None = None, *, primar
         return out + with_subject(failing, subject) + blind_spots
     if "static" not in v.detected_by:
         return out + blind_spots
-    expected = (set(mod.predicted_checks({"variant": v.name}, **on_target))
-                if hasattr(mod, "predicted_checks") else set())
+    expected = (set(fam.predicted_checks({"variant": v.name}, **on_target))
+                if fam.predicted_checks is not None else set())
     if not primary and not expected and not failing:
         # no signature on this target's listing (an NVIDIA-only hazard, judged with the first)
         return out + blind_spots

@@ -46,3 +46,23 @@ def test_the_nvidia_target_is_spelled_once():
                  for n, line in enumerate(p.read_text().splitlines(), 1)
                  if literal.search(line) and not line.lstrip().startswith("#")]
     assert elsewhere == [], "use hazards.engine.toolchain.SM90A"
+
+
+def test_a_familys_capabilities_are_fields_of_the_family_not_module_lookups():
+    import hazards.families as catalog
+    from hazards.families import all_families
+
+    lookups = [str(p.relative_to(REPO)) for p in CODE if p != REPO / "hazards" / "families" / "__init__.py"
+               and re.search(r"import_module\(f?[\"']hazards\.families\.", p.read_text())]
+    assert lookups == []
+    for fam in all_families():  # what a module defines is what its Family carries
+        mod = importlib.import_module(f"{catalog.__name__}.{fam.name}")
+        for name in ("static_check", "predicted_checks", "explain_hang", "static_targets"):
+            assert getattr(fam, name) is getattr(mod, name, None), (fam.name, name)
+        assert fam.static_archs == getattr(mod, "STATIC_ARCHS", (None,)), fam.name
+
+
+def test_every_runtime_strategy_lives_in_its_family_module():
+    families = REPO / "hazards" / "families"
+    assert not [p.name for p in families.glob("*.py") if "hazards.strategies" in p.read_text()]
+    assert sorted(p.name for p in (REPO / "hazards" / "strategies").glob("*.py")) == ["__init__.py", "static.py"]

@@ -114,15 +114,12 @@ def _family_spec(family: str, variant: str | None, params: dict[str, Any], launc
 
 
 def _family_explainer(family: str | None) -> Any:
-    """The family module's `explain_hang(snapshot, params)`, if it has one."""
+    """The family's `explain_hang(snapshot, params)`, if it has one."""
     if not family:
         return None
-    import importlib
-
     from hazards.families import get_family
 
-    mod = importlib.import_module(f"hazards.families.{get_family(family).name}")
-    return getattr(mod, "explain_hang", None)
+    return get_family(family).explain_hang
 
 
 def _print_failure(out: Console, seq: int, r: RunResult) -> None:

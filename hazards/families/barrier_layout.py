@@ -135,4 +135,5 @@ def static_check(params: dict[str, Any], arch: str = toolchain.GFX942):
 
 # Parameters (the -D ones and the run-time ones), variants and their reasons:
 # standalone/barrier_layout/family.toml.
-FAMILY = load_family("barrier_layout", static_model=static_model, strategy=strategy)
+FAMILY = load_family("barrier_layout", static_model=static_model, strategy=strategy,
+                     static_check=static_check, predicted_checks=predicted_checks, static_archs=STATIC_ARCHS)

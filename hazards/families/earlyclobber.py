@@ -65,4 +65,5 @@ def static_check(params: dict[str, Any], arch: str = toolchain.GFX942):
 
 
 # Parameters (-D of the point build), variants and their reasons: standalone/earlyclobber/family.toml.
-FAMILY = load_family("earlyclobber", static_model=static_model, strategy=strategy)
+FAMILY = load_family("earlyclobber", static_model=static_model, strategy=strategy,
+                     static_check=static_check, predicted_checks=predicted_checks, static_archs=STATIC_ARCHS)

@@ -250,4 +250,5 @@ def explain_hang(snapshot: Any, params: dict[str, Any]) -> str | None:
     return explain(snapshot, resolve(params))
 
 
-FAMILY = load_family("megakernel_layers", static_model=static_model, strategy=strategy)
+FAMILY = load_family("megakernel_layers", static_model=static_model, strategy=strategy,
+                     static_check=static_check, predicted_checks=predicted_checks, static_archs=STATIC_ARCHS, explain_hang=explain_hang)

@@ -107,4 +107,6 @@ def static_check(params: dict[str, Any], arch: str | None = None):
 
 
 # Parameters (-D of the point build), variants and their reasons: standalone/mfma_pipeline/family.toml.
-FAMILY = load_family("mfma_pipeline", static_model=static_model, strategy=strategy)
+FAMILY = load_family("mfma_pipeline", static_model=static_model, strategy=strategy,
+                     static_check=static_check, predicted_checks=predicted_checks, static_archs=STATIC_ARCHS,
+                     static_targets=static_targets)

@@ -19,6 +19,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from hypothesis import strategies as st
+
 from hazards.family import StaticVerdict, combined_rate, load_family
 from hazards.kernel_sources import family_dir
 from hazards.static import checks
@@ -126,13 +128,36 @@ def static_check(params: dict[str, Any]):
 
 
 def strategy() -> Any:
-    """Hypothesis strategy over run-time parameter points (see hazards/strategies)."""
-    from hazards.strategies.mma_pingpong import mma_pingpong_points
+    """A variant plus any subset of overrides: tile shape, banks, wait depth (including one
+    too shallow), trip count with both parities and the small counts around the bank count,
+    exit tail, accumulator-read placement, bulk or thread-store refills, jitter between the MMA issue and the refill, how
+    long each tile's MMA batch reads its bank (`mma_reps`), and small grids (cheap on a GPU)."""
+    overrides = st.fixed_dictionaries({}, optional={
+        "shape": st.sampled_from(SHAPES),
+        "stages": st.integers(1, 4),
+        "wait_depth": st.integers(-1, MAX_WAIT),
+        "tail": st.sampled_from(["parity", "single"]),
+        "acc_read": st.sampled_from(["after_wait", "before_wait"]),
+        "refill": st.sampled_from(["bulk", "threads"]),
+        "ktiles": st.one_of(st.integers(1, 6), st.integers(7, 64)),
+        "jitter": st.integers(0, 16),
+        "mma_reps": st.sampled_from([1, 2, 4, 8, 16]),
+        "blocks": st.sampled_from([1, 8, 66, 132]),
+    })
+    variants = st.sampled_from([v.name for v in FAMILY.variants])
+    points = st.builds(lambda v, o: {"variant": v, **o}, variants, overrides)
+    return points.filter(_compiled_pair)
 
-    return mma_pingpong_points(tuple(v.name for v in FAMILY.variants))
+
+def _compiled_pair(point: dict[str, Any]) -> bool:
+    """The thread refill is compiled with the accumulators read after the final wait only
+    (the binary refuses the other pair)."""
+    p = FAMILY.resolve(point)
+    return not (p["refill"] == "threads" and p["acc_read"] == "before_wait")
 
 
 # Parameters, variants and their reasons: standalone/mma_pingpong/family.toml.
-FAMILY = load_family("mma_pingpong", static_model=static_model, strategy=strategy)
+FAMILY = load_family("mma_pingpong", static_model=static_model, strategy=strategy,
+                     static_check=static_check, predicted_checks=predicted_checks)
 SHAPES: tuple[str, ...] = FAMILY.param("shape").choices  # BN x BK compiled (BM = 64)
 MAX_WAIT: int = int(FAMILY.param("wait_depth").max)  # wait depths compiled: 0..MAX_WAIT

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import strategies as st
+
 from hazards.family import StaticVerdict, load_family
 
 _WRITER_RELEASES = ("fence", "release")
@@ -90,11 +92,34 @@ def instances_per_launch(params: dict[str, Any], sm_count: int = 132) -> int:
     return blocks * p["iters"] if p["test"] == "pc" else blocks * p["threads"]
 
 
-def strategy() -> Any:
-    """Hypothesis strategy over run-time parameter points (see hazards/strategies)."""
-    from hazards.strategies.ordering import ordering_points
+SYNC_W = ["none", "fence", "release"]
+SYNC_R = ["none", "fence", "acquire"]
 
-    return ordering_points(tuple(v.name for v in FAMILY.variants))
+
+def strategy() -> Any:
+    """A variant plus any subset of overrides: litmus shape, fences on each side, and the
+    incantations, kept small enough that every grid is co-resident on one GPU and a batch
+    takes milliseconds."""
+    overrides = st.fixed_dictionaries({}, optional={
+        "test": st.sampled_from(["mp", "sb", "lb", "corr", "pc"]),
+        "writer_sync": st.sampled_from(SYNC_W),
+        "reader_sync": st.sampled_from(SYNC_R),
+        "test_blocks": st.sampled_from([2, 3, 8, 32, 66]),
+        "threads": st.sampled_from([32, 64, 128, 256]),
+        "stride": st.sampled_from([1, 2, 8, 32]),
+        "permute": st.booleans(),
+        "shuffle": st.booleans(),
+        "barrier": st.booleans(),
+        "stress_blocks": st.sampled_from([0, 4, 32]),
+        "stress_lines": st.sampled_from([1, 8, 64, 1024]),
+        "stress_pattern": st.sampled_from(["st_st", "st_ld", "ld_st", "ld_ld"]),
+        "stress_iters": st.sampled_from([0, 256, 2048]),
+        "pre_stress": st.sampled_from([0, 16, 128]),
+        "iters": st.integers(1, 32),
+        "elems": st.sampled_from([1, 4, 16]),
+    })
+    variants = st.sampled_from([v.name for v in FAMILY.variants])
+    return st.builds(lambda v, o: {"variant": v, **o}, variants, overrides)
 
 
 # Parameters, variants, counters and their reasons: standalone/ordering/family.toml.

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import strategies as st
+
 from hazards.family import StaticVerdict, combined_rate, load_family
 
 
@@ -82,10 +84,20 @@ def static_model(params: dict[str, Any]) -> StaticVerdict:
 
 
 def strategy() -> Any:
-    """Hypothesis strategy over run-time parameter points (see hazards/strategies)."""
-    from hazards.strategies.pipeline import pipeline_points
-
-    return pipeline_points(tuple(v.name for v in FAMILY.variants))
+    """A variant plus any subset of overrides: stages, copy kind, barrier placement, wait
+    depth, exit tail, trip count (both parities), jitter, and small grids (cheap on a GPU)."""
+    overrides = st.fixed_dictionaries({}, optional={
+        "stages": st.integers(1, 4),
+        "copy": st.sampled_from(["plain", "cp_async"]),
+        "war_barrier": st.booleans(),
+        "wait_depth": st.integers(-1, 4),
+        "tail": st.sampled_from(["parity", "single"]),
+        "ktiles": st.integers(1, 40),
+        "jitter": st.integers(0, 8),
+        "blocks": st.sampled_from([4, 16, 66, 264]),
+    })
+    variants = st.sampled_from([v.name for v in FAMILY.variants])
+    return st.builds(lambda v, o: {"variant": v, **o}, variants, overrides)
 
 
 # Parameters, variants and their reasons: standalone/pipeline/family.toml.

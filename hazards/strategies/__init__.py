@@ -1,5 +1,5 @@
-"""Hypothesis strategies over the run-time parameters of the runtime families.
+"""Hypothesis strategies of the static checks' property tests (asm blocks, barrier layouts).
 
-Each returns dicts with a `variant` key plus explicit overrides, ready to be sent as a
-server request; the family's `static_model` judges the resolved point.
+A runtime family's strategy over its run-time parameters lives in its family module
+(`Family.strategy`, `hazards/families/<family>.py`).
 """
