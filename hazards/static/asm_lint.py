@@ -367,24 +367,51 @@ def undefined_at(scanned: cscan.Scanned, st: cscan.AsmStatement) -> UndefinedVal
     return undefined
 
 
-_FUNCTION_HEAD = re.compile(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>\s*)?\(([^;{}]*)\)\s*(?:const\s*)?(?:noexcept\s*)?\{")
-
-
-def _enclosing_function(scanned: cscan.Scanned, at: int) -> re.Match | None:
-    """The definition head (`name(params) {`) of the function whose body holds `at`."""
-    code = scanned.code
-    best = None
-    for m in _FUNCTION_HEAD.finditer(code, 0, at):
-        if m.group(1) in ("if", "for", "while", "switch", "catch") or scanned.in_string(m.start()):
-            continue
-        depth, i = 0, m.end() - 1
-        for i in range(m.end() - 1, at):
-            depth += (code[i] == "{") - (code[i] == "}")
-            if depth == 0:
+def _strip_qualifiers(head: str) -> str:
+    """`head` without the trailing `const`, `noexcept`, `override`, `final` and blanks."""
+    while True:
+        trimmed = head.rstrip()
+        for word in ("const", "noexcept", "override", "final"):
+            if trimmed.endswith(word) and not (trimmed[-len(word) - 1:-len(word)] or " ").isidentifier():
+                trimmed = trimmed[:-len(word)]
                 break
-        if depth > 0:
-            best = m  # still open at `at`: the innermost such head is the last one
-    return best
+        if trimmed == head:
+            return head
+        head = trimmed
+
+
+_NOT_FUNCTIONS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "alignof"}
+
+
+def _enclosing_function(scanned: cscan.Scanned, at: int) -> tuple[str, str, int] | None:
+    """(name, parameter list, where the head starts) of the function whose body holds `at`:
+    the innermost unmatched `{` before `at` that follows `name(params)`."""
+    code = scanned.code
+    depth = 0
+    for m in reversed(list(re.finditer(r"[{}]", code[:at]))):
+        if scanned.in_string(m.start()):
+            continue
+        if m.group(0) == "}":
+            depth += 1
+            continue
+        if depth:
+            depth -= 1
+            continue
+        head = code[max(0, m.start() - 400):m.start()]
+        close = len(_strip_qualifiers(head)) - 1
+        if close < 0 or head[close] != ")":
+            continue  # a block, a class or namespace body, an initializer: look further out
+        level, k = 0, close
+        while k >= 0:
+            level += (head[k] == ")") - (head[k] == "(")
+            if level == 0:
+                break
+            k -= 1
+        name = re.search(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>\s*)?$", head[:max(k, 0)])
+        if k < 0 or name is None or name.group(1) in _NOT_FUNCTIONS:
+            continue
+        return name.group(1), head[k + 1:close], m.start() - len(head) + name.start()
+    return None
 
 
 def _reference_parameter_undefined(scanned: cscan.Scanned, at: int, name: str) -> bool:
@@ -393,14 +420,15 @@ def _reference_parameter_undefined(scanned: cscan.Scanned, at: int, name: str) -
     head = _enclosing_function(scanned, at)
     if head is None:
         return False
-    params = [p.strip() for p in head.group(2).split(",")]
+    fname, param_text, head_at = head
+    params = [p.strip() for p in param_text.split(",")]
     pos = next((k for k, p in enumerate(params)
                 if re.search(rf"&\s*{re.escape(name)}\s*$", p) and "&&" not in p), None)
     if pos is None:
         return False
     code = scanned.code
-    for call in re.finditer(rf"\b{re.escape(head.group(1))}\s*(?:<[^;{{}}()]*>\s*)?\(", code):
-        if call.start() == head.start() or scanned.in_string(call.start()):
+    for call in re.finditer(rf"\b{re.escape(fname)}\s*(?:<[^;{{}}()]*>\s*)?\(", code):
+        if call.start() == head_at or scanned.in_string(call.start()):
             continue
         close = cscan._matching_paren(code, scanned, call.end() - 1)
         if close < 0:
@@ -412,6 +440,18 @@ def _reference_parameter_undefined(scanned: cscan.Scanned, at: int, name: str) -
     return False
 
 
+def _last_mention(scanned: cscan.Scanned, name: str, before: int) -> int:
+    """Where `name` (a whole word, outside strings) last occurs before `before`, or -1."""
+    code, end = scanned.code, before
+    while (at := code.rfind(name, 0, end)) >= 0:
+        word = (at == 0 or not (code[at - 1].isalnum() or code[at - 1] == "_")) and not (
+            code[at + len(name):at + len(name) + 1].isalnum() or code[at + len(name):at + len(name) + 1] == "_")
+        if word and not scanned.in_string(at):
+            return at
+        end = at
+    return -1
+
+
 def assigned_at(scanned: cscan.Scanned, st: cscan.AsmStatement) -> AssignedValue:
     """The expression a plain variable operand was last assigned before `st` (`acc = x;`,
     `T acc = x;`, `T acc{x};`), when nothing mentions the variable or that expression's
@@ -421,16 +461,14 @@ def assigned_at(scanned: cscan.Scanned, st: cscan.AsmStatement) -> AssignedValue
     def value_of(op: cscan.Operand) -> str | None:
         if not re.fullmatch(r"[A-Za-z_]\w*", op.expr):
             return None
-        last = None
-        for m in re.finditer(rf"\b{re.escape(op.expr)}\b", code[:st.start]):
-            if not scanned.in_string(m.start()):
-                last = m
-        if last is None:
+        at = _last_mention(scanned, op.expr, st.start)
+        if at < 0:
             return None
-        rhs = re.match(r"\s*(?:=(?!=)|(?=[{(]))", code[last.end():st.start])
+        after = at + len(op.expr)
+        rhs = re.match(r"\s*(?:=(?!=)|(?=[{(]))", code[after:st.start])
         if rhs is None:
             return None
-        begin = last.end() + rhs.end()
+        begin = after + rhs.end()
         end = code.find(";", begin, st.start)
         if end < 0:
             return None
@@ -613,13 +651,14 @@ def _judge(text: str, path: str, *, honor_allowlist: bool, line_map, scanned=Non
         block = "\n".join(lines[st.line - 1:st.end_line])
         if verdict.status == "hazard":
             found.append(checks.EARLY_CLOBBER.finding(where, line, verdict.reason, block))
-        for inp, ins in written_inputs(st) if verdict.status != "skipped" or verdict.reason != "ptx" else ():
+        written = written_inputs(st) if verdict.status != "skipped" or verdict.reason != "ptx" else []
+        if written:  # one finding per block, naming every input it writes
+            what = "; ".join(f"instruction {ins.index + 1} (`{ins.text}`) writes %{inp.index} "
+                             f"(\"{(inp.constraints or [''])[0]}\" {inp.expr})" for inp, ins in written)
             found.append(checks.ASM_WRITES_INPUT.finding(
-                where, line, f"instruction {ins.index + 1} (`{ins.text}`) writes %{inp.index} "
-                f"(\"{(inp.constraints or [''])[0]}\" {inp.expr}), which the block lists only as an "
-                f"input: the compiler assumes its register still holds {inp.expr} after the block "
-                f"(and may have put another live value there); make it an output (\"+v\") or write "
-                f"a scratch output instead", block))
+                where, line, f"{what}, which the block lists only as an input: the compiler assumes "
+                f"an input's register still holds its value after the block (and may have put another "
+                f"live value there); make it an output (\"+v\") or write a scratch output instead", block))
         out.append((st, verdict, found))
     return out
 
