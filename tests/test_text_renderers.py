@@ -7,6 +7,7 @@ its data comes from, and must print them unchanged (the byte escaped as `\\xff`)
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 import types
@@ -101,3 +102,21 @@ def test_list_prints_family_texts_as_they_are(monkeypatch, capsys):
     out = capsys.readouterr().out
     for text in ("fam[1]", "a [b] summary", TYPED, "stress[sm90]", "drops [wait] before the MMA"):
         assert text in out, (text, out)
+
+
+def test_the_progress_lines_show_the_item_as_it_is():
+    """The plain progress lines (not a terminal) name the item with its non-UTF-8 byte
+    escaped as the store keeps it ('\\xff'), not as a surrogate ('\\udcff')."""
+    import io
+
+    from hazards.cli.progress import CampaignProgress
+    from hazards.engine.campaign import LoopStart
+    from hazards.engine.loop import WorkItem
+
+    stream = io.StringIO()
+    item = WorkItem(target=SHOWN_ARGV.replace("\\xff", "\udcff"), variant="v[fast]", kind="command", argv=("true",))
+    with CampaignProgress(interval_s=60, stream=stream, terminal=False) as progress:
+        progress.begin(LoopStart(campaign_id=1, kind="run", items=[item], total=2, budget_s=math.inf,
+                                 counts={}, leases=[]))
+    text = stream.getvalue()
+    assert TYPED in text and "'a\\xffb'" in text and "\udcff" not in text, text

@@ -34,7 +34,7 @@ from hazards.engine.campaign import LoopStart
 from hazards.engine.leases import GpuLease
 from hazards.engine.outcome import OUTCOMES, Outcome, RunResult
 from hazards.engine.stats import format_rate
-from hazards.engine.store import empty_counts
+from hazards.engine.store import empty_counts, storable_text
 from hazards.engine.loop import WorkItem
 from hazards.engine.verdict import Expect
 
@@ -270,8 +270,8 @@ class CampaignProgress:
     # -- what is shown -----------------------------------------------------------------------
     def _name(self, c: _Campaign) -> str:
         s = c.start
-        what = s.items[0].key if len(s.items) == 1 else f"{len(s.items)} items"
-        return f"hazards {s.kind} #{s.campaign_id} {what}"
+        what = storable_text(s.items[0].key) if len(s.items) == 1 else f"{len(s.items)} items"
+        return f"hazards {s.kind} #{s.campaign_id} {what}"  # non-UTF-8 bytes as the store shows them
 
     def _begin_line(self) -> str:
         c = self._campaign
