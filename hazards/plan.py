@@ -117,7 +117,14 @@ def soak_plan(selection: SoakSelection | None, *, budget_s: float, allocation: s
                                                                                        if selection else [])]
     notes: list[str] = []
     if resume is not None:
-        items, budget_s, allocation, explore = _resumed_soak(resume, store_path, notes)
+        from hazards.engine.store import Store
+
+        with Store(store_path, read_only=True) as store:
+            resumed = resumed_soak(store, resume)
+            notes.append(f"resumes campaign {resume} of {store.path} ({resumed.status}, "
+                         f"{store.run_count(resume)} runs stored)")
+        items = [PlannedItem(i.key, i.kind, _expect_label(i.expect), i.timeout_s) for i in resumed.items]
+        budget_s, allocation, explore = resumed.left_s, resumed.allocation, resumed.explore_share
         families = []
     else:
         items = [i for f in selection.families for i in _family_items(f, f.variants)]
@@ -144,25 +151,32 @@ def soak_plan(selection: SoakSelection | None, *, budget_s: float, allocation: s
                 "(it needs a free GPU)", notes)
 
 
-def _resumed_soak(resume: int, store_path: Path | None, notes: list[str]) -> tuple[list[PlannedItem], float, str,
-                                                                                   float]:
-    """(items, budget left, allocation, explore share) of a stored soak, read only."""
+@dataclasses.dataclass
+class ResumedSoak:
+    """What `--resume ID` would continue: the stored work items and the budget left."""
+
+    items: list[Any]
+    left_s: float
+    allocation: str
+    explore_share: float
+    status: str
+
+
+def resumed_soak(store: Any, resume: int) -> ResumedSoak:
+    """The stored soak `resume` of an open store, read only; UserError (one line) when it is
+    not there, not a soak, or has no work items."""
     from hazards.engine.loop import WorkItem
     from hazards.engine.soak import KIND, spent_seconds
-    from hazards.engine.store import Store
 
-    with Store(store_path, read_only=True) as store:
-        camp = store.campaign(resume)
-        if camp.kind != KIND:
-            raise UserError(f"campaign {resume} is a {camp.kind!r} campaign, not a soak")
-        stored = [WorkItem.from_json(d) for d in camp.spec.get("items", [])]
-        if not stored:
-            raise UserError(f"campaign {resume} has no work items to resume")
-        left = max(0.0, float(camp.spec.get("budget_s", 0.0)) - spent_seconds(store, resume))
-        notes.append(f"resumes campaign {resume} of {store.path} ({camp.status}, {store.run_count(resume)} runs stored)")
+    camp = store.campaign(resume)
+    if camp.kind != KIND:
+        raise UserError(f"campaign {resume} is a {camp.kind!r} campaign, not a soak")
+    stored = [WorkItem.from_json(d) for d in camp.spec.get("items", [])]
+    if not stored:
+        raise UserError(f"campaign {resume} has no work items to resume")
+    left = max(0.0, float(camp.spec.get("budget_s", 0.0)) - spent_seconds(store, resume))
     share = float(camp.spec.get("explore_share", 0.0)) if "explored" not in camp.spec else 0.0
-    items = [PlannedItem(i.key, i.kind, _expect_label(i.expect), i.timeout_s) for i in stored]
-    return items, left, camp.spec.get("allocation", "uniform"), share
+    return ResumedSoak(stored, left, camp.spec.get("allocation", "uniform"), share, camp.status)
 
 
 def check_plan(*, budget_s: float, families: list[str], paths: Iterable[str], parts: set[str],

@@ -15,7 +15,7 @@ from hazards.cli.options import (BudgetOption, CampaignNameOption, DryRunOption,
                                  interrupt_exit_code, lease_options, parse_duration, parse_stall, print_plan,
                                  progress_interval, say_interrupted, split_names)
 from hazards.engine.errors import UserError
-from hazards.plan import SoakSelection, soak_plan
+from hazards.plan import SoakSelection, resumed_soak, soak_plan
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 
 _HELP = """Nightly soak: every family/variant and registered target on every free GPU, for a time budget.
@@ -145,6 +145,7 @@ def soak_command(
     if resume is not None:  # a campaign whose supervisor still runs: refused before the GPU is asked for
         with Store(lease.store_path, create=False, read_only=True) as store:
             check_resumable(store, resume)
+            resumed_soak(store, resume)  # a soak with work items, or one line now
     if executor == "local" and not lease_candidates():  # say so before compiling any family
         raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
     items = None if selection is None else soak_items(selection)

@@ -89,6 +89,18 @@ def test_soak_with_an_unknown_family_names_it_before_asking_for_a_gpu(no_gpu, ca
     assert catalog == []
 
 
+def test_soak_resume_of_a_campaign_that_is_no_soak_says_so_before_asking_for_a_gpu(no_gpu, catalog, tmp_path,
+                                                                                  capsys):
+    db = tmp_path / "r.db"
+    with Store(db) as s:
+        run = s.create_campaign("run", {})
+        s.set_campaign_status(run, "complete")
+    err = one_line_error(capsys, main(["soak", "--resume", str(run), "--store", str(db)]))
+    assert "is a 'run' campaign, not a soak" in err
+    err = one_line_error(capsys, main(["soak", "--resume", "9", "--store", str(db)]))
+    assert "no campaign 9" in err
+
+
 def test_soak_dry_run_prints_items_budget_and_skips_without_a_gpu_a_build_or_a_store(no_gpu, catalog, tmp_path,
                                                                                     capsys):
     targets = tmp_path / "targets.toml"
