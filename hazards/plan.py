@@ -165,18 +165,11 @@ class ResumedSoak:
 def resumed_soak(store: Any, resume: int) -> ResumedSoak:
     """The stored soak `resume` of an open store, read only; UserError (one line) when it is
     not there, not a soak, or has no work items."""
-    from hazards.engine.loop import WorkItem
-    from hazards.engine.soak import KIND, spent_seconds
+    from hazards.engine.soak import stored_soak
 
-    camp = store.campaign(resume)
-    if camp.kind != KIND:
-        raise UserError(f"campaign {resume} is a {camp.kind!r} campaign, not a soak")
-    stored = [WorkItem.from_json(d) for d in camp.spec.get("items", [])]
-    if not stored:
-        raise UserError(f"campaign {resume} has no work items to resume")
-    left = max(0.0, float(camp.spec.get("budget_s", 0.0)) - spent_seconds(store, resume))
+    camp, items, left = stored_soak(store, resume)
     share = float(camp.spec.get("explore_share", 0.0)) if "explored" not in camp.spec else 0.0
-    return ResumedSoak(stored, left, camp.spec.get("allocation", "uniform"), share, camp.status)
+    return ResumedSoak(items, left, camp.spec.get("allocation", "uniform"), share, camp.status)
 
 
 def check_plan(*, budget_s: float, families: list[str], paths: Iterable[str], parts: set[str],

@@ -472,15 +472,21 @@ def start_or_resume(frame: LeasedCampaign, items: list[WorkItem] | None, *, budg
             raise UserError("nothing to soak: no families with a launch server and no --targets")
         spec = {"budget_s": budget_s, "items": [i.to_json() for i in items], **(spec_extra or {})}
         return frame.create(KIND, spec, name=name), items, budget_s
-    camp = frame.store.campaign(resume)
+    _, stored, left = stored_soak(frame.store, resume)
+    frame.reopen(resume, KIND)
+    return resume, stored, left
+
+
+def stored_soak(store: Store, resume: int) -> tuple[Any, list[WorkItem], float]:
+    """(the campaign, its work items, the budget it has left) of the stored soak `resume`;
+    UserError (one line) when it is not there, not a soak, or has no work items."""
+    camp = store.campaign(resume)
     if camp.kind != KIND:
         raise UserError(f"campaign {resume} is a {camp.kind!r} campaign, not a soak")
     stored = [WorkItem.from_json(d) for d in camp.spec.get("items", [])]
     if not stored:
         raise UserError(f"campaign {resume} has no work items to resume")
-    left = float(camp.spec.get("budget_s", 0.0)) - spent_seconds(frame.store, resume)
-    frame.reopen(resume, KIND)
-    return resume, stored, max(0.0, left)
+    return camp, stored, max(0.0, float(camp.spec.get("budget_s", 0.0)) - spent_seconds(store, resume))
 
 
 Explorer = Callable[[LeasedCampaign, float], list[dict[str, Any]]]  # (frame, seconds) -> summaries
