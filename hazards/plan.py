@@ -178,7 +178,7 @@ def check_plan(*, budget_s: float, families: list[str], paths: Iterable[str], pa
     paths, the tools it would use) and the GPU part (every canary and clean variant)."""
     from hazards.checkrun import REPLAY_SHARE, _known_points, gpu_variants, select_families
     from hazards.engine.store import resolve_path
-    from hazards.engine.toolchain import TOOLS, find_tool
+    from hazards.engine.toolchain import AMD_ARCHS, TOOLS, find_tool
     from hazards.hypothesis_profiles import database_dir
     from hazards.static_catalog import static_family_names
 
@@ -203,11 +203,13 @@ def check_plan(*, budget_s: float, families: list[str], paths: Iterable[str], pa
             if tool in skip_tools:
                 skipped.append((f"tool {tool}", "--skip: the checks that need it are reported as skipped"))
                 continue
-            try:
-                find_tool(tool)
-            except ToolchainMissing as e:
-                skipped.append((f"tool {tool}", f"not found: a check that needs it cannot run and is named as "
-                                f"not judged (exit 3) unless --skip {tool} ({e})"))
+            for arch in AMD_ARCHS if TOOLS[tool].targets is not None else (None,):  # clang: per AMD target
+                try:
+                    find_tool(tool, arch=arch)
+                except ToolchainMissing as e:
+                    what = f"tool {tool}" + (f" for {arch}" if arch else "")
+                    skipped.append((what, f"not found: a check that needs it cannot run and is named as not "
+                                    f"judged (exit 3) unless --skip {tool} ({e})"))
     wanted = [(f, v) for f in fams for v in gpu_variants(f)]
     gpus = _visible_gpus()
     names = ", ".join(f"{f.name}/{v.name}" for f, v in wanted)

@@ -166,3 +166,13 @@ def test_check_dry_run_lists_static_and_gpu_items_and_what_would_not_be_judged(n
 def test_check_dry_run_refuses_bad_input_with_exit_2(no_gpu, catalog, tmp_path, capsys, args, message):
     err = one_line_error(capsys, main(["check", "--dry-run", *args, "--store", str(tmp_path / "r.db")]))
     assert message in err
+
+
+def test_check_dry_run_names_a_missing_tool_per_target_and_a_skipped_one(no_gpu, catalog, tmp_path, capsys,
+                                                                         monkeypatch):
+    monkeypatch.setenv("HZ_CLANG", str(tmp_path / "no-clang"))
+    rc = main(["check", "--dry-run", "--static", "--skip", "nvcc", "--store", str(tmp_path / "r.db")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "tool clang for gfx942: not found" in out and "tool clang for gfx950: not found" in out
+    assert "unless --skip clang" in out and "tool nvcc: --skip" in out

@@ -95,6 +95,16 @@ def test_a_non_tty_static_phase_writes_begin_interval_and_end_lines():
     assert lines[-1].startswith("hazards static checks: 4/4 judged; done in ")
 
 
+def test_a_terminal_gets_a_live_bar_with_what_is_compiling_and_the_end_stays_on_screen():
+    stream = io.StringIO()
+    overlap = Overlap(0.5)
+    with CampaignProgress(interval_s=30, stream=stream, terminal=True) as progress:
+        list(run_subjects([overlap.subject(f"fam/v{i}") for i in range(3)], jobs=3, observer=progress))
+    shown = stream.getvalue()
+    assert "hazards static checks" in shown and "compiling and checking fam/v" in shown
+    assert "3/3 judged" in shown and "done in" in shown
+
+
 def test_hazards_static_shows_progress_lines_on_a_non_tty_stderr(capsys, tmp_path):
     main(["static", "--no-catalog", str(DATA / "moe_barrier_before.toml"), str(DATA / "moe_barrier_after.toml"),
           "--progress-interval", "5s"])
