@@ -3,14 +3,15 @@
 #     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|all]
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
-#   * builds: production and the campaign's earlier kernels (MKL_CAMPAIGN_STEP 0 = round 3,
-#     1 = step (a)), plain and profiled, in parallel with a torch.compile warm-up process that
+#   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
+#     1 = step (a), 3 = step (b), a candidate), plain and profiled, in parallel with a torch.compile warm-up process that
 #     fills inductor's on-disk caches (the timed compile in the bench then reads them);
 #   * the campaign's steps give the same bits (3 checked launches each, outputs dumped);
 #   * bench/megakernel_layers_perf.py: the step against the copy and read-stream floors, the
 #     earlier kernels and every torch path (eager, gather graph, minimal-byte graph,
 #     torch.compile) in one process, kernels per step, the tripwire's cost, the headline;
-#   * hazards gate perf: step_a vs round3, production vs step_a, chunk sizings vs production;
+#   * hazards gate perf: step_a vs round3, production vs step_a, step_b and chunk sizings vs
+#     production;
 #   * snapshot_epoch at the 101-us skew (the layer head the model assumes moves with the campaign);
 #   * the per-task profile of production (where the step goes now);
 #   * `all`: the ragged-decode regression, the family's clean variants and corruption canaries
@@ -73,29 +74,33 @@ build step1 "{'MKL_CAMPAIGN_STEP': 1}" &
 build prof "{'HZ_PROFILER': 1}" &
 build prof0 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 0}" &
 build prof1 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 1}" &
+build step3 "{'MKL_CAMPAIGN_STEP': 3}" &
+build prof3 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 3}" &
 for j in $(jobs -p); do [ "$j" = "$WARM" ] || wait "$j"; done
 BIN=$(tail -1 "$W/build_plain.txt")
 [ -x "$BIN" ] || { log "BUILD FAILED"; tail -5 "$W"/build_*.txt; }
 
 log "same bits: 3 checked launches per campaign step, outputs dumped"
-for b in step0 step1 plain; do
+for b in step0 step1 plain step3; do
   B=$(tail -1 "$W/build_$b.txt")
   timeout "$(cap 20)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
   echo "$b exit $?: $(grep -o '"max_rel_err":[^,]*' "$W/sanity_$b.txt" | head -1)"
 done
 cmp "$W/dump_step0.f32" "$W/dump_step1.f32" && echo "step (a): same bits as round 3"
 cmp "$W/dump_step0.f32" "$W/dump_plain.f32" && echo "production: same bits as round 3"
+cmp "$W/dump_plain.f32" "$W/dump_step3.f32" && echo "step (b): same bits as production (not expected: the logits are summed in another order)"
 
 log "waiting for the compile warm-up"
 wait "$WARM"; echo "warm-up exit $?"; tail -3 "$W/compile_warmup.txt"
 
 log "bench: floors, the campaign's kernels, torch paths"
 timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=0 \
-  --also-define MKL_CAMPAIGN_STEP=1 --compile-timeout 60 --json "$W/perf.json" > "$W/perf.txt" 2>&1
+  --also-define MKL_CAMPAIGN_STEP=1 --also-define MKL_CAMPAIGN_STEP=3 --compile-timeout 60 --json "$W/perf.json" > "$W/perf.txt" 2>&1
 echo "exit $?"; cat "$W/perf.txt" | tail -30
 
 gate a round3 step_a
 gate b step_a production
+gate d production step_b
 gate c production chunks64 chunks32
 
 log "snapshot_epoch at the 101-us skew (round 2/3: 0 of 16 with a 128-us head): 16 runs of 1 launch"

@@ -73,11 +73,14 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               params=(("chunk_tokens", 64),)),
     # The optimisation campaign: each step's predecessor stays buildable
     # (MKL_CAMPAIGN_STEP in mkl_kernel.cuh), so each step is judged against the production
-    # it replaces: step_a vs round3, production vs step_a.
+    # it replaces: step_a vs round3, production vs step_a, step_b vs production.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
               "(MKL_CAMPAIGN_STEP 1)", "slower", defines=(("MKL_CAMPAIGN_STEP", 1),)),
+    Candidate("step_b", "campaign step (b): the router folded into partial logits the O-projection workers "
+              "produce (MKL_CAMPAIGN_STEP 3; not production: its logits' last bits differ)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 3),)),
     Candidate("chunks32", "32-token attention chunks (129 chunks, nearly one per worker): shorter chunks, a "
               "merge of 4x the partials", "sloughing", params=(("chunk_tokens", 32),)),
     Candidate("stale_descriptor", "the stale_descriptor switch: layers >= 1 read layer 0's W2 and KV cache",

@@ -302,7 +302,7 @@ struct Scratch {
   int chunks_cap = 0;
   float* poisoned = nullptr;  // every intermediate below, one allocation (poisoned per launch)
   size_t poisoned_floats = 0;
-  float *x_in = nullptr, *xres, *qbuf, *partials, *attn_out, *h, *hn, *routing_w, *swiglu;
+  float *x_in = nullptr, *xres, *qbuf, *partials, *attn_out, *h, *hn, *routing_w, *swiglu, *router_part;
   int* routing_ids = nullptr;
   uint32_t* sync = nullptr;
   int packed = -1;  // how x_in is packed now: 0 fp32, 1 bf16 (dead_flag); -1 not yet
@@ -322,7 +322,8 @@ void ensure_scratch(const Setup& u) {
   b.s = s;
   b.chunks_cap = cap;
   const size_t nD = s.D, nA = (size_t)s.NQ * HD, nP = (size_t)cap * s.NQ * (2 + HD), nS = (size_t)s.K * s.I;
-  b.poisoned_floats = nD * 3 + nA * 2 + nP + nS + 16;
+  const size_t nR = (size_t)cap * (s.E + 1);  // partial router logits (campaign step b)
+  b.poisoned_floats = nD * 3 + nA * 2 + nP + nS + nR + 16;
   b.poisoned = dalloc<float>(b.poisoned_floats);
   float* c = b.poisoned;
   b.xres = c; c += nD;
@@ -332,6 +333,7 @@ void ensure_scratch(const Setup& u) {
   b.attn_out = c; c += nA;
   b.partials = c; c += nP;
   b.swiglu = c; c += nS;
+  b.router_part = c; c += nR;
   b.routing_w = c;
   b.x_in = dalloc<float>(nD);
   // Routing ids are never poisoned: a stale id must stay a valid expert (the PR: "every address
@@ -393,6 +395,7 @@ Params make_params(const Setup& u, const Model& m) {
   p.routing_ids = b.routing_ids;
   p.routing_w = b.routing_w;
   p.swiglu = b.swiglu;
+  p.router_part = b.router_part;
   p.ml_table = m.table;
   p.sync = b.sync;
   return p;

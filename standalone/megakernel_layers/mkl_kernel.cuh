@@ -42,6 +42,15 @@
 #include "mkl_model.h"
 #include "mkl_sync.cuh"
 
+// The optimisation campaign of issue 25 keeps each step's predecessor buildable, so the perf
+// gate judges each step against the production it replaces (candidates round3, step_a,
+// step_b in hazards/megakernel_layers/faithful.py): 0 round 3; 1 step (a), the merge's loads
+// ahead; 2 (production) + step (b0), the router's loads ahead; 3 (a candidate, not
+// production) + step (b), the router folded into partial logits of the O-projection workers.
+#ifndef MKL_CAMPAIGN_STEP
+#define MKL_CAMPAIGN_STEP 2
+#endif
+
 namespace mkl {
 
 constexpr int THREADS = 512;
@@ -76,6 +85,8 @@ struct Params {
   int* routing_ids;         // (K)
   float* routing_w;         // (K)
   float* swiglu;            // (K, I)
+  float* router_part;       // (n_rows, E + 1): each O-projection worker's partial router logits
+                            // and its rows' sum of squares (campaign step b; MKL_CAMPAIGN_STEP 3)
   const unsigned long long* ml_table;  // (L, N_SLOTS) per-layer descriptor table
   uint32_t* sync;           // the sync arena (mkl_sync.cuh)
   hz_prof_t prof;           // per-task profiler ring (used only in -DHZ_PROFILER builds)
@@ -513,9 +524,6 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 // is loaded and discarded, so no load is predicated) and the next pair's batch is loaded
 // before this pair's FMAs: MERGE_BATCH x 8 B in flight per thread while it computes.
 // Every output sees the same FMAs in the same order with the same operands: same bits.
-#ifndef MKL_CAMPAIGN_STEP
-#define MKL_CAMPAIGN_STEP 2  // production; 0: round 3's merge and router, 1: after step (a)
-#endif
 __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out, int NQ, int C, float* arena) {
   __builtin_assume(__isShared(arena));
   const int W = 2 + HD, tid = threadIdx.x;
@@ -687,6 +695,79 @@ __device__ __noinline__ void router_topk(const Shape s, const float* h, const fl
     unsigned long long taken = 0ull;  // E <= 64
     float sel[16];
     for (int j = 0; j < s.K; ++j) {  // largest first, ties to the lower index
+      int best = -1;
+      for (int e = 0; e < s.E; ++e)
+        if (!(taken >> e & 1ull) && (best < 0 || logits[e] > logits[best])) best = e;
+      taken |= 1ull << best;
+      sel[j] = logits[best];
+      routing_ids[j] = best;
+    }
+    float den = 0.f;
+    for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
+    for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
+  }
+}
+
+// Campaign step (b) (MKL_CAMPAIGN_STEP 3): the router folded into the O-projection. RMSNorm's
+// scale is one number for the whole vector, so logits = rs * Wr (norm * h) with rs =
+// rsqrt(sum h^2 / D + eps): each O-projection worker leaves, for its rows [r0, r1), the partial
+// Wr[:, r0:r1] (norm * h)[r0:r1] of every expert and its rows' sum of squares in `part`
+// (E + 1 floats; `hrows` are its h rows in smem), before its arrival releases them. Warp w
+// takes experts w, w + NWARPS, ...; lane i row r0 + i, r0 + i + 32, ...; warp 0 also the sum of
+// squares. The last arriver (router_from_partials) then reads 132 x 33 floats instead of
+// 2880 h values and the 184-KB router matrix.
+__device__ __noinline__ void router_partials(const Shape s, const float* hrows, int r0, int r1, const float* mlp_norm,
+                                             const __nv_bfloat16* wr, float* part) {
+  __builtin_assume(__isShared(hrows));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nr = r1 - r0;
+  for (int e = warp; e < s.E; e += NWARPS) {
+    const __nv_bfloat16* row = wr + (size_t)e * s.D + r0;
+    float a = 0.f;
+    for (int i = lane; i < nr; i += 32) a = fmaf(__bfloat162float(row[i]), mlp_norm[r0 + i] * hrows[i], a);
+    a = warp_sum(a);
+    if (lane == 0) part[e] = a;
+  }
+  if (warp == 0) {
+    float ss = 0.f;
+    for (int i = lane; i < nr; i += 32) ss = fmaf(hrows[i], hrows[i], ss);
+    ss = warp_sum(ss);
+    if (lane == 0) part[s.E] = ss;
+  }
+}
+
+// The last O-projection arriver with step (b): sums the workers' partials in a fixed order
+// (thread (e, g) the workers g, g + RG, ...; then thread e the RG group sums in order), scales
+// the logits by rs, writes the routing payload hn = h * rs * norm, then top-k and softmax as
+// router_topk does. The summation order differs from router_topk's: the logits (and so hn and
+// the output) change in their last bits, not the model.
+__device__ __noinline__ void router_from_partials(const Shape s, const float* h, const float* mlp_norm,
+                                                  const float* part, int n_rows, float* hn_out, int* routing_ids,
+                                                  float* routing_w, float* arena) {
+  __builtin_assume(__isShared(arena));
+  const int E1 = s.E + 1, RG = THREADS / E1, tid = threadIdx.x;  // RG = 15 groups at E = 32
+  float* group = arena;              // (RG, E1)
+  float* logits = arena + RG * E1;   // (E1): raw logits, then the sum of squares
+  if (tid < RG * E1) {
+    const int e = tid % E1, g = tid / E1;
+    float v = 0.f;
+#pragma unroll 9
+    for (int w = g; w < n_rows; w += RG) v += part[(size_t)w * E1 + e];
+    group[g * E1 + e] = v;
+  }
+  __syncthreads();
+  if (tid < E1) {
+    float v = 0.f;
+    for (int g = 0; g < RG; ++g) v += group[g * E1 + tid];
+    logits[tid] = v;
+  }
+  __syncthreads();
+  const float rs = rsqrtf(logits[s.E] / (float)s.D + RMS_EPS);
+  for (int i = tid; i < s.D; i += THREADS) hn_out[i] = h[i] * rs * mlp_norm[i];  // the payload
+  if (tid == 0) {
+    for (int e = 0; e < s.E; ++e) logits[e] *= rs;
+    unsigned long long taken = 0ull;  // E <= 64
+    float sel[16];
+    for (int j = 0; j < s.K; ++j) {  // largest first, ties to the lower index (as router_topk)
       int best = -1;
       for (int e = 0; e < s.E; ++e)
         if (!(taken >> e & 1ull) && (best < 0 || logits[e] > logits[best])) best = e;
@@ -911,17 +992,30 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       MKL_PROF_STAMP(span);
       for (int i = tid; i < ko; i += THREADS) arena[i] = p.attn_out[i];
       __syncthreads();
+      float* hrows = arena + ko;  // this worker's h rows (step b's partial logits read them)
       gemv_block(p.gemv_depth, &wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
-        for (int j = 0; j < n; ++j) p.h[r + j] = xcur[r + j] + a[j];
+        for (int j = 0; j < n; ++j) {
+          p.h[r + j] = xcur[r + j] + a[j];
+          if (MKL_CAMPAIGN_STEP >= 3) hrows[r + j - r0] = xcur[r + j] + a[j];
+        }
       });
+#if MKL_CAMPAIGN_STEP >= 3
+      router_partials(s, hrows, r0, r1, dptr<float>(hd, SLOT_MLP_NORM), dptr<__nv_bfloat16>(hd, SLOT_ROUTER),
+                      p.router_part + (size_t)w * (s.E + 1));
+#endif
       const uint32_t old = block_arrive(sync_word(p, W_OPROJ_CTR), true, tid, &hd->word);
       MKL_PROF_RECORD(TASK_OPROJ, span, l, w);
       if (old + 1u == (uint32_t)p.n_rows * epoch) {
         tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
         MKL_PROF_STAMP(span);
         acquire_fence();
+#if MKL_CAMPAIGN_STEP >= 3
+        router_from_partials(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), p.router_part, p.n_rows, p.hn, p.routing_ids,
+                             p.routing_w, arena);
+#else
         router_topk(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), dptr<__nv_bfloat16>(hd, SLOT_ROUTER), p.hn,
                     p.routing_ids, p.routing_w, arena, hd);
+#endif
         block_publish_flag(sync_word(p, W_ROUTING), epoch, p.hazard != HZ_ROUTING_NO_FENCE, tid);
         MKL_PROF_RECORD(TASK_ROUTER_TOPK, span, l, w);
       }
