@@ -42,8 +42,9 @@
 #include "mkl_model.h"
 #include "mkl_sync.cuh"
 
-// The optimisation campaign of issue 25 keeps each step's predecessor buildable, so the perf
-// gate judges each step against the production it replaces (candidates round3, step_a,
+// The optimisation campaign (round 4, docs/results/megakernel-layers-h200.md) keeps each
+// step's predecessor buildable, so the perf gate judges each step against the production it
+// replaces (candidates round3, step_a,
 // step_b in hazards/megakernel_layers/faithful.py): 0 round 3; 1 step (a), the merge's loads
 // ahead; 2 (production) + step (b0), the router's loads ahead; 3 (a candidate, not
 // production) + step (b), the router folded into partial logits of the O-projection workers.
