@@ -276,15 +276,34 @@ def wavefront_size_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, 
     return (f"-D__AMDGCN_WAVEFRONT_SIZE={64 if re.fullmatch(r'gfx9[0-9a-f]{2}', arch) else 32}",)
 
 
+_HIP_COMPAT = Path(__file__).with_name("hip_compat")
+
+
+@functools.lru_cache(maxsize=None)
+def header_compat_args(clang: str) -> tuple[str, ...]:
+    """`-include` of the project's own declarations that the installed HIP headers take from
+    clang's HIP runtime wrapper where this clang's wrapper no longer has them (clang 22 and
+    HIP 5.2: `__llvm_amdgcn_rcp_f16`); else nothing."""
+    try:
+        resource = subprocess.run([clang, "-print-resource-dir"], capture_output=True, text=True,
+                                  timeout=60).stdout.strip()
+        declares = (Path(resource) / "include" / "__clang_hip_libdevice_declares.h").read_text(errors="replace")
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    if "__llvm_amdgcn_rcp_f16" in declares:
+        return ()
+    return ("-include", str(_HIP_COMPAT / "hip52_rcp_f16.h"))
+
+
 def hip_device_args(clang: str, arch: str = toolchain.GFX942) -> list[str]:
     """clang's flags for the device side of a HIP source: the installed HIP headers when
     clang finds them (otherwise `-nogpuinc`: the source must bring its own; with them, the
-    wave-size macro they read where clang no longer defines it) and the device libraries
-    (`device_lib_args`)."""
+    wave-size macro and the declarations they expect from an older clang, where this clang
+    no longer has them) and the device libraries (`device_lib_args`)."""
     args = ["-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(arch), *device_lib_args(clang, arch)]
     if not hip_headers_found(clang):  # (with the user's ROCm, device_lib_args gave --rocm-path)
         return [*args, "-nogpuinc"]
-    return [*args, *wavefront_size_args(clang, arch)]
+    return [*args, *wavefront_size_args(clang, arch), *header_compat_args(clang)]
 
 
 class Preprocessor:

@@ -68,3 +68,19 @@ def test_an_unsupported_reply_is_its_own_error_kind_not_a_bad_request():
     outcome, reason, evidence = classify_reply(reply)
     assert outcome is Outcome.ERROR and evidence.get("error_kind") == "unsupported"
     assert "unsupported" in reason and "bad_request" not in reason
+
+
+@pytest.mark.parametrize("arch", toolchain.AMD_ARCHS)
+def test_half_precision_math_of_the_installed_hip_headers_compiles_for_each_target(arch, tmp_path):
+    # HIP 5.2's hip_fp16.h takes __llvm_amdgcn_rcp_f16 from clang's HIP wrapper, which clang 22
+    # dropped: the project's own declaration (hazards/static/hip_compat) stands in for it
+    if (why := _hip_missing(arch)) is not None:
+        pytest.skip(why)
+    clang = toolchain.find_tool("clang", arch=arch)
+    src = tmp_path / "half.hip"
+    src.write_text("#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n"
+                   "__global__ void k(__half* p, __half2* q) { p[0] = hrcp(p[0]); q[0] = h2rcp(q[0]); }\n")
+    proc = subprocess.run([clang, *hip_device_args(clang, arch), "-O3", "-S", str(src), "-o", str(tmp_path / "half.s")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "v_rcp_f16" in (tmp_path / "half.s").read_text()
