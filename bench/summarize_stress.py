@@ -30,7 +30,7 @@ def main(path: str) -> None:
         weak = f"{v['weak']:.0f}/{v['instances']:.4g}" if v.get("instances") else "-"
         lps = f"{v['validated_launches_per_s']:.0f}" if v.get("validated_launches_per_s") else "-"
         print(f"{v['variant']:<16} {v['role']:<9} {'hazard' if v['static']['hazardous'] else 'safe':<7} "
-              f"{v['verdict']:<10} {counts:<22} {fmt_rate(v['mismatched_launches'], v['launches'], v['launch_rate_ci95']):<42} "
+              f"{v['verdict']:<10} {counts:<22} {fmt_rate(v['failed_launches'], v['launches'], v['launch_rate_ci95']):<42} "
               f"{weak:<24} {lps:>10} {v['sanitizer_errors']}")
 
 

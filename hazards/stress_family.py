@@ -31,7 +31,8 @@ from hazards.engine.loop import WorkItem, default_target_factory
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.stall import FAMILY_STALL_S
 from hazards.engine.stats import rate_ci
-from hazards.engine.verdict import Expect, ItemTally, Judgement, Verdict, judge
+from hazards.engine.evidence import Evidence
+from hazards.engine.verdict import Expect, Judgement, Verdict, judge
 from hazards.engine import toolchain
 
 KIND = "stress"
@@ -112,35 +113,6 @@ def family_target(family: Family, *, target: str = toolchain.SM90A, sanitizer: s
 
 
 @dataclasses.dataclass
-class LaunchTally:
-    """Per-launch numbers summed over the replies of one campaign."""
-
-    launches: int = 0
-    mismatched: int = 0
-    bad_elements: int = 0
-    kernel_ms: float = 0.0
-    instances: float = 0.0
-    weak: float = 0.0
-    max_rel_err: float = 0.0
-    sanitizer_errors: int = 0
-    requests: int = 0
-
-    def add(self, result: RunResult) -> None:
-        m = result.metrics or {}
-        self.requests += 1
-        if result.outcome in (Outcome.CLEAN, Outcome.MISMATCH):
-            self.launches += int(m.get("launches") or 0)
-            self.mismatched += int(m.get("mismatched") or 0)
-            self.bad_elements += int(m.get("bad_elements") or 0)
-            self.kernel_ms += float(m.get("kernel_ms") or 0.0)
-            self.instances += float(m.get("instances") or 0.0)
-            self.weak += float(m.get("weak") or 0.0)
-            self.max_rel_err = max(self.max_rel_err, float(m.get("max_rel_err") or 0.0))
-        rep = (result.evidence or {}).get("sanitizer") or {}
-        self.sanitizer_errors += int(rep.get("errors") or 0)
-
-
-@dataclasses.dataclass
 class VariantReport:
     """What stressing one variant found."""
 
@@ -151,8 +123,7 @@ class VariantReport:
     static_hazardous: bool
     static_reason: str
     summary: CampaignSummary
-    tally: LaunchTally
-    runs: ItemTally
+    evidence: Evidence  # the runs and their launches, counted as check and soak count them
     wall_s: float
     expected: Expect | None
     judgement: Judgement
@@ -162,21 +133,22 @@ class VariantReport:
         return self.judgement.verdict
 
     def to_json(self) -> dict[str, Any]:
-        t = self.tally
-        lo, hi = rate_ci(t.mismatched, t.launches) if t.launches else (0.0, 1.0)
+        t = self.evidence
+        failed = min(t.failed_launches, t.launches)
+        lo, hi = rate_ci(failed, t.launches) if t.launches else (0.0, 1.0)
         d: dict[str, Any] = {
             "family": self.family, "variant": self.variant, "role": self.role,
             "oracle": self.oracle, "expected": self.expected.value if self.expected else "n/a",
             "verdict": self.verdict.value, "message": self.judgement.message,
             "static": {"hazardous": self.static_hazardous, "reason": self.static_reason},
             "campaign": self.summary.to_json(),
-            "launches": t.launches, "mismatched_launches": t.mismatched,
-            "launch_rate": t.mismatched / t.launches if t.launches else None,
+            "launches": t.launches, "failed_launches": failed,
+            "launch_rate": failed / t.launches if t.launches else None,
             "launch_rate_ci95": [lo, hi], "bad_elements": t.bad_elements,
             "max_rel_err": t.max_rel_err, "kernel_ms": t.kernel_ms, "wall_s": self.wall_s,
             "validated_launches_per_s": t.launches / self.wall_s if self.wall_s > 0 else None,
             "sanitizer_errors": t.sanitizer_errors,
-            "attributed_failures": self.runs.proved, "unattributed_failures": self.runs.unproved,
+            "attributed_failures": t.proved, "unattributed_failures": t.unproved,
         }
         if t.instances:
             wlo, whi = rate_ci(int(t.weak), int(t.instances))
@@ -211,12 +183,11 @@ def stress_variant(family: Family, variant: str, *, frame: LeasedCampaign, launc
     described = item or WorkItem(target=getattr(target, "name", family.name), variant=v.name,
                                  expect=expected.value if expected else None, params=params,
                                  anomalies=tuple(family.harness_anomalies), sanitizer=sanitizer)
-    tally, runs, proves = LaunchTally(), ItemTally(), described.proof
+    evidence, proves = Evidence(), described.proof
     ran: dict[str, Any] = {}  # the point the binary reports it resolved (metrics.resolved)
 
     def record(seq: int, result: RunResult, counts: dict[str, int]) -> None:
-        tally.add(result)
-        runs.add(result, proves)
+        evidence.add(result, proves)
         resolved = (result.metrics or {}).get("resolved")
         if not ran and isinstance(resolved, dict):
             ran.update(resolved)
@@ -239,4 +210,4 @@ def stress_variant(family: Family, variant: str, *, frame: LeasedCampaign, launc
         stored["items"] = [dataclasses.replace(described, expect=expected.value if expected else None).to_json()]
         frame.store.update_campaign_spec(summary.campaign_id, stored)
     return VariantReport(family.name, v.name, v.role, oracle, static.hazardous, static.reason,
-                         summary, tally, runs, wall, expected, judge(expected, runs))
+                         summary, evidence, wall, expected, judge(expected, evidence))

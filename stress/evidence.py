@@ -4,9 +4,11 @@ A run is one launch for some targets (a command, the megakernel's `--once`) and 
 for others (a batch on a family's launch server), so a rate per run is not comparable
 across items; a rate per launch is. `Evidence` counts both: the runs (an `ItemTally`,
 with the item's proof) and the launches they made, failed launches among them, and when
-a canary was first proved failing. `hazards soak` (the evidence allocation and its
-report), `hazards check` (the per-launch bound stated for each clean variant) and the
-allocation benchmark read the same numbers from here.
+a canary was first proved failing, and what the replies measured on the way (weak litmus
+outcomes per instance, kernel time, bad elements, sanitizer errors). `hazards soak` (the
+evidence allocation and its report), `hazards check` (the per-launch bound stated for each
+clean variant), `hazards stress` (its table and JSON) and the allocation benchmark read the
+same numbers from here, so a hung run is "1 of 1 launches failed" in every command.
 
 Counting launches: a reply's `launches` metric when the run reports one (a server batch,
 a result line), else 1 (a command run, a hang or a fault with no reply: at least the
@@ -52,6 +54,13 @@ class Evidence(ItemTally):
     failed_launches: int = 0
     first_detection: int | None = None  # the run (1-based) of the first proved failure
     runs_after_detection: int = 0       # runs made after that one
+    # Summed over the replies of clean and mismatched runs (a hang or fault has no reply):
+    instances: float = 0.0              # litmus instances tested, and the weak outcomes among them
+    weak: float = 0.0
+    kernel_ms: float = 0.0
+    bad_elements: int = 0
+    max_rel_err: float = 0.0
+    sanitizer_errors: int = 0           # what compute-sanitizer reported, any outcome
 
     def add(self, result: RunResult, proof: Proof = Proof()) -> None:
         """Count one run (its proof decides whether a failure proves the item's hazard)."""
@@ -60,6 +69,14 @@ class Evidence(ItemTally):
         launches, failed = launches_of(result)
         self.launches += launches
         self.failed_launches += failed
+        m = result.metrics or {}
+        if Outcome(result.outcome) in (Outcome.CLEAN, Outcome.MISMATCH):
+            self.instances += float(m.get("instances") or 0.0)
+            self.weak += float(m.get("weak") or 0.0)
+            self.kernel_ms += float(m.get("kernel_ms") or 0.0)
+            self.bad_elements += int(m.get("bad_elements") or 0)
+            self.max_rel_err = max(self.max_rel_err, float(m.get("max_rel_err") or 0.0))
+        self.sanitizer_errors += int(((result.evidence or {}).get("sanitizer") or {}).get("errors") or 0)
         if self.first_detection is not None:
             self.runs_after_detection += 1
         elif self.proved > before:

@@ -80,9 +80,9 @@ def test_stress_prints_variant_names_as_they_are(capsys):
     from hazards.cli.stress import print_reports
     from hazards.engine.verdict import Judgement, Verdict
 
-    tally = types.SimpleNamespace(launches=10, mismatched=0, weak=0, instances=0, sanitizer_errors=0)
+    evidence = types.SimpleNamespace(launches=10, failed_launches=0, weak=0, instances=0, sanitizer_errors=0)
     report = types.SimpleNamespace(
-        family="fam", variant=TYPED, role="clean[x]", oracle="harness[y]", static_hazardous=False, tally=tally,
+        family="fam", variant=TYPED, role="clean[x]", oracle="harness[y]", static_hazardous=False, evidence=evidence,
         summary=types.SimpleNamespace(counts={"clean": 1}), wall_s=1.0, expected=None,
         judgement=Judgement(Verdict.FAILED, "failed [bold]twice[/bold]"), verdict=Verdict.FAILED)
     print_reports([report])

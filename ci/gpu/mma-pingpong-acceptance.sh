@@ -111,7 +111,7 @@ try:
 except Exception as e:
     print(f"{name}: exit {rc}, no JSON ({e})"); sys.exit(0)
 for v in d["variants"]:
-    print(f"{name:22s} {v['variant']:16s} {v['verdict']:10s} {v['mismatched_launches']}/{v['launches']} "
+    print(f"{name:22s} {v['variant']:16s} {v['verdict']:10s} {v['failed_launches']}/{v['launches']} "
           f"rate {v['launch_rate']} ci95 {[round(x, 6) for x in v['launch_rate_ci95']]} exit {rc}")
 EOF
 }

@@ -15,7 +15,7 @@ def main(path: str, prefix: str = "", width: int = 16) -> None:
         print(f"{prefix}no JSON:", e)
         return
     for v in d["variants"]:
-        print(f"{prefix}{v['variant']:{width}s} {v['verdict']:10s} {v['mismatched_launches']}/{v['launches']} "
+        print(f"{prefix}{v['variant']:{width}s} {v['verdict']:10s} {v['failed_launches']}/{v['launches']} "
               f"rate {v['launch_rate']} ci95 {v['launch_rate_ci95']} maxerr {v['max_rel_err']:.3g} wall {v['wall_s']:.1f}s")
 
 

@@ -68,28 +68,29 @@ def parse_sets(items: list[str], allowed: dict[str, str]) -> dict[str, Any]:
 
 
 def print_reports(reports: list[Any]) -> None:
-    """One table: per variant the launches, mismatched launches with CI, throughput, verdict."""
+    """One table: per variant the launches, failed launches with CI, throughput, verdict."""
     out = Console(width=None if sys.stdout.isatty() else 220)
     table = Table()
-    for col in ("variant", "role", "static", "oracle", "runs", "launches", "mismatched",
+    for col in ("variant", "role", "static", "oracle", "runs", "launches", "failed",
                 "per-launch rate (95% CI)", "weak/instance", "launches/s", "verdict"):
         table.add_column(col)
     for r in reports:
-        t = r.tally
+        t = r.evidence
+        failed = min(t.failed_launches, t.launches)
         weak = f"{t.weak:.0f}/{t.instances:.3g}" if t.instances else "-"
         lps = f"{t.launches / r.wall_s:,.0f}" if r.wall_s > 0 and t.launches else "-"
         counts = " ".join(f"{k}:{v}" for k, v in r.summary.counts.items() if v)
         style = "cyan" if r.verdict is Verdict.ERROR else "green" if r.verdict.ok else "bold red"
         table.add_row(literal(r.variant), literal(r.role), "hazard" if r.static_hazardous else "safe",
                       literal(r.oracle), counts,
-                      str(t.launches), str(t.mismatched), format_rate(t.mismatched, t.launches), weak, lps,
+                      str(t.launches), str(failed), format_rate(failed, t.launches), weak, lps,
                       f"[{style}]{r.verdict}[/]")
     out.print(table)
     for r in reports:
         if not r.verdict.ok:
             out.print(r.judgement.line(f"{r.family}/{r.variant}", r.expected), highlight=False, markup=False)
-        if r.oracle == "sanitizer" and r.tally.sanitizer_errors:
-            out.print(f"{r.variant}: {r.tally.sanitizer_errors} sanitizer error(s) reported", highlight=False,
+        if r.oracle == "sanitizer" and r.evidence.sanitizer_errors:
+            out.print(f"{r.variant}: {r.evidence.sanitizer_errors} sanitizer error(s) reported", highlight=False,
                       markup=False)
 
 

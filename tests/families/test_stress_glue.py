@@ -27,7 +27,7 @@ def test_a_detected_canary_reports_its_per_launch_rate(frame, fake_target):
     r = stress_variant(get_family("pipeline"), "broken_war", frame=frame, launches=50, requests=4,
                        target=fake_target)
     assert r.verdict is Verdict.DETECTED and r.expected == "detect" and r.static_hazardous
-    assert (r.tally.launches, r.tally.mismatched) == (200, 200)
+    assert (r.evidence.launches, r.evidence.failed_launches) == (200, 200)
     d = r.to_json()
     assert d["launch_rate"] == 1.0 and d["launch_rate_ci95"][0] > 0.98
     assert d["campaign"]["counts"]["mismatch"] == 4
@@ -36,7 +36,7 @@ def test_a_detected_canary_reports_its_per_launch_rate(frame, fake_target):
 def test_a_clean_fixed_variant_is_clean_with_a_zero_rate(frame, fake_target):
     r = stress_variant(get_family("pipeline"), "fixed", frame=frame, launches=100, requests=3,
                        target=fake_target)
-    assert r.verdict is Verdict.CLEAN and (r.tally.launches, r.tally.mismatched) == (300, 0)
+    assert r.verdict is Verdict.CLEAN and (r.evidence.launches, r.evidence.failed_launches) == (300, 0)
     assert r.to_json()["launch_rate_ci95"][1] < 0.02
 
 
@@ -60,7 +60,7 @@ def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(frame):
         r = stress_variant(get_family("ordering"), "pc_no_acquire", frame=frame, launches=5, requests=2,
                            target=target)
     assert r.summary.failures == 2  # the runs did fail...
-    assert (r.runs.proved, r.runs.unproved) == (0, 2)
+    assert (r.evidence.proved, r.evidence.unproved) == (0, 2)
     assert r.verdict is Verdict.WENT_BLIND  # ...but not because of the seeded hazard
     assert "no failure its oracle proved in 2 runs (2 failed for another reason" in r.judgement.message
 
@@ -68,7 +68,7 @@ def test_a_canary_failing_only_by_spin_timeouts_is_missed_not_detected(frame):
 def test_a_canary_failing_with_weak_outcomes_is_attributed(frame, fake_target):
     r = stress_variant(get_family("ordering"), "pc_no_acquire", frame=frame, launches=5, requests=2,
                        target=fake_target)
-    assert (r.runs.proved, r.runs.unproved) == (2, 0) and r.verdict is Verdict.DETECTED
+    assert (r.evidence.proved, r.evidence.unproved) == (2, 0) and r.verdict is Verdict.DETECTED
 
 
 @pytest.mark.parametrize("outcome, error_kind, proved", [
@@ -138,3 +138,28 @@ def test_the_static_model_judges_the_point_the_binary_reports_it_ran(frame):
     assert r.static_hazardous is True and "wait_group 2" in r.static_reason
     # nothing is expected of a fixed variant at a hazardous point, and the campaign says so
     assert r.expected is None and frame.store.campaign(r.summary.campaign_id).spec["items"][0]["expect"] is None
+
+
+class _Hangs:
+    """A ready-made target whose every run hangs (no reply, so no launch count)."""
+
+    name = "hangs"
+
+    def run(self, params=None, *, timeout, launches=None, artifact_dir=None, **_):
+        return RunResult(Outcome.HANG, f"no reply within {timeout:g} s", duration_s=timeout)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_hung_run_is_one_failed_launch_in_stress_as_in_check_and_soak(frame):
+    from hazards.engine.evidence import Evidence
+    from hazards.engine.stats import format_rate
+
+    r = stress_variant(get_family("pipeline"), "fixed", frame=frame, launches=50, requests=1, target=_Hangs(),
+                       timeout=0.5)
+    d = r.to_json()
+    assert (d["launches"], d["failed_launches"], d["launch_rate"]) == (1, 1, 1.0)  # not "n/a": 0 launches
+    check_and_soak = Evidence()
+    check_and_soak.add(RunResult(Outcome.HANG, "x"))
+    assert check_and_soak.launch_rate_text() == r.evidence.launch_rate_text() == format_rate(1, 1)
