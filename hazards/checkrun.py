@@ -291,6 +291,25 @@ def family_items(family: Family, variants: list[Variant], items_for: ItemsFor) -
     return items
 
 
+def family_builds(families: list[Family], variants_of: Callable[[Family], list[Variant]], items_for: ItemsFor,
+                  observer: Any = None) -> list[tuple[Family, list[WorkItem] | UserError]]:
+    """Each family's work items (`family_items`: its launch server built, or taken from the
+    build cache), up to the machine's cores built at once and shown by `observer` (the
+    progress display) as what is compiling; a family that cannot be built gets its UserError."""
+    from hazards.static.runner import Subject, run_subjects
+
+    def build(family: Family) -> list[Any]:
+        try:
+            return [family_items(family, variants_of(family), items_for)]
+        except UserError as e:
+            return [e]
+
+    subjects = [Subject(f"{f.name} launch server", lambda f=f: build(f)) for f in families]
+    built = run_subjects(subjects, observer=observer if families else None, what="family builds",
+                         doing="compiling")
+    return [(f, out[0]) for f, out in zip(families, built)]
+
+
 def select_families(names: Iterable[str] | None) -> list[Family]:
     """Every family, or the named ones (UserError for an unknown name)."""
     from hazards.families import all_families, get_family
@@ -354,15 +373,13 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
                         for f, v in wanted]
         return res
     items: list[WorkItem] = []
-    items_for = items_for or default_items_for
-    for f in fams:
-        if not gpu_variants(f):
-            continue
-        try:
-            items.extend(family_items(f, gpu_variants(f), items_for))
-        except UserError as e:  # a family that cannot be built is an error of that family
-            res.verdicts += [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), not_judged(str(e)))
+    for f, built in family_builds([f for f in fams if gpu_variants(f)], gpu_variants, items_for or default_items_for,
+                                  observer):
+        if isinstance(built, UserError):  # a family that cannot be built is an error of that family
+            res.verdicts += [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), not_judged(str(built)))
                              for v in gpu_variants(f)]
+        else:
+            items.extend(built)
     if items:
         _run_gpu_part(res, items, budget_s - (time.monotonic() - t0), store, lock_dir, wait_s, exclusive,
                       target_factory, log, observer, [f for f in fams if gpu_variants(f)], explore_item_for,

@@ -17,9 +17,9 @@ a check) and what runs now on which GPU.
 - `interval_s` 0: no progress output at all.
 
 It also watches work that comes before any run (a `StepObserver` of
-`hazards.static.runner`): the static checks of `check --static` and `static`, compiled up to
-the machine's cores at once, show what is compiling, n of m subjects judged and the time
-left, in the same two forms.
+`hazards.static.runner`): the static checks of `check` and `static`, and the family launch
+servers `check` and `soak` build, compiled up to the machine's cores at once, show what is
+compiling, n of m done and the time left, in the same two forms.
 """
 from __future__ import annotations
 
@@ -95,6 +95,7 @@ class _Steps:
     what: str
     total: int
     workers: int
+    doing: str
     began: float
     done: int = 0
     now: list[str] = dataclasses.field(default_factory=list)  # in the order they started
@@ -217,11 +218,11 @@ class CampaignProgress:
                 self._write(self.status_line())
 
     # -- the static phase (hazards.static.runner.StepObserver) -----------------------------------
-    def steps_begin(self, what: str, total: int, workers: int) -> None:
+    def steps_begin(self, what: str, total: int, workers: int, doing: str = "compiling and checking") -> None:
         with self._mu:
-            self._steps = _Steps(what, total, workers, self.clock())
+            self._steps = _Steps(what, total, workers, doing, self.clock())
             if self.enabled and not self.terminal:
-                self._write(f"hazards {what}: started: {total} to judge, {workers} at a time")
+                self._write(f"hazards {what}: started: {total} to do, {workers} at a time")
 
     def step_started(self, label: str) -> None:
         with self._mu:
@@ -250,9 +251,9 @@ class CampaignProgress:
 
     def _steps_parts(self, st: _Steps) -> dict[str, str]:
         elapsed = (st.ended if st.ended is not None else self.clock()) - st.began
-        out = {"n": f"{st.done}/{st.total} judged"}
+        out = {"n": f"{st.done}/{st.total} done"}
         if st.ended is not None:
-            out["left"] = f"done in {format_duration(elapsed)}"
+            out["left"] = f"finished in {format_duration(elapsed)}"
             return out
         if st.done:
             out["left"] = f"ETA {format_duration((st.total - st.done) * elapsed / st.done)}"
@@ -260,7 +261,7 @@ class CampaignProgress:
             out["left"] = f"ETA after the first one ({format_duration(elapsed)} so far)"
         if st.now:
             shown = st.now[:4] + ([f"{len(st.now) - 4} more"] if len(st.now) > 4 else [])
-            out["now"] = "compiling and checking " + ", ".join(shown)
+            out["now"] = f"{st.doing} " + ", ".join(shown)
         return out
 
     def _steps_line(self, st: _Steps) -> str:

@@ -65,14 +65,16 @@ Examples:
 """
 
 
-def soak_items(selection) -> list:
+def soak_items(selection, observer=None) -> list:
     """Work items for the selected families (all variants; builds or takes each family's
-    launch server from the build cache) and the targets file."""
-    from hazards.checkrun import default_items_for, family_items
+    launch server from the build cache, shown by `observer`) and the targets file."""
+    from hazards.checkrun import default_items_for, family_builds
 
     items = []
-    for fam in selection.families:
-        items.extend(family_items(fam, list(fam.variants), default_items_for))
+    for _, built in family_builds(selection.families, lambda f: list(f.variants), default_items_for, observer):
+        if isinstance(built, UserError):
+            raise built
+        items.extend(built)
     return items + selection.targets
 
 
@@ -148,7 +150,11 @@ def soak_command(
             resumed_soak(store, resume)  # a soak with work items, or one line now
     if executor == "local" and not lease_candidates():  # say so before compiling any family
         raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
-    items = None if selection is None else soak_items(selection)
+    if selection is None:
+        items = None
+    else:
+        with CampaignProgress(interval_s=interval_s) as progress:
+            items = soak_items(selection, progress)
     store = Store(lease.store_path)
     if executor != "local":
         if explore > 0 and not no_families and resume is None:

@@ -17,7 +17,7 @@ import concurrent.futures
 import dataclasses
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from hazards.static import asm_lint, checks
 from hazards.static.findings import Finding
@@ -30,16 +30,17 @@ LAYOUT_SUFFIXES = (".layout.toml", ".layout.json")
 @dataclasses.dataclass(frozen=True)
 class Subject:
     """One thing the static checks judge: `label` names it (what the progress shows as being
-    compiled), `check()` returns its findings."""
+    compiled), `check()` returns its findings. (Other work made of compiles uses it too:
+    `hazards.checkrun.family_builds`, whose `check()` returns a family's work items.)"""
 
     label: str
-    check: Callable[[], list[Finding]]
+    check: Callable[[], list[Any]]
 
 
 class StepObserver(Protocol):
     """Who watches a static phase (`hazards.cli.progress.CampaignProgress`)."""
 
-    def steps_begin(self, what: str, total: int, workers: int) -> None: ...
+    def steps_begin(self, what: str, total: int, workers: int, doing: str = "compiling and checking") -> None: ...
     def step_started(self, label: str) -> None: ...
     def step_finished(self, label: str) -> None: ...
     def steps_end(self) -> None: ...
@@ -54,14 +55,14 @@ def machine_cores() -> int:
 
 
 def run_subjects(subjects: list[Subject], *, jobs: int | None = None, observer: StepObserver | None = None,
-                 what: str = "static checks") -> Iterator[list[Finding]]:
+                 what: str = "static checks", doing: str = "compiling and checking") -> Iterator[list[Any]]:
     """Each subject's findings, in the subjects' order, up to `jobs` (default: the machine's
     cores) judged at once. The first exception of a subject, in order, is raised; the
     subjects not started then are not, and the compilers the others started are killed (as
     Ctrl-C or a stop signal does: a worker thread cannot be interrupted, its child can)."""
     workers = max(1, min(jobs or machine_cores(), len(subjects) or 1))
     if observer is not None:
-        observer.steps_begin(what, len(subjects), workers)
+        observer.steps_begin(what, len(subjects), workers, doing)
 
     def judged(subject: Subject) -> list[Finding]:
         if observer is not None:
