@@ -553,3 +553,20 @@ def test_tables_sort_and_filter_in_headless_chromium_offline(store, tmp_path):
     got = json.loads(m.group(1).replace("&quot;", '"'))
     assert got["total"] == 3 and got["up"] == sorted(got["up"]) and got["down"] == sorted(got["down"], reverse=True)
     assert got["up"] != got["down"] and got["shown"] == 1 and got["filter"] == "INPUT:search"
+
+
+def test_cli_report_knows_the_catalog_families_for_the_repro_command(tmp_path, capsys):
+    from hazards.cli import main
+    from hazards.engine.outcome import Outcome, RunResult
+    from hazards.engine.store import Store
+
+    db = tmp_path / "r.db"
+    item = {"target": "pipeline", "variant": "fixed", "kind": "server", "argv": ["/cache/pipeline", "--serve"],
+            "params": {"variant": "fixed"}, "timeout_s": 20.0, "expect": "clean"}
+    with Store(db) as store:
+        cid = store.create_campaign("soak", {"budget_s": 60, "items": [item]})
+        store.record_run(cid, RunResult(Outcome.MISMATCH, "3 of 200 launches mismatched", target="pipeline",
+                                        variant="fixed", params={"variant": "fixed"}))
+    assert main(["report", "--json", "--store", str(db), "-o", str(tmp_path / "r.html")]) == 0
+    (sig,) = json.loads(capsys.readouterr().out)["signatures"]
+    assert sig["repro"] == "hazards repro --family pipeline --variant fixed --timeout 20"
