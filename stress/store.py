@@ -974,6 +974,11 @@ class Store:
         command ran in."""
         return self.path.absolute().parent / "artifacts" / f"campaign-{int(campaign_id)}"
 
+    def report_path(self, campaign_id: int) -> Path:
+        """Where a campaign's HTML report goes unless the user names a file: `reports/`
+        beside the database (`hazards report`, and the report `hazards soak` writes)."""
+        return self.path.parent / "reports" / f"campaign-{int(campaign_id)}.html"
+
 
 def _where(*, campaign_id: int | None = None, outcome: str | Outcome | None = None,
            target: str | None = None, variant: str | None = None, prefix: str = "") -> tuple[str, tuple]:

@@ -66,3 +66,11 @@ def test_every_runtime_strategy_lives_in_its_family_module():
     families = REPO / "hazards" / "families"
     assert not [p.name for p in families.glob("*.py") if "hazards.strategies" in p.read_text()]
     assert sorted(p.name for p in (REPO / "hazards" / "strategies").glob("*.py")) == ["__init__.py", "static.py"]
+
+
+def test_the_folders_beside_the_store_are_spelled_by_the_store_only():
+    # artifacts/ and reports/ beside the database: Store.artifact_root and Store.report_path
+    spelled = re.compile(r"""/\s*["'](?:artifacts|reports)["']""")
+    elsewhere = [str(p.relative_to(REPO)) for p in CODE
+                 if p != REPO / "stress" / "store.py" and spelled.search(p.read_text())]
+    assert elsewhere == []

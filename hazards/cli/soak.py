@@ -217,7 +217,7 @@ def _finish(store, res, report: Path | None, json_out: bool, junit: Path | None 
 
     from hazards.families import launch_server_families
 
-    out = report or store.path.parent / "reports" / f"campaign-{res.campaign_id}.html"
+    out = report or store.report_path(res.campaign_id)
     families = launch_server_families()
     try:
         rep = write_report(store, res.campaign_id, out, families=families)
