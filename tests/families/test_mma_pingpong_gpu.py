@@ -55,11 +55,12 @@ def test_the_single_exit_tail_fails_at_even_trip_counts_only(server):
 
 
 @pytest.mark.parametrize("extra", [{}, {"shape": "256x64", "mma_reps": 1}, {"blocks": 8}])
-def test_the_one_bank_refill_by_thread_stores_fails_every_launch(server, extra):
-    """Measured on the H200: every launch wrong at these points (the stores land while the
-    group's last wgmmas still read the bank)."""
+def test_the_one_bank_refill_by_thread_stores_fails_nearly_every_launch(server, extra):
+    """The stores land while the group's last wgmmas still read the bank: measured on the
+    H200, every launch wrong at these points; on an H100 (2026-12-05) 46 of 50 at 256x64 with
+    mma_reps 1. The race is timing-dependent, so the test asks for most launches, not all."""
     r = _run(server, {"variant": "broken_war_threads", **extra}, 50)
-    assert r.outcome is Outcome.MISMATCH and r.metrics["mismatched"] == 50, r.metrics
+    assert r.outcome is Outcome.MISMATCH and r.metrics["mismatched"] >= 40, r.metrics
 
 
 def test_the_one_bank_bulk_refill_stays_invisible_at_run_time_as_measured(server):
