@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hazards.family import Family, Variant
-from hazards.stress_family import expectation
+from hazards.stress_family import expectation, variant_item
 from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError
 from hazards.engine.campaign import LeasedCampaign
 from hazards.engine.loop import TargetFactory, WorkItem, default_target_factory
@@ -271,24 +271,19 @@ def default_items_for(family: Family, variants: list[Variant]) -> list[WorkItem]
     """Work items for these variants on the family's launch server (`<binary> --serve`,
     built or taken from the build cache by `hazards.stress_family.family_item`); the
     server resolves each variant's parameter preset from its name, as `hazards stress` does."""
-    from hazards.stress_family import family_item
+    from hazards.stress_family import family_item  # looked up per call: tests stand in for the build
 
     server = family_item(family)
-    return [dataclasses.replace(server, variant=v.name, params={"variant": v.name}) for v in variants]
+    return [variant_item(family, v, server) for v in variants]
 
 
 def family_items(family: Family, variants: list[Variant], items_for: ItemsFor) -> list[WorkItem]:
-    """`items_for`'s work items with what stress must report for each (the catalog's
-    expectation of the variant) and what proves a detection (the family's harness anomalies)."""
+    """`items_for`'s work items through the one recipe (`variant_item`): what stress must
+    report for each variant at its point, and what proves a detection."""
     by_name = {v.name: v for v in variants}
-    items = items_for(family, variants)
-    for item in items:
-        item.target = item.target or family.name
-        if item.variant in by_name:
-            expect = expectation(by_name[item.variant], "stress")
-            item.expect = expect.value if expect else None
-        item.anomalies = tuple(family.harness_anomalies)
-    return items
+    return [variant_item(family, by_name[i.variant], i, params=i.params) if i.variant in by_name
+            else dataclasses.replace(i, target=i.target or family.name, anomalies=tuple(family.harness_anomalies))
+            for i in items_for(family, variants)]
 
 
 def family_builds(families: list[Family], variants_of: Callable[[Family], list[Variant]], items_for: ItemsFor,

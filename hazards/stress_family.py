@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.family import HEADER_NAME, Family, Variant
+from hazards.family import HEADER_NAME, Family, StaticVerdict, Variant
 from hazards.engine.build import build_family
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.loop import WorkItem, default_target_factory
@@ -94,14 +94,24 @@ def family_item(family: Family, variant: str | None = None, *, sanitizer: str | 
                     # sanitizer a launch may take far longer than a window: the timeout alone there
                     stall_s=None if sanitizer else FAMILY_STALL_S,
                     tripwire_names=None if sanitizer else tripwire_names(family))
-    return _for_variant(item, family, variant, overrides) if variant else item
+    if variant is None:
+        return item
+    return variant_item(family, family.variant(variant), item, params={"variant": variant, **(overrides or {})})
 
 
-def _for_variant(item: WorkItem, family: Family, variant: str, overrides: dict[str, Any] | None) -> WorkItem:
-    v = family.variant(variant)
-    params = {"variant": v.name, **(overrides or {})}
-    expect = expectation(v, "sanitizer" if item.sanitizer else "stress", family.static_model(params).hazardous)
-    return dataclasses.replace(item, variant=v.name, params=params, expect=expect.value if expect else None)
+def variant_item(family: Family, variant: Variant, base: WorkItem, *, params: dict[str, Any] | None = None,
+                 static: StaticVerdict | None = None) -> WorkItem:
+    """The one recipe from a family variant to a work item (stress, check, soak): `base`
+    (the family's server or `--once` item, `family_item(family)`, or a test double's) aimed
+    at `variant` with `params` (default: its name; the server resolves the preset), what a
+    correct check must report there (its expectation under base's oracle at the point as
+    the static model judges it: `static`, when the caller judged it already) and the
+    family's proof."""
+    params = dict(params) if params is not None else {"variant": variant.name}
+    static = static if static is not None else family.static_model(params)
+    expect = expectation(variant, "sanitizer" if base.sanitizer else "stress", static.hazardous)
+    return dataclasses.replace(base, target=base.target or family.name, variant=variant.name, params=params,
+                               expect=expect.value if expect else None, anomalies=tuple(family.harness_anomalies))
 
 
 def family_target(family: Family, *, target: str = toolchain.SM90A, sanitizer: str | None = None,
@@ -173,16 +183,15 @@ def stress_variant(family: Family, variant: str, *, frame: LeasedCampaign, launc
     """
     v = family.variant(variant)
     params = {"variant": v.name, **(overrides or {})}
-    static = family.static_model(params)  # also refuses a bad override before anything runs
+    static = family.static_model(params)  # judged once; also refuses a bad override before anything runs
     oracle = "sanitizer" if sanitizer else "stress"
     timeout = timeout or family_timeout(family, sanitizer)
-    item = None if target is not None else family_item(
-        family, v.name, sanitizer=sanitizer, build_target=build_target, overrides=overrides,
-        launches=launches, timeout=timeout)
-    expected = expectation(v, oracle, static.hazardous)
-    described = item or WorkItem(target=getattr(target, "name", family.name), variant=v.name,
-                                 expect=expected.value if expected else None, params=params,
-                                 anomalies=tuple(family.harness_anomalies), sanitizer=sanitizer)
+    base = (WorkItem(target=getattr(target, "name", family.name), sanitizer=sanitizer) if target is not None
+            else family_item(family, sanitizer=sanitizer, build_target=build_target, launches=launches,
+                             timeout=timeout))
+    described = variant_item(family, v, base, params=params, static=static)
+    item = None if target is not None else described
+    expected = described.expectation
     evidence, proves = Evidence(), described.proof
     ran: dict[str, Any] = {}  # the point the binary reports it resolved (metrics.resolved)
 

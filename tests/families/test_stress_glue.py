@@ -163,3 +163,27 @@ def test_a_hung_run_is_one_failed_launch_in_stress_as_in_check_and_soak(frame):
     check_and_soak = Evidence()
     check_and_soak.add(RunResult(Outcome.HANG, "x"))
     assert check_and_soak.launch_rate_text() == r.evidence.launch_rate_text() == format_rate(1, 1)
+
+
+def test_stress_and_check_make_a_variants_work_item_by_one_recipe(monkeypatch):
+    # a family whose static model calls even the clean variant's preset hazardous: check used
+    # to expect it clean while stress only counted it (two recipes); now both ask the model once
+    import dataclasses
+
+    from hazards import checkrun, stress_family
+    from hazards.family import StaticVerdict
+    from tests.campaign.campaign_fakes import make_family
+
+    calls = []
+
+    def model(params):
+        calls.append(dict(params))
+        return StaticVerdict(True, "every point hazardous")
+
+    fam = dataclasses.replace(make_family(), static_model=model)
+    monkeypatch.setattr(stress_family, "family_binary", lambda family, **_: Path(sys.executable))
+    from_stress = stress_family.family_item(fam, "fixed")
+    assert calls == [{"variant": "fixed"}]  # resolved once
+    [from_check] = checkrun.family_items(fam, [fam.variant("fixed")], checkrun.default_items_for)
+    assert from_stress == from_check and from_stress.expect is None
+    assert from_stress.anomalies == tuple(fam.harness_anomalies) and from_stress.target == fam.name
