@@ -1,5 +1,5 @@
 #!/bin/bash
-# hazards bisect on the H200: a scratch repository of 10 commits holding standalone/pipeline;
+# hazards bisect on a GPU (H200 or H100): a scratch repository of 10 commits holding standalone/pipeline;
 # at commit 6 the kernel's wait depth becomes one cp.async group too many (the RAW hazard of
 # the broken_wait variant, now in `fixed`), commit 3 does not compile. `hazards bisect
 # --family pipeline --variant fixed` must name commit 6, skip commit 3, and say what it spent.
