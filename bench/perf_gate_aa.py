@@ -2,6 +2,7 @@
 does the gate call a candidate that is the baseline again anything but no-change?
 
     python3 bench/perf_gate_aa.py --budget-s 200 --out DIR [--max-gates 60]
+    python3 bench/perf_gate_aa.py --summarise DIR/gates.jsonl     # the numbers of the results page
 
 Gates run one after another, alternating the issue's two A/A comparisons, each at
 `--workers 132 --repeats 10` (the issue's command) and the gate's defaults otherwise:
@@ -73,12 +74,64 @@ def one_gate(kind: str, store: Path) -> dict[str, Any]:
             "pairs": raw_pairs(seen[0])}
 
 
+def summarise(path: Path) -> None:
+    """From the raw pairs: the verdicts, how many intervals exclude 1 at the new level, the
+    old one and unadjusted (before --min-effect), and what running second in a pair does
+    (mean of +-log(candidate/baseline), + when the candidate ran second), per task and metric."""
+    import math
+    import statistics
+
+    gates = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    judged = [g for g in gates if "verdict" in g]
+    print(f"{len(gates)} gates, {len(judged)} judged; seconds per gate: median "
+          f"{statistics.median(g['seconds'] for g in gates):.1f}")
+    for kind in KINDS:
+        gs = [g for g in judged if g["kind"] == kind]
+        for rule in ("verdict", "cells_only_verdict"):
+            print(f"  {kind:<4} {rule:<18} {sum(g[rule] != 'no-change' for g in gs)} of {len(gs)} not no-change")
+    levels = {"new": judged[0]["interval_conf"],
+              "cells only": 1.0 - (1.0 - perf.DEFAULT_CONF) / (judged[0]["judged_tests"] // len(perf.METRICS)),
+              "unadjusted": perf.DEFAULT_CONF}
+    for name, level in levels.items():
+        for kind in KINDS:
+            out, n = [], 0
+            for g in (g for g in judged if g["kind"] == kind):
+                for t in g["pairs"][0]["baseline"]["tasks"]:
+                    for i, m in enumerate(perf.METRICS):
+                        b = [p["baseline"]["tasks"][t][i] for p in g["pairs"]]
+                        c = [p["candidate"]["tasks"][t][i] for p in g["pairs"]]
+                        if sorted(b)[len(b) // 2] < perf.DEFAULT_MIN_US:
+                            continue
+                        n += 1
+                        iv = perf.ratio_interval(b, c, level)
+                        if iv.resolved and (iv.lo > 1 or iv.hi < 1):
+                            out.append(f"{t}/{m} {iv.estimate:.3f} [{iv.lo:.3f}, {iv.hi:.3f}]")
+            print(f"  intervals excluding 1, {name} ({level:.5f}), {kind}: {len(out)} of {n}"
+                  + (f"; largest: {max(out, key=lambda x: abs(float(x.split()[1]) - 1))}" if out else ""))
+    print("  running second in a pair (per task: slowCTA, wall, sumCTA; mean, its standard error):")
+    for t in judged[0]["pairs"][0]["baseline"]["tasks"]:
+        cells = []
+        for i, m in enumerate(perf.METRICS):
+            xs = [(1 if p["baseline_first"] else -1)
+                  * math.log(max(p["candidate"]["tasks"][t][i], 1e-3) / max(p["baseline"]["tasks"][t][i], 1e-3))
+                  for g in judged for p in g["pairs"]]
+            se = statistics.stdev(xs) / math.sqrt(len(xs))
+            cells.append(f"{m} {100 * math.expm1(statistics.mean(xs)):+.2f}% ({100 * se:.2f})")
+        print(f"    {t:<12} " + "  ".join(cells))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budget-s", type=float, required=True)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget-s", type=float)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--max-gates", type=int, default=60)
+    ap.add_argument("--summarise", type=Path, help="print the summary of a gates.jsonl and exit")
     args = ap.parse_args()
+    if args.summarise:
+        summarise(args.summarise)
+        return 0
+    if args.budget_s is None or args.out is None:
+        ap.error("--budget-s and --out are needed to run gates")
     args.out.mkdir(parents=True, exist_ok=True)
     t0, slowest, failures_in_a_row = time.monotonic(), 0.0, 0
     done: list[dict[str, Any]] = []
