@@ -34,7 +34,8 @@ LABEL_CHARS = 160           # of a label, kept for the reason
 POLL_S = 0.02               # how often files are polled while a run has file sources
 BUCKETS_PER_OCTAVE = 4      # gap histogram: bucket k holds gaps in (2^((k-1)/4), 2^(k/4)] ms
 _LINE_TAGS = (b"\n" + TAG, b"\r" + TAG)
-GENERATION_END = 24         # tripwire header bytes through the launch generation (docs/tripwire.md)
+SNAPSHOTS_AT = 32            # tripwire header: the snapshot counter's offset (8 bytes; docs/tripwire.md),
+LAUNCH_NS_END = 56           # then the writer's pid and the launch's start time
 
 
 def gap_bucket(gap_s: float) -> int:
@@ -224,7 +225,10 @@ def tripwire_poller(progress: Progress, path: str, names: Any = None) -> Callabl
         words = struct.unpack_from(f"<{n * SLOT_WORDS}Q", raw, HEADER_BYTES)
         # position word, and the barrier word without its spin count (low 32 bits)
         moving = tuple(w for s in range(n) for w in (words[s * SLOT_WORDS], words[s * SLOT_WORDS + 1] >> 32))
-        return (raw[:GENERATION_END], moving)  # not the header's snapshot counters
+        # the header through the launch generation, and the writer's pid and launch time (a
+        # respawned server that hangs where the last one did writes the same positions), but
+        # not the snapshot counter (a snapshot thread keeps counting while the kernel hangs)
+        return (raw[:SNAPSHOTS_AT], raw[SNAPSHOTS_AT + 8:LAUNCH_NS_END], moving)
 
     def label() -> str:
         snap = decode(state["raw"], path)

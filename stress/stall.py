@@ -16,8 +16,9 @@ from typing import Any
 
 from .progress import bucket_upper_s
 
-# The smallest window `auto` ever gives: above every gap between progress events that clean
-# runs showed under GPU contention and CPU load (docs/stall.md, "The floor": its derivation).
+# The smallest window `auto` ever gives: 5 x the largest gap between progress events that
+# clean runs showed under GPU contention and CPU load (0.196 s on an H100, rounded up;
+# docs/stall.md, "The floor", docs/results/hangs-h100.md).
 STALL_FLOOR_S = 1.0
 # A family server's window before any calibration (its harness beats every 100 ms).
 FAMILY_STALL_S = STALL_FLOOR_S

@@ -52,3 +52,24 @@ def test_a_family_server_item_gets_a_private_tripwire_file_removed_with_its_targ
     finally:
         target.close()
     assert not path.exists()
+
+
+def test_a_new_writer_at_the_same_place_is_progress(tmp_path):
+    # a respawned server that hangs where the last one did writes the same positions: its
+    # pid and launch time in the header still move (seen on the GPU: the second hang of a
+    # canary was labelled 'started' before this)
+    import struct
+
+    path = tmp_path / "tw.bin"
+    raw = bytearray(Image(workers=1).wait(0, 7, observed=0, expected=1, layer=0, phase=3).tobytes())
+    path.write_bytes(bytes(raw))
+    progress = Progress()
+    poll = tripwire_poller(progress, str(path), NAMES)
+    struct.pack_into("<Q", raw, 32, 99)  # the snapshot counter alone: no progress
+    path.write_bytes(bytes(raw))
+    poll()
+    assert progress.events == 0
+    struct.pack_into("<QQ", raw, 40, 4321, 123456789)  # another pid, another launch time
+    path.write_bytes(bytes(raw))
+    poll()
+    assert progress.events == 1 and progress.last_label().endswith("barrier ATTN_RELEASE")
