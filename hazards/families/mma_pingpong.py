@@ -115,7 +115,10 @@ def static_check(params: dict[str, Any]):
     from hazards.engine.errors import UserError
     from hazards.static import wgmma
 
+    from hazards.static.compile import require_sass_tools
+
     p = FAMILY.resolve(params)
+    require_sass_tools()  # before the in-memory cache: `--skip nvcc` must skip a cached build too
     build, listing, funcs = _compiled(str(SOURCE), SOURCE.stat().st_mtime, p["shape"])
     sym = kernel_symbol(p)
     mine = [f for f in funcs if sym in f.name]

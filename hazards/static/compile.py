@@ -146,6 +146,22 @@ def compile_ptx(source: Path, *, arch: str = toolchain.SM90A,
     return _cached_build(nvcc, args, src, ".ptx", label or f"{src.stem}-{arch}")
 
 
+def require_sass_tools() -> None:
+    """ToolchainMissing unless nvcc and a disassembler may be used now (installed, and not
+    skipped with `--skip`): for a caller that keeps compiled output in memory, so that a cache
+    hit never judges what the user asked to skip."""
+    toolchain.find_tool("nvcc", needed_for="for the NVIDIA static checks")
+    try:
+        toolchain.find_tool("nvdisasm", needed_for="for the SASS checks")
+    except ToolchainMissing as missing:
+        if missing.skipped:
+            raise
+        try:
+            toolchain.find_tool("cuobjdump", needed_for="for the SASS checks")
+        except ToolchainMissing:
+            raise missing from None
+
+
 def disassemble(cubin: Path) -> Build:
     """SASS text of a cubin (nvdisasm -c -gi, with line info and inlining where the cubin has it;
     cuobjdump -sass when nvdisasm is absent). The listing is kept in the build cache under

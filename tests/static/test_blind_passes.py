@@ -213,3 +213,21 @@ def test_a_check_that_judged_something_still_passes(capsys):
     rc = main(["static", "--families", "earlyclobber", "--skip", "clang", str(layout)])
     out, err = capsys.readouterr()
     assert rc == 0 and "judged nothing" not in err, out + err
+
+
+def test_a_cached_sass_build_does_not_judge_what_skip_names(monkeypatch):
+    """mma_pingpong keeps its compiled SASS in memory: an earlier check in the same process
+    must not let `--skip nvcc` (or nvdisasm) judge from that cache (the skipped check then
+    passed in a full run and was skipped alone)."""
+    from hazards.engine import toolchain
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.families import mma_pingpong
+
+    def cached(*args, **kwargs):  # what a cache hit returns: no tool is asked for
+        raise AssertionError("judged from the in-memory build although its tools were skipped")
+
+    monkeypatch.setattr(mma_pingpong, "_compiled", cached)
+    for tool in ("nvcc", "nvdisasm"):
+        with toolchain.skipping([tool]), pytest.raises(ToolchainMissing) as missing:
+            mma_pingpong.static_check({"variant": "broken_tail"})
+        assert missing.value.skipped
