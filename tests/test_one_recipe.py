@@ -74,3 +74,12 @@ def test_the_folders_beside_the_store_are_spelled_by_the_store_only():
     elsewhere = [str(p.relative_to(REPO)) for p in CODE
                  if p != REPO / "stress" / "store.py" and spelled.search(p.read_text())]
     assert elsewhere == []
+
+
+def test_every_command_that_leases_a_gpu_takes_the_lease_options_one_way():
+    # --store, --lease-dir, --wait, --exclusive through options.lease_options (LeaseFlags)
+    cli = REPO / "hazards" / "cli"
+    leasing = [p for p in cli.glob("*.py") if "LeasedCampaign.acquire(" in p.read_text() or "run_gate(" in p.read_text()]
+    assert len(leasing) >= 6
+    own_way = [p.name for p in leasing if "@lease_options" not in p.read_text()]
+    assert own_way == []

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, check_seconds, CampaignNameOption, JsonOption, StoreOption, WaitOption,
+from hazards.cli.options import (LeaseFlags, lease_options, BudgetOption, check_seconds, CampaignNameOption, JsonOption,
                                  launches_option,
                                  parse_duration, timeout_option)
 
@@ -40,6 +40,7 @@ Examples:
 
 
 @app.command("explore", help=_HELP)
+@lease_options
 def explore_command(
     family: str = typer.Argument(..., help="Family name (see `hazards list`), or ragged_decode (the megakernel target)."),
     budget: BudgetOption = "60s",
@@ -55,9 +56,8 @@ def explore_command(
     targeting: bool = typer.Option(True, "--targeting/--no-targeting",
                                    help="Steer toward higher observed failure rates (hypothesis.target)."),
     timeout: Annotated[Optional[float], timeout_option("the family's")] = None,
-    store_path: StoreOption = None,
+    lease: LeaseFlags = LeaseFlags(),  # --store, --lease-dir, --wait, --exclusive
     name: CampaignNameOption = None,
-    wait: WaitOption = "0s",
     json_out: JsonOption = False,
 ) -> None:
     from hazards.engine.campaign import LeasedCampaign
@@ -70,11 +70,11 @@ def explore_command(
     opts = ExploreOptions(budget_s=parse_duration(budget), examples=examples, replay=replay, target=targeting,
                           seed=seed, launches=launches, max_launches=max_launches, point_runs=point_runs,
                           timeout_s=timeout)
-    wait_s = parse_duration(wait, allow_zero=True)
+    store_path, wait_s = lease.store_path, lease.wait_s
     with Store(store_path) as store:
         db = database_dir(store.path)
         with LeasedCampaign.acquire(store, "hazards explore", max_gpus=1, wait_s=wait_s,
-                                    without_gpu=True) as frame:
+                                    lock_dir=lease.lock_dir, exclusive=lease.exclusive, without_gpu=True) as frame:
             typer.echo(f"explore {fam.name} on {frame.describe()}", err=True)
             res = explore_family(frame, fam, opts, database_dir=db, campaign_name=name,
                                  item_for=item_for)

@@ -13,10 +13,10 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import (CommandArgument, CampaignNameOption, FamilyOption, ForensicsOption,
+from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, FamilyOption, ForensicsOption,
                                  ForensicsShareOption, HangBudgetOption, JsonOption, MaxErrorsInARowOption,
-                                 ProgressIntervalOption, StallOption, StoreOption, WaitOption, check_seconds,
-                                 forensics_policy, launches_option, literal, parse_duration, parse_stall,
+                                 ProgressIntervalOption, StallOption, check_seconds,
+                                 forensics_policy, launches_option, literal, parse_stall,
                                  progress_interval, runs_option, timeout_option, variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
@@ -149,6 +149,7 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
 
 
 @app.command("repro", help=_HELP, context_settings={"allow_interspersed_args": False})
+@lease_options
 def repro_command(
     command: CommandArgument = None,
     family: FamilyOption = None,
@@ -170,10 +171,9 @@ def repro_command(
     forensics: ForensicsOption = True,
     hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
     forensics_share: ForensicsShareOption = DEFAULT_SHARE,
-    store_path: StoreOption = None,
+    lease: LeaseFlags = LeaseFlags(),  # --store, --lease-dir, --wait, --exclusive
     name: CampaignNameOption = None,
     json_out: JsonOption = False,
-    wait: WaitOption = "0s",
     max_errors_in_a_row: MaxErrorsInARowOption = MAX_ERRORS_IN_A_ROW,
     progress_every: ProgressIntervalOption = "30s",
     stall: StallOption = "auto",
@@ -191,7 +191,7 @@ def repro_command(
         raise UserError(f"--launches must be at least 1, got {launches}")
     if max_errors_in_a_row < 0:
         raise UserError(f"--max-errors-in-a-row must be 0 (never stop) or more, got {max_errors_in_a_row}")
-    wait_s = parse_duration(wait, allow_zero=True)
+    store_path = lease.store_path
     interval_s = progress_interval(progress_every)
     run_params = _parse_params(params)
     if family is not None:
@@ -215,7 +215,7 @@ def repro_command(
             "names": str(names) if names else None, "max_errors_in_a_row": max_errors_in_a_row}
     store = Store(store_path)
     with store:
-        summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name, wait_s,
+        summary, failures = _run(store, spec, argv, run_params, tripwire, name_table, keep_tripwire, name, lease,
                                  interval_s, policy, stall_setting, FAMILY_STALL_S if family is not None else None)
     _report(summary, failures, spec, store, json_out)
     sys.exit(1 if summary.failures else (3 if summary.errors else 0))
@@ -223,7 +223,7 @@ def repro_command(
 
 def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[str, Any], tripwire: bool,
          name_table: Any, keep_tripwire: bool, name: str | None,
-         wait_s: float, interval_s: float, policy: Any, stall_setting: str | float,
+         lease: LeaseFlags, interval_s: float, policy: Any, stall_setting: str | float,
          item_stall_s: float | None) -> tuple[Any, list[tuple[int, RunResult]]]:
     from contextlib import nullcontext
 
@@ -241,8 +241,8 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
                     argv=tuple(argv), params=run_params, timeout_s=spec["timeout"],
                     stall_s=item_stall_s)  # a family binary beats (HZ_PROGRESS) while its GPU work completes
     with (TripwireFile() if tripwire else nullcontext()) as tw, \
-            LeasedCampaign.acquire(store, "hazards repro", max_gpus=1, wait_s=wait_s, without_gpu=True,
-                                   forensics=policy) as frame:
+            LeasedCampaign.acquire(store, "hazards repro", max_gpus=1, wait_s=lease.wait_s, without_gpu=True,
+                                   lock_dir=lease.lock_dir, exclusive=lease.exclusive, forensics=policy) as frame:
         frame.stall = StallPolicy(stall_setting, store)
         kernel_log = KernelLog()  # what the log held before the first run
 

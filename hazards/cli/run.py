@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
+from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
                                  HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
-                                 ResumeOption, StallOption, StoreOption, WaitOption, check_seconds, forensics_policy,
-                                 interrupt_exit_code, literal, parse_duration, say_interrupted, parse_stall, progress_interval, runs_option,
+                                 ResumeOption, StallOption, check_seconds, forensics_policy,
+                                 interrupt_exit_code, literal, say_interrupted, parse_stall, progress_interval, runs_option,
                                  timeout_option)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign, check_resumable
@@ -168,13 +168,14 @@ def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, time
 
 
 @app.command("run", help=_HELP, context_settings={"allow_interspersed_args": False})
+@lease_options
 def run_command(
     command: CommandArgument = None,
     n: Annotated[Optional[int], runs_option(f"{DEFAULT_N}; {DEFAULT_N_UNTIL_FAIL} with --until-fail")] = None,
     timeout: Annotated[Optional[float], timeout_option(f"{DEFAULT_TIMEOUT_S:g}")] = None,
     until_fail: bool = typer.Option(False, "--until-fail", help="Stop at the first hang, fault or mismatch."),
     json_out: JsonOption = False,
-    store_path: StoreOption = None,
+    lease: LeaseFlags = LeaseFlags(),  # --store, --lease-dir, --wait, --exclusive
     name: CampaignNameOption = None,
     result_regex: Optional[str] = typer.Option(None, "--result-regex", show_default="none",
                                                help="A regex on the output that marks a run as a mismatch."),
@@ -182,7 +183,6 @@ def run_command(
     artifacts: str = typer.Option("failures", "--artifacts",
                                   help="Per-run folders (logs, hang snapshots) under the store's artifacts/: "
                                        "failures (keep them for non-clean runs), all, none."),
-    wait: WaitOption = "0s",
     max_errors_in_a_row: MaxErrorsInARowOption = MAX_ERRORS_IN_A_ROW,
     progress_every: ProgressIntervalOption = "30s",
     forensics: ForensicsOption = True,
@@ -193,7 +193,7 @@ def run_command(
     check_run_options(n, timeout, result_regex, max_errors_in_a_row)
     policy = forensics_policy(forensics, hang_budget, forensics_share)
     stall_setting = parse_stall(stall)
-    wait_s = parse_duration(wait, allow_zero=True)
+    store_path, wait_s = lease.store_path, lease.wait_s
     interval_s = progress_interval(progress_every)
     if artifacts not in ARTIFACT_POLICIES:
         raise UserError(f"--artifacts must be one of {', '.join(ARTIFACT_POLICIES)}, got {artifacts!r}")
@@ -215,6 +215,7 @@ def run_command(
     item = command_item(spec)
     try:
         with store, LeasedCampaign.acquire(store, "hazards run", max_gpus=1, wait_s=wait_s,
+                                           lock_dir=lease.lock_dir, exclusive=lease.exclusive,
                                            without_gpu=True, forensics=policy) as frame:
             frame.stall = StallPolicy(stall_setting, store)
             if campaign_id is None:

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (ARCH_HELP, ForensicsOption, ForensicsShareOption, HangBudgetOption, JsonOption,
-                                 ProgressIntervalOption, StallOption, StoreOption, WaitOption, forensics_policy,
-                                 check_seconds, launches_option, literal, parse_duration, parse_stall, progress_interval,
+from hazards.cli.options import (LeaseFlags, lease_options, ARCH_HELP, ForensicsOption, ForensicsShareOption, HangBudgetOption, JsonOption,
+                                 ProgressIntervalOption, StallOption, forensics_policy,
+                                 check_seconds, launches_option, literal, parse_stall, progress_interval,
                                  timeout_option, variant_option)
 from hazards.engine.stall import StallPolicy
 from hazards.cli.progress import CampaignProgress
@@ -95,6 +95,7 @@ def print_reports(reports: list[Any]) -> None:
 
 
 @app.command("stress", help=_HELP)
+@lease_options
 def stress_command(
     family: str = typer.Argument(..., help="Family name (see `hazards list`)."),
     variant: Annotated[Optional[List[str]], variant_option("all")] = None,
@@ -110,8 +111,7 @@ def stress_command(
     timeout: Annotated[Optional[float], timeout_option("the family's")] = None,
     arch: str = typer.Option(toolchain.SM90A, "--arch", help=ARCH_HELP),
     json_out: JsonOption = False,
-    store_path: StoreOption = None,
-    wait: WaitOption = "0s",
+    lease: LeaseFlags = LeaseFlags(),  # --store, --lease-dir, --wait, --exclusive
     progress_every: ProgressIntervalOption = "30s",
     forensics: ForensicsOption = True,
     hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
@@ -141,13 +141,14 @@ def stress_command(
         raise UserError("--launches and --requests must be at least 1")
     check_seconds(timeout, "--timeout")
     overrides = parse_sets(list(sets or []), fam.runtime_params)
-    wait_s = parse_duration(wait, allow_zero=True)
+    store_path, wait_s = lease.store_path, lease.wait_s
     interval_s = progress_interval(progress_every)
     policy = forensics_policy(forensics, hang_budget, forensics_share)
     stall_setting = parse_stall(stall)
 
     reports = []
     with Store(store_path) as store, LeasedCampaign.acquire(store, "hazards stress", max_gpus=1, wait_s=wait_s,
+                                                            lock_dir=lease.lock_dir, exclusive=lease.exclusive,
                                                             without_gpu=True, forensics=policy) as frame:
         frame.stall = StallPolicy(stall_setting, store)
         # One warm server in the frame for all variants (the point of a server target). A
