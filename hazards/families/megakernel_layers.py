@@ -42,11 +42,13 @@ HAZARD_IDS = {name: i for i, name in enumerate(M.HAZARDS)}
 # What the static model assumes about time on the H200 (docs/results/megakernel-layers-h200.md).
 CLOCK_GHZ = 1.98
 # A skewed worker later than QKV + attention + merge of the next layer snapshots an already-bumped
-# ATTN_RELEASE. The per-task profiler measured that head on the H200 (round 3, tripwire in, the
-# default preset): 126-128 us from the previous layer's last W2 record to the merge's release (a
-# layer 237-245 us). Round 2 saw no hang at a 101-us skew in 16 launches (below the head) and
-# round 3 5 of 16 at 505 us (above it).
-LAYER_HEAD_US = 128.0
+# ATTN_RELEASE. The head moves with every change to those tasks, so it is re-measured per kernel
+# (the per-task profiler, tripwire in, the default preset: the previous layer's last W2 record to
+# the merge's release). Round 3's kernel (H200): 126-128 us; round 2 saw no hang at a 101-us skew
+# in 16 launches (below it) and round 3 5 of 16 at 505 us (above it). Round 4's kernel (the LSE
+# merge's loads issued ahead; measured on an H100): 93.5-96 us, and the 101-us skew, now above
+# it, hung 2 of 16 launches (12%, 95% CI 1.6-38%; the model 23.2%).
+LAYER_HEAD_US = 96.0
 W2_HEAD_US = 5.0      # a W13 tile this late is read by W2 rows that no longer wait for it
 # stale_release: the share of late W13 tiles whose stale SwiGLU outputs move the final state past
 # the tolerance. Fitted to the H200's canary runs at the default preset, 2000 ppm skew over
@@ -56,10 +58,11 @@ W2_HEAD_US = 5.0      # a W13 tile this late is read by W2 rows that no longer w
 # f 0.054-0.077). One stale tile (~1/33 of an expert's channels) moves the output by about the
 # tolerance, so most stale reads stay inside it. Fitted on the default shape only.
 STALE_TILE_MISMATCH = 0.065
-# The skews the strategy draws (cycles at CLOCK_GHZ): 101 us (round 2's, shorter than round 3's
-# 128-us layer head) and 505 us (the preset's, longer): with a single 101-us value explore could
-# never reach the snapshot-epoch hang the H200 showed at 505 us.
-SKEW_CYCLES = (200_000, 1_000_000)
+# The skews the strategy draws (cycles at CLOCK_GHZ): 51 us (shorter than the layer head: the
+# model says no snapshot-epoch hang), 101 us (round 2's; below round 3's head, above round 4's)
+# and 505 us (the preset's). A single 101-us value, below round 3's head, kept explore from ever
+# reaching the snapshot-epoch hang the H200 showed at 505 us.
+SKEW_CYCLES = (100_000, 200_000, 1_000_000)
 
 
 def resolve(params: dict[str, Any]) -> dict[str, Any]:
