@@ -273,24 +273,56 @@ class Family:
 
     def harness_json(self) -> dict[str, Any]:
         """The table as the harness parses it and lists it (`BIN --list`, less `hz_protocol`)."""
-        return {"family": self.name, "summary": self.summary,
-                "params": [p.harness_json() for p in self.params],
-                "variants": [{"name": v.name, "role": v.role, "description": v.description,
-                              "params": dict(v.params)} for v in self.variants],
-                "counters": list(self.counters)}
+        return _harness_json(self.name, self.summary, self.params, self.variants, self.counters)
 
     def table_header(self) -> str:
         """The generated C++ header embedding this table (`hz_family_table.h`)."""
-        text = json.dumps(self.harness_json(), separators=(",", ":"))
-        if f"){_RAW_DELIMITER}\"" in text:
-            raise FamilyTableError(f"{self.name}: the table text contains the raw-string delimiter")
-        origin = f"standalone/{self.source_dir or self.name}/{TABLE_FILE}"
-        return (f"// {HEADER_NAME} -- GENERATED from {origin} by hazards.family; do not edit.\n"
-                "// The harness parses it at startup (hz::FamilyTable, standalone/common/harness.h).\n"
-                "#pragma once\n"
-                "namespace hz {\n"
-                f'inline constexpr const char* kFamilyTableJson = R"{_RAW_DELIMITER}({text}){_RAW_DELIMITER}";\n'
-                "}  // namespace hz\n")
+        return _table_header(self.name, self.source_dir, self.harness_json())
+
+    def build_binary(self, *, target: str | None = None, defines: Mapping[str, Any] | None = None) -> Path:
+        """Build (or take from the per-user cache) this family's harness binary for `target`
+        (default sm_90a); `defines` are extra -D flags (HZ_PROFILER for a profiled build),
+        part of the cache key. UserError for a family with no runtime binary."""
+        return build_harness(self.source_dir or self.name, target=target, defines=defines)
+
+
+def _harness_json(name: str, summary: str, params: tuple[Param, ...], variants: tuple[Variant, ...],
+                  counters: tuple[str, ...]) -> dict[str, Any]:
+    return {"family": name, "summary": summary, "params": [p.harness_json() for p in params],
+            "variants": [{"name": v.name, "role": v.role, "description": v.description, "params": dict(v.params)}
+                         for v in variants],
+            "counters": list(counters)}
+
+
+def _table_header(name: str, source_dir: str, harness_json: dict[str, Any]) -> str:
+    text = json.dumps(harness_json, separators=(",", ":"))
+    if f"){_RAW_DELIMITER}\"" in text:
+        raise FamilyTableError(f"{name}: the table text contains the raw-string delimiter")
+    origin = f"standalone/{source_dir or name}/{TABLE_FILE}"
+    return (f"// {HEADER_NAME} -- GENERATED from {origin} by hazards.family; do not edit.\n"
+            "// The harness parses it at startup (hz::FamilyTable, standalone/common/harness.h).\n"
+            "#pragma once\n"
+            "namespace hz {\n"
+            f'inline constexpr const char* kFamilyTableJson = R"{_RAW_DELIMITER}({text}){_RAW_DELIMITER}";\n'
+            "}  // namespace hz\n")
+
+
+def build_harness(folder: str, *, target: str | None = None, defines: Mapping[str, Any] | None = None) -> Path:
+    """Build (or take from the per-user cache) the harness binary of the table in
+    `standalone/<folder>/`, its table embedded as the generated header: what a family's
+    binary is, needing only the table (a reference megakernel's package builds through
+    this without the catalog above it)."""
+    from hazards.engine import toolchain
+    from hazards.engine.build import build_family
+    from hazards.kernel_sources import family_dir, standalone_dir
+
+    t = read_table(family_dir(folder) / TABLE_FILE)
+    if not t["binary"]:
+        raise UserError(f"family {t['name']!r} has no runtime binary (static checks only)")
+    header = _table_header(t["name"], t["source_dir"],
+                           _harness_json(t["name"], t["summary"], t["params"], t["variants"], t["counters"]))
+    return build_family(standalone_dir(), t["source_dir"], t["binary"], target=target or toolchain.SM90A,
+                        defines=dict(defines) if defines else None, generated={HEADER_NAME: header})
 
 
 # ------------------------------------------------------------------- the table file --

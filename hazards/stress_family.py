@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.family import HEADER_NAME, Family, StaticVerdict, Variant
-from hazards.engine.build import build_family
+from hazards.family import Family, StaticVerdict, Variant
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign
 from hazards.engine.loop import WorkItem, default_target_factory
 from hazards.engine.outcome import Outcome, RunResult
@@ -47,16 +46,9 @@ def expectation(variant: Variant, oracle: str = "stress", hazardous: bool = Fals
 
 
 def family_binary(family: Family, *, target: str = toolchain.SM90A, defines: dict[str, Any] | None = None) -> Path:
-    """Build (or reuse from the cache) the family's binary for `target`; `defines` are extra
-    compile-time -D flags (e.g. HZ_PROFILER for a profiled build), part of the cache key."""
-    if not family.binary:
-        from hazards.engine.errors import UserError
-
-        raise UserError(f"family {family.name!r} has no runtime binary (static checks only)")
-    from hazards.kernel_sources import standalone_dir
-
-    return build_family(standalone_dir(), family.source_dir or family.name, family.binary, target=target,
-                        defines=defines, generated={HEADER_NAME: family.table_header()})
+    """Build (or reuse from the cache) the family's binary for `target` (`Family.build_binary`);
+    `defines` are extra compile-time -D flags (HZ_PROFILER for a profiled build), part of the key."""
+    return family.build_binary(target=target, defines=defines)
 
 
 def tripwire_names(family: Family) -> str | None:

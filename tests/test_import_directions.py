@@ -52,12 +52,7 @@ CATALOG_AND_GLUE = ("hazards.families", "hazards.strategies", "hazards.stress_fa
                     "hazards.cli", "hazards.gates", "hazards.explore", "hazards.static_catalog")
 
 
-@pytest.mark.parametrize("package", [
-    "ragged_decode",
-    pytest.param("megakernel_layers", marks=pytest.mark.xfail(
-        strict=True, reason="not done yet: faithful.py's Faithful.binary builds through "
-                            "hazards.families + hazards.stress_family")),
-])
+@pytest.mark.parametrize("package", ["ragged_decode", "megakernel_layers"])
 def test_a_reference_megakernel_package_imports_neither_the_catalog_nor_its_glue(package):
     root = REPO / "hazards" / package
     bad = {}

@@ -147,11 +147,9 @@ class Faithful:
 
     def binary(self, defines: tuple[tuple[str, int], ...]) -> Path:
         if defines not in self.builds:
-            from hazards.families import get_family
-            from hazards.stress_family import family_binary
+            from hazards.family import build_harness  # the table's binary: no arrow up into the catalog
 
-            self.builds[defines] = family_binary(get_family("megakernel_layers"),
-                                                 defines={"HZ_PROFILER": 1, **dict(defines)})
+            self.builds[defines] = build_harness("megakernel_layers", defines={"HZ_PROFILER": 1, **dict(defines)})
         return self.builds[defines]
 
     def _server(self, defines: tuple[tuple[str, int], ...]) -> subprocess.Popen:

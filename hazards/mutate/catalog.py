@@ -58,7 +58,7 @@ def commands(family: str, variants: list[str], launches: int) -> tuple[str, str]
 def _build(family: str, tree: str, out: str) -> None:
     from hazards.engine.build import build_family
     from hazards.families import get_family
-    from hazards.stress_family import HEADER_NAME
+    from hazards.family import HEADER_NAME
 
     fam = get_family(family)
     exe = build_family(Path(tree), fam.source_dir or fam.name, fam.binary, target=toolchain.SM90A,
