@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -57,9 +58,19 @@ def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     except subprocess.TimeoutExpired as e:
         raise UserError(f"{what} timed out after {toolchain.COMPILE_TIMEOUT_S:g} s: {' '.join(cmd)}") from e
     if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise UserError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        first = next((ln for ln in lines if DIAGNOSTIC_ERROR.search(ln)), None)
+        tail = lines[-15:]
+        if first is not None and first not in tail:  # the first error, however long the log
+            tail = [first, "...", *tail]
+        raise UserError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n" + "\n".join(tail))
     return proc
+
+
+# A compiler's error line (not a source line quoted under it): clang `file:1:2: error:`,
+# `clang-19: error:`, nvcc `file(12): error:`, `nvcc fatal`.
+DIAGNOSTIC_ERROR = re.compile(r"^(?:\S.*?:\d+:\d+: (?:fatal )?error: |\S.*?\(\d+\): (?:catastrophic )?error: |"
+                              r"clang(?:-\d+)?: error: |nvcc (?:fatal|error))")
 
 
 def _cached_build(tool: str, args: list[str], source: Path, suffix: str, label: str,

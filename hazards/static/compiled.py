@@ -31,7 +31,7 @@ from typing import Iterable, Sequence
 from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.static import amdgcn, amdgcn_isa as isa, amdgcn_sync, checks, cscan, sass
 from hazards.engine import toolchain
-from hazards.static.compile import compile_amdgcn, compile_cubin, disassemble, run_tool
+from hazards.static.compile import DIAGNOSTIC_ERROR, compile_amdgcn, compile_cubin, disassemble, run_tool
 from hazards.static.findings import Finding
 from hazards.static.userbuild import (CompileDatabase, Entry, device_lib_args, hip_device_args,
                                       source_flags)
@@ -197,7 +197,7 @@ def check_job(job: CompileJob) -> list[Finding]:
         raise  # not a compile failure: check_jobs names the missing tool
     except UserError as e:
         lines = str(e).splitlines()
-        first = next((ln for ln in lines[1:] if "error:" in ln),
+        first = next((ln for ln in lines[1:] if DIAGNOSTIC_ERROR.search(ln)),
                      next((ln for ln in lines[1:] if "error" in ln), lines[0]))
         return [checks.COMPILE_FAILED.finding(str(job.source), 0,
                                               f"not checked for {job.arch}: {first.strip()}")]

@@ -417,3 +417,12 @@ def test_a_users_rocm_is_used_for_hip_builds_and_a_missing_one_is_a_one_line_err
     assert old.returncode == 3 and "[compile-failed]" in old.stdout and "device library for gfx942" in old.stdout
     bad = hazards("static", "--compile", str(src), "--rocm-path", str(tmp_path / "absent"))
     assert bad.returncode == 2 and "--rocm-path" in bad.stderr and "not a folder" in bad.stderr
+
+
+@requires_hip
+def test_a_compile_failure_names_the_compilers_first_error_not_a_quoted_line_or_a_late_one(tmp_path):
+    later = "".join(f"__global__ void w{k}(int* p) {{ p[0] = later{k}; }}\n" for k in range(12))  # 36 lines of log
+    src = HEAD + '__global__ void k(int* p) { const char* s = "error: not this"; p[0] = nope + *s; }\n' + later
+    (f,) = check(tmp_path, src)
+    assert f.check == "compile-failed"
+    assert "use of undeclared identifier 'nope'" in f.message and "not this" not in f.message
