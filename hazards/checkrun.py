@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hazards.family import Family, Variant
-from hazards.stress_family import expectation, variant_item
+from hazards.stress_family import preset_expectation, variant_item
 from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError
 from hazards.engine.campaign import LeasedCampaign
 from hazards.engine.loop import TargetFactory, WorkItem, default_target_factory
@@ -264,7 +264,7 @@ def gpu_variants(family: Family) -> list[Variant]:
     """The variants a GPU check runs: canaries that stress should detect, and clean ones."""
     if not family.binary:
         return []
-    return [v for v in family.variants if expectation(v, "stress") is not None]
+    return [v for v in family.variants if preset_expectation(family, v) is not None]
 
 
 def default_items_for(family: Family, variants: list[Variant]) -> list[WorkItem]:
@@ -352,7 +352,7 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
     names = ", ".join(f"{f.name}/{v.name}" for f, v in wanted)
     if "gpu" in parts:
         res.gpu_note = f"GPU checks SKIPPED (--skip gpu): {names}" if wanted else ""
-        res.verdicts = [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), skipped("--skip gpu"))
+        res.verdicts = [VariantVerdict.of(f.name, v.name, preset_expectation(f, v), skipped("--skip gpu"))
                         for f, v in wanted]
         return res
     if not wanted:
@@ -364,14 +364,14 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
     if not lease_candidates():
         why = "no usable GPU (NVML/nvidia-smi found none, or CUDA_VISIBLE_DEVICES is empty)"
         res.gpu_note = f"GPU checks NOT RUN: {why}; pass --skip gpu to check the static part only; not run: {names}"
-        res.verdicts = [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), not_judged(why))
+        res.verdicts = [VariantVerdict.of(f.name, v.name, preset_expectation(f, v), not_judged(why))
                         for f, v in wanted]
         return res
     items: list[WorkItem] = []
     for f, built in family_builds([f for f in fams if gpu_variants(f)], gpu_variants, items_for or default_items_for,
                                   observer):
         if isinstance(built, UserError):  # a family that cannot be built is an error of that family
-            res.verdicts += [VariantVerdict.of(f.name, v.name, expectation(v, "stress"), not_judged(str(built)))
+            res.verdicts += [VariantVerdict.of(f.name, v.name, preset_expectation(f, v), not_judged(str(built)))
                              for v in gpu_variants(f)]
         else:
             items.extend(built)

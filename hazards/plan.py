@@ -74,11 +74,11 @@ def _visible_gpus() -> list[str]:
 
 
 def _family_items(fam: Family, variants: Iterable[Any]) -> list[PlannedItem]:
-    from hazards.stress_family import expectation
+    from hazards.stress_family import preset_expectation
 
     out = []
     for v in variants:
-        expect = expectation(v, "stress")
+        expect = preset_expectation(fam, v)
         out.append(PlannedItem(f"{fam.name}/{v.name}", "family launch server", _expect_label(
             expect.value if expect else None), fam.timeout_s))
     return out

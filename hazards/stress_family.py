@@ -45,6 +45,14 @@ def expectation(variant: Variant, oracle: str = "stress", hazardous: bool = Fals
     return None if hazardous else Expect.CLEAN
 
 
+def preset_expectation(family: Family, variant: Variant, oracle: str = "stress") -> Expect | None:
+    """`expectation` at the variant's preset, as the static model judges it: what
+    `variant_item` puts on the variant's work item, for the places that name a variant
+    without making its item (check's list of GPU variants, its skipped and not-judged rows,
+    the dry-run plan)."""
+    return expectation(variant, oracle, family.static_model({"variant": variant.name}).hazardous)
+
+
 def family_binary(family: Family, *, target: str = toolchain.SM90A, defines: dict[str, Any] | None = None) -> Path:
     """Build (or reuse from the cache) the family's binary for `target` (`Family.build_binary`);
     `defines` are extra compile-time -D flags (HZ_PROFILER for a profiled build), part of the key."""
