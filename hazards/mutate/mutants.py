@@ -67,7 +67,7 @@ def mutants_of_text(text: str, path: str, *, operators: Iterable[str] | None = N
     scanned = cscan.scan(text)
     src = Source(text=text, scanned=scanned, asm=cscan.asm_statements(text, scanned),
                  inactive=conditionals.inactive_lines(text, defines))
-    sha = hashlib.sha256(text.encode()).hexdigest()
+    sha = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
     sites: list[Site] = []
     seen: set[tuple[int, int, str]] = set()
     for name in check_operators(operators):

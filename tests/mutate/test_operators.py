@@ -132,3 +132,13 @@ def test_bad_input_is_one_line(tmp_path, args, words):
     res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), *args], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
     assert res.returncode == 2 and words in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_a_source_with_a_non_utf8_byte_lists_its_mutants(tmp_path):
+    # A Latin-1 name in a comment is common in old sources; the file's sha must hash it as it is.
+    src = tmp_path / "k.cu"
+    src.write_bytes(b"// author: Jos\xe9\n__global__ void k(int* d, int* f){ d[0] = 1; __threadfence(); atomicExch(f, 1); }\n")
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), "--list"], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "remove-fence@2" in res.stdout
