@@ -84,6 +84,22 @@ def _family_items(fam: Family, variants: Iterable[Any]) -> list[PlannedItem]:
     return out
 
 
+def _launch_servers_unbuildable(fams: list[Family], consequence: str) -> list[tuple[str, str]]:
+    """A skipped line when the compiler of the families' launch servers is missing (a plan
+    that said "skipped: nothing" there would hide what stops the real command)."""
+    from hazards.engine import toolchain
+    from hazards.engine.build import find_compiler
+
+    servers = [f.name for f in fams if f.binary]
+    if not servers:
+        return []
+    try:
+        find_compiler(toolchain.SM90A)
+    except ToolchainMissing as e:
+        return [(f"launch servers of {', '.join(servers)}", f"cannot be built ({e}): {consequence}")]
+    return []
+
+
 def _fmt(seconds: float) -> str:
     from hazards.cli.progress import format_duration
 
@@ -130,6 +146,7 @@ def soak_plan(selection: SoakSelection | None, *, budget_s: float, allocation: s
         items = [i for f in selection.families for i in _family_items(f, f.variants)]
         items += [PlannedItem(t.key, t.kind, _expect_label(t.expect), t.timeout_s) for t in selection.targets]
         families = selection.families
+        skipped += _launch_servers_unbuildable(families, "a real soak stops with this error (exit 2)")
     if not items:
         raise UserError("nothing to soak: no family with a launch server selected and no --targets")
     explore_s = budget_s * explore if families else 0.0
@@ -221,6 +238,9 @@ def check_plan(*, budget_s: float, families: list[str], paths: Iterable[str], pa
         if not gpus:
             skipped.append((f"GPU checks of {len(wanted)} variants", "no usable GPU now: not judged (exit 3) "
                             "unless --skip gpu"))
+        if "nvcc" not in skip_tools:
+            skipped += _launch_servers_unbuildable([f for f in fams if gpu_variants(f)],
+                                                   "their variants are not judged (exit 3) unless --skip gpu")
         replay = _known_points([f for f in fams if gpu_variants(f)], database_dir(resolve_path(store_path)))
         if replay:
             budget.append(f"GPU part: {1 - REPLAY_SHARE:.0%} to the variants (canaries until detected or their "

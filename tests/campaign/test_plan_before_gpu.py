@@ -176,3 +176,18 @@ def test_check_dry_run_names_a_missing_tool_per_target_and_a_skipped_one(no_gpu,
     assert rc == 0
     assert "tool clang for gfx942: not found" in out and "tool clang for gfx950: not found" in out
     assert "unless --skip clang" in out and "tool nvcc: --skip" in out
+
+
+def test_dry_runs_name_a_missing_launch_server_compiler_instead_of_skipping_nothing(no_gpu, catalog, tmp_path,
+                                                                                   capsys, monkeypatch):
+    # Without nvcc a real soak stops at its first build and a real check judges no variant:
+    # a plan saying "skipped: nothing" would hide that.
+    monkeypatch.setenv("HZ_NVCC", str(tmp_path / "no-nvcc"))
+    rc = main(["soak", "--dry-run", "--families", "fakefam", "--store", str(tmp_path / "r.db")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "launch servers of fakefam: cannot be built (nvcc not found" in out, out
+    assert "a real soak stops with this error (exit 2)" in out
+    rc = main(["check", "--dry-run", "--skip", "static", "--store", str(tmp_path / "r.db")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "launch servers of fakefam: cannot be built (nvcc not found" in out, out
+    assert "their variants are not judged (exit 3)" in out
