@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The layered megakernel's optimisation campaign, one GPU, <= BUDGET s of script time.
-#     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|all]
+#     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|all|rest]
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -14,7 +14,8 @@
 #     production;
 #   * snapshot_epoch at the 101-us skew (the layer head the model assumes moves with the campaign);
 #   * the per-task profile of production (where the step goes now);
-#   * `all`: the ragged-decode regression, the family's clean variants and corruption canaries
+#   * `rest` skips everything above but the production build (what a `gate` round left out);
+#   * `all`/`rest`: the ragged-decode regression, the family's clean variants and corruption canaries
 #     (acceptance bench), its hang classes (one run each), bench/tripwire_overhead.py, then
 #     hazards check on the family with the time left (>= 45 s, else skipped and said so).
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
@@ -64,6 +65,7 @@ python3 -c "import torch; print('torch', torch.__version__)"
 echo "sources sha256 $(cat standalone/megakernel_layers/* standalone/include/*.h ci/gpu/layers-campaign.sh | sha256sum | cut -c1-16)"
 } | tee "$W/env.txt"
 
+if [ "$WHAT" != rest ]; then
 log "torch.compile warm-up (background) and builds (parallel)"
 timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-timeout 100 \
   > "$W/compile_warmup.txt" 2>&1 &
@@ -120,6 +122,12 @@ log "per-task profile of production"
 timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --launches 5 \
   --out "$W/profile" > "$W/profile.txt" 2>&1
 echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+else  # rest: what a gate-mode round left out, on the production build alone
+  log "build: production"
+  build plain None
+  BIN=$(tail -1 "$W/build_plain.txt")
+  [ -x "$BIN" ] || { log "BUILD FAILED"; tail -5 "$W"/build_*.txt; }
+fi
 
 if [ "$WHAT" != gate ]; then
   log "ragged decode regression"
@@ -157,6 +165,6 @@ for f in d.get('failures', [])[:1]:
   fi
 fi
 log "done"
-cp "$W/perf.txt" "$W/env.txt" "$R/" 2>/dev/null
+cp "$W/perf.txt" "$W/env.txt" "$W/console.log" "$R/" 2>/dev/null
 tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign
 ls -la "$R"
