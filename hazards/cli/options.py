@@ -85,7 +85,7 @@ ForensicsOption = Annotated[bool, typer.Option(
 HangBudgetOption = Annotated[float, typer.Option("--hang-budget", help="Seconds the on-hang collectors may take per hang.")]
 ForensicsShareOption = Annotated[float, typer.Option(
     "--forensics-share", help="The most of the campaign's budget (or of its runs' timeouts) all hangs' "
-                              "collectors may take together, 0-1; never less than one hang budget.")]
+                              "collectors may take together, 0-1 (the campaign's first full collection may exceed it).")]
 StallOption = Annotated[str, typer.Option(
     "--stall", help="A run that showed progress (HZ_PROGRESS lines, a family's heartbeat, its tripwire: "
                     "docs/stall.md) and then none for this long is a hang, long before --timeout: a duration "

@@ -20,7 +20,7 @@ from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, Cam
                                  progress_interval, runs_option, timeout_option, variant_option)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
-from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
+from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, REPRO_SHARE
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.sources import MAX_ERRORS_IN_A_ROW
 from hazards.engine.stall import FAMILY_STALL_S, StallPolicy
@@ -44,7 +44,7 @@ with -lineinfo) and the kind of wait, py-spy (the package's forensics extra) or 
 threads' stacks, NVML and dmesg the GPU's state; hang.md in the run's artifacts says it in one
 sentence, which is also the run's reason. With --keep-going, a later hang at a location already
 seen gets only a py-spy summary; all hangs together take at most `--forensics-share` of the
-runs' timeouts (at least one hang budget).
+runs' timeouts (the first full collection excepted).
 
 The program runs on one leased GPU (CUDA_VISIBLE_DEVICES set to it, NVML telemetry and Xid
 events of that GPU per run); on a machine with no GPU it runs as it is.
@@ -170,7 +170,7 @@ def repro_command(
     keep_tripwire: bool = typer.Option(False, "--keep-tripwire", help="Keep the raw tripwire file of clean runs too."),
     forensics: ForensicsOption = True,
     hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
-    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
+    forensics_share: ForensicsShareOption = REPRO_SHARE,
     lease: LeaseFlags = LeaseFlags(),  # --store, --lease-dir, --wait, --exclusive
     name: CampaignNameOption = None,
     json_out: JsonOption = False,

@@ -379,8 +379,10 @@ def _slim(result: dict[str, Any]) -> dict[str, Any]:
 
 def hang_markdown(result: dict[str, Any], target: str = "") -> str:
     """hang.md: the sentence, then device, host, system, tripwire and collector times."""
-    lines = [f"# Hang{': ' + target if target else ''} (pid {result.get('pid')})", "",
-             result["sentence"] or "where it hangs was not read (see Forensics)", ""]
+    tw = result.get("tripwire")
+    headline = result["sentence"] or (f"tripwire: {tw['sentence']}" if tw and tw.get("sentence") else
+                                      "where it hangs was not read (see Forensics)")
+    lines = [f"# Hang{': ' + target if target else ''} (pid {result.get('pid')})", "", headline, ""]
     plan = result.get("plan") or {}
     lines += ["## Forensics", f"{result.get('level', FULL)}: {plan.get('why') or 'every collector'}"
               + (f" (budget {plan['budget_s']:.1f} s)" if plan.get("budget_s") else ""), ""]
@@ -411,8 +413,9 @@ def hang_markdown(result: dict[str, Any], target: str = "") -> str:
         lines.append("no host stacks read")
     lines += ["", "## System"] + (describe_system(result["system"]) if result.get("system")
                                   else [f"not read ({result.get('level', FULL)})"])
-    tw = result.get("tripwire")
-    if tw:
+    if tw and result.get("level", FULL) != FULL:  # the debugger did not look: nothing to compare
+        lines += ["", "## Tripwire", "", tw.get("sentence") or "—"]
+    elif tw:
         lines += ["", "## Tripwire and debugger, side by side", "", "| tripwire | debugger |", "|---|---|",
                   f"| {tw.get('sentence') or '—'} | {'; '.join(dev.get('sentences', [])[:3]) or '—'} |", "",
                   tw.get("agreement", "")]

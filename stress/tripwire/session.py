@@ -169,7 +169,10 @@ def collect_on_hang(ctx: Any) -> dict[str, Any] | None:
         names = _names_by_path.get(path)
     first_raw = _read(path)
     first = decode(first_raw, path)
-    time.sleep(SECOND_SNAPSHOT_S)
+    # The gap fits the hang's collector budget (a summary under a campaign's forensics cap may
+    # have less than a second; the other half is for the diagnosis and the later collectors).
+    remaining = ctx.remaining() if hasattr(ctx, "remaining") else float("inf")
+    time.sleep(min(SECOND_SNAPSHOT_S, max(0.05, (remaining - 0.1) / 2)))
     second_raw = _read(path)
     second = decode(second_raw, path)
     diag = analyze(first, second, names, live=True)

@@ -120,7 +120,7 @@ def _levels(db: Path, campaign_id: int = 1) -> list[str]:
 @needs_ptrace
 def test_each_new_stuck_location_gets_one_full_collection_and_repeats_a_summary(tmp_path, capsys):
     db = tmp_path / "r.db"
-    main(["run", "-n", "4", "--timeout", "0.8", "--store", str(db), "--",
+    main(["run", "-n", "4", "--timeout", "0.8", "--forensics-share", "1", "--store", str(db), "--",
           sys.executable, str(HUNG_TWO_PLACES), str(tmp_path / "counter")])
     # run 2 hangs elsewhere: its summary saw a location new for the item and went on to the full collection
     assert _levels(db) == [FULL, FULL, SUMMARY, SUMMARY]
@@ -138,14 +138,31 @@ def test_each_new_stuck_location_gets_one_full_collection_and_repeats_a_summary(
 @needs_ptrace
 def test_a_run_campaign_keeps_its_forensics_within_the_cap(tmp_path):
     db = tmp_path / "r.db"
-    # 8 runs x 0.4 s timeout: a 3.2 s base, 10% of it below one 0.8 s hang budget: the cap is 0.8 s
-    main(["run", "-n", "8", "--timeout", "0.4", "--hang-budget", "0.8", "--store", str(db), "--",
+    # 12 runs x 0.5 s timeout: a 6 s base, 10% of it: 0.6 s for all hangs but the first full collection
+    main(["run", "-n", "12", "--timeout", "0.5", "--hang-budget", "3", "--store", str(db), "--",
           sys.executable, str(HUNG_PY)])
     with Store(db) as s:
         f = s.campaign(1).spec["forensics"]
-    assert f["cap_s"] == 0.8 and f["hangs"] == 8 and f["spent_s"] <= f["cap_s"] + 0.1, f
+    assert f["hangs"] == 12 and f["cap_s"] == max(0.6, f["cap_s"]) and f["spent_s"] <= f["cap_s"] + 0.1, f
     levels = _levels(db)
-    assert levels[0] == FULL and FULL not in levels[1:] and levels.count(NONE) == f["none"]
+    assert levels[0] == FULL and FULL not in levels[1:] and levels.count(NONE) == f["none"] > 0
+
+
+def test_a_campaign_whose_share_is_below_one_hang_budget_gets_its_first_look_and_no_more():
+    """The first full collection may take a whole hang budget; after it, the share holds (the cap
+    once floored at one hang budget let a 40 s soak spend 46% of it on forensics)."""
+    policy = ForensicsPolicy(hang_budget_s=2.0, share=0.1)
+    slow = _Slow(0.5)
+    register_on_hang(slow, order=100)
+    set_hang_policy(policy)
+    try:
+        policy.begin(3.0)  # 10%: 0.3 s, less than the first collection's 0.5 s
+        levels = [_hang(policy, t)[0] for t in ["a", "b", "a", "c"]]
+    finally:
+        set_hang_policy(None)
+        unregister_on_hang(slow)
+    assert levels == [FULL, NONE, NONE, NONE]
+    assert 0.45 <= policy.first_full_s <= policy.spent_s <= 0.6
 
 
 @needs_py_spy
@@ -255,3 +272,14 @@ def test_a_hang_without_forensics_still_leaves_a_hang_md_saying_why(tmp_path):
     md = (tmp_path / "hang.md").read_text()
     assert "none: a canary whose hang is already located" in md
     assert json.loads((tmp_path / "hang.json").read_text())["level"] == NONE
+
+
+def test_a_summary_hang_md_leads_with_the_tripwire_and_compares_nothing():
+    """A summary ran the tripwire but no debugger: hang.md says what the tripwire saw, without a
+    side-by-side table whose debugger column would read as 'found nothing'."""
+    from hazards.engine.forensics.collector import hang_markdown
+
+    md = hang_markdown({"pid": 7, "level": SUMMARY, "sentence": "", "plan": {"why": "summary only"},
+                        "tripwire": {"sentence": "1056 workers wait at barrier GRID", "agreement": "not compared"}})
+    assert md.split("\n")[2] == "tripwire: 1056 workers wait at barrier GRID"
+    assert "## Tripwire\n\n1056 workers wait at barrier GRID" in md and "side by side" not in md
