@@ -120,7 +120,9 @@ def _repro(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
 @needs_ptrace
 def test_repro_reports_where_a_python_program_hangs_and_stats_groups_the_hangs(tmp_path):
     store = tmp_path / "r.db"
-    r = _repro("--timeout", "1", "--keep-going", "--max-runs", "2", "--",
+    # two 1 s runs are a 2 s campaign: the whole of it for forensics, so that the second hang's
+    # summary fits whatever the first full collection took on a loaded machine
+    r = _repro("--timeout", "1", "--keep-going", "--max-runs", "2", "--forensics-share", "1", "--",
                sys.executable, str(PROGRAMS / "hung_python.py"), store=store)
     assert r.returncode == 1, r.stderr
     assert "run 1: hang — timed out after 1s: host: MainThread waits in" in r.stdout
