@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.engine.errors import UserError
+from hazards.engine.errors import EXIT_NOT_JUDGED, UserError
 from hazards.engine.loop import WorkItem
 from hazards.engine.stats import describe_rate
 from hazards.mutate.mutants import Mutant
@@ -191,6 +191,13 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
                         until_fail=True, campaign_id=base_id)
     per_run_s = max(0.05, (time.monotonic() - t_run) / max(1, base.counts.get("clean", 0) or 1))
     bad = {k: v for k, v in base.counts.items() if k != "clean" and v}
+    if bad and set(bad) == {"error"}:  # nothing ran its work (no usable GPU, a missing program): not the test's fault
+        first = next(frame.store.iter_runs(base_id), None)
+        why = " ".join((base.stop_reason or (first.result.reason if first else "") or "no reason stored").split())
+        err = UserError(f"could not judge: the test's runs on the unmutated sources ended only in error "
+                        f"({why[:300]}; campaign {base_id}): no mutant can be judged")
+        err.exit_code = EXIT_NOT_JUDGED
+        raise err
     if bad:
         raise UserError(f"the test is not clean on the unmutated sources ({bad}, campaign {base_id}): "
                         "a mutant can only be judged against a test that passes")

@@ -105,3 +105,18 @@ def test_a_test_that_fails_on_the_original_is_refused(tmp_path):
                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
     assert res.returncode == 2 and "not clean on the unmutated sources" in res.stderr, res.stderr
     assert sorted(p.name for p in project.iterdir()) == ["kernel.cu"]
+
+
+def test_a_test_that_cannot_run_on_the_original_is_could_not_judge_not_bad_input(tmp_path):
+    # Every run an error (here an import error; on a machine without a GPU, every family's run):
+    # nothing judged the original, so the command could not judge (exit 3) and says why.
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "kernel.cu").write_text("void f(){ __threadfence(); }\n")
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--test",
+                          f"{sys.executable} -c 'import no_such_module_here'", "--timeout", "30",
+                          "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    assert res.returncode == 3 and "could not judge" in res.stderr and "no_such_module_here" in res.stderr, res.stderr
+    assert res.stderr.count("hazards: error:") == 1 and "Traceback" not in res.stderr
+    assert sorted(p.name for p in project.iterdir()) == ["kernel.cu"]
