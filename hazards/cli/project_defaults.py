@@ -62,6 +62,17 @@ def _value(path: Path, where: str, key: str, value: Any) -> Any:
     return str((path.parent / value)) if key == "store" else value
 
 
+def _chosen(command: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """The values `command` has options for; for a group (`hazards store`, `hazards gate`),
+    nested per subcommand, as click looks a subcommand's defaults up in its group's map."""
+    subcommands = getattr(command, "commands", None)
+    if subcommands:
+        nested = {sub: _chosen(c, values) for sub, c in subcommands.items()}
+        return {sub: m for sub, m in nested.items() if m}
+    params = {p.name for p in getattr(command, "params", ())}
+    return {KEYS[k]: v for k, v in values.items() if KEYS[k] in params}
+
+
 def default_map(commands: dict[str, Any], start: Path | None = None) -> dict[str, dict[str, Any]]:
     """click's default_map for `commands` (name -> click command): for each command, the
     file's values for the options it has (its own table over the shared one)."""
@@ -76,8 +87,7 @@ def default_map(commands: dict[str, Any], start: Path | None = None) -> dict[str
         if not isinstance(own, dict):
             own = {}
         values = {**shared, **{k: _value(path, f"[tool.hazards.{name}]", k, v) for k, v in own.items()}}
-        params = {p.name for p in getattr(command, "params", ())}
-        chosen = {KEYS[k]: v for k, v in values.items() if KEYS[k] in params}
+        chosen = _chosen(command, values)
         if chosen:
             result[name] = chosen
     unknown = [k for k, v in table.items() if isinstance(v, dict) and k not in commands]

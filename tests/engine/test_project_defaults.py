@@ -67,3 +67,11 @@ def test_a_pyproject_without_the_table_is_not_the_projects(tmp_path):
     (cwd.parent / "pyproject.toml").write_text('[project]\nname = "inner"\n')
     res = hazards("stats", cwd=cwd, env={"HZ_STORE": ""})
     assert f"no results store at {tmp_path / 'outer.db'}" in res.stderr, res.stderr
+
+
+def test_a_subcommand_of_a_group_takes_the_files_store(tmp_path):
+    # `hazards store check` and `hazards gate perf` are subcommands: click looks their
+    # defaults up under the group's name, so the shared table must reach them nested.
+    cwd = _project(tmp_path, '[tool.hazards]\nstore = "project.db"\n')
+    res = hazards("store", "check", cwd=cwd, env={"HZ_STORE": ""})
+    assert res.returncode == 2 and f"no results store at {tmp_path / 'project.db'}" in res.stderr, res.stderr
