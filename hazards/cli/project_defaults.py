@@ -58,7 +58,7 @@ def _value(path: Path, where: str, key: str, value: Any) -> Any:
             raise UserError(f"{path}: {where}.{key} must be a name or a list of names, got {value!r}")
         return items
     if not isinstance(value, str) or not value:
-        raise UserError(f"{path}: {where}.{key} must be a string, got {value!r}")
+        raise UserError(f"{path}: {where}.{key} must be a non-empty string, got {value!r}")
     return str((path.parent / value)) if key == "store" else value
 
 

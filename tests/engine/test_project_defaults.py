@@ -52,6 +52,7 @@ def test_the_file_value_is_the_default_that_help_shows(tmp_path):
 @pytest.mark.parametrize("text, words", [
     ('[tool.hazards]\nbudgte = "3m"\n', "unknown key 'budgte'"),
     ('[tool.hazards]\nfamilies = [1, 2]\n', "must be a name or a list of names"),
+    ('[tool.hazards]\nbudget = ""\n', "budget must be a non-empty string, got ''"),
     ('[tool.hazards.chek]\nbudget = "3m"\n', "[tool.hazards.chek] names no command"),
     ('[tool.hazards\n', "not a readable TOML file"),
 ])
