@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# One worker runs this module: the wheel (module-scoped) is built once per session, not per worker.
+pytestmark = pytest.mark.xdist_group("wheel")
 SHIPPED = ("pyproject.toml", "README.md", "hazards", "stress", "standalone")
 
 

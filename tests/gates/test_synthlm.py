@@ -95,8 +95,16 @@ def tiny_cache(tmp_path_factory):
         os.environ["HZ_CACHE_DIR"] = old
 
 
-def test_training_caches_outside_the_checkout_and_reads_against_the_exact_floor(tiny_cache):
-    params, s = train.load_or_train("tiny", "cpu")
+@pytest.fixture(scope="module")
+def tiny_trained(tiny_cache):
+    """The tiny model, trained once for the module: the first load_or_train in its cache.
+    The tests that use it share one xdist worker (their group), so one session trains once."""
+    return train.load_or_train("tiny", "cpu")
+
+
+@pytest.mark.xdist_group("synthlm-tiny")
+def test_training_caches_outside_the_checkout_and_reads_against_the_exact_floor(tiny_cache, tiny_trained):
+    params, s = tiny_trained
     assert not s["cached"] and Path(s["cache"]).is_relative_to(tiny_cache)
     assert not Path(s["cache"]).resolve().is_relative_to(REPO)
     assert s["floor"] < s["eval_loss"] < s["unigram_entropy"]  # learned something, never below the floor
@@ -104,7 +112,8 @@ def test_training_caches_outside_the_checkout_and_reads_against_the_exact_floor(
     assert again["cached"] and again["eval_loss"] == s["eval_loss"]
 
 
-def test_the_harness_gives_every_known_bad_candidate_its_verdict_on_the_tiny_model(tiny_cache, tmp_path):
+@pytest.mark.xdist_group("synthlm-tiny")
+def test_the_harness_gives_every_known_bad_candidate_its_verdict_on_the_tiny_model(tiny_trained, tmp_path):
     result = harness.run("tiny", "cpu", tmp_path, None, ratio=1.0002, max_kl=1e-6)
     got = {r["scenario"]: r["got"] for r in result["scenarios"]}
     assert got == {s: e for s, _, _, e in harness.SCENARIOS}

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hazards.engine.toolchain import find_tool, nvcc_arch_flags
+from hazards.engine.toolchain import find_tool
+from hazards.static.compile import compile_cubin
 from tests.static.static_helpers import requires_nvdisasm
 
 HERE = Path(__file__).resolve().parent
@@ -23,14 +24,11 @@ ROOT = HERE.parents[1]
 MERGE_BATCH = 16  # mkl_kernel.cuh
 
 
-def _sass(tmp_path: Path, step: int) -> dict[str, str]:
+def _sass(step: int) -> dict[str, str]:
     """Each device function's SASS text, for the build MKL_CAMPAIGN_STEP=step."""
-    cubin = tmp_path / f"head_{step}.cubin"
-    cmd = [find_tool("nvcc"), "-cubin", "-O3", *nvcc_arch_flags(), f"-I{ROOT / 'standalone' / 'megakernel_layers'}",
-           f"-I{ROOT / 'standalone' / 'include'}", f"-DMKL_CAMPAIGN_STEP={step}", str(HERE / "head_probe.cu"),
-           "-o", str(cubin)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    cubin = compile_cubin(HERE / "head_probe.cu", defines={"MKL_CAMPAIGN_STEP": step}, label=f"test-head-probe-{step}",
+                          extra_args=(f"-I{ROOT / 'standalone' / 'megakernel_layers'}",
+                                      f"-I{ROOT / 'standalone' / 'include'}")).path  # build cache: keyed by the headers
     text = subprocess.run([find_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
                           check=True).stdout
     funcs, name = {}, None
@@ -62,9 +60,9 @@ def _longest_load_run(sass: str, load: str = r"\bLDG\.") -> int:
 @requires_nvdisasm
 @pytest.mark.parametrize("step, merge_ahead, router_ahead",
                          [(0, False, False), (1, True, False), (2, True, True), (3, True, True)])
-def test_the_head_tasks_issue_their_loads_ahead_from_their_campaign_step(tmp_path: Path, step: int,
+def test_the_head_tasks_issue_their_loads_ahead_from_their_campaign_step(step: int,
                                                                         merge_ahead: bool, router_ahead: bool) -> None:
-    funcs = _sass(tmp_path, step)
+    funcs = _sass(step)
     assert set(funcs) == {"merge_chunks", "router_topk"}, sorted(funcs)
     merge = _longest_load_run(funcs["merge_chunks"])
     router = _longest_load_run(funcs["router_topk"], r"\bLDG\S*\.128\b")  # the weights (16 B), not h

@@ -12,6 +12,9 @@ import pytest
 from hazards.engine import leases
 from hazards.engine.gpus import gpu_available
 
+# One worker runs this module: the two interpreters of `pythons` are built once, not per worker.
+pytestmark = pytest.mark.xdist_group("plugin-pythons")
+
 # A project of a user's own: its `gpu` marker, its `stress` package, and a conftest that
 # records what CUDA_VISIBLE_DEVICES was when conftests were imported.
 USER_PROJECT = {

@@ -20,15 +20,17 @@ PROBE = HERE / "prof_probe.cu"
 SHIM = ROOT / "tests" / "tripwire" / "hip_shim.h"
 
 
-def _ptx(tmp_path: Path, src: Path, on: bool, extra: tuple[str, ...] = ()) -> str:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc not installed: cannot check the emitted PTX")
-    out = tmp_path / f"{src.stem}_{on}.ptx"
-    cmd = [nvcc, "-ptx", "-O3", "-arch=sm_90a", f"-I{INCLUDE}", *extra, str(src), "-o", str(out)]
-    r = subprocess.run(cmd + (["-DHZ_PROFILER"] if on else []), capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return out.read_text()
+def _ptx(src: Path, on: bool) -> str:
+    """The PTX for sm_90a, through the build cache (keyed by every included file): the
+    layered megakernel's two builds cost seconds of CPU each, every session otherwise."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static.compile import compile_ptx
+
+    try:
+        return compile_ptx(src, defines={"HZ_PROFILER": None} if on else None,
+                           label=f"test-{src.stem}-profiler-{on}", extra_args=(f"-I{INCLUDE}",)).text
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot check the emitted PTX: {e}")
 
 
 def _amdgcn(tmp_path: Path, on: bool) -> str:
@@ -49,14 +51,14 @@ def _stores(ptx: str) -> list[str]:
     return re.findall(r"^\s*(st\.\S+)", ptx, re.MULTILINE)
 
 
-def test_ptx_without_profiler_keeps_only_the_kernels_own_store_and_reads_no_clock(tmp_path: Path) -> None:
-    ptx = _ptx(tmp_path, PROBE, on=False)
+def test_ptx_without_profiler_keeps_only_the_kernels_own_store_and_reads_no_clock() -> None:
+    ptx = _ptx(PROBE, on=False)
     assert _stores(ptx) == ["st.global.f32"]
     assert "%globaltimer" not in ptx and "%smid" not in ptx and "atom." not in ptx
 
 
-def test_ptx_with_profiler_claims_a_slot_and_stores_four_words_per_span(tmp_path: Path) -> None:
-    ptx = _ptx(tmp_path, PROBE, on=True)
+def test_ptx_with_profiler_claims_a_slot_and_stores_four_words_per_span() -> None:
+    ptx = _ptx(PROBE, on=True)
     stores = _stores(ptx)
     assert stores.count("st.global.f32") == 1
     records = [s for s in stores if s != "st.global.f32"]
@@ -82,9 +84,9 @@ def test_amdgcn_with_profiler_reads_the_constant_rate_clock_and_claims_atomicall
 MEGAKERNEL = ROOT / "standalone" / "megakernel" / "ragged_decode.cu"
 
 
-def test_the_megakernel_without_profiler_reads_no_clock_and_stores_nothing_extra(tmp_path: Path) -> None:
-    off = _ptx(tmp_path, MEGAKERNEL, on=False)
-    on = _ptx(tmp_path, MEGAKERNEL, on=True)
+def test_the_megakernel_without_profiler_reads_no_clock_and_stores_nothing_extra() -> None:
+    off = _ptx(MEGAKERNEL, on=False)
+    on = _ptx(MEGAKERNEL, on=True)
     assert "%globaltimer" not in off and "%smid" not in off and "atom.global.add.u64" not in off
     claims = len(re.findall(r"atom\.global\.add\.u64", on))
     assert claims == 6  # one per recording site: prologue, attend (x2), merge, fill, worker
@@ -99,9 +101,8 @@ LAYERED_SITES = 8  # QKV, attention chunk, merge, O-projection, router/top-k, W1
 
 
 @pytest.fixture(scope="module")
-def layered_ptx(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    tmp = tmp_path_factory.mktemp("layered_ptx")
-    return _ptx(tmp, LAYERED, on=False), _ptx(tmp, LAYERED, on=True)
+def layered_ptx() -> tuple[str, str]:
+    return _ptx(LAYERED, on=False), _ptx(LAYERED, on=True)
 
 
 def _record_stores(ptx: str) -> list[str]:

@@ -27,13 +27,13 @@ def _tool_or_skip(name: str) -> str:
         pytest.skip(f"cannot check the emitted code: {e}")
 
 
-def _ptx_stores(tmp_path: Path, on: bool) -> list[str]:
-    nvcc = _tool_or_skip("nvcc")
-    out = tmp_path / f"probe_{on}.ptx"
-    cmd = [nvcc, "-ptx", "-O3", *toolchain.nvcc_arch_flags(), f"-I{INCLUDE}", str(PROBE), "-o", str(out)]
-    r = subprocess.run(cmd + (["-DHZ_TRIPWIRE"] if on else []), capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return re.findall(r"^\s*(st\.\S+)", out.read_text(), re.MULTILINE)
+def _ptx_stores(on: bool) -> list[str]:
+    from hazards.static.compile import compile_ptx
+
+    _tool_or_skip("nvcc")
+    ptx = compile_ptx(PROBE, defines={"HZ_TRIPWIRE": None} if on else None, label=f"test-tripwire-probe-{on}",
+                      extra_args=(f"-I{INCLUDE}",)).text  # through the build cache: no nvcc per session
+    return re.findall(r"^\s*(st\.\S+)", ptx, re.MULTILINE)
 
 
 def _amdgcn_stores(tmp_path: Path, on: bool) -> list[str]:
@@ -47,12 +47,12 @@ def _amdgcn_stores(tmp_path: Path, on: bool) -> list[str]:
     return re.findall(r"^\s*((?:global|flat|buffer)_store.*)$", out.read_text(), re.MULTILINE)
 
 
-def test_ptx_without_tripwire_keeps_only_the_kernels_own_store(tmp_path: Path) -> None:
-    assert _ptx_stores(tmp_path, on=False) == ["st.global.f32"]
+def test_ptx_without_tripwire_keeps_only_the_kernels_own_store() -> None:
+    assert _ptx_stores(on=False) == ["st.global.f32"]
 
 
-def test_ptx_with_tripwire_has_volatile_64_bit_and_byte_stores(tmp_path: Path) -> None:
-    stores = _ptx_stores(tmp_path, on=True)
+def test_ptx_with_tripwire_has_volatile_64_bit_and_byte_stores() -> None:
+    stores = _ptx_stores(on=True)
     assert stores.count("st.global.f32") == 1
     tw = [s for s in stores if s != "st.global.f32"]
     assert tw and all(s.startswith("st.volatile.") for s in tw)
