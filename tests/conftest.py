@@ -4,7 +4,18 @@ The plugin is on for this repository through `-p hazards` in pyproject.toml's ad
 entry point when installed, the checkout's package otherwise). `gpu` stays this project's
 own marker name (registered in pyproject.toml); the plugin never acts on a bare `gpu`.
 """
+import signal
+
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A session started with SIGINT ignored (a background job of a non-interactive shell,
+    # `nohup ... &`, some CI runners) hands SIG_IGN to every child, and Python keeps it: the
+    # tests that press Ctrl-C on a `hazards` child then wait out their deadlines (~60 s each,
+    # three of them). The tests' children take Ctrl-C as from a terminal.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
