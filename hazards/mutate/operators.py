@@ -123,6 +123,18 @@ def _instruction_sites(src: Source, op: str, pattern: re.Pattern[str], verb: str
                    f"{verb} asm `{m.group(0).strip()}` (line {line})")
 
 
+def _removal(op: str, calls: re.Pattern[str], instructions: re.Pattern[str]) -> Callable[[Source], Iterator[Site]]:
+    """The operator `op` that deletes each call statement `calls` names and each asm
+    instruction `instructions` matches (remove-fence and remove-barrier differ only there)."""
+
+    def remove(src: Source) -> Iterator[Site]:
+        yield from _call_sites(src, op, calls, "remove")
+        yield from _instruction_sites(src, op, instructions, "remove")
+
+    remove.__name__ = remove.__qualname__ = op.replace("-", "_")
+    return remove
+
+
 _FENCE_CALLS = re.compile(r"\b(?:__threadfence(?:_block|_system)?|__atomic_thread_fence|"
                           r"(?:std::|cuda::(?:std::)?)?atomic_thread_fence|__builtin_amdgcn_fence)\s*\(")
 # An instruction runs to its separator: `;`, an escaped newline (`\\n`), the literal's end.
@@ -130,9 +142,7 @@ _FENCE_ASM = re.compile(r"\b(?:fence\.[a-z_.]+|membar\.[a-z]+|buffer_wbl2|buffer
                         r"[^;\\\"\n]*")
 
 
-def remove_fence(src: Source) -> Iterator[Site]:
-    yield from _call_sites(src, "remove-fence", _FENCE_CALLS, "remove")
-    yield from _instruction_sites(src, "remove-fence", _FENCE_ASM, "remove")
+remove_fence = _removal("remove-fence", _FENCE_CALLS, _FENCE_ASM)
 
 
 _ORDER_CODE = re.compile(r"\b(__ATOMIC_|memory_order_|memory_order::)(ACQUIRE|RELEASE|ACQ_REL|SEQ_CST|"
@@ -177,9 +187,7 @@ _BARRIER_CALLS = re.compile(r"\b(?:__syncthreads|__syncwarp|__builtin_amdgcn_s_b
 _BARRIER_ASM = re.compile(r"\b(?:bar\.sync|barrier\.sync(?:\.aligned)?|bar\.warp\.sync|s_barrier)\b[^;\\\"\n]*")
 
 
-def remove_barrier(src: Source) -> Iterator[Site]:
-    yield from _call_sites(src, "remove-barrier", _BARRIER_CALLS, "remove")
-    yield from _instruction_sites(src, "remove-barrier", _BARRIER_ASM, "remove")
+remove_barrier = _removal("remove-barrier", _BARRIER_CALLS, _BARRIER_ASM)
 
 
 _WAIT_ASM = re.compile(r"\b(cp\.async\.wait_group|cp\.async\.bulk\.wait_group(?:\.read)?|"

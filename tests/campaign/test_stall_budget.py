@@ -25,15 +25,22 @@ REPO = Path(__file__).resolve().parents[2]
 SLACK_S = 5.0  # a loaded CI box: process start-up and the kill, beyond what the rule allows
 
 
-def test_a_soak_whose_server_never_shakes_hands_ends_with_its_budget(fake_gpus, store, tmp_path):
+def _silent_server_targets(tmp_path: Path, **fields: object) -> Path:
+    """A targets file of one server target that starts and never shakes hands (extra
+    `fields` are written as TOML keys, e.g. timeout=600)."""
+    extra = "".join(f"{key} = {value!r}\n" for key, value in fields.items())
     targets = tmp_path / "targets.toml"
     targets.write_text(f"""
 [[target]]
 name = "silent-server"
 kind = "server"
 argv = ["{sys.executable}", "{FAKE_SERVER}", "--handshake", "silent"]
-timeout = 600
-""")
+{extra}""")
+    return targets
+
+
+def test_a_soak_whose_server_never_shakes_hands_ends_with_its_budget(fake_gpus, store, tmp_path):
+    targets = _silent_server_targets(tmp_path, timeout=600)
     with LeasedCampaign.acquire(store, "soak-test", max_gpus=1) as frame:
         t0 = time.monotonic()
         res = run_soak(frame, load_targets(targets), budget_s=3.0)
@@ -146,13 +153,7 @@ def test_hazards_soak_with_a_server_that_never_shakes_hands_keeps_its_10s_budget
     """The issue's case through the command: it ran 69 s (the 60 s default handshake)."""
     from hazards.cli import main
 
-    targets = tmp_path / "targets.toml"
-    targets.write_text(f"""
-[[target]]
-name = "silent-server"
-kind = "server"
-argv = ["{sys.executable}", "{FAKE_SERVER}", "--handshake", "silent"]
-""")
+    targets = _silent_server_targets(tmp_path)
     t0 = time.monotonic()
     main(["soak", "--targets", str(targets), "--no-families", "--budget", "10s", "--max-gpus", "1",
           "--store", str(tmp_path / "r.db"), "--report", str(tmp_path / "soak.html")])

@@ -152,6 +152,21 @@ def _wait_for_runs(db_path, at_least, proc, deadline_s=60):
     raise AssertionError(f"fewer than {at_least} runs stored within {deadline_s} s")
 
 
+def _signal_after_runs(args, db_path, signum, cwd, env, timeout_s):
+    """Start `hazards ARGS`, send it `signum` once its store holds 3 runs, and return its
+    exit status and stderr (it is killed if it outlives `timeout_s`)."""
+    proc = subprocess.Popen([sys.executable, "-m", "hazards", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_runs(db_path, 3, proc)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err
+
+
 def test_sigkill_of_the_supervisor_loses_no_finished_run_and_resume_completes(tmp_path):
     db_path = tmp_path / "r.db"
     log = tmp_path / "started.log"  # one line per run the command actually executed
@@ -192,17 +207,9 @@ def test_sigterm_marks_the_campaign_interrupted_and_exits_cleanly(tmp_path):
     db_path = tmp_path / "r.db"
     env = {k: v for k, v in os.environ.items() if k != "HZ_STORE"}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hazards", "run", "-n", "1000", "--store", str(db_path), "--", "true"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_runs(db_path, 3, proc)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143 and "Traceback" not in err  # 128 + SIGTERM
+    returncode, err = _signal_after_runs(
+        ["run", "-n", "1000", "--store", str(db_path), "--", "true"], db_path, signal.SIGTERM, tmp_path, env, 30)
+    assert returncode == 143 and "Traceback" not in err  # 128 + SIGTERM
     db = sqlite3.connect(db_path)
     assert db.execute("SELECT status FROM campaigns").fetchone()[0] == "interrupted"
 
@@ -277,16 +284,8 @@ def test_ctrl_c_says_interrupted_and_the_exact_resume_command(tmp_path, command)
     env.update(PYTHONPATH=str(REPO), HZ_FAKE_GPUS="0", HZ_LEASE_DIR=str(tmp_path / "leases"))
     args = (["run", "-n", "100000", "--store", str(db_path), "--", "true"] if command == "run" else
             ["soak", "--budget", "10m", "--no-families", "--targets", str(targets), "--store", str(db_path)])
-    proc = subprocess.Popen([sys.executable, "-m", "hazards", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_runs(db_path, 3, proc)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130 and "Traceback" not in err, err
+    returncode, err = _signal_after_runs(args, db_path, signal.SIGINT, tmp_path, env, 60)
+    assert returncode == 130 and "Traceback" not in err, err
     cid = sqlite3.connect(db_path).execute("SELECT id FROM campaigns").fetchone()[0]
     assert "hazards: interrupted; campaign" in err, err
     assert f"`hazards {command} --resume {cid} --store {db_path}`" in err, err
