@@ -99,7 +99,8 @@ def jobs_for_files(sources: Iterable[Path], flags: Sequence[str] = (),
 def jobs_from_database(db: CompileDatabase, only: Iterable[Path] = (),
                        archs: Sequence[str] = ()) -> list[CompileJob]:
     """Jobs for every entry of a compile database (or those of the files in `only`), each
-    for the target its compiler builds (nvcc: sm_90a; hipcc/clang HIP: gfx942)."""
+    for the target its compiler builds (nvcc: sm_90a; hipcc/clang HIP: the command's
+    `--offload-arch` targets, gfx942 when it names none)."""
     wanted = {Path(p).resolve() for p in only}
     jobs = []
     for e in db.entries:
@@ -107,11 +108,30 @@ def jobs_from_database(db: CompileDatabase, only: Iterable[Path] = (),
             continue
         if not e.file.is_file():
             raise UserError(f"{db.path}: {e.file} does not exist")
-        targets = archs or ((toolchain.SM90A,) if e.platform == "nvidia" else (toolchain.GFX942,))
+        targets = archs or ((toolchain.SM90A,) if e.platform == "nvidia" else _offload_archs(e) or (toolchain.GFX942,))
         jobs += [CompileJob(e.file, a, _absolute(_entry_flags(e, a), e.directory)) for a in targets]
     if wanted and not jobs:
         raise UserError(f"{db.path} has no command for {', '.join(map(str, sorted(wanted)))}")
     return jobs
+
+
+def _offload_archs(e: Entry) -> tuple[str, ...]:
+    """The AMD targets a HIP compile command builds (`--offload-arch=gfx950`, `--amdgpu-target=`,
+    `--offload-arch gfx942`; a feature suffix such as `:xnack-` dropped), in order, once each."""
+    found: list[str] = []
+    args = list(e.arguments)
+    for k, a in enumerate(args):
+        value = None
+        for flag in ("--offload-arch", "--amdgpu-target", "--cuda-gpu-arch"):
+            if a.startswith(flag + "="):
+                value = a.split("=", 1)[1]
+            elif a == flag and k + 1 < len(args):
+                value = args[k + 1]
+        for v in (value or "").split(","):
+            arch = v.split(":", 1)[0].strip()
+            if re.fullmatch(r"gfx[0-9a-f]+", arch) and arch not in found:
+                found.append(arch)
+    return tuple(found)
 
 
 def _entry_flags(e: Entry, arch: str) -> list[str]:

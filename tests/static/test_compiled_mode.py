@@ -426,3 +426,18 @@ def test_a_compile_failure_names_the_compilers_first_error_not_a_quoted_line_or_
     (f,) = check(tmp_path, src)
     assert f.check == "compile-failed"
     assert "use of undeclared identifier 'nope'" in f.message and "not this" not in f.message
+
+
+def test_a_hip_compile_command_is_checked_for_the_targets_it_builds(tmp_path):
+    src = tmp_path / "k.hip"
+    src.write_text("__global__ void k() {}\n")
+    db = tmp_path / "compile_commands.json"
+    db.write_text(json.dumps([
+        {"directory": str(tmp_path), "file": "k.hip",
+         "command": "hipcc --offload-arch=gfx950:xnack- --offload-arch gfx942 -c k.hip"},
+        {"directory": str(tmp_path), "file": "k.hip", "command": "hipcc -x hip -c k.hip"}]))
+    from hazards.static.userbuild import CompileDatabase
+
+    jobs = compiled.jobs_from_database(CompileDatabase.load(db))
+    assert [j.arch for j in jobs] == ["gfx950", "gfx942", "gfx942"]
+    assert [j.arch for j in compiled.jobs_from_database(CompileDatabase.load(db), archs=["gfx942"])] == ["gfx942"] * 2
