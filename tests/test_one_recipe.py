@@ -83,3 +83,14 @@ def test_every_command_that_leases_a_gpu_takes_the_lease_options_one_way():
     assert len(leasing) >= 6
     own_way = [p.name for p in leasing if "@lease_options" not in p.read_text()]
     assert own_way == []
+
+
+def test_every_command_that_reads_hangs_takes_the_hang_options_one_way():
+    # --forensics, --hang-budget, --forensics-share, --stall through options.hang_options (HangFlags)
+    cli = REPO / "hazards" / "cli"
+    spelled = [p for p in cli.glob("*.py") if p.name != "options.py" and
+               ("ForensicsOption" in p.read_text() or "StallOption" in p.read_text() or "@hang_options" in p.read_text())]
+    assert len(spelled) >= 5
+    own_way = [p.name for p in spelled if "@hang_options" not in p.read_text() or "ForensicsOption" in p.read_text()
+               or "StallOption" in p.read_text()]
+    assert own_way == []

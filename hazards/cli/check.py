@@ -8,11 +8,10 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, DryRunOption, FamiliesOption, ForensicsOption, ForensicsShareOption,
-                                 HangBudgetOption, JsonOption, JUnitOption, LeaseFlags, ProgressIntervalOption,
-                                 SkipOption, StallOption, forensics_policy, lease_options, parse_duration, parse_skip,
-                                 parse_stall, print_plan, progress_interval, split_names)
-from hazards.engine.forensics.policy import CHECK_HANG_BUDGET_S, DEFAULT_SHARE
+from hazards.cli.options import (BudgetOption, DryRunOption, FamiliesOption, JsonOption, JUnitOption, LeaseFlags,
+                                 ProgressIntervalOption, SkipOption, lease_options, parse_duration, parse_skip,
+                                 print_plan, progress_interval, split_names, HangFlags, hang_options)
+from hazards.engine.forensics.policy import CHECK_HANG_BUDGET_S
 
 _HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
 
@@ -55,6 +54,7 @@ Examples:
 
 @app.command("check", help=_HELP)
 @lease_options
+@hang_options
 def check_command(
     paths: Optional[List[str]] = typer.Argument(None, show_default="the catalog only",
                                                 help="Sources or listings for the static checks too."),
@@ -66,11 +66,8 @@ def check_command(
     lease: LeaseFlags = LeaseFlags(wait="60s"),  # --store, --lease-dir, --wait, --exclusive
     json_out: JsonOption = False,
     progress_every: ProgressIntervalOption = "30s",
-    forensics: ForensicsOption = True,
-    hang_budget: HangBudgetOption = CHECK_HANG_BUDGET_S,
-    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
+    hang: HangFlags = HangFlags(hang_budget=CHECK_HANG_BUDGET_S),  # --forensics, --hang-budget, --forensics-share, --stall
     dry_run: DryRunOption = False,
-    stall: StallOption = "auto",
 ) -> None:
     from hazards.checkrun import run_check
     from hazards.cli.progress import CampaignProgress
@@ -79,9 +76,9 @@ def check_command(
 
     budget_s, wait_s = parse_duration(budget), lease.wait_s
     interval_s = progress_interval(progress_every)
-    stall_setting = parse_stall(stall)
+    stall_setting = hang.stall_setting
     parts, tools = parse_skip(skip)
-    policy = forensics_policy(forensics, hang_budget, forensics_share, known_canary="none")
+    policy = hang.policy(known_canary="none")
     if static:
         parts.add("gpu")
     if dry_run:

@@ -4,7 +4,9 @@ one help text per flag), the parsers of option values, and two small helpers.
 A command declares a shared option by its type, e.g. `store_path: StoreOption = None`; the
 default stays in the command's signature, where a reader looks for it. The four options of a
 leased campaign (--store, --lease-dir, --wait, --exclusive) come as one parameter,
-`lease: LeaseFlags = LeaseFlags(wait="60s")`, that `@lease_options` spells out for typer.
+`lease: LeaseFlags = LeaseFlags(wait="60s")`, that `@lease_options` spells out for typer; the
+four of a hang (--forensics, --hang-budget, --forensics-share, --stall) likewise, as
+`hang: HangFlags = HangFlags(...)` with `@hang_options`.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Annotated, Any, Callable, Iterable, Iterator, List, Optional
 import typer
 
 from hazards.engine.errors import UserError
+from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 
 def literal(text: Any) -> str:
     """User- or data-supplied text for a rich console, shown as it is: its square brackets
@@ -161,29 +164,63 @@ _LEASE_OPTIONS = {"store_path": StoreOption, "lease_dir": LeaseDirOption, "wait"
                   "exclusive": ExclusiveOption}
 
 
-def lease_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command --store, --lease-dir, --wait and --exclusive where its signature has
-    `lease: LeaseFlags = LeaseFlags(...)` (whose fields are the options' defaults), and pass
-    their values to it as that one LeaseFlags.
+@dataclasses.dataclass(frozen=True)
+class HangFlags:
+    """What a campaign does about a hang: the values of --forensics, --hang-budget,
+    --forensics-share and --stall (`hang_options` declares them)."""
+
+    forensics: bool = True
+    hang_budget: float = DEFAULT_HANG_BUDGET_S
+    forensics_share: float = DEFAULT_SHARE
+    stall: str = "auto"
+
+    def policy(self, *, known_canary: str = "summary") -> Any:
+        """The campaign's ForensicsPolicy (None with --no-forensics); UserError out of range."""
+        return forensics_policy(self.forensics, self.hang_budget, self.forensics_share, known_canary=known_canary)
+
+    @property
+    def stall_setting(self) -> str | float:
+        """--stall as the engine takes it: 'auto', 'off' or seconds; UserError otherwise."""
+        return parse_stall(self.stall)
+
+
+_HANG_OPTIONS = {"forensics": ForensicsOption, "hang_budget": HangBudgetOption,
+                 "forensics_share": ForensicsShareOption, "stall": StallOption}
+
+
+def _option_group(param: str, flags_type: type, options: dict[str, Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator that gives a command the `options` where its signature has
+    `PARAM: FLAGS_TYPE = FLAGS_TYPE(...)` (whose fields are the options' defaults), and passes
+    their values to it as that one object.
 
     Typer reads a command's options from its signature, so the returned command's signature
-    names the four options in the place of `lease`, and its help lists them there."""
-    signature = inspect.signature(command, eval_str=True)
-    defaults = signature.parameters["lease"].default
-    if not isinstance(defaults, LeaseFlags):
-        raise TypeError(f"{command.__name__}: `lease` needs a LeaseFlags default")
-    flags = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(defaults, name),
-                               annotation=option) for name, option in _LEASE_OPTIONS.items()]
-    params = [q for p in signature.parameters.values()
-              for q in (flags if p.name == "lease" else [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)])]
+    names the options in the place of PARAM, and its help lists them there."""
 
-    @functools.wraps(command)
-    def with_lease(**kwargs: Any) -> Any:
-        lease = LeaseFlags(**{name: kwargs.pop(name) for name in _LEASE_OPTIONS})
-        return command(**kwargs, lease=lease)
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(command, eval_str=True)
+        defaults = signature.parameters[param].default
+        if not isinstance(defaults, flags_type):
+            raise TypeError(f"{command.__name__}: `{param}` needs a {flags_type.__name__} default")
+        flags = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(defaults, name),
+                                   annotation=option) for name, option in options.items()]
+        params = [q for p in signature.parameters.values()
+                  for q in (flags if p.name == param else [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)])]
 
-    with_lease.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-    return with_lease
+        @functools.wraps(command)
+        def with_flags(**kwargs: Any) -> Any:
+            grouped = flags_type(**{name: kwargs.pop(name) for name in options})
+            return command(**kwargs, **{param: grouped})
+
+        with_flags.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        return with_flags
+
+    return decorate
+
+
+# `lease: LeaseFlags = LeaseFlags(...)` becomes --store, --lease-dir, --wait and --exclusive.
+lease_options = _option_group("lease", LeaseFlags, _LEASE_OPTIONS)
+# `hang: HangFlags = HangFlags(...)` becomes --forensics, --hang-budget, --forensics-share and --stall.
+hang_options = _option_group("hang", HangFlags, _HANG_OPTIONS)
 
 
 def parse_duration(text: str, *, allow_zero: bool = False) -> float:

@@ -13,14 +13,13 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, FamilyOption, ForensicsOption,
-                                 ForensicsShareOption, HangBudgetOption, JsonOption, MaxErrorsInARowOption,
-                                 ProgressIntervalOption, StallOption, check_seconds,
-                                 forensics_policy, launches_option, literal, parse_stall,
-                                 progress_interval, runs_option, timeout_option, variant_option)
+from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, FamilyOption,
+                                 JsonOption, MaxErrorsInARowOption, ProgressIntervalOption, check_seconds,
+                                 launches_option, literal, progress_interval, runs_option, timeout_option,
+                                 variant_option, HangFlags, hang_options)
 from hazards.engine.errors import UserError
 from hazards.engine.forensics import find_forensics_evidence
-from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, REPRO_SHARE
+from hazards.engine.forensics.policy import REPRO_SHARE
 from hazards.engine.outcome import Outcome, RunResult
 from hazards.engine.sources import MAX_ERRORS_IN_A_ROW
 from hazards.engine.stall import FAMILY_STALL_S, StallPolicy
@@ -150,6 +149,7 @@ def _print_failure(out: Console, seq: int, r: RunResult) -> None:
 
 @app.command("repro", help=_HELP, context_settings={"allow_interspersed_args": False})
 @lease_options
+@hang_options
 def repro_command(
     command: CommandArgument = None,
     family: FamilyOption = None,
@@ -168,15 +168,12 @@ def repro_command(
     names: Optional[Path] = typer.Option(None, "--names", show_default="the family's, else none",
                                          help="Phase/barrier names: JSON or a C header."),
     keep_tripwire: bool = typer.Option(False, "--keep-tripwire", help="Keep the raw tripwire file of clean runs too."),
-    forensics: ForensicsOption = True,
-    hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
-    forensics_share: ForensicsShareOption = REPRO_SHARE,
+    hang: HangFlags = HangFlags(forensics_share=REPRO_SHARE),  # --forensics, --hang-budget, --forensics-share, --stall
     lease: LeaseFlags = LeaseFlags(),  # --store, --lease-dir, --wait, --exclusive
     name: CampaignNameOption = None,
     json_out: JsonOption = False,
     max_errors_in_a_row: MaxErrorsInARowOption = MAX_ERRORS_IN_A_ROW,
     progress_every: ProgressIntervalOption = "30s",
-    stall: StallOption = "auto",
 ) -> None:
     from hazards.engine.targets.base import check_argv
     from hazards.engine.tripwire import load_names
@@ -185,8 +182,8 @@ def repro_command(
     if max_runs < 1:
         raise UserError(f"-n/--runs must be at least 1, got {max_runs}")
     check_seconds(timeout, "--timeout")
-    policy = forensics_policy(forensics, hang_budget, forensics_share)
-    stall_setting = parse_stall(stall)
+    policy = hang.policy()
+    stall_setting = hang.stall_setting
     if launches is not None and launches < 1:
         raise UserError(f"--launches must be at least 1, got {launches}")
     if max_errors_in_a_row < 0:
@@ -211,7 +208,7 @@ def repro_command(
 
     spec = {"argv": argv, "cwd": os.getcwd(), "family": family, "params": run_params, "timeout": timeout,
             "max_runs": max_runs, "until_fail": not keep_going, "tripwire": tripwire,
-            "forensics": forensics, "hang_budget": hang_budget, "forensics_share": forensics_share,
+            "forensics": hang.forensics, "hang_budget": hang.hang_budget, "forensics_share": hang.forensics_share,
             "names": str(names) if names else None, "max_errors_in_a_row": max_errors_in_a_row}
     store = Store(store_path)
     with store:

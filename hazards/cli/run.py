@@ -14,16 +14,14 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, ForensicsOption, ForensicsShareOption,
-                                 HangBudgetOption, JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,
-                                 ResumeOption, StallOption, check_seconds, forensics_policy,
-                                 interrupt_exit_code, literal, say_interrupted, parse_stall, progress_interval, runs_option,
-                                 timeout_option)
+from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, JsonOption,
+                                 MaxErrorsInARowOption, ProgressIntervalOption, ResumeOption, check_seconds,
+                                 interrupt_exit_code, literal, say_interrupted, progress_interval, runs_option,
+                                 timeout_option, HangFlags, hang_options)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign, check_resumable
 from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError
 from hazards.engine.loop import ARTIFACT_POLICIES, WorkItem
-from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.outcome import OUTCOMES
 from hazards.engine.sources import MAX_ERRORS_IN_A_ROW
 from hazards.engine.stall import StallPolicy
@@ -169,6 +167,7 @@ def _open_resumed(store_path: Path | None, campaign_id: int, n: int | None, time
 
 @app.command("run", help=_HELP, context_settings={"allow_interspersed_args": False})
 @lease_options
+@hang_options
 def run_command(
     command: CommandArgument = None,
     n: Annotated[Optional[int], runs_option(f"{DEFAULT_N}; {DEFAULT_N_UNTIL_FAIL} with --until-fail")] = None,
@@ -185,14 +184,11 @@ def run_command(
                                        "failures (keep them for non-clean runs), all, none."),
     max_errors_in_a_row: MaxErrorsInARowOption = MAX_ERRORS_IN_A_ROW,
     progress_every: ProgressIntervalOption = "30s",
-    forensics: ForensicsOption = True,
-    hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
-    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
-    stall: StallOption = "auto",
+    hang: HangFlags = HangFlags(),  # --forensics, --hang-budget, --forensics-share, --stall
 ) -> None:
     check_run_options(n, timeout, result_regex, max_errors_in_a_row)
-    policy = forensics_policy(forensics, hang_budget, forensics_share)
-    stall_setting = parse_stall(stall)
+    policy = hang.policy()
+    stall_setting = hang.stall_setting
     store_path, wait_s = lease.store_path, lease.wait_s
     interval_s = progress_interval(progress_every)
     if artifacts not in ARTIFACT_POLICIES:

@@ -9,14 +9,12 @@ from typing import Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BudgetOption, CampaignNameOption, DryRunOption, FamiliesOption, ForensicsOption,
-                                 ForensicsShareOption, HangBudgetOption, JsonOption, JUnitOption, LeaseFlags,
-                                 ProgressIntervalOption, ResumeOption, StallOption, forensics_policy,
-                                 interrupt_exit_code, lease_options, parse_duration, parse_stall, print_plan,
-                                 progress_interval, say_interrupted, split_names)
+from hazards.cli.options import (BudgetOption, CampaignNameOption, DryRunOption, FamiliesOption, JsonOption,
+                                 JUnitOption, LeaseFlags, ProgressIntervalOption, ResumeOption, interrupt_exit_code,
+                                 lease_options, parse_duration, print_plan, progress_interval, say_interrupted,
+                                 split_names, HangFlags, hang_options)
 from hazards.engine.errors import UserError
 from hazards.plan import SoakSelection, resumed_soak, soak_plan
-from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 
 _HELP = """Nightly soak: every family/variant and registered target on every free GPU, for a time budget.
 
@@ -80,6 +78,7 @@ def soak_items(selection, observer=None) -> list:
 
 @app.command("soak", help=_HELP)
 @lease_options
+@hang_options
 def soak_command(
     budget: BudgetOption = "30m",
     families: FamiliesOption = None,
@@ -105,11 +104,8 @@ def soak_command(
                                   help="Share of the budget that runs `hazards explore` on every family (0: none)."),
     json_out: JsonOption = False,
     progress_every: ProgressIntervalOption = "30s",
-    forensics: ForensicsOption = True,
-    hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
-    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
+    hang: HangFlags = HangFlags(),  # --forensics, --hang-budget, --forensics-share, --stall
     dry_run: DryRunOption = False,
-    stall: StallOption = "auto",
 ) -> None:
     from hazards.cli.progress import CampaignProgress
     from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign, check_resumable
@@ -125,9 +121,9 @@ def soak_command(
     if max_gpus is not None and max_gpus < 1:
         raise UserError("--max-gpus must be at least 1")
     budget_s, wait_s = parse_duration(budget), lease.wait_s
-    stall_setting = parse_stall(stall)
+    stall_setting = hang.stall_setting
     interval_s = progress_interval(progress_every)
-    policy = forensics_policy(forensics, hang_budget, forensics_share)
+    policy = hang.policy()
     if allocation not in ALLOCATIONS:
         raise UserError(f"--allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
     if not 0.0 <= explore < 1.0:

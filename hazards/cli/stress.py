@@ -10,14 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from hazards.cli.app import app
-from hazards.cli.options import (LeaseFlags, lease_options, ARCH_HELP, ForensicsOption, ForensicsShareOption, HangBudgetOption, JsonOption,
-                                 ProgressIntervalOption, StallOption, forensics_policy,
-                                 check_seconds, launches_option, literal, parse_stall, progress_interval,
-                                 timeout_option, variant_option)
+from hazards.cli.options import (LeaseFlags, lease_options, ARCH_HELP, JsonOption, ProgressIntervalOption,
+                                 check_seconds, launches_option, literal, progress_interval, timeout_option,
+                                 variant_option, HangFlags, hang_options)
 from hazards.engine.stall import StallPolicy
 from hazards.cli.progress import CampaignProgress
 from hazards.engine.errors import UserError
-from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 from hazards.engine.stats import format_rate
 from hazards.engine.store import Store
 from hazards.engine.verdict import Verdict, exit_code as verdicts_exit_code
@@ -96,6 +94,7 @@ def print_reports(reports: list[Any]) -> None:
 
 @app.command("stress", help=_HELP)
 @lease_options
+@hang_options
 def stress_command(
     family: str = typer.Argument(..., help="Family name (see `hazards list`)."),
     variant: Annotated[Optional[List[str]], variant_option("all")] = None,
@@ -113,10 +112,7 @@ def stress_command(
     json_out: JsonOption = False,
     lease: LeaseFlags = LeaseFlags(),  # --store, --lease-dir, --wait, --exclusive
     progress_every: ProgressIntervalOption = "30s",
-    forensics: ForensicsOption = True,
-    hang_budget: HangBudgetOption = DEFAULT_HANG_BUDGET_S,
-    forensics_share: ForensicsShareOption = DEFAULT_SHARE,
-    stall: StallOption = "auto",
+    hang: HangFlags = HangFlags(),  # --forensics, --hang-budget, --forensics-share, --stall
 ) -> None:
     from hazards.engine.campaign import LeasedCampaign
     from hazards.families import get_family
@@ -143,8 +139,8 @@ def stress_command(
     overrides = parse_sets(list(sets or []), fam.runtime_params)
     store_path, wait_s = lease.store_path, lease.wait_s
     interval_s = progress_interval(progress_every)
-    policy = forensics_policy(forensics, hang_budget, forensics_share)
-    stall_setting = parse_stall(stall)
+    policy = hang.policy()
+    stall_setting = hang.stall_setting
 
     reports = []
     with Store(store_path) as store, LeasedCampaign.acquire(store, "hazards stress", max_gpus=1, wait_s=wait_s,
