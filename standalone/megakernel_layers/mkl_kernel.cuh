@@ -645,6 +645,24 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 #endif
 }
 
+// One thread's routing from the E logits: the K largest (ties to the lower index) and their
+// softmax weights. router_topk and router_from_partials both end in it.
+__device__ __forceinline__ void select_topk(const Shape& s, const float* logits, int* routing_ids, float* routing_w) {
+  unsigned long long taken = 0ull;  // E <= 64
+  float sel[16];
+  for (int j = 0; j < s.K; ++j) {  // largest first, ties to the lower index
+    int best = -1;
+    for (int e = 0; e < s.E; ++e)
+      if (!(taken >> e & 1ull) && (best < 0 || logits[e] > logits[best])) best = e;
+    taken |= 1ull << best;
+    sel[j] = logits[best];
+    routing_ids[j] = best;
+  }
+  float den = 0.f;
+  for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
+  for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
+}
+
 // Router + top-k + softmax by the last O-projection arriver (its caller publishes ROUTING):
 // hn = RMSNorm(h) (the routing payload), logits = Wr hn, the top k with softmax weights.
 __device__ __noinline__ void router_topk(const Shape s, const float* h, const float* mlp_norm,
@@ -692,21 +710,7 @@ __device__ __noinline__ void router_topk(const Shape s, const float* h, const fl
   }
 #endif
   __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long taken = 0ull;  // E <= 64
-    float sel[16];
-    for (int j = 0; j < s.K; ++j) {  // largest first, ties to the lower index
-      int best = -1;
-      for (int e = 0; e < s.E; ++e)
-        if (!(taken >> e & 1ull) && (best < 0 || logits[e] > logits[best])) best = e;
-      taken |= 1ull << best;
-      sel[j] = logits[best];
-      routing_ids[j] = best;
-    }
-    float den = 0.f;
-    for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
-    for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
-  }
+  if (threadIdx.x == 0) select_topk(s, logits, routing_ids, routing_w);
 }
 
 // Campaign step (b) (MKL_CAMPAIGN_STEP 3): the router folded into the O-projection. RMSNorm's
@@ -766,19 +770,7 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
   for (int i = tid; i < s.D; i += THREADS) hn_out[i] = h[i] * rs * mlp_norm[i];  // the payload
   if (tid == 0) {
     for (int e = 0; e < s.E; ++e) logits[e] *= rs;
-    unsigned long long taken = 0ull;  // E <= 64
-    float sel[16];
-    for (int j = 0; j < s.K; ++j) {  // largest first, ties to the lower index (as router_topk)
-      int best = -1;
-      for (int e = 0; e < s.E; ++e)
-        if (!(taken >> e & 1ull) && (best < 0 || logits[e] > logits[best])) best = e;
-      taken |= 1ull << best;
-      sel[j] = logits[best];
-      routing_ids[j] = best;
-    }
-    float den = 0.f;
-    for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
-    for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
+    select_topk(s, logits, routing_ids, routing_w);
   }
 }
 
