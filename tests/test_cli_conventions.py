@@ -139,3 +139,15 @@ def test_docs_cli_lists_every_flag():
     spelled = {", ".join(sorted(p.opts + p.secondary_opts, key=lambda o: (o.startswith("--"), o)))
                for cmd in commands().values() for p in options(cmd)}
     assert spelled - rows == set(), "add these flags to docs/cli.md"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--timeout", "abc", "--", "true"], "Invalid value for '--timeout'"),
+    (["bisect", "--alpha", "x"], "Invalid value for '--alpha'"),
+    (["stress", "--family", "pipeline"], "No such option: --family"),
+    (["store", "bogus"], "No such command 'bogus'"),
+])
+def test_a_value_the_parser_rejects_is_one_line_like_any_bad_input(capsys, argv, words):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("hazards: error: ") and words in err and err.count("\n") == 1, err

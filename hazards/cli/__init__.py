@@ -79,7 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         # click's exceptions and typer>=0.29's vendored copies (typer._click) alike
         show, code = getattr(e, "show", None), getattr(e, "exit_code", None)
         if callable(show) and isinstance(code, int):
-            show()
+            message, ctx = getattr(e, "format_message", None), getattr(e, "ctx", None)
+            if not callable(message):
+                show()
+                return code
+            # Bad input is one line like every other (click's own is a usage block of three).
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None and code == 2 else ""
+            print(f"hazards: error: {' '.join(str(message()).split())}{where}", file=sys.stderr)
             return code
         if type(e).__name__ == "Abort":
             return 1
