@@ -115,6 +115,10 @@ def soak_command(
     from hazards.engine.store import Store
 
     if executor != "local":
+        if executor == "ray" and address is not None:  # its form now: a plan must refuse what the soak would
+            from hazards.engine.executors.ray_executor import split_address
+
+            split_address(address)
         _check_executor(executor)
     elif address is not None:
         raise UserError("--address names a Ray cluster: it needs --executor ray")

@@ -191,3 +191,9 @@ def test_dry_runs_name_a_missing_launch_server_compiler_instead_of_skipping_noth
     out = capsys.readouterr().out
     assert rc == 0 and "launch servers of fakefam: cannot be built (nvcc not found" in out, out
     assert "their variants are not judged (exit 3)" in out
+
+
+def test_soak_dry_run_refuses_a_ray_address_the_soak_would_refuse(no_gpu, catalog, tmp_path, capsys):
+    err = one_line_error(capsys, main(["soak", "--dry-run", "--executor", "ray", "--address", "garbage",
+                                       "--store", str(tmp_path / "r.db")]))
+    assert "Ray address 'garbage' is not HOST:PORT" in err
