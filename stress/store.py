@@ -598,6 +598,9 @@ def inspect_store(path: str | os.PathLike[str] | None = None) -> StoreState:
         version = _schema_version(db, p)
         if version > SCHEMA_VERSION:
             raise UserError(_newer_message(p, version))
+        if version == 0:  # no schema at all: nothing to migrate (the next writing command creates one)
+            raise UserError(f"{p} is an empty results store: no schema yet (the next run, soak or check "
+                            "creates it)")
         integrity = str(db.execute("PRAGMA integrity_check").fetchone()[0])
     finally:
         db.close()

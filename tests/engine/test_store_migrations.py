@@ -235,3 +235,14 @@ def test_a_new_store_is_made_at_version_1_and_migrated_forward(tmp_path, next_mi
     assert user_version(tmp_path / "new.db") == NEXT.to
     assert "hz_test_notes" in {n for _, n, _, _ in schema(tmp_path / "new.db")}
     assert backups(tmp_path) == []
+
+
+def test_store_check_and_migrate_agree_that_an_empty_file_is_no_store_yet(tmp_path, capsys):
+    # `store check` said "needs 1 migration: run hazards store migrate", which then refused it.
+    empty = tmp_path / "r.db"
+    empty.write_bytes(b"")
+    for command in (["store", "check"], ["store", "migrate"]):
+        rc = main([*command, "--store", str(empty)])
+        err = capsys.readouterr().err
+        assert rc == 2 and "is an empty results store" in err and err.count("\n") == 1, (command, rc, err)
+    assert empty.read_bytes() == b""
