@@ -138,9 +138,17 @@ def test_each_new_stuck_location_gets_one_full_collection_and_repeats_a_summary(
 @needs_ptrace
 def test_a_run_campaign_keeps_its_forensics_within_the_cap(tmp_path):
     db = tmp_path / "r.db"
-    # 12 runs x 0.5 s timeout: a 6 s base, 10% of it: 0.6 s for all hangs but the first full collection
-    main(["run", "-n", "12", "--timeout", "0.5", "--hang-budget", "3", "--store", str(db), "--",
-          sys.executable, str(HUNG_PY)])
+    # 12 runs x 0.5 s timeout: a 6 s base, 10% of it: 0.6 s for all hangs but the first full
+    # collection. The real collectors can take almost nothing on an idle machine (py-spy in
+    # tens of ms), which would leave the cap unspent: a collector of a known 0.3 s makes the
+    # first collection spend half the cap, so what is left (< 0.5 s) buys no further look.
+    slow = _Slow(0.3)
+    register_on_hang(slow, order=100)
+    try:
+        main(["run", "-n", "12", "--timeout", "0.5", "--hang-budget", "3", "--store", str(db), "--",
+              sys.executable, str(HUNG_PY)])
+    finally:
+        unregister_on_hang(slow)
     with Store(db) as s:
         f = s.campaign(1).spec["forensics"]
     assert f["hangs"] == 12 and f["cap_s"] == max(0.6, f["cap_s"]) and f["spent_s"] <= f["cap_s"] + 0.1, f
