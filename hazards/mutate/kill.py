@@ -181,19 +181,20 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
     # The original: it must build and its test must pass, or no mutant can be judged.
     first = mutants[0][0] if mutants else None
     original = scratch.copy_with("original", rel[first.id + first.path] if first else Path("."), None)
-    fate, why = _build(cfg, original, original / (rel[first.id + first.path] if first else Path(".")))
+    original_src = original / (rel[first.id + first.path] if first else Path("."))  # {src}: a file, as for a mutant
+    fate, why = _build(cfg, original, original_src)
     if fate is not None:
         raise UserError(f"the unmutated sources do not build ({why}): fix the build command first")
     base_id = frame.create(KIND, {"baseline": True, "test": cfg.test, "build": cfg.build, "root": str(cfg.root)},
                            name="mutate baseline")
     t_run = time.monotonic()
-    base = frame.repeat(item=_item(cfg, original, original, "mutate:original"), n=2, timeout=cfg.timeout_s,
+    base = frame.repeat(item=_item(cfg, original, original_src, "mutate:original"), n=2, timeout=cfg.timeout_s,
                         until_fail=True, campaign_id=base_id)
     per_run_s = max(0.05, (time.monotonic() - t_run) / max(1, base.counts.get("clean", 0) or 1))
     bad = {k: v for k, v in base.counts.items() if k != "clean" and v}
     if bad and set(bad) == {"error"}:  # nothing ran its work (no usable GPU, a missing program): not the test's fault
-        first = next(frame.store.iter_runs(base_id), None)
-        why = " ".join((base.stop_reason or (first.result.reason if first else "") or "no reason stored").split())
+        first_run = next(frame.store.iter_runs(base_id), None)
+        why = " ".join((base.stop_reason or (first_run.result.reason if first_run else "") or "no reason stored").split())
         err = UserError(f"could not judge: the test's runs on the unmutated sources ended only in error "
                         f"({why[:300]}; campaign {base_id}): no mutant can be judged")
         err.exit_code = EXIT_NOT_JUDGED

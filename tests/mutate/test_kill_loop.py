@@ -120,3 +120,17 @@ def test_a_test_that_cannot_run_on_the_original_is_could_not_judge_not_bad_input
     assert res.returncode == 3 and "could not judge" in res.stderr and "no_such_module_here" in res.stderr, res.stderr
     assert res.stderr.count("hazards: error:") == 1 and "Traceback" not in res.stderr
     assert sorted(p.name for p in project.iterdir()) == ["kernel.cu"]
+
+
+def test_src_is_the_source_file_for_the_unmutated_run_as_for_every_mutant(tmp_path):
+    # A test that reads {src} itself: on the original it was given the copy's folder, so the
+    # baseline failed and the command refused a test that passes.
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "kernel.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; }\n")
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--operators", "remove-fence",
+                          "--test", "grep -q __threadfence {src}", "--timeout", "30", "-n", "2", "--json",
+                          "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    assert res.returncode == 0, res.stderr
+    assert [m["fate"] for m in json.loads(res.stdout)["mutants"]] == ["killed"]
