@@ -192,15 +192,15 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
                         until_fail=True, campaign_id=base_id)
     per_run_s = max(0.05, (time.monotonic() - t_run) / max(1, base.counts.get("clean", 0) or 1))
     bad = {k: v for k, v in base.counts.items() if k != "clean" and v}
+    failed = next((r.result for r in frame.store.iter_runs(base_id) if r.result.outcome.value != "clean"), None)
+    why = " ".join(((failed.reason if failed else "") or base.stop_reason or "no reason stored").split())[:300]
     if bad and set(bad) == {"error"}:  # nothing ran its work (no usable GPU, a missing program): not the test's fault
-        first_run = next(frame.store.iter_runs(base_id), None)
-        why = " ".join((base.stop_reason or (first_run.result.reason if first_run else "") or "no reason stored").split())
         err = UserError(f"could not judge: the test's runs on the unmutated sources ended only in error "
-                        f"({why[:300]}; campaign {base_id}): no mutant can be judged")
+                        f"({why}; campaign {base_id}): no mutant can be judged")
         err.exit_code = EXIT_NOT_JUDGED
         raise err
     if bad:
-        raise UserError(f"the test is not clean on the unmutated sources ({bad}, campaign {base_id}): "
+        raise UserError(f"the test is not clean on the unmutated sources ({bad}: {why}; campaign {base_id}): "
                         "a mutant can only be judged against a test that passes")
     say(f"original: builds, test clean ({per_run_s:.2f} s a run)")
 

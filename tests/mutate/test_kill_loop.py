@@ -104,6 +104,7 @@ def test_a_test_that_fails_on_the_original_is_refused(tmp_path):
                           "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
     assert res.returncode == 2 and "not clean on the unmutated sources" in res.stderr, res.stderr
+    assert "exit code 1" in res.stderr  # the failing run's reason, so the user can see why
     assert sorted(p.name for p in project.iterdir()) == ["kernel.cu"]
 
 
