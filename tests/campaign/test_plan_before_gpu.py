@@ -197,3 +197,17 @@ def test_soak_dry_run_refuses_a_ray_address_the_soak_would_refuse(no_gpu, catalo
     err = one_line_error(capsys, main(["soak", "--dry-run", "--executor", "ray", "--address", "garbage",
                                        "--store", str(tmp_path / "r.db")]))
     assert "Ray address 'garbage' is not HOST:PORT" in err
+
+
+def test_check_dry_run_names_only_tools_the_static_part_would_miss(no_gpu, catalog, tmp_path, capsys, monkeypatch):
+    # hipcc builds AMD launch servers, never a static check, and cuobjdump only stands in for
+    # nvdisasm: the real check passes without them, so the plan must not predict exit 3.
+    monkeypatch.setenv("HZ_HIPCC", str(tmp_path / "no-hipcc"))
+    monkeypatch.setenv("HZ_CUOBJDUMP", str(tmp_path / "no-cuobjdump"))
+    rc = main(["check", "--dry-run", "--static", "--store", str(tmp_path / "r.db")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "tool hipcc" not in out and "tool cuobjdump" not in out, out
+    monkeypatch.setenv("HZ_NVDISASM", str(tmp_path / "no-nvdisasm"))
+    main(["check", "--dry-run", "--static", "--store", str(tmp_path / "r.db")])
+    out = capsys.readouterr().out
+    assert "tool nvdisasm: not found" in out, out  # neither disassembler: the SASS checks cannot run
