@@ -76,6 +76,9 @@ def mutate_command(
     if family is not None:
         from hazards.mutate import catalog
 
+        if launches < 1:
+            raise UserError(f"--launches must be at least 1, got {launches}")
+
         tree, files = catalog.subject_files(family)
         if build or test or root:
             raise UserError("--family brings its own --build, --test and --root; give none of them")
