@@ -151,3 +151,23 @@ def test_a_value_the_parser_rejects_is_one_line_like_any_bad_input(capsys, argv,
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("hazards: error: ") and words in err and err.count("\n") == 1, err
+
+
+def _example_lines() -> list[tuple[str, str]]:
+    """(where, line) of every `hazards ...` example in the README, docs/ (not results) and help texts."""
+    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "hazards" / "cli").glob("*.py"))]
+    return [(f"{f.relative_to(REPO)}:{i}", line) for f in files
+            for i, line in enumerate(f.read_text().splitlines(), 1) if "hazards " in line]
+
+
+def test_examples_name_variants_their_family_has_and_options_their_command_takes():
+    from hazards.families import get_family
+
+    wrong = []
+    for where, line in _example_lines():
+        for fam, variant in re.findall(r"--family ([a-z_]+) --variant ([a-z_0-9]+)", line):
+            if variant not in {v.name for v in get_family(fam).variants}:
+                wrong.append((where, f"{fam} has no variant {variant}"))
+        if re.search(r"hazards stress --family\b", line):  # stress takes the family as its argument
+            wrong.append((where, "hazards stress has no --family"))
+    assert wrong == []

@@ -45,7 +45,7 @@ says how it decides, its error rates and how many runs to expect.
 Examples:
 
     hazards bisect --good v1.2 --bad HEAD --build 'make -j8' -- ./build/test_attention --iters 10
-    hazards bisect --good abc123 --bad main --family deadlock --variant fixed --build ''
+    hazards bisect --good abc123 --bad main --family pipeline --variant fixed --build ''
     hazards bisect --resume 7 --json
 """
 
