@@ -459,6 +459,11 @@ def _classify_exit_1(stderr: str, evidence: dict[str, Any]) -> tuple[Outcome, st
     return _verdict(Outcome.FAULT, f"exit code 1: uncaught {line}", evidence, f"python_{name}")
 
 
+# What a shell prints when it cannot start a program (its exit 127 / 126).
+_SHELL_COULD_NOT_START = re.compile(r"^.*(?:command not found|: not found|No such file or directory|"
+                                    r"Permission denied|cannot execute).*$", re.M)
+
+
 def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
                   timed_out: bool = False, timeout: float | None = None,
                   result_regex: re.Pattern[str] | None = None,
@@ -468,7 +473,8 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
 
     Precedence (first rule that applies): timed out -> hang; crash signal or fault
     signature -> fault; infra signature (no device, driver, no kernel
-    image) -> error; signal from outside -> error; exit 3 -> fault; exit 2 -> error;
+    image) -> error; signal from outside -> error; exit 3 -> fault; exit 2 -> error; a shell's
+    126/127 with its could-not-start message -> error;
     other exit >= 4 -> fault (a shell's 128+N read as signal N); a result line's
     fault/error status; a FAITHFUL_RESULT cos below `faithful_cos_min`, a failing result
     line or a `result_regex` match -> mismatch; a malformed result line (not a JSON
@@ -531,6 +537,13 @@ def classify_exit(returncode: int | None, stdout: str = "", stderr: str = "", *,
     if returncode == 2:
         return _verdict(Outcome.ERROR, "exit code 2 (bad reference or bad input)",
                         evidence, "exit_2")
+    if returncode in (126, 127) and _SHELL_COULD_NOT_START.search(stderr):
+        # A shell could not start the program (command not found / not executable): nothing
+        # of the target ran, so nothing was judged.
+        what = "not found" if returncode == 127 else "not executable"
+        return _verdict(Outcome.ERROR, f"exit code {returncode}: the program could not be started ({what}): "
+                        f"{_SHELL_COULD_NOT_START.search(stderr).group(0).strip()[:160]}", evidence,
+                        "exit_127" if returncode == 127 else "exit_126")
     if returncode not in (0, 1):
         return _verdict(Outcome.FAULT, f"exit code {returncode}", evidence, f"exit_{returncode}")
 

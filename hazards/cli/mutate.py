@@ -86,6 +86,8 @@ def mutate_command(
             build, test = catalog.commands(family, variants or [], launches)
         root, sources = tree, sources or files
         defs = {**catalog.NVIDIA_BUILD, **defs}
+    elif variants:
+        raise UserError("--variant names a variant of --family F: give --family too, or judge with --test")
     if not sources:
         raise UserError("name the source files to mutate (or --family F)")
     found = []

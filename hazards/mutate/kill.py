@@ -140,8 +140,9 @@ def _build(cfg: KillConfig, folder: Path, src: Path) -> tuple[Fate | None, str]:
     except subprocess.TimeoutExpired:
         return Fate.TIMED_OUT_BUILD, f"the build ran past {cfg.build_timeout_s:g} s"
     if proc.returncode != 0:
-        last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or [""]
-        return Fate.DID_NOT_BUILD, f"build exit {proc.returncode}: {last[0][:200]}"
+        last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:]
+        said = f": {last[0][:200]}" if last else " (it printed nothing)"
+        return Fate.DID_NOT_BUILD, f"build exit {proc.returncode}{said}"
     return None, ""
 
 

@@ -206,3 +206,21 @@ def test_a_wrapper_script_whose_child_is_sigkilled_is_an_error_run(fake_env):
     script = "sh -c 'kill -KILL $$'; exit $?"
     result = CommandTarget(["sh", "-c", script], env=fake_env).run(timeout=20)
     assert result.outcome is Outcome.ERROR and result.error_kind == "sigkill", result.reason
+
+
+@pytest.mark.parametrize("code, stderr", [
+    (127, "sh: 1: ./nosuch: not found\n"),
+    (127, "bash: nosuch: command not found\n"),
+    (126, "bash: ./kernel.txt: Permission denied\n"),
+])
+def test_a_shell_that_could_not_start_the_program_is_an_error_not_a_fault(code, stderr):
+    """`sh -c ./nosuch` exits 127: nothing of the target ran (a mutant whose binary is missing
+    must not count as killed, a wrapper with a typo must not raise the fault rate)."""
+    outcome, reason, evidence = classify_exit(code, "", stderr)
+    assert outcome is Outcome.ERROR and "could not be started" in reason, reason
+    assert evidence["error_kind"] == f"exit_{code}"
+
+
+def test_a_program_that_exits_127_on_its_own_is_still_a_fault():
+    outcome, _, _ = classify_exit(127, "", "kernel: checksum differs\n")
+    assert outcome is Outcome.FAULT

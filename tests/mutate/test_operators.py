@@ -126,6 +126,7 @@ def test_list_prints_mutants_without_a_compiler(tmp_path):
     (["--lines", "9-3"], "--lines must be A-B"),
     ([], "give --test CMD"),
     (["--family", "pipeline", "--launches", "0"], "--launches must be at least 1"),
+    (["--variant", "fixed", "--test", "true"], "--variant names a variant of --family F"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, words):
     src = tmp_path / "k.cu"
