@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU tests alone (the stress verdicts are ci/gpu/final-suite.sh's), the files the
-# 2026-11-30 suite covered first, the newer families' after; every binary built in parallel
+# The GPU tests alone (the stress verdicts are ci/gpu/final-suite.sh's), the kernels changed
+# most recently first and the minute-long check test last (a budget cut loses the least); every binary built in parallel
 # first. pytest is stopped with SIGINT at the budget so it still prints its summary.
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD HZ_BUILD_DIR=/tmp/hz-build PYTHONUNBUFFERED=1
@@ -21,8 +21,8 @@ print(f"built {len(fams)} binaries in {time.monotonic() - t:.1f} s")
 PY
 tail -1 $R/build.txt
 timeout -s INT -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -v -rs -p no:cacheprovider -p no:randomly --durations=25 \
-  tests/families/test_families_gpu.py tests/families/test_barrier_layout_runtime.py tests/tripwire/test_deadlock_gpu.py \
-  tests/ragged_decode/test_gpu_kernel.py tests/ragged_decode/test_check_target.py tests/campaign/test_check_gpu.py \
-  tests/plugin/test_family_property_gpu.py tests/ragged_decode/test_profiler_gpu.py tests/megakernel_layers/test_gpu.py \
-  tests/families/test_mma_pingpong_gpu.py > $R/gpu-tests.txt 2>&1
+  tests/megakernel_layers/test_gpu.py tests/families/test_mma_pingpong_gpu.py tests/tripwire/test_deadlock_gpu.py \
+  tests/families/test_families_gpu.py tests/families/test_barrier_layout_runtime.py \
+  tests/ragged_decode/test_gpu_kernel.py tests/ragged_decode/test_check_target.py tests/ragged_decode/test_profiler_gpu.py \
+  tests/plugin/test_family_property_gpu.py tests/campaign/test_check_gpu.py > $R/gpu-tests.txt 2>&1
 echo "gpu tests rc=$?"; grep -E "passed|failed|error" $R/gpu-tests.txt | tail -3
