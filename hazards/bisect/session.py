@@ -200,9 +200,11 @@ def result_json(b: Bisection, plan: Plan, bisect_id: int, store: Store) -> dict[
 
 
 def run_bisection(store: Store, plan: Plan, *, resume: int | None, lease: Any, say: Callable[[str], None],
-                  build_timeout_s: float = BUILD_TIMEOUT_S) -> tuple[Bisection, int]:
+                  build_timeout_s: float = BUILD_TIMEOUT_S,
+                  on_campaign: Callable[[int], None] = lambda campaign_id: None) -> tuple[Bisection, int]:
     """Bisect `plan` in a leased frame (resume: the stored bisection `resume`); the outcome
-    and the bisection's campaign id. The user's checkout is never touched."""
+    and the bisection's campaign id (also given to `on_campaign` as soon as it exists, so an
+    interrupted command can say how to resume). The user's checkout is never touched."""
     from hazards.engine.campaign import COMPLETE, INTERRUPTED, STOPPED, LeasedCampaign
 
     checkouts = Checkouts(Path(plan.repo), Path(plan.scratch), plan.build, build_timeout_s=build_timeout_s)
@@ -213,6 +215,7 @@ def run_bisection(store: Store, plan: Plan, *, resume: int | None, lease: Any, s
         else:
             frame.reopen(resume, KIND)
             bisect_id = resume
+        on_campaign(bisect_id)
         side = StoreSide(frame, bisect_id, plan, checkouts, say)
         status = INTERRUPTED
         try:

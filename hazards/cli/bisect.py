@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BuildOption, CommandArgument, FamilyOption, JsonOption, LeaseFlags, ResumeOption,
+from hazards.cli.options import (BuildOption, interrupt_exit_code, say_interrupted, CommandArgument, FamilyOption, JsonOption, LeaseFlags, ResumeOption,
                                  check_seconds, lease_options, parse_duration, timeout_option, variant_option)
 from hazards.engine.errors import EXIT_NOT_JUDGED, EXIT_OK, UserError
 from hazards.engine.stats import percent
@@ -177,8 +177,13 @@ def bisect_command(
         else:
             plan = _plan(repo, good, bad, list(command or []), family, variant, build, timeout, budget, alpha, beta,
                          threshold, scratch)
-        outcome, bisect_id = run_bisection(store, plan, resume=resume, lease=lease, say=_say,
-                                           build_timeout_s=build_timeout_s)
+        started: list[int] = []
+        try:
+            outcome, bisect_id = run_bisection(store, plan, resume=resume, lease=lease, say=_say,
+                                               build_timeout_s=build_timeout_s, on_campaign=started.append)
+        except KeyboardInterrupt as e:  # Ctrl-C or a stop signal: say how to continue, then exit 128+N
+            say_interrupted("bisect", started[0] if started else None, lease.store_path)
+            sys.exit(interrupt_exit_code(e))
         if outcome.status == "refused":
             raise UserError(f"cannot bisect: {outcome.reason}")
         doc = result_json(outcome, plan, bisect_id, store)

@@ -95,6 +95,8 @@ def test_interrupted_then_resumed_runs_only_what_is_missing_and_leaves_the_check
         bisect_id, status = db.execute("SELECT id, status FROM campaigns WHERE kind = 'bisect'").fetchone()
         runs_before = db.execute("SELECT count(*) FROM runs").fetchone()[0]
     assert status == "interrupted" and runs_before >= 12
+    # Ctrl-C says how to continue, with the exact command (as run and soak do)
+    assert f"hazards bisect --resume {bisect_id} --store {db_path}" in err, err
 
     resumed = run_cli([sys.executable, "-m", "hazards", "bisect", "--resume", str(bisect_id), "--store", str(db_path),
                        "--json"], cwd=tmp_path)
