@@ -79,13 +79,13 @@ def mutate_command(
         if launches < 1:
             raise UserError(f"--launches must be at least 1, got {launches}")
 
-        tree, files = catalog.subject_files(family)
+        tree, files = catalog.subject_files(family, runnable=not list_only)
         if build or test or root:
             raise UserError("--family brings its own --build, --test and --root; give none of them")
         if not list_only:
             build, test = catalog.commands(family, variants or [], launches)
         root, sources = tree, sources or files
-        defs = {**catalog.NVIDIA_BUILD, **defs}
+        defs = {**catalog.build_defines(family), **defs}
     elif variants:
         raise UserError("--variant names a variant of --family F: give --family too, or judge with --test")
     if not sources:

@@ -24,14 +24,24 @@ NVIDIA_BUILD: dict[str, str | None] = {"__CUDACC__": "1", "__NVCC__": "1", "__HI
                                        "__HIP_PLATFORM_AMD__": None, "HZ_STATIC_ONLY": None}
 
 
-def subject_files(family: str) -> tuple[Path, list[Path]]:
-    """(the kernel tree, the files to mutate) of a runtime family; a UserError otherwise."""
+def build_defines(family: str) -> dict[str, str | None]:
+    """What the family's own build defines and leaves undefined, as far as it is known here:
+    NVIDIA_BUILD for a CUDA family; nothing for an AMD one (its variants' -D decide)."""
+    from hazards.families import get_family
+
+    return dict(NVIDIA_BUILD) if "cuda" in get_family(family).platforms else {}
+
+
+def subject_files(family: str, *, runnable: bool = True) -> tuple[Path, list[Path]]:
+    """(the kernel tree, the files to mutate) of a family; with `runnable`, a UserError for a
+    family without a runtime binary (its mutants can be listed, not judged by a run)."""
     from hazards.families import get_family
     from hazards.kernel_sources import standalone_dir
 
     fam = get_family(family)
-    if not fam.binary:
-        raise UserError(f"family {family!r} has no runtime binary: mutate its sources with --test instead")
+    if runnable and not fam.binary:
+        raise UserError(f"family {family!r} has no runtime binary: list its mutants (--list), or mutate its "
+                        "sources with --build and --test")
     root = standalone_dir()
     files = sorted(p for p in fam.source_path.iterdir() if p.suffix in SUFFIXES)
     return root, [*files, root / "common" / "compat.h"]

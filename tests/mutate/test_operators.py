@@ -144,3 +144,18 @@ def test_a_source_with_a_non_utf8_byte_lists_its_mutants(tmp_path):
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert "remove-fence@2" in res.stdout
+
+
+def test_a_static_only_familys_mutants_can_be_listed_but_not_run(tmp_path):
+    """earlyclobber has no runtime binary: --list shows its mutants (with its fixed variant's
+    define, the early-clobber of its constraint macro among them); a kill loop on it is
+    refused in one line."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "--family", "earlyclobber", "--list", "--json",
+                          "-D", "HZ_EARLY_CLOBBER=1"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "drop-earlyclobber" in {m["operator"] for m in json.loads(res.stdout)["mutants"]}
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "--family", "earlyclobber"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert res.returncode == 2 and "no runtime binary" in res.stderr and res.stderr.count("\n") == 1, res.stderr
