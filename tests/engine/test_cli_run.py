@@ -155,8 +155,12 @@ def _wait_for_runs(db_path, at_least, proc, deadline_s=60):
 def _signal_after_runs(args, db_path, signum, cwd, env, timeout_s):
     """Start `hazards ARGS`, send it `signum` once its store holds 3 runs, and return its
     exit status and stderr (it is killed if it outlives `timeout_s`)."""
+    # Started as from an interactive terminal, whatever this worker inherited or an earlier test
+    # left: a child started with SIGINT ignored keeps it ignored (Python installs no handler),
+    # and then Ctrl-C is not what this test measures (a suite run once timed out here so).
     proc = subprocess.Popen([sys.executable, "-m", "hazards", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_for_runs(db_path, 3, proc)
         proc.send_signal(signum)
