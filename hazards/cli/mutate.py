@@ -133,11 +133,11 @@ def _kill(found, sources, build, test, root, budget, timeout, runs, jobs, static
                                                                   exclusive=lease.exclusive,
                                                                   without_gpu=True) as frame:
         results = kill_loop(frame, cfg, found, say)
-    texts = {m.id + m.path: text for m, text in found}
+    texts = {m.key: text for m, text in found}
     killed, judged = score(results)
     if as_json:
         print(json.dumps({"score": {"killed": killed, "judged": judged, "mutants": len(results)},
-                          "mutants": [r.as_json(texts[r.mutant.id + r.mutant.path]) for r in results]}))
+                          "mutants": [r.as_json(texts[r.mutant.key]) for r in results]}))
     else:
         _print_results(results, texts, killed, judged)
     if judged == 0:
@@ -154,4 +154,4 @@ def _print_results(results, texts, killed: int, judged: int) -> None:
     print(f"mutation score: {killed} of {judged} judged mutants killed ({pct}); {len(results)} mutants in all")
     for r in (r for r in results if r.fate is Fate.SURVIVED):
         print(f"\nsurvived: {r.mutant.id}: {r.mutant.description}; {r.bound}")
-        print(r.mutant.diff(texts[r.mutant.id + r.mutant.path]), end="")
+        print(r.mutant.diff(texts[r.mutant.key]), end="")

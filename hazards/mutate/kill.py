@@ -176,13 +176,13 @@ def kill_loop(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]],
 
 def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], scratch: Scratch, t0: float,
                say: Callable[[str], None]) -> list[MutantResult]:
-    results: dict[str, MutantResult] = {}
-    rel = {m.id + m.path: Path(m.path).resolve().relative_to(scratch.root) for m, _ in mutants}
+    results: dict[tuple[str, str], MutantResult] = {}
+    rel = {m.key: Path(m.path).resolve().relative_to(scratch.root) for m, _ in mutants}
 
     # The original: it must build and its test must pass, or no mutant can be judged.
-    first = mutants[0][0] if mutants else None
-    original = scratch.copy_with("original", rel[first.id + first.path] if first else Path("."), None)
-    original_src = original / (rel[first.id + first.path] if first else Path("."))  # {src}: a file, as for a mutant
+    first = mutants[0][0]  # the command refuses a source with no mutant before this
+    original = scratch.copy_with("original", rel[first.key], None)
+    original_src = original / rel[first.key]  # {src}: a file, as for a mutant
     fate, why = _build(cfg, original, original_src)
     if fate is not None:
         raise UserError(f"the unmutated sources do not build ({why}): fix the build command first")
@@ -213,7 +213,7 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
             before = lint_before.setdefault(m.path, set(_lint_errors(text, m.path)))
             new = [e for e in _lint_errors(m.apply(text), m.path) if e not in before]
             if new:
-                results[m.id + m.path] = MutantResult(m, Fate.KILLED_STATIC, evidence=new[0])
+                results[m.key] = MutantResult(m, Fate.KILLED_STATIC, evidence=new[0])
                 continue
         todo.append((m, text))
 
@@ -222,13 +222,13 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
     random.Random(cfg.seed).shuffle(todo)
 
     # Builds in parallel, one per distinct mutated text (cached by content).
-    folders: dict[str, Path] = {}
-    built: dict[str, tuple[Fate | None, str]] = {}
-    by_hash: dict[str, str] = {}
+    folders: dict[tuple[str, str], Path] = {}
+    built: dict[tuple[str, str], tuple[Fate | None, str]] = {}
+    by_hash: dict[str, tuple[str, str]] = {}
 
     def build_one(pair: tuple[Mutant, str]) -> None:
         m, text = pair
-        key = m.id + m.path
+        key = m.key
         mutated = m.apply(text)
         h = _content_key(mutated, cfg)
         folders[key] = scratch.copy_with(f"m-{h[:16]}", rel[key], mutated)
@@ -241,20 +241,20 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
             unique.setdefault(_content_key(m.apply(text), cfg), (m, text))
         list(pool.map(build_one, unique.values()))
     for m, text in todo:  # duplicates of an already built text share its folder and fate
-        key = m.id + m.path
+        key = m.key
         if key not in built:
             first_key = by_hash[_content_key(m.apply(text), cfg)]
             folders[key], built[key] = folders[first_key], built[first_key]
     say(f"{len(unique)} distinct mutant builds, {sum(1 for f, _ in built.values() if f is not None)} did not build")
 
     # Runs: the budget left, shared by the mutants left to run.
-    runnable = [(m, t) for m, t in todo if built[m.id + m.path][0] is None]
+    runnable = [(m, t) for m, t in todo if built[m.key][0] is None]
     for m, text in todo:
-        key = m.id + m.path
+        key = m.key
         if built[key][0] is not None:
             results[key] = MutantResult(m, built[key][0], evidence=built[key][1])
     for k, (m, text) in enumerate(runnable):
-        key = m.id + m.path
+        key = m.key
         left = cfg.budget_s - (time.monotonic() - t0)
         share = left / (len(runnable) - k)
         n = min(cfg.max_runs, int(share / per_run_s))
@@ -270,9 +270,9 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         failures = sum(counts.get(o, 0) for o in ("hang", "fault", "mismatch"))
         judged = sum(v for o, v in counts.items() if o != "error")
         if failures:
-            first = next((r.result for r in frame.store.runs(cid)
-                          if r.result.outcome.value in ("hang", "fault", "mismatch")), None)
-            why = f"{first.outcome.value}: {first.reason}" if first is not None else "a failing run"
+            failing = next((r.result for r in frame.store.runs(cid)
+                            if r.result.outcome.value in ("hang", "fault", "mismatch")), None)
+            why = f"{failing.outcome.value}: {failing.reason}" if failing is not None else "a failing run"
             res = MutantResult(m, Fate.KILLED, evidence=why, runs=judged, failures=failures, campaign_id=cid)
         elif judged == 0:
             res = MutantResult(m, Fate.NOT_JUDGED, evidence=f"every run an error ({counts})", campaign_id=cid)
@@ -281,7 +281,7 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         frame.store.update_campaign_spec(cid, {**spec, "fate": res.fate.value, "evidence": res.evidence})
         results[key] = res
         say(f"{m.id}: {res.fate.value} {res.evidence or res.bound}")
-    return [results[m.id + m.path] for m, _ in mutants]
+    return [results[m.key] for m, _ in mutants]
 
 
 def score(results: list[MutantResult]) -> tuple[int, int]:

@@ -25,6 +25,11 @@ class Mutant:
     site: Site
     original_sha: str
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """Unique over every file mutated in one command: (path, id)."""
+        return self.path, self.id
+
     def apply(self, text: str) -> str:
         return text[:self.site.start] + self.site.replacement + text[self.site.end:]
 
