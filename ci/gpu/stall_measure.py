@@ -1,7 +1,7 @@
 """Stall detection on a GPU: the measurements of docs/results/hangs-h200.md (ci/gpu/stall-h200.sh).
 
     python3 ci/gpu/stall_measure.py verdicts   OUT_DIR SECONDS   # time to a hang verdict, per hang canary
-    python3 ci/gpu/stall_measure.py falsestall OUT_DIR SECONDS   # clean runs under GPU contention + CPU load
+    python3 ci/gpu/stall_measure.py falsestall OUT_DIR SECONDS [NAME,...]  # clean runs under GPU contention + CPU load
 
 `verdicts`: every stress canary of `deadlock` and `megakernel_layers` on its family server
 (the check's own work item), with the family's stall window (`after`) and, for the first hang
@@ -16,6 +16,8 @@ family, and the ragged-decode megakernel's check server, runs requests with the 
 window until 20,000 launches or its share of SECONDS. One line per item in falsestall.jsonl
 (launches, requests, outcomes, stall verdicts, largest gap, the merged gap histogram);
 gaps.json holds the histograms; the summary prints the gap distribution over all items.
+NAME,... (optional) keeps only those families (`ragged_decode` for the megakernel's server),
+so one round too short for every item can be finished by a second.
 """
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ def merge(into: dict, gaps: dict) -> None:
         into[k] = into.get(k, 0) + n
 
 
-def falsestall(dest: Path, seconds: float) -> None:
+def falsestall(dest: Path, seconds: float, only: str = "") -> None:
     rows = dest / "falsestall.jsonl"
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 4)]
     hammer = subprocess.Popen([sys.executable, "-c", HAMMER], stdout=subprocess.PIPE, text=True)
@@ -116,6 +118,9 @@ def falsestall(dest: Path, seconds: float) -> None:
         # what the fast ones did not need to reach LAUNCH_GOAL
         items.sort(key=lambda fv: fv[0] is not None and fv[0].name == "megakernel_layers")
         items.append((None, "ragged_decode"))
+        if only:
+            names = set(only.split(","))
+            items = [fv for fv in items if (fv[0].name if fv[0] else "ragged_decode") in names]
         t_end = time.monotonic() + seconds
         all_gaps: dict = {}
         targets: dict = {}
@@ -134,7 +139,7 @@ def falsestall(dest: Path, seconds: float) -> None:
                     targets[name] = server_for(fam)
             target = targets[name]
             params = {} if fam is None else {"variant": variant}
-            per_request = 8 if fam is None else max(fam.default_launches, 200)
+            per_request = 200 if fam is None else max(fam.default_launches, 200)
             timeout = 120.0 if fam is None else max(fam.timeout_s, 30.0)
             launches = requests = stalls = 0
             outcomes: dict = {}
@@ -239,4 +244,4 @@ if __name__ == "__main__":
     if mode == "check_summary":
         check_summary(dest, sys.argv[3])
     else:
-        {"verdicts": verdicts, "falsestall": falsestall}[mode](dest, float(sys.argv[3]))
+        {"verdicts": verdicts, "falsestall": falsestall}[mode](dest, float(sys.argv[3]), *sys.argv[4:5])

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# falsestall-h200.sh -- the false-stall measurement alone (step 3 of ci/gpu/stall-h200.sh):
+# every clean variant of every runtime family and the ragged-decode megakernel under GPU
+# contention and CPU load, until 20,000 launches each or the budget, with the family window.
+#   bash ci/gpu/falsestall-h200.sh [BUDGET_S [NAME,...]]    (NAME: families to keep; default all)
+# Raw output: $OUT/falsestall-h200/ (console.log, falsestall.jsonl, gaps.json, falsestall.log).
+cd "$(dirname "$0")/../.." && . ci/gpu/round.sh falsestall-h200 "${1:-560}"
+export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build} PYTHONUNBUFFERED=1
+machine_step
+step "build every CUDA family binary"
+timeout 120 python3 -c "
+import concurrent.futures as cf
+from hazards.families import all_families
+from hazards.stress_family import family_binary
+fams = [f for f in all_families() if f.binary and 'cuda' in f.platforms]
+with cf.ThreadPoolExecutor(8) as pool:
+    for f, b in zip(fams, pool.map(family_binary, fams)):
+        print(f.name, b)" || echo "BUILD FAILED (continuing with what built)"
+step "false stalls under GPU contention and CPU load"
+S=$(( $(left) - 20 ))
+timeout $(( S + 15 )) python3 ci/gpu/stall_measure.py falsestall "$R" "$S" ${2:-} > "$R/falsestall.log" 2>&1
+grep -v '^{' "$R/falsestall.log" | tail -25
+python3 - "$R/falsestall.jsonl" <<'PY'
+import json, os, sys
+rows = [json.loads(l) for l in open(sys.argv[1])] if os.path.exists(sys.argv[1]) else []
+for r in rows:
+    print(f"{r['item']:40} {r['launches']:7d} launches {r['requests']:5d} req {r['seconds']:6.1f} s  stalls {r['stall_verdicts']}  "
+          f"max gap {r['max_gap_s']:.3f} s  outcomes {r['outcomes']}")
+print(f"stall verdicts in all: {sum(r['stall_verdicts'] for r in rows)} over {sum(r['launches'] for r in rows)} launches")
+PY
+finish
