@@ -141,7 +141,8 @@ POLL_NO_ACQUIRE = register(Check(
     "poll-no-acquire", "error", "SASS",
     "a poll loop (its exit tests the value re-read from one address) followed by a weak "
     "global data load with no gpu/system acquire (`CCTL.IVALL`, `MEMBAR.GPU`/`.SYS`), once "
-    "per poll"))
+    "per poll; not after a start barrier (an arrive storing the value waited for, no store of "
+    "the kernel before it: the reads are of data written before the launch, said in `sync-scope`)"))
 WGMMA_SERIALIZED = register(Check(
     "wgmma-serialized", "perf", "ptxas log",
     "ptxas serialized `wgmma.mma_async` (C7510-C7516), with its reason"))

@@ -211,17 +211,19 @@ def _own_word(func: SassFunction, at: int, limit: int = 96) -> bool:
     """Whether the load at `at` reads a word this thread writes itself: a store within
     `limit` instructions, before or after it, to the same address expression (registers
     and offset) with those registers unchanged in between - a thread's own counter
-    (load, add, store back) or its own write read back. No flag publishes such a word to
+    (load, add, store back) or its own write read back. For a store at `at`, the same with
+    a load of that word: the store of a thread's own counter. No flag publishes such a word to
     this thread, so a stale L1 line of another agent's data cannot be what it reads."""
-    load = func.instrs[at]
-    where = re.findall(r"\[[^\]]*\]", load.text)
+    access = func.instrs[at]
+    where = re.findall(r"\[[^\]]*\]", access.text)
     if not where:
         return False
-    address, regs = where[-1], load.address_reads()
+    address, regs = where[-1], access.address_reads()
+    partner = ("LDG", "LD") if access.base in ("STG", "ST") else ("STG", "ST")  # a store's own word: its load
     lo, hi = max(0, at - limit), min(len(func.instrs), at + limit + 1)
     for k in range(lo, hi):
         ins = func.instrs[k]
-        if ins.base not in ("STG", "ST") or re.findall(r"\[[^\]]*\]", ins.text)[-1:] != [address]:
+        if ins.base not in partner or re.findall(r"\[[^\]]*\]", ins.text)[-1:] != [address]:
             continue
         between = range(min(k, at) + 1, max(k, at))
         if not any(func.instrs[j].reg_writes() & regs for j in between):
@@ -301,6 +303,60 @@ def _uniform(ins: SassInstr) -> set[str]:
     return {r for r in ins.address_reads() if r.startswith("UR")}
 
 
+def _reaching(func: SassFunction, target: int) -> set[int]:
+    """The instructions (reachable from the entry) from which `target` can be reached: what
+    may run before it, a loop's later trips included."""
+    live = _reachable(func)
+    preds: dict[int, list[int]] = {}
+    for i in live:
+        for t in func.successors(i):
+            preds.setdefault(t, []).append(i)
+    seen: set[int] = set()
+    stack = list(preds.get(target, []))
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(preds.get(i, []))
+    return seen
+
+
+_PUBLISHING_STORES = ("STG", "ST", "RED", "REDG", "ATOM", "ATOMG")  # what a flag can publish to another block or GPU
+
+
+def _start_barrier(func: SassFunction, loop: set[int], poll: int) -> SassInstr | None:
+    """The arrive of an arrive-then-wait barrier that publishes nothing written in this
+    kernel, if the poll is one: a strong store (`st.volatile`/`st.relaxed`: `.STRONG`) of
+    the very register the loop compares the polled value with, and no other global store
+    (a thread's own counter word aside, `_own_word`) on any path from the entry to the poll.
+    Every rank (block) runs the same code, so what a peer published with its arrive is what
+    it stored before it: nothing. The reads after such a barrier (flashinfer's vLLM
+    all-reduce start barrier) are of data written before the launch, which the kernel
+    boundary orders; a store before it, or an arrive of another value than the one waited
+    for (an ack to a different producer), and the check judges the reads as usual."""
+    polled = func.instrs[poll].reg_writes()
+    compared: set[str] = set()
+    for k in loop:
+        ins = func.instrs[k]
+        if ins.pred_writes() and ins.value_reads() & polled:
+            compared |= ins.value_reads() - polled
+    if not compared:
+        return None
+    before = _reaching(func, poll) - loop
+    arrives = [k for k in sorted(before) if func.instrs[k].base in ("STG", "ST")
+               and ".STRONG" in func.instrs[k].opcode
+               and (func.instrs[k].value_reads() - func.instrs[k].address_reads()) & compared
+               and not any(compared & func.instrs[j].reg_writes() for j in range(k + 1, poll) if j in before)]
+    if not arrives:
+        return None
+    for k in before:
+        ins = func.instrs[k]
+        if ins.base in _PUBLISHING_STORES and k not in arrives and not (
+                ins.base in ("STG", "ST") and _own_word(func, k)):
+            return None
+    return func.instrs[arrives[-1]]
+
+
 READ_WINDOW = 64  # instructions after a poll's exit in which its data is read
 
 
@@ -350,7 +406,8 @@ def check_polls(func: SassFunction, path: str) -> list[Finding]:
         poll = func.instrs[p]
         others = set().union(*(body for q, body in polls.items() if q != p)) - loop
         bad, count, fence = _stale_read_after(func, loop, p, others)
-        if bad is not None:
+        arrive = _start_barrier(func, loop, p) if bad is not None else None
+        if bad is not None and arrive is None:
             more = f" (+{count - 1} more such loads)" if count > 1 else ""
             out.append(checks.POLL_NO_ACQUIRE.finding(
                 path, bad.line,
@@ -362,6 +419,12 @@ def check_polls(func: SassFunction, path: str) -> list[Finding]:
         else:
             scope = {"SYS": "system (volatile)", "GPU": "gpu"}.get(poll.opcode.split(".")[-1], poll.opcode)
             acq = f"`{fence.opcode}` at /*{fence.addr:04x}*/" if fence else "no weak data load follows"
+            if arrive is not None:
+                acq = (f"none, and none needed: a start barrier - its arrive `{arrive.opcode}` at "
+                       f"/*{arrive.addr:04x}*/ stores the value it waits for and no store of this "
+                       f"kernel comes before it, so the {count} weak load(s) after it read data "
+                       f"written before the launch (ordered by the kernel boundary), assuming every "
+                       f"rank runs this same code")
             out.append(checks.SYNC_SCOPE.finding(path, poll.line,
                                                  f"{func.name}: poll `{poll.opcode}` ({scope}); "
                                                  f"acquire: {acq}", poll.text))

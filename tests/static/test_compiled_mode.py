@@ -392,6 +392,44 @@ def test_a_rank_reading_its_own_buffer_after_a_poll_is_not_reading_what_a_peer_p
     assert [(f.check, f.line) for f in found] == ([("poll-no-acquire", 4)] if flagged else [])
 
 
+START_BARRIER = '''struct Signal { unsigned counter[64][8]; unsigned peer[64][8]; };
+__global__ void start(Signal* self, Signal* const* peers, const float* const* inputs, int rank,
+                      float* out, float* scratch) {
+  {BEFORE}
+  if (threadIdx.x < 8) {
+    unsigned val = self->counter[blockIdx.x][threadIdx.x] += 1;         // this thread's own counter
+    ((volatile unsigned*)peers[threadIdx.x]->peer[blockIdx.x])[rank] = {ARRIVE};
+    while (((volatile unsigned*)self->peer[blockIdx.x])[threadIdx.x] != val) {}
+  }
+  __syncthreads();
+  float s = 0.f;
+  for (int i = 0; i < 8; ++i) s += inputs[i][threadIdx.x];             // every rank's input
+  out[threadIdx.x] = s;
+}
+'''
+
+
+@requires_sass
+@pytest.mark.parametrize("before,arrive,flagged", [
+    ("", "val", False),                                   # vLLM's start barrier: publishes nothing
+    ("scratch[threadIdx.x] = 1.f;", "val", True),         # data stored before the arrive: published
+    ("", "1u", True),                                     # stores another value than it waits for
+])
+def test_a_start_barrier_publishes_nothing_written_in_the_kernel(tmp_path, before, arrive, flagged):
+    # arrive (store the value) then wait (poll for the same value) in the same code on every
+    # rank: what the flag publishes is what the kernel stored before its arrive; with nothing
+    # stored, the reads after it are of data written before the launch (flashinfer's vLLM
+    # all-reduce `multi_gpu_barrier<ngpus, true>`, whose header says it needs no fence)
+    src = tmp_path / "s.cu"
+    src.write_text(START_BARRIER.replace("{BEFORE}", before).replace("{ARRIVE}", arrive))
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["sm_90a"]))
+    errors = [(f.check, f.line) for f in found if f.fails]
+    assert errors == ([("poll-no-acquire", 12)] if flagged else [])
+    if not flagged:
+        (scope,) = [f for f in found if f.check == "sync-scope"]
+        assert "start barrier" in scope.message and "before the launch" in scope.message
+
+
 @requires_hip
 def test_a_users_rocm_is_used_for_hip_builds_and_a_missing_one_is_a_one_line_error(tmp_path, monkeypatch):
     from hazards.static.userbuild import hip_device_args
