@@ -53,7 +53,7 @@ from typing import Any, Callable, Protocol
 
 from . import recovery
 from .containment import CONTAINMENT
-from .errors import StoreError, UserError
+from .errors import NotJudged, StoreError, UserError
 from .stall import StallPolicy
 from .loop import (ARTIFACT_POLICIES, GpuStats, StoreSink, TargetFactory, WorkItem, WorkSource,
                                      close_targets, default_target_factory, run_local, warm_target)
@@ -140,7 +140,7 @@ def check_resumable(store: Store, campaign_id: int) -> None:
                         f"wait for it to end, or stop it (kill -INT {sup['pid']}), then resume")
 
 
-class NoGpuVisible(UserError):
+class NoGpuVisible(NotJudged):
     """No GPU is visible to this process (and the caller cannot run without one)."""
 
 

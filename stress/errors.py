@@ -21,6 +21,12 @@ class UserError(Exception):
     exit_code = EXIT_BAD_INPUT
 
 
+class NotJudged(UserError):
+    """Nothing could be judged here: no usable GPU, a server that died before its handshake."""
+
+    exit_code = EXIT_NOT_JUDGED
+
+
 class ToolchainMissing(UserError):
     """A compiler or tool the request needs is not installed, or the user asked to skip it.
 

@@ -108,7 +108,7 @@ def soak_command(
     dry_run: DryRunOption = False,
 ) -> None:
     from hazards.cli.progress import CampaignProgress
-    from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign, check_resumable
+    from hazards.engine.campaign import NO_GPU_VISIBLE, LeasedCampaign, NoGpuVisible, check_resumable
     from hazards.engine.stall import StallPolicy
     from hazards.engine.leases import lease_candidates
     from hazards.engine.soak import ALLOCATIONS, run_soak
@@ -149,7 +149,7 @@ def soak_command(
             check_resumable(store, resume)
             resumed_soak(store, resume)  # a soak with work items, or one line now
     if executor == "local" and not lease_candidates():  # say so before compiling any family
-        raise UserError(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
+        raise NoGpuVisible(f"hazards soak needs a free GPU: {NO_GPU_VISIBLE}")
     if selection is None:
         items = None
     else:
@@ -169,9 +169,9 @@ def soak_command(
         frame = LeasedCampaign.acquire(store, "hazards soak", lock_dir=lease.lock_dir,
                                        max_gpus=max_gpus, wait_s=wait_s, exclusive=lease.exclusive,
                                        forensics=policy)
-    except UserError as e:
+    except UserError as e:  # the same class (no GPU: exit 3), the command named
         store.close()
-        raise UserError(f"hazards soak needs a free GPU: {e}") from None
+        raise type(e)(f"hazards soak needs a free GPU: {e}") from None
     frame.stall = StallPolicy(stall_setting, store)
     explorer = None
     if explore > 0 and not no_families:

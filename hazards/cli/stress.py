@@ -38,7 +38,8 @@ Verdicts (the same words as `hazards check` and `hazards soak`): detected, went 
 canary its oracle never proved failing), clean, failed (a clean variant failed), error.
 
 Exit status: 0 every expectation met; 1 a canary went blind or a clean variant failed;
-2 bad input; 3 some variant had only `error` runs.
+2 bad input; 3 some variant had only `error` runs, or the family's server could not start
+(no usable GPU).
 
 Examples:
 

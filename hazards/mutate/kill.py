@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from hazards.engine.errors import EXIT_NOT_JUDGED, UserError
+from hazards.engine.errors import NotJudged, UserError
 from hazards.engine.loop import WorkItem
 from hazards.engine.stats import describe_rate
 from hazards.mutate.mutants import Mutant
@@ -196,10 +196,8 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
     failed = next((r.result for r in frame.store.iter_runs(base_id) if r.result.outcome.value != "clean"), None)
     why = " ".join(((failed.reason if failed else "") or base.stop_reason or "no reason stored").split())[:300]
     if bad and set(bad) == {"error"}:  # nothing ran its work (no usable GPU, a missing program): not the test's fault
-        err = UserError(f"could not judge: the test's runs on the unmutated sources ended only in error "
+        raise NotJudged(f"could not judge: the test's runs on the unmutated sources ended only in error "
                         f"({why}; campaign {base_id}): no mutant can be judged")
-        err.exit_code = EXIT_NOT_JUDGED
-        raise err
     if bad:
         raise UserError(f"the test is not clean on the unmutated sources ({bad}: {why}; campaign {base_id}): "
                         "a mutant can only be judged against a test that passes")

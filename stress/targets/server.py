@@ -20,7 +20,7 @@ from typing import Any
 from .. import protocol
 from ..classify import (NOTABLE_RE, classify_exit, classify_reply, find_fault_signature,
                              reply_metrics, signal_name)
-from ..errors import ProtocolError, UserError
+from ..errors import NotJudged, ProtocolError, UserError
 from ..forensics.collector import hang_reason
 from ..outcome import Outcome, RunResult
 from ..progress import POLL_S, RunProgress, stall_reason
@@ -206,11 +206,11 @@ class ServerTarget(Target):
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self, cutoff: float | None = None) -> None:
-        """Start a worker now (if none runs); UserError if its handshake fails (or does not
-        come before `cutoff`, time.monotonic())."""
+        """Start a worker now (if none runs); NotJudged (exit 3) if its handshake fails (or
+        does not come before `cutoff`, time.monotonic()): its runs would all be errors."""
         failure = self._ensure_worker(cutoff)
         if failure:
-            raise UserError(f"server target {self.name}: {failure[1]}")
+            raise NotJudged(f"server target {self.name}: {failure[1]}")
 
     def close(self) -> None:
         """Ask the worker to quit, then make sure its whole process tree is gone."""

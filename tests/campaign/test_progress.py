@@ -173,7 +173,7 @@ def test_soak_without_a_gpu_says_so_before_building_any_family(monkeypatch, tmp_
     monkeypatch.setattr(stress_family, "family_item", build)
     rc = main(["soak", "--budget", "2s", "--store", str(tmp_path / "r.db")])
     err = capsys.readouterr().err
-    assert rc == 2 and err.startswith("hazards: error: hazards soak needs a free GPU: no usable GPU")
+    assert rc == 3 and err.startswith("hazards: error: hazards soak needs a free GPU: no usable GPU")
     assert built == [] and not (tmp_path / "r.db").exists()
 
 

@@ -203,7 +203,7 @@ def test_cli_soak_without_a_gpu_is_a_one_line_error(monkeypatch, tmp_path, capsy
     f.write_text(TOML)
     rc = main(["soak", "--budget", "2s", "--targets", str(f), "--no-families", "--store", str(tmp_path / "r.db")])
     err = capsys.readouterr().err
-    assert rc == 2 and err.startswith("hazards: error: hazards soak needs a free GPU") and err.count("\n") == 1
+    assert rc == 3 and err.startswith("hazards: error: hazards soak needs a free GPU") and err.count("\n") == 1
 
 
 def test_cli_soak_unknown_executor_is_a_one_line_error_before_anything_is_written(tmp_path, capsys):

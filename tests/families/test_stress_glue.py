@@ -187,3 +187,30 @@ def test_stress_and_check_make_a_variants_work_item_by_one_recipe(monkeypatch):
     [from_check] = checkrun.family_items(fam, [fam.variant("fixed")], checkrun.default_items_for)
     assert from_stress == from_check and from_stress.expect is None
     assert from_stress.anomalies == tuple(fam.harness_anomalies) and from_stress.target == fam.name
+
+
+@pytest.mark.parametrize("fake_gpus", ["0", None], ids=["fake GPU", "no GPU"])
+def test_stress_whose_server_cannot_start_on_this_machine_is_not_judged(monkeypatch, tmp_path, capsys, fake_gpus):
+    # no usable GPU: the family server dies in its CUDA init before the handshake. That is
+    # "could not judge" (exit 3, docs/cli.md), as the error runs would have been; not bad input (2)
+    from hazards import stress_family
+    from hazards.cli import main
+    from hazards.engine.errors import EXIT_NOT_JUDGED
+    from hazards.engine.loop import WorkItem
+    import hazards.families as families
+    from tests.campaign.campaign_fakes import make_family
+
+    if fake_gpus is None:
+        monkeypatch.delenv("HZ_FAKE_GPUS", raising=False)
+    else:
+        monkeypatch.setenv("HZ_FAKE_GPUS", fake_gpus)
+    monkeypatch.setenv("HZ_LEASE_DIR", str(tmp_path / "leases"))
+    dies = (sys.executable, "-c", "import sys; sys.exit('hz: device init failed: cudaErrorNoDevice')")
+    monkeypatch.setattr(families, "get_family", lambda name: make_family())
+    monkeypatch.setattr(stress_family, "family_item",
+                        lambda fam, *a, **kw: WorkItem(target=fam.name, variant="broken", kind="server", argv=dies,
+                                                       timeout_s=5.0))
+    rc = main(["stress", "fakefam", "--store", str(tmp_path / "r.db"), "--no-forensics"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_NOT_JUDGED, err
+    assert err.count("\n") == 1 and "device init failed" in err
