@@ -40,13 +40,23 @@ def literal(text: Any) -> str:
     return escape(storable_text(str(text)))
 
 
+# The built-in default of an option that `[tool.hazards]` may set (hazards/cli/project_defaults.py):
+# click shows a file value for an option whose default is a value (--budget), but a
+# `show_default` text as it is, so the text says where the file value would come from.
+def project_default(builtin: str, key: str) -> str:
+    """`show_default` words: the project's pyproject.toml value for `key`, else `builtin`."""
+    return f"{builtin}, or pyproject.toml's tool.hazards {key}"
+
+
 StoreOption = Annotated[Optional[Path], typer.Option(
-    "--store", envvar="HZ_STORE", help="Results database.", show_default=".hazards/results.db")]
+    "--store", envvar="HZ_STORE", help="Results database.",
+    show_default=project_default(".hazards/results.db", "store"))]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 CommandArgument = Annotated[Optional[List[str]], typer.Argument(
     help="The program and its arguments (after --).", show_default=False)]
 FamiliesOption = Annotated[Optional[List[str]], typer.Option(
-    "--families", envvar="HZ_FAMILIES", help="Only these families (repeat or comma-separate).", show_default="all")]
+    "--families", envvar="HZ_FAMILIES", help="Only these families (repeat or comma-separate).",
+    show_default=project_default("all", "families"))]
 BudgetOption = Annotated[str, typer.Option("--budget", envvar="HZ_BUDGET", help="Time budget (e.g. 90s, 3m, 1h30m).")]
 LeaseDirOption = Annotated[Optional[Path], typer.Option(
     "--lease-dir", help="GPU lease folder.", show_default="$HZ_LEASE_DIR or /tmp/gpu-hazards-leases")]
@@ -63,7 +73,7 @@ JUnitOption = Annotated[Optional[Path], typer.Option(
     "--junit", help="Also write the result as JUnit XML to this file.", show_default="none")]
 ConfOption = Annotated[float, typer.Option("--conf", help="Confidence level of the intervals.")]
 SkipOption = Annotated[Optional[List[str]], typer.Option(
-    "--skip", envvar="HZ_SKIP", show_default="nothing",
+    "--skip", envvar="HZ_SKIP", show_default=project_default("nothing", "skip"),
     help="What not to check, reported as skipped (never as passed): `gpu` or `static` (the parts of "
          "`hazards check`), or a tool the static checks use (clang, nvcc, nvdisasm), installed or not. "
          "Without it, a check that cannot run exits 3. Repeat or comma-separate.")]

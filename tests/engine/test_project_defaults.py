@@ -76,3 +76,15 @@ def test_a_subcommand_of_a_group_takes_the_files_store(tmp_path):
     cwd = _project(tmp_path, '[tool.hazards]\nstore = "project.db"\n')
     res = hazards("store", "check", cwd=cwd, env={"HZ_STORE": ""})
     assert res.returncode == 2 and f"no results store at {tmp_path / 'project.db'}" in res.stderr, res.stderr
+
+
+def test_help_says_a_file_may_set_the_store_families_and_skip(tmp_path):
+    # these options' built-in defaults are words ("all", "nothing", a relative path) that --help
+    # shows as they are, whatever the project's table says: so they name the table too
+    cwd = _project(tmp_path, '[tool.hazards]\nstore = "ci/ci.db"\nfamilies = ["pipeline"]\nskip = ["nvdisasm"]\n')
+    env = {**ENV_CLEAN, "COLUMNS": "400", "HZ_STORE": ""}
+    check = " ".join(hazards("check", "--help", cwd=cwd, env=env).stdout.split())
+    for builtin, key in ((".hazards/results.db", "store"), ("all", "families"), ("nothing", "skip")):
+        assert f"[default: ({builtin}, or pyproject.toml's tool.hazards {key})]" in check, check
+    group = " ".join(hazards("store", "check", "--help", cwd=cwd, env=env).stdout.split())
+    assert "[default: (.hazards/results.db, or pyproject.toml's tool.hazards store)]" in group
