@@ -48,6 +48,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 namespace {
 
@@ -136,6 +137,38 @@ Setup resolve_setup(const hz::Params& p, const hz::Device& d) {
 }
 
 // ---- the model: weights, KV cache, input, descriptor table and the reference output ------
+// The weights and the input depend on (model, layers, data_seed) only; the KV cache, the
+// descriptor table (it points at the cache) and the reference output on the sequence length
+// too. A check alternates requests of clean (seq 4096) and clean_long (seq 16384) on one
+// server: rebuilding everything at each switch (6.4 GB of weights refilled, the reference
+// recomputed) cost ~40 ms a request, twice a round (docs/results/hangs-h100.md: 65 ms per
+// 20-launch request of clean_long against 20 ms of clean). So the weights are built once per
+// (model, layers, seed) and each sequence length keeps its context (`Model`) beside them, up
+// to kMaxContexts of them and kContextBytes in all (least recently used dropped first).
+struct Weights {
+  Shape s{};
+  int model = -1, L = 0;
+  uint32_t seed = 0;
+  float *attn_norm = nullptr, *mlp_norm = nullptr;
+  __nv_bfloat16 *wqkv = nullptr, *wo = nullptr, *router = nullptr, *w13 = nullptr, *w2 = nullptr;
+  float* x0 = nullptr;  // the true fp32 input (the reference reads this)
+  std::vector<float> x0_host;
+  long generation = 0;  // bumped by every (re)build: what the input was packed from
+  size_t wqkv_l = 0, wo_l = 0, router_l = 0, w13_e = 0, w2_e = 0;
+
+  bool matches(const Setup& u) const { return model == u.model && L == u.L && seed == u.data_seed; }
+  void release() {
+    for (void* ptr : {(void*)attn_norm, (void*)mlp_norm, (void*)wqkv, (void*)wo, (void*)router, (void*)w13,
+                      (void*)w2, (void*)x0})
+      if (ptr) HZ_CHECK(cudaFree(ptr));
+    const long g = generation;
+    *this = Weights();
+    generation = g;
+  }
+} g_weights;
+
+// One sequence length on the current weights: the weight pointers (not owned), its own KV
+// cache, descriptor table and reference output (owned).
 struct Model {
   Shape s{};
   int model = -1, L = 0, seq = 0;
@@ -144,22 +177,28 @@ struct Model {
   __nv_bfloat16 *wqkv = nullptr, *wo = nullptr, *router = nullptr, *w13 = nullptr, *w2 = nullptr;
   __nv_bfloat16 *kc = nullptr, *vc = nullptr;
   unsigned long long* table = nullptr;
-  float* x0 = nullptr;       // the true fp32 input (the reference reads this)
+  float* x0 = nullptr;       // the weights' input
   float* ref_out = nullptr;  // the reference's final hidden state
   std::vector<float> x0_host;
-  long generation = 0;  // bumped by every (re)build: what the input was packed from
+  long generation = 0;  // the weights' generation it was built on
   size_t wqkv_l = 0, wo_l = 0, router_l = 0, w13_e = 0, w2_e = 0, cache_l = 0;
+  unsigned long long last_used = 0;
 
   bool matches(const Setup& u) const { return model == u.model && L == u.L && seq == u.seq && seed == u.data_seed; }
-  void release() {
-    for (void* ptr : {(void*)attn_norm, (void*)mlp_norm, (void*)wqkv, (void*)wo, (void*)router, (void*)w13,
-                      (void*)w2, (void*)kc, (void*)vc, (void*)table, (void*)x0, (void*)ref_out})
+  size_t bytes() const { return 2 * cache_l * L * sizeof(__nv_bfloat16); }
+  void release() {  // its own buffers only: the weights stay
+    for (void* ptr : {(void*)kc, (void*)vc, (void*)table, (void*)ref_out})
       if (ptr) HZ_CHECK(cudaFree(ptr));
-    const long g = generation;
-    *this = Model();
-    generation = g;
+    kc = vc = nullptr;
+    table = nullptr;
+    ref_out = nullptr;
   }
-} g_model;
+};
+constexpr size_t kMaxContexts = 4;
+constexpr size_t kContextBytes = (size_t)1 << 30;
+std::vector<std::unique_ptr<Model>> g_models;  // the contexts on g_weights
+unsigned long long g_model_uses = 0;
+long g_context_builds = 0;  // reported per batch (metric model_builds): a warm server builds none
 
 template <typename T>
 T* dalloc(size_t n) {
@@ -177,51 +216,114 @@ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t key, float scale, cudaStream
 
 void compute_reference(Model& m, cudaStream_t st);
 
-Model& ensure_model(const Setup& u, cudaStream_t st) {
-  Model& m = g_model;
-  if (m.matches(u)) return m;
-  m.release();
-  m.generation += 1;
+void drop_contexts() {
+  for (auto& m : g_models) m->release();
+  g_models.clear();
+}
+
+Weights& ensure_weights(const Setup& u, cudaStream_t st) {
+  Weights& w = g_weights;
+  if (w.matches(u)) return w;
+  drop_contexts();  // every context points at the weights it was built on
+  w.release();
+  w.generation += 1;
   const Shape& s = u.s;
+  w.s = s;
+  w.model = u.model;
+  w.L = u.L;
+  w.seed = u.data_seed;
+  const int L = u.L, qr = qkv_rows(s);
+  w.wqkv_l = (size_t)qr * s.D;
+  w.wo_l = (size_t)s.D * s.NQ * HD;
+  w.router_l = (size_t)s.E * s.D;
+  w.w13_e = (size_t)2 * s.I * s.D;
+  w.w2_e = (size_t)s.D * s.I;
+  w.attn_norm = dalloc<float>((size_t)L * s.D);
+  w.mlp_norm = dalloc<float>((size_t)L * s.D);
+  w.wqkv = dalloc<__nv_bfloat16>(w.wqkv_l * L);
+  w.wo = dalloc<__nv_bfloat16>(w.wo_l * L);
+  w.router = dalloc<__nv_bfloat16>(w.router_l * L);
+  w.w13 = dalloc<__nv_bfloat16>(w.w13_e * s.E * L);
+  w.w2 = dalloc<__nv_bfloat16>(w.w2_e * s.E * L);
+  w.x0 = dalloc<float>(s.D);
+  const uint32_t sd = u.data_seed;
+  for (int l = 0; l < L; ++l) {
+    fill_f32_kernel<<<fill_grid(s.D), 256, 0, st>>>(w.attn_norm + (size_t)l * s.D, s.D,
+                                                     tensor_key(sd, T_ATTN_NORM, l, 0), SCALE_NORM, 1.f);
+    fill_f32_kernel<<<fill_grid(s.D), 256, 0, st>>>(w.mlp_norm + (size_t)l * s.D, s.D,
+                                                     tensor_key(sd, T_MLP_NORM, l, 0), SCALE_NORM, 1.f);
+    HZ_CHECK_LAUNCH();
+    fill_bf16(w.wqkv + w.wqkv_l * l, w.wqkv_l, tensor_key(sd, T_WQKV, l, 0), SCALE_W, st);
+    fill_bf16(w.wo + w.wo_l * l, w.wo_l, tensor_key(sd, T_WO, l, 0), SCALE_W, st);
+    fill_bf16(w.router + w.router_l * l, w.router_l, tensor_key(sd, T_ROUTER, l, 0), SCALE_W, st);
+    for (int e = 0; e < s.E; ++e) {
+      fill_bf16(w.w13 + w.w13_e * ((size_t)l * s.E + e), w.w13_e, tensor_key(sd, T_W13, l, e), SCALE_W, st);
+      fill_bf16(w.w2 + w.w2_e * ((size_t)l * s.E + e), w.w2_e, tensor_key(sd, T_W2, l, e), SCALE_W, st);
+    }
+  }
+  w.x0_host.resize(s.D);
+  const uint32_t kin = tensor_key(sd, T_INPUT, 0, 0);
+  for (int i = 0; i < s.D; ++i) w.x0_host[i] = uniform_pm(kin, (uint32_t)i, SCALE_INPUT);
+  HZ_CHECK(cudaMemcpyAsync(w.x0, w.x0_host.data(), s.D * sizeof(float), cudaMemcpyHostToDevice, st));
+  HZ_CHECK(cudaStreamSynchronize(st));  // x0_host is read by the copy
+  return w;
+}
+
+// The context of `u` (its weights, KV cache, descriptor table and reference output), built
+// on first use and kept while it is among the kMaxContexts most recently used.
+Model& ensure_model(const Setup& u, cudaStream_t st) {
+  const Weights& w = ensure_weights(u, st);
+  for (auto& m : g_models)
+    if (m->matches(u)) {
+      m->last_used = ++g_model_uses;
+      return *m;
+    }
+  const Shape& s = u.s;
+  const int L = u.L;
+  const size_t cache_l = (size_t)(u.seq + 1) * s.NKV * HD;
+  const size_t want = 2 * cache_l * L * sizeof(__nv_bfloat16);
+  auto held = [] {
+    size_t n = 0;
+    for (auto& m : g_models) n += m->bytes();
+    return n;
+  };
+  while (!g_models.empty() && (g_models.size() >= kMaxContexts || held() + want > kContextBytes)) {
+    auto lru = std::min_element(g_models.begin(), g_models.end(),
+                                [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
+    (*lru)->release();
+    g_models.erase(lru);
+  }
+  g_models.push_back(std::make_unique<Model>());
+  Model& m = *g_models.back();
   m.s = s;
   m.model = u.model;
-  m.L = u.L;
+  m.L = L;
   m.seq = u.seq;
   m.seed = u.data_seed;
-  const int L = u.L, qr = qkv_rows(s);
-  m.wqkv_l = (size_t)qr * s.D;
-  m.wo_l = (size_t)s.D * s.NQ * HD;
-  m.router_l = (size_t)s.E * s.D;
-  m.w13_e = (size_t)2 * s.I * s.D;
-  m.w2_e = (size_t)s.D * s.I;
-  m.cache_l = (size_t)(u.seq + 1) * s.NKV * HD;
-  m.attn_norm = dalloc<float>((size_t)L * s.D);
-  m.mlp_norm = dalloc<float>((size_t)L * s.D);
-  m.wqkv = dalloc<__nv_bfloat16>(m.wqkv_l * L);
-  m.wo = dalloc<__nv_bfloat16>(m.wo_l * L);
-  m.router = dalloc<__nv_bfloat16>(m.router_l * L);
-  m.w13 = dalloc<__nv_bfloat16>(m.w13_e * s.E * L);
-  m.w2 = dalloc<__nv_bfloat16>(m.w2_e * s.E * L);
+  m.attn_norm = w.attn_norm;
+  m.mlp_norm = w.mlp_norm;
+  m.wqkv = w.wqkv;
+  m.wo = w.wo;
+  m.router = w.router;
+  m.w13 = w.w13;
+  m.w2 = w.w2;
+  m.x0 = w.x0;
+  m.x0_host = w.x0_host;
+  m.generation = w.generation;
+  m.wqkv_l = w.wqkv_l;
+  m.wo_l = w.wo_l;
+  m.router_l = w.router_l;
+  m.w13_e = w.w13_e;
+  m.w2_e = w.w2_e;
+  m.cache_l = cache_l;
+  m.last_used = ++g_model_uses;
   m.kc = dalloc<__nv_bfloat16>(m.cache_l * L);
   m.vc = dalloc<__nv_bfloat16>(m.cache_l * L);
   m.table = dalloc<unsigned long long>((size_t)L * N_SLOTS);
-  m.x0 = dalloc<float>(s.D);
   m.ref_out = dalloc<float>(s.D);
   const uint32_t sd = u.data_seed;
   std::vector<unsigned long long> table((size_t)L * N_SLOTS);
   for (int l = 0; l < L; ++l) {
-    fill_f32_kernel<<<fill_grid(s.D), 256, 0, st>>>(m.attn_norm + (size_t)l * s.D, s.D,
-                                                     tensor_key(sd, T_ATTN_NORM, l, 0), SCALE_NORM, 1.f);
-    fill_f32_kernel<<<fill_grid(s.D), 256, 0, st>>>(m.mlp_norm + (size_t)l * s.D, s.D,
-                                                     tensor_key(sd, T_MLP_NORM, l, 0), SCALE_NORM, 1.f);
-    HZ_CHECK_LAUNCH();
-    fill_bf16(m.wqkv + m.wqkv_l * l, m.wqkv_l, tensor_key(sd, T_WQKV, l, 0), SCALE_W, st);
-    fill_bf16(m.wo + m.wo_l * l, m.wo_l, tensor_key(sd, T_WO, l, 0), SCALE_W, st);
-    fill_bf16(m.router + m.router_l * l, m.router_l, tensor_key(sd, T_ROUTER, l, 0), SCALE_W, st);
-    for (int e = 0; e < s.E; ++e) {
-      fill_bf16(m.w13 + m.w13_e * ((size_t)l * s.E + e), m.w13_e, tensor_key(sd, T_W13, l, e), SCALE_W, st);
-      fill_bf16(m.w2 + m.w2_e * ((size_t)l * s.E + e), m.w2_e, tensor_key(sd, T_W2, l, e), SCALE_W, st);
-    }
     // rows [0, seq) hold the context; row seq is the new token's, written by every step
     const size_t ctx = (size_t)u.seq * s.NKV * HD;
     fill_bf16(m.kc + m.cache_l * l, ctx, tensor_key(sd, T_KCACHE, l, 0), SCALE_KCACHE, st);
@@ -238,11 +340,8 @@ Model& ensure_model(const Setup& u, cudaStream_t st) {
     row[SLOT_VCACHE] = (unsigned long long)(m.vc + m.cache_l * l);
   }
   HZ_CHECK(cudaMemcpyAsync(m.table, table.data(), table.size() * sizeof(unsigned long long), cudaMemcpyHostToDevice, st));
-  m.x0_host.resize(s.D);
-  const uint32_t kin = tensor_key(sd, T_INPUT, 0, 0);
-  for (int i = 0; i < s.D; ++i) m.x0_host[i] = uniform_pm(kin, (uint32_t)i, SCALE_INPUT);
-  HZ_CHECK(cudaMemcpyAsync(m.x0, m.x0_host.data(), s.D * sizeof(float), cudaMemcpyHostToDevice, st));
-  compute_reference(m, st);
+  compute_reference(m, st);  // ends with a stream synchronize: `table` may go
+  ++g_context_builds;
   return m;
 }
 
@@ -497,6 +596,7 @@ void run(hz::Batch& b) {
   b.metric("tol", u.tol);
   b.metric("bytes_per_step", step_bytes(u));
   b.metric("tripwire_mode", u.tripwire ? g_tripwire.mode_name() : "compiled-out instance");
+  b.metric("model_builds", (double)g_context_builds);  // contexts this server built so far (ensure_model)
 }
 
 // Parameters, variants and counters: standalone/megakernel_layers/family.toml (embedded by the build).

@@ -77,3 +77,18 @@ def test_silent_corruptions_are_mismatches_against_the_calibrated_tolerance(bina
     r = run(binary, {"variant": variant, "launches": 50}, 120, tmp_path)
     assert r.outcome is Outcome.MISMATCH, (r.reason, r.metrics)
     assert r.metrics["max_rel_err"] > FAM.defaults["tol_e6"] * 1e-6
+
+
+def test_a_warm_server_builds_each_sequence_length_once_across_alternating_requests(binary: Path):
+    """A check alternates clean (seq 4096) and clean_long (seq 16384) requests on one server:
+    each sequence length's context (KV cache, reference) is built once and kept, and a canary
+    between them is still a mismatch while the clean requests around it stay clean."""
+    from hazards.engine.targets import ServerTarget
+
+    order = ["clean", "clean_long", "clean", "clean_long", "stale_descriptor", "clean", "clean_long"]
+    with ServerTarget([str(binary), "--serve"], name=FAM.name) as server:
+        runs = [(v, server.run({"variant": v}, timeout=60, launches=20)) for v in order]
+    assert [r.metrics.get("model_builds") for _, r in runs] == [1, 2, 2, 2, 2, 2, 2], \
+        [(v, r.outcome, r.metrics.get("model_builds")) for v, r in runs]
+    assert [r.outcome for _, r in runs] == [Outcome.CLEAN] * 4 + [Outcome.MISMATCH] + [Outcome.CLEAN] * 2, \
+        [(v, r.outcome, r.reason) for v, r in runs]
