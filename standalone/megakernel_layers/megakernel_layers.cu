@@ -140,9 +140,10 @@ Setup resolve_setup(const hz::Params& p, const hz::Device& d) {
 // The weights and the input depend on (model, layers, data_seed) only; the KV cache, the
 // descriptor table (it points at the cache) and the reference output on the sequence length
 // too. A check alternates requests of clean (seq 4096) and clean_long (seq 16384) on one
-// server: rebuilding everything at each switch (6.4 GB of weights refilled, the reference
-// recomputed) cost ~40 ms a request, twice a round (docs/results/hangs-h100.md: 65 ms per
-// 20-launch request of clean_long against 20 ms of clean). So the weights are built once per
+// server: everything was rebuilt at each switch (6.4 GB of weights freed, allocated and
+// refilled, the reference recomputed), twice a round (docs/results/hangs-h100.md: 65 ms per
+// 20-launch request of clean_long, 55 of clean_skew, against 20 of clean and clean_grid64;
+// the rebuild's share is inferred from that, not profiled). So the weights are built once per
 // (model, layers, seed) and each sequence length keeps its context (`Model`) beside them, up
 // to kMaxContexts of them and kContextBytes in all (least recently used dropped first).
 struct Weights {
