@@ -1,9 +1,9 @@
 """The one home of the toolchain: compilers and disassemblers, GPU-target flags, compiler
 versions, cache keys and the build cache.
 
-- `find_tool(name)`: nvcc, hipcc, clang (with the AMDGPU backend), nvdisasm, cuobjdump. An
-  `HZ_<TOOL>` variable overrides the lookup (HZ_NVCC, HZ_HIPCC, HZ_CLANG, HZ_NVDISASM,
-  HZ_CUOBJDUMP); a missing tool raises `ToolchainMissing` naming the tool and how to
+- `find_tool(name)`: nvcc, hipcc, clang (with the AMDGPU backend), cpp, nvdisasm, cuobjdump.
+  An `HZ_<TOOL>` variable overrides the lookup (HZ_NVCC, HZ_HIPCC, HZ_CLANG, HZ_CPP,
+  HZ_NVDISASM, HZ_CUOBJDUMP); a missing tool raises `ToolchainMissing` naming the tool and how to
   install it. `find_tool("clang", arch=...)` is the first clang that compiles for that AMD
   target: clang-19 for gfx942 (the release the checks were first measured on), clang-22
   for gfx950 (clang-19 rejects the processor; Debian 12 ships clang-22 in
@@ -131,6 +131,9 @@ TOOLS: dict[str, Tool] = {
                   install_for=lambda arch: ("apt-get install clang-22 (Debian 12: bookworm-security; "
                                             "scripts/setup.sh does it), or set HZ_CLANG to a clang that "
                                             "targets gfx950") if arch != GFX942 else ""),
+    # The C preprocessor alone: `hazards mutate` maps its output back to source lines when
+    # neither nvcc nor clang is installed.
+    "cpp": Tool("cpp", "HZ_CPP", ("cpp",), "apt-get install cpp (or gcc), or set HZ_CPP"),
     "nvdisasm": Tool("nvdisasm", "HZ_NVDISASM", ("nvdisasm",), _NV_TOOLS_INSTALL,
                      folders=lambda: [*_cuda_homes(), *_nvidia_wheel_bins()]),
     "cuobjdump": Tool("cuobjdump", "HZ_CUOBJDUMP", ("cuobjdump",), _NV_TOOLS_INSTALL,

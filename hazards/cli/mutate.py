@@ -59,6 +59,8 @@ def mutate_command(
     runs: Annotated[int, runs_option("50 per mutant")] = 50,
     jobs: int = typer.Option(0, "--jobs", show_default="the machine's cores", help="Parallel builds."),
     no_static: bool = typer.Option(False, "--no-static", help="Skip the early-clobber lint of each mutant."),
+    no_preprocess: bool = typer.Option(False, "--no-preprocess",
+                                       help="Find sites with the text scanner alone (run no preprocessor)."),
     family: FamilyOption = None,
     variants: Annotated[Optional[List[str]], variant_option("with --family: every fixed and reference variant")] = None,
     launches: Annotated[int, launches_option("1000")] = 1000,
@@ -73,6 +75,7 @@ def mutate_command(
     except ValueError as e:
         raise UserError(f"-D/-U: {e}") from None
     chosen, span = check_operators(operators), parse_lines(lines)
+    language = None  # by suffix: .hip is HIP, the rest CUDA
     if family is not None:
         from hazards.mutate import catalog
 
@@ -86,27 +89,32 @@ def mutate_command(
             build, test = catalog.commands(family, variants or [], launches)
         root, sources = tree, sources or files
         defs = {**catalog.build_defines(family), **defs}
+        language = catalog.language(family)
     elif variants:
         raise UserError("--variant names a variant of --family F: give --family too, or judge with --test")
     if not sources:
         raise UserError("name the source files to mutate (or --family F)")
-    found = []
+    if not list_only and not test:
+        raise UserError("give --test CMD to judge the mutants (or --list to print them)")
+    found, how = [], []
     for path in sources:
         if not path.is_file():
             raise UserError(f"no source file {path}")
-        text, mutants = mutants_of(path, operators=chosen, lines=span, defines=defs)
+        text, mutants = mutants_of(path, operators=chosen, lines=span, defines=defs, preprocess=not no_preprocess,
+                                   language=language, notes=how)
         found.extend((m, text) for m in mutants)
+    for note in how:  # the one-line note of a fallback to the text scanner
+        if "text scanner" in note and not no_preprocess:
+            print(f"mutate: note: {note}", file=sys.stderr)
     if list_only:
-        _print_list(found, as_json)
+        _print_list(found, as_json, how)
         sys.exit(EXIT_OK)
-    if not test:
-        raise UserError("give --test CMD to judge the mutants (or --list to print them)")
     sys.exit(_kill(found, sources, build, test, root, budget, timeout, runs, jobs, not no_static, lease, as_json))
 
 
-def _print_list(found: list, as_json: bool) -> None:
+def _print_list(found: list, as_json: bool, how: list[str]) -> None:
     if as_json:
-        print(json.dumps({"mutants": [m.as_json(text) for m, text in found]}))
+        print(json.dumps({"sites": how, "mutants": [m.as_json(text) for m, text in found]}))
         return
     for m, _ in found:
         print(f"{m.path}:{m.line}  {m.id:24s} {m.description}")

@@ -32,6 +32,13 @@ def build_defines(family: str) -> dict[str, str | None]:
     return dict(NVIDIA_BUILD) if "cuda" in get_family(family).platforms else {}
 
 
+def language(family: str) -> str:
+    """How the family's sources are preprocessed: 'cuda' for a CUDA family, 'hip' otherwise."""
+    from hazards.families import get_family
+
+    return "cuda" if "cuda" in get_family(family).platforms else "hip"
+
+
 def subject_files(family: str, *, runnable: bool = True) -> tuple[Path, list[Path]]:
     """(the kernel tree, the files to mutate) of a family; with `runnable`, a UserError for a
     family without a runtime binary (its mutants can be listed, not judged by a run)."""

@@ -79,11 +79,15 @@ def inactive_lines(text: str, defines: dict[str, str | None] | None = None) -> s
     to its value, or to None for one known to be undefined (`-U`)."""
     known: dict[str, str | None] = dict(defines or {})
     inactive: set[int] = set()
-    # Per open #if: (this branch is certainly taken-off, a branch was certainly taken, some branch unknown)
+    # Per open #if: (this branch is certainly taken-off, a branch was certainly taken, some
+    # branch unknown, this branch may or may not be taken)
     stack: list[list[bool]] = []
 
     def dropped() -> bool:
         return any(frame[0] for frame in stack)
+
+    def uncertain() -> bool:
+        return any(frame[3] for frame in stack)
 
     lines = text.split("\n")
     i = 0
@@ -106,36 +110,40 @@ def inactive_lines(text: str, defines: dict[str, str | None] | None = None) -> s
             continue
         if kind in ("if", "ifdef", "ifndef"):
             if dropped():
-                stack.append([True, True, False])
+                stack.append([True, True, False, False])
             else:
                 if kind == "if":
                     value = evaluate(rest, known)
                 else:
                     name = rest.split()[0] if rest.split() else ""
                     value = None if name not in known else ((known[name] is not None) == (kind == "ifdef"))
-                stack.append([value is False, value is True, value is None])
+                stack.append([value is False, value is True, value is None, value is None])
         elif kind == "elif" and stack:
             frame = stack[-1]
             outer = any(f[0] for f in stack[:-1])
             if outer or frame[1]:
-                frame[0] = True
+                frame[0], frame[3] = True, False
             else:
                 value = evaluate(rest, known)
                 frame[0] = value is False
                 frame[1] = value is True
+                frame[3] = value is None or (frame[2] and value is True)  # taken only if the unknown ones were not
                 frame[2] = frame[2] or value is None
         elif kind == "else" and stack:
             frame = stack[-1]
             outer = any(f[0] for f in stack[:-1])
             frame[0] = outer or frame[1]
+            frame[3] = not frame[0] and frame[2]
         elif kind == "endif" and stack:
             stack.pop()
-        elif kind == "define" and not dropped():
+        elif kind in ("define", "undef") and not dropped():
             parts = rest.split(None, 1)
             if parts and re.fullmatch(r"[A-Za-z_]\w*", parts[0]):
-                known[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
-        elif kind == "undef" and not dropped():
-            if rest.split():
-                known[rest.split()[0]] = None
+                if uncertain():  # a branch that may not be taken: the name's value is unknown after it
+                    known.pop(parts[0], None)
+                elif kind == "define":
+                    known[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+                else:
+                    known[parts[0]] = None
         i = j + 1
     return inactive

@@ -10,6 +10,7 @@ from typing import Iterable
 from hazards.engine.errors import UserError
 from hazards.mutate import conditionals
 from hazards.mutate.operators import OPERATORS, Site, Source
+from hazards.mutate.preprocess import Live, find_live
 from hazards.static import cscan
 
 
@@ -67,11 +68,14 @@ def check_operators(names: Iterable[str] | None) -> list[str]:
 
 
 def mutants_of_text(text: str, path: str, *, operators: Iterable[str] | None = None,
-                    lines: tuple[int, int] | None = None, defines: dict[str, str | None] | None = None) -> list[Mutant]:
-    """Every mutant of `text` (a C/C++/CUDA/HIP source), in source order."""
+                    lines: tuple[int, int] | None = None, defines: dict[str, str | None] | None = None,
+                    live: Live | None = None) -> list[Mutant]:
+    """Every mutant of `text` (a C/C++/CUDA/HIP source), in source order. `live`: what the
+    preprocessor said (dead lines, macros); without it, the text scanner's conditionals."""
     scanned = cscan.scan(text)
-    src = Source(text=text, scanned=scanned, asm=cscan.asm_statements(text, scanned),
-                 inactive=conditionals.inactive_lines(text, defines))
+    inactive = set(live.dead) if live is not None else conditionals.inactive_lines(text, defines)
+    src = Source(text=text, scanned=scanned, asm=cscan.asm_statements(text, scanned), inactive=inactive,
+                 macros=live.macros if live is not None else {})
     sha = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
     sites: list[Site] = []
     seen: set[tuple[int, int, str]] = set()
@@ -106,10 +110,18 @@ def _whole_line(text: str, site: Site) -> Site:
     return dataclasses.replace(site, start=lo, end=min(len(text), hi + 1))
 
 
-def mutants_of(path: Path, **kw) -> tuple[str, list[Mutant]]:
-    """(the file's text, its mutants); a one-line UserError for a file that cannot be read."""
+def mutants_of(path: Path, *, preprocess: bool = True, language: str | None = None,
+               notes: list[str] | None = None, **kw) -> tuple[str, list[Mutant]]:
+    """(the file's text, its mutants); a one-line UserError for a file that cannot be read.
+    With `preprocess`, dead lines and macros come from the preprocessor's output
+    (`preprocess.find_live`); how the sites were found is appended to `notes`."""
     try:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-    return text, mutants_of_text(text, str(path), **kw)
+    live, how = None, "sites found by the text scanner (--no-preprocess)"
+    if preprocess:
+        live, how = find_live(path, text, defines=kw.get("defines"), language=language)
+    if notes is not None:
+        notes.append(f"{path}: {how}")
+    return text, mutants_of_text(text, str(path), live=live, **kw)

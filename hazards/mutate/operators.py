@@ -45,6 +45,9 @@ class Source:
     scanned: cscan.Scanned
     asm: list[cscan.AsmStatement]
     inactive: set[int]
+    # Macros the preprocessor saw (name -> body; empty without one): a macro expanding to a
+    # fence or barrier is mutated at each of its use sites too.
+    macros: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def active(self, offset: int) -> bool:
         return self.scanned.line_of(offset) not in self.inactive
@@ -97,15 +100,8 @@ def _call_sites(src: Source, op: str, pattern: re.Pattern[str], verb: str) -> It
     code = src.scanned.code
     for m in src.code_matches(pattern):
         open_at = code.find("(", m.end() - 1)
-        depth, i = 0, open_at
-        while i < len(code):
-            if code[i] == "(":
-                depth += 1
-            elif code[i] == ")":
-                depth -= 1
-                if depth == 0:
-                    break
-            i += 1
+        i = _matching_paren(code, open_at)
+        i = len(code) if i < 0 else i
         end = _statement_end(code, i)
         if not code[i + 1:end].strip().endswith(";"):
             continue  # used as a value (`x = __syncthreads_count(...)`): not a statement to delete
@@ -123,6 +119,88 @@ def _instruction_sites(src: Source, op: str, pattern: re.Pattern[str], verb: str
                    f"{verb} asm `{m.group(0).strip()}` (line {line})")
 
 
+_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+_LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+
+
+def _expanding_macros(macros: dict[str, str], calls: re.Pattern[str], instructions: re.Pattern[str]) -> dict[str, str]:
+    """Macros whose expansion (through other macros too) holds a call `calls` names or an
+    instruction `instructions` matches inside a string: name -> what it expands to."""
+    found: dict[str, str] = {}
+    for name, body in macros.items():
+        hit = calls.search(body + "(") if body.strip() else None
+        if hit is None:
+            hit = next((m for lit in _LITERAL.findall(body) for m in [instructions.search(lit)] if m), None)
+        if hit is not None:
+            found[name] = hit.group(0).rstrip("(").strip()
+    for _ in range(4):  # macros that expand to those macros
+        grew = False
+        for name, body in macros.items():
+            if name not in found:
+                via = next((n for n in _IDENT.findall(body) if n in found and n != name), None)
+                if via is not None:
+                    found[name], grew = found[via], True
+        if not grew:
+            break
+    return found
+
+
+def _macro_use_sites(src: Source, op: str, calls: re.Pattern[str], instructions: re.Pattern[str]) -> Iterator[Site]:
+    """Each live statement that invokes a macro expanding to a fence/barrier (`NAME(...);` or
+    `NAME;`) is deleted at its use site: the diff a kernel engineer reads is at the call."""
+    if not src.macros:
+        return
+    code = src.scanned.code
+    used = set(_IDENT.findall(code)) & set(src.macros)
+    if not used:
+        return
+    expanding = _expanding_macros(src.macros, calls, instructions)
+    names = sorted(n for n in used if n in expanding and not calls.match(n + "("))
+    if not names:
+        return
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b")
+    for m in src.code_matches(pattern):
+        if _is_directive_line(code, m.start()):
+            continue  # inside a #define: the definition is not a use site
+        i = m.end()
+        while i < len(code) and code[i] in " \t":
+            i += 1
+        if i < len(code) and code[i] == "(":
+            close = _matching_paren(code, i)
+            if close < 0:
+                continue
+            end = _statement_end(code, close)
+        else:
+            end = _statement_end(code, i - 1)
+        if not code[m.start():end].rstrip().endswith(";"):
+            continue  # used as a value or a declaration: not a statement to delete
+        line = src.scanned.line_of(m.start())
+        call = " ".join(code[m.start():end].rstrip(" \t\n;").split())
+        call = call if len(call) <= 60 else m.group(0) + "(...)"
+        yield Site(op, m.start(), end, "", line,
+                   f"remove {call} (line {line}): the macro expands to {expanding[m.group(0)]}()")
+
+
+def _is_directive_line(code: str, at: int) -> bool:
+    """Whether offset `at` sits on a preprocessor directive (or its continuation lines)."""
+    lo = code.rfind("\n", 0, at) + 1
+    while lo > 1 and code[lo - 2] == "\\":
+        lo = code.rfind("\n", 0, lo - 1) + 1
+    return code[lo:at].lstrip().startswith("#")
+
+
+def _matching_paren(code: str, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(code)):
+        if code[i] == "(":
+            depth += 1
+        elif code[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
 def _removal(op: str, calls: re.Pattern[str], instructions: re.Pattern[str]) -> Callable[[Source], Iterator[Site]]:
     """The operator `op` that deletes each call statement `calls` names and each asm
     instruction `instructions` matches (remove-fence and remove-barrier differ only there)."""
@@ -130,6 +208,7 @@ def _removal(op: str, calls: re.Pattern[str], instructions: re.Pattern[str]) -> 
     def remove(src: Source) -> Iterator[Site]:
         yield from _call_sites(src, op, calls, "remove")
         yield from _instruction_sites(src, op, instructions, "remove")
+        yield from _macro_use_sites(src, op, calls, instructions)
 
     remove.__name__ = remove.__qualname__ = op.replace("-", "_")
     return remove

@@ -37,7 +37,8 @@ _KEEP_ALONE = re.compile(r"^(-std=|--std=|-fms-extensions|-fno-exceptions|-fno-r
 _NVCC_LONG = {"--include-path": "-I", "--define-macro": "-D", "--undefine-macro": "-U",
               "--pre-include": "-include", "--system-include": "-isystem"}
 _NVCC_ONLY = ("--expt-relaxed-constexpr", "--expt-extended-lambda", "--extended-lambda")
-_MISSING_HEADER = re.compile(r"fatal error: '([^']+)' file not found")
+# clang says `'x.h' file not found`; gcc (cpp, and nvcc, which preprocesses with it) `x.h: No such file`.
+_MISSING_HEADER = re.compile(r"fatal error: (?:'([^']+)' file not found|([^:\s]+): No such file or directory)")
 MAX_STUBS = 32
 
 
@@ -338,30 +339,42 @@ class Preprocessor:
         flags, cwd = self.flags_for(source)
         with tempfile.TemporaryDirectory(prefix="hz-stubs-") as stubs:
             stubbed: list[str] = []
-            for _ in range(MAX_STUBS + 1):
-                cmd = [clang, "-E", *hip_device_args(clang), "-w", *flags, f"-I{stubs}",
-                       str(Path(source).resolve()), "-o", "-"]
-                try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                                          cwd=cwd if cwd.is_dir() else None)
-                except subprocess.TimeoutExpired:
-                    raise ExpandError("clang -E timed out after 120 s") from None
-                except OSError as e:
-                    raise ExpandError(f"cannot run clang: {e}") from None
-                if proc.returncode == 0:
-                    if stubbed:
-                        self.stubbed[str(source)] = stubbed
-                    return proc.stdout
-                missing = _MISSING_HEADER.search(proc.stderr)
-                if missing is None or len(stubbed) >= MAX_STUBS or ".." in missing.group(1):
-                    last = next((ln for ln in proc.stderr.splitlines() if "error" in ln),
-                                proc.stderr.strip()[:200])
-                    raise ExpandError(last.strip())
-                stub = Path(stubs) / missing.group(1)
-                stub.parent.mkdir(parents=True, exist_ok=True)
-                stub.write_text("")
-                stubbed.append(missing.group(1))
-        raise ExpandError("too many missing headers")
+            out = preprocess_with_stubs([clang, "-E", *hip_device_args(clang), "-w", *flags], Path(source).resolve(),
+                                        Path(stubs), stubbed, cwd=cwd if cwd.is_dir() else None)
+        if stubbed:
+            self.stubbed[str(source)] = stubbed
+        return out
+
+
+def preprocess_with_stubs(argv: Sequence[str], source: Path, stubs: Path, stubbed: list[str], *,
+                          cwd: Path | None = None, timeout_s: float = 120.0) -> str:
+    """stdout of the preprocessor command `argv` over `source` (clang, gcc's cpp or nvcc with
+    `-E`). A header it cannot find becomes an empty stub under the folder `stubs` (searched
+    from four folders down, so that `"../x.h"` lands inside it too) and is appended to
+    `stubbed`; ExpandError with the first error line otherwise."""
+    search = stubs.joinpath("d", "d", "d", "d")
+    search.mkdir(parents=True, exist_ok=True)
+    name = ""
+    for _ in range(MAX_STUBS + 1):
+        try:
+            proc = subprocess.run([*argv, f"-I{search}", str(source)], capture_output=True, text=True,
+                                  errors="surrogateescape", timeout=timeout_s, cwd=cwd)
+        except subprocess.TimeoutExpired:
+            raise ExpandError(f"{Path(argv[0]).name} -E timed out after {timeout_s:g} s") from None
+        except OSError as e:
+            raise ExpandError(f"cannot run {argv[0]}: {e}") from None
+        if proc.returncode == 0:
+            return proc.stdout
+        m = _MISSING_HEADER.search(proc.stderr)
+        name = (m.group(1) or m.group(2)) if m else ""
+        stub = (search / name).resolve() if name else None
+        if stub is None or not stub.is_relative_to(stubs.resolve()) or name in stubbed or len(stubbed) >= MAX_STUBS:
+            last = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
+            raise ExpandError(" ".join(last.split())[:300] or f"{Path(argv[0]).name} exit {proc.returncode}")
+        stub.parent.mkdir(parents=True, exist_ok=True)
+        stub.write_text("")
+        stubbed.append(name)
+    raise ExpandError("too many missing headers")
 
 
 def _find_clang() -> str:

@@ -1,0 +1,173 @@
+"""Which lines of a source reach the compiler, from the preprocessor's own output.
+
+The source is preprocessed (`nvcc -E`, else clang `-E`, else `cpp`, found by
+`stress/toolchain.find_tool`) with a marker token written after every conditional directive
+(`#if`, `#ifdef`, `#ifndef`, `#elif`, `#else`) and a `#line` that keeps the numbering; a
+conditional group is live when its marker is in the output. A line is dead when the group
+it sits in is taken by no pass: CUDA sources are preprocessed twice (device pass with
+`__CUDA_ARCH__`, host pass without), HIP sources with `--cuda-device-only` and
+`--cuda-host-only`. `-dD` keeps the macro definitions in the output: a macro that expands
+(directly or through other macros) to a fence or a barrier makes each of its use sites a
+site (`operators.macro_use_sites`).
+
+A header the preprocessor cannot find (clang without a CUDA install, `cpp` without the CUDA
+or HIP headers) is preprocessed as empty and named in `how`: a condition over a macro only
+that header defines is then judged without it. With no preprocessor at all, or when it
+fails (an `#error`), `find_live` returns None and a one-line reason: the caller falls back
+to the text scanner (`conditionals.inactive_lines`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+from pathlib import Path
+
+from hazards.engine import toolchain
+from hazards.engine.errors import ToolchainMissing
+from hazards.static import cscan
+from hazards.static.asm_lint import ExpandError
+from hazards.static.userbuild import preprocess_with_stubs
+
+_DIRECTIVE_RE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b")
+_DEFINE_OUT_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^)]*\))?[ \t]*(.*)$", re.M)
+_MARKER = "__hz_live_group_{}__"
+_MARKER_RE = re.compile(r"__hz_live_group_(\d+)__")
+TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Live:
+    """What the preprocessor said about one source."""
+
+    dead: frozenset[int]  # 1-based lines in a conditional group no pass took
+    macros: dict[str, str]  # every macro defined in some pass: name -> body
+    how: str  # one line: the tool and passes, and any header preprocessed as empty
+
+
+def language_of(path: Path) -> str:
+    """'hip' for a .hip file, 'cuda' otherwise (headers are read as CUDA unless told)."""
+    return "hip" if path.suffix == ".hip" else "cuda"
+
+
+def groups(code: str) -> tuple[list[int | None], list[int]]:
+    """(the innermost conditional group of each line, or None outside any; the 0-based lines
+    after which each group's marker goes). `code` is the text with comments blanked."""
+    lines = code.split("\n")
+    owner: list[int | None] = [None] * len(lines)
+    after: list[int] = []
+    stack: list[int | None] = []  # group id per open #if
+    current: int | None = None
+    i = 0
+    while i < len(lines):
+        j = i
+        while lines[j].endswith("\\") and j + 1 < len(lines):
+            j += 1
+        m = _DIRECTIVE_RE.match(lines[i])
+        for k in range(i, j + 1):
+            owner[k] = current
+        if m:
+            kind = m.group(1)
+            if kind in ("if", "ifdef", "ifndef"):
+                stack.append(current)
+            if kind == "endif":
+                current = stack.pop() if stack else None
+            elif stack:  # if/ifdef/ifndef/elif/else: a new group begins after this directive
+                current = len(after)
+                after.append(j)
+        i = j + 1
+    return owner, after
+
+
+def _marked(text: str, after: list[int]) -> str:
+    """The source with each group's marker after its directive, numbering kept by `#line`."""
+    lines = text.split("\n")
+    at = {line: k for k, line in enumerate(after)}
+    out = []
+    for n, line in enumerate(lines):
+        out.append(line)
+        if n in at:
+            out.append(_MARKER.format(at[n]))
+            out.append(f"#line {n + 2}")
+    return "\n".join(out)
+
+
+def _candidates(language: str) -> tuple[list[tuple[str, list[list[str]]]], list[str]]:
+    """([(tool label, the argv of each pass without the input)] of the preprocessors found,
+    in the order they are tried; the names of those not found)."""
+    found, missing = [], []
+
+    def tool(name: str) -> str | None:
+        try:
+            return toolchain.find_tool(name)
+        except ToolchainMissing:
+            missing.append(name)
+            return None
+
+    if language == "cuda" and (nvcc := tool("nvcc")):
+        base = [nvcc, "-E", "-x", "cu", *toolchain.nvcc_arch_flags(), "-Xcompiler", "-dD"]
+        found.append(("nvcc -E (device and host passes)", [base, [*base, "-U__CUDA_ARCH__"]]))
+    if clang := tool("clang"):
+        if language == "cuda":
+            base = [clang, "-E", "-dD", "-x", "cuda", f"--cuda-gpu-arch={toolchain.SM90A}", "-nocudainc",
+                    "-nocudalib", "-Wno-unknown-cuda-version"]
+        else:
+            base = [clang, "-E", "-dD", "-x", "hip", toolchain.amd_arch_flag(), "-nogpuinc", "-nogpulib"]
+        found.append((f"{Path(clang).name} -E (device and host passes)",
+                      [[*base, "--cuda-device-only"], [*base, "--cuda-host-only"]]))
+    if cpp := tool("cpp"):
+        if language == "cuda":
+            base = [cpp, "-x", "c++", "-dD", "-D__CUDACC__", "-D__NVCC__"]
+            found.append(("cpp (device and host passes)", [[*base, "-D__CUDA_ARCH__=900"], base]))
+        else:
+            base = [cpp, "-x", "c++", "-dD", "-D__HIP__", "-D__HIPCC__", "-D__HIP_PLATFORM_AMD__"]
+            found.append(("cpp (device and host passes)", [[*base, "-D__HIP_DEVICE_COMPILE__"], base]))
+    return found, missing
+
+
+def find_live(path: Path, text: str, *, defines: dict[str, str | None] | None = None,
+              language: str | None = None) -> tuple[Live | None, str]:
+    """(what the preprocessor said about `text`, the source at `path`, or None; one line: how
+    the sites were found or why the text scanner is used instead). Each preprocessor found is
+    tried in turn until one succeeds."""
+    candidates, missing = _candidates(language or language_of(path))
+    if not candidates:
+        return None, f"no preprocessor found ({', '.join(missing)}): sites found by the text scanner"
+    scanned = cscan.scan(text)
+    owner, after = groups(scanned.code)
+    flags = [f"-D{k}={v}" if v else f"-D{k}" for k, v in (defines or {}).items()
+             if v is not None and not k.startswith("__")]
+    flags += [f"-U{k}" for k, v in (defines or {}).items() if v is None and not k.startswith("__")]
+    failed = []
+    for label, commands in candidates:
+        try:
+            taken, macros, stubbed = _preprocess(path, _marked(text, after), commands, flags)
+        except ExpandError as e:
+            failed.append(f"{label.split()[0]} failed: {e}")
+            continue
+        dead = frozenset(n + 1 for n, g in enumerate(owner) if g is not None and g not in taken)
+        how = f"sites found by {label}"
+        if stubbed:
+            how += f"; headers not found, read as empty: {', '.join(sorted(set(stubbed)))}"
+        return Live(dead=dead, macros=macros, how=how), how
+    return None, f"{'; '.join(failed)}: sites found by the text scanner"
+
+
+def _preprocess(path: Path, marked: str, commands: list[list[str]],
+                flags: list[str]) -> tuple[set[int], dict[str, str], list[str]]:
+    """(the groups some pass took, the macros some pass defined, the headers read as empty)."""
+    taken: set[int] = set()
+    macros: dict[str, str] = {}
+    stubbed: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="hazards-pp-") as tmp:
+        src = Path(tmp) / ("source" + (path.suffix or ".cu"))
+        src.write_text(marked, encoding="utf-8", errors="surrogateescape")
+        stubs = Path(tmp) / "stubs"
+        stubs.mkdir()
+        for argv in commands:
+            out = preprocess_with_stubs([*argv, *flags, f"-I{path.resolve().parent}"], src, stubs, stubbed,
+                                        timeout_s=TIMEOUT_S)
+            taken.update(int(g) for g in _MARKER_RE.findall(out))
+            for m in _DEFINE_OUT_RE.finditer(out):
+                macros.setdefault(m.group(1), m.group(3))
+    return taken, macros, stubbed

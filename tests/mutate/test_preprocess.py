@@ -1,0 +1,129 @@
+"""Sites are found on the preprocessor's output mapped back to source lines: a branch over a
+macro only a header defines is decided as the compiler decides it, a macro that expands to a
+fence is mutated at its use site, and without a preprocessor the text scanner is used with a
+one-line note. Each installed preprocessor (nvcc, clang, cpp) is checked on its own."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hazards.engine import toolchain
+from hazards.engine.errors import ToolchainMissing
+from hazards.mutate.conditionals import inactive_lines
+from hazards.mutate.mutants import mutants_of
+from hazards.mutate.preprocess import find_live, groups
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = ("nvcc", "clang", "cpp")
+
+# USE_FENCE is 0 in a header: the compiler drops line 4; the text scanner cannot know that.
+HEADER = "#pragma once\n#define USE_FENCE 0\n#define KFENCE() __threadfence()\n#define KSYNC __syncthreads()\n"
+SOURCE = textwrap.dedent("""\
+    #include "cfg.h"
+    __global__ void k(int* d, int* f) {
+    #if USE_FENCE
+      __threadfence_system();
+    #endif
+      d[0] = 1;
+      KFENCE();
+      KSYNC;
+      f[0] = 1;
+    }
+    #ifdef __CUDA_ARCH__
+    __device__ void dev() { __threadfence_block(); }
+    #else
+    void host() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+    #endif
+    """)
+
+
+@pytest.fixture(params=TOOLS)
+def only_tool(request, monkeypatch):
+    """Exactly one preprocessor visible (the others overridden to a path that does not exist)."""
+    for other in TOOLS:
+        if other != request.param:
+            monkeypatch.setenv(toolchain.TOOLS[other].env_var, "/nonexistent/" + other)
+    try:
+        toolchain.find_tool(request.param)
+    except ToolchainMissing as e:
+        pytest.skip(f"{request.param} not installed: {e}")
+    return request.param
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "cfg.h").write_text(HEADER)
+    src = tmp_path / "k.cu"
+    src.write_text(SOURCE)
+    return src
+
+
+def test_a_branch_over_a_header_macro_is_decided_by_the_preprocessor(tmp_path, only_tool):
+    src = _project(tmp_path)
+    notes: list[str] = []
+    _, found = mutants_of(src, notes=notes)
+    ids = {m.id for m in found}
+    assert "remove-fence@4" not in ids, notes  # USE_FENCE is 0 in cfg.h
+    assert {"remove-fence@12", "remove-fence@14"} <= ids  # device and host passes both count
+    assert only_tool in notes[0] or (only_tool == "clang" and "clang" in notes[0]), notes
+    # The text scanner alone keeps line 4 (it cannot read cfg.h): what the preprocessor adds.
+    _, scanned = mutants_of(src, preprocess=False)
+    assert "remove-fence@4" in {m.id for m in scanned}
+
+
+def test_a_macro_that_expands_to_a_fence_is_mutated_at_its_use_site(tmp_path, only_tool):
+    src = _project(tmp_path)
+    text, found = mutants_of(src)
+    by_id = {m.id: m for m in found}
+    fence, barrier = by_id["remove-fence@7"], by_id["remove-barrier@8"]
+    assert "KFENCE()" in fence.description and "__threadfence" in fence.description
+    assert "KFENCE" not in fence.apply(text) and "KSYNC" in fence.apply(text)
+    assert "KSYNC" not in barrier.apply(text)
+    # The definitions live in the header: nothing of cfg.h is a site of k.cu.
+    assert all(m.path == str(src) for m in found)
+
+
+def test_without_a_preprocessor_the_text_scanner_is_used_with_a_one_line_note(tmp_path):
+    src = _project(tmp_path)
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), "--list", "--json"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env={"PATH": "/nonexistent", "PYTHONPATH": str(REPO), "CUDA_HOME": "/nonexistent",
+                              **{toolchain.TOOLS[t].env_var: "/nonexistent/" + t for t in TOOLS}})
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("\n") == 1 and "no preprocessor found" in res.stderr and "text scanner" in res.stderr
+    got = json.loads(res.stdout)
+    assert "text scanner" in got["sites"][0]
+    assert "remove-fence@4" in {m["id"] for m in got["mutants"]}  # the scanner cannot decide USE_FENCE
+
+
+def test_a_missing_header_is_read_as_empty_and_named(tmp_path, only_tool):
+    src = tmp_path / "k.cu"
+    src.write_text('#include "not_here/cfg.h"\n#include <cuda/not_a_header>\n__global__ void k(){ __syncthreads(); }\n')
+    live, how = find_live(src, src.read_text())
+    assert live is not None, how
+    assert "not_here/cfg.h" in how and "cuda/not_a_header" in how
+
+
+def test_a_preprocessor_error_falls_back_to_the_text_scanner(tmp_path, only_tool):
+    src = tmp_path / "k.cu"
+    src.write_text('#error "this build is not supported"\n__global__ void k(){ __syncthreads(); }\n')
+    live, how = find_live(src, src.read_text())
+    assert live is None and "failed" in how and "text scanner" in how
+
+
+def test_groups_follow_nesting_and_else_branches():
+    code = "a\n#if A\nb\n#if B\nc\n#endif\nd\n#else\ne\n#endif\nf\n"
+    owner, after = groups(code)
+    assert owner == [None, None, 0, 0, 1, 1, 0, 0, 2, 2, None, None]
+    assert after == [1, 3, 7]
+
+
+def test_the_fallback_scanner_does_not_trust_a_define_in_an_undecided_branch():
+    # HAVE_X is defined in a branch over an unknown macro: after it, HAVE_X is unknown and
+    # both branches over it stay (it dropped the cp.async waits of compat.h before).
+    text = "#if UNKNOWN_ARCH >= 800\n#define HAVE_X 1\n#else\n#define HAVE_X 0\n#endif\n#if HAVE_X\nx\n#endif\n"
+    assert inactive_lines(text) == set()
