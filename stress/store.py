@@ -280,13 +280,20 @@ def _finite_or_zero(value: Any) -> float:
     return x if math.isfinite(x) else 0.0
 
 
+def _no_store(path: Path) -> UserError:
+    """The one-line error for a --store that names no store file (a folder, or nothing)."""
+    if path.is_dir():
+        return UserError(f"store path {path} is a folder; give the database file, such as {path / DEFAULT_PATH.name}")
+    return UserError(f"no results store at {path} (run `hazards run` first, or pass --store)")
+
+
 def _check_writable(path: Path) -> None:
     """Refuse a store path we could not write, creating only its own folder: a store that
     exists and cannot be written is a store failure (StoreError, exit 4, as for every
     command); a path where none can be made is bad input (UserError)."""
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise UserError(f"store path {path} is a directory; give a file path such as {path / 'results.db'}")
+        raise _no_store(path)
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -592,7 +599,7 @@ def inspect_store(path: str | os.PathLike[str] | None = None) -> StoreState:
     hazards knows; StoreError when SQLite cannot read it."""
     p = resolve_path(path)
     if not p.is_file():
-        raise UserError(f"no results store at {p} (run `hazards run` first, or pass --store)")
+        raise _no_store(p)
     db = _connect(p, read_only=True)
     try:
         version = _schema_version(db, p)
@@ -628,7 +635,7 @@ class Store:
         if create:
             _check_writable(self.path)
         elif not self.path.is_file():
-            raise UserError(f"no results store at {self.path} (run `hazards run` first, or pass --store)")
+            raise _no_store(self.path)
         elif not read_only:
             _check_writable(self.path)  # an existing store to write: read-only is exit 4 here too
         self._db = _connect(self.path, read_only=read_only)

@@ -246,3 +246,16 @@ def test_store_check_and_migrate_agree_that_an_empty_file_is_no_store_yet(tmp_pa
         err = capsys.readouterr().err
         assert rc == 2 and "is an empty results store" in err and err.count("\n") == 1, (command, rc, err)
     assert empty.read_bytes() == b""
+
+
+@pytest.mark.parametrize("args", [["store", "check"], ["store", "migrate"], ["stats"], ["report"], ["run", "-n", "1"]])
+def test_a_folder_given_as_the_store_says_which_file_to_pass_in_every_command(tmp_path, capsys, args):
+    # a reader once said "no results store at <folder>", a writer "is a directory": one sentence,
+    # naming the store file inside the folder
+    folder = tmp_path / ".hazards"
+    folder.mkdir()
+    cmd = [*args, "--store", str(folder)] + (["--", "true"] if args[0] == "run" else [])
+    assert main(cmd) == 2
+    err = capsys.readouterr().err
+    assert f"store path {folder} is a folder; give the database file, such as {folder / 'results.db'}" in err, err
+    assert err.count("\n") == 1 and not (folder / "results.db").exists()
