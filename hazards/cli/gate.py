@@ -33,7 +33,8 @@ depth1, chunks64, chunks32, round3, step_a, step_b, stale_descriptor).
 Per worker count and task it prints the candidate/baseline ratios of slowCTA, wall and
 sumCTA with rank-based intervals, cos, and a verdict: faster, no-change, slower,
 sloughing (slowCTA down but sumCTA up) or incorrect (cos below --cos-min, or a crashed
-run). Exit 0 for faster/no-change, 1 otherwise, 2 bad input or a baseline that fails.
+run). Exit 0 for faster/no-change, 1 otherwise, 2 bad input or a baseline that fails (a
+--task that names no task of the baseline's first run stops the gate after that run).
 Every run is stored (--store) as one campaign of kind gate-perf, its verdicts in its spec.
 
 Example:\n

@@ -345,6 +345,15 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
             "judged_tests": judged_tests, "min_effect": min_effect, "min_us": min_us, "points": points}
 
 
+def check_tasks(first: Sample, tasks: Sequence[str] | None) -> None:
+    """Stop before the long run when a --task names no task (id or name) of the first
+    baseline run: the task names come from the runs, so this is the earliest check (GateError)."""
+    for wanted in tasks or ():
+        if not any(str(t) == wanted or str(r.get("task")) == wanted for t, r in first.rows.items()):
+            have = ", ".join(f"{t} {r.get('task', '')}".strip() for t, r in sorted(first.rows.items()))
+            raise GateError(f"--task {wanted!r} names no task of the baseline's first run (its tasks: {have})")
+
+
 def check_repeats(first: Sample, tasks: Sequence[str] | None, points: int, repeats: int, conf: float,
                   min_us: float) -> None:
     """Stop before the long run when `repeats` pairs cannot give an exact interval at the
@@ -494,9 +503,13 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     # a name that matches nothing or a missing program: before any lease
     base_item, *cand_items = [side_item(spec, cwd=cwd, timeout=timeout, cos_min=cos_min, launches=launches)
                               for spec in (baseline, *candidates)]
+    def check_first_run(first: Sample) -> None:
+        check_tasks(first, tasks)
+        check_repeats(first, tasks, len(workers), repeats, conf, min_us)
+
     source = PairSchedule(base_item, dict(zip(candidates, cand_items)), list(workers), repeats,
                           baseline_label=baseline, progress=progress,
-                          check=lambda s: check_repeats(s, tasks, len(workers), repeats, conf, min_us))
+                          check=check_first_run)
     spec = {"baseline": baseline, "candidates": list(candidates), "workers": list(workers), "repeats": repeats,
             "conf": conf, "min_effect": min_effect, "min_us": min_us, "cos_min": cos_min,
             "tasks": list(tasks) if tasks else None, "profiled_launches": launches}
