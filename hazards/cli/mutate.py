@@ -38,8 +38,9 @@ killed, 1 a mutant survived, 3 none could be judged, 2 bad input. See docs/mutat
 @app.command("mutate", help=_HELP)
 @lease_options
 def mutate_command(
-    sources: Optional[List[Path]] = typer.Argument(None, help="C/C++/CUDA/HIP source files to mutate.",
-                                                   show_default="the family's sources with --family"),
+    sources: Optional[List[Path]] = typer.Argument(
+        None, help="C/C++/CUDA/HIP source files to mutate; with --family, which of the family's files.",
+        show_default="the family's sources with --family"),
     list_only: bool = typer.Option(False, "--list", help="Print the mutants; build and run nothing."),
     as_json: JsonOption = False,
     operators: Optional[List[str]] = typer.Option(None, "--operators", show_default="all",
@@ -87,7 +88,7 @@ def mutate_command(
             raise UserError("--family brings its own --build, --test and --root; give none of them")
         if not list_only:
             build, test = catalog.commands(family, variants or [], launches)
-        root, sources = tree, sources or files
+        root, sources = tree, catalog.pick_files(family, files, list(sources or []))
         defs = {**catalog.build_defines(family), **defs}
         language = catalog.language(family)
     elif variants:

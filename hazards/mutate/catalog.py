@@ -54,6 +54,21 @@ def subject_files(family: str, *, runnable: bool = True) -> tuple[Path, list[Pat
     return root, [*files, root / "common" / "compat.h"]
 
 
+def pick_files(family: str, files: list[Path], wanted: list[Path]) -> list[Path]:
+    """The family's files that SOURCE arguments name (by path, or by file name), in their
+    order; all of them when none is named. A path that is none of them is a UserError."""
+    if not wanted:
+        return files
+    picked = []
+    for w in wanted:
+        hit = [f for f in files if f.resolve() == w.resolve() or (len(w.parts) == 1 and f.name == w.name)]
+        if not hit:
+            raise UserError(f"with --family, SOURCE picks what to mutate: {w} is not one of family {family}'s "
+                            f"files ({', '.join(f.name for f in files)})")
+        picked.extend(f for f in hit if f not in picked)
+    return picked
+
+
 def commands(family: str, variants: list[str], launches: int) -> tuple[str, str]:
     """(build, test) command lines for the kill loop: the test runs one batch of each variant
     (default: every fixed and reference variant) and stops at the first that fails."""

@@ -159,3 +159,24 @@ def test_a_static_only_familys_mutants_can_be_listed_but_not_run(tmp_path):
     res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "--family", "earlyclobber"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert res.returncode == 2 and "no runtime binary" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_sources_with_family_pick_among_the_familys_files(tmp_path):
+    # SOURCE with --family used to be taken silently (a foreign file mutated in the family's
+    # tree); now it picks which of the family's files to mutate, by path or by name
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+
+    def mutate(*args):
+        return subprocess.run([sys.executable, "-m", "hazards", "mutate", "--family", "ordering", "--list", "--json",
+                               *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+    foreign = tmp_path / "k.cu"
+    foreign.write_text("void f(){ __threadfence(); }\n")
+    res = mutate(str(foreign))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert f"{foreign} is not one of family ordering's files (ordering.cu, compat.h)" in res.stderr, res.stderr
+    res = mutate("ordering.cu")
+    assert res.returncode == 0, res.stderr
+    assert {Path(m["path"]).name for m in json.loads(res.stdout)["mutants"]} == {"ordering.cu"}
+    res = mutate(str(REPO / "standalone" / "common" / "compat.h"))
+    assert {Path(m["path"]).name for m in json.loads(res.stdout)["mutants"]} == {"compat.h"}, res.stderr
