@@ -3,7 +3,7 @@
 corruption canaries' per-launch rates, and the static model against the GPU at extra points.
 
     PYTHONPATH=$PWD python3 bench/megakernel_layers_acceptance.py [--clean-launches 10000
-        --clean-budget 12 --canary-budget 3 --json OUT]
+        --clean-budget 12 --canary-budget 3 --define MKL_CAMPAIGN_STEP=4 --json OUT]
 
 One warm family server (the engine's ServerTarget, docs/protocol.md) serves everything:
   * every clean variant: requests of 1000 checked launches until --clean-launches or
@@ -104,12 +104,20 @@ def main() -> int:
     ap.add_argument("--canary-budget", type=float, default=3.0, help="seconds per corruption canary")
     ap.add_argument("--agreement-timeout", type=float, default=3.0)
     ap.add_argument("--skip-agreement", action="store_true")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=INT",
+                    help="a compile-time define of the build judged (e.g. MKL_CAMPAIGN_STEP=4: a campaign "
+                         "candidate's kernel); repeatable")
     ap.add_argument("--json", help="write every number here")
     a = ap.parse_args()
+    try:
+        defines = {name: int(value) for name, _, value in (d.partition("=") for d in a.define)}
+    except ValueError:
+        ap.error(f"--define takes NAME=INT, got {a.define}")
     fam = get_family("megakernel_layers")
     tol = fam.defaults["tol_e6"] * 1e-6
-    exe = family_binary(fam)
-    res: dict = {"tol": tol, "clean": {}, "canaries": {}, "agreement": []}
+    exe = family_binary(fam, defines=defines or None)
+    print(f"build {exe} (defines {defines or 'none'})", flush=True)
+    res: dict = {"tol": tol, "defines": defines, "clean": {}, "canaries": {}, "agreement": []}
     with ServerTarget([str(exe), "--serve"], name="megakernel_layers") as target:
         for v in fam.clean_variants:
             t = tally(target, {"variant": v.name}, 1000, -(-a.clean_launches // 1000), a.clean_budget, 120.0)

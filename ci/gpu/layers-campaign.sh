@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The layered megakernel's optimisation campaign, one GPU, <= BUDGET s of script time.
 #     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|all|rest]
+#     OUT=/tmp/out BUDGET=220 bash ci/gpu/layers-campaign.sh stepc    # round 5: step (c) + the rest
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -18,6 +19,14 @@
 #   * `all`/`rest`: the ragged-decode regression, the family's clean variants and corruption canaries
 #     (acceptance bench), its hang classes (one run each), bench/tripwire_overhead.py, then
 #     hazards check on the family with the time left (>= 45 s, else skipped and said so).
+#   * `stepc` (round 5): campaign step (c), candidate step_c (MKL_CAMPAIGN_STEP 4, the weights of
+#     every matrix-vector phase through a shared-memory ring of bulk copies) against production:
+#     builds (production, step (c), both profiled; the tripwire bench and the torch.compile
+#     warm-up beside them), step (c)'s checked launches and its output against production's,
+#     the bench (floors, both kernels, torch eager/graphs/compile default+graph), the gate, the
+#     per-task profile of both (the layer head the snapshot_epoch model assumes), the clean
+#     variants, corruption canaries and hang classes on step (c)'s build, then what `rest` runs
+#     but those (the ragged regression, the tripwire bench, hazards check on production's build).
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
@@ -65,7 +74,61 @@ python3 -c "import torch; print('torch', torch.__version__)"
 echo "sources sha256 $(cat standalone/megakernel_layers/* standalone/include/*.h ci/gpu/layers-campaign.sh | sha256sum | cut -c1-16)"
 } | tee "$W/env.txt"
 
-if [ "$WHAT" != rest ]; then
+TWB=""  # the tripwire bench, built beside the kernels in stepc mode
+if [ "$WHAT" = stepc ]; then
+log "torch.compile warm-up, tripwire-bench build (background) and kernel builds (parallel)"
+timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \
+  --compile-timeout 100 > "$W/compile_warmup.txt" 2>&1 &
+WARM=$!
+timeout "$(cap 120)" python3 -c "
+import runpy
+m = runpy.run_path('bench/tripwire_overhead.py', run_name='build_only')
+print(m['build'](m['ROOT'] / '.hazards' / 'build'))" > "$W/build_twbench.txt" 2>&1 &
+build plain None &
+build step4 "{'MKL_CAMPAIGN_STEP': 4}" &
+build prof "{'HZ_PROFILER': 1}" &
+build prof4 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 4}" &
+for j in $(jobs -p); do [ "$j" = "$WARM" ] || wait "$j"; done
+BIN=$(tail -1 "$W/build_plain.txt"); BIN4=$(tail -1 "$W/build_step4.txt"); TWB=$(tail -1 "$W/build_twbench.txt")
+[ -x "$BIN" ] && [ -x "$BIN4" ] || { log "BUILD FAILED"; tail -5 "$W"/build_*.txt; }
+
+log "step (c): 3 checked launches each, outputs dumped and compared with production's"
+for b in plain step4; do
+  B=$(tail -1 "$W/build_$b.txt")
+  timeout "$(cap 20)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
+  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
+done
+python3 - "$W/dump_plain.f32" "$W/dump_step4.f32" <<'EOF' 2>&1 | cut -c1-300
+import sys
+from array import array
+a, b = (array("f", open(f, "rb").read()) for f in sys.argv[1:3])
+dot = sum(x * y for x, y in zip(a, b)); na = sum(x * x for x in a) ** 0.5; nb = sum(y * y for y in b) ** 0.5
+print(f"step (c) vs production: {len(a)} / {len(b)} floats, identical {a == b}, cos {dot / (na * nb):.9f}, "
+      f"max abs diff {max(abs(x - y) for x, y in zip(a, b)):.3g}")
+EOF
+
+log "waiting for the compile warm-up"
+wait "$WARM"; echo "warm-up exit $?"; tail -2 "$W/compile_warmup.txt"
+
+log "bench: floors, production and step (c), torch paths"
+timeout "$(cap 90)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=4 \
+  --compile-mode default+graph --compile-timeout 60 --json "$W/perf.json" > "$W/perf.txt" 2>&1
+echo "exit $?"; tail -25 "$W/perf.txt"
+
+gate e production step_c
+
+log "per-task profile: production and step (c)"
+timeout "$(cap 30)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_c \
+  --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
+echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+
+log "step (c)'s build: clean variants and corruption canaries (one warm server)"
+timeout "$(cap 35)" python3 bench/megakernel_layers_acceptance.py --define MKL_CAMPAIGN_STEP=4 --clean-launches 500 \
+  --clean-budget 2 --canary-budget 1 --skip-agreement --json "$W/acceptance_step4.json" \
+  > "$W/acceptance_step4.txt" 2>&1
+echo "exit $?"; cut -c1-200 "$W/acceptance_step4.txt" | grep -v Warning
+HANGBIN=$BIN4  # the hang classes below run on step (c)'s build
+elif [ "$WHAT" != rest ]; then
 log "torch.compile warm-up (background) and builds (parallel)"
 timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-timeout 100 \
   > "$W/compile_warmup.txt" 2>&1 &
@@ -134,14 +197,17 @@ if [ "$WHAT" != gate ]; then
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
   echo "exit $?"; grep -iE "megakernel|floor" "$W/ragged.txt" | head -8 | cut -c1-200
+  if [ "$WHAT" != stepc ]; then  # stepc ran them on its candidate's build above
   log "the family's canaries on the new kernel: clean variants and corruption canaries (one warm server)"
   timeout "$(cap 30)" python3 bench/megakernel_layers_acceptance.py --clean-launches 500 --clean-budget 2 \
     --canary-budget 1 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1
   echo "exit $?"; cut -c1-200 "$W/acceptance.txt" | grep -v Warning
+  fi
   for v in participant_set chunk_supply shared_line; do
     [ "$(left)" -lt 10 ] && { log "no time left for the hang classes"; break; }
-    log "hang class $v: 1 run of 2 launches"
-    timeout "$(cap 12)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
+    log "hang class $v: 1 run of 2 launches on $(basename "$(dirname "${HANGBIN:-$BIN}")")"
+    timeout "$(cap 12)" python3 -m hazards repro --family megakernel_layers --binary "${HANGBIN:-$BIN}" \
+      --store "$W/repro.db" \
       --json --keep-going --variant "$v" --runs 1 --launches 2 --timeout 2 --no-forensics \
       > "$W/repro_$v.json" 2> "$W/repro_$v.err"
     python3 -c "
@@ -152,7 +218,9 @@ for f in d.get('failures', [])[:1]:
     print(' ', f['outcome'], '|', (f.get('tripwire') or {}).get('sentence'))" 2>&1 | cut -c1-600
   done
   log "tripwire overhead bench"
-  timeout "$(cap 30)" python3 bench/tripwire_overhead.py --rounds 21 > "$W/tripwire_overhead.txt" 2>&1
+  TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
+  timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds 21 "${TWARG[@]}" \
+    --json "$W/tripwire_overhead.json" > "$W/tripwire_overhead.txt" 2>&1
   echo "exit $?"; tail -6 "$W/tripwire_overhead.txt" | cut -c1-200
   CB=$(( $(left) - 15 )); [ "$CB" -gt 120 ] && CB=120
   if [ "$CB" -ge 45 ]; then
@@ -164,6 +232,8 @@ for f in d.get('failures', [])[:1]:
     log "no time left for hazards check (${CB}s)"
   fi
 fi
+log "the campaign table's rows (ci/gpu/layers_campaign_table.py)"
+python3 ci/gpu/layers_campaign_table.py "$W" 2>&1 | cut -c1-700
 log "done"
 cp "$W/perf.txt" "$W/env.txt" "$W/console.log" "$R/" 2>/dev/null
 tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign

@@ -28,7 +28,7 @@ $HZ_NUM_WORKERS give it the grid size, $HZ_GATE_SEED the pair's input seed. Or
 `megakernel:NAME`, a candidate of the ragged-decode megakernel run in one warm server
 (NAME: baseline, improved, noop, slower, sloughing, incorrect, production), or
 `megakernel_layers:NAME`, one of the layered MoE decode megakernel (NAME: production, noop,
-depth1, chunks64, chunks32, round3, step_a, step_b, stale_descriptor).
+depth1, chunks64, chunks32, round3, step_a, step_b, step_c, stale_descriptor).
 
 Per worker count and task it prints the candidate/baseline ratios of slowCTA, wall and
 sumCTA with rank-based intervals, cos, and a verdict: faster, no-change, slower,

@@ -73,7 +73,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               params=(("chunk_tokens", 64),)),
     # The optimisation campaign: each step's predecessor stays buildable
     # (MKL_CAMPAIGN_STEP in mkl_kernel.cuh), so each step is judged against the production
-    # it replaces: step_a vs round3, production vs step_a, step_b vs production.
+    # it replaces: step_a vs round3, production vs step_a, step_b and step_c vs production.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
@@ -81,6 +81,9 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("step_b", "campaign step (b): the router folded into partial logits the O-projection workers "
               "produce (MKL_CAMPAIGN_STEP 3; not production: its logits' last bits differ)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 3),)),
+    Candidate("step_c", "campaign step (c): production with every matrix-vector phase's weights (QKV, O-projection, "
+              "W13, W2) streamed through a shared-memory ring of bulk copies (MKL_CAMPAIGN_STEP 4; its sums run "
+              "in another order: last bits differ)", "faster", defines=(("MKL_CAMPAIGN_STEP", 4),)),
     Candidate("chunks32", "32-token attention chunks (129 chunks, nearly one per worker): shorter chunks, a "
               "merge of 4x the partials", "sloughing", params=(("chunk_tokens", 32),)),
     Candidate("stale_descriptor", "the stale_descriptor switch: layers >= 1 read layer 0's W2 and KV cache",

@@ -41,16 +41,24 @@
 #include "megakernel_layers_names.h"
 #include "mkl_model.h"
 #include "mkl_sync.cuh"
+#if MKL_CAMPAIGN_STEP == 4
+#include "../include/hz_async.cuh"
+#endif
 
 // The optimisation campaign (round 4, docs/results/megakernel-layers-h200.md) keeps each
 // step's predecessor buildable, so the perf gate judges each step against the production it
 // replaces (candidates round3, step_a,
 // step_b in hazards/megakernel_layers/faithful.py): 0 round 3; 1 step (a), the merge's loads
 // ahead; 2 (production) + step (b0), the router's loads ahead; 3 (a candidate, not
-// production) + step (b), the router folded into partial logits of the O-projection workers.
+// production) + step (b), the router folded into partial logits of the O-projection workers;
+// 4 (a candidate, not production) production + step (c), every matrix-vector phase's weights
+// streamed through a shared-memory ring of bulk copies (gemv_ring; step (b) not included: each
+// candidate is judged against production alone). Candidates step_b, step_c.
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 2
 #endif
+#define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3)  // step (b)
+#define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)    // step (c)
 
 namespace mkl {
 
@@ -93,7 +101,31 @@ struct Params {
   hz_prof_t prof;           // per-task profiler ring (used only in -DHZ_PROFILER builds)
 };
 
-// Shared memory: the descriptor, routing, reduction scratch, then one float arena.
+// Campaign step (c): the shared-memory ring the matrix-vector phases stream their weights
+// through (gemv_ring). A unit is GEMV_ROWS consecutive rows of one segment (contiguous in
+// memory: one bulk copy, <= 32 KB); RING_STAGES units are in flight. Warp w reads row
+// w % GEMV_ROWS, column quarter w / GEMV_ROWS of every unit and leaves its sum in `red`.
+// 4 stages (128 KB): the block needs 188 KB of shared memory, so the L1 keeps 60 KB for the
+// kernel's stack and spills (5 stages: 221 KB, L1 28 KB).
+constexpr int RING_STAGES = 4;
+constexpr int RING_STAGE_BYTES = 32 << 10;           // GEMV_ROWS rows of the widest matrix (Wo: 4096)
+constexpr int RING_PARTS = NWARPS / GEMV_ROWS;       // column parts per row (4)
+constexpr int RING_RED = 1024;                       // partial sums of one round of units
+// 16-B chunks per lane and unit: a row of a stage holds <= RING_STAGE_BYTES / GEMV_ROWS / 16
+// chunks, a part a quarter of them, a lane 1/32 of a part.
+constexpr int RING_LANE_CHUNKS = RING_STAGE_BYTES / GEMV_ROWS / 16 / RING_PARTS / 32;
+static_assert(RING_LANE_CHUNKS == 4, "the unrolled lane loop of ring_units");
+struct Ring {
+  char stage[RING_STAGES][RING_STAGE_BYTES];  // first: the smem base is 16-B aligned, as bulk copies need
+  uint64_t full[RING_STAGES];   // the unit's bytes have landed (1 arrival + its transaction bytes)
+  uint64_t empty[RING_STAGES];  // every warp has read the unit (NWARPS arrivals)
+  float red[RING_RED];
+  uint32_t units;  // units this block has streamed so far (every call): stage u % STAGES, phase u / STAGES
+};
+// The ring sits at the start of dynamic shared memory (0 bytes unless step (c) is built).
+constexpr size_t RING_BYTES = MKL_WEIGHT_RING ? (sizeof(Ring) + 127) / 128 * 128 : 0;
+
+// Shared memory: [the ring,] the descriptor, routing, reduction scratch, then one float arena.
 struct SmemHead {
   unsigned long long desc[N_SLOTS];
   hz_tw_ctx tw;          // the leader's tripwire handle (only thread 0 touches it)
@@ -105,7 +137,7 @@ struct SmemHead {
   int flag;
   uint32_t stuck_layer;  // HZ_STALE_RELEASE: written once at entry, never advanced
 };
-__host__ __device__ inline size_t arena_floats(const Shape& s) {
+__host__ __device__ constexpr size_t arena_floats(const Shape& s) {
   const size_t act = (size_t)s.K * s.I > (size_t)s.D ? (size_t)s.K * s.I : (size_t)s.D;
   const size_t attn = (size_t)s.NQ * HD + (size_t)NWARPS * (s.NQ / s.NKV) * (HD + 2);
   const size_t oproj = (size_t)s.NQ * HD;
@@ -113,8 +145,8 @@ __host__ __device__ inline size_t arena_floats(const Shape& s) {
   m = m > oproj ? m : oproj;
   return m + 64;  // + router logits
 }
-__host__ __device__ inline size_t smem_bytes(const Shape& s) {
-  return ((sizeof(SmemHead) + 15) / 16) * 16 + arena_floats(s) * sizeof(float);
+__host__ __device__ constexpr size_t smem_bytes(const Shape& s) {
+  return RING_BYTES + ((sizeof(SmemHead) + 15) / 16) * 16 + arena_floats(s) * sizeof(float);
 }
 
 // ---- loads ------------------------------------------------------------------------------
@@ -253,6 +285,156 @@ __device__ __noinline__ void gemv_round(const __nv_bfloat16* const* base, long l
   }
 }
 
+#if MKL_WEIGHT_RING
+// ---- campaign step (c): the weights through a shared-memory ring of bulk copies ------------
+//
+// Why: the loop above keeps 16 x 16 B per lane in flight through the LSU, and round 4's
+// profile had every matrix-vector phase at 14-26 GB/s per SM (QKV, 80 workers: 1.1 TB/s)
+// while the ragged-decode kernel's bulk-copy ring streams ~175 GB/s from one SM. Here the
+// block's weight rows go global -> shared by cp.async.bulk (one copy per unit of GEMV_ROWS
+// contiguous rows, RING_STAGES units in flight, completing on the stage's `full` mbarrier),
+// the warps read them from shared memory, and the stage is refilled once every warp has
+// arrived on its `empty` mbarrier -- the ragged kernel's ring, except that the refill is issued
+// by warp 0's lane 0 after it has read the stage itself (every warp computes: no producer warp).
+// Units are numbered per block across every call (Ring::units), so a stage's phase parity is
+// (unit / RING_STAGES) & 1 for both barriers and no barrier is ever re-initialised.
+// Sums: lane sums its chunks in column order, the warp adds its lanes with a butterfly, then
+// one thread adds a row's RING_PARTS x nseg partials in a fixed order: deterministic, but not
+// the summation order of gemv_round (the output's last bits differ from production's).
+
+__device__ __forceinline__ Ring* ring_smem() {
+  extern __shared__ __align__(16) char smem_raw[];
+  return reinterpret_cast<Ring*>(smem_raw);
+}
+
+// Thread 0 at kernel entry (a block barrier follows before any use).
+__device__ __forceinline__ void ring_init() {
+  Ring* rg = ring_smem();
+  for (int i = 0; i < RING_STAGES; ++i) {
+    hz_mbar_init(&rg->full[i], 1);
+    hz_mbar_init(&rg->empty[i], NWARPS);
+  }
+  hz_mbar_init_fence();
+  rg->units = 0u;
+}
+
+// One thread: unit k of this call (group k / nseg, segment k % nseg) -> the stage of block-wide
+// unit number u. Rows past r1 are not copied (their warps skip them).
+__device__ __forceinline__ void ring_issue(Ring* rg, const __nv_bfloat16* const* base, int nseg, int seg_len, int r0,
+                                           int r1, int k, uint32_t u) {
+  const int g = k / nseg, sg = k - g * nseg;
+  const int rb = r0 + g * GEMV_ROWS, nr = min(GEMV_ROWS, r1 - rb);
+  const uint32_t bytes = (uint32_t)nr * (uint32_t)seg_len * 2u;
+  const int st = (int)(u % RING_STAGES);
+  hz_mbar_arrive_expect_tx(&rg->full[st], bytes);
+  hz_bulk_g2s(rg->stage[st], base[sg] + (size_t)rb * seg_len, bytes, &rg->full[st]);
+}
+
+// Units [k0, k1) of this call (nunits in all, the first at block-wide number u0): every warp
+// waits for each unit, sums its row part, leaves the sum in red[(k - k0, row, part)] and
+// arrives on the unit's `empty`; warp 0's lane 0 then waits for the other warps and refills
+// the stage with unit k + RING_STAGES. Out of line, as gemv_round: one copy serves every site.
+__device__ __noinline__ void ring_units(const __nv_bfloat16* const* base, int nseg, int seg_len, const float* act,
+                                        int r0, int r1, int k0, int k1, int nunits, uint32_t u0) {
+  __builtin_assume(__isShared(act));
+  Ring* rg = ring_smem();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j = warp % GEMV_ROWS, part = warp / GEMV_ROWS;
+  const int nchunk = seg_len >> 3;
+  const int c0 = part * nchunk / RING_PARTS, c1 = (part + 1) * nchunk / RING_PARTS;
+  const size_t row_bytes = (size_t)seg_len * 2;
+  for (int k = k0; k < k1; ++k) {
+    const uint32_t u = u0 + (uint32_t)k;
+    const int st = (int)(u % RING_STAGES);
+    const uint32_t parity = (u / RING_STAGES) & 1u;
+    const int g = k / nseg, sg = k - g * nseg;
+    const int rb = r0 + g * GEMV_ROWS;
+    hz_mbar_wait(&rg->full[st], parity);
+    float acc = 0.f;
+    if (rb + j < r1) {  // warp-uniform
+      // A part is at most RING_LANE_CHUNKS x 32 chunks (a unit fits a stage: seg_len <= 4096).
+      // All of a lane's shared-memory loads go out before its FMAs (a chunk past the part is
+      // clamped, loaded and discarded): one shared-memory round trip per unit, not one per chunk.
+      const char* wrow = rg->stage[st] + (size_t)j * row_bytes;
+      const float* a = act + (size_t)sg * seg_len;
+      uint4 wv[RING_LANE_CHUNKS];
+      float4 a0[RING_LANE_CHUNKS], a1[RING_LANE_CHUNKS];
+#pragma unroll
+      for (int i = 0; i < RING_LANE_CHUNKS; ++i) {
+        const int c = min(c0 + lane + 32 * i, c1 - 1);
+        wv[i] = *reinterpret_cast<const uint4*>(wrow + 16 * c);
+        a0[i] = *reinterpret_cast<const float4*>(a + 8 * c);
+        a1[i] = *reinterpret_cast<const float4*>(a + 8 * c + 4);
+      }
+#pragma unroll
+      for (int i = 0; i < RING_LANE_CHUNKS; ++i)
+        if (c0 + lane + 32 * i < c1) acc += dot8(wv[i], a0[i], a1[i]);
+    }
+    acc = warp_sum(acc);
+    __syncwarp();  // every lane has read the stage
+    if (lane == 0) {
+      rg->red[((k - k0) * GEMV_ROWS + j) * RING_PARTS + part] = acc;
+      hz_mbar_arrive(&rg->empty[st]);
+      if (warp == 0 && k + RING_STAGES < nunits) {
+        hz_mbar_wait(&rg->empty[st], parity);  // every warp has read unit k: the stage is free
+        ring_issue(rg, base, nseg, seg_len, r0, r1, k + RING_STAGES, u + RING_STAGES);
+      }
+    }
+    __syncwarp();
+  }
+}
+
+// Can the ring stream this GEMV? Each segment's rows must be contiguous (row_stride ==
+// seg_len) and a unit must fit a stage; anything else takes gemv_round. Every GEMV of both
+// shapes fits (asserted below, at compile time).
+__host__ __device__ constexpr bool ring_fits(long long row_stride, int seg_len, int nseg) {
+  return row_stride == seg_len && (seg_len & 7) == 0 && (long long)GEMV_ROWS * seg_len * 2 <= RING_STAGE_BYTES &&
+         nseg * GEMV_ROWS * RING_PARTS <= RING_RED;
+}
+
+// QKV, the O-projection, W13 and W2 (K segments): gemv_block's arguments at its four sites.
+__host__ __device__ constexpr bool ring_streams_every_gemv(const Shape& s) {
+  return ring_fits(s.D, s.D, 1) && ring_fits((long long)s.NQ * HD, s.NQ * HD, 1) && ring_fits(s.I, s.I, s.K);
+}
+static_assert(ring_streams_every_gemv(SHAPE_DEFAULT) && ring_streams_every_gemv(SHAPE_SMALL),
+              "a GEMV of the model would fall back to gemv_round");
+static_assert(smem_bytes(SHAPE_DEFAULT) <= 227 * 1024 && smem_bytes(SHAPE_SMALL) <= 227 * 1024,
+              "the ring and the arena exceed an sm_90 block's shared memory");
+
+// gemv_block's step (c) path: rounds of groups whose partials fit `red`; the ring runs on across
+// rounds (the refills of the next round's units go out while this round finishes).
+template <typename Emit>
+__device__ __forceinline__ void gemv_ring(const __nv_bfloat16* const* base, int nseg, int seg_len, const float* act,
+                                          int r0, int r1, int ngroups, Emit emit) {
+  Ring* rg = ring_smem();
+  const int nunits = ngroups * nseg;
+  __syncthreads();  // the previous call's Ring::units is stored
+  const uint32_t u0 = rg->units;
+  if (threadIdx.x == 0)
+    for (int k = 0; k < min(RING_STAGES, nunits); ++k) ring_issue(rg, base, nseg, seg_len, r0, r1, k, u0 + (uint32_t)k);
+  const int gpb = RING_RED / (nseg * GEMV_ROWS * RING_PARTS);  // groups per round
+  for (int g0 = 0; g0 < ngroups; g0 += gpb) {
+    const int gn = min(gpb, ngroups - g0);
+    ring_units(base, nseg, seg_len, act, r0, r1, g0 * nseg, (g0 + gn) * nseg, nunits, u0);
+    __syncthreads();
+    for (int gl = threadIdx.x; gl < gn; gl += THREADS) {
+      float a[GEMV_ROWS];
+#pragma unroll
+      for (int j = 0; j < GEMV_ROWS; ++j) {
+        a[j] = 0.f;
+        for (int sg = 0; sg < nseg; ++sg)
+#pragma unroll
+          for (int q = 0; q < RING_PARTS; ++q) a[j] += rg->red[(((gl * nseg + sg) * GEMV_ROWS) + j) * RING_PARTS + q];
+      }
+      const int rb = r0 + (g0 + gl) * GEMV_ROWS;
+      emit(rb, a, min(GEMV_ROWS, r1 - rb));
+    }
+    __syncthreads();  // the next round rewrites red
+  }
+  if (threadIdx.x == 0) rg->units = u0 + (uint32_t)nunits;  // read after the next call's first barrier
+}
+#endif
+
 // `depth`: Params::gemv_depth (4, or 1: the loop round 2 measured).
 template <typename Emit>
 __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const* base, int nseg,
@@ -261,6 +443,12 @@ __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const
   const int nchunk = seg_len >> 3;
   const int ngroups = (r1 - r0 + GEMV_ROWS - 1) / GEMV_ROWS;
   if (ngroups <= 0) return;
+#if MKL_WEIGHT_RING
+  if (ring_fits(row_stride, seg_len, nseg)) {  // `depth` has no meaning here
+    gemv_ring(base, nseg, seg_len, act, r0, r1, ngroups, emit);
+    return;
+  }
+#endif
   int kparts = 1;
   while (ngroups * nseg * kparts < 2 * NWARPS && nchunk / (kparts * 2) >= 32) kparts *= 2;
   const int per_part = (nchunk + kparts - 1) / kparts;
@@ -863,8 +1051,8 @@ __device__ __forceinline__ void maybe_skew(const Params& p, int w, int layer, in
 template <bool TW>
 __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_tw_t tw_arg) {
   extern __shared__ __align__(16) char smem_raw[];
-  SmemHead* hd = reinterpret_cast<SmemHead*>(smem_raw);
-  float* arena = reinterpret_cast<float*>(smem_raw + ((sizeof(SmemHead) + 15) / 16) * 16);
+  SmemHead* hd = reinterpret_cast<SmemHead*>(smem_raw + RING_BYTES);
+  float* arena = reinterpret_cast<float*>(smem_raw + RING_BYTES + ((sizeof(SmemHead) + 15) / 16) * 16);
   const Shape& s = p.s;
   const int w = blockIdx.x, tid = threadIdx.x;
   const int stride = release_stride(p.hazard);
@@ -872,6 +1060,9 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
   if (tid == 0) {
     hd->tw = hz_tw_open(TW ? tw_arg : hz_tw_t{}, (uint32_t)w);
     hd->stuck_layer = 0u;  // HZ_STALE_RELEASE's slot: stored once, never advanced
+#if MKL_WEIGHT_RING
+    ring_init();
+#endif
   }
   if (tid < N_SLOTS) hd->desc[tid] = p.ml_table[tid];
   __syncthreads();
@@ -989,10 +1180,10 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       gemv_block(p.gemv_depth, &wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) {
           p.h[r + j] = xcur[r + j] + a[j];
-          if (MKL_CAMPAIGN_STEP >= 3) hrows[r + j - r0] = xcur[r + j] + a[j];
+          if (MKL_ROUTER_FOLDED) hrows[r + j - r0] = xcur[r + j] + a[j];
         }
       });
-#if MKL_CAMPAIGN_STEP >= 3
+#if MKL_ROUTER_FOLDED
       router_partials(s, hrows, r0, r1, dptr<float>(hd, SLOT_MLP_NORM), dptr<__nv_bfloat16>(hd, SLOT_ROUTER),
                       p.router_part + (size_t)w * (s.E + 1));
 #endif
@@ -1002,7 +1193,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
         MKL_PROF_STAMP(span);
         acquire_fence();
-#if MKL_CAMPAIGN_STEP >= 3
+#if MKL_ROUTER_FOLDED
         router_from_partials(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), p.router_part, p.n_rows, p.hn, p.routing_ids,
                              p.routing_w, arena);
 #else

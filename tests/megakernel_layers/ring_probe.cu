@@ -1,0 +1,20 @@
+// The block GEMV alone (mkl_kernel.cuh's gemv_block, a QKV-shaped call), so a test can read
+// where its weights come from without building the whole family (test_weight_ring.py):
+// global loads (gemv_round) in production, bulk copies into the shared-memory ring
+// (ring_units) with campaign step (c), MKL_CAMPAIGN_STEP 4.
+#include "mkl_kernel.cuh"
+
+__global__ void __launch_bounds__(mkl::THREADS, 1) gemv_probe(const __nv_bfloat16* w, const float* x, float* y,
+                                                              int D, int r0, int r1) {
+  extern __shared__ __align__(16) char smem_raw[];
+  float* act = reinterpret_cast<float*>(smem_raw + mkl::RING_BYTES);  // the ring (if any) comes first
+  __shared__ float red[mkl::GEMV_MAX_ITEMS * mkl::GEMV_ROWS];
+#if MKL_WEIGHT_RING
+  if (threadIdx.x == 0) mkl::ring_init();
+#endif
+  for (int i = threadIdx.x; i < D; i += mkl::THREADS) act[i] = x[i];
+  __syncthreads();
+  mkl::gemv_block(4, &w, 1, D, D, act, r0, r1, red, [&](int r, const float* a, int n) {
+    for (int j = 0; j < n; ++j) y[r + j] = a[j];
+  });
+}

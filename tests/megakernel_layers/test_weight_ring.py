@@ -1,0 +1,75 @@
+"""Campaign step (c): the matrix-vector phases stream their weights through a shared-memory
+ring of bulk copies (MKL_CAMPAIGN_STEP 4), production through global loads.
+
+Round 4's profile had every matrix-vector phase at 14-26 GB/s per SM; the ragged-decode
+kernel's cp.async.bulk ring streams ~175 GB/s from one SM. Machine code (sm_90a, nvcc +
+nvdisasm on the CPU) of ring_probe.cu, the block GEMV alone: in the step (c) build the
+consumer reads the weights from shared memory only, behind mbarrier waits, and the refill is
+a bulk copy completing on an mbarrier; production's GEMV loop loads them from global memory.
+(That the ring streams every GEMV of both model shapes and fits an sm_90 block's shared
+memory is a static_assert in mkl_kernel.cuh: the step (c) build would not compile.)
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hazards.engine.toolchain import find_tool
+from hazards.static.compile import compile_cubin
+from tests.static.static_helpers import requires_nvdisasm
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def _functions(step: int) -> dict[str, str]:
+    """SASS text per device function of the probe (the kernel itself under 'gemv_probe')."""
+    cubin = compile_cubin(HERE / "ring_probe.cu", defines={"MKL_CAMPAIGN_STEP": step}, label=f"test-ring-probe-{step}",
+                          extra_args=(f"-I{ROOT / 'standalone' / 'megakernel_layers'}",
+                                      f"-I{ROOT / 'standalone' / 'include'}")).path
+    text = subprocess.run([find_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    funcs: dict[str, str] = {}
+    name = None
+    for line in text.splitlines():
+        label = re.match(r"^(\S+):\s*$", line)
+        if label and not line.startswith(".L"):
+            # `.text.KERNEL:` opens a kernel's code, `$KERNEL$FUNC:` a device function's
+            sym = label.group(1).removeprefix(".text.") if line.startswith((".text.", "$")) else ""
+            short = re.search(r"(ring_units|gemv_round|gemv_probe)", sym.split("$")[-1]) if sym else None
+            name = short.group(1) if short else None
+            if name:
+                funcs.setdefault(name, "")
+        elif name:
+            funcs[name] += line + "\n"
+    return funcs
+
+
+def _count(sass: str, pattern: str) -> int:
+    return len(re.findall(pattern, sass))
+
+
+@requires_nvdisasm
+def test_production_streams_the_weights_with_global_loads():
+    funcs = _functions(2)
+    assert "ring_units" not in funcs and "gemv_round" in funcs, sorted(funcs)
+    every = "".join(funcs.values())
+    assert _count(funcs["gemv_round"], r"\bLDG\.E\S*\.128\b") >= 16  # depth 4 x 4 rows in flight
+    assert _count(every, r"\bUBLKCP\b") == 0 and _count(every, r"\bSYNCS\.") == 0
+
+
+@requires_nvdisasm
+def test_step_c_streams_the_weights_through_the_shared_memory_ring():
+    funcs = _functions(4)
+    assert "ring_units" in funcs, sorted(funcs)
+    ring = funcs["ring_units"]
+    assert _count(ring, r"\bLDG\b") == 0, "the consumer must not load weights from global memory"
+    assert _count(ring, r"\bLDS\.128\b") >= 12  # 4 chunks a lane: weights + two float4 of activations each
+    assert _count(ring, r"\bSYNCS\.PHASECHK\.TRANS64\.TRYWAIT\b") >= 2  # wait full; warp 0 waits empty
+    assert _count(ring, r"\bSYNCS\.ARRIVE\.TRANS64") >= 2  # arrive empty; refill's arrive.expect_tx
+    assert _count(ring, r"\bUBLKCP\.S\.G\b") == 1  # the refill: one bulk copy global -> shared
+    # the first RING_STAGES units are issued by the kernel body (thread 0) before the consumers start
+    assert _count(funcs["gemv_probe"], r"\bUBLKCP\.S\.G\b") >= 1
