@@ -317,7 +317,7 @@ def _sprt_for(item: WorkItem) -> Sprt:
     return canary_sprt(item)
 
 
-def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None, paths: Iterable[str] = (),
+def run_check(*, budget_s: float, families: Iterable[str] | None = None, paths: Iterable[str] = (),
               static_only: bool = False, skip: Iterable[str] = (), skip_tools: Iterable[str] = (),
               store: Store | None = None, lock_dir: str | None = None,
               wait_s: float = 60.0, exclusive: bool = False, items_for: ItemsFor | None = None,
@@ -342,31 +342,106 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
     res = CheckResult(skipped_parts=parts)
     fams = catalog if catalog is not None else select_families(families)
     t0 = time.monotonic()
-    if "static" in parts:
-        res.static_note = "SKIPPED (--skip static)"
-    else:
-        res.findings, res.static_note = run_static(paths, [f.name for f in fams] if families else None, skip_tools,
-                                                   observer=observer)
-    res.static_s = time.monotonic() - t0
+    static = StaticPart(paths, [f.name for f in fams] if families else None, skip_tools, observer,
+                        skipped="static" in parts)
+    try:
+        _run_check_gpu(res, static, fams, families, parts, budget_s, t0, store, lock_dir, wait_s, exclusive,
+                       items_for, target_factory, explore_item_for, log, observer, forensics, stall)
+    except BaseException:
+        static.abandon()
+        raise
+    static.into(res)
+    return res
+
+
+class StaticPart:
+    """The static part of a check, on a thread of its own beside the GPU part: the static
+    checks are compilers and disassemblers on the CPU, the GPU part's supervisor mostly waits
+    on its servers, so the check takes about the longer of the two instead of their sum (an
+    H100's check spent 27 s on the static part before its GPU part began). Its progress is a
+    phase of its own on the observer (`CampaignProgress.phase`)."""
+
+    def __init__(self, paths: Iterable[str], families: list[str] | None, skip_tools: Iterable[str],
+                 observer: Any, *, skipped: bool = False) -> None:
+        import threading
+
+        from hazards.static.runner import child_pids, path_subjects
+
+        self.skipped = skipped
+        self.findings: Any = []
+        self.note = "SKIPPED (--skip static)" if skipped else ""
+        self.seconds = 0.0
+        self._error: BaseException | None = None
+        self._children_before = child_pids() if not skipped else set()
+        self._thread = None
+        if skipped:
+            return
+        paths, skip_tools = list(paths), list(skip_tools)
+        path_subjects(paths)  # a path that does not exist is bad input now, not after the GPU part
+        phase = observer.phase() if hasattr(observer, "phase") else observer
+        t0 = time.monotonic()
+
+        def body() -> None:
+            try:
+                self.findings, self.note = run_static(paths, families, skip_tools, observer=phase)
+            except BaseException as e:  # raised in the caller's thread by `wait`
+                self._error = e
+            finally:
+                self.seconds = time.monotonic() - t0
+
+        self._thread = threading.Thread(target=body, name="hz-check-static", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until the static part has ended; its exception (a bad path, ...) is raised here."""
+        while self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout=0.2)  # short joins: Ctrl-C reaches the caller's thread
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def into(self, res: "CheckResult") -> None:
+        """Wait for the static part and put what it found into `res`."""
+        self.wait()
+        res.findings, res.static_note, res.static_s = self.findings, self.note, self.seconds
+
+    def abandon(self) -> None:
+        """The check is ending early (Ctrl-C, an error): kill the compilers the static part
+        started (never a GPU part's server) and give its thread a moment to see it."""
+        from hazards.static.runner import kill_children_since
+
+        if self._thread is None or not self._thread.is_alive():
+            return
+        kill_children_since(self._children_before)
+        self._thread.join(timeout=5)
+
+
+def _run_check_gpu(res: CheckResult, static: StaticPart, fams: list[Family], families: Iterable[str] | None,
+                   parts: set[str], budget_s: float, t0: float, store: Store | None, lock_dir: str | None,
+                   wait_s: float, exclusive: bool, items_for: ItemsFor | None, target_factory: TargetFactory,
+                   explore_item_for: Callable[[Family], Any] | None, log: Callable[[str], None], observer: Any,
+                   forensics: Any, stall: str | float) -> None:
+    """The GPU part of `run_check` (while `static` runs beside it) into `res`."""
     wanted = [(f, v) for f in fams for v in gpu_variants(f)]
     names = ", ".join(f"{f.name}/{v.name}" for f, v in wanted)
     if "gpu" in parts:
         res.gpu_note = f"GPU checks SKIPPED (--skip gpu): {names}" if wanted else ""
         res.verdicts = [VariantVerdict.of(f.name, v.name, preset_expectation(f, v), skipped("--skip gpu"))
                         for f, v in wanted]
-        return res
+        return
     if not wanted:
+        static.into(res)
         if families and not res.findings and "static" not in parts:
             raise UserError(f"nothing to check in {', '.join(f.name for f in fams)}: no static checks and no "
                             f"launch server (families: {', '.join(f.name for f in select_families(None))})")
         res.gpu_note = "GPU checks: no family with a launch server in the selection"
-        return res
+        return
     if not lease_candidates():
         why = "no usable GPU (NVML/nvidia-smi found none, or CUDA_VISIBLE_DEVICES is empty)"
         res.gpu_note = f"GPU checks NOT RUN: {why}; pass --skip gpu to check the static part only; not run: {names}"
         res.verdicts = [VariantVerdict.of(f.name, v.name, preset_expectation(f, v), not_judged(why))
                         for f, v in wanted]
-        return res
+        return
     items: list[WorkItem] = []
     for f, built in family_builds([f for f in fams if gpu_variants(f)], gpu_variants, items_for or default_items_for,
                                   observer):
@@ -379,7 +454,6 @@ def run_check(*, budget_s: float = 180.0, families: Iterable[str] | None = None,
         _run_gpu_part(res, items, budget_s - (time.monotonic() - t0), store, lock_dir, wait_s, exclusive,
                       target_factory, log, observer, [f for f in fams if gpu_variants(f)], explore_item_for,
                       forensics, stall)
-    return res
 
 
 def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, store: Store | None,

@@ -219,7 +219,8 @@ def check_plan(*, budget_s: float, families: list[str], paths: Iterable[str], pa
     fams = select_families(families)
     items: list[PlannedItem] = []
     skipped: list[tuple[str, str]] = []
-    budget = [f"{_fmt(budget_s)} in all: the static part first, the GPU part gets what it leaves"]
+    budget = [f"{_fmt(budget_s)} in all: the static part beside the GPU part, which gets what the family "
+              "builds leave"]
     if "static" in parts:
         skipped.append(("static checks", "--skip static"))
     else:

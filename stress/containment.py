@@ -286,6 +286,11 @@ class Containment:
         if self.record is not None:
             self.record.child_end(pid)
 
+    def live_pids(self) -> set[int]:
+        """The pids of the supervised children alive now (the roots of their trees)."""
+        with self._lock:
+            return set(self._live)
+
     def stop_all(self) -> int:
         """SIGKILL every live child tree now (an interrupt: the runs in flight are given up);
         how many trees were signalled. Their owners still reap and verify as usual."""

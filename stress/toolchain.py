@@ -26,6 +26,7 @@ The engine never imports the catalog: callers pass paths.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import hashlib
@@ -141,22 +142,25 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-_SKIPPED: frozenset[str] = frozenset()
+# The tools `skipping` refuses, per context (a thread that runs the static part beside a
+# check's family builds skips clang there, not in the builds; hazards.static.runner hands
+# the context to its worker threads).
+_SKIPPED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("hz_skipped_tools", default=frozenset())
 
 
 @contextlib.contextmanager
 def skipping(names: Iterable[str]) -> Iterator[None]:
-    """Within: `find_tool` refuses these tools (`ToolchainMissing` with `skipped=True`),
-    installed or not, so what needs them is reported as skipped at the user's request."""
-    global _SKIPPED
+    """Within (this context): `find_tool` refuses these tools (`ToolchainMissing` with
+    `skipped=True`), installed or not, so what needs them is reported as skipped at the
+    user's request."""
     unknown = sorted(set(names) - set(TOOLS))
     if unknown:
         raise UserError(f"unknown tool {unknown[0]!r} (known: {', '.join(TOOLS)})")
-    before, _SKIPPED = _SKIPPED, _SKIPPED | frozenset(names)
+    token = _SKIPPED.set(_SKIPPED.get() | frozenset(names))
     try:
         yield
     finally:
-        _SKIPPED = before
+        _SKIPPED.reset(token)
 
 
 def find_tool(name: str, needed_for: str = "", *, arch: str | None = None) -> str:
@@ -177,7 +181,7 @@ def find_tool(name: str, needed_for: str = "", *, arch: str | None = None) -> st
     if arch and arch != GFX942:
         what = f"{tool.name} for {arch}"
     why = f" (needed {needed_for})" if needed_for else ""
-    if name in _SKIPPED:
+    if name in _SKIPPED.get():
         raise ToolchainMissing(f"{what} skipped{why}: --skip {name}", tool=name, skipped=True)
     env = tuple(os.environ.get(k, "") for k in (tool.env_var, "PATH", "CUDA_HOME", "CUDA_PATH"))
     found, reason = _lookup(name, env, arch)

@@ -102,6 +102,26 @@ class _Steps:
     ended: float | None = None
 
 
+class StepPhase:
+    """One phase's StepObserver on a `CampaignProgress` (`CampaignProgress.phase()`)."""
+
+    def __init__(self, progress: "CampaignProgress") -> None:
+        self.progress = progress
+        self._steps: _Steps | None = None
+
+    def steps_begin(self, what: str, total: int, workers: int, doing: str = "compiling and checking") -> None:
+        self._steps = self.progress._open_steps(what, total, workers, doing)
+
+    def step_started(self, label: str) -> None:
+        self.progress._step_started(self._steps, label)
+
+    def step_finished(self, label: str) -> None:
+        self.progress._step_finished(self._steps, label)
+
+    def steps_end(self) -> None:
+        self.progress._end_steps(self._steps)
+
+
 class CampaignProgress:
     """Live progress of the campaigns run inside it (a `RunObserver`; a context manager).
 
@@ -120,7 +140,8 @@ class CampaignProgress:
         self.clock = clock
         self._mu = threading.RLock()
         self._campaign: _Campaign | None = None
-        self._steps: _Steps | None = None
+        self._steps: list[_Steps] = []  # the phases open now (check's static part beside its builds)
+        self._default: _Steps | None = None  # the phase this object's own steps_* calls drive
         self._live: Any = None
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
@@ -155,10 +176,10 @@ class CampaignProgress:
     def _tick(self) -> None:
         while not self._stop.wait(self.interval_s):
             with self._mu:
-                c, st = self._campaign, self._steps
-                if st is not None and st.ended is None:
+                for st in self._steps:
                     self._write(self._steps_line(st))
-                elif c is not None and c.status is None:
+                c = self._campaign
+                if c is not None and c.status is None:
                     self._write(self.status_line())
 
     def _write(self, line: str) -> None:
@@ -173,7 +194,7 @@ class CampaignProgress:
         with self._mu:
             previous = self._campaign
             if previous is not None and self._live is not None:
-                self._live.console.print(self._render())  # the finished campaign stays on screen
+                self._live.console.print(self._render_campaign())  # the finished campaign stays on screen
             self._campaign = _Campaign(start, self.clock(), dict(start.counts) or empty_counts(),
                                        {i.key: i.expectation for i in start.items},
                                        {i.key: i.proof for i in start.items})
@@ -219,35 +240,54 @@ class CampaignProgress:
 
     # -- the static phase (hazards.static.runner.StepObserver) -----------------------------------
     def steps_begin(self, what: str, total: int, workers: int, doing: str = "compiling and checking") -> None:
-        with self._mu:
-            self._steps = _Steps(what, total, workers, doing, self.clock())
-            if self.enabled and not self.terminal:
-                self._write(f"hazards {what}: started: {total} to do, {workers} at a time")
+        self._default = self._open_steps(what, total, workers, doing)
 
     def step_started(self, label: str) -> None:
-        with self._mu:
-            if self._steps is not None:
-                self._steps.now.append(label)
+        self._step_started(self._default, label)
 
     def step_finished(self, label: str) -> None:
+        self._step_finished(self._default, label)
+
+    def steps_end(self) -> None:
+        self._end_steps(self._default)
+
+    def phase(self) -> "StepPhase":
+        """A StepObserver of its own, for a phase that runs beside this object's other work
+        (`hazards check`'s static part beside its family builds and GPU campaign): each
+        open phase gets its line, and the campaign keeps its own."""
+        return StepPhase(self)
+
+    def _open_steps(self, what: str, total: int, workers: int, doing: str) -> _Steps:
         with self._mu:
-            st = self._steps
+            st = _Steps(what, total, workers, doing, self.clock())
+            self._steps.append(st)
+            if self.enabled and not self.terminal:
+                self._write(f"hazards {what}: started: {total} to do, {workers} at a time")
+            return st
+
+    def _step_started(self, st: _Steps | None, label: str) -> None:
+        with self._mu:
+            if st is not None:
+                st.now.append(label)
+
+    def _step_finished(self, st: _Steps | None, label: str) -> None:
+        with self._mu:
             if st is not None:
                 st.done += 1
                 if label in st.now:
                     st.now.remove(label)
 
-    def steps_end(self) -> None:
+    def _end_steps(self, st: _Steps | None) -> None:
         with self._mu:
-            st = self._steps
             if st is None or st.ended is not None:
                 return
             st.ended = self.clock()
             if self.enabled and not self.terminal:
                 self._write(self._steps_line(st))
             if self._live is not None:
-                self._live.console.print(self._render())  # the finished phase stays on screen
-            self._steps = None
+                self._live.console.print(self._render_steps(st))  # the finished phase stays on screen
+            if st in self._steps:
+                self._steps.remove(st)
 
     def _steps_parts(self, st: _Steps) -> dict[str, str]:
         elapsed = (st.ended if st.ended is not None else self.clock()) - st.began
@@ -335,24 +375,38 @@ class CampaignProgress:
             head = f"{self._name(c)}: {p.pop('runs')} ({p.pop('counts')})"
             return "; ".join([head, *p.values()])
 
+    def _render_steps(self, st: _Steps) -> Any:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        p = self._steps_parts(st)
+        head = Table.grid(padding=(0, 1))
+        head.add_row(Text(f"hazards {st.what}", style="bold"),
+                     ProgressBar(total=max(st.total, 1), completed=st.done, width=20), Text(p.pop("n")),
+                     Text(p.pop("left"), style="bold" if st.ended is None else ""))
+        grid = Table.grid()
+        grid.add_row(head)
+        grid.add_row(Text(p.get("now", ""), overflow="fold"))
+        return grid
+
     def _render(self) -> Any:
-        """The terminal display: a bar, the counts in colour, the rate, ETA and what runs now."""
+        """The terminal display: each open phase, then the campaign: a bar, the counts in
+        colour, the rate, ETA and what runs now."""
+        from rich.console import Group
+
+        with self._mu:
+            shown = [self._render_steps(st) for st in self._steps]
+            if self._campaign is not None:
+                shown.append(self._render_campaign())
+            return Group(*shown)
+
+    def _render_campaign(self) -> Any:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         from rich.text import Text
 
         with self._mu:
-            st = self._steps
-            if st is not None:
-                p = self._steps_parts(st)
-                head = Table.grid(padding=(0, 1))
-                head.add_row(Text(f"hazards {st.what}", style="bold"),
-                             ProgressBar(total=max(st.total, 1), completed=st.done, width=20), Text(p.pop("n")),
-                             Text(p.pop("left"), style="bold" if st.ended is None else ""))
-                grid = Table.grid()
-                grid.add_row(head)
-                grid.add_row(Text(p.get("now", ""), overflow="fold"))
-                return grid
             c = self._campaign
             if c is None:
                 return Text("")

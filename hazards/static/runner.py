@@ -14,6 +14,7 @@ what is compiling, n of m and the time left like the GPU phase does.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import dataclasses
 import os
 from pathlib import Path
@@ -79,40 +80,50 @@ def run_subjects(subjects: list[Subject], *, jobs: int | None = None, observer: 
                 yield judged(subject)
             return
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hz-static")
-        before = _child_pids()
+        before = child_pids()
         done = False
         try:
-            futures = [pool.submit(judged, subject) for subject in subjects]
+            # each subject in a copy of this thread's context: `toolchain.skipping` reaches it
+            futures = [pool.submit(contextvars.copy_context().run, judged, subject) for subject in subjects]
             for future in futures:
                 yield future.result()
             done = True
         finally:
             if not done:
                 pool.shutdown(wait=False, cancel_futures=True)
-                _kill_children_since(before)
+                kill_children_since(before)
             pool.shutdown(wait=True)
     finally:
         if observer is not None:
             observer.steps_end()
 
 
-def _child_pids() -> set[int]:
+def child_pids() -> set[int]:
+    """The pids of this process's children and their descendants now."""
     import psutil
 
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
-def _kill_children_since(before: set[int]) -> None:
+def kill_children_since(before: set[int]) -> None:
     """Kill this process's children that were not there before the phase: the compilers
-    and disassemblers its worker threads are waiting for."""
+    and disassemblers its worker threads are waiting for. A supervised child tree (a GPU
+    part's launch server, `hazards.engine.containment`) is never one of them: a check runs
+    its static part beside its GPU part, whose servers end only with their runs."""
     import psutil
 
+    from hazards.engine.containment import CONTAINMENT
+
+    supervised = CONTAINMENT.live_pids()
     for p in psutil.Process().children(recursive=True):
-        if p.pid not in before:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
+        if p.pid in before:
+            continue
+        try:
+            if p.pid in supervised or any(a.pid in supervised for a in p.parents()):
+                continue
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 def path_subjects(paths: Iterable[Path], expand: asm_lint.Expander | None = None) -> list[Subject]:
