@@ -1,35 +1,52 @@
 #!/usr/bin/env bash
-# mutate-catalog.sh -- the catalog's own mutation score on one GPU (docs/results/mutate-h200.md):
-# `hazards mutate --family F` on the fixed/reference variants of every runtime family, and on
-# the layered megakernel's synchronization header alone, each within its share of BUDGET.
-#     bash ci/gpu/mutate-catalog.sh            # BUDGET=100 s of script time by default
-# Raw output: $OUT/mutate-catalog/ (console.log, one FAMILY.json per family, mutate.db) and
+# mutate-catalog.sh -- the catalog's own mutation score on one GPU (docs/results/mutate-*.md):
+# `hazards mutate --family F` on the synchronization points of the runtime families, each
+# judged by one server process running one batch of every fixed/reference variant (the
+# cheapest kill test: ~0.4 s of process start-up, then the batches), within BUDGET seconds.
+#     bash ci/gpu/mutate-catalog.sh            # BUDGET=170 s of script time by default
+# Rows in priority order: the families' own sources and the compat.h helpers they call
+# (acquire/release/fence under ordering, the cp.async waits under pipeline), then the layered
+# megakernel's mkl_sync.cuh if time is left. mma_pingpong is left out (one build of its wgmma
+# instantiations is about a minute). Raw output, 5 files: $OUT/mutate-catalog/{console.log,
+# results.jsonl (one --json object per row, with the row), stderr.log, mutate.db} and
 # $OUT/mutate-catalog.tar.gz.
-cd "$(dirname "$0")/../.." && . ci/gpu/round.sh mutate-catalog "${BUDGET:-100}"
+cd "$(dirname "$0")/../.." && . ci/gpu/round.sh mutate-catalog "${BUDGET:-170}"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build} PYTHONUNBUFFERED=1
 machine_step
-# family, its share of the budget (weights), launches per judging batch, extra arguments
-ROWS=("pipeline 3 1000" "ordering 3 1000" "deadlock 3 200" "barrier_layout 3 1000" "mma_pingpong 2 200"
-      "megakernel_layers 4 20 standalone/megakernel_layers/mkl_sync.cuh")
-TOTAL=0; for r in "${ROWS[@]}"; do set -- $r; TOTAL=$((TOTAL + $2)); done
+S=standalone
+# family | weight of the budget | launches per variant per run | run timeout s | operators | sources
+ROWS=("ordering|3|1000|10|remove-barrier,weaken-order,narrow-scope,remove-fence|$S/ordering/ordering.cu $S/common/compat.h"
+      "deadlock|3|200|8|all|$S/deadlock/deadlock.cu"
+      "pipeline|2|1000|10|remove-barrier,deepen-wait|$S/pipeline/pipeline.cu $S/common/compat.h"
+      "barrier_layout|2|500|10|all|$S/barrier_layout/barrier_layout.cu $S/barrier_layout/barrier_layout_host.h"
+      "megakernel_layers|2|20|20|all|$S/megakernel_layers/mkl_sync.cuh")
+TOTAL=0; for r in "${ROWS[@]}"; do IFS='|' read -r _ w _ <<< "$r"; TOTAL=$((TOTAL + w)); done
 for r in "${ROWS[@]}"; do
-  set -- $r; fam=$1; w=$2; launches=$3; shift 3
+  IFS='|' read -r fam w launches tmo ops srcs <<< "$r"
   share=$(( $(left) * w / TOTAL )); TOTAL=$((TOTAL - w))
-  [ "$share" -ge 10 ] || { echo "$fam: not run (budget left $(left) s)"; continue; }
-  step "mutate --family $fam ($share s)"
-  timeout $((share + 30)) python3 -m hazards mutate --family "$fam" "$@" --budget "${share}s" --timeout 30 -n 3 \
-    --launches "$launches" --store "$R/mutate.db" --json > "$R/$fam.json" 2> "$R/$fam.err"
+  [ "$share" -ge 15 ] || { echo "$fam: not run (budget left $(left) s)"; continue; }
+  step "mutate --family $fam ($share s; $srcs; operators $ops)"
+  opargs=(); [ "$ops" = all ] || opargs=(--operators "$ops")
+  # shellcheck disable=SC2086  # the sources are one word each
+  timeout $((share + 20)) python3 -m hazards mutate --family "$fam" $srcs "${opargs[@]}" --budget "${share}s" \
+    --timeout "$tmo" -n 3 --launches "$launches" --store "$R/mutate.db" --json > "$R/row.json" 2>> "$R/stderr.log"
   echo "exit $?"
-  python3 - "$R/$fam.json" <<'PY'
+  python3 - "$R/row.json" "$fam" "$srcs" >> "$R/results.jsonl" <<'PY'
 import collections, json, sys
+path, fam, srcs = sys.argv[1:]
 try:
-    d = json.load(open(sys.argv[1]))
+    d = json.load(open(path))
 except Exception as e:
-    sys.exit(f"no result ({e})")
-print("score", d["score"], dict(collections.Counter(m["fate"] for m in d["mutants"])))
+    print(json.dumps({"family": fam, "sources": srcs, "error": f"no result ({e})"}))
+    print(f"no result ({e})", file=sys.stderr)
+    sys.exit()
+print(json.dumps({"family": fam, "sources": srcs, **d}))
+print("score", d["score"], dict(collections.Counter(m["fate"] for m in d["mutants"])), file=sys.stderr)
 for m in d["mutants"]:
-    print(f"  {m['id']:26} {m['fate']:15} {(m['evidence'] or m['bound'])[:100]}  [{m['path'].split('/')[-1]}]")
+    print(f"  {m['id']:22} {m['fate']:15} {(m['evidence'] or m['bound'])[:110]}  [{m['path'].split('/')[-1]}]",
+          file=sys.stderr)
 PY
-  tail -3 "$R/$fam.err"
+  rm -f "$R/row.json"
+  grep -v '^mutate: ' "$R/stderr.log" | tail -2
 done
 finish

@@ -107,6 +107,8 @@ def mutate_command(
     for note in how:  # the one-line note of a fallback to the text scanner
         if "text scanner" in note and not no_preprocess:
             print(f"mutate: note: {note}", file=sys.stderr)
+    # A source that is not valid UTF-8 keeps its bytes (surrogateescape): its diffs print them as they are.
+    sys.stdout.reconfigure(errors="surrogateescape")
     if list_only:
         _print_list(found, as_json, how)
         sys.exit(EXIT_OK)

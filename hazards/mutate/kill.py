@@ -17,21 +17,22 @@ import dataclasses
 import enum
 import hashlib
 import os
-import random
 import shlex
 import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from hazards.engine.errors import NotJudged, UserError
+from hazards.engine.evidence import launches_of
 from hazards.engine.loop import WorkItem
-from hazards.engine.stats import describe_rate
+from hazards.engine.stats import describe_rate, format_rate
 from hazards.mutate.mutants import Mutant
 
 KIND = "mutate"
+T = TypeVar("T")
 IGNORED = shutil.ignore_patterns(".git", ".hazards", "__pycache__", "*.pyc")
 
 
@@ -64,7 +65,6 @@ class KillConfig:
     build_timeout_s: float = 300.0
     jobs: int = max(1, os.cpu_count() or 1)
     static: bool = True
-    seed: int = 0
 
 
 @dataclasses.dataclass
@@ -76,10 +76,12 @@ class MutantResult:
     failures: int = 0
     bound: str = ""
     campaign_id: int | None = None
+    launches: int = 0  # the launches its judged runs made (as the test reported them; 1 a run otherwise)
 
     def as_json(self, text: str) -> dict[str, Any]:
         return {**self.mutant.as_json(text), "fate": self.fate.value, "evidence": self.evidence, "runs": self.runs,
-                "failures": self.failures, "bound": self.bound, "campaign": self.campaign_id}
+                "failures": self.failures, "launches": self.launches, "bound": self.bound,
+                "campaign": self.campaign_id}
 
 
 def _fill(template: str, **values: str) -> str:
@@ -179,13 +181,55 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
     results: dict[tuple[str, str], MutantResult] = {}
     rel = {m.key: Path(m.path).resolve().relative_to(scratch.root) for m, _ in mutants}
 
-    # The original: it must build and its test must pass, or no mutant can be judged.
+    # Static first (no build needed): the lint judges the mutated text against the original's.
+    todo: list[tuple[Mutant, str]] = []
+    lint_before: dict[str, set[str]] = {}
+    for m, text in mutants:
+        if cfg.static:
+            before = lint_before.setdefault(m.path, set(_lint_errors(text, m.path)))
+            new = [e for e in _lint_errors(m.apply(text), m.path) if e not in before]
+            if new:
+                results[m.key] = MutantResult(m, Fate.KILLED_STATIC, evidence=new[0])
+                continue
+        todo.append((m, text))
+
+    # Builds in parallel, the original's among them, one per distinct mutated text (cached
+    # by content): the original's build no longer waits alone before the mutants'.
     first = mutants[0][0]  # the command refuses a source with no mutant before this
     original = scratch.copy_with("original", rel[first.key], None)
     original_src = original / rel[first.key]  # {src}: a file, as for a mutant
-    fate, why = _build(cfg, original, original_src)
+    folders: dict[tuple[str, str], Path] = {}
+    built: dict[tuple[str, str], tuple[Fate | None, str]] = {}
+    by_hash: dict[str, tuple[str, str]] = {}
+
+    def build_one(pair: tuple[Mutant, str] | None) -> None:
+        if pair is None:
+            built[("", "original")] = _build(cfg, original, original_src)
+            return
+        m, text = pair
+        key = m.key
+        mutated = m.apply(text)
+        h = _content_key(mutated, cfg)
+        folders[key] = scratch.copy_with(f"m-{h[:16]}", rel[key], mutated)
+        by_hash[h] = key
+        built[key] = _build(cfg, folders[key], folders[key] / rel[key])
+
+    unique: dict[str, tuple[Mutant, str]] = {}
+    for m, text in todo:
+        unique.setdefault(_content_key(m.apply(text), cfg), (m, text))
+    with cf.ThreadPoolExecutor(max_workers=max(1, cfg.jobs)) as pool:
+        list(pool.map(build_one, [None, *unique.values()]))
+    fate, why = built.pop(("", "original"))
     if fate is not None:
         raise UserError(f"the unmutated sources do not build ({why}): fix the build command first")
+    for m, text in todo:  # duplicates of an already built text share its folder and fate
+        key = m.key
+        if key not in built:
+            first_key = by_hash[_content_key(m.apply(text), cfg)]
+            folders[key], built[key] = folders[first_key], built[first_key]
+    say(f"{len(unique)} distinct mutant builds, {sum(1 for f, _ in built.values() if f is not None)} did not build")
+
+    # The original: its test must pass, or no mutant can be judged.
     base_id = frame.create(KIND, {"baseline": True, "test": cfg.test, "build": cfg.build, "root": str(cfg.root)},
                            name="mutate baseline")
     t_run = time.monotonic()
@@ -203,47 +247,9 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
                         "a mutant can only be judged against a test that passes")
     say(f"original: builds, test clean ({per_run_s:.2f} s a run)")
 
-    # Static first (no build needed): the lint judges the mutated text against the original's.
-    todo: list[tuple[Mutant, str]] = []
-    lint_before: dict[str, set[str]] = {}
-    for m, text in mutants:
-        if cfg.static:
-            before = lint_before.setdefault(m.path, set(_lint_errors(text, m.path)))
-            new = [e for e in _lint_errors(m.apply(text), m.path) if e not in before]
-            if new:
-                results[m.key] = MutantResult(m, Fate.KILLED_STATIC, evidence=new[0])
-                continue
-        todo.append((m, text))
-
-    # The order the budget is spent in: a seeded permutation, so a budget smaller than the
-    # set samples every operator and region alike rather than the top of the file.
-    random.Random(cfg.seed).shuffle(todo)
-
-    # Builds in parallel, one per distinct mutated text (cached by content).
-    folders: dict[tuple[str, str], Path] = {}
-    built: dict[tuple[str, str], tuple[Fate | None, str]] = {}
-    by_hash: dict[str, tuple[str, str]] = {}
-
-    def build_one(pair: tuple[Mutant, str]) -> None:
-        m, text = pair
-        key = m.key
-        mutated = m.apply(text)
-        h = _content_key(mutated, cfg)
-        folders[key] = scratch.copy_with(f"m-{h[:16]}", rel[key], mutated)
-        by_hash[h] = key
-        built[key] = _build(cfg, folders[key], folders[key] / rel[key])
-
-    with cf.ThreadPoolExecutor(max_workers=max(1, cfg.jobs)) as pool:
-        unique: dict[str, tuple[Mutant, str]] = {}
-        for m, text in todo:
-            unique.setdefault(_content_key(m.apply(text), cfg), (m, text))
-        list(pool.map(build_one, unique.values()))
-    for m, text in todo:  # duplicates of an already built text share its folder and fate
-        key = m.key
-        if key not in built:
-            first_key = by_hash[_content_key(m.apply(text), cfg)]
-            folders[key], built[key] = folders[first_key], built[first_key]
-    say(f"{len(unique)} distinct mutant builds, {sum(1 for f, _ in built.values() if f is not None)} did not build")
+    # The order the budget is spent in (hypothesis chooses it): a budget smaller than the set
+    # samples every operator, file and region rather than the top of the file.
+    todo = spending_order(todo, lambda pair: (pair[0].operator, pair[0].path, pair[0].line))
 
     # Runs: the budget left, shared by the mutants left to run.
     runnable = [(m, t) for m, t in todo if built[m.key][0] is None]
@@ -264,22 +270,96 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         folder = folders[key]
         summary = frame.repeat(item=_item(cfg, folder, folder / rel[key], f"mutate:{m.id}"), n=n,
                                timeout=cfg.timeout_s, until_fail=True, campaign_id=cid)
-        counts = summary.counts
-        failures = sum(counts.get(o, 0) for o in ("hang", "fault", "mismatch"))
-        judged = sum(v for o, v in counts.items() if o != "error")
-        if failures:
-            failing = next((r.result for r in frame.store.runs(cid)
-                            if r.result.outcome.value in ("hang", "fault", "mismatch")), None)
-            why = f"{failing.outcome.value}: {failing.reason}" if failing is not None else "a failing run"
-            res = MutantResult(m, Fate.KILLED, evidence=why, runs=judged, failures=failures, campaign_id=cid)
-        elif judged == 0:
-            res = MutantResult(m, Fate.NOT_JUDGED, evidence=f"every run an error ({counts})", campaign_id=cid)
-        else:
-            res = MutantResult(m, Fate.SURVIVED, runs=judged, bound=describe_rate(0, judged), campaign_id=cid)
-        frame.store.update_campaign_spec(cid, {**spec, "fate": res.fate.value, "evidence": res.evidence})
+        res = _fate_of(frame, m, cid, summary.counts)
+        frame.store.update_campaign_spec(cid, {**spec, "fate": res.fate.value, "evidence": res.evidence,
+                                               "bound": res.bound, "runs": res.runs, "launches": res.launches})
         results[key] = res
         say(f"{m.id}: {res.fate.value} {res.evidence or res.bound}")
     return [results[m.key] for m, _ in mutants]
+
+
+def _fate_of(frame: Any, m: Mutant, cid: int, counts: dict[str, int]) -> MutantResult:
+    """A judged mutant's fate from its campaign's runs: killed with the first failing run's
+    reason, survived with its per-launch bound (per run when the test reports no launches),
+    or not judged."""
+    failures = sum(counts.get(o, 0) for o in ("hang", "fault", "mismatch"))
+    judged = sum(v for o, v in counts.items() if o != "error")
+    runs = [r.result for r in frame.store.runs(cid)]
+    launches = sum(launches_of(r)[0] for r in runs)
+    if failures:
+        failing = next((r for r in runs if r.outcome.value in ("hang", "fault", "mismatch")), None)
+        why = f"{failing.outcome.value}: {failing.reason}" if failing is not None else "a failing run"
+        return MutantResult(m, Fate.KILLED, evidence=why, runs=judged, failures=failures, campaign_id=cid,
+                            launches=launches)
+    if judged == 0:
+        return MutantResult(m, Fate.NOT_JUDGED, evidence=f"every run an error ({counts})", campaign_id=cid)
+    if launches > judged:  # the test reported its launches (HZ_RESULT "launches"): bound each launch
+        bound = (f"0 failures in {launches} launches ({judged} run{'s' if judged != 1 else ''}): "
+                 f"per-launch rate {format_rate(0, launches)}")
+    else:
+        bound = describe_rate(0, judged)
+    return MutantResult(m, Fate.SURVIVED, runs=judged, bound=bound, campaign_id=cid, launches=launches)
+
+
+def spending_order(items: list[T], key: Callable[[T], tuple[str, str, int]], *, examples: int = 60) -> list[T]:
+    """The order the budget is spent in, chosen by hypothesis: a round-robin over the
+    operators (key[0]) in a drawn order, each operator's mutants in a drawn permutation, so
+    that whatever the budget, the first k mutants cover min(k, operators) operators. Among
+    such orders hypothesis' targeted search (`hypothesis.target`) looks for the one whose
+    every prefix also spreads widest over files (key[1]) and regions of the source (key[2],
+    the line). The draw is deterministic (`derandomize`, no example database: nothing is
+    written) and nothing is shrunk (mutants are already minimal)."""
+    if len(items) < 2:
+        return list(items)
+    from hypothesis import HealthCheck, Phase, given, settings, strategies as st, target
+
+    groups: dict[str, list[T]] = {}
+    for it in items:
+        groups.setdefault(key(it)[0], []).append(it)
+    names = list(groups)
+    lines = [key(it)[2] for it in items]
+    span = max(1, max(lines) - min(lines))
+    best: list[tuple[float, list[T]]] = []
+
+    def spread(order: list[T]) -> float:
+        """Summed over every prefix: distinct files, plus distinct tenths of the line range."""
+        files: set[str] = set()
+        tenths: set[tuple[str, int]] = set()
+        total = 0.0
+        for it in order:
+            _, path, line = key(it)
+            files.add(path)
+            tenths.add((path, 10 * (line - min(lines)) // span))
+            total += len(files) + len(tenths)
+        return total
+
+    @settings(max_examples=examples, database=None, derandomize=True, deadline=None,
+              phases=[Phase.generate, Phase.target], suppress_health_check=list(HealthCheck))
+    @given(st.permutations(names), st.tuples(*(st.permutations(groups[n]) for n in names)))
+    def draw(name_order: list[str], inner: tuple[list[T], ...]) -> None:
+        queues = {n: list(q) for n, q in zip(names, inner)}
+        order: list[T] = []
+        while len(order) < len(items):
+            for n in name_order:
+                if queues[n]:
+                    order.append(queues[n].pop(0))
+        score_ = spread(order)
+        target(score_)
+        if not best or score_ > best[0][0]:
+            best[:] = [(score_, order)]
+
+    # hypothesis keeps caches in ./.hypothesis even without a database: the user's folder
+    # must stay untouched, so its home is a temporary folder for this one draw.
+    import hypothesis.configuration as home_config
+
+    before = vars(home_config).get("__hypothesis_home_directory")
+    with tempfile.TemporaryDirectory(prefix="hazards-hypothesis-") as home:
+        home_config.set_hypothesis_home_dir(home)
+        try:
+            draw()
+        finally:
+            home_config.set_hypothesis_home_dir(before)
+    return best[0][1]
 
 
 def score(results: list[MutantResult]) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 """Mutants of a source: one site each, with an id, a one-line description and a unified diff."""
 from __future__ import annotations
 
+import base64
 import dataclasses
 import difflib
 import hashlib
@@ -40,8 +41,32 @@ class Mutant:
                                             fromfile=f"a/{self.path}", tofile=f"b/{self.path}"))
 
     def as_json(self, text: str) -> dict:
-        return {"id": self.id, "path": self.path, "operator": self.operator, "line": self.line,
-                "description": self.description, "diff": self.diff(text)}
+        """The mutant as JSON with no lone surrogate in it (`json_text`)."""
+        return {"id": self.id, **json_text("path", self.path), "operator": self.operator, "line": self.line,
+                **json_text("description", self.description), **json_text("diff", self.diff(text))}
+
+
+NOT_UTF8 = ("the source is not valid UTF-8: text fields show each invalid byte as U+FFFD; "
+            "each NAME_base64 field holds NAME's exact bytes")
+
+
+def json_text(name: str, value: str) -> dict[str, str]:
+    """`{name: value}` for JSON. A source that is not valid UTF-8 is read with
+    surrogateescape (each invalid byte a lone surrogate, so the bytes round-trip); JSON must
+    not carry those: `name` then shows each invalid byte as U+FFFD, and `name_base64` holds
+    the exact bytes (base64 of the UTF-8 text with the invalid bytes as they were)."""
+    raw = value.encode("utf-8", "surrogateescape")
+    clean = raw.decode("utf-8", "replace")
+    if clean == value:
+        return {name: value}
+    return {name: clean, f"{name}_base64": base64.b64encode(raw).decode("ascii"), "encoding": NOT_UTF8}
+
+
+def json_value(record: dict, name: str) -> str:
+    """The text `json_text` wrote under `name`, with its exact bytes back (surrogateescape)."""
+    if f"{name}_base64" in record:
+        return base64.b64decode(record[f"{name}_base64"]).decode("utf-8", "surrogateescape")
+    return record.get(name) or ""
 
 
 def parse_lines(spec: str | None) -> tuple[int, int] | None:

@@ -359,8 +359,9 @@ def flag_before_data(src: Source) -> Iterator[Site]:
                 # data store, at its indentation; what stood between them (a fence) stays behind.
                 data_at = ps + len(code[ps:pe]) - len(code[ps:pe].lstrip())
                 flag_at = s + len(code[s:e]) - len(code[s:e].lstrip())
-                indent = src.text[src.text.rfind("\n", 0, data_at) + 1:data_at]
-                moved = src.text[flag_at:e] + "\n" + indent + src.text[data_at:flag_at].rstrip()
+                before = src.text[src.text.rfind("\n", 0, data_at) + 1:data_at]
+                sep = "\n" + before if not before.strip() else " "  # mid-line data store: stay on its line
+                moved = src.text[flag_at:e] + sep + src.text[data_at:flag_at].rstrip()
                 yield Site("flag-before-data", data_at, e, moved, flag_line,
                            f"store the flag (line {flag_line}) before the data it publishes (line {data_line})")
                 break

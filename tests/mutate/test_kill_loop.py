@@ -135,3 +135,49 @@ def test_src_is_the_source_file_for_the_unmutated_run_as_for_every_mutant(tmp_pa
                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
     assert res.returncode == 0, res.stderr
     assert [m["fate"] for m in json.loads(res.stdout)["mutants"]] == ["killed"]
+
+
+def test_hypothesis_spends_the_budget_across_operators_first_and_writes_nothing(tmp_path, monkeypatch):
+    # Mutants in source order come operator by operator; a budget for k of them must judge k
+    # operators, the same order every time, and leave the current folder as it was.
+    from hazards.mutate.kill import spending_order
+
+    monkeypatch.chdir(tmp_path)
+    items = [(op, f"k{i % 2}.cu", 10 * i) for op in ("fence", "order", "scope", "barrier") for i in range(5)]
+    order = spending_order(items, lambda it: it)
+    assert sorted(order) == sorted(items)
+    assert {op for op, _, _ in order[:4]} == {"fence", "order", "scope", "barrier"}
+    assert {f for _, f, _ in order[:2]} == {"k0.cu", "k1.cu"}  # the first two already span both files
+    assert spending_order(items, lambda it: it) == order
+    assert list(tmp_path.iterdir()) == []  # no .hypothesis folder in the user's folder
+
+
+def test_a_survivors_bound_is_per_launch_when_the_test_reports_its_launches(tmp_path):
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "kernel.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; }\n")
+    (project / "check.py").write_text('print(\'HZ_RESULT {"status": "ok", "launches": 100, "mismatched": 0}\')\n')
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--operators", "remove-fence",
+                          "--test", f"{sys.executable} {{dir}}/check.py", "--timeout", "30", "-n", "3", "--json",
+                          "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    assert res.returncode == 1, res.stderr
+    (m,) = json.loads(res.stdout)["mutants"]
+    assert m["fate"] == "survived" and m["runs"] == 3 and m["launches"] == 300
+    assert m["bound"].startswith("0 failures in 300 launches (3 runs): per-launch rate ≤ "), m["bound"]
+
+
+def test_the_catalog_judge_runs_every_variant_in_one_server_and_stops_at_the_first_failure(tmp_path, capsys):
+    from hazards.mutate.catalog import commands, judge
+
+    server = tmp_path / "bin"
+    server.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests' / 'fakes' / 'fake_server.py'} --harness\n")
+    server.chmod(0o755)
+    assert judge(str(server), 10, ["fixed", "fixed_pingpong"]) == 0
+    clean = json.loads(capsys.readouterr().out.split("HZ_RESULT ", 1)[1])
+    assert clean["status"] == "ok" and clean["launches"] == 20 and clean["mismatched"] == 0
+    assert judge(str(server), 10, ["fixed", "broken_war", "fixed_pingpong"]) == 1
+    bad = json.loads(capsys.readouterr().out.split("HZ_RESULT ", 1)[1])
+    assert bad["variant"] == "broken_war" and bad["launches"] == 20 and bad["mismatched"] == 10
+    _, test = commands("pipeline", [], 50)
+    assert " judge {out}/bin 50 reference fixed fixed_pingpong" in test  # one process, every clean variant

@@ -2,7 +2,9 @@
 branches a `#if` drops), its diffs apply with git, and `hazards mutate --list` needs no compiler."""
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -180,3 +182,61 @@ def test_sources_with_family_pick_among_the_familys_files(tmp_path):
     assert {Path(m["path"]).name for m in json.loads(res.stdout)["mutants"]} == {"ordering.cu"}
     res = mutate(str(REPO / "standalone" / "common" / "compat.h"))
     assert {Path(m["path"]).name for m in json.loads(res.stdout)["mutants"]} == {"compat.h"}, res.stderr
+
+
+def test_a_flag_store_mid_line_moves_before_its_data_on_that_line():
+    # The data store after a `{` on the function's own line: the moved flag must not copy the
+    # function's head (it did: the line's text before the store was taken as indentation).
+    source = "__global__ void k(int* d, int* f){ d[0] = 1; __threadfence(); atomicExch(f, 1); }\n"
+    (m,) = mutants_of_text(source, "k.cu", operators=["flag-before-data"])
+    assert m.apply(source) == "__global__ void k(int* d, int* f){ atomicExch(f, 1); d[0] = 1; __threadfence(); }\n"
+
+
+NOT_UTF8 = b"// author: Jos\xe9\n__global__ void k(int* d, int* f){ d[0] = 1; __threadfence(); atomicExch(f, 1); }\n"
+
+
+def _no_lone_surrogate(text: str) -> bool:
+    return not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def test_json_of_a_non_utf8_source_has_no_lone_surrogate_and_round_trips_the_bytes(tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_bytes(NOT_UTF8)
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), "--list", "--json"],
+                         capture_output=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
+                                                   "PYTHONIOENCODING": "utf-8:strict"}, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.decode("utf-8")  # strict: the JSON itself is valid UTF-8
+    got = json.loads(out)["mutants"]
+    assert got and all(_no_lone_surrogate(json.dumps(m, ensure_ascii=False)) for m in got)
+    fence = next(m for m in got if m["operator"] == "remove-fence")
+    assert "\ufffd" in fence["diff"] and "not valid UTF-8" in fence["encoding"]
+    patch = base64.b64decode(fence["diff_base64"])
+    assert b"Jos\xe9" in patch
+    work = tmp_path / "apply"
+    work.mkdir()
+    (work / "k.cu").write_bytes(NOT_UTF8)
+    (work / "m.diff").write_bytes(patch.replace(str(src).encode(), b"k.cu"))
+    subprocess.run(["git", "apply", "-p1", "m.diff"], cwd=work, check=True, capture_output=True)
+    assert (work / "k.cu").read_bytes() == NOT_UTF8.replace(b"__threadfence();", b"")
+
+
+def test_survivors_of_a_non_utf8_source_print_their_exact_bytes_and_store_clean_json(tmp_path):
+    from hazards.engine.store import Store
+    from hazards.mutate.mutants import json_value
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "k.cu").write_bytes(NOT_UTF8)
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "k.cu", "--operators", "remove-fence",
+                          "--test", "true", "-n", "2", "--timeout", "30", "--store", str(tmp_path / "r.db")],
+                         capture_output=True, cwd=project, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": "",
+                              "PYTHONIOENCODING": "utf-8:strict"})
+    assert res.returncode == 1 and b"Traceback" not in res.stderr, res.stderr[-2000:]
+    assert b" // author: Jos\xe9\n-__global__" in res.stdout  # the diff, byte for byte
+    with Store(tmp_path / "r.db", create=False) as store:
+        (camp,) = [c for c in store.campaigns(kind="mutate") if not c.spec.get("baseline")]
+    mutant = camp.spec["mutant"]
+    assert _no_lone_surrogate(json.dumps(camp.spec, ensure_ascii=False))
+    assert "Jos\udce9" in json_value(mutant, "diff")  # the exact bytes, back through surrogateescape
