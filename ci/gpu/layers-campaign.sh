@@ -90,7 +90,7 @@ build prof "{'HZ_PROFILER': 1}" &
 build prof4 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 4}" &
 for j in $(jobs -p); do [ "$j" = "$WARM" ] || wait "$j"; done
 BIN=$(tail -1 "$W/build_plain.txt"); BIN4=$(tail -1 "$W/build_step4.txt"); TWB=$(tail -1 "$W/build_twbench.txt")
-[ -x "$BIN" ] && [ -x "$BIN4" ] || { log "BUILD FAILED"; tail -5 "$W"/build_*.txt; }
+[ -x "$BIN" ] && [ -x "$BIN4" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "step (c): 3 checked launches each, outputs dumped and compared with production's"
 for b in plain step4; do
@@ -98,6 +98,28 @@ for b in plain step4; do
   timeout "$(cap 20)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
   echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
 done
+# What step (c) may still be asked: ok (all below), wrong (only the gate, which calls it incorrect),
+# failed (no result: a hang, a crash or a build error -- nothing more on its build; where it
+# stopped is asked of the tripwire and compute-sanitizer, then the round goes on with production).
+S4=ok
+if ! grep -q '"mismatched":0,' "$W/sanity_step4.txt"; then
+  if grep -q '"mismatched":' "$W/sanity_step4.txt"; then S4=wrong; else S4=failed; fi
+fi
+log "step (c)'s checked launches: $S4"
+if [ "$S4" = failed ] && [ -x "$BIN4" ]; then
+  tail -5 "$W/sanity_step4.txt" | cut -c1-300
+  timeout "$(cap 15)" python3 -m hazards repro --family megakernel_layers --binary "$BIN4" --store "$W/repro.db" \
+    --json --keep-going --variant clean --runs 1 --launches 1 --timeout 3 > "$W/repro_step4_clean.json" 2>&1
+  python3 -c "
+import json
+d = json.load(open('$W/repro_step4_clean.json'))
+print(d.get('counts'))
+for f in d.get('failures', [])[:1]:
+    print(' ', f['outcome'], '|', (f.get('tripwire') or {}).get('sentence'))" 2>&1 | cut -c1-900
+  timeout "$(cap 40)" compute-sanitizer --tool memcheck "$BIN4" '{"launches":1,"params":{}}' \
+    > "$W/memcheck_step4.txt" 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|Address|at 0x" "$W/memcheck_step4.txt" | head -12 | cut -c1-200
+fi
 python3 - "$W/dump_plain.f32" "$W/dump_step4.f32" <<'EOF' 2>&1 | cut -c1-300
 import sys
 from array import array
@@ -110,24 +132,28 @@ EOF
 log "waiting for the compile warm-up"
 wait "$WARM"; echo "warm-up exit $?"; tail -2 "$W/compile_warmup.txt"
 
-log "bench: floors, production and step (c), torch paths"
-timeout "$(cap 90)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=4 \
+ALSO=(); PROF=(--candidate production); ACC=(); HANGBIN=$BIN
+if [ "$S4" = ok ]; then
+  ALSO=(--also-define MKL_CAMPAIGN_STEP=4); PROF+=(--candidate step_c); ACC=(--define MKL_CAMPAIGN_STEP=4)
+  HANGBIN=$BIN4  # the hang classes below run on step (c)'s build
+fi
+log "bench: floors, production ${ALSO[*]}, torch paths"
+timeout "$(cap 90)" python3 bench/megakernel_layers_perf.py "${ALSO[@]}" \
   --compile-mode default+graph --compile-timeout 60 --json "$W/perf.json" > "$W/perf.txt" 2>&1
 echo "exit $?"; tail -25 "$W/perf.txt"
 
-gate e production step_c
+[ "$S4" != failed ] && gate e production step_c
 
-log "per-task profile: production and step (c)"
-timeout "$(cap 30)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_c \
+log "per-task profile: ${PROF[*]}"
+timeout "$(cap 30)" python3 bench/megakernel_layers_profile.py "${PROF[@]}" \
   --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
 echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
 
-log "step (c)'s build: clean variants and corruption canaries (one warm server)"
-timeout "$(cap 35)" python3 bench/megakernel_layers_acceptance.py --define MKL_CAMPAIGN_STEP=4 --clean-launches 500 \
-  --clean-budget 2 --canary-budget 1 --skip-agreement --json "$W/acceptance_step4.json" \
-  > "$W/acceptance_step4.txt" 2>&1
-echo "exit $?"; cut -c1-200 "$W/acceptance_step4.txt" | grep -v Warning
-HANGBIN=$BIN4  # the hang classes below run on step (c)'s build
+log "clean variants and corruption canaries (one warm server) on the build with defines: ${ACC[*]:-none}"
+timeout "$(cap 35)" python3 bench/megakernel_layers_acceptance.py "${ACC[@]}" --clean-launches 500 \
+  --clean-budget 2 --canary-budget 1 --skip-agreement --json "$W/acceptance_stepc.json" \
+  > "$W/acceptance_stepc.txt" 2>&1
+echo "exit $?"; cut -c1-200 "$W/acceptance_stepc.txt" | grep -v Warning
 elif [ "$WHAT" != rest ]; then
 log "torch.compile warm-up (background) and builds (parallel)"
 timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-timeout 100 \
@@ -143,7 +169,7 @@ build step3 "{'MKL_CAMPAIGN_STEP': 3}" &
 build prof3 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 3}" &
 for j in $(jobs -p); do [ "$j" = "$WARM" ] || wait "$j"; done
 BIN=$(tail -1 "$W/build_plain.txt")
-[ -x "$BIN" ] || { log "BUILD FAILED"; tail -5 "$W"/build_*.txt; }
+[ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "same bits: 3 checked launches per campaign step, outputs dumped"
 for b in step0 step1 plain step3; do
@@ -189,7 +215,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   log "build: production"
   build plain None
   BIN=$(tail -1 "$W/build_plain.txt")
-  [ -x "$BIN" ] || { log "BUILD FAILED"; tail -5 "$W"/build_*.txt; }
+  [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
 if [ "$WHAT" != gate ]; then
