@@ -42,6 +42,10 @@ from hazards.engine.verdict import exit_code as verdicts_exit_code
 
 KIND = "check"
 REPLAY_SHARE = 0.2  # of the GPU budget, for the database's failing points when it holds any
+# A clean variant's requests grow to about this long once its first runs show what a launch
+# costs (EvidenceAllocation.sized): on an H100, 3,469 requests of 20-200 launches spent ~11 s
+# of a 153-s campaign outside the runs, and a fast kernel's request was mostly per-request cost.
+CLEAN_REQUEST_S = 0.25
 ItemsFor = Callable[[Family, list[Variant]], list[WorkItem]]
 
 
@@ -486,7 +490,7 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
             cid = frame.create(KIND, {"budget_s": budget_s, "items": [i.to_json() for i in items],
                                       "replay": [f.name for f in replay]})
             res.campaign_id = cid
-            source = EvidenceAllocation(items, sprt_for=_sprt_for, recheck=False)
+            source = EvidenceAllocation(items, sprt_for=_sprt_for, recheck=False, request_s=CLEAN_REQUEST_S)
             frame.run(cid, source, budget_s=max(1.0, budget_s * (1.0 - REPLAY_SHARE) if replay else budget_s),
                       observer=observer)
             dropped = source.dropped()

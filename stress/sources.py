@@ -216,6 +216,10 @@ class Rotation:
 # least recently checked first): enough to notice, within the night, a rig that went blind
 # (a server that stopped validating, a driver that masks the race), at 2% of the runs.
 RECHECK_EVERY = 50
+# EvidenceAllocation(request_s=...): a clean item's requests grow at most this many times its
+# own launches, and never past this share of its timeout (a slow GPU still answers in time).
+REQUEST_GROWTH_MAX = 50
+REQUEST_TIMEOUT_SHARE = 0.25
 
 
 class EvidenceAllocation:
@@ -236,13 +240,23 @@ class EvidenceAllocation:
 
     `prior` replays a resumed campaign's stored runs (in their order). An item with
     MAX_CONSECUTIVE_ERRORS error runs in a row is dropped (see `dropped`), as in `Rotation`.
+
+    With `request_s`, a clean item's requests grow to about that many seconds once its
+    clean runs show what a launch costs (`sized`): a request of 200 launches of a 20-us
+    kernel is mostly the per-request cost (the supervisor's bookkeeping, the server's
+    set-up), not evidence. The oracle is the same per launch; canaries, and clean items
+    that failed, keep their item's launches.
     """
 
     def __init__(self, items: list[WorkItem], *, sprt_for: Callable[[WorkItem], Sprt],
                  recheck_every: int = RECHECK_EVERY, recheck: bool = True, target_bound: float | None = None,
-                 prior: Iterable[RunResult] = (), conf: float = 0.95) -> None:
+                 prior: Iterable[RunResult] = (), conf: float = 0.95, request_s: float | None = None) -> None:
         if recheck_every < 1:
             raise ValueError(f"recheck_every must be >= 1, got {recheck_every!r}")
+        if request_s is not None and not request_s > 0:
+            raise ValueError(f"request_s must be positive, got {request_s!r}")
+        self.request_s = request_s
+        self.launch_s: dict[str, float] = {}  # the least seconds per launch a clean run of the item took
         self._mu = threading.Lock()
         self.by_key = {i.key: i for i in items}
         self.evidence = {k: Evidence() for k in self.by_key}
@@ -322,12 +336,31 @@ class EvidenceAllocation:
             self.issued += 1
             self.last_run[key] = self.issued
             self.in_flight[key] += 1
-            return self.by_key[key]
+            return self.sized(key)
+
+    def sized(self, key: str) -> WorkItem:
+        """The item to run next for `key`: a clean item still gathering evidence, with
+        `request_s`, gets requests of about that many seconds at the least per-launch time
+        its clean runs showed (a run's time includes its per-request cost, so this never
+        overshoots by it), at least its own launches, at most `REQUEST_GROWTH_MAX` times
+        them and a `REQUEST_TIMEOUT_SHARE` of its timeout."""
+        item = self.by_key[key]
+        per_launch = self.launch_s.get(key)
+        if self.request_s is None or per_launch is None or self._canary(key) or self._settled(key):
+            return item
+        base = item.launches or 1
+        most = min(base * REQUEST_GROWTH_MAX, int(item.timeout_s * REQUEST_TIMEOUT_SHARE / per_launch))
+        n = max(base, min(int(self.request_s / per_launch), most))
+        return item if n == base else dataclasses.replace(item, launches=n)
 
     def _count(self, item: WorkItem, result: RunResult) -> None:
         key = item.key
         self.evidence[key].add(result, item.proof)
         outcome = Outcome(result.outcome)
+        launches = (result.metrics or {}).get("launches")
+        if outcome is Outcome.CLEAN and isinstance(launches, int) and launches > 0 and result.duration_s > 0:
+            per_launch = result.duration_s / launches
+            self.launch_s[key] = min(per_launch, self.launch_s.get(key, per_launch))
         if outcome is not Outcome.ERROR and self._canary(key) and self.sprts[key].decision is None:
             self.sprts[key].update(item.proof.proves(result))
         self.errors_in_a_row[key] = self.errors_in_a_row[key] + 1 if outcome is Outcome.ERROR else 0

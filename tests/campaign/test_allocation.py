@@ -90,6 +90,61 @@ def test_with_a_target_bound_the_source_finishes_when_every_clean_bound_reaches_
     assert ev["canary_a"].n == ev["canary_b"].n == 1  # seen, and (recheck off) not run again
 
 
+def timed(it: WorkItem, per_launch_s: float, overhead_s: float = 0.004) -> RunResult:
+    """A clean run of `it` that took `overhead_s` plus `per_launch_s` a launch."""
+    n = it.launches or 1
+    return RunResult(Outcome.CLEAN, "ok", target=it.target, variant=it.variant, metrics={"launches": n},
+                     duration_s=overhead_s + n * per_launch_s)
+
+
+def test_a_clean_items_requests_grow_to_the_request_time_its_runs_show():
+    """check: a request of 200 launches of a 20-us kernel is mostly per-request cost; once a
+    clean run shows what a launch costs, the item's requests last about `request_s`."""
+    fast = WorkItem(target="fam", variant="fast", expect="clean", launches=200, timeout_s=20.0)
+    slow = WorkItem(target="fam", variant="slow", expect="clean", launches=20, timeout_s=20.0)
+    src = EvidenceAllocation([fast, slow], sprt_for=canary_sprt, recheck=False, request_s=0.25)
+    cost = {"fast": 20e-6, "slow": 2e-3}
+    sizes: dict[str, list[int]] = {"fast": [], "slow": []}
+    for _ in range(40):
+        it = src.next_item("0")
+        sizes[it.variant].append(it.launches)
+        src.report(it, timed(it, cost[it.variant]))
+    assert sizes["fast"][0] == 200 and sizes["slow"][0] == 20  # before any run: the item's own
+    # 0.25 s at the least per-launch time seen (overhead included: never past 0.25 s of launches)
+    assert 200 * 20 < sizes["fast"][-1] <= 200 * 50 and sizes["fast"][-1] * 20e-6 <= 0.25
+    assert 100 <= sizes["slow"][-1] <= 125
+    bounds = {k: e.launch_upper() for k, e in src.evidence.items()}
+    assert max(bounds.values()) / min(bounds.values()) < 1.5  # the allocation still equalises them
+
+
+def test_grown_requests_stay_within_a_share_of_the_timeout_and_never_shrink_an_item():
+    short = WorkItem(target="fam", variant="short_timeout", expect="clean", launches=10, timeout_s=0.4)
+    src = EvidenceAllocation([short], sprt_for=canary_sprt, recheck=False, request_s=0.25)
+    it = src.next_item("0")
+    src.report(it, timed(it, 1e-3, overhead_s=0.0))
+    assert src.next_item("0").launches == 100  # 0.25 x 0.4 s of the timeout at 1 ms a launch
+    slow = WorkItem(target="fam", variant="slower_than_the_request", expect="clean", launches=10, timeout_s=60)
+    src = EvidenceAllocation([slow], sprt_for=canary_sprt, recheck=False, request_s=0.25)
+    it = src.next_item("0")
+    src.report(it, timed(it, 0.1))
+    assert src.next_item("0").launches == 10
+
+
+def test_canaries_failed_clean_items_and_a_soak_keep_their_items_launches():
+    canary = WorkItem(target="fam", variant="broken", expect="detect", launches=100)
+    failing = WorkItem(target="fam", variant="fixed", expect="clean", launches=100)
+    src = EvidenceAllocation([canary, failing], sprt_for=canary_sprt, recheck=True, request_s=0.25)
+    for _ in range(30):
+        it = src.next_item("0")
+        assert it.launches == 100, it
+        r = timed(it, 1e-5) if it.variant == "broken" else reply(it, fails=True)
+        src.report(it, r)
+    soak = EvidenceAllocation([failing], sprt_for=canary_sprt)  # no request_s: soak's
+    it = soak.next_item("0")
+    soak.report(it, timed(it, 1e-5))
+    assert soak.next_item("0").launches == 100
+
+
 def test_launches_of_a_run_count_its_reply_or_one():
     assert launches_of(RunResult(Outcome.CLEAN, "ok", metrics={"launches": 200})) == (200, 0)
     assert launches_of(RunResult(Outcome.MISMATCH, "x", metrics={"launches": 200, "mismatched": 7})) == (200, 7)

@@ -27,7 +27,8 @@ def uneven_items(family, variants):
             for i in fake_items_for(family, variants)]
 
 
-def test_check_states_per_launch_bounds_and_tightens_the_weakest(fake_gpus, store):
+def test_check_states_per_launch_bounds_and_tightens_the_weakest(fake_gpus, store, monkeypatch):
+    monkeypatch.setattr(checkrun, "CLEAN_REQUEST_S", None)  # each item's own launches: the allocation alone
     res = run_check(budget_s=4, catalog=[make_family()], store=store, items_for=uneven_items, wait_s=0)
     v = {x.variant: x for x in res.verdicts}
     ref, fixed = v["reference"], v["fixed"]
@@ -37,6 +38,16 @@ def test_check_states_per_launch_bounds_and_tightens_the_weakest(fake_gpus, stor
     assert ref.runs > 10 * fixed.runs  # runs went to the 1-launch variant: its bound was the weaker
     assert ref.launch_upper / fixed.launch_upper == pytest.approx(1.0, rel=0.25)
     assert res.to_json()["verdicts"][0]["launch_upper"] is not None
+
+
+def test_check_grows_clean_requests_and_keeps_canary_requests(fake_gpus, store):
+    res = run_check(budget_s=3, catalog=[make_family()], store=store, items_for=fake_items_for, wait_s=0)
+    launches: dict[str, set[int]] = {}
+    for sr in store.runs(res.campaign_id):
+        launches.setdefault(sr.result.variant, set()).add(sr.result.metrics["launches"])
+    assert launches["broken"] == {10} and max(launches["fixed"]) > 10 and max(launches["reference"]) > 10
+    v = {x.variant: x for x in res.verdicts}
+    assert v["fixed"].launches > 10 * v["fixed"].runs and res.exit_code == 0
 
 
 def test_check_runs_every_canary_before_any_clean_variant(fake_gpus, store):
