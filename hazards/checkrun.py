@@ -193,7 +193,7 @@ class CheckResult:
                      "launch_upper": v.launch_upper if v.launches else None,
                      "time_s": v.time_s} for v in self.verdicts]
         return {"ok": self.exit_code == 0, "exit_code": self.exit_code, "campaign": self.campaign_id,
-                "skipped": sorted(self.skipped_parts),
+                "skipped": sorted(self.skipped_parts), "static_s": round(self.static_s, 2),
                 "static": {"note": self.static_note, "failing": len(self.static_failures),
                            "not_judged": [f.subject or f.location() for f in self.static_not_judged],
                            "findings": [f.to_dict() for f in self.findings]},

@@ -1,11 +1,16 @@
 """Stall detection on a GPU: the measurements of docs/results/hangs-h200.md (ci/gpu/stall-h200.sh).
 
     python3 ci/gpu/stall_measure.py verdicts   OUT_DIR SECONDS   # time to a hang verdict, per hang canary
+    python3 ci/gpu/stall_measure.py verdicts_table OUT_DIR       # verdicts.jsonl as a table
     python3 ci/gpu/stall_measure.py falsestall OUT_DIR SECONDS [NAME,...]  # clean runs under GPU contention + CPU load
+    python3 ci/gpu/stall_measure.py check_summary OUT_DIR STORE [NAME [CHECK_JSON]]  # what a `hazards check` did
 
 `verdicts`: every stress canary of `deadlock` and `megakernel_layers` on its family server
-(the check's own work item), with the family's stall window (`after`) and, for the first hang
-canary of each family, with stall detection off (`before`: the timeout alone). One line per
+(the check's own work item), with the family's stall window (`after`; two hangs each: the
+second on the server respawned after the first) and, for the first hang canary of the
+families in BEFORE_FAMILIES, with stall detection off (`before`: the timeout alone; a
+megakernel_layers hang's "before" is its 20 s timeout, measured in docs/results/hangs-h100.md,
+not re-spent here). One line per
 run in verdicts.jsonl: variant, mode, outcome, error kind, the run's duration (start of the
 request to the verdict; the on-hang collectors are not registered here) and the wall time of
 the whole run() call (the kill and the respawn included).
@@ -36,6 +41,7 @@ from hazards.engine.loop import default_target_factory
 from hazards.stress_family import family_item
 
 HANG_FAMILIES = ("deadlock", "megakernel_layers")
+BEFORE_FAMILIES = ("deadlock",)  # whose "before" (the timeout alone) is re-measured: 5 s each
 LAUNCH_GOAL = 20_000
 HAMMER = """
 import time, torch
@@ -88,7 +94,7 @@ def verdicts(dest: Path, seconds: float) -> None:
                             break  # a mismatch canary, not a hang one
                         continue
                     hangs += 1
-                    if not before_done and time.monotonic() + fam.timeout_s + 5 < t_end:
+                    if name in BEFORE_FAMILIES and not before_done and time.monotonic() + fam.timeout_s + 5 < t_end:
                         before_done = True
                         t0 = time.monotonic()
                         r = target.run({"variant": v.name}, timeout=fam.timeout_s, launches=fam.default_launches)
@@ -96,6 +102,15 @@ def verdicts(dest: Path, seconds: float) -> None:
                                    "timeout_s": fam.timeout_s, "outcome": r.outcome.value,
                                    "error_kind": r.error_kind, "duration_s": round(r.duration_s, 3),
                                    "wall_s": round(time.monotonic() - t0, 3), "reason": r.reason[:300]})
+
+
+def verdicts_table(dest: Path) -> None:
+    """verdicts.jsonl, one line per run."""
+    path = dest / "verdicts.jsonl"
+    rows = [json.loads(line) for line in path.open()] if path.exists() else []
+    for r in rows:
+        print(f"{r['mode']:6} {r['family']}/{r['variant']:18} {r['outcome']:8} {str(r['error_kind']):9} "
+              f"verdict {r['duration_s']:7.2f} s  wall {r['wall_s']:7.2f} s  {r['reason'][:100]}")
 
 
 def merge(into: dict, gaps: dict) -> None:
@@ -185,10 +200,11 @@ def falsestall(dest: Path, seconds: float, only: str = "") -> None:
             p.wait()
 
 
-def check_summary(dest: Path, db: str) -> None:
-    """From `hazards check`'s store: when each canary was first seen failing (seconds from
-    the campaign's start), each hang's duration and kind, the clean items' per-launch
-    bounds, and the gap distribution of the clean runs (no contention)."""
+def check_summary(dest: Path, db: str, name: str = "check", check_json: str | None = None) -> None:
+    """From `hazards check`'s store (and its --json output): when each canary was first seen
+    failing (seconds from the campaign's start), each hang's duration and kind, the clean
+    items' per-launch bounds, launches, requests and run time, the static part's time, and
+    the gap distribution of the clean runs (no contention). Written to NAME-summary.json."""
     from hazards.engine.stats import upper_bound
     from hazards.engine.store import Store
 
@@ -200,33 +216,50 @@ def check_summary(dest: Path, db: str) -> None:
     hangs = []
     clean: dict = {}
     gaps: dict = {}
+    last_end = 0.0
     for sr in runs:
         r = sr.result
         key = f"{r.target}/{r.variant}"
         expect = next((i.get("expect") for i in camp.spec.get("items", []) if
                        f"{i['target']}/{i.get('variant', '')}" == key), None)
         end = r.started_at + r.duration_s - t0
+        last_end = max(last_end, end)
         if r.outcome.value == "hang":
-            hangs.append({"item": key, "error_kind": r.error_kind, "duration_s": round(r.duration_s, 3)})
+            hangs.append({"item": key, "error_kind": r.error_kind, "duration_s": round(r.duration_s, 3),
+                          "reason": r.reason[:200]})
         if expect == "detect" and r.outcome.is_failure and key not in first:
             first[key] = round(end, 1)
         if expect == "clean":
-            c = clean.setdefault(key, [0, 0])
+            c = clean.setdefault(key, {"launches": 0, "failed": 0, "requests": 0, "run_s": 0.0, "largest": 0})
             if r.outcome.value in ("clean", "mismatch"):
-                c[0] += int((r.metrics or {}).get("launches") or 0)
-                c[1] += int((r.metrics or {}).get("mismatched") or 0)
+                n = int((r.metrics or {}).get("launches") or 0)
+                c["launches"] += n
+                c["failed"] += int((r.metrics or {}).get("mismatched") or 0)
+                c["largest"] = max(c["largest"], n)
+            c["requests"] += 1
+            c["run_s"] += r.duration_s
             merge(gaps, ((r.evidence or {}).get("progress") or {}).get("gaps"))
     canaries = sorted({f"{i['target']}/{i.get('variant', '')}" for i in camp.spec.get("items", [])
                        if i.get("expect") == "detect"})
-    summary = {"campaign": camp.id, "canaries": len(canaries), "detected": len(first),
+    result = json.loads(Path(check_json).read_text()) if check_json and Path(check_json).is_file() else {}
+    for c in clean.values():
+        c["launch_upper"] = upper_bound(min(c["failed"], c["launches"]), c["launches"]) if c["launches"] else None
+        c["run_s"] = round(c["run_s"], 2)
+        c["s_per_launch"] = c["run_s"] / c["launches"] if c["launches"] else None
+    summary = {"campaign": camp.id, "exit_code": result.get("exit_code"), "static_s": result.get("static_s"),
+               "static_note": (result.get("static") or {}).get("note"), "gpu_budget_s": camp.spec.get("budget_s"),
+               "last_run_end_s": round(last_end, 1), "runs": len(runs),
+               "canaries": len(canaries), "detected": len(first),
                "not_detected": [c for c in canaries if c not in first],
                "all_detected_by_s": max(first.values()) if len(first) == len(canaries) and first else None,
-               "first_detection_s": first, "hangs": hangs,
-               "clean_launch_upper": {k: upper_bound(min(b, n), n) if n else None for k, (n, b) in clean.items()},
+               "first_detection_s": first, "hangs": hangs, "clean": clean,
+               "clean_launch_upper": {k: c["launch_upper"] for k, c in clean.items()},
                "clean_gaps": gaps, "clean_gap_p999_upper_s": quantile_upper(gaps),
                "clean_gap_max_upper_s": quantile_upper(gaps, 1.0)}
-    (dest / "check-summary.json").write_text(json.dumps(summary, indent=1))
+    (dest / f"{name}-summary.json").write_text(json.dumps(summary, indent=1))
     bounds = [b for b in summary["clean_launch_upper"].values() if b is not None]
+    print(f"static part: {summary['static_s']} s ({summary['static_note']}); GPU budget "
+          f"{summary['gpu_budget_s']:.1f} s, last run ended {summary['last_run_end_s']} s after the campaign began")
     print(f"canaries detected: {len(first)} of {len(canaries)}; all by {summary['all_detected_by_s']} s "
           f"after the campaign began; not detected: {summary['not_detected']}")
     print(f"hangs: {len(hangs)}, of them stall verdicts: {sum(h['error_kind'] == 'stall' for h in hangs)}; "
@@ -234,6 +267,9 @@ def check_summary(dest: Path, db: str) -> None:
     if bounds:
         print(f"clean per-launch upper bounds (95%): weakest {max(bounds):.2e}, best {min(bounds):.2e}, "
               f"over {len(bounds)} clean items")
+    for k, c in sorted(clean.items(), key=lambda kv: -kv[1]["run_s"]):
+        print(f"  {k:42} {c['launches']:8d} launches {c['requests']:5d} req (largest {c['largest']:6d}) "
+              f"{c['run_s']:7.2f} s run  bound {c['launch_upper'] or float('nan'):.2e}")
     print(f"clean runs' gaps (no contention): p99.9 <= {summary['clean_gap_p999_upper_s']} s, "
           f"largest <= {summary['clean_gap_max_upper_s']} s")
 
@@ -242,6 +278,8 @@ if __name__ == "__main__":
     mode, dest = sys.argv[1], Path(sys.argv[2])
     dest.mkdir(parents=True, exist_ok=True)
     if mode == "check_summary":
-        check_summary(dest, sys.argv[3])
+        check_summary(dest, sys.argv[3], *sys.argv[4:6])
+    elif mode == "verdicts_table":
+        verdicts_table(dest)
     else:
         {"verdicts": verdicts, "falsestall": falsestall}[mode](dest, float(sys.argv[3]), *sys.argv[4:5])
