@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # stall-h200.sh -- hangs found in seconds and the check's time, measured (docs/results/hangs-h200.md).
 # About 5.5 minutes on one GPU, no network, no clang (the static part runs with --skip clang):
-#   0. the harness heartbeat: seeded deadlocks are stalls (the GPU tests);
+#   0. the harness heartbeat: seeded deadlocks are stalls, and a warm megakernel_layers server
+#      builds each sequence length's context once (the GPU tests);
 #   1. time to a hang verdict per hang canary of deadlock and megakernel_layers on the family
 #      server with the family stall window, two hangs each (the second on a respawned server:
 #      its label must name the tripwire's place, not "started"), and the timeout alone once
@@ -28,11 +29,12 @@ with cf.ThreadPoolExecutor(8) as pool:
     for f, b in zip(fams, pool.map(family_binary, fams)):
         print(f.name, b)" || echo "BUILD FAILED (continuing with what built)"
 
-step "0. the harness heartbeat: seeded deadlocks are stalls (gpu tests)"
-timeout 45 python3 -m pytest -q -p no:randomly -p no:cacheprovider tests/tripwire/test_deadlock_gpu.py -k stall 2>&1 | tail -3
+step "0. the harness heartbeat: seeded deadlocks are stalls; a warm megakernel_layers server keeps each seq (gpu tests)"
+timeout 60 python3 -m pytest -q -p no:randomly -p no:cacheprovider tests/tripwire/test_deadlock_gpu.py \
+  tests/megakernel_layers/test_gpu.py -k "stall or warm_server" 2>&1 | tail -4
 
 step "1. time to a hang verdict (deadlock, megakernel_layers)"
-timeout 65 python3 ci/gpu/stall_measure.py verdicts "$R" 50 > "$R/verdicts.log" 2>&1
+timeout 60 python3 ci/gpu/stall_measure.py verdicts "$R" 45 > "$R/verdicts.log" 2>&1
 python3 ci/gpu/stall_measure.py verdicts_table "$R"
 
 # check NAME BUDGET: hazards check --skip clang [--budget BUDGET] into $R/NAME.json, its store $R/NAME.db
