@@ -343,7 +343,10 @@ class EvidenceAllocation:
         `request_s`, gets requests of about that many seconds at the least per-launch time
         its clean runs showed (a run's time includes its per-request cost, so this never
         overshoots by it), at least its own launches, at most `REQUEST_GROWTH_MAX` times
-        them and a `REQUEST_TIMEOUT_SHARE` of its timeout."""
+        them and a `REQUEST_TIMEOUT_SHARE` of its timeout. The timeout grows with the
+        launches: a GPU that slows down (another process on it) leaves a grown request the
+        same margin per launch as the item's own (a hang is still found by its stall window,
+        and the budget's cutoff still holds)."""
         item = self.by_key[key]
         per_launch = self.launch_s.get(key)
         if self.request_s is None or per_launch is None or self._canary(key) or self._settled(key):
@@ -351,7 +354,7 @@ class EvidenceAllocation:
         base = item.launches or 1
         most = min(base * REQUEST_GROWTH_MAX, int(item.timeout_s * REQUEST_TIMEOUT_SHARE / per_launch))
         n = max(base, min(int(self.request_s / per_launch), most))
-        return item if n == base else dataclasses.replace(item, launches=n)
+        return item if n == base else dataclasses.replace(item, launches=n, timeout_s=item.timeout_s * n / base)
 
     def _count(self, item: WorkItem, result: RunResult) -> None:
         key = item.key

@@ -122,7 +122,9 @@ def test_grown_requests_stay_within_a_share_of_the_timeout_and_never_shrink_an_i
     src = EvidenceAllocation([short], sprt_for=canary_sprt, recheck=False, request_s=0.25)
     it = src.next_item("0")
     src.report(it, timed(it, 1e-3, overhead_s=0.0))
-    assert src.next_item("0").launches == 100  # 0.25 x 0.4 s of the timeout at 1 ms a launch
+    grown = src.next_item("0")
+    assert grown.launches == 100  # 0.25 x 0.4 s of the timeout at 1 ms a launch
+    assert grown.timeout_s == pytest.approx(4.0)  # the same timeout per launch as the item's own
     slow = WorkItem(target="fam", variant="slower_than_the_request", expect="clean", launches=10, timeout_s=60)
     src = EvidenceAllocation([slow], sprt_for=canary_sprt, recheck=False, request_s=0.25)
     it = src.next_item("0")
