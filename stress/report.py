@@ -31,6 +31,7 @@ import dataclasses
 import html
 import json
 import os
+import re
 import shlex
 import statistics
 import time
@@ -226,6 +227,8 @@ class Report:
     figures: dict[str, str] = dataclasses.field(default_factory=dict)
     generated_at: float = dataclasses.field(default_factory=time.time)
     previous_created: float | None = None  # when the campaign compared with started
+    # `hazards mutate`: its session's score and every mutant's fate (`mutation_summary`)
+    mutation: dict[str, Any] | None = None
 
     @property
     def news(self) -> dict[str, list[Any]]:
@@ -396,9 +399,47 @@ def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: boo
                  [dataclasses.asdict(c) for c in cmp.changes], cmp.previous_id, _trend(store, camp, last), hint,
                  notes, _context(camp), sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else [],
                  previous_created=store.campaign(cmp.previous_id).created if cmp.previous_id is not None else None)
+    rep.mutation = mutation_summary(store, camp)
     if figures:
         rep.figures = render_figures(rep)
     return rep
+
+
+def mutation_summary(store: Store, camp: Any) -> dict[str, Any] | None:
+    """The mutation session a campaign belongs to (`hazards mutate` keeps its summary on the
+    session's baseline campaign; each mutant's campaign names it as `session`): `session`,
+    `score` {killed, judged, mutants}, `fates` (count per fate), `mutants` (each one's fate,
+    evidence and bound) and `survivors` (those with their diff). None for any other campaign;
+    without a summary (the command was interrupted) `score` is None and `note` says why."""
+    spec = camp.spec if isinstance(camp.spec, dict) else {}
+    if "mutation" in spec:
+        session, summary = camp.id, spec["mutation"]
+    elif "session" in spec and "mutant" in spec:
+        session = int(spec["session"])
+        try:
+            summary = store.campaign(session).spec.get("mutation")
+        except Exception:  # the session's campaign was deleted: say so rather than guess
+            summary = None
+    else:
+        return None
+    if not isinstance(summary, dict):
+        return {"session": session, "score": None, "fates": {}, "mutants": [], "survivors": [],
+                "note": f"no mutation summary on campaign {session}: the mutate command did not finish"}
+    mutants = list(summary.get("mutants") or [])
+    fates: dict[str, int] = {}
+    for m in mutants:
+        fates[m.get("fate", "?")] = fates.get(m.get("fate", "?"), 0) + 1
+    return {"session": session, "score": summary.get("score"), "fates": fates, "mutants": mutants,
+            "survivors": [m for m in mutants if m.get("fate") == "survived"], "note": ""}
+
+
+def mutation_score_text(score: dict[str, Any] | None) -> str:
+    """'7 of 9 judged mutants killed (78%); 12 mutants in all' (the words `hazards mutate` prints)."""
+    if not score:
+        return "no score"
+    killed, judged = int(score.get("killed", 0)), int(score.get("judged", 0))
+    pct = f"{100 * killed / judged:.0f}%" if judged else "n/a"
+    return f"{killed} of {judged} judged mutants killed ({pct}); {score.get('mutants', 0)} mutants in all"
 
 
 _DIAGNOSTIC_EVIDENCE = (  # where a run's evidence says what went wrong, the most specific first
@@ -559,6 +600,7 @@ def render_html(rep: Report, base: str | os.PathLike[str] | None = None) -> str:
                              undefined=jinja2.StrictUndefined)
     return env.get_template("report.html.j2").render(
         rep=rep, c=rep.campaign, counts=rep.counts, rows=rep.rows, fmt_rate=_fmt_rate,
+        mutation_score_text=mutation_score_text,
         gpus=[_gpu_cells(g) for g in rep.gpus], when=_when, iso=_iso, esc=html.escape,
         link=_link(Path(base) if base is not None else None))
 
@@ -613,6 +655,7 @@ def render_markdown(rep: Report) -> str:
             out.append(f"- {md_text(item_key(ch['target'], ch['variant']))}: {md_text(ch['verdict'])}"
                        + (" (regression)" if ch.get("regression") else ""))
         out.append("")
+    out += _mutation_markdown(rep.mutation)
     spent = forensics_words(c.spec.get("forensics"))
     if spent:
         out += [md_text(spent), ""]
@@ -621,6 +664,25 @@ def render_markdown(rep: Report) -> str:
     for note in rep.notes:
         out.append(f"- {md_text(note)}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _mutation_markdown(mutation: dict[str, Any] | None) -> list[str]:
+    """The mutation section of the markdown summary: the score, then each survivor with its
+    bound and its diff in a fence longer than any run of backticks inside it."""
+    if mutation is None:
+        return []
+    out = [f"### Mutation score (session campaign {mutation['session']})", ""]
+    if mutation["score"] is None:
+        return out + [md_text(mutation["note"]), ""]
+    fates = ", ".join(f"{f} {n}" for f, n in sorted(mutation["fates"].items()))
+    out += [f"**{mutation_score_text(mutation['score'])}**" + (f" ({md_text(fates)})" if fates else ""), ""]
+    for m in mutation["survivors"]:
+        out += [f"- survived: `{md_text(m.get('id'))}` {md_text(m.get('path'))}:{m.get('line')}: "
+                f"{md_text(m.get('description'))}; {md_text(m.get('bound'))}", ""]
+        diff = str(m.get("diff") or "")
+        ticks = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", diff)), default=0))
+        out += [f"{ticks}diff", diff.rstrip("\n"), ticks, ""]
+    return out
 
 
 def report_json(rep: Report) -> dict[str, Any]:
@@ -644,7 +706,7 @@ def report_json(rep: Report) -> dict[str, Any]:
             "context": rep.context, "counts": rep.counts, "rows": rows,
             "gpus": [dataclasses.asdict(g) for g in rep.gpus],
             "signatures": sigs, "previous_id": rep.previous_id, "changes": rep.changes, "trend": trend,
-            "hint": rep.hint, "notes": list(rep.notes)}
+            "hint": rep.hint, "notes": list(rep.notes), "mutation": rep.mutation}
 
 
 def junit_suites(rep: Report) -> list[JUnitSuite]:

@@ -161,8 +161,9 @@ def _print_results(results, texts, killed: int, judged: int) -> None:
 
     for r in results:
         print(f"{r.mutant.id:24s} {r.fate.value:16s} {r.evidence or r.bound}")
-    pct = f"{100 * killed / judged:.0f}%" if judged else "n/a"
-    print(f"mutation score: {killed} of {judged} judged mutants killed ({pct}); {len(results)} mutants in all")
+    from hazards.engine.report import mutation_score_text
+
+    print(f"mutation score: {mutation_score_text({'killed': killed, 'judged': judged, 'mutants': len(results)})}")
     for r in (r for r in results if r.fate is Fate.SURVIVED):
         print(f"\nsurvived: {r.mutant.id}: {r.mutant.description}; {r.bound}")
         print(r.mutant.diff(texts[r.mutant.key]), end="")

@@ -265,7 +265,7 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         if n < 1:
             results[key] = MutantResult(m, Fate.NOT_RUN, evidence="the budget ended first")
             continue
-        spec = {"mutant": m.as_json(text), "test": cfg.test, "build": cfg.build}
+        spec = {"mutant": m.as_json(text), "test": cfg.test, "build": cfg.build, "session": base_id}
         cid = frame.create(KIND, spec, name=f"mutate {m.id}")
         folder = folders[key]
         summary = frame.repeat(item=_item(cfg, folder, folder / rel[key], f"mutate:{m.id}"), n=n,
@@ -275,7 +275,27 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
                                                "bound": res.bound, "runs": res.runs, "launches": res.launches})
         results[key] = res
         say(f"{m.id}: {res.fate.value} {res.evidence or res.bound}")
-    return [results[m.key] for m, _ in mutants]
+    ordered = [results[m.key] for m, _ in mutants]
+    # The session's summary on its baseline campaign: `hazards report` of any of its campaigns
+    # shows the score and every survivor from it (mutants killed statically, or that did not
+    # build, have no campaign of their own).
+    base_spec = frame.store.campaign(base_id).spec
+    texts = {m.key: text for m, text in mutants}
+    frame.store.update_campaign_spec(base_id, {**base_spec, "mutation": session_summary(ordered, texts)})
+    return ordered
+
+
+def session_summary(results: list[MutantResult], texts: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """The score and every mutant's fate, as the store keeps it for `hazards report`: each
+    mutant's id, file, line, description, fate, evidence, runs, launches and bound; the diff
+    of each survivor (text fields JSON-safe: `mutants.json_text`)."""
+    killed, judged = score(results)
+    rows = []
+    for r in results:
+        row = {k: v for k, v in r.as_json(texts[r.mutant.key]).items()
+               if r.fate is Fate.SURVIVED or not k.startswith("diff")}
+        rows.append(row)
+    return {"score": {"killed": killed, "judged": judged, "mutants": len(results)}, "mutants": rows}
 
 
 def _fate_of(frame: Any, m: Mutant, cid: int, counts: dict[str, int]) -> MutantResult:
