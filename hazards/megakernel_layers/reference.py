@@ -104,20 +104,21 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def fp8_roundtrip(x: torch.Tensor, *, zero_tail_block: bool = False) -> torch.Tensor:
-    """E4M3 round trip, one power-of-two scale per 128 elements (the last block may be short):
-    scale = the smallest 2^e with amax / 2^e <= 448. `zero_tail_block` flushes a short last
-    block to zero: what a scale derived from a huge garbage amax does to it (amax_tail)."""
-    n = x.numel()
+    """E4M3 round trip along the last dimension (each row its own blocks), one power-of-two
+    scale per 128 elements (the last block may be short): scale = the smallest 2^e with
+    amax / 2^e <= 448. `zero_tail_block` flushes a short last block to zero: what a scale
+    derived from a huge garbage amax does to it (amax_tail)."""
+    n = x.shape[-1]
     pad = (-n) % M.FP8_BLOCK
-    xb = F.pad(x.float(), (0, pad)).view(-1, M.FP8_BLOCK)
-    amax = xb.abs().amax(dim=1)
+    xb = F.pad(x.float(), (0, pad)).reshape(*x.shape[:-1], -1, M.FP8_BLOCK)
+    amax = xb.abs().amax(dim=-1)
     mant, ex = torch.frexp(amax / M.FP8_MAX)
     ex = torch.where(mant == 0.5, ex - 1, ex)
     scale = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), ex), torch.ones_like(amax))
-    q = (xb / scale[:, None]).to(torch.float8_e4m3fn).to(torch.float32) * scale[:, None]
+    q = (xb / scale[..., None]).to(torch.float8_e4m3fn).to(torch.float32) * scale[..., None]
     if zero_tail_block and pad:
-        q[-1] = 0.0
-    return q.view(-1)[:n]
+        q[..., -1, :] = 0.0
+    return q.reshape(*x.shape[:-1], -1)[..., :n]
 
 
 def _matvec(w: torch.Tensor, x: torch.Tensor, acc: torch.dtype) -> torch.Tensor:

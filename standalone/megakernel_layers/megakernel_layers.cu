@@ -28,8 +28,9 @@
 // Every launch is checked on the device against an independent unfused reference of the same
 // model (mkl_reference.cuh), computed once per configuration: relative L2 error of the final
 // hidden state above `tol_e6` / 1e6 is a mismatch. Extra modes: --dump PATH JSON (one launch;
-// writes the output and the reference as raw fp32) and --bench JSON (paired timing of the
-// tripwire instances, launches per step from a captured graph).
+// writes the output and the reference as raw fp32), --bench JSON (paired timing of the
+// tripwire instances, launches per step from a captured graph) and --decode JSON (a trained
+// model's weights from a file, one launch per token: the logit gate's path, mkl_decode.cuh).
 #ifndef HZ_TRIPWIRE_OFF
 #define HZ_TRIPWIRE 1
 #endif
@@ -446,23 +447,28 @@ void ensure_scratch(const Setup& u) {
 }
 
 // The host packer. HZ_DEAD_FLAG: the packer honours a "bf16 activations" flag that nothing in
-// the kernel reads (the PR's USE_FP16_ACT), so the fp32 reader gets bf16 pairs.
+// the kernel reads (the PR's USE_FP16_ACT), so the fp32 reader gets bf16 pairs. One row of D
+// values into `row` (sized for D fp32): as they are, or as D bf16 values followed by zeros.
+void pack_row(const float* x, int D, bool bf16, float* row) {
+  if (!bf16) {
+    std::memcpy(row, x, (size_t)D * sizeof(float));
+    return;
+  }
+  std::memset(row, 0, (size_t)D * sizeof(float));  // the buffer is sized for fp32
+  for (int i = 0; i < D; ++i) {
+    const __nv_bfloat16 v = __float2bfloat16_rn(x[i]);
+    std::memcpy(reinterpret_cast<char*>(row) + 2 * (size_t)i, &v, 2);
+  }
+}
+
 void pack_input(const Model& m, bool bf16, cudaStream_t st) {
   Scratch& b = g_scratch;
   const int want = bf16 ? 1 : 0;
   if (b.packed == want && b.packed_for == m.generation && b.s.D == m.s.D) return;
   const int D = m.s.D;
-  if (!bf16) {
-    HZ_CHECK(cudaMemcpyAsync(b.x_in, m.x0_host.data(), D * sizeof(float), cudaMemcpyHostToDevice, st));
-  } else {
-    std::vector<uint16_t> packed(D);
-    for (int i = 0; i < D; ++i) {
-      const __nv_bfloat16 v = __float2bfloat16_rn(m.x0_host[i]);
-      std::memcpy(&packed[i], &v, 2);
-    }
-    HZ_CHECK(cudaMemsetAsync(b.x_in, 0, D * sizeof(float), st));  // the buffer is sized for fp32
-    HZ_CHECK(cudaMemcpyAsync(b.x_in, packed.data(), D * 2, cudaMemcpyHostToDevice, st));
-  }
+  std::vector<float> row(D);
+  pack_row(m.x0_host.data(), D, bf16, row.data());
+  HZ_CHECK(cudaMemcpyAsync(b.x_in, row.data(), D * sizeof(float), cudaMemcpyHostToDevice, st));
   HZ_CHECK(cudaStreamSynchronize(st));
   b.packed = want;
   b.packed_for = m.generation;
@@ -893,7 +899,10 @@ int run_profile(int argc, char** argv) {
 
 }  // namespace
 
+#include "mkl_decode.cuh"  // --decode: a trained model's weights from a file (the logit gate)
+
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--decode") return mkl_decode::run_decode(argv[2]);
   if (argc >= 3 && std::string(argv[1]) == "--bench") return run_bench(argv[2]);
   if (argc >= 2 && (std::string(argv[1]) == "--profile" || std::string(argv[1]) == "--profile-serve"))
     return run_profile(argc, argv);

@@ -29,7 +29,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from hazards.gates import logits as lg
 
@@ -48,19 +48,32 @@ CORRECT = ("clean", "quantized_matched")
 
 
 def calibration(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ragged-decode contract's calibration form, per statistical gate: the floor E (the
-    largest value a correct path reached), the least detectable known-bad D, the limit,
-    tol/E and D/tol."""
-    rows = {r["scenario"]: r for r in result["scenarios"]}
+    """The calibration form of this harness's scenarios (see `calibration_form`)."""
+    rows = {r["scenario"]: r["fixed_prefix"] for r in result["scenarios"]}
+    return calibration_form(rows, CORRECT, KNOWN_BAD, result["ratio"], result["max_kl"])
+
+
+def calibration_form(fixed: dict[str, dict[str, Any]], correct: Sequence[str], known_bad: Sequence[str],
+                     ratio: float, max_kl: float) -> list[dict[str, Any]]:
+    """The ragged-decode contract's calibration form, per statistical gate, from each path's
+    fixed-prefix statistics: the floor E (the largest value a correct path reached), the
+    least detectable known-bad D, the limit, tol/E and D/tol."""
     out = []
-    for gate, limit, value in (("ratio", result["ratio"] - 1.0, lambda f: max(f["ppl_ratio"], 1 / f["ppl_ratio"]) - 1),
-                               ("max_kl", result["max_kl"], lambda f: f["kl_mean"])):
-        e = max(value(rows[s]["fixed_prefix"]) for s in CORRECT)
-        ds = {s: value(rows[s]["fixed_prefix"]) for s in KNOWN_BAD}
+    for gate, limit, value in (("ratio", ratio - 1.0, lambda f: max(f["ppl_ratio"], 1 / f["ppl_ratio"]) - 1),
+                               ("max_kl", max_kl, lambda f: f["kl_mean"])):
+        e = max(value(fixed[s]) for s in correct)
+        ds = {s: value(fixed[s]) for s in known_bad}
         d_name = min(ds, key=ds.get)
         out.append({"gate": gate, "E": e, "D": ds[d_name], "D_from": d_name, "tol": limit,
                     "tol_over_E": limit / e if e > 0 else float("inf"), "D_over_tol": ds[d_name] / limit})
     return out
+
+
+def calibration_lines(form: list[dict[str, Any]]) -> list[str]:
+    """The form as the lines both harnesses print."""
+    return [f"calibration {c['gate']}: floor E {c['E']:.3g} (largest of a correct path), least detectable known-bad "
+            f"D {c['D']:.3g} ({c['D_from']}), tol {c['tol']:.3g}: tol/E {c['tol_over_E']:.3g}, D/tol {c['D_over_tol']:.3g}"
+            for c in form]
 
 
 def run(config: str, device: str | None, out: Path, max_seconds: float | None, ratio: float, max_kl: float,
@@ -160,9 +173,8 @@ def main(argv: list[str] | None = None) -> int:
           f"entropy rate {result['entropy_rate']:.4f}; unigram {t['unigram_entropy']:.4f}")
     print("GEMM relative error of the summation: " + ", ".join(f"{k} {v:.2e}" for k, v in result["gemm_rel_error"].items()))
     print(table(result))
-    for c in result["calibration"]:
-        print(f"calibration {c['gate']}: floor E {c['E']:.3g} (largest of a correct path), least detectable known-bad "
-              f"D {c['D']:.3g} ({c['D_from']}), tol {c['tol']:.3g}: tol/E {c['tol_over_E']:.3g}, D/tol {c['D_over_tol']:.3g}")
+    for line in calibration_lines(result["calibration"]):
+        print(line)
     for r in result["scenarios"]:
         print("LOGIT_GATE " + json.dumps({k: r[k] for k in ("scenario", "expected", "got", "ok", "failed")}
                                          | {"fixed_prefix": r["fixed_prefix"], "sink": r["sink"]}))

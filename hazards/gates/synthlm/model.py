@@ -48,10 +48,17 @@ class ModelConfig:
     d_ff: int = 256
     context: int = 128
     rope_base: float = 10000.0
+    rope: bool = True  # False: positions only through causality (the layered megakernel has no RoPE)
 
 
 TINY = ModelConfig(vocab=24, vocab_padded=32, d_model=32, layers=1, n_q=2, n_kv=1, head_dim=16, experts=2,
                    top_k=1, d_ff=64, context=32)
+# The layered megakernel's architecture at toy size, runnable by its binary as compiled
+# (hazards/gates/synthlm/megakernel.py): heads of 64 in the 16 q / 4 kv grouping its attention
+# is instantiated for, no RoPE (the kernel has none), an expert intermediate of 33 FP8
+# sub-blocks of 32 (more than one round of 32 lanes and not a multiple of 4, so the amax
+# butterfly has a tail, as at GPT-OSS-20B's 2880).
+LAYERS = ModelConfig(d_model=128, layers=2, n_q=16, n_kv=4, head_dim=64, experts=4, top_k=2, d_ff=1056, rope=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,8 +201,10 @@ def forward(params: dict[str, torch.Tensor], tokens: torch.Tensor, cfg: ModelCon
         x = rms_norm(h, params[f"{i}.norm1"])
         qkv = gemm(x, params[f"{i}.qkv"], "qkv")
         q, k, v = qkv.split((nq * hd, nkv * hd, nkv * hd), dim=-1)
-        q = rope(q.view(bsz, t, nq, hd).transpose(1, 2), cfg.rope_base)
-        k = rope(k.view(bsz, t, nkv, hd).transpose(1, 2), cfg.rope_base)
+        q = q.view(bsz, t, nq, hd).transpose(1, 2)
+        k = k.view(bsz, t, nkv, hd).transpose(1, 2)
+        if cfg.rope:
+            q, k = rope(q, cfg.rope_base), rope(k, cfg.rope_base)
         v = v.view(bsz, t, nkv, hd).transpose(1, 2)
         att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         h = h + gemm(att.transpose(1, 2).reshape(bsz, t, nq * hd), params[f"{i}.o"], "o")

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from hazards.gates.synthlm import language
-from hazards.gates.synthlm.model import TINY, ModelConfig
+from hazards.gates.synthlm.model import LAYERS, TINY, ModelConfig
 
-CONFIGS = {"small": ModelConfig(), "tiny": TINY}
+CONFIGS = {"small": ModelConfig(), "tiny": TINY, "layers": LAYERS}
 
 
 @dataclasses.dataclass(frozen=True)

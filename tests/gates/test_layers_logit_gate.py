@@ -1,0 +1,210 @@
+"""The logit gate on the layered megakernel: the weight loader and its file, the shapes the
+kernel can run, the precision-matched reference against the model's own forward and against
+the family's one-step reference, the driver's refusals; on a GPU, the production kernel
+passes and a silent-corruption switch fails (hazards/gates/synthlm/megakernel.py)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the synthetic LM needs torch")
+
+from hazards.engine.errors import UserError  # noqa: E402
+from hazards.gates.synthlm import megakernel as MK  # noqa: E402
+from hazards.gates.synthlm import model, train  # noqa: E402
+from hazards.megakernel_layers import model as M  # noqa: E402
+from hazards.megakernel_layers import reference as R  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+CFG = model.LAYERS
+
+
+@pytest.fixture(scope="module")
+def bf16_model():
+    """Random LAYERS weights already on the bf16 grid (so the loader's rounding is exact),
+    its kernel-layout weights and 3 held-out sequences."""
+    params = model.init_params(CFG, seed=3)
+    params = {k: (v.bfloat16().float() if v.dim() == 2 and k not in ("embed", "lm_head") else v)
+              for k, v in params.items()}
+    # norms away from 1, so a norm loaded into the wrong slot shows
+    g = torch.Generator().manual_seed(5)
+    for k in params:
+        if "norm" in k:
+            params[k] = 1.0 + 0.25 * torch.rand(params[k].shape, generator=g)
+    toks = torch.from_numpy(train.eval_tokens(CFG, train.TrainConfig())[:3])
+    return params, MK.kernel_weights(params, CFG), toks
+
+
+def test_the_layers_model_is_one_the_kernel_runs_as_compiled():
+    s = MK.kernel_shape(CFG)
+    assert (s.D, s.NQ, s.NKV, s.E, s.K, s.I) == (128, 16, 4, 4, 2, 1056)
+    # the amax butterfly has a tail at this intermediate: more than one round of 32 lanes,
+    # and a last super-block of fewer than 4 sub-blocks (what amax_tail needs to corrupt)
+    nsub = s.I // M.SUB_BLOCK
+    assert nsub > 32 and nsub % 4 != 0
+
+
+def test_the_compiled_head_groupings_are_the_kernels_dispatch():
+    """COMPILED_HEADS states attend_chunk's instantiations; mkl_decode.cuh refuses the rest."""
+    src = (REPO / "standalone/megakernel_layers/mkl_kernel.cuh").read_text()
+    dispatched = set(re.findall(r"s\.NKV == (\d+) && s\.NQ == (\d+)\) attend_chunk<", src))
+    assert {(int(q), int(k)) for k, q in dispatched} == set(MK.COMPILED_HEADS)
+    decode = (REPO / "standalone/megakernel_layers/mkl_decode.cuh").read_text()
+    assert {(int(q), int(k)) for k, q in re.findall(r"s\.NKV == (\d+) && s\.NQ == (\d+)", decode)} == \
+        set(MK.COMPILED_HEADS)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"head_dim": 32}, "head_dim 32"),
+    ({"n_q": 4, "n_kv": 2}, "4 q / 2 kv heads"),
+    ({"rope": True}, "RoPE"),
+    ({"d_model": 132}, "d_model 132"),
+    ({"d_ff": 1000}, "d_ff 1000"),
+    ({"top_k": 5}, "top-5"),
+])
+def test_a_model_the_kernel_cannot_run_is_refused_with_what_is_wrong(change, words):
+    with pytest.raises(UserError, match=re.escape(words)):
+        MK.kernel_shape(dataclasses.replace(CFG, **change))
+
+
+def test_a_weight_of_the_wrong_shape_is_refused_by_name(bf16_model):
+    params = dict(bf16_model[0])
+    params["1.0.w13"] = params["1.0.w13"][:-8]
+    with pytest.raises(UserError, match=r"1\.0\.w13 has shape \(2104, 128\)"):
+        MK.kernel_weights(params, CFG)
+
+
+def test_the_weights_file_round_trips_and_has_the_size_the_binary_expects(bf16_model):
+    _, w, _ = bf16_model
+    blob = MK.pack(w)
+    s = w.shape
+    per_layer = 2 * s.D * 4 + 2 * (M.qkv_rows(s) * s.D + s.D * s.NQ * M.HD + s.E * s.D + s.E * 2 * s.I * s.D
+                                   + s.E * s.D * s.I)  # mkl_decode.cuh's layer_bytes
+    assert len(blob) == per_layer * w.layers
+    back = MK.unpack(blob, s, w.layers)
+    for name in ("attn_norm", "mlp_norm", "wqkv", "wo", "router", "w13", "w2"):
+        for a, b in zip(getattr(w, name), getattr(back, name)):
+            assert a.dtype == b.dtype and torch.equal(a, b), name
+    with pytest.raises(ValueError, match="need"):
+        MK.unpack(blob[:-2], s, w.layers)
+
+
+def test_the_loader_interleaves_w13_as_the_kernel_reads_it(bf16_model):
+    params, w, _ = bf16_model
+    I = CFG.d_ff  # noqa: E741
+    src, got = params["0.2.w13"], w.w13[0][2].float()
+    assert torch.equal(got[0::2], src[:I]) and torch.equal(got[1::2], src[I:])  # 2c gate, 2c + 1 up
+
+
+def test_the_reference_on_the_loaded_layout_is_the_models_own_forward(bf16_model):
+    """Without the kernel's roundings (bf16 K/V, FP8 expert input) the reference computes
+    from the kernel-layout weights exactly what the model's torch forward computes: the
+    layout (QKV order, GQA head mapping, W13 interleave, norms) is the model's."""
+    params, w, toks = bf16_model
+    with torch.no_grad():
+        x = params["embed"][toks[:, :-1]]
+        got = MK.lm_head(params, MK.reference_hidden(w, x, kernel_rounding=False))
+        want = model.forward(params, toks[:, :-1], CFG)
+    assert (got - want).abs().max() < 1e-4 * want.abs().max()
+    with torch.no_grad():  # and the check can fail: a loader that forgot the interleave
+        bad = dataclasses.replace(w, w13=[m.view(CFG.experts, 2, CFG.d_ff, CFG.d_model).transpose(1, 2)
+                                          .reshape(CFG.experts, 2 * CFG.d_ff, CFG.d_model) for m in w.w13])
+        wrong = MK.lm_head(params, MK.reference_hidden(bad, x, kernel_rounding=False))
+    assert (wrong - want).abs().max() > 1e-2 * want.abs().max()
+
+
+def test_the_teacher_forced_reference_is_the_familys_one_step_reference(bf16_model):
+    """Position t of the batched reference equals hazards.megakernel_layers.reference.forward
+    (the kernel-precision decode step the family's calibration uses) given the K/V rows the
+    earlier positions wrote."""
+    params, w, toks = bf16_model
+    trace: dict = {}
+    with torch.no_grad():
+        x = params["embed"][toks[:, :-1]]
+        hidden = MK.reference_hidden(w, x, trace=trace)
+        for seq, t in ((0, 0), (1, 9), (2, CFG.context - 1)):
+            step = dataclasses.replace(w, seq=t, kcache=[k[seq, :t] for k in trace["k"]],
+                                       vcache=[v[seq, :t] for v in trace["v"]], x0=x[seq, t])
+            one = R.forward(step)
+            # f32 reordering, and at most an FP8 rounding step flipped by it (~1e-5); a wrong
+            # cache row or layout is O(1)
+            assert float((one - hidden[seq, t]).norm() / one.norm()) < 1e-3, (seq, t)
+
+
+def test_the_decode_request_carries_the_family_variants_fields():
+    table = MK.family_variants()
+    for name, _ in MK.VARIANTS:
+        assert name in table
+    assert table["stale_release"]["hazard"] == "stale_release" and table["stale_release"]["jitter_ppm"] > 0
+    assert table["clean"] == {}
+    req = MK.decode_request(MK.kernel_shape(CFG), 2, 4, 128, table["amax_tail"], {"weights": "w"})
+    assert req["shape"] == [128, 16, 4, 4, 2, 1056] and req["hazard"] == "amax_tail" and req["sequences"] == 4
+    json.dumps(req)
+
+
+def test_the_driver_refuses_bad_input_and_says_it_could_not_look_without_a_gpu(tmp_path, capsys, monkeypatch):
+    assert MK.main(["--out", str(tmp_path), "--sequences", "0"]) == 2
+    assert "--sequences" in capsys.readouterr().err
+    with pytest.raises(UserError, match="NAME=INT"):
+        MK.parse_defines("MKL_CAMPAIGN_STEP")
+    assert MK.parse_defines("MKL_CAMPAIGN_STEP=3") == {"MKL_CAMPAIGN_STEP": 3}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert MK.main(["--out", str(tmp_path)]) == 3
+    assert "no usable GPU" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(UserError, match="unknown variant"):
+        MK.run(tmp_path, variants=["nosuch"])
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_production_kernel_passes_and_a_silent_corruption_fails(tmp_path):
+    result = MK.run(tmp_path, sequences=8, variants=["clean", "stale_descriptor"], max_seconds=40.0)
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert rows["clean"]["got"] == "pass", rows["clean"]["failed"]
+    assert rows["stale_descriptor"]["got"] == "fail"
+    assert rows["reference_f64"]["got"] == "pass", (rows["reference_f64"]["failed"], rows["reference_f64"]["fixed_prefix"])
+    assert np.load(tmp_path / "clean.npz")["logits"].dtype == np.float32
+
+
+def test_the_driver_end_to_end_on_cpu_with_a_stand_in_for_the_binary(tmp_path, monkeypatch, bf16_model):
+    """Everything but the kernel: training (stood in by random weights), the reference and
+    its f64 floor, the sinks on disk, the gate's verdicts per variant. The stand-in decode
+    returns the reference's own hidden states for clean variants and zeroes the output's
+    last 32 channels for a corrupt one; the verdicts must follow."""
+    params, _, _ = bf16_model
+    from hazards import family
+    from hazards.gates import logits as lg
+
+    monkeypatch.setattr(family, "build_harness", lambda *a, **k: Path("/nonexistent/megakernel_layers"))
+    monkeypatch.setattr(train, "load_or_train", lambda *a, **k: (params, {"device": "cpu", "steps": 0}))
+    seen = []
+
+    def fake_decode(binary, w, x, fields, **kw):
+        seen.append(fields)
+        h = MK.reference_hidden(w, x)
+        if fields.get("hazard", "none") != "none":
+            h = h.clone()
+            h[..., -32:] = 0.0
+        return h, {"status": "ok", "launches": x.shape[0] * x.shape[1], "us_per_launch": 1.0}
+
+    monkeypatch.setattr(MK, "run_decode", fake_decode)
+    # untrained weights: a perplexity far above the trained ceiling, and a rounding floor near
+    # 1e-6 nats of KL (3e-11 for the model trained 150 steps), so looser limits here
+    result = MK.run(tmp_path, device="cpu", sequences=2, variants=["clean", "amax_tail"], ceiling_nats=10.0,
+                    max_kl=1e-5)
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert [f.get("hazard", "none") for f in seen] == ["none", "amax_tail"]
+    assert rows["clean"]["got"] == "pass" and rows["clean"]["ok"]
+    assert rows["amax_tail"]["got"] == "fail" and rows["amax_tail"]["ok"]
+    assert rows["reference_f64"]["got"] == "pass", (rows["reference_f64"]["failed"], rows["reference_f64"]["fixed_prefix"])
+    ref, cand = lg.load(tmp_path / "reference.npz"), lg.load(tmp_path / "clean.npz")
+    assert ref.weight_format == cand.weight_format == MK.WEIGHT_FORMAT
+    assert cand.logits.shape == (2, CFG.context, CFG.vocab_padded) and cand.emitted is not None
+    assert "| amax_tail | fail | fail |" in MK.table(result)
+    form = {c["gate"]: c for c in result["calibration"]}
+    assert form["max_kl"]["D_from"] == "amax_tail" and form["max_kl"]["E"] < form["max_kl"]["D"]
