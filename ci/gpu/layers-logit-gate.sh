@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The logit gate on the real layered megakernel, one GPU, <= 120 s of script time.
-#     OUT=/tmp/out bash ci/gpu/layers-logit-gate.sh
-#     CANDIDATE=MKL_CAMPAIGN_STEP=3 OUT=/tmp/out bash ci/gpu/layers-logit-gate.sh   # + a candidate build
+#     OUT=/tmp/out bash ci/gpu/layers-logit-gate.sh                 # candidate: step (c), MKL_CAMPAIGN_STEP=4
+#     CANDIDATE=MKL_CAMPAIGN_STEP=3 OUT=/tmp/out bash ci/gpu/layers-logit-gate.sh   # another candidate build
+#     CANDIDATE=none OUT=/tmp/out bash ci/gpu/layers-logit-gate.sh                  # production only
 # What it settles (hazards/gates/synthlm/megakernel.py; docs/gates.md):
-#   * builds the family binary (production, and the candidate's defines if CANDIDATE is set)
+#   * builds the family binary (production, and the candidate's defines: CANDIDATE)
 #     while the synthetic-language model at the kernel's toy shape (synthlm config `layers`)
 #     trains for at most 35 s (or loads from the cache);
 #   * the precision-matched reference (torch, the kernel's arithmetic) and a correct
@@ -12,7 +13,9 @@
 #     stale_descriptor, amax_tail, dead_flag, stale_release (the family's skew); embedding
 #     and LM head in torch around it; every path's logit sink as .npz;
 #   * `hazards gate logits` (the CLI) judges every sink against the reference: clean ones must
-#     pass, the four silent corruptions must fail. Prints the verdicts.
+#     pass, the four silent corruptions must fail. Prints the verdicts;
+#   * the candidate build: clean (must pass: a new summation order may move last bits, not the
+#     model) and stale_descriptor (must fail: the switch still acts in the candidate).
 # Raw output: $OUT/layers-logit-gate/ (console.log, env.txt, result.json, gate-cli.txt,
 # gate-cli.json, and result-candidate.json with CANDIDATE; the sinks stay on the machine).
 set -u
@@ -28,7 +31,8 @@ log() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
 RATIO=1.0001  # the gate's defaults (hazards/gates/__init__.py), also on this model
 MAX_KL=1e-6
 TRAIN_S=35
-CANDIDATE=${CANDIDATE:-}
+CANDIDATE=${CANDIDATE:-MKL_CAMPAIGN_STEP=4}
+[ "$CANDIDATE" = none ] && CANDIDATE=
 
 {
 date -u +"date %Y-%m-%dT%H:%M:%SZ"; hostname
@@ -81,7 +85,7 @@ fi
 if [ -n "$CANDIDATE" ]; then
   log "candidate $CANDIDATE: clean and stale_descriptor"
   timeout 60 python3 -m hazards.gates.synthlm.megakernel --out "$W/candidate" --sequences 64 \
-    --max-seconds "$TRAIN_S" --ratio "$RATIO" --max-kl "$MAX_KL" --timeout 40 --defines "$CANDIDATE" \
+    --max-seconds "$TRAIN_S" --ratio "$RATIO" --max-kl "$MAX_KL" --timeout 20 --defines "$CANDIDATE" \
     --variants clean,stale_descriptor | grep -E "^\| |LAYERS_LOGIT_GATE" | cut -c1-300
   cp "$W/candidate/result.json" "$R/result-candidate.json" 2>/dev/null
 fi
