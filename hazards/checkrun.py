@@ -466,8 +466,6 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
                   explore_item_for: Callable[[Family], Any] | None = None, forensics: Any = None,
                   stall: str | float = "auto") -> None:
     from hazards.engine.stall import StallPolicy
-    from hazards.hypothesis_profiles import database_dir
-
     own_store = store is None
     store = store or Store()
     try:
@@ -481,7 +479,7 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
                              for i in items]
             return
         frame.stall = StallPolicy(stall, store)
-        db = database_dir(store.path)
+        db = store.layout.examples
         replay = _known_points(families, db)
         with frame:
             res.gpu_note = f"GPU checks on {frame.describe()}"

@@ -25,7 +25,6 @@ import os
 from pathlib import Path
 
 PROFILE_ENV = "HZ_HYPOTHESIS_PROFILE"
-DATABASE_NAME = "hypothesis"
 CI_MAX_EXAMPLES = 12
 NIGHTLY_MAX_EXAMPLES = 400
 CI_PROFILE = "hazards-ci"
@@ -40,9 +39,9 @@ def database_dir(store_path: str | os.PathLike[str] | None = None) -> Path:
     """The example database of a results store: the folder `hypothesis/` beside it (for the
     default store `.hazards/results.db`: `.hazards/hypothesis/`). `store_path` None means the
     store every command opens by default ($HZ_STORE, else `.hazards/results.db`)."""
-    from hazards.engine.store import resolve_path
+    from hazards.engine.store import StoreLayout
 
-    return resolve_path(store_path).parent / DATABASE_NAME
+    return StoreLayout.of(store_path).examples
 
 
 def register_profiles(database_dir: str | os.PathLike[str] | None = None) -> None:

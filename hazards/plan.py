@@ -209,9 +209,8 @@ def check_plan(*, budget_s: float, families: list[str], paths: Iterable[str], pa
     """The plan of `hazards check`: the static part (families with static checks, the
     paths, the tools it would use) and the GPU part (every canary and clean variant)."""
     from hazards.checkrun import REPLAY_SHARE, _known_points, gpu_variants, select_families
-    from hazards.engine.store import resolve_path
+    from hazards.engine.store import StoreLayout
     from hazards.engine.toolchain import AMD_ARCHS, TOOLS, find_tool
-    from hazards.hypothesis_profiles import database_dir
     from hazards.static_catalog import static_family_names
 
     if {"gpu", "static"} <= parts:
@@ -261,7 +260,7 @@ def check_plan(*, budget_s: float, families: list[str], paths: Iterable[str], pa
         if "nvcc" not in skip_tools:
             skipped += _launch_servers_unbuildable([f for f in fams if gpu_variants(f)],
                                                    "their variants are not judged (exit 3) unless --skip gpu")
-        replay = _known_points([f for f in fams if gpu_variants(f)], database_dir(resolve_path(store_path)))
+        replay = _known_points([f for f in fams if gpu_variants(f)], StoreLayout.of(store_path).examples)
         if replay:
             budget.append(f"GPU part: {1 - REPLAY_SHARE:.0%} to the variants (canaries until detected or their "
                           f"blind rate accepted, then the weakest clean bound), {REPLAY_SHARE:.0%} to replaying "

@@ -174,7 +174,7 @@ class StoreSink:
         self._failure = ""
 
     def _folder(self, seq: int) -> Path:
-        return self.store.artifact_root(self.campaign_id) / f"run-{seq:06d}"
+        return self.store.layout.artifacts(self.campaign_id) / f"run-{seq:06d}"
 
     def allocate(self) -> tuple[int, Path | None]:
         with self._mu:

@@ -394,7 +394,7 @@ def build_report(store: Store, campaign_id: int, *, last: int = 10, figures: boo
                                  "ecc_corrected": g.ecc_corrected, "ecc_uncorrected": g.ecc_uncorrected}
                              for u, g in gpus.items()})
     notes = list(camp.spec.get("notes", [])) if isinstance(camp.spec.get("notes"), list) else []
-    root = store.artifact_root(campaign_id)
+    root = store.layout.artifacts(campaign_id)
     rep = Report(camp, rows, sorted(gpus.values(), key=lambda g: g.uuid), sigs,
                  [dataclasses.asdict(c) for c in cmp.changes], cmp.previous_id, _trend(store, camp, last), hint,
                  notes, _context(camp), sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else [],

@@ -256,6 +256,56 @@ def resolve_path(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(env) if env else DEFAULT_PATH
 
 
+@dataclasses.dataclass(frozen=True)
+class StoreLayout:
+    """Every path that belongs to the results store whose database file is `db`: the one place
+    that names them (artifacts/, reports/ and the example database beside it, its spill files
+    and backups); commands ask `Store.layout` (or `StoreLayout.of(path)` without an open store)."""
+
+    db: Path
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str] | None = None) -> "StoreLayout":
+        """The layout of the store `path` names (None: $HZ_STORE, else the default)."""
+        return cls(resolve_path(path))
+
+    def artifacts(self, campaign_id: int) -> Path:
+        """A campaign's artifact folder, beside the database (not created here); absolute,
+        so the runs' stored folders do not depend on the folder the command ran in."""
+        return self.db.absolute().parent / "artifacts" / f"campaign-{int(campaign_id)}"
+
+    def report(self, campaign_id: int) -> Path:
+        """A campaign's HTML report unless the user names a file (`hazards report`, `soak`)."""
+        return self.db.parent / "reports" / f"campaign-{int(campaign_id)}.html"
+
+    @property
+    def examples(self) -> Path:
+        """The hypothesis example database (`hazards explore`, soak's explore share, check's
+        replay, the nightly profile): `hypothesis/` beside the database."""
+        return self.db.parent / "hypothesis"
+
+    @property
+    def spills(self) -> list[Path]:
+        """Where runs the store could not commit are spilled, in order of preference: beside
+        the store, the per-user state folder, the per-user temporary folder."""
+        p = self.db.absolute()
+        name = f"{p.name}-{hashlib.sha256(str(p).encode()).hexdigest()[:16]}{SPILL_SUFFIX}"
+        xdg = os.environ.get("XDG_STATE_HOME")
+        state = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+        return [p.with_name(p.name + SPILL_SUFFIX), state / "gpu-hazards" / "spill" / name,
+                Path(tempfile.gettempdir()) / f"gpu-hazards-{os.getuid()}" / name]
+
+    @staticmethod
+    def unreadable(spill: Path) -> Path:
+        """Where a spill file with lines that could not be read is kept."""
+        return spill.with_name(spill.name + ".unreadable")
+
+    def backup(self, version: int, stamp: str, n: int = 1) -> Path:
+        """The copy of a version-`version` store made before a migration (`n` > 1: another in
+        the same second)."""
+        return self.db.with_name(f"{self.db.name}.v{version}-backup-{stamp}" + (f"-{n}" if n > 1 else ""))
+
+
 def _json(value: Any) -> str:
     """JSON for a stored column; non-finite floats and odd objects must not lose the run."""
     def fallback(o: Any) -> Any:
@@ -444,17 +494,6 @@ def _connect(path: Path, *, read_only: bool) -> _Connection:
 
 
 # -- spill files: finished runs the store could not take ---------------------------------------
-def spill_paths(store_path: str | os.PathLike[str]) -> list[Path]:
-    """Where runs the store at `store_path` could not commit are spilled, in order of
-    preference: beside the store, the per-user state folder, the per-user temporary folder."""
-    p = Path(store_path).absolute()
-    name = f"{p.name}-{hashlib.sha256(str(p).encode()).hexdigest()[:16]}{SPILL_SUFFIX}"
-    xdg = os.environ.get("XDG_STATE_HOME")
-    state = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
-    return [p.with_name(p.name + SPILL_SUFFIX), state / "gpu-hazards" / "spill" / name,
-            Path(tempfile.gettempdir()) / f"gpu-hazards-{os.getuid()}" / name]
-
-
 def spill_run(store_path: str | os.PathLike[str], campaign: "Campaign | None", campaign_id: int, seq: int,
               result: RunResult) -> str:
     """Append a finished run the store could not commit to the first spill file that takes
@@ -464,7 +503,7 @@ def spill_run(store_path: str | os.PathLike[str], campaign: "Campaign | None", c
               "campaign": dataclasses.asdict(campaign) if campaign else {"id": int(campaign_id)},
               "seq": int(seq), "result": result.to_json()}
     line = _json(record) + "\n"
-    for path in spill_paths(store_path):
+    for path in StoreLayout(Path(store_path)).spills:
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             with open(path, "a", encoding="utf-8") as f:
@@ -549,11 +588,11 @@ def _backup(db: sqlite3.Connection, path: Path, version: int) -> Path:
     """A consistent copy of the store beside it (SQLite's online backup, as one self-contained
     file), made before a migration; StoreError when it cannot be made (nothing changed)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    dest = path.with_name(f"{path.name}.v{version}-backup-{stamp}")
     n = 1
+    dest = StoreLayout(path).backup(version, stamp)
     while dest.exists():
         n += 1
-        dest = path.with_name(f"{path.name}.v{version}-backup-{stamp}-{n}")
+        dest = StoreLayout(path).backup(version, stamp, n)
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     try:
         copy = sqlite3.connect(tmp)
@@ -612,7 +651,7 @@ def inspect_store(path: str | os.PathLike[str] | None = None) -> StoreState:
     finally:
         db.close()
     return StoreState(p, version, MIGRATIONS[max(version, 1) - 1:], integrity,
-                      tuple(s for s in spill_paths(p) if s.is_file()))
+                      tuple(s for s in StoreLayout(p).spills if s.is_file()))
 
 
 class Store:
@@ -628,6 +667,7 @@ class Store:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True,
                  read_only: bool = False, say_migrated: bool = True) -> None:
         self.path = resolve_path(path)
+        self.layout = StoreLayout(self.path)  # where its artifacts, reports, examples and spills are
         self.read_only = read_only
         self.migrated: Migrated | None = None  # set when this open migrated the store
         self._say_migrated = say_migrated  # `hazards store migrate` says it itself
@@ -719,7 +759,7 @@ class Store:
         store does not hold (the store was replaced since) is recreated as 'interrupted',
         its spec saying where it came from. Safe to repeat: a run already stored is skipped."""
         total = 0
-        for path in spill_paths(self.path):
+        for path in self.layout.spills:
             if not path.is_file():
                 continue
             records, bad = _read_spill(path)
@@ -733,7 +773,7 @@ class Store:
                 self.record_run(cid, RunResult.from_json(rec["result"]), seq=seq)
                 n += 1
             if bad:
-                kept = path.with_name(path.name + ".unreadable")
+                kept = StoreLayout.unreadable(path)
                 os.replace(path, kept)
                 log.warning("hazards: %d line(s) of spill file %s could not be read; kept as %s", bad, path, kept)
             else:
@@ -769,7 +809,7 @@ class Store:
         return cid
 
     def _mention_spills(self) -> None:
-        waiting = [p for p in spill_paths(self.path) if p.is_file()]
+        waiting = [p for p in self.layout.spills if p.is_file()]
         if waiting:
             log.warning("hazards: %s holds runs this store could not take; open the store for writing "
                         "(any hazards run/soak/check, or --resume) to import them", ", ".join(map(str, waiting)))
@@ -977,17 +1017,6 @@ class Store:
     def integrity_check(self) -> str:
         """SQLite's own check: 'ok' when the database file is sound."""
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
-
-    def artifact_root(self, campaign_id: int) -> Path:
-        """Folder for a campaign's artifacts, next to the database (not created here); an
-        absolute path, so the runs' stored artifact folders do not depend on the folder the
-        command ran in."""
-        return self.path.absolute().parent / "artifacts" / f"campaign-{int(campaign_id)}"
-
-    def report_path(self, campaign_id: int) -> Path:
-        """Where a campaign's HTML report goes unless the user names a file: `reports/`
-        beside the database (`hazards report`, and the report `hazards soak` writes)."""
-        return self.path.parent / "reports" / f"campaign-{int(campaign_id)}.html"
 
 
 def _where(*, campaign_id: int | None = None, outcome: str | Outcome | None = None,

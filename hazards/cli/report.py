@@ -53,7 +53,7 @@ def report_command(
                 raise UserError(f"no campaigns in {store.path}")
             campaign = camps[-1].id
         store.campaign(campaign)  # UserError if unknown, before anything is written
-        path = out or store.report_path(campaign)
+        path = out or store.layout.report(campaign)
         try:
             rep = write_report(store, campaign, path, last=last, families=launch_server_families())
         except OSError as e:  # e.g. the default folder beside a store on a read-only mount

@@ -14,10 +14,9 @@ from rich.console import Console
 
 from hazards.cli.app import app
 from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, FamilyOption,
-                                 JsonOption, MaxErrorsInARowOption, ProgressIntervalOption, check_seconds,
-                                 launches_option, literal, progress_interval, runs_option, timeout_option,
+                                 JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,                                  launches_option, literal, progress_interval, runs_option, timeout_option,
                                  variant_option, HangFlags, hang_options)
-from hazards.engine.errors import UserError
+from hazards.engine.errors import UserError, check_seconds
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.forensics.policy import REPRO_SHARE
 from hazards.engine.outcome import Outcome, RunResult
@@ -253,7 +252,7 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
             return ReproTarget(target, kernel_log)
 
         cid = frame.create(KIND, spec, name=name)
-        ctx_dir = store.artifact_root(cid)
+        ctx_dir = store.layout.artifacts(cid)
         ctx_dir.mkdir(parents=True, exist_ok=True)
         (ctx_dir / "repro-context.json").write_text(json.dumps(run_context(argv, spec["cwd"]), indent=1))
 
@@ -304,4 +303,4 @@ def _report(summary: Any, failures: list[tuple[int, RunResult]], spec: dict[str,
     out.print(describe_rate(k, n), highlight=False)
     if summary.stop_reason:
         out.print(f"stopped: {summary.stop_reason}", highlight=False, markup=False)
-    out.print(f"artifacts: {store.artifact_root(summary.campaign_id)}", highlight=False, markup=False)
+    out.print(f"artifacts: {store.layout.artifacts(summary.campaign_id)}", highlight=False, markup=False)

@@ -177,9 +177,8 @@ def soak_command(
     if explore > 0 and not no_families:
         from hazards.checkrun import select_families
         from hazards.explore import explore_share
-        from hazards.hypothesis_profiles import database_dir
 
-        explorer = explore_share(select_families(split_names(families)), database_dir(store.path),
+        explorer = explore_share(select_families(split_names(families)), store.layout.examples,
                                  log=lambda s: typer.echo(s, err=True))
     try:
         with frame, CampaignProgress(interval_s=interval_s) as progress:
@@ -217,7 +216,7 @@ def _finish(store, res, report: Path | None, json_out: bool, junit: Path | None 
 
     from hazards.families import launch_server_families
 
-    out = report or store.report_path(res.campaign_id)
+    out = report or store.layout.report(res.campaign_id)
     families = launch_server_families()
     try:
         rep = write_report(store, res.campaign_id, out, families=families)

@@ -103,6 +103,6 @@ def test_clean_runs_leave_no_artifact_folder_behind(fake_gpus, store):
     failed = [sr for sr in runs if sr.result.outcome.value == "mismatch"]
     assert clean and failed
     assert all(sr.result.artifact_dir is None for sr in clean)
-    kept = {p.name for p in store.artifact_root(cid).iterdir()} if store.artifact_root(cid).exists() else set()
+    kept = {p.name for p in store.layout.artifacts(cid).iterdir()} if store.layout.artifacts(cid).exists() else set()
     assert kept == {f"run-{sr.seq:06d}" for sr in failed if sr.result.artifact_dir}
     assert not any(f"run-{sr.seq:06d}" in kept for sr in clean)

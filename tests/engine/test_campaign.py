@@ -127,7 +127,7 @@ def test_artifact_folders_of_clean_runs_are_removed_and_failures_kept(store):
     t = ArtifactWriter(["clean", "fault"])
     s = run_campaign(t, store, n=4, timeout=1.0)
     dirs = [c["artifact_dir"] for c in t.calls]
-    assert all(d.parent == store.artifact_root(s.campaign_id) for d in dirs) and len(set(dirs)) == 4
+    assert all(d.parent == store.layout.artifacts(s.campaign_id) for d in dirs) and len(set(dirs)) == 4
     assert [d.exists() for d in dirs] == [False, True, False, True]
     stored = [r.result.artifact_dir for r in store.runs(s.campaign_id)]
     assert stored == [None, str(dirs[1]), None, str(dirs[3])]
@@ -140,7 +140,7 @@ def test_artifact_policy_all_keeps_every_folder_and_none_gives_none(store):
     t = ArtifactWriter(["fault"])
     s = run_campaign(t, store, n=2, timeout=1.0, artifacts="none")
     assert [c["artifact_dir"] for c in t.calls] == [None, None]
-    assert not store.artifact_root(s.campaign_id).exists()
+    assert not store.layout.artifacts(s.campaign_id).exists()
 
 
 def test_sprt_stops_a_canary_as_soon_as_it_is_decided(store):

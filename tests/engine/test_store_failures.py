@@ -115,7 +115,7 @@ def test_a_full_disk_spills_every_finished_run_and_resume_imports_them(tmp_path)
 
 
 def test_a_spill_that_cannot_go_beside_the_store_goes_to_the_state_folder(tmp_path):
-    from hazards.engine.store import spill_paths
+    from hazards.engine.store import StoreLayout
 
     path = tmp_path / "db" / "results.db"
     with Store(path) as s:
@@ -123,7 +123,7 @@ def test_a_spill_that_cannot_go_beside_the_store_goes_to_the_state_folder(tmp_pa
     (tmp_path / "db" / "results.db.spill.jsonl").mkdir()  # the first choice cannot be written
     with Store(path) as s:
         where = s.spill(cid, 7, RunResult(Outcome.HANG, "no reply", target="t"), s.campaign(cid))
-    assert where == str(spill_paths(path)[1]) and where.startswith(str(tmp_path / "state"))
+    assert where == str(StoreLayout(path).spills[1]) and where.startswith(str(tmp_path / "state"))
     (tmp_path / "db" / "results.db.spill.jsonl").rmdir()
     with Store(path) as s:
         assert [(sr.seq, sr.result.outcome) for sr in s.runs(cid)] == [(7, Outcome.HANG)]

@@ -126,7 +126,7 @@ def test_ray_executor_writes_the_same_rows_as_the_local_executor(ray_cluster, tm
     assert sum(s.runs for s in local_stats) == sum(s.runs for s in ray_stats) == 18
     # The default artifact policy on both: a folder per failing run, none for clean runs.
     for cid in (local_id, ray_id):
-        folders = sorted(p.name for p in store.artifact_root(cid).iterdir())
+        folders = sorted(p.name for p in store.layout.artifacts(cid).iterdir())
         failing = sorted(f"run-{sr.seq:06d}" for sr in store.runs(cid) if sr.result.outcome.value != "clean")
         assert folders == failing and len(failing) == 6
     assert all(s.crashed is None for s in ray_stats)
