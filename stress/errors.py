@@ -6,6 +6,9 @@ runs went). The `EXIT_*` constants are the exit codes every command uses (the ta
 is in docs/cli.md).
 """
 
+import math
+from typing import Any
+
 EXIT_OK = 0             # clean / passed
 EXIT_HAZARD = 1         # a hazard observed, a regression, a canary that went blind
 EXIT_BAD_INPUT = 2      # bad input: one line on stderr, nothing written
@@ -43,6 +46,24 @@ class StoreError(UserError):
     a write lock held too long). The message names the file and what to do."""
 
     exit_code = EXIT_STORE
+
+
+def check_seconds(value: Any, what: str, *, allow_zero: bool = False) -> Any:
+    """The one check of a number of seconds someone gave (a flag, a TOML key, an argument):
+    finite and positive (>= 0 with `allow_zero`), as a float; None passes as None (not
+    given). Anything else is a one-line UserError naming `what`: an infinite timeout would
+    hang a campaign forever."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = "a non-negative" if allow_zero else "a positive"
+        shown = f"{value:g}" if isinstance(value, float) else repr(value)
+        raise UserError(f"{what} must be {bound}, finite number of seconds, got {shown}")
+    return seconds
 
 
 class ProtocolError(Exception):

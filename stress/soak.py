@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .campaign import LeasedCampaign, RunObserver
-from .errors import EXIT_DEGRADED, EXIT_HAZARD, EXIT_OK, UserError
+from .errors import EXIT_DEGRADED, EXIT_HAZARD, EXIT_OK, UserError, check_seconds
 from .evidence import Evidence, evidence_of
 from .loop import GpuStats, TargetFactory, WorkItem
 from .outcome import RunResult, item_key
@@ -93,13 +93,6 @@ def load_targets(path: str | os.PathLike[str]) -> list[WorkItem]:
     return items
 
 
-def _seconds(where: str, key: str, value: Any) -> float:
-    seconds = float(value)
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise UserError(f"{where}: {key} must be a positive, finite number of seconds, not {value!r}")
-    return seconds
-
-
 def _non_finite(value: Any, where: str) -> str | None:
     """Where in a TOML value a non-finite number is ("params.a.b[1] is inf"), or None:
     such a number has no JSON spelling, so the program would get invalid `HZ_PARAMS`."""
@@ -136,8 +129,8 @@ def _target_item(path: Path, index: int, t: Any) -> WorkItem:
     wrong = [k for k in (_SERVER_ONLY if kind == "command" else ("result_regex",)) if k in t]
     if wrong:
         raise UserError(f"{where}: {wrong[0]!r} does not apply to a {kind} target")
-    timeout = _seconds(where, "timeout", t.get("timeout", 60))
-    handshake = _seconds(where, "handshake_timeout", t["handshake_timeout"]) if "handshake_timeout" in t else None
+    timeout = check_seconds(t.get("timeout", 60), f"{where}: timeout")
+    handshake = check_seconds(t.get("handshake_timeout"), f"{where}: handshake_timeout")
     if t.get("launches", 1) < 1 or t.get("respawn_every", 0) < 0:
         raise UserError(f"{where}: launches must be at least 1 and respawn_every at least 0")
     if not all(isinstance(v, str) for v in t.get("env", {}).values()):

@@ -135,6 +135,10 @@ TOOLS: dict[str, Tool] = {
     # The C preprocessor alone: `hazards mutate` maps its output back to source lines when
     # neither nvcc nor clang is installed.
     "cpp": Tool("cpp", "HZ_CPP", ("cpp",), "apt-get install cpp (or gcc), or set HZ_CPP"),
+    # LLVM's assembler and disassembler, of the release of the clang they serve (`like=`):
+    # the static checks' user builds make a missing ROCm device library with them.
+    "llvm-as": Tool("llvm-as", "HZ_LLVM_AS", ("llvm-as",), "apt-get install llvm-19, or set HZ_LLVM_AS"),
+    "llvm-dis": Tool("llvm-dis", "HZ_LLVM_DIS", ("llvm-dis",), "apt-get install llvm-19, or set HZ_LLVM_DIS"),
     "nvdisasm": Tool("nvdisasm", "HZ_NVDISASM", ("nvdisasm",), _NV_TOOLS_INSTALL,
                      folders=lambda: [*_cuda_homes(), *_nvidia_wheel_bins()]),
     "cuobjdump": Tool("cuobjdump", "HZ_CUOBJDUMP", ("cuobjdump",), _NV_TOOLS_INSTALL,
@@ -163,12 +167,13 @@ def skipping(names: Iterable[str]) -> Iterator[None]:
         _SKIPPED.reset(token)
 
 
-def find_tool(name: str, needed_for: str = "", *, arch: str | None = None) -> str:
+def find_tool(name: str, needed_for: str = "", *, arch: str | None = None, like: str | None = None) -> str:
     """Path of tool `name` (a key of TOOLS); ToolchainMissing (one line: the tool, what
     needed it, how to install it or skip what needs it) if it is not installed. `arch` (a
     tool that compiles for GPU targets: clang): the first candidate that compiles for that
-    target, default gfx942. Looked up again whenever the override variable, PATH or
-    CUDA_HOME/CUDA_PATH change; capability probes run once."""
+    target, default gfx942. `like` (a clang's path): that release's program first
+    (llvm-as-19 for clang-19, beside it or on PATH). Looked up again whenever the override
+    variable, PATH or CUDA_HOME/CUDA_PATH change; capability probes run once."""
     if name not in TOOLS:
         raise UserError(f"unknown tool {name!r} (known: {', '.join(TOOLS)})")
     tool = TOOLS[name]
@@ -184,7 +189,7 @@ def find_tool(name: str, needed_for: str = "", *, arch: str | None = None) -> st
     if name in _SKIPPED.get():
         raise ToolchainMissing(f"{what} skipped{why}: --skip {name}", tool=name, skipped=True)
     env = tuple(os.environ.get(k, "") for k in (tool.env_var, "PATH", "CUDA_HOME", "CUDA_PATH"))
-    found, reason = _lookup(name, env, arch)
+    found, reason = _lookup(name, env, arch, like)
     if found is None:
         hint = (tool.install_for(arch) if arch else "") or tool.install
         raise ToolchainMissing(f"{what} not found{why}: {reason or hint}"
@@ -193,7 +198,8 @@ def find_tool(name: str, needed_for: str = "", *, arch: str | None = None) -> st
 
 
 @functools.lru_cache(maxsize=None)
-def _lookup(name: str, env: tuple[str, ...], arch: str | None = None) -> tuple[str | None, str]:
+def _lookup(name: str, env: tuple[str, ...], arch: str | None = None, like: str | None = None
+            ) -> tuple[str | None, str]:
     """(path or None, reason). `env` is part of the cache key only."""
     tool = TOOLS[name]
 
@@ -211,7 +217,9 @@ def _lookup(name: str, env: tuple[str, ...], arch: str | None = None) -> tuple[s
             return None, (f"{tool.env_var}={override} cannot compile for {arch} "
                           f"({tool.install_for(arch) or tool.install})")
         return path, ""
-    candidates = [shutil.which(p) for p in tool.programs]
+    release = Path(like).name.replace("clang", name, 1) if like and "clang" in Path(like).name else None
+    candidates = [str(Path(like).with_name(release)), shutil.which(release)] if release else []
+    candidates += [shutil.which(p) for p in tool.programs]
     candidates += [str(d / p) for d in tool.folders() for p in tool.programs]
     for cand in candidates:
         if cand and os.path.isfile(cand) and os.access(cand, os.X_OK) and fits(cand):

@@ -68,12 +68,21 @@ def test_every_runtime_strategy_lives_in_its_family_module():
     assert sorted(p.name for p in (REPO / "hazards" / "strategies").glob("*.py")) == ["__init__.py", "static.py"]
 
 
-def test_the_folders_beside_the_store_are_spelled_by_the_store_only():
-    # artifacts/ and reports/ beside the database: Store.artifact_root and Store.report_path
-    spelled = re.compile(r"""/\s*["'](?:artifacts|reports)["']""")
+def test_the_paths_beside_the_store_are_spelled_by_its_layout_only():
+    # artifacts/, reports/, the example database (hypothesis/), spill files and backups beside
+    # the database: hazards.engine.store.StoreLayout names them; everyone else asks it
+    spelled = re.compile(r"""/\s*["'](?:artifacts|reports|hypothesis)["']|["'](?:hypothesis|artifacts|reports)["']\s*$"""
+                         r"""|spill\.jsonl|\.unreadable""", re.M)
     elsewhere = [str(p.relative_to(REPO)) for p in CODE
                  if p != REPO / "stress" / "store.py" and spelled.search(p.read_text())]
     assert elsewhere == []
+    from hazards.engine.store import Store, StoreLayout
+
+    layout = StoreLayout(Path("/x/results.db"))
+    assert (layout.artifacts(3), layout.report(3), layout.examples, layout.spills[0]) == (
+        Path("/x/artifacts/campaign-3"), Path("/x/reports/campaign-3.html"), Path("/x/hypothesis"),
+        Path("/x/results.db.spill.jsonl"))
+    assert not hasattr(Store, "artifact_root") and not hasattr(Store, "report_path")
 
 
 def test_every_command_that_leases_a_gpu_takes_the_lease_options_one_way():
@@ -94,3 +103,29 @@ def test_every_command_that_reads_hangs_takes_the_hang_options_one_way():
     own_way = [p.name for p in spelled if "@hang_options" not in p.read_text() or "ForensicsOption" in p.read_text()
                or "StallOption" in p.read_text()]
     assert own_way == []
+
+
+def test_the_toolchain_programs_are_found_by_find_tool_only():
+    # nvcc, clang, llvm-as, llvm-dis, nvdisasm, cuobjdump... through toolchain.find_tool (override
+    # variable, install hint, --skip), never looked up by name elsewhere
+    by_hand = re.compile(r"which\(.*(?:nvcc|hipcc|clang|llvm-|nvdisasm|cuobjdump|ptxas)")
+    elsewhere = [str(p.relative_to(REPO)) for p in CODE
+                 if p != REPO / "stress" / "toolchain.py" and by_hand.search(p.read_text())]
+    assert elsewhere == []
+
+
+
+def test_seconds_are_checked_by_one_validator():
+    # a timeout, budget or window someone gave: hazards.engine.errors.check_seconds, never a
+    # local copy with its own words (the CLI, the targets file and the targets had three)
+    own = re.compile(r"raise UserError\(f?[\"'].*(?:number of seconds|and finite)")
+    elsewhere = [str(p.relative_to(REPO)) for p in CODE
+                 if p != REPO / "stress" / "errors.py" and own.search(p.read_text())]
+    assert elsewhere == []
+    from hazards.engine.errors import UserError, check_seconds
+
+    assert check_seconds(None, "--timeout") is None and check_seconds("2.5", "x") == 2.5
+    assert check_seconds(0, "grace", allow_zero=True) == 0.0
+    for bad in (0, -1, float("inf"), float("nan"), "soon"):
+        with pytest.raises(UserError, match="x must be a positive, finite number of seconds, got"):
+            check_seconds(bad, "x")

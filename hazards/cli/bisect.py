@@ -11,8 +11,8 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (BuildOption, interrupt_exit_code, say_interrupted, CommandArgument, FamilyOption, JsonOption, LeaseFlags, ResumeOption,
-                                 check_seconds, lease_options, parse_duration, timeout_option, variant_option)
-from hazards.engine.errors import EXIT_NOT_JUDGED, EXIT_OK, UserError
+                                 lease_options, parse_duration, timeout_option, variant_option)
+from hazards.engine.errors import EXIT_NOT_JUDGED, EXIT_OK, UserError, check_seconds
 from hazards.engine.stats import percent
 
 DEFAULT_BUDGET = 3000

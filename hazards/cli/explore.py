@@ -9,9 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (LeaseFlags, lease_options, BudgetOption, check_seconds, CampaignNameOption, JsonOption,
+from hazards.cli.options import (LeaseFlags, lease_options, BudgetOption, CampaignNameOption, JsonOption,
                                  launches_option,
                                  parse_duration, timeout_option)
+from hazards.engine.errors import check_seconds
 
 _HELP = """Explore a family's parameter space on a leased GPU, holding its static model to its word.
 
@@ -63,7 +64,6 @@ def explore_command(
     from hazards.engine.campaign import LeasedCampaign
     from hazards.engine.store import Store
     from hazards.explore import ExploreOptions, explorable, explore_family
-    from hazards.hypothesis_profiles import database_dir
 
     fam, item_for = explorable(family)
     check_seconds(timeout, "--timeout")
@@ -72,7 +72,7 @@ def explore_command(
                           timeout_s=timeout)
     store_path, wait_s = lease.store_path, lease.wait_s
     with Store(store_path) as store:
-        db = database_dir(store.path)
+        db = store.layout.examples
         with LeasedCampaign.acquire(store, "hazards explore", max_gpus=1, wait_s=wait_s,
                                     lock_dir=lease.lock_dir, exclusive=lease.exclusive, without_gpu=True) as frame:
             typer.echo(f"explore {fam.name} on {frame.describe()}", err=True)

@@ -9,7 +9,8 @@ from typing import List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import JsonOption, LeaseFlags, check_seconds, lease_options, split_names
+from hazards.cli.options import JsonOption, LeaseFlags, lease_options, split_names
+from hazards.engine.errors import check_seconds
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
 from hazards.gates import LOGIT_DEFAULT_MAX_KL, LOGIT_DEFAULT_RATIO
 from hazards.gates.perf import (DEFAULT_CONF, DEFAULT_MIN_EFFECT, DEFAULT_MIN_US, DEFAULT_REPEATS,

@@ -9,9 +9,9 @@ from typing import Annotated, List, Optional
 import typer
 
 from hazards.cli.app import app
-from hazards.cli.options import (BuildOption, FamilyOption, BudgetOption, DefineOption, JsonOption, LeaseFlags, check_seconds, launches_option, lease_options,
+from hazards.cli.options import (BuildOption, FamilyOption, BudgetOption, DefineOption, JsonOption, LeaseFlags, launches_option, lease_options,
                                  parse_duration, runs_option, timeout_option, variant_option)
-from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError
+from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError, check_seconds
 
 _HELP = """Would a stress test see a missing fence? Synchronization mutants of a source.
 

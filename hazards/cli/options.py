@@ -26,7 +26,7 @@ from typing import Annotated, Any, Callable, Iterable, Iterator, List, Optional
 
 import typer
 
-from hazards.engine.errors import UserError
+from hazards.engine.errors import UserError, check_seconds
 from hazards.engine.forensics.policy import DEFAULT_HANG_BUDGET_S, DEFAULT_SHARE
 
 def literal(text: Any) -> str:
@@ -269,14 +269,6 @@ def parse_stall(text: str | None) -> str | float:
     except UserError as e:
         raise UserError(f"--stall: {e}, or auto, or off") from None
     return OFF if seconds == 0 else check_seconds(seconds, "--stall")
-
-
-def check_seconds(value: float | None, flag: str) -> float | None:
-    """A positive, finite number of seconds given to `flag` (None passes); UserError for 0,
-    a negative number, inf or nan (an infinite timeout would hang a campaign forever)."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise UserError(f"{flag} must be a positive, finite number of seconds, got {value:g}")
-    return value
 
 
 def forensics_policy(enabled: bool, hang_budget: float, share: float, *, known_canary: str = "summary") -> Any:

@@ -15,12 +15,11 @@ from rich.table import Table
 
 from hazards.cli.app import app
 from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, JsonOption,
-                                 MaxErrorsInARowOption, ProgressIntervalOption, ResumeOption, check_seconds,
-                                 interrupt_exit_code, literal, say_interrupted, progress_interval, runs_option,
+                                 MaxErrorsInARowOption, ProgressIntervalOption, ResumeOption,                                  interrupt_exit_code, literal, say_interrupted, progress_interval, runs_option,
                                  timeout_option, HangFlags, hang_options)
 from hazards.cli.progress import OUTCOME_STYLE, CampaignProgress
 from hazards.engine.campaign import CampaignSummary, LeasedCampaign, check_resumable
-from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError
+from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError, check_seconds
 from hazards.engine.loop import ARTIFACT_POLICIES, WorkItem
 from hazards.engine.outcome import OUTCOMES
 from hazards.engine.sources import MAX_ERRORS_IN_A_ROW

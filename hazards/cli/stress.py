@@ -11,11 +11,11 @@ from rich.table import Table
 
 from hazards.cli.app import app
 from hazards.cli.options import (LeaseFlags, lease_options, ARCH_HELP, JsonOption, ProgressIntervalOption,
-                                 check_seconds, launches_option, literal, progress_interval, timeout_option,
+                                 launches_option, literal, progress_interval, timeout_option,
                                  variant_option, HangFlags, hang_options)
 from hazards.engine.stall import StallPolicy
 from hazards.cli.progress import CampaignProgress
-from hazards.engine.errors import UserError
+from hazards.engine.errors import UserError, check_seconds
 from hazards.engine.stats import format_rate
 from hazards.engine.store import Store
 from hazards.engine.verdict import Verdict, exit_code as verdicts_exit_code

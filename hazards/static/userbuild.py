@@ -17,14 +17,13 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from hazards.engine import toolchain
-from hazards.engine.errors import UserError
+from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.static.asm_lint import ExpandError
 
 # flag -> whether it takes the next argument when written alone (`-I dir`)
@@ -242,10 +241,13 @@ def _system_device_lib_args(clang: str, arch: str = toolchain.GFX942) -> tuple[s
 def _write_isa_library(clang: str, src: Path, out: Path, version: int) -> bool:
     """Assemble the one-constant `oclc_isa_version` library with llvm-as (next to clang),
     in the data layout of the installed ones."""
-    llvm_as = shutil.which(Path(clang).name.replace("clang", "llvm-as")) or shutil.which("llvm-as")
-    llvm_dis = shutil.which(Path(clang).name.replace("clang", "llvm-dis")) or shutil.which("llvm-dis")
+    try:
+        llvm_as = toolchain.find_tool("llvm-as", "to build a ROCm device library", like=clang)
+        llvm_dis = toolchain.find_tool("llvm-dis", "to build a ROCm device library", like=clang)
+    except ToolchainMissing:  # then the build links no device library (-nogpulib), as before
+        return False
     sample = next(iter(sorted(src.glob("oclc_isa_version_9*.bc"))), None)
-    if not llvm_as or not llvm_dis or sample is None:
+    if sample is None:
         return False
     dis = subprocess.run([llvm_dis, str(sample), "-o", "-"], capture_output=True, text=True, timeout=60)
     layout = next((ln for ln in dis.stdout.splitlines() if ln.startswith("target datalayout")), "")

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, check_seconds
 from ..outcome import Outcome, RunResult
 
 _NAME_CHARS = 200
@@ -146,30 +146,19 @@ def check_env(env: dict[str, str] | None) -> dict[str, str]:
     return merged
 
 
-def _seconds(value: Any, what: str, allow_zero: bool) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{what} must be a number of seconds, got {value!r}") from None
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "positive"
-        raise UserError(f"{what} must be {bound} and finite, got {value!r}")
-    return seconds
-
-
 def check_timeout(timeout: Any) -> float:
     """A positive, finite timeout in seconds, or UserError."""
-    return _seconds(timeout, "timeout", allow_zero=False)
+    return check_seconds(math.nan if timeout is None else timeout, "timeout")
 
 
 def check_stall(stall: Any) -> float | None:
     """A stall window: None (off) or a positive, finite number of seconds; UserError otherwise."""
-    return None if stall is None else _seconds(stall, "stall window", allow_zero=False)
+    return check_seconds(stall, "stall window")
 
 
 def check_grace(grace_s: Any) -> float:
     """A non-negative, finite grace period (SIGTERM to SIGKILL) in seconds, or UserError."""
-    return _seconds(grace_s, "grace period", allow_zero=True)
+    return check_seconds(math.nan if grace_s is None else grace_s, "grace period", allow_zero=True)
 
 
 def check_params(params: Any) -> dict[str, Any]:

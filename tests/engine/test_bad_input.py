@@ -168,7 +168,7 @@ def test_a_script_whose_interpreter_is_missing_is_refused_before_any_campaign(tm
 
 
 BAD_TARGETS = {
-    "infinite timeout": ("timeout = inf", "timeout must be a positive, finite number of seconds, not inf"),
+    "infinite timeout": ("timeout = inf", "timeout must be a positive, finite number of seconds, got inf"),
     "nan handshake": ('kind = "server"\nhandshake_timeout = nan', "handshake_timeout must be a positive, finite"),
     "missing program": None,
     "missing interpreter": None,

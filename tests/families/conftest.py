@@ -5,13 +5,15 @@ import shutil
 
 import pytest
 
+from hazards.engine.toolchain import SM90A
+
 
 def _nvcc_or_skip() -> None:
     from hazards.engine.build import find_compiler
     from hazards.engine.errors import ToolchainMissing
 
     try:
-        find_compiler("sm_90a")
+        find_compiler(SM90A)
     except ToolchainMissing as exc:
         pytest.skip(f"nvcc not available, cannot compile for sm_90a: {exc}")
 

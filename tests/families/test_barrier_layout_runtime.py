@@ -17,6 +17,7 @@ from hazards.families import barrier_layout as bl
 from hazards.families import get_family
 from hazards.engine.gpus import gpu_available
 from hazards.engine.outcome import Outcome
+from hazards.engine.toolchain import SM90A
 
 FAMILY = get_family("barrier_layout")
 # Variants that must run clean on NVIDIA: the fixed ones, and the two layout canaries whose
@@ -32,7 +33,7 @@ def exe():
     from hazards.stress_family import family_binary
 
     try:
-        find_compiler("sm_90a")
+        find_compiler(SM90A)
     except ToolchainMissing as e:
         pytest.skip(f"nvcc not available, cannot compile for sm_90a: {e}")
     return family_binary(FAMILY)

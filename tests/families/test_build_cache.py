@@ -10,6 +10,7 @@ import pytest
 
 from hazards.engine import build, toolchain
 from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.engine.toolchain import SM90A
 
 FAKE_NVCC = """#!/bin/sh
 # A stand-in for nvcc: --version prints a release line; otherwise copy the source to -o,
@@ -87,13 +88,13 @@ def test_compile_error_is_one_line_with_the_log_path(fake_tree):
 def test_missing_compiler_is_toolchain_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("HZ_NVCC", str(tmp_path / "no-such-nvcc"))
     with pytest.raises(ToolchainMissing):
-        build.find_compiler("sm_90a")
+        build.find_compiler(SM90A)
     monkeypatch.delenv("HZ_NVCC")
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     monkeypatch.setattr(toolchain.os, "access", lambda *a: False)
     with pytest.raises(ToolchainMissing, match="nvcc not found .needed to build for sm_90a.: install the CUDA"):
-        build.find_compiler("sm_90a")
+        build.find_compiler(SM90A)
     with pytest.raises(ToolchainMissing, match="hipcc not found .*install ROCm"):
         build.find_compiler("gfx942")
 
@@ -110,7 +111,7 @@ def test_unknown_target_and_missing_source_are_user_errors(fake_tree):
 
 def test_version_key_ignores_build_dates(fake_tree):
     toolchain.tool_version.cache_clear()  # the fake prints a different "Built on" line every call
-    assert toolchain.tool_version(build.find_compiler("sm_90a")) == "Cuda compilation tools, release 99.0, V99.0.1"
+    assert toolchain.tool_version(build.find_compiler(SM90A)) == "Cuda compilation tools, release 99.0, V99.0.1"
 
 
 def test_the_cache_is_per_user_and_never_the_current_folder(monkeypatch, tmp_path):
@@ -153,9 +154,32 @@ def test_every_tool_names_what_to_install(monkeypatch, tmp_path):
         toolchain.find_tool.cache_clear()
 
 
+def test_an_llvm_tool_of_the_clangs_release_comes_first(monkeypatch, tmp_path):
+    # llvm-as assembles a device library for the clang it serves: the same release (llvm-as-19
+    # for clang-19), found beside that clang, before whatever `llvm-as` is first on PATH
+    beside, path = tmp_path / "llvm19", tmp_path / "bin"
+    for folder, names in ((beside, ("clang-19", "llvm-as-19")), (path, ("llvm-as", "llvm-dis"))):
+        folder.mkdir()
+        for n in names:
+            (folder / n).write_text("#!/bin/sh\n")
+            (folder / n).chmod(0o755)
+    monkeypatch.setenv("PATH", str(path))
+    for name in ("HZ_LLVM_AS", "HZ_LLVM_DIS"):
+        monkeypatch.delenv(name, raising=False)
+    toolchain.find_tool.cache_clear()
+    try:
+        assert toolchain.find_tool("llvm-as", like=str(beside / "clang-19")) == str(beside / "llvm-as-19")
+        assert toolchain.find_tool("llvm-dis", like=str(beside / "clang-19")) == str(path / "llvm-dis")
+        monkeypatch.setenv("PATH", str(tmp_path))
+        with pytest.raises(ToolchainMissing, match="llvm-dis not found .*apt-get install llvm-19, or set HZ_LLVM_DIS"):
+            toolchain.find_tool("llvm-dis", "to build a ROCm device library", like=str(beside / "clang-19"))
+    finally:
+        toolchain.find_tool.cache_clear()
+
+
 def test_the_sm90a_flags_are_spelled_once():
-    assert toolchain.nvcc_arch_flags("sm_90a") == ("-gencode=arch=compute_90a,code=sm_90a",)
-    assert build.TARGETS["sm_90a"].flags[-1] == "-gencode=arch=compute_90a,code=sm_90a"
+    assert toolchain.nvcc_arch_flags(SM90A) == ("-gencode=arch=compute_90a,code=sm_90a",)
+    assert build.TARGETS[SM90A].flags[-1] == "-gencode=arch=compute_90a,code=sm_90a"
     assert toolchain.amd_arch_flag("gfx942") == "--offload-arch=gfx942"
 
 
@@ -172,6 +196,6 @@ def test_a_clang_that_cannot_target_gfx950_is_refused_for_gfx950_by_name(monkeyp
         with pytest.raises(ToolchainMissing, match="HZ_CLANG=.*clang-19 cannot compile for gfx950"):
             toolchain.find_tool("clang", arch="gfx950")
         with pytest.raises(UserError, match="not an AMD architecture"):
-            toolchain.find_tool("clang", arch="sm_90a")
+            toolchain.find_tool("clang", arch=SM90A)
     finally:
         toolchain.find_tool.cache_clear()

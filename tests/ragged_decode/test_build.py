@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from hazards.ragged_decode import build
+from hazards.engine.toolchain import SM90A
 
 pytestmark = pytest.mark.skipif(
     shutil.which("nvcc") is None and not os.environ.get("HZ_NVCC"),
@@ -18,7 +19,7 @@ def test_library_compiles_for_sm90a_without_spills():
     lib = build.build_library()
     assert lib.exists() and lib.suffix == ".so"
     report = build.ptxas_report(lib)
-    assert "sm_90a" in report
+    assert SM90A in report
     assert "0 bytes spill stores" in report and "0 bytes spill loads" in report
 
 

@@ -13,6 +13,7 @@ import pytest
 from hazards.engine import toolchain
 from hazards.static import compiled
 from hazards.static.userbuild import device_lib_args, hip_headers_found
+from hazards.engine.toolchain import SM90A
 from static_helpers import ASM_LOOP, CLANG_MISSING, DATA, NVDISASM_MISSING, hazards
 
 
@@ -275,7 +276,7 @@ def test_nvidia_builds_report_coverage_and_uncalled_functions_too(tmp_path):
 __device__ int never_called(volatile int* f) { while (*f == 0) {} return f[2]; }
 __global__ void k(int* p, volatile int* f) { p[0] = spin(f); }
 ''')
-    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["sm_90a"]))
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], [SM90A]))
     assert [(f.check, f.line) for f in found if f.check == "not-analysed"] == [("not-analysed", 2)]
     assert "(sm_90a): 1 device function(s) compiled, 0 asm block(s) and 1 poll(s) checked" in _coverage(found)
 
@@ -340,7 +341,7 @@ __global__ void exch(volatile int* flag, int* out, const int* data) {
 def test_polls_reached_through_an_inline_helper_are_reported_at_each_call_site(tmp_path):
     src = tmp_path / "h.cu"
     src.write_text(HELPER_POLLS)
-    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["sm_90a"]))
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], [SM90A]))
     polls = sorted((f.check, f.line) for f in found if f.check in ("poll-no-acquire", "sync-scope"))
     # the data reads after the first and third call fail; the second call's poll is acquired
     assert polls == [("poll-no-acquire", 4), ("poll-no-acquire", 9), ("sync-scope", 5)]
@@ -422,7 +423,7 @@ def test_a_start_barrier_publishes_nothing_written_in_the_kernel(tmp_path, befor
     # all-reduce `multi_gpu_barrier<ngpus, true>`, whose header says it needs no fence)
     src = tmp_path / "s.cu"
     src.write_text(START_BARRIER.replace("{BEFORE}", before).replace("{ARRIVE}", arrive))
-    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["sm_90a"]))
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], [SM90A]))
     errors = [(f.check, f.line) for f in found if f.fails]
     assert errors == ([("poll-no-acquire", 12)] if flagged else [])
     if not flagged:
