@@ -33,6 +33,10 @@ _DIRECTIVE_RE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b")
 _DEFINE_OUT_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^)]*\))?[ \t]*(.*)$", re.M)
 _MARKER = "__hz_live_group_{}__"
 _MARKER_RE = re.compile(r"__hz_live_group_(\d+)__")
+_NAME_RE = re.compile(r"\b[A-Za-z_]\w*\b")
+_RESERVED_RE = re.compile(r"__|_[A-Z]")  # the implementation's names: the compiler decides them
+# A translation unit's own file; anything else is a header, preprocessed here on its own.
+MAIN_SUFFIXES = (".cu", ".hip", ".cpp", ".cc", ".cxx", ".c")
 TIMEOUT_S = 120.0
 
 
@@ -50,13 +54,23 @@ def language_of(path: Path) -> str:
     return "hip" if path.suffix == ".hip" else "cuda"
 
 
-def groups(code: str) -> tuple[list[int | None], list[int]]:
-    """(the innermost conditional group of each line, or None outside any; the 0-based lines
-    after which each group's marker goes). `code` is the text with comments blanked."""
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One conditional group: the 0-based line after which its marker goes, the group it
+    sits in, and the names its #if/#elif chain tests up to it (`defined` left out)."""
+
+    after: int
+    parent: int | None
+    names: frozenset[str]
+
+
+def groups(code: str) -> tuple[list[int | None], list[Group]]:
+    """(the innermost conditional group of each line, or None outside any; the groups).
+    `code` is the text with comments blanked."""
     lines = code.split("\n")
     owner: list[int | None] = [None] * len(lines)
-    after: list[int] = []
-    stack: list[int | None] = []  # group id per open #if
+    found: list[Group] = []
+    stack: list[tuple[int | None, set[str]]] = []  # per open #if: the enclosing group, the chain's names
     current: int | None = None
     i = 0
     while i < len(lines):
@@ -68,21 +82,24 @@ def groups(code: str) -> tuple[list[int | None], list[int]]:
             owner[k] = current
         if m:
             kind = m.group(1)
+            tested = set(_NAME_RE.findall(" ".join(lines[i:j + 1])[m.end():])) - {"defined"}
             if kind in ("if", "ifdef", "ifndef"):
-                stack.append(current)
+                stack.append((current, set()))
             if kind == "endif":
-                current = stack.pop() if stack else None
+                current = stack.pop()[0] if stack else None
             elif stack:  # if/ifdef/ifndef/elif/else: a new group begins after this directive
-                current = len(after)
-                after.append(j)
+                parent, chain = stack[-1]
+                chain |= tested
+                current = len(found)
+                found.append(Group(after=j, parent=parent, names=frozenset(chain)))
         i = j + 1
-    return owner, after
+    return owner, found
 
 
-def _marked(text: str, after: list[int]) -> str:
+def _marked(text: str, found: list[Group]) -> str:
     """The source with each group's marker after its directive, numbering kept by `#line`."""
     lines = text.split("\n")
-    at = {line: k for k, line in enumerate(after)}
+    at = {g.after: k for k, g in enumerate(found)}
     out = []
     for n, line in enumerate(lines):
         out.append(line)
@@ -134,23 +151,40 @@ def find_live(path: Path, text: str, *, defines: dict[str, str | None] | None = 
     if not candidates:
         return None, f"no preprocessor found ({', '.join(missing)}): sites found by the text scanner"
     scanned = cscan.scan(text)
-    owner, after = groups(scanned.code)
-    flags = [f"-D{k}={v}" if v else f"-D{k}" for k, v in (defines or {}).items()
-             if v is not None and not k.startswith("__")]
-    flags += [f"-U{k}" for k, v in (defines or {}).items() if v is None and not k.startswith("__")]
+    owner, found = groups(scanned.code)
+    # Every -D/-U reaches every pass (a compiler's own macro given again is a warning at most).
+    flags = [f"-D{k}={v}" if v else f"-D{k}" for k, v in (defines or {}).items() if v is not None]
+    flags += [f"-U{k}" for k, v in (defines or {}).items() if v is None]
     failed = []
     for label, commands in candidates:
         try:
-            taken, macros, stubbed = _preprocess(path, _marked(text, after), commands, flags)
+            taken, macros, stubbed = _preprocess(path, _marked(text, found), commands, flags)
         except ExpandError as e:
             failed.append(f"{label.split()[0]} failed: {e}")
             continue
-        dead = frozenset(n + 1 for n, g in enumerate(owner) if g is not None and g not in taken)
+        kept = set()
+        if path.suffix not in MAIN_SUFFIXES:  # a header: its includer may define what it tests
+            known = set(macros) | set(defines or {})
+            kept = {g for g in range(len(found)) if g not in taken and _tests_unknown(found, g, known)}
+        dead = frozenset(n + 1 for n, g in enumerate(owner) if g is not None and g not in taken and g not in kept)
         how = f"sites found by {label}"
+        if kept:
+            how += (f"; {len(kept)} branch(es) over macros this header does not define kept "
+                    "(its includer may define them)")
         if stubbed:
             how += f"; headers not found, read as empty: {', '.join(sorted(set(stubbed)))}"
         return Live(dead=dead, macros=macros, how=how), how
     return None, f"{'; '.join(failed)}: sites found by the text scanner"
+
+
+def _tests_unknown(found: list[Group], g: int | None, known: set[str]) -> bool:
+    """Whether group g, or a group it sits in, tests a name no pass defined that is not the
+    implementation's own (`__X`, `_X`): in a header, its includer may define that name."""
+    while g is not None:
+        if any(n not in known and not _RESERVED_RE.match(n) for n in found[g].names):
+            return True
+        g = found[g].parent
+    return False
 
 
 def _preprocess(path: Path, marked: str, commands: list[list[str]],

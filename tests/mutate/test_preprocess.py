@@ -116,10 +116,28 @@ def test_a_preprocessor_error_falls_back_to_the_text_scanner(tmp_path, only_tool
 
 
 def test_groups_follow_nesting_and_else_branches():
-    code = "a\n#if A\nb\n#if B\nc\n#endif\nd\n#else\ne\n#endif\nf\n"
-    owner, after = groups(code)
-    assert owner == [None, None, 0, 0, 1, 1, 0, 0, 2, 2, None, None]
-    assert after == [1, 3, 7]
+    code = "a\n#if A\nb\n#if B\nc\n#endif\nd\n#elif defined(C)\ne\n#else\nf\n#endif\ng\n"
+    owner, found = groups(code)
+    assert owner == [None, None, 0, 0, 1, 1, 0, 0, 2, 2, 3, 3, None, None]
+    assert [g.after for g in found] == [1, 3, 7, 9]
+    assert [g.parent for g in found] == [None, 0, None, None]
+    assert [sorted(g.names) for g in found] == [["A"], ["B"], ["A", "C"], ["A", "C"]]
+
+
+def test_a_headers_branch_over_a_macro_its_includer_may_define_is_kept(tmp_path, only_tool):
+    # A header tests INCLUDER_FLAG, which only a .cu including it defines: preprocessed alone
+    # it would look dead; it is kept (and said so). A name of the implementation's own
+    # (__NOT_THIS_COMPILER__) is decided as the compiler decides it, in a header too.
+    body = ("#ifdef INCLUDER_FLAG\n__device__ void f() { __threadfence(); }\n#endif\n"
+            "#ifdef __NOT_THIS_COMPILER__\n__device__ void g() { __syncthreads(); }\n#endif\n")
+    header, unit = tmp_path / "k.cuh", tmp_path / "k.cu"
+    header.write_text(body)
+    unit.write_text(body)
+    notes: list[str] = []
+    _, in_header = mutants_of(header, notes=notes)
+    _, in_unit = mutants_of(unit)
+    assert [m.id for m in in_header] == ["remove-fence@2"] and "includer may define" in notes[0]
+    assert in_unit == []
 
 
 def test_the_fallback_scanner_does_not_trust_a_define_in_an_undecided_branch():
@@ -127,3 +145,12 @@ def test_the_fallback_scanner_does_not_trust_a_define_in_an_undecided_branch():
     # both branches over it stay (it dropped the cp.async waits of compat.h before).
     text = "#if UNKNOWN_ARCH >= 800\n#define HAVE_X 1\n#else\n#define HAVE_X 0\n#endif\n#if HAVE_X\nx\n#endif\n"
     assert inactive_lines(text) == set()
+
+
+def test_every_define_given_reaches_the_preprocessor(tmp_path, only_tool):
+    # -D names with leading underscores too (they were dropped: `-D__MY_BUILD__` kept nothing live).
+    src = tmp_path / "k.cu"
+    src.write_text("#ifdef __MY_BUILD__\n__device__ void f() { __threadfence(); }\n#endif\n")
+    _, off = mutants_of(src)
+    _, on = mutants_of(src, defines={"__MY_BUILD__": "1"})
+    assert off == [] and [m.id for m in on] == ["remove-fence@2"]
