@@ -7,15 +7,7 @@
 cd "$(dirname "$0")/../.." && . ci/gpu/round.sh falsestall-h200 "${1:-560}"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build} PYTHONUNBUFFERED=1
 machine_step
-step "build every CUDA family binary"
-timeout 120 python3 -c "
-import concurrent.futures as cf
-from hazards.families import all_families
-from hazards.stress_family import family_binary
-fams = [f for f in all_families() if f.binary and 'cuda' in f.platforms]
-with cf.ThreadPoolExecutor(8) as pool:
-    for f, b in zip(fams, pool.map(family_binary, fams)):
-        print(f.name, b)" || echo "BUILD FAILED (continuing with what built)"
+build_cuda_families
 step "false stalls under GPU contention and CPU load"
 S=$(( $(left) - 20 ))
 timeout $(( S + 15 )) python3 ci/gpu/stall_measure.py falsestall "$R" "$S" ${2:-} > "$R/falsestall.log" 2>&1

@@ -56,14 +56,7 @@ gate() {  # gate NAME BASELINE CANDIDATE... -> $W/gate_NAME.json
     --workers 132 --repeats "${REPEATS:-10}" --profiled-launches 3 --timeout 120 --wait 0s --json \
     > "$W/gate_$name.json" 2> "$W/gate_$name.err"
   echo "exit $?"
-  python3 - "$W/gate_$name.json" <<'EOF' 2>&1 | cut -c1-400
-import json, sys
-d = json.load(open(sys.argv[1]))
-for c in d.get("candidates", [d]):
-    p = c["points"][0]
-    r = {t: f"{v['slowCTA']['ratio']:.3f}" for t, v in p.get("ratios", {}).items()}
-    print(c["candidate_side"]["label"], "->", c["verdict"], "| slowCTA ratios", r)
-EOF
+  python3 ci/gpu/gate_summary.py "$W/gate_$name.json" 2>&1 | cut -c1-400
 }
 
 {
@@ -199,13 +192,7 @@ timeout "$(cap 35)" python3 -m hazards repro --family megakernel_layers --binary
   --json --keep-going --variant snapshot_epoch --params '{"jitter_cycles": 200000}' --runs 16 --launches 1 \
   --timeout 1.5 --no-forensics > "$W/repro_snapshot_epoch_101us.json" 2> "$W/repro_snapshot_epoch_101us.err"
 echo "exit $?"
-python3 - "$W/repro_snapshot_epoch_101us.json" <<'EOF' 2>&1 | cut -c1-1200
-import json, sys
-d = json.load(open(sys.argv[1]))
-print(d.get("counts"), d.get("rate_in_words"), "ci_95", d.get("ci_95"))
-for f in d.get("failures", [])[:1]:
-    print(" ", f["outcome"], "|", (f.get("tripwire") or {}).get("sentence"))
-EOF
+python3 ci/gpu/repro_summary.py "$W/repro_snapshot_epoch_101us.json" 1 2>&1 | cut -c1-1200
 
 log "per-task profile of production"
 timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --launches 5 \
@@ -229,20 +216,7 @@ if [ "$WHAT" != gate ]; then
     --canary-budget 1 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1
   echo "exit $?"; cut -c1-200 "$W/acceptance.txt" | grep -v Warning
   fi
-  for v in participant_set chunk_supply shared_line; do
-    [ "$(left)" -lt 10 ] && { log "no time left for the hang classes"; break; }
-    log "hang class $v: 1 run of 2 launches on $(basename "$(dirname "${HANGBIN:-$BIN}")")"
-    timeout "$(cap 12)" python3 -m hazards repro --family megakernel_layers --binary "${HANGBIN:-$BIN}" \
-      --store "$W/repro.db" \
-      --json --keep-going --variant "$v" --runs 1 --launches 2 --timeout 2 --no-forensics \
-      > "$W/repro_$v.json" 2> "$W/repro_$v.err"
-    python3 -c "
-import json
-d = json.load(open('$W/repro_$v.json'))
-print(d.get('counts'))
-for f in d.get('failures', [])[:1]:
-    print(' ', f['outcome'], '|', (f.get('tripwire') or {}).get('sentence'))" 2>&1 | cut -c1-600
-  done
+  bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds 21 "${TWARG[@]}" \

@@ -93,13 +93,7 @@ EOF
     --json --keep-going --variant snapshot_epoch --runs 16 --launches 1 --timeout 1.5 --no-forensics \
     > "$W/repro_snapshot_epoch.json" 2> "$W/repro_snapshot_epoch.err"
   echo "exit $?"
-  python3 - "$W/repro_snapshot_epoch.json" <<'EOF' 2>&1 | cut -c1-1500
-import json, sys
-d = json.load(open(sys.argv[1]))
-print(d.get("counts"), d.get("rate_in_words"), "ci_95", d.get("ci_95"))
-for f in d.get("failures", [])[:2]:
-    print(" ", f["outcome"], "|", (f.get("tripwire") or {}).get("sentence"))
-EOF
+  python3 ci/gpu/repro_summary.py "$W/repro_snapshot_epoch.json" 2 2>&1 | cut -c1-1500
 
   log "per-task profile: production and depth1 (tripwire in), production with the tripwire compiled out"
   timeout "$(cap 15)" python3 bench/megakernel_layers_profile.py --candidate production --candidate depth1 \
@@ -117,28 +111,9 @@ EOF
     --workers 132 --repeats 10 --profiled-launches 3 --timeout 120 --wait 0s --json \
     > "$W/gate.json" 2> "$W/gate.err"
   echo "exit $?"
-  python3 - "$W/gate.json" <<'EOF' 2>&1 | cut -c1-300
-import json, sys
-d = json.load(open(sys.argv[1]))
-for c in d.get("candidates", [d]):
-    p = c["points"][0]
-    r = {t: f"{v['slowCTA']['ratio']:.3f}" for t, v in p.get("ratios", {}).items()}
-    print(c["candidate_side"]["label"], "->", c["verdict"], "| slowCTA ratios", r)
-EOF
+  python3 ci/gpu/gate_summary.py "$W/gate.json" 2>&1 | cut -c1-300
 
-  for v in participant_set chunk_supply shared_line; do
-    [ "$(left)" -lt 8 ] && { log "no time left for the hang sentences"; break; }
-    log "hang class $v: 1 run of 2 launches"
-    timeout "$(cap 12)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
-      --json --keep-going --variant "$v" --runs 1 --launches 2 --timeout 2 --no-forensics \
-      > "$W/repro_$v.json" 2> "$W/repro_$v.err"
-    python3 -c "
-import json
-d = json.load(open('$W/repro_$v.json'))
-print(d.get('counts'))
-for f in d.get('failures', [])[:1]:
-    print(' ', f['outcome'], '|', (f.get('tripwire') or {}).get('sentence'))" 2>&1 | cut -c1-900
-  done
+  bash ci/gpu/layers-hang-sentences.sh "$W" "$BIN" "$(left)" 900
 fi
 log "done"
 tar -czf "$OUT/megakernel-layers-acceptance.tar.gz" -C "$(dirname "$W")" megakernel-layers-acceptance

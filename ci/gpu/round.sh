@@ -3,8 +3,9 @@
 # Sets PYTHONPATH, OUT (default /tmp/NAME-out) and R=$OUT/NAME (created), copies the console
 # into $R/console.log, and defines left (seconds of BUDGET_S left), step TITLE, finish (tar
 # $R into $OUT/NAME.tar.gz and exit 0: what was measured still comes back), machine_step
-# (the GPU, nvcc, commit and date the round ran on) and build_family FAMILY TIMEOUT_S (the
-# family's binary through the hazards build cache in $BIN, or finish).
+# (the GPU, nvcc, commit and date the round ran on), build_family FAMILY TIMEOUT_S (the
+# family's binary through the hazards build cache in $BIN, or finish) and build_cuda_families
+# (every CUDA family's binary into the build cache, 8 at once; a failure is said, not fatal).
 ROUND=$1
 BUDGET=$2
 export PYTHONPATH=$PWD
@@ -32,4 +33,16 @@ from hazards.stress_family import family_binary
 print(family_binary(get_family('$1')).resolve())" 2> "$R/build.err" | tail -1)
   echo "binary: $BIN"
   [ -x "$BIN" ] || { echo "BUILD FAILED"; tail -20 "$R/build.err"; finish; }
+}
+
+build_cuda_families() {
+  step "build every CUDA family binary"
+  timeout 120 python3 -c "
+import concurrent.futures as cf
+from hazards.families import all_families
+from hazards.stress_family import family_binary
+fams = [f for f in all_families() if f.binary and 'cuda' in f.platforms]
+with cf.ThreadPoolExecutor(8) as pool:
+    for f, b in zip(fams, pool.map(family_binary, fams)):
+        print(f.name, b)" || echo "BUILD FAILED (continuing with what built)"
 }

@@ -19,15 +19,7 @@ export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build} PYTHONUNBUFFERED=1
 
 machine_step
 
-step "build every CUDA family binary"
-timeout 120 python3 -c "
-import concurrent.futures as cf
-from hazards.families import all_families
-from hazards.stress_family import family_binary
-fams = [f for f in all_families() if f.binary and 'cuda' in f.platforms]
-with cf.ThreadPoolExecutor(8) as pool:
-    for f, b in zip(fams, pool.map(family_binary, fams)):
-        print(f.name, b)" || echo "BUILD FAILED (continuing with what built)"
+build_cuda_families
 
 step "0. the harness heartbeat: seeded deadlocks are stalls; a warm megakernel_layers server keeps each seq (gpu tests)"
 timeout 60 python3 -m pytest -q -p no:randomly -p no:cacheprovider tests/tripwire/test_deadlock_gpu.py \
