@@ -5,7 +5,7 @@
 # cheapest kill test: ~0.4 s of process start-up, then the batches), within BUDGET seconds.
 #     bash ci/gpu/mutate-catalog.sh            # BUDGET=170 s of script time by default
 # Rows in priority order: the families' own sources and the compat.h helpers they call
-# (acquire/release/fence under ordering, the cp.async waits under pipeline), then the layered
+# (acquire/release/fence under ordering, the cp.async waits under pipeline), deadlock, then the layered
 # megakernel's mkl_sync.cuh if time is left. mma_pingpong is left out (one build of its wgmma
 # instantiations is about a minute). Raw output, 5 files: $OUT/mutate-catalog/{console.log,
 # results.jsonl (one --json object per row, with the row), stderr.log, mutate.db} and
@@ -15,10 +15,11 @@ export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build} PYTHONUNBUFFERED=1
 machine_step
 S=standalone
 # family | weight of the budget | launches per variant per run | run timeout s | operators | sources
+# (deadlock after the others: its kills are hangs, each costs its run timeout)
 ROWS=("ordering|3|1000|10|remove-barrier,weaken-order,narrow-scope,remove-fence|$S/ordering/ordering.cu $S/common/compat.h"
-      "deadlock|3|200|8|all|$S/deadlock/deadlock.cu"
       "pipeline|2|1000|10|remove-barrier,deepen-wait|$S/pipeline/pipeline.cu $S/common/compat.h"
       "barrier_layout|2|500|10|all|$S/barrier_layout/barrier_layout.cu $S/barrier_layout/barrier_layout_host.h"
+      "deadlock|3|200|6|all|$S/deadlock/deadlock.cu"
       "megakernel_layers|2|20|20|all|$S/megakernel_layers/mkl_sync.cuh")
 TOTAL=0; for r in "${ROWS[@]}"; do IFS='|' read -r _ w _ <<< "$r"; TOTAL=$((TOTAL + w)); done
 for r in "${ROWS[@]}"; do
