@@ -63,7 +63,7 @@ if [ -n "$B2" ]; then wait "$B2"; echo "candidate build exit $?: $(tail -1 "$W/b
 
 log "decode: reference, reference_f64, and every variant through the production kernel"
 timeout 150 python3 -m hazards.gates.synthlm.megakernel --out "$W/sinks" --sequences 64 --max-seconds "$TRAIN_S" \
-  --ratio "$RATIO" --max-kl "$MAX_KL" --timeout 40
+  --ratio "$RATIO" --max-kl "$MAX_KL" --timeout 25
 echo "driver exit $?"
 cp "$W/sinks/result.json" "$R/result.json" 2>/dev/null
 

@@ -161,9 +161,55 @@ def test_the_driver_refuses_bad_input_and_says_it_could_not_look_without_a_gpu(t
         MK.run(tmp_path, variants=["nosuch"])
 
 
+@pytest.fixture(scope="module")
+def decode_binary():
+    """The family's production binary (the build cache; skipped without nvcc)."""
+    from hazards.engine.build import find_compiler
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.family import build_harness
+
+    try:
+        find_compiler("sm_90a")
+    except ToolchainMissing as exc:
+        pytest.skip(f"nvcc not available: {exc}")
+    return build_harness("megakernel_layers")
+
+
+def _decode(binary, req):
+    import subprocess
+
+    proc = subprocess.run([str(binary), "--decode", json.dumps(req)], capture_output=True, text=True, timeout=60)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("MKL_DECODE ")]
+    assert len(line) == 1, proc.stdout + proc.stderr
+    return proc.returncode, json.loads(line[0][len("MKL_DECODE "):])
+
+
+@pytest.mark.xdist_group("megakernel_layers_build")
+def test_the_binary_refuses_what_it_cannot_decode_before_touching_the_gpu(decode_binary, bf16_model, tmp_path):
+    """mkl_decode.cuh's refusals (exit 2, one MKL_DECODE line) come before any CUDA call, so a
+    CPU runs them; the size it asks of a weights file is `pack`'s."""
+    _, w, _ = bf16_model
+    (tmp_path / "w.bin").write_bytes(MK.pack(w)[:-2])
+    (tmp_path / "x.bin").write_bytes(b"\0" * (4 * 2 * 128 * 128))
+    files = {"weights": str(tmp_path / "w.bin"), "inputs": str(tmp_path / "x.bin"), "out": str(tmp_path / "o.bin")}
+    req = MK.decode_request(w.shape, w.layers, 2, 4, {}, files)
+    rc, reply = _decode(decode_binary, req)
+    assert rc == 2 and reply["status"] == "bad_request"
+    assert f"needs {len(MK.pack(w))}" in reply["message"] and "weights file" in reply["message"]
+    for change, words in (({"shape": [128, 4, 1, 4, 2, 1056]}, "compiled for 64 q / 8 kv and 16 q / 4 kv"),
+                          ({"shape": [132, 16, 4, 4, 2, 1056]}, "D must be a multiple of 8"),
+                          ({"shape": [128, 16, 4, 4, 2, 1000]}, "I must be a multiple of 32"),
+                          ({"hazard": "nosuch"}, "unknown hazard nosuch"),
+                          ({"positions": 0}, "\"positions\" must be an integer")):
+        rc, reply = _decode(decode_binary, {**req, **change})
+        assert rc == 2 and words in reply["message"], (change, reply)
+    rc, reply = _decode(decode_binary, {k: v for k, v in req.items() if k != "weights"})
+    assert rc == 2 and '"weights"' in reply["message"]
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_the_production_kernel_passes_and_a_silent_corruption_fails(tmp_path):
-    result = MK.run(tmp_path, sequences=8, variants=["clean", "stale_descriptor"], max_seconds=40.0)
+    result = MK.run(tmp_path, sequences=8, variants=["clean", "stale_descriptor"])
     rows = {r["variant"]: r for r in result["rows"]}
     assert rows["clean"]["got"] == "pass", rows["clean"]["failed"]
     assert rows["stale_descriptor"]["got"] == "fail"
@@ -186,6 +232,8 @@ def test_the_driver_end_to_end_on_cpu_with_a_stand_in_for_the_binary(tmp_path, m
 
     def fake_decode(binary, w, x, fields, **kw):
         seen.append(fields)
+        if fields.get("hazard") == "dead_flag":
+            raise RuntimeError("--decode: exit 3: device fault")
         h = MK.reference_hidden(w, x)
         if fields.get("hazard", "none") != "none":
             h = h.clone()
@@ -195,10 +243,13 @@ def test_the_driver_end_to_end_on_cpu_with_a_stand_in_for_the_binary(tmp_path, m
     monkeypatch.setattr(MK, "run_decode", fake_decode)
     # untrained weights: a perplexity far above the trained ceiling, and a rounding floor near
     # 1e-6 nats of KL (3e-11 for the model trained 150 steps), so looser limits here
-    result = MK.run(tmp_path, device="cpu", sequences=2, variants=["clean", "amax_tail"], ceiling_nats=10.0,
-                    max_kl=1e-5)
+    result = MK.run(tmp_path, device="cpu", sequences=2, variants=["clean", "dead_flag", "amax_tail"],
+                    ceiling_nats=10.0, max_kl=1e-5)
     rows = {r["variant"]: r for r in result["rows"]}
-    assert [f.get("hazard", "none") for f in seen] == ["none", "amax_tail"]
+    assert [f.get("hazard", "none") for f in seen] == ["none", "dead_flag", "amax_tail"]
+    # a decode that failed is not judged, not a fail that counts as detection, and the rest go on
+    assert rows["dead_flag"]["got"] == "error" and not rows["dead_flag"]["ok"]
+    assert "device fault" in rows["dead_flag"]["error"] and "| dead_flag | fail | error |" in MK.table(result)
     assert rows["clean"]["got"] == "pass" and rows["clean"]["ok"]
     assert rows["amax_tail"]["got"] == "fail" and rows["amax_tail"]["ok"]
     assert rows["reference_f64"]["got"] == "pass", (rows["reference_f64"]["failed"], rows["reference_f64"]["fixed_prefix"])
