@@ -25,11 +25,12 @@ TOTAL=0; for r in "${ROWS[@]}"; do IFS='|' read -r _ w _ <<< "$r"; TOTAL=$((TOTA
 for r in "${ROWS[@]}"; do
   IFS='|' read -r fam w launches tmo ops srcs <<< "$r"
   share=$(( $(left) * w / TOTAL )); TOTAL=$((TOTAL - w))
-  [ "$share" -ge 15 ] || { echo "$fam: not run (budget left $(left) s)"; continue; }
+  [ "$share" -ge 30 ] || { echo "$fam: not run (budget left $(left) s)"; continue; }
   step "mutate --family $fam ($share s; $srcs; operators $ops)"
   opargs=(); [ "$ops" = all ] || opargs=(--operators "$ops")
   # shellcheck disable=SC2086  # the sources are one word each
-  timeout $((share + 20)) python3 -m hazards mutate --family "$fam" $srcs "${opargs[@]}" --budget "${share}s" \
+  # the kill loop stops starting mutants 15 s before the share ends; a run in flight may take longer
+  timeout $((share + 5)) python3 -m hazards mutate --family "$fam" $srcs "${opargs[@]}" --budget "$((share - 15))s" \
     --timeout "$tmo" -n 3 --launches "$launches" --store "$R/mutate.db" --json > "$R/row.json" 2>> "$R/stderr.log"
   echo "exit $?"
   python3 - "$R/row.json" "$fam" "$srcs" >> "$R/results.jsonl" <<'PY'
