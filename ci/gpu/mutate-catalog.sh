@@ -14,13 +14,13 @@ cd "$(dirname "$0")/../.." && . ci/gpu/round.sh mutate-catalog "${BUDGET:-170}"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build} PYTHONUNBUFFERED=1
 machine_step
 S=standalone
-# family | weight of the budget | launches per variant per run | run timeout s | operators | sources
+# family | weight of the budget (about its mutants; the megakernel build is slower) | launches per variant per run | run timeout s | operators | sources
 # (deadlock after the others: its kills are hangs, each costs its run timeout)
-ROWS=("ordering|3|1000|10|remove-barrier,weaken-order,narrow-scope,remove-fence|$S/ordering/ordering.cu $S/common/compat.h"
-      "pipeline|2|1000|10|remove-barrier,deepen-wait|$S/pipeline/pipeline.cu $S/common/compat.h"
-      "barrier_layout|2|500|10|all|$S/barrier_layout/barrier_layout.cu $S/barrier_layout/barrier_layout_host.h"
-      "deadlock|3|200|6|all|$S/deadlock/deadlock.cu"
-      "megakernel_layers|2|20|20|all|$S/megakernel_layers/mkl_sync.cuh")
+ROWS=("ordering|15|1000|10|remove-barrier,weaken-order,narrow-scope,remove-fence|$S/ordering/ordering.cu $S/common/compat.h"
+      "pipeline|10|1000|10|remove-barrier,deepen-wait|$S/pipeline/pipeline.cu $S/common/compat.h"
+      "barrier_layout|10|500|10|all|$S/barrier_layout/barrier_layout.cu $S/barrier_layout/barrier_layout_host.h"
+      "deadlock|12|200|6|all|$S/deadlock/deadlock.cu"
+      "megakernel_layers|8|20|20|all|$S/megakernel_layers/mkl_sync.cuh")
 TOTAL=0; for r in "${ROWS[@]}"; do IFS='|' read -r _ w _ <<< "$r"; TOTAL=$((TOTAL + w)); done
 for r in "${ROWS[@]}"; do
   IFS='|' read -r fam w launches tmo ops srcs <<< "$r"
@@ -29,8 +29,8 @@ for r in "${ROWS[@]}"; do
   step "mutate --family $fam ($share s; $srcs; operators $ops)"
   opargs=(); [ "$ops" = all ] || opargs=(--operators "$ops")
   # shellcheck disable=SC2086  # the sources are one word each
-  # the kill loop stops starting mutants 15 s before the share ends; a run in flight may take longer
-  timeout $((share + 5)) python3 -m hazards mutate --family "$fam" $srcs "${opargs[@]}" --budget "$((share - 15))s" \
+  # the kill loop starts no mutant after share - 10 s; the last gets one run (<= its 10 s timeout)
+  timeout $((share + 5)) python3 -m hazards mutate --family "$fam" $srcs "${opargs[@]}" --budget "$((share - 10))s" \
     --timeout "$tmo" -n 3 --launches "$launches" --store "$R/mutate.db" --json > "$R/row.json" 2>> "$R/stderr.log"
   echo "exit $?"
   python3 - "$R/row.json" "$fam" "$srcs" >> "$R/results.jsonl" <<'PY'
