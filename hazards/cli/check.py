@@ -1,4 +1,4 @@
-"""`hazards check`: the pre-merge hazard check (static checks, then canaries on every GPU)."""
+"""`hazards check`: the pre-merge hazard check (static checks beside canaries on every GPU)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from hazards.engine.forensics.policy import CHECK_HANG_BUDGET_S
 # rest tightens the clean bounds (docs/campaigns.md, "hazards check").
 DEFAULT_CHECK_BUDGET = "50s"
 
-_HELP = """Pre-merge hazard check: static checks, then a short stress of every canary on each free GPU.
+_HELP = """Pre-merge hazard check: static checks beside a short stress of every canary on each free GPU.
 
 `--budget` is the whole command's time (default 50s: a pre-merge check under a minute). The
 static checks run on the catalog's families (and the given paths) on the CPU while the GPU
