@@ -20,7 +20,7 @@ ROWS=("ordering|15|1000|10|remove-barrier,weaken-order,narrow-scope,remove-fence
       "pipeline|10|1000|10|remove-barrier,deepen-wait|$S/pipeline/pipeline.cu $S/common/compat.h"
       "barrier_layout|10|500|10|all|$S/barrier_layout/barrier_layout.cu $S/barrier_layout/barrier_layout_host.h"
       "deadlock|12|200|6|all|$S/deadlock/deadlock.cu"
-      "megakernel_layers|8|20|20|all|$S/megakernel_layers/mkl_sync.cuh")
+      "megakernel_layers|8|20|10|all|$S/megakernel_layers/mkl_sync.cuh")
 TOTAL=0; for r in "${ROWS[@]}"; do IFS='|' read -r _ w _ <<< "$r"; TOTAL=$((TOTAL + w)); done
 for r in "${ROWS[@]}"; do
   IFS='|' read -r fam w launches tmo ops srcs <<< "$r"
