@@ -2,6 +2,7 @@
 # The layered megakernel's optimisation campaign, one GPU, <= BUDGET s of script time.
 #     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|all|rest]
 #     OUT=/tmp/out BUDGET=220 bash ci/gpu/layers-campaign.sh stepc    # round 5: step (c) + the rest
+#     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepc-quick          # the same in <= 75 s (see below)
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -27,11 +28,17 @@
 #     per-task profile of both (the layer head the snapshot_epoch model assumes), the clean
 #     variants, corruption canaries and hang classes on step (c)'s build, then what `rest` runs
 #     but those (the ragged regression, the tripwire bench, hazards check on production's build).
+#   * `stepc-quick` (BUDGET 75 unless set): stepc without the torch paths, the profile, the ragged
+#     regression, the hang classes and hazards check: builds, checked launches, the gate, the bench
+#     (floors and both kernels), the clean variants and corruption canaries on step (c)'s build
+#     (shorter), the tripwire bench.
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 WHAT=${1:-gate}
+QUICK=0
+if [ "$WHAT" = stepc-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-75}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
 R=$OUT/layers-campaign
@@ -69,10 +76,13 @@ echo "sources sha256 $(cat standalone/megakernel_layers/* standalone/include/*.h
 
 TWB=""  # the tripwire bench, built beside the kernels in stepc mode
 if [ "$WHAT" = stepc ]; then
-log "torch.compile warm-up, tripwire-bench build (background) and kernel builds (parallel)"
-timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \
-  --compile-timeout 100 > "$W/compile_warmup.txt" 2>&1 &
-WARM=$!
+log "torch.compile warm-up (not quick), tripwire-bench build (background) and kernel builds (parallel)"
+WARM=""
+if [ "$QUICK" = 0 ]; then
+  timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \
+    --compile-timeout 100 > "$W/compile_warmup.txt" 2>&1 &
+  WARM=$!
+fi
 timeout "$(cap 120)" python3 -c "
 import runpy
 m = runpy.run_path('bench/tripwire_overhead.py', run_name='build_only')
@@ -102,13 +112,9 @@ log "step (c)'s checked launches: $S4"
 if [ "$S4" = failed ] && [ -x "$BIN4" ]; then
   tail -5 "$W/sanity_step4.txt" | cut -c1-300
   timeout "$(cap 15)" python3 -m hazards repro --family megakernel_layers --binary "$BIN4" --store "$W/repro.db" \
-    --json --keep-going --variant clean --runs 1 --launches 1 --timeout 3 > "$W/repro_step4_clean.json" 2>&1
-  python3 -c "
-import json
-d = json.load(open('$W/repro_step4_clean.json'))
-print(d.get('counts'))
-for f in d.get('failures', [])[:1]:
-    print(' ', f['outcome'], '|', (f.get('tripwire') or {}).get('sentence'))" 2>&1 | cut -c1-900
+    --json --keep-going --variant clean --runs 1 --launches 1 --timeout 3 > "$W/repro_step4_clean.json" \
+    2> "$W/repro_step4_clean.err"
+  python3 ci/gpu/repro_summary.py "$W/repro_step4_clean.json" 2>&1 | cut -c1-900
   timeout "$(cap 40)" compute-sanitizer --tool memcheck "$BIN4" '{"launches":1,"params":{}}' \
     > "$W/memcheck_step4.txt" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|Address|at 0x" "$W/memcheck_step4.txt" | head -12 | cut -c1-200
@@ -122,30 +128,37 @@ print(f"step (c) vs production: {len(a)} / {len(b)} floats, identical {a == b}, 
       f"max abs diff {max(abs(x - y) for x, y in zip(a, b)):.3g}")
 EOF
 
-log "waiting for the compile warm-up"
-wait "$WARM"; echo "warm-up exit $?"; tail -2 "$W/compile_warmup.txt"
-
 ALSO=(); PROF=(--candidate production); ACC=(); HANGBIN=$BIN
 if [ "$S4" = ok ]; then
   ALSO=(--also-define MKL_CAMPAIGN_STEP=4); PROF+=(--candidate step_c); ACC=(--define MKL_CAMPAIGN_STEP=4)
   HANGBIN=$BIN4  # the hang classes below run on step (c)'s build
 fi
-log "bench: floors, production ${ALSO[*]}, torch paths"
-timeout "$(cap 90)" python3 bench/megakernel_layers_perf.py "${ALSO[@]}" \
-  --compile-mode default+graph --compile-timeout 60 --json "$W/perf.json" > "$W/perf.txt" 2>&1
-echo "exit $?"; tail -25 "$W/perf.txt"
-
 [ "$S4" != failed ] && gate e production step_c
 
-log "per-task profile: ${PROF[*]}"
-timeout "$(cap 30)" python3 bench/megakernel_layers_profile.py "${PROF[@]}" \
-  --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
-echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+if [ "$QUICK" = 0 ]; then
+  log "waiting for the compile warm-up"
+  wait "$WARM"; echo "warm-up exit $?"; tail -2 "$W/compile_warmup.txt"
+  TORCH=(--compile-mode default+graph --compile-timeout 60)
+else
+  TORCH=(--no-torch)
+fi
+log "bench: floors, production ${ALSO[*]} ${TORCH[*]}"
+timeout "$(cap 90)" python3 bench/megakernel_layers_perf.py "${ALSO[@]}" "${TORCH[@]}" --json "$W/perf.json" \
+  > "$W/perf.txt" 2>&1
+echo "exit $?"; tail -25 "$W/perf.txt"
 
+if [ "$QUICK" = 0 ]; then
+  log "per-task profile: ${PROF[*]}"
+  timeout "$(cap 30)" python3 bench/megakernel_layers_profile.py "${PROF[@]}" \
+    --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
+  echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+  ACCARGS=(--clean-launches 500 --clean-budget 2 --canary-budget 1); ACCCAP=35
+else
+  ACCARGS=(--clean-launches 200 --clean-budget 0.5 --canary-budget 0.3); ACCCAP=15
+fi
 log "clean variants and corruption canaries (one warm server) on the build with defines: ${ACC[*]:-none}"
-timeout "$(cap 35)" python3 bench/megakernel_layers_acceptance.py "${ACC[@]}" --clean-launches 500 \
-  --clean-budget 2 --canary-budget 1 --skip-agreement --json "$W/acceptance_stepc.json" \
-  > "$W/acceptance_stepc.txt" 2>&1
+timeout "$(cap $ACCCAP)" python3 bench/megakernel_layers_acceptance.py "${ACC[@]}" "${ACCARGS[@]}" \
+  --skip-agreement --json "$W/acceptance_stepc.json" > "$W/acceptance_stepc.txt" 2>&1
 echo "exit $?"; cut -c1-200 "$W/acceptance_stepc.txt" | grep -v Warning
 elif [ "$WHAT" != rest ]; then
 log "torch.compile warm-up (background) and builds (parallel)"
@@ -205,7 +218,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
-if [ "$WHAT" != gate ]; then
+if [ "$WHAT" != gate ] && [ "$QUICK" = 0 ]; then
   log "ragged decode regression"
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
@@ -217,13 +230,17 @@ if [ "$WHAT" != gate ]; then
   echo "exit $?"; cut -c1-200 "$W/acceptance.txt" | grep -v Warning
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
+fi
+if [ "$WHAT" != gate ]; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds 21 "${TWARG[@]}" \
     --json "$W/tripwire_overhead.json" > "$W/tripwire_overhead.txt" 2>&1
   echo "exit $?"; tail -6 "$W/tripwire_overhead.txt" | cut -c1-200
   CB=$(( $(left) - 15 )); [ "$CB" -gt 120 ] && CB=120
-  if [ "$CB" -ge 45 ]; then
+  if [ "$QUICK" = 1 ]; then
+    log "quick: no hazards check (the full stepc mode runs it)"
+  elif [ "$CB" -ge 45 ]; then
     log "hazards check on the family, budget ${CB}s (static half needs clang: skipped here)"
     timeout "$(cap $(( CB + 25 )))" python3 -m hazards check --families megakernel_layers --skip clang \
       --budget "${CB}s" --junit "$W/check-junit.xml" > "$W/check.txt" 2>&1
