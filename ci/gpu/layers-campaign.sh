@@ -119,6 +119,7 @@ if [ "$S4" = failed ] && [ -x "$BIN4" ]; then
     > "$W/memcheck_step4.txt" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|Address|at 0x" "$W/memcheck_step4.txt" | head -12 | cut -c1-200
 fi
+[ -s "$W/dump_plain.f32" ] && [ -s "$W/dump_step4.f32" ] &&
 python3 - "$W/dump_plain.f32" "$W/dump_step4.f32" <<'EOF' 2>&1 | cut -c1-300
 import sys
 from array import array
