@@ -141,6 +141,11 @@ DefineOption = Annotated[Optional[List[str]], typer.Option(
 RocmPathOption = Annotated[Optional[Path], typer.Option(
     "--rocm-path", help="A ROCm installation to compile HIP sources with (its headers and device "
     "libraries; sets ROCM_PATH).", show_default="$ROCM_PATH, else the system's HIP headers")]
+Hip6CompatOption = Annotated[bool, typer.Option(
+    "--hip6-compat", help="Compile HIP sources written for ROCm 6 with an older HIP (Debian's 5.2): "
+    "the project's own stand-ins for what it lacks (hip_bf16.h, hip_fp8.h, a few host-API names) "
+    "and the headers installed wheels carry (triton's AMD backend, PyTorch's c10), after the "
+    "system's. An approximation of a ROCm 6 build; a real HIP header always wins.")]
 CompileCommandsOption = Annotated[Optional[Path], typer.Option(
     "--compile-commands", help="The build's compile_commands.json (flags per source).",
     show_default="the nearest compile_commands.json above each source")]
@@ -280,6 +285,15 @@ def forensics_policy(enabled: bool, hang_budget: float, share: float, *, known_c
     if not (math.isfinite(share) and 0 < share <= 1):
         raise UserError(f"--forensics-share must be a share of the budget in (0, 1], got {share:g}")
     return ForensicsPolicy(hang_budget_s=hang_budget, share=share, known_canary=known_canary) if enabled else None
+
+
+def use_hip6_compat(on: bool) -> None:
+    """`--hip6-compat`: HIP builds get the ROCm 6 stand-ins (`$HZ_HIP6_COMPAT`, read by
+    hazards.static.userbuild.hip_device_args)."""
+    from hazards.static.userbuild import HIP6_COMPAT_ENV
+
+    if on:
+        os.environ[HIP6_COMPAT_ENV] = "1"
 
 
 def use_rocm_path(path: Optional[Path]) -> None:

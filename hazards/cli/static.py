@@ -11,9 +11,10 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (ARCH_HELP, CompileCommandsOption, DefineOption, FamiliesOption,
-                                 IncludeOption, JsonOption, ProgressIntervalOption, RocmPathOption, SkipOption,
-                                 VerboseOption, build_flags, parse_skip, print_findings, progress_interval,
-                                 split_names, use_rocm_path)
+                                 Hip6CompatOption, IncludeOption, JsonOption, ProgressIntervalOption,
+                                 RocmPathOption, SkipOption, VerboseOption, build_flags, parse_skip,
+                                 print_findings, progress_interval, split_names, use_hip6_compat,
+                                 use_rocm_path)
 
 _HELP = """Run every static check on the catalog's families and on the given paths.
 
@@ -33,7 +34,8 @@ was judged at all (every check skipped by `--skip`).
 
 Compiled mode, for your own sources: `hazards static --compile FILE [-- FLAGS]` or
 `hazards static --compile-commands build/compile_commands.json` compiles them with their
-flags and the installed headers (`--rocm-path` / `ROCM_PATH`: your ROCm's) - for gfx942
+flags and the installed headers (`--rocm-path` / `ROCM_PATH`: your ROCm's; `--hip6-compat`:
+stand-ins for what ROCm 6 code needs from an older HIP) - for gfx942
 with clang-19 or gfx950 with clang-22 (HIP sources) and/or sm_90a with nvcc (CUDA sources;
 `--arch` picks) - and runs every AMDGCN/SASS check on what came out, at the source lines,
 and says per build what it covered: device functions compiled, asm blocks and polls
@@ -67,6 +69,7 @@ def static_command(
     includes: IncludeOption = None,
     defines: DefineOption = None,
     rocm_path: RocmPathOption = None,
+    hip6_compat: Hip6CompatOption = False,
     progress_every: ProgressIntervalOption = "30s",
 ) -> None:
     from hazards.cli.progress import CampaignProgress
@@ -77,6 +80,7 @@ def static_command(
 
     _, tools = parse_skip(skip, parts=())
     use_rocm_path(rocm_path)
+    use_hip6_compat(hip6_compat)
     interval_s = progress_interval(progress_every)
     t0 = time.monotonic()
     flags = _flags_after_double_dash()

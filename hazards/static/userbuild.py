@@ -298,15 +298,52 @@ def header_compat_args(clang: str) -> tuple[str, ...]:
     return ("-include", str(_HIP_COMPAT / "hip52_rcp_f16.h"))
 
 
+HIP6_COMPAT_ENV = "HZ_HIP6_COMPAT"  # set (by `--hip6-compat`): HIP builds get `hip6_compat_args`
+
+
+def wheel_include_dirs() -> list[Path]:
+    """Header folders that installed Python wheels carry, found without importing them:
+    triton's AMD backend (`triton/backends/amd/include`: HIP 7's runtime headers and ROCm's
+    thunk types `hsakmt/`) and PyTorch's (`torch/include`: `c10/...`). Missing wheels give
+    nothing."""
+    import importlib.util
+
+    out = []
+    for package, sub in (("triton", "backends/amd/include"), ("torch", "include")):
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            continue
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            if (Path(root) / sub).is_dir():
+                out.append(Path(root) / sub)
+                break
+    return out
+
+
+def hip6_compat_args() -> list[str]:
+    """Flags to compile a source written for ROCm 6 with an older HIP (Debian's 5.2): the
+    project's own declarations (`hip_compat/hip6_names.h` force-included, `hip_compat/rocm6`
+    before the system headers: stand-ins for `hip/hip_bf16.h` and `hip/hip_fp8.h`), then the
+    headers installed wheels carry (`wheel_include_dirs`) *after* the system's, so that they
+    only supply what the system lacks (ROCm's `hsakmt/` types, PyTorch's `c10/`) and never
+    mix a second HIP version into the system's. An approximation of a ROCm 6 build: see
+    hip_compat/rocm6/hip/hip_bf16.h."""
+    return ["-include", str(_HIP_COMPAT / "hip6_names.h"), f"-I{_HIP_COMPAT / 'rocm6'}",
+            *(f"-idirafter{d}" for d in wheel_include_dirs())]
+
+
 def hip_device_args(clang: str, arch: str = toolchain.GFX942) -> list[str]:
     """clang's flags for the device side of a HIP source: the installed HIP headers when
     clang finds them (otherwise `-nogpuinc`: the source must bring its own; with them, the
     wave-size macro and the declarations they expect from an older clang, where this clang
-    no longer has them) and the device libraries (`device_lib_args`)."""
+    no longer has them, and with `$HZ_HIP6_COMPAT` set - `--hip6-compat` - the ROCm 6
+    stand-ins of `hip6_compat_args`) and the device libraries (`device_lib_args`)."""
     args = ["-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(arch), *device_lib_args(clang, arch)]
     if not hip_headers_found(clang):  # (with the user's ROCm, device_lib_args gave --rocm-path)
         return [*args, "-nogpuinc"]
-    return [*args, *wavefront_size_args(clang, arch), *header_compat_args(clang)]
+    compat = hip6_compat_args() if os.environ.get(HIP6_COMPAT_ENV) else []
+    return [*args, *wavefront_size_args(clang, arch), *header_compat_args(clang), *compat]
 
 
 class Preprocessor:

@@ -431,6 +431,47 @@ def test_a_start_barrier_publishes_nothing_written_in_the_kernel(tmp_path, befor
         assert "start barrier" in scope.message and "before the launch" in scope.message
 
 
+ROCM6_SOURCE = HEAD + '''#include <hip/hip_bf16.h>
+#include <hip/hip_fp8.h>
+__global__ void k(const __hip_bfloat162* in, __hip_fp8_e4m3_fnuz* q, float* out, volatile int* flag) {
+  __hip_bfloat162 m = __hmax2(in[threadIdx.x], in[threadIdx.x + 64]);   // ROCm 6 bf16 pair maths
+  q[threadIdx.x] = __hip_fp8_e4m3_fnuz(__low2float(m));
+  __syncwarp();                                                         // HIP 6's warp barrier
+  while (*flag == 0) {}
+  out[threadIdx.x] = __bfloat162float(__float2bfloat16(__high2float(m)));
+}
+void launch(hipFunction_t* f) { hipGetFuncBySymbol(f, (const void*)&k); }   // a HIP 6 host API
+'''
+
+
+@requires_hip
+def test_rocm6_sources_compile_against_an_older_hip_with_the_projects_stand_ins(tmp_path):
+    src = tmp_path / "r6.hip"
+    src.write_text(ROCM6_SOURCE)
+    for arch in ("gfx942", "gfx950"):
+        plain = hazards("static", "--compile", str(src), "--arch", arch)
+        assert plain.returncode == 3 and "[compile-failed]" in plain.stdout, plain.stdout + plain.stderr
+        compat = hazards("static", "--compile", str(src), "--arch", arch, "--hip6-compat", "-v")
+        assert compat.returncode in (0, 1), compat.stdout + compat.stderr
+        assert "compile-failed" not in compat.stdout and "1 poll(s) checked" in compat.stdout, compat.stdout
+
+
+def test_the_rocm6_stand_ins_defer_to_a_real_header_and_take_wheel_headers_last(tmp_path, monkeypatch):
+    from hazards.static import userbuild
+
+    compat = userbuild.hip6_compat_args()
+    overlay = Path(compat[compat.index("-include") + 1]).parent / "rocm6" / "hip"
+    for name in ("hip_bf16.h", "hip_fp8.h"):  # a HIP that has the header (ROCm 6) wins
+        assert f"#if __has_include_next(<hip/{name}>)" in (overlay / name).read_text()
+    # wheels' headers come after the system's (-idirafter): they never shadow its HIP
+    site = tmp_path / "site"
+    (site / "triton" / "backends" / "amd" / "include").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(site))
+    got = userbuild.hip6_compat_args()
+    assert f"-idirafter{site / 'triton/backends/amd/include'}" in got
+    assert all(a.startswith("-idirafter") for a in got[3:]) and len(got) >= 4
+
+
 @requires_hip
 def test_a_users_rocm_is_used_for_hip_builds_and_a_missing_one_is_a_one_line_error(tmp_path, monkeypatch):
     from hazards.static.userbuild import hip_device_args
