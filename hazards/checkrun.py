@@ -5,20 +5,7 @@ stress) was detected (a failure its oracle proved), no clean variant (reference/
 failed, and nothing was left unjudged. A canary that was not "went blind": the check can
 no longer see the hazard it exists for, which is a failure of the check, never good news.
 The GPU part runs in one leased-campaign frame (`hazards.engine.campaign`) over every
-free GPU; verdicts are `hazards.engine.verdict`'s.
-
-The GPU budget is spent where evidence is thin (`hazards.engine.sources.EvidenceAllocation`,
-without re-checks): canaries first, each until it is detected or its SPRT accepts the blind
-rate (p0 = 0.1% against p1 = 30% per run); then every run to the clean variant whose
-per-launch upper bound is weakest (a clean variant that fails stops: the check has failed),
-so what the check proves, stated per clean variant as a bound per launch, is as tight as the
-budget allows; then, when the example database beside the store holds failing points of the
-selected families (`hazards explore`), they are replayed (`REPLAY_SHARE` of the budget) and
-judged by the same two-way oracle. Families are found with `hazards.families.all_families()`, so a new
-family is checked without touching this file. A check that could not look never passes:
-without a GPU (or without clang-19, nvcc, the disassembler) what could not be judged is
-named and the check exits 3, unless `--skip` names what not to check (then it is reported
-as skipped).
+free GPU; verdicts are `hazards.engine.verdict`'s. More in docs/campaigns.md.
 """
 from __future__ import annotations
 

@@ -1,38 +1,9 @@
-"""`hazards explore FAMILY`: hypothesis over a family's parameter space on a leased GPU, with
-the family's static model as the oracle in both directions.
+"""`hazards explore FAMILY`: hypothesis over a family's space, its static model the two-way oracle.
 
 Each example is a parameter point drawn from the family's strategy (`Family.strategy()`),
 run on the family's warm launch server through the one loop: the leased-campaign frame
 runs a `Driven` work source whose driver is hypothesis (`hazards.engine.sources.Driven`),
-so every run is leased, watched, classified and committed like any other. The static
-model's call at the point (`StaticVerdict`: hazardous or safe, and the rate per launch it
-predicts on this GPU) decides what the runs must show:
-
-- **expected clean** (safe, or hazardous only elsewhere: predicted rate 0): one run of
-  `launches` launches must be clean. A failure is a hazard the model missed, or a
-  hardware/compiler surprise: `MISSED`.
-- **expected to fail** at rate p per launch: runs of `launches` launches until one fails
-  or the launch budget N(p) = ln(ALPHA) / ln(1 - p) is spent (capped at `max_launches`).
-  Still clean: a model gap or a blind harness, `GAP` (or `TOO_RARE` when N(p) exceeds the
-  cap: the budget could not tell). Failed, but at a per-launch rate whose interval excludes
-  p (the model has the outcome right and the rate wrong, either way): `RATE`.
-- **not rated** (hazardous, no predicted rate): one run; a failure is `OBSERVED`, a clean
-  run `UNCONFIRMED`. Neither is a disagreement: the model made no prediction to hold it to.
-
-A disagreement (MISSED, GAP, RATE) fails the hypothesis property, so hypothesis shrinks it to a
-minimal point and stores it in the example database; `hypothesis.target` steers generation
-toward higher observed failure rates (per launch; a hang or fault counts as 1). At the end
-every minimal disagreeing point is re-measured (`point_runs` runs) and printed with its
-rate per run and per launch, their intervals, and a `hazards repro --family F --params JSON`
-line. A GAP whose re-measured rate is consistent with the prediction (its per-launch upper
-bound at or above the predicted rate), or a RATE whose re-measured per-launch interval
-(a fixed number of runs: no stopping at the first failure) contains the prediction, is
-reported as not confirmed; only confirmed disagreements make explore exit 1.
-
-The example database lives beside the results store (`hazards.hypothesis_profiles
-.database_dir`): one per store, shared with the soak's explore share and the pytest
-plugin's nightly profile, so known failing points are replayed first on the next run, and
-`replay=True` (`--replay`) runs only them.
+so every run is leased, watched, classified and committed like any other. More in docs/explore.md.
 """
 from __future__ import annotations
 

@@ -3,20 +3,7 @@
 Every family is written down once, in `standalone/<family>/family.toml` (schema:
 docs/family-table.md): its parameters (kind, default, range or choices, doc), its variants
 (role, description, parameter preset, which oracle detects a broken one), its counters,
-default launches, timeout and harness anomalies. The same table is
-
-- read here to build the `Family` (`load_family`), and
-- embedded into the family's C++ binary at build time as a generated header
-  (`Family.table_header()` -> `hz_family_table.h`), which the harness parses at startup:
-  the C++ side of a family keeps only its behaviour (validate, run).
-
-A family module in `hazards/families/` defines `FAMILY = load_family("<folder>",
-static_model=..., strategy=...)`; `hazards.families.all_families()` finds every one, so a
-new family is a kernel folder with a `family.toml` plus one Python module.
-
-`Family.resolve(params)` is the one parameter resolver, with the harness's exact rules:
-declared defaults <- the named variant's preset <- explicit request fields, every name,
-type, range and choice checked (`BadPoint` otherwise). Static models judge resolved points.
+default launches, timeout and harness anomalies. More in docs/family-table.md.
 """
 from __future__ import annotations
 

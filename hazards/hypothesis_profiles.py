@@ -2,22 +2,7 @@
 
 The names are this project's own: hypothesis itself registers a `ci` profile (loaded when it
 sees a CI environment), and a user's conftest may define `ci` or `nightly`; this module never
-redefines a profile it did not register.
-
-`hazards-ci` is for pre-merge: derandomized (the same examples every run, so a red CI run is
-reproducible by rerunning it), few examples, no deadline (a GPU launch batch takes as
-long as it takes; hypothesis' deadline would flag slow batches as failures), and no
-example database (CI machines are fresh; nothing to share).
-
-`hazards-nightly` is for soaks: many examples, random generation, and the example database beside
-the results store (`database_dir`: `.hazards/hypothesis/` for the default store, or beside
-$HZ_STORE) so that a point that failed last night is tried first tonight. It is the same
-database `hazards explore` and `hazards soak --explore` use: one per store.
-
-Select one with hypothesis' own pytest option `--hypothesis-profile hazards-ci`, or with the
-environment variable HZ_HYPOTHESIS_PROFILE (the option wins). The pytest plugin registers
-both profiles at configure time; outside pytest (or in a conftest) call
-`register_profiles()` or `load_profile_from_env()`.
+redefines a profile it did not register. More in docs/pytest-plugin.md.
 """
 from __future__ import annotations
 

@@ -9,11 +9,7 @@ variant whose checks could not run (a compiler or disassembler is missing) is re
 name as `toolchain-missing` (an error that is not a hazard: the commands exit 3), never as
 passed; `--skip TOOL` turns that into a `check-skipped` note. Findings
 of a canary that was flagged are expected: they are summarised as one `canary-detected`
-info line, not failures.
-
-This module is the catalog side of the static checks: `hazards.static` checks artifacts
-and imports nothing from the catalog; the catalog's verdicts about its own variants live
-here, with their ids in `CATALOG_CHECKS`.
+info line, not failures. More in docs/static-checks.md.
 """
 from __future__ import annotations
 

@@ -5,17 +5,7 @@ This module builds the family binary (`hazards.engine.build`), describes a varia
 `--once` under compute-sanitizer), runs it on the one loop in a leased-campaign frame
 (`LeasedCampaign.repeat`), and sums what the replies report (launches, mismatched
 launches, litmus instances and weak outcomes) into per-launch rates with confidence
-intervals.
-
-The catalog's side of the verdict: `expectation` says what a correct check must report
-for a variant under an oracle (a canary, role `broken`, must be detected by every oracle
-in its `detected_by`; a clean variant at a point the static model calls safe must stay
-clean), and `proof` what counts as the oracle seeing its hazard (under the sanitizer, a
-sanitizer error, not a mismatch or a timeout of the slowed-down kernel; under stress, a
-failing run whose harness did not report its own machinery going wrong: the family's
-`harness_anomalies`, e.g. ordering's bounded spin that gave up or a result slot never
-written; barrier_layout's spin timeouts are its seeded lost release, not one). The verdict
-itself is `hazards.engine.verdict.judge`, the same for check, soak, stress and reports.
+intervals. More in docs/campaigns.md.
 """
 from __future__ import annotations
 

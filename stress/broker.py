@@ -7,9 +7,7 @@
    the command's whole tree if this process dies.
 3. Release the lease on any exit. The flock is dropped by the kernel even when this process
    is SIGKILLed, and the keeper then kills the command, so a GPU is never left leased by a
-   dead broker nor used by a command whose lease is gone.
-
-The exit status is the command's (128 + N when signal N ended it).
+   dead broker nor used by a command whose lease is gone. More in docs/campaigns.md.
 """
 from __future__ import annotations
 

@@ -6,12 +6,7 @@ compiles it with nvcc for `sm_90a` (or hipcc for `gfx942` where ROCm is installe
 caches the binary in the per-user build cache (`hazards.engine.toolchain.cache_dir`,
 `$HZ_BUILD_DIR` overrides) keyed by every source file in those folders, the compile flags,
 the compile-time defines, the generated headers and the compiler's release line: an
-unchanged tree never recompiles, and a new compiler or flag always does.
-
-A missing compiler raises `ToolchainMissing` (one clear line); a compile error raises
-`BuildFailed` with the first error line and the path of the full log. This module knows
-nothing about families (`stress` never imports `hazards`): callers pass paths. Tools, flags
-and the cache live in `hazards.engine.toolchain`.
+unchanged tree never recompiles, and a new compiler or flag always does. More in docs/harness.md.
 """
 from __future__ import annotations
 

@@ -1,43 +1,7 @@
 """The leased-campaign frame: lease(s), telemetry, the store and warm targets, around the loop.
 
-Every command that runs anything opens one `LeasedCampaign` and runs its campaign(s) in it:
-
-    with LeasedCampaign.acquire(store, "hazards soak", wait_s=60) as frame:    # every free GPU
-        cid = frame.create("soak", spec)                     # spec["sessions"] gets this session
-        stats = frame.run(cid, Rotation(items), budget_s=1800)               # the one loop
-
-    with LeasedCampaign.acquire(store, "hazards run", max_gpus=1, without_gpu=True) as frame:
-        summary = frame.repeat(item=WorkItem("demo", kind="command", argv=argv), n=20, timeout=60)
-
-The frame owns what every campaign needs around `hazards.engine.loop.run_local`: the
-GPU leases (released when the frame closes; a machine with no GPU gets the no-GPU
-pseudo-lease where the caller allows it), an NVML telemetry monitor on exactly the leased
-GPUs (every run gets a telemetry window; the summary lands in the campaign spec), one
-warm-target cache per lease that lives as long as the frame (so `hazards stress` keeps one
-launch server for all the variants it runs as separate campaigns), and the campaign's
-status: 'running' while the loop runs, then 'complete', 'stopped' (the work source ended it
-early: first failure, SPRT decision) or 'interrupted' (Ctrl-C, SIGTERM, a lost executor).
-A run is committed the moment it ends, so a SIGKILLed supervisor leaves a campaign in
-'running' that `--resume` continues. Such a campaign is marked 'interrupted' by the next
-start of any campaign in its store (`create`, `reopen`), once whatever its dead supervisor
-left running was killed and its tripwire files removed (`hazards.engine.recovery`); the
-spec keeps what was cleaned (`recovered`), and `reopen` (every `--resume`) says it.
-
-Repetition (n runs, until the first failure, an SPRT stop, resume up to the requested
-total) is the `Repeat` work source; `repeat()` runs one item that way and returns a
-`CampaignSummary`.
-
-Hang forensics: a frame given a `ForensicsPolicy` (`forensics=`; every command gives one
-unless `--no-forensics`) makes it the watchdog's hang policy while its loop runs: each hang
-gets a full collection, a summary or none within a capped share of the campaign's budget
-(`hazards.engine.forensics.policy`); the tally lands in the campaign spec (`forensics`) and
-is said once the loop ends ("forensics: 3 hangs, 1 full collection, 2 summaries (...)").
-
-A `RunObserver` (the progress display every command shows, `hazards.cli.progress`) watches
-the loop: `begin` as a campaign's loop starts (what it plans, what is stored already),
-`started` as each run starts on a GPU, `finished` after each run is committed, `end` with
-the campaign's status.
-"""
+Every command that runs anything opens one `LeasedCampaign` and runs its campaign(s) in it;
+an example and what the frame owns are in docs/campaigns.md."""
 from __future__ import annotations
 
 import contextlib

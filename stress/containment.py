@@ -1,35 +1,7 @@
 """Children die with their supervisor, and every descendant of a run is ours to kill.
 
-How a child is started (`spawn`, used by the watchdog for every child it supervises):
-
-- **Parent-death signal.** The child asks the kernel for SIGKILL when its parent dies
-  (PR_SET_PDEATHSIG), through `setpriv --pdeathsig KILL` (util-linux) exec'd in front of
-  the program, or, where setpriv is missing, a pre-exec hook (which makes the supervisor
-  fork instead of vfork: costlier, the more memory it holds). The signal follows the death
-  of the *thread* that forked, so children are forked by the main thread or by one spawner
-  thread that lives as long as the process.
-- **A cgroup per child**, where this process's cgroup v2 folder is delegated to it (it may
-  create folders there and move processes into them): `<own cgroup>/hazards-<pid>-<start
-  ticks>/run-<n>` (a later supervisor removes those of one that died), joined by the child before it runs the program (`echo 0 > cgroup.procs` in a
-  `sh` in front of it, or the pre-exec hook). Killing the cgroup (cgroup.kill) ends every
-  descendant, including those that called setsid, double-forked, cleared their environment
-  and closed their descriptors. `HZ_CGROUP=off` turns it off.
-- **A record** of every child, cgroup and tripwire file (`hazards.engine.recovery`), which
-  the guardian or the next start uses to clean up after a supervisor that died.
-
-What `supervise_process()` adds, for a process that is a supervisor for good (the
-`hazards` command line calls it; a library user may):
-
-- **Child subreaper** (PR_SET_CHILD_SUBREAPER): orphaned descendants are reparented to
-  this process rather than to init, so they stay ours (the watchdog collects the exit
-  status of those it killed).
-- **A guardian** process in a session of its own that cleans this process's record the
-  moment it dies, SIGKILL included (see `hazards.engine.recovery`).
-
-Each mechanism falls back cleanly (no setpriv: the hook; no delegated cgroup v2: process
-groups, markers, samples and pipe holders, as the watchdog always did; no /tmp record:
-none); `describe()` says which are active, and campaigns store it in their spec.
-"""
+How a child is started (`spawn`, used by the watchdog for every child it supervises), step
+by step, is in docs/architecture.md."""
 from __future__ import annotations
 
 import atexit

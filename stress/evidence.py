@@ -9,11 +9,7 @@ outcomes per instance, kernel time, bad elements, sanitizer errors). `hazards so
 evidence allocation and its report), `hazards check` (the per-launch bound stated for each
 clean variant), `hazards stress` (its table and JSON) and the allocation benchmark read the
 same numbers from here, so a hung run is "1 of 1 launches failed" in every command.
-
-Counting launches: a reply's `launches` metric when the run reports one (a server batch,
-a result line), else 1 (a command run, a hang or a fault with no reply: at least the
-launch that failed). A mismatched run counts its `mismatched` launches (1 if it does not
-say); a hang or fault counts one failed launch.
+More in docs/campaigns.md.
 """
 from __future__ import annotations
 

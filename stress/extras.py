@@ -1,5 +1,4 @@
-"""Optional dependencies: which extra of gpu-hazards brings each module, and the one-line
-error that says how to install it when a code path needs one that is missing.
+"""Optional dependencies: the extra that brings each module, and the one-line install hint.
 
 `pip install gpu-hazards` installs the core (the CLI, the engine, the static checks, the
 pytest plugin's logic); the extras of pyproject.toml's [project.optional-dependencies]

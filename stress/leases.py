@@ -7,35 +7,7 @@ when the last file descriptor closes, so a SIGKILLed holder never leaves a stale
 behind. The lock fd is not inherited by children (Python's default), so a child cannot keep
 a lease alive after its supervisor is gone. The optional NVML exclusive-card check
 (`exclusive=True`) catches compute processes that did not take a lease at all.
-
-Shared by all users, the folder is made world-writable and sticky (mode 1777, like /tmp),
-and every file in it is made readable and writable by all (0666, whatever the creator's
-umask), so a lock file one user created is lockable by the next. A folder that someone
-other than the user could empty is refused (whoever may delete a held lock file can hand
-the same GPU to two processes): one owned by another user than the user or root, or one
-writable by others without the sticky bit. Files are opened relative
-to the opened folder without following symbolic links (O_NOFOLLOW): a link planted in the
-folder is refused, never written through. A lock file another user made unwritable (not
-by this code) is still locked, read-only; its holder line then cannot be rewritten.
-
-Which GPUs may be leased follows the caller's CUDA_VISIBLE_DEVICES (`hazards.engine.gpus`); index
-entries are read in PCI bus order, as nvidia-smi and NVML number them. A lease gives its
-children `CUDA_VISIBLE_DEVICES=<uuid>` (unambiguous whatever CUDA_DEVICE_ORDER says).
-For tests, `HZ_FAKE_GPUS="0,1"` pretends those GPUs exist (no NVML involved; an entry
-spelled as a UUID, "GPU-aaaa", is its own UUID, so a fake NVML can answer for it).
-
-Every acquire, release, refusal and reclaim (a lease whose previous holder died without
-releasing) is appended as one JSON line to `<lock dir>/log.jsonl`: who (pid, host, holder
-tag) held which GPU, when.
-
-A lease's children get its token in `HZ_LEASED` (with CUDA_VISIBLE_DEVICES). A process
-whose environment carries the token of the lease that holds a GPU may run on that GPU:
-`acquire` returns an *inherited* lease that holds no lock and releases nothing (logged as
-"inherit"), so a `hazards run` started by a campaign, by the lease broker, or by a test
-under the pytest plugin runs on its parent's GPU instead of refusing it. Anyone else is
-refused as before. `no_gpu_lease` is the pseudo-lease of a machine
-with no GPU: commands that need none (`hazards run -- CMD` on a CPU runner) run on it,
-with the environment left as it is.
+More in docs/campaigns.md.
 """
 from __future__ import annotations
 

@@ -1,30 +1,7 @@
 """The one run loop: a loop per leased GPU, each pulling work from a shared work source.
 
 Every command that runs anything goes through it (`hazards run`, `repro`, `stress`, `check`,
-`soak`, through the leased-campaign frame of `hazards.engine.campaign`). The pieces are
-separate so that another executor (Ray: `executors/ray_executor.py`) can host the same
-per-GPU loop in an actor:
-
-- `WorkItem`: what to run (a family variant on its launch server, a registered or user's
-  command/server target) and what a correct check must report for it (an expectation
-  and a proof, `hazards.engine.verdict`), JSON-serialisable for campaign specs and resumes.
-- a *work source* (`WorkSource`: `next_item(gpu)`, `report(item, result)`, `finished()`):
-  decides what runs next and when to stop; repetition (n runs, until-fail, SPRT, resume),
-  rotation and SPRT-stopping are the sources of `hazards.engine.sources`.
-- a *sink* (`allocate()`, `record(seq, item, result)`): where results go; `StoreSink`
-  commits each run to the results store the moment it ends (artifact folders settled by
-  the policy, an observer called with `(seq, item, result)`).
-- `GpuLoop`: the per-GPU loop itself: a lease, a source, a sink, a deadline; one warm
-  target per `WorkItem.target_key` (one ServerTarget per server binary, shared by every
-  variant of that family), made by a target factory with the lease's environment
-  (`CUDA_VISIBLE_DEVICES`), and telemetry around every run.
-- `run_local`: a `GpuLoop` per lease (one lease: in the calling thread, so Ctrl-C and
-  SIGTERM reach the run in flight at once; several: one thread each); per-GPU statistics.
-
-A target that cannot even start (missing binary, build failure) gives `error` runs, never
-an exception out of the loop. A target whose GPU is gone for good (a Ray node that died)
-raises `GpuLost` carrying the `error` run of the request it had in flight: the loop records
-that run and ends for that GPU alone; the other GPUs carry on.
+`soak`, through the leased-campaign frame of `hazards.engine.campaign`). More in docs/campaigns.md.
 """
 from __future__ import annotations
 

@@ -2,18 +2,7 @@
 
 A profiled launch leaves `claimed` (how many spans it tried to record) and a ring of
 `capacity` records of four u64 words: begin, end, where = task (16) | SM (16) | block (32),
-aux. Tasks are matched by their numeric id; names are optional metadata.
-
-Per task id (the faithful gate's metrics, docs/gates.md):
-  * slowCTA = max over recorded instances of (end - begin): the slowest single block's body;
-  * wall    = max(end) - min(begin): the task's makespan, dispatch stagger included;
-  * sumCTA  = sum of (end - begin): total busy block-time, the anti-sloughing guard;
-  * instances, and how many distinct blocks ran it.
-
-Overflow is never silent: `dropped = claimed - capacity` spans were not stored, the
-profile is then `complete == False`, and anything computed from it says so. A claimed slot
-left all-zero (its writer never stored it) or a span ending before it began is a
-`problem`, also reported, never skipped quietly.
+aux. Tasks are matched by their numeric id; names are optional metadata. More in docs/gates.md.
 """
 from __future__ import annotations
 

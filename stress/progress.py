@@ -2,21 +2,7 @@
 
 A run whose target shows progress is a `hang` as soon as progress stops for its stall
 window, long before its timeout (which stays as the backstop). A run that never shows
-progress has only the timeout. Progress sources (docs/stall.md):
-
-- a line starting with `HZ_PROGRESS` on the child's stdout or stderr (anything may follow;
-  it becomes the "last:" label): scanned in every byte by the watchdog's drains;
-- the file named by `HZ_PROGRESS_FILE` in the child's environment: a change of its size or
-  modification time is progress (its last line is the label);
-- the tripwire file named by `HZ_TRIPWIRE_PATH`: a change of the launch generation, a
-  worker's position (phase, layer, tile) or a barrier state is progress; spin counts are
-  not (a deadlocked kernel keeps spinning);
-- a server's progress lines on the protocol channel (docs/protocol.md:
-  `{"id": N, "progress": ...}`), read by the server target.
-
-`Progress` also keeps the gaps between events (and from the last event to the run's end)
-as a log-bucketed histogram: the calibration of a default stall window reads them from the
-stored runs (stress/stall.py).
+progress has only the timeout. More in docs/stall.md.
 """
 from __future__ import annotations
 

@@ -2,15 +2,7 @@
 
     def handler(request):                      # one batch: {"id", "launches", "params"}
         return {"status": "ok", "launches": request["launches"], "mismatched": 0}
-
-    sys.exit(serve(handler, {"server": "mine", "pid": os.getpid()}))
-
-`serve` writes the handshake, then answers every request with the handler's reply (the
-request's id added) until a quit request or EOF. A handler that must end the server after
-a request (a sticky device error poisons the context) raises `StopServing`. A handler whose
-batch is long calls `progress(label)` as its work moves (after each launch it has seen
-complete, say): the supervisor then declares a hang as soon as those stop for its stall
-window, instead of waiting for the request's timeout (docs/stall.md).
+More in docs/protocol.md.
 """
 from __future__ import annotations
 

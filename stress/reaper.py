@@ -1,20 +1,8 @@
-"""Keeper of one leased command: it dies with the broker, and takes the command's whole tree
-with it. Standard library only; run as a script by hazards.engine.broker:
+"""Keeper of one leased command: it dies with the broker and takes the command's whole tree along.
 
+Standard library only; run as a script by hazards.engine.broker:
     python3 reaper.py BROKER_PID -- CMD ARGS...
-
-Why a separate process: the broker holds the GPU lease (an flock the kernel drops when the
-broker dies, however it dies), but a SIGKILLed broker runs no cleanup, so nothing of its
-own can stop the command from running on a GPU that is no longer leased. The reaper asks
-the kernel for two things: a signal when its parent (the broker) dies (PR_SET_PDEATHSIG),
-and to become the parent of every orphaned descendant of the command (PR_SET_CHILD_
-SUBREAPER), so daemonised grandchildren cannot slip away. On the broker's death it
-SIGKILLs the command's process group and every remaining descendant, then exits.
-
-Signals the broker forwards (SIGINT, SIGTERM, SIGHUP) go to the command's process group;
-if it has not exited after GRACE_S, everything is SIGKILLed. When the command exits, any
-leftover process of its tree is SIGKILLed too (it would otherwise keep using the GPU after
-the lease is given back). Exit status: the command's, or 128 + the signal that killed it.
+More in docs/campaigns.md.
 """
 from __future__ import annotations
 

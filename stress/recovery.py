@@ -7,30 +7,7 @@ JSON-lines file, `<runtime dir>/supervisors/<pid>-<start ticks>.jsonl` (runtime 
 $HZ_RUNTIME_DIR, else /tmp/gpu-hazards-<uid>, mode 0700), appended as things start and
 end; the supervisor holds an exclusive flock on it for its whole life. The kernel drops
 that lock however the supervisor dies, so "the lock can be taken" means "its supervisor is
-gone": no pid is trusted, none can be recycled into a wrong answer.
-
-A dead supervisor's record is cleaned (`clean`) by whoever takes its lock first:
-
-- its *guardian*, a small process the command-line supervisor starts in a session of its
-  own (`python3 -m hazards.engine.recovery --guard RECORD`): it blocks on the lock and
-  cleans the moment the supervisor dies, however it dies (SIGKILL included);
-- otherwise the *next start* of any campaign by this user (`recover`, called by the
-  leased-campaign frame), which also marks the dead supervisor's campaigns in its store
-  `interrupted` and records in each campaign's spec what was cleaned (`--resume` says it).
-
-Cleaning kills every child still recorded (its cgroup at once; its process group, unless
-the group id now names another process; every process carrying its marker), removes its
-cgroup folders and its tripwire files, and appends a `cleaned` line saying what it did. A
-record is deleted once it is cleaned and every campaign it lists was marked in its store.
-
-A record stays proportional to what is live: once it reaches `COMPACT_BYTES` and holds four
-times what its live entries need (a long campaign starts and ends a child per run), it is
-rewritten in place, in the same file under the same lock (the guardian waits on that
-file): its supervisor line and live entries over its start, then cut after them. A death
-between the two leaves the live entries followed by the tail of the old log, whose
-replay adds only entries that also end in it; a child pid reused since, whose old end
-falls in that tail, is the one case it can drop (then its cgroup, still recorded, and the
-parent-death signal still end it).
+gone": no pid is trusted, none can be recycled into a wrong answer. More in docs/architecture.md.
 """
 from __future__ import annotations
 

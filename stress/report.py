@@ -19,10 +19,7 @@ turn it into text. Times carry their time zone; the page's tables sort and filte
 small inline script (no network). The page
 links every artifact relative to itself: each run's folder and the files in it (logs,
 hang.md from the hang forensics, the tripwire diagnosis, evidence.json), so the page and
-the store's artifacts/ folder can be moved together.
-
-The HTML needs the `reports` extra (jinja2 and matplotlib); without it `write_report` is a
-one-line error saying how to install it, while the markdown and JSON summaries still work.
+the store's artifacts/ folder can be moved together. More in docs/campaigns.md.
 """
 from __future__ import annotations
 

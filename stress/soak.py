@@ -10,22 +10,7 @@ had, or whose failure rate rose significantly since the previous soak, `regresse
 that failed as before is a `known hazard`; a canary that went blind or whose detection rate
 dropped significantly fails; an item never judged is an error. Rate changes are one-sided
 exact tests (Boschloo; Fisher for large samples) corrected with Holm across the items.
-
-How the budget is spent (`allocation`): `evidence` (the default) runs each canary until it
-is seen failing and then re-checks it at one run in 50 (`sources.RECHECK_EVERY`), and gives
-every other run to the clean item whose per-launch upper bound is weakest
-(`sources.EvidenceAllocation`); `uniform` gives every item the same GPU time (`Rotation`,
-the behaviour before evidence allocation, kept for comparison). Every soak reports, per
-item, its rates per run and per launch (`evidence.Evidence`; a run is one launch for some
-targets and hundreds for others) and how many runs went to canaries after their first
-detection.
-
-A share of the budget (`explore_share`, `hazards soak --explore 0.2`) goes to an explorer
-the caller passes (`hazards explore` on every family: the engine knows nothing of the
-catalog), after the items; its campaigns are recorded in the soak's spec.
-
-Registered targets come from a TOML file (see `load_targets`). `stress` knows nothing of
-the hazard catalog: the `hazards soak` command turns families into `WorkItem`s.
+More in docs/campaigns.md.
 """
 from __future__ import annotations
 

@@ -3,23 +3,7 @@
 A work source (`hazards.engine.loop.WorkSource`) answers `next_item(gpu)` (None: nothing
 left), hears `report(item, result)` after every run, and says `finished()`; it must be
 thread-safe (every GPU's loop calls it). A source that ends a campaign early says why in
-`stop_reason` (the campaign is then 'stopped', not 'complete').
-
-- `Repeat` (run, repro, stress, bisect): one item `n` times, stored runs of a resumed
-  campaign included; stops at the first failure (`until_fail`), at the k-th
-  (`until_failures`), or on an SPRT decision.
-- `Rotation` (soak): every item again and again, the one with the least GPU time first.
-- `EvidenceAllocation` (soak `--allocation evidence`, check's clean variants): canaries
-  until they are seen failing, then re-checked at one run in `RECHECK_EVERY` (50); every
-  other run to the clean item whose per-launch upper bound is weakest.
-- `Driven` (explore): the items a driver running in its own thread asks for, one at a
-  time (hypothesis drives `hazards explore` through it).
-
-Every source also says what it plans (`items`, and `total`: the runs it makes at most, None
-when only the budget bounds it), which progress displays show.
-
-A target that cannot even start produces `error` runs; `Rotation` and `EvidenceAllocation` stop
-issuing an item after a few consecutive errors so a broken item cannot eat the budget.
+`stop_reason` (the campaign is then 'stopped', not 'complete'). More in docs/campaigns.md.
 """
 from __future__ import annotations
 

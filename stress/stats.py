@@ -5,17 +5,7 @@ the numbers a GPU engineer needs: a rate with an exact (Clopper-Pearson) or Wils
 interval, an upper bound when nothing failed, whether a change made the rate drop
 (one-sided Fisher and Boschloo), how many clean runs it takes to claim a rate below a
 bound, and Wald's sequential probability ratio test to stop a campaign as soon as the
-verdict is clear.
-
-For continuous measurements (the perf and logit gates) it gives distribution-free
-intervals: the Hodges-Lehmann shift of paired differences with its exact Wilcoxon
-signed-rank interval (`shift_ci`), and the order-statistic interval of a median
-(`median_ci`, the sign test's).
-
-Worked example (the design's): 4 hangs in 7 runs before, 0 in 10 after. One-sided
-Fisher p = 0.0147: the rate dropped. But 0/10 only bounds the after-rate by
-1 - 0.05**(1/10) = 25.9 % at 95 %, so this is not yet evidence of a fix; 299 clean runs
-would bound it below 1 %.
+verdict is clear. More in docs/campaigns.md.
 """
 from __future__ import annotations
 

@@ -4,41 +4,7 @@ Default location `.hazards/results.db` in the working directory; `HZ_STORE` or a
 explicit path overrides it. Several processes may write at once (WAL + busy timeout +
 `BEGIN IMMEDIATE` for every write). A writer killed at any point leaves a consistent
 database: each run is its own transaction, so every run that finished is present.
-
-Tables
-  campaigns  (id, kind, name, spec JSON, created, status, host)
-  runs       (id, campaign_id, seq, target, variant, params JSON, outcome, reason,
-              error_kind, evidence JSON, metrics JSON, started_at, duration_s, host,
-              gpu_uuid, worker_age, artifact_dir, signature_id)
-  signatures (id, key, outcome, error_kind, target, variant, message, first_seen,
-              last_seen, count)
-  progress_calibration (item, runs, gaps JSON, startup_max_s, updated): per item
-              ('target/variant'), the gaps between progress events of its clean runs (a
-              histogram, stress/progress.py) and, per target ('target'), the slowest
-              server start-up: what `--stall auto` and handshake timeouts are derived from
-              (stress/stall.py). Since version 2.
-
-The schema is versioned with `PRAGMA user_version`. A schema change is a numbered,
-forward-only migration (`MIGRATIONS`: entry i takes a store from version i + 1 to i + 2).
-A new store is made at version 1 (`_SCHEMA_V1`, never edited) and migrated forward like any
-other, so a new store and an upgraded one are the same by construction. A writable open of
-an older store backs it up beside itself first (`<store>.v<N>-backup-<UTC time>`, SQLite's
-online backup) and then migrates it in one transaction (all steps or none); a read-only open
-refuses it in one line naming `hazards store migrate`; a newer store than this hazards knows
-is refused in one line (never misread, never downgraded). `inspect_store` says where a store
-stands without changing it (`hazards store check`).
-
-When SQLite fails (a damaged file, a full disk, an I/O error, a write lock held for longer
-than the busy timeout) every method raises `StoreError`: one line naming the file, SQLite's
-words and what to do (the CLI exits 4). A finished run that could not be committed is not
-lost: `spill_run` appends it to a JSON-lines spill file beside the store (or, when that
-cannot be written either, in the per-user state or temporary folder), and the next time
-the store is opened for writing (`--resume`, any new campaign) the spilled runs are
-imported into their campaign and the spill file removed.
-
-`read_only=True` opens the store without writing (`query_only`; `mode=ro`, or
-`immutable=1` where the folder is a read-only mount and SQLite cannot create the WAL
-index), so `stats`, `report` and `compare` work on a read-only mount.
+More in docs/campaigns.md.
 """
 from __future__ import annotations
 

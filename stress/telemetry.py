@@ -5,11 +5,7 @@ reasons, ECC counter deltas over the run, and the Xid events received inside the
 window. A background thread per campaign waits on an NVML event set for Xid critical
 errors (NVML events carry no time stamp: an event is stamped when it is received, within
 the wait granularity) and samples the slow readings once a second, so a run costs only
-the two ECC reads at its ends.
-
-NVML is not CUDA: reading it never creates a CUDA context, so the supervisor may use it.
-Everything degrades to empty telemetry when NVML (or a reading) is unavailable: a GPU
-without ECC, a container without event permission, a CPU-only machine.
+the two ECC reads at its ends. More in docs/campaigns.md.
 """
 from __future__ import annotations
 

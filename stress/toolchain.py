@@ -1,5 +1,4 @@
-"""The one home of the toolchain: compilers and disassemblers, GPU-target flags, compiler
-versions, cache keys and the build cache.
+"""The one home of the toolchain: tools, GPU-target flags, versions, cache keys, the build cache.
 
 - `find_tool(name)`: nvcc, hipcc, clang (with the AMDGPU backend), cpp, nvdisasm, cuobjdump.
   An `HZ_<TOOL>` variable overrides the lookup (HZ_NVCC, HZ_HIPCC, HZ_CLANG, HZ_CPP,
@@ -20,8 +19,7 @@ versions, cache keys and the build cache.
   ("family", "static", "megakernel"). Nothing is ever written into the installed package or
   into the current folder. `cached_output(path, produce)` fills one cache entry atomically,
   with a file lock so that concurrent builders of one key share one compile.
-
-The engine never imports the catalog: callers pass paths.
+More in docs/harness.md.
 """
 from __future__ import annotations
 

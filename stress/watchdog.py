@@ -1,22 +1,8 @@
-"""Supervise one child process: own process group, bounded output tails, hang collectors,
-and a kill that verifies nothing it started survives.
+"""Supervise one child: its own process group, bounded output tails, hang collectors, a verified kill.
 
 The supervisor never imports a GPU library: a hung kernel or a sticky CUDA error lives in
 the child, and the child's whole process group can always be killed from here.
-
-How descendants are found when it is time to kill (any one suffices):
-0. the child's own cgroup, where the machine delegates cgroup v2 to us (a child that
-   setsid()s, double-forks, clears its environment and closes its descriptors is still in
-   it; the SIGKILL goes to the whole cgroup at once: stress/containment.py);
-1. the child's process group (the child runs with `start_new_session=True`);
-2. descendants sampled with psutil while the run is going (children that were later
-   reparented to init are still known);
-3. an environment marker `HZ_SUPERVISED_<token>=1` inherited by every descendant that did
-   not clear its environment: a scan of /proc finds processes that called setsid() and
-   were reparented before any sample saw them;
-4. after the kill, if the child's output pipes still see no EOF, whoever holds them.
-Signals to processes outside the group go through pidfds, so a recycled pid is never hit
-(stress/proctree.py). Whatever is still running after SIGKILL is listed in `survivors`.
+More in docs/architecture.md.
 """
 from __future__ import annotations
 

@@ -2,34 +2,7 @@
 
 Runner-agnostic: every run is asked of a `Side` (the real one builds a commit in a worktree
 and runs the test through the engine's loop, `hazards.bisect.session`; the tests' one draws
-Bernoulli outcomes), so the statistics are the same code in both.
-
-1. **The bad end first.** It runs until END_FAILURES failures are seen (or its share of
-   the budget is spent): no failure at all is a refusal, there is nothing to bisect.
-2. **The good end** runs as many times as the bad end did (at least MIN_GOOD_RUNS); the
-   bad end must be clearly above it: one-sided Fisher exact p < END_ALPHA / END_LOOKS.
-   Where it is not, both ends run on (the bad end to twice the failures, the good end to
-   as many runs) up to END_LOOKS looks, then a refusal (END_ALPHA in all, Bonferroni).
-3. **Per commit, a sequential test** (Wald's SPRT, `hazards.engine.stats.Sprt`) between
-   "like good", H0: rate = p0, and "like bad", H1: rate = p1, with error rates alpha
-   (says bad, is good) and beta (says good, is bad). `Design.from_ends`: p1 = the bad
-   end's rate, taken low (its one-sided P1_CONF lower bound, at most P1_MAX: a bad end
-   that was lucky must not make a truly bad commit look good), p0 = the good end's rate,
-   taken high (its median-unbiased upper bound, P0_CONF), but at least p1 / P0_RATIO (a
-   good end that never failed in 100 runs may still fail at 0.3 %: a single failure must
-   not condemn a commit). `--rate-threshold P` sets p0 = P/2, p1 = 2P instead. The test
-   stops as soon as it decides; runs spent adapt to the rates (2 per commit for 0 % ->
-   100 %, tens for 20 %, around a hundred for 5 %: docs/bisect.md has the numbers).
-4. **Binary search over the first-parent history** between the ends: the commit nearest
-   the middle of the range still open is tested; one that does not build (or cannot run)
-   is skipped like `git bisect skip` and its nearest neighbour is tried. A commit still
-   undecided when the budget is spent ends the bisection "undecided", with the range left.
-
-The culprit is the first commit judged like bad whose first-parent predecessor was judged
-like good (or is the good end). Its confidence is the chance that every decision taken was
-right, from Wald's bounds on each decision's error (alpha / (1 - beta) for "like bad",
-beta / (1 - alpha) for "like good"): a lower bound, valid where each commit's true rate is
-p0 or less (good) or p1 or more (bad).
+Bernoulli outcomes), so the statistics are the same code in both. More in docs/bisect.md.
 """
 from __future__ import annotations
 

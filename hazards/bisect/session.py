@@ -6,10 +6,7 @@ kind `bisect` (its spec: what is bisected, the commits, and which campaign holds
 commit's runs) and hands `hazards.bisect.search.bisect` a `StoreSide`: each commit's runs
 are a campaign of kind `bisect-commit`, run by the `Repeat` work source (the bad and good
 ends until enough failures or runs; every other commit until its SPRT decides), in a built
-checkout of that commit (`hazards.bisect.history.Checkouts`).
-
-Resuming (`--resume ID`) replays every stored run into the same tests: the search takes
-the same path, builds nothing it built before, and runs only what is missing.
+checkout of that commit (`hazards.bisect.history.Checkouts`). More in docs/bisect.md.
 """
 from __future__ import annotations
 

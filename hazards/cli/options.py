@@ -1,12 +1,12 @@
-"""What several commands share: the options they have in common (one spelling, one meaning,
-one help text per flag), the parsers of option values, and two small helpers.
+"""What several commands share: their common options, the parsers of option values, helpers.
 
-A command declares a shared option by its type, e.g. `store_path: StoreOption = None`; the
-default stays in the command's signature, where a reader looks for it. The four options of a
-leased campaign (--store, --lease-dir, --wait, --exclusive) come as one parameter,
-`lease: LeaseFlags = LeaseFlags(wait="60s")`, that `@lease_options` spells out for typer; the
-four of a hang (--forensics, --hang-budget, --forensics-share, --stall) likewise, as
-`hang: HangFlags = HangFlags(...)` with `@hang_options`.
+One spelling, one meaning and one help text per flag. A command declares a shared option by its
+type, e.g. `store_path: StoreOption = None`; the default stays in the command's signature,
+where a reader looks for it. The four options of a leased campaign (--store, --lease-dir,
+--wait, --exclusive) come as one parameter, `lease: LeaseFlags = LeaseFlags(wait="60s")`, that
+`@lease_options` spells out for typer; the four of a hang (--forensics, --hang-budget,
+--forensics-share, --stall) likewise, as `hang: HangFlags = HangFlags(...)` with
+`@hang_options`.
 """
 from __future__ import annotations
 

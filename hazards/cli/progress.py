@@ -1,5 +1,4 @@
-"""Progress people can watch, the same in every command that runs campaigns (`run`, `repro`,
-`stress`, `check`, `soak`).
+"""The progress display of every command that runs campaigns (run, repro, stress, check, soak).
 
 `CampaignProgress` is the loop's `RunObserver` (`hazards.engine.campaign`): the frame tells
 it when a campaign's loop begins (what it plans, what is stored already), when each run
@@ -7,19 +6,7 @@ starts on a GPU, when each run is committed, and how the campaign ended. It show
 counts per outcome, the failure rate with its interval in the one rate format
 (`hazards.engine.stats.format_rate`) over the runs expected clean, the canaries detected so
 far, runs per second, the time left (ETA for a number of runs, the budget for a soak or
-a check) and what runs now on which GPU.
-
-- stderr is a terminal: a rich display, refreshed four times a second.
-- stderr is not a terminal (CI logs, a file): one complete status line at the start, one
-  every `interval_s` seconds (default 30, `--progress-interval`, `$HZ_PROGRESS_INTERVAL`)
-  and one at the end of each campaign, written as they are: never folded or cut at 80
-  columns (or any width).
-- `interval_s` 0: no progress output at all.
-
-It also watches work that comes before any run (a `StepObserver` of
-`hazards.static.runner`): the static checks of `check` and `static`, and the family launch
-servers `check` and `soak` build, compiled up to the machine's cores at once, show what is
-compiling, n of m done and the time left, in the same two forms.
+a check) and what runs now on which GPU. More in docs/cli.md.
 """
 from __future__ import annotations
 

@@ -5,15 +5,7 @@
     families = ["pipeline", "deadlock"]
     skip = ["nvdisasm"]
     store = ".hazards/ci.db"       # relative to the pyproject.toml's folder
-
-    [tool.hazards.soak]            # one command's own values win over the table above
-    budget = "45m"
-
-A value is used where the command has that option and it was given neither on the command
-line nor through its environment variable: flag > environment > file > built-in default
-(click's own order, through the context's default_map). The nearest pyproject.toml upward
-from the current folder that has a `[tool.hazards]` table is the project's, as pytest finds
-its `[tool.pytest.ini_options]`.
+More in docs/cli.md.
 """
 from __future__ import annotations
 

@@ -4,20 +4,7 @@ The MoE barrier report (in the MI355 megakernel PR): eight write-through release
 [0..7] and the L2 atomic arrival counter at [8] of one 64-B line; an L2 write-back reverted
 releases that had fired and the waiters hung. Kernel:
 `standalone/barrier_layout/barrier_layout.cu` (HIP-portable), in two builds of one source.
-
-Static oracles, on real compiler output of the *point build* (-D parameters, the report's
-unbounded spins): the layout table read back from clang-19's gfx942 listing (64-B lines)
-and from nvcc's PTX (128-B lines, 32-B sectors) goes through `hazards.static.layout`; the
-gfx942 listing through the AMDGCN release/acquire checks; the sm_90a cubin (nvdisasm)
-through the SASS poll checks.
-
-Runtime oracle, the *runtime build* (`binary`, served by the harness): every parameter is
-a request field, every spin is bounded by `spin_timeout_us` (a lost release is a counted
-`spin_timeouts` and a mismatched launch, never a hang), every data word and the barrier's
-final state are checked on the device per launch, and `ns_per_barrier` is measured on the
-device. On NVIDIA the L2 is the point of coherence, so the report's lost release has no
-mechanism there: the static layout check stays the oracle for the AMD hazard, and the H200
-measures the cost of sharing a line (bench/barrier_layout_cost.py).
+More in docs/families/barrier_layout.md.
 """
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
 """Family `deadlock`: the persistent-grid deadlocks of the MI355 megakernel PR.
 
 Kernels: `standalone/deadlock/deadlock.cu` (every wait instrumented with the tripwire;
-phase/barrier names in `standalone/deadlock/deadlock_names.h`). Three scenarios, each with
-a seeded hang and its fix:
-
-- grid_barrier: a software grid barrier launched with `grid_extra` blocks beyond the
-  co-residency limit the occupancy API gives (N+1 vs N): the extra block can never start.
-- chunk_count: the chunk-merge barrier counts `chunks` arrivals but, nested inside the QKV
-  guard, only min(qkv_tiles, chunks) workers arrive (the PR's 10 of 16).
-- snapshot_epoch: the layer's release epoch snapshotted as "counter + 1" at layer entry;
-  a non-participant that falls a layer behind waits for a bump that never comes. Skew is
-  injected with probability `skew_ppm` per worker and layer, so the hang is intermittent.
-
-The static model says, from the parameters alone, whether a point deadlocks, and for the
-intermittent one what fraction of launches should.
+phase/barrier names in `standalone/deadlock/deadlock_names.h`). More in docs/families/deadlock.md.
 """
 from __future__ import annotations
 

@@ -5,9 +5,7 @@ outputs; the allocator put load 1's destination over load 2's address. Kernel:
 `standalone/earlyclobber/earlyclobber.hip`, variants by -D parameters. The family is
 static (AMD, checked on clang-19's gfx942 and clang-22's gfx950 output): on these machines
 AMD code is compiled and checked, never run. NVIDIA cannot have this bug (PTX operands are virtual registers).
-
-Oracles: the source lint (on the variant's preprocessed text) and the AMDGCN overlap
-check (`asm-overlap`) on the emitted assembly, which sees the registers the allocator really chose.
+More in docs/families/earlyclobber.md.
 """
 from __future__ import annotations
 

@@ -6,18 +6,7 @@ device by worker rank (QKV tiles, attention chunks with an LSE merge, O-projecti
 top-k, expert W13 then W2 behind per-expert arrival barriers), with the tripwire compiled in
 and every inter-block wait instrumented. Its synchronisation layer (`mkl_sync.cuh`) also
 compiles for gfx942 with clang-19 and for gfx950 with clang-22, so the AMDGCN checks read
-the megakernel's own barriers on both targets.
-
-One variant per hazard class of the MI355 megakernel PR (the request field `hazard`), each
-restoring the PR's mechanism where it lived, plus clean variants at several (sequence
-length, chunk count, grid) points. Hangs are read by the tripwire (`explain_hang` adds the
-participants that never arrived and the class); silent corruptions are mismatches of the
-final hidden state against an independent reference at the calibrated tolerance
-(hazards.megakernel_layers.calibration).
-
-The static model predicts from the parameters alone which configurations hang or corrupt
-under each switch and how often (`predict`); docs/megakernel-layers.md states its
-reasoning and docs/results/megakernel-layers-h200.md how it agreed with the H200.
+the megakernel's own barriers on both targets. More in docs/megakernel-layers.md.
 """
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Family `mfma_pipeline`: the MI355 megakernel PR's MFMA pipeline hazard pair, plus
-loop-exit parity.
+"""Family `mfma_pipeline`: the MI355 megakernel PR's MFMA pipeline hazard pair, plus loop-exit parity.
 
 The MI355 megakernel PR: a software-pipelined MFMA loop in inline asm (1) reloaded
 the operand registers of an in-flight MFMA (WAR; ~17-22% of launches wrong), (2) read the
@@ -9,11 +8,7 @@ wrong), and (3) its ping-pong fix needs one exit tail per trip-count parity. Ker
 v_mfma_f32_32x32x8_f16 (8 passes: needs 11) or v_mfma_f32_16x16x16_f16 (4 passes: 7), and
 for gfx950 with the PR's own op, v_mfma_scale_f32_16x16x128_f8f6f4 (8 passes with f8
 operands: needs 12 there; the `*_scaled` variants, gfx950 only).
-
-Oracle here: the AMDGCN checks on clang-19's gfx942 and clang-22's gfx950 output (every
-variant judged on both; gfx950 asks one wait state more of a 4- or 8-pass XDL result). The hipcc runtime comparison (bit-exact
-against the reference at both parities) exists in the source but has never been run: no AMD
-GPU on these machines.
+More in docs/families/mfma_pipeline.md.
 """
 from __future__ import annotations
 

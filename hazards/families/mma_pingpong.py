@@ -1,17 +1,16 @@
-"""Family `mma_pingpong`: the MI355 megakernel PR's software-pipelined MMA loop on Hopper
-(sm_90a): bulk copies stream K-tiles into shared-memory operand banks that
-`wgmma.mma_async` reads asynchronously.
+"""Family `mma_pingpong`: the MI355 megakernel PR's software-pipelined MMA loop on Hopper (sm_90a).
 
-Kernel: `standalone/mma_pingpong/mma_pingpong.cu` (+ `wgmma.cuh`). The tile shape, the
-`wgmma.wait_group` depth W and the accumulator-read placement are template arguments (so
-the SASS of each schedule is definite), and so is who refills a bank (thread 0's bulk copies
-or every thread's `st.shared`); the bank count, trip count, exit tail, jitter and
-grid are run-time parameters. Hazards: the bank refill while its last reader may be in
-flight (W >= stages), the single exit tail (wrong when (T-1) % stages != 0), and the
-accumulators read before the retiring wait (undefined in PTX; ptxas serializes the kernel,
-so only the static checks see it). Oracles: every launch bit-exact against the reference
-schedule, whose output is checked against a double-precision host GEMM each batch; the
-SASS checks of `hazards.static.wgmma` on the compiled kernels.
+Bulk copies stream K-tiles into shared-memory operand banks that `wgmma.mma_async` reads
+asynchronously. Kernel: `standalone/mma_pingpong/mma_pingpong.cu` (+ `wgmma.cuh`). The tile
+shape, the `wgmma.wait_group` depth W and the accumulator-read placement are template arguments
+(so the SASS of each schedule is definite), and so is who refills a bank (thread 0's bulk
+copies or every thread's `st.shared`); the bank count, trip count, exit tail, jitter and grid
+are run-time parameters. Hazards: the bank refill while its last reader may be in flight (W >=
+stages), the single exit tail (wrong when (T-1) % stages != 0), and the accumulators read
+before the retiring wait (undefined in PTX; ptxas serializes the kernel, so only the static
+checks see it). Oracles: every launch bit-exact against the reference schedule, whose output is
+checked against a double-precision host GEMM each batch; the SASS checks of
+`hazards.static.wgmma` on the compiled kernels.
 """
 from __future__ import annotations
 

@@ -7,12 +7,7 @@ disjoint scratch region, pre-stress, id shuffling, a spin barrier, location stri
 permutation); every instance's outcome is classified on the device and the relaxed
 ("weak") outcome counts as a bad element. (b) `pc`: a persistent producer/consumer loop
 reusing one buffer per pair; a consumer without acquire reads stale L1 lines.
-
-The static model is the PTX memory model's verdict on the fences chosen: whether the weak
-outcome is *allowed*. Allowed does not mean observed: only variants measured to fail on the
-H200 are canaries (MP, SB and LB without fences under stress; pc without acquire). pc
-without the release fence is allowed to fail but was not seen failing (0 in 1.7e7
-pair-iterations), so it is a parameter point, not a canary.
+More in docs/families/ordering.md.
 """
 from __future__ import annotations
 

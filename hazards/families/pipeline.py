@@ -1,14 +1,14 @@
-"""Family `pipeline`: a shared-memory ring feeding an FMA dot (NVIDIA counterpart of the
-MFMA ping-pong hazards of the MI355 megakernel PR).
+"""Family `pipeline`: a shared-memory ring feeding an FMA dot.
 
-Kernel: `standalone/pipeline/pipeline.cu` (one template over stages x copy kind; every
-other knob is a run-time parameter, so generators vary points without recompiling).
-Parameters and variants, with the reasons: `standalone/pipeline/family.toml`.
-Hazards seeded by parameters: the WAR refill before the barrier (`war_barrier=false`),
-a `cp.async.wait_group` one too shallow (`wait_depth` above the schedule's correct depth),
-and the single exit tail (`tail="single"`: right only when T-1 is a multiple of S, i.e.
-odd trip counts for a ping-pong). `static_model` decides hazardous vs safe from the
-parameters alone; the outputs are compared bit-exactly with a plain dot product.
+The NVIDIA counterpart of the MFMA ping-pong hazards of the MI355 megakernel PR. Kernel:
+`standalone/pipeline/pipeline.cu` (one template over stages x copy kind; every other knob is a
+run-time parameter, so generators vary points without recompiling). Parameters and variants,
+with the reasons: `standalone/pipeline/family.toml`. Hazards seeded by parameters: the WAR
+refill before the barrier (`war_barrier=false`), a `cp.async.wait_group` one too shallow
+(`wait_depth` above the schedule's correct depth), and the single exit tail (`tail="single"`:
+right only when T-1 is a multiple of S, i.e. odd trip counts for a ping-pong). `static_model`
+decides hazardous vs safe from the parameters alone; the outputs are compared bit-exactly with
+a plain dot product.
 """
 from __future__ import annotations
 

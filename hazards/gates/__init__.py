@@ -1,5 +1,4 @@
-"""Gates for candidates: is this kernel change better than the baseline, without trading
-correctness?
+"""Gates for candidates: is this kernel change better than the baseline, without trading correctness?
 
 `perf` is the faithful per-task performance gate (FAITHFUL_RESULT lines from the real
 megakernel, baseline and candidate interleaved on one exclusively leased GPU, rank-based

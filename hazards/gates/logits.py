@@ -1,28 +1,11 @@
-"""The logit / perplexity gate: a candidate path's per-position logits against a
-precision-matched reference over a corpus, teacher-forced.
+"""The logit gate: a candidate's teacher-forced logits on a corpus against a matched reference.
 
 Inputs are two `.npz` files (`save` writes them): `logits` (S, T, V_padded) float32 --
 what the path's logit sink holds --, `targets` (S, T) the corpus tokens each position
 predicts, `vocab_size` V (the columns past V are padding and never enter a softmax),
 `weight_format` (the weight precision the path declares), and for the candidate
 `emitted` (S, T): the token the path itself chose from its own logits (the sink
-self-check compares it with the argmax of the sink).
-
-Statistics, all per position and paired (the same position in both files):
-  * nats: -log p(target); the difference candidate - reference per position, its median
-    with the exact sign-test interval, and its mean;
-  * perplexity of each, over the fixed prefix (positions t < prefix of every sequence: the
-    same positions whatever the length, so the corpus cannot move the score) and overall;
-  * predictive entropy of each; mean KL(reference || candidate);
-  * argmax agreement (candidate vs reference) reported SEPARATELY from top-1 accuracy of
-    each against the corpus -- two different numbers the MI355 megakernel PR found people conflating.
-
-Gates (each verified to fail when tightened, tests/gates): `ceiling` on the candidate's
-fixed-prefix perplexity; `ratio` on the two-sided perplexity ratio max(r, 1/r) over the
-fixed prefix (against a precision-matched reference any deviation is the kernel's);
-`max_kl` on the mean KL over the fixed prefix. A reference whose declared weight format
-differs from the candidate's is not precision-matched: the gate refuses to charge that
-difference to the kernel (an error) unless told `allow_unmatched`.
+self-check compares it with the argmax of the sink). More in docs/gates.md.
 """
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The faithful per-task performance gate: is a candidate faster than the baseline, task by
-task, inside the real megakernel, without trading correctness?
+"""The faithful per-task perf gate: is a candidate faster, task by task, without trading correctness?
 
 The gate is a campaign like any other (kind 'gate-perf'): the leased-campaign frame holds
 one GPU exclusively, keeps the catalog's warm server, and stores every run; `PairSchedule`
@@ -14,27 +13,7 @@ intervals are Bonferroni-adjusted over every (worker count, task, metric) judged
 is any interval that excludes 1, so all of them together hold at `conf` and an A/A gate
 says anything but no-change with probability at most 1 - `conf` (tests/gates/
 test_perf_multiplicity.py measures it; adjusting over the cells alone let three metrics
-each call a no-op slower).
-
-Verdict per judged task (slowCTA is the verdict metric; wall and sumCTA judge with it):
-  * sloughing -- slowCTA significantly down AND sumCTA significantly up: the same work
-                 spread over more blocks, no real speedup;
-  * slower    -- any of slowCTA, wall, sumCTA significantly up;
-  * faster    -- slowCTA (or wall) significantly down, nothing significantly up;
-  * no-change -- nothing significant.
-"Significantly" means the interval excludes 1 AND the estimate is beyond `min_effect`.
-A worker count is `incorrect` when any candidate run there failed its correctness check
-(cos below the threshold) or crashed/hung; a run the engine judges `error` (a malformed
-result line, no GPU) or a clean run without FAITHFUL_RESULT lines stops the gate with an
-error instead (exit 2: nothing can be judged from it); otherwise it takes its tasks' worst verdict
-(incorrect > sloughing > slower > faster > no-change). A candidate takes its points' worst.
-Exit 0 when every candidate is faster or no-change, 1 otherwise.
-
-Every task common to both sides gets its ratios reported; verdicts come from the tasks
-given in `tasks` (default: all). The faithful per-task gate recipe judges the task the candidate changes
-(`--task attend`), and a regression of a co-resident task then shows in the ratios without
-deciding the verdict. Tasks whose baseline slowCTA is below `min_us` are reported but not
-judged (timer resolution: %globaltimer steps 32 ns on the H200).
+each call a no-op slower). More in docs/gates.md.
 """
 from __future__ import annotations
 

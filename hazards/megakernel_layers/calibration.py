@@ -11,9 +11,7 @@ same draws (data seeds):
     reference, measured through the binary's --dump mode.
 The tolerance is sound when tol/E is comfortably above 1 and every D/tol is above 1; E is
 the maximum over draws, each D the minimum (the least detectable).
-
-    python3 -m hazards.megakernel_layers.calibration --binary BIN [--layers 4 --seq 4096
-        --seeds 1 2 --tol 1e-3 --json OUT]
+More in docs/megakernel-layers.md.
 """
 from __future__ import annotations
 

@@ -7,10 +7,7 @@ never arrived, and which hazard class the evidence points to. Every wait in the 
 publishes, beside the watch, the arrival counter that feeds it (aux0: its value, aux1: what
 completes it, aux2: the expert for W13_W2). Counters are never reset, so "arrived this
 layer" is the value minus what the previous layers left: count - (want - participants).
-
-`explain(snapshot, params)` returns one clause (or None when nothing is stuck): the
-barrier, the layer, the participants that never arrived, and the cause; when the evidence
-does not match the configured switch's signature it says so instead of asserting it.
+More in docs/megakernel-layers.md.
 """
 from __future__ import annotations
 

@@ -4,26 +4,7 @@
     HZ_NUM_WORKERS=64 python3 -m hazards.megakernel_layers.faithful   # the perf gate's way
     python3 -m hazards.megakernel_layers.faithful --serve             # JSON-lines server
     hazards gate perf --baseline megakernel_layers:production --candidate megakernel_layers:depth1
-
-The recipe of the faithful per-task gate (docs/gates.md) on the layered megakernel: the
-family binary built with -DHZ_PROFILER runs one decode step per launch at the production
-shape (GPT-OSS-20B layers, 4 layers, seq 4096) with the persistent grid set to the worker
-count; one launch is checked against the binary's own unfused reference (cos: the cosine of
-the final hidden state, rel_err beside it), then `--launches` profiled launches are decoded
-(hazards.engine.profiler) and each task id gets the median over them of slowCTA, wall and
-sumCTA: one `FAITHFUL_RESULT {json}` line per task (docs/protocol.md). A task instance's
-span runs from the moment its inputs are there (its wait passed) to its output being
-published (its arrival or release), so the waits are not charged to the tasks; `worker` is a
-block's whole launch. wall spans every layer of the launch (a task id is one kind, not one
-layer). Exit: 0 cos >= --cos-min, 1 below it, 2 bad input / no GPU / a ring too small,
-3 device error.
-
-The model's data are fixed (data_seed 1): the gate's pair seed changes nothing here (the
-kernel is deterministic), so a pair differs only by its build or configuration.
-
-Server requests (docs/protocol.md): params {"candidate", "workers", "seed", "cos_min"};
-`launches` profiled launches. The reply counts the one checked launch (`launches` 1,
-`mismatched` 1 when cos is below cos_min); `metrics.faithful` holds the lines' objects.
+More in docs/megakernel-layers.md.
 """
 from __future__ import annotations
 

@@ -10,9 +10,7 @@ kernel compute (stale SwiGLU outputs, a stale attention chunk, stale routing, la
 and KV cache, a garbage tail scale, bf16 input read as fp32): the calibration's D rows.
 `forward(..., accumulate=torch.float64, chunk_tokens=n)` is the independent implementation
 (fp64 accumulation, chunked flash-decoding merge) that measures the floor E.
-
-`step_bf16` is the same model the way plain torch would run it fast (bf16 activations,
-cuBLAS GEMVs, SDPA): the eager / CUDA-graph performance baselines, not a reference.
+More in docs/megakernel-layers.md.
 """
 from __future__ import annotations
 

@@ -6,12 +6,7 @@ copied per mutant is the whole kernel tree. A mutant builds with the family's ow
 (`python3 -m hazards.mutate.catalog build F DIR OUT`: the binary from DIR instead of the
 installed tree, symlinked as OUT/bin) and is judged by the binary's `--once` mode on the
 variant (HZ_RESULT lines, exit codes and hangs classified by the engine like any run).
-
-The judging run is one process: `python3 -m hazards.mutate.catalog judge BIN LAUNCHES V...`
-starts the mutant's binary once in its server mode (`--serve`, docs/protocol.md), asks for
-one batch of each variant in turn, stops at the first that is not clean, and prints one
-`HZ_RESULT` line for all of them (launches and mismatches summed, the failing variant named):
-a new process per variant costs about 0.4 s on an H100, which was most of a run.
+More in docs/mutate.md.
 """
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
-"""The kill loop: build each mutant in a scratch copy, judge it statically, then run the user's
-test on it through the engine, and say which synchronization points the test can see.
+"""The kill loop: which synchronization points the user's test can see, mutant by mutant.
 
-Each mutant ends as exactly one of `Fate`: killed-static (the early-clobber lint flags what
-the original passes), killed (a run hung, faulted or mismatched: the run's evidence is kept),
-survived (no failure in n runs: its per-run upper bound), did-not-build, timed-out-build,
-not-judged (every run an infrastructure error) or not-run (the budget ended first). The user's
-files are never written: the folder `root` is copied once into a scratch folder, each mutant
-gets a hard-linked copy of it with only its file rewritten (a new inode), and everything is
-removed at the end. Every mutant's runs are a campaign of kind `mutate` in the store, its
-spec holding the mutant (id, operator, line, description, diff) and its fate.
+Each mutant is built in a scratch copy, judged statically, then run by the user's test through
+the engine. Each mutant ends as exactly one of `Fate`: killed-static (the early-clobber lint
+flags what the original passes), killed (a run hung, faulted or mismatched: the run's evidence
+is kept), survived (no failure in n runs: its per-run upper bound), did-not-build,
+timed-out-build, not-judged (every run an infrastructure error) or not-run (the budget ended
+first). The user's files are never written: the folder `root` is copied once into a scratch
+folder, each mutant gets a hard-linked copy of it with only its file rewritten (a new inode),
+and everything is removed at the end. Every mutant's runs are a campaign of kind `mutate` in
+the store, its spec holding the mutant (id, operator, line, description, diff) and its fate.
 """
 from __future__ import annotations
 

@@ -4,17 +4,7 @@ Each operator finds its sites on the text the compiler sees: comments blanked an
 literals skipped (`hazards.static.cscan`), PTX/AMDGCN only inside asm templates, and lines a
 conditional certainly drops left alone (`conditionals`). A site is one edit of the original
 text (replace [start, end) by `replacement`), so its mutant reads as a one-hunk diff.
-
-| operator | what it does |
-|---|---|
-| remove-fence | deletes a fence: `__threadfence*()`, `__atomic_thread_fence`, `atomic_thread_fence`, `__builtin_amdgcn_fence`, asm `fence.*`/`membar.*`, AMD `buffer_wbl2`/`buffer_inv`/`s_waitcnt` |
-| weaken-order | acquire/release/acq_rel/seq_cst -> relaxed (builtins, `memory_order`, PTX `ld.acquire`, `st.release`, `red.release`, `atom.*`) |
-| narrow-scope | one scope narrower: system -> device -> workgroup (`__HIP_MEMORY_SCOPE_*`, `__MEMORY_SCOPE_*`, `cuda::thread_scope_*`, PTX `.sys` -> `.gpu` -> `.cta`) |
-| remove-barrier | deletes `__syncthreads()`, `__syncwarp()`, `__builtin_amdgcn_s_barrier()`, asm `bar.sync`/`barrier.sync`/`s_barrier` |
-| deepen-wait | an async wait allows one more group in flight: `cp.async.wait_group N`, `cp.async.bulk.wait_group N`, `wgmma.wait_group N`, `s_waitcnt vmcnt(N)`/`lgkmcnt(N)`, `__pipeline_wait_prior(N)` -> N+1 |
-| drop-earlyclobber | `=&v` -> `=v` on an asm output |
-| flag-before-data | moves a flag store (a release/atomic store, or a store right after a fence) before the data store it publishes |
-| reduce-nop | `s_nop N` -> `s_nop N-1` before a dependent MFMA read |
+More in docs/mutate.md.
 """
 from __future__ import annotations
 

@@ -8,13 +8,7 @@ it sits in is taken by no pass: CUDA sources are preprocessed twice (device pass
 `__CUDA_ARCH__`, host pass without), HIP sources with `--cuda-device-only` and
 `--cuda-host-only`. `-dD` keeps the macro definitions in the output: a macro that expands
 (directly or through other macros) to a fence or a barrier makes each of its use sites a
-site (`operators.macro_use_sites`).
-
-A header the preprocessor cannot find (clang without a CUDA install, `cpp` without the CUDA
-or HIP headers) is preprocessed as empty and named in `how`: a condition over a macro only
-that header defines is then judged without it. With no preprocessor at all, or when it
-fails (an `#error`), `find_live` returns None and a one-line reason: the caller falls back
-to the text scanner (`conditionals.inactive_lines`).
+site (`operators.macro_use_sites`). More in docs/mutate.md.
 """
 from __future__ import annotations
 

@@ -1,23 +1,8 @@
-"""What pytest loads in every session once gpu-hazards is installed (the `pytest11` entry
-point named `hazards`): the plugin's options and its ini switch, and nothing else until
-the session asks for the plugin.
+"""What pytest loads in every session: the plugin's options and ini switch, nothing more unasked.
 
-An installed package must not change other projects' test sessions: no GPU lease, no
-CUDA_VISIBLE_DEVICES, no markers, no hypothesis profiles unless asked. A session opts in
-with any of
-
-- `-p hazards` (the entry point's name), or `-p hazards.pytest_plugin` (which also works
-  without installing the package), on the command line or in addopts;
-- `hazards = true` in the project's pytest configuration (`[pytest]` of pytest.ini,
-  `[tool.pytest.ini_options]` of pyproject.toml, ...);
-- any `--hz-*` option (`--hz-repeat 20` asks for the plugin by using it).
-
-Then the plugin's parts (`hazards.pytest_plugin.gpu`, `.repeat`, `.isolation`, `.hypo`,
-`.family`) are registered, in `pytest_load_initial_conftests`: before conftests and test
-modules are imported, so the GPU lease's CUDA_VISIBLE_DEVICES precedes any CUDA use.
-
-This module imports nothing but pytest: it is imported by every pytest session on a
-machine that has the package.
+The `pytest11` entry point named `hazards`, loaded once gpu-hazards is installed. An installed
+package must not change other projects' test sessions: no GPU lease, no CUDA_VISIBLE_DEVICES,
+no markers, no hypothesis profiles unless asked. More in docs/pytest-plugin.md.
 """
 from __future__ import annotations
 

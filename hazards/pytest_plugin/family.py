@@ -4,15 +4,7 @@
 starts its `--serve` launch server on this process's leased GPU (through
 `hazards.stress_family.family_target`) and returns a `FamilyServer`; every server the
 test opened is closed after it. `FamilyServer.run(params)` runs one point (a batch of
-launches) and remembers it.
-
-When a test that ran family points fails, its report gets a section "hazards: failing
-point": the last point it ran (for a hypothesis test: the falsifying example, which
-hypothesis replays last), that point re-run `--hz-point-runs` times on the same server
-with k/R and an exact CI (an intermittent failure that hypothesis could not reproduce
-shows up here with its rate), and the command that replays it outside pytest
-(`hazards repro --family F --params JSON`). Inside a hypothesis test every point also
-`note()`s that command, so hypothesis prints it with the falsifying example.
+launches) and remembers it. More in docs/pytest-plugin.md.
 """
 from __future__ import annotations
 

@@ -8,11 +8,7 @@ imported, so CUDA_VISIBLE_DEVICES is set before any CUDA use in that process (a 
 runtime reads it once, at initialisation). `pytest -n 2` on two GPUs therefore pins the
 two workers to distinct devices. A process that finds no free GPU sets
 CUDA_VISIBLE_DEVICES to the empty string (so it cannot touch a GPU someone else leased)
-and its `hz_gpu` tests skip, saying why.
-
-The marker is `hz_gpu`, never a bare `gpu`: a project's own `gpu` marker is its own.
-Fake GPUs ($HZ_FAKE_GPUS, see `hazards.engine.leases`) are leased like real ones, which is
-how the CPU tests check the pinning; the `hz_gpu` marker still needs a real device.
+and its `hz_gpu` tests skip, saying why. More in docs/pytest-plugin.md.
 """
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
-"""Hypothesis profiles in pytest: `hazards-ci` / `hazards-nightly`, chosen by option or
-$HZ_HYPOTHESIS_PROFILE.
+"""Hypothesis profiles in pytest: `hazards-ci`, `hazards-nightly`; by option or $HZ_HYPOTHESIS_PROFILE.
 
 The profiles are registered in a `tryfirst` pytest_configure, before hypothesis' own
 pytest plugin reads `--hypothesis-profile` in its pytest_configure. When that option is
 not given, $HZ_HYPOTHESIS_PROFILE selects the profile (the option wins). Like
 hypothesis' plugin, this one imports hypothesis only when it is used: a session without
-hypothesis tests does not pay for the import.
-
-While tests repeat (`--hz-repeat`, pytest-repeat, flakefinder) the example database is
-off (profile `hazards-repeat`: the selected profile without a database). With it on, a
-repetition replays the failing example an earlier one saved, so repetitions are not
-independent runs and the rate table would count hypothesis' memory: a deterministic bug
-found on the third search would read "FLAKY 80%". Off, each repetition is one fresh run
-of the test, which is what the table's binomial interval assumes.
+hypothesis tests does not pay for the import. More in docs/pytest-plugin.md.
 """
 from __future__ import annotations
 

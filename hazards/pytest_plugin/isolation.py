@@ -1,5 +1,4 @@
-"""Hangs inside tests, handled out of process: `@pytest.mark.hz_timeout(s)` and
-`hz_run_out_of_process`.
+"""Hangs inside tests, handled out of process: `@pytest.mark.hz_timeout(s)`, `hz_run_out_of_process`.
 
 pytest-timeout's signal method raises in the main thread, which never happens while that
 thread sits in a GIL-released CUDA call (a spinning kernel's synchronize); its thread
@@ -7,16 +6,7 @@ method kills the whole pytest process. Here the GPU body runs in a child that th
 engine's watchdog (`hazards.engine.watchdog` through `hazards.engine.targets.command.CommandTarget`)
 supervises: on expiry the on-hang collectors run (tripwire snapshot, ...), then the
 child's process group is killed and checked gone; the test fails with outcome `hang`
-and that evidence, and the session goes on.
-
-- `@pytest.mark.hz_timeout(s)`: the whole test (setup, body, teardown) runs in a fresh
-  `python -m pytest <nodeid>` child whose reports are replayed here. `s` bounds the test
-  body; `startup=S` (default 20) bounds the child's start-up plus fixture setup, and
-  separately its teardown and exit. The child inherits this process's GPU lease
-  (CUDA_VISIBLE_DEVICES) and hypothesis profile.
-- `hz_run_out_of_process(fn_or_argv, timeout)`: run a picklable module-level callable
-  (or an argv list) in a supervised child; returns the callable's return value, or fails
-  the test with the outcome (hang, fault, mismatch, error), reason and output tails.
+and that evidence, and the session goes on. More in docs/pytest-plugin.md.
 """
 from __future__ import annotations
 

@@ -7,18 +7,7 @@ over pytest-xdist workers like any other items; the controller aggregates the re
 receives. Repetitions made by pytest-repeat (`--count N`, `@pytest.mark.repeat(n)`) or
 pytest-flakefinder (`--flake-finder`) are counted the same way, as attempts of one test;
 `--hz-repeat` together with one of them is a usage error (the counts would multiply).
-
-A test is *flaky* when, over its attempts, it both passed and failed. Attempts counted as
-failed: a failed phase (setup, call or teardown), an `xfail` that failed, a pytest-
-rerunfailures rerun, a hypothesis FlakyFailure. A hypothesis test whose examples are
-drawn anew each run is the exception: its repetitions are independent searches (the
-example database is off while tests repeat, see `hazards.pytest_plugin.hypo`), so some
-passing and some failing measures how often a search finds a failing example, not
-flakiness; it is flaky when hypothesis saw a failure that did not reproduce
-(FlakyFailure), or when its search is fixed (derandomize, a seed) and the outcome varied.
-pytest's own exit status is unchanged (a failed repetition fails the session as usual);
-`--hz-fail-on-flaky` additionally fails the session when a flaky test did not already
-fail it (a non-strict xfail that sometimes passes, a test that passed on a rerun).
+More in docs/pytest-plugin.md.
 """
 from __future__ import annotations
 

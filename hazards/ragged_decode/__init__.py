@@ -1,5 +1,4 @@
-"""The reference ragged-decode attention megakernel (after the ragged-decode contract) and its
-torch reference.
+"""The reference ragged-decode megakernel (the ragged-decode contract) and its torch reference.
 
 Submodules: `build` (nvcc -> cached shared library; no torch), `schedule` (pure-Python
 model of the device-side schedule; no torch), `kernel` (ctypes contract: build_sched /

@@ -8,9 +8,7 @@ includes), the flags and the compiler's release line, so a rebuild happens only 
 them changes. The ptxas resource report (registers, spills, stack) is kept beside the
 library. No torch here: building needs only nvcc. `build_library(profiler=True)` builds the
 -DHZ_PROFILER variant (per-task spans, standalone/include/hz_profiler.h); `defines` adds
-further -D flags (a candidate build of the perf gate).
-
-Run ``python3 -m hazards.ragged_decode.build`` to build and print the report.
+further -D flags (a candidate build of the perf gate). More in docs/megakernel.md.
 """
 from __future__ import annotations
 

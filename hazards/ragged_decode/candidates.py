@@ -3,22 +3,7 @@
 A candidate is what a kernel engineer would propose as a change: a different copy scheme,
 tile size, a rebuild. The gate (`hazards gate perf --baseline megakernel:baseline
 --candidate megakernel:NAME`) must rank each one correctly; `expected` says how, and
-docs/results/gates-h200.md shows what it said on the H200.
-
-The baseline is the kernel before its contiguous-copy change (one bulk copy per token row
-into padded shared-memory rows, `copies="rows"`); `improved` is that change, which landed
-(docs/megakernel.md measured rows 3x slower per SM). The others are variations of the
-baseline built to be each of the gate's verdicts by construction:
-  * noop      -- the same configuration from a separately compiled library (an unused -D):
-                 two builds, no change;
-  * slower    -- consumers idle 6000 cycles (~3 us) per 16-token stage: longer than a stage
-                 takes even when 132 blocks share the bandwidth (~2.2 us on the H200; 2000
-                 cycles hid behind the bandwidth limit there and measured faster);
-  * sloughing -- tiles of 512 tokens instead of 2048: each attend instance does a quarter of
-                 the work (slowCTA drops) while the per-piece overheads (queries, partials,
-                 arrivals, 4x the merge inputs) make the total block-time rise;
-  * incorrect -- every length clamped at 8192 tokens (the ragged-decode contract's mishandling): less work,
-                 so it is also faster -- the gate must still call it incorrect.
+docs/results/gates-h200.md shows what it said on the H200. More in docs/megakernel.md.
 """
 from __future__ import annotations
 

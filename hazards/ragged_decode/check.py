@@ -2,24 +2,7 @@
 
     python3 -m hazards.ragged_decode.check --calls 8            # one batch: HZ_RESULT line, exit code
     python3 -m hazards.ragged_decode.check --serve              # JSON-lines server (docs/protocol.md)
-
-Each call draws a fresh permutation of `starts`/`lens` and fresh queries, poisons the output
-with NaN, runs the kernel (one launch) and compares it with the ragged-decode contract's
-per-request torch loop: a call whose relative error exceeds the contract's tolerance (1e-2),
-or that the kernel flags itself, is a mismatched launch. Exit codes follow the standalone
-convention: 0 clean, 1 mismatch, 2 bad input / no GPU, 3 device error (the message names the
-CUDA error). `--lens-scale S` divides every length of the contract's multiset by S, for
-short soaks.
-
-`--mishandle clamp8192|ignore_starts` feeds the kernel the contract's known-bad inputs (every
-length clamped at 8192, scaled by --lens-scale like the lengths; every request read from
-the top of the arena) while the reference
-keeps the true ones: canaries proving this oracle still catches a mishandled ragged batch.
-
-A server request may also name a point of the target's configuration space
-(`hazards.ragged_decode.space`: length distribution, batch, longest length, scale, grid, tile,
-schedule; `hazards explore ragged_decode` sends them): the server then builds that arena
-and schedule (kept until a request names another one) and checks the calls on it.
+More in docs/megakernel.md.
 """
 from __future__ import annotations
 

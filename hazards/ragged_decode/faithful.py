@@ -3,19 +3,7 @@
     python3 -m hazards.ragged_decode.faithful --candidate improved --workers 132
     HZ_NUM_WORKERS=66 python3 -m hazards.ragged_decode.faithful      # the perf gate's way
     python3 -m hazards.ragged_decode.faithful --serve                 # JSON-lines server
-
-The recipe of the faithful per-task gate: the kernel runs INSIDE the real megakernel at the
-production geometry (the ragged-decode contract's 128-request multiset, full lengths unless --lens-scale),
-with the persistent grid set to the worker count, and the per-task profiler ON
-(hz_profiler.h). One call is checked against the torch reference (cos = the smallest
-per-request cosine similarity), then `--launches` profiled calls on the same input are decoded; each task id
-gets the median over those calls of slowCTA, wall and sumCTA, printed as one
-`FAITHFUL_RESULT {json}` line (docs/protocol.md). Exit: 0 cos >= --cos-min, 1 below it,
-2 bad input / no GPU / a profiler ring too small, 3 device error.
-
-Server requests (docs/protocol.md): params {"candidate", "workers", "seed", "cos_min"};
-`launches` profiled calls. The reply counts the one checked call (`launches` 1,
-`mismatched` 1 when cos is below cos_min); `metrics.faithful` holds the lines' objects.
+More in docs/megakernel.md.
 """
 from __future__ import annotations
 

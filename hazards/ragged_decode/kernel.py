@@ -1,18 +1,9 @@
-"""Python side of the ragged-decode megakernel: the ragged-decode contract over a ctypes
-library.
+"""Python side of the ragged-decode megakernel: the ragged-decode contract over a ctypes library.
 
     handle = build_sched(weights, kv_cache, cfg, max_seq_len)   # untimed: buffers, counters
     out = ragged_decode(handle, q, starts, lens)                # one kernel launch
     teardown(handle)
-
-`ragged_decode` launches exactly one kernel on torch's current stream and never
-synchronises: `starts`/`lens` stay on the device, where the kernel builds its schedule.
-The work counter and per-request arrival counters are reset by the kernel itself, so
-calls can follow each other (or be captured in a CUDA graph) with nothing in between.
-
-`build_sched(..., profile=True)` uses the -DHZ_PROFILER build: each call then first zeroes
-the ring's counter (one memset on the same stream) and the launch records per-task spans
-(hz_profiler.h); `read_profile(handle)` decodes the last call's ring.
+More in docs/megakernel.md.
 """
 from __future__ import annotations
 

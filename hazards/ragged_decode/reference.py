@@ -1,5 +1,4 @@
-"""The torch reference for ragged decode (the ragged-decode contract's per-request loop) and
-its fixtures.
+"""The torch reference for ragged decode (the contract's per-request loop) and its fixtures.
 
 `reference_decode` is the ragged-decode contract's `/app/reference.py` computation: one
 host-driven attention per request over that request's own slice of the flat arena.

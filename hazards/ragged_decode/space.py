@@ -8,14 +8,7 @@ space once, as a `Family` (parameters checked by the one resolver, variants, a s
 with a rate per launch, a hypothesis strategy) that is not in the catalog (there is no
 harness binary: the target is `python3 -m hazards.ragged_decode.check --serve`, which takes
 these fields per request and rebuilds its arena and schedule when they change).
-
-Lengths come from a distribution and a seed (`lens_of`): the contract's multiset (scaled),
-uniform, all equal, one long request among short ones, halving lengths, uniform with every
-fourth request empty. The static model: the kernel is correct at every point the host
-accepts (the contract's tolerance, 1e-2); the known-bad mishandlings are hazardous where
-they bite (clamping at 8192 only when some length exceeds the clamp; ignoring `starts` once
-two requests hold tokens), in every call; a point whose arena would exceed `MAX_TOKENS` is
-refused by the server (the model calls it safe: nothing runs).
+More in docs/megakernel.md.
 """
 from __future__ import annotations
 

@@ -1,25 +1,7 @@
 """Hazard checks on AMDGCN assembly emitted by clang (gfx942; gfx950 mnemonics pass through).
 
-Checks (ids registered in `hazards.static.checks`):
-
-[asm-overlap]       inside a `;;#ASMSTART`..`;;#ASMEND` region, a register written by one
-    instruction and read as an input by a later one because the allocator gave an output
-    and an input overlapping registers (range-aware: `v[4:7]` overlaps `v[6:7]`). Precise
-    when the source was compiled through `compile_annotated` (each template carries a
-    `; HZ_ASM` line listing which registers every operand got); on a bare listing, only
-    partial overlaps (different tuples sharing registers) are reported.
-[mfma-acc-read]     an MFMA result read by a VALU (`v_accvgpr_read` included), a memory op or
-    another MFMA with fewer wait states than `mfma_table.required_wait_states` (every path,
-    loops included; `s_nop N` = N+1).
-[mfma-src-war]      a load whose destination overlaps the sources of an MFMA still in flight
-    (hand-written code: the load or the MFMA lies in an inline-asm region).
-[mfma-exit-parity]  a load into MFMA operand registers that reaches the end of its asm
-    region (or is overwritten) on some path without an MFMA reading it: the prefetched bank
-    is dropped on that exit path while the tail consumes the other one.
-release/acquire around flag stores and polls: `release-order`, `release-scope`,
-    `acquire-missing`, and `sync-scope` (info: the scope each sequence provides, in words);
-    see `hazards.static.amdgcn_sync`.
-"""
+Its check ids are registered in `hazards.static.checks`; what each one reads is in
+docs/static-checks.md."""
 from __future__ import annotations
 
 import re

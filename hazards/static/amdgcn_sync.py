@@ -2,28 +2,7 @@
 
 On gfx942 (MI300: one L2 per XCD, several XCDs per agent) the memory model is spelled with
 cache-coherence bits and cache maintenance instructions (LLVM AMDGPUUsage, "Memory Model
-GFX942"):
-
-- load/store `sc0`/`sc1` bits name a scope: none = this CU (may hit vL1), sc0 = workgroup,
-  sc1 = agent (every XCD), sc0 sc1 = system (a store is written through to memory);
-- `buffer_wbl2 sc1` writes this XCD's dirty L2 lines back (agent-scope release; `sc0 sc1`:
-  system), `s_waitcnt vmcnt(0)` waits until this wave's earlier memory ops are done;
-- `buffer_inv sc1` invalidates vL1 and this XCD's L2 copies of remote data (agent-scope
-  acquire; `sc0 sc1`: system); a bare `buffer_inv` drops only this CU's vL1 lines, enough
-  when producer and consumer share one XCD's L2 (the MI355 megakernel PR's per-XCD chunk barrier).
-
-Checks, applied to functions that synchronise across blocks (they contain a poll loop or a
-write-through store):
-
-- [release-order]  a data store/atomic reaches a flag store (sc1 store, write-through store
-  or global atomic) on some path with no `s_waitcnt vmcnt(0)` in between;
-- [release-scope]  the flag is written through to memory (`sc0 sc1`) but L2-resident data
-  before it were never written back (`buffer_wbl2 sc1`): the flag can reach memory - and
-  another XCD - ahead of the data it publishes (the MI355 megakernel PR's TopK routing flag);
-- [acquire-missing] a poll loop exits into a plain load (no sc1) with no `buffer_inv` on the
-  way: the load may hit stale vL1/L2 lines;
-- [sync-scope] (info) the scope each release and acquire provides, in words.
-"""
+GFX942"); the sequences this checks are in docs/static-checks.md."""
 from __future__ import annotations
 
 from hazards.static import amdgcn_isa as isa

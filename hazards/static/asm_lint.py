@@ -6,34 +6,7 @@ dead after the block. If an instruction writes that output and a *later* instruc
 same block reads that input, the later instruction reads what the earlier one wrote: the
 MI355 megakernel PR's four-load block, where load 1's destination `v[4:7]` covered load 2's
 address `v[6:7]` (a garbage address: a nil-address fault or a wave parked on `s_waitcnt`
-forever).
-
-The rule, per asm statement: an output operand without `&` that an instruction writes
-(AMDGCN: the destination position; other ISAs: any mention, to be safe), and a register
-input read by an instruction that may run after it - later in the text, or anywhere in an
-asm-written loop (a label and a branch back to it) that the write is inside. Every form of
-the output counts:
-
-- `"=v"`: the allocator may put it on any input that is dead after the block;
-- `"+v"` (read-write): its register holds the operand's value on entry, so it can only
-  share an input's register when that value is *undefined* (the variable is declared
-  without an initializer and nothing assigns it before the block; clang-19 then places a
-  later load's address in it, the MI355 megakernel PR's overlap exactly) or *equal* to the input (the same
-  expression passed twice);
-- `"=v"` with an input tied to it (`"0"(x)`): judged like `"+v"` with the tied input's value.
-
-A tied input itself, immediates and memory operands are not register inputs another output
-could land on, and are ignored, as are operands in different AMDGPU register files. PTX templates (NVIDIA) are
-skipped: nvcc gives every asm operand its own virtual register and ptxas allocates after
-that, so the overlap cannot arise there.
-
-Templates are read from string literals (raw `R"(...)"` ones included) and object-like
-string macros; a template built through a function-like macro is expanded by running the
-preprocessor (`expand`, see `hazards.static.userbuild.Preprocessor`) and the findings are mapped back
-to the source lines. Every block is counted as checked or skipped (and why), per file.
-
-Reviewed blocks are silenced by a comment on the statement's lines or the line above:
-``// hazards: allow(early-clobber) <reason>`` (the reason is required).
+forever). More in docs/static-checks.md.
 """
 from __future__ import annotations
 

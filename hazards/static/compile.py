@@ -5,13 +5,7 @@ The checks read what the compiler really emitted: AMDGCN assembly from clang
 gfx942, clang-22 for gfx950: `toolchain.find_tool("clang", arch=...)`), cubins and
 PTX from nvcc, SASS from nvdisasm/cuobjdump. Finding the tools, their flags, the cache key
 and the cache folder are `hazards.engine.toolchain`'s job: a tool that is not installed
-raises `ToolchainMissing` naming what to install.
-
-Builds are cached in the per-user build cache (`toolchain.cache_dir("static")`, under
-`$HZ_BUILD_DIR` when set) keyed by the tool's release line, its arguments and the text of
-the source and of every file it includes with quotes, so a rerun of the tests or of
-`hazards static` compiles nothing twice; the listing stays on disk, so findings point at a
-file a human can open. Nothing is written into the current folder.
+raises `ToolchainMissing` naming what to install. More in docs/static-checks.md.
 """
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The compiled mode: a user's own sources compiled with their flags, every check run on
-what the compiler emitted.
+"""The compiled mode: a user's sources compiled with their flags, every check run on the output.
 
 AMD (gfx942 with clang-19, gfx950 with clang-22): the source is preprocessed with the installed HIP headers and the
 user's flags, every asm template of the preprocessed text gets its `; HZ_ASM` operand
@@ -10,14 +9,7 @@ disassembled, and the SASS and ptxas checks. Findings point at the user's source
 (from the line tables) and name the listing line they were found on. Every build lands in
 the static build cache, never next to the user's files; a source that does not compile is
 a `compile-failed` error (nothing in it was checked: exit 3), not a pass.
-
-Every build says what it covered (a `coverage` line, like the lint's): the device functions
-in the output, the asm blocks and the polls checked. A device function of the source that
-left no code in the output - a template never instantiated, a function nothing calls - was
-not looked at: if it holds what the checks judge (asm, atomics, volatile accesses, fences,
-loops) it is a `not-analysed` error naming it (exit 3, could not judge), never a silent
-"0 failing". AMD reads the functions from the preprocessed text (inactive `#if` branches
-are not functions of the build), NVIDIA from the source as written.
+More in docs/static-checks.md.
 """
 from __future__ import annotations
 

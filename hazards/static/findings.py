@@ -1,12 +1,6 @@
 """What a static check reports: one `Finding` per hazard, with where and why.
 
-Every checker in `hazards.static` returns `list[Finding]`. Severities:
-
-- ``error``   a hazard that can corrupt data, fault or hang (fails `hazards lint/static`);
-- ``warning`` a likely hazard or a cost that is almost never intended (also fails);
-- ``perf``    a performance hazard (ptxas serialisation, false sharing on NVIDIA) - reported,
-              fails only when the caller asks for it;
-- ``info``    context a reviewer wants (the scope a release/acquire sequence provides).
+Every checker in `hazards.static` returns `list[Finding]`. More in docs/static-checks.md.
 """
 from __future__ import annotations
 

@@ -2,23 +2,7 @@
 
 A layout is a list of slots (offset and size in bytes, how the word is written, which
 barrier it belongs to). Line sizes: 64 B on AMD (gfx9 L2 line); 128 B lines made of 32 B
-sectors on NVIDIA. Checks:
-
-- [layout-wt-l2-line] a line holding a write-through / non-temporal store slot and an
-  L2-resident writer (an atomic RMW, performed in L2, or a plain store): the lost release of
-  the MoE barrier report - the write-through releases land in HBM, then an L2 write-back of
-  the same line, still holding the old release values, lands on top and reverts them. Error
-  on AMD; a warning on NVIDIA, whose L2 is the single point of coherence (the mechanism is
-  AMD's, the separate-line layout is still the portable one).
-- [layout-false-sharing] a line (NVIDIA: and whether the same 32 B sector) holding slots of
-  two different barriers: unrelated synchronisation contending for one line. A warning on
-  AMD; a performance finding on NVIDIA (measured on an H200: ~1.005x).
-- [layout-overlap] two slots sharing bytes; [layout-misaligned] an atomic slot that is not
-  naturally aligned or crosses a line.
-
-Offsets are relative to a base aligned to `base_align` bytes (default: the line size);
-with a smaller alignment, two slots "may share a line" whenever some base could put them in
-one.
+sectors on NVIDIA. More in docs/static-checks.md.
 """
 from __future__ import annotations
 

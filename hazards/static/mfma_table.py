@@ -1,47 +1,8 @@
 """MFMA pass counts and the wait states a dependent instruction needs, per target.
 
-Sources (cited; no code is copied, the numbers are restated as formulas):
-
-- The rules are LLVM's AMDGPU hazard recognizer, `llvm/lib/Target/AMDGPU/
-  GCNHazardRecognizer.cpp`, gfx940 branch (gfx940/941/942 = MI300, CDNA3):
-  * `GFX940_XDL_N_PassWriteVgprVALUMemExpReadWaitStates`   = passes + 3  (XDL result read by
-    a VALU - v_accvgpr_read included -, a memory op or an export)
-  * `GFX940_SMFMA_N_PassWriteVgprVALUMemExpReadWaitStates` = passes + 2  (non-XDL: the f32 MFMAs)
-  * `GFX940_XDL_N_PassWritesVGPROverlappedSrcABWaitStates` = passes + 3, SMFMA passes + 2
-    (a later MFMA reads the result as SrcA/SrcB)
-  * `GFX940_XDL_N_PassWritesVGPROverlapped...SrcCWaitStates` = passes + 1, SMFMA passes
-    (partially overlapping SrcC); exactly the same registers as SrcC: 0 (the hardware
-    interlocks an accumulation chain), except 2-pass MFMAs which need 2
-    (`GFX940_SMFMA4x4WritesVGPRFullSrcCWaitStates`)
-  * DGEMM (f64): `DMFMA4x4WriteVgprVALUReadWaitStates` 6 / `...MemExpReadWaitStates` 9,
-    `DMFMA16x16WriteVgprVALUReadWaitStates` 11 / `...MemExpReadWaitStates` 18.
-- gfx950 (MI350/MI355, CDNA4), from ROCm/llvm-project's recognizer at commit
-  11c27ae7a95456bb196c56c461d9b7cca586bc4d (the `IsGFX950` arguments):
-  * an XDL result read by a VALU/memory op/export: passes + 3, plus 1 unless the op has 2
-    passes (5, 8, 12, 20 for 2/4/8/16 passes);
-  * an XDL result read as partially overlapping SrcC by another XDL: passes + 2;
-  * SrcA/SrcB, and every SMFMA rule: as on gfx940;
-  * the 16x16 DGEMM: VALU read 19, SrcA/B 19, overlapping SrcC 17.
-  The pass counts are the gfx950 scheduling model, `llvm/lib/Target/AMDGPU/SISchedule.td`
-  (`SIDPGFX950FullSpeedModel`) at ROCm/llvm-project commit
-  37d9a3454da7fdf91f3f45e47d64d28fefeed9fb: 16x16x{16,32,64} 4 passes, 32x32x{8,16,32} 8,
-  the 16x16 f64 op 16, and the f8f6f4 ops 8 (16x16x128) / 16 (32x32x64) when either matrix
-  is an f8 format (`cbsz`/`blgp` 0 or 1, the default) and half that for f6/f4 only.
-- Both tables are read back from real compiler output: tests/static/test_mfma_table.py
-  compiles one kernel per intrinsic - for gfx942 with clang-19, for gfx950 with clang-22
-  (clang-19 rejects the processor) - and asserts that the wait states LLVM inserted before
-  the first read of each result equal `required_wait_states(...)`, for every row of the
-  target (the gfx950 rows verified so: 16x16x32/32x32x16 f16/bf16, the i8 ops, the f8f6f4
-  and scaled f8f6f4 ops with f8 and f4 operands, the 16-pass f64 op). clang-22 also showed
-  the two xf32 ops are not gfx950 instructions (`gfx950_dropped`).
-- The MI355 megakernel PR measured 11 wait states as enough before `v_accvgpr_read_b32` of
-  an 8-pass `v_mfma_scale_f32_16x16x128_f8f6f4` (10 fails 300/300, 11 passes 300/300) and
-  saw its LLVM emit `s_nop 7; s_nop 2` (11); the recognizer above asks 12. The table follows
-  LLVM (one more than that measurement): the PR's broken 9 and fixed 32 are judged alike.
-
-One wait state is one issue slot; `s_nop N` provides N+1. The MI355 megakernel PR calls
-them clocks.
-"""
+The numbers restate LLVM's AMDGPU hazard recognizer and scheduling model as formulas (no
+code copied) and are read back from real compiler output; sources and commits are in
+docs/static-checks.md."""
 from __future__ import annotations
 
 import dataclasses

@@ -4,12 +4,7 @@ C/C++/CUDA/HIP sources get the inline-asm source lint; `.s` listings the AMDGCN 
 `.sass` listings and `.cubin` files the NVIDIA SASS checks; `.toml` / `.json` files (in a
 directory: `*.layout.toml` / `*.layout.json`) the barrier-layout check. The catalog's own
 families are checked by `hazards.static_catalog`, which builds on this module.
-
-`run_subjects` judges a list of subjects (a catalog variant on one target, a user's path, a
-compiled build) up to the machine's cores at a time: each subject's work is mostly a
-compiler or disassembler process, so threads overlap them. It tells a progress observer
-(`hazards.cli.progress.CampaignProgress`) what starts and ends, so the static phase shows
-what is compiling, n of m and the time left like the GPU phase does.
+More in docs/static-checks.md.
 """
 from __future__ import annotations
 

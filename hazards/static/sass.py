@@ -13,10 +13,7 @@
   serialized (C7510-C7516 "Potential Performance Loss"), with its reason.
 - [sync-scope] (info) the scope of each poll and its acquire, in words.
 - the wgmma pipeline checks of `hazards.static.wgmma` (refill depth, registers of an in-flight
-  wgmma), run on every function that has one.
-
-The disassemblers come from the pip wheels `nvidia-cuda-nvdisasm` / `nvidia-cuda-cuobjdump`
-(`hazards.engine.toolchain.find_tool`); without them these checks raise ToolchainMissing.
+  wgmma), run on every function that has one. More in docs/static-checks.md.
 """
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""The user's build: compile_commands.json entries, the flags worth keeping from them, and
-the preprocessor run with those flags (the source lint's expansion of macro templates).
+"""The user's build: compile_commands.json entries, the flags kept from them, the preprocessor.
 
-A compile command names a compiler (nvcc, hipcc, clang, ...), flags, the source and an
-output. For the static checks only what decides the *text* the compiler sees is kept:
-include paths, defines, the language standard, forced includes (and nvcc's
-`--expt-*` switches for an nvcc build); outputs, targets, optimisation and dependency
-flags are ours to choose. Relative paths stay relative: commands run in the entry's
-`directory`, as the build did.
+The preprocessor runs with those flags to expand the source lint's macro templates. A compile
+command names a compiler (nvcc, hipcc, clang, ...), flags, the source and an output. For the
+static checks only what decides the *text* the compiler sees is kept: include paths, defines,
+the language standard, forced includes (and nvcc's `--expt-*` switches for an nvcc build);
+outputs, targets, optimisation and dependency flags are ours to choose. Relative paths stay
+relative: commands run in the entry's `directory`, as the build did.
 """
 from __future__ import annotations
 

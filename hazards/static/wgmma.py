@@ -1,37 +1,9 @@
-"""wgmma pipelines in SASS: which wgmma groups may still be in flight where, and what touches
-their operands while they are.
+"""wgmma pipelines in SASS: which groups may be in flight where, and what touches their operands.
 
 `wgmma.mma_async` (SASS `HGMMA`/`IGMMA`/`QGMMA`/`BGMMA`) reads its shared-memory operands and
 its registers asynchronously. A batch of them ends with one that carries `gsb0` (the PTX
 `wgmma.commit_group`), and `WARPGROUP.DEPBAR.LE gsb0, N` (`wgmma.wait_group N`) waits until at
-most N committed groups are pending. This module runs a forward dataflow over a function's
-control-flow graph whose state is the list of groups that may be pending (oldest first, each
-with the registers it owns), joined over paths (conservative), and reports:
-
-- [wgmma-refill-in-flight] a bulk copy into shared memory (`UBLKCP.S.G`, `UTMALDG`) issued
-  while d >= `banks` groups may be pending. In a ring of `banks` operand buffers refilled in
-  order, the refilled buffer's last reader is the group `banks - 1` before the newest; if d
-  groups may be pending, that reader may be one of them and the copy overwrites operands the
-  tensor core is still reading (the bulk-copy engine and the tensor core are both the async
-  proxy: nothing orders them but the wait). ptxas does not track this: it cannot see which
-  buffer a descriptor or a copy addresses. Without `banks` (a user's cubin) the depth at each
-  refill is reported as [wgmma-refill-depth] (info): the ring size decides. When the caller
-  says the ring is refilled by the threads' own stores (`store_refills`), every `STS` counts
-  as a refill too (generic-proxy stores racing the tensor core's reads: they land within
-  tens of cycles, where a bulk copy takes about a microsecond).
-  Empty commits (see `Flight.reading_depth`) are not counted: they read nothing.
-- [wgmma-register-in-flight] a non-wgmma instruction that reads or writes an accumulator or
-  register-A operand of a group that may still be pending. ptxas prevents this in code it
-  compiles (it serializes the wgmma instead, see [wgmma-early-access]); the check is for
-  hand-edited or other-compiler SASS.
-- [wgmma-early-access] from ptxas' log (C7513-C7515): the PTX touches the registers of an
-  in-flight wgmma (undefined behaviour); ptxas kept the program correct by serializing every
-  wgmma of the function. The source has the hazard, the binary does not, and it is slower.
-
-What the checks cannot see: which buffer a copy really writes (the ring model above is an
-assumption the caller states with `banks`), copies issued by another warp (a producer warp
-waiting on an "empty" mbarrier is outside this per-path analysis), and plain `STS`/`LDGSTS`
-writes into operand buffers unless the caller names them (`store_refills`).
+most N committed groups are pending. More in docs/static-checks.md.
 """
 from __future__ import annotations
 

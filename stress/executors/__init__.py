@@ -3,11 +3,7 @@
 - `local` (the default, `hazards.engine.loop.run_local`): one thread per GPU leased on this host.
 - `ray` (`hazards.engine.executors.ray_executor`): one Ray actor per GPU of a Ray cluster
   (`num_gpus=1`, no restarts, no task retries), results streamed to this driver's store.
-
-Every executor offers the same contract as `run_local`: it takes over a work source and a
-sink (`hazards.engine.loop.WorkSource`, `Sink`) and returns one `GpuStats` per GPU, so the
-soak and check code above it does not change with the executor. Ray is an optional extra
-(`pip install "gpu-hazards[ray]"`); asking for it without Ray installed is a UserError.
+More in docs/campaigns.md.
 """
 from __future__ import annotations
 

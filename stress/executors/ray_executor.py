@@ -5,35 +5,7 @@ cluster: an existing one (`--address HOST:PORT` of its head, or `ray://HOST:PORT
 Ray Client), or a local one started here when no address is given. Per GPU there is one
 `GpuActor` (`num_gpus=1`, so Ray sets its CUDA_VISIBLE_DEVICES), created with
 `max_restarts=0` and `max_task_retries=0`: a retried run would hide a hang or a crash.
-
-Split of the per-GPU loop (`hazards.engine.loop.GpuLoop`):
-- in the actor, on the GPU's host: the GPU lease (`hazards.engine.leases`, in that host's
-  lease folder, so local users of the host see it held), the warm targets (one launch
-  server per binary, as locally), the watchdog of each run, NVML telemetry around every
-  run, and the run's artifact folder in the host's temporary folder, whose files are sent
-  back with the result (up to ARTIFACT_COPY_MAX_BYTES per run, smallest first; the rest
-  stays on the host, its path in the run's evidence);
-- on the driver: a `GpuLoop` thread per actor, run by the same leased-campaign frame
-  (`hazards.engine.campaign.LeasedCampaign`, over the actors' pseudo-leases), `run_local`
-  and `run_soak` as the local executor, so what runs next, the budget, resume and the
-  comparison with the previous soak are the same code, and every run is committed to the
-  driver's store the moment its result arrives, its `host` naming the node that ran it.
-
-**Losing a node.** When an actor stops answering (its host died, its raylet was killed,
-it did not reply within the run's timeout plus ANSWER_MARGIN_S), the request in flight is
-recorded as an `error` run (kind NODE_LOST, reason "node lost: ..."), never as a hang or a
-fault of the kernel; the actor is killed (not restarted) and that GPU's loop ends
-(`hazards.engine.loop.GpuLost`) while the other GPUs go on for the rest of the budget.
-`run_soak_ray` writes what was lost, when, and the share of the session's GPU time it cost
-into the campaign spec (`lost`, and a line in `notes` for the report); the soak's exit
-status then says the infrastructure degraded (`EXIT_DEGRADED`).
-
-**Losing the driver.** The actors are owned by the driver: Ray ends them when it dies
-(SIGKILL included), and each actor's targets die with it. `--resume ID` from a new driver
-continues the campaign with the budget it had left.
-
-Remote hosts need the package installed (`pip install "gpu-hazards[ray]"`, or the checkout
-on their PYTHONPATH) and Ray of the driver's version.
+More in docs/campaigns.md.
 """
 from __future__ import annotations
 

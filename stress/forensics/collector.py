@@ -1,24 +1,7 @@
 """The on-hang collector: where a hung program is stuck, on the device and on the host.
 
 Registered with the watchdog (`install_hang_collector`, order 100: after the tripwire's
-passive snapshots, because a debugger attach stops the process). Within the hang budget
-(`ctx.deadline`) it collects, in this order:
-
-1. system: NVML state of the GPUs and the Xids since the run started (no ptrace);
-2. host, Python processes of the run: `py-spy dump` (native frames included);
-3. device: cuda-gdb (rocgdb on ROCm) attached to the run's GPU process: kernels, every
-   resident warp's PC grouped into locations with a wait kind, and that process's
-   native host stacks from the same attach;
-4. host, other processes: native stacks through gdb.
-
-Each step is skipped with a one-line reason when it cannot run (no debugger, ptrace not
-permitted, no GPU process, budget spent), and never leaves a process stopped or
-attached. Under a campaign's forensics policy (`hazards.engine.forensics.policy`, the
-hang's `ctx.plan`) a hang may get only the summary (step 2, no debugger attach; the full
-collection after it when step 2 found a stuck location new for the item) or nothing at
-all (`no_collection`: hang.md says why). Everything lands in the run's artifact folder (`hang.md`, `hang.json`,
-`hang-device.txt`, `hang-host-<pid>.txt`) and the summary sentence is returned for the
-run's reason (`hang_reason`) and the failure signature (`stuck_locations`).
+passive snapshots, because a debugger attach stops the process). More in docs/hang-forensics.md.
 """
 from __future__ import annotations
 

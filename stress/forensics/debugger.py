@@ -8,10 +8,7 @@ read like any other output), and `close()` always ends with the tracee running: 
 when there is time, otherwise the debugger is killed (the kernel then detaches it) and a
 tracee left in a stop is sent SIGCONT. The debugger carries the supervisor's environment
 marker, so the watchdog's kill also finds a debugger that somehow outlived its session.
-
-Whether a debugger can attach at all is checked first (`attach_refusal`): Yama's
-`ptrace_scope`, CAP_SYS_PTRACE, another tracer already attached. What gdb itself says
-("ptrace: Operation not permitted.") is the final word and becomes a one-line reason.
+More in docs/hang-forensics.md.
 """
 from __future__ import annotations
 

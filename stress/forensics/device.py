@@ -7,17 +7,7 @@ line when the code was built with `-lineinfo`. Rows are grouped by (kernel, PC) 
 locations. For each location (the largest first, up to `MAX_LOCATIONS`) the session
 focuses one of its threads and reads `info line *$pc` (function and offset, line) and a
 window of SASS around the PC; the window's loop around the PC says what kind of wait it
-is (`classify_wait`). One sentence per location:
-
-    blocks 0–131 (132 threads in 132 warps) of spin_on_flag spin on a load at
-    hung_kernels.cu:24 `while (*flag == 0) {`
-
-Without `-lineinfo` a location is the function and the SASS offset, and the report says
-that `-lineinfo` would give source lines.
-
-rocgdb (ROCm) is driven the same way through its wave list (`info threads` shows each
-wave as an "AMDGPU Wave" thread with its frame); it is written from rocgdb's documented
-output and has not been run on AMD hardware here.
+is (`classify_wait`). More in docs/hang-forensics.md.
 """
 from __future__ import annotations
 

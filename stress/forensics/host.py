@@ -4,23 +4,7 @@ Python processes: `py-spy dump --native --json` (Python frames interleaved with 
 frames below them), with a plain `--json` dump as the fallback when native unwinding
 fails. The summary names the main thread's innermost Python frame (where it waits) and
 the innermost frame of the program's own code (the line that called it), e.g.
-
-    MainThread waits in synchronize (torch/cuda/__init__.py:1083) called from
-    wait_for_step (hung_torch.py:29), native: cudaDeviceSynchronize (libcudart.so.13)
-
-Native processes: `thread apply all bt` from a debugger session (gdb, or the same
-cuda-gdb attach that reads the device), summarised the same way from the main thread.
-
-The stuck thread, not the waiting one: when the main thread only waits for another thread
-of its own process (Thread.join, a Future's result, pthread_join, a lock that a sibling
-holds), the summary names the thread that waits on something else, with its innermost
-frame of the program's own code, e.g.
-
-    fetcher waits in fetch_forever (hung_worker.py:9), native: read (libc.so.6); MainThread
-    waits for another thread in Thread._wait_for_tstate_lock (threading.py:1139) called from
-    main (hung_worker.py:17)
-
-Every thread stays in the raw dump (`hang-host-<pid>.txt`).
+More in docs/hang-forensics.md.
 """
 from __future__ import annotations
 

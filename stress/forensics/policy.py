@@ -1,35 +1,11 @@
-"""How much hang forensics a campaign spends: a full collection for the first hang of each
-new stuck location, a cheap summary after it, nothing past a capped share of the budget.
+"""How much hang forensics a campaign spends: full, then summaries, within a capped share.
 
-Every command that runs anything (run, soak, check, stress, repro) gives its campaign frame a
-`ForensicsPolicy`; while the frame's loop runs, the policy is the watchdog's hang policy
-(`hazards.engine.watchdog.set_hang_policy`) and the forensics collector is registered. On
-each hang, before any collector runs, `plan` decides, from what the run is (target, variant,
-expectation: `watchdog.labelled_run`) and what is already known:
-
-- **full** (every collector, `hang_forensics` in full: NVML, py-spy, cuda-gdb, gdb): the
-  item's first hang in this campaign, unless the store already holds a located hang of it;
-- **summary** (the passive collectors, e.g. the tripwire's snapshots, and `py-spy dump` of
-  the run's Python processes; no debugger attach): a later hang of an item already located.
-  A summary whose host location was never seen for the item is a new stuck location: the
-  collector goes on to the full collection, time permitting;
-- **none** (the kill only; hang.md says why): the cap is spent, or the item is a canary
-  whose hang is already located and the policy says so (`known_canary="none"`: the
-  default of `hazards check`, which keeps a pre-merge check fast: proving again that a
-  seeded deadlock hangs where it is known to hang needs no debugger).
-
-The share: all collectors of all hangs together take at most `share` of the campaign's
-budget (`begin(base_s)`: the time budget, or the runs' timeouts for `run`/`repro`), except
-the campaign's first full collection, which may always take one hang budget (so a short
-campaign still gets one full look: the cap is the larger of the share and what that first
-collection took); each hang's collectors get at most `hang_budget_s` and never more than
-what is left. A hang's seconds are reserved as it starts, so concurrent hangs on several
-GPUs cannot overrun the cap. `words()` says what was spent: "forensics: 3 hangs, 1 full
-collection, 2 summaries (4.1 s, 4% of the 100 s budget; cap 10%)".
-
-(A first version floored the cap at one whole hang budget: on an H100, a 40 s soak of the
-`deadlock` family spent 18.4 s, 46% of its budget, on 3 full collections and 10 tripwire
-summaries: docs/results/hangs-h100.md.)
+A full collection goes to the first hang of each new stuck location, a cheap summary to the
+ones after it, nothing past a capped share of the budget. Every command that runs anything
+(run, soak, check, stress, repro) gives its campaign frame a `ForensicsPolicy`; while the
+frame's loop runs, the policy is the watchdog's hang policy
+(`hazards.engine.watchdog.set_hang_policy`) and the forensics collector is registered. More in
+docs/hang-forensics.md.
 """
 from __future__ import annotations
 

@@ -3,15 +3,7 @@
 `SanitizerTarget` wraps a `CommandTarget` of a `--once`-style command (one process per run:
 the sanitizer's report is only complete when the process exits, and its output must not
 mix with a server's protocol stream). The report goes to a log file in the run's artifact
-folder and is parsed into counts.
-
-Decision (documented in docs/families/pipeline.md): a sanitizer *error* (a racecheck
-hazard reported as an error, a synccheck barrier error, a memcheck invalid access) makes
-the run a `fault` with error_kind `sanitizer_race` / `sanitizer_sync` / `sanitizer_memcheck`
-/ `sanitizer_initcheck`, whatever the kernel's own output said: the sanitizer has proven a
-hazard even on launches whose output happened to be right, and DESIGN.md lists sanitizer
-errors under `fault`. Racecheck *warnings* alone are kept as evidence and do not change
-the outcome. A sanitizer that cannot run at all (unsupported device) is an `error`.
+folder and is parsed into counts. More in docs/architecture.md.
 """
 from __future__ import annotations
 

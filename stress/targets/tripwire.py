@@ -1,13 +1,8 @@
 """`TripwireTarget`: a target whose program writes tripwire breadcrumbs, with diagnoses.
 
-Lifecycle for one target (one file; every run truncates it first, and the program's
-`hz_tw_host_open` sizes and re-initialises it, so no run can read another's breadcrumbs):
-
-    with TripwireFile() as tw:                                   # /dev/shm/hz-tw-…, 0600
-        target = TripwireTarget(CommandTarget(argv, env=tw.env()), tw, names=names)
-        result = target.run(timeout=5)       # hang: collector snapshots twice, then the kill
-    # file removed here; kept only as a copy in the run's artifact folder
-"""
+One file per target: every run truncates it first, and the program's `hz_tw_host_open`
+sizes and re-initialises it, so no run can read another's breadcrumbs; the lifecycle is in
+docs/tripwire.md."""
 from __future__ import annotations
 
 from pathlib import Path

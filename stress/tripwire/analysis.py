@@ -5,16 +5,7 @@ about a second later (to tell spinning workers from frozen ones), or one post-mo
 snapshot after a crash. Output: a `Diagnosis` whose `sentence` reads like
 "237 workers wait at barrier ATTN_RELEASE epoch 1204 (observed 1203); 3 stragglers at
 MOE_W13_W2 layer 11 — a producer never arrived", plus the groups, stragglers and
-sentinels as JSON.
-
-The reasoning, in order: workers of the current launch are grouped by (phase, barrier,
-expected epoch); the largest waiting group is "the" wait; every other started, unfinished
-worker is a straggler. observed < expected means the barrier's producer never arrived;
-observed >= expected while still waiting means the waiter read a stale line or the epoch
-overshot (an equality wait). Workers that never stamped this launch's tag are "never
-started" (all of them: the kernel never started; some: those blocks were never resident).
-A worker in the main group one layer behind the rest waits for the same epoch as they
-do: its expected value was snapshotted a layer late.
+sentinels as JSON. More in docs/tripwire.md.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The supervisor's side of a tripwire: the private file and the on-hang collector (the
-target wrapper that adds post-mortem diagnoses, and the lifecycle of a file, are in
-`hazards.engine.targets.tripwire`).
+"""The supervisor's side of a tripwire: the private file and the on-hang collector.
 
-The collector is registered with the watchdog (`install_hang_collector`) and acts on any
-hung child whose environment names a tripwire file, so server targets get it too.
+The target wrapper that adds post-mortem diagnoses, and the lifecycle of a file, are in
+`hazards.engine.targets.tripwire`. The collector is registered with the watchdog
+(`install_hang_collector`) and acts on any hung child whose environment names a tripwire file,
+so server targets get it too.
 """
 from __future__ import annotations
 

@@ -2,24 +2,7 @@
 
     python3 -m hazards.gates.synthlm.harness --out /tmp/lg        # GPU if there is one
     python3 -m hazards.gates.synthlm.harness --config tiny --device cpu --out /tmp/lg
-
-Trains (or loads the cached) model, runs the held-out corpus through every path of
-hazards.gates.synthlm.model.PATHS (teacher-forced, one logit sink each, written as .npz
-files `hazards gate logits` reads), then judges each scenario with the gate:
-
-  clean                 f32 reference vs a correct reordering (23 accumulation steps)  -> pass
-  accum23               one accumulation step in 23 reading the next step's operand    -> fail
-  bf16_logits           logits through bf16 on their way to the sink                   -> fail
-  quant_candidate_only  the candidate quantizes its weights, declaring f32             -> fail
-  quantized_matched     an mxfp4 kernel against an mxfp4 (precision-matched) reference -> pass
-  quantized_unmatched   the same kernel against the f32 reference: refused (not matched);
-                        with --allow-unmatched its numbers show what would be charged
-  sink_striped          the sink written in rotated 16-column stripes                  -> fail (sink check)
-
-Limits: ratio and max_kl as given (the defaults are calibrated on this model, see
-docs/gates.md), ceiling = exp(exact floor + 0.5 nats) of the corpus. Prints the table
-and one `LOGIT_GATE {json}` line per scenario; exit 0 when every scenario got its expected
-verdict, 1 otherwise.
+More in docs/gates.md.
 """
 from __future__ import annotations
 

@@ -5,9 +5,7 @@ emissions, so the next token depends on the whole past through the posterior ove
 states. Because the source is known, the Bayes-optimal next-token loss at every position
 of a corpus is computed exactly by the forward algorithm (`bayes_nll`): no model can beat
 it in expectation, so a trained model's loss is read against an exact floor, and the
-entropy rate of the source is the limit of that floor along a sequence.
-
-Everything here is numpy on the CPU and seeded, so a corpus is the same on every machine.
+entropy rate of the source is the limit of that floor along a sequence. More in docs/gates.md.
 """
 from __future__ import annotations
 

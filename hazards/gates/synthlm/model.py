@@ -4,22 +4,7 @@ The architecture is the layered megakernel's (a small GPT-OSS-shaped MoE): per l
 projection (grouped-query heads, rotary positions), causal attention, an O projection,
 then RMSNorm, a router picking the top-k of E experts, SwiGLU experts (W13 then W2);
 a final RMSNorm and an untied LM head whose vocabulary is padded (the pad columns exist
-in the logits and must be sliced out of every softmax).
-
-A `Path` says how the arithmetic is done, which is what the logit gate judges:
-  * gemm "torch": x @ W^T in f32 (TF32 off) -- the reference;
-  * gemm "steps23": the reduction dimension in 23 accumulation steps, f32 accumulate --
-    a correct kernel's different summation order (the MI355 loops ran 23 iterations);
-  * perturb > 0: in each QKV / W13 / W2 GEMM one of the 23 steps reads the NEXT step's
-    weight operand for that fraction of rows -- the MI355 megakernel PR's silent MFMA pipeline hazard
-    (0.4-6 % GEMM error, no NaN, argmax mostly unchanged);
-  * weights "mxfp4": QKV, O, experts and the LM head round-tripped through a 4-bit
-    E2M1 block format (32 values share a power-of-two scale), as the MI355 megakernel PR's kernel ran;
-    `declared` is what the path claims to run (a candidate that quantizes while declaring
-    f32 is the bug; a reference that does the same is "precision-matched");
-  * sink "f32" | "bf16" | "striped": how the logits reach the buffer the gate reads. The
-    path's own greedy token (`emitted`) is always taken from its f32 logits, as the MI355 megakernel PR's
-    kernel reduced the logit row to an argmax in registers.
+in the logits and must be sliced out of every softmax). More in docs/gates.md.
 """
 from __future__ import annotations
 

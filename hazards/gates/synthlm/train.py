@@ -3,12 +3,7 @@
     python3 -m hazards.gates.synthlm.train                    # GPU if there is one
     python3 -m hazards.gates.synthlm.train --max-seconds 30 --force
     python3 -m hazards.gates.synthlm.train --config tiny --device cpu   # the CPU tests' model
-
-Prints one JSON line: steps, seconds, the model's loss on a held-out corpus and the EXACT
-Bayes floor on that same corpus (hazards.gates.synthlm.language.bayes_nll), and where the
-weights are cached: $HZ_CACHE_DIR, else $XDG_CACHE_HOME/hazards, else ~/.cache/hazards,
-under synthlm/ -- never inside the checkout. A cached model whose key (model, language,
-training settings) matches is loaded instead of retrained (--force retrains).
+More in docs/gates.md.
 """
 from __future__ import annotations
 
