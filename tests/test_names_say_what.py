@@ -46,3 +46,16 @@ def test_gpu_scripts_are_named_by_what_they_do():
     names = [p.name for p in (ROOT / "ci" / "gpu").iterdir() if p.is_file()]
     by_who = [n for n in names if re.match(r"^[a-z][-_]", n) or re.search(r"[a-z]\d\.\w+$", n)]
     assert not by_who, by_who
+
+
+def test_module_docstrings_are_a_summary_line_and_at_most_a_paragraph():
+    # longer notes belong to the docs page that owns the topic (its "In the code" section)
+    import ast
+
+    long = []
+    for path in [*ROOT.glob("hazards/**/*.py"), *ROOT.glob("stress/**/*.py")]:
+        doc = ast.get_docstring(ast.parse(path.read_text()), clean=True)
+        paragraphs = [p for p in re.split(r"\n\s*\n", doc or "") if p.strip()]
+        if len(paragraphs) > 2 or (len(paragraphs) == 2 and "\n" in paragraphs[0]):
+            long.append(str(path.relative_to(ROOT)))
+    assert long == []

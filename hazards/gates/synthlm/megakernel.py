@@ -3,39 +3,7 @@
     python3 -m hazards.gates.synthlm.megakernel --out DIR              # GPU: train/load, build, decode, judge
     python3 -m hazards.gates.synthlm.megakernel --out DIR --variants clean,amax_tail --sequences 16
     hazards gate logits --reference DIR/reference.npz --candidate DIR/clean.npz --ratio R --max-kl K
-
-The model is `synthlm.model.LAYERS`: the layered megakernel's architecture at toy size
-(d_model 128, 2 layers, 16 q / 4 kv heads of 64, no RoPE, 4 experts top-2, intermediate
-1056), trained on the hidden-Markov language like the other configs. Its shape is the
-kernel's runtime shape; the attention head grouping is one the kernel is compiled for, so the
-binary that runs is the family's production build (no toy build is needed) and a candidate
-is any build of it (`--defines MKL_CAMPAIGN_STEP=3`).
-
-Where each piece runs: the token embedding (a row lookup) and, after the last layer, the
-final RMSNorm and the LM head run in torch (on the GPU when there is one), identically for
-the reference and for the kernel; every decoder layer runs in the megakernel, one launch per
-token (`--decode` in standalone/megakernel_layers/mkl_decode.cuh), teacher-forced: position
-t of a sequence is decode step t over the K/V rows its own earlier steps wrote. So every
-hazard switch acts where it lives, in the kernel's layers.
-
-The weight loader (`kernel_weights`) puts the model's f32 weights into the kernel's layout
-and precision: bf16 matrices (W13 rows interleaved: 2c gate, 2c + 1 up), f32 norms; `pack`
-writes the file `--decode` reads, `unpack` reads it back. The precision-matched reference
-(`reference_hidden`) is the same decode in torch in the kernel's arithmetic (the bf16
-weights, K/V rounded to bf16 as the kernel writes its cache, f32 activations, the expert
-input through FP8 E4M3 with a power-of-two scale per 128), teacher-forced over whole
-sequences at once: the file format's `weight_format` says so on both sides.
-
-Variants are the family's own (`family.toml`): clean, clean_skew, and the silent
-corruptions stale_descriptor, amax_tail, dead_flag, stale_release (with the family's skew),
-each with its hazard / jitter fields. Each writes `<variant>.npz`; the gate judges it
-against `reference.npz` at the gate's default limits (RATIO, MAX_KL below; docs/gates.md):
-a correct reordering of the same arithmetic (`reference_f64`: every GEMV and the attention
-accumulated in f64) is judged too and is the floor E of the calibration form printed
-beside the table. Prints one `LAYERS_LOGIT_GATE {json}` line per variant;
-exit 0 when every variant got its expected verdict (clean ones pass, corrupt ones fail),
-1 otherwise (a variant that could not be decoded or read is `error`, never a verdict), 2 on
-bad input, 3 when it could not look at all (no GPU, the build failed).
+More in docs/gates.md.
 """
 from __future__ import annotations
 
