@@ -115,6 +115,7 @@ class Tool:
     # for tools that compile for a GPU target: whether the program at a path targets `arch`
     targets: Callable[[str, str], bool] | None = None
     install_for: Callable[[str], str] = lambda arch: ""  # the install hint for one target
+    skippable: bool = True  # `--skip NAME` (the static checks) may name it
 
 
 _NV_TOOLS_INSTALL = "pip install 'nvidia-cuda-nvdisasm>=13.2,<14' 'nvidia-cuda-cuobjdump>=13.2,<14' (the nvtools extra)"
@@ -137,6 +138,10 @@ TOOLS: dict[str, Tool] = {
     # the static checks' user builds make a missing ROCm device library with them.
     "llvm-as": Tool("llvm-as", "HZ_LLVM_AS", ("llvm-as",), "apt-get install llvm-19, or set HZ_LLVM_AS"),
     "llvm-dis": Tool("llvm-dis", "HZ_LLVM_DIS", ("llvm-dis",), "apt-get install llvm-19, or set HZ_LLVM_DIS"),
+    # Runs a family's binary under its race/sync/memory checkers (`hazards stress --sanitizer`).
+    "compute-sanitizer": Tool("compute-sanitizer", "HZ_COMPUTE_SANITIZER", ("compute-sanitizer",),
+                              "install the CUDA toolkit (compute-sanitizer), or set HZ_COMPUTE_SANITIZER",
+                              folders=_cuda_homes, skippable=False),
     "nvdisasm": Tool("nvdisasm", "HZ_NVDISASM", ("nvdisasm",), _NV_TOOLS_INSTALL,
                      folders=lambda: [*_cuda_homes(), *_nvidia_wheel_bins()]),
     "cuobjdump": Tool("cuobjdump", "HZ_CUOBJDUMP", ("cuobjdump",), _NV_TOOLS_INSTALL,
@@ -190,8 +195,8 @@ def find_tool(name: str, needed_for: str = "", *, arch: str | None = None, like:
     found, reason = _lookup(name, env, arch, like)
     if found is None:
         hint = (tool.install_for(arch) if arch else "") or tool.install
-        raise ToolchainMissing(f"{what} not found{why}: {reason or hint}"
-                               f" (or --skip {name} to skip what needs it)", tool=name)
+        skip = f" (or --skip {name} to skip what needs it)" if tool.skippable else ""
+        raise ToolchainMissing(f"{what} not found{why}: {reason or hint}{skip}", tool=name)
     return found
 
 

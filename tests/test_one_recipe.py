@@ -106,9 +106,9 @@ def test_every_command_that_reads_hangs_takes_the_hang_options_one_way():
 
 
 def test_the_toolchain_programs_are_found_by_find_tool_only():
-    # nvcc, clang, llvm-as, llvm-dis, nvdisasm, cuobjdump... through toolchain.find_tool (override
+    # nvcc, clang, llvm-as, llvm-dis, nvdisasm, cuobjdump, compute-sanitizer... through toolchain.find_tool (override
     # variable, install hint, --skip), never looked up by name elsewhere
-    by_hand = re.compile(r"which\(.*(?:nvcc|hipcc|clang|llvm-|nvdisasm|cuobjdump|ptxas)")
+    by_hand = re.compile(r"which\(.*(?:nvcc|hipcc|clang|llvm-|nvdisasm|cuobjdump|ptxas|compute-sanitizer)")
     elsewhere = [str(p.relative_to(REPO)) for p in CODE
                  if p != REPO / "stress" / "toolchain.py" and by_hand.search(p.read_text())]
     assert elsewhere == []

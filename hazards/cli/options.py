@@ -330,10 +330,11 @@ def parse_skip(values: Optional[Iterable[str]], parts: tuple[str, ...] = CHECK_P
     for name in split_names(values):
         if name in parts:
             got_parts.add(name)
-        elif name in TOOLS:
+        elif name in TOOLS and TOOLS[name].skippable:
             tools.add(name)
         else:
-            raise UserError(f"--skip {name}: nothing of that name (give {', '.join((*parts, *TOOLS))})")
+            skippable = [t for t, tool in TOOLS.items() if tool.skippable]
+            raise UserError(f"--skip {name}: nothing of that name (give {', '.join((*parts, *skippable))})")
     return got_parts, tools
 
 

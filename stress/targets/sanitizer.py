@@ -7,17 +7,17 @@ folder and is parsed into counts. More in docs/architecture.md.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import ToolchainMissing, UserError
+from ..errors import UserError
 from ..outcome import Outcome, RunResult
 from ..targets.base import WrapperTarget, run_kw
 from ..targets.command import CommandTarget
+from ..toolchain import find_tool
 
 TOOLS = ("racecheck", "synccheck", "memcheck", "initcheck")
 ERROR_KINDS = {"racecheck": "sanitizer_race", "synccheck": "sanitizer_sync",
@@ -36,14 +36,8 @@ _UNUSABLE = re.compile(r"Device not supported|Unable to (?:find|load|initialize)
 
 
 def find_sanitizer() -> str:
-    """Path of compute-sanitizer; ToolchainMissing (one line) when there is none."""
-    found = shutil.which(os.environ.get("HZ_COMPUTE_SANITIZER", "compute-sanitizer"))
-    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if found is None and home and os.access(Path(home) / "bin" / "compute-sanitizer", os.X_OK):
-            found = str(Path(home) / "bin" / "compute-sanitizer")
-    if found is None:
-        raise ToolchainMissing("compute-sanitizer not found (part of the CUDA toolkit; or set HZ_COMPUTE_SANITIZER)")
-    return found
+    """Path of compute-sanitizer (`toolchain.find_tool`); ToolchainMissing (one line) when there is none."""
+    return find_tool("compute-sanitizer", "for --sanitizer")
 
 
 def _race_kind(first: str, second: str) -> str:

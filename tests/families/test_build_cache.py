@@ -177,6 +177,27 @@ def test_an_llvm_tool_of_the_clangs_release_comes_first(monkeypatch, tmp_path):
         toolchain.find_tool.cache_clear()
 
 
+def test_compute_sanitizer_is_found_like_every_tool_and_names_no_skip(monkeypatch, tmp_path):
+    # `stress --sanitizer` has no --skip: the one-line error says how to install it, nothing more
+    from hazards.cli.options import parse_skip
+    from hazards.engine.targets.sanitizer import find_sanitizer
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for name in ("CUDA_HOME", "CUDA_PATH", "HZ_COMPUTE_SANITIZER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(toolchain.os, "access", lambda *a: False)
+    toolchain.find_tool.cache_clear()
+    try:
+        with pytest.raises(ToolchainMissing) as e:
+            find_sanitizer()
+        assert str(e.value) == ("compute-sanitizer not found (needed for --sanitizer): install the CUDA toolkit "
+                                "(compute-sanitizer), or set HZ_COMPUTE_SANITIZER")
+        with pytest.raises(UserError, match="--skip compute-sanitizer: nothing of that name"):
+            parse_skip(["compute-sanitizer"])
+    finally:
+        toolchain.find_tool.cache_clear()
+
+
 def test_the_sm90a_flags_are_spelled_once():
     assert toolchain.nvcc_arch_flags(SM90A) == ("-gencode=arch=compute_90a,code=sm_90a",)
     assert build.TARGETS[SM90A].flags[-1] == "-gencode=arch=compute_90a,code=sm_90a"
