@@ -403,9 +403,13 @@ static_assert(smem_bytes(SHAPE_DEFAULT) <= 227 * 1024 && smem_bytes(SHAPE_SMALL)
 
 // gemv_block's step (c) path: rounds of groups whose partials fit `red`; the ring runs on across
 // rounds (the refills of the next round's units go out while this round finishes).
+// Out of line (one copy per call site): inlined into the kernel body, its code moved ptxas'
+// register allocation of the other out-of-line tasks (attend_chunk's loop then spilled 35
+// registers a block instead of production's 7: machine code read on the CPU).
 template <typename Emit>
-__device__ __forceinline__ void gemv_ring(const __nv_bfloat16* const* base, int nseg, int seg_len, const float* act,
-                                          int r0, int r1, int ngroups, Emit emit) {
+__device__ __noinline__ void gemv_ring(const __nv_bfloat16* const* base, int nseg, int seg_len, const float* act,
+                                       int r0, int r1, int ngroups, Emit emit) {
+  __builtin_assume(__isShared(act));
   Ring* rg = ring_smem();
   const int nunits = ngroups * nseg;
   __syncthreads();  // the previous call's Ring::units is stored

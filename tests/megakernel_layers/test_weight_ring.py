@@ -39,7 +39,7 @@ def _functions(step: int) -> dict[str, str]:
         if label and not line.startswith(".L"):
             # `.text.KERNEL:` opens a kernel's code, `$KERNEL$FUNC:` a device function's
             sym = label.group(1).removeprefix(".text.") if line.startswith((".text.", "$")) else ""
-            short = re.search(r"(ring_units|gemv_round|gemv_probe)", sym.split("$")[-1]) if sym else None
+            short = re.search(r"(ring_units|gemv_ring|gemv_round|gemv_probe)", sym.split("$")[-1]) if sym else None
             name = short.group(1) if short else None
             if name:
                 funcs.setdefault(name, "")
@@ -71,5 +71,5 @@ def test_step_c_streams_the_weights_through_the_shared_memory_ring():
     assert _count(ring, r"\bSYNCS\.PHASECHK\.TRANS64\.TRYWAIT\b") >= 2  # wait full; warp 0 waits empty
     assert _count(ring, r"\bSYNCS\.ARRIVE\.TRANS64") >= 2  # arrive empty; refill's arrive.expect_tx
     assert _count(ring, r"\bUBLKCP\.S\.G\b") == 1  # the refill: one bulk copy global -> shared
-    # the first RING_STAGES units are issued by the kernel body (thread 0) before the consumers start
-    assert _count(funcs["gemv_probe"], r"\bUBLKCP\.S\.G\b") >= 1
+    # the first RING_STAGES units are issued by gemv_ring (thread 0) before the consumers start
+    assert _count(funcs["gemv_ring"], r"\bUBLKCP\.S\.G\b") >= 1
