@@ -1,5 +1,6 @@
-"""`hazards explore FAMILY`: hypothesis over a family's parameter space on a leased GPU, with
-the static model as a two-way oracle (hazards.explore)."""
+"""`hazards explore FAMILY`: hypothesis over a family's parameter space on a leased GPU.
+
+The static model is the two-way oracle (hazards.explore)."""
 from __future__ import annotations
 
 import json

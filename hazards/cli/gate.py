@@ -1,5 +1,6 @@
-"""`hazards gate perf` and `hazards gate logits`: is a candidate better than the baseline,
-without trading correctness? (docs/gates.md)"""
+"""`hazards gate perf` and `hazards gate logits`: is a candidate better than the baseline?
+
+Better without trading correctness (docs/gates.md)."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
-"""`hazards repro`: run until the first failure, catch the hung kernel's breadcrumbs live,
-keep everything needed to reproduce it, and say how often it happens."""
+"""`hazards repro`: run until the first failure, keep what reproduces it, say how often it happens.
+
+A hung kernel's breadcrumbs are caught live."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
-"""`hazards static`: every static check (the catalog's families and the given artifacts), and
-the compiled mode for a user's own sources."""
+"""`hazards static`: every static check, on the catalog's families and the given artifacts.
+
+With the compiled mode for a user's own sources."""
 from __future__ import annotations
 
 import sys

@@ -1,5 +1,7 @@
-"""`hazards store check` and `hazards store migrate`: where a results store stands, and
-taking it to this hazards' schema (docs/campaigns.md, "The results store")."""
+"""`hazards store check` and `hazards store migrate`: a results store's schema, checked and updated.
+
+Where a store stands, and taking it to this hazards' schema (docs/campaigns.md, "The results
+store")."""
 from __future__ import annotations
 
 import json

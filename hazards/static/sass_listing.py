@@ -1,7 +1,8 @@
-"""The SASS listing as data: instructions (with the registers they read and write, their
-address operands), functions with their labels and control flow, from `nvdisasm -c` or
-`cuobjdump -sass` text. The SASS checks (`hazards.static.sass`, `hazards.static.wgmma`) and
-the families' SASS tests read listings through it.
+"""The SASS listing as data, from `nvdisasm -c` or `cuobjdump -sass` text.
+
+Instructions (with the registers they read and write, their address operands), functions with
+their labels and control flow. The SASS checks (`hazards.static.sass`, `hazards.static.wgmma`)
+and the families' SASS tests read listings through it.
 """
 from __future__ import annotations
 

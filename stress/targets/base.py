@@ -1,5 +1,7 @@
-"""What every target shares: input validation (one-line UserErrors), the `Target` interface,
-and `WrapperTarget`, the base of targets that add something around another target's runs."""
+"""What every target shares: input validation, the `Target` interface, `WrapperTarget`.
+
+Bad input is a one-line UserError; `WrapperTarget` is the base of targets that add something
+around another target's runs."""
 from __future__ import annotations
 
 import abc

@@ -1,7 +1,8 @@
-"""The repro evidence target, and what `hazards repro` keeps besides the runs: the context a
-failure needs to be reproduced elsewhere (binary hash, `git describe`, environment) and
-the kernel's word on it (Xid lines from the kernel log when `dmesg` is readable; NVML's
-Xid events of the leased GPU are in every run's telemetry, from the loop).
+"""The repro evidence target, and what `hazards repro` keeps besides the runs.
+
+The context a failure needs to be reproduced elsewhere (binary hash, `git describe`,
+environment) and the kernel's word on it (Xid lines from the kernel log when `dmesg` is
+readable; NVML's Xid events of the leased GPU are in every run's telemetry, from the loop).
 """
 from __future__ import annotations
 
