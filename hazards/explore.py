@@ -545,7 +545,7 @@ def _first_point(family: Family) -> dict[str, Any]:
 def explore_family(frame: LeasedCampaign, family: Family, opts: ExploreOptions, *, database_dir: str | Path,
                    item_for: ItemFor | None = None, campaign_name: str | None = None,
                    on_result: Callable[[int, WorkItem, RunResult], None] | None = None) -> ExploreResult:
-    """Explore one family in `frame` (one campaign of kind 'explore'); see the module docstring."""
+    """Explore one family in `frame` (one campaign of kind 'explore'); see docs/explore.md, In the code."""
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     if not family.binary and item_for is None:

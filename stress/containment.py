@@ -225,7 +225,7 @@ class Containment:
                 os.close(procs)
 
     def spawn(self, argv: list[str], *, mark: str, **popen_kwargs: Any) -> tuple[subprocess.Popen, str | None]:
-        """Start a supervised child (see the module docstring): (its Popen, its cgroup)."""
+        """Start a supervised child (docs/architecture.md, In the code): (its Popen, its cgroup)."""
         self._ensure()
         cgroup = None
         if self.cgroup_root is not None:

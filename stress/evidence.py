@@ -28,7 +28,7 @@ def _count(value: Any) -> int | None:
 
 
 def launches_of(result: RunResult) -> tuple[int, int]:
-    """(launches, failed launches) one run made (see the module docstring)."""
+    """(launches, failed launches) one run made (docs/campaigns.md, In the code)."""
     outcome = Outcome(result.outcome)
     if outcome is Outcome.ERROR:
         return 0, 0

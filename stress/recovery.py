@@ -63,7 +63,7 @@ def _line(obj: dict[str, Any]) -> bytes:
 
 
 class SupervisorRecord:
-    """This process's record (see the module docstring). Writes are single O_APPEND lines,
+    """This process's record (docs/architecture.md, In the code). Writes are single O_APPEND lines,
     safe from any thread. `open` raises OSError when no record can be kept."""
 
     def __init__(self, path: Path, fd: int) -> None:
@@ -111,7 +111,7 @@ class SupervisorRecord:
 
     def _compact(self) -> None:
         """Rewrite the record as its supervisor line and live entries, in place, when they
-        need under a quarter of it (see the module docstring for a death meanwhile)."""
+        need under a quarter of it (see docs/architecture.md, In the code, for a death meanwhile)."""
         snapshot = self._head + b"".join(self._live.values())
         if 4 * len(snapshot) > self._size or self._fd is None or os.getpid() != self.owner:
             return

@@ -489,7 +489,7 @@ def run_soak(frame: LeasedCampaign, items: list[WorkItem] | None, *, budget_s: f
     """Run (or resume) one soak campaign on the frame's leases and compare it with the previous
     soak; `observer` (a progress display) watches the loop.
 
-    `allocation` picks the work source (module docstring); `explore_share` of the budget
+    `allocation` picks the work source (docs/campaigns.md, In the code); `explore_share` of the budget
     goes to `explorer(frame, seconds)` after the items (not again on a resume that already
     explored). A resumed soak keeps the allocation and share it was started with."""
     if not 0.0 <= explore_share < 1.0:

@@ -194,7 +194,7 @@ def ratio_interval(base: Sequence[float], cand: Sequence[float], conf: float) ->
 
 
 def judge(ratios: dict[str, Interval], min_effect: float) -> PerfVerdict:
-    """The verdict of one task from its three ratio intervals (see the module docstring)."""
+    """The verdict of one task from its three ratio intervals (docs/gates.md, In the code)."""
     def down(m: str) -> bool:
         r = ratios[m]
         return r.resolved and r.hi < 1.0 and r.estimate < 1.0 - min_effect

@@ -164,7 +164,7 @@ def python_host_step(pid: int, *, deadline: float, env: dict[str, str], path: st
 
 # -- the collector -------------------------------------------------------------------------------
 def collect(ctx: Any, *, path: str | None = None) -> dict[str, Any]:
-    """Everything this module knows about a hung run (see the module docstring); only the
+    """Everything this module knows about a hung run (docs/hang-forensics.md, In the code); only the
     summary when the hang's plan says so."""
     t_start = time.monotonic()
     deadline = (ctx.deadline if getattr(ctx, "deadline", None) else t_start + 10.0) - FINISH_RESERVE_S

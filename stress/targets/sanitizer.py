@@ -77,7 +77,7 @@ def parse_report(text: str, tool: str) -> dict[str, Any]:
 
 
 def judge(result: RunResult, report: dict[str, Any]) -> RunResult:
-    """Fold a sanitizer report into a run's outcome (see the module docstring)."""
+    """Fold a sanitizer report into a run's outcome (docs/architecture.md, In the code)."""
     result.evidence["sanitizer"] = report
     tool = report["tool"]
     if report["unusable"]:  # the sanitizer never instrumented the kernel: nothing is proven

@@ -48,7 +48,7 @@ LAYERS = ModelConfig(d_model=128, layers=2, n_q=16, n_kv=4, head_dim=64, experts
 
 @dataclasses.dataclass(frozen=True)
 class Path:
-    """How a forward pass does its arithmetic (see the module docstring)."""
+    """How a forward pass does its arithmetic (docs/gates.md, In the code)."""
 
     name: str
     gemm: str = "torch"
