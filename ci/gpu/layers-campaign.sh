@@ -155,7 +155,8 @@ if [ "$QUICK" = 0 ]; then
   echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
   ACCARGS=(--clean-launches 500 --clean-budget 2 --canary-budget 1); ACCCAP=35
 else
-  ACCARGS=(--clean-launches 200 --clean-budget 0.5 --canary-budget 0.3); ACCCAP=15
+  ACCARGS=(--clean-launches 200 --clean-budget 0.5 --canary-budget 0.3)
+  ACCCAP=$(( $(left) - 12 )); [ "$ACCCAP" -gt 15 ] && ACCCAP=15  # 12 s stay for the tripwire bench
 fi
 log "clean variants and corruption canaries (one warm server) on the build with defines: ${ACC[*]:-none}"
 timeout "$(cap $ACCCAP)" python3 bench/megakernel_layers_acceptance.py "${ACC[@]}" "${ACCARGS[@]}" \
@@ -235,7 +236,7 @@ fi
 if [ "$WHAT" != gate ]; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
-  timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds 21 "${TWARG[@]}" \
+  timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \
     --json "$W/tripwire_overhead.json" > "$W/tripwire_overhead.txt" 2>&1
   echo "exit $?"; tail -6 "$W/tripwire_overhead.txt" | cut -c1-200
   CB=$(( $(left) - 15 )); [ "$CB" -gt 120 ] && CB=120
