@@ -8,7 +8,7 @@ it sits in is taken by no pass: CUDA sources are preprocessed twice (device pass
 `__CUDA_ARCH__`, host pass without), HIP sources with `--cuda-device-only` and
 `--cuda-host-only`. `-dD` keeps the macro definitions in the output: a macro that expands
 (directly or through other macros) to a fence or a barrier makes each of its use sites a
-site (`operators.macro_use_sites`). More in docs/mutate.md.
+site (`operators`). More in docs/mutate.md.
 """
 from __future__ import annotations
 
