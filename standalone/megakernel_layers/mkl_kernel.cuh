@@ -385,11 +385,12 @@ __device__ __noinline__ void ring_units(const __nv_bfloat16* const* base, int ns
 }
 
 // Can the ring stream this GEMV? Each segment's rows must be contiguous (row_stride ==
-// seg_len) and a unit must fit a stage; anything else takes gemv_round. Every GEMV of both
+// seg_len), a unit must fit a stage and every column part must hold a chunk (ring_units clamps
+// a lane's chunk to the part's last); anything else takes gemv_round. Every GEMV of both
 // shapes fits (asserted below, at compile time).
 __host__ __device__ constexpr bool ring_fits(long long row_stride, int seg_len, int nseg) {
-  return row_stride == seg_len && (seg_len & 7) == 0 && (long long)GEMV_ROWS * seg_len * 2 <= RING_STAGE_BYTES &&
-         nseg * GEMV_ROWS * RING_PARTS <= RING_RED;
+  return row_stride == seg_len && (seg_len & 7) == 0 && seg_len >= 8 * RING_PARTS &&
+         (long long)GEMV_ROWS * seg_len * 2 <= RING_STAGE_BYTES && nseg * GEMV_ROWS * RING_PARTS <= RING_RED;
 }
 
 // QKV, the O-projection, W13 and W2 (K segments): gemv_block's arguments at its four sites.
