@@ -1,9 +1,12 @@
 """The logit gate on the real layered megakernel: its binary decodes the trained synthetic-language model.
 
-    python3 -m hazards.gates.synthlm.megakernel --out DIR              # GPU: train/load, build, decode, judge
-    python3 -m hazards.gates.synthlm.megakernel --out DIR --variants clean,amax_tail --sequences 16
-    hazards gate logits --reference DIR/reference.npz --candidate DIR/clean.npz --ratio R --max-kl K
-More in docs/gates.md.
+The model (`synthlm.model.LAYERS`) is the kernel's architecture at toy size, run by the
+family's own build: the embedding and the LM head run in torch around the kernel, every
+decoder layer in the binary's `--decode` mode (one launch per token, teacher-forced); each
+family variant's logit sink is judged by `hazards gate logits` against the precision-matched
+torch reference (`--out DIR [--variants clean,amax_tail] [--defines MKL_CAMPAIGN_STEP=4]`).
+docs/gates.md ("The logit gate on the layered megakernel") has the model, the weight loader,
+the reference, the limits, the variants and the exit codes.
 """
 from __future__ import annotations
 
