@@ -8,6 +8,7 @@ from __future__ import annotations
 from hazards.static import amdgcn_isa as isa
 from hazards.static import checks
 from hazards.static.findings import Finding
+from hazards.static.flow import reaching
 
 _STEP_LIMIT = 400
 
@@ -71,7 +72,104 @@ def _implicit_writes(ins: isa.Instr) -> set[tuple[str, int]]:
 
 
 def _is_data_load(ins: isa.Instr) -> bool:
-    return ins.mnemonic.startswith(("global_load", "flat_load", "buffer_load", "scratch_load"))
+    """A load of memory another agent may have written: not `scratch_` (a thread's private
+    memory: its stack, a local array indexed at run time), which no flag publishes."""
+    return ins.mnemonic.startswith(("global_load", "flat_load", "buffer_load"))
+
+
+def lds_pointer_accesses(func: isa.Function, reach: int = 4000) -> set[int]:
+    """Indices of `flat_` accesses whose address is a generic pointer to LDS (its high dword
+    comes from `src_shared_base`, through moves): a `volatile` shared-memory
+    reduction through a plain pointer compiles to `flat_store ... sc0 sc1`, which is neither
+    a flag another agent polls nor data it reads. The writers are the nearest earlier ones
+    in the listing (within `reach` lines)."""
+    cached = func.__dict__.get("_lds_accesses")
+    if cached is not None:
+        return cached
+
+    def writer(unit, before):
+        return next((j for j in range(before - 1, max(-1, before - reach), -1)
+                     if unit in isa.units(func.instrs[j].writes())), None)
+
+    out: set[int] = set()
+    if any("src_shared_base" in ins.text for ins in func.instrs):
+        for k, ins in enumerate(func.instrs):
+            at = 1 if ins.has_dest else 0  # a load's (or returning atomic's) destination comes first
+            if not ins.mnemonic.startswith("flat_") or len(ins.operands) <= at:
+                continue
+            addr = isa.units(isa.parse_regs(ins.operands[at]))
+            if not addr:
+                continue
+            todo, seen = [(max(addr, key=lambda u: u[1]), k)], 0
+            while todo and seen < 8:  # the high dword's writer, through moves (v_mov v17, v9; v9, s7)
+                unit, before = todo.pop()
+                seen += 1
+                w = writer(unit, before)
+                if w is None:
+                    continue
+                if "src_shared_base" in func.instrs[w].text:
+                    out.add(k)
+                    break
+                if func.instrs[w].mnemonic.startswith(("v_mov_b32", "s_mov_b32", "s_mov_b64", "v_mov_b64")):
+                    todo += [(u, w) for u in isa.units(func.instrs[w].reads())]
+    func.__dict__["_lds_accesses"] = out
+    return out
+
+
+def _is_shared_write(ins: isa.Instr) -> bool:
+    """A store or atomic to memory other agents can read (not scratch, not LDS)."""
+    return ins.is_vmem and (ins.is_store or ins.is_atomic) and not ins.mnemonic.startswith("scratch_")
+
+
+def _store_data(ins: isa.Instr) -> set[tuple[str, int]]:
+    """The register units a store writes to memory (buffer_*: the first operand; global_,
+    flat_: the second)."""
+    k = 0 if ins.mnemonic.startswith("buffer_") else 1
+    return isa.units(isa.parse_regs(ins.operands[k])) if len(ins.operands) > k else set()
+
+
+def _arrive(func: isa.Function, head: int, back: int, poll: int,
+            preds: dict[int, list[int]]) -> tuple[int | None, set[int]]:
+    """(the arrive of an arrive-then-wait barrier, what may run before the loop): a flag
+    store before the poll loop of the very value the loop compares the polled value with
+    (directly or through a move), as aiter's all-reduce `start_sync`/`end_sync` do - every
+    rank stores the value it then waits for in its peers' slots."""
+    polled = isa.units(func.instrs[poll].writes())
+    compared: set[tuple[str, int]] = set()
+    for k in range(poll + 1, back + 1):
+        ins = func.instrs[k]
+        if ins.mnemonic.startswith(("v_cmp", "s_cmp")) and isa.units(ins.reads()) & polled:
+            compared |= isa.units(ins.reads()) - polled
+    before = reaching(preds, head) - set(range(head, back + 1))
+    if not compared:
+        return None, before
+    for k in sorted(before, reverse=True):
+        ins = func.instrs[k]
+        if not (_is_flag_store(ins) and ins.is_store):
+            continue
+        value = _store_data(ins)
+        for unit in list(value):  # a copy of the compared register: `v_mov_b32 v6, s2`
+            w = next((j for j in range(k - 1, -1, -1) if j in before and unit in isa.units(func.instrs[j].writes())), None)
+            if w is not None and func.instrs[w].mnemonic.startswith(("v_mov_b32", "s_mov_b32")):
+                value |= isa.units(func.instrs[w].reads())
+        if value & compared:
+            return k, before
+    return None, before
+
+
+def _data_load_after(func: isa.Function, head: int, back: int, poll: int) -> bool:
+    """Whether a data load may follow the poll loop (within the walk's step limit)."""
+    seen: set[int] = set()
+    stack = list(func.successors(poll))
+    while stack and len(seen) < _STEP_LIMIT:
+        i = stack.pop()
+        if i >= len(func.instrs) or i in seen:
+            continue
+        seen.add(i)
+        if _is_data_load(func.instrs[i]) and not head <= i <= back:
+            return True
+        stack.extend(func.successors(i))
+    return bool(stack)
 
 
 def _loop_variant(func: isa.Function, t: int, b: int) -> set[tuple[str, int]]:
@@ -142,8 +240,9 @@ def _is_flag_store(ins: isa.Instr) -> bool:
 
 
 def _is_data_write(ins: isa.Instr) -> bool:
-    """A plain store: the data a flag publishes (flags and atomics are not data)."""
-    return ins.is_vmem and ins.is_store and not _is_flag_store(ins)
+    """A plain store: the data a flag publishes (flags and atomics are not data, nor a
+    `scratch_` store to a thread's private memory)."""
+    return _is_shared_write(ins) and ins.is_store and not _is_flag_store(ins)
 
 
 def _waits_all_vm(ins: isa.Instr) -> bool:
@@ -158,12 +257,26 @@ def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
     out: list[Finding] = []
     for func in funcs:
         loops = poll_loops(func)
-        has_wt = any(i.is_store and {"sc0", "sc1"} <= _bits(i) for i in func.instrs)
-        for head, back, poll in loops:
-            out += _check_acquire(func, path, head, back, poll)
+        lds = lds_pointer_accesses(func)
+        has_wt = any(i.is_store and {"sc0", "sc1"} <= _bits(i) for k, i in enumerate(func.instrs) if k not in lds)
         preds = _preds(func)
+        final: dict[int, int] = {}  # arrive -> poll of a barrier after whose wait nothing is read
+        for head, back, poll in loops:
+            arrive, before = _arrive(func, head, back, poll, preds)
+            start = arrive is not None and not any(
+                _is_shared_write(func.instrs[k]) for k in before if k != arrive)
+            out += _check_acquire(func, path, head, back, poll, func.instrs[arrive] if start else None)
+            if arrive is not None and not _data_load_after(func, head, back, poll):
+                final[arrive] = poll
         for f_idx, ins in enumerate(func.instrs):
-            if not _is_flag_store(ins):
+            if not _is_flag_store(ins) or f_idx in lds:
+                continue
+            if f_idx in final:
+                out.append(checks.SYNC_SCOPE.finding(
+                    path, ins.line, f"flag `{ins.mnemonic}` ({access_scope(ins)}); release: none "
+                    f"needed - the arrive of a final barrier: nothing is read after its wait "
+                    f"(line {func.instrs[final[f_idx]].line}), so it publishes nothing another rank "
+                    f"reads in this kernel, assuming every rank runs this same code", ins.text))
                 continue
             if loops or has_wt:
                 out += _check_release(func, path, f_idx, preds)
@@ -172,7 +285,11 @@ def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
     return out
 
 
-def _check_acquire(func, path, head, back, poll) -> list[Finding]:
+def _check_acquire(func, path, head, back, poll, start_arrive: isa.Instr | None = None) -> list[Finding]:
+    """[acquire-missing] on the paths out of one poll loop; `start_arrive`: the loop is the
+    wait of a start barrier (its arrive stores the value waited for and no store to shared
+    memory may run before it), which publishes nothing written in the kernel: what is read
+    after it was written before the launch, so no acquire is needed (said in sync-scope)."""
     p = func.instrs[poll]
     seen: set[tuple[int, bool]] = set()
     stack: list[tuple[int, isa.Instr | None]] = [(s, None) for s in func.successors(poll)]
@@ -186,11 +303,16 @@ def _check_acquire(func, path, head, back, poll) -> list[Finding]:
         ins = func.instrs[i]
         if ins.mnemonic.startswith("buffer_inv"):
             inv = ins
-        elif _is_data_load(ins) and not head <= i <= back:
+        elif _is_data_load(ins) and not head <= i <= back and i not in lds_pointer_accesses(func):
             if inv is not None:
                 scopes.add(f"`{inv.text}` at line {inv.line}: {fence_scope(inv)}")
             elif "sc1" in _bits(ins):
                 scopes.add(f"the load itself: {access_scope(ins)}")
+            elif start_arrive is not None:
+                scopes.add(f"none needed - a start barrier: its arrive `{start_arrive.mnemonic}` at line "
+                           f"{start_arrive.line} stores the value it waits for and no store to memory "
+                           f"other agents read comes before it, so the loads after it read data written "
+                           f"before the launch, assuming every rank runs this same code")
             else:
                 out.append(checks.ACQUIRE_MISSING.finding(
                     path, ins.line,
@@ -235,7 +357,9 @@ def _check_release(func, path, f_idx, preds, after_barrier_only: bool = False) -
             wb = ins
         elif ins.mnemonic == "s_barrier":
             crossed = True
-        elif _is_data_write(ins) or (crossed and ins.is_vmem and ins.is_store):
+        elif i in lds_pointer_accesses(func):
+            pass  # a store to LDS through a generic pointer: this block's, never another agent's
+        elif _is_data_write(ins) or (crossed and _is_shared_write(ins) and ins.is_store):
             if after_barrier_only and not crossed:
                 continue
             who = ", made by every wave of the block before the s_barrier," if crossed else ""

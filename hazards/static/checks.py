@@ -120,14 +120,17 @@ RELEASE_ORDER = register(Check(
     "release-order", "error", "AMDGCN",
     "a data store reaches a flag (sc1 / write-through store, atomic) without `s_waitcnt "
     "vmcnt(0)` or a release fence; an atomic after an `s_barrier` is a release of every wave's "
-    "stores before it"))
+    "stores before it; not the arrive of a final barrier (nothing read after its wait); `scratch_` "
+    "(private) stores are not data"))
 RELEASE_SCOPE = register(Check(
     "release-scope", "error", "AMDGCN",
-    "a write-through (`sc0 sc1`) flag after L2-resident data with no `buffer_wbl2 sc1`"))
+    "a write-through (`sc0 sc1`) flag after L2-resident data with no `buffer_wbl2 sc1` (not the "
+    "arrive of a final barrier)"))
 ACQUIRE_MISSING = register(Check(
     "acquire-missing", "error", "AMDGCN",
     "a poll loop (one loop-invariant address re-read until its value lets the loop exit) "
-    "exits into a plain load with no `buffer_inv`"))
+    "exits into a plain load with no `buffer_inv`; not after a start barrier (an arrive of the "
+    "value waited for, no shared store before it) nor for `scratch_` (private) loads"))
 SYNC_SCOPE = register(Check(
     "sync-scope", "info", "AMDGCN, SASS",
     "the scope each release/acquire sequence provides, in words"))

@@ -24,6 +24,7 @@ from typing import Mapping
 from hazards.static import checks
 from hazards.static.compile import compile_cubin, disassemble
 from hazards.static.findings import Finding
+from hazards.static.flow import reaching
 from hazards.static.sass_listing import SassFunction, SassInstr, _registers, parse_sass  # noqa: F401 (sass.parse_sass stays)
 from hazards.static import wgmma
 from hazards.engine import toolchain
@@ -301,21 +302,12 @@ def _uniform(ins: SassInstr) -> set[str]:
 
 
 def _reaching(func: SassFunction, target: int) -> set[int]:
-    """The instructions (reachable from the entry) from which `target` can be reached: what
-    may run before it, a loop's later trips included."""
-    live = _reachable(func)
+    """The instructions (reachable from the entry) from which `target` can be reached."""
     preds: dict[int, list[int]] = {}
-    for i in live:
+    for i in _reachable(func):
         for t in func.successors(i):
             preds.setdefault(t, []).append(i)
-    seen: set[int] = set()
-    stack = list(preds.get(target, []))
-    while stack:
-        i = stack.pop()
-        if i not in seen:
-            seen.add(i)
-            stack.extend(preds.get(i, []))
-    return seen
+    return reaching(preds, target)
 
 
 _PUBLISHING_STORES = ("STG", "ST", "RED", "REDG", "ATOM", "ATOMG")  # what a flag can publish to another block or GPU

@@ -186,6 +186,26 @@ def test_amd_arrivals_counters_reductions_and_searches(amd_sync, name, expected)
 
 
 @requires_clang
+@pytest.mark.parametrize("name,expected,said", [
+    # aiter's all-reduce barriers: an arrive of the value waited for, nothing stored before it
+    ("start_barrier_ok", set(), "a start barrier"),
+    ("start_barrier_after_a_store_flagged", {"acquire-missing", "release-scope"}, None),
+    # nothing read after the wait: the arrive publishes nothing another rank reads
+    ("final_barrier_ok", set(), "the arrive of a final barrier"),
+    ("middle_barrier_flagged", {"acquire-missing", "release-scope"}, None),
+    # scratch (a thread's private memory) is never data a flag publishes
+    ("private_array_around_flags_ok", set(), None),
+    # volatile LDS stores through a generic pointer (flat ... sc0 sc1) are not flags
+    ("volatile_lds_through_a_pointer_ok", set(), None),
+])
+def test_amd_start_and_final_barriers_private_memory_and_lds_through_a_pointer(amd_sync, name, expected, said):
+    found = _one(amd_sync, name)
+    assert {f.check for f in found if f.fails} == expected
+    if said:
+        assert any(said in f.message for f in found if f.check == "sync-scope")
+
+
+@requires_clang
 def test_loops_that_walk_addresses_are_not_polls():
     build = compile_amdgcn(DATA / "sync.hip", label="sync")
     polls = {f.name: amdgcn_sync.poll_loops(f) for f in amdgcn_isa.parse_listing(build.text)}
