@@ -33,6 +33,7 @@ import argparse
 import concurrent.futures
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -119,13 +120,15 @@ def first_error(output: str) -> str:
 def run_one(src: Path, root: Path, arch: str, flags: list[str], cap: float, env: dict) -> dict:
     cmd = [sys.executable, "-m", "hazards", "static", "--compile", str(src), "--arch", arch, "-v", "--", *flags]
     t0 = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=root,
+                            env=env, start_new_session=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, cwd=root, env=env,
-                              start_new_session=True)
-        output, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        output = ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""))
-        output += f"\n(killed: timed out after {cap:g} s)"
+        output, _ = proc.communicate(timeout=cap)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # hazards and the compiler it started
+        output, _ = proc.communicate()
+        output = (output or "") + f"\n(killed: timed out after {cap:g} s)"
         rc = None
     errors, coverage = [], ""
     for line in output.splitlines():
