@@ -148,11 +148,53 @@ def _build(family: str, tree: str, out: str) -> None:
     link.symlink_to(exe)
 
 
+def prebuild(family: str, sources: list[Path], operators: list[str] | None, jobs: int) -> int:
+    """Fill the build cache with the family's binary for the unmutated tree and for each
+    mutant `hazards mutate --family F SOURCES --operators ...` would build (the cache key is
+    the content, not the folder): a GPU round starts this beside its first rows so that a
+    family whose build takes a minute (mma_pingpong's wgmma instantiations) is built by the
+    time its row runs; that row's builds then hit the cache, or wait on the same compile's
+    lock. Returns how many builds failed (the kill loop says which and why)."""
+    import concurrent.futures as cf
+
+    from hazards.mutate.kill import Scratch
+    from hazards.mutate.mutants import check_operators, mutants_of
+
+    root, files = subject_files(family)
+    found = [(m, text) for path in pick_files(family, files, sources)
+             for text, mutants in [mutants_of(path, operators=check_operators(operators), defines=build_defines(family),
+                                              language=language(family))] for m in mutants]
+    scratch = Scratch(root)
+
+    def one(k: int) -> bool:
+        m, text = found[k - 1] if k else (None, None)
+        rel = Path(m.path).resolve().relative_to(scratch.root) if m else Path("common") / "compat.h"
+        folder = scratch.copy_with(f"p{k}", rel, m.apply(text) if m else None)
+        try:
+            _build(family, str(folder), str(folder / ".hazards-out"))
+            return True
+        except Exception:  # a mutant that does not build: the kill loop reports it
+            return False
+
+    try:
+        with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            ok = list(pool.map(one, range(len(found) + 1)))
+    finally:
+        scratch.close()
+    print(f"prebuild {family}: {sum(ok)} of {len(ok)} builds cached")
+    return len(ok) - sum(ok)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "build":
         _build(*sys.argv[2:])
     elif len(sys.argv) >= 5 and sys.argv[1] == "judge" and sys.argv[3].isdigit():
         sys.exit(judge(sys.argv[2], int(sys.argv[3]), sys.argv[4:]))
+    elif len(sys.argv) >= 5 and sys.argv[1] == "prebuild" and sys.argv[3].isdigit():
+        ops = sys.argv[4]
+        sys.exit(min(1, prebuild(sys.argv[2], [Path(p) for p in sys.argv[5:]], None if ops == "all" else [ops],
+                                 int(sys.argv[3]))))
     else:
         sys.exit("usage: python3 -m hazards.mutate.catalog build FAMILY TREE OUT\n"
-                 "       python3 -m hazards.mutate.catalog judge BIN LAUNCHES VARIANT...")
+                 "       python3 -m hazards.mutate.catalog judge BIN LAUNCHES VARIANT...\n"
+                 "       python3 -m hazards.mutate.catalog prebuild FAMILY JOBS OPERATORS|all [SOURCE...]")

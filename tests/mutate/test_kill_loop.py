@@ -181,3 +181,20 @@ def test_the_catalog_judge_runs_every_variant_in_one_server_and_stops_at_the_fir
     assert bad["variant"] == "broken_war" and bad["launches"] == 20 and bad["mismatched"] == 10
     _, test = commands("pipeline", [], 50)
     assert " judge {out}/bin 50 reference fixed fixed_pingpong" in test  # one process, every clean variant
+
+
+def test_prebuild_builds_the_original_and_each_mutant_tree_once(monkeypatch):
+    # A GPU round prebuilds a slow family beside its first rows; the build cache is keyed by
+    # content, so the trees it builds must be exactly the ones the kill loop will build.
+    from hazards.mutate import catalog
+
+    built: list[str] = []
+    monkeypatch.setattr(catalog, "_build", lambda family, tree, out: built.append(
+        (Path(tree) / "pipeline" / "pipeline.cu").read_text()))
+    assert catalog.prebuild("pipeline", [Path("pipeline.cu")], ["remove-barrier"], 2) == 0
+    original = (REPO / "standalone" / "pipeline" / "pipeline.cu").read_text()
+    from hazards.mutate.mutants import mutants_of
+
+    _, mutants = mutants_of(REPO / "standalone" / "pipeline" / "pipeline.cu", operators=["remove-barrier"],
+                            defines=catalog.build_defines("pipeline"))
+    assert sorted(built) == sorted([original, *(m.apply(original) for m in mutants)]) and len(mutants) == 2
