@@ -25,11 +25,12 @@ ROWS=("ordering|15|1000|10|remove-barrier,weaken-order,narrow-scope,remove-fence
       "megakernel_layers|7|20|10|all|$S/megakernel_layers/mkl_sync.cuh")
 # The slow builds start now, 6 jobs each, into the content-keyed build cache: their rows then
 # hit it (or wait on the same compile's lock) instead of compiling when their turn comes.
+# (niced: the rows' own builds come first)
 PREBUILD=()
 for r in "${ROWS[@]:4}"; do
   IFS='|' read -r fam _ _ _ ops srcs <<< "$r"
   # shellcheck disable=SC2086  # the sources are one word each
-  python3 -m hazards.mutate.catalog prebuild "$fam" 6 "$ops" $srcs >> "$R/stderr.log" 2>&1 &
+  nice -n 10 python3 -m hazards.mutate.catalog prebuild "$fam" 6 "$ops" $srcs >> "$R/stderr.log" 2>&1 &
   PREBUILD+=($!)
 done
 TOTAL=0; for r in "${ROWS[@]}"; do IFS='|' read -r _ w _ <<< "$r"; TOTAL=$((TOTAL + w)); done
