@@ -176,11 +176,15 @@ def _loop_variant(func: isa.Function, t: int, b: int) -> set[tuple[str, int]]:
     """Register units of the loop [t, b] whose value may differ between iterations: read
     before any write of them in the body (carried round the back edge) or computed from
     such a value; a load's result counts as invariant when its address is (a pointer
-    re-read from one slot), the clock (`s_memtime`, `s_getreg`) does not."""
+    re-read from one slot), the clock (`s_memtime`, `s_getreg`) does not. A register an
+    inner loop updates from itself (`s_add_u32 s20, s20, 4`: a search walking addresses,
+    reset before that inner loop) differs between the inner trips, so it is variant too."""
     first_write: dict[tuple[str, int], int] = {}
     for k in range(t, b + 1):
         for u in isa.units(func.instrs[k].writes()) | _implicit_writes(func.instrs[k]):
             first_write.setdefault(u, k)
+    inner = {k for j in range(t, b + 1) for s in func.successors(j) if t < s <= j
+             for k in range(s, j + 1)}  # the bodies of loops nested in this one
     variant: set[tuple[str, int]] = set()
     changed = True
     while changed:
@@ -192,6 +196,8 @@ def _loop_variant(func: isa.Function, t: int, b: int) -> set[tuple[str, int]]:
                 continue
             reads = isa.units(ins.reads())
             carried = {u for u in reads if first_write.get(u, -1) >= k}
+            if k in inner:
+                carried |= reads & isa.units(ins.writes())
             if reads & variant or carried or ins.mnemonic.startswith(("s_memtime", "s_memrealtime",
                                                                       "s_getreg")):
                 variant |= outs
@@ -215,8 +221,9 @@ def poll_loops(func: isa.Function) -> list[tuple[int, int, int]]:
         variant = _loop_variant(func, t, b)
         for i in range(t, b):
             ld = func.instrs[i]
-            if not (ld.is_vmem and ld.is_load) or isa.units(ld.reads()) & variant:
-                continue
+            if not (ld.is_vmem and ld.is_load) or ld.mnemonic.startswith("scratch_") \
+                    or isa.units(ld.reads()) & variant:
+                continue  # (scratch: this thread's private memory, which no other agent writes)
             taint = isa.units(ld.writes())
             for k in range(i + 1, b):
                 nxt = func.instrs[k]
@@ -236,7 +243,9 @@ def _is_flag_store(ins: isa.Instr) -> bool:
         return False
     if ins.is_atomic:
         return True
-    return ins.is_store and bool({"sc1", "nt"} & _bits(ins))
+    # sc1: agent or system scope (an atomic store's spelling); `nt` alone is a nontemporal
+    # (streaming) hint on a data store (`__builtin_nontemporal_store`), not a flag
+    return ins.is_store and "sc1" in _bits(ins)
 
 
 def _is_data_write(ins: isa.Instr) -> bool:

@@ -118,7 +118,8 @@ MFMA_UNKNOWN_SHAPE = register(Check(
     "an MFMA the wait-state table does not know: its hazards cannot be checked"))
 RELEASE_ORDER = register(Check(
     "release-order", "error", "AMDGCN",
-    "a data store reaches a flag (sc1 / write-through store, atomic) without `s_waitcnt "
+    "a data store reaches a flag (sc1 / write-through store, atomic; a nontemporal `nt` store is "
+    "data) without `s_waitcnt "
     "vmcnt(0)` or a release fence; an atomic after an `s_barrier` is a release of every wave's "
     "stores before it; not the arrive of a final barrier (nothing read after its wait); `scratch_` "
     "(private) stores are not data"))
@@ -128,8 +129,9 @@ RELEASE_SCOPE = register(Check(
     "arrive of a final barrier)"))
 ACQUIRE_MISSING = register(Check(
     "acquire-missing", "error", "AMDGCN",
-    "a poll loop (one loop-invariant address re-read until its value lets the loop exit) "
-    "exits into a plain load with no `buffer_inv`; not after a start barrier (an arrive of the "
+    "a poll loop (one loop-invariant address of shared memory re-read until its value lets the "
+    "loop exit; an address an inner loop walks is not invariant) exits into a plain load with no "
+    "`buffer_inv`; not after a start barrier (an arrive of the "
     "value waited for, no shared store before it) nor for `scratch_` (private) loads"))
 SYNC_SCOPE = register(Check(
     "sync-scope", "info", "AMDGCN, SASS",

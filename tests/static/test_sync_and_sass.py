@@ -61,6 +61,53 @@ global_store_dword v0, v1, s[2:3] sc0 sc1
     assert not [f for f in amdgcn.check_listing(listing(fixed), "t.s") if f.fails]
 
 
+def test_a_search_nested_in_a_loop_and_a_private_array_are_not_polls():
+    # aiter's topk_softmax: the inner loop walks `indices[row + prior_k]` (s[20:21] += 4), the
+    # outer loop's exit depends on what it found; its address is reset before the inner loop,
+    # so only the inner loop's own update shows it is not one flag re-read
+    body = """
+s_mov_b32 s27, 0
+.LBB0_1:
+s_mov_b64 s[20:21], s[42:43]
+.LBB0_2:
+global_load_dword v11, v5, s[20:21]
+s_add_i32 s27, s27, 1
+s_add_u32 s20, s20, 4
+s_addc_u32 s21, s21, 0
+s_cmp_ge_u32 s27, s17
+s_waitcnt vmcnt(0)
+v_cmp_eq_u32_e32 vcc, v11, v8
+v_cndmask_b32_e32 v9, v9, v6, vcc
+s_cbranch_scc0 .LBB0_2
+v_cmp_ngt_f32_e32 vcc, v6, v9
+s_and_saveexec_b64 s[54:55], vcc
+s_cbranch_execz .LBB0_1
+global_load_dwordx4 v[4:7], v1, s[18:19]
+"""
+    found = amdgcn.check_listing(listing(body), "t.s")
+    assert not [f for f in found if f.fails]
+    # the same outer loop re-reading one flag is a poll, and the load after it needs an acquire
+    poll = body.replace("s_add_u32 s20, s20, 4\ns_addc_u32 s21, s21, 0\n", "")
+    assert {f.check for f in amdgcn.check_listing(listing(poll), "t.s") if f.fails} == {"acquire-missing"}
+    # a thread's private array re-read in a loop (topk_softmax's row_chunk, spilled to scratch)
+    # is no agent's flag: not a poll
+    private = poll.replace("global_load_dword v11, v5, s[20:21]", "scratch_load_dword v11, off, off")
+    assert not [f for f in amdgcn.check_listing(listing(private), "t.s") if f.fails]
+
+
+def test_a_nontemporal_data_store_is_not_a_flag():
+    # aiter's quick all-reduce stores its quantized data and scales with
+    # __builtin_nontemporal_store (`nt`); only the sc1 / write-through store or an atomic is a flag
+    body = """
+global_store_byte v0, v1, s[0:1]
+global_store_dword v0, v2, s[2:3] nt
+s_waitcnt vmcnt(0)
+buffer_wbl2 sc1
+global_store_dword v0, v3, s[4:5] sc0 sc1
+"""
+    assert not [f for f in amdgcn.check_listing(listing(body), "t.s") if f.fails]
+
+
 @pytest.fixture(scope="module")
 def polls_sass():
     build = compile_cubin(DATA / "polls.cu", label="polls")

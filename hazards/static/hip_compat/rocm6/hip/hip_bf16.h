@@ -111,6 +111,8 @@ HZ_BF16_FN __hip_bfloat16 __hmax(__hip_bfloat16 a, __hip_bfloat16 b) { return fl
 HZ_BF16_FN __hip_bfloat16 __hmin(__hip_bfloat16 a, __hip_bfloat16 b) { return float(b) < float(a) ? b : a; }
 HZ_BF16_FN __hip_bfloat162 __hmax2(__hip_bfloat162 a, __hip_bfloat162 b) { return __hip_bfloat162(__hmax(a.x, b.x), __hmax(a.y, b.y)); }
 HZ_BF16_FN __hip_bfloat162 __hmin2(__hip_bfloat162 a, __hip_bfloat162 b) { return __hip_bfloat162(__hmin(a.x, b.x), __hmin(a.y, b.y)); }
+HZ_BF16_FN __hip_bfloat16 hrcp(__hip_bfloat16 a) { return __hip_bfloat16(1.0f / float(a)); }
+HZ_BF16_FN __hip_bfloat162 h2rcp(__hip_bfloat162 a) { return __hip_bfloat162(hrcp(a.x), hrcp(a.y)); }
 HZ_BF16_FN __hip_bfloat16 __habs(__hip_bfloat16 a) { __hip_bfloat16 r; r.data = (unsigned short)(a.data & 0x7fffu); return r; }
 HZ_BF16_FN bool __hgt(__hip_bfloat16 a, __hip_bfloat16 b) { return a > b; }
 HZ_BF16_FN bool __hlt(__hip_bfloat16 a, __hip_bfloat16 b) { return a < b; }
