@@ -18,9 +18,11 @@ _HELP = """Would a stress test see a missing fence? Synchronization mutants of a
 Each mutant weakens one synchronization point: a fence removed, a memory order weakened to
 relaxed, a scope narrowed, a barrier removed, an async wait deepened by one, an early-clobber
 dropped, a flag store moved before the data it publishes, an s_nop shortened. Sites are found
-on the text the compiler sees (comments, strings and branches a `#if` certainly drops are
-left alone; `-D` names what the build defines). `--list` prints every mutant (id, line,
-description; `--json` adds its diff) and builds nothing.
+on the text the compiler sees: comments and strings are left alone, and the preprocessor
+(nvcc, clang or cpp, whichever is installed; `-D`/`-U` reach it) decides which branches are
+live, a macro expanding to a fence or barrier counting at its use sites; without one, the
+text scanner decides, with a note. `--list` prints every mutant (id, line, description;
+`--json` adds its diff) and builds nothing.
 
 With `--test`, each mutant is written into a scratch copy of `--root` (never into your files),
 built with `--build`, judged by the early-clobber lint, then run with `--test` through the
