@@ -233,8 +233,25 @@ def _system_device_lib_args(clang: str, arch: str = toolchain.GFX942) -> tuple[s
     # object (clang-22: v6, "requires ROCm 6.3"); Debian's ROCm 5.2 has v4 and v5: build v5.
     for args in ((flag,), (flag, "-mcode-object-version=5")):
         if _compiles(clang, [*base, *args], _KERNEL):
-            return args
+            return (*args, *_hip_library_args(clang, [*base, *args], dest))
     return ("-nogpulib",)
+
+
+def _hip_library_args(clang: str, args: Sequence[str], libs: Path) -> tuple[str, ...]:
+    """Link the libraries' `hip.bc` where this clang no longer does by itself (clang 22):
+    HIP 5.2's `__syncthreads()` calls its `__atomic_work_item_fence`, which left unlinked
+    stays a call (`s_swappc_b64`) that hides the barrier's fences from the checks."""
+    hip = libs / "hip.bc"
+    if not hip.is_file():
+        return ()
+    try:
+        proc = subprocess.run([clang, *args, "-###", "-", "-o", "-"], input=_KERNEL, capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    if "hip.bc" in proc.stderr:
+        return ()
+    return ("-Xclang", "-mlink-builtin-bitcode", "-Xclang", str(hip))
 
 
 def _write_isa_library(clang: str, src: Path, out: Path, version: int) -> bool:

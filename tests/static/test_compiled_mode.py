@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from hazards.engine import toolchain
+from hazards.engine.errors import ToolchainMissing
 from hazards.static import compiled
 from hazards.static.userbuild import device_lib_args, hip_headers_found
 from hazards.engine.toolchain import SM90A
@@ -470,6 +472,27 @@ def test_the_rocm6_stand_ins_defer_to_a_real_header_and_take_wheel_headers_last(
     got = userbuild.hip6_compat_args()
     assert f"-idirafter{site / 'triton/backends/amd/include'}" in got
     assert all(a.startswith("-idirafter") for a in got[3:]) and len(got) >= 4
+
+
+@requires_hip
+def test_syncthreads_compiles_to_its_barrier_and_fences_for_gfx950_not_to_a_call(tmp_path):
+    # clang 22 no longer links the HIP library of Debian's ROCm 5.2 device libraries, whose
+    # __atomic_work_item_fence HIP 5.2's __syncthreads() calls: left a call, the fences were
+    # invisible to the release/acquire checks on gfx950 (aiter's quick all-reduce: a false
+    # release-order). Both targets must show the barrier and no call.
+    from hazards.static.userbuild import hip_device_args
+
+    src = tmp_path / "b.hip"
+    src.write_text(HEAD + "__global__ void k(int* p, int* f) { p[threadIdx.x] = 1; __syncthreads(); "
+                   "if (threadIdx.x == 0) __hip_atomic_store(f, 1, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }\n")
+    for arch in ("gfx942", "gfx950"):
+        try:
+            clang = toolchain.find_tool("clang", arch=arch)
+        except ToolchainMissing as e:
+            pytest.skip(str(e))
+        out = subprocess.run([clang, *hip_device_args(clang, arch), "-O3", "-S", str(src), "-o", "-"],
+                             capture_output=True, text=True, check=True).stdout
+        assert "s_barrier" in out and "s_swappc_b64" not in out and "__atomic_work_item_fence" not in out, arch
 
 
 @requires_hip
