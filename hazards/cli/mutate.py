@@ -28,7 +28,7 @@ With `--test`, each mutant is written into a scratch copy of `--root` (never int
 built with `--build`, judged by the early-clobber lint, then run with `--test` through the
 engine until it fails or its share of `--budget` ends. `{dir}` is the mutant's copy of the
 root, `{src}` its mutated file, `{out}` a folder for build output. A mutant is killed-static,
-killed (with the failing run's evidence), survived (with its per-run upper bound),
+killed (with the failing run's evidence), survived (with its per-launch upper bound),
 did-not-build, timed-out-build, not-judged or not-run. Exit status: 0 every judged mutant was
 killed, 1 a mutant survived, 3 none could be judged, 2 bad input. See docs/mutate.md.
 
