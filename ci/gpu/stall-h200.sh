@@ -43,8 +43,12 @@ check() {
 step "2. hazards check --skip clang (default settings)"
 check check
 
-step "3. hazards check --skip clang --budget 3m (the old default: clean bounds)"
-check check3m --budget 3m
+# LONG_CHECK (default 3m, the old default's wall) shortens step 3 when device time is short; 0 skips it
+LONG_CHECK=${LONG_CHECK:-3m}
+if [ "$LONG_CHECK" != 0 ]; then
+  step "3. hazards check --skip clang --budget $LONG_CHECK (clean bounds; the old default was 3m)"
+  check check3m --budget "$LONG_CHECK"
+fi
 
 step "done"
 # Everything (the checks' stores and artifacts included) goes into the tarball; beside it stay
