@@ -206,8 +206,11 @@ def _removal(op: str, calls: re.Pattern[str], instructions: re.Pattern[str]) -> 
 
 _FENCE_CALLS = re.compile(r"\b(?:__threadfence(?:_block|_system)?|__atomic_thread_fence|"
                           r"(?:std::|cuda::(?:std::)?)?atomic_thread_fence|__builtin_amdgcn_fence)\s*\(")
-# An instruction runs to its separator: `;`, an escaped newline (`\\n`), the literal's end.
-_FENCE_ASM = re.compile(r"\b(?:fence\.[a-z_.]+|membar\.[a-z]+|buffer_wbl2|buffer_inv|buffer_wbinvl1\w*|s_waitcnt)\b"
+# An instruction runs to its separator: `;`, an escaped newline (`\\n`), the literal's end; it
+# starts after no word character or dot (`wgmma.fence.sync.aligned` holds no `fence.*`), or
+# after a `\\n`/`\\t` escape in the literal.
+_INSTRUCTION_START = r"(?:(?<![\w.])|(?<=\\[nt]))"
+_FENCE_ASM = re.compile(_INSTRUCTION_START + r"(?:fence\.[a-z_.]+|membar\.[a-z]+|buffer_wbl2|buffer_inv|buffer_wbinvl1\w*|s_waitcnt)\b"
                         r"[^;\\\"\n]*")
 
 
@@ -253,7 +256,7 @@ def narrow_scope(src: Source) -> Iterator[Site]:
 
 
 _BARRIER_CALLS = re.compile(r"\b(?:__syncthreads|__syncwarp|__builtin_amdgcn_s_barrier)\s*\(")
-_BARRIER_ASM = re.compile(r"\b(?:bar\.sync|barrier\.sync(?:\.aligned)?|bar\.warp\.sync|s_barrier)\b[^;\\\"\n]*")
+_BARRIER_ASM = re.compile(_INSTRUCTION_START + r"(?:bar\.sync|barrier\.sync(?:\.aligned)?|bar\.warp\.sync|s_barrier)\b[^;\\\"\n]*")
 
 
 remove_barrier = _removal("remove-barrier", _BARRIER_CALLS, _BARRIER_ASM)

@@ -25,6 +25,9 @@ CASES = [
      'void f(){ /* __threadfence(); */ const char* s = "__threadfence();"; }'),
     ("remove-fence", 'void f(){ asm volatile("fence.acq_rel.gpu;" ::: "memory"); }', 'asm volatile("" :::',
      '#if 0\nvoid f(){ asm volatile("fence.acq_rel.gpu;" ::: "memory"); }\n#endif\n'),
+    # wgmma.fence.sync.aligned is not a `fence.*` instruction: cutting its tail left "wgmma." (ptxas refused)
+    ("remove-fence", 'void f(){ asm volatile("fence.proxy.async;" ::: "memory"); }', 'asm volatile("" :::',
+     'void f(){ asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }'),
     ("remove-fence", 'void f(){ __atomic_thread_fence(__ATOMIC_SEQ_CST); }', "void f(){  }",
      "// __atomic_thread_fence(__ATOMIC_SEQ_CST);\n"),
     ("remove-fence", 'void f(){ asm volatile("buffer_wbl2 sc1\\n\\t" "global_store_dword %0, %1, off" :: "v"(0), "v"(1)); }',
@@ -240,3 +243,9 @@ def test_survivors_of_a_non_utf8_source_print_their_exact_bytes_and_store_clean_
     mutant = camp.spec["mutant"]
     assert _no_lone_surrogate(json.dumps(camp.spec, ensure_ascii=False))
     assert "Jos\udce9" in json_value(mutant, "diff")  # the exact bytes, back through surrogateescape
+
+
+def test_a_fence_after_a_newline_tab_escape_in_the_asm_literal_is_a_site():
+    text = 'void f(int* p){ asm volatile("st.u32 [%0], 1;\\n\\tfence.acq_rel.gpu;" :: "l"(p) : "memory"); }\n'
+    found = [m for m in mutants_of_text(text, "k.cu", operators=["remove-fence"])]
+    assert len(found) == 1 and "fence.acq_rel.gpu" in found[0].diff(text)
