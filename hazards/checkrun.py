@@ -30,9 +30,13 @@ from hazards.engine.verdict import exit_code as verdicts_exit_code
 KIND = "check"
 REPLAY_SHARE = 0.2  # of the GPU budget, for the database's failing points when it holds any
 # A clean variant's requests grow to about this long once its first runs show what a launch
-# costs (EvidenceAllocation.sized): on an H100, 3,469 requests of 20-200 launches spent ~11 s
-# of a 153-s campaign outside the runs, and a fast kernel's request was mostly per-request cost.
-CLEAN_REQUEST_S = 0.25
+# costs (EvidenceAllocation.sized): a fast kernel's request of 200 launches was mostly its
+# per-request cost. Not longer: a family that does not wait for each launch reports no
+# heartbeat until a request's whole queue has run (on an H200, 0.25-s requests of
+# barrier_layout, ordering and mma_pingpong showed 0.20-0.25-s gaps), and the stall floor
+# (1.0 s) was measured under contention with requests of at most ~0.2 s
+# (docs/results/hangs-h200.md).
+CLEAN_REQUEST_S = 0.05
 ItemsFor = Callable[[Family, list[Variant]], list[WorkItem]]
 
 
