@@ -3,39 +3,60 @@
 # `hazards mutate --family F` on the synchronization points of the runtime families, each
 # judged by one server process running one batch of every fixed/reference variant (the
 # cheapest kill test: ~0.4 s of process start-up, then the batches), within BUDGET seconds.
-#     bash ci/gpu/mutate-catalog.sh            # BUDGET=170 s of script time by default
+#     bash ci/gpu/mutate-catalog.sh                                  # every row, BUDGET=170 s
+#     ROWS=pipeline,mma_pingpong BUDGET=110 bash ci/gpu/mutate-catalog.sh  # only these rows
+#     DRY_RUN=1 ROWS=pipeline bash ci/gpu/mutate-catalog.sh          # say the rows, run nothing
 # Rows in priority order: the families' own sources and the compat.h helpers they call
 # (acquire/release/fence under ordering, the cp.async waits under pipeline), deadlock, mma_pingpong, the layered
 # megakernel's mkl_sync.cuh if time is left; mma_pingpong's and the megakernel's builds (about a
-# minute each) start in the background at once. Raw output, 5 files: $OUT/mutate-catalog/{console.log,
+# minute each) start in the background at once. ROWS (comma-separated family names) keeps
+# only those rows, in the table's order, and shares the budget among them; a name that is no
+# row is an error before anything runs. Raw output, 5 files: $OUT/mutate-catalog/{console.log,
 # results.jsonl (one --json object per row, with the row), stderr.log, mutate.db} and
 # $OUT/mutate-catalog.tar.gz.
+S=standalone
+# family | weight of the budget (about its mutants; the megakernel build is slower) | launches per variant per run | run timeout s | prebuild | operators | sources
+# (deadlock after the others: its kills are hangs, each costs its run timeout; mma_pingpong and
+# the megakernel last: their builds, a minute each, are made beside the first rows: prebuild=yes)
+CATALOG=("ordering|15|1000|10|no|remove-barrier,weaken-order,narrow-scope,remove-fence|$S/ordering/ordering.cu $S/common/compat.h"
+      "pipeline|10|1000|10|no|remove-barrier,deepen-wait|$S/pipeline/pipeline.cu $S/common/compat.h"
+      "barrier_layout|10|500|10|no|all|$S/barrier_layout/barrier_layout.cu $S/barrier_layout/barrier_layout_host.h"
+      "deadlock|12|200|6|no|all|$S/deadlock/deadlock.cu"
+      "mma_pingpong|6|200|10|yes|all|$S/mma_pingpong/mma_pingpong.cu $S/mma_pingpong/wgmma.cuh"
+      "megakernel_layers|7|20|10|yes|all|$S/megakernel_layers/mkl_sync.cuh")
+# The rows ROWS names (all by default), in the table's order.
+CHOSEN=()
+IFS=',' read -r -a WANTED <<< "${ROWS:-}"
+for want in "${WANTED[@]}"; do
+  hit=0; for r in "${CATALOG[@]}"; do [ "${r%%|*}" = "$want" ] && hit=1; done
+  [ "$hit" = 1 ] || { echo "mutate-catalog.sh: ROWS names '$want', which is no row (rows: $(printf '%s ' "${CATALOG[@]%%|*}"))" >&2; exit 2; }
+done
+for r in "${CATALOG[@]}"; do
+  [ ${#WANTED[@]} -eq 0 ] || [[ ",${ROWS}," == *",${r%%|*},"* ]] && CHOSEN+=("$r")
+done
+if [ -n "${DRY_RUN:-}" ]; then
+  for r in "${CHOSEN[@]}"; do IFS='|' read -r fam w launches tmo pre ops srcs <<< "$r"
+    echo "row $fam: weight $w, $launches launches, timeout $tmo s, prebuild $pre, operators $ops, sources $srcs"; done
+  exit 0
+fi
 cd "$(dirname "$0")/../.." && . ci/gpu/round.sh mutate-catalog "${BUDGET:-170}"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build} PYTHONUNBUFFERED=1
 machine_step
-S=standalone
-# family | weight of the budget (about its mutants; the megakernel build is slower) | launches per variant per run | run timeout s | operators | sources
-# (deadlock after the others: its kills are hangs, each costs its run timeout; mma_pingpong and
-# the megakernel last: their builds, a minute each, are made beside the first rows, see PREBUILD)
-ROWS=("ordering|15|1000|10|remove-barrier,weaken-order,narrow-scope,remove-fence|$S/ordering/ordering.cu $S/common/compat.h"
-      "pipeline|10|1000|10|remove-barrier,deepen-wait|$S/pipeline/pipeline.cu $S/common/compat.h"
-      "barrier_layout|10|500|10|all|$S/barrier_layout/barrier_layout.cu $S/barrier_layout/barrier_layout_host.h"
-      "deadlock|12|200|6|all|$S/deadlock/deadlock.cu"
-      "mma_pingpong|6|200|10|all|$S/mma_pingpong/mma_pingpong.cu $S/mma_pingpong/wgmma.cuh"
-      "megakernel_layers|7|20|10|all|$S/megakernel_layers/mkl_sync.cuh")
+[ -z "${ROWS:-}" ] || echo "rows: $ROWS"
 # The slow builds start now, 6 jobs each, into the content-keyed build cache: their rows then
 # hit it (or wait on the same compile's lock) instead of compiling when their turn comes.
 # (niced: the rows' own builds come first)
 PREBUILD=()
-for r in "${ROWS[@]:4}"; do
-  IFS='|' read -r fam _ _ _ ops srcs <<< "$r"
+for r in "${CHOSEN[@]}"; do
+  IFS='|' read -r fam _ _ _ pre ops srcs <<< "$r"
+  [ "$pre" = yes ] || continue
   # shellcheck disable=SC2086  # the sources are one word each
   nice -n 10 python3 -m hazards.mutate.catalog prebuild "$fam" 6 "$ops" $srcs >> "$R/stderr.log" 2>&1 &
   PREBUILD+=($!)
 done
-TOTAL=0; for r in "${ROWS[@]}"; do IFS='|' read -r _ w _ <<< "$r"; TOTAL=$((TOTAL + w)); done
-for r in "${ROWS[@]}"; do
-  IFS='|' read -r fam w launches tmo ops srcs <<< "$r"
+TOTAL=0; for r in "${CHOSEN[@]}"; do IFS='|' read -r _ w _ <<< "$r"; TOTAL=$((TOTAL + w)); done
+for r in "${CHOSEN[@]}"; do
+  IFS='|' read -r fam w launches tmo _ ops srcs <<< "$r"
   share=$(( $(left) * w / TOTAL )); TOTAL=$((TOTAL - w))
   [ "$share" -ge 30 ] || { echo "$fam: not run (budget left $(left) s)"; continue; }
   step "mutate --family $fam ($share s; $srcs; operators $ops)"
