@@ -81,15 +81,50 @@ def lds_pointer_accesses(func: isa.Function, reach: int = 4000) -> set[int]:
     """Indices of `flat_` accesses whose address is a generic pointer to LDS (its high dword
     comes from `src_shared_base`, through moves): a `volatile` shared-memory
     reduction through a plain pointer compiles to `flat_store ... sc0 sc1`, which is neither
-    a flag another agent polls nor data it reads. The writers are the nearest earlier ones
-    in the listing (within `reach` lines)."""
+    a flag another agent polls nor data it reads. Every write of the high dword that may
+    reach the access (each path back through the CFG to its nearest writer, within `reach`
+    steps) must come from `src_shared_base`: a pointer that is LDS on one branch and global
+    memory on another is a global access on that path."""
     cached = func.__dict__.get("_lds_accesses")
     if cached is not None:
         return cached
+    preds = _preds(func)
 
-    def writer(unit, before):
-        return next((j for j in range(before - 1, max(-1, before - reach), -1)
-                     if unit in isa.units(func.instrs[j].writes())), None)
+    def writers(unit: tuple[str, int], at: int) -> set[int] | None:
+        """The writes of `unit` that may reach instruction `at`; None when some path back
+        reaches the function's entry with no write of it (or the walk passes `reach` steps)."""
+        found: set[int] = set()
+        seen: set[int] = set()
+        stack = [at]
+        while stack:
+            i = stack.pop()
+            if i == 0 or not preds.get(i):
+                return None  # the entry: the value comes from outside what was read
+            for j in preds[i]:
+                if j in seen:
+                    continue
+                seen.add(j)
+                if len(seen) > reach:
+                    return None
+                if unit in isa.units(func.instrs[j].writes()):
+                    found.add(j)
+                else:
+                    stack.append(j)
+        return found
+
+    def from_shared_base(unit: tuple[str, int], at: int, moves: int) -> bool:
+        ws = writers(unit, at)
+        if not ws:
+            return False
+        for w in ws:
+            ins = func.instrs[w]
+            if "src_shared_base" in ins.text:
+                continue
+            srcs = isa.units(ins.reads())
+            if not (moves and srcs and ins.mnemonic.startswith(_MOVES)
+                    and all(from_shared_base(u, w, moves - 1) for u in srcs)):
+                return False
+        return True
 
     out: set[int] = set()
     if any("src_shared_base" in ins.text for ins in func.instrs):
@@ -98,22 +133,14 @@ def lds_pointer_accesses(func: isa.Function, reach: int = 4000) -> set[int]:
             if not ins.mnemonic.startswith("flat_") or len(ins.operands) <= at:
                 continue
             addr = isa.units(isa.parse_regs(ins.operands[at]))
-            if not addr:
-                continue
-            todo, seen = [(max(addr, key=lambda u: u[1]), k)], 0
-            while todo and seen < 8:  # the high dword's writer, through moves (v_mov v17, v9; v9, s7)
-                unit, before = todo.pop()
-                seen += 1
-                w = writer(unit, before)
-                if w is None:
-                    continue
-                if "src_shared_base" in func.instrs[w].text:
-                    out.add(k)
-                    break
-                if func.instrs[w].mnemonic.startswith(("v_mov_b32", "s_mov_b32", "s_mov_b64", "v_mov_b64")):
-                    todo += [(u, w) for u in isa.units(func.instrs[w].reads())]
+            # the high dword's writers, through moves (v_mov v17, v9; v9, s7)
+            if addr and from_shared_base(max(addr, key=lambda u: u[1]), k, moves=4):
+                out.add(k)
     func.__dict__["_lds_accesses"] = out
     return out
+
+
+_MOVES = ("v_mov_b32", "s_mov_b32", "s_mov_b64", "v_mov_b64")
 
 
 def _is_shared_write(ins: isa.Instr) -> bool:

@@ -108,6 +108,30 @@ global_store_dword v0, v3, s[4:5] sc0 sc1
     assert not [f for f in amdgcn.check_listing(listing(body), "t.s") if f.fails]
 
 
+def test_a_generic_pointer_that_is_global_memory_on_one_branch_keeps_its_flag_checked():
+    # the flat store's high dword is src_shared_base on one branch and a kernel argument on
+    # the other: on that path it is a write-through flag to global memory after a data store
+    body = """
+global_store_dword v0, v1, s[0:1]
+s_cmp_eq_u32 s4, 0
+s_cbranch_scc1 .LBB0_2
+v_mov_b32 v9, s3
+v_mov_b32 v8, s2
+s_branch .LBB0_3
+.LBB0_2:
+s_mov_b64 s[6:7], src_shared_base
+v_mov_b32 v9, s7
+v_mov_b32 v8, 0
+.LBB0_3:
+flat_store_dword v[8:9], v2 sc0 sc1
+s_endpgm
+"""
+    assert "release-order" in {f.check for f in amdgcn.check_listing(listing(body), "t.s") if f.fails}
+    # LDS on both branches: a store to this block's shared memory, no flag
+    both = body.replace("v_mov_b32 v9, s3", "s_mov_b64 s[10:11], src_shared_base\nv_mov_b32 v9, s11")
+    assert not [f for f in amdgcn.check_listing(listing(both), "t.s") if f.fails]
+
+
 @pytest.fixture(scope="module")
 def polls_sass():
     build = compile_cubin(DATA / "polls.cu", label="polls")
