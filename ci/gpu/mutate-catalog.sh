@@ -5,6 +5,7 @@
 # cheapest kill test: ~0.4 s of process start-up, then the batches), within BUDGET seconds.
 #     bash ci/gpu/mutate-catalog.sh                                  # every row, BUDGET=170 s
 #     ROWS=pipeline,mma_pingpong BUDGET=110 bash ci/gpu/mutate-catalog.sh  # only these rows
+#     ROWS=pipeline,ordering@147-173 bash ci/gpu/mutate-catalog.sh   # ordering: mutants on lines 147-173
 #     DRY_RUN=1 ROWS=pipeline bash ci/gpu/mutate-catalog.sh          # say the rows, run nothing
 # Rows in priority order: the families' own sources and the compat.h helpers they call
 # (acquire/release/fence under ordering, the cp.async waits under pipeline), deadlock, mma_pingpong, the layered
@@ -25,18 +26,26 @@ CATALOG=("ordering|15|1000|10|no|remove-barrier,weaken-order,narrow-scope,remove
       "mma_pingpong|6|200|10|yes|all|$S/mma_pingpong/mma_pingpong.cu $S/mma_pingpong/wgmma.cuh"
       "megakernel_layers|7|20|10|yes|all|$S/megakernel_layers/mkl_sync.cuh")
 # The rows ROWS names (all by default), in the table's order.
+# An entry FAMILY@A-B keeps only the row's mutants on lines A-B (hazards mutate --lines).
 CHOSEN=()
+declare -A LINES_OF=()
 IFS=',' read -r -a WANTED <<< "${ROWS:-}"
 for want in "${WANTED[@]}"; do
-  hit=0; for r in "${CATALOG[@]}"; do [ "${r%%|*}" = "$want" ] && hit=1; done
-  [ "$hit" = 1 ] || { echo "mutate-catalog.sh: ROWS names '$want', which is no row (rows: $(printf '%s ' "${CATALOG[@]%%|*}"))" >&2; exit 2; }
+  name=${want%%@*}
+  if [ "$name" != "$want" ]; then
+    [[ ${want#*@} =~ ^[0-9]+-[0-9]+$ ]] || { echo "mutate-catalog.sh: ROWS entry '$want': lines must be A-B (e.g. ordering@140-180)" >&2; exit 2; }
+    LINES_OF[$name]=${want#*@}
+  fi
+  hit=0; for r in "${CATALOG[@]}"; do [ "${r%%|*}" = "$name" ] && hit=1; done
+  [ "$hit" = 1 ] || { echo "mutate-catalog.sh: ROWS names '$name', which is no row (rows: $(printf '%s ' "${CATALOG[@]%%|*}"))" >&2; exit 2; }
 done
 for r in "${CATALOG[@]}"; do
-  [ ${#WANTED[@]} -eq 0 ] || [[ ",${ROWS}," == *",${r%%|*},"* ]] && CHOSEN+=("$r")
+  for want in "${WANTED[@]}"; do [ "${want%%@*}" = "${r%%|*}" ] && CHOSEN+=("$r") && break; done
+  [ ${#WANTED[@]} -gt 0 ] || CHOSEN+=("$r")
 done
 if [ -n "${DRY_RUN:-}" ]; then
   for r in "${CHOSEN[@]}"; do IFS='|' read -r fam w launches tmo pre ops srcs <<< "$r"
-    echo "row $fam: weight $w, $launches launches, timeout $tmo s, prebuild $pre, operators $ops, sources $srcs"; done
+    echo "row $fam: weight $w, $launches launches, timeout $tmo s, prebuild $pre, operators $ops, lines ${LINES_OF[$fam]:-all}, sources $srcs"; done
   exit 0
 fi
 cd "$(dirname "$0")/../.." && . ci/gpu/round.sh mutate-catalog "${BUDGET:-170}"
@@ -59,8 +68,9 @@ for r in "${CHOSEN[@]}"; do
   IFS='|' read -r fam w launches tmo _ ops srcs <<< "$r"
   share=$(( $(left) * w / TOTAL )); TOTAL=$((TOTAL - w))
   [ "$share" -ge 30 ] || { echo "$fam: not run (budget left $(left) s)"; continue; }
-  step "mutate --family $fam ($share s; $srcs; operators $ops)"
+  step "mutate --family $fam ($share s; $srcs; operators $ops; lines ${LINES_OF[$fam]:-all})"
   opargs=(); [ "$ops" = all ] || opargs=(--operators "$ops")
+  [ -z "${LINES_OF[$fam]:-}" ] || opargs+=(--lines "${LINES_OF[$fam]}")
   # shellcheck disable=SC2086  # the sources are one word each
   # the kill loop starts no mutant after share - 10 s; the last gets one run (<= its 10 s timeout)
   timeout $((share + 5)) python3 -m hazards mutate --family "$fam" $srcs "${opargs[@]}" --budget "$((share - 10))s" \

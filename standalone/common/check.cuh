@@ -39,6 +39,15 @@ __host__ __device__ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// How many indices of [0, n) a grid-stride loop (i = block*threads + t, i += blocks*threads)
+// visits in `block`: what a block that classifies each index once must have counted.
+__host__ __device__ inline unsigned long long grid_stride_count(unsigned long long n, unsigned block,
+                                                               unsigned threads, unsigned blocks) {
+  const unsigned long long stride = (unsigned long long)threads * blocks, first = (unsigned long long)block * threads;
+  const unsigned long long rem = n % stride;
+  return n / stride * threads + (rem > first ? (rem - first < threads ? rem - first : threads) : 0);
+}
+
 // Record `nbad` bad elements (and the worst relative error seen) for `launch`. Safe to call
 // from many threads; call once per warp or block where possible (it is three atomics).
 __device__ inline void hz_report_bad(DeviceCheck* c, unsigned* launch_bits, long launch,

@@ -22,7 +22,7 @@ namespace {
 
 enum Test { MP = 0, SB = 1, LB = 2, CORR = 3, PC = 4 };
 enum Sync { NONE = 0, FENCE = 1, RELACQ = 2 };  // RELACQ: release on the writer, acquire on the reader
-enum Counter { WEAK = 0, INVALID = 1, OUT00 = 2, SPIN_TIMEOUTS = 6 };
+enum Counter { WEAK = 0, INVALID = 1, OUT00 = 2, SPIN_TIMEOUTS = 6, UNCOUNTED = 7 };
 constexpr unsigned kPoison = 0xffffffffu;
 constexpr long long kSpinCap = 1ll << 22;  // bounded spins: a lost flag becomes a counted timeout
 
@@ -174,7 +174,15 @@ __global__ void __launch_bounds__(256) litmus_check(Args a, long launch, hz::Dev
   if (threadIdx.x == 0) {
     for (int k = 0; k < 6; ++k)
       if (cnt[k]) atomicAdd(&check->counters[k], cnt[k]);
-    hz::hz_report_bad(check, bits, launch, cnt[WEAK] + cnt[INVALID], 0.f);
+    // Every instance this block classified is in exactly one of invalid/outcome_*: a sum off
+    // the block's share of n is the check's own bookkeeping failing (a count lost or read
+    // before every warp added it). Without this sum such a loss is invisible in the fixed
+    // variants, which have no weak outcome to lose.
+    const unsigned long long seen = cnt[INVALID] + cnt[OUT00] + cnt[OUT00 + 1] + cnt[OUT00 + 2] + cnt[OUT00 + 3];
+    const unsigned long long want = hz::grid_stride_count((unsigned long long)a.n, blockIdx.x, blockDim.x, gridDim.x);
+    const unsigned long long off = seen > want ? seen - want : want - seen;
+    if (off) atomicAdd(&check->counters[UNCOUNTED], off);
+    hz::hz_report_bad(check, bits, launch, cnt[WEAK] + cnt[INVALID] + off, 0.f);
   }
   if (blockIdx.x == 0 && threadIdx.x < 2) a.ctrl[threadIdx.x] = 0;
 }

@@ -1,6 +1,7 @@
 """ci/gpu/mutate-catalog.sh's row filter: ROWS=a,b runs only those rows (in the table's order),
 no ROWS runs every row, a name that is no row is a one-line error before anything runs.
-DRY_RUN=1 says the chosen rows and runs nothing (no GPU, no output folder)."""
+FAMILY@A-B keeps only that row's mutants on lines A-B. DRY_RUN=1 says the chosen rows and runs
+nothing (no GPU, no output folder)."""
 from __future__ import annotations
 
 import os
@@ -47,3 +48,17 @@ def test_a_row_name_that_is_no_row_is_a_one_line_error_before_anything_runs(tmp_
 def test_a_row_name_is_not_matched_as_a_prefix_of_another(tmp_path):
     proc = run_script(tmp_path, DRY_RUN="1", ROWS="mma")
     assert proc.returncode == 2 and rows_said(proc) == []
+
+
+def test_a_row_entry_with_lines_keeps_that_rows_mutants_on_those_lines(tmp_path):
+    proc = run_script(tmp_path, DRY_RUN="1", ROWS="pipeline,ordering@147-173")
+    assert proc.returncode == 0, proc.stderr
+    assert rows_said(proc) == ["ordering", "pipeline"]
+    ordering, pipeline = proc.stdout.splitlines()
+    assert "lines 147-173" in ordering and "lines all" in pipeline
+
+
+def test_row_lines_that_are_not_a_range_are_a_one_line_error(tmp_path):
+    proc = run_script(tmp_path, ROWS="ordering@147")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "lines must be A-B" in proc.stderr
+    assert not (tmp_path / "out").exists()
