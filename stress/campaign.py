@@ -372,8 +372,9 @@ class LeasedCampaign:
                kind: str = "run", spec: dict[str, Any] | None = None, name: str | None = None,
                on_result: OnResult | None = None, artifacts: str = "failures", evidence_json: bool = True,
                target_factory: TargetFactory | None = None, observer: RunObserver | None = None,
-               max_errors_in_a_row: int | None = None) -> CampaignSummary:
-        """Run one thing until its campaign has `n` runs (the `Repeat` work source).
+               max_errors_in_a_row: int | None = None, budget_s: float = math.inf) -> CampaignSummary:
+        """Run one thing until its campaign has `n` runs (the `Repeat` work source), or
+        `budget_s` ends (a run still going then is cut short, not stored: `run`).
 
         What runs: `item` (its target made by the target factory with the lease's
         environment, and kept warm in the frame), or a ready-made `target` (the caller
@@ -414,8 +415,8 @@ class LeasedCampaign:
                 on_result(seq, result, dict(counts))
 
         caches = None if target is None else {lease.gpu: {item.target_key: target} for lease in self.leases}
-        self.run(campaign_id, source, target_factory=target_factory, on_result=observe, artifacts=artifacts,
-                 evidence_json=evidence_json, caches=caches, observer=observer)
+        self.run(campaign_id, source, budget_s=budget_s, target_factory=target_factory, on_result=observe,
+                 artifacts=artifacts, evidence_json=evidence_json, caches=caches, observer=observer)
         status = self.store.campaign(campaign_id).status
         first = self.store.first_failure_seq(campaign_id)
         stop = source.stop_reason

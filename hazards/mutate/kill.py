@@ -19,6 +19,7 @@ import hashlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -132,25 +133,38 @@ class Scratch:
 
 
 def _build(cfg: KillConfig, folder: Path, src: Path) -> tuple[Fate | None, str]:
-    """None when it built (or there is nothing to build); a build fate and the reason otherwise."""
+    """None when it built (or there is nothing to build); a build fate and the reason otherwise.
+    The build runs in its own process group, killed whole on a timeout or an interruption
+    (killing only its shell would leave the compiler it started running)."""
     if not cfg.build:
         return None, ""
     cmd = _fill(cfg.build, dir=str(folder), src=str(src), out=str(folder / ".hazards-out"))
+    proc = subprocess.Popen(["bash", "-c", cmd], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
     try:
-        proc = subprocess.run(["bash", "-c", cmd], cwd=folder, capture_output=True, text=True,
-                              timeout=cfg.build_timeout_s, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        return Fate.TIMED_OUT_BUILD, f"the build ran past {cfg.build_timeout_s:g} s"
+        stdout, stderr = proc.communicate(timeout=cfg.build_timeout_s)
+    except BaseException as e:  # a timeout, Ctrl-C: the build's whole process group goes
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            return Fate.TIMED_OUT_BUILD, f"the build ran past {cfg.build_timeout_s:g} s"
+        raise
     if proc.returncode != 0:
-        last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:]
+        last = (stderr.strip() or stdout.strip()).splitlines()[-1:]
         said = f": {last[0][:200]}" if last else " (it printed nothing)"
         return Fate.DID_NOT_BUILD, f"build exit {proc.returncode}{said}"
     return None, ""
 
 
-def _content_key(mutated: str, cfg: KillConfig) -> str:
-    """Builds are cached by content: the same mutated text and build command build once."""
-    return hashlib.sha256((mutated + "\0" + (cfg.build or "")).encode("utf-8", "surrogateescape")).hexdigest()
+def _content_key(rel: Path, mutated: str, cfg: KillConfig) -> str:
+    """Builds are cached by content: the same file (its path in the root) with the same
+    mutated text and build command builds once. The path is part of it: two identical files
+    (a header vendored twice) mutated alike are two different trees."""
+    return hashlib.sha256((rel.as_posix() + "\0" + mutated + "\0" + (cfg.build or "")).encode(
+        "utf-8", "surrogateescape")).hexdigest()
 
 
 def _lint_errors(text: str, path: str) -> list[str]:
@@ -209,14 +223,14 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         m, text = pair
         key = m.key
         mutated = m.apply(text)
-        h = _content_key(mutated, cfg)
+        h = _content_key(rel[key], mutated, cfg)
         folders[key] = scratch.copy_with(f"m-{h[:16]}", rel[key], mutated)
         by_hash[h] = key
         built[key] = _build(cfg, folders[key], folders[key] / rel[key])
 
     unique: dict[str, tuple[Mutant, str]] = {}
     for m, text in todo:
-        unique.setdefault(_content_key(m.apply(text), cfg), (m, text))
+        unique.setdefault(_content_key(rel[m.key], m.apply(text), cfg), (m, text))
     with cf.ThreadPoolExecutor(max_workers=max(1, cfg.jobs)) as pool:
         list(pool.map(build_one, [None, *unique.values()]))
     fate, why = built.pop(("", "original"))
@@ -225,7 +239,7 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
     for m, text in todo:  # duplicates of an already built text share its folder and fate
         key = m.key
         if key not in built:
-            first_key = by_hash[_content_key(m.apply(text), cfg)]
+            first_key = by_hash[_content_key(rel[key], m.apply(text), cfg)]
             folders[key], built[key] = folders[first_key], built[first_key]
     say(f"{len(unique)} distinct mutant builds, {sum(1 for f, _ in built.values() if f is not None)} did not build")
 
@@ -268,8 +282,11 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         spec = {"mutant": m.as_json(text), "test": cfg.test, "build": cfg.build, "session": base_id}
         cid = frame.create(KIND, spec, name=f"mutate {m.id}")
         folder = folders[key]
+        # n runs fit its share at the original's pace; a mutant that slows every run down
+        # (without hanging) still stops when the whole budget ends
         summary = frame.repeat(item=_item(cfg, folder, folder / rel[key], f"mutate:{m.id}"), n=n,
-                               timeout=cfg.timeout_s, until_fail=True, campaign_id=cid)
+                               timeout=cfg.timeout_s, until_fail=True, campaign_id=cid,
+                               budget_s=cfg.budget_s - (time.monotonic() - t0))
         res = _fate_of(frame, m, cid, summary.counts)
         frame.store.update_campaign_spec(cid, {**spec, "fate": res.fate.value, "evidence": res.evidence,
                                                "bound": res.bound, "runs": res.runs, "launches": res.launches})
@@ -311,6 +328,8 @@ def _fate_of(frame: Any, m: Mutant, cid: int, counts: dict[str, int]) -> MutantR
         why = f"{failing.outcome.value}: {failing.reason}" if failing is not None else "a failing run"
         return MutantResult(m, Fate.KILLED, evidence=why, runs=judged, failures=failures, campaign_id=cid,
                             launches=launches)
+    if not runs:  # its first run was still going when the budget ended (cut short, not stored)
+        return MutantResult(m, Fate.NOT_RUN, evidence="the budget ended during its first run", campaign_id=cid)
     if judged == 0:
         return MutantResult(m, Fate.NOT_JUDGED, evidence=f"every run an error ({counts})", campaign_id=cid)
     if launches > judged:  # the test reported its launches (HZ_RESULT "launches"): bound each launch

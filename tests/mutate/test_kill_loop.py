@@ -198,3 +198,55 @@ def test_prebuild_builds_the_original_and_each_mutant_tree_once(monkeypatch):
     _, mutants = mutants_of(REPO / "standalone" / "pipeline" / "pipeline.cu", operators=["remove-barrier"],
                             defines=catalog.build_defines("pipeline"))
     assert sorted(built) == sorted([original, *(m.apply(original) for m in mutants)]) and len(mutants) == 2
+
+
+def _mutate(project: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hazards", "mutate", *args, "--store", str(tmp_path / "r.db")],
+                          cwd=project, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+
+
+def test_two_identical_files_mutated_alike_are_each_judged_in_their_own_file(tmp_path):
+    # A header vendored twice: the same mutated text in two files is two different trees, so
+    # the second mutant must not reuse the first one's build (its own file left unmutated).
+    project = tmp_path / "p"
+    for sub in ("one", "two"):
+        (project / sub).mkdir(parents=True)
+        (project / sub / "k.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; }\n")
+    res = _mutate(project, tmp_path, "one/k.cu", "two/k.cu", "--root", ".", "--operators", "remove-fence",
+                  "--test", "grep -q __threadfence {dir}/two/k.cu", "--timeout", "30", "-n", "2", "--json")
+    assert res.returncode == 1, res.stderr
+    fates = {m["path"]: m["fate"] for m in json.loads(res.stdout)["mutants"]}
+    assert fates == {"one/k.cu": "survived", "two/k.cu": "killed"}
+
+
+def test_a_build_that_runs_past_its_timeout_leaves_no_process_behind(tmp_path):
+    import psutil
+
+    from hazards.mutate.kill import Fate, KillConfig, _build
+
+    marker = f"{os.getpid() % 1000 + 9000}.25"  # a sleep only this test starts
+    cfg = KillConfig(root=tmp_path, test="true", build=f"sleep {marker}; true", build_timeout_s=0.5)
+    fate, why = _build(cfg, tmp_path, tmp_path / "k.cu")
+    assert fate is Fate.TIMED_OUT_BUILD, why
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+    for p in left:
+        p.kill()
+    assert not left, "the build's compiler (here a sleep) outlived the timed-out build"
+
+
+def test_a_mutant_that_slows_every_run_stops_when_the_budget_ends(tmp_path):
+    # The original's runs are fast, so the mutant's share buys many runs; each of its runs is
+    # slow (not a hang): they must stop at the budget, not run n times the slow run.
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "kernel.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; }\n")
+    (project / "check.py").write_text("import sys, time\n"
+                                      "if '__threadfence' not in open(sys.argv[1]).read():\n"
+                                      "    time.sleep(2)\n")
+    res = _mutate(project, tmp_path, "kernel.cu", "--operators", "remove-fence", "--test",
+                  f"{sys.executable} {{dir}}/check.py {{src}}", "--timeout", "30", "-n", "50", "--budget", "8s",
+                  "--json")
+    assert res.returncode in (1, 3), res.stderr
+    (m,) = json.loads(res.stdout)["mutants"]
+    assert m["fate"] in ("survived", "not-run") and m["runs"] <= 4, m
