@@ -90,17 +90,31 @@ def groups(code: str) -> tuple[list[int | None], list[Group]]:
     return owner, found
 
 
-def _marked(text: str, found: list[Group]) -> str:
-    """The source with each group's marker after its directive, numbering kept by `#line`."""
+def _marked(text: str, found: list[Group], in_comment: set[int]) -> str:
+    """The source with each group's marker after its directive, numbering kept by `#line`.
+    `in_comment`: 0-based lines whose newline lies inside a block comment; a marker there
+    would be part of the comment (a directive's trailing `/* ...` spanning lines), so it goes
+    after the line that closes the comment, which belongs to the same group."""
     lines = text.split("\n")
-    at = {g.after: k for k, g in enumerate(found)}
+    at: dict[int, list[int]] = {}
+    for k, g in enumerate(found):
+        n = g.after
+        while n in in_comment:
+            n += 1
+        at.setdefault(n, []).append(k)
     out = []
     for n, line in enumerate(lines):
         out.append(line)
         if n in at:
-            out.append(_MARKER.format(at[n]))
+            out.extend(_MARKER.format(k) for k in at[n])
             out.append(f"#line {n + 2}")
     return "\n".join(out)
+
+
+def _lines_ending_in_comment(scanned: cscan.Scanned) -> set[int]:
+    """0-based lines whose newline is inside a block comment (cscan keeps each comment's
+    first line, 1-based, and its text)."""
+    return {line - 1 + d for line, body in scanned.comments for d in range(body.count("\n"))}
 
 
 def _candidates(language: str) -> tuple[list[tuple[str, list[list[str]]]], list[str]]:
@@ -146,13 +160,14 @@ def find_live(path: Path, text: str, *, defines: dict[str, str | None] | None = 
         return None, f"no preprocessor found ({', '.join(missing)}): sites found by the text scanner"
     scanned = cscan.scan(text)
     owner, found = groups(scanned.code)
+    in_comment = _lines_ending_in_comment(scanned)
     # Every -D/-U reaches every pass (a compiler's own macro given again is a warning at most).
     flags = [f"-D{k}={v}" if v else f"-D{k}" for k, v in (defines or {}).items() if v is not None]
     flags += [f"-U{k}" for k, v in (defines or {}).items() if v is None]
     failed = []
     for label, commands in candidates:
         try:
-            taken, macros, stubbed = _preprocess(path, _marked(text, found), commands, flags)
+            taken, macros, stubbed = _preprocess(path, _marked(text, found, in_comment), commands, flags)
         except ExpandError as e:
             failed.append(f"{label.split()[0]} failed: {e}")
             continue

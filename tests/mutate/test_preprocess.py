@@ -154,3 +154,14 @@ def test_every_define_given_reaches_the_preprocessor(tmp_path, only_tool):
     _, off = mutants_of(src)
     _, on = mutants_of(src, defines={"__MY_BUILD__": "1"})
     assert off == [] and [m.id for m in on] == ["remove-fence@2"]
+
+
+def test_a_comment_that_a_directive_opens_over_several_lines_does_not_hide_its_branch(tmp_path, only_tool):
+    # The live-group marker went on the line after the directive, inside its comment: the
+    # branch looked dead and its fence was never mutated.
+    src = tmp_path / "k.cu"
+    src.write_text("__device__ void f(int* d, int* g) {\n  d[0] = 1;\n"
+                   "#ifdef __CUDA_ARCH__ /* the device\n   path */\n  __threadfence();\n#endif\n  g[0] = 1;\n}\n"
+                   "#if 0 /* never\n   built */\n__device__ void h() { __syncthreads(); }\n#endif\n")
+    _, found = mutants_of(src)
+    assert [m.id for m in found] == ["remove-fence@5"]
