@@ -43,6 +43,11 @@ from hazards.stress_family import family_item
 HANG_FAMILIES = ("deadlock", "megakernel_layers")
 BEFORE_FAMILIES = ("deadlock",)  # whose "before" (the timeout alone) is re-measured: 5 s each
 LAUNCH_GOAL = 20_000
+# The megakernel's check server: requests of RAGGED_LAUNCHES launches, each drawn input launched
+# RAGGED_REPEAT times with its torch reference computed once (~150 ms under contention, the
+# first call's gap) and every launch compared with it on the device (docs/megakernel.md).
+RAGGED_LAUNCHES = 500
+RAGGED_REPEAT = 500
 HAMMER = """
 import time, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -118,27 +123,42 @@ def merge(into: dict, gaps: dict) -> None:
         into[k] = into.get(k, 0) + n
 
 
+def falsestall_target(fam):
+    """The item's warm server: the family's, or the ragged-decode megakernel's check server."""
+    if fam is None:
+        return ServerTarget([sys.executable, "-m", "hazards.ragged_decode.check", "--serve"],
+                            name="ragged_decode", grace_s=0.5, handshake_timeout_s=120)
+    return server_for(fam)
+
+
 def falsestall(dest: Path, seconds: float, only: str = "") -> None:
+    t_end = time.monotonic() + seconds
     rows = dest / "falsestall.jsonl"
-    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 4)]
+    items = []
+    for fam in all_families():
+        if fam.binary and "cuda" in fam.platforms:
+            items += [(fam, v.name) for v in fam.variants if v.role != "broken"]
+    # the slow ones last: each item gets an even share of what is left, so they inherit
+    # what the fast ones did not need to reach LAUNCH_GOAL
+    items.sort(key=lambda fv: fv[0] is not None and fv[0].name == "megakernel_layers")
+    items.append((None, "ragged_decode"))
+    if only:
+        names = set(only.split(","))
+        items = [fv for fv in items if (fv[0].name if fv[0] else "ragged_decode") in names]
     hammer = subprocess.Popen([sys.executable, "-c", HAMMER], stdout=subprocess.PIPE, text=True)
+    load: list = []
+    targets: dict = {}
     try:
+        if items:  # the first server starts (and builds) beside the hammer, before the CPU load
+            fam = items[0][0]
+            targets[fam.name if fam else "ragged_decode"] = first = falsestall_target(fam)
+            t0 = time.monotonic()
+            first.start()
+            print(f"first server up in {time.monotonic() - t0:.1f} s", flush=True)
         ready = hammer.stdout.readline().strip()
+        load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 4)]
         print(f"contention: {ready or 'hammer did not start'}; CPU load: {len(load)} busy processes", flush=True)
-        items = []
-        for fam in all_families():
-            if fam.binary and "cuda" in fam.platforms:
-                items += [(fam, v.name) for v in fam.variants if v.role != "broken"]
-        # the slow ones last: each item gets an even share of what is left, so they inherit
-        # what the fast ones did not need to reach LAUNCH_GOAL
-        items.sort(key=lambda fv: fv[0] is not None and fv[0].name == "megakernel_layers")
-        items.append((None, "ragged_decode"))
-        if only:
-            names = set(only.split(","))
-            items = [fv for fv in items if (fv[0].name if fv[0] else "ragged_decode") in names]
-        t_end = time.monotonic() + seconds
         all_gaps: dict = {}
-        targets: dict = {}
         for i, (fam, variant) in enumerate(items):
             share = (t_end - time.monotonic()) / (len(items) - i)
             item_end = time.monotonic() + max(1.0, share)
@@ -147,16 +167,12 @@ def falsestall(dest: Path, seconds: float, only: str = "") -> None:
                 for t in targets.values():
                     t.close()
                 targets.clear()
-                if fam is None:
-                    targets[name] = ServerTarget([sys.executable, "-m", "hazards.ragged_decode.check", "--serve"],
-                                                 name=name, grace_s=0.5, handshake_timeout_s=120)
-                else:
-                    targets[name] = server_for(fam)
+                targets[name] = falsestall_target(fam)
             target = targets[name]
-            params = {} if fam is None else {"variant": variant}
-            per_request = 200 if fam is None else max(fam.default_launches, 200)
+            params = {"repeat": RAGGED_REPEAT} if fam is None else {"variant": variant}
+            per_request = RAGGED_LAUNCHES if fam is None else max(fam.default_launches, 200)
             timeout = 120.0 if fam is None else max(fam.timeout_s, 30.0)
-            launches = requests = stalls = 0
+            launches = requests = stalls = draws = 0
             outcomes: dict = {}
             gaps: dict = {}
             max_gap = 0.0
@@ -171,6 +187,7 @@ def falsestall(dest: Path, seconds: float, only: str = "") -> None:
                 if r.outcome.value != "clean" and len(reasons) < 3:
                     reasons.append(r.reason[:300])
                 launches += int((r.metrics or {}).get("launches") or 0)
+                draws += int((r.metrics or {}).get("draws") or 0)
                 prog = (r.evidence or {}).get("progress") or {}
                 merge(gaps, prog.get("gaps"))
                 max_gap = max(max_gap, float(prog.get("max_gap_s") or 0.0))
@@ -179,9 +196,8 @@ def falsestall(dest: Path, seconds: float, only: str = "") -> None:
                        "launches_per_request": per_request, "seconds": round(time.monotonic() - t0, 1),
                        "outcomes": outcomes, "stall_verdicts": stalls, "stall_s": FAMILY_STALL_S,
                        "max_gap_s": round(max_gap, 4), "p999_gap_upper_s": quantile_upper(gaps),
-                       "gaps": gaps, "non_clean_reasons": reasons})
-        for t in targets.values():
-            t.close()
+                       "gaps": gaps, "non_clean_reasons": reasons,
+                       **({"params": params, "draws": draws} if fam is None else {})})
         (dest / "gaps.json").write_text(json.dumps(all_gaps, indent=1))
         total = sum(all_gaps.values())
         print(f"\ngap distribution over all items ({total} gaps between progress events, clean runs "
@@ -193,6 +209,8 @@ def falsestall(dest: Path, seconds: float, only: str = "") -> None:
         for q in (0.5, 0.99, 0.999, 0.9999, 1.0):
             print(f"  quantile {q}: <= {quantile_upper(all_gaps, q)} s")
     finally:
+        for t in targets.values():
+            t.close()
         hammer.kill()
         for p in load:
             p.kill()

@@ -1,6 +1,7 @@
 """The megakernel as a target the engine can soak: correctness of ragged decode, call by call.
 
     python3 -m hazards.ragged_decode.check --calls 8            # one batch: HZ_RESULT line, exit code
+    python3 -m hazards.ragged_decode.check --calls 800 --repeat 200   # 4 draws, each launched 200 times
     python3 -m hazards.ragged_decode.check --serve              # JSON-lines server (docs/protocol.md)
 More in docs/megakernel.md.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any, Callable
@@ -43,7 +45,7 @@ class Checker:
         self.k, self.v = reference.make_arena(cfg["lens"], cfg["n_kv"], cfg["hd"], device="cuda", seed=arena_seed)
         self.handle = kernel.build_sched({}, {"k": self.k, "v": self.v}, cfg, 1, schedule=schedule, grid=grid,
                                          split_tokens=split_tokens)
-        self.out = torch.empty(len(cfg["lens"]), cfg["n_q"] * cfg["hd"], dtype=torch.float32, device="cuda")
+        self.out = torch.empty(len(cfg["lens"]), cfg["n_q"] * cfg["hd"], dtype=torch.float32, device=self.k.device)
         self._other: "Checker | None" = None
 
     def configured(self, config: dict[str, Any], lens_scale: int = 1) -> "Checker":
@@ -65,39 +67,53 @@ class Checker:
         self.k = self.v = self.out = None
         self.torch.cuda.empty_cache()
 
-    def batch(self, calls: int, seed: int, mishandle: str = "none") -> dict[str, Any]:
-        """Run `calls` checked calls with draws from `seed`; counts and the worst error."""
+    def batch(self, calls: int, seed: int, mishandle: str = "none", repeat: int = 1) -> dict[str, Any]:
+        """Run `calls` checked calls with draws from `seed`; counts and the worst error.
+
+        `repeat` R launches each drawn input R times in a row (the draws are the seed's
+        sequence either way): its reference is computed once, beside its first launch, and
+        every launch's output, poisoned before it, is compared with it on the device."""
         if mishandle not in MISHANDLINGS:
             raise ValueError(f"unknown mishandling {mishandle!r} (known: {', '.join(MISHANDLINGS)})")
+        if repeat < 1:
+            raise ValueError(f"repeat must be >= 1 (got {repeat})")
         torch = self.torch
         gen = torch.Generator().manual_seed(seed)
-        mismatched, worst, flags = 0, 0.0, set()
+        mismatched, worst, bits, draws = 0, 0.0, 0, 0
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         kernel_ms = 0.0
+        progress("started")  # as the family harness: the first call is within the stall window too
         for call in range(calls):
-            q, starts, lens = self.ref.draw_call(self.cfg["lens"], self.cfg["n_q"], self.cfg["hd"], gen,
-                                                 device="cuda")
+            if call % repeat == 0:
+                q, starts, lens = self.ref.draw_call(self.cfg["lens"], self.cfg["n_q"], self.cfg["hd"], gen,
+                                                     device=self.k.device)
+                k_starts, k_lens = starts, lens
+                if mishandle == "clamp8192":
+                    k_lens = lens.clamp(max=self.clamp)
+                elif mishandle == "ignore_starts":
+                    k_starts = torch.zeros_like(starts)
+                expected = ref_norm = None
+                draws += 1
             self.out.fill_(float("nan"))
             start.record()
-            k_starts, k_lens = starts, lens
-            if mishandle == "clamp8192":
-                k_lens = lens.clamp(max=self.clamp)
-            elif mishandle == "ignore_starts":
-                k_starts = torch.zeros_like(starts)
             self.kernel.ragged_decode(self.handle, q, k_starts, k_lens, out=self.out)
             stop.record()
-            expected = self.ref.reference_decode(q, self.k, self.v, starts, lens)
-            torch.cuda.synchronize()
+            if expected is None:  # queued behind the draw's first launch, as the launch runs
+                expected = self.ref.reference_decode(q, self.k, self.v, starts, lens).float()
+                ref_norm = torch.linalg.vector_norm(expected)
+            err_on_device = self.ref.rel_err_tensor(self.out, expected, ref_norm)
+            # one read-back: it waits for the launch and its comparison (the events too)
+            err, call_bits = torch.stack((err_on_device, self.handle.counters[self.kernel.ERROR_WORD].float())).tolist()
             kernel_ms += start.elapsed_time(stop)
-            err = self.ref.rel_err(self.out, expected)
-            call_flags = self.kernel.error_flags(self.handle)
-            flags.update(call_flags)
+            err = err if math.isfinite(err) else math.inf  # NaN/inf in the output
+            bits |= int(call_bits)
             worst = max(worst, err)
-            mismatched += int(not err <= TOL or bool(call_flags))
+            mismatched += int(not err <= TOL or bool(call_bits))
             progress(f"call {call + 1} of {calls}")  # a call that never ends is a stall (docs/stall.md)
         return {"launches": calls, "mismatched": mismatched, "max_rel_err": worst,
                 "kernel_ms": kernel_ms / max(calls, 1), "seed": seed,
-                "metrics": {"tol": TOL, "kernel_flags": sorted(flags)}}
+                "metrics": {"tol": TOL, "kernel_flags": self.kernel.flag_messages(bits), "repeat": repeat,
+                            "draws": draws}}
 
 
 def _device_error(exc: BaseException) -> bool:
@@ -110,7 +126,7 @@ def _device_error(exc: BaseException) -> bool:
 
 def once(args: argparse.Namespace) -> int:
     try:
-        res = Checker(args.lens_scale, args.schedule).batch(args.calls, args.seed, args.mishandle)
+        res = Checker(args.lens_scale, args.schedule).batch(args.calls, args.seed, args.mishandle, args.repeat)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
         print(f"megakernel check: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3 if _device_error(exc) else 2
@@ -123,9 +139,12 @@ def handle(checker: Checker, req: dict[str, Any]) -> dict[str, Any]:
     from hazards.ragged_decode import space
 
     params = req.get("params") or {}
-    unknown = set(params) - {"seed", "variant", "mishandle", *space.CONFIG_KEYS}
+    unknown = set(params) - {"seed", "variant", "mishandle", "repeat", *space.CONFIG_KEYS}
     if unknown:
         return {"status": "bad_request", "message": f"unknown params: {sorted(unknown)}"}
+    repeat = params.get("repeat", 1)
+    if type(repeat) is not int or repeat < 1:
+        return {"status": "bad_request", "message": f"repeat must be an integer >= 1 (got {repeat!r})"}
     mishandle = str(params.get("mishandle", "none"))
     if mishandle not in MISHANDLINGS:
         return {"status": "bad_request",
@@ -144,7 +163,7 @@ def handle(checker: Checker, req: dict[str, Any]) -> dict[str, Any]:
         except UserError as e:  # the host refused the configuration (shared memory, schedule)
             return {"status": "bad_request", "message": str(e)}
     try:
-        res = checker.batch(int(req.get("launches", 1)), int(params.get("seed", req.get("id"))), mishandle)
+        res = checker.batch(int(req.get("launches", 1)), int(params.get("seed", req.get("id"))), mishandle, repeat)
     except Exception as exc:  # noqa: BLE001 - a sticky CUDA error poisons the context
         raise StopServing(3, {"status": "fault" if _device_error(exc) else "bad_request",
                               "message": f"{type(exc).__name__}: {exc}"}) from None
@@ -172,8 +191,17 @@ def serve_on_gpu(make: Callable[[], Any], handler: Callable[[Any, dict[str, Any]
                   **({"gpu_uuid": f"GPU-{uuid}"} if uuid else {}), **hello})
 
 
+def warmed(checker: Checker) -> Checker:
+    """`checker` after one checked call (its result dropped; a broken kernel shows in the
+    requests): the kernel's module and the torch reference's kernels are loaded before the
+    first request, whose first call is within the stall window like every other."""
+    checker.batch(1, seed=0)
+    return checker
+
+
 def serve_checks(args: argparse.Namespace) -> int:
-    return serve_on_gpu(lambda: Checker(args.lens_scale, args.schedule), handle, "megakernel", "megakernel check")
+    return serve_on_gpu(lambda: warmed(Checker(args.lens_scale, args.schedule)), handle, "megakernel",
+                        "megakernel check")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,14 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serve", action="store_true", help="speak the JSON-lines server protocol")
     ap.add_argument("--calls", type=int, default=8, help="checked calls in the one batch (not --serve)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the draws (not --serve)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="launch each drawn input this many times in a row (its reference computed once)")
     ap.add_argument("--lens-scale", type=int, default=1,
                     help="divide the contract's lengths by this")
     ap.add_argument("--schedule", default="split", choices=("split", "guided", "per_request"))
     ap.add_argument("--mishandle", default="none", choices=MISHANDLINGS,
                     help="feed the kernel a known-bad input (a canary for this check)")
     args = ap.parse_args(argv)
-    if args.calls < 1 or args.lens_scale < 1:
-        print("megakernel check: --calls and --lens-scale must be >= 1", file=sys.stderr)
+    if args.calls < 1 or args.lens_scale < 1 or args.repeat < 1:
+        print("megakernel check: --calls, --lens-scale and --repeat must be >= 1", file=sys.stderr)
         return 2
     from hazards.engine.extras import MissingExtra, require
 

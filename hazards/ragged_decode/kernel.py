@@ -24,6 +24,7 @@ SCHEDULES = ("guided", "split", "per_request")
 PROBES = {"none": 0, "stream_only": 1, "compute_only": 2}  # diagnostics: results are garbage
 ERROR_BITS = {1: "a request's starts/lens lie outside the arena (its output is NaN)",
               2: "the split schedule needs more partial slots than were allocated (output NaN)"}
+ERROR_WORD = 2  # counters[ERROR_WORD]: the ERROR_BITS the kernel raised so far (CTR_ERROR, layout.cuh)
 
 
 @functools.lru_cache(maxsize=None)
@@ -210,7 +211,11 @@ def read_profile(handle: Handle) -> profiler.Profile:
 
 def error_flags(handle: Handle) -> list[str]:
     """What the kernel flagged so far (synchronises; for tests and diagnostics, not the hot path)."""
-    bits = int(handle.counters[2].item())
+    return flag_messages(int(handle.counters[ERROR_WORD].item()))
+
+
+def flag_messages(bits: int) -> list[str]:
+    """The ERROR_BITS set in `bits`, as sentences."""
     return [msg for bit, msg in ERROR_BITS.items() if bits & bit]
 
 

@@ -8,6 +8,7 @@ segments to requests (`starts`, `lens`) plus fresh queries.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -36,12 +37,17 @@ def reference_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, starts: 
     return out
 
 
+def rel_err_tensor(out: torch.Tensor, ref: torch.Tensor, ref_norm: torch.Tensor | None = None) -> torch.Tensor:
+    """||out - ref|| / ||ref|| in fp32 as a 0-d tensor on their device (no synchronisation);
+    NaN or inf when out has NaN/inf. `ref_norm`: ||ref||, when the caller keeps it."""
+    r = ref.float()
+    return torch.linalg.vector_norm(out.float() - r) / (torch.linalg.vector_norm(r) if ref_norm is None else ref_norm)
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in fp32 over the whole output (inf if out has NaN/inf)."""
-    o, r = out.float(), ref.float()
-    if not torch.isfinite(o).all():
-        return float("inf")
-    return float(torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r))
+    err = float(rel_err_tensor(out, ref))
+    return err if math.isfinite(err) else math.inf
 
 
 def segment_starts(lens: Sequence[int]) -> list[int]:

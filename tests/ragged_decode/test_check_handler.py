@@ -10,20 +10,28 @@ class FakeChecker:
     def __init__(self, error: Exception | None = None) -> None:
         self.error, self.calls = error, []
 
-    def batch(self, calls: int, seed: int, mishandle: str) -> dict:
+    def batch(self, calls: int, seed: int, mishandle: str, repeat: int = 1) -> dict:
         if self.error:
             raise self.error
-        self.calls.append((calls, seed, mishandle))
+        self.calls.append((calls, seed, mishandle, repeat))
         return {"launches": calls, "mismatched": 0, "max_rel_err": 0.001}
 
 
 def test_a_request_runs_its_launches_with_its_seed_and_mishandling():
     checker = FakeChecker()
     reply = handle(checker, {"id": 7, "launches": 3, "params": {"seed": 11, "mishandle": "clamp8192"}})
-    assert reply["status"] == "ok" and checker.calls == [(3, 11, "clamp8192")]
+    assert reply["status"] == "ok" and checker.calls == [(3, 11, "clamp8192", 1)]
 
 
-@pytest.mark.parametrize("params, says", [({"sede": 1}, "unknown params"), ({"mishandle": "sometimes"}, "known:")])
+def test_a_request_may_launch_each_drawn_input_several_times():
+    checker = FakeChecker()
+    reply = handle(checker, {"id": 7, "launches": 500, "params": {"repeat": 250}})
+    assert reply["status"] == "ok" and checker.calls == [(500, 7, "none", 250)]
+
+
+@pytest.mark.parametrize("params, says", [({"sede": 1}, "unknown params"), ({"mishandle": "sometimes"}, "known:"),
+                                          ({"repeat": 0}, "repeat must be"), ({"repeat": "often"}, "repeat must be"),
+                                          ({"repeat": 2.5}, "repeat must be"), ({"repeat": True}, "repeat must be")])
 def test_bad_parameters_are_a_bad_request_and_run_nothing(params, says):
     checker = FakeChecker()
     reply = handle(checker, {"id": 1, "launches": 1, "params": params})

@@ -22,7 +22,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_bad_arguments_are_one_line_and_exit_2():
-    for args in (("--calls", "0"), ("--lens-scale", "0"), ("--mishandle", "sometimes")):
+    for args in (("--calls", "0"), ("--lens-scale", "0"), ("--mishandle", "sometimes"), ("--repeat", "0")):
         r = _run(*args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, args
 
@@ -56,3 +56,13 @@ def test_server_target_checks_every_call_and_catches_each_mishandling():
             assert r.metrics["max_rel_err"] > 1e-2
         assert server.run({"mishandle": "sometimes"}, timeout=60).outcome is Outcome.ERROR
         assert server.worker_age >= 3  # one warm process served every request
+
+
+@pytest.mark.gpu
+def test_server_repeats_a_draw_with_one_reference_and_still_checks_every_launch():
+    with ServerTarget([*CHECK, "--serve"], cwd=REPO, handshake_timeout_s=300) as server:
+        clean = server.run({"seed": 1, "repeat": 4}, timeout=300, launches=8)
+        assert clean.outcome is Outcome.CLEAN, clean.reason
+        assert clean.metrics["launches"] == 8 and clean.metrics["draws"] == 2
+        bad = server.run({"seed": 2, "mishandle": "clamp8192", "repeat": 3}, timeout=300, launches=6)
+        assert bad.outcome is Outcome.MISMATCH and bad.metrics["mismatched"] == 6, bad.reason
