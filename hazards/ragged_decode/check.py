@@ -70,9 +70,10 @@ class Checker:
     def batch(self, calls: int, seed: int, mishandle: str = "none", repeat: int = 1) -> dict[str, Any]:
         """Run `calls` checked calls with draws from `seed`; counts and the worst error.
 
-        `repeat` R launches each drawn input R times in a row (the draws are the seed's
-        sequence either way): its reference is computed once, beside its first launch, and
-        every launch's output, poisoned before it, is compared with it on the device."""
+        `repeat` R launches each drawn input R times in a row (the draws come from the seed
+        in the same order either way): its reference is computed once, beside its first
+        launch, and every launch's output, poisoned before it, is compared with it on the
+        device."""
         if mishandle not in MISHANDLINGS:
             raise ValueError(f"unknown mishandling {mishandle!r} (known: {', '.join(MISHANDLINGS)})")
         if repeat < 1:

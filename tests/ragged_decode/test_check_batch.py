@@ -93,7 +93,7 @@ def test_without_repeat_every_call_is_a_fresh_draw_with_its_own_reference(cpu):
     fresh = cpu.launch_q[:]
     cpu.launch_q.clear()
     cpu.checker.batch(4, seed=3, repeat=2)
-    # the draws are the seed's sequence either way: repeat only launches each one again
+    # the draws come from the seed in the same order either way: repeat only launches each again
     assert torch.equal(cpu.launch_q[1], fresh[0]) and torch.equal(cpu.launch_q[2], fresh[1])
 
 

@@ -55,7 +55,7 @@ class FakeChecker:
         self.configs.append((config, lens_scale))
         return self
 
-    def batch(self, calls, seed, mishandle):
+    def batch(self, calls, seed, mishandle, repeat=1):
         self.calls.append((calls, seed, mishandle))
         return {"launches": calls, "mismatched": 0}
 
