@@ -43,6 +43,31 @@ struct Value {
 
 namespace detail {
 
+// JSON's two-character escapes, one row each: the letter after the backslash and the byte it
+// stands for. The reader accepts all eight; the writer uses the short form only where
+// `written` (it writes the other control characters as \u00XX, and '/' as itself).
+struct Escape {
+  char letter;
+  char byte;
+  bool written;
+};
+constexpr Escape kEscapes[] = {{'"', '"', true},   {'\\', '\\', true}, {'/', '/', false}, {'b', '\b', false},
+                               {'f', '\f', false}, {'n', '\n', true},   {'r', '\r', true}, {'t', '\t', true}};
+
+// The escape that `letter` (after a backslash) stands for, or nullptr.
+inline const Escape* escape_of_letter(char letter) {
+  for (const Escape& e : kEscapes)
+    if (e.letter == letter) return &e;
+  return nullptr;
+}
+
+// The short escape the writer uses for byte `c`, or nullptr.
+inline const Escape* written_escape_of(unsigned char c) {
+  for (const Escape& e : kEscapes)
+    if (e.written && (unsigned char)e.byte == c) return &e;
+  return nullptr;
+}
+
 struct Parser {
   const char* p;
   const char* end;
@@ -103,28 +128,20 @@ struct Parser {
       }
       if (p >= end) return fail("truncated escape");
       char e = *p++;
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp;
-          if (!hex4(cp)) return false;
-          if (cp >= 0xD800 && cp < 0xDC00) {  // high surrogate: expect the low half
-            unsigned lo;
-            if (!(lit("\\u") && hex4(lo)) || lo < 0xDC00 || lo > 0xDFFF) return fail("bad surrogate pair");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          put_utf8(out, cp);
-          break;
-        }
-        default: return fail("bad escape");
+      if (e != 'u') {
+        const Escape* esc = escape_of_letter(e);
+        if (!esc) return fail("bad escape");
+        out += esc->byte;
+        continue;
       }
+      unsigned cp;
+      if (!hex4(cp)) return false;
+      if (cp >= 0xD800 && cp < 0xDC00) {  // high surrogate: expect the low half
+        unsigned lo;
+        if (!(lit("\\u") && hex4(lo)) || lo < 0xDC00 || lo > 0xDFFF) return fail("bad surrogate pair");
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      }
+      put_utf8(out, cp);
     }
     if (p >= end) return fail("unterminated string");
     ++p;
@@ -141,6 +158,21 @@ struct Parser {
     if (stop != tok.c_str() + tok.size()) return fail("bad number");
     return true;
   }
+  // The members of an object or the elements of an array, from its opening bracket at `p`:
+  // `item` reads one; commas between them, `close` after the last (or at once: empty).
+  template <class Item>
+  bool items(char close, const char* expected, Item&& item) {
+    ++p;
+    ws();
+    if (p < end && *p == close) { ++p; return true; }
+    for (;;) {
+      if (!item()) return false;
+      ws();
+      if (p < end && *p == ',') { ++p; continue; }
+      if (p < end && *p == close) { ++p; return true; }
+      return fail(expected);
+    }
+  }
   bool value(Value& v, int depth) {
     if (depth > 32) return fail("nesting too deep");
     ws();
@@ -148,10 +180,7 @@ struct Parser {
     char c = *p;
     if (c == '{') {
       v.type = Value::Object;
-      ++p;
-      ws();
-      if (p < end && *p == '}') { ++p; return true; }
-      for (;;) {
+      return items('}', "expected ',' or '}'", [&] {
         ws();
         std::string key;
         if (!string(key)) return false;
@@ -161,26 +190,17 @@ struct Parser {
         Value child;
         if (!value(child, depth + 1)) return false;
         v.obj.emplace_back(std::move(key), std::move(child));
-        ws();
-        if (p < end && *p == ',') { ++p; continue; }
-        if (p < end && *p == '}') { ++p; return true; }
-        return fail("expected ',' or '}'");
-      }
+        return true;
+      });
     }
     if (c == '[') {
       v.type = Value::Array;
-      ++p;
-      ws();
-      if (p < end && *p == ']') { ++p; return true; }
-      for (;;) {
+      return items(']', "expected ',' or ']'", [&] {
         Value child;
         if (!value(child, depth + 1)) return false;
         v.arr.push_back(std::move(child));
-        ws();
-        if (p < end && *p == ',') { ++p; continue; }
-        if (p < end && *p == ']') { ++p; return true; }
-        return fail("expected ',' or ']'");
-      }
+        return true;
+      });
     }
     if (c == '"') { v.type = Value::String; return string(v.str); }
     if (lit("true")) { v.type = Value::Bool; v.b = true; return true; }
@@ -213,20 +233,15 @@ inline bool parse(const std::string& text, Value& out, std::string& err) {
 inline std::string quote(const std::string& s) {
   std::string o = "\"";
   for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += (char)c;
-        }
+    if (const detail::Escape* esc = detail::written_escape_of(c)) {
+      o += '\\';
+      o += esc->letter;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += (char)c;
     }
   }
   return o + "\"";

@@ -49,6 +49,8 @@ def test_valid_json_round_trips_to_the_same_value(driver, text):
     ('{"a":"unterminated', "unterminated string"),
     ('{"a":tru}', "bad number"),
     ('{"a":"\\q"}', "bad escape"),
+    ('[1 2]', "expected ',' or ']'"),
+    ('{"a":1,}', "expected string"),
     ('[' * 40 + ']' * 40, "nesting too deep"),
     ('', "unexpected end of input"),
 ])
@@ -60,3 +62,16 @@ def test_invalid_json_is_rejected_with_a_reason(driver, text, fragment):
 def test_non_finite_numbers_are_written_as_null(driver):
     (out,) = roundtrip(driver, '{"x":1e999}')
     assert json.loads(out) == {"x": None}
+
+
+def test_every_json_escape_is_read_as_the_byte_it_stands_for(driver):
+    (out,) = roundtrip(driver, '["\\"\\\\\\/\\b\\f\\n\\r\\t"]')
+    assert json.loads(out) == ['"\\/\b\f\n\r\t']
+
+
+def test_the_writer_escapes_exactly_quote_backslash_newline_cr_tab_and_other_controls_as_u00xx(driver):
+    every_ascii = "".join(chr(c) for c in range(128))
+    (out,) = roundtrip(driver, json.dumps({"s": every_ascii}))
+    short = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    written = "".join(short.get(ch) or (f"\\u{ord(ch):04x}" if ord(ch) < 0x20 else ch) for ch in every_ascii)
+    assert out == '{"s":"' + written + '"}'
