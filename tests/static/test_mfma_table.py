@@ -25,77 +25,76 @@ for n in (4, 16, 32):
     TYPES += [f"typedef float f{n} {V.format(n=n)};", f"typedef int i{n} {V.format(n=n)};"]
 TYPES.append(f"typedef double d4 {V.format(n=4)};")
 
-# mnemonic -> (builtin, A/B type, C type)
-ROWS = {
-    "v_mfma_f32_32x32x1_2b_f32": ("mfma_f32_32x32x1f32", "float", "f32"),
-    "v_mfma_f32_16x16x1_4b_f32": ("mfma_f32_16x16x1f32", "float", "f16"),
-    "v_mfma_f32_4x4x1_16b_f32": ("mfma_f32_4x4x1f32", "float", "f4"),
-    "v_mfma_f32_32x32x2_f32": ("mfma_f32_32x32x2f32", "float", "f16"),
-    "v_mfma_f32_16x16x4_f32": ("mfma_f32_16x16x4f32", "float", "f4"),
-    "v_mfma_f32_32x32x4_2b_f16": ("mfma_f32_32x32x4f16", "v4h", "f32"),
-    "v_mfma_f32_16x16x4_4b_f16": ("mfma_f32_16x16x4f16", "v4h", "f16"),
-    "v_mfma_f32_4x4x4_16b_f16": ("mfma_f32_4x4x4f16", "v4h", "f4"),
-    "v_mfma_f32_32x32x8_f16": ("mfma_f32_32x32x8f16", "v4h", "f16"),
-    "v_mfma_f32_16x16x16_f16": ("mfma_f32_16x16x16f16", "v4h", "f4"),
-    "v_mfma_f32_32x32x4_2b_bf16": ("mfma_f32_32x32x4bf16_1k", "v4s", "f32"),
-    "v_mfma_f32_16x16x4_4b_bf16": ("mfma_f32_16x16x4bf16_1k", "v4s", "f16"),
-    "v_mfma_f32_4x4x4_16b_bf16": ("mfma_f32_4x4x4bf16_1k", "v4s", "f4"),
-    "v_mfma_f32_32x32x8_bf16": ("mfma_f32_32x32x8bf16_1k", "v4s", "f16"),
-    "v_mfma_f32_16x16x16_bf16": ("mfma_f32_16x16x16bf16_1k", "v4s", "f4"),
-    "v_mfma_i32_32x32x4_2b_i8": ("mfma_i32_32x32x4i8", "int", "i32"),
-    "v_mfma_i32_16x16x4_4b_i8": ("mfma_i32_16x16x4i8", "int", "i16"),
-    "v_mfma_i32_4x4x4_16b_i8": ("mfma_i32_4x4x4i8", "int", "i4"),
-    "v_mfma_i32_32x32x16_i8": ("mfma_i32_32x32x16_i8", "long", "i16"),
-    "v_mfma_i32_16x16x32_i8": ("mfma_i32_16x16x32_i8", "long", "i4"),
-    "v_mfma_f32_32x32x4_xf32": ("mfma_f32_32x32x4_xf32", "v2f", "f16"),
-    "v_mfma_f32_16x16x8_xf32": ("mfma_f32_16x16x8_xf32", "v2f", "f4"),
-    "v_mfma_f32_16x16x32_fp8_fp8": ("mfma_f32_16x16x32_fp8_fp8", "long", "f4"),
-    "v_mfma_f32_16x16x32_fp8_bf8": ("mfma_f32_16x16x32_fp8_bf8", "long", "f4"),
-    "v_mfma_f32_16x16x32_bf8_fp8": ("mfma_f32_16x16x32_bf8_fp8", "long", "f4"),
-    "v_mfma_f32_16x16x32_bf8_bf8": ("mfma_f32_16x16x32_bf8_bf8", "long", "f4"),
-    "v_mfma_f32_32x32x16_fp8_fp8": ("mfma_f32_32x32x16_fp8_fp8", "long", "f16"),
-    "v_mfma_f32_32x32x16_fp8_bf8": ("mfma_f32_32x32x16_fp8_bf8", "long", "f16"),
-    "v_mfma_f32_32x32x16_bf8_fp8": ("mfma_f32_32x32x16_bf8_fp8", "long", "f16"),
-    "v_mfma_f32_32x32x16_bf8_bf8": ("mfma_f32_32x32x16_bf8_bf8", "long", "f16"),
-    "v_mfma_f64_16x16x4_f64": ("mfma_f64_16x16x4f64", "double", "d4"),
-    "v_mfma_f64_4x4x4_4b_f64": ("mfma_f64_4x4x4f64", "double", "double"),
-}
-
-
-# gfx950's own rows. The f8f6f4 ops come from the scaled builtin (LLVM selects the unscaled
-# instruction when both scales are the constant 0); cbsz/blgp 4 = f4 operands (half the passes).
+# One table for both targets: mnemonic -> (targets, builtin, A/B type, C type[, call]).
+# The f8f6f4 ops (gfx950) come from the scaled builtin (LLVM selects the unscaled instruction
+# when both scales are the constant 0); cbsz/blgp 4 = f4 operands (half the passes). The xf32
+# ops are gone on gfx950 (test_the_dropped_xf32_ops_are_not_gfx950_instructions).
 _F8F6F4 = "(a[0], b[0], c, {fmt}, {fmt}, 0, {sa}, 0, {sb})"
-ROWS_950 = {
-    "v_mfma_f32_16x16x32_f16": ("mfma_f32_16x16x32_f16", "v8h", "f4"),
-    "v_mfma_f32_16x16x32_bf16": ("mfma_f32_16x16x32_bf16", "v8bf", "f4"),
-    "v_mfma_f32_32x32x16_f16": ("mfma_f32_32x32x16_f16", "v8h", "f16"),
-    "v_mfma_f32_32x32x16_bf16": ("mfma_f32_32x32x16_bf16", "v8bf", "f16"),
-    "v_mfma_i32_16x16x64_i8": ("mfma_i32_16x16x64_i8", "i4", "i4"),
-    "v_mfma_i32_32x32x32_i8": ("mfma_i32_32x32x32_i8", "i4", "i16"),
-    "v_mfma_f32_16x16x128_f8f6f4": ("mfma_scale_f32_16x16x128_f8f6f4", "i8", "f4",
+BOTH, GFX942, GFX950 = ("gfx942", "gfx950"), ("gfx942",), ("gfx950",)
+ROWS = {
+    "v_mfma_f32_32x32x1_2b_f32": (BOTH, "mfma_f32_32x32x1f32", "float", "f32"),
+    "v_mfma_f32_16x16x1_4b_f32": (BOTH, "mfma_f32_16x16x1f32", "float", "f16"),
+    "v_mfma_f32_4x4x1_16b_f32": (BOTH, "mfma_f32_4x4x1f32", "float", "f4"),
+    "v_mfma_f32_32x32x2_f32": (BOTH, "mfma_f32_32x32x2f32", "float", "f16"),
+    "v_mfma_f32_16x16x4_f32": (BOTH, "mfma_f32_16x16x4f32", "float", "f4"),
+    "v_mfma_f32_32x32x4_2b_f16": (BOTH, "mfma_f32_32x32x4f16", "v4h", "f32"),
+    "v_mfma_f32_16x16x4_4b_f16": (BOTH, "mfma_f32_16x16x4f16", "v4h", "f16"),
+    "v_mfma_f32_4x4x4_16b_f16": (BOTH, "mfma_f32_4x4x4f16", "v4h", "f4"),
+    "v_mfma_f32_32x32x8_f16": (BOTH, "mfma_f32_32x32x8f16", "v4h", "f16"),
+    "v_mfma_f32_16x16x16_f16": (BOTH, "mfma_f32_16x16x16f16", "v4h", "f4"),
+    "v_mfma_f32_32x32x4_2b_bf16": (BOTH, "mfma_f32_32x32x4bf16_1k", "v4s", "f32"),
+    "v_mfma_f32_16x16x4_4b_bf16": (BOTH, "mfma_f32_16x16x4bf16_1k", "v4s", "f16"),
+    "v_mfma_f32_4x4x4_16b_bf16": (BOTH, "mfma_f32_4x4x4bf16_1k", "v4s", "f4"),
+    "v_mfma_f32_32x32x8_bf16": (BOTH, "mfma_f32_32x32x8bf16_1k", "v4s", "f16"),
+    "v_mfma_f32_16x16x16_bf16": (BOTH, "mfma_f32_16x16x16bf16_1k", "v4s", "f4"),
+    "v_mfma_i32_32x32x4_2b_i8": (BOTH, "mfma_i32_32x32x4i8", "int", "i32"),
+    "v_mfma_i32_16x16x4_4b_i8": (BOTH, "mfma_i32_16x16x4i8", "int", "i16"),
+    "v_mfma_i32_4x4x4_16b_i8": (BOTH, "mfma_i32_4x4x4i8", "int", "i4"),
+    "v_mfma_i32_32x32x16_i8": (BOTH, "mfma_i32_32x32x16_i8", "long", "i16"),
+    "v_mfma_i32_16x16x32_i8": (BOTH, "mfma_i32_16x16x32_i8", "long", "i4"),
+    "v_mfma_f32_32x32x4_xf32": (GFX942, "mfma_f32_32x32x4_xf32", "v2f", "f16"),
+    "v_mfma_f32_16x16x8_xf32": (GFX942, "mfma_f32_16x16x8_xf32", "v2f", "f4"),
+    "v_mfma_f32_16x16x32_fp8_fp8": (BOTH, "mfma_f32_16x16x32_fp8_fp8", "long", "f4"),
+    "v_mfma_f32_16x16x32_fp8_bf8": (BOTH, "mfma_f32_16x16x32_fp8_bf8", "long", "f4"),
+    "v_mfma_f32_16x16x32_bf8_fp8": (BOTH, "mfma_f32_16x16x32_bf8_fp8", "long", "f4"),
+    "v_mfma_f32_16x16x32_bf8_bf8": (BOTH, "mfma_f32_16x16x32_bf8_bf8", "long", "f4"),
+    "v_mfma_f32_32x32x16_fp8_fp8": (BOTH, "mfma_f32_32x32x16_fp8_fp8", "long", "f16"),
+    "v_mfma_f32_32x32x16_fp8_bf8": (BOTH, "mfma_f32_32x32x16_fp8_bf8", "long", "f16"),
+    "v_mfma_f32_32x32x16_bf8_fp8": (BOTH, "mfma_f32_32x32x16_bf8_fp8", "long", "f16"),
+    "v_mfma_f32_32x32x16_bf8_bf8": (BOTH, "mfma_f32_32x32x16_bf8_bf8", "long", "f16"),
+    "v_mfma_f64_16x16x4_f64": (BOTH, "mfma_f64_16x16x4f64", "double", "d4"),
+    "v_mfma_f64_4x4x4_4b_f64": (BOTH, "mfma_f64_4x4x4f64", "double", "double"),
+    "v_mfma_f32_16x16x32_f16": (GFX950, "mfma_f32_16x16x32_f16", "v8h", "f4"),
+    "v_mfma_f32_16x16x32_bf16": (GFX950, "mfma_f32_16x16x32_bf16", "v8bf", "f4"),
+    "v_mfma_f32_32x32x16_f16": (GFX950, "mfma_f32_32x32x16_f16", "v8h", "f16"),
+    "v_mfma_f32_32x32x16_bf16": (GFX950, "mfma_f32_32x32x16_bf16", "v8bf", "f16"),
+    "v_mfma_i32_16x16x64_i8": (GFX950, "mfma_i32_16x16x64_i8", "i4", "i4"),
+    "v_mfma_i32_32x32x32_i8": (GFX950, "mfma_i32_32x32x32_i8", "i4", "i16"),
+    "v_mfma_f32_16x16x128_f8f6f4": (GFX950, "mfma_scale_f32_16x16x128_f8f6f4", "i8", "f4",
                                     _F8F6F4.format(fmt=0, sa=0, sb=0)),
-    "v_mfma_f32_32x32x64_f8f6f4": ("mfma_scale_f32_32x32x64_f8f6f4", "i8", "f16",
+    "v_mfma_f32_32x32x64_f8f6f4": (GFX950, "mfma_scale_f32_32x32x64_f8f6f4", "i8", "f16",
                                    _F8F6F4.format(fmt=0, sa=0, sb=0)),
-    "v_mfma_scale_f32_16x16x128_f8f6f4": ("mfma_scale_f32_16x16x128_f8f6f4", "i8", "f4",
+    "v_mfma_scale_f32_16x16x128_f8f6f4": (GFX950, "mfma_scale_f32_16x16x128_f8f6f4", "i8", "f4",
                                           _F8F6F4.format(fmt=0, sa="s[0]", sb="s[1]")),
-    "v_mfma_scale_f32_32x32x64_f8f6f4": ("mfma_scale_f32_32x32x64_f8f6f4", "i8", "f16",
+    "v_mfma_scale_f32_32x32x64_f8f6f4": (GFX950, "mfma_scale_f32_32x32x64_f8f6f4", "i8", "f16",
                                          _F8F6F4.format(fmt=0, sa="s[0]", sb="s[1]")),
 }
 # the same op with f4 operands only (cbsz:4 blgp:4): a probe of its own, one row of the table
 F4_PROBE = ("mfma_scale_f32_16x16x128_f8f6f4", "i8", "f4", _F8F6F4.format(fmt=4, sa="s[0]", sb="s[1]"))
-DROPPED_950 = {"v_mfma_f32_32x32x4_xf32", "v_mfma_f32_16x16x8_xf32"}
+
+
+def _rows_of(arch: str) -> dict[str, tuple]:
+    """The table's rows for `arch`: mnemonic -> (builtin, A/B type, C type[, call])."""
+    return {m: r[1:] for m, r in ROWS.items() if arch in r[0]}
 
 
 def _probes_for(arch: str) -> list[tuple]:
-    if arch == "gfx942":
-        return list(ROWS.values())
-    rows = {**{m: r for m, r in ROWS.items() if m not in DROPPED_950}, **ROWS_950}
-    return [*rows.values(), F4_PROBE]
+    return [*_rows_of(arch).values(), *([F4_PROBE] if arch == "gfx950" else [])]
 
 
-def test_every_row_of_each_target_has_a_probe():
-    assert set(ROWS) == set(mfma_table.TABLE["gfx942"])
-    assert {m for m in ROWS if m not in DROPPED_950} | set(ROWS_950) == set(mfma_table.TABLE["gfx950"])
+@pytest.mark.parametrize("arch", toolchain.AMD_ARCHS)
+def test_every_row_of_each_target_has_a_probe(arch):
+    assert set(_rows_of(arch)) == set(mfma_table.TABLE[arch])
 
 
 def _compile_probes(arch: str, folder) -> list:
