@@ -254,6 +254,23 @@ def reap_adopted(pids: set[int], leader: int | None = None) -> None:
             pass
 
 
+def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float) -> tuple[Any, Any]:
+    """`proc.communicate(timeout=timeout_s)` for a process started with
+    `start_new_session=True` (a build's shell). On a timeout or an interruption (Ctrl-C) its
+    whole process group is killed, while the shell is still unreaped, and reaped; then the
+    exception goes on (`subprocess.TimeoutExpired` for a timeout). Killing only the shell
+    would leave the compiler it started running."""
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+
+
 def kill_group(pgid: int, *, grace_s: float, known_pids: set[int] = frozenset(),
                mark: bytes | None = None, since_ticks: int = 0,
                leader: subprocess.Popen | None = None, cgroup: str | None = None) -> dict[str, Any]:

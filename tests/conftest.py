@@ -4,9 +4,12 @@ The plugin is on for this repository through `-p hazards` in pyproject.toml's ad
 entry point when installed, the checkout's package otherwise). `gpu` stays this project's
 own marker name (registered in pyproject.toml); the plugin never acts on a bare `gpu`.
 """
+import itertools
 import signal
 
 import pytest
+
+_STRAY_SLEEPS = itertools.count(1)  # stray_sleep's markers: one per use in this process
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,6 +43,27 @@ def refuses_file(tmp_path):
         assert "\n" not in str(refused.value)
 
     return check
+
+
+@pytest.fixture
+def stray_sleep():
+    """`stray_sleep.command`: a shell line that starts a `sleep` no other test starts (hours
+    long); `stray_sleep.left()`: the processes still running that sleep, killed on the way.
+    A command killed on a timeout must take the sleep with it: `assert not stray_sleep.left()`."""
+    import os
+    import types
+
+    import psutil
+
+    marker = f"{90000 + os.getpid()}.{next(_STRAY_SLEEPS)}"
+
+    def left() -> list:
+        found = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+        for p in found:
+            p.kill()
+        return found
+
+    return types.SimpleNamespace(command=f"sleep {marker}; true", left=left)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -17,14 +17,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 from hazards.engine.errors import UserError
+from hazards.engine.proctree import communicate_or_kill_group
 
 BUILD_TIMEOUT_S = 3600.0
 GIT_TIMEOUT_S = 120.0
@@ -170,16 +169,10 @@ class Checkouts:
             proc = subprocess.Popen(["/bin/sh", "-c", self.build], cwd=folder, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
             try:
-                rc = proc.wait(timeout=self.build_timeout_s)
-            except BaseException as e:  # a timeout, Ctrl-C: the build's whole process group goes
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-                if isinstance(e, subprocess.TimeoutExpired):
-                    return False, f"the build took more than {self.build_timeout_s:g} s", time.monotonic() - t0
-                raise
+                communicate_or_kill_group(proc, self.build_timeout_s)
+            except subprocess.TimeoutExpired:
+                return False, f"the build took more than {self.build_timeout_s:g} s", time.monotonic() - t0
+        rc = proc.returncode
         if rc != 0:
             tail = log.read_bytes()[-_LOG_TAIL:].decode(errors="replace").strip().splitlines()
             return False, f"the build failed (exit {rc}): {tail[-1] if tail else 'no output'}", time.monotonic() - t0

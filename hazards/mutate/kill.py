@@ -19,7 +19,6 @@ import hashlib
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ from typing import Any, Callable, TypeVar
 from hazards.engine.errors import NotJudged, UserError
 from hazards.engine.evidence import launches_of
 from hazards.engine.loop import WorkItem
+from hazards.engine.proctree import communicate_or_kill_group
 from hazards.engine.stats import describe_rate, format_rate
 from hazards.mutate.mutants import Mutant
 
@@ -142,16 +142,9 @@ def _build(cfg: KillConfig, folder: Path, src: Path) -> tuple[Fate | None, str]:
     proc = subprocess.Popen(["bash", "-c", cmd], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
     try:
-        stdout, stderr = proc.communicate(timeout=cfg.build_timeout_s)
-    except BaseException as e:  # a timeout, Ctrl-C: the build's whole process group goes
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        if isinstance(e, subprocess.TimeoutExpired):
-            return Fate.TIMED_OUT_BUILD, f"the build ran past {cfg.build_timeout_s:g} s"
-        raise
+        stdout, stderr = communicate_or_kill_group(proc, cfg.build_timeout_s)
+    except subprocess.TimeoutExpired:
+        return Fate.TIMED_OUT_BUILD, f"the build ran past {cfg.build_timeout_s:g} s"
     if proc.returncode != 0:
         last = (stderr.strip() or stdout.strip()).splitlines()[-1:]
         said = f": {last[0][:200]}" if last else " (it printed nothing)"

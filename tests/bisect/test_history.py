@@ -91,6 +91,14 @@ def test_ctrl_c_during_a_build_stops_it_and_leaves_the_checkout_as_it_was(tmp_pa
     assert left.strip() == ""  # the build's processes were stopped with it
 
 
+def test_a_build_past_its_timeout_is_a_failed_build_and_leaves_no_process_behind(tmp_path, stray_sleep):
+    repo = tmp_path / "repo"
+    shas = make_repo(repo, 2, culprit=1, rate=1.0)
+    co = Checkouts(repo, tmp_path / "scratch", stray_sleep.command, build_timeout_s=0.5)
+    assert co.prepare(shas[0]) == (None, "the build took more than 0.5 s")
+    assert not stray_sleep.left(), "the build's compiler (here a sleep) outlived the timed-out build"
+
+
 def test_the_users_git_hooks_do_not_run_in_the_scratch_checkouts(tmp_path):
     repo = tmp_path / "repo"
     shas = make_repo(repo, 2, culprit=1, rate=1.0)

@@ -220,19 +220,13 @@ def test_two_identical_files_mutated_alike_are_each_judged_in_their_own_file(tmp
     assert fates == {"one/k.cu": "survived", "two/k.cu": "killed"}
 
 
-def test_a_build_that_runs_past_its_timeout_leaves_no_process_behind(tmp_path):
-    import psutil
-
+def test_a_build_that_runs_past_its_timeout_leaves_no_process_behind(tmp_path, stray_sleep):
     from hazards.mutate.kill import Fate, KillConfig, _build
 
-    marker = f"{os.getpid() % 1000 + 9000}.25"  # a sleep only this test starts
-    cfg = KillConfig(root=tmp_path, test="true", build=f"sleep {marker}; true", build_timeout_s=0.5)
+    cfg = KillConfig(root=tmp_path, test="true", build=stray_sleep.command, build_timeout_s=0.5)
     fate, why = _build(cfg, tmp_path, tmp_path / "k.cu")
     assert fate is Fate.TIMED_OUT_BUILD, why
-    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
-    for p in left:
-        p.kill()
-    assert not left, "the build's compiler (here a sleep) outlived the timed-out build"
+    assert not stray_sleep.left(), "the build's compiler (here a sleep) outlived the timed-out build"
 
 
 def test_a_mutant_that_slows_every_run_stops_when_the_budget_ends(tmp_path):
