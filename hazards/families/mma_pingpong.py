@@ -132,7 +132,7 @@ def static_check(params: dict[str, Any]):
 def strategy() -> Any:
     """A variant plus any subset of overrides: tile shape, banks, wait depth (including one
     too shallow), trip count with both parities and the small counts around the bank count,
-    exit tail, accumulator-read placement, bulk or thread-store refills, jitter between the MMA issue and the refill, how
+    exit tail, accumulator-read placement, bulk or thread-store refills, jitter between the MMA issue and the refill, warp skew, how
     long each tile's MMA batch reads its bank (`mma_reps`), and small grids (cheap on a GPU)."""
     overrides = st.fixed_dictionaries({}, optional={
         "shape": st.sampled_from(SHAPES),
@@ -143,6 +143,7 @@ def strategy() -> Any:
         "refill": st.sampled_from(["bulk", "threads"]),
         "ktiles": st.one_of(st.integers(1, 6), st.integers(7, 64)),
         "jitter": st.integers(0, 16),
+        "warp_skew": st.sampled_from([0, 1, 16]),
         "mma_reps": st.sampled_from([1, 2, 4, 8, 16]),
         "blocks": st.sampled_from([1, 8, 66, 132]),
     })

@@ -60,6 +60,7 @@ struct Schedule {
   int jitter;       // thread 0 spins up to jitter*64 clocks before each refill
   int reps;         // each tile's wgmma batch is issued `reps` times (the bank is read that long)
   unsigned long long seed;
+  int warp_skew;    // warp w spins w*warp_skew*64 clocks before each tile's wgmma issue and its refill stores
 };
 
 template <int BN, int BK>
@@ -136,16 +137,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     mma::commit();
   };
 
+  // Warp skew (timing only): warp 3 the latest. Without the barriers below, another warp's
+  // wgmmas would still read a bank when a warp refills it, or read chunks a lagging warp has
+  // not stored yet -- unless the warpgroup's wgmmas themselves wait for all four warps.
+  const long long skew = (long long)(tid / 32) * sc.warp_skew * 64;
   for (int t = 0; t < T - 1; ++t) {
     if (kThreadRefill && t + 1 >= S)
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j) next[j] = __ldg(chunk_src(t + 1, kChunks - 1 - (j * kThreads + tid)));
+    hz_spin_cycles(skew);
     consume(t, t % S);
     mma::wait<W>();  // groups t-W+1 .. t may still be reading their banks
     mma::fence_operands(d);
     __syncthreads();  // every warp of the warpgroup has passed its wait
     if (kThreadRefill && t + 1 >= S) {  // bank last read by group t+1-S, refilled by st.shared
       uint4* bank = reinterpret_cast<uint4*>(smem + (size_t)((t + 1) % S) * Tl::kBankBytes);
+      hz_spin_cycles(skew);
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j) bank[kChunks - 1 - (j * kThreads + tid)] = next[j];
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> async-proxy reads
@@ -451,7 +458,7 @@ void run(hz::Batch& b) {
   const int W = effective_wait_depth(p), inputs = inputs_mode(p);
   const size_t M = (size_t)blocks * mma::kBM, N = sh.bn, K = (size_t)T * sh.bk;
   const int reps = (int)p.i("mma_reps");
-  Schedule sc{T, S, p.s("tail") == "single", (int)p.i("jitter"), reps, 0};
+  Schedule sc{T, S, p.s("tail") == "single", (int)p.i("jitter"), reps, 0, (int)p.i("warp_skew")};
   const Schedule ref_sc{T, 1, 0, 0, reps, 0};
   KernelFn kernel = pick_kernel(sh, W, p.s("acc_read") == "before_wait", p.s("refill") == "threads");
   KernelFn golden = pick_kernel(sh, 0, false, false);

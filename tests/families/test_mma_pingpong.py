@@ -11,7 +11,7 @@ from hazards.families import get_family, mma_pingpong as mp
 
 
 @pytest.mark.parametrize("variant, hazardous", [
-    ("reference", False), ("fixed", False), ("fixed_threads", False), ("broken_war", True),
+    ("reference", False), ("fixed", False), ("fixed_threads", False), ("fixed_threads_skewed", False), ("broken_war", True),
     ("broken_war_threads", True), ("broken_tail", True), ("broken_acc_read", True),
 ])
 def test_named_variants_have_the_verdict_their_role_says(variant, hazardous):
@@ -94,3 +94,17 @@ def test_strategy_points_resolve_inside_the_binarys_domain(data):
 ])
 def test_the_strategy_reaches_both_parities_shallow_waits_jitter_every_shape_and_refill(want):
     find(mp.strategy(), lambda point: want(mp.FAMILY.resolve(point)), settings=settings(max_examples=2000, database=None))
+
+
+def test_the_skewed_fixed_variant_is_fixed_threads_schedule_with_only_a_warp_skew_added():
+    # warp_skew is timing only: the skewed variant must be the very schedule fixed_threads is
+    # (same kernel, same SASS checks), with warp 3 lagging, so a mismatch in it can only come
+    # from a missing barrier between the warps (hazards mutate's barrier mutants)
+    fam = get_family("mma_pingpong")
+    skewed, plain = fam.resolve({"variant": "fixed_threads_skewed"}), fam.resolve({"variant": "fixed_threads"})
+    assert skewed["warp_skew"] > 0 and plain["warp_skew"] == 0
+    assert {k: v for k, v in skewed.items() if k not in ("variant", "warp_skew")} == \
+        {k: v for k, v in plain.items() if k not in ("variant", "warp_skew")}
+    assert mp.kernel_symbol({"variant": "fixed_threads_skewed"}) == mp.kernel_symbol({"variant": "fixed_threads"})
+    assert mp.predicted_checks({"variant": "fixed_threads_skewed"}) == mp.predicted_checks({"variant": "fixed_threads"})
+    assert fam.variant("fixed_threads_skewed").role == "fixed"
