@@ -32,7 +32,7 @@ struct Args {
   int stride, yperm;
   int blk_a, blk_c, loc_a, loc_c, loc2_a, loc2_c, partner_off;
   int barrier, pre_stress, stress_lines, stress_iters, stress_pattern;
-  int iters, elems;
+  int iters, elems, producer_skew;  // pc: warp w of a producer writes its data w*producer_skew*64 clocks late
   unsigned* mem;
   unsigned* res;
   unsigned* scratch;
@@ -216,6 +216,9 @@ __global__ void pc_kernel(Args a, long launch, hz::DeviceCheck* check, unsigned*
       }
       __syncthreads();
       if (timed_out) break;
+      // Producer skew (timing only): the barrier below waits for the late warps, so the flag
+      // never goes out before any warp's data; without it, it would before the late warps'.
+      hz_spin_cycles((long long)(threadIdx.x / HZ_WARP_SIZE) * a.producer_skew * 64);
       for (int k = threadIdx.x; k < L; k += blockDim.x) data[k] = pc_value(a.seed, pair, it, k);
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -331,6 +334,7 @@ void run(hz::Batch& b) {
   a.stress_pattern = pat == "st_st" ? 0 : pat == "st_ld" ? 1 : pat == "ld_st" ? 2 : 3;
   a.iters = (int)p.i("iters");
   a.elems = (int)p.i("elems");
+  a.producer_skew = (int)p.i("producer_skew");
   const bool pc = a.test == PC;
   const int stress_blocks = pc ? 0 : (int)p.i("stress_blocks");
   const int grid = pc ? 2 * a.test_blocks : a.test_blocks + stress_blocks;

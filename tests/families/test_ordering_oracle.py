@@ -1,0 +1,56 @@
+"""ordering's oracle and stress as the mutation round needs them. The litmus check counts every
+instance once: hz::grid_stride_count (what a block of a grid-stride loop visits) matches the
+loop it stands for, on a CPU (a host program built by nvcc through the build cache), and the
+outcome counts that must sum to it are a harness anomaly named in the family table (a lost
+count is the rig, never a weak outcome). pc_fixed_skewed is pc_fixed plus a producer skew
+only (timing), so a mismatch in it can only come from a missing producer barrier."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hazards.engine import toolchain
+from hazards.engine.errors import ToolchainMissing
+from hazards.kernel_sources import standalone_dir
+
+DATA = Path(__file__).resolve().parent / "data" / "grid_stride"
+
+
+def test_grid_stride_count_is_what_the_loop_visits():
+    from hazards.engine.build import build
+
+    try:
+        toolchain.find_tool("nvcc")
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot build the host check: {e}")
+    exe = build(DATA, "grid_stride", shared_dirs=(standalone_dir() / "common",))
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ok ") and int(proc.stdout.split()[1]) > 1000
+
+
+def test_uncounted_litmus_outcomes_are_a_harness_anomaly():
+    from hazards.families import get_family
+
+    fam = get_family("ordering")
+    assert fam.counters[-1] == "uncounted"  # index 7: the kernel's UNCOUNTED
+    assert "uncounted" in fam.harness_anomalies
+    source = (standalone_dir() / "ordering" / "ordering.cu").read_text()
+    assert "UNCOUNTED = 7" in source and "hz::grid_stride_count(" in source
+
+
+def test_the_skewed_pc_variant_is_pc_fixed_with_only_a_producer_skew_added():
+    from hazards.families import get_family
+    from hazards.families.ordering import allowed
+
+    fam = get_family("ordering")
+    skewed, plain = fam.resolve({"variant": "pc_fixed_skewed"}), fam.resolve({"variant": "pc_fixed"})
+    assert skewed["producer_skew"] > 0 and plain["producer_skew"] == 0
+    assert {k: v for k, v in skewed.items() if k not in ("variant", "producer_skew")} == \
+        {k: v for k, v in plain.items() if k not in ("variant", "producer_skew")}
+    assert fam.variant("pc_fixed_skewed").role == "fixed"
+    assert allowed({"variant": "pc_fixed_skewed"})[0] is False  # the model: synchronized like pc_fixed
+    source = (standalone_dir() / "ordering" / "ordering.cu").read_text()
+    assert 'a.producer_skew = (int)p.i("producer_skew")' in source
