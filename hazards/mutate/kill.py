@@ -19,8 +19,10 @@ import hashlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -132,19 +134,55 @@ class Scratch:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _build(cfg: KillConfig, folder: Path, src: Path) -> tuple[Fate | None, str]:
+class Builds:
+    """The build commands in flight, each in its own process group: an interruption of the
+    kill loop (Ctrl-C, a stop signal: the main thread's) ends every one of them at once, and
+    no new one starts (the worker threads running them never see the interruption)."""
+
+    def __init__(self) -> None:
+        self._mu = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self.stopped = False
+
+    def start(self, cmd: str, folder: Path) -> subprocess.Popen:
+        with self._mu:
+            if self.stopped:
+                raise KeyboardInterrupt("the kill loop was interrupted")
+            proc = subprocess.Popen(["bash", "-c", cmd], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+            self._running.add(proc)
+            return proc
+
+    def finished(self, proc: subprocess.Popen) -> None:
+        with self._mu:
+            self._running.discard(proc)
+
+    def stop(self) -> None:
+        with self._mu:
+            self.stopped = True
+            for proc in self._running:
+                if proc.returncode is None:  # not reaped: its pid is still the group's id
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+
+def _build(cfg: KillConfig, folder: Path, src: Path, builds: Builds | None = None) -> tuple[Fate | None, str]:
     """None when it built (or there is nothing to build); a build fate and the reason otherwise.
     The build runs in its own process group, killed whole on a timeout or an interruption
     (killing only its shell would leave the compiler it started running)."""
     if not cfg.build:
         return None, ""
     cmd = _fill(cfg.build, dir=str(folder), src=str(src), out=str(folder / ".hazards-out"))
-    proc = subprocess.Popen(["bash", "-c", cmd], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+    builds = builds or Builds()
+    proc = builds.start(cmd, folder)
     try:
         stdout, stderr = communicate_or_kill_group(proc, cfg.build_timeout_s)
     except subprocess.TimeoutExpired:
         return Fate.TIMED_OUT_BUILD, f"the build ran past {cfg.build_timeout_s:g} s"
+    finally:
+        builds.finished(proc)
     if proc.returncode != 0:
         last = (stderr.strip() or stdout.strip()).splitlines()[-1:]
         said = f": {last[0][:200]}" if last else " (it printed nothing)"
@@ -211,7 +249,7 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
 
     def build_one(pair: tuple[Mutant, str] | None) -> None:
         if pair is None:
-            built[("", "original")] = _build(cfg, original, original_src)
+            built[("", "original")] = _build(cfg, original, original_src, builds)
             return
         m, text = pair
         key = m.key
@@ -219,13 +257,20 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         h = _content_key(rel[key], mutated, cfg)
         folders[key] = scratch.copy_with(f"m-{h[:16]}", rel[key], mutated)
         by_hash[h] = key
-        built[key] = _build(cfg, folders[key], folders[key] / rel[key])
+        built[key] = _build(cfg, folders[key], folders[key] / rel[key], builds)
 
     unique: dict[str, tuple[Mutant, str]] = {}
     for m, text in todo:
         unique.setdefault(_content_key(rel[m.key], m.apply(text), cfg), (m, text))
-    with cf.ThreadPoolExecutor(max_workers=max(1, cfg.jobs)) as pool:
+    builds = Builds()
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, cfg.jobs))
+    try:
         list(pool.map(build_one, [None, *unique.values()]))
+    except BaseException:  # Ctrl-C, a stop signal: the builds in flight end now, not when they finish
+        builds.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     fate, why = built.pop(("", "original"))
     if fate is not None:
         raise UserError(f"the unmutated sources do not build ({why}): fix the build command first")
