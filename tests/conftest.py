@@ -48,8 +48,9 @@ def refuses_file(tmp_path):
 @pytest.fixture
 def stray_sleep():
     """`stray_sleep.command`: a shell line that starts a `sleep` no other test starts (hours
-    long); `stray_sleep.left()`: the processes still running that sleep, killed on the way.
-    A command killed on a timeout must take the sleep with it: `assert not stray_sleep.left()`."""
+    long); `stray_sleep.running()`: the processes running that sleep; `stray_sleep.left()`: the
+    same, killed on the way. A command killed on a timeout must take the sleep with it:
+    `assert not stray_sleep.left()`."""
     import os
     import types
 
@@ -57,13 +58,16 @@ def stray_sleep():
 
     marker = f"{90000 + os.getpid()}.{next(_STRAY_SLEEPS)}"
 
+    def running() -> list:
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+
     def left() -> list:
-        found = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+        found = running()
         for p in found:
             p.kill()
         return found
 
-    return types.SimpleNamespace(command=f"sleep {marker}; true", left=left)
+    return types.SimpleNamespace(command=f"sleep {marker}; true", running=running, left=left)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -247,39 +247,30 @@ def test_a_mutant_that_slows_every_run_stops_when_the_budget_ends(tmp_path):
     assert m["fate"] in ("survived", "not-run") and m["runs"] <= 4, m
 
 
-def test_a_stop_signal_during_the_builds_ends_the_builds_in_flight_at_once(tmp_path):
+def test_a_stop_signal_during_the_builds_ends_the_builds_in_flight_at_once(tmp_path, stray_sleep):
     # Worker threads run the builds and never see the main thread's interruption: the command
     # waited for every build in flight to finish (up to the build timeout) before it stopped.
-    import psutil
-
     project = tmp_path / "p"
     project.mkdir()
     (project / "kernel.cu").write_text("".join(f"void f{i}(int* d){{ d[0] = 1; __threadfence(); d[1] = 1; }}\n"
                                                for i in range(4)))
-    marker = f"{os.getpid() % 1000 + 8000}.5"
     proc = subprocess.Popen([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--no-preprocess",
-                             "--build", f"sleep {marker}; true", "--test", "true", "--jobs", "2",
+                             "--build", stray_sleep.command, "--test", "true", "--jobs", "2",
                              "--store", str(tmp_path / "r.db")], cwd=project, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
-
-    def sleeps():
-        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
-
     try:
         deadline = time.monotonic() + 120
-        while not sleeps() and time.monotonic() < deadline:
+        while not stray_sleep.running() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert sleeps(), "the builds never started"
+        assert stray_sleep.running(), "the builds never started"
         proc.terminate()
         t0 = time.monotonic()
         _, err = proc.communicate(timeout=120)
         waited = time.monotonic() - t0
     finally:
         proc.kill()
-        left = sleeps()
-        for p in left:
-            p.kill()
-    assert waited < 20, f"stopped {waited:.0f} s after the signal (a build sleeps {marker} s)"
+        left = stray_sleep.left()
+    assert waited < 20, f"stopped {waited:.0f} s after the signal (its builds sleep for hours)"
     assert proc.returncode != 0 and "Traceback" not in err, err
     assert not left, "a build outlived the command"
