@@ -20,6 +20,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -36,7 +37,21 @@ from hazards.mutate.mutants import Mutant
 
 KIND = "mutate"
 T = TypeVar("T")
-IGNORED = shutil.ignore_patterns(".git", ".hazards", "__pycache__", "*.pyc")
+_IGNORED_NAMES = shutil.ignore_patterns(".git", ".hazards", "__pycache__", "*.pyc")
+
+
+def _ignored(folder: str, names: list[str]) -> set[str]:
+    """What the scratch copy leaves out: the patterns above, and named pipes, sockets and
+    devices (nothing a build reads; copying a named pipe's contents would wait forever)."""
+    special = set()
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            special.add(name)
+    return set(_IGNORED_NAMES(folder, names)) | special
 
 
 class Fate(str, enum.Enum):
@@ -118,7 +133,13 @@ class Scratch:
         self.root = root.resolve()
         self.dir = Path(tempfile.mkdtemp(prefix="hazards-mutate-"))
         self.base = self.dir / "base"
-        shutil.copytree(self.root, self.base, ignore=IGNORED, symlinks=True)
+        try:
+            shutil.copytree(self.root, self.base, ignore=_ignored, symlinks=True)
+        except (OSError, shutil.Error) as e:  # an unreadable file: one line, and no scratch folder left
+            self.close()
+            first = e.args[0][0] if isinstance(e, shutil.Error) and e.args and e.args[0] else None
+            why = f"{first[0]}: {first[2]}" if first else str(e)
+            raise UserError(f"cannot copy --root {self.root} into a scratch folder ({why})") from None
 
     def copy_with(self, name: str, rel: Path, text: str | None) -> Path:
         dest = self.dir / name

@@ -274,3 +274,49 @@ def test_a_stop_signal_during_the_builds_ends_the_builds_in_flight_at_once(tmp_p
     assert waited < 20, f"stopped {waited:.0f} s after the signal (its builds sleep for hours)"
     assert proc.returncode != 0 and "Traceback" not in err, err
     assert not left, "a build outlived the command"
+
+
+def test_a_root_with_a_named_pipe_and_a_socket_is_copied_without_them(tmp_path):
+    # copytree raised on them (a traceback, exit 1: "a mutant survived") and left its scratch folder
+    import socket
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "kernel.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; }\n")
+    os.mkfifo(project / "pipe")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(project / "sock"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    try:
+        res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--operators", "remove-fence",
+                              "--test", "grep -q __threadfence {src}", "--timeout", "30", "-n", "2",
+                              "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": "",
+                                               "TMPDIR": str(scratch)})
+    finally:
+        sock.close()
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_root_that_cannot_be_copied_is_one_line_and_leaves_no_scratch_folder(tmp_path, monkeypatch):
+    import shutil
+
+    import pytest
+
+    from hazards.engine.errors import UserError
+    from hazards.mutate.kill import Scratch
+
+    def unreadable(src, dst, **kw):
+        Path(dst).mkdir()
+        raise shutil.Error([(f"{src}/secret.h", f"{dst}/secret.h", "[Errno 13] Permission denied")])
+
+    monkeypatch.setattr(shutil, "copytree", unreadable)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(UserError, match="cannot copy --root .*secret.h: .*Permission denied"):
+        Scratch(tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("hazards-mutate-")]
