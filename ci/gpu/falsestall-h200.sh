@@ -2,7 +2,8 @@
 # falsestall-h200.sh -- the false-stall measurement alone (step 3 of ci/gpu/stall-h200.sh):
 # every clean variant of every runtime family and the ragged-decode megakernel under GPU
 # contention and CPU load, until 20,000 launches each or the budget, with the family window.
-#   bash ci/gpu/falsestall-h200.sh [BUDGET_S [NAME,...]]    (NAME: families to keep; default all)
+#   bash ci/gpu/falsestall-h200.sh [BUDGET_S [NAME,...]]    (NAME: a family, FAMILY/VARIANT or
+#       ragged_decode to keep; default all; only the named families are built)
 #   bash ci/gpu/falsestall-h200.sh 150 ragged_decode       (the megakernel's check server alone: no
 #       family builds; it stops at 20,000 launches, requests of 500 launches of one drawn input each)
 # Raw output: $OUT/falsestall-h200/ (console.log, falsestall.jsonl, gaps.json, falsestall.log).
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/../.." && . ci/gpu/round.sh falsestall-h200 "${1:-560}"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build} PYTHONUNBUFFERED=1
 machine_step
 # the megakernel's check server builds its own library as it starts (before the load)
-[ "${2:-}" = ragged_decode ] || build_cuda_families
+[ "${2:-}" = ragged_decode ] || build_cuda_families "${2:-}"
 step "false stalls under GPU contention and CPU load"
 S=$(( $(left) - 20 ))
 timeout $(( S + 15 )) python3 ci/gpu/stall_measure.py falsestall "$R" "$S" ${2:-} > "$R/falsestall.log" 2>&1

@@ -5,7 +5,8 @@
 # $R into $OUT/NAME.tar.gz and exit 0: what was measured still comes back), machine_step
 # (the GPU, nvcc, commit and date the round ran on), build_family FAMILY TIMEOUT_S (the
 # family's binary through the hazards build cache in $BIN, or finish) and build_cuda_families
-# (every CUDA family's binary into the build cache, 8 at once; a failure is said, not fatal).
+# [NAME,...] (every CUDA family's binary, or those named, into the build cache, 8 at once; a
+# failure is said, not fatal).
 ROUND=$1
 BUDGET=$2
 export PYTHONPATH=$PWD
@@ -35,14 +36,17 @@ print(family_binary(get_family('$1')).resolve())" 2> "$R/build.err" | tail -1)
   [ -x "$BIN" ] || { echo "BUILD FAILED"; tail -20 "$R/build.err"; finish; }
 }
 
-build_cuda_families() {
-  step "build every CUDA family binary"
-  timeout 120 python3 -c "
+build_cuda_families() {  # [NAME,...]: only those families (FAMILY/VARIANT counts as FAMILY)
+  step "build the CUDA family binaries ${1:-(all)}"
+  timeout 120 python3 - "${1:-}" <<'PY' || echo "BUILD FAILED (continuing with what built)"
 import concurrent.futures as cf
+import sys
 from hazards.families import all_families
 from hazards.stress_family import family_binary
-fams = [f for f in all_families() if f.binary and 'cuda' in f.platforms]
+keep = {n.split('/')[0] for n in sys.argv[1].split(',') if n}
+fams = [f for f in all_families() if f.binary and 'cuda' in f.platforms and (not keep or f.name in keep)]
 with cf.ThreadPoolExecutor(8) as pool:
     for f, b in zip(fams, pool.map(family_binary, fams)):
-        print(f.name, b)" || echo "BUILD FAILED (continuing with what built)"
+        print(f.name, b)
+PY
 }

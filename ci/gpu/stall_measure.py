@@ -21,8 +21,8 @@ family, and the ragged-decode megakernel's check server, runs requests with the 
 window until 20,000 launches or its share of SECONDS. One line per item in falsestall.jsonl
 (launches, requests, outcomes, stall verdicts, largest gap, the merged gap histogram);
 gaps.json holds the histograms; the summary prints the gap distribution over all items.
-NAME,... (optional) keeps only those families (`ragged_decode` for the megakernel's server),
-so one round too short for every item can be finished by a second.
+NAME,... (optional) keeps only those families or FAMILY/VARIANT items (`ragged_decode` for the
+megakernel's server), so one round too short for every item can be finished by a second.
 """
 from __future__ import annotations
 
@@ -144,7 +144,8 @@ def falsestall(dest: Path, seconds: float, only: str = "") -> None:
     items.append((None, "ragged_decode"))
     if only:
         names = set(only.split(","))
-        items = [fv for fv in items if (fv[0].name if fv[0] else "ragged_decode") in names]
+        items = [(fam, v) for fam, v in items
+                 if (fam.name if fam else "ragged_decode") in names or fam and f"{fam.name}/{v}" in names]
     hammer = subprocess.Popen([sys.executable, "-c", HAMMER], stdout=subprocess.PIPE, text=True)
     load: list = []
     targets: dict = {}
