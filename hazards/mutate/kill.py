@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import enum
+import filecmp
 import hashlib
 import os
 import shlex
@@ -140,6 +141,40 @@ class Scratch:
             first = e.args[0][0] if isinstance(e, shutil.Error) and e.args and e.args[0] else None
             why = f"{first[0]}: {first[2]}" if first else str(e)
             raise UserError(f"cannot copy --root {self.root} into a scratch folder ({why})") from None
+        self._seen = {}  # each shared file's (size, mtime): a change is a write into every copy
+        for folder, _, names in os.walk(self.base):
+            for name in names:
+                st = os.lstat(os.path.join(folder, name))
+                if stat.S_ISREG(st.st_mode):
+                    self._seen[Path(folder, name).relative_to(self.base)] = (st.st_size, st.st_mtime_ns)
+
+    def written_in_place(self) -> list[Path]:
+        """Files of `base`, shared as hard links by every copy, that a build or test wrote
+        into in place (opened for writing rather than replaced) since the last look, and that
+        no longer hold the user's bytes: every copy saw that write."""
+        changed = []
+        for rel, seen in self._seen.items():
+            try:
+                st = os.lstat(self.base / rel)
+            except OSError:
+                continue
+            if (st.st_size, st.st_mtime_ns) == seen:
+                continue
+            self._seen[rel] = (st.st_size, st.st_mtime_ns)
+            try:
+                same = filecmp.cmp(self.base / rel, self.root / rel, shallow=False)
+            except OSError:
+                same = False
+            if not same:
+                changed.append(rel)
+        return changed
+
+    def restore(self, rels: list[Path]) -> None:
+        """The user's bytes back into shared files (in place: every copy sees them again)."""
+        for rel in rels:
+            shutil.copyfile(self.root / rel, self.base / rel)
+            st = os.lstat(self.base / rel)
+            self._seen[rel] = (st.st_size, st.st_mtime_ns)
 
     def copy_with(self, name: str, rel: Path, text: str | None) -> Path:
         dest = self.dir / name
@@ -292,6 +327,11 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    shared = scratch.written_in_place()
+    if shared:  # the builds ran at once, each seeing the others' writes: nothing built can be trusted
+        raise UserError(f"the build command wrote into {shared[0]} in place, a file of --root that every "
+                        "mutant's copy shares (hard links), so the parallel builds could mix: make it write "
+                        "new files (under {out}, or remove a file before writing it)")
     fate, why = built.pop(("", "original"))
     if fate is not None:
         raise UserError(f"the unmutated sources do not build ({why}): fix the build command first")
@@ -309,6 +349,7 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
     base = frame.repeat(item=_item(cfg, original, original_src, "mutate:original"), n=2, timeout=cfg.timeout_s,
                         until_fail=True, campaign_id=base_id)
     per_run_s = max(0.05, (time.monotonic() - t_run) / max(1, base.counts.get("clean", 0) or 1))
+    _restore_shared(scratch, say)
     bad = {k: v for k, v in base.counts.items() if k != "clean" and v}
     failed = next((r.result for r in frame.store.iter_runs(base_id) if r.result.outcome.value != "clean"), None)
     why = " ".join(((failed.reason if failed else "") or base.stop_reason or "no reason stored").split())[:300]
@@ -346,6 +387,7 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         summary = frame.repeat(item=_item(cfg, folder, folder / rel[key], f"mutate:{m.id}"), n=n,
                                timeout=cfg.timeout_s, until_fail=True, campaign_id=cid,
                                budget_s=cfg.budget_s - (time.monotonic() - t0))
+        _restore_shared(scratch, say)  # the next mutant's runs start from the user's files
         res = _fate_of(frame, m, cid, summary.counts)
         frame.store.update_campaign_spec(cid, {**spec, "fate": res.fate.value, "evidence": res.evidence,
                                                "bound": res.bound, "runs": res.runs, "launches": res.launches})
@@ -359,6 +401,16 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
     texts = {m.key: text for m, text in mutants}
     frame.store.update_campaign_spec(base_id, {**base_spec, "mutation": session_summary(ordered, texts)})
     return ordered
+
+
+def _restore_shared(scratch: Scratch, say: Callable[[str], None]) -> None:
+    """The runs run one at a time: a file of the root that the test wrote into in place gets
+    the user's bytes back before the next mutant's runs, as if each had a copy of its own."""
+    written = scratch.written_in_place()
+    if written:
+        scratch.restore(written)
+        say(f"note: the test wrote into {written[0]} in place (a file every mutant's copy shares); "
+            "restored after each mutant's runs")
 
 
 def session_summary(results: list[MutantResult], texts: dict[tuple[str, str], str]) -> dict[str, Any]:

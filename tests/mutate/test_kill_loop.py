@@ -320,3 +320,34 @@ def test_a_root_that_cannot_be_copied_is_one_line_and_leaves_no_scratch_folder(t
     with pytest.raises(UserError, match="cannot copy --root .*secret.h: .*Permission denied"):
         Scratch(tmp_path)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("hazards-mutate-")]
+
+
+def test_a_build_that_writes_into_a_file_of_the_root_in_place_is_refused(tmp_path):
+    # `cp` onto a file the root already has writes into the inode every mutant's copy shares:
+    # the parallel builds would read each other's output
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "kernel.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; __syncthreads(); }\n")
+    (project / "built.cu").write_text("stale\n")
+    res = _mutate(project, tmp_path, "kernel.cu", "--build", "cp {src} {dir}/built.cu",
+                  "--test", "grep -q __threadfence {dir}/built.cu", "--timeout", "30", "-n", "2")
+    assert res.returncode == 2 and "wrote into built.cu in place" in res.stderr, res.stderr
+    assert (project / "built.cu").read_text() == "stale\n"
+
+
+def test_a_file_the_test_writes_in_place_is_restored_before_the_next_mutants_runs(tmp_path):
+    # The test fails when a run before it left state.txt dirty, and a run without the fence
+    # dirties it: only the fence mutant's own second run may see that, never another mutant.
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "kernel.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1;\n"
+                                       "  __syncthreads(); d[1] = 2;\n  __syncthreads(); }\n")
+    (project / "state.txt").write_text("clean\n")
+    (project / "check.sh").write_text('grep -q dirty "$1/state.txt" && exit 1\n'
+                                      'grep -q __threadfence "$2" || echo dirty > "$1/state.txt"\nexit 0\n')
+    res = _mutate(project, tmp_path, "kernel.cu", "--operators", "remove-fence,remove-barrier",
+                  "--test", "bash {dir}/check.sh {dir} {src}", "--timeout", "30", "-n", "2", "--json")
+    fates = {m["id"]: m["fate"] for m in json.loads(res.stdout)["mutants"]}
+    assert fates == {"remove-fence@1": "killed", "remove-barrier@2": "survived", "remove-barrier@3": "survived"}, \
+        res.stderr
+    assert (project / "state.txt").read_text() == "clean\n"
