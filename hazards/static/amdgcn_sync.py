@@ -148,6 +148,11 @@ def _is_shared_write(ins: isa.Instr) -> bool:
     return ins.is_vmem and (ins.is_store or ins.is_atomic) and not ins.mnemonic.startswith("scratch_")
 
 
+def _is_call(ins: isa.Instr) -> bool:
+    """A call or return: what the other function loads and stores is not in this one's listing."""
+    return ins.mnemonic.startswith(("s_swappc", "s_setpc", "s_call"))
+
+
 def _store_data(ins: isa.Instr) -> set[tuple[str, int]]:
     """The register units a store writes to memory (buffer_*: the first operand; global_,
     flat_: the second)."""
@@ -185,7 +190,8 @@ def _arrive(func: isa.Function, head: int, back: int, poll: int,
 
 
 def _data_load_after(func: isa.Function, head: int, back: int, poll: int) -> bool:
-    """Whether a data load may follow the poll loop (within the walk's step limit)."""
+    """Whether a data load may follow the poll loop (within the walk's step limit): a load,
+    an atomic that returns what it read, or a call (its callee may load)."""
     seen: set[int] = set()
     stack = list(func.successors(poll))
     while stack and len(seen) < _STEP_LIMIT:
@@ -193,7 +199,9 @@ def _data_load_after(func: isa.Function, head: int, back: int, poll: int) -> boo
         if i >= len(func.instrs) or i in seen:
             continue
         seen.add(i)
-        if _is_data_load(func.instrs[i]) and not head <= i <= back:
+        ins = func.instrs[i]
+        reads = _is_data_load(ins) or _is_call(ins) or (ins.is_atomic and ins.has_dest and _is_shared_write(ins))
+        if reads and not head <= i <= back:
             return True
         stack.extend(func.successors(i))
     return bool(stack)
@@ -299,8 +307,8 @@ def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
         final: dict[int, int] = {}  # arrive -> poll of a barrier after whose wait nothing is read
         for head, back, poll in loops:
             arrive, before = _arrive(func, head, back, poll, preds)
-            start = arrive is not None and not any(
-                _is_shared_write(func.instrs[k]) for k in before if k != arrive)
+            start = arrive is not None and not any(  # (a call before it may store anything)
+                _is_shared_write(func.instrs[k]) or _is_call(func.instrs[k]) for k in before if k != arrive)
             out += _check_acquire(func, path, head, back, poll, func.instrs[arrive] if start else None)
             if arrive is not None and not _data_load_after(func, head, back, poll):
                 final[arrive] = poll

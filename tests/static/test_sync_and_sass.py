@@ -132,6 +132,54 @@ s_endpgm
     assert not [f for f in amdgcn.check_listing(listing(both), "t.s") if f.fails]
 
 
+_START_BARRIER = """
+v_mov_b32 v6, s2
+flat_store_dword v[4:5], v6 sc0 sc1
+.LBB0_2:
+global_load_dword v3, v[0:1], off sc1
+s_waitcnt vmcnt(0)
+v_cmp_le_u32_e32 vcc, s2, v3
+s_or_b64 s[0:1], vcc, s[0:1]
+s_andn2_b64 exec, exec, s[0:1]
+s_cbranch_execnz .LBB0_2
+s_or_b64 exec, exec, s[12:13]
+s_barrier
+global_load_dwordx4 v[8:11], v3, s[8:9]
+global_store_dword v3, v8, s[10:11]
+s_endpgm
+"""
+_CALL = "s_swappc_b64 s[30:31], s[16:17]\n"
+
+
+def _sync(body):
+    found = amdgcn.check_listing(listing(body), "t.s")
+    return {f.check for f in found if f.fails}, " ".join(f.message for f in found if f.check == "sync-scope")
+
+
+def test_a_call_before_a_start_barriers_arrive_may_store_what_it_publishes():
+    # aiter's start_sync: the arrive stores the value waited for and nothing is stored before
+    # it, so no acquire; a call before the arrive may store anything (its body is elsewhere)
+    fails, said = _sync(_START_BARRIER)
+    assert fails == set() and "a start barrier" in said
+    called = _START_BARRIER.replace("v_mov_b32 v6, s2\n", _CALL + "v_mov_b32 v6, s2\n")
+    assert _sync(called)[0] == {"acquire-missing"}
+
+
+@pytest.mark.parametrize("after_wait,flagged", [
+    ("", False),  # nothing read after the wait: the arrive of a final barrier, no release needed
+    (_CALL, True),  # a call after the wait may read what peers published
+    ("global_atomic_add v7, v3, v9, s[8:9] sc0\n", True),  # an atomic that returns what it read
+    ("global_atomic_add v3, v9, s[8:9]\n", False),  # one that returns nothing reads nothing back
+])
+def test_a_final_barrier_is_one_after_whose_wait_nothing_is_read(after_wait, flagged):
+    final = _START_BARRIER.replace("global_load_dwordx4 v[8:11], v3, s[8:9]\nglobal_store_dword v3, v8, s[10:11]\n",
+                                   "").replace("v_mov_b32 v6, s2\n", "global_store_dword v3, v9, s[10:11]\n"
+                                               "v_mov_b32 v6, s2\n").replace("s_barrier\n", "s_barrier\n" + after_wait)
+    fails, said = _sync(final)
+    assert ("release-order" in fails) is flagged, (fails, said)
+    assert ("the arrive of a final barrier" in said) is not flagged
+
+
 @pytest.fixture(scope="module")
 def polls_sass():
     build = compile_cubin(DATA / "polls.cu", label="polls")
