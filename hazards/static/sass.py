@@ -340,10 +340,19 @@ def _start_barrier(func: SassFunction, loop: set[int], poll: int) -> SassInstr |
         return None
     for k in before:
         ins = func.instrs[k]
-        if ins.base in _PUBLISHING_STORES and k not in arrives and not (
-                ins.base in ("STG", "ST") and _own_word(func, k)):
+        if ins.base in _PUBLISHING_STORES and k not in arrives and not _own_counter(func, k, compared):
             return None
     return func.instrs[arrives[-1]]
+
+
+def _own_counter(func: SassFunction, k: int, compared: set[str]) -> bool:
+    """Whether the store at `k` is this thread's own barrier counter: a word it loads and
+    stores back (`_own_word`) whose new value is the very value the barrier waits for (vLLM's
+    `counter += 1` then arrive with it). Data read, changed and stored back (`out[i] += x`)
+    stores another value: the arrive publishes it."""
+    ins = func.instrs[k]
+    stored = ins.value_reads() - ins.address_reads()
+    return ins.base in ("STG", "ST") and bool(stored) and stored <= compared and _own_word(func, k)
 
 
 READ_WINDOW = 64  # instructions after a poll's exit in which its data is read

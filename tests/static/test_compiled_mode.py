@@ -417,6 +417,7 @@ __global__ void start(Signal* self, Signal* const* peers, const float* const* in
     ("", "val", False),                                   # vLLM's start barrier: publishes nothing
     ("scratch[threadIdx.x] = 1.f;", "val", True),         # data stored before the arrive: published
     ("", "1u", True),                                     # stores another value than it waits for
+    ("scratch[threadIdx.x] += 1.f;", "val", True),        # data read, changed and stored back: published
 ])
 def test_a_start_barrier_publishes_nothing_written_in_the_kernel(tmp_path, before, arrive, flagged):
     # arrive (store the value) then wait (poll for the same value) in the same code on every
