@@ -342,6 +342,8 @@ def _start_barrier(func: SassFunction, loop: set[int], poll: int) -> SassInstr |
         ins = func.instrs[k]
         if ins.base in _PUBLISHING_STORES and k not in arrives and not _own_counter(func, k, compared):
             return None
+        if ins.base == "CALL":  # the callee's stores are not in this function's listing
+            return None
     return func.instrs[arrives[-1]]
 
 

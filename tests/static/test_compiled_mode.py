@@ -395,7 +395,7 @@ def test_a_rank_reading_its_own_buffer_after_a_poll_is_not_reading_what_a_peer_p
     assert [(f.check, f.line) for f in found] == ([("poll-no-acquire", 4)] if flagged else [])
 
 
-START_BARRIER = '''struct Signal { unsigned counter[64][8]; unsigned peer[64][8]; };
+START_BARRIER = '''struct Signal { unsigned counter[64][8]; unsigned peer[64][8]; };  __device__ __noinline__ void put(float* p) { p[threadIdx.x] = 1.f; }
 __global__ void start(Signal* self, Signal* const* peers, const float* const* inputs, int rank,
                       float* out, float* scratch) {
   {BEFORE}
@@ -418,6 +418,7 @@ __global__ void start(Signal* self, Signal* const* peers, const float* const* in
     ("scratch[threadIdx.x] = 1.f;", "val", True),         # data stored before the arrive: published
     ("", "1u", True),                                     # stores another value than it waits for
     ("scratch[threadIdx.x] += 1.f;", "val", True),        # data read, changed and stored back: published
+    ("put(scratch);", "val", True),                       # a call that stores: its stores are elsewhere
 ])
 def test_a_start_barrier_publishes_nothing_written_in_the_kernel(tmp_path, before, arrive, flagged):
     # arrive (store the value) then wait (poll for the same value) in the same code on every
