@@ -22,6 +22,7 @@ from hazards.engine.loop import TargetFactory, WorkItem, default_target_factory
 from hazards.engine.junit import JUnitCase, JUnitSuite
 from hazards.engine.leases import lease_candidates
 from hazards.engine.sources import EvidenceAllocation, canary_sprt
+from hazards.engine.stall import OFF
 from hazards.engine.stats import Sprt
 from hazards.engine.store import Store
 from hazards.engine.verdict import Expect, ItemTally, Judgement, Verdict, judge, not_judged, skipped
@@ -479,7 +480,10 @@ def _run_gpu_part(res: CheckResult, items: list[WorkItem], budget_s: float, stor
             cid = frame.create(KIND, {"budget_s": budget_s, "items": [i.to_json() for i in items],
                                       "replay": [f.name for f in replay]})
             res.campaign_id = cid
-            source = EvidenceAllocation(items, sprt_for=_sprt_for, recheck=False, request_s=CLEAN_REQUEST_S)
+            # a grown request's timeout grows with it: only a stall window keeps a hang in it
+            # quick to find, so `--stall off` keeps each item's own requests (the old behaviour)
+            source = EvidenceAllocation(items, sprt_for=_sprt_for, recheck=False,
+                                        request_s=None if stall == OFF else CLEAN_REQUEST_S)
             frame.run(cid, source, budget_s=max(1.0, budget_s * (1.0 - REPLAY_SHARE) if replay else budget_s),
                       observer=observer)
             dropped = source.dropped()

@@ -50,6 +50,16 @@ def test_check_grows_clean_requests_and_keeps_canary_requests(fake_gpus, store):
     assert v["fixed"].launches > 10 * v["fixed"].runs and res.exit_code == 0
 
 
+def test_with_stall_detection_off_check_keeps_each_items_own_requests(fake_gpus, store):
+    # A grown request's timeout grows with it (up to 50x the family's): only the stall window
+    # keeps a hang in it quick to find. Without one, a hang in a grown clean request ran past
+    # the budget's end and was given up unjudged, not stored: the check passed over it.
+    res = run_check(budget_s=3, catalog=[make_family()], store=store, items_for=fake_items_for, wait_s=0,
+                    stall="off")
+    launches = {sr.result.metrics["launches"] for sr in store.runs(res.campaign_id)}
+    assert launches == {10} and res.exit_code == 0
+
+
 def test_check_runs_every_canary_before_any_clean_variant(fake_gpus, store):
     second = Variant("broken_too", "broken", "another seeded hazard", params={"fail_prob": 1.0},
                      detected_by=("stress",))
