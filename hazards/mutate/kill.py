@@ -383,10 +383,12 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         cid = frame.create(KIND, spec, name=f"mutate {m.id}")
         folder = folders[key]
         # n runs fit its share at the original's pace; a mutant that slows every run down
-        # (without hanging) still stops when the whole budget ends
+        # (without hanging) still stops when the whole budget ends, plus one timeout so that
+        # a run in flight then is judged (a hang in it kills the mutant; cut short, unjudged,
+        # it would leave the mutant 'survived' on the runs before it)
         summary = frame.repeat(item=_item(cfg, folder, folder / rel[key], f"mutate:{m.id}"), n=n,
                                timeout=cfg.timeout_s, until_fail=True, campaign_id=cid,
-                               budget_s=cfg.budget_s - (time.monotonic() - t0))
+                               budget_s=cfg.budget_s - (time.monotonic() - t0) + cfg.timeout_s)
         _restore_shared(scratch, say)  # the next mutant's runs start from the user's files
         res = _fate_of(frame, m, cid, summary.counts)
         frame.store.update_campaign_spec(cid, {**spec, "fate": res.fate.value, "evidence": res.evidence,
