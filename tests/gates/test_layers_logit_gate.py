@@ -207,6 +207,28 @@ def test_the_binary_refuses_what_it_cannot_decode_before_touching_the_gpu(decode
     assert rc == 2 and '"weights"' in reply["message"]
 
 
+@pytest.mark.parametrize("prints,writes", [
+    ("MKL_DECODE {not json", None),                                  # garbage on the reply line
+    ('MKL_DECODE {"status": "ok", "launches": 1}', b"\0" * 12),     # an output file cut short
+])
+def test_a_reply_or_output_that_cannot_be_read_is_that_variants_error(tmp_path, bf16_model, prints, writes):
+    # a JSONDecodeError or a reshape's ValueError escaped the variant: the driver said nothing
+    # was judged (exit 3) and dropped every other variant's verdict
+    _, w, toks = bf16_model
+    out_bytes = tmp_path / "out.bytes"
+    if writes is not None:
+        out_bytes.write_bytes(writes)
+    stand_in = tmp_path / "decode"
+    stand_in.write_text("#!/bin/sh\n"
+                        + (f'python3 -c "import json,shutil,sys; shutil.copy(\'{out_bytes}\', '
+                           f'json.loads(sys.argv[1])[\'out\'])" "$2"\n' if writes is not None else "")
+                        + f"echo '{prints}'\n")
+    stand_in.chmod(0o755)
+    x = torch.zeros(1, 4, w.shape.D)
+    with pytest.raises(RuntimeError, match="--decode"):
+        MK.run_decode(stand_in, w, x, {}, timeout=60)
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_the_production_kernel_passes_and_a_silent_corruption_fails(tmp_path):
     result = MK.run(tmp_path, sequences=8, variants=["clean", "stale_descriptor"])

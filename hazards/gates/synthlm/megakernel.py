@@ -269,11 +269,21 @@ def run_decode(binary: Path, w: Any, x: Any, fields: dict[str, Any], *, grid: in
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"--decode {fields} did not finish in {timeout:.0f} s (a hang?)") from None
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("MKL_DECODE ")]
-        reply = json.loads(lines[-1][len("MKL_DECODE "):]) if lines else {}
+        try:
+            reply = json.loads(lines[-1][len("MKL_DECODE "):]) if lines else {}
+        except ValueError:
+            raise RuntimeError(f"--decode {fields}: exit {proc.returncode}: a malformed reply line "
+                               f"{lines[-1][:200]!r}") from None
+        if not isinstance(reply, dict):
+            reply = {"message": f"a reply that is not an object: {lines[-1][:200]!r}"}
         if proc.returncode != 0 or reply.get("status") != "ok":
             raise RuntimeError(f"--decode {fields}: exit {proc.returncode}: "
                                f"{reply.get('message') or proc.stderr.strip()[-400:] or 'no MKL_DECODE line'}")
-        out = np.fromfile(files["out"], dtype=np.float32).reshape(n, t, d)
+        out = np.fromfile(files["out"], dtype=np.float32) if Path(files["out"]).is_file() else np.zeros(0)
+        if out.size != n * t * d:
+            raise RuntimeError(f"--decode {fields}: the output file holds {out.size} floats, not {n * t * d} "
+                               f"({n} x {t} x {d})")
+        out = out.reshape(n, t, d)
     return torch.from_numpy(out).to(x.device), reply
 
 
