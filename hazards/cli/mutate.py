@@ -106,8 +106,8 @@ def mutate_command(
         text, mutants = mutants_of(path, operators=chosen, lines=span, defines=defs, preprocess=not no_preprocess,
                                    language=language, notes=how)
         found.extend((m, text) for m in mutants)
-    for note in how:  # the one-line note of a fallback to the text scanner
-        if "text scanner" in note and not no_preprocess:
+    for note in how:  # the one-line note of a fallback to the text scanner, or of headers not found
+        if ("text scanner" in note or "headers not found" in note) and not no_preprocess:
             print(f"mutate: note: {note}", file=sys.stderr)
     # A source that is not valid UTF-8 keeps its bytes (surrogateescape): its diffs print them as they are.
     sys.stdout.reconfigure(errors="surrogateescape")

@@ -5,6 +5,7 @@ one-line note. Each installed preprocessor (nvcc, clang, cpp) is checked on its 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -165,3 +166,19 @@ def test_a_comment_that_a_directive_opens_over_several_lines_does_not_hide_its_b
                    "#if 0 /* never\n   built */\n__device__ void h() { __syncthreads(); }\n#endif\n")
     _, found = mutants_of(src)
     assert [m.id for m in found] == ["remove-fence@5"]
+
+
+def test_a_branch_over_a_macro_a_missing_header_may_define_is_kept_and_said(tmp_path, only_tool):
+    # cfg/config.h is found by the build's -I, not here: read as empty, USE_SYSTEM_FENCE looked
+    # undefined and the fence in its branch was never mutated, with nothing said on stderr
+    src = tmp_path / "k.cu"
+    src.write_text('#include "cfg/config.h"\n__global__ void k(int* d, int* f) {\n  d[0] = 1;\n'
+                   "#if USE_SYSTEM_FENCE\n  __threadfence_system();\n#else\n  __threadfence();\n#endif\n"
+                   "#ifdef __NOT_THIS_COMPILER__\n  __syncthreads();\n#endif\n  f[0] = 1;\n}\n")
+    notes: list[str] = []
+    _, found = mutants_of(src, notes=notes)
+    assert [m.id for m in found] == ["remove-fence@5", "remove-fence@7"], notes
+    assert "cfg/config.h" in notes[0] and "a header read as empty may define them" in notes[0]
+    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), "--list"], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0 and "cfg/config.h" in res.stderr, res.stderr
