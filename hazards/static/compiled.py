@@ -75,9 +75,21 @@ def _absolute(flags: Sequence[str], directory: Path) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _checked_archs(archs: Sequence[str]) -> Sequence[str]:
+    """`--arch` as given; a UserError for an AMD target the AMDGCN checks do not read (their
+    release/acquire checks know gfx942/gfx950's cache bits and fences: another target's
+    listing would pass them unread)."""
+    for a in archs:
+        if a.startswith("gfx") and a not in toolchain.AMD_ARCHS:
+            raise UserError(f"--arch {a}: the AMDGCN checks read {' and '.join(toolchain.AMD_ARCHS)} code "
+                            "(their cache bits and fences); give one of them")
+    return archs
+
+
 def jobs_for_files(sources: Iterable[Path], flags: Sequence[str] = (),
                    archs: Sequence[str] = ()) -> list[CompileJob]:
     """Jobs for sources named on the command line with the flags after `--`."""
+    archs = _checked_archs(archs)
     jobs = []
     for src in sources:
         src = Path(src)
@@ -94,6 +106,7 @@ def jobs_from_database(db: CompileDatabase, only: Iterable[Path] = (),
     for the target its compiler builds (nvcc: sm_90a; hipcc/clang HIP: the command's
     `--offload-arch` targets, gfx942 when it names none)."""
     wanted = {Path(p).resolve() for p in only}
+    archs = _checked_archs(archs)
     jobs = []
     for e in db.entries:
         if wanted and e.file not in wanted:
@@ -109,7 +122,9 @@ def jobs_from_database(db: CompileDatabase, only: Iterable[Path] = (),
 
 def _offload_archs(e: Entry) -> tuple[str, ...]:
     """The AMD targets a HIP compile command builds (`--offload-arch=gfx950`, `--amdgpu-target=`,
-    `--offload-arch gfx942`; a feature suffix such as `:xnack-` dropped), in order, once each."""
+    `--offload-arch gfx942`; a feature suffix such as `:xnack-` dropped), in order, once each.
+    A target the AMDGCN checks do not read (gfx90a, gfx1100: other cache bits and fences,
+    which would pass the checks unread) is checked as gfx942: the same source's code there."""
     found: list[str] = []
     args = list(e.arguments)
     for k, a in enumerate(args):
@@ -121,8 +136,10 @@ def _offload_archs(e: Entry) -> tuple[str, ...]:
                 value = args[k + 1]
         for v in (value or "").split(","):
             arch = v.split(":", 1)[0].strip()
-            if re.fullmatch(r"gfx[0-9a-f]+", arch) and arch not in found:
-                found.append(arch)
+            if re.fullmatch(r"gfx[0-9a-f]+", arch):
+                arch = arch if arch in toolchain.AMD_ARCHS else toolchain.GFX942
+                if arch not in found:
+                    found.append(arch)
     return tuple(found)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hazards.engine import toolchain
-from hazards.engine.errors import ToolchainMissing
+from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.static import compiled
 from hazards.static.userbuild import device_lib_args, hip_headers_found
 from hazards.engine.toolchain import SM90A
@@ -546,3 +546,21 @@ def test_a_hip_compile_command_is_checked_for_the_targets_it_builds(tmp_path):
     jobs = compiled.jobs_from_database(CompileDatabase.load(db))
     assert [j.arch for j in jobs] == ["gfx950", "gfx942", "gfx942"]
     assert [j.arch for j in compiled.jobs_from_database(CompileDatabase.load(db), archs=["gfx942"])] == ["gfx942"] * 2
+
+
+def test_an_amd_target_the_checks_do_not_read_is_never_checked_as_itself(tmp_path):
+    # gfx90a/gfx1100 spell release and acquire with other bits (glc/slc, buffer_wbinvl1_vol):
+    # checked as themselves, a missing release passed unread ("0 failing")
+    src = tmp_path / "k.hip"
+    src.write_text("__global__ void k() {}\n")
+    db = tmp_path / "compile_commands.json"
+    db.write_text(json.dumps([{"directory": str(tmp_path), "file": "k.hip",
+                               "command": "hipcc --offload-arch=gfx90a --offload-arch=gfx1100:xnack- "
+                                          "--offload-arch=gfx950 -c k.hip"}]))
+    from hazards.static.userbuild import CompileDatabase
+
+    assert [j.arch for j in compiled.jobs_from_database(CompileDatabase.load(db))] == ["gfx942", "gfx950"]
+    with pytest.raises(UserError, match="--arch gfx90a: the AMDGCN checks read gfx942 and gfx950"):
+        compiled.jobs_for_files([src], [], ["gfx90a"])
+    proc = hazards("static", "--compile", str(src), "--arch", "gfx1100")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
