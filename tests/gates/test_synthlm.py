@@ -122,3 +122,14 @@ def test_the_harness_gives_every_known_bad_candidate_its_verdict_on_the_tiny_mod
     assert rows["quantized_unmatched"]["refused"]
     assert (tmp_path / "reference.npz").exists()
     json.dumps(result)  # the whole result is JSON
+
+
+def test_the_calibration_form_takes_limits_of_zero_tolerance():
+    # --ratio 1 or --max-kl 0 (any increase fails) divided by zero after the whole run, before
+    # result.json was written
+    from hazards.gates.synthlm.harness import calibration_form
+
+    fixed = {"ok": {"ppl_ratio": 1.0, "kl_mean": 0.0}, "bad": {"ppl_ratio": 1.01, "kl_mean": 1e-3}}
+    form = {c["gate"]: c for c in calibration_form(fixed, ["ok"], ["bad"], 1.0, 0.0)}
+    assert form["ratio"]["D_over_tol"] == float("inf") and form["max_kl"]["D_over_tol"] == float("inf")
+    assert form["max_kl"]["tol_over_E"] == float("inf")

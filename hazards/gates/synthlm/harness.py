@@ -48,7 +48,8 @@ def calibration_form(fixed: dict[str, dict[str, Any]], correct: Sequence[str], k
         ds = {s: value(fixed[s]) for s in known_bad}
         d_name = min(ds, key=ds.get)
         out.append({"gate": gate, "E": e, "D": ds[d_name], "D_from": d_name, "tol": limit,
-                    "tol_over_E": limit / e if e > 0 else float("inf"), "D_over_tol": ds[d_name] / limit})
+                    "tol_over_E": limit / e if e > 0 else float("inf"),
+                    "D_over_tol": ds[d_name] / limit if limit > 0 else float("inf")})  # (a limit of 0: --ratio 1)
     return out
 
 
