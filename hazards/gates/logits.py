@@ -155,6 +155,13 @@ def gate_values(fixed: dict[str, Any]) -> dict[str, float]:
     return {"ceiling": fixed["ppl_cand"], "ratio": max(r, 1.0 / r), "max_kl": fixed["kl_mean"]}
 
 
+def check_limits(*, ceiling: float | None = None, ratio: float | None = None, max_kl: float | None = None) -> None:
+    """A UserError for a limit no gate can use (None: that gate is off): finite, >= 0, a ratio >= 1."""
+    for label, limit in (("ceiling", ceiling), ("ratio", ratio), ("max_kl", max_kl)):
+        if limit is not None and (not math.isfinite(limit) or limit < 0 or (label == "ratio" and limit < 1)):
+            raise UserError(f"bad {label} limit {limit!r}")
+
+
 def judge(ref: LogitSet, cand: LogitSet, *, prefix: int | None = None, ceiling: float | None = None,
           ratio: float | None = DEFAULT_RATIO, max_kl: float | None = DEFAULT_MAX_KL, conf: float = DEFAULT_CONF,
           allow_unmatched: bool = False, require_sink: bool = True) -> dict[str, Any]:
@@ -175,9 +182,7 @@ def judge(ref: LogitSet, cand: LogitSet, *, prefix: int | None = None, ceiling: 
     prefix = t if prefix is None else prefix
     if not 1 <= prefix <= t:
         raise UserError(f"prefix must be in 1..{t}, got {prefix}")
-    for label, limit in (("ceiling", ceiling), ("ratio", ratio), ("max_kl", max_kl)):
-        if limit is not None and (not math.isfinite(limit) or limit < 0 or (label == "ratio" and limit < 1)):
-            raise UserError(f"bad {label} limit {limit!r}")
+    check_limits(ceiling=ceiling, ratio=ratio, max_kl=max_kl)
     pp = per_position(ref, cand)
     fixed = summarize(pp, pp["pos"] < prefix, conf)
     full = summarize(pp, np.ones_like(pp["pos"], dtype=bool), conf)

@@ -150,6 +150,13 @@ def test_the_decode_request_carries_the_family_variants_fields():
 def test_the_driver_refuses_bad_input_and_says_it_could_not_look_without_a_gpu(tmp_path, capsys, monkeypatch):
     assert MK.main(["--out", str(tmp_path), "--sequences", "0"]) == 2
     assert "--sequences" in capsys.readouterr().err
+    # limits and sizes the run would only trip on after its GPU work (a ratio below 1 at the
+    # first judgement; a timeout of 0, a grid or chunk count the binary refuses: every variant
+    # an `error`, exit 1 as if the gate had failed)
+    for bad, words in ((["--ratio", "0.5"], "ratio"), (["--max-kl", "-1"], "max_kl"), (["--timeout", "0"], "--timeout"),
+                       (["--grid", "-1"], "--grid"), (["--chunks", "0"], "--chunks")):
+        assert MK.main(["--out", str(tmp_path), *bad]) == 2, bad
+        assert words in capsys.readouterr().err, bad
     with pytest.raises(UserError, match="NAME=INT"):
         MK.parse_defines("MKL_CAMPAIGN_STEP")
     assert MK.parse_defines("MKL_CAMPAIGN_STEP=3") == {"MKL_CAMPAIGN_STEP": 3}

@@ -424,6 +424,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.sequences < 1:
             raise UserError("--sequences must be at least 1")
+        # what the run would only trip on after its GPU work
+        from hazards.engine.errors import check_seconds
+        from hazards.gates.logits import check_limits
+
+        check_limits(ratio=args.ratio, max_kl=args.max_kl)
+        check_seconds(args.timeout, "--timeout")
+        if args.grid < 0 or args.chunks < 1:
+            raise UserError(f"--grid must be >= 0 and --chunks >= 1, got {args.grid} and {args.chunks}")
         import torch
 
         if not torch.cuda.is_available():
