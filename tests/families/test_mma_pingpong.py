@@ -100,11 +100,10 @@ def test_the_skewed_fixed_variant_is_fixed_threads_schedule_with_only_a_warp_ske
     # warp_skew is timing only: the skewed variant must be the very schedule fixed_threads is
     # (same kernel, same SASS checks), with warp 3 lagging, so a mismatch in it can only come
     # from a missing barrier between the warps (hazards mutate's barrier mutants)
+    from variant_pairs import differing_params
+
     fam = get_family("mma_pingpong")
-    skewed, plain = fam.resolve({"variant": "fixed_threads_skewed"}), fam.resolve({"variant": "fixed_threads"})
-    assert skewed["warp_skew"] > 0 and plain["warp_skew"] == 0
-    assert {k: v for k, v in skewed.items() if k not in ("variant", "warp_skew")} == \
-        {k: v for k, v in plain.items() if k not in ("variant", "warp_skew")}
+    assert differing_params("mma_pingpong", "fixed_threads_skewed", "fixed_threads") == {"warp_skew": (16, 0)}
     assert mp.kernel_symbol({"variant": "fixed_threads_skewed"}) == mp.kernel_symbol({"variant": "fixed_threads"})
     assert mp.predicted_checks({"variant": "fixed_threads_skewed"}) == mp.predicted_checks({"variant": "fixed_threads"})
     assert fam.variant("fixed_threads_skewed").role == "fixed"
