@@ -127,11 +127,45 @@ def check_config(cfg: KillConfig, sources: list[Path]) -> None:
         raise UserError("--budget and --timeout must be > 0 and --runs >= 1")
 
 
+# The most --root may hold (what the copy takes, ignored names aside): the default root is the
+# first source's folder, which for a kernel in a home folder is the whole home (caches, envs).
+MAX_ROOT_BYTES = 8 << 30
+MAX_ROOT_FILES = 500_000
+
+
+def _check_copyable(root: Path) -> None:
+    """A UserError before anything is copied when `root` is too big to copy (the limits
+    above), or larger than 80% of what the scratch folder's file system has free (a /tmp in
+    memory fills the machine's RAM)."""
+    size = files = 0
+    for folder, dirs, names in os.walk(root):
+        skip = _ignored(folder, dirs + names)
+        dirs[:] = [d for d in dirs if d not in skip and not os.path.islink(os.path.join(folder, d))]
+        for name in names:
+            if name in skip:
+                continue
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            size += st.st_size if stat.S_ISREG(st.st_mode) else 0
+            files += 1
+        if size > MAX_ROOT_BYTES or files > MAX_ROOT_FILES:
+            raise UserError(f"--root {root} holds more than {MAX_ROOT_BYTES >> 30} GiB or {MAX_ROOT_FILES:,} files "
+                            "to copy for the mutants: give --root the folder the build needs")
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if size > 0.8 * free:
+        raise UserError(f"--root {root} holds {size / 2**30:.1f} GiB, more than 80% of the {free / 2**30:.1f} GiB free in "
+                        f"{tempfile.gettempdir()} (the scratch copy's home): give --root the folder the build needs, "
+                        "or TMPDIR a roomier one")
+
+
 class Scratch:
     """The scratch folder: `base` (a copy of root) and one hard-linked copy per mutant."""
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
+        _check_copyable(self.root)
         self.dir = Path(tempfile.mkdtemp(prefix="hazards-mutate-"))
         self.base = self.dir / "base"
         try:

@@ -352,3 +352,26 @@ def test_a_file_the_test_writes_in_place_is_restored_before_the_next_mutants_run
     assert fates == {"remove-fence@1": "killed", "remove-barrier@2": "survived", "remove-barrier@3": "survived"}, \
         res.stderr
     assert (project / "state.txt").read_text() == "clean\n"
+
+
+def test_a_root_too_big_to_copy_is_refused_before_any_copy(tmp_path, monkeypatch):
+    # the default root is the first source's folder: a kernel in a home folder copied the home
+    import pytest
+
+    from hazards.engine.errors import UserError
+    from hazards.mutate import kill
+
+    root = tmp_path / "home"
+    (root / ".git").mkdir(parents=True)
+    (root / ".git" / "pack").write_bytes(b"x" * 4096)  # ignored: not counted
+    (root / "k.cu").write_bytes(b"y" * 1000)
+    monkeypatch.setattr(kill, "MAX_ROOT_BYTES", 2000)
+    kill.Scratch(root).close()  # 1000 bytes to copy: fine
+    (root / "cache.bin").write_bytes(b"z" * 1500)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    with pytest.raises(UserError, match="give --root the folder the build needs"):
+        kill.Scratch(root)
+    assert list(scratch.iterdir()) == []
