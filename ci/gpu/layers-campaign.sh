@@ -3,6 +3,7 @@
 #     OUT=/tmp/out BUDGET=280 bash ci/gpu/layers-campaign.sh [gate|all|rest]
 #     OUT=/tmp/out BUDGET=220 bash ci/gpu/layers-campaign.sh stepc    # round 5: step (c) + the rest
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepc-quick          # the same in <= 75 s (see below)
+#     OUT=/tmp/out bash ci/gpu/layers-campaign.sh ringsmem             # round 5's question, <= 60 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -32,6 +33,13 @@
 #     regression, the hang classes and hazards check: builds, checked launches, the gate, the bench
 #     (floors and both kernels), the clean variants and corruption canaries on step (c)'s build
 #     (shorter), the tripwire bench.
+#   * `ringsmem` (BUDGET 60 unless set; round 5 measured step (c) slower in every task, also in the
+#     three whose code it did not change): production's code with step (c)'s ring bytes reserved and
+#     unused (MKL_RESERVE_RING_SMEM 1, candidate ring_smem: the L1 shrinks as step (c)'s does).
+#     Builds (plain and profiled, production / ring_smem / step (c)), 3 checked launches of
+#     ring_smem (its output must be production's bits), the gate production -> ring_smem, step_c
+#     (what the carve-out costs; step (c) again in the same run) and ring_smem -> step_c (what the
+#     ring itself does), the bench without torch (all three). Nothing else.
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
@@ -39,6 +47,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 WHAT=${1:-gate}
 QUICK=0
 if [ "$WHAT" = stepc-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-75}; fi
+if [ "$WHAT" = ringsmem ]; then BUDGET=${BUDGET:-60}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
 R=$OUT/layers-campaign
@@ -164,6 +173,33 @@ log "clean variants and corruption canaries (one warm server) on the build with 
 timeout "$(cap $ACCCAP)" python3 bench/megakernel_layers_acceptance.py "${ACC[@]}" "${ACCARGS[@]}" \
   --skip-agreement --json "$W/acceptance_stepc.json" > "$W/acceptance_stepc.txt" 2>&1
 echo "exit $?"; cut -c1-200 "$W/acceptance_stepc.txt" | grep -v Warning
+elif [ "$WHAT" = ringsmem ]; then
+log "builds: production, ring_smem (step (c)'s shared memory, production's code), step (c); plain and profiled"
+build plain None &
+build ringsmem "{'MKL_RESERVE_RING_SMEM': 1}" &
+build step4 "{'MKL_CAMPAIGN_STEP': 4}" &
+build prof "{'HZ_PROFILER': 1}" &
+build profR "{'HZ_PROFILER': 1, 'MKL_RESERVE_RING_SMEM': 1}" &
+build prof4 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 4}" &
+for j in $(jobs -p); do wait "$j"; done  # (not a bare wait: the tee above is a process substitution)
+BIN=$(tail -1 "$W/build_plain.txt")
+[ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "ring_smem: 3 checked launches, output against production's (the same code: the same bits expected)"
+for b in plain ringsmem; do
+  B=$(tail -1 "$W/build_$b.txt")
+  timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
+  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
+done
+cmp "$W/dump_plain.f32" "$W/dump_ringsmem.f32" && echo "ring_smem: same bits as production"
+
+gate r production ring_smem step_c
+gate s ring_smem step_c
+
+log "bench: floors, production, ring_smem, step (c) (no torch)"
+timeout "$(cap 40)" python3 bench/megakernel_layers_perf.py --also-define MKL_RESERVE_RING_SMEM=1 \
+  --also-define MKL_CAMPAIGN_STEP=4 --no-torch --json "$W/perf.json" > "$W/perf.txt" 2>&1
+echo "exit $?"; tail -14 "$W/perf.txt"
 elif [ "$WHAT" != rest ]; then
 log "torch.compile warm-up (background) and builds (parallel)"
 timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-timeout 100 \
@@ -222,7 +258,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
-if [ "$WHAT" != gate ] && [ "$QUICK" = 0 ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$QUICK" = 0 ]; then
   log "ragged decode regression"
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
@@ -235,7 +271,7 @@ if [ "$WHAT" != gate ] && [ "$QUICK" = 0 ]; then
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
 fi
-if [ "$WHAT" != gate ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ]; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \

@@ -65,6 +65,13 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("step_c", "campaign step (c): production with every matrix-vector phase's weights (QKV, O-projection, "
               "W13, W2) streamed through a shared-memory ring of bulk copies (MKL_CAMPAIGN_STEP 4; its sums run "
               "in another order: last bits differ)", "faster", defines=(("MKL_CAMPAIGN_STEP", 4),)),
+    # Round 5's question (step_c slower in every task, also in those whose code it did not change):
+    # production's code with step (c)'s shared memory reserved and unused (so the SM keeps step (c)'s
+    # small L1). Gated against production: what the carve-out costs; step_c against it: what the
+    # ring itself does.
+    Candidate("ring_smem", "production's code with step (c)'s 135,296-B ring reserved in shared memory and never "
+              "used (MKL_RESERVE_RING_SMEM 1): the L1 shrinks as step (c)'s does, the same bits as production",
+              "slower", defines=(("MKL_RESERVE_RING_SMEM", 1),)),
     Candidate("chunks32", "32-token attention chunks (129 chunks, nearly one per worker): shorter chunks, a "
               "merge of 4x the partials", "sloughing", params=(("chunk_tokens", 32),)),
     Candidate("stale_descriptor", "the stale_descriptor switch: layers >= 1 read layer 0's W2 and KV cache",

@@ -4,6 +4,10 @@
 // (ring_units) with campaign step (c), MKL_CAMPAIGN_STEP 4.
 #include "mkl_kernel.cuh"
 
+// What the host asks of a block of the default model (the launch's dynamic shared memory), as a
+// constant in the PTX for test_weight_ring.py to read.
+__device__ unsigned long long probe_smem_default = mkl::smem_bytes(mkl::SHAPE_DEFAULT);
+
 __global__ void __launch_bounds__(mkl::THREADS, 1) gemv_probe(const __nv_bfloat16* w, const float* x, float* y,
                                                               int D, int r0, int r1) {
   extern __shared__ __align__(16) char smem_raw[];

@@ -18,18 +18,20 @@ from pathlib import Path
 import pytest
 
 from hazards.engine.toolchain import find_tool
-from hazards.static.compile import compile_cubin
-from tests.static.static_helpers import requires_nvdisasm
+from hazards.static.compile import compile_cubin, compile_ptx
+from tests.static.static_helpers import requires_nvcc, requires_nvdisasm
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 
+INCLUDES = (f"-I{ROOT / 'standalone' / 'megakernel_layers'}", f"-I{ROOT / 'standalone' / 'include'}")
+
+
 def _functions(step: int) -> dict[str, str]:
     """SASS text per device function of the probe (the kernel itself under 'gemv_probe')."""
     cubin = compile_cubin(HERE / "ring_probe.cu", defines={"MKL_CAMPAIGN_STEP": step}, label=f"test-ring-probe-{step}",
-                          extra_args=(f"-I{ROOT / 'standalone' / 'megakernel_layers'}",
-                                      f"-I{ROOT / 'standalone' / 'include'}")).path
+                          extra_args=INCLUDES).path
     text = subprocess.run([find_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
                           check=True).stdout
     funcs: dict[str, str] = {}
@@ -73,3 +75,27 @@ def test_step_c_streams_the_weights_through_the_shared_memory_ring():
     assert _count(ring, r"\bUBLKCP\.S\.G\b") == 1  # the refill: one bulk copy global -> shared
     # the first RING_STAGES units are issued by gemv_ring (thread 0) before the consumers start
     assert _count(funcs["gemv_ring"], r"\bUBLKCP\.S\.G\b") >= 1
+
+
+def _probe_ptx(defines: dict[str, int]) -> str:
+    return compile_ptx(HERE / "ring_probe.cu", defines=defines, label="test-ring-probe-ptx", extra_args=INCLUDES).text
+
+
+def _block_smem(ptx: str) -> int:
+    """The dynamic shared memory a block of the default model asks for (ring_probe.cu's constant)."""
+    m = re.search(r"probe_smem_default\s*=\s*(\d+)", ptx)
+    assert m, "ring_probe.cu's probe_smem_default is not in the PTX"
+    return int(m.group(1))
+
+
+@requires_nvcc
+def test_the_ring_smem_build_is_production_code_asking_for_step_c_shared_memory():
+    """Round 5's diagnostic build (MKL_RESERVE_RING_SMEM, gate candidate ring_smem): production's
+    code, with a block asking for step (c)'s shared memory (so the SM keeps step (c)'s small L1)
+    and no ring in it."""
+    ring = _probe_ptx({"MKL_CAMPAIGN_STEP": 4})
+    reserved = _probe_ptx({"MKL_CAMPAIGN_STEP": 2, "MKL_RESERVE_RING_SMEM": 1})
+    production = _probe_ptx({"MKL_CAMPAIGN_STEP": 2})
+    assert _block_smem(reserved) == _block_smem(ring) > _block_smem(production) + (128 << 10)
+    assert "cp.async.bulk.shared" in ring and "mbarrier" in ring
+    assert "cp.async.bulk.shared" not in reserved and "mbarrier" not in reserved  # production's GEMV, no ring
