@@ -167,6 +167,13 @@ WGMMA_REGISTER_IN_FLIGHT = register(Check(
     "wgmma-register-in-flight", "error", "SASS",
     "a non-wgmma instruction reads or writes an accumulator or register-A operand of a wgmma "
     "that may still be pending"))
+WGMMA_PROXY_FENCE = register(Check(
+    "wgmma-proxy-fence", "error", "SASS",
+    "a thread's `STS` reaches a wgmma on some path with no `FENCE.VIEW.ASYNC` between them "
+    "(PTX: `st.shared` then `wgmma.mma_async` without `fence.proxy.async`): the wgmma's "
+    "async-proxy operand read need not see the store",
+    also=("info",), also_doc="info unless the caller says the ring is refilled by stores: the "
+    "store may be to memory no wgmma reads"))
 WGMMA_EARLY_ACCESS = register(Check(
     "wgmma-early-access", "warning", "ptxas log",
     "the PTX touches the registers of an in-flight wgmma (C7513-C7515: undefined); ptxas "

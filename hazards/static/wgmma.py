@@ -182,7 +182,37 @@ def check_function(func: SassFunction, path: str, banks: int | None = None,
             f"{func.name}: {len(refills)} shared-memory refill instruction(s), at most {deepest} "
             f"wgmma group(s) in flight at any ({ring})", func.instrs[i].text))
     out += _register_hazards(func, states, path)
+    out += _unfenced_stores(func, path, store_refills)
     return out
+
+
+def _unfenced_stores(func: SassFunction, path: str, store_refills: bool) -> list[Finding]:
+    """[wgmma-proxy-fence]: `STS` from which a wgmma is reachable without passing a
+    `FENCE.VIEW.ASYNC` (the SASS of `fence.proxy.async`): the store is a generic-proxy write,
+    the wgmma's operand read an async-proxy one, and only the proxy fence orders the two."""
+    ins = func.instrs
+    preds: dict[int, list[int]] = {}
+    for i in range(len(ins)):
+        for j in func.successors(i):
+            preds.setdefault(j, []).append(i)
+    # every instruction from which a wgmma is reachable on a path with no proxy fence
+    unfenced = {i for i, x in enumerate(ins) if is_wgmma(x)}
+    todo = list(unfenced)
+    while todo:
+        for p in preds.get(todo.pop(), ()):
+            if p not in unfenced and not ins[p].opcode.startswith("FENCE.VIEW.ASYNC"):
+                unfenced.add(p)
+                todo.append(p)
+    hits = [x for i, x in enumerate(ins) if x.base == "STS" and any(j in unfenced for j in func.successors(i))]
+    if not hits:
+        return []
+    sts = hits[0]
+    return [checks.WGMMA_PROXY_FENCE.finding(
+        path, sts.line,
+        f"{func.name}: `{sts.opcode}` at /*{sts.addr:04x}*/ reaches a wgmma with no FENCE.VIEW.ASYNC "
+        f"(fence.proxy.async) on the way ({len(hits)} store(s) like this)"
+        + ("" if store_refills else ": a hazard if the wgmma reads what was stored"),
+        sts.text, severity=None if store_refills else "info")]
 
 
 def _register_hazards(func: SassFunction, states: list[Flight | None], path: str) -> list[Finding]:

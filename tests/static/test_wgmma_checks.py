@@ -215,8 +215,56 @@ def test_a_store_vector_reaching_into_the_accumulators_is_flagged():
 
 
 def test_the_new_check_ids_are_registered_with_their_severities():
+    assert checks.get("wgmma-proxy-fence").severity == "error" and checks.get("wgmma-proxy-fence").also == ("info",)
     assert checks.get("wgmma-refill-in-flight").severity == "error"
     assert checks.get("wgmma-register-in-flight").severity == "error"
     assert checks.get("wgmma-early-access").severity == "warning"
     assert checks.get("wgmma-refill-depth").severity == "info"
     assert re.search(r"C7513-C7515", checks.get("wgmma-early-access").doc)
+
+
+def _proxy_fence_findings(fenced: bool, store_refills: bool):
+    build = compile_cubin(DATA / "wgmma_proxy_fence.cu", defines=None if fenced else {"HZ_NO_PROXY_FENCE": 1},
+                          label=f"wgmma-proxy-fence-{fenced}")
+    listing = sass.disassemble(build.path)
+    return [f for f in wgmma.check_sass(listing.text, str(listing.path), store_refills=store_refills)
+            if f.check == "wgmma-proxy-fence"]
+
+
+@requires_nvdisasm
+def test_thread_stores_read_by_a_wgmma_need_the_proxy_fence_between():
+    assert _proxy_fence_findings(fenced=True, store_refills=True) == []
+    (hit,) = _proxy_fence_findings(fenced=False, store_refills=True)
+    assert hit.severity == "error" and "STS" in hit.message and "FENCE.VIEW.ASYNC" in hit.message
+    # without the caller's word that the stores refill wgmma operands, the store may be to
+    # memory no wgmma reads: said, not failed
+    (quiet,) = _proxy_fence_findings(fenced=False, store_refills=False)
+    assert quiet.severity == "info" and not quiet.fails
+
+
+@requires_nvdisasm
+def test_the_mutation_rounds_proxy_fence_survivor_is_flagged_by_the_family_check(compiled, tmp_path):
+    # `hazards mutate`'s remove-fence of mma_pingpong's fence.proxy.async survived every run
+    # (no run can show it); the family's static check now sees it on fixed_threads' kernel
+    import shutil
+
+    from hazards.kernel_sources import standalone_dir
+    from hazards.mutate.catalog import build_defines, language
+    from hazards.mutate.mutants import check_operators, mutants_of
+
+    source = standalone_dir() / "mma_pingpong" / "mma_pingpong.cu"
+    text, mutants = mutants_of(source, operators=check_operators(["remove-fence"]),
+                               defines=build_defines("mma_pingpong"), language=language("mma_pingpong"))
+    (mutant,) = [m for m in mutants if "fence.proxy.async" in m.description]
+    shutil.copytree(standalone_dir(), tmp_path / "standalone")
+    mutated = tmp_path / "standalone" / "mma_pingpong" / "mma_pingpong.cu"
+    mutated.write_text(mutant.apply(text))
+    point = mma_pingpong.FAMILY.resolve({"variant": "fixed_threads"})
+    build = compile_cubin(mutated, defines={"HZ_MMA_SHAPES": 1 << mma_pingpong.SHAPES.index(point["shape"])},
+                          label="mma_pingpong-no-proxy-fence")
+    (func,) = [f for f in sass.parse_sass(sass.disassemble(build.path).text)
+               if mma_pingpong.kernel_symbol(point) in f.name]
+    found = wgmma.check_function(func, "mutant.sass", banks=point["stages"], store_refills=True)
+    assert failing_ids(found) == {"wgmma-proxy-fence"}
+    original = _function(compiled, variant="fixed_threads")
+    assert not failing_ids(wgmma.check_function(original, "x.sass", banks=point["stages"], store_refills=True))
