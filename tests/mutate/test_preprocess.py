@@ -182,3 +182,16 @@ def test_a_branch_over_a_macro_a_missing_header_may_define_is_kept_and_said(tmp_
     res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), "--list"], capture_output=True,
                          text=True, cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert res.returncode == 0 and "cfg/config.h" in res.stderr, res.stderr
+
+
+def test_a_preprocessor_that_runs_past_its_timeout_leaves_no_process_behind(tmp_path, stray_sleep):
+    # nvcc -E runs gcc under it: the timeout killed only nvcc
+    from hazards.static.asm_lint import ExpandError
+    from hazards.static.userbuild import preprocess_with_stubs
+
+    src = tmp_path / "k.cu"
+    src.write_text("int x;\n")
+    (tmp_path / "stubs").mkdir()
+    with pytest.raises(ExpandError, match="timed out"):
+        preprocess_with_stubs(["sh", "-c", stray_sleep.command], src, tmp_path / "stubs", [], timeout_s=0.5)
+    assert not stray_sleep.left(), "the preprocessor's child outlived its timeout"
