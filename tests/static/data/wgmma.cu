@@ -1,13 +1,7 @@
 // wgmma for the ptxas-diagnostic check (nvcc -cubin -arch=sm_90a). With HZ_SERIAL a plain
 // instruction redefines an accumulator between two wgmma of one pipeline stage, and ptxas
 // serializes the wgmma ("Potential Performance Loss"); without it ptxas says nothing.
-#include <cstdint>
-#define HZ_WGMMA(da, db)                                                                    \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"                                 \
-               "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, %4, %5, " \
-               "p, 1, 1, 0, 0;\n}\n"                                                         \
-               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                      \
-               : "l"(da), "l"(db), "r"(1))
+#include "hz_wgmma_m64n8k16.h"
 __global__ void wgmma_two(float* out, uint64_t da, uint64_t db) {
   float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");

@@ -1,13 +1,7 @@
 // Threads store a wgmma operand into shared memory (generic proxy) and a wgmma reads it
 // (async proxy). The PTX memory model needs fence.proxy.async between the two; with
 // HZ_NO_PROXY_FENCE it is missing (SASS: no FENCE.VIEW.ASYNC between the STS and the HGMMA).
-#include <cstdint>
-#define HZ_WGMMA(da, db)                                                                    \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"                                 \
-               "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, %4, %5, " \
-               "p, 1, 1, 0, 0;\n}\n"                                                         \
-               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                      \
-               : "l"(da), "l"(db), "r"(1))
+#include "hz_wgmma_m64n8k16.h"
 __global__ void wgmma_after_thread_stores(float* out, const uint4* src, uint64_t desc_hi) {
   __shared__ __align__(128) uint4 tile[128];
   tile[threadIdx.x] = src[threadIdx.x];
