@@ -67,8 +67,11 @@ class Checker:
         self.k = self.v = self.out = None
         self.torch.cuda.empty_cache()
 
-    def batch(self, calls: int, seed: int, mishandle: str = "none", repeat: int = 1) -> dict[str, Any]:
+    def batch(self, calls: int, seed: int, mishandle: str = "none", repeat: int = 1,
+              beat: Callable[[str], None] | None = None) -> dict[str, Any]:
         """Run `calls` checked calls with draws from `seed`; counts and the worst error.
+        `beat(label)` reports progress (default: the protocol's progress line of the request
+        being served).
 
         `repeat` R launches each drawn input R times in a row (the draws come from the seed
         in the same order either way): its reference is computed once, beside its first
@@ -83,7 +86,8 @@ class Checker:
         mismatched, worst, bits, draws = 0, 0.0, 0, 0
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         kernel_ms = 0.0
-        progress("started")  # as the family harness: the first call is within the stall window too
+        beat = beat or progress
+        beat("started")  # as the family harness: the first call is within the stall window too
         for call in range(calls):
             if call % repeat == 0:
                 q, starts, lens = self.ref.draw_call(self.cfg["lens"], self.cfg["n_q"], self.cfg["hd"], gen,
@@ -110,7 +114,7 @@ class Checker:
             bits |= int(call_bits)
             worst = max(worst, err)
             mismatched += int(not err <= TOL or bool(call_bits))
-            progress(f"call {call + 1} of {calls}")  # a call that never ends is a stall (docs/stall.md)
+            beat(f"call {call + 1} of {calls}")  # a call that never ends is a stall (docs/stall.md)
         return {"launches": calls, "mismatched": mismatched, "max_rel_err": worst,
                 "kernel_ms": kernel_ms / max(calls, 1), "seed": seed,
                 "metrics": {"tol": TOL, "kernel_flags": self.kernel.flag_messages(bits), "repeat": repeat,
@@ -125,9 +129,15 @@ def _device_error(exc: BaseException) -> bool:
     return "CUDA" in text or "cuda" in text or "illegal" in text
 
 
+def stderr_beat(label: str) -> None:
+    """A progress event of the command form: an HZ_PROGRESS line on stderr (docs/stall.md)."""
+    print(f"HZ_PROGRESS {label}", file=sys.stderr, flush=True)
+
+
 def once(args: argparse.Namespace) -> int:
     try:
-        res = Checker(args.lens_scale, args.schedule).batch(args.calls, args.seed, args.mishandle, args.repeat)
+        res = Checker(args.lens_scale, args.schedule).batch(args.calls, args.seed, args.mishandle, args.repeat,
+                                                            beat=stderr_beat)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
         print(f"megakernel check: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3 if _device_error(exc) else 2

@@ -4,6 +4,7 @@ once, every launch is still poisoned, compared and reported as progress, and a r
 call is within the stall window (a `started` beat before it)."""
 from __future__ import annotations
 
+import argparse
 import math
 from types import SimpleNamespace
 
@@ -125,3 +126,13 @@ def test_device_relative_error_agrees_with_rel_err():
     assert float(reference.rel_err_tensor(out, ref)) == pytest.approx(reference.rel_err(out, ref), rel=1e-6)
     out[1, 2] = float("nan")
     assert math.isinf(reference.rel_err(out, ref)) and not float(reference.rel_err_tensor(out, ref)) <= check.TOL
+
+
+def test_the_command_form_beats_with_hz_progress_lines_on_stderr(cpu, capsys):
+    """`--calls N` (a command target) has no protocol to beat on: HZ_PROGRESS lines on stderr,
+    as a family binary's `--once`, put its runs under the stall window too."""
+    args = argparse.Namespace(lens_scale=65536, schedule="split", calls=2, seed=1, mishandle="none", repeat=1)
+    assert check.once(args) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("HZ_RESULT ")
+    assert err.splitlines() == ["HZ_PROGRESS started", "HZ_PROGRESS call 1 of 2", "HZ_PROGRESS call 2 of 2"]
