@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from . import toolchain
 from .errors import UserError
+from .proctree import run_in_group
 
 
 class BuildFailed(UserError):
@@ -104,7 +105,7 @@ def build(source_dir: Path, binary: str, *, target: str = toolchain.SM90A,
         cmd = [compiler, *flags, *gen_flags, "-o", str(tmp), str(main)]
         log = out_dir / "build.log"
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=toolchain.COMPILE_TIMEOUT_S)
+            proc = run_in_group(cmd, toolchain.COMPILE_TIMEOUT_S, text=True)  # nvcc's children die with it
         except subprocess.TimeoutExpired:
             raise BuildFailed(f"{compiler} timed out after {toolchain.COMPILE_TIMEOUT_S:g}s building {main}") from None
         log.write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)

@@ -271,6 +271,17 @@ def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float) -> tuple
         raise
 
 
+def run_in_group(argv: list[str], timeout_s: float, **popen_kw: Any) -> subprocess.CompletedProcess:
+    """`subprocess.run(argv, capture_output=True, timeout=timeout_s)` for a tool that starts
+    children of its own (nvcc runs cicc, ptxas and gcc): in its own process group, stdin from
+    /dev/null, the whole group killed on a timeout or Ctrl-C (`communicate_or_kill_group`;
+    `subprocess.TimeoutExpired` goes on). `popen_kw`: text, errors, cwd, env."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            start_new_session=True, **popen_kw)
+    stdout, stderr = communicate_or_kill_group(proc, timeout_s)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
 def kill_group(pgid: int, *, grace_s: float, known_pids: set[int] = frozenset(),
                mark: bytes | None = None, since_ticks: int = 0,
                leader: subprocess.Popen | None = None, cgroup: str | None = None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Mapping
 
 from hazards.engine import toolchain
 from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.engine.proctree import run_in_group
 from hazards.kernel_sources import standalone_dir
 
 # Every family source compiled for the static checks sees this define: it selects the
@@ -47,8 +48,8 @@ def _define_args(defines: Mapping[str, object] | None) -> list[str]:
 def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     """Run a compiler or disassembler with the toolchain's time limit; a failure or a
     timeout is a UserError naming the command and the end of its output."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=toolchain.COMPILE_TIMEOUT_S)
+    try:  # its own process group, killed whole on a timeout (nvcc's cicc, ptxas, gcc with it)
+        proc = run_in_group(cmd, toolchain.COMPILE_TIMEOUT_S, text=True)
     except subprocess.TimeoutExpired as e:
         raise UserError(f"{what} timed out after {toolchain.COMPILE_TIMEOUT_S:g} s: {' '.join(cmd)}") from e
     if proc.returncode != 0:

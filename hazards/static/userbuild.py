@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 from hazards.engine import toolchain
 from hazards.engine.errors import ToolchainMissing, UserError
-from hazards.engine.proctree import communicate_or_kill_group
+from hazards.engine.proctree import run_in_group
 from hazards.static.asm_lint import ExpandError
 
 # flag -> whether it takes the next argument when written alone (`-I dir`)
@@ -413,16 +413,12 @@ def preprocess_with_stubs(argv: Sequence[str], source: Path, stubs: Path, stubbe
     name = ""
     for _ in range(MAX_STUBS + 1):
         try:  # its own process group: nvcc -E runs gcc under it, and a timeout must end both
-            proc = subprocess.Popen([*argv, f"-I{search}", str(source)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                    errors="surrogateescape", cwd=cwd, start_new_session=True)
-        except OSError as e:
-            raise ExpandError(f"cannot run {argv[0]}: {e}") from None
-        try:
-            stdout, stderr = communicate_or_kill_group(proc, timeout_s)
+            proc = run_in_group([*argv, f"-I{search}", str(source)], timeout_s, text=True, errors="surrogateescape",
+                                cwd=cwd)
         except subprocess.TimeoutExpired:
             raise ExpandError(f"{Path(argv[0]).name} -E timed out after {timeout_s:g} s") from None
-        proc = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        except OSError as e:
+            raise ExpandError(f"cannot run {argv[0]}: {e}") from None
         if proc.returncode == 0:
             return proc.stdout
         m = _MISSING_HEADER.search(proc.stderr)

@@ -564,3 +564,14 @@ def test_an_amd_target_the_checks_do_not_read_is_never_checked_as_itself(tmp_pat
         compiled.jobs_for_files([src], [], ["gfx90a"])
     proc = hazards("static", "--compile", str(src), "--arch", "gfx1100")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_compiler_that_runs_past_its_time_limit_leaves_no_process_behind(monkeypatch, stray_sleep):
+    # nvcc runs cicc, ptxas and gcc under it: the time limit killed only nvcc
+    from hazards.engine import toolchain
+    from hazards.static.compile import run_tool
+
+    monkeypatch.setattr(toolchain, "COMPILE_TIMEOUT_S", 0.5)
+    with pytest.raises(UserError, match="timed out"):
+        run_tool(["sh", "-c", stray_sleep.command], "a compile")
+    assert not stray_sleep.left(), "the compiler's child outlived the time limit"
