@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hazards.engine import toolchain
 from hazards.engine.errors import UserError
+from hazards.engine.proctree import run_in_group
 from hazards.kernel_sources import family_dir
 
 SOURCE = family_dir("megakernel") / "ragged_decode.cu"
@@ -54,8 +55,9 @@ def build_library(*, profiler: bool = False, defines: tuple[str, ...] = ()) -> P
 
     def compile_to(tmp: Path) -> None:
         try:
-            proc = subprocess.run([nvcc, *_flags(profiler, defines), "-o", str(tmp), str(SOURCE)], capture_output=True,
-                                  text=True, check=False, timeout=toolchain.COMPILE_TIMEOUT_S)
+            # in its own process group: a timeout kills cicc/ptxas/gcc too, not nvcc alone
+            proc = run_in_group([nvcc, *_flags(profiler, defines), "-o", str(tmp), str(SOURCE)],
+                                toolchain.COMPILE_TIMEOUT_S, text=True)
         except subprocess.TimeoutExpired:
             raise UserError(f"nvcc timed out after {toolchain.COMPILE_TIMEOUT_S:g} s building {SOURCE.name}") from None
         if proc.returncode != 0:
