@@ -246,10 +246,16 @@ def test_on_the_gpu_the_production_kernel_passes_and_a_silent_corruption_fails(t
     assert np.load(tmp_path / "clean.npz")["logits"].dtype == np.float32
 
 
-def _judged(row: dict) -> dict:
+def _judged(row: dict) -> str:
     """What a verdict rests on, for an assertion's message: the failed gates, each gate's value
     and limit, the sink self-check and the fixed-prefix statistics (ratio, KL, perplexities)."""
-    return {k: row.get(k) for k in ("failed", "error", "gates", "sink", "fixed_prefix")}
+    import threading
+
+    # and the process state the f32 arithmetic depends on (another test may have changed it)
+    state = {"torch_threads": torch.get_num_threads(), "fp32_matmul": torch.get_float32_matmul_precision(),
+             "python_threads": [t.name for t in threading.enumerate()]}
+    judged = {k: row.get(k) for k in ("failed", "error", "gates", "sink", "fixed_prefix")}
+    return json.dumps({**judged, "process": state}, default=str)  # a str: pytest shows it whole
 
 
 # The stand-in run's ratio limit. These weights are untrained: near-tied expert routing and FP8
@@ -309,7 +315,8 @@ def test_the_driver_end_to_end_on_cpu_with_a_stand_in_for_the_binary(tmp_path, m
     assert "device fault" in rows["dead_flag"]["error"] and "| dead_flag | fail | error |" in MK.table(result)
     ref, cand = lg.load(tmp_path / "reference.npz"), lg.load(tmp_path / "clean.npz")
     # the clean candidate is the reference itself, bit for bit: its verdict can only be pass
-    assert np.array_equal(ref.logits, cand.logits), float(np.abs(ref.logits - cand.logits).max())
+    assert np.array_equal(ref.logits, cand.logits), \
+        f"max |diff| {float(np.abs(ref.logits - cand.logits).max())}: {_judged(rows['clean'])}"
     assert rows["clean"]["got"] == "pass" and rows["clean"]["ok"], _judged(rows["clean"])
     assert rows["amax_tail"]["got"] == "fail" and rows["amax_tail"]["ok"], _judged(rows["amax_tail"])
     assert rows["reference_f64"]["got"] == "pass", _judged(rows["reference_f64"])
