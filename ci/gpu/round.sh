@@ -2,7 +2,7 @@
 #     cd "$(dirname "$0")/../.." && . ci/gpu/round.sh NAME BUDGET_S
 # Sets PYTHONPATH, OUT (default /tmp/NAME-out) and R=$OUT/NAME (created), copies the console
 # into $R/console.log, and defines left (seconds of BUDGET_S left), step TITLE, finish (tar
-# $R into $OUT/NAME.tar.gz and exit 0: what was measured still comes back), machine_step
+# $R into $OUT/NAME.tar.gz and exit 0, or its argument: what was measured still comes back), machine_step
 # (the GPU, nvcc, commit and date the round ran on), build_family FAMILY TIMEOUT_S (the
 # family's binary through the hazards build cache in $BIN, or finish) and build_cuda_families
 # [NAME,...] (every CUDA family's binary, or those named, into the build cache, 8 at once; a
@@ -17,7 +17,7 @@ T0=$(date +%s)
 exec > >(tee "$R/console.log") 2>&1
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 step() { echo; echo "== $1 ($(( $(date +%s) - T0 )) s so far, $(left) s left)"; }
-finish() { step "done"; sleep 1; tar -czf "$OUT/$ROUND.tar.gz" -C "$OUT" "$ROUND"; exit 0; }
+finish() { step "done"; sleep 1; tar -czf "$OUT/$ROUND.tar.gz" -C "$OUT" "$ROUND"; exit "${1:-0}"; }
 
 machine_step() {
   step "machine"

@@ -181,6 +181,7 @@ void run(hz::Batch& b) {
     HZ_CHECK_LAUNCH();
     hz_barrier_check<<<1, 256, 0, b.stream>>>(a, (int)(bar_bytes / 4), i, b.check, b.launch_bits, b.validate);
     HZ_CHECK_LAUNCH();
+    b.launched();
   }
   b.timer_stop();
   // The barrier's own time: first block start to last block end, summed on the device.

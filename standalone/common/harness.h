@@ -38,6 +38,7 @@
 #include "check.cuh"
 #include "compat.h"
 #include "json.h"
+#include "pace.h"
 
 namespace hz {
 
@@ -159,6 +160,14 @@ class Batch {
   // Bracket the launch loop; kernel_ms in the reply is the time between the two (events).
   void timer_start() { HZ_CHECK(cudaEventRecord(ev_[0], stream)); timed_ = true; }
   void timer_stop() { HZ_CHECK(cudaEventRecord(ev_[1], stream)); }
+  // Once per launch, after its last kernel: at most kQueueDepth launches stay queued ahead of
+  // the GPU, so the heartbeat's tail event completes within its interval (pace.h). A hung
+  // launch blocks here (the supervisor's stall window ends the process); a fault throws.
+  void launched() {
+    pace_launch(
+        pace_, kQueueDepth, paced_++, [](cudaEvent_t e) { HZ_CHECK(cudaEventSynchronize(e)); },
+        [this](cudaEvent_t e) { HZ_CHECK(cudaEventRecord(e, stream)); });
+  }
   // A host-side number reported under "metrics".
   void metric(const std::string& name, double v) { metrics_.raw(name, json::number(v)); }
   void metric(const std::string& name, const std::string& v) { metrics_.str(name, v); }
@@ -171,6 +180,8 @@ class Batch {
 
   // harness internals
   cudaEvent_t ev_[2] = {nullptr, nullptr};
+  cudaEvent_t* pace_ = nullptr;  // the Runner's ring, kQueueDepth events
+  long paced_ = 0;               // launches of this batch passed to launched()
   bool timed_ = false;
   json::Writer metrics_;
 };
@@ -393,6 +404,7 @@ class Runner {
     HZ_CHECK(cudaStreamCreate(&stream_));
     HZ_CHECK(cudaEventCreate(&ev_[0]));
     HZ_CHECK(cudaEventCreate(&ev_[1]));
+    for (cudaEvent_t& e : pace_) HZ_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     HZ_CHECK(cudaMalloc(&check_, sizeof(DeviceCheck)));
   }
   const Device& device() const { return dev_; }
@@ -420,6 +432,7 @@ class Runner {
     Batch b(p, dev_, seed, launches, validate, stream_, check_, bits_);
     b.ev_[0] = ev_[0];
     b.ev_[1] = ev_[1];
+    b.pace_ = pace_;
     auto t0 = std::chrono::steady_clock::now();
     fam_.run(b);
     HZ_CHECK(cudaStreamSynchronize(stream_));
@@ -464,6 +477,7 @@ class Runner {
   Device dev_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ev_[2] = {nullptr, nullptr};
+  cudaEvent_t pace_[kQueueDepth] = {};
   DeviceCheck* check_ = nullptr;
   unsigned* bits_ = nullptr;
   size_t bits_words_ = 0;

@@ -509,6 +509,7 @@ void run(hz::Batch& b) {
                                                             b.launch_bits);
       HZ_CHECK_LAUNCH();
     }
+    b.launched();
   }
   b.timer_stop();
   if (b.validate) diagnose(b, kernel, blocks, smem, sc, M, N);

@@ -381,6 +381,7 @@ void run(hz::Batch& b) {
       litmus_check<<<b.grid_for(a.n), 256, 0, b.stream>>>(a, i, b.check, b.launch_bits);
       HZ_CHECK_LAUNCH();
     }
+    b.launched();
   }
   b.timer_stop();
 }
