@@ -43,6 +43,8 @@ inline void emit(const std::string& line, FILE* out = stdout) {
 // at the tail of the batch's stream every HZ_HEARTBEAT_MS (default 100; 0: off) and
 // reports each one that completed, i.e. all the work enqueued before it finished. A hung
 // kernel keeps every later event pending, so the beats stop within one interval of it.
+// The launch loops keep at most kQueueDepth launches queued (Batch::launched, pace.h), so a
+// clean batch of any length beats within one interval plus that queue's time.
 // The first line ("started") says the request was read. `line(label)` formats one report
 // (a protocol progress line for --serve, an HZ_PROGRESS line on stderr for --once).
 class Heartbeat {
