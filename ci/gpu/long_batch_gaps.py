@@ -21,8 +21,10 @@ def main(db: str) -> int:
     for r in runs:
         prog = r.evidence.get("progress") or {}
         launches = r.metrics.get("launches", "?")
+        # kernel_ms (GPU time of the loop) close to wall_ms: the paced loop kept the GPU fed
         print(f"{r.key:32} {r.outcome.value:8} {r.error_kind or '-':10} {launches!s:>7} launches "
-              f"{r.duration_s:6.2f} s  progress events {prog.get('events', 0):4}  "
+              f"{r.duration_s:6.2f} s  kernel_ms {r.metrics.get('kernel_ms', '-')}  wall_ms "
+              f"{r.metrics.get('wall_ms', '-')}  progress events {prog.get('events', 0):4}  "
               f"max gap {float(prog.get('max_gap_s') or 0):.3f} s  {r.reason[:120]}")
         hangs += r.outcome.value == "hang"
         short += r.duration_s < 2 * FAMILY_STALL_S
