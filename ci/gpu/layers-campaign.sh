@@ -4,6 +4,7 @@
 #     OUT=/tmp/out BUDGET=220 bash ci/gpu/layers-campaign.sh stepc    # round 5: step (c) + the rest
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepc-quick          # the same in <= 75 s (see below)
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh ringsmem             # round 5's question, <= 60 s
+#     OUT=/tmp/out BUDGET=110 bash ci/gpu/layers-campaign.sh stepd-quick   # round 6: step (d), <= 110 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -40,13 +41,24 @@
 #     ring_smem (its output must be production's bits), the gate production -> ring_smem, step_c
 #     (what the carve-out costs; step (c) again in the same run) and ring_smem -> step_c (what the
 #     ring itself does), the bench without torch (all three). Nothing else.
+#   * `stepd-quick` (BUDGET 110 unless set; round 6): campaign step (d), candidate step_d
+#     (MKL_CAMPAIGN_STEP 5, the LSE merge spread over the QKV-tile workers, production's bits
+#     expected) against production, as stepc-quick runs step (c) but without the tripwire bench and
+#     with, after the bench: the per-task profile of both (the layer head the snapshot_epoch
+#     model assumes), the clean variants and corruption canaries on step (d)'s build, the hang
+#     classes on step (d)'s build (its merge workers wait at CHUNK_MERGE: the explainer's new
+#     reading), then with >= 15 s left the gate step_d -> step_d_chunks64 (64-token chunks, which
+#     round 4's one-block merge could not afford).
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 WHAT=${1:-gate}
 QUICK=0
+# One candidate against production (stepc, stepc-quick, stepd-quick): its step, gate name, label.
+CSTEP=4 CNAME=step_c CLABEL="step (c)"
 if [ "$WHAT" = stepc-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-75}; fi
+if [ "$WHAT" = stepd-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-110}; CSTEP=5 CNAME=step_d CLABEL="step (d)"; fi
 if [ "$WHAT" = ringsmem ]; then BUDGET=${BUDGET:-60}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
@@ -85,67 +97,70 @@ echo "sources sha256 $(cat standalone/megakernel_layers/* standalone/include/*.h
 
 TWB=""  # the tripwire bench, built beside the kernels in stepc mode
 if [ "$WHAT" = stepc ]; then
-log "torch.compile warm-up (not quick), tripwire-bench build (background) and kernel builds (parallel)"
+log "torch.compile warm-up (not quick), tripwire-bench build (background; not stepd-quick) and kernel builds (parallel)"
 WARM=""
 if [ "$QUICK" = 0 ]; then
   timeout "$(cap 120)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \
     --compile-timeout 100 > "$W/compile_warmup.txt" 2>&1 &
   WARM=$!
 fi
+if [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; then  # stepd-quick runs no tripwire bench
 timeout "$(cap 120)" python3 -c "
 import runpy
 m = runpy.run_path('bench/tripwire_overhead.py', run_name='build_only')
 print(m['build'](m['ROOT'] / '.hazards' / 'build'))" > "$W/build_twbench.txt" 2>&1 &
+fi
 build plain None &
-build step4 "{'MKL_CAMPAIGN_STEP': 4}" &
+build step$CSTEP "{'MKL_CAMPAIGN_STEP': $CSTEP}" &
 build prof "{'HZ_PROFILER': 1}" &
-build prof4 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 4}" &
+build prof$CSTEP "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': $CSTEP}" &
 for j in $(jobs -p); do [ "$j" = "$WARM" ] || wait "$j"; done
-BIN=$(tail -1 "$W/build_plain.txt"); BIN4=$(tail -1 "$W/build_step4.txt"); TWB=$(tail -1 "$W/build_twbench.txt")
+BIN=$(tail -1 "$W/build_plain.txt"); BIN4=$(tail -1 "$W/build_step$CSTEP.txt"); TWB=$(tail -1 "$W/build_twbench.txt" 2>/dev/null)
 [ -x "$BIN" ] && [ -x "$BIN4" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
-log "step (c): 3 checked launches each, outputs dumped and compared with production's"
-for b in plain step4; do
+log "$CLABEL: 3 checked launches each, outputs dumped and compared with production's"
+for b in plain step$CSTEP; do
   B=$(tail -1 "$W/build_$b.txt")
   timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
   echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
 done  # (3 launches of ~1 ms and the weights' generation: ~1 s each in round 4; 10 s is a hang)
-# What step (c) may still be asked: ok (all below), wrong (only the gate, which calls it incorrect),
-# failed (no result: a hang, a crash or a build error -- nothing more on its build; where it
-# stopped is asked of the tripwire and compute-sanitizer, then the round goes on with production).
+# What the candidate may still be asked: ok (all below), wrong (only the gate, which calls it
+# incorrect), failed (no result: a hang, a crash or a build error -- nothing more on its build;
+# where it stopped is asked of the tripwire and compute-sanitizer, then the round goes on with
+# production).
 S4=ok
-if ! grep -q '"mismatched":0,' "$W/sanity_step4.txt"; then
-  if grep -q '"mismatched":' "$W/sanity_step4.txt"; then S4=wrong; else S4=failed; fi
+if ! grep -q '"mismatched":0,' "$W/sanity_step$CSTEP.txt"; then
+  if grep -q '"mismatched":' "$W/sanity_step$CSTEP.txt"; then S4=wrong; else S4=failed; fi
 fi
-log "step (c)'s checked launches: $S4"
+log "$CLABEL's checked launches: $S4"
 if [ "$S4" = failed ] && [ -x "$BIN4" ]; then
-  tail -5 "$W/sanity_step4.txt" | cut -c1-300
+  tail -5 "$W/sanity_step$CSTEP.txt" | cut -c1-300
   timeout "$(cap 15)" python3 -m hazards repro --family megakernel_layers --binary "$BIN4" --store "$W/repro.db" \
-    --json --keep-going --variant clean --runs 1 --launches 1 --timeout 3 > "$W/repro_step4_clean.json" \
-    2> "$W/repro_step4_clean.err"
-  python3 ci/gpu/repro_summary.py "$W/repro_step4_clean.json" 2>&1 | cut -c1-900
+    --json --keep-going --variant clean --runs 1 --launches 1 --timeout 3 > "$W/repro_step${CSTEP}_clean.json" \
+    2> "$W/repro_step${CSTEP}_clean.err"
+  python3 ci/gpu/repro_summary.py "$W/repro_step${CSTEP}_clean.json" 2>&1 | cut -c1-900
   if [ "$QUICK" = 0 ]; then
     timeout "$(cap 40)" compute-sanitizer --tool memcheck "$BIN4" '{"launches":1,"params":{}}' \
-      > "$W/memcheck_step4.txt" 2>&1
-    echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|Address|at 0x" "$W/memcheck_step4.txt" | head -12 | cut -c1-200
+      > "$W/memcheck_step$CSTEP.txt" 2>&1
+    echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|Address|at 0x" "$W/memcheck_step$CSTEP.txt" | head -12 | cut -c1-200
   fi
 fi
-[ -s "$W/dump_plain.f32" ] && [ -s "$W/dump_step4.f32" ] &&
-python3 - "$W/dump_plain.f32" "$W/dump_step4.f32" <<'EOF' 2>&1 | cut -c1-300
+[ -s "$W/dump_plain.f32" ] && [ -s "$W/dump_step$CSTEP.f32" ] &&
+python3 - "$W/dump_plain.f32" "$W/dump_step$CSTEP.f32" "$CLABEL" <<'EOF' 2>&1 | cut -c1-300
 import sys
 from array import array
 a, b = (array("f", open(f, "rb").read()) for f in sys.argv[1:3])
 dot = sum(x * y for x, y in zip(a, b)); na = sum(x * x for x in a) ** 0.5; nb = sum(y * y for y in b) ** 0.5
-print(f"step (c) vs production: {len(a)} / {len(b)} floats, identical {a == b}, cos {dot / (na * nb):.9f}, "
+print(f"{sys.argv[3]} vs production: {len(a)} / {len(b)} floats, identical {a == b}, cos {dot / (na * nb):.9f}, "
       f"max abs diff {max(abs(x - y) for x, y in zip(a, b)):.3g}")
 EOF
 
 ALSO=(); PROF=(--candidate production); ACC=(); HANGBIN=$BIN
 if [ "$S4" = ok ]; then
-  ALSO=(--also-define MKL_CAMPAIGN_STEP=4); PROF+=(--candidate step_c); ACC=(--define MKL_CAMPAIGN_STEP=4)
-  HANGBIN=$BIN4  # the hang classes below run on step (c)'s build
+  ALSO=(--also-define MKL_CAMPAIGN_STEP=$CSTEP); PROF+=(--candidate $CNAME); ACC=(--define MKL_CAMPAIGN_STEP=$CSTEP)
+  HANGBIN=$BIN4  # the hang classes below run on the candidate's build
 fi
-[ "$S4" != failed ] && gate e production step_c
+[ "$S4" != failed ] && gate e production $CNAME
 
 if [ "$QUICK" = 0 ]; then
   log "waiting for the compile warm-up"
@@ -159,20 +174,33 @@ timeout "$(cap 90)" python3 bench/megakernel_layers_perf.py "${ALSO[@]}" "${TORC
   > "$W/perf.txt" 2>&1
 echo "exit $?"; tail -25 "$W/perf.txt"
 
-if [ "$QUICK" = 0 ]; then
+if [ "$QUICK" = 0 ] || [ "$CSTEP" = 5 ]; then
   log "per-task profile: ${PROF[*]}"
-  timeout "$(cap 30)" python3 bench/megakernel_layers_profile.py "${PROF[@]}" \
+  timeout "$(cap "$([ "$QUICK" = 0 ] && echo 30 || echo 20)")" python3 bench/megakernel_layers_profile.py "${PROF[@]}" \
     --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
   echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+fi
+if [ "$QUICK" = 0 ]; then
   ACCARGS=(--clean-launches 500 --clean-budget 2 --canary-budget 1); ACCCAP=35
+elif [ "$CSTEP" = 5 ]; then  # 30 s stay for the hang classes and the chunks64 gate after it
+  ACCARGS=(--clean-launches 200 --clean-budget 0.5 --canary-budget 0.3)
+  ACCCAP=$(( $(left) - 30 )); [ "$ACCCAP" -gt 15 ] && ACCCAP=15
 else
   ACCARGS=(--clean-launches 200 --clean-budget 0.5 --canary-budget 0.3)
   ACCCAP=$(( $(left) - 12 )); [ "$ACCCAP" -gt 15 ] && ACCCAP=15  # 12 s stay for the tripwire bench
 fi
 log "clean variants and corruption canaries (one warm server) on the build with defines: ${ACC[*]:-none}"
 timeout "$(cap $ACCCAP)" python3 bench/megakernel_layers_acceptance.py "${ACC[@]}" "${ACCARGS[@]}" \
-  --skip-agreement --json "$W/acceptance_stepc.json" > "$W/acceptance_stepc.txt" 2>&1
-echo "exit $?"; cut -c1-200 "$W/acceptance_stepc.txt" | grep -v Warning
+  --skip-agreement --json "$W/acceptance_$CNAME.json" > "$W/acceptance_$CNAME.txt" 2>&1
+echo "exit $?"; cut -c1-200 "$W/acceptance_$CNAME.txt" | grep -v Warning
+if [ "$CSTEP" = 5 ]; then
+  HL=$(( $(left) - 12 )); [ "$HL" -gt 30 ] && HL=30
+  log "hang classes on the build with defines: ${ACC[*]:-none} (${HL}s)"
+  bash ci/gpu/layers-hang-sentences.sh "$W" "$HANGBIN" "$HL" 600
+  if [ "$S4" != ok ]; then log "no gate step_d -> step_d_chunks64: step (d)'s checked launches were $S4"
+  elif [ "$(left)" -ge 15 ]; then gate f step_d step_d_chunks64
+  else log "no time left for the gate step_d -> step_d_chunks64 ($(left)s left)"; fi
+fi
 elif [ "$WHAT" = ringsmem ]; then
 log "builds: production, ring_smem (step (c)'s shared memory, production's code), step (c); plain and profiled"
 build plain None &
@@ -271,7 +299,7 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$QUICK" = 0 ]; then
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
 fi
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \

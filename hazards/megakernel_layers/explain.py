@@ -53,19 +53,34 @@ def explain(snapshot: Any, params: dict[str, Any]) -> str | None:
     waiting = [s for s in snapshot.slots if s.waiting]
     if not waiting:
         return None
-    by_bar = collections.Counter((s.barrier, s.expected) for s in waiting)
+    by_bar = collections.Counter((s.barrier, _epoch(s, sched)) for s in waiting)
     (bar, expected), n_main = by_bar.most_common(1)[0]
-    main = [s for s in waiting if s.barrier == bar and s.expected == expected]
+    main = [s for s in waiting if s.barrier == bar and _epoch(s, sched) == expected]
     step, layer = _layer(expected, layers)
     name = BARRIER_NAMES.get(bar, f"#{bar}")
     head = f"{n_main} of {workers} workers wait at {name} in layer {layer} (epoch {expected})"
-    if bar == BAR_ATTN_RELEASE:
-        return head + "; " + _chunk_clause(main, sched, params)
+    if bar in (BAR_ATTN_RELEASE, BAR_CHUNK_MERGE):
+        # campaign step (d) (MKL_CAMPAIGN_STEP 5): its merge workers wait for the chunk count at
+        # CHUNK_MERGE, the others at ATTN_RELEASE; both watches carry the chunk counter
+        other = BAR_CHUNK_MERGE if bar == BAR_ATTN_RELEASE else BAR_ATTN_RELEASE
+        beside = [s for s in waiting if s.barrier == other and _epoch(s, sched) == expected]
+        if beside:
+            head += (f" and {len(beside)} at {BARRIER_NAMES[other]}"
+                     + (" (campaign step (d)'s merge workers)" if other == BAR_CHUNK_MERGE else ""))
+        return head + "; " + _chunk_clause(main + beside, sched, params)
     if bar == BAR_ROUTING:
         return head + "; " + _routing_clause(main, waiting, sched, params, layers)
     if bar == BAR_W13_W2:
         return head + "; " + _w13_clause(main, sched, params)
     return head + f"; hazard switch {params.get('hazard')!r}: no family-specific reading of {name}"
+
+
+def _epoch(slot: Any, sched: M.Schedule) -> int:
+    """The epoch a watch waits for: CHUNK_MERGE (campaign step (d)'s merge workers) waits for
+    the chunk counter itself to reach chunks x epoch; every other watch here is an epoch."""
+    if slot.barrier == BAR_CHUNK_MERGE and sched.chunks > 0:
+        return -(-slot.expected // sched.chunks)
+    return slot.expected
 
 
 def _feeder(slots: list[Any]) -> tuple[int, int] | None:

@@ -54,7 +54,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               params=(("chunk_tokens", 64),)),
     # The optimisation campaign: each step's predecessor stays buildable
     # (MKL_CAMPAIGN_STEP in mkl_kernel.cuh), so each step is judged against the production
-    # it replaces: step_a vs round3, production vs step_a, step_b and step_c vs production.
+    # it replaces: step_a vs round3, production vs step_a, step_b, step_c and step_d vs production.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
@@ -65,6 +65,14 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("step_c", "campaign step (c): production with every matrix-vector phase's weights (QKV, O-projection, "
               "W13, W2) streamed through a shared-memory ring of bulk copies (MKL_CAMPAIGN_STEP 4; its sums run "
               "in another order: last bits differ)", "faster", defines=(("MKL_CAMPAIGN_STEP", 4),)),
+    Candidate("step_d", "campaign step (d): production with the LSE merge spread over the QKV-tile workers, one "
+              "head per warp, the last merge arrival releasing the attention (MKL_CAMPAIGN_STEP 5; the same "
+              "arithmetic per output: production's bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 5),)),
+    # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
+    # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
+    Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "
+              "spread merge weighs twice the partials)", "faster", params=(("chunk_tokens", 64),),
+              defines=(("MKL_CAMPAIGN_STEP", 5),)),
     # Round 5's question (step_c slower in every task, also in those whose code it did not change):
     # production's code with step (c)'s shared memory reserved and unused (so the SM keeps step (c)'s
     # small L1). Gated against production: what the carve-out costs; step_c against it: what the

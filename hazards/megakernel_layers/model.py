@@ -22,6 +22,7 @@ RELEASE_FANOUT = 8
 AMD_LINE = 64
 OWN_LINE_STRIDE = 128
 SHARED_LINE_STRIDE = 4
+MERGE_HEADS_PER_WORKER = 16  # campaign step (d): one head a warp of a 512-thread block
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +133,11 @@ class Schedule:
 
     def holds_qkv(self, w: int) -> bool:
         return w < self.qkv_tiles  # tile t -> worker t % G, so ranks 0..min(QT, G)-1
+
+    def merge_workers(self) -> int:
+        """Campaign step (d)'s merge workers: ranks [0, this) merge heads w, w + this, ...
+        (mkl::merge_workers: a warp a head, QKV tile holders only)."""
+        return min(-(-self.shape.NQ // MERGE_HEADS_PER_WORKER), self.qkv_tiles, self.workers)
 
     def chunk_tokens(self, c: int) -> tuple[int, int]:
         return chunk_begin(c, self.chunks, self.tokens), chunk_begin(c + 1, self.chunks, self.tokens)

@@ -53,12 +53,15 @@
 // production) + step (b), the router folded into partial logits of the O-projection workers;
 // 4 (a candidate, not production) production + step (c), every matrix-vector phase's weights
 // streamed through a shared-memory ring of bulk copies (gemv_ring; step (b) not included: each
-// candidate is judged against production alone). Candidates step_b, step_c.
+// candidate is judged against production alone); 5 (a candidate, not production) production +
+// step (d), the LSE merge spread over the QKV-tile workers (merge_heads: one warp per head, the
+// same arithmetic as merge_chunks, so the same bits). Candidates step_b, step_c, step_d.
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 2
 #endif
 #define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3)  // step (b)
 #define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)    // step (c)
+#define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP == 5)   // step (d)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -847,6 +850,73 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 #endif
 }
 
+#if MKL_MERGE_SPREAD
+// Campaign step (d): the LSE merge spread over the workers. Round 4's profile had the merge at
+// 35 us a layer on the one block that arrived last (0.56 MB of partials: far below any
+// bandwidth, a latency chain) while ~100 workers waited for it. Here each of the merge workers
+// (mkl::merge_workers: 4 at 64 heads, QKV-tile holders) merges heads n0, n0 + nstep, ... :
+// warp k takes head n0 + k * nstep (then + nstep * NWARPS), lane = output pair (2 lane,
+// 2 lane + 1) of the head (HD = 64: one warp a head). Per batch of MERGE_BATCH chunks a lane
+// issues its 16 float2 partials and one chunk's (m, l) (lane b: chunk cb + b % 16, broadcast by
+// shuffles) before any arithmetic: one L2 round trip a batch (3 at 33 chunks; with the next
+// batch's loads also in flight ptxas spilled them, 128 B, and a spill store waits for its load,
+// which is what kept round 4's merge_chunks serial), and the arithmetic is
+// merge_chunks' for that output, operation by operation and in the same order (the batch's max,
+// alpha, the weights, l's sum, acc * alpha then one fmaf per chunk, acc / l at the end): the
+// output bits are production's. Plain loads, as merge_chunks: what they see depends on the
+// acquire before them (HZ_PARTIAL_NO_FENCE drops it).
+__device__ __forceinline__ void merge_heads_load(const float* ph, size_t cstride, int cb, int C, int lane, float2& ml,
+                                                 float2 (&v)[MERGE_BATCH]) {
+  ml = *reinterpret_cast<const float2*>(ph + (size_t)min(cb + (lane & (MERGE_BATCH - 1)), C - 1) * cstride);
+#pragma unroll
+  for (int b = 0; b < MERGE_BATCH; ++b)
+    v[b] = *reinterpret_cast<const float2*>(ph + (size_t)min(cb + b, C - 1) * cstride + 2 + 2 * lane);
+}
+
+__device__ __noinline__ void merge_heads(const float* partials, float* attn_out, int NQ, int C, int n0, int nstep) {
+  static_assert(HD == 64 && MERGE_BATCH <= 32, "one warp a head: lane = output pair; (m, l) of a batch in lanes");
+  static_assert(MERGE_HEADS_PER_WORKER == NWARPS, "mkl::merge_workers counts a head a warp");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const size_t cstride = (size_t)NQ * (2 + HD);  // floats from chunk c's row of a head to chunk c + 1's
+  for (int n = n0 + warp * nstep; n < NQ; n += nstep * NWARPS) {
+    const float* ph = partials + (size_t)n * (2 + HD);
+    float run_m = -INFINITY, run_l = 0.f, a0 = 0.f, a1 = 0.f;
+    for (int cb = 0; cb < C; cb += MERGE_BATCH) {
+      const int cnt = min(MERGE_BATCH, C - cb);
+      float2 ml, v[MERGE_BATCH];
+      merge_heads_load(ph, cstride, cb, C, lane, ml, v);
+      // merge_chunks' per-head step (its thread n) and per-output step (its pair n * HD / 2 + lane),
+      // each in its order; (m, l) of chunk cb + b come from lane b (shuffled twice rather than
+      // held in 32 more registers)
+      const float m_old = run_m;
+      float mn = m_old;
+#pragma unroll
+      for (int b = 0; b < MERGE_BATCH; ++b) {
+        const float mb = __shfl_sync(0xffffffffu, ml.x, b);
+        if (b < cnt) mn = fmaxf(mn, mb);
+      }
+      const float al = m_old == -INFINITY ? 0.f : expf(m_old - mn);
+      float l = run_l * al;
+      a0 = a0 * al;
+      a1 = a1 * al;
+#pragma unroll
+      for (int b = 0; b < MERGE_BATCH; ++b) {
+        const float mb = __shfl_sync(0xffffffffu, ml.x, b), lb = __shfl_sync(0xffffffffu, ml.y, b);
+        if (b < cnt) {
+          const float wb = mb == -INFINITY ? 0.f : expf(mb - mn);
+          l += wb * lb;
+          a0 = fmaf(wb, v[b].x, a0);
+          a1 = fmaf(wb, v[b].y, a1);
+        }
+      }
+      run_m = mn;
+      run_l = l;
+    }
+    *reinterpret_cast<float2*>(attn_out + (size_t)n * HD + 2 * lane) = make_float2(a0 / run_l, a1 / run_l);
+  }
+}
+#endif
+
 // One thread's routing from the E logits: the K largest (ties to the lower index) and their
 // softmax weights. router_topk and router_from_partials both end in it.
 __device__ __forceinline__ void select_topk(const Shape& s, const float* logits, int* routing_ids, float* routing_w) {
@@ -1165,7 +1235,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       const bool fenced = p.hazard != HZ_PARTIAL_NO_FENCE;
       const uint32_t old = block_arrive(sync_word(p, W_CHUNK_CTR), fenced, tid, &hd->word);
       MKL_PROF_RECORD(TASK_ATTN_CHUNK, span, l, c);
-      if (old + 1u == (uint32_t)p.C * epoch) {
+      if (!MKL_MERGE_SPREAD && old + 1u == (uint32_t)p.C * epoch) {
         tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, c);
         MKL_PROF_STAMP(span);
         if (fenced) acquire_fence();
@@ -1174,6 +1244,49 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         MKL_PROF_RECORD(TASK_ATTN_MERGE, span, l, c);
       }
     }
+
+#if MKL_MERGE_SPREAD
+    // ---- campaign step (d): the LSE merge, one head per warp of the merge workers -----------
+    // Why it is correct: (1) partials -> merge workers: each chunk block's stores are released by
+    // its leader's fence after the block barrier and its arrival on CHUNK (block_arrive); a merge
+    // worker's leader acquires the count reaching C * epoch (poll_acquire; counters are never
+    // reset, so that value can only mean this layer's C arrivals), then a block barrier hands
+    // what it acquired to its threads -- the pattern of every other wait in this kernel.
+    // (2) merge workers -> O-projection: each merge block releases its attn_out heads with
+    // block_arrive on MERGE; the block whose arrival completes merge_workers * epoch learns it
+    // from its own atomic, acquires (acquire_fence: the others' releases through the counter's
+    // RMW chain) and releases ATTN_RELEASE = epoch (block_publish_flag) -- the W13 fan-out's
+    // pattern; the O-projection's acquire poll of ATTN_RELEASE then sees every merged head.
+    // (3) Reuse across layers: attn_out and the partials are rewritten only in the next layer,
+    // after LAYER_END, which every O-projection worker has passed (it arrived at OPROJ after
+    // reading attn_out, and ROUTING, then W2, then LAYER_END follow it).
+    // Every hazard switch keeps its place: the chunk arrivals (participant_set, chunk_supply,
+    // partial_no_fence: the chunk blocks' release dropped) are production's, ATTN_RELEASE is
+    // still one flag published once a layer with the epoch (snapshot_epoch's "+1" reads it), and
+    // the merge workers hold QKV tiles (merge_workers), so the workers that arrive at nothing
+    // before its bump are production's. One half of partial_no_fence does not carry over: the
+    // merger's skipped acquire. Production's merger learns from its own atomic and skips an
+    // acquire_fence; a merge worker here learns from a poll, and a relaxed poll followed by
+    // plain loads is what the compiled static check flags (poll-no-acquire) in every build of
+    // the binary, the switch being a run-time flag. So the merge workers always acquire, and
+    // the switch drops the producers' release (the half gfx942's release-order check flags).
+    const int nmerge = merge_workers(s.NQ, p.QT, p.G);
+    if (w < nmerge) {
+      tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, w);
+      uint32_t* chunk_ctr = sync_word(p, W_CHUNK_CTR);
+      const uint32_t chunks_want = (uint32_t)p.C * epoch;
+      if (tid == 0) wait_ge<TW>(tw, chunk_ctr, chunks_want, BAR_CHUNK_MERGE, chunk_ctr, chunks_want, -1);
+      __syncthreads();
+      MKL_PROF_STAMP(span);
+      merge_heads(p.partials, p.attn_out, s.NQ, p.C, w, nmerge);
+      const uint32_t old = block_arrive(sync_word(p, W_MERGE_CTR), true, tid, &hd->word);
+      if (old + 1u == (uint32_t)nmerge * epoch) {
+        acquire_fence();
+        block_publish_flag(sync_word(p, W_ATTN_RELEASE), epoch, true, tid);
+      }
+      MKL_PROF_RECORD(TASK_ATTN_MERGE, span, l, w);
+    }
+#endif
 
     // ---- O-projection (+ router / top-k by the last arriver) ------------------------------
     if (r1 > r0) {

@@ -136,6 +136,22 @@ MKL_HD bool serves_chunk(int w, const Schedule& sc, int hazard) {
   return hazard != HZ_PARTICIPANT_SET || w < sc.QT;
 }
 
+// Campaign step (d) (MKL_CAMPAIGN_STEP 5, mkl_kernel.cuh): workers [0, merge_workers) each merge
+// the attention heads w, w + merge_workers, ... (one a warp) once every chunk has arrived: as
+// few workers as give every head a warp (4 at 64 heads). A head's merge is latency-bound, so
+// more workers would not be faster; they would add arrivals to the merge counter, pollers of
+// the chunk counter's line, and busy block-time (the perf gate's sumCTA: the same work on more
+// blocks is what it calls sloughing). Only workers that hold a QKV tile (w < min(QT, G)) merge:
+// every one of them already arrives (at QKV) before the merge can release, so the workers that
+// arrive at nothing before ATTN_RELEASE is bumped -- the snapshot_epoch switch's vulnerable
+// set -- are production's.
+constexpr int MERGE_HEADS_PER_WORKER = 16;  // one a warp of the kernel's 512-thread blocks
+MKL_HD int merge_workers(int NQ, int QT, int G) {
+  const int holders = QT < G ? QT : G;
+  const int want = (NQ + MERGE_HEADS_PER_WORKER - 1) / MERGE_HEADS_PER_WORKER;
+  return want < holders ? want : holders;
+}
+
 // The epoch of (decode step, layer): every counter starts at 0 and bumps once per layer,
 // never reset, so the value each barrier reaches is a function of these two numbers.
 MKL_HD uint32_t epoch_of(int step, int layers, int layer) {

@@ -46,7 +46,8 @@ enum SyncWord : int {
   W_ATTN_RELEASE = 3,  // merged attention released (epoch)
   W_OPROJ_CTR = 4,     // O-projection arrivals: the last arriver runs the router / top-k
   W_ROUTING = 5,       // routing published (epoch)
-  N_SINGLE = 6,
+  W_MERGE_CTR = 6,     // campaign step (d) only: merge workers' arrivals; the last publishes ATTN_RELEASE
+  N_SINGLE = 7,
 };
 constexpr int OFF_MOE = 8 * LINE;                       // expert barrier blocks start here
 constexpr int MOE_BLOCK = (RELEASE_FANOUT + 1) * LINE;  // one block per expert id

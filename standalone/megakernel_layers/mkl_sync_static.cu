@@ -42,6 +42,7 @@ constexpr bool kRoutingRelease = MKL_HAZARD != mkl::HZ_ROUTING_NO_FENCE;
 __device__ __attribute__((used)) const uint32_t hz_barrier_layout[] = {
     MKL_SINGLE(mkl::W_LAYER_CTR, 0), MKL_SINGLE(mkl::W_QKV_CTR, 0),     MKL_SINGLE(mkl::W_CHUNK_CTR, 0),
     MKL_SINGLE(mkl::W_ATTN_RELEASE, 1), MKL_SINGLE(mkl::W_OPROJ_CTR, 0), MKL_SINGLE(mkl::W_ROUTING, 1),
+    MKL_SINGLE(mkl::W_MERGE_CTR, 0),  // campaign step (d)'s merge arrivals (mkl_kernel.cuh)
     MKL_EXPERT(0), MKL_EXPERT(1),
 };
 static_assert(mkl::RELEASE_FANOUT == 8, "MKL_EXPERT lists 8 release flags");

@@ -59,7 +59,8 @@ def _longest_load_run(sass: str, load: str = r"\bLDG\.") -> int:
 
 @requires_nvdisasm
 @pytest.mark.parametrize("step, merge_ahead, router_ahead",
-                         [(0, False, False), (1, True, False), (2, True, True), (3, True, True), (4, True, True)])
+                         [(0, False, False), (1, True, False), (2, True, True), (3, True, True), (4, True, True),
+                          (5, True, True)])
 def test_the_head_tasks_issue_their_loads_ahead_from_their_campaign_step(step: int,
                                                                         merge_ahead: bool, router_ahead: bool) -> None:
     funcs = _sass(step)

@@ -1,0 +1,145 @@
+"""Campaign step (d) (MKL_CAMPAIGN_STEP 5): the LSE merge spread over the QKV-tile workers.
+
+Round 4's profile had the merge at 35 us a layer on the one block that arrived last. Step (d)
+gives every head a warp of the merge workers (mkl::merge_workers: 4 QKV-tile holders at 64
+heads), and the last merge arrival releases ATTN_RELEASE. On the CPU (nvcc 13.0, sm_90a, nvdisasm):
+the step (d) build of the family's own source compiles, its merge issues a batch's loads
+before any arithmetic and spills nothing, the kernel calls it (production's does not), and the
+compiled static checks pass it with one acquire poll more than production (the merge workers'
+wait for the chunk count). Without a GPU: the schedule keeps the merge workers among the QKV
+holders (snapshot_epoch's vulnerable set is production's) and the hang explainer reads step
+(d)'s waits (merge workers at CHUNK_MERGE, the rest at ATTN_RELEASE).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hazards.families import megakernel_layers as F
+from hazards.megakernel_layers import model as M
+
+from .tripwire_fakes import PHASE_OPROJ, slot, snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERED = ROOT / "standalone" / "megakernel_layers" / "megakernel_layers.cu"
+INCLUDE = ROOT / "standalone" / "include"
+MERGE_BATCH = 16  # mkl_kernel.cuh
+PHASE_ATTN_MERGE, BAR_CHUNK_MERGE, BAR_ATTN_RELEASE = 4, 3, 4  # megakernel_layers_names.h
+
+
+def _sass(step: int) -> str:
+    """The SASS listing of the family's source built as MKL_CAMPAIGN_STEP=step (build cache)."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static.compile import compile_cubin, disassemble
+
+    try:
+        cubin = compile_cubin(LAYERED, defines={"MKL_CAMPAIGN_STEP": step}, label=f"test-mkl-step-{step}",
+                              extra_args=(f"-I{INCLUDE}",))
+        return disassemble(cubin.path).text
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot read the step's machine code: {e}")
+
+
+def _function(sass: str, name: str) -> str:
+    """The listing of the out-of-line device function whose mangled name contains `name`."""
+    out, inside = [], False
+    for line in sass.splitlines():
+        label = re.match(r"^(\S+):\s*$", line)
+        if label and not line.startswith(".L"):
+            inside = name in label.group(1).split("$")[-1]
+        elif inside:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _longest_load_run(sass: str) -> int:
+    best = run = 0
+    for line in sass.splitlines():
+        if re.search(r"\bLDG\.", line):
+            run += 1
+            best = max(best, run)
+        elif re.search(r"\bFFMA\b", line):
+            run = 0
+    return best
+
+
+@pytest.fixture(scope="module")
+def step_d() -> str:
+    return _sass(5)
+
+
+def test_step_d_merges_a_batch_of_chunks_after_one_round_of_loads_and_spills_nothing(step_d):
+    merge = _function(step_d, "merge_heads")
+    assert merge, "the step (d) build has no out-of-line merge_heads"
+    # a lane's 16 partials of the batch and one chunk's (m, l) go out before any FFMA
+    assert _longest_load_run(merge) >= MERGE_BATCH + 1, _longest_load_run(merge)
+    # round 4's merge_chunks stored just-loaded registers to local memory (a spill store waits
+    # for its load and serialised the loads issued ahead again): none here
+    assert not re.search(r"\bSTL\b", merge)
+
+
+def test_the_step_d_kernel_calls_the_spread_merge_and_production_does_not(step_d):
+    calls = re.findall(r"\bCALL\.\S+\s+`?\(?(\S*merge_\w+)", step_d)
+    assert any("merge_heads" in c for c in calls), calls
+    assert "merge_heads" not in _sass(2)
+
+
+def _static(step: int) -> tuple[list, int]:
+    """Failing findings and the polls checked of the compiled static checks (nvcc, sm_90a)."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static import compiled
+
+    try:
+        found = compiled.check_jobs(compiled.jobs_for_files([LAYERED], [f"-DMKL_CAMPAIGN_STEP={step}"],
+                                                            archs=["sm_90a"]))
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot run the compiled static checks: {e}")
+    [coverage] = [f.message for f in found if f.check == "coverage"]
+    polls = int(re.search(r"(\d+) poll\(s\) checked", coverage).group(1))
+    return [f for f in found if f.fails], polls
+
+
+def test_step_d_passes_the_compiled_static_checks_with_the_merge_workers_acquire_poll():
+    failing, polls = _static(5)
+    assert failing == [], [f.message for f in failing]
+    _, production_polls = _static(2)
+    assert polls == production_polls + 1  # the merge workers' wait for the chunk count
+
+
+@pytest.mark.parametrize("workers", [16, 32, 64, 80, 132])
+@pytest.mark.parametrize("model", ["default", "small"])
+def test_merge_workers_hold_qkv_tiles_so_the_snapshot_class_keeps_its_vulnerable_workers(workers, model):
+    sc = M.describe(F.resolve({"model": model}), workers)
+    n = sc.merge_workers()
+    assert n == -(-sc.shape.NQ // M.MERGE_HEADS_PER_WORKER)  # a warp a head, as few blocks as that needs
+    assert all(sc.holds_qkv(w) for w in range(n))  # none of them arrived at nothing before
+    # every head has a merge worker, and a worker's heads fit its 16 warps
+    heads = [[h for h in range(w, sc.shape.NQ, n)] for w in range(n)]
+    assert sorted(h for hs in heads for h in hs) == list(range(sc.shape.NQ))
+    assert max(len(hs) for hs in heads) <= M.MERGE_HEADS_PER_WORKER
+
+
+def test_step_d_participant_set_hang_counts_the_merge_workers_and_names_the_missing_chunks():
+    """Step (d) at seq 16384: the 4 merge workers wait for the chunk count at CHUNK_MERGE (it
+    wants 129 x epoch), the other 128 workers at ATTN_RELEASE; both watches carry the counter."""
+    sl = [slot(w, layer=0, phase=PHASE_ATTN_MERGE, barrier=BAR_CHUNK_MERGE, observed=80, expected=129,
+               aux=(80, 129, (1 << 64) - 1)) for w in range(4)]
+    sl += [slot(w, layer=0, phase=PHASE_OPROJ, barrier=BAR_ATTN_RELEASE, observed=0, expected=1,
+                aux=(80, 129, (1 << 64) - 1)) for w in range(4, 132)]
+    text = F.explain_hang(snapshot(132, sl), {"variant": "participant_set"})
+    assert "128 of 132 workers wait at ATTN_RELEASE in layer 0 (epoch 1) and 4 at CHUNK_MERGE" in text
+    assert "CHUNK_MERGE counted 80 of its 129" in text and "chunk ranks 80–128 never arrived" in text
+    assert "nested inside the QKV rank guard" in text
+
+
+def test_step_d_hang_read_from_the_merge_workers_alone_names_the_chunks_without_a_worker():
+    """Grid 64, 80 chunks, guard off, layer 1: if only the merge workers' watches were published
+    (the others' waits still short), CHUNK_MERGE (it wants 80 x epoch 2) leads the sentence."""
+    sl = [slot(w, layer=1, phase=PHASE_ATTN_MERGE, barrier=BAR_CHUNK_MERGE, observed=144, expected=160,
+               aux=(144, 160, (1 << 64) - 1)) for w in range(4)]
+    sl += [slot(w, layer=1, phase=PHASE_OPROJ, waiting=False) for w in range(4, 64)]
+    text = F.explain_hang(snapshot(64, sl), {"variant": "chunk_supply", "grid": 64})
+    assert "4 of 64 workers wait at CHUNK_MERGE in layer 1 (epoch 2)" in text
+    assert "chunk ranks 64–79 never arrived" in text and "have no worker (grid 64)" in text
