@@ -864,7 +864,8 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 // merge_chunks' for that output, operation by operation and in the same order (the batch's max,
 // alpha, the weights, l's sum, acc * alpha then one fmaf per chunk, acc / l at the end): the
 // output bits are production's. Plain loads, as merge_chunks: what they see depends on the
-// acquire before them (HZ_PARTIAL_NO_FENCE drops it).
+// acquire before them (the merge workers' poll; HZ_PARTIAL_NO_FENCE keeps it here, see the
+// kernel body).
 __device__ __forceinline__ void merge_heads_load(const float* ph, size_t cstride, int cb, int C, int lane, float2& ml,
                                                  float2 (&v)[MERGE_BATCH]) {
   ml = *reinterpret_cast<const float2*>(ph + (size_t)min(cb + (lane & (MERGE_BATCH - 1)), C - 1) * cstride);
