@@ -1271,6 +1271,12 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
     // plain loads is what the compiled static check flags (poll-no-acquire) in every build of
     // the binary, the switch being a run-time flag. So the merge workers always acquire, and
     // the switch drops the producers' release (the half gfx942's release-order check flags).
+    // Every worker's O-projection prefetch (production issues it on reaching the O-projection)
+    // goes out here, so a merge worker's rows go to L2 while it waits and merges.
+    if (r1 > r0 && tid < 32)
+      prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_WO) + (size_t)r0 * s.NQ * HD, (long long)(r1 - r0) * s.NQ * HD * 2);
+    else if (r1 > r0 && tid >= 32 && tid < 64 && w < s.E)  // the router's rows
+      prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_ROUTER) + (size_t)w * s.D, (long long)s.D * 2);
     const int nmerge = merge_workers(s.NQ, p.QT, p.G);
     if (w < nmerge) {
       tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, w);
@@ -1294,9 +1300,12 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       tw_mark<TW>(tw, l, PHASE_OPROJ, w);
       const __nv_bfloat16* wo = dptr<__nv_bfloat16>(hd, SLOT_WO);
       const int ko = s.NQ * HD;
-      if (tid < 32) prefetch_l2(wo + (size_t)r0 * ko, (long long)(r1 - r0) * ko * 2);
-      else if (tid >= 32 && tid < 64 && w < s.E)  // the router's rows, for whichever worker runs top-k
+      if (MKL_MERGE_SPREAD) {  // step (d) issued these before the merge
+      } else if (tid < 32) {
+        prefetch_l2(wo + (size_t)r0 * ko, (long long)(r1 - r0) * ko * 2);
+      } else if (tid >= 32 && tid < 64 && w < s.E) {  // the router's rows, for whichever worker runs top-k
         prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_ROUTER) + (size_t)w * s.D, (long long)s.D * 2);
+      }
       if (tid == 0)
         wait_ge<TW>(tw, sync_word(p, W_ATTN_RELEASE), attn_want, BAR_ATTN_RELEASE, sync_word(p, W_CHUNK_CTR),
                     (uint32_t)p.C * epoch, -1);
