@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, List, Optional
 
@@ -29,8 +30,9 @@ built with `--build`, judged by the early-clobber lint, then run with `--test` t
 engine until it fails or its share of `--budget` ends. `{dir}` is the mutant's copy of the
 root, `{src}` its mutated file, `{out}` a folder for build output. A mutant is killed-static,
 killed (with the failing run's evidence), survived (with its per-launch upper bound),
-did-not-build, timed-out-build, not-judged or not-run. Exit status: 0 every judged mutant was
-killed, 1 a mutant survived, 3 none could be judged, 2 bad input. See docs/mutate.md.
+did-not-build, timed-out-build, not-judged or not-run. Exit status: 0 every mutant that built
+was killed, 1 a mutant survived, 3 a mutant was left unjudged (not-judged, not-run,
+timed-out-build) or none could be judged, 2 bad input. See docs/mutate.md.
 
     hazards mutate kernel.cu --list
     hazards mutate kernel.cu --build 'nvcc -O3 -arch=sm_90a {src} -o {out}/k' --test '{out}/k --check' --budget 20m
@@ -131,7 +133,7 @@ def _kill(found, sources, build, test, root, budget, timeout, runs, jobs, static
 
     from hazards.engine.campaign import LeasedCampaign
     from hazards.engine.store import Store
-    from hazards.mutate.kill import Fate, KillConfig, check_config, kill_loop, score
+    from hazards.mutate.kill import UNJUDGED, Fate, KillConfig, check_config, kill_loop, score
 
     check_seconds(timeout, "--timeout")
     cfg = KillConfig(root=(root or sources[0].parent).resolve(), test=test, build=build,
@@ -153,9 +155,16 @@ def _kill(found, sources, build, test, root, budget, timeout, runs, jobs, static
                           "mutants": [r.as_json(texts[r.mutant.key]) for r in results]}))
     else:
         _print_results(results, texts, killed, judged)
+    unjudged = Counter(r.fate.value for r in results if r.fate in UNJUDGED)
+    if unjudged and judged:
+        print(f"mutate: {sum(unjudged.values())} of {len(results)} mutants not judged "
+              f"({', '.join(f'{n} {fate}' for fate, n in sorted(unjudged.items()))}): the score covers the judged "
+              "ones only; give more --budget or fewer mutants (--operators, --lines)", file=sys.stderr)
     if judged == 0:
         return EXIT_NOT_JUDGED
-    return EXIT_HAZARD if any(r.fate is Fate.SURVIVED for r in results) else EXIT_OK
+    if any(r.fate is Fate.SURVIVED for r in results):
+        return EXIT_HAZARD
+    return EXIT_NOT_JUDGED if unjudged else EXIT_OK
 
 
 def _print_results(results, texts, killed: int, judged: int) -> None:

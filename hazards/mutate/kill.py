@@ -68,6 +68,9 @@ class Fate(str, enum.Enum):
 
 
 KILLED = (Fate.KILLED_STATIC, Fate.KILLED)
+# Mutants the loop could not look at: a score over the judged ones says nothing about them, so
+# they keep the command from passing. A mutant that did not build is no program, not a gap.
+UNJUDGED = (Fate.NOT_JUDGED, Fate.NOT_RUN, Fate.TIMED_OUT_BUILD)
 
 
 @dataclasses.dataclass

@@ -207,6 +207,18 @@ def _mutate(project: Path, tmp_path: Path, *args: str) -> subprocess.CompletedPr
                           env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
 
 
+CHECK_PY = f"{sys.executable} {{dir}}/check.py {{src}}"
+
+
+def _project_with_check(tmp_path: Path, kernel_line: str, check_body: str) -> Path:
+    """A folder with kernel.cu (one line) and check.py, whose body sees the source as `text`."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "kernel.cu").write_text(kernel_line + "\n")
+    (project / "check.py").write_text("import sys, time\ntext = open(sys.argv[1]).read()\n" + check_body)
+    return project
+
+
 def test_two_identical_files_mutated_alike_are_each_judged_in_their_own_file(tmp_path):
     # A header vendored twice: the same mutated text in two files is two different trees, so
     # the second mutant must not reuse the first one's build (its own file left unmutated).
@@ -233,15 +245,10 @@ def test_a_build_that_runs_past_its_timeout_leaves_no_process_behind(tmp_path, s
 def test_a_mutant_that_slows_every_run_stops_when_the_budget_ends(tmp_path):
     # The original's runs are fast, so the mutant's share buys many runs; each of its runs is
     # slow (not a hang): they must stop at the budget, not run n times the slow run.
-    project = tmp_path / "p"
-    project.mkdir()
-    (project / "kernel.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; }\n")
-    (project / "check.py").write_text("import sys, time\n"
-                                      "if '__threadfence' not in open(sys.argv[1]).read():\n"
-                                      "    time.sleep(2)\n")
-    res = _mutate(project, tmp_path, "kernel.cu", "--operators", "remove-fence", "--test",
-                  f"{sys.executable} {{dir}}/check.py {{src}}", "--timeout", "3", "-n", "50", "--budget", "8s",
-                  "--json")
+    project = _project_with_check(tmp_path, "void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; }",
+                                  "if '__threadfence' not in text:\n    time.sleep(2)\n")
+    res = _mutate(project, tmp_path, "kernel.cu", "--operators", "remove-fence", "--test", CHECK_PY,
+                  "--timeout", "3", "-n", "50", "--budget", "8s", "--json")
     assert res.returncode in (1, 3), res.stderr
     (m,) = json.loads(res.stdout)["mutants"]
     # at most the budget plus one timeout (a run in flight at the budget's end is judged) of 2-s runs
@@ -375,3 +382,16 @@ def test_a_root_too_big_to_copy_is_refused_before_any_copy(tmp_path, monkeypatch
     with pytest.raises(UserError, match="give --root the folder the build needs"):
         kill.Scratch(root)
     assert list(scratch.iterdir()) == []
+
+
+def test_mutants_left_unjudged_make_the_exit_could_not_judge_even_when_every_judged_one_was_killed(tmp_path):
+    # One mutant killed, one whose every run is an error (not judged): "every judged mutant was
+    # killed" is not "the test sees every missing synchronization", so the exit is 3, not 0,
+    # and stderr names how many were left unjudged.
+    project = _project_with_check(tmp_path, "void f(int* d){ d[0] = 1; __threadfence(); d[1] = 1; __syncthreads(); }",
+                                  "if '__syncthreads' not in text:\n    import no_such_module_here\n"
+                                  "sys.exit(0 if '__threadfence' in text else 1)\n")
+    res = _mutate(project, tmp_path, "kernel.cu", "--no-preprocess", "--operators", "remove-fence,remove-barrier",
+                  "--test", CHECK_PY, "--timeout", "30", "-n", "2", "--json")
+    assert sorted(m["fate"] for m in json.loads(res.stdout)["mutants"]) == ["killed", "not-judged"], res.stdout
+    assert res.returncode == 3 and "1 of 2 mutants not judged (1 not-judged)" in res.stderr, res.stderr
