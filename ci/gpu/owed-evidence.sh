@@ -17,18 +17,6 @@ export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build} PYTHONUNBUFFERED=1
 machine_step
 build_cuda_families
 
-# sub NAME NEED_S CMD...: run CMD with OUT=$R/NAME if NEED_S seconds are left, at most what is left
-sub() {
-  local name=$1 need=$2
-  shift 2
-  if [ "$(left)" -lt "$need" ]; then echo "$name: not run ($(left) s left, needs $need)"; return; fi
-  step "$name"
-  mkdir -p "$R/$name"
-  OUT=$R/$name timeout -k 5 "$(left)" "$@" > "$R/$name/console.txt" 2>&1
-  echo "$name: exit $?"
-  tail -12 "$R/$name/console.txt" | cut -c1-220
-}
-
 sub check-test 90 python3 -m pytest -m gpu -v -rs -p no:cacheprovider -p no:randomly tests/campaign/test_check_gpu.py
 sub falsestall-new-variants 80 bash ci/gpu/falsestall-h200.sh 70 \
   mma_pingpong/fixed_threads_skewed,ordering/pc_fixed_skewed,pipeline/single_jitter

@@ -6,7 +6,9 @@
 # (the GPU, nvcc, commit and date the round ran on), build_family FAMILY TIMEOUT_S (the
 # family's binary through the hazards build cache in $BIN, or finish) and build_cuda_families
 # [NAME,...] (every CUDA family's binary, or those named, into the build cache, 8 at once; a
-# failure is said, not fatal).
+# failure is said, not fatal) and sub NAME NEED_S CMD... (a step that is another script: CMD
+# with OUT=$R/NAME, its console in $R/NAME/console.txt, if NEED_S seconds are left, for at most
+# what is left).
 ROUND=$1
 BUDGET=$2
 export PYTHONPATH=$PWD
@@ -49,4 +51,16 @@ with cf.ThreadPoolExecutor(8) as pool:
     for f, b in zip(fams, pool.map(family_binary, fams)):
         print(f.name, b)
 PY
+}
+
+# sub NAME NEED_S CMD...: run CMD with OUT=$R/NAME if NEED_S seconds are left, at most what is left
+sub() {
+  local name=$1 need=$2
+  shift 2
+  if [ "$(left)" -lt "$need" ]; then echo "$name: not run ($(left) s left, needs $need)"; return; fi
+  step "$name"
+  mkdir -p "$R/$name"
+  OUT=$R/$name timeout -k 5 "$(left)" "$@" > "$R/$name/console.txt" 2>&1
+  echo "$name: exit $?"
+  tail -12 "$R/$name/console.txt" | cut -c1-220
 }

@@ -32,7 +32,7 @@ struct Args {
   int stride, yperm;
   int blk_a, blk_c, loc_a, loc_c, loc2_a, loc2_c, partner_off;
   int barrier, pre_stress, stress_lines, stress_iters, stress_pattern;
-  int iters, elems, producer_skew;  // pc: warp w of a producer writes its data w*producer_skew*64 clocks late
+  int iters, elems, producer_skew, consumer_skew;  // pc: producer (consumer) warp w writes (reads) w*skew*64 clocks late
   unsigned* mem;
   unsigned* res;
   unsigned* scratch;
@@ -216,8 +216,8 @@ __global__ void pc_kernel(Args a, long launch, hz::DeviceCheck* check, unsigned*
       }
       __syncthreads();
       if (timed_out) break;
-      // Producer skew (timing only): the barrier below waits for the late warps, so the flag
-      // never goes out before any warp's data; without it, it would before the late warps'.
+      // Producer (consumer) skew, timing only: the barrier after the data writes (reads) waits for
+      // the late warps, so the flag (ack) is right for any skew; without it, it goes out before them.
       hz_spin_cycles((long long)(threadIdx.x / HZ_WARP_SIZE) * a.producer_skew * 64);
       for (int k = threadIdx.x; k < L; k += blockDim.x) data[k] = pc_value(a.seed, pair, it, k);
       __syncthreads();
@@ -229,13 +229,13 @@ __global__ void pc_kernel(Args a, long launch, hz::DeviceCheck* check, unsigned*
       if (threadIdx.x == 0) {
         stale_block = 0;
         long long spins = 0;
-        while (ld_plain_or_acquire(flag, a.sync1 == RELACQ) != (unsigned)it && ++spins < kSpinCap) {
-        }
+        while (ld_plain_or_acquire(flag, a.sync1 == RELACQ) != (unsigned)it && ++spins < kSpinCap) {}
         if (spins >= kSpinCap) timed_out = 1;
         if (a.sync1 == FENCE) hz_fence_gpu();  // acquire: flag before data
       }
       __syncthreads();
       if (timed_out) break;
+      hz_spin_cycles((long long)(threadIdx.x / HZ_WARP_SIZE) * a.consumer_skew * 64);  // see the producer's skew
       unsigned stale = 0;
       for (int k = threadIdx.x; k < L; k += blockDim.x) stale += data[k] != pc_value(a.seed, pair, it, k);
       if (stale) atomicAdd(&stale_block, stale);
@@ -335,6 +335,7 @@ void run(hz::Batch& b) {
   a.iters = (int)p.i("iters");
   a.elems = (int)p.i("elems");
   a.producer_skew = (int)p.i("producer_skew");
+  a.consumer_skew = (int)p.i("consumer_skew");
   const bool pc = a.test == PC;
   const int stress_blocks = pc ? 0 : (int)p.i("stress_blocks");
   const int grid = pc ? 2 * a.test_blocks : a.test_blocks + stress_blocks;

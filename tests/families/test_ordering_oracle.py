@@ -3,7 +3,8 @@ instance once: hz::grid_stride_count (what a block of a grid-stride loop visits)
 loop it stands for, on a CPU (a host program built by nvcc through the build cache), and the
 outcome counts that must sum to it are a harness anomaly named in the family table (a lost
 count is the rig, never a weak outcome). pc_fixed_skewed is pc_fixed plus a producer skew
-only (timing), so a mismatch in it can only come from a missing producer barrier."""
+only (timing), so a mismatch in it can only come from a missing producer barrier;
+pc_fixed_late_readers likewise plus a consumer skew only (a missing consumer barrier)."""
 from __future__ import annotations
 
 import subprocess
@@ -53,3 +54,43 @@ def test_the_skewed_pc_variant_is_pc_fixed_with_only_a_producer_skew_added():
     assert allowed({"variant": "pc_fixed_skewed"})[0] is False  # the model: synchronized like pc_fixed
     source = (standalone_dir() / "ordering" / "ordering.cu").read_text()
     assert 'a.producer_skew = (int)p.i("producer_skew")' in source
+
+
+def test_the_late_readers_pc_variant_is_pc_fixed_with_only_a_consumer_skew_added():
+    from hazards.families import get_family
+    from hazards.families.ordering import allowed
+
+    from variant_pairs import differing_params
+
+    fam = get_family("ordering")
+    assert differing_params("ordering", "pc_fixed_late_readers", "pc_fixed") == {"consumer_skew": (16, 0)}
+    assert fam.variant("pc_fixed_late_readers").role == "fixed"
+    assert allowed({"variant": "pc_fixed_late_readers"})[0] is False  # the model: synchronized like pc_fixed
+    source = (standalone_dir() / "ordering" / "ordering.cu").read_text()
+    assert 'a.consumer_skew = (int)p.i("consumer_skew")' in source
+    # the consumer's warps wait after the flag barrier and before their reads: the skew delays the reads
+    consumer = source[source.index("stale_block = 0;"):source.index("atomicAdd(&stale_block, stale)")]
+    assert consumer.index("__syncthreads()") < consumer.index("a.consumer_skew") < consumer.index("data[k] !=")
+
+
+def test_the_late_readers_gpu_step_names_the_consumer_barrier_after_the_reads():
+    """ci/gpu/ordering-late-readers.sh names its mutant by line (ROWS=ordering@A-B): those lines
+    must hold exactly one mutant, the consumer's barrier after its data reads, and the script's
+    false-stall item must be the variant made for it. A line shift makes this fail, not the run."""
+    import re
+
+    from hazards.families import get_family
+    from hazards.mutate.catalog import build_defines
+    from hazards.mutate.mutants import mutants_of_text
+
+    script = (Path(__file__).resolve().parents[2] / "ci" / "gpu" / "ordering-late-readers.sh").read_text()
+    first, last = map(int, re.search(r"^sub mutate-\S+ .* ROWS=ordering@(\d+)-(\d+) ", script, re.M).groups())
+    item = re.search(r"^sub falsestall .* ci/gpu/falsestall-h200\.sh \S+ (\S+)$", script, re.M).group(1)
+    assert item == "ordering/pc_fixed_late_readers" and get_family("ordering").variant(item.split("/")[1])
+    path = standalone_dir() / "ordering" / "ordering.cu"
+    text = path.read_text()
+    mutants = mutants_of_text(text, str(path), lines=(first, last), defines=build_defines("ordering"))
+    assert [m.id for m in mutants] == [f"remove-barrier@{first}"]
+    lines = text.splitlines()
+    assert "atomicAdd(&stale_block, stale)" in lines[first - 2] and lines[first - 1].strip() == "__syncthreads();"
+    assert "hz_st_release_gpu(ack" in "\n".join(lines[first:first + 10])
