@@ -248,8 +248,13 @@ def _finish(ctx: Any, result: dict[str, Any], hosts: dict[int, dict[str, Any]], 
         result["sentence"] = ""  # a summary of a native program reads nothing: the reason stays as it is
     tripwire = find_marked(getattr(ctx, "collected", None) or {}, TRIPWIRE_MARKER)
     if tripwire:
+        not_looked = debugger_did_not_look(result)
         result["tripwire"] = {"sentence": tripwire.get("sentence"), "counts": tripwire.get("counts"),
-                              "agreement": agreement(tripwire, device)}
+                              "agreement": (f"not compared: the debugger did not look ({not_looked})" if not_looked
+                                            else agreement(tripwire, device))}
+        if result["sentence"].startswith(UNKNOWN) and tripwire.get("sentence"):
+            # nothing else located it, but the tripwire did: say that first, and what was not read
+            result["sentence"] = f"tripwire: {tripwire['sentence']} (not read: {result['sentence'][len(UNKNOWN):]})"
     if plan is not None and plan.policy is not None and result["level"] == FULL:
         host_stuck = [str(h["stuck_at"]) for h in hosts.values() if h.get("stuck_at")]
         plan.policy.learn(plan.key, [*result["stuck_at"], *host_stuck])
@@ -309,9 +314,22 @@ def summarize(result: dict[str, Any]) -> tuple[str, list[str]]:
     if not parts:
         reasons = "; ".join(f"{k}: {v}" for k, v in (result.get("skipped") or {}).items())
         errors = [v.get("error") for v in [dev, *hosts.values()] if isinstance(v, dict) and v.get("error")]
-        return ("where it hangs is unknown: " + ("; ".join(e for e in errors if e) or reasons or "nothing read"),
-                [])
+        return UNKNOWN + ("; ".join(e for e in errors if e) or reasons or "nothing read"), []
     return "; ".join(parts), stuck
+
+
+UNKNOWN = "where it hangs is unknown: "
+
+
+def debugger_did_not_look(result: dict[str, Any]) -> str | None:
+    """Why no debugger read the device (a summary, a skipped attach, a failed one), or None when
+    one did: only then may hang.md put its findings, or its finding nothing, beside the tripwire's."""
+    dev = result.get("device") or {}
+    if dev.get("locations") or dev.get("sentences"):
+        return None
+    return (dev.get("skipped") or (result.get("skipped") or {}).get("device")
+            or (f"not read ({result['level']})" if result.get("level", FULL) != FULL else None)
+            or (f"it failed: {dev['error']}" if dev.get("error") else None))
 
 
 def agreement(tripwire: dict[str, Any], device: dict[str, Any]) -> str:
@@ -373,6 +391,7 @@ def hang_markdown(result: dict[str, Any], target: str = "") -> str:
     lines.append(f"## Device{' (' + Path(dev['debugger']).name + ')' if dev.get('debugger') else ''}")
     skipped_device = dev.get("skipped") or (result.get("skipped") or {}).get("device") or \
         (f"not read ({result['level']})" if result.get("level", FULL) != FULL else None)
+    not_looked = debugger_did_not_look(result)
     if skipped_device:
         lines.append(f"skipped: {skipped_device}")
     if dev.get("error"):
@@ -396,8 +415,9 @@ def hang_markdown(result: dict[str, Any], target: str = "") -> str:
         lines.append("no host stacks read")
     lines += ["", "## System"] + (describe_system(result["system"]) if result.get("system")
                                   else [f"not read ({result.get('level', FULL)})"])
-    if tw and result.get("level", FULL) != FULL:  # the debugger did not look: nothing to compare
-        lines += ["", "## Tripwire", "", tw.get("sentence") or "—"]
+    if tw and not_looked:  # a debugger column would read as "found nothing": there is nothing to compare
+        lines += ["", "## Tripwire", "", tw.get("sentence") or "—", "", f"not compared: the debugger did not look "
+                  f"({not_looked})"]
     elif tw:
         lines += ["", "## Tripwire and debugger, side by side", "", "| tripwire | debugger |", "|---|---|",
                   f"| {tw.get('sentence') or '—'} | {'; '.join(dev.get('sentences', [])[:3]) or '—'} |", "",

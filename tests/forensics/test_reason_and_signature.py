@@ -148,3 +148,34 @@ def test_repro_without_forensics_keeps_the_plain_reason(tmp_path):
 def test_a_bad_hang_budget_is_a_one_line_error(tmp_path):
     r = _repro("--hang-budget", "0", "--", "true", store=tmp_path / "r.db")
     assert r.returncode == 2 and "--hang-budget must be a positive, finite number of seconds" in r.stderr
+
+
+def test_a_full_collection_that_ran_out_of_time_leads_with_the_tripwire_and_compares_nothing(tmp_path):
+    """The first hang of an item got a full collection with no time left for the debugger: the
+    hang's sentence and hang.md lead with what the tripwire located, and never say the debugger
+    "found no warp in a poll loop" (it never looked)."""
+    import types
+
+    from hazards.engine.forensics.collector import _finish
+    from hazards.engine.tripwire.session import MARKER
+
+    tw = {MARKER: 1, "sentence": "20 workers wait at barrier ATTN_RELEASE epoch 1 (observed 0)",
+          "counts": {"waiting": 20, "running": 0, "never_started": 0}}
+    ctx = types.SimpleNamespace(plan=None, collected={"tripwire": tw}, artifact_dir=tmp_path, target="deadlock")
+    no_time = "no time left in the hang budget for a debugger attach"
+    result = _finish(ctx, {"pid": 7}, {7: {"skipped": "no time left in the hang budget"}}, {},
+                     {}, {"device": no_time}, 0.0)
+    assert result["sentence"].startswith("tripwire: 20 workers wait at barrier ATTN_RELEASE"), result["sentence"]
+    assert no_time in result["sentence"]
+    assert result["tripwire"]["agreement"] == f"not compared: the debugger did not look ({no_time})"
+    md = (tmp_path / "hang.md").read_text()
+    assert md.split("\n")[2] == result["sentence"]
+    assert "found no warp" not in md and "side by side" not in md
+    assert f"not compared: the debugger did not look ({no_time})" in md
+
+
+def test_a_debugger_that_looked_and_found_no_poll_loop_still_says_so():
+    tw = {"sentence": "63 workers wait at barrier GRID", "counts": {"waiting": 63}}
+    device = {"debugger": "/usr/local/cuda/bin/cuda-gdb", "locations": [{"kind": "other", "where": "k.cu:3"}],
+              "sentences": ["blocks 0–62 of k at k.cu:3"]}
+    assert agreement(tw, device) == "not compared: the debugger found no warp in a poll loop"
