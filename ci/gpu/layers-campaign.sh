@@ -5,6 +5,7 @@
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepc-quick          # the same in <= 75 s (see below)
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh ringsmem             # round 5's question, <= 60 s
 #     OUT=/tmp/out BUDGET=110 bash ci/gpu/layers-campaign.sh stepd-quick   # round 6: step (d), <= 110 s
+#     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepd-gate           # round 6's gate + profile, <= 40 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -49,6 +50,10 @@
 #     classes on step (d)'s build (its merge workers wait at CHUNK_MERGE: the explainer's new
 #     reading), then with >= 15 s left the gate step_d -> step_d_chunks64 (64-token chunks, which
 #     round 4's one-block merge could not afford).
+#   * `stepd-gate` (BUDGET 40 unless set): only the profiled builds of production and step (d), the
+#     gate production -> step_d, the per-task profile of both, then (>= 8 s left) the gate step_d ->
+#     step_d_chunks64 (round 6's stepd-quick could not judge: the profiler ring was sized for one
+#     merge span a layer).
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
@@ -60,6 +65,7 @@ CSTEP=4 CNAME=step_c CLABEL="step (c)"
 if [ "$WHAT" = stepc-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-75}; fi
 if [ "$WHAT" = stepd-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-110}; CSTEP=5 CNAME=step_d CLABEL="step (d)"; fi
 if [ "$WHAT" = ringsmem ]; then BUDGET=${BUDGET:-60}; fi
+if [ "$WHAT" = stepd-gate ]; then BUDGET=${BUDGET:-40}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
 R=$OUT/layers-campaign
@@ -201,6 +207,17 @@ if [ "$CSTEP" = 5 ]; then
   elif [ "$(left)" -ge 15 ]; then gate f step_d step_d_chunks64
   else log "no time left for the gate step_d -> step_d_chunks64 ($(left)s left)"; fi
 fi
+elif [ "$WHAT" = stepd-gate ]; then
+log "builds: production and step (d), profiled (the gate's and the profile's builds)"
+build prof "{'HZ_PROFILER': 1}" &
+build prof5 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 5}" &
+for j in $(jobs -p); do wait "$j"; done
+gate e production step_d
+log "per-task profile: production, step_d"
+timeout "$(cap 15)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_d \
+  --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
+echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+if [ "$(left)" -ge 8 ]; then gate f step_d step_d_chunks64; else log "no time left for gate f ($(left)s)"; fi
 elif [ "$WHAT" = ringsmem ]; then
 log "builds: production, ring_smem (step (c)'s shared memory, production's code), step (c); plain and profiled"
 build plain None &
@@ -286,7 +303,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$QUICK" = 0 ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$QUICK" = 0 ]; then
   log "ragged decode regression"
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
@@ -299,7 +316,7 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$QUICK" = 0 ]; then
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
 fi
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \

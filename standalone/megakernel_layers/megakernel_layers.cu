@@ -734,8 +734,10 @@ int run_bench(const std::string& text) {
 // such requests, one per stdin line, keeping the model warm between them.
 
 // Spans one launch can record: every task instance of every layer, and each block's lifetime.
+// The merge is one block a layer, or campaign step (d)'s merge workers (MKL_MERGE_SPREAD).
 size_t prof_capacity(const Setup& u) {
-  const size_t per_layer = (size_t)u.QT + u.C + 1 + u.n_rows + 1 + (size_t)u.s.K * u.T13 + u.n_rows;
+  const size_t mergers = MKL_MERGE_SPREAD ? (size_t)merge_workers(u.s.NQ, u.QT, u.G) : 1;
+  const size_t per_layer = (size_t)u.QT + u.C + mergers + u.n_rows + 1 + (size_t)u.s.K * u.T13 + u.n_rows;
   return (size_t)u.G + (size_t)u.L * per_layer;
 }
 

@@ -92,3 +92,48 @@ def test_a_warm_server_builds_each_sequence_length_once_across_alternating_reque
         [(v, r.outcome, r.metrics.get("model_builds")) for v, r in runs]
     assert [r.outcome for _, r in runs] == [Outcome.CLEAN] * 4 + [Outcome.MISMATCH] + [Outcome.CLEAN] * 2, \
         [(v, r.outcome, r.reason) for v, r in runs]
+
+
+# ---- campaign step (d) (MKL_CAMPAIGN_STEP 5): the LSE merge spread over the workers ----------
+
+@pytest.fixture(scope="module")
+def step_d_binary() -> Path:
+    from hazards.stress_family import family_binary
+
+    return family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": 5})
+
+
+def test_campaign_step_d_gives_production_bits(binary: Path, step_d_binary: Path):
+    """Step (d) merges each head with production's operations in production's order: the
+    output is production's bit for bit (round 6, H100: the default point, 5760 floats)."""
+    from hazards.megakernel_layers.calibration import dump_run
+
+    params = {"layers": 2, "seq": 1024}
+    out, _, reply = dump_run(binary, params)
+    out_d, _, reply_d = dump_run(step_d_binary, params)
+    assert reply.get("mismatched") == 0 and reply_d.get("mismatched") == 0, (reply, reply_d)
+    assert out.numel() == out_d.numel() and bool((out == out_d).all())
+
+
+def test_campaign_step_d_profiles_every_merge_span_without_overflowing_the_ring():
+    """Round 6's first gate on step (d) could not judge: the ring was sized for one merge span
+    a layer and step (d) records one per merge worker (RingTooSmall)."""
+    from hazards.megakernel_layers import faithful as FA
+
+    faithful = FA.Faithful()
+    try:
+        res = faithful.measure(FA.candidate("step_d"), 132, 2, 0.9999)
+    finally:
+        faithful.close()
+    merges = [r for r in res["rows"] if r["task"] == "attn_merge"]
+    assert res["mismatched"] == 0 and merges and merges[0]["instances"] == 4 * 4, merges
+
+
+@pytest.mark.parametrize("variant", ["participant_set", "chunk_supply"])
+def test_step_d_hangs_show_the_merge_workers_beside_the_missing_chunk_ranks(step_d_binary: Path, tmp_path: Path,
+                                                                           variant: str):
+    r = run(step_d_binary, {"variant": variant, "launches": 20}, 6, tmp_path)
+    assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
+    sentence = r.evidence["tripwire"]["sentence"]
+    assert "at CHUNK_MERGE" in sentence and "never arrived" in sentence, sentence
+    assert "not the signature" not in sentence, sentence
