@@ -314,6 +314,8 @@ def summarize(result: dict[str, Any]) -> tuple[str, list[str]]:
     if not parts:
         reasons = "; ".join(f"{k}: {v}" for k, v in (result.get("skipped") or {}).items())
         errors = [v.get("error") for v in [dev, *hosts.values()] if isinstance(v, dict) and v.get("error")]
+        if examined_none(dev):
+            errors.insert(0, f"device: the debugger {examined_none(dev)}")
         return UNKNOWN + ("; ".join(e for e in errors if e) or reasons or "nothing read"), []
     return "; ".join(parts), stuck
 
@@ -325,11 +327,32 @@ def debugger_did_not_look(result: dict[str, Any]) -> str | None:
     """Why no debugger read the device (a summary, a skipped attach, a failed one), or None when
     one did: only then may hang.md put its findings, or its finding nothing, beside the tripwire's."""
     dev = result.get("device") or {}
-    if dev.get("locations") or dev.get("sentences"):
+    if dev.get("locations"):
+        return None
+    if examined_none(dev):  # blocks it found absent are in the device section; no warp was examined
+        return f"it {examined_none(dev)}"
+    if dev.get("sentences"):
         return None
     return (dev.get("skipped") or (result.get("skipped") or {}).get("device")
             or (f"not read ({result['level']})" if result.get("level", FULL) != FULL else None)
             or (f"it failed: {dev['error']}" if dev.get("error") else None))
+
+
+def examined_none(device: dict[str, Any]) -> str | None:
+    """Why a debugger that listed the warps located none of them: the budget ran out before it
+    examined one PC (cuda_device_report's pcs_examined; a location cap needs locations)."""
+    total = device.get("pcs_total")
+    if total and device.get("pcs_examined") == 0:
+        return f"examined none of the {total} PCs it found: no time left in the hang budget"
+    return None
+
+
+def _examined_part(device: dict[str, Any]) -> str:
+    """'' when the debugger examined every PC it found, else how many it examined."""
+    total, seen = device.get("pcs_total"), device.get("pcs_examined")
+    if not total or seen is None or seen >= total:
+        return ""
+    return f"{seen} of the {total} PCs it found (no time or location cap left for the rest)"
 
 
 def agreement(tripwire: dict[str, Any], device: dict[str, Any]) -> str:
@@ -339,9 +362,13 @@ def agreement(tripwire: dict[str, Any], device: dict[str, Any]) -> str:
     its never-started workers against the blocks that are not on the GPU."""
     counts = tripwire.get("counts") or {}
     polls = [loc for loc in device.get("locations", []) if loc.get("kind") in POLL_KINDS]
+    partial = _examined_part(device)
     if not counts or not polls:
+        if counts and examined_none(device):
+            return f"not compared: the debugger {examined_none(device)}"
         return "not compared: " + ("the tripwire saw no worker" if not counts
-                                   else "the debugger found no warp in a poll loop")
+                                   else "the debugger found no warp in a poll loop"
+                                   + (f" in the {partial}" if partial else ""))
     stragglers = set(tripwire.get("stragglers") or [])
     never = counts.get("never_started", len(tripwire.get("never_started") or []))
     main_tw = counts.get("waiting", 0) + counts.get("running", 0) - len(stragglers)
@@ -362,6 +389,8 @@ def agreement(tripwire: dict[str, Any], device: dict[str, Any]) -> str:
     if never or absent:
         checks.append((never == absent, f"its {never} never-started workers {{}} the {absent} blocks not on the GPU"))
     verdict = "agree" if all(ok for ok, _ in checks) else "differ"
+    if partial and verdict == "differ":  # the blocks at the PCs it did not examine are in no count
+        verdict = f"not compared in full (the debugger examined {partial})"
     return f"{verdict} (one worker per block): " + "; ".join(text.format("=" if ok else "≠") for ok, text in checks)
 
 

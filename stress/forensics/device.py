@@ -556,7 +556,8 @@ def cuda_device_report(s: DebuggerSession, *, cwd: str | None = None) -> dict[st
     if not kernels:
         notes.append("no active kernel: the process is not stuck on the GPU")
     return {"debugger": "cuda-gdb", "kernels": [dataclasses.asdict(k) for k in kernels],
-            "locations": [loc.to_json() for loc in ordered], "pcs_total": len(groups), "absent_blocks": absent,
+            "locations": [loc.to_json() for loc in ordered], "pcs_total": len(groups),
+            "pcs_examined": len(groups) - unexamined, "absent_blocks": absent,
             "sentences": sentences, "notes": notes,
             "stuck_at": sorted({f"{loc.where} ({loc.kind})" for loc in ordered})}
 

@@ -121,3 +121,58 @@ def test_the_debugger_agrees_with_the_tripwire_of_the_same_h200_run(name, monkey
     _, got = _replay(ROUND2 / name / "hang.json.gz", monkeypatch)
     tripwire = json.loads((ROUND2 / name / "tripwire.json").read_text())
     assert agreement(tripwire, got).startswith("agree (one worker per block)"), agreement(tripwire, got)
+
+
+class OutOfTime(Replay):
+    """The same answers, with the hang budget spent after `examine` PCs (the budget check runs
+    once per PC group, before the group is examined)."""
+
+    def __init__(self, commands: list[dict], examine: int) -> None:
+        super().__init__(commands)
+        self.left = examine
+
+    def remaining(self) -> float:
+        self.left -= 1
+        return 1e9 if self.left >= 0 else 0.0
+
+
+def _replay_out_of_time(name: str, examine: int, monkeypatch) -> dict:
+    recorded = json.loads(gzip.open(ROUND2 / name / "hang.json.gz").read())["device"]
+    monkeypatch.setattr(device, "_read_source", lambda f, ln, cwd: None)
+    commands = [c for c in recorded["commands"] if not c["command"].startswith(("attach", "thread apply"))]
+    return device.cuda_device_report(OutOfTime(commands, examine), cwd=None)
+
+
+def test_a_debugger_out_of_time_before_any_pc_is_never_said_to_have_found_no_poll_loop(monkeypatch, tmp_path):
+    """The debugger attached and listed the warps, then the hang budget ran out before it
+    examined one PC: it did not look, so nothing is compared and hang.md says why."""
+    import types
+
+    from hazards.engine.forensics.collector import _finish, agreement
+    from hazards.engine.tripwire.session import MARKER
+
+    got = _replay_out_of_time("deadlock-broken_chunk", 0, monkeypatch)
+    tripwire = json.loads((ROUND2 / "deadlock-broken_chunk" / "tripwire.json").read_text())
+    assert got["locations"] == [] and "found no warp" not in agreement(tripwire, got), agreement(tripwire, got)
+    assert "examined none of the 8 PCs" in agreement(tripwire, got)
+    ctx = types.SimpleNamespace(plan=None, collected={"tripwire": {MARKER: 1, **tripwire}}, artifact_dir=tmp_path,
+                                target="deadlock")
+    result = _finish(ctx, {"pid": 7}, {}, got, {}, {}, 0.0)
+    assert result["tripwire"]["agreement"].startswith("not compared: the debugger did not look (it examined none")
+    assert result["sentence"].startswith("tripwire: "), result["sentence"]
+    assert "examined none of the 8 PCs" in result["sentence"]
+    md = (tmp_path / "hang.md").read_text()
+    assert "found no warp" not in md and "side by side" not in md
+
+
+def test_a_debugger_that_examined_some_pcs_says_how_many_and_never_calls_the_rest_a_difference(monkeypatch):
+    from hazards.engine.forensics.collector import agreement
+
+    got = _replay_out_of_time("deadlock-broken_chunk", 1, monkeypatch)
+    tripwire = json.loads((ROUND2 / "deadlock-broken_chunk" / "tripwire.json").read_text())
+    assert agreement(tripwire, got) == ("not compared: the debugger found no warp in a poll loop in the 1 of the 8 "
+                                        "PCs it found (no time or location cap left for the rest)")
+    # three examined: one poll location, short of the tripwire's count: not "differ", the rest is unread
+    got = _replay_out_of_time("deadlock-broken_chunk", 3, monkeypatch)
+    assert agreement(tripwire, got).startswith("not compared in full (the debugger examined 3 of the 8 PCs"), \
+        agreement(tripwire, got)
