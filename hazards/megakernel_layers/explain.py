@@ -76,10 +76,14 @@ def explain(snapshot: Any, params: dict[str, Any]) -> str | None:
 
 
 def _epoch(slot: Any, sched: M.Schedule) -> int:
-    """The epoch a watch waits for: CHUNK_MERGE (campaign step (d)'s merge workers) waits for
-    the chunk counter itself to reach chunks x epoch; every other watch here is an epoch."""
-    if slot.barrier == BAR_CHUNK_MERGE and sched.chunks > 0:
-        return -(-slot.expected // sched.chunks)
+    """The epoch a watch waits for. Three watches wait for an arrival count (mkl_kernel.cuh):
+    QKV_EPOCH for qkv_tiles x epoch, CHUNK_MERGE (campaign step (d)'s merge workers) for
+    chunks x epoch, LAYER_END for row_workers x (epoch - 1); the others wait for an epoch."""
+    per = {BAR_QKV_EPOCH: sched.qkv_tiles, BAR_CHUNK_MERGE: sched.chunks}.get(slot.barrier, 0)
+    if per > 0:
+        return -(-slot.expected // per)
+    if slot.barrier == BAR_LAYER_END and sched.row_workers > 0:
+        return slot.expected // sched.row_workers + 1
     return slot.expected
 
 

@@ -9,7 +9,7 @@ from hazards.families import get_family
 from hazards.families import megakernel_layers as F
 from hazards.megakernel_layers import model as M
 
-from .tripwire_fakes import NO_FEEDER, PHASE_MOE_W2, PHASE_OPROJ, PHASE_ROUTING_WAIT, slot, snapshot
+from .tripwire_fakes import NO_FEEDER, PHASE_ATTN_CHUNK, PHASE_MOE_W2, PHASE_OPROJ, PHASE_ROUTING_WAIT, slot, snapshot
 
 FAM = get_family("megakernel_layers")
 
@@ -203,3 +203,16 @@ def test_the_101us_skew_hangs_the_snapshot_class_at_the_rate_measured_once_the_h
 
     low, high = rate_ci(2, 16)
     assert low <= F.predict({"variant": "snapshot_epoch", "jitter_cycles": 200000}).probability <= high
+
+
+@pytest.mark.parametrize("barrier, name, layer, expected", [
+    (2, "QKV_EPOCH", 1, 80 * 2),      # a chunk worker waits for QT x epoch QKV arrivals (epoch 2: layer 1)
+    (1, "LAYER_END", 2, 132 * 2),     # a QKV tile holder waits for n_rows x (epoch - 1) W2 arrivals (epoch 3)
+])
+def test_a_hang_at_a_counting_barrier_names_the_layer_of_its_count_not_the_raw_count(barrier, name, layer, expected):
+    """QKV_EPOCH and LAYER_END wait for arrival counts, not epochs (mkl_kernel.cuh): a hang there
+    (a mutant, a user's change) must name the layer the count belongs to."""
+    sl = [slot(w, layer=layer, phase=PHASE_ATTN_CHUNK, barrier=barrier, observed=expected - 1, expected=expected)
+          for w in range(100)]
+    text = F.explain_hang(snapshot(132, sl), {"variant": "clean"})
+    assert f"100 of 132 workers wait at {name} in layer {layer} (epoch {layer + 1})" in text, text
