@@ -42,33 +42,23 @@ def test_uncounted_litmus_outcomes_are_a_harness_anomaly():
     assert "UNCOUNTED = 7" in source and "hz::grid_stride_count(" in source
 
 
-def test_the_skewed_pc_variant_is_pc_fixed_with_only_a_producer_skew_added():
+@pytest.mark.parametrize("variant,skew", [("pc_fixed_skewed", "producer_skew"), ("pc_fixed_late_readers", "consumer_skew")])
+def test_a_skewed_pc_variant_is_pc_fixed_with_only_its_timing_skew_added(variant: str, skew: str):
     from hazards.families import get_family
     from hazards.families.ordering import allowed
 
     from variant_pairs import differing_params
 
     fam = get_family("ordering")
-    assert differing_params("ordering", "pc_fixed_skewed", "pc_fixed") == {"producer_skew": (16, 0)}
-    assert fam.variant("pc_fixed_skewed").role == "fixed"
-    assert allowed({"variant": "pc_fixed_skewed"})[0] is False  # the model: synchronized like pc_fixed
+    assert differing_params("ordering", variant, "pc_fixed") == {skew: (16, 0)}
+    assert fam.variant(variant).role == "fixed"
+    assert allowed({"variant": variant})[0] is False  # the model: synchronized like pc_fixed
     source = (standalone_dir() / "ordering" / "ordering.cu").read_text()
-    assert 'a.producer_skew = (int)p.i("producer_skew")' in source
+    assert f'a.{skew} = (int)p.i("{skew}")' in source
 
 
-def test_the_late_readers_pc_variant_is_pc_fixed_with_only_a_consumer_skew_added():
-    from hazards.families import get_family
-    from hazards.families.ordering import allowed
-
-    from variant_pairs import differing_params
-
-    fam = get_family("ordering")
-    assert differing_params("ordering", "pc_fixed_late_readers", "pc_fixed") == {"consumer_skew": (16, 0)}
-    assert fam.variant("pc_fixed_late_readers").role == "fixed"
-    assert allowed({"variant": "pc_fixed_late_readers"})[0] is False  # the model: synchronized like pc_fixed
+def test_the_consumer_skew_delays_the_reads_after_the_flag_barrier():
     source = (standalone_dir() / "ordering" / "ordering.cu").read_text()
-    assert 'a.consumer_skew = (int)p.i("consumer_skew")' in source
-    # the consumer's warps wait after the flag barrier and before their reads: the skew delays the reads
     consumer = source[source.index("stale_block = 0;"):source.index("atomicAdd(&stale_block, stale)")]
     assert consumer.index("__syncthreads()") < consumer.index("a.consumer_skew") < consumer.index("data[k] !=")
 
