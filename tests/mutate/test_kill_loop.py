@@ -59,6 +59,13 @@ def _tree_hash(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _mutate(project: Path, tmp_path: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """`hazards mutate ARGS --store tmp_path/r.db` run in `project` without a GPU (`env`: more variables)."""
+    return subprocess.run([sys.executable, "-m", "hazards", "mutate", *args, "--store", str(tmp_path / "r.db")],
+                          cwd=project, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": "", **env})
+
+
 def test_mutants_are_killed_or_survive_as_designed_and_the_users_files_stay(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
@@ -66,14 +73,11 @@ def test_mutants_are_killed_or_survive_as_designed_and_the_users_files_stay(tmp_
     (project / "build.py").write_text(BUILD)
     (project / "check.py").write_text(CHECK)
     before = _tree_hash(project)
-    store = tmp_path / "results.db"
-    res = subprocess.run(
-        [sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--root", ".",
-         "--build", f"{sys.executable} build.py {{src}} {{out}}",
-         "--test", f"{sys.executable} {{dir}}/check.py {{out}}/kernel.txt",
-         "--timeout", "3", "-n", "4", "--budget", "5m", "--jobs", "2", "--store", str(store), "--json"],
-        cwd=project, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    store = tmp_path / "r.db"
+    res = _mutate(project, tmp_path, "kernel.cu", "--root", ".",
+                  "--build", f"{sys.executable} build.py {{src}} {{out}}",
+                  "--test", f"{sys.executable} {{dir}}/check.py {{out}}/kernel.txt",
+                  "--timeout", "3", "-n", "4", "--budget", "5m", "--jobs", "2", "--json", timeout=600)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]  # survivors exist
     got = json.loads(res.stdout)
     fates = {m["id"]: m["fate"] for m in got["mutants"]}
@@ -101,9 +105,7 @@ def test_a_test_that_fails_on_the_original_is_refused(tmp_path):
     project = tmp_path / "p"
     project.mkdir()
     (project / "kernel.cu").write_text("void f(){ __threadfence(); }\n")
-    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--test", "false", "--timeout", "5",
-                          "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    res = _mutate(project, tmp_path, "kernel.cu", "--test", "false", "--timeout", "5")
     assert res.returncode == 2 and "not clean on the unmutated sources" in res.stderr, res.stderr
     assert "exit code 1" in res.stderr  # the failing run's reason, so the user can see why
     assert sorted(p.name for p in project.iterdir()) == ["kernel.cu"]
@@ -115,10 +117,8 @@ def test_a_test_that_cannot_run_on_the_original_is_could_not_judge_not_bad_input
     project = tmp_path / "p"
     project.mkdir()
     (project / "kernel.cu").write_text("void f(){ __threadfence(); }\n")
-    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--test",
-                          f"{sys.executable} -c 'import no_such_module_here'", "--timeout", "30",
-                          "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    res = _mutate(project, tmp_path, "kernel.cu", "--test", f"{sys.executable} -c 'import no_such_module_here'",
+                  "--timeout", "30")
     assert res.returncode == 3 and "could not judge" in res.stderr and "no_such_module_here" in res.stderr, res.stderr
     assert res.stderr.count("hazards: error:") == 1 and "Traceback" not in res.stderr
     assert sorted(p.name for p in project.iterdir()) == ["kernel.cu"]
@@ -130,10 +130,8 @@ def test_src_is_the_source_file_for_the_unmutated_run_as_for_every_mutant(tmp_pa
     project = tmp_path / "p"
     project.mkdir()
     (project / "kernel.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; }\n")
-    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--operators", "remove-fence",
-                          "--test", "grep -q __threadfence {src}", "--timeout", "30", "-n", "2", "--json",
-                          "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    res = _mutate(project, tmp_path, "kernel.cu", "--operators", "remove-fence",
+                  "--test", "grep -q __threadfence {src}", "--timeout", "30", "-n", "2", "--json")
     assert res.returncode == 0, res.stderr
     assert [m["fate"] for m in json.loads(res.stdout)["mutants"]] == ["killed"]
 
@@ -158,10 +156,8 @@ def test_a_survivors_bound_is_per_launch_when_the_test_reports_its_launches(tmp_
     project.mkdir()
     (project / "kernel.cu").write_text("void f(int* d, int* g){ d[0] = 1; __threadfence(); g[0] = 1; }\n")
     (project / "check.py").write_text('print(\'HZ_RESULT {"status": "ok", "launches": 100, "mismatched": 0}\')\n')
-    res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--operators", "remove-fence",
-                          "--test", f"{sys.executable} {{dir}}/check.py", "--timeout", "30", "-n", "3", "--json",
-                          "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
+    res = _mutate(project, tmp_path, "kernel.cu", "--operators", "remove-fence", "--test",
+                  f"{sys.executable} {{dir}}/check.py", "--timeout", "30", "-n", "3", "--json")
     assert res.returncode == 1, res.stderr
     (m,) = json.loads(res.stdout)["mutants"]
     assert m["fate"] == "survived" and m["runs"] == 3 and m["launches"] == 300
@@ -199,12 +195,6 @@ def test_prebuild_builds_the_original_and_each_mutant_tree_once(monkeypatch):
     _, mutants = mutants_of(REPO / "standalone" / "pipeline" / "pipeline.cu", operators=["remove-barrier"],
                             defines=catalog.build_defines("pipeline"))
     assert sorted(built) == sorted([original, *(m.apply(original) for m in mutants)]) and len(mutants) == 2
-
-
-def _mutate(project: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hazards", "mutate", *args, "--store", str(tmp_path / "r.db")],
-                          cwd=project, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": ""})
 
 
 CHECK_PY = f"{sys.executable} {{dir}}/check.py {{src}}"
@@ -297,11 +287,8 @@ def test_a_root_with_a_named_pipe_and_a_socket_is_copied_without_them(tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     try:
-        res = subprocess.run([sys.executable, "-m", "hazards", "mutate", "kernel.cu", "--operators", "remove-fence",
-                              "--test", "grep -q __threadfence {src}", "--timeout", "30", "-n", "2",
-                              "--store", str(tmp_path / "r.db")], cwd=project, capture_output=True, text=True,
-                             timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "HZ_FAKE_GPUS": "",
-                                               "TMPDIR": str(scratch)})
+        res = _mutate(project, tmp_path, "kernel.cu", "--operators", "remove-fence", "--test",
+                      "grep -q __threadfence {src}", "--timeout", "30", "-n", "2", TMPDIR=str(scratch))
     finally:
         sock.close()
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
