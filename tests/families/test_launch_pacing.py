@@ -60,23 +60,19 @@ def test_queue_depth_is_what_the_harness_uses():
     assert "b.pace_ = pace_;" in harness
 
 
-def _strip_comments(text: str) -> str:
-    return re.sub(r"//[^\n]*", "", text)
-
-
 def launch_loops(family: str) -> list[str]:
-    """The bodies of the family's `for (long i = 0; i < b.launches; ++i)` loops."""
+    """The bodies of the family's `for (long i = 0; i < b.launches; ++i)` loops (comments
+    blanked, braces in strings and comments not counted: the static checks' C scanner)."""
+    from hazards.static import cscan
+
     bodies = []
     for path in sorted((STANDALONE / family).glob("*")):
         if path.suffix not in (".cu", ".h", ".cuh"):
             continue
-        text = _strip_comments(path.read_text())
-        for m in LAUNCH_LOOP.finditer(text):
-            depth, i = 1, m.end()
-            while depth:
-                depth += {"{": 1, "}": -1}.get(text[i], 0)
-                i += 1
-            bodies.append(text[m.end():i - 1])
+        scanned = cscan.scan(path.read_text())
+        for m in LAUNCH_LOOP.finditer(scanned.code):
+            close = cscan._matching_paren(scanned.code, scanned, m.end() - 1)
+            bodies.append(scanned.code[m.end():close])
     return bodies
 
 
