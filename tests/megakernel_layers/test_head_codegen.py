@@ -19,9 +19,10 @@ from hazards.engine.toolchain import find_tool
 from hazards.static.compile import compile_cubin
 from tests.static.static_helpers import requires_nvdisasm
 
+from .sass_loads import MERGE_BATCH, longest_load_run
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-MERGE_BATCH = 16  # mkl_kernel.cuh
 
 
 def _sass(step: int) -> dict[str, str]:
@@ -44,19 +45,6 @@ def _sass(step: int) -> dict[str, str]:
     return funcs
 
 
-def _longest_load_run(sass: str, load: str = r"\bLDG\.") -> int:
-    """The most global loads (matching `load`) issued in a row before an FFMA (other
-    instructions between them do not end a run)."""
-    best = run = 0
-    for line in sass.splitlines():
-        if re.search(load, line):
-            run += 1
-            best = max(best, run)
-        elif re.search(r"\bFFMA\b", line):
-            run = 0
-    return best
-
-
 @requires_nvdisasm
 @pytest.mark.parametrize("step, merge_ahead, router_ahead",
                          [(0, False, False), (1, True, False), (2, True, True), (3, True, True), (4, True, True),
@@ -65,7 +53,7 @@ def test_the_head_tasks_issue_their_loads_ahead_from_their_campaign_step(step: i
                                                                         merge_ahead: bool, router_ahead: bool) -> None:
     funcs = _sass(step)
     assert set(funcs) == {"merge_chunks", "router_topk"}, sorted(funcs)
-    merge = _longest_load_run(funcs["merge_chunks"])
-    router = _longest_load_run(funcs["router_topk"], r"\bLDG\S*\.128\b")  # the weights (16 B), not h
+    merge = longest_load_run(funcs["merge_chunks"])
+    router = longest_load_run(funcs["router_topk"], r"\bLDG\S*\.128\b")  # the weights (16 B), not h
     assert (merge >= MERGE_BATCH) == merge_ahead, merge
     assert (router >= 8) == router_ahead, router

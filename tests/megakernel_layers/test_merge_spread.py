@@ -20,12 +20,12 @@ import pytest
 from hazards.families import megakernel_layers as F
 from hazards.megakernel_layers import model as M
 
+from .sass_loads import MERGE_BATCH, longest_load_run
 from .tripwire_fakes import PHASE_OPROJ, slot, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERED = ROOT / "standalone" / "megakernel_layers" / "megakernel_layers.cu"
 INCLUDE = ROOT / "standalone" / "include"
-MERGE_BATCH = 16  # mkl_kernel.cuh
 PHASE_ATTN_MERGE, BAR_CHUNK_MERGE, BAR_ATTN_RELEASE = 4, 3, 4  # megakernel_layers_names.h
 
 
@@ -54,17 +54,6 @@ def _function(sass: str, name: str) -> str:
     return "\n".join(out)
 
 
-def _longest_load_run(sass: str) -> int:
-    best = run = 0
-    for line in sass.splitlines():
-        if re.search(r"\bLDG\.", line):
-            run += 1
-            best = max(best, run)
-        elif re.search(r"\bFFMA\b", line):
-            run = 0
-    return best
-
-
 @pytest.fixture(scope="module")
 def step_d() -> str:
     return _sass(5)
@@ -74,7 +63,7 @@ def test_step_d_merges_a_batch_of_chunks_after_one_round_of_loads_and_spills_not
     merge = _function(step_d, "merge_heads")
     assert merge, "the step (d) build has no out-of-line merge_heads"
     # a lane's 16 partials of the batch and one chunk's (m, l) go out before any FFMA
-    assert _longest_load_run(merge) >= MERGE_BATCH + 1, _longest_load_run(merge)
+    assert longest_load_run(merge) >= MERGE_BATCH + 1, longest_load_run(merge)
     # round 4's merge_chunks stored just-loaded registers to local memory (a spill store waits
     # for its load and serialised the loads issued ahead again): none here
     assert not re.search(r"\bSTL\b", merge)
