@@ -254,6 +254,25 @@ def reap_adopted(pids: set[int], leader: int | None = None) -> None:
             pass
 
 
+def start_in_group(argv: list[str], **popen_kw: Any) -> subprocess.Popen:
+    """`subprocess.Popen(argv)` as the leader of a process group of its own (a tool that
+    starts children: nvcc, a build's shell), stdin from /dev/null, stdout and stderr piped
+    unless `popen_kw` says otherwise. End it with `communicate_or_kill_group` or
+    `kill_whole_group`."""
+    popen_kw.setdefault("stdout", subprocess.PIPE)
+    popen_kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **popen_kw)
+
+
+def kill_whole_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the process group `proc` leads (`start_in_group`): the tool and every child
+    it started. Call it while `proc` is unreaped, so that its pid is still the group's id."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float) -> tuple[Any, Any]:
     """`proc.communicate(timeout=timeout_s)` for a process started with
     `start_new_session=True` (a build's shell). On a timeout or an interruption (Ctrl-C) its
@@ -263,10 +282,7 @@ def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float) -> tuple
     try:
         return proc.communicate(timeout=timeout_s)
     except BaseException:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_whole_group(proc)
         proc.communicate()
         raise
 
@@ -276,8 +292,7 @@ def run_in_group(argv: list[str], timeout_s: float, **popen_kw: Any) -> subproce
     children of its own (nvcc runs cicc, ptxas and gcc): in its own process group, stdin from
     /dev/null, the whole group killed on a timeout or Ctrl-C (`communicate_or_kill_group`;
     `subprocess.TimeoutExpired` goes on). `popen_kw`: text, errors, cwd, env."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            start_new_session=True, **popen_kw)
+    proc = start_in_group(argv, **popen_kw)
     stdout, stderr = communicate_or_kill_group(proc, timeout_s)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 

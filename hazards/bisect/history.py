@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from hazards.engine.errors import UserError
-from hazards.engine.proctree import communicate_or_kill_group
+from hazards.engine.proctree import communicate_or_kill_group, start_in_group
 
 BUILD_TIMEOUT_S = 3600.0
 GIT_TIMEOUT_S = 120.0
@@ -166,8 +166,8 @@ class Checkouts:
             return True, "", 0.0
         log = folder.parent / f"{folder.name}.build.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen(["/bin/sh", "-c", self.build], cwd=folder, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+            proc = start_in_group(["/bin/sh", "-c", self.build], cwd=folder, stdout=out, stderr=subprocess.STDOUT,
+                                  env=self.env)
             try:
                 communicate_or_kill_group(proc, self.build_timeout_s)
             except subprocess.TimeoutExpired:

@@ -20,7 +20,6 @@ import hashlib
 import os
 import shlex
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
@@ -32,7 +31,7 @@ from typing import Any, Callable, TypeVar
 from hazards.engine.errors import NotJudged, UserError
 from hazards.engine.evidence import launches_of
 from hazards.engine.loop import WorkItem
-from hazards.engine.proctree import communicate_or_kill_group
+from hazards.engine.proctree import communicate_or_kill_group, kill_whole_group, start_in_group
 from hazards.engine.stats import describe_rate, format_rate
 from hazards.mutate.mutants import Mutant
 
@@ -241,8 +240,7 @@ class Builds:
         with self._mu:
             if self.stopped:
                 raise KeyboardInterrupt("the kill loop was interrupted")
-            proc = subprocess.Popen(["bash", "-c", cmd], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+            proc = start_in_group(["bash", "-c", cmd], cwd=folder, text=True, errors="replace")
             self._running.add(proc)
             return proc
 
@@ -255,10 +253,7 @@ class Builds:
             self.stopped = True
             for proc in self._running:
                 if proc.returncode is None:  # not reaped: its pid is still the group's id
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    kill_whole_group(proc)
 
 
 def _build(cfg: KillConfig, folder: Path, src: Path, builds: Builds | None = None) -> tuple[Fate | None, str]:
