@@ -8,7 +8,7 @@ from __future__ import annotations
 from hazards.static import amdgcn_isa as isa
 from hazards.static import checks
 from hazards.static.findings import Finding
-from hazards.static.flow import reaching
+from hazards.static.flow import predecessors, reaching
 
 _STEP_LIMIT = 400
 
@@ -46,14 +46,6 @@ def fence_scope(ins: isa.Instr) -> str:
             "share one XCD's L2)")
 
 
-def _preds(func: isa.Function) -> dict[int, list[int]]:
-    preds: dict[int, list[int]] = {}
-    for i in range(len(func.instrs)):
-        for s in func.successors(i):
-            preds.setdefault(s, []).append(i)
-    return preds
-
-
 _COND_REG = {"vccz": "vcc", "vccnz": "vcc", "execz": "exec", "execnz": "exec",
              "scc0": "scc", "scc1": "scc"}
 
@@ -88,7 +80,7 @@ def lds_pointer_accesses(func: isa.Function, reach: int = 4000) -> set[int]:
     cached = func.__dict__.get("_lds_accesses")
     if cached is not None:
         return cached
-    preds = _preds(func)
+    preds = predecessors(func)
 
     def writers(unit: tuple[str, int], at: int) -> set[int] | None:
         """The writes of `unit` that may reach instruction `at`; None when some path back
@@ -303,7 +295,7 @@ def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
         loops = poll_loops(func)
         lds = lds_pointer_accesses(func)
         has_wt = any(i.is_store and {"sc0", "sc1"} <= _bits(i) for k, i in enumerate(func.instrs) if k not in lds)
-        preds = _preds(func)
+        preds = predecessors(func)
         final: dict[int, int] = {}  # arrive -> poll of a barrier after whose wait nothing is read
         for head, back, poll in loops:
             arrive, before = _arrive(func, head, back, poll, preds)

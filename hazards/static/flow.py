@@ -1,7 +1,7 @@
 """Control-flow helpers shared by the AMDGCN and SASS checks (instructions by index)."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 
 def reaching(preds: Mapping[int, Iterable[int]], target: int) -> set[int]:
@@ -15,3 +15,13 @@ def reaching(preds: Mapping[int, Iterable[int]], target: int) -> set[int]:
             seen.add(i)
             stack.extend(preds.get(i, []))
     return seen
+
+
+def predecessors(func: Any, among: Iterable[int] | None = None) -> dict[int, list[int]]:
+    """Each instruction's predecessors in `func` (a SASS or AMDGCN function: `instrs` and
+    `successors(i)`), over the instructions `among` (default: every one, in order)."""
+    preds: dict[int, list[int]] = {}
+    for i in range(len(func.instrs)) if among is None else among:
+        for s in func.successors(i):
+            preds.setdefault(s, []).append(i)
+    return preds

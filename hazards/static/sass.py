@@ -24,7 +24,7 @@ from typing import Mapping
 from hazards.static import checks
 from hazards.static.compile import compile_cubin, disassemble
 from hazards.static.findings import Finding
-from hazards.static.flow import reaching
+from hazards.static.flow import predecessors, reaching
 from hazards.static.sass_listing import SassFunction, SassInstr, _registers, parse_sass  # noqa: F401 (sass.parse_sass stays)
 from hazards.static import wgmma
 from hazards.engine import toolchain
@@ -303,11 +303,7 @@ def _uniform(ins: SassInstr) -> set[str]:
 
 def _reaching(func: SassFunction, target: int) -> set[int]:
     """The instructions (reachable from the entry) from which `target` can be reached."""
-    preds: dict[int, list[int]] = {}
-    for i in _reachable(func):
-        for t in func.successors(i):
-            preds.setdefault(t, []).append(i)
-    return reaching(preds, target)
+    return reaching(predecessors(func, _reachable(func)), target)
 
 
 _PUBLISHING_STORES = ("STG", "ST", "RED", "REDG", "ATOM", "ATOMG")  # what a flag can publish to another block or GPU

@@ -13,6 +13,7 @@ from typing import Iterable
 
 from hazards.static import checks
 from hazards.static.findings import Finding
+from hazards.static.flow import predecessors
 from hazards.static.sass_listing import SassFunction, SassInstr, parse_sass
 
 GROUP_CAP = 8  # groups tracked per path; older ones merge (depths beyond this saturate)
@@ -191,10 +192,7 @@ def _unfenced_stores(func: SassFunction, path: str, store_refills: bool) -> list
     `FENCE.VIEW.ASYNC` (the SASS of `fence.proxy.async`): the store is a generic-proxy write,
     the wgmma's operand read an async-proxy one, and only the proxy fence orders the two."""
     ins = func.instrs
-    preds: dict[int, list[int]] = {}
-    for i in range(len(ins)):
-        for j in func.successors(i):
-            preds.setdefault(j, []).append(i)
+    preds = predecessors(func)
     # every instruction from which a wgmma is reachable on a path with no proxy fence
     unfenced = {i for i, x in enumerate(ins) if is_wgmma(x)}
     todo = list(unfenced)
