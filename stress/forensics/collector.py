@@ -314,8 +314,8 @@ def summarize(result: dict[str, Any]) -> tuple[str, list[str]]:
     if not parts:
         reasons = "; ".join(f"{k}: {v}" for k, v in (result.get("skipped") or {}).items())
         errors = [v.get("error") for v in [dev, *hosts.values()] if isinstance(v, dict) and v.get("error")]
-        if examined_none(dev):
-            errors.insert(0, f"device: the debugger {examined_none(dev)}")
+        if none := examined_none(dev):
+            errors.insert(0, f"device: the debugger {none}")
         return UNKNOWN + ("; ".join(e for e in errors if e) or reasons or "nothing read"), []
     return "; ".join(parts), stuck
 
@@ -329,13 +329,18 @@ def debugger_did_not_look(result: dict[str, Any]) -> str | None:
     dev = result.get("device") or {}
     if dev.get("locations"):
         return None
-    if examined_none(dev):  # blocks it found absent are in the device section; no warp was examined
-        return f"it {examined_none(dev)}"
+    if none := examined_none(dev):  # blocks it found absent are in the device section; no warp was examined
+        return f"it {none}"
     if dev.get("sentences"):
         return None
-    return (dev.get("skipped") or (result.get("skipped") or {}).get("device")
-            or (f"not read ({result['level']})" if result.get("level", FULL) != FULL else None)
-            or (f"it failed: {dev['error']}" if dev.get("error") else None))
+    return _device_skipped(result) or (f"it failed: {dev['error']}" if dev.get("error") else None)
+
+
+def _device_skipped(result: dict[str, Any]) -> str | None:
+    """Why the device was not read: its collector skipped it, the collection skipped it, or
+    the forensics level (summary, none) does not read it; None when it was to be read."""
+    return ((result.get("device") or {}).get("skipped") or (result.get("skipped") or {}).get("device")
+            or (f"not read ({result['level']})" if result.get("level", FULL) != FULL else None))
 
 
 def examined_none(device: dict[str, Any]) -> str | None:
@@ -364,8 +369,8 @@ def agreement(tripwire: dict[str, Any], device: dict[str, Any]) -> str:
     polls = [loc for loc in device.get("locations", []) if loc.get("kind") in POLL_KINDS]
     partial = _examined_part(device)
     if not counts or not polls:
-        if counts and examined_none(device):
-            return f"not compared: the debugger {examined_none(device)}"
+        if counts and (none := examined_none(device)):
+            return f"not compared: the debugger {none}"
         return "not compared: " + ("the tripwire saw no worker" if not counts
                                    else "the debugger found no warp in a poll loop"
                                    + (f" in the {partial}" if partial else ""))
@@ -418,8 +423,7 @@ def hang_markdown(result: dict[str, Any], target: str = "") -> str:
               + (f" (budget {plan['budget_s']:.1f} s)" if plan.get("budget_s") else ""), ""]
     dev = result.get("device") or {}
     lines.append(f"## Device{' (' + Path(dev['debugger']).name + ')' if dev.get('debugger') else ''}")
-    skipped_device = dev.get("skipped") or (result.get("skipped") or {}).get("device") or \
-        (f"not read ({result['level']})" if result.get("level", FULL) != FULL else None)
+    skipped_device = _device_skipped(result)
     not_looked = debugger_did_not_look(result)
     if skipped_device:
         lines.append(f"skipped: {skipped_device}")
