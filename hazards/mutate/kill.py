@@ -333,7 +333,10 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
     original_src = original / rel[first.key]  # {src}: a file, as for a mutant
     folders: dict[tuple[str, str], Path] = {}
     built: dict[tuple[str, str], tuple[Fate | None, str]] = {}
-    by_hash: dict[str, tuple[str, str]] = {}
+    content = {m.key: _content_key(rel[m.key], m.apply(text), cfg) for m, text in todo}
+    unique: dict[str, tuple[Mutant, str]] = {}  # content key -> the first mutant with that text
+    for m, text in todo:
+        unique.setdefault(content[m.key], (m, text))
 
     def build_one(pair: tuple[Mutant, str] | None) -> None:
         if pair is None:
@@ -341,15 +344,9 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
             return
         m, text = pair
         key = m.key
-        mutated = m.apply(text)
-        h = _content_key(rel[key], mutated, cfg)
-        folders[key] = scratch.copy_with(f"m-{h[:16]}", rel[key], mutated)
-        by_hash[h] = key
+        folders[key] = scratch.copy_with(f"m-{content[key][:16]}", rel[key], m.apply(text))
         built[key] = _build(cfg, folders[key], folders[key] / rel[key], builds)
 
-    unique: dict[str, tuple[Mutant, str]] = {}
-    for m, text in todo:
-        unique.setdefault(_content_key(rel[m.key], m.apply(text), cfg), (m, text))
     builds = Builds()
     pool = cf.ThreadPoolExecutor(max_workers=max(1, cfg.jobs))
     try:
@@ -367,10 +364,10 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
     fate, why = built.pop(("", "original"))
     if fate is not None:
         raise UserError(f"the unmutated sources do not build ({why}): fix the build command first")
-    for m, text in todo:  # duplicates of an already built text share its folder and fate
+    for m, _ in todo:  # duplicates of an already built text share its folder and fate
         key = m.key
         if key not in built:
-            first_key = by_hash[_content_key(rel[key], m.apply(text), cfg)]
+            first_key = unique[content[key]][0].key
             folders[key], built[key] = folders[first_key], built[first_key]
     say(f"{len(unique)} distinct mutant builds, {sum(1 for f, _ in built.values() if f is not None)} did not build")
 
