@@ -9,7 +9,6 @@ longest run of global loads issued before the next FFMA, per build of MKL_CAMPAI
 """
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from hazards.engine.toolchain import find_tool
 from hazards.static.compile import compile_cubin
 from tests.static.static_helpers import requires_nvdisasm
 
-from .sass_loads import MERGE_BATCH, longest_load_run
+from .sass_text import MERGE_BATCH, function_listings, longest_load_run
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -32,17 +31,7 @@ def _sass(step: int) -> dict[str, str]:
                                       f"-I{ROOT / 'standalone' / 'include'}")).path  # build cache: keyed by the headers
     text = subprocess.run([find_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
                           check=True).stdout
-    funcs, name = {}, None
-    for line in text.splitlines():
-        m = re.match(r"^\S*?(merge_chunks|router_topk)\S*:\s*$", line)
-        if m:
-            name = m.group(1)
-            funcs[name] = ""
-        elif re.match(r"^\S.*:\s*$", line) and not line.startswith("."):
-            name = None
-        elif name:
-            funcs[name] += line + "\n"
-    return funcs
+    return function_listings(text, ("merge_chunks", "router_topk"))
 
 
 @requires_nvdisasm

@@ -20,7 +20,7 @@ import pytest
 from hazards.families import megakernel_layers as F
 from hazards.megakernel_layers import model as M
 
-from .sass_loads import MERGE_BATCH, longest_load_run
+from .sass_text import MERGE_BATCH, function_listings, longest_load_run
 from .tripwire_fakes import PHASE_OPROJ, slot, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,25 +42,13 @@ def _sass(step: int) -> str:
         pytest.skip(f"cannot read the step's machine code: {e}")
 
 
-def _function(sass: str, name: str) -> str:
-    """The listing of the out-of-line device function whose mangled name contains `name`."""
-    out, inside = [], False
-    for line in sass.splitlines():
-        label = re.match(r"^(\S+):\s*$", line)
-        if label and not line.startswith(".L"):
-            inside = name in label.group(1).split("$")[-1]
-        elif inside:
-            out.append(line)
-    return "\n".join(out)
-
-
 @pytest.fixture(scope="module")
 def step_d() -> str:
     return _sass(5)
 
 
 def test_step_d_merges_a_batch_of_chunks_after_one_round_of_loads_and_spills_nothing(step_d):
-    merge = _function(step_d, "merge_heads")
+    merge = function_listings(step_d, ("merge_heads",)).get("merge_heads", "")
     assert merge, "the step (d) build has no out-of-line merge_heads"
     # a lane's 16 partials of the batch and one chunk's (m, l) go out before any FFMA
     assert longest_load_run(merge) >= MERGE_BATCH + 1, longest_load_run(merge)

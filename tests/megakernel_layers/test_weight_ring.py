@@ -21,6 +21,8 @@ from hazards.engine.toolchain import find_tool
 from hazards.static.compile import compile_cubin, compile_ptx
 from tests.static.static_helpers import requires_nvcc, requires_nvdisasm
 
+from .sass_text import function_listings
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
@@ -34,20 +36,7 @@ def _functions(step: int) -> dict[str, str]:
                           extra_args=INCLUDES).path
     text = subprocess.run([find_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
                           check=True).stdout
-    funcs: dict[str, str] = {}
-    name = None
-    for line in text.splitlines():
-        label = re.match(r"^(\S+):\s*$", line)
-        if label and not line.startswith(".L"):
-            # `.text.KERNEL:` opens a kernel's code, `$KERNEL$FUNC:` a device function's
-            sym = label.group(1).removeprefix(".text.") if line.startswith((".text.", "$")) else ""
-            short = re.search(r"(ring_units|gemv_ring|gemv_round|gemv_probe)", sym.split("$")[-1]) if sym else None
-            name = short.group(1) if short else None
-            if name:
-                funcs.setdefault(name, "")
-        elif name:
-            funcs[name] += line + "\n"
-    return funcs
+    return function_listings(text, ("ring_units", "gemv_ring", "gemv_round", "gemv_probe"))
 
 
 def _count(sass: str, pattern: str) -> int:
