@@ -16,10 +16,11 @@ import importlib
 import importlib.util
 import pkgutil
 import sys
-import types
 from pathlib import Path
 
 import pytest
+
+from tests.script_module import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_PACKAGES = ("hazards.ragged_decode", "hazards.megakernel_layers", "hazards.gates")
@@ -47,14 +48,6 @@ def _module_path(name: str) -> Path:
     return Path(spec.origin)
 
 
-def _load_script(path: Path) -> types.ModuleType:
-    """A bench script as a module (its `if __name__ == "__main__"` part not run)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("name", GPU_MODULES)
 def test_every_gpu_side_module_imports_without_a_gpu(name):
     importlib.import_module(name)
@@ -62,7 +55,7 @@ def test_every_gpu_side_module_imports_without_a_gpu(name):
 
 @pytest.mark.parametrize("path", BENCH, ids=lambda p: p.name)
 def test_every_bench_script_imports_and_parses_its_arguments_without_a_gpu(path, monkeypatch, capsys):
-    module = _load_script(path)
+    module = load_script(path, f"bench_{path.stem}")
     main = getattr(module, "main", None)
     if main is None or "argparse" not in path.read_text():
         return  # nothing to parse: importing it was the check

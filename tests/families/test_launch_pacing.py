@@ -96,12 +96,9 @@ def test_no_family_loop_over_launches_is_left_unclassified():
 
 
 def _gaps_script():
-    import importlib.util
+    from tests.script_module import load_script
 
-    spec = importlib.util.spec_from_file_location("long_batch_gaps", ROOT / "ci" / "gpu" / "long_batch_gaps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "ci" / "gpu" / "long_batch_gaps.py")
 
 
 @pytest.mark.parametrize("runs, rc", [

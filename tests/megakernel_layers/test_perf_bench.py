@@ -1,20 +1,18 @@
 """bench/megakernel_layers_perf.py's headline line (the campaign's format), on the CPU."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
+
+from tests.script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
     sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("megakernel_layers_perf", ROOT / "bench" / "megakernel_layers_perf.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "bench" / "megakernel_layers_perf.py")
 
 
 def test_the_headline_names_the_step_against_the_copy_floor_and_the_fastest_torch_path():
