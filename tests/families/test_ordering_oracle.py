@@ -12,20 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from hazards.engine import toolchain
-from hazards.engine.errors import ToolchainMissing
 from hazards.kernel_sources import standalone_dir
+from tests.static.static_helpers import requires_nvcc
 
 DATA = Path(__file__).resolve().parent / "data" / "grid_stride"
 
 
+@requires_nvcc
 def test_grid_stride_count_is_what_the_loop_visits():
     from hazards.engine.build import build
 
-    try:
-        toolchain.find_tool("nvcc")
-    except ToolchainMissing as e:
-        pytest.skip(f"cannot build the host check: {e}")
     exe = build(DATA, "grid_stride", shared_dirs=(standalone_dir() / "common",))
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
