@@ -53,9 +53,11 @@ def explain(snapshot: Any, params: dict[str, Any]) -> str | None:
     waiting = [s for s in snapshot.slots if s.waiting]
     if not waiting:
         return None
-    by_bar = collections.Counter((s.barrier, _epoch(s, sched)) for s in waiting)
-    (bar, expected), n_main = by_bar.most_common(1)[0]
-    main = [s for s in waiting if s.barrier == bar and _epoch(s, sched) == expected]
+    by_bar: dict[tuple[int, int], list[Any]] = collections.defaultdict(list)  # (barrier, epoch) -> its waiters
+    for s in waiting:
+        by_bar[s.barrier, _epoch(s, sched)].append(s)
+    (bar, expected), main = max(by_bar.items(), key=lambda group: len(group[1]))  # the first of the largest
+    n_main = len(main)
     step, layer = _layer(expected, layers)
     name = BARRIER_NAMES.get(bar, f"#{bar}")
     head = f"{n_main} of {workers} workers wait at {name} in layer {layer} (epoch {expected})"
@@ -63,7 +65,7 @@ def explain(snapshot: Any, params: dict[str, Any]) -> str | None:
         # campaign step (d) (MKL_CAMPAIGN_STEP 5): its merge workers wait for the chunk count at
         # CHUNK_MERGE, the others at ATTN_RELEASE; both watches carry the chunk counter
         other = BAR_CHUNK_MERGE if bar == BAR_ATTN_RELEASE else BAR_ATTN_RELEASE
-        beside = [s for s in waiting if s.barrier == other and _epoch(s, sched) == expected]
+        beside = by_bar.get((other, expected), [])
         if beside:
             head += (f" and {len(beside)} at {BARRIER_NAMES[other]}"
                      + (" (campaign step (d)'s merge workers)" if other == BAR_CHUNK_MERGE else ""))
