@@ -417,7 +417,7 @@ def _judge_all(frame: Any, cfg: KillConfig, mutants: list[tuple[Mutant, str]], s
         # it would leave the mutant 'survived' on the runs before it)
         summary = frame.repeat(item=_item(cfg, folder, folder / rel[key], f"mutate:{m.id}"), n=n,
                                timeout=cfg.timeout_s, until_fail=True, campaign_id=cid,
-                               budget_s=cfg.budget_s - (time.monotonic() - t0) + cfg.timeout_s)
+                               budget_s=left + cfg.timeout_s)
         _restore_shared(scratch, say)  # the next mutant's runs start from the user's files
         res = _fate_of(frame, m, cid, summary.counts)
         frame.store.update_campaign_spec(cid, {**spec, "fate": res.fate.value, "evidence": res.evidence,
