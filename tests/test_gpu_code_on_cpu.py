@@ -204,3 +204,14 @@ def test_every_gpu_side_entry_point_parses_its_arguments(module, capsys):
     with pytest.raises(SystemExit) as done:
         main(["--help"])
     assert done.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_the_false_stall_round_refuses_a_name_that_matches_nothing(tmp_path):
+    # A mistyped FAMILY/VARIANT measured nothing and printed an empty round ("0 gaps") that
+    # read like a pass; now it stops with one line before the GPU hammer starts.
+    stall_measure = load_script(REPO / "ci" / "gpu" / "stall_measure.py")
+    with pytest.raises(SystemExit) as stop:
+        stall_measure.falsestall(tmp_path, 1.0, "ordering/pc_fixed,barrier_layot")
+    assert str(stop.value) == ("stall_measure.py: barrier_layot: no such family, FAMILY/VARIANT or "
+                               "ragged_decode")
+    assert list(tmp_path.iterdir()) == []

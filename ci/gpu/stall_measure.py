@@ -144,6 +144,10 @@ def falsestall(dest: Path, seconds: float, only: str = "") -> None:
     items.append((None, "ragged_decode"))
     if only:
         names = set(only.split(","))
+        keys = {(fam.name if fam else "ragged_decode", f"{fam.name}/{v}" if fam else "ragged_decode") for fam, v in items}
+        unknown = sorted(n for n in names if not any(n in key for key in keys))
+        if unknown:  # a mistyped name would measure nothing and print an empty, passing-looking round
+            sys.exit(f"stall_measure.py: {', '.join(unknown)}: no such family, FAMILY/VARIANT or ragged_decode")
         items = [(fam, v) for fam, v in items
                  if (fam.name if fam else "ragged_decode") in names or fam and f"{fam.name}/{v}" in names]
     hammer = subprocess.Popen([sys.executable, "-c", HAMMER], stdout=subprocess.PIPE, text=True)
