@@ -20,7 +20,6 @@ import hashlib
 import os
 import shlex
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -40,18 +39,12 @@ T = TypeVar("T")
 _IGNORED_NAMES = shutil.ignore_patterns(".git", ".hazards", "__pycache__", "*.pyc")
 
 
-def _ignored(folder: str, names: list[str]) -> set[str]:
+def _ignored(folder: str, entries: list[os.DirEntry]) -> set[str]:
     """What the scratch copy leaves out: the patterns above, and named pipes, sockets and
     devices (nothing a build reads; copying a named pipe's contents would wait forever)."""
-    special = set()
-    for name in names:
-        try:
-            mode = os.lstat(os.path.join(folder, name)).st_mode
-        except OSError:
-            continue
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-            special.add(name)
-    return set(_IGNORED_NAMES(folder, names)) | special
+    special = {e.name for e in entries
+               if not (e.is_file(follow_symlinks=False) or e.is_dir(follow_symlinks=False) or e.is_symlink())}
+    return set(_IGNORED_NAMES(folder, [e.name for e in entries])) | special
 
 
 class Fate(str, enum.Enum):
@@ -135,54 +128,121 @@ MAX_ROOT_BYTES = 8 << 30
 MAX_ROOT_FILES = 500_000
 
 
-def _check_copyable(root: Path) -> None:
-    """A UserError before anything is copied when `root` is too big to copy (the limits
-    above), or larger than 80% of what the scratch folder's file system has free (a /tmp in
-    memory fills the machine's RAM)."""
-    size = files = 0
-    for folder, dirs, names in os.walk(root):
-        skip = _ignored(folder, dirs + names)
-        dirs[:] = [d for d in dirs if d not in skip and not os.path.islink(os.path.join(folder, d))]
-        for name in names:
-            if name in skip:
+@dataclasses.dataclass
+class RootListing:
+    """One walk of --root: what its scratch copy holds, in the order the copy makes it (each
+    folder before what it holds, as shutil.copytree would), and what that copy takes. Each
+    entry is (kind, path relative to the root, why it could not be listed): kind is "folder",
+    "file" (a regular file), "link" (a symbolic link, copied as one) or "unlisted" (a folder
+    that could not be listed: the copy stops there with that error, as copytree's would)."""
+
+    entries: list[tuple[str, Path, OSError | None]] = dataclasses.field(default_factory=list)
+    size: int = 0  # bytes of the regular files
+    files: int = 0  # regular files and links to anything but a folder (what os.walk calls files)
+
+    def regular_files(self) -> list[Path]:
+        return [rel for kind, rel, _ in self.entries if kind == "file"]
+
+
+def list_root(root: Path) -> RootListing:
+    """The listing of `root`, a UserError before anything is copied when it is too big to copy
+    (the limits above), or larger than 80% of what the scratch folder's file system has free
+    (a /tmp in memory fills the machine's RAM)."""
+    listing = RootListing()
+
+    def walk(rel: Path) -> None:
+        folder = str(root / rel)
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as e:
+            listing.entries.append(("unlisted", rel, e))
+            return
+        listing.entries.append(("folder", rel, None))
+        skip = _ignored(folder, entries)
+        for entry in entries:
+            if entry.name in skip:
                 continue
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue
-            size += st.st_size if stat.S_ISREG(st.st_mode) else 0
-            files += 1
-        if size > MAX_ROOT_BYTES or files > MAX_ROOT_FILES:
+            if entry.is_symlink():
+                listing.entries.append(("link", rel / entry.name, None))
+                listing.files += not entry.is_dir()
+            elif entry.is_dir(follow_symlinks=False):
+                walk(rel / entry.name)
+            else:
+                listing.entries.append(("file", rel / entry.name, None))
+                try:
+                    listing.size += entry.stat(follow_symlinks=False).st_size
+                except OSError:  # gone since it was listed: the copy says so
+                    continue
+                listing.files += 1
+        if listing.size > MAX_ROOT_BYTES or listing.files > MAX_ROOT_FILES:
             raise UserError(f"--root {root} holds more than {MAX_ROOT_BYTES >> 30} GiB or {MAX_ROOT_FILES:,} files "
                             "to copy for the mutants: give --root the folder the build needs")
+
+    walk(Path())
     free = shutil.disk_usage(tempfile.gettempdir()).free
-    if size > 0.8 * free:
-        raise UserError(f"--root {root} holds {size / 2**30:.1f} GiB, more than 80% of the {free / 2**30:.1f} GiB free in "
-                        f"{tempfile.gettempdir()} (the scratch copy's home): give --root the folder the build needs, "
-                        "or TMPDIR a roomier one")
+    if listing.size > 0.8 * free:
+        raise UserError(f"--root {root} holds {listing.size / 2**30:.1f} GiB, more than 80% of the {free / 2**30:.1f} "
+                        f"GiB free in {tempfile.gettempdir()} (the scratch copy's home): give --root the folder the "
+                        "build needs, or TMPDIR a roomier one")
+    return listing
+
+
+def replicate(listing: RootListing, src: Path, dst: Path, copy_file: Callable[[str, str], Any]) -> None:
+    """`dst` made from `src` by its listing, without walking it again: folders made, files
+    copied by `copy_file` (shutil.copy2, or os.link for a hard-linked copy), links copied as
+    links, each folder's times and mode copied last. A failure raises at once what
+    shutil.copytree would have raised for it: a shutil.Error of (source, destination, why),
+    or for `src` itself the OSError that listing it raised."""
+    made = []
+    for kind, rel, error in listing.entries:
+        s, d = str(src / rel), str(dst / rel)
+        try:
+            if kind == "unlisted":
+                if rel == Path():
+                    raise error
+                raise shutil.Error([(s, d, str(error))])
+            if kind == "folder":
+                os.makedirs(d)
+                made.append((s, d))
+            elif kind == "link":
+                os.symlink(os.readlink(s), d)
+                shutil.copystat(s, d, follow_symlinks=False)
+            else:
+                copy_file(s, d)
+        except shutil.Error:
+            raise
+        except OSError as why:
+            if rel == Path():
+                raise
+            raise shutil.Error([(s, d, str(why))]) from None
+    for s, d in reversed(made):  # after what they hold: a copy into a folder changes its times
+        try:
+            shutil.copystat(s, d)
+        except OSError as why:
+            raise shutil.Error([(s, d, str(why))]) from None
 
 
 class Scratch:
-    """The scratch folder: `base` (a copy of root) and one hard-linked copy per mutant."""
+    """The scratch folder: `base` (a copy of root) and one hard-linked copy per mutant, all
+    made from one listing of root."""
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
-        _check_copyable(self.root)
+        self._listing = list_root(self.root)
         self.dir = Path(tempfile.mkdtemp(prefix="hazards-mutate-"))
         self.base = self.dir / "base"
         try:
-            shutil.copytree(self.root, self.base, ignore=_ignored, symlinks=True)
+            replicate(self._listing, self.root, self.base, shutil.copy2)
         except (OSError, shutil.Error) as e:  # an unreadable file: one line, and no scratch folder left
             self.close()
             first = e.args[0][0] if isinstance(e, shutil.Error) and e.args and e.args[0] else None
             why = f"{first[0]}: {first[2]}" if first else str(e)
             raise UserError(f"cannot copy --root {self.root} into a scratch folder ({why})") from None
         self._seen = {}  # each shared file's (size, mtime): a change is a write into every copy
-        for folder, _, names in os.walk(self.base):
-            for name in names:
-                st = os.lstat(os.path.join(folder, name))
-                if stat.S_ISREG(st.st_mode):
-                    self._seen[Path(folder, name).relative_to(self.base)] = (st.st_size, st.st_mtime_ns)
+        for rel in self._listing.regular_files():
+            st = os.lstat(self.base / rel)
+            self._seen[rel] = (st.st_size, st.st_mtime_ns)
 
     def written_in_place(self) -> list[Path]:
         """Files of `base`, shared as hard links by every copy, that a build or test wrote
@@ -214,7 +274,7 @@ class Scratch:
 
     def copy_with(self, name: str, rel: Path, text: str | None) -> Path:
         dest = self.dir / name
-        shutil.copytree(self.base, dest, copy_function=os.link, symlinks=True)
+        replicate(self._listing, self.base, dest, os.link)
         if text is not None:
             target = dest / rel
             target.unlink()  # a new inode: the hard link to base (and to nothing of the user's) stays intact

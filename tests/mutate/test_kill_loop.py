@@ -303,11 +303,12 @@ def test_a_root_that_cannot_be_copied_is_one_line_and_leaves_no_scratch_folder(t
     from hazards.engine.errors import UserError
     from hazards.mutate.kill import Scratch
 
-    def unreadable(src, dst, **kw):
-        Path(dst).mkdir()
-        raise shutil.Error([(f"{src}/secret.h", f"{dst}/secret.h", "[Errno 13] Permission denied")])
+    (tmp_path / "secret.h").write_text("x\n")
 
-    monkeypatch.setattr(shutil, "copytree", unreadable)
+    def unreadable(src, dst, **kw):  # the tests run as root, who reads a mode-000 file
+        raise PermissionError(13, "Permission denied", src)
+
+    monkeypatch.setattr(shutil, "copy2", unreadable)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
@@ -315,6 +316,40 @@ def test_a_root_that_cannot_be_copied_is_one_line_and_leaves_no_scratch_folder(t
     with pytest.raises(UserError, match="cannot copy --root .*secret.h: .*Permission denied"):
         Scratch(tmp_path)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("hazards-mutate-")]
+
+
+def test_the_scratch_copies_are_made_from_one_listing_of_the_root(tmp_path, monkeypatch):
+    # --root is listed once: its size is checked, and base and every mutant's copy are made,
+    # from that one listing. Each folder of the root is scanned once; no copy is scanned.
+    from hazards.mutate.kill import Scratch
+
+    root = tmp_path / "p"
+    (root / "sub" / "deep").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref\n")
+    (root / "k.cu").write_text("original\n")
+    (root / "sub" / "h.h").write_text("header\n")
+    (root / "sub" / "deep" / "d.txt").write_text("deep\n")
+    (root / "link.h").symlink_to("sub/h.h")
+    (root / "sub_link").symlink_to("sub")
+    scanned: list[str] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": scanned.append(str(path)) or real_scandir(path))
+    scratch = Scratch(root)
+    try:
+        copy = scratch.copy_with("m1", Path("k.cu"), "mutated\n")
+        again = scratch.copy_with("m2", Path("sub/h.h"), "mutated header\n")
+        assert sorted(scanned) == sorted(str(root.resolve() / rel) for rel in ("", "sub", "sub/deep"))
+        for tree in (scratch.base, copy, again):
+            assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.name != ".hazards-out") == \
+                ["k.cu", "link.h", "sub", "sub/deep", "sub/deep/d.txt", "sub/h.h", "sub_link"]
+            assert os.readlink(tree / "link.h") == "sub/h.h" and os.readlink(tree / "sub_link") == "sub"
+        assert (copy / "k.cu").read_text() == "mutated\n" and (again / "k.cu").read_text() == "original\n"
+        assert (copy / "sub" / "h.h").stat().st_ino == (scratch.base / "sub" / "h.h").stat().st_ino
+        assert (again / "sub" / "h.h").read_text() == "mutated header\n"
+        assert (root / "k.cu").read_text() == "original\n"
+    finally:
+        scratch.close()
 
 
 def test_a_build_that_writes_into_a_file_of_the_root_in_place_is_refused(tmp_path):
