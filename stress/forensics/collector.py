@@ -243,18 +243,15 @@ def _finish(ctx: Any, result: dict[str, Any], hosts: dict[int, dict[str, Any]], 
     result["level"] = plan.level if plan is not None else FULL
     if plan is not None:
         result["plan"] = plan.to_json()
-    result["sentence"], result["stuck_at"] = summarize(result)
+    tripwire = find_marked(getattr(ctx, "collected", None) or {}, TRIPWIRE_MARKER)
+    result["sentence"], result["stuck_at"] = summarize(result, tripwire)
     if result["level"] == SUMMARY and not result["stuck_at"] and not any(h.get("sentence") for h in hosts.values()):
         result["sentence"] = ""  # a summary of a native program reads nothing: the reason stays as it is
-    tripwire = find_marked(getattr(ctx, "collected", None) or {}, TRIPWIRE_MARKER)
     if tripwire:
         not_looked = debugger_did_not_look(result)
         result["tripwire"] = {"sentence": tripwire.get("sentence"), "counts": tripwire.get("counts"),
                               "agreement": (f"not compared: the debugger did not look ({not_looked})" if not_looked
                                             else agreement(tripwire, device))}
-        if result["sentence"].startswith(UNKNOWN) and tripwire.get("sentence"):
-            # nothing else located it, but the tripwire did: say that first, and what was not read
-            result["sentence"] = f"tripwire: {tripwire['sentence']} (not read: {result['sentence'][len(UNKNOWN):]})"
     if plan is not None and plan.policy is not None and result["level"] == FULL:
         host_stuck = [str(h["stuck_at"]) for h in hosts.values() if h.get("stuck_at")]
         plan.policy.learn(plan.key, [*result["stuck_at"], *host_stuck])
@@ -291,8 +288,10 @@ def uninstall_hang_collector() -> None:
 
 
 # -- words -------------------------------------------------------------------------------------
-def summarize(result: dict[str, Any]) -> tuple[str, list[str]]:
-    """(one sentence, stuck locations) for the run: device locations first, then the host."""
+def summarize(result: dict[str, Any], tripwire: dict[str, Any] | None = None) -> tuple[str, list[str]]:
+    """(one sentence, stuck locations) for the run: device locations first, then the host.
+    When neither located it but the `tripwire` (its snapshot's summary) has a sentence, that
+    comes first, then what was not read."""
     dev = result.get("device") or {}
     parts: list[str] = []
     stuck: list[str] = []
@@ -316,7 +315,10 @@ def summarize(result: dict[str, Any]) -> tuple[str, list[str]]:
         errors = [v.get("error") for v in [dev, *hosts.values()] if isinstance(v, dict) and v.get("error")]
         if none := examined_none(dev):
             errors.insert(0, f"device: the debugger {none}")
-        return UNKNOWN + ("; ".join(e for e in errors if e) or reasons or "nothing read"), []
+        not_read = "; ".join(e for e in errors if e) or reasons or "nothing read"
+        if tripwire and tripwire.get("sentence"):
+            return f"tripwire: {tripwire['sentence']} (not read: {not_read})", []
+        return UNKNOWN + not_read, []
     return "; ".join(parts), stuck
 
 

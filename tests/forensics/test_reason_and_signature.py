@@ -77,6 +77,20 @@ def test_the_summary_keeps_blocks_that_are_not_on_the_gpu():
     assert stuck == ["k.cu:1 (spin)"]
 
 
+def test_a_summary_that_located_nothing_leads_with_the_tripwire_and_says_what_was_not_read():
+    from hazards.engine.forensics.collector import UNKNOWN, summarize
+
+    result = {"device": {}, "host": {}, "skipped": {"device": "no process of the run holds a GPU open"}}
+    tw = {"sentence": "20 workers wait at barrier ATTN_RELEASE epoch 3", "counts": {"waiting": 20}}
+    assert summarize(result, tw) == ("tripwire: 20 workers wait at barrier ATTN_RELEASE epoch 3 (not read: "
+                                     "device: no process of the run holds a GPU open)", [])
+    assert summarize(result) == (UNKNOWN + "device: no process of the run holds a GPU open", [])
+    assert summarize(result, {"counts": {"waiting": 20}})[0].startswith(UNKNOWN)  # a tripwire without a sentence
+    located = {"device": {"locations": [{"kind": "spin"}], "sentences": ["a spin"], "stuck_at": ["k.cu:1 (spin)"]},
+               "host": {}}
+    assert summarize(located, tw) == ("a spin", ["k.cu:1 (spin)"])  # the debugger's location comes first
+
+
 def _device(blocks: str, count: int, where: str = "deadlock.cu:120", more: list | None = None) -> dict:
     locs = [{"kind": "spin", "warps": count, "blocks": blocks, "blocks_all": blocks, "block_count": count,
              "where": where}] + (more or [])
