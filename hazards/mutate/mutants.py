@@ -136,10 +136,13 @@ def _whole_line(text: str, site: Site) -> Site:
 
 
 def mutants_of(path: Path, *, preprocess: bool = True, language: str | None = None,
-               notes: list[str] | None = None, **kw) -> tuple[str, list[Mutant]]:
+               notes: list[str] | None = None, incomplete: list[str] | None = None,
+               **kw) -> tuple[str, list[Mutant]]:
     """(the file's text, its mutants); a one-line UserError for a file that cannot be read.
     With `preprocess`, dead lines and macros come from the preprocessor's output
-    (`preprocess.find_live`); how the sites were found is appended to `notes`."""
+    (`preprocess.find_live`); how the sites were found is appended to `notes`, and to
+    `incomplete` too when the preprocessor was asked but did not decide every line: none
+    succeeded (the text scanner decided) or headers it did not find were read as empty."""
     try:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError as e:
@@ -149,4 +152,6 @@ def mutants_of(path: Path, *, preprocess: bool = True, language: str | None = No
         live, how = find_live(path, text, defines=kw.get("defines"), language=language)
     if notes is not None:
         notes.append(f"{path}: {how}")
+    if incomplete is not None and preprocess and (live is None or live.stubbed):
+        incomplete.append(f"{path}: {how}")
     return text, mutants_of_text(text, str(path), live=live, **kw)

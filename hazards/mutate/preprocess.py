@@ -41,6 +41,7 @@ class Live:
     dead: frozenset[int]  # 1-based lines in a conditional group no pass took
     macros: dict[str, str]  # every macro defined in some pass: name -> body
     how: str  # one line: the tool and passes, and any header preprocessed as empty
+    stubbed: tuple[str, ...] = ()  # the headers not found, preprocessed as empty (named in `how`)
 
 
 def language_of(path: Path) -> str:
@@ -184,7 +185,7 @@ def find_live(path: Path, text: str, *, defines: dict[str, str | None] | None = 
             how += (f"; {len(kept)} branch(es) over macros no pass defined kept ({who} may define them)")
         if stubbed:
             how += f"; headers not found, read as empty: {', '.join(sorted(set(stubbed)))}"
-        return Live(dead=dead, macros=macros, how=how), how
+        return Live(dead=dead, macros=macros, how=how, stubbed=tuple(sorted(set(stubbed)))), how
     return None, f"{'; '.join(failed)}: sites found by the text scanner"
 
 

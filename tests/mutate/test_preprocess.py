@@ -109,6 +109,24 @@ def test_a_missing_header_is_read_as_empty_and_named(tmp_path, only_tool):
     assert "not_here/cfg.h" in how and "cuda/not_a_header" in how
 
 
+def test_only_a_source_the_preprocessor_did_not_decide_in_full_gets_a_note_for_stderr(tmp_path, only_tool):
+    # `incomplete` (what `hazards mutate` prints as a note) comes from what the preprocessor
+    # did, not from the note's words: headers read as empty, or no preprocessor succeeded
+    missing = tmp_path / "k.cu"
+    missing.write_text('#include "not_here/cfg.h"\n__global__ void k(){ __syncthreads(); }\n')
+    failing = tmp_path / "e.cu"
+    failing.write_text('#error "this build is not supported"\n__global__ void k(){ __syncthreads(); }\n')
+    (tmp_path / "ok").mkdir()
+    complete = _project(tmp_path / "ok")
+    notes: list[str] = []
+    incomplete: list[str] = []
+    for src in (missing, failing, complete):
+        mutants_of(src, notes=notes, incomplete=incomplete)
+    mutants_of(missing, preprocess=False, notes=notes, incomplete=incomplete)  # the user asked for the scanner
+    assert incomplete == notes[:2], (incomplete, notes)
+    assert "not_here/cfg.h" in incomplete[0] and "text scanner" in incomplete[1]
+
+
 def test_a_preprocessor_error_falls_back_to_the_text_scanner(tmp_path, only_tool):
     src = tmp_path / "k.cu"
     src.write_text('#error "this build is not supported"\n__global__ void k(){ __syncthreads(); }\n')
