@@ -108,7 +108,7 @@ class Checker:
                 ref_norm = torch.linalg.vector_norm(expected)
             err_on_device = self.ref.rel_err_tensor(self.out, expected, ref_norm)
             # one read-back: it waits for the launch and its comparison (the events too)
-            err, call_bits = torch.stack((err_on_device, self.handle.counters[self.kernel.ERROR_WORD].float())).tolist()
+            err, call_bits = torch.stack((err_on_device, self.kernel.error_word(self.handle).float())).tolist()
             kernel_ms += start.elapsed_time(stop)
             err = err if math.isfinite(err) else math.inf  # NaN/inf in the output
             bits |= int(call_bits)

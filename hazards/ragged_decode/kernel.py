@@ -209,9 +209,15 @@ def read_profile(handle: Handle) -> profiler.Profile:
     return profiler.decode(raw, claimed, names=task_names(handle))
 
 
+def error_word(handle: Handle) -> torch.Tensor:
+    """The ERROR_BITS the kernel raised so far, as a 0-d tensor on the device (no
+    synchronisation: read it back with the output, `flag_messages` says what it holds)."""
+    return handle.counters[ERROR_WORD]
+
+
 def error_flags(handle: Handle) -> list[str]:
     """What the kernel flagged so far (synchronises; for tests and diagnostics, not the hot path)."""
-    return flag_messages(int(handle.counters[ERROR_WORD].item()))
+    return flag_messages(int(error_word(handle).item()))
 
 
 def flag_messages(bits: int) -> list[str]:

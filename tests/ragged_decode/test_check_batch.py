@@ -136,3 +136,9 @@ def test_the_command_form_beats_with_hz_progress_lines_on_stderr(cpu, capsys):
     out, err = capsys.readouterr()
     assert out.startswith("HZ_RESULT ")
     assert err.splitlines() == ["HZ_PROGRESS started", "HZ_PROGRESS call 1 of 2", "HZ_PROGRESS call 2 of 2"]
+
+
+def test_the_error_word_accessor_reads_the_counter_the_kernel_raises_flags_in():
+    handle = SimpleNamespace(counters=torch.zeros(3, dtype=torch.int32))
+    handle.counters[kernel.ERROR_WORD] |= 1
+    assert int(kernel.error_word(handle)) == 1 and kernel.error_flags(handle) == [kernel.ERROR_BITS[1]]
