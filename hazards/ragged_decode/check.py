@@ -15,6 +15,7 @@ import sys
 from typing import Any, Callable
 
 from hazards.engine.errors import UserError
+from hazards.engine.progress import TAG as PROGRESS_TAG
 from hazards.engine.protocol_server import StopServing, progress
 
 TOL = 1e-2
@@ -130,8 +131,9 @@ def _device_error(exc: BaseException) -> bool:
 
 
 def stderr_beat(label: str) -> None:
-    """A progress event of the command form: an HZ_PROGRESS line on stderr (docs/stall.md)."""
-    print(f"HZ_PROGRESS {label}", file=sys.stderr, flush=True)
+    """A progress event of the command form: a line on stderr starting with the engine's
+    progress tag (`hazards.engine.progress.TAG`; docs/stall.md)."""
+    print(f"{PROGRESS_TAG.decode()} {label}", file=sys.stderr, flush=True)
 
 
 def once(args: argparse.Namespace) -> int:

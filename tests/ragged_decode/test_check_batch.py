@@ -142,3 +142,12 @@ def test_the_error_word_accessor_reads_the_counter_the_kernel_raises_flags_in():
     handle = SimpleNamespace(counters=torch.zeros(3, dtype=torch.int32))
     handle.counters[kernel.ERROR_WORD] |= 1
     assert int(kernel.error_word(handle)) == 1 and kernel.error_flags(handle) == [kernel.ERROR_BITS[1]]
+
+
+def test_a_stderr_beat_is_a_progress_event_with_its_label_for_the_engine(capsys):
+    from hazards.engine.progress import LineScanner, Progress
+
+    check.stderr_beat("call 3 of 8")
+    seen = Progress()
+    LineScanner(seen).feed(capsys.readouterr().err.encode())
+    assert seen.events == 1 and seen.last_label() == "call 3 of 8"
