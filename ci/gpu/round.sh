@@ -6,7 +6,7 @@
 # (the GPU, nvcc, commit and date the round ran on), build_family FAMILY TIMEOUT_S (the
 # family's binary through the hazards build cache in $BIN, or finish) and build_cuda_families
 # [NAME,...] (every CUDA family's binary, or those named, into the build cache, 8 at once; a
-# failure is said, not fatal) and sub NAME NEED_S CMD... (a step that is another script: CMD
+# failure is said, not fatal; a name that matches nothing ends the round, exit 2) and sub NAME NEED_S CMD... (a step that is another script: CMD
 # with OUT=$R/NAME, its console in $R/NAME/console.txt, if NEED_S seconds are left, for at most
 # what is left).
 ROUND=$1
@@ -38,19 +38,31 @@ print(family_binary(get_family('$1')).resolve())" 2> "$R/build.err" | tail -1)
   [ -x "$BIN" ] || { echo "BUILD FAILED"; tail -20 "$R/build.err"; finish; }
 }
 
-build_cuda_families() {  # [NAME,...]: only those families (FAMILY/VARIANT counts as FAMILY)
+build_cuda_families() {  # [NAME,...]: only those families (FAMILY/VARIANT counts as FAMILY;
+  # ragged_decode, the megakernel's check server, builds its own library: nothing here). A name
+  # that matches nothing ends the round (exit 2): it would build, and then run, nothing of it.
   step "build the CUDA family binaries ${1:-(all)}"
-  timeout 120 python3 - "${1:-}" <<'PY' || echo "BUILD FAILED (continuing with what built)"
+  local rc=0
+  timeout 120 python3 - "${1:-}" <<'PY' || rc=$?
 import concurrent.futures as cf
 import sys
-from hazards.families import all_families
+from hazards.engine.errors import EXIT_BAD_INPUT, UserError
+from hazards.families import cuda_binary_families, named_items
 from hazards.stress_family import family_binary
-keep = {n.split('/')[0] for n in sys.argv[1].split(',') if n}
-fams = [f for f in all_families() if f.binary and 'cuda' in f.platforms and (not keep or f.name in keep)]
+fams = cuda_binary_families()
+try:
+    keep = {n.split('/')[0] for n in named_items(sys.argv[1], {f.name: [v.name for v in f.variants] for f in fams},
+                                                  also=("ragged_decode",))}
+except UserError as e:
+    print(f"build_cuda_families: {e}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
+fams = [f for f in fams if not keep or f.name in keep]
 with cf.ThreadPoolExecutor(8) as pool:
     for f, b in zip(fams, pool.map(family_binary, fams)):
         print(f.name, b)
 PY
+  [ "$rc" = 2 ] && finish 2
+  [ "$rc" = 0 ] || echo "BUILD FAILED (continuing with what built)"
 }
 
 # sub NAME NEED_S CMD...: run CMD with OUT=$R/NAME if NEED_S seconds are left, at most what is left

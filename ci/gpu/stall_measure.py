@@ -36,7 +36,8 @@ from pathlib import Path
 from hazards.engine.progress import bucket_upper_s
 from hazards.engine.stall import FAMILY_STALL_S, quantile_upper
 from hazards.engine.targets import ServerTarget
-from hazards.families import all_families
+from hazards.engine.errors import UserError
+from hazards.families import all_families, cuda_binary_families, named_items
 from hazards.engine.loop import default_target_factory
 from hazards.stress_family import family_item
 
@@ -134,20 +135,20 @@ def falsestall_target(fam):
 def falsestall(dest: Path, seconds: float, only: str = "") -> None:
     t_end = time.monotonic() + seconds
     rows = dest / "falsestall.jsonl"
-    items = []
-    for fam in all_families():
-        if fam.binary and "cuda" in fam.platforms:
-            items += [(fam, v.name) for v in fam.variants if v.role != "broken"]
+    items = [(fam, v.name) for fam in cuda_binary_families() for v in fam.variants if v.role != "broken"]
     # the slow ones last: each item gets an even share of what is left, so they inherit
     # what the fast ones did not need to reach LAUNCH_GOAL
     items.sort(key=lambda fv: fv[0] is not None and fv[0].name == "megakernel_layers")
     items.append((None, "ragged_decode"))
     if only:
-        names = set(only.split(","))
-        keys = {(fam.name if fam else "ragged_decode", f"{fam.name}/{v}" if fam else "ragged_decode") for fam, v in items}
-        unknown = sorted(n for n in names if not any(n in key for key in keys))
-        if unknown:  # a mistyped name would measure nothing and print an empty, passing-looking round
-            sys.exit(f"stall_measure.py: {', '.join(unknown)}: no such family, FAMILY/VARIANT or ragged_decode")
+        variants: dict = {}
+        for fam, v in items:
+            if fam is not None:
+                variants.setdefault(fam.name, []).append(v)
+        try:  # a mistyped name would measure nothing and print an empty, passing-looking round
+            names = named_items(only, variants, also=("ragged_decode",))
+        except UserError as e:
+            sys.exit(f"stall_measure.py: {e}")
         items = [(fam, v) for fam, v in items
                  if (fam.name if fam else "ragged_decode") in names or fam and f"{fam.name}/{v}" in names]
     hammer = subprocess.Popen([sys.executable, "-c", HAMMER], stdout=subprocess.PIPE, text=True)

@@ -31,3 +31,24 @@ def get_family(name: str) -> Family:
     if name not in fams:
         raise UserError(f"no family {name!r} (known: {', '.join(sorted(fams)) or 'none'})")
     return fams[name]
+
+
+def cuda_binary_families() -> list[Family]:
+    """The families with a runtime binary built for CUDA (what a GPU round builds and runs)."""
+    return [f for f in all_families() if f.binary and "cuda" in f.platforms]
+
+
+def named_items(spec: str, variants: dict[str, list[str]], also: tuple[str, ...] = ()) -> set[str]:
+    """The names of a `NAME,...` list (empty names left out), each a family of `variants` (a
+    family's name -> its variants' names), FAMILY/VARIANT of one, or one of `also`; a one-line
+    UserError naming those that are none of these: a mistyped name would build or measure
+    nothing and say nothing (ci/gpu's round.sh and stall_measure.py parse their lists here)."""
+    from hazards.engine.errors import UserError
+
+    names = {n for n in spec.split(",") if n}
+    known = {*variants, *(f"{fam}/{v}" for fam, vs in variants.items() for v in vs), *also}
+    unknown = sorted(names - known)
+    if unknown:
+        kinds = ["family", "FAMILY/VARIANT", *also]
+        raise UserError(f"{', '.join(unknown)}: no such {', '.join(kinds[:-1])} or {kinds[-1]}")
+    return names
