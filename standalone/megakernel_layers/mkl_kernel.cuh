@@ -857,61 +857,97 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 // (mkl::merge_workers: 4 at 64 heads, QKV-tile holders) merges heads n0, n0 + nstep, ... :
 // warp k takes head n0 + k * nstep (then + nstep * NWARPS), lane = output pair (2 lane,
 // 2 lane + 1) of the head (HD = 64: one warp a head). Per batch of MERGE_BATCH chunks a lane
-// issues its 16 float2 partials and one chunk's (m, l) (lane b: chunk cb + b % 16, broadcast by
-// shuffles) before any arithmetic: one L2 round trip a batch (3 at 33 chunks; with the next
-// batch's loads also in flight ptxas spilled them, 128 B, and a spill store waits for its load,
-// which is what kept round 4's merge_chunks serial), and the arithmetic is
-// merge_chunks' for that output, operation by operation and in the same order (the batch's max,
-// alpha, the weights, l's sum, acc * alpha then one fmaf per chunk, acc / l at the end): the
-// output bits are production's. Plain loads, as merge_chunks: what they see depends on the
-// acquire before them (the merge workers' poll; HZ_PARTIAL_NO_FENCE keeps it here, see the
-// kernel body).
-__device__ __forceinline__ void merge_heads_load(const float* ph, size_t cstride, int cb, int C, int lane, float2& ml,
+// loads its 16 float2 partials and one chunk's (m, l) (lane b: chunk cb + b % 16).
+//
+// Why it is shaped this way (round 6 measured a merge block at ~10 us, not the ~4 predicted):
+// the first version had every lane compute every chunk's weight, each behind two shuffles from
+// the lane holding that chunk's (m, l): per batch a serial chain of 16 x (shuffle -> expf ->
+// fmaf) and 16 x (shuffle -> fmax), ~2,000 cycles, on top of one dependent L2 round trip a
+// batch (3 at 33 chunks). Now (1) lane b computes chunk b's weight once and the warp reads the
+// batch's 16 weights and 16 l's from its 32 floats of shared memory (broadcast loads), so the
+// per-chunk chain is three independent fmaf chains; (2) the batch's max is a butterfly over
+// the lanes (max is exact in any order); (3) the next batch's loads go out before this batch's
+// arithmetic (2 round trips at 33 chunks, not 3). The arithmetic is still merge_chunks' for
+// each output, operation by operation and in the same order (the batch's max, alpha, each
+// chunk's weight from the same expf of the same operands, l = run_l * alpha then one fmaf per
+// chunk, acc * alpha then one fmaf per chunk, acc / l at the end): the output bits are
+// production's. (A zero max's sign may differ between the two orders of fmax; it never reaches
+// a result: x - (+0) == x - (-0) for every x != 0 and expf(+-0) == 1.) Plain loads, as
+// merge_chunks: what they see depends on the acquire before them (the merge workers' poll;
+// HZ_PARTIAL_NO_FENCE keeps it here, see the kernel body).
+
+// A batch's loads: lane's (m, l) of chunk cb + lane % 16 and its output pair of chunks cb ..
+// cb + 15, a chunk index past the partials clamped to the last (loaded and discarded: no load is
+// predicated). The row stride is a constant of the shape, so a whole batch's 16 loads share one
+// address register (constant offsets): 16 computed addresses beside two batches of partials made
+// ptxas spill the next batch (a spill store waits for its load: the loads ahead serialised again).
+template <int NQ>
+__device__ __forceinline__ void merge_heads_load(const float* ph, int cb, int C, int lane, float2& ml,
                                                  float2 (&v)[MERGE_BATCH]) {
-  ml = *reinterpret_cast<const float2*>(ph + (size_t)min(cb + (lane & (MERGE_BATCH - 1)), C - 1) * cstride);
+  constexpr int CSTRIDE = NQ * (2 + HD);  // floats from chunk c's row of a head to chunk c + 1's
+  ml = *reinterpret_cast<const float2*>(ph + (size_t)min(cb + (lane & (MERGE_BATCH - 1)), C - 1) * CSTRIDE);
+  const float* row = ph + 2 + 2 * lane;
+  if (cb + MERGE_BATCH <= C) {
+    row += (size_t)cb * CSTRIDE;
 #pragma unroll
-  for (int b = 0; b < MERGE_BATCH; ++b)
-    v[b] = *reinterpret_cast<const float2*>(ph + (size_t)min(cb + b, C - 1) * cstride + 2 + 2 * lane);
+    for (int b = 0; b < MERGE_BATCH; ++b) v[b] = *reinterpret_cast<const float2*>(row + b * CSTRIDE);
+  } else {
+#pragma unroll
+    for (int b = 0; b < MERGE_BATCH; ++b)
+      v[b] = *reinterpret_cast<const float2*>(row + (size_t)min(cb + b, C - 1) * CSTRIDE);
+  }
 }
 
-__device__ __noinline__ void merge_heads(const float* partials, float* attn_out, int NQ, int C, int n0, int nstep) {
-  static_assert(HD == 64 && MERGE_BATCH <= 32, "one warp a head: lane = output pair; (m, l) of a batch in lanes");
+template <int NQ>
+__device__ __noinline__ void merge_heads(const float* partials, float* attn_out, int C, int n0, int nstep,
+                                         float* arena) {
+  static_assert(HD == 64 && MERGE_BATCH <= 16, "one warp a head: lane = output pair; (m, l) of a batch in lanes");
   static_assert(MERGE_HEADS_PER_WORKER == NWARPS, "mkl::merge_workers counts a head a warp");
+  __builtin_assume(__isShared(arena));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const size_t cstride = (size_t)NQ * (2 + HD);  // floats from chunk c's row of a head to chunk c + 1's
+  float* wl = arena + warp * 2 * MERGE_BATCH;  // this warp's batch: weights [0, 16), l's [16, 32)
   for (int n = n0 + warp * nstep; n < NQ; n += nstep * NWARPS) {
     const float* ph = partials + (size_t)n * (2 + HD);
     float run_m = -INFINITY, run_l = 0.f, a0 = 0.f, a1 = 0.f;
+    float2 ml, v[MERGE_BATCH];
+    merge_heads_load<NQ>(ph, 0, C, lane, ml, v);
     for (int cb = 0; cb < C; cb += MERGE_BATCH) {
       const int cnt = min(MERGE_BATCH, C - cb);
-      float2 ml, v[MERGE_BATCH];
-      merge_heads_load(ph, cstride, cb, C, lane, ml, v);
-      // merge_chunks' per-head step (its thread n) and per-output step (its pair n * HD / 2 + lane),
-      // each in its order; (m, l) of chunk cb + b come from lane b (shuffled twice rather than
-      // held in 32 more registers)
-      const float m_old = run_m;
-      float mn = m_old;
+      // the next batch's loads, before this batch's arithmetic. In the last batch they repeat
+      // this batch's loads (the same lines, in flight or in L1: done no later than this batch's
+      // own); a conditional load instead made ptxas keep the next batch in local memory
+      float2 ml_next, v_next[MERGE_BATCH];
+      merge_heads_load<NQ>(ph, cb + MERGE_BATCH < C ? cb + MERGE_BATCH : cb, C, lane, ml_next, v_next);
+      // merge_chunks' per-head step (its thread n): the batch's max, alpha, each chunk's weight
+      const bool mine = lane < cnt;  // lane b holds chunk cb + b's (m, l)
+      float bm = mine ? ml.x : -INFINITY;
 #pragma unroll
-      for (int b = 0; b < MERGE_BATCH; ++b) {
-        const float mb = __shfl_sync(0xffffffffu, ml.x, b);
-        if (b < cnt) mn = fmaxf(mn, mb);
-      }
+      for (int o = 16; o > 0; o >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o));
+      const float m_old = run_m, mn = fmaxf(m_old, bm);
       const float al = m_old == -INFINITY ? 0.f : expf(m_old - mn);
+      if (mine) {
+        wl[lane] = ml.x == -INFINITY ? 0.f : expf(ml.x - mn);
+        wl[MERGE_BATCH + lane] = ml.y;
+      }
+      __syncwarp();
+      // l's sum (its thread n) and the per-output step (its pair n * HD / 2 + lane), in its order
       float l = run_l * al;
       a0 = a0 * al;
       a1 = a1 * al;
 #pragma unroll
-      for (int b = 0; b < MERGE_BATCH; ++b) {
-        const float mb = __shfl_sync(0xffffffffu, ml.x, b), lb = __shfl_sync(0xffffffffu, ml.y, b);
+      for (int b = 0; b < MERGE_BATCH; ++b)
         if (b < cnt) {
-          const float wb = mb == -INFINITY ? 0.f : expf(mb - mn);
-          l += wb * lb;
+          const float wb = wl[b];
+          l = fmaf(wb, wl[MERGE_BATCH + b], l);
           a0 = fmaf(wb, v[b].x, a0);
           a1 = fmaf(wb, v[b].y, a1);
         }
-      }
+      __syncwarp();  // the next batch rewrites wl
       run_m = mn;
       run_l = l;
+      ml = ml_next;
+#pragma unroll
+      for (int b = 0; b < MERGE_BATCH; ++b) v[b] = v_next[b];
     }
     *reinterpret_cast<float2*>(attn_out + (size_t)n * HD + 2 * lane) = make_float2(a0 / run_l, a1 / run_l);
   }
@@ -1285,7 +1321,10 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       if (tid == 0) wait_ge<TW>(tw, chunk_ctr, chunks_want, BAR_CHUNK_MERGE, chunk_ctr, chunks_want, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
-      merge_heads(p.partials, p.attn_out, s.NQ, p.C, w, nmerge);
+      // the two shapes (mkl::SHAPE_DEFAULT: 64 heads, SHAPE_SMALL: 16)
+      if (s.NQ == 64) merge_heads<64>(p.partials, p.attn_out, p.C, w, nmerge, arena);
+      else if (s.NQ == 16) merge_heads<16>(p.partials, p.attn_out, p.C, w, nmerge, arena);
+      else __trap();  // no other shape exists (Shape constants in mkl_model.h)
       const uint32_t old = block_arrive(sync_word(p, W_MERGE_CTR), true, tid, &hd->word);
       if (old + 1u == (uint32_t)nmerge * epoch) {
         acquire_fence();

@@ -112,12 +112,18 @@ def step_d_binary() -> Path:
     return family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": 5})
 
 
-def test_campaign_step_d_gives_production_bits(binary: Path, step_d_binary: Path):
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                     # 9 chunks: one partial batch of the merge
+    {"layers": 2, "seq": 2047},                     # 16: one whole batch, no next one
+    {"layers": 2, "seq": 4096},                     # 33: two whole batches and one chunk (the bench's)
+    {"layers": 2, "seq": 4096, "model": "small"},   # 16 heads: the other instance of merge_heads
+], ids=["9-chunks", "16-chunks", "33-chunks", "small-33-chunks"])
+def test_campaign_step_d_gives_production_bits(binary: Path, step_d_binary: Path, params: dict):
     """Step (d) merges each head with production's operations in production's order: the
-    output is production's bit for bit (round 6, H100: the default point, 5760 floats)."""
+    output is production's bit for bit (round 6, H100: the default point, 5760 floats). The
+    chunk counts cover the merge's batch shapes (its next batch's loads run ahead of this one)."""
     from hazards.megakernel_layers.calibration import dump_run
 
-    params = {"layers": 2, "seq": 1024}
     out, _, reply = dump_run(binary, params)
     out_d, _, reply_d = dump_run(step_d_binary, params)
     assert reply.get("mismatched") == 0 and reply_d.get("mismatched") == 0, (reply, reply_d)

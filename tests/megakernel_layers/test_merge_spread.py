@@ -47,14 +47,27 @@ def step_d() -> str:
     return _sass(5)
 
 
-def test_step_d_merges_a_batch_of_chunks_after_one_round_of_loads_and_spills_nothing(step_d):
+def test_step_d_merge_issues_the_next_batch_of_chunks_before_weighing_this_one_and_spills_nothing(step_d):
     merge = function_listings(step_d, ("merge_heads",)).get("merge_heads", "")
     assert merge, "the step (d) build has no out-of-line merge_heads"
-    # a lane's 16 partials of the batch and one chunk's (m, l) go out before any FFMA
-    assert longest_load_run(merge) >= MERGE_BATCH + 1, longest_load_run(merge)
+    # a lane's 16 partials and one chunk's (m, l) of this batch AND of the next go out before any
+    # FFMA: two dependent L2 round trips a head at 33 chunks, not three (round 6: 17)
+    assert longest_load_run(merge) >= 2 * (MERGE_BATCH + 1), longest_load_run(merge)
     # round 4's merge_chunks stored just-loaded registers to local memory (a spill store waits
     # for its load and serialised the loads issued ahead again): none here
     assert not re.search(r"\bSTL\b", merge)
+
+
+def test_step_d_merge_computes_each_chunks_weight_once_not_in_every_lane(step_d):
+    """Round 6's merge_heads had every lane compute all 16 weights of a batch (an expf each,
+    behind two shuffles): a serial chain of 16 expf a batch, ~2,000 cycles, the largest part of
+    its ~10 us. Now lane b computes chunk b's weight: one expf for alpha and one for the lane's
+    chunk in each instance of the function (an instance per kernel and shape)."""
+    merge = function_listings(step_d, ("merge_heads",)).get("merge_heads", "")
+    instances = len(re.findall(r"^\S*merge_heads\S*:\s*$", step_d, re.M))
+    assert instances >= 2, instances  # the plain and the tripwire kernel at least
+    ex2 = len(re.findall(r"\bMUFU\.EX2\b", merge))
+    assert 0 < ex2 <= 2 * instances, (ex2, instances)
 
 
 def test_the_step_d_kernel_calls_the_spread_merge_and_production_does_not(step_d):
