@@ -296,8 +296,10 @@ def family_builds(families: list[Family], variants_of: Callable[[Family], list[V
             return [e]
 
     subjects = [Subject(f"{f.name} launch server", lambda f=f: build(f)) for f in families]
-    built = run_subjects(subjects, observer=observer if families else None, what="family builds",
-                         doing="compiling")
+    # list(): consumed to its end (a zip over the families stops one short, and the phase
+    # left open that way counted as abandoned and killed the compilers started meanwhile)
+    built = list(run_subjects(subjects, observer=observer if families else None, what="family builds",
+                              doing="compiling"))
     return [(f, out[0]) for f, out in zip(families, built)]
 
 
@@ -361,14 +363,15 @@ class StaticPart:
                  observer: Any, *, skipped: bool = False) -> None:
         import threading
 
-        from hazards.static.runner import child_pids, path_subjects
+        from hazards.engine.proctree import ToolGroups
+        from hazards.static.runner import path_subjects
 
         self.skipped = skipped
         self.findings: Any = []
         self.note = "SKIPPED (--skip static)" if skipped else ""
         self.seconds = 0.0
         self._error: BaseException | None = None
-        self._children_before = child_pids() if not skipped else set()
+        self._tools = ToolGroups()  # the compilers the static part starts, and only those
         self._thread = None
         if skipped:
             return
@@ -379,7 +382,8 @@ class StaticPart:
 
         def body() -> None:
             try:
-                self.findings, self.note = run_static(paths, families, skip_tools, observer=phase)
+                with self._tools.current():
+                    self.findings, self.note = run_static(paths, families, skip_tools, observer=phase)
             except BaseException as e:  # raised in the caller's thread by `wait`
                 self._error = e
             finally:
@@ -403,12 +407,11 @@ class StaticPart:
 
     def abandon(self) -> None:
         """The check is ending early (Ctrl-C, an error): kill the compilers the static part
-        started (never a GPU part's server) and give its thread a moment to see it."""
-        from hazards.static.runner import kill_children_since
-
+        started (never a GPU part's server, build or debugger) and give its thread a moment
+        to see it."""
         if self._thread is None or not self._thread.is_alive():
             return
-        kill_children_since(self._children_before)
+        self._tools.kill()
         self._thread.join(timeout=5)
 
 

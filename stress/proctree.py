@@ -6,12 +6,15 @@ still unreaped, so the group id cannot have been recycled either.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import select
 import signal
 import subprocess
+import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import psutil
 
@@ -254,14 +257,76 @@ def reap_adopted(pids: set[int], leader: int | None = None) -> None:
             pass
 
 
+class ToolGroups:
+    """The process groups of the tools (`start_in_group`) that one phase of work started, in
+    this thread and in the worker threads it hands its context to, so that the phase can end
+    its own tools and no other. One process runs several phases at once (a check's static
+    part beside its family builds and its GPU part): "every child started since the phase
+    began" also holds the other phases' compilers (an H200 check's nvcc was SIGKILLed so, by
+    the family builds' phase ending beside it) and forensics' debuggers.
+
+    Scopes nest: one made inside another's block (a static phase in the static part) is
+    within it, and a tool registers in every scope it is within."""
+
+    def __init__(self) -> None:
+        self._procs: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._killed = False
+        self._parent = _TOOL_GROUPS.get()
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator["ToolGroups"]:
+        """Within this block (and in contexts copied from it), tools register here."""
+        token = _TOOL_GROUPS.set(self)
+        try:
+            yield self
+        finally:
+            _TOOL_GROUPS.reset(token)
+
+    def _add(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.add(proc)
+            killed = self._killed
+        if killed:  # started by a worker after the phase was ended: it ends too
+            kill_whole_group(proc)
+
+    def _discard(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def kill(self) -> None:
+        """SIGKILL the group of each tool of this scope still running, and of any it starts
+        from now on. A leader that has exited is skipped (its group id may be reused once
+        it is reaped): the same check as `Popen.send_signal`'s."""
+        with self._lock:
+            self._killed = True
+            procs = list(self._procs)
+        for proc in procs:
+            if proc.poll() is None:
+                kill_whole_group(proc)
+
+    @staticmethod
+    def each_current() -> Iterator["ToolGroups"]:
+        scope = _TOOL_GROUPS.get()
+        while scope is not None:
+            yield scope
+            scope = scope._parent
+
+
+_TOOL_GROUPS: contextvars.ContextVar[ToolGroups | None] = contextvars.ContextVar("hz_tool_groups", default=None)
+
+
 def start_in_group(argv: list[str], **popen_kw: Any) -> subprocess.Popen:
     """`subprocess.Popen(argv)` as the leader of a process group of its own (a tool that
     starts children: nvcc, a build's shell), stdin from /dev/null, stdout and stderr piped
-    unless `popen_kw` says otherwise. End it with `communicate_or_kill_group` or
-    `kill_whole_group`."""
+    unless `popen_kw` says otherwise, registered in the current `ToolGroups` scopes. End it
+    with `communicate_or_kill_group` or `kill_whole_group`."""
     popen_kw.setdefault("stdout", subprocess.PIPE)
     popen_kw.setdefault("stderr", subprocess.PIPE)
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **popen_kw)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **popen_kw)
+    for scope in ToolGroups.each_current():
+        scope._add(proc)
+    return proc
 
 
 def kill_whole_group(proc: subprocess.Popen) -> None:
@@ -285,6 +350,9 @@ def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float) -> tuple
         kill_whole_group(proc)
         proc.communicate()
         raise
+    finally:
+        for scope in ToolGroups.each_current():
+            scope._discard(proc)
 
 
 def run_in_group(argv: list[str], timeout_s: float, **popen_kw: Any) -> subprocess.CompletedProcess:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 from hazards.static import asm_lint, checks
 from hazards.static.findings import Finding
 from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.engine.proctree import ToolGroups
 
 LISTING_SUFFIXES = {".s": "amdgcn", ".sass": "sass", ".cubin": "cubin"}
 LAYOUT_SUFFIXES = (".layout.toml", ".layout.json")
@@ -55,7 +56,10 @@ def run_subjects(subjects: list[Subject], *, jobs: int | None = None, observer: 
     """Each subject's findings, in the subjects' order, up to `jobs` (default: the machine's
     cores) judged at once. The first exception of a subject, in order, is raised; the
     subjects not started then are not, and the compilers the others started are killed (as
-    Ctrl-C or a stop signal does: a worker thread cannot be interrupted, its child can)."""
+    Ctrl-C or a stop signal does: a worker thread cannot be interrupted, its child can).
+    Only this phase's own compilers (`ToolGroups`): never those of a phase running beside it
+    in the same process. Consume it to the end: a generator left before its end is a phase
+    abandoned (its compilers killed)."""
     workers = max(1, min(jobs or machine_cores(), len(subjects) or 1))
     if observer is not None:
         observer.steps_begin(what, len(subjects), workers, doing)
@@ -75,50 +79,24 @@ def run_subjects(subjects: list[Subject], *, jobs: int | None = None, observer: 
                 yield judged(subject)
             return
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hz-static")
-        before = child_pids()
+        tools = ToolGroups()
         done = False
         try:
-            # each subject in a copy of this thread's context: `toolchain.skipping` reaches it
-            futures = [pool.submit(contextvars.copy_context().run, judged, subject) for subject in subjects]
+            # each subject in a copy of this thread's context (`toolchain.skipping` reaches it)
+            # with this phase's tool scope current
+            with tools.current():
+                futures = [pool.submit(contextvars.copy_context().run, judged, subject) for subject in subjects]
             for future in futures:
                 yield future.result()
             done = True
         finally:
             if not done:
                 pool.shutdown(wait=False, cancel_futures=True)
-                kill_children_since(before)
+                tools.kill()
             pool.shutdown(wait=True)
     finally:
         if observer is not None:
             observer.steps_end()
-
-
-def child_pids() -> set[int]:
-    """The pids of this process's children and their descendants now."""
-    import psutil
-
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def kill_children_since(before: set[int]) -> None:
-    """Kill this process's children that were not there before the phase: the compilers
-    and disassemblers its worker threads are waiting for. A supervised child tree (a GPU
-    part's launch server, `hazards.engine.containment`) is never one of them: a check runs
-    its static part beside its GPU part, whose servers end only with their runs."""
-    import psutil
-
-    from hazards.engine.containment import CONTAINMENT
-
-    supervised = CONTAINMENT.live_pids()
-    for p in psutil.Process().children(recursive=True):
-        if p.pid in before:
-            continue
-        try:
-            if p.pid in supervised or any(a.pid in supervised for a in p.parents()):
-                continue
-            p.kill()
-        except psutil.Error:
-            pass
 
 
 def path_subjects(paths: Iterable[Path], expand: asm_lint.Expander | None = None) -> list[Subject]:

@@ -104,22 +104,105 @@ def test_the_static_runners_workers_see_the_skip_of_the_thread_that_runs_them():
     assert found == [[True]] * 4
 
 
-def test_killing_the_static_parts_compilers_spares_a_supervised_server():
-    from hazards.engine.containment import CONTAINMENT
-    from hazards.static.runner import child_pids, kill_children_since
+def test_a_compile_of_the_static_part_survives_the_family_builds_ending_beside_it(fake_gpus, store, monkeypatch):
+    """H200, main c941074, a cold build cache: the family builds (6 families, each a cache hit)
+    ended while the static part's nvcc for mma_pingpong-128x64 had just started; the builds'
+    phase SIGKILLed every child the process had started since the phase began, that nvcc
+    too, and the check ended with `failed (exit -9)`, exit 2 and an empty --json."""
+    from hazards.static import runner
+    from hazards.static.compile import run_tool
 
-    before = child_pids()
-    server, _ = CONTAINMENT.spawn(["sleep", "30"], mark="a GPU part's server")
-    compiler = subprocess.Popen(["sleep", "30"])
+    builds_began, compiling = threading.Event(), threading.Event()
+
+    def one_slow_compile(paths, families=None, skip_tools=(), observer=None):
+        assert builds_began.wait(10)
+        # the compile starts while the family builds run, and lasts past their end
+        threading.Timer(0.3, compiling.set).start()
+        run_tool(["sleep", "1.5"], "slow-compile")
+        return [], "one compile, not killed"
+
+    def build_while_it_compiles(fam, variants):
+        builds_began.set()
+        assert compiling.wait(10)
+        return fake_items_for(fam, variants)
+
+    monkeypatch.setattr(checkrun, "run_static", one_slow_compile)
+    monkeypatch.setattr(runner, "machine_cores", lambda: 2)  # the builds' phase on a pool, as on the H200
+    res = run_check(budget_s=1, catalog=[make_family("fam1"), make_family("fam2")], store=store,
+                    items_for=build_while_it_compiles, wait_s=0)
+    assert res.static_note == "one compile, not killed"
+    assert res.exit_code == 0, res.summary_lines()
+
+
+def test_a_failing_phase_kills_its_own_compilers_never_another_threads():
+    """A phase that fails (or is interrupted) ends the compilers its own workers started and no
+    other: the static part and the family builds compile at the same time in one process."""
+    from hazards.engine.proctree import run_in_group
+    from hazards.static.runner import Subject, run_subjects
+
+    phase_began, other_compiling, other_rc = threading.Event(), threading.Event(), []
+    own = []
+
+    def another_threads_compile() -> None:
+        assert phase_began.wait(10)
+        threading.Timer(0.3, other_compiling.set).start()
+        other_rc.append(run_in_group(["sleep", "1.5"], 30).returncode)
+
+    def own_compile() -> list:
+        own.append(run_in_group(["sleep", "60"], 90).returncode)
+        return []
+
+    def failing() -> list:
+        phase_began.set()
+        assert other_compiling.wait(10)
+        raise UserError("this phase cannot be judged")
+
+    other = threading.Thread(target=another_threads_compile)
+    other.start()
+    t0 = time.monotonic()
     try:
-        kill_children_since(before)
-        assert compiler.wait(timeout=10) != 0
+        with pytest.raises(UserError, match="cannot be judged"):
+            list(run_subjects([Subject("fails", failing), Subject("compiles", own_compile)], jobs=2))
+    finally:
+        other.join(30)
+    assert time.monotonic() - t0 < 20 and own == [-9], own  # its own compiler was killed, not waited for
+    assert other_rc == [0], "the phase killed a compile another thread started"
+
+
+def test_abandoning_the_static_part_kills_its_compilers_only():
+    """Ctrl-C or an error of the GPU part abandons the static part: its compilers are killed;
+    another thread's compile and a supervised server (a GPU part's launch server) are not."""
+    from hazards.engine.containment import CONTAINMENT
+    from hazards.engine.proctree import run_in_group
+
+    static_rc, other_rc = [], []
+    compiling = threading.Event()
+
+    def static_compile(paths, families=None, skip_tools=(), observer=None):
+        threading.Timer(0.3, compiling.set).start()
+        static_rc.append(run_in_group(["sleep", "60"], 90).returncode)
+        return [], "killed"
+
+    def others_compile() -> None:
+        other_rc.append(run_in_group(["sleep", "1.5"], 30).returncode)
+
+    server, _ = CONTAINMENT.spawn(["sleep", "30"], mark="a GPU part's server")
+    other = threading.Thread(target=others_compile)
+    try:
+        import unittest.mock
+        with unittest.mock.patch.object(checkrun, "run_static", static_compile):
+            static = checkrun.StaticPart([], None, [], None)
+            other.start()
+            assert compiling.wait(10)
+            static.abandon()
+        assert static_rc == [-9], static_rc
+        other.join(30)
+        assert other_rc == [0], "abandoning the static part killed another thread's compile"
         assert server.poll() is None, "the supervised server was killed with the compilers"
     finally:
-        for p in (server, compiler):
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        if server.poll() is None:
+            server.kill()
+        server.wait()
         CONTAINMENT.ended(server.pid)
 
 

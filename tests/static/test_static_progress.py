@@ -59,14 +59,14 @@ def test_the_first_failing_subject_in_order_is_raised_and_the_rest_not_started()
 
 
 def test_a_failure_or_an_interrupt_kills_the_compilers_still_running_instead_of_waiting_for_them(tmp_path):
-    import subprocess
+    from hazards.engine.proctree import start_in_group
 
     pids = tmp_path / "pids"
 
-    def slow_compiler() -> list[Finding]:
-        proc = subprocess.Popen(["sleep", "60"])
+    def slow_compiler() -> list[Finding]:  # a compiler as the static checks start one (run_tool)
+        proc = start_in_group(["sleep", "60"])
         pids.write_text(str(proc.pid))
-        proc.wait()
+        proc.communicate()
         return []
 
     def interrupted() -> list[Finding]:
