@@ -21,6 +21,7 @@ from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.family import Family, Variant
 from hazards.static import checks
 from hazards.static.checks import Check
+from hazards.static.compile import ToolKilled
 from hazards.static.findings import Finding, with_subject
 from hazards.static.runner import StepObserver, Subject, path_subjects, run_subjects
 
@@ -130,7 +131,7 @@ def _catalog_subjects(families: Iterable[str] | None) -> Iterator[Subject]:
                               functools.partial(_check_variant, fam, v, arch, primary=primary))
 
 
-BLIND_SPOTS = (checks.TOOLCHAIN_MISSING.id, checks.CHECK_SKIPPED.id)  # checks that could not look
+BLIND_SPOTS = (checks.TOOLCHAIN_MISSING.id, checks.CHECK_SKIPPED.id, checks.TOOL_KILLED.id)  # could not look
 
 
 def _check_variant(fam: Family, v: Variant, arch: str | None = None, *, primary: bool = True) -> list[Finding]:
@@ -140,6 +141,9 @@ def _check_variant(fam: Family, v: Variant, arch: str | None = None, *, primary:
         found = fam.static_check({"variant": v.name}, **on_target)
     except ToolchainMissing as e:
         return [checks.could_not_look(src, f"static checks of {subject}", e, subject=subject)]
+    except ToolKilled as e:  # this subject not judged; the others still are
+        return [checks.TOOL_KILLED.finding(src, 0, f"static checks of {subject} could not run: {e}",
+                                           subject=subject)]
     out: list[Finding] = []
     verdict = fam.static_model({"variant": v.name})
     if verdict.hazardous != v.is_canary:
@@ -177,13 +181,14 @@ def _check_variant(fam: Family, v: Variant, arch: str | None = None, *, primary:
 
 
 # Findings that say a check could not look: a tool missing (not skipped), a user's source
-# that did not compile in the compiled mode, a device function that left no code to check.
-NOT_JUDGED = (checks.TOOLCHAIN_MISSING.id, checks.COMPILE_FAILED.id, checks.NOT_ANALYSED.id)
+# that did not compile in the compiled mode, a device function that left no code to check,
+# a compiler ended by a signal.
+NOT_JUDGED = (checks.TOOLCHAIN_MISSING.id, checks.COMPILE_FAILED.id, checks.NOT_ANALYSED.id, checks.TOOL_KILLED.id)
 
 
 def could_not_look(findings: Iterable[Finding]) -> list[Finding]:
     """The findings that say a check could not look (a tool missing, not skipped; a user's
-    source that did not compile)."""
+    source that did not compile; a compiler ended by a signal)."""
     return [f for f in findings if f.check in NOT_JUDGED]
 
 

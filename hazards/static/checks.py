@@ -214,6 +214,10 @@ COMPILE_FAILED = register(Check(
     "compile-failed", "error", "compiled mode",
     "a user source that did not compile with the given flags: nothing in it was checked "
     "(exit 3, could not judge)"))
+TOOL_KILLED = register(Check(
+    "tool-killed", "error", "any",
+    "a compiler or disassembler a check ran was ended by a signal before it finished (the "
+    "OOM killer, someone's kill, a stop): the check could not look (exit 3, could not judge)"))
 
 
 def could_not_look(path: str, what: str, missing: Exception, subject: str = "") -> Finding:

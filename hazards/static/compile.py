@@ -13,13 +13,14 @@ import dataclasses
 import hashlib
 import os
 import re
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Mapping
 
 from hazards.engine import toolchain
-from hazards.engine.errors import ToolchainMissing, UserError
+from hazards.engine.errors import NotJudged, ToolchainMissing, UserError
 from hazards.engine.proctree import run_in_group
 from hazards.kernel_sources import standalone_dir
 
@@ -45,13 +46,26 @@ def _define_args(defines: Mapping[str, object] | None) -> list[str]:
     return args
 
 
+class ToolKilled(NotJudged):
+    """A compiler or disassembler ended by a signal: it said nothing about the source, so
+    what it was to build could not be judged (exit 3), which is not bad input."""
+
+
 def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     """Run a compiler or disassembler with the toolchain's time limit; a failure or a
-    timeout is a UserError naming the command and the end of its output."""
+    timeout is a UserError naming the command and the end of its output, a tool ended by a
+    signal a `ToolKilled`."""
     try:  # its own process group, killed whole on a timeout (nvcc's cicc, ptxas, gcc with it)
         proc = run_in_group(cmd, toolchain.COMPILE_TIMEOUT_S, text=True)
     except subprocess.TimeoutExpired as e:
         raise UserError(f"{what} timed out after {toolchain.COMPILE_TIMEOUT_S:g} s: {' '.join(cmd)}") from e
+    if proc.returncode < 0:
+        try:
+            name = signal.Signals(-proc.returncode).name
+        except ValueError:
+            name = f"signal {-proc.returncode}"
+        raise ToolKilled(f"{what} was ended by {name} before it finished (the OOM killer, a kill or a "
+                         f"stop; nothing judged): {' '.join(cmd)}")
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         first = next((ln for ln in lines if DIAGNOSTIC_ERROR.search(ln)), None)

@@ -206,6 +206,50 @@ def test_abandoning_the_static_part_kills_its_compilers_only():
         CONTAINMENT.ended(server.pid)
 
 
+def test_a_compiler_ended_by_a_signal_is_not_judged_not_bad_input():
+    from hazards.engine.errors import EXIT_NOT_JUDGED
+    from hazards.static.compile import run_tool
+
+    with pytest.raises(UserError, match="ended by SIGKILL before it finished") as raised:
+        run_tool(["sh", "-c", "kill -KILL $$"], "a compile")
+    assert raised.value.exit_code == EXIT_NOT_JUDGED
+
+
+def test_a_check_whose_static_compile_was_killed_says_not_judged_and_keeps_the_gpu_verdicts(
+        fake_gpus, store, monkeypatch):
+    """Someone (the OOM killer, a kill) ends a static part's compiler: that variant's static
+    checks could not look, so the check exits 3 with its --json and the GPU verdicts, never
+    passes, and never ends as bad input (exit 2) with nothing printed."""
+    import dataclasses
+
+    from hazards import static_catalog
+    from hazards.static.compile import run_tool
+    from hazards.static_catalog import StaticFindings
+
+    def killed_compile(params, **kw):
+        run_tool(["sh", "-c", "kill -KILL $$"], "fakefam-sm_90a")
+        return []
+
+    fam = dataclasses.replace(make_family(), static_check=killed_compile)
+
+    def static_part(paths, families=None, skip_tools=(), observer=None):
+        found = StaticFindings()
+        for v in fam.variants:
+            found.add(static_catalog._check_variant(fam, v))
+        return found, "the catalog, stubbed"
+
+    monkeypatch.setattr(checkrun, "run_static", static_part)
+    res = run_check(budget_s=1, catalog=[make_family()], store=store, items_for=fake_items_for, wait_s=0)
+    assert res.exit_code == 3, res.summary_lines()
+    assert [f.check for f in res.static_not_judged] == ["tool-killed"] * 3
+    assert any(line.startswith("static NOT JUDGED fakefam/broken: ") and "SIGKILL" in line
+               for line in res.summary_lines())
+    assert res.to_json()["static"]["not_judged"] == ["fakefam/reference", "fakefam/fixed", "fakefam/broken"]
+    assert {v.status for v in res.verdicts} <= {"clean", "detected"} and res.verdicts
+    static_cases = res.junit_suites()[0].cases
+    assert static_cases and all(c.status == "error" for c in static_cases), static_cases
+
+
 def test_the_default_budget_keeps_the_whole_check_under_a_minute(capsys):
     import json
 
