@@ -139,6 +139,28 @@ def test_a_cubin_without_a_disassembler_is_not_judged(hide, tmp_path, capsys):
     assert main(["static", "--no-catalog", "--skip", "nvdisasm", str(cubin)]) == 3  # skipped: judged nothing
 
 
+def test_a_cubin_whose_disassembler_was_killed_is_a_tool_killed_finding_not_the_end_of_the_run(
+        tmp_path, capsys, monkeypatch):
+    """A user's cubin whose nvdisasm the OOM killer (or a kill) ends: that path could not be
+    judged (tool-killed, exit 3) and the run still reports its findings, instead of the whole
+    static part ending on the first such path (in a check: after the GPU part, empty --json)."""
+    killed = tmp_path / "nvdisasm"
+    killed.write_text("#!/bin/sh\nkill -KILL $$\n")
+    killed.chmod(0o755)
+    monkeypatch.setenv("HZ_NVDISASM", str(killed))
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    toolchain.find_tool.cache_clear()
+    cubin = tmp_path / "kernel.cubin"
+    cubin.write_bytes(b"\x7fELF not really")
+    try:
+        rc = main(["static", "--no-catalog", str(cubin)])
+    finally:
+        toolchain.find_tool.cache_clear()
+    out = capsys.readouterr().out
+    assert rc == 3, out
+    assert f"{cubin}: error: [tool-killed] SASS checks could not run: nvdisasm was ended by SIGKILL" in out
+
+
 def test_a_family_name_that_matches_nothing_is_exit_2_with_the_valid_names(capsys):
     """`hazards static` with a name that matches nothing (before: exit 0, "0 canaries detected")."""
     assert main(["static", "--families", "nosuch"]) == 2
