@@ -345,10 +345,12 @@ def run_check(*, budget_s: float, families: Iterable[str] | None = None, paths: 
     try:
         _run_check_gpu(res, static, fams, families, parts, budget_s, t0, store, lock_dir, wait_s, exclusive,
                        items_for, target_factory, explore_item_for, log, observer, forensics, stall)
+        # inside: Ctrl-C while waiting for a static part that outlasts the GPU part (a cold build
+        # cache) ends its compilers too (their own process groups: the terminal's SIGINT misses them)
+        static.into(res)
     except BaseException:
         static.abandon()
         raise
-    static.into(res)
     return res
 
 
@@ -409,8 +411,11 @@ class StaticPart:
         """The check is ending early (Ctrl-C, an error): kill the compilers the static part
         started (never a GPU part's server, build or debugger) and give its thread a moment
         to see it."""
-        if self._thread is None or not self._thread.is_alive():
+        if self._thread is None:
             return
+        # not gated on is_alive(): on Python 3.11 a Ctrl-C that interrupts `wait`'s join marks the
+        # thread stopped while it still runs (threading._wait_for_tstate_lock); a finished
+        # part's tools have all ended, and kill() skips those
         self._tools.kill()
         self._thread.join(timeout=5)
 

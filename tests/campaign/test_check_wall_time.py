@@ -206,6 +206,50 @@ def test_abandoning_the_static_part_kills_its_compilers_only():
         CONTAINMENT.ended(server.pid)
 
 
+def test_ctrl_c_while_the_check_waits_for_its_static_part_kills_the_static_compilers(monkeypatch):
+    """A cold build cache makes the static part outlast the GPU part: the check then waits for
+    it. Ctrl-C (or a stop signal) there must end its compilers too; they run in process groups
+    of their own, which the terminal's SIGINT does not reach, so left alone they outlive the
+    check."""
+    import _thread
+
+    from hazards.engine.proctree import run_in_group
+
+    static_rc, parts = [], []
+    compiling = threading.Event()
+
+    def static_compile(paths, families=None, skip_tools=(), observer=None):
+        threading.Timer(0.3, compiling.set).start()
+        static_rc.append(run_in_group(["sleep", "60"], 90).returncode)
+        return [], "killed"
+
+    class Recorded(checkrun.StaticPart):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            parts.append(self)
+
+    def ctrl_c_once_compiling() -> None:
+        if compiling.wait(10):
+            _thread.interrupt_main()
+
+    monkeypatch.setattr(checkrun, "run_static", static_compile)
+    monkeypatch.setattr(checkrun, "StaticPart", Recorded)
+    monkeypatch.setattr(checkrun, "_run_check_gpu", lambda *args: None)  # the GPU part has ended
+    interrupter = threading.Thread(target=ctrl_c_once_compiling)
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_check(budget_s=1, catalog=[make_family()])
+        deadline = time.monotonic() + 10  # not a join: an interrupted join can mark a live thread stopped
+        while not static_rc and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert static_rc == [-9], "Ctrl-C left the static part's compiler running"
+    finally:
+        interrupter.join(10)
+        for part in parts:  # a check that leaked it: end it here
+            part._tools.kill()
+
+
 def test_a_compiler_ended_by_a_signal_is_not_judged_not_bad_input():
     from hazards.engine.errors import EXIT_NOT_JUDGED
     from hazards.static.compile import run_tool
