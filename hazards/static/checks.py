@@ -216,8 +216,9 @@ COMPILE_FAILED = register(Check(
     "(exit 3, could not judge)"))
 TOOL_KILLED = register(Check(
     "tool-killed", "error", "any",
-    "a compiler or disassembler a check ran was ended by a signal before it finished (the "
-    "OOM killer, someone's kill, a stop): the check could not look (exit 3, could not judge)"))
+    "a compiler or disassembler a check ran was ended before it finished, by a signal (the "
+    "OOM killer, someone's kill, a stop) or at its time limit: the check could not look (exit 3, "
+    "could not judge)"))
 
 
 def could_not_look(path: str, what: str, missing: Exception, subject: str = "") -> Finding:

@@ -47,18 +47,20 @@ def _define_args(defines: Mapping[str, object] | None) -> list[str]:
 
 
 class ToolKilled(NotJudged):
-    """A compiler or disassembler ended by a signal: it said nothing about the source, so
-    what it was to build could not be judged (exit 3), which is not bad input."""
+    """A compiler or disassembler ended before it finished, by a signal or at its time limit:
+    it said nothing about the source, so what it was to build could not be judged (exit 3),
+    which is not bad input."""
 
 
 def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
-    """Run a compiler or disassembler with the toolchain's time limit; a failure or a
-    timeout is a UserError naming the command and the end of its output, a tool ended by a
-    signal a `ToolKilled`."""
+    """Run a compiler or disassembler with the toolchain's time limit; a failure is a
+    UserError naming the command and the end of its output, a tool ended by a signal or
+    killed at the time limit a `ToolKilled` naming the command."""
     try:  # its own process group, killed whole on a timeout (nvcc's cicc, ptxas, gcc with it)
         proc = run_in_group(cmd, toolchain.COMPILE_TIMEOUT_S, text=True)
     except subprocess.TimeoutExpired as e:
-        raise UserError(f"{what} timed out after {toolchain.COMPILE_TIMEOUT_S:g} s: {' '.join(cmd)}") from e
+        raise ToolKilled(f"{what} timed out after {toolchain.COMPILE_TIMEOUT_S:g} s (killed at the time "
+                         f"limit; nothing judged): {' '.join(cmd)}") from e
     if proc.returncode < 0:
         try:
             name = signal.Signals(-proc.returncode).name

@@ -259,22 +259,20 @@ def test_a_compiler_ended_by_a_signal_is_not_judged_not_bad_input():
     assert raised.value.exit_code == EXIT_NOT_JUDGED
 
 
-def test_a_check_whose_static_compile_was_killed_says_not_judged_and_keeps_the_gpu_verdicts(
-        fake_gpus, store, monkeypatch):
-    """Someone (the OOM killer, a kill) ends a static part's compiler: that variant's static
-    checks could not look, so the check exits 3 with its --json and the GPU verdicts, never
-    passes, and never ends as bad input (exit 2) with nothing printed."""
+def check_whose_static_compiles_run(command: str, store, monkeypatch):
+    """A check of the fake family whose static checks run `sh -c command` as their
+    compiler (each variant its own), through the catalog's per-variant judging."""
     import dataclasses
 
     from hazards import static_catalog
     from hazards.static.compile import run_tool
     from hazards.static_catalog import StaticFindings
 
-    def killed_compile(params, **kw):
-        run_tool(["sh", "-c", "kill -KILL $$"], "fakefam-sm_90a")
+    def compile_(params, **kw):
+        run_tool(["sh", "-c", command], "fakefam-sm_90a")
         return []
 
-    fam = dataclasses.replace(make_family(), static_check=killed_compile)
+    fam = dataclasses.replace(make_family(), static_check=compile_)
 
     def static_part(paths, families=None, skip_tools=(), observer=None):
         found = StaticFindings()
@@ -283,15 +281,51 @@ def test_a_check_whose_static_compile_was_killed_says_not_judged_and_keeps_the_g
         return found, "the catalog, stubbed"
 
     monkeypatch.setattr(checkrun, "run_static", static_part)
-    res = run_check(budget_s=1, catalog=[make_family()], store=store, items_for=fake_items_for, wait_s=0)
+    return run_check(budget_s=1, catalog=[make_family()], store=store, items_for=fake_items_for, wait_s=0)
+
+
+def assert_static_not_judged_and_gpu_verdicts_kept(res) -> None:
+    """Exit 3 with every variant's static part not judged in --json, the GPU verdicts kept,
+    and every static JUnit case an error."""
     assert res.exit_code == 3, res.summary_lines()
     assert [f.check for f in res.static_not_judged] == ["tool-killed"] * 3
-    assert any(line.startswith("static NOT JUDGED fakefam/broken: ") and "SIGKILL" in line
-               for line in res.summary_lines())
     assert res.to_json()["static"]["not_judged"] == ["fakefam/reference", "fakefam/fixed", "fakefam/broken"]
     assert {v.status for v in res.verdicts} <= {"clean", "detected"} and res.verdicts
     static_cases = res.junit_suites()[0].cases
     assert static_cases and all(c.status == "error" for c in static_cases), static_cases
+
+
+def test_a_check_whose_static_compile_was_killed_says_not_judged_and_keeps_the_gpu_verdicts(
+        fake_gpus, store, monkeypatch):
+    """Someone (the OOM killer, a kill) ends a static part's compiler: that variant's static
+    checks could not look, so the check exits 3 with its --json and the GPU verdicts, never
+    passes, and never ends as bad input (exit 2) with nothing printed."""
+    res = check_whose_static_compiles_run("kill -KILL $$", store, monkeypatch)
+    assert_static_not_judged_and_gpu_verdicts_kept(res)
+    assert any(line.startswith("static NOT JUDGED fakefam/broken: ") and "SIGKILL" in line
+               for line in res.summary_lines())
+
+
+def test_a_compiler_past_its_time_limit_is_not_judged_not_bad_input(monkeypatch):
+    from hazards.engine.errors import EXIT_NOT_JUDGED
+    from hazards.static.compile import run_tool
+
+    monkeypatch.setattr(toolchain, "COMPILE_TIMEOUT_S", 0.5)
+    with pytest.raises(UserError, match=r"a compile timed out after 0.5 s .*: sh -c sleep 30$") as raised:
+        run_tool(["sh", "-c", "sleep 30"], "a compile")
+    assert raised.value.exit_code == EXIT_NOT_JUDGED
+
+
+def test_a_check_whose_static_compile_timed_out_says_not_judged_and_keeps_the_gpu_verdicts(
+        fake_gpus, store, monkeypatch):
+    """A static compiler that runs past its time limit could not judge its subject: the check
+    exits 3 with its --json and the GPU verdicts, the finding names the command and the limit,
+    and the static part does not end as bad input (exit 2) with nothing printed."""
+    monkeypatch.setattr(toolchain, "COMPILE_TIMEOUT_S", 0.2)
+    res = check_whose_static_compiles_run("sleep 30", store, monkeypatch)
+    assert_static_not_judged_and_gpu_verdicts_kept(res)
+    assert all("fakefam-sm_90a timed out after 0.2 s" in f.message and "sh -c sleep 30" in f.message
+               for f in res.static_not_judged), res.static_not_judged
 
 
 def test_the_default_budget_keeps_the_whole_check_under_a_minute(capsys):
