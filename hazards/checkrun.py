@@ -144,7 +144,8 @@ class CheckResult:
     def junit_suites(self) -> list[JUnitSuite]:
         """A static suite and a GPU suite for the JUnit writer. What could not be judged is
         an error case, what the user skipped a skipped case: never a passed one."""
-        from hazards.static.checks import CHECK_SKIPPED, TOOL_KILLED, TOOLCHAIN_MISSING
+        from hazards.static.checks import CHECK_SKIPPED
+        from hazards.static_catalog import NOT_JUDGED
 
         static = JUnitSuite("hazards.check.static", started_at=self.started_at,
                             stdout="\n".join(f.format() for f in self.findings) if self.findings else self.static_note)
@@ -155,7 +156,7 @@ class CheckResult:
                 case = canary.junit_case(f"canary {f.subject or f.location()}", "hazards.static.canary")
                 case.text = f.format() if not canary.ok else ""
                 static.cases.append(case)
-            elif f.check in (TOOLCHAIN_MISSING.id, TOOL_KILLED.id):
+            elif f.check in NOT_JUDGED:  # could not look: exit 3, an error, never a hazard's failure
                 static.cases.append(not_judged(f.message).junit_case(name, f"hazards.static.{f.check}"))
             elif f.check == CHECK_SKIPPED.id:
                 static.cases.append(skipped(f.message).junit_case(name, f"hazards.static.{f.check}"))

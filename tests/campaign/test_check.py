@@ -13,6 +13,7 @@ from hazards.checkrun import run_check
 from hazards.cli import main
 from hazards.family import Variant
 from hazards.static.findings import Finding
+from hazards.static_catalog import NOT_JUDGED
 from hazards.engine.junit import write_junit
 
 NO_STATIC = ([], "static checks stubbed out in this test")
@@ -186,6 +187,27 @@ def test_static_canaries_become_junit_cases(monkeypatch, tmp_path):
     assert 'name="canary earlyclobber/broken"' in text and 'type="went-blind"' in text
     if _has_xmlschema():
         assert validate(tmp_path / "s.xml") == []
+
+
+@pytest.mark.parametrize("check_id", NOT_JUDGED)
+def test_a_static_check_that_could_not_look_is_a_junit_error_not_a_failure(check_id, monkeypatch, tmp_path):
+    """Every not-judged finding (exit 3: a tool missing, a source that did not compile, a
+    function that left no code, a compiler killed) is an error case in JUnit, as its exit
+    code says; a failure case would tell CI that a hazard was found."""
+    import xml.etree.ElementTree as ET
+
+    could_not = Finding(check_id, "error", "user.cu", 0, f"{check_id}: nothing in it was checked")
+    monkeypatch.setattr(checkrun, "run_static",
+                        lambda paths, families=None, skip_tools=(), observer=None: ([could_not], "1 finding(s)"))
+    res = run_check(budget_s=10, catalog=[], static_only=True)
+    assert res.exit_code == 3, res.summary_lines()
+    path = write_junit(tmp_path / "s.xml", res.junit_suites())
+    cases = [c for c in ET.parse(path).getroot().iter("testcase") if c.get("name").startswith(check_id)]
+    assert len(cases) == 1, path.read_text()
+    assert [child.tag for child in cases[0]] == ["error"], path.read_text()
+    assert cases[0].find("error").get("message") == could_not.message
+    if _has_xmlschema():
+        assert validate(path) == []
 
 
 def test_one_broken_run_gets_one_word_in_check_soak_stress_and_report(fake_gpus, store, no_static):
