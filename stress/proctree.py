@@ -321,9 +321,10 @@ def start_in_group(argv: list[str], **popen_kw: Any) -> subprocess.Popen:
     starts children: nvcc, a build's shell), stdin from /dev/null, stdout and stderr piped
     unless `popen_kw` says otherwise, registered in the current `ToolGroups` scopes. End it
     with `communicate_or_kill_group` or `kill_whole_group`."""
+    popen_kw.setdefault("stdin", subprocess.DEVNULL)
     popen_kw.setdefault("stdout", subprocess.PIPE)
     popen_kw.setdefault("stderr", subprocess.PIPE)
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **popen_kw)
+    proc = subprocess.Popen(argv, start_new_session=True, **popen_kw)
     for scope in ToolGroups.each_current():
         scope._add(proc)
     return proc
@@ -338,14 +339,14 @@ def kill_whole_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float) -> tuple[Any, Any]:
-    """`proc.communicate(timeout=timeout_s)` for a process started with
+def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float, input: Any = None) -> tuple[Any, Any]:
+    """`proc.communicate(input, timeout=timeout_s)` for a process started with
     `start_new_session=True` (a build's shell). On a timeout or an interruption (Ctrl-C) its
     whole process group is killed, while the shell is still unreaped, and reaped; then the
     exception goes on (`subprocess.TimeoutExpired` for a timeout). Killing only the shell
     would leave the compiler it started running."""
     try:
-        return proc.communicate(timeout=timeout_s)
+        return proc.communicate(input, timeout=timeout_s)
     except BaseException:
         kill_whole_group(proc)
         proc.communicate()
@@ -355,13 +356,17 @@ def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float) -> tuple
             scope._discard(proc)
 
 
-def run_in_group(argv: list[str], timeout_s: float, **popen_kw: Any) -> subprocess.CompletedProcess:
-    """`subprocess.run(argv, capture_output=True, timeout=timeout_s)` for a tool that starts
-    children of its own (nvcc runs cicc, ptxas and gcc): in its own process group, stdin from
-    /dev/null, the whole group killed on a timeout or Ctrl-C (`communicate_or_kill_group`;
-    `subprocess.TimeoutExpired` goes on). `popen_kw`: text, errors, cwd, env."""
+def run_in_group(argv: list[str], timeout_s: float, *, input: Any = None,
+                 **popen_kw: Any) -> subprocess.CompletedProcess:
+    """`subprocess.run(argv, input=input, capture_output=True, timeout=timeout_s)` for a tool
+    that starts children of its own (nvcc runs cicc, ptxas and gcc): in its own process group,
+    stdin from /dev/null unless `input` is given, the whole group killed on a timeout, Ctrl-C
+    or its phase's end (`communicate_or_kill_group`, `ToolGroups`; `subprocess.TimeoutExpired`
+    goes on). `popen_kw`: text, errors, cwd, env."""
+    if input is not None:
+        popen_kw["stdin"] = subprocess.PIPE
     proc = start_in_group(argv, **popen_kw)
-    stdout, stderr = communicate_or_kill_group(proc, timeout_s)
+    stdout, stderr = communicate_or_kill_group(proc, timeout_s, input)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 

@@ -152,8 +152,7 @@ def _load_cached(path: Path) -> CompileDatabase:
 
 def _compiles(clang: str, args: Sequence[str], source: str) -> bool:
     try:
-        proc = subprocess.run([clang, *args, "-", "-o", "-"], input=source, capture_output=True,
-                              text=True, timeout=120)
+        proc = run_in_group([clang, *args, "-", "-o", "-"], 120, input=source, text=True)
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0
@@ -246,8 +245,7 @@ def _hip_library_args(clang: str, args: Sequence[str], libs: Path) -> tuple[str,
     if not hip.is_file():
         return ()
     try:
-        proc = subprocess.run([clang, *args, "-###", "-", "-o", "-"], input=_KERNEL, capture_output=True,
-                              text=True, timeout=60)
+        proc = run_in_group([clang, *args, "-###", "-", "-o", "-"], 60, input=_KERNEL, text=True)
     except (OSError, subprocess.SubprocessError):
         return ()
     if "hip.bc" in proc.stderr:
@@ -266,14 +264,13 @@ def _write_isa_library(clang: str, src: Path, out: Path, version: int) -> bool:
     sample = next(iter(sorted(src.glob("oclc_isa_version_9*.bc"))), None)
     if sample is None:
         return False
-    dis = subprocess.run([llvm_dis, str(sample), "-o", "-"], capture_output=True, text=True, timeout=60)
+    dis = run_in_group([llvm_dis, str(sample), "-o", "-"], 60, text=True)
     layout = next((ln for ln in dis.stdout.splitlines() if ln.startswith("target datalayout")), "")
     ir = (f"{layout}\ntarget triple = \"amdgcn-amd-amdhsa\"\n"
           f"@__oclc_ISA_version = linkonce_odr protected local_unnamed_addr addrspace(4) "
           f"constant i32 {version}, align 4\n")
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # per process: replace() is the atomic step
-    proc = subprocess.run([llvm_as, "-", "-o", str(tmp)], input=ir, capture_output=True,
-                          text=True, timeout=60)
+    proc = run_in_group([llvm_as, "-", "-o", str(tmp)], 60, input=ir, text=True)
     if proc.returncode != 0:
         return False
     tmp.replace(out)
@@ -286,9 +283,8 @@ def wavefront_size_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, 
     the macro) for headers that still read it (HIP 5.2's `warpSize`); else nothing. N is the
     target's default wave size: 64 on gfx9 (CDNA), 32 from gfx10 on."""
     try:
-        proc = subprocess.run([clang, *toolchain.AMD_DEVICE_ONLY_FLAGS, toolchain.amd_arch_flag(arch),
-                               "-dM", "-E", "-", "-o", "-"], input="", capture_output=True, text=True,
-                              timeout=60)
+        proc = run_in_group([clang, *toolchain.AMD_DEVICE_ONLY_FLAGS, toolchain.amd_arch_flag(arch),
+                             "-dM", "-E", "-", "-o", "-"], 60, input="", text=True)
     except (OSError, subprocess.SubprocessError):
         return ()
     if proc.returncode != 0 or "__AMDGCN_WAVEFRONT_SIZE " in proc.stdout:
@@ -305,8 +301,7 @@ def header_compat_args(clang: str) -> tuple[str, ...]:
     clang's HIP runtime wrapper where this clang's wrapper no longer has them (clang 22 and
     HIP 5.2: `__llvm_amdgcn_rcp_f16`); else nothing."""
     try:
-        resource = subprocess.run([clang, "-print-resource-dir"], capture_output=True, text=True,
-                                  timeout=60).stdout.strip()
+        resource = run_in_group([clang, "-print-resource-dir"], 60, text=True).stdout.strip()
         declares = (Path(resource) / "include" / "__clang_hip_libdevice_declares.h").read_text(errors="replace")
     except (OSError, subprocess.SubprocessError):
         return ()

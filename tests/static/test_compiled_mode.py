@@ -13,7 +13,7 @@ import pytest
 
 from hazards.engine import toolchain
 from hazards.engine.errors import ToolchainMissing, UserError
-from hazards.static import compiled
+from hazards.static import compiled, userbuild
 from hazards.static.userbuild import device_lib_args, hip_headers_found
 from hazards.engine.toolchain import SM90A
 from static_helpers import ASM_LOOP, CLANG_MISSING, DATA, NVDISASM_MISSING, hazards
@@ -564,6 +564,59 @@ def test_an_amd_target_the_checks_do_not_read_is_never_checked_as_itself(tmp_pat
         compiled.jobs_for_files([src], [], ["gfx90a"])
     proc = hazards("static", "--compile", str(src), "--arch", "gfx1100")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def _probe_isa_library(tool: str, folder: Path) -> object:
+    (folder / "oclc_isa_version_940.bc").write_bytes(b"")
+    return userbuild._write_isa_library(tool, folder, folder / "oclc_isa_version_942.bc", 9402)
+
+
+def _probe_hip_library(tool: str, folder: Path) -> object:
+    (folder / "hip.bc").write_bytes(b"")
+    return userbuild._hip_library_args(tool, [], folder)
+
+
+USERBUILD_PROBES = {  # each runs the tool `tool` once at least (folder: a scratch folder)
+    "compiles": lambda tool, folder: userbuild._compiles(tool, [], ""),
+    "hip library": _probe_hip_library,
+    "isa library": _probe_isa_library,
+    "wavefront size": lambda tool, folder: userbuild.wavefront_size_args.__wrapped__(tool),
+    "header compat": lambda tool, folder: userbuild.header_compat_args.__wrapped__(tool),
+}
+
+
+@pytest.mark.parametrize("probe", USERBUILD_PROBES.values(), ids=USERBUILD_PROBES.keys())
+def test_abandoning_the_static_part_kills_its_clang_probes(probe, tmp_path, monkeypatch, stray_sleep):
+    """The user build's probes of clang and llvm (device libraries, headers, macros) are tools
+    of the static part like its compilers: ending the phase (`ToolGroups.kill`, what abandoning
+    the static part does) ends them and what they started, instead of leaving them running."""
+    import threading
+    import time
+
+    from hazards.engine.proctree import ToolGroups
+
+    fake = tmp_path / "clang"  # a tool that hangs once (a second call, after the kill, fails at once)
+    fake.write_text(f"#!/bin/sh\n[ -e {tmp_path}/ran ] && exit 1\ntouch {tmp_path}/ran\n{stray_sleep.command}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(userbuild.toolchain, "find_tool", lambda *a, **k: str(fake))
+    phase = ToolGroups()
+
+    def static_part() -> None:
+        with phase.current():
+            probe(str(fake), tmp_path)
+
+    worker = threading.Thread(target=static_part, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 20
+    while not stray_sleep.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stray_sleep.running(), "the probe never ran its tool"
+    phase.kill()
+    worker.join(10)
+    left = stray_sleep.left()
+    worker.join(10)
+    assert not left, "ending the static part left its clang probe running"
+    assert not worker.is_alive()
 
 
 def test_a_compiler_that_runs_past_its_time_limit_leaves_no_process_behind(monkeypatch, stray_sleep):
