@@ -61,6 +61,9 @@ class HangContext:
     # hang policy decided for this hang (`HangPolicy.plan`; None without a policy).
     run: dict[str, Any] = dataclasses.field(default_factory=dict)
     plan: Any = None
+    # Where the run's last progress event was, as its source said it (the stall verdict's
+    # "last: ..."; '' when none said): a hang that gets no collector still has this place.
+    last_progress: str = ""
 
     def remaining(self) -> float:
         """Seconds left of the collectors' budget (inf when no deadline was set)."""
@@ -501,9 +504,11 @@ class Supervised:
     def hang(self, artifact_dir: Path | None = None, budget_s: float | None = None) -> dict[str, Any]:
         """Run the on-hang collectors on the live child (within `budget_s`, default the
         hang budget), then kill. Returns evidence."""
+        last = self.progress.last_label() if self.progress is not None and self.progress.events else ""
         ctx = HangContext(pid=self.pid, pgid=self.pgid, argv=list(self.argv),
                           target=self.target, started_at=self.started_at,
-                          artifact_dir=artifact_dir, env=dict(self.env), run=dict(_run_labels.get()))
+                          artifact_dir=artifact_dir, env=dict(self.env), run=dict(_run_labels.get()),
+                          last_progress=last)
         collected = run_collectors(ctx, budget_s)
         evidence = self.kill()
         evidence["collectors"] = collected

@@ -19,7 +19,7 @@ from ..forensics.host import (host_report, is_python_process, parse_gdb_backtrac
                                            py_spy_dump, render_threads)
 from ..forensics.policy import FULL, NONE, SUMMARY
 from ..forensics.system import describe_system, system_report
-from ..tripwire.session import MARKER as TRIPWIRE_MARKER
+from ..tripwire.session import MARKER as TRIPWIRE_MARKER, ONE_READ, read_once_on_hang
 from ..watchdog import find_marked
 
 MARKER = "hz_forensics"           # identifies this collector's output inside evidence
@@ -243,13 +243,18 @@ def _finish(ctx: Any, result: dict[str, Any], hosts: dict[int, dict[str, Any]], 
     result["level"] = plan.level if plan is not None else FULL
     if plan is not None:
         result["plan"] = plan.to_json()
+    if getattr(ctx, "last_progress", ""):
+        result["last_progress"] = ctx.last_progress
     tripwire = find_marked(getattr(ctx, "collected", None) or {}, TRIPWIRE_MARKER)
     result["sentence"], result["stuck_at"] = summarize(result, tripwire)
-    if result["level"] == SUMMARY and not result["stuck_at"] and not any(h.get("sentence") for h in hosts.values()):
-        result["sentence"] = ""  # a summary of a native program reads nothing: the reason stays as it is
+    if result["level"] != FULL and not result["stuck_at"] and not any(h.get("sentence") for h in hosts.values()):
+        # a summary of a native program, or no collection, read nothing: the reason stays as
+        # the watchdog said it (it has the stall's place), and hang.md leads with `summarize`'s
+        result["headline"], result["sentence"] = result["sentence"], ""
     if tripwire:
         not_looked = debugger_did_not_look(result)
         result["tripwire"] = {"sentence": tripwire.get("sentence"), "counts": tripwire.get("counts"),
+                              "when": tripwire.get("when"),
                               "agreement": (f"not compared: the debugger did not look ({not_looked})" if not_looked
                                             else agreement(tripwire, device))}
     if plan is not None and plan.policy is not None and result["level"] == FULL:
@@ -261,12 +266,16 @@ def _finish(ctx: Any, result: dict[str, Any], hosts: dict[int, dict[str, Any]], 
 
 
 def no_collection(ctx: Any, plan: Any) -> dict[str, Any]:
-    """What a hang that the policy gave no forensics keeps: why, and a hang.md saying it."""
-    result: dict[str, Any] = {MARKER: 1, "pid": ctx.pid, "processes": [ctx.pid], "level": NONE,
-                              "plan": plan.to_json(), "sentence": "", "stuck_at": [], "system": {},
-                              "device": {}, "host": {}, "skipped": {"forensics": plan.why}, "seconds": {}}
-    result["artifacts"] = write_artifacts(ctx.artifact_dir, result, target=getattr(ctx, "target", ""))
-    return _slim(result)
+    """What a hang that the policy gave no forensics keeps: why, and a hang.md saying it, led
+    by the best place read without a collector: the tripwire file's diagnosis (one read,
+    `read_once_on_hang`, which the target keeps instead of its post-mortem read), else the
+    run's last progress event (the stall verdict's place)."""
+    t_start = time.monotonic()
+    tripwire = read_once_on_hang(ctx)
+    if tripwire is not None:
+        ctx.collected["read_once_on_hang"] = tripwire
+    return _finish(ctx, {MARKER: 1, "pid": ctx.pid, "processes": [ctx.pid]}, {}, {}, {},
+                   {"forensics": plan.why}, t_start)
 
 
 def hang_forensics(ctx: Any) -> dict[str, Any]:
@@ -290,8 +299,9 @@ def uninstall_hang_collector() -> None:
 # -- words -------------------------------------------------------------------------------------
 def summarize(result: dict[str, Any], tripwire: dict[str, Any] | None = None) -> tuple[str, list[str]]:
     """(one sentence, stuck locations) for the run: device locations first, then the host.
-    When neither located it but the `tripwire` (its snapshot's summary) has a sentence, that
-    comes first, then what was not read."""
+    When neither located it: the `tripwire`'s sentence (its snapshot's summary) if it has one,
+    else the run's last progress event (`last_progress`, where the progress stream last said it
+    was), each named as such and followed by what was not read."""
     dev = result.get("device") or {}
     parts: list[str] = []
     stuck: list[str] = []
@@ -318,11 +328,14 @@ def summarize(result: dict[str, Any], tripwire: dict[str, Any] | None = None) ->
         not_read = "; ".join(e for e in errors if e) or reasons or "nothing read"
         if tripwire and tripwire.get("sentence"):
             return f"tripwire: {tripwire['sentence']} (not read: {not_read})", []
+        if result.get("last_progress"):
+            return f"{LAST_PROGRESS}: {result['last_progress']} (not read: {not_read})", []
         return UNKNOWN + not_read, []
     return "; ".join(parts), stuck
 
 
 UNKNOWN = "where it hangs is unknown: "
+LAST_PROGRESS = "the last progress event before the hang (not a debugger)"
 
 
 def debugger_did_not_look(result: dict[str, Any]) -> str | None:
@@ -417,12 +430,16 @@ def _slim(result: dict[str, Any]) -> dict[str, Any]:
 def hang_markdown(result: dict[str, Any], target: str = "") -> str:
     """hang.md: the sentence, then device, host, system, tripwire and collector times."""
     tw = result.get("tripwire")
-    headline = result["sentence"] or (f"tripwire: {tw['sentence']}" if tw and tw.get("sentence") else
-                                      "where it hangs was not read (see Forensics)")
+    headline = result["sentence"] or result.get("headline") or (
+        f"tripwire: {tw['sentence']}" if tw and tw.get("sentence") else "where it hangs was not read (see Forensics)")
     lines = [f"# Hang{': ' + target if target else ''} (pid {result.get('pid')})", "", headline, ""]
     plan = result.get("plan") or {}
     lines += ["## Forensics", f"{result.get('level', FULL)}: {plan.get('why') or 'every collector'}"
-              + (f" (budget {plan['budget_s']:.1f} s)" if plan.get("budget_s") else ""), ""]
+              + (f" (budget {plan['budget_s']:.1f} s)" if plan.get("budget_s") else "")]
+    if result.get("last_progress"):
+        lines.append(f"last progress event before the hang: {result['last_progress']} (from the run's progress "
+                     "events, not a debugger)")
+    lines.append("")
     dev = result.get("device") or {}
     lines.append(f"## Device{' (' + Path(dev['debugger']).name + ')' if dev.get('debugger') else ''}")
     skipped_device = _device_skipped(result)
@@ -451,8 +468,9 @@ def hang_markdown(result: dict[str, Any], target: str = "") -> str:
     lines += ["", "## System"] + (describe_system(result["system"]) if result.get("system")
                                   else [f"not read ({result.get('level', FULL)})"])
     if tw and not_looked:  # a debugger column would read as "found nothing": there is nothing to compare
-        lines += ["", "## Tripwire", "", tw.get("sentence") or "—", "", f"not compared: the debugger did not look "
-                  f"({not_looked})"]
+        lines += ["", "## Tripwire" + (" (one read of its file before the kill, no collector)"
+                                       if tw.get("when") == ONE_READ else ""),
+                  "", tw.get("sentence") or "—", "", f"not compared: the debugger did not look ({not_looked})"]
     elif tw:
         lines += ["", "## Tripwire and debugger, side by side", "", "| tripwire | debugger |", "|---|---|",
                   f"| {tw.get('sentence') or '—'} | {'; '.join(dev.get('sentences', [])[:3]) or '—'} |", "",

@@ -27,6 +27,7 @@ SHM_DIR = "/dev/shm"
 SECOND_SNAPSHOT_S = 1.0  # between the two live snapshots: long enough for ~thousands of polls
 PREFIX = "hz-tw-"
 MARKER = "hz_tripwire"  # key that identifies this collector's output inside evidence
+ONE_READ = "hang, one read"  # the `when` of `read_once_on_hang`'s diagnosis
 
 _live_files: set[str] = set()
 _names_by_path: dict[str, Names] = {}
@@ -165,27 +166,40 @@ def collect_on_hang(ctx: Any) -> dict[str, Any] | None:
     path = (ctx.env or {}).get(ENV_PATH)
     if not path:
         return None
-    with _lock:
-        names = _names_by_path.get(path)
-    first_raw = _read(path)
-    first = decode(first_raw, path)
+    first = _image(path)
     # The gap fits the hang's collector budget (a summary under a campaign's forensics cap may
     # have less than a second; the other half is for the diagnosis and the later collectors).
     remaining = ctx.remaining() if hasattr(ctx, "remaining") else float("inf")
     time.sleep(min(SECOND_SNAPSHOT_S, max(0.05, (remaining - 0.1) / 2)))
-    second_raw = _read(path)
-    second = decode(second_raw, path)
-    diag = analyze(first, second, names, live=True)
-    arts = write_artifacts(ctx.artifact_dir, "hang", diag, [(first_raw, first), (second_raw, second)])
-    return diagnosis_evidence(diag, arts, "hang")
+    return _diagnosis_on_hang(ctx, path, [first, _image(path)], "hang")
 
 
-def _read(path: str) -> bytes:
+def read_once_on_hang(ctx: Any) -> dict[str, Any] | None:
+    """One read of a hung child's tripwire file and its diagnosis, for a hang that the forensics
+    policy gives no collector. Not a collection: it stops nothing and waits for nothing (no
+    second snapshot, so no spinning/frozen counts), and reads one file of a few to ~150 KB in
+    /dev/shm, as the post-mortem read of a fault does. None when the child has no tripwire."""
+    path = (ctx.env or {}).get(ENV_PATH)
+    return _diagnosis_on_hang(ctx, path, [_image(path)], ONE_READ) if path else None
+
+
+def _diagnosis_on_hang(ctx: Any, path: str, images: list[tuple[bytes, Snapshot]], when: str) -> dict[str, Any]:
+    """The diagnosis of a hung child's snapshots (live: taken before the kill), its artifacts
+    tripwire-hang.*, as evidence."""
+    with _lock:
+        names = _names_by_path.get(path)
+    diag = analyze(images[0][1], images[1][1] if len(images) > 1 else None, names, live=True)
+    return diagnosis_evidence(diag, write_artifacts(ctx.artifact_dir, "hang", diag, images), when)
+
+
+def _image(path: str) -> tuple[bytes, Snapshot]:
+    """The file's bytes now, decoded now (the snapshot's time is the read's)."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            raw = f.read()
     except OSError:
-        return b""
+        raw = b""
+    return raw, decode(raw, path)
 
 
 def install_hang_collector() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics_helpers import PROGRAMS, needs_ptrace, needs_py_spy
+from forensics_helpers import DATA, PROGRAMS, needs_ptrace, needs_py_spy
 from hazards.cli import main
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.forensics.policy import FULL, NONE, SUMMARY, ForensicsPolicy, forensics_words
@@ -280,6 +280,10 @@ def test_a_hang_without_forensics_still_leaves_a_hang_md_saying_why(tmp_path):
     md = (tmp_path / "hang.md").read_text()
     assert "none: a canary whose hang is already located" in md
     assert json.loads((tmp_path / "hang.json").read_text())["level"] == NONE
+    # no tripwire, no progress place: the headline says nothing was read, and why
+    assert md.split("\n")[2] == ("where it hangs is unknown: forensics: a canary whose hang is already located "
+                                 "(its signature is known): no forensics")
+    assert "last progress event" not in md
 
 
 def test_a_summary_hang_md_leads_with_the_tripwire_and_compares_nothing():
@@ -291,3 +295,90 @@ def test_a_summary_hang_md_leads_with_the_tripwire_and_compares_nothing():
                         "tripwire": {"sentence": "1056 workers wait at barrier GRID", "agreement": "not compared"}})
     assert md.split("\n")[2] == "tripwire: 1056 workers wait at barrier GRID"
     assert "## Tripwire\n\n1056 workers wait at barrier GRID" in md and "side by side" not in md
+
+
+# -- a hang that gets no collection still says where it is, and from what --------------------
+TRIPWIRE_BROKEN_EPOCH = DATA / "h200-soak" / "tripwire-broken_epoch.bin"  # an H200 soak hang's file at the kill
+DEADLOCK_NAMES = Path(__file__).resolve().parents[2] / "standalone" / "deadlock" / "deadlock_names.h"
+STALL_PLACE = "launch 13, layer 3, phase WAIT_RELEASE, barrier ATTN_RELEASE"
+
+
+def _uncollected_hang(tmp_path: Path, why: str, *, tripwire: bool) -> tuple[dict, str]:
+    """One hang that the policy gives no forensics (`why`: "cap" or "canary"), with the stall's
+    last progress place and, if `tripwire`, the H200 soak's tripwire file; (its collectors'
+    output, its hang.md)."""
+    from hazards.engine.tripwire import ENV_PATH, load_names, register_names
+
+    if why == "cap":  # a located item, nothing left of a 0.1 s cap
+        policy = ForensicsPolicy(hang_budget_s=1)
+        policy.begin(1.0)
+    else:
+        policy = ForensicsPolicy(hang_budget_s=1, known_canary=NONE)
+    policy.learn(("deadlock", "broken_epoch"), ["deadlock.cu:119 (spin)"])
+    env = {}
+    if tripwire:
+        path = tmp_path / "hz-tw-test"
+        path.write_bytes(TRIPWIRE_BROKEN_EPOCH.read_bytes())
+        register_names(path, load_names(DEADLOCK_NAMES))
+        env = {ENV_PATH: str(path)}
+    ctx = HangContext(pid=0, pgid=0, argv=[], target="deadlock", started_at=0, artifact_dir=tmp_path / "art",
+                      env=env, run={"target": "deadlock", "variant": "broken_epoch", "expect": "detect"},
+                      last_progress=STALL_PLACE)
+    set_hang_policy(policy)
+    try:
+        out = run_collectors(ctx)
+    finally:
+        set_hang_policy(None)
+    assert ctx.plan.level == NONE
+    return out, (tmp_path / "art" / "hang.md").read_text()
+
+
+@pytest.mark.parametrize("why", ["cap", "canary"])
+def test_a_hang_without_forensics_leads_with_the_tripwire_file_and_says_why_no_debugger_looked(tmp_path, why):
+    """Past the forensics cap (or a located canary under `check`), a family with a tripwire file
+    gets one read of it (no collector: no attach, no second snapshot): hang.md leads with its
+    diagnosis, says it is the tripwire's and why nothing else was read, and keeps the reason."""
+    from hazards.engine.tripwire import find_tripwire_evidence
+
+    out, md = _uncollected_hang(tmp_path, why, tripwire=True)
+    lines = md.split("\n")
+    assert lines[2].startswith("tripwire: 63 workers wait at barrier ATTN_RELEASE epoch 5 (observed 4); "
+                               "1 straggler at MOE_W13_W2 layer 4"), lines[2]
+    because = "the forensics cap is spent" if why == "cap" else "a canary whose hang is already located"
+    assert f"(not read: forensics: {because}" in lines[2]
+    assert f"## Forensics\nnone: {because}" in md
+    assert f"last progress event before the hang: {STALL_PLACE}" in md
+    assert "side by side" not in md and "not compared: the debugger did not look" in md
+    assert "## Tripwire (one read of its file before the kill, no collector)" in md
+    found = find_forensics_evidence(out)
+    assert found["level"] == NONE and found["sentence"] == ""  # the reason stays as the stall verdict said it
+    tw = find_tripwire_evidence(out)  # the target keeps it, and reads no post-mortem on top
+    assert tw["when"] == "hang, one read" and tw["sentence"].startswith("63 workers wait")
+    assert (tmp_path / "art" / "tripwire-hang.txt").read_text().startswith(tw["sentence"])
+
+
+@pytest.mark.parametrize("why", ["cap", "canary"])
+def test_a_hang_without_forensics_or_tripwire_leads_with_the_stalls_last_progress_place(tmp_path, why):
+    out, md = _uncollected_hang(tmp_path, why, tripwire=False)
+    because = "the forensics cap is spent" if why == "cap" else "a canary whose hang is already located"
+    assert md.split("\n")[2].startswith(f"the last progress event before the hang (not a debugger): {STALL_PLACE} "
+                                        f"(not read: forensics: {because}"), md
+    assert "where it hangs was not read" not in md and f"## Forensics\nnone: {because}" in md
+    assert find_forensics_evidence(out)["sentence"] == ""
+
+
+def test_a_stalled_server_past_the_cap_gets_a_hang_md_naming_its_last_progress_place(tmp_path):
+    """End to end: the watchdog hands the stall's last progress place to the on-hang policy."""
+    from hazards.engine.targets import ServerTarget
+
+    policy = ForensicsPolicy(hang_budget_s=1)
+    with ServerTarget([sys.executable, str(FAKE_SERVER)], grace_s=0.5, handshake_timeout_s=30) as target, \
+            policy.installed(1.0):
+        policy.learn((target.name, ""), ["fake_server.py:1"])  # located, and a 0.1 s cap: no forensics
+        r = target.run({"beats": 3, "beat_s": 0.05, "action": "hang"}, timeout=30, stall=0.5,
+                       artifact_dir=tmp_path)
+    assert r.outcome is Outcome.HANG and r.error_kind == "stall", r.reason
+    md = (tmp_path / "hang.md").read_text()
+    assert md.split("\n")[2].startswith("the last progress event before the hang (not a debugger): launch 2 "
+                                        "(not read: forensics: the forensics cap is spent"), md
+    assert r.reason.startswith("no progress for ") and "not a debugger" not in r.reason
