@@ -193,3 +193,24 @@ def test_a_debugger_that_looked_and_found_no_poll_loop_still_says_so():
     device = {"debugger": "/usr/local/cuda/bin/cuda-gdb", "locations": [{"kind": "other", "where": "k.cu:3"}],
               "sentences": ["blocks 0–62 of k at k.cu:3"]}
     assert agreement(tw, device) == "not compared: the debugger found no warp in a poll loop"
+
+
+def test_a_summary_that_read_nothing_keeps_its_reason_and_hang_md_says_why_no_debugger_looked(tmp_path):
+    """The rule of a hang given no collection holds for a summary of a native program: the
+    reason stays the watchdog's, hang.md leads with the tripwire (else the last progress place)
+    and why no debugger looked."""
+    import types
+
+    from hazards.engine.forensics.collector import _finish
+    from hazards.engine.forensics.policy import SUMMARY, HangPlan
+    from hazards.engine.tripwire.session import MARKER
+
+    why = "this item's hang is already located: summary only (a new location gets the full collection)"
+    tw = {MARKER: 1, "when": "hang", "sentence": "1056 workers wait at barrier GRID", "counts": {"waiting": 1056}}
+    for collected, lead in [({"t": tw}, "tripwire: 1056 workers wait at barrier GRID"),
+                            ({}, "the last progress event before the hang (not a debugger): launch 3, layer 0")]:
+        ctx = types.SimpleNamespace(plan=HangPlan(SUMMARY, why, 1.0, ("deadlock", "broken_grid")), collected=collected,
+                                    artifact_dir=tmp_path, target="deadlock", last_progress="launch 3, layer 0")
+        result = _finish(ctx, {"pid": 7}, {}, {}, {}, {"full collection": why}, 0.0)
+        assert result["sentence"] == ""
+        assert (tmp_path / "hang.md").read_text().split("\n")[2] == f"{lead} (not read: full collection: {why})"
