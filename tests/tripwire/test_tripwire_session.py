@@ -120,3 +120,22 @@ def test_a_failing_explainer_keeps_the_engine_diagnosis(fake_kernel: Path, tmp_p
     assert r.outcome is Outcome.FAULT
     assert "6 workers wait at barrier ATTN_RELEASE" in r.evidence["tripwire"]["sentence"]
     assert "explanation failed: KeyError" in r.evidence["tripwire"]["sentence"]
+
+
+def test_a_hang_past_the_forensics_cap_keeps_one_read_of_the_file_and_its_hang_md_leads_with_it(
+        fake_kernel: Path, tmp_path: Path) -> None:
+    """No collector runs (the cap is spent), yet the file is read once before the kill: the
+    target keeps that diagnosis (no second, post-mortem read) and hang.md leads with it."""
+    from hazards.engine.forensics.policy import ForensicsPolicy
+
+    policy = ForensicsPolicy(hang_budget_s=1)
+    with TripwireFile() as tw, policy.installed(1.0):  # a 0.1 s cap
+        target = TripwireTarget(CommandTarget([str(fake_kernel), "hang"], env=tw.env()), tw, names=NAMES)
+        policy.learn((target.name, ""), ["fake_kernel.c:1"])  # located: no first full collection either
+        r = target.run(timeout=1.5, artifact_dir=tmp_path)
+    assert r.outcome is Outcome.HANG and policy.summary()["none"] == 1
+    assert r.evidence["tripwire"]["when"] == "hang, one read"
+    assert not list(tmp_path.glob("tripwire-postmortem*")) and (tmp_path / "tripwire-hang-1.bin").is_file()
+    md = (tmp_path / "hang.md").read_text().split("\n")
+    assert md[2].startswith("tripwire: 6 workers wait at barrier ATTN_RELEASE epoch 6 (observed 5)"), md[2]
+    assert "(not read: forensics: the forensics cap is spent" in md[2]
