@@ -271,6 +271,7 @@ def no_collection(ctx: Any, plan: Any) -> dict[str, Any]:
     `read_once_on_hang`, which the target keeps instead of its post-mortem read), else the
     run's last progress event (the stall verdict's place)."""
     t_start = time.monotonic()
+    ctx.plan = plan  # where `_finish` reads it (the policy put it there too)
     tripwire = read_once_on_hang(ctx)
     if tripwire is not None:
         ctx.collected["read_once_on_hang"] = tripwire

@@ -382,3 +382,13 @@ def test_a_stalled_server_past_the_cap_gets_a_hang_md_naming_its_last_progress_p
     assert md.split("\n")[2].startswith("the last progress event before the hang (not a debugger): launch 2 "
                                         "(not read: forensics: the forensics cap is spent"), md
     assert r.reason.startswith("no progress for ") and "not a debugger" not in r.reason
+
+
+def test_no_collection_writes_the_plan_it_is_given(tmp_path):
+    from hazards.engine.forensics.collector import no_collection
+    from hazards.engine.forensics.policy import HangPlan
+
+    ctx = HangContext(pid=0, pgid=0, argv=[], target="deadlock", started_at=0, artifact_dir=tmp_path, env={})
+    out = no_collection(ctx, HangPlan(NONE, "the forensics cap is spent (4.0 s)", 0.0, ("deadlock", "broken")))
+    assert out["level"] == NONE and "## Forensics\nnone: the forensics cap is spent (4.0 s)" in \
+        (tmp_path / "hang.md").read_text()
