@@ -19,14 +19,14 @@ import pytest
 
 from hazards.families import megakernel_layers as F
 from hazards.megakernel_layers import model as M
+from hazards.megakernel_layers.explain import BAR_ATTN_RELEASE, BAR_CHUNK_MERGE
 
 from .sass_text import MERGE_BATCH, function_listings, longest_load_run
-from .tripwire_fakes import PHASE_OPROJ, slot, snapshot
+from .tripwire_fakes import NO_FEEDER, PHASE_ATTN_MERGE, PHASE_OPROJ, slot, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERED = ROOT / "standalone" / "megakernel_layers" / "megakernel_layers.cu"
 INCLUDE = ROOT / "standalone" / "include"
-PHASE_ATTN_MERGE, BAR_CHUNK_MERGE, BAR_ATTN_RELEASE = 4, 3, 4  # megakernel_layers_names.h
 
 
 def _sass(step: int) -> str:
@@ -115,9 +115,9 @@ def test_step_d_participant_set_hang_counts_the_merge_workers_and_names_the_miss
     """Step (d) at seq 16384: the 4 merge workers wait for the chunk count at CHUNK_MERGE (it
     wants 129 x epoch), the other 128 workers at ATTN_RELEASE; both watches carry the counter."""
     sl = [slot(w, layer=0, phase=PHASE_ATTN_MERGE, barrier=BAR_CHUNK_MERGE, observed=80, expected=129,
-               aux=(80, 129, (1 << 64) - 1)) for w in range(4)]
+               aux=(80, 129, NO_FEEDER)) for w in range(4)]
     sl += [slot(w, layer=0, phase=PHASE_OPROJ, barrier=BAR_ATTN_RELEASE, observed=0, expected=1,
-                aux=(80, 129, (1 << 64) - 1)) for w in range(4, 132)]
+                aux=(80, 129, NO_FEEDER)) for w in range(4, 132)]
     text = F.explain_hang(snapshot(132, sl), {"variant": "participant_set"})
     assert "128 of 132 workers wait at ATTN_RELEASE in layer 0 (epoch 1) and 4 at CHUNK_MERGE" in text
     assert "CHUNK_MERGE counted 80 of its 129" in text and "chunk ranks 80–128 never arrived" in text
@@ -128,7 +128,7 @@ def test_step_d_hang_read_from_the_merge_workers_alone_names_the_chunks_without_
     """Grid 64, 80 chunks, guard off, layer 1: if only the merge workers' watches were published
     (the others' waits still short), CHUNK_MERGE (it wants 80 x epoch 2) leads the sentence."""
     sl = [slot(w, layer=1, phase=PHASE_ATTN_MERGE, barrier=BAR_CHUNK_MERGE, observed=144, expected=160,
-               aux=(144, 160, (1 << 64) - 1)) for w in range(4)]
+               aux=(144, 160, NO_FEEDER)) for w in range(4)]
     sl += [slot(w, layer=1, phase=PHASE_OPROJ, waiting=False) for w in range(4, 64)]
     text = F.explain_hang(snapshot(64, sl), {"variant": "chunk_supply", "grid": 64})
     assert "4 of 64 workers wait at CHUNK_MERGE in layer 1 (epoch 2)" in text

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from hazards.engine.tripwire.layout import Header, Slot, Snapshot
 
-PHASE_ATTN_CHUNK, PHASE_OPROJ, PHASE_MOE_W2, PHASE_ROUTING_WAIT = 3, 5, 8, 9
+# the kernel's phases (megakernel_layers_names.h); its barriers: hazards.megakernel_layers.explain
+PHASE_ATTN_CHUNK, PHASE_ATTN_MERGE, PHASE_OPROJ, PHASE_MOE_W2, PHASE_ROUTING_WAIT = 3, 4, 5, 8, 9
 NO_FEEDER = (1 << 64) - 1
 
 
