@@ -92,6 +92,13 @@ gate() {  # gate NAME BASELINE CANDIDATE... -> $W/gate_NAME.json
   echo "exit $?"
   python3 ci/gpu/gate_summary.py "$W/gate_$name.json" 2>&1 | cut -c1-400
 }
+profile() {  # profile CAP_S CANDIDATE... -> $W/profile.txt and $W/profile/ (5 launches each)
+  local want=$1; shift
+  local cands=(); for c in "$@"; do cands+=(--candidate "$c"); done
+  timeout "$(cap "$want")" python3 bench/megakernel_layers_profile.py "${cands[@]}" --launches 5 --out "$W/profile" \
+    > "$W/profile.txt" 2>&1
+  echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+}
 
 {
 date -u +"date %Y-%m-%dT%H:%M:%SZ"; hostname
@@ -121,8 +128,8 @@ build step$CSTEP "{'MKL_CAMPAIGN_STEP': $CSTEP}" &
 build prof "{'HZ_PROFILER': 1}" &
 build prof$CSTEP "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': $CSTEP}" &
 for j in $(jobs -p); do [ "$j" = "$WARM" ] || wait "$j"; done
-BIN=$(tail -1 "$W/build_plain.txt"); BIN4=$(tail -1 "$W/build_step$CSTEP.txt"); TWB=$(tail -1 "$W/build_twbench.txt" 2>/dev/null)
-[ -x "$BIN" ] && [ -x "$BIN4" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+BIN=$(tail -1 "$W/build_plain.txt"); CBIN=$(tail -1 "$W/build_step$CSTEP.txt"); TWB=$(tail -1 "$W/build_twbench.txt" 2>/dev/null)
+[ -x "$BIN" ] && [ -x "$CBIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "$CLABEL: 3 checked launches each, outputs dumped and compared with production's"
 for b in plain step$CSTEP; do
@@ -134,19 +141,19 @@ done  # (3 launches of ~1 ms and the weights' generation: ~1 s each in round 4; 
 # incorrect), failed (no result: a hang, a crash or a build error -- nothing more on its build;
 # where it stopped is asked of the tripwire and compute-sanitizer, then the round goes on with
 # production).
-S4=ok
+CSTATE=ok
 if ! grep -q '"mismatched":0,' "$W/sanity_step$CSTEP.txt"; then
-  if grep -q '"mismatched":' "$W/sanity_step$CSTEP.txt"; then S4=wrong; else S4=failed; fi
+  if grep -q '"mismatched":' "$W/sanity_step$CSTEP.txt"; then CSTATE=wrong; else CSTATE=failed; fi
 fi
-log "$CLABEL's checked launches: $S4"
-if [ "$S4" = failed ] && [ -x "$BIN4" ]; then
+log "$CLABEL's checked launches: $CSTATE"
+if [ "$CSTATE" = failed ] && [ -x "$CBIN" ]; then
   tail -5 "$W/sanity_step$CSTEP.txt" | cut -c1-300
-  timeout "$(cap 15)" python3 -m hazards repro --family megakernel_layers --binary "$BIN4" --store "$W/repro.db" \
+  timeout "$(cap 15)" python3 -m hazards repro --family megakernel_layers --binary "$CBIN" --store "$W/repro.db" \
     --json --keep-going --variant clean --runs 1 --launches 1 --timeout 3 > "$W/repro_step${CSTEP}_clean.json" \
     2> "$W/repro_step${CSTEP}_clean.err"
   python3 ci/gpu/repro_summary.py "$W/repro_step${CSTEP}_clean.json" 2>&1 | cut -c1-900
   if [ "$QUICK" = 0 ]; then
-    timeout "$(cap 40)" compute-sanitizer --tool memcheck "$BIN4" '{"launches":1,"params":{}}' \
+    timeout "$(cap 40)" compute-sanitizer --tool memcheck "$CBIN" '{"launches":1,"params":{}}' \
       > "$W/memcheck_step$CSTEP.txt" 2>&1
     echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|Address|at 0x" "$W/memcheck_step$CSTEP.txt" | head -12 | cut -c1-200
   fi
@@ -161,12 +168,12 @@ print(f"{sys.argv[3]} vs production: {len(a)} / {len(b)} floats, identical {a ==
       f"max abs diff {max(abs(x - y) for x, y in zip(a, b)):.3g}")
 EOF
 
-ALSO=(); PROF=(--candidate production); ACC=(); HANGBIN=$BIN
-if [ "$S4" = ok ]; then
-  ALSO=(--also-define MKL_CAMPAIGN_STEP=$CSTEP); PROF+=(--candidate $CNAME); ACC=(--define MKL_CAMPAIGN_STEP=$CSTEP)
-  HANGBIN=$BIN4  # the hang classes below run on the candidate's build
+ALSO=(); PROF=(production); ACC=(); HANGBIN=$BIN
+if [ "$CSTATE" = ok ]; then
+  ALSO=(--also-define MKL_CAMPAIGN_STEP=$CSTEP); PROF+=($CNAME); ACC=(--define MKL_CAMPAIGN_STEP=$CSTEP)
+  HANGBIN=$CBIN  # the hang classes below run on the candidate's build
 fi
-[ "$S4" != failed ] && gate e production $CNAME
+[ "$CSTATE" != failed ] && gate e production $CNAME
 
 if [ "$QUICK" = 0 ]; then
   log "waiting for the compile warm-up"
@@ -182,9 +189,7 @@ echo "exit $?"; tail -25 "$W/perf.txt"
 
 if [ "$QUICK" = 0 ] || [ "$CSTEP" = 5 ]; then
   log "per-task profile: ${PROF[*]}"
-  timeout "$(cap "$([ "$QUICK" = 0 ] && echo 30 || echo 20)")" python3 bench/megakernel_layers_profile.py "${PROF[@]}" \
-    --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
-  echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+  profile "$([ "$QUICK" = 0 ] && echo 30 || echo 20)" "${PROF[@]}"
 fi
 if [ "$QUICK" = 0 ]; then
   ACCARGS=(--clean-launches 500 --clean-budget 2 --canary-budget 1); ACCCAP=35
@@ -203,7 +208,7 @@ if [ "$CSTEP" = 5 ]; then
   HL=$(( $(left) - 12 )); [ "$HL" -gt 30 ] && HL=30
   log "hang classes on the build with defines: ${ACC[*]:-none} (${HL}s)"
   bash ci/gpu/layers-hang-sentences.sh "$W" "$HANGBIN" "$HL" 600
-  if [ "$S4" != ok ]; then log "no gate step_d -> step_d_chunks64: step (d)'s checked launches were $S4"
+  if [ "$CSTATE" != ok ]; then log "no gate step_d -> step_d_chunks64: step (d)'s checked launches were $CSTATE"
   elif [ "$(left)" -ge 15 ]; then gate f step_d step_d_chunks64
   else log "no time left for the gate step_d -> step_d_chunks64 ($(left)s left)"; fi
 fi
@@ -214,9 +219,7 @@ build prof5 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 5}" &
 for j in $(jobs -p); do wait "$j"; done
 gate e production step_d
 log "per-task profile: production, step_d"
-timeout "$(cap 15)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_d \
-  --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
-echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+profile 15 production step_d
 if [ "$(left)" -ge 8 ]; then gate f step_d step_d_chunks64; else log "no time left for gate f ($(left)s)"; fi
 elif [ "$WHAT" = ringsmem ]; then
 log "builds: production, ring_smem (step (c)'s shared memory, production's code), step (c); plain and profiled"
@@ -293,9 +296,7 @@ echo "exit $?"
 python3 ci/gpu/repro_summary.py "$W/repro_snapshot_epoch_101us.json" 1 2>&1 | cut -c1-1200
 
 log "per-task profile of production"
-timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --launches 5 \
-  --out "$W/profile" > "$W/profile.txt" 2>&1
-echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+profile 20 production
 else  # rest: what a gate-mode round left out, on the production build alone
   log "build: production"
   build plain None
