@@ -34,6 +34,9 @@ int main() {
   for (int c : {0, 1, 16, 64}) std::printf("c %d %d %d\n", c, chunk_begin(c, 129, 16385), row_begin(c, 132, 2880));
   for (int s : {1, 257, 4097, 16385, 100000}) std::printf("a %d %d\n", s, auto_chunks(s, 128, 132));
   for (int st : {0, 3}) for (int l : {0, 5}) std::printf("e %d %d %u\n", st, l, epoch_of(st, 8, l));
+  for (int g : {1, 3, 16, 132})
+    std::printf("m %d %d %d\n", g, merge_workers(SHAPE_DEFAULT.NQ, qkv_tiles(SHAPE_DEFAULT), g),
+                merge_workers(SHAPE_SMALL.NQ, qkv_tiles(SHAPE_SMALL), g));
   return 0;
 }
 """
@@ -83,6 +86,9 @@ def test_schedule_functions_match_the_c_header(c_values):
         assert M.auto_chunks(s, 128, 132) == n
     for st, l, e in rows["e"]:
         assert M.epoch_of(st, 8, l) == e
+    for g, default, small in rows["m"]:  # campaign step (d)'s merge workers
+        assert [M.schedule(M.SHAPES[m], seq=4096, workers=g).merge_workers() for m in ("default", "small")] == \
+            [default, small]
 
 
 def test_default_shape_is_gpt_oss_20b_layers_with_an_amax_tail():
