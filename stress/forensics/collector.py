@@ -471,7 +471,7 @@ def hang_markdown(result: dict[str, Any], target: str = "") -> str:
     if tw and not_looked:  # a debugger column would read as "found nothing": there is nothing to compare
         lines += ["", "## Tripwire" + (" (one read of its file before the kill, no collector)"
                                        if tw.get("when") == ONE_READ else ""),
-                  "", tw.get("sentence") or "—", "", f"not compared: the debugger did not look ({not_looked})"]
+                  "", tw.get("sentence") or "—", "", tw.get("agreement", "")]
     elif tw:
         lines += ["", "## Tripwire and debugger, side by side", "", "| tripwire | debugger |", "|---|---|",
                   f"| {tw.get('sentence') or '—'} | {'; '.join(dev.get('sentences', [])[:3]) or '—'} |", "",
