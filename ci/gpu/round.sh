@@ -2,13 +2,13 @@
 #     cd "$(dirname "$0")/../.." && . ci/gpu/round.sh NAME BUDGET_S
 # Sets PYTHONPATH, OUT (default /tmp/NAME-out) and R=$OUT/NAME (created), copies the console
 # into $R/console.log, and defines left (seconds of BUDGET_S left), step TITLE, finish (tar
-# $R into $OUT/NAME.tar.gz and exit 0, or its argument: what was measured still comes back), machine_step
-# (the GPU, nvcc, commit and date the round ran on), build_family FAMILY TIMEOUT_S (the
-# family's binary through the hazards build cache in $BIN, or finish) and build_cuda_families
-# [NAME,...] (every CUDA family's binary, or those named, into the build cache, 8 at once; a
-# failure is said, not fatal; a name that matches nothing ends the round, exit 2) and sub NAME NEED_S CMD... (a step that is another script: CMD
-# with OUT=$R/NAME, its console in $R/NAME/console.txt, if NEED_S seconds are left, for at most
-# what is left).
+# $R into $OUT/NAME.tar.gz and exit 0, or its argument: what was measured still comes
+# back), machine_step (the GPU, nvcc, commit and date the round ran on), build_family FAMILY
+# TIMEOUT_S (the family's binary through the hazards build cache in $BIN, or finish),
+# build_cuda_families [NAME,...] (every CUDA family's binary, or those named, into the build
+# cache, 8 at once; a failure is said, not fatal; a name that matches nothing ends the round,
+# exit 2) and sub NAME NEED_S CMD... (a step that is another script: CMD with OUT=$R/NAME, its
+# console in $R/NAME/console.txt, if NEED_S seconds are left, for at most what is left).
 ROUND=$1
 BUDGET=$2
 export PYTHONPATH=$PWD
