@@ -43,6 +43,15 @@ def _reachable(func: SassFunction) -> set[int]:
     return seen
 
 
+def _live_preds(func: SassFunction) -> dict[int, list[int]]:
+    """Each instruction's predecessors among those reachable from the entry; computed once per
+    function (the loops and every poll's `_reaching` read it)."""
+    cached = func.__dict__.get("_live_preds")
+    if cached is None:
+        cached = func.__dict__["_live_preds"] = predecessors(func, _reachable(func))
+    return cached
+
+
 def _loops(func: SassFunction) -> list[set[int]]:
     """Natural loops, one per header: for the back edges i -> t (t at or before i) of one
     header t, t plus every instruction that reaches one of those i without passing through
@@ -50,13 +59,11 @@ def _loops(func: SassFunction) -> list[set[int]]:
     cached = func.__dict__.get("_loops")
     if cached is not None:
         return cached
-    live = _reachable(func)
-    preds: dict[int, list[int]] = {}
+    preds = _live_preds(func)
     latches: dict[int, list[int]] = {}
-    for i in live:
-        for t in func.successors(i):
-            preds.setdefault(t, []).append(i)
-            if t <= i and t in live:
+    for t, sources in preds.items():
+        for i in sources:
+            if t <= i:  # a back edge (t, at or before a reachable i, is reachable too)
                 latches.setdefault(t, []).append(i)
     loops = []
     for t in sorted(latches):
@@ -303,7 +310,7 @@ def _uniform(ins: SassInstr) -> set[str]:
 
 def _reaching(func: SassFunction, target: int) -> set[int]:
     """The instructions (reachable from the entry) from which `target` can be reached."""
-    return reaching(predecessors(func, _reachable(func)), target)
+    return reaching(_live_preds(func), target)
 
 
 _PUBLISHING_STORES = ("STG", "ST", "RED", "REDG", "ATOM", "ATOMG")  # what a flag can publish to another block or GPU
