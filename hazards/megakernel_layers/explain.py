@@ -56,16 +56,16 @@ def explain(snapshot: Any, params: dict[str, Any]) -> str | None:
     by_bar: dict[tuple[int, int], list[Any]] = collections.defaultdict(list)  # (barrier, epoch) -> its waiters
     for s in waiting:
         by_bar[s.barrier, _epoch(s, sched)].append(s)
-    (bar, expected), main = max(by_bar.items(), key=lambda group: len(group[1]))  # the first of the largest
+    (bar, epoch), main = max(by_bar.items(), key=lambda group: len(group[1]))  # the first of the largest
     n_main = len(main)
-    step, layer = _layer(expected, layers)
+    step, layer = _layer(epoch, layers)
     name = BARRIER_NAMES.get(bar, f"#{bar}")
-    head = f"{n_main} of {workers} workers wait at {name} in layer {layer} (epoch {expected})"
+    head = f"{n_main} of {workers} workers wait at {name} in layer {layer} (epoch {epoch})"
     if bar in (BAR_ATTN_RELEASE, BAR_CHUNK_MERGE):
         # campaign step (d) (MKL_CAMPAIGN_STEP 5): its merge workers wait for the chunk count at
         # CHUNK_MERGE, the others at ATTN_RELEASE; both watches carry the chunk counter
         other = BAR_CHUNK_MERGE if bar == BAR_ATTN_RELEASE else BAR_ATTN_RELEASE
-        beside = by_bar.get((other, expected), [])
+        beside = by_bar.get((other, epoch), [])
         if beside:
             head += (f" and {len(beside)} at {BARRIER_NAMES[other]}"
                      + (" (campaign step (d)'s merge workers)" if other == BAR_CHUNK_MERGE else ""))
