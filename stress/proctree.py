@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import select
 import signal
 import subprocess
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import psutil
 
@@ -346,14 +347,18 @@ def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float, input: A
     exception goes on (`subprocess.TimeoutExpired` for a timeout). Killing only the shell
     would leave the compiler it started running."""
     try:
-        return proc.communicate(input, timeout=timeout_s)
+        out = proc.communicate(input, timeout=timeout_s)
     except BaseException:
         kill_whole_group(proc)
+        _note_killed()
         proc.communicate()
         raise
     finally:
         for scope in ToolGroups.each_current():
             scope._discard(proc)
+    if proc.returncode == -signal.SIGKILL:  # its phase ended (ToolGroups.kill) or the kernel's OOM killer
+        _note_killed()
+    return out
 
 
 def run_in_group(argv: list[str], timeout_s: float, *, input: Any = None,
@@ -368,6 +373,59 @@ def run_in_group(argv: list[str], timeout_s: float, *, input: Any = None,
     proc = start_in_group(argv, **popen_kw)
     stdout, stderr = communicate_or_kill_group(proc, timeout_s, input)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+# The `cache_unless_killed` calls under way in this context: each is told when a tool run
+# through `communicate_or_kill_group` was killed while it ran.
+_KILL_WATCHES: contextvars.ContextVar[tuple[list[bool], ...]] = contextvars.ContextVar("hz_kill_watches",
+                                                                                        default=())
+
+
+def _note_killed() -> None:
+    for watch in _KILL_WATCHES.get():
+        watch.append(True)
+
+
+class _AnsweredWhileKilled(Exception):
+    """Carries a probe's answer past `functools.lru_cache`, which keeps no raised call."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__()
+        self.answer = answer
+
+
+Probe = TypeVar("Probe", bound=Callable[..., Any])
+
+
+def cache_unless_killed(probe: Probe) -> Probe:
+    """`functools.lru_cache(maxsize=None)` for a probe that answers from what the tools it runs
+    (`run_in_group`) print, keeping no answer given while one of them was killed (its time
+    limit, its phase's end, SIGKILL): that answer is the probe's fallback, not the tool's, so
+    it is returned once and the next call asks again. Kept, a long-lived process (a soak)
+    would answer with it for good. A probe that calls another counts the other's kills too.
+    `cache_clear` and `__wrapped__` as lru_cache's."""
+    @functools.lru_cache(maxsize=None)
+    def kept(*args: Any, **kwargs: Any) -> Any:
+        killed: list[bool] = []
+        token = _KILL_WATCHES.set((*_KILL_WATCHES.get(), killed))
+        try:
+            answer = probe(*args, **kwargs)
+        finally:
+            _KILL_WATCHES.reset(token)
+        if killed:
+            raise _AnsweredWhileKilled(answer)
+        return answer
+
+    @functools.wraps(probe)
+    def cached(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return kept(*args, **kwargs)
+        except _AnsweredWhileKilled as once:
+            return once.answer
+
+    cached.cache_clear = kept.cache_clear  # type: ignore[attr-defined]
+    cached.cache_info = kept.cache_info  # type: ignore[attr-defined]
+    return cached  # type: ignore[return-value]
 
 
 def kill_group(pgid: int, *, grace_s: float, known_pids: set[int] = frozenset(),

@@ -38,6 +38,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 from filelock import FileLock
 
 from .errors import ToolchainMissing, UserError
+from .proctree import cache_unless_killed, run_in_group
 
 SM90A = "sm_90a"
 GFX942 = "gfx942"
@@ -83,18 +84,18 @@ def _nvidia_wheel_bins() -> list[Path]:
 
 def _has_amdgpu_backend(path: str) -> bool:
     try:
-        out = subprocess.run([path, "-print-targets"], capture_output=True, text=True, timeout=30).stdout
+        out = run_in_group([path, "-print-targets"], 30, text=True).stdout
     except (OSError, subprocess.SubprocessError):
         return False
     return "amdgcn" in out
 
 
-@functools.lru_cache(maxsize=None)
+@cache_unless_killed
 def _clang_targets(path: str, arch: str) -> bool:
     """Whether clang at `path` compiles device code for `arch` (an empty HIP unit)."""
     try:
-        proc = subprocess.run([path, *AMD_DEVICE_ONLY_FLAGS, amd_arch_flag(arch), "-S", "-", "-o", os.devnull],
-                              input="", capture_output=True, text=True, timeout=60)
+        proc = run_in_group([path, *AMD_DEVICE_ONLY_FLAGS, amd_arch_flag(arch), "-S", "-", "-o", os.devnull],
+                            60, input="", text=True)
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0
@@ -176,7 +177,8 @@ def find_tool(name: str, needed_for: str = "", *, arch: str | None = None, like:
     tool that compiles for GPU targets: clang): the first candidate that compiles for that
     target, default gfx942. `like` (a clang's path): that release's program first
     (llvm-as-19 for clang-19, beside it or on PATH). Looked up again whenever the override
-    variable, PATH or CUDA_HOME/CUDA_PATH change; capability probes run once."""
+    variable, PATH or CUDA_HOME/CUDA_PATH change; capability probes run once (again when
+    one of their tools was killed: `cache_unless_killed`)."""
     if name not in TOOLS:
         raise UserError(f"unknown tool {name!r} (known: {', '.join(TOOLS)})")
     tool = TOOLS[name]
@@ -200,7 +202,7 @@ def find_tool(name: str, needed_for: str = "", *, arch: str | None = None, like:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@cache_unless_killed
 def _lookup(name: str, env: tuple[str, ...], arch: str | None = None, like: str | None = None
             ) -> tuple[str | None, str]:
     """(path or None, reason). `env` is part of the cache key only."""
@@ -239,9 +241,11 @@ def tool_version(path: str) -> str:
     release 13.0, V13.0.88", "Ubuntu clang version 19.1.1"): the same compiler installed
     on another machine (another "Built on" date or copyright line) then shares a cache key."""
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        out = run_in_group([path, "--version"], 60, text=True)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainMissing(f"{path} --version failed: {exc}") from None
+    if out.returncode < 0:  # killed (its phase ended): what it printed names no release
+        raise ToolchainMissing(f"{path} --version failed: killed by signal {-out.returncode}")
     text = out.stdout.strip() or out.stderr.strip()
     keep = [ln for ln in text.splitlines() if re.search(r"release|version", ln, re.I)
             and not re.search(r"copyright|built on", ln, re.I)]

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 from hazards.engine import toolchain
 from hazards.engine.errors import ToolchainMissing, UserError
-from hazards.engine.proctree import run_in_group
+from hazards.engine.proctree import cache_unless_killed, run_in_group
 from hazards.static.asm_lint import ExpandError
 
 # flag -> whether it takes the next argument when written alone (`-I dir`)
@@ -181,7 +181,7 @@ def hip_headers_found(clang: str) -> bool:
     return _hip_headers_found(clang, _rocm_args())
 
 
-@functools.lru_cache(maxsize=None)
+@cache_unless_killed
 def _hip_headers_found(clang: str, rocm: tuple[str, ...]) -> bool:
     return _compiles(clang, ["-E", "-x", "hip", "--cuda-device-only", toolchain.amd_arch_flag(toolchain.GFX942),
                              "-nogpulib", *rocm], "#include <hip/hip_runtime.h>\n")
@@ -206,7 +206,7 @@ def device_lib_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, ...]
     return _rocm_args() or _system_device_lib_args(clang, arch)
 
 
-@functools.lru_cache(maxsize=None)
+@cache_unless_killed
 def _system_device_lib_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, ...]:
     """The system's device libraries for `arch` (no `ROCM_PATH`).
 
@@ -277,7 +277,7 @@ def _write_isa_library(clang: str, src: Path, out: Path, version: int) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
+@cache_unless_killed
 def wavefront_size_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, ...]:
     """`-D__AMDGCN_WAVEFRONT_SIZE=N` where `clang` no longer defines it (clang 22 dropped
     the macro) for headers that still read it (HIP 5.2's `warpSize`); else nothing. N is the
@@ -295,7 +295,7 @@ def wavefront_size_args(clang: str, arch: str = toolchain.GFX942) -> tuple[str, 
 _HIP_COMPAT = Path(__file__).with_name("hip_compat")
 
 
-@functools.lru_cache(maxsize=None)
+@cache_unless_killed
 def header_compat_args(clang: str) -> tuple[str, ...]:
     """`-include` of the project's own declarations that the installed HIP headers take from
     clang's HIP runtime wrapper where this clang's wrapper no longer has them (clang 22 and

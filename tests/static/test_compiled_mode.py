@@ -16,6 +16,7 @@ from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.static import compiled, userbuild
 from hazards.static.userbuild import device_lib_args, hip_headers_found
 from hazards.engine.toolchain import SM90A
+from killed_phase import in_a_killed_phase
 from static_helpers import ASM_LOOP, CLANG_MISSING, DATA, NVDISASM_MISSING, hazards
 
 
@@ -590,33 +591,11 @@ def test_abandoning_the_static_part_kills_its_clang_probes(probe, tmp_path, monk
     """The user build's probes of clang and llvm (device libraries, headers, macros) are tools
     of the static part like its compilers: ending the phase (`ToolGroups.kill`, what abandoning
     the static part does) ends them and what they started, instead of leaving them running."""
-    import threading
-    import time
-
-    from hazards.engine.proctree import ToolGroups
-
     fake = tmp_path / "clang"  # a tool that hangs once (a second call, after the kill, fails at once)
     fake.write_text(f"#!/bin/sh\n[ -e {tmp_path}/ran ] && exit 1\ntouch {tmp_path}/ran\n{stray_sleep.command}\n")
     fake.chmod(0o755)
     monkeypatch.setattr(userbuild.toolchain, "find_tool", lambda *a, **k: str(fake))
-    phase = ToolGroups()
-
-    def static_part() -> None:
-        with phase.current():
-            probe(str(fake), tmp_path)
-
-    worker = threading.Thread(target=static_part, daemon=True)
-    worker.start()
-    deadline = time.monotonic() + 20
-    while not stray_sleep.running() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert stray_sleep.running(), "the probe never ran its tool"
-    phase.kill()
-    worker.join(10)
-    left = stray_sleep.left()
-    worker.join(10)
-    assert not left, "ending the static part left its clang probe running"
-    assert not worker.is_alive()
+    in_a_killed_phase(lambda: probe(str(fake), tmp_path), stray_sleep)
 
 
 def test_a_compiler_that_runs_past_its_time_limit_leaves_no_process_behind(monkeypatch, stray_sleep):
