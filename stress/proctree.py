@@ -344,14 +344,17 @@ def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float, input: A
     """`proc.communicate(input, timeout=timeout_s)` for a process started with
     `start_new_session=True` (a build's shell). On a timeout or an interruption (Ctrl-C) its
     whole process group is killed, while the shell is still unreaped, and reaped; then the
-    exception goes on (`subprocess.TimeoutExpired` for a timeout). Killing only the shell
+    exception goes on (`subprocess.TimeoutExpired` for a timeout, holding in `stdout` and
+    `stderr` what the tool printed up to the kill, decoded like the output). Killing only the shell
     would leave the compiler it started running."""
     try:
         out = proc.communicate(input, timeout=timeout_s)
-    except BaseException:
+    except BaseException as exc:
         kill_whole_group(proc)
         _note_killed()
-        proc.communicate()
+        stdout, stderr = proc.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):  # what it printed up to the kill, as subprocess.run's
+            exc.stdout, exc.stderr = stdout, stderr
         raise
     finally:
         for scope in ToolGroups.each_current():

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import hazards  # noqa: E402,F401  (maps hazards.engine)
 from hazards.engine.forensics.debugger import (DebuggerGone, DebuggerSession, stopped_tasks,  # noqa: E402
                                                tracer_of)
+from hazards.engine.proctree import kill_whole_group, run_in_group, start_in_group  # noqa: E402
 
 BUILD, OUT, DEADLINE = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
 RAW = OUT / "raw"
@@ -55,8 +55,7 @@ def log(msg: str) -> None:
 
 
 def start(argv: list[str], env: dict | None = None, ready: str = "HZ_HANG launched", wait_s: float = 20.0):
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                         env={**os.environ, **(env or {})}, text=True)
+    p = start_in_group(argv, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, text=True)
     remember(p.pid)
     t0 = time.monotonic()
     lines = []
@@ -71,10 +70,7 @@ def start(argv: list[str], env: dict | None = None, ready: str = "HZ_HANG launch
 
 
 def kill(p: subprocess.Popen) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except OSError:
-        pass
+    kill_whole_group(p)
     p.wait()
 
 
@@ -99,7 +95,7 @@ def timed_capture(argv: list[str], limit: float, raw: Path) -> tuple[float, int 
     seconds and exit status (None: it ran out of time)."""
     t0 = time.monotonic()
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
+        r = run_in_group(argv, limit, text=True)
         out, rc = r.stdout + "\n--- stderr ---\n" + r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:
         out, rc = f"TIMEOUT\n{e.stdout}\n--- stderr ---\n{e.stderr}", None
@@ -200,10 +196,9 @@ def main() -> None:
 
     # torch's import is slow: start it now, it waits for the go file before launching
     go = OUT / "torch.go"
-    torch_p = subprocess.Popen([sys.executable, "tests/forensics/programs/hung_torch.py",
-                                str(BUILD / "libhung-li.so")], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                               env={**os.environ, "HZ_HANG_GO_FILE": str(go)})
+    torch_p = start_in_group([sys.executable, "tests/forensics/programs/hung_torch.py",
+                              str(BUILD / "libhung-li.so")], stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, "HZ_HANG_GO_FILE": str(go)})
     remember(torch_p.pid)
     try:
         hung("spin-li", [str(BUILD / "hung-li"), "spin"], session_too=True)

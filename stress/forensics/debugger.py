@@ -24,6 +24,8 @@ import uuid
 from pathlib import Path
 from typing import Iterable
 
+from ..proctree import kill_whole_group, start_in_group
+
 DEBUGGERS = ("cuda-gdb", "rocgdb", "gdb")  # in order of preference for a GPU process
 HOST_DEBUGGERS = ("gdb", "cuda-gdb", "rocgdb")  # for host stacks only: plain gdb starts fastest
 PTRACE_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
@@ -166,9 +168,8 @@ class DebuggerSession:
         self._n = 0
         run_env = dict(os.environ if env is None else env)
         run_env.setdefault("TERM", "dumb")
-        self.proc = subprocess.Popen(
-            [debugger, "-q", "-nx", "-nh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, env=run_env, start_new_session=True, close_fds=True)
+        self.proc = start_in_group([debugger, "-q", "-nx", "-nh"], stdin=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, env=run_env)
         os.set_blocking(self.proc.stdout.fileno(), False)
         try:
             for cmd in _SETUP:
@@ -267,10 +268,7 @@ class DebuggerSession:
             except subprocess.TimeoutExpired:
                 pass
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
+            kill_whole_group(self.proc)
             self.proc.wait()
         for stream in (self.proc.stdout, self.proc.stdin):
             try:

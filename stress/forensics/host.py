@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..proctree import run_in_group
+
 PY_SPY = "py-spy"
 _PYTHON_EXE = re.compile(r"^python[\d.]*[dmu]*$")
 _LIBPYTHON = re.compile(r"/libpython\d[\d.]*\w*\.so")
@@ -116,8 +118,7 @@ def py_spy_dump(pid: int, *, deadline: float, env: dict[str, str] | None = None,
         if left < 0.3:
             return {"error": f"no time left for py-spy ({last_err or 'budget spent'})"}
         try:
-            r = subprocess.run([exe, "dump", "--pid", str(pid), *extra], capture_output=True, text=True,
-                               timeout=left, env=env, start_new_session=True)
+            r = run_in_group([exe, "dump", "--pid", str(pid), *extra], left, text=True, env=env)
         except subprocess.TimeoutExpired:
             return {"error": f"py-spy did not answer within {left:.1f}s"}
         except OSError as e:

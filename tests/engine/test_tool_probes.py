@@ -3,6 +3,7 @@ run as tools of their phase (killed when it ends), and an answer given while a p
 killed is not kept (proctree.cache_unless_killed)."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,12 @@ def test_a_probe_past_its_time_limit_is_asked_again_and_a_finished_one_is_kept(t
         assert runs(tmp_path) == 2
     finally:
         stray_sleep.left()
+
+
+def test_a_tool_killed_at_its_time_limit_hands_over_what_it_printed(stray_sleep):
+    """run_in_group's TimeoutExpired holds the text the tool printed before the kill, as
+    subprocess.run's does (a GPU recording script keeps a timed-out cuda-gdb's output)."""
+    with pytest.raises(subprocess.TimeoutExpired) as timed_out:
+        run_in_group(["sh", "-c", f"echo so far; echo err >&2; {stray_sleep.command}"], 1.0, text=True)
+    assert not stray_sleep.left()
+    assert (timed_out.value.stdout, timed_out.value.stderr) == ("so far\n", "err\n")

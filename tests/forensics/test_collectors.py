@@ -76,6 +76,23 @@ def test_no_debugger_is_a_one_line_reason_and_the_run_still_ends(tmp_path, hung_
     assert f"- skipped host {r.evidence['pid']}: no debugger" in (tmp_path / "run" / "hang.md").read_text()
 
 
+def test_a_py_spy_past_its_deadline_is_killed_with_what_it_started(tmp_path, stray_sleep):
+    """py-spy runs as a tool in a process group of its own (proctree.run_in_group): at the
+    collector's deadline the whole group is killed, not py-spy alone (a wrapper's or a helper's
+    child kept running after the hang's collection)."""
+    from hazards.engine.forensics.host import py_spy_dump
+
+    fake = tmp_path / "py-spy"
+    fake.write_text(f"#!/bin/sh\n{stray_sleep.command}\n")
+    fake.chmod(0o755)
+    try:
+        got = py_spy_dump(os.getpid(), deadline=time.monotonic() + 1.0, path=str(tmp_path))
+        assert got.get("error", "").startswith("py-spy did not answer within"), got
+    finally:
+        left = stray_sleep.left()
+    assert not left, "py-spy's child outlived the collector's deadline"
+
+
 def test_no_py_spy_is_a_one_line_reason(tmp_path, forensics_on, monkeypatch):
     monkeypatch.setenv("PATH", env_without("py-spy")["PATH"])
     r = CommandTarget(HUNG_PY).run(timeout=1.0, artifact_dir=tmp_path / "run")
