@@ -252,11 +252,8 @@ def _finish(ctx: Any, result: dict[str, Any], hosts: dict[int, dict[str, Any]], 
         # the watchdog said it (it has the stall's place), and hang.md leads with `summarize`'s
         result["headline"], result["sentence"] = result["sentence"], ""
     if tripwire:
-        not_looked = debugger_did_not_look(result)
         result["tripwire"] = {"sentence": tripwire.get("sentence"), "counts": tripwire.get("counts"),
-                              "when": tripwire.get("when"),
-                              "agreement": (f"not compared: the debugger did not look ({not_looked})" if not_looked
-                                            else agreement(tripwire, device))}
+                              "when": tripwire.get("when"), "agreement": agreement(tripwire, result)}
     if plan is not None and plan.policy is not None and result["level"] == FULL:
         host_stuck = [str(h["stuck_at"]) for h in hosts.values() if h.get("stuck_at")]
         plan.policy.learn(plan.key, [*result["stuck_at"], *host_stuck])
@@ -376,17 +373,20 @@ def _examined_part(device: dict[str, Any]) -> str:
     return f"{seen} of the {total} PCs it found (no time or location cap left for the rest)"
 
 
-def agreement(tripwire: dict[str, Any], device: dict[str, Any]) -> str:
-    """Do the tripwire and the debugger tell the same story? Group by group, assuming one
-    worker per block (the `deadlock` family's layout): the tripwire's main wait against the
-    debugger's largest poll location, its stragglers against the blocks polling elsewhere,
-    its never-started workers against the blocks that are not on the GPU."""
+def agreement(tripwire: dict[str, Any], result: dict[str, Any]) -> str:
+    """Do the tripwire and the debugger (`result`: the collection's, its device section, level
+    and skips) tell the same story? Not compared when the debugger did not look
+    (`debugger_did_not_look`). Else group by group, assuming one worker per block (the
+    `deadlock` family's layout): the tripwire's main wait against the debugger's largest poll
+    location, its stragglers against the blocks polling elsewhere, its never-started workers
+    against the blocks that are not on the GPU."""
+    if not_looked := debugger_did_not_look(result):
+        return f"not compared: the debugger did not look ({not_looked})"
+    device = result.get("device") or {}
     counts = tripwire.get("counts") or {}
     polls = [loc for loc in device.get("locations", []) if loc.get("kind") in POLL_KINDS]
     partial = _examined_part(device)
     if not counts or not polls:
-        if counts and (none := examined_none(device)):
-            return f"not compared: the debugger {none}"
         return "not compared: " + ("the tripwire saw no worker" if not counts
                                    else "the debugger found no warp in a poll loop"
                                    + (f" in the {partial}" if partial else ""))

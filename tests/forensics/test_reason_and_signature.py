@@ -102,13 +102,13 @@ def test_tripwire_and_debugger_are_compared_group_by_group():
     tw = {"sentence": "63 workers wait at barrier ATTN_RELEASE epoch 5 (observed 4); 1 straggler",
           "counts": {"waiting": 64, "running": 0, "never_started": 0}, "stragglers": [13]}
     straggler = {"kind": "spin", "blocks_all": "13", "block_count": 1, "where": "deadlock.cu:153"}
-    assert agreement(tw, _device("0–12, 14–63", 63, more=[straggler])) == (
+    assert agreement(tw, {"device": _device("0–12, 14–63", 63, more=[straggler])}) == (
         "agree (one worker per block): the tripwire's main wait (63 workers) = the debugger's 63 blocks polling "
         "at deadlock.cu:120; its stragglers (13) = the blocks polling elsewhere (13, at deadlock.cu:153)")
     wrong = {**straggler, "blocks_all": "14"}
-    assert agreement(tw, _device("0–12, 15–63", 62, more=[wrong])).startswith(
+    assert agreement(tw, {"device": _device("0–12, 15–63", 62, more=[wrong])}).startswith(
         "differ (one worker per block): the tripwire's main wait (63 workers) ≠ the debugger's 62 blocks")
-    assert agreement({"counts": {}}, _device("0–62", 63)).startswith("not compared")
+    assert agreement({"counts": {}}, {"device": _device("0–62", 63)}).startswith("not compared")
 
 
 def test_hang_md_shows_both_diagnoses_side_by_side():
@@ -116,7 +116,7 @@ def test_hang_md_shows_both_diagnoses_side_by_side():
     result = {"pid": 7, "sentence": "blocks 0–62 … at deadlock.cu:120", "device": _device("0–62", 63),
               "host": {}, "system": {"gpus": [], "nvml": "NVML not available", "kernel_log_xids": [],
                                      "nvml_xids": "no Xid watch was running"},
-              "tripwire": {**tw, "agreement": agreement(tw, _device("0–62", 63))},
+              "tripwire": {**tw, "agreement": agreement(tw, {"device": _device("0–62", 63)})},
               "seconds": {"device": 1.2}, "skipped": {}}
     md = hang_markdown(result, "deadlock")
     assert "| tripwire | debugger |" in md
@@ -192,7 +192,7 @@ def test_a_debugger_that_looked_and_found_no_poll_loop_still_says_so():
     tw = {"sentence": "63 workers wait at barrier GRID", "counts": {"waiting": 63}}
     device = {"debugger": "/usr/local/cuda/bin/cuda-gdb", "locations": [{"kind": "other", "where": "k.cu:3"}],
               "sentences": ["blocks 0–62 of k at k.cu:3"]}
-    assert agreement(tw, device) == "not compared: the debugger found no warp in a poll loop"
+    assert agreement(tw, {"device": device}) == "not compared: the debugger found no warp in a poll loop"
 
 
 def test_a_summary_that_read_nothing_keeps_its_reason_and_hang_md_says_why_no_debugger_looked(tmp_path):

@@ -120,7 +120,8 @@ def test_the_debugger_agrees_with_the_tripwire_of_the_same_h200_run(name, monkey
 
     _, got = _replay(ROUND2 / name / "hang.json.gz", monkeypatch)
     tripwire = json.loads((ROUND2 / name / "tripwire.json").read_text())
-    assert agreement(tripwire, got).startswith("agree (one worker per block)"), agreement(tripwire, got)
+    said = agreement(tripwire, {"device": got})
+    assert said.startswith("agree (one worker per block)"), said
 
 
 class OutOfTime(Replay):
@@ -153,8 +154,10 @@ def test_a_debugger_out_of_time_before_any_pc_is_never_said_to_have_found_no_pol
 
     got = _replay_out_of_time("deadlock-broken_chunk", 0, monkeypatch)
     tripwire = json.loads((ROUND2 / "deadlock-broken_chunk" / "tripwire.json").read_text())
-    assert got["locations"] == [] and "found no warp" not in agreement(tripwire, got), agreement(tripwire, got)
-    assert "examined none of the 8 PCs" in agreement(tripwire, got)
+    said = agreement(tripwire, {"device": got})
+    assert got["locations"] == [] and "found no warp" not in said, said
+    assert said == ("not compared: the debugger did not look (it examined none of the 8 PCs it found: no time "
+                    "left in the hang budget)")
     ctx = types.SimpleNamespace(plan=None, collected={"tripwire": {MARKER: 1, **tripwire}}, artifact_dir=tmp_path,
                                 target="deadlock")
     result = _finish(ctx, {"pid": 7}, {}, got, {}, {}, 0.0)
@@ -170,9 +173,10 @@ def test_a_debugger_that_examined_some_pcs_says_how_many_and_never_calls_the_res
 
     got = _replay_out_of_time("deadlock-broken_chunk", 1, monkeypatch)
     tripwire = json.loads((ROUND2 / "deadlock-broken_chunk" / "tripwire.json").read_text())
-    assert agreement(tripwire, got) == ("not compared: the debugger found no warp in a poll loop in the 1 of the 8 "
-                                        "PCs it found (no time or location cap left for the rest)")
+    assert agreement(tripwire, {"device": got}) == ("not compared: the debugger found no warp in a poll loop in "
+                                                    "the 1 of the 8 PCs it found (no time or location cap left "
+                                                    "for the rest)")
     # three examined: one poll location, short of the tripwire's count: not "differ", the rest is unread
     got = _replay_out_of_time("deadlock-broken_chunk", 3, monkeypatch)
-    assert agreement(tripwire, got).startswith("not compared in full (the debugger examined 3 of the 8 PCs"), \
-        agreement(tripwire, got)
+    said = agreement(tripwire, {"device": got})
+    assert said.startswith("not compared in full (the debugger examined 3 of the 8 PCs"), said
