@@ -68,6 +68,11 @@ def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
             name = f"signal {-proc.returncode}"
         raise ToolKilled(f"{what} was ended by {name} before it finished (the OOM killer, a kill or a "
                          f"stop; nothing judged): {' '.join(cmd)}")
+    if (child := _child_signal(proc.returncode)) is not None:
+        # the OOM killer ends the largest process, nvcc's cicc or ptxas: nvcc then exits 128 + N
+        # ("Killed"), which is no compile error of the source
+        raise ToolKilled(f"{what} exited {proc.returncode}: a process it ran was ended by {child} before it "
+                         f"finished (the OOM killer, a kill or a stop; nothing judged): {' '.join(cmd)}")
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         first = next((ln for ln in lines if DIAGNOSTIC_ERROR.search(ln)), None)
@@ -76,6 +81,15 @@ def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
             tail = [first, "...", *tail]
         raise UserError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n" + "\n".join(tail))
     return proc
+
+
+def _child_signal(returncode: int) -> str | None:
+    """The signal a shell's 128 + N exit status names (a compiler driver whose child was killed
+    exits so), else None. Compile errors exit 1 or 2 (nvcc, clang), nvdisasm's 127, 255 is -1."""
+    try:
+        return signal.Signals(returncode - 128).name if 128 < returncode < 256 else None
+    except ValueError:
+        return None
 
 
 # A compiler's error line (not a source line quoted under it): clang `file:1:2: error:`,

@@ -306,6 +306,38 @@ def test_a_check_whose_static_compile_was_killed_says_not_judged_and_keeps_the_g
                for line in res.summary_lines())
 
 
+def test_a_compiler_whose_child_was_killed_is_not_judged_not_bad_input():
+    """The OOM killer ends the largest process: nvcc's cicc or ptxas, not nvcc, which then
+    exits 137 (128 + SIGKILL) with its shell's 'Killed' (as measured with nvcc 13.0). That is a
+    tool ended by a signal, not a source that did not compile (bad input, exit 2)."""
+    from hazards.engine.errors import EXIT_NOT_JUDGED
+    from hazards.static.compile import run_tool
+
+    with pytest.raises(UserError, match=r"a compile exited 137: a process it ran was ended by SIGKILL .*: "
+                                         r"sh -c sh -c 'kill -KILL \$\$'; exit \$\?$") as raised:
+        run_tool(["sh", "-c", NVCC_CHILD_KILLED], "a compile")
+    assert raised.value.exit_code == EXIT_NOT_JUDGED
+
+
+NVCC_CHILD_KILLED = "sh -c 'kill -KILL $$'; exit $?"  # a child of the compiler killed: exit 137, 'Killed'
+
+
+def test_a_check_whose_static_compilers_child_was_killed_says_not_judged_and_keeps_the_gpu_verdicts(
+        fake_gpus, store, monkeypatch):
+    res = check_whose_static_compiles_run(NVCC_CHILD_KILLED, store, monkeypatch)
+    assert_static_not_judged_and_gpu_verdicts_kept(res)
+
+
+def test_a_compile_error_exit_is_still_a_failed_compile():
+    from hazards.engine.errors import EXIT_BAD_INPUT
+    from hazards.static.compile import run_tool
+
+    for rc in (1, 2, 127, 255):  # nvcc's errors exit 1, nvdisasm's on a bad cubin 127
+        with pytest.raises(UserError, match=rf"a compile failed \(exit {rc}\)") as raised:
+            run_tool(["sh", "-c", f"echo 'k.cu(3): error: nope' >&2; exit {rc}"], "a compile")
+        assert raised.value.exit_code == EXIT_BAD_INPUT
+
+
 def test_a_compiler_past_its_time_limit_is_not_judged_not_bad_input(monkeypatch):
     from hazards.engine.errors import EXIT_NOT_JUDGED
     from hazards.static.compile import run_tool
