@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.static import amdgcn, amdgcn_isa as isa, amdgcn_sync, checks, cscan, sass
 from hazards.engine import toolchain
-from hazards.static.compile import DIAGNOSTIC_ERROR, compile_amdgcn, compile_cubin, disassemble, run_tool
+from hazards.static.compile import DIAGNOSTIC_ERROR, ToolKilled, compile_amdgcn, compile_cubin, disassemble, run_tool
 from hazards.static.findings import Finding
 from hazards.static.userbuild import (CompileDatabase, Entry, device_lib_args, hip_device_args,
                                       source_flags)
@@ -224,6 +224,8 @@ def check_job(job: CompileJob) -> list[Finding]:
         return once_per_line([_as_given(f, job.source) for f in found]) + cov.findings()
     except ToolchainMissing:
         raise  # not a compile failure: check_jobs names the missing tool
+    except ToolKilled as e:  # the compiler said nothing about the source (OOM killer, a kill)
+        return [checks.TOOL_KILLED.finding(str(job.source), 0, f"not checked for {job.arch}: {e}")]
     except UserError as e:
         lines = str(e).splitlines()
         first = next((ln for ln in lines[1:] if DIAGNOSTIC_ERROR.search(ln)),

@@ -607,3 +607,22 @@ def test_a_compiler_that_runs_past_its_time_limit_leaves_no_process_behind(monke
     with pytest.raises(UserError, match="timed out"):
         run_tool(["sh", "-c", stray_sleep.command], "a compile")
     assert not stray_sleep.left(), "the compiler's child outlived the time limit"
+
+
+@pytest.mark.parametrize("nvcc", ["kill -KILL $$", "sh -c 'kill -KILL $$'; exit $?"], ids=["nvcc", "its child"])
+def test_a_user_compile_whose_compiler_was_killed_is_tool_killed_not_a_source_that_did_not_compile(
+        nvcc, tmp_path, monkeypatch):
+    """The compiled mode's nvcc (or its cicc, ptxas) ended by a signal said nothing about the
+    source: a `tool-killed` error (exit 3), not `compile-failed` (which tells the user to fix
+    their flags or source)."""
+    fake = tmp_path / "nvcc"
+    fake.write_text(f"#!/bin/sh\n{nvcc}\n")
+    fake.chmod(0o755)
+    src = tmp_path / "k.cu"
+    src.write_text("#include <cuda_runtime.h>\n__global__ void k(int* p) { p[0] = 1; }\n")
+    monkeypatch.setenv("HZ_NVCC", str(fake))
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    proc = hazards("static", "--no-catalog", "--compile", str(src))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"{src}: error: [tool-killed] not checked for sm_90a: " in proc.stdout, proc.stdout
+    assert "SIGKILL" in proc.stdout and "compile-failed" not in proc.stdout, proc.stdout
