@@ -101,19 +101,20 @@ def mutate_command(
         raise UserError("name the source files to mutate (or --family F)")
     if not list_only and not test:
         raise UserError("give --test CMD to judge the mutants (or --list to print them)")
-    found, how, incomplete = [], [], []
+    found, notes = [], []
     for path in sources:
         if not path.is_file():
             raise UserError(f"no source file {path}")
         text, mutants = mutants_of(path, operators=chosen, lines=span, defines=defs, preprocess=not no_preprocess,
-                                   language=language, notes=how, incomplete=incomplete)
+                                   language=language, notes=notes)
         found.extend((m, text) for m in mutants)
-    for note in incomplete:  # the one-line note of a fallback to the text scanner, or of headers not found
-        print(f"mutate: note: {note}", file=sys.stderr)
+    for note in notes:  # the one-line note of a fallback to the text scanner, or of headers not found
+        if note.incomplete:
+            print(f"mutate: note: {note}", file=sys.stderr)
     # A source that is not valid UTF-8 keeps its bytes (surrogateescape): its diffs print them as they are.
     sys.stdout.reconfigure(errors="surrogateescape")
     if list_only:
-        _print_list(found, as_json, how)
+        _print_list(found, as_json, [str(note) for note in notes])
         sys.exit(EXIT_OK)
     sys.exit(_kill(found, sources, build, test, root, budget, timeout, runs, jobs, not no_static, lease, as_json))
 

@@ -135,14 +135,25 @@ def _whole_line(text: str, site: Site) -> Site:
     return dataclasses.replace(site, start=lo, end=min(len(text), hi + 1))
 
 
+@dataclasses.dataclass(frozen=True)
+class SitesNote:
+    """How one file's sites were found; `incomplete` when the preprocessor was asked but did
+    not decide every line: none succeeded (the text scanner decided) or headers it did not
+    find were read as empty (what `hazards mutate` says on stderr)."""
+
+    path: Path
+    how: str
+    incomplete: bool
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.how}"
+
+
 def mutants_of(path: Path, *, preprocess: bool = True, language: str | None = None,
-               notes: list[str] | None = None, incomplete: list[str] | None = None,
-               **kw) -> tuple[str, list[Mutant]]:
+               notes: list[SitesNote] | None = None, **kw) -> tuple[str, list[Mutant]]:
     """(the file's text, its mutants); a one-line UserError for a file that cannot be read.
     With `preprocess`, dead lines and macros come from the preprocessor's output
-    (`preprocess.find_live`); how the sites were found is appended to `notes`, and to
-    `incomplete` too when the preprocessor was asked but did not decide every line: none
-    succeeded (the text scanner decided) or headers it did not find were read as empty."""
+    (`preprocess.find_live`); how the sites were found is appended to `notes`."""
     try:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError as e:
@@ -151,7 +162,5 @@ def mutants_of(path: Path, *, preprocess: bool = True, language: str | None = No
     if preprocess:
         live, how = find_live(path, text, defines=kw.get("defines"), language=language)
     if notes is not None:
-        notes.append(f"{path}: {how}")
-    if incomplete is not None and preprocess and (live is None or live.stubbed):
-        incomplete.append(f"{path}: {how}")
+        notes.append(SitesNote(path, how, incomplete=preprocess and (live is None or live.stubbed)))
     return text, mutants_of_text(text, str(path), live=live, **kw)

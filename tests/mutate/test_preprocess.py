@@ -16,7 +16,7 @@ import pytest
 from hazards.engine import toolchain
 from hazards.engine.errors import ToolchainMissing
 from hazards.mutate.conditionals import inactive_lines
-from hazards.mutate.mutants import mutants_of
+from hazards.mutate.mutants import SitesNote, mutants_of
 from hazards.mutate.preprocess import find_live, groups
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,12 +65,12 @@ def _project(tmp_path: Path) -> Path:
 
 def test_a_branch_over_a_header_macro_is_decided_by_the_preprocessor(tmp_path, only_tool):
     src = _project(tmp_path)
-    notes: list[str] = []
+    notes: list[SitesNote] = []
     _, found = mutants_of(src, notes=notes)
     ids = {m.id for m in found}
     assert "remove-fence@4" not in ids, notes  # USE_FENCE is 0 in cfg.h
     assert {"remove-fence@12", "remove-fence@14"} <= ids  # device and host passes both count
-    assert only_tool in notes[0] or (only_tool == "clang" and "clang" in notes[0]), notes
+    assert only_tool in notes[0].how or (only_tool == "clang" and "clang" in notes[0].how), notes
     # The text scanner alone keeps line 4 (it cannot read cfg.h): what the preprocessor adds.
     _, scanned = mutants_of(src, preprocess=False)
     assert "remove-fence@4" in {m.id for m in scanned}
@@ -118,13 +118,13 @@ def test_only_a_source_the_preprocessor_did_not_decide_in_full_gets_a_note_for_s
     failing.write_text('#error "this build is not supported"\n__global__ void k(){ __syncthreads(); }\n')
     (tmp_path / "ok").mkdir()
     complete = _project(tmp_path / "ok")
-    notes: list[str] = []
-    incomplete: list[str] = []
+    notes: list[SitesNote] = []
     for src in (missing, failing, complete):
-        mutants_of(src, notes=notes, incomplete=incomplete)
-    mutants_of(missing, preprocess=False, notes=notes, incomplete=incomplete)  # the user asked for the scanner
-    assert incomplete == notes[:2], (incomplete, notes)
-    assert "not_here/cfg.h" in incomplete[0] and "text scanner" in incomplete[1]
+        mutants_of(src, notes=notes)
+    mutants_of(missing, preprocess=False, notes=notes)  # the user asked for the scanner
+    incomplete = [note for note in notes if note.incomplete]
+    assert incomplete == notes[:2], notes
+    assert "not_here/cfg.h" in incomplete[0].how and "text scanner" in incomplete[1].how
 
 
 def test_a_preprocessor_error_falls_back_to_the_text_scanner(tmp_path, only_tool):
@@ -152,10 +152,10 @@ def test_a_headers_branch_over_a_macro_its_includer_may_define_is_kept(tmp_path,
     header, unit = tmp_path / "k.cuh", tmp_path / "k.cu"
     header.write_text(body)
     unit.write_text(body)
-    notes: list[str] = []
+    notes: list[SitesNote] = []
     _, in_header = mutants_of(header, notes=notes)
     _, in_unit = mutants_of(unit)
-    assert [m.id for m in in_header] == ["remove-fence@2"] and "includer may define" in notes[0]
+    assert [m.id for m in in_header] == ["remove-fence@2"] and "includer may define" in notes[0].how
     assert in_unit == []
 
 
@@ -193,10 +193,10 @@ def test_a_branch_over_a_macro_a_missing_header_may_define_is_kept_and_said(tmp_
     src.write_text('#include "cfg/config.h"\n__global__ void k(int* d, int* f) {\n  d[0] = 1;\n'
                    "#if USE_SYSTEM_FENCE\n  __threadfence_system();\n#else\n  __threadfence();\n#endif\n"
                    "#ifdef __NOT_THIS_COMPILER__\n  __syncthreads();\n#endif\n  f[0] = 1;\n}\n")
-    notes: list[str] = []
+    notes: list[SitesNote] = []
     _, found = mutants_of(src, notes=notes)
     assert [m.id for m in found] == ["remove-fence@5", "remove-fence@7"], notes
-    assert "cfg/config.h" in notes[0] and "a header read as empty may define them" in notes[0]
+    assert "cfg/config.h" in notes[0].how and "a header read as empty may define them" in notes[0].how
     res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), "--list"], capture_output=True,
                          text=True, cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert res.returncode == 0 and "cfg/config.h" in res.stderr, res.stderr
