@@ -215,3 +215,12 @@ def test_the_false_stall_round_refuses_a_name_that_matches_nothing(tmp_path):
     assert str(stop.value) == ("stall_measure.py: barrier_layot: no such family, FAMILY/VARIANT or "
                                "ragged_decode")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_false_stall_round_measures_the_variants_its_list_names():
+    stall_measure = load_script(REPO / "ci" / "gpu" / "stall_measure.py")
+    fams = {f.name: f for f in stall_measure.cuda_binary_families()}
+    items = [(fams["ordering"], "pc_fixed"), (fams["ordering"], "pc_fence"), (fams["pipeline"], "fixed"),
+             (None, "ragged_decode")]
+    assert stall_measure.only_named(items, "ordering/pc_fixed,ragged_decode") == [items[0], items[3]]
+    assert stall_measure.only_named(items, "ordering") == items[:2]

@@ -51,8 +51,8 @@ from hazards.families import cuda_binary_families, named_items
 from hazards.stress_family import family_binary
 fams = cuda_binary_families()
 try:
-    keep = {n.split('/')[0] for n in named_items(sys.argv[1], {f.name: [v.name for v in f.variants] for f in fams},
-                                                  also=("ragged_decode",))}
+    keep = {fam for fam, _ in named_items(sys.argv[1], {f.name: [v.name for v in f.variants] for f in fams},
+                                          also=("ragged_decode",))}
 except UserError as e:
     print(f"build_cuda_families: {e}", file=sys.stderr)
     sys.exit(EXIT_BAD_INPUT)

@@ -132,6 +132,21 @@ def falsestall_target(fam):
     return server_for(fam)
 
 
+def only_named(items: list, only: str) -> list:
+    """The (family, variant) items (None, "ragged_decode" for the check server) that the
+    NAME,... list `only` names, in their order; a name matching nothing exits with one line: it
+    would measure nothing and print an empty, passing-looking round."""
+    variants: dict = {}
+    for fam, v in items:
+        if fam is not None:
+            variants.setdefault(fam.name, []).append(v)
+    try:
+        named = named_items(only, variants, also=("ragged_decode",))
+    except UserError as e:
+        sys.exit(f"stall_measure.py: {e}")
+    return [(fam, v) for fam, v in items if ((fam.name, v) if fam else (v, None)) in named]
+
+
 def falsestall(dest: Path, seconds: float, only: str = "") -> None:
     t_end = time.monotonic() + seconds
     rows = dest / "falsestall.jsonl"
@@ -141,16 +156,7 @@ def falsestall(dest: Path, seconds: float, only: str = "") -> None:
     items.sort(key=lambda fv: fv[0] is not None and fv[0].name == "megakernel_layers")
     items.append((None, "ragged_decode"))
     if only:
-        variants: dict = {}
-        for fam, v in items:
-            if fam is not None:
-                variants.setdefault(fam.name, []).append(v)
-        try:  # a mistyped name would measure nothing and print an empty, passing-looking round
-            names = named_items(only, variants, also=("ragged_decode",))
-        except UserError as e:
-            sys.exit(f"stall_measure.py: {e}")
-        items = [(fam, v) for fam, v in items
-                 if (fam.name if fam else "ragged_decode") in names or fam and f"{fam.name}/{v}" in names]
+        items = only_named(items, only)
     hammer = subprocess.Popen([sys.executable, "-c", HAMMER], stdout=subprocess.PIPE, text=True)
     load: list = []
     targets: dict = {}

@@ -38,17 +38,22 @@ def cuda_binary_families() -> list[Family]:
     return [f for f in all_families() if f.binary and "cuda" in f.platforms]
 
 
-def named_items(spec: str, variants: dict[str, list[str]], also: tuple[str, ...] = ()) -> set[str]:
-    """The names of a `NAME,...` list (empty names left out), each a family of `variants` (a
-    family's name -> its variants' names), FAMILY/VARIANT of one, or one of `also`; a one-line
-    UserError naming those that are none of these: a mistyped name would build or measure
-    nothing and say nothing (ci/gpu's round.sh and stall_measure.py parse their lists here)."""
+def named_items(spec: str, variants: dict[str, list[str]],
+                also: tuple[str, ...] = ()) -> set[tuple[str, str | None]]:
+    """What a `NAME,...` list names (empty names left out), as (family, variant) pairs of
+    `variants` (a family's name -> its variants' names): a family names each of its variants,
+    FAMILY/VARIANT one; a name of `also` is (name, None). A one-line UserError names those that
+    are none of these: a mistyped name would build or measure nothing and say nothing (ci/gpu's
+    round.sh and stall_measure.py select with these pairs, matching no name again)."""
     from hazards.engine.errors import UserError
 
-    names = {n for n in spec.split(",") if n}
-    known = {*variants, *(f"{fam}/{v}" for fam, vs in variants.items() for v in vs), *also}
-    unknown = sorted(names - known)
+    meaning: dict[str, set[tuple[str, str | None]]] = {name: {(name, None)} for name in also}
+    for fam, names in variants.items():
+        meaning[fam] = {(fam, v) for v in names}
+        meaning.update({f"{fam}/{v}": {(fam, v)} for v in names})
+    named = {n for n in spec.split(",") if n}
+    unknown = sorted(named - meaning.keys())
     if unknown:
         kinds = ["family", "FAMILY/VARIANT", *also]
         raise UserError(f"{', '.join(unknown)}: no such {', '.join(kinds[:-1])} or {kinds[-1]}")
-    return names
+    return set().union(*(meaning[n] for n in named))

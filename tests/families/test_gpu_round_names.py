@@ -16,9 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 VARIANTS = {"ordering": ["pc_fixed", "pc_broken"], "pipeline": ["fixed"]}
 
 
-def test_families_family_variants_and_extra_items_are_known_and_empty_names_are_left_out():
+def test_a_list_names_the_variants_of_its_families_and_its_family_variants_and_extra_items():
+    # the matched (family, variant) pairs: callers select with them instead of matching names again
     assert named_items("ordering,pipeline/fixed,,ragged_decode", VARIANTS, also=("ragged_decode",)) == \
-        {"ordering", "pipeline/fixed", "ragged_decode"}
+        {("ordering", "pc_fixed"), ("ordering", "pc_broken"), ("pipeline", "fixed"), ("ragged_decode", None)}
+    assert named_items("ordering/pc_fixed,ordering", VARIANTS) == {("ordering", "pc_fixed"), ("ordering", "pc_broken")}
     assert named_items("", VARIANTS) == set()
 
 
