@@ -193,7 +193,11 @@ def replicate(listing: RootListing, src: Path, dst: Path, copy_file: Callable[[s
     copied by `copy_file` (shutil.copy2, or os.link for a hard-linked copy), links copied as
     links, each folder's times and mode copied last. A failure raises at once what
     shutil.copytree would have raised for it: a shutil.Error of (source, destination, why),
-    or for `src` itself the OSError that listing it raised."""
+    or for `src` itself the OSError that listing it raised.
+
+    Not copytree itself: it lists every folder it copies (with an ignore callback too), so root
+    would be listed twice (the size limits hold before the first byte is copied) and base once
+    more for each mutant's copy."""
     made = []
     for kind, rel, error in listing.entries:
         s, d = str(src / rel), str(dst / rel)
