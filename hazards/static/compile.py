@@ -85,7 +85,7 @@ def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
 
 def _child_signal(returncode: int) -> str | None:
     """The signal a shell's 128 + N exit status names (a compiler driver whose child was killed
-    exits so), else None. Compile errors exit 1 or 2 (nvcc, clang), nvdisasm's 127, 255 is -1."""
+    exits so), else None. Errors exit 1 or 2 (nvcc, nvdisasm, clang), a shell's 'not found' 127, -1 is 255."""
     try:
         return signal.Signals(returncode - 128).name if 128 < returncode < 256 else None
     except ValueError:

@@ -332,7 +332,7 @@ def test_a_compile_error_exit_is_still_a_failed_compile():
     from hazards.engine.errors import EXIT_BAD_INPUT
     from hazards.static.compile import run_tool
 
-    for rc in (1, 2, 127, 255):  # nvcc's errors exit 1, nvdisasm's on a bad cubin 127
+    for rc in (1, 2, 127, 255):  # nvcc's and nvdisasm's errors exit 1 (13.0), a shell's 'not found' 127
         with pytest.raises(UserError, match=rf"a compile failed \(exit {rc}\)") as raised:
             run_tool(["sh", "-c", f"echo 'k.cu(3): error: nope' >&2; exit {rc}"], "a compile")
         assert raised.value.exit_code == EXIT_BAD_INPUT
