@@ -194,7 +194,7 @@ class CheckResult:
 
     def summary_lines(self) -> list[str]:
         """Plain-text verdict, one line per variant and per static problem, plus the headline."""
-        from hazards.static.checks import CHECK_SKIPPED
+        from hazards.static.checks import CHECK_SKIPPED, TOOL_KILLED
 
         lines = []
         if self.static_note:
@@ -219,8 +219,13 @@ class CheckResult:
         elif self.exit_code == EXIT_HAZARD:
             lines.append(f"check FAILED ({hazards} problem(s)" + (f", {unjudged} not judged)" if unjudged else ")"))
         elif self.exit_code == EXIT_NOT_JUDGED:
-            lines.append(f"check COULD NOT JUDGE {unjudged} item(s) (listed above): install what is missing, "
-                         "or name what not to check with --skip")
+            checks = {f.check for f in self.static_not_judged}
+            if checks == {TOOL_KILLED.id} and unjudged == len(self.static_not_judged):  # nothing is missing
+                what = ("a tool was killed before it finished (tool-killed): run the check again, with more "
+                        "memory free if the OOM killer ended it")
+            else:
+                what = "install what is missing, or name what not to check with --skip"
+            lines.append(f"check COULD NOT JUDGE {unjudged} item(s) (listed above): {what}")
         elif "gpu" in self.skipped_parts and n_skipped:
             lines.append(f"check passed for the static part only: {n_skipped} GPU check(s) SKIPPED")
         elif "static" in self.skipped_parts:

@@ -326,6 +326,10 @@ def test_a_check_whose_static_compilers_child_was_killed_says_not_judged_and_kee
         fake_gpus, store, monkeypatch):
     res = check_whose_static_compiles_run(NVCC_CHILD_KILLED, store, monkeypatch)
     assert_static_not_judged_and_gpu_verdicts_kept(res)
+    # nothing is missing: the headline says what to do about a killed tool instead
+    assert res.summary_lines()[-1] == ("check COULD NOT JUDGE 3 item(s) (listed above): a tool was killed before "
+                                       "it finished (tool-killed): run the check again, with more memory free if "
+                                       "the OOM killer ended it"), res.summary_lines()
 
 
 def test_a_compile_error_exit_is_still_a_failed_compile():
