@@ -519,10 +519,14 @@ def find_forensics_evidence(evidence: Any) -> dict[str, Any] | None:
 
 
 def hang_reason(reason: str, evidence: dict[str, Any]) -> str:
-    """A hang's reason with the forensics sentence appended ('timed out after 5s: …')."""
+    """A hang's reason with the forensics sentence appended ('timed out after 5s: …'), unless
+    that sentence is only the last progress place which the (stall's) reason already names."""
     found = find_forensics_evidence(evidence)
     if not found or not found.get("sentence"):
         return reason
+    place = found.get("last_progress")
+    if place and place in reason and found["sentence"].startswith(LAST_PROGRESS):
+        return reason  # nothing was read, and the stall's reason already names its last place
     return f"{reason}: {found['sentence']}"
 
 

@@ -214,3 +214,22 @@ def test_a_summary_that_read_nothing_keeps_its_reason_and_hang_md_says_why_no_de
         result = _finish(ctx, {"pid": 7}, {}, {}, {}, {"full collection": why}, 0.0)
         assert result["sentence"] == ""
         assert (tmp_path / "hang.md").read_text().split("\n")[2] == f"{lead} (not read: full collection: {why})"
+
+
+def test_a_full_collection_that_read_nothing_does_not_repeat_the_stalls_place_in_the_reason(tmp_path):
+    """Every collector failed (a container without ptrace: no debugger attaches, no host stack):
+    the sentence is the last progress event. A stall's reason already names that place, so it is
+    not said twice; a timeout's reason does not, so it gains it."""
+    import types
+
+    from hazards.engine.forensics.collector import _finish
+    from hazards.engine.progress import stall_reason
+
+    place = "launch 3, layer 0, phase ATTN, barrier ATTN_RELEASE"
+    ctx = types.SimpleNamespace(plan=None, collected={}, artifact_dir=tmp_path, target="t", last_progress=place)
+    found = _finish(ctx, {MARKER: 1, "pid": 7}, {}, {"error": "ptrace: Operation not permitted"}, {}, {}, 0.0)
+    ev = {"collectors": {"hang_forensics": found}}
+    stall = stall_reason(1.0, place)
+    assert hang_reason(stall, ev) == stall
+    assert hang_reason("timed out after 5s", ev) == f"timed out after 5s: {found['sentence']}"
+    assert place in found["sentence"]
