@@ -19,6 +19,7 @@ from ..forensics.host import (host_report, is_python_process, parse_gdb_backtrac
                                            py_spy_dump, render_threads)
 from ..forensics.policy import FULL, NONE, SUMMARY
 from ..forensics.system import describe_system, system_report
+from ..tripwire.analysis import NO_BREADCRUMBS
 from ..tripwire.session import MARKER as TRIPWIRE_MARKER, ONE_READ, read_once_on_hang
 from ..watchdog import find_marked
 
@@ -324,10 +325,15 @@ def summarize(result: dict[str, Any], tripwire: dict[str, Any] | None = None) ->
         if none := examined_none(dev):
             errors.insert(0, f"device: the debugger {none}")
         not_read = "; ".join(e for e in errors if e) or reasons or "nothing read"
-        if tripwire and tripwire.get("sentence"):
+        # a tripwire file with no breadcrumbs says nothing of where the run is: the stall's last
+        # progress place does, so it comes first; "no breadcrumbs" still heads the tripwire's section
+        read_breadcrumbs = tripwire and tripwire.get("sentence") and tripwire.get("verdict") != NO_BREADCRUMBS
+        if read_breadcrumbs:
             return f"tripwire: {tripwire['sentence']} (not read: {not_read})", []
         if result.get("last_progress"):
             return f"{LAST_PROGRESS}: {result['last_progress']} (not read: {not_read})", []
+        if tripwire and tripwire.get("sentence"):
+            return f"tripwire: {tripwire['sentence']} (not read: {not_read})", []
         return UNKNOWN + not_read, []
     return "; ".join(parts), stuck
 

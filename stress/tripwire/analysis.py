@@ -110,6 +110,9 @@ def _moved(a: Slot, b: Slot) -> bool:
     return a.raw[:3] != b.raw[:3]
 
 
+NO_BREADCRUMBS = "no_tripwire"  # the verdict of a file with no header or no worker slots
+
+
 def analyze(first: Snapshot, second: Snapshot | None = None, names: Names | None = None,
             *, live: bool = True) -> Diagnosis:
     """Diagnose a hang or crash from one snapshot, or two taken `interval` apart."""
@@ -117,7 +120,7 @@ def analyze(first: Snapshot, second: Snapshot | None = None, names: Names | None
     snap = second if (second is not None and second.header is not None) else first
     if snap.header is None or not snap.slots:
         why = snap.problem or "no worker slots"
-        return Diagnosis("no_tripwire", f"no breadcrumbs: {why}", live)
+        return Diagnosis(NO_BREADCRUMBS, f"no breadcrumbs: {why}", live)
     h = snap.header
     base = Diagnosis("", "", live, generation=h.generation, mode=h.mode_name, workers=h.workers)
     if snap.problem:

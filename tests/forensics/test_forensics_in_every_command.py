@@ -303,10 +303,11 @@ DEADLOCK_NAMES = Path(__file__).resolve().parents[2] / "standalone" / "deadlock"
 STALL_PLACE = "launch 13, layer 3, phase WAIT_RELEASE, barrier ATTN_RELEASE"
 
 
-def _uncollected_hang(tmp_path: Path, why: str, *, tripwire: bool) -> tuple[dict, str]:
+def _uncollected_hang(tmp_path: Path, why: str, *, tripwire: bool, tripwire_bytes: bytes | None = None
+                      ) -> tuple[dict, str]:
     """One hang that the policy gives no forensics (`why`: "cap" or "canary"), with the stall's
-    last progress place and, if `tripwire`, the H200 soak's tripwire file; (its collectors'
-    output, its hang.md)."""
+    last progress place and, if `tripwire`, a tripwire file (the H200 soak's, or `tripwire_bytes`);
+    (its collectors' output, its hang.md)."""
     from hazards.engine.tripwire import ENV_PATH, load_names, register_names
 
     if why == "cap":  # a located item, nothing left of a 0.1 s cap
@@ -318,7 +319,7 @@ def _uncollected_hang(tmp_path: Path, why: str, *, tripwire: bool) -> tuple[dict
     env = {}
     if tripwire:
         path = tmp_path / "hz-tw-test"
-        path.write_bytes(TRIPWIRE_BROKEN_EPOCH.read_bytes())
+        path.write_bytes(TRIPWIRE_BROKEN_EPOCH.read_bytes() if tripwire_bytes is None else tripwire_bytes)
         register_names(path, load_names(DEADLOCK_NAMES))
         env = {ENV_PATH: str(path)}
     ctx = HangContext(pid=0, pgid=0, argv=[], target="deadlock", started_at=0, artifact_dir=tmp_path / "art",
@@ -365,6 +366,16 @@ def test_a_hang_without_forensics_or_tripwire_leads_with_the_stalls_last_progres
                                         f"(not read: forensics: {because}"), md
     assert "where it hangs was not read" not in md and f"## Forensics\nnone: {because}" in md
     assert find_forensics_evidence(out)["sentence"] == ""
+
+
+def test_a_tripwire_file_with_no_breadcrumbs_does_not_hide_the_stalls_last_progress_place(tmp_path):
+    """A tripwire file the kernel never wrote (empty: it hung before its first breadcrumb, or the
+    file was never mapped) says nothing of where the run is; hang.md leads with the stall's last
+    progress place instead, and the tripwire's 'no breadcrumbs' stays in its own section."""
+    out, md = _uncollected_hang(tmp_path, "cap", tripwire=True, tripwire_bytes=b"")
+    assert md.split("\n")[2].startswith(f"the last progress event before the hang (not a debugger): {STALL_PLACE} "
+                                        "(not read: forensics: the forensics cap is spent"), md
+    assert "## Tripwire (one read of its file before the kill, no collector)\n\nno breadcrumbs" in md
 
 
 def test_a_stalled_server_past_the_cap_gets_a_hang_md_naming_its_last_progress_place(tmp_path):
