@@ -169,6 +169,18 @@ def test_a_failing_phase_kills_its_own_compilers_never_another_threads():
     assert other_rc == [0], "the phase killed a compile another thread started"
 
 
+def _static_part_compiling(returncodes: list, compiling: threading.Event):
+    """A stand-in for the static part's run: one compiler (a long sleep in its own group) whose
+    return code lands in `returncodes`; `compiling` is set once it is surely running."""
+    from hazards.engine.proctree import run_in_group
+
+    def static_compile(paths, families=None, skip_tools=(), observer=None):
+        threading.Timer(0.3, compiling.set).start()
+        returncodes.append(run_in_group(["sleep", "60"], 90).returncode)
+        return [], "killed"
+    return static_compile
+
+
 def test_abandoning_the_static_part_kills_its_compilers_only():
     """Ctrl-C or an error of the GPU part abandons the static part: its compilers are killed;
     another thread's compile and a supervised server (a GPU part's launch server) are not."""
@@ -178,10 +190,7 @@ def test_abandoning_the_static_part_kills_its_compilers_only():
     static_rc, other_rc = [], []
     compiling = threading.Event()
 
-    def static_compile(paths, families=None, skip_tools=(), observer=None):
-        threading.Timer(0.3, compiling.set).start()
-        static_rc.append(run_in_group(["sleep", "60"], 90).returncode)
-        return [], "killed"
+    static_compile = _static_part_compiling(static_rc, compiling)
 
     def others_compile() -> None:
         other_rc.append(run_in_group(["sleep", "1.5"], 30).returncode)
@@ -213,15 +222,10 @@ def test_ctrl_c_while_the_check_waits_for_its_static_part_kills_the_static_compi
     check."""
     import _thread
 
-    from hazards.engine.proctree import run_in_group
-
     static_rc, parts = [], []
     compiling = threading.Event()
 
-    def static_compile(paths, families=None, skip_tools=(), observer=None):
-        threading.Timer(0.3, compiling.set).start()
-        static_rc.append(run_in_group(["sleep", "60"], 90).returncode)
-        return [], "killed"
+    static_compile = _static_part_compiling(static_rc, compiling)
 
     class Recorded(checkrun.StaticPart):
         def __init__(self, *args, **kwargs) -> None:
