@@ -62,12 +62,8 @@ def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
         raise ToolKilled(f"{what} timed out after {toolchain.COMPILE_TIMEOUT_S:g} s (killed at the time "
                          f"limit; nothing judged): {' '.join(cmd)}") from e
     if proc.returncode < 0:
-        try:
-            name = signal.Signals(-proc.returncode).name
-        except ValueError:
-            name = f"signal {-proc.returncode}"
-        raise ToolKilled(f"{what} was ended by {name} before it finished (the OOM killer, a kill or a "
-                         f"stop; nothing judged): {' '.join(cmd)}")
+        raise ToolKilled(f"{what} was ended by {_signal_name(-proc.returncode)} before it finished (the OOM "
+                         f"killer, a kill or a stop; nothing judged): {' '.join(cmd)}")
     if (child := _child_signal(proc.returncode)) is not None:
         # the OOM killer ends the largest process, nvcc's cicc or ptxas: nvcc then exits 128 + N
         # ("Killed"), which is no compile error of the source
@@ -83,13 +79,21 @@ def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     return proc
 
 
+# The signal numbers Python has a name for (on Linux 1-31, SIGRTMIN 34 and SIGRTMAX 64).
+_NAMED_SIGNALS = frozenset(int(s) for s in signal.Signals)
+
+
+def _signal_name(number: int) -> str:
+    """A signal's name ("SIGKILL"), or "signal 99" for a number Python has no name for."""
+    return signal.Signals(number).name if number in _NAMED_SIGNALS else f"signal {number}"
+
+
 def _child_signal(returncode: int) -> str | None:
     """The signal a shell's 128 + N exit status names (a compiler driver whose child was killed
-    exits so), else None. Errors exit 1 or 2 (nvcc, nvdisasm, clang), a shell's 'not found' 127, -1 is 255."""
-    try:
-        return signal.Signals(returncode - 128).name if 128 < returncode < 256 else None
-    except ValueError:
-        return None
+    exits so), else None; an N with no name is no signal here. Errors exit 1 or 2 (nvcc, nvdisasm,
+    clang), a shell's 'not found' 127, -1 is 255."""
+    named = 128 < returncode < 256 and returncode - 128 in _NAMED_SIGNALS
+    return _signal_name(returncode - 128) if named else None
 
 
 # A compiler's error line (not a source line quoted under it): clang `file:1:2: error:`,

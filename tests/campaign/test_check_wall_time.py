@@ -263,6 +263,20 @@ def test_a_compiler_ended_by_a_signal_is_not_judged_not_bad_input():
     assert raised.value.exit_code == EXIT_NOT_JUDGED
 
 
+def test_a_signal_is_named_as_python_names_it_and_an_unnamed_one_by_its_number():
+    from hazards.static.compile import _signal_name
+
+    assert [_signal_name(n) for n in (9, 15, 34, 64)] == ["SIGKILL", "SIGTERM", "SIGRTMIN", "SIGRTMAX"]
+    assert [_signal_name(n) for n in (40, 99)] == ["signal 40", "signal 99"]
+
+
+def test_a_compiler_ended_by_a_signal_with_no_name_is_named_by_its_number():
+    from hazards.static.compile import run_tool
+
+    with pytest.raises(UserError, match=r"^a compile was ended by signal 40 before it finished "):
+        run_tool(["sh", "-c", "kill -40 $$"], "a compile")  # SIGRTMIN + 6: Python has no name for it
+
+
 def check_whose_static_compiles_run(command: str, store, monkeypatch):
     """A check of the fake family whose static checks run `sh -c command` as their
     compiler (each variant its own), through the catalog's per-variant judging."""
@@ -340,7 +354,9 @@ def test_a_compile_error_exit_is_still_a_failed_compile():
     from hazards.engine.errors import EXIT_BAD_INPUT
     from hazards.static.compile import run_tool
 
-    for rc in (1, 2, 127, 255):  # nvcc's and nvdisasm's errors exit 1 (13.0), a shell's 'not found' 127
+    # nvcc's and nvdisasm's errors exit 1 (13.0), a shell's 'not found' 127; 168 = 128 + 40, a number
+    # with no signal name: a failed compile, as before the names were looked up in one place
+    for rc in (1, 2, 127, 168, 255):
         with pytest.raises(UserError, match=rf"a compile failed \(exit {rc}\)") as raised:
             run_tool(["sh", "-c", f"echo 'k.cu(3): error: nope' >&2; exit {rc}"], "a compile")
         assert raised.value.exit_code == EXIT_BAD_INPUT
