@@ -190,9 +190,34 @@ def test_sync_layer_static_checks_flag_exactly_the_sync_switches(arch, variant):
 
 
 def test_a_skew_shorter_than_a_layers_head_cannot_hang_the_snapshot_class():
-    # round 4's kernel: the head measured 93.5-96 us (per-task profiler); a 51-us skew is below it
-    assert F.predict({"variant": "snapshot_epoch", "jitter_cycles": 100000}).probability == 0
+    # round 8's production (step d): the head measured 55.6-59.6 us on an H200; a 25-us skew is below it
+    assert F.predict({"variant": "snapshot_epoch", "jitter_cycles": 50000}).probability == 0
     assert F.predict({"variant": "snapshot_epoch"}).probability > 0.2  # the preset: 1e6 cycles, 505 us
+
+
+# Step (d)'s layer head as measured (per-task profiler, previous layer's last W2 -> merge released):
+# round 7 (H200, the shortened merge) and round 6 (H100, the first merge spread), microseconds.
+STEP_D_HEADS_US = (55.6, 58.6, 59.6, 63.1, 67.5)
+
+
+def test_the_snapshot_model_assumes_the_promoted_productions_layer_head():
+    """Round 8 made step (d) production: its head is 55.6-59.6 us on the H200, not step 2's
+    ~96 us. A 70-us skew is above every head step (d) showed, so the model must call it a hang;
+    with step 2's head it said clean."""
+    assert 55.6 <= F.LAYER_HEAD_US <= 59.6
+    assert F.predict({"variant": "snapshot_epoch", "jitter_cycles": int(70 * F.CLOCK_GHZ * 1e3)}).outcome == "hang"
+
+
+def test_every_skew_the_strategy_draws_is_far_from_every_head_step_d_showed():
+    """A drawn skew within a few us of the head could land on either side of it from launch to
+    launch or card to card (the 51-us point sat 4.6 us under the H200's shortest head): each is
+    at least 20 us below the shortest or above the longest measured head, and the model's call
+    agrees with that side."""
+    for cycles in F.SKEW_CYCLES:
+        us = cycles / (F.CLOCK_GHZ * 1e3)
+        assert us <= min(STEP_D_HEADS_US) - 20 or us >= max(STEP_D_HEADS_US) + 20, us
+        above = us > max(STEP_D_HEADS_US)
+        assert (F.predict({"variant": "snapshot_epoch", "jitter_cycles": cycles}).probability > 0) is above, us
 
 
 def test_the_101us_skew_hangs_the_snapshot_class_at_the_rate_measured_once_the_head_got_shorter():
