@@ -189,6 +189,46 @@ def test_sync_layer_static_checks_flag_exactly_the_sync_switches(arch, variant):
     assert any(f.check == "sync-scope" for f in found)  # the checks really looked at polls and flags
 
 
+def _kernel_findings(arch: str, kernel: str, text: str | None = None) -> list:
+    """The AMDGCN checks' findings inside one kernel of the sync layer's static model (`text`:
+    the model's source with a change), compiled for `arch`."""
+    import re
+
+    from hazards.static import amdgcn
+    from hazards.static.compile import compile_amdgcn
+
+    annotated, stmts = amdgcn.annotate_source(F.SYNC_STATIC.read_text() if text is None else text)
+    build = compile_amdgcn(F.SYNC_STATIC, arch=arch, text=annotated, label=f"test-mkl-sync-{kernel}-{arch}")
+    lines = build.text.splitlines()
+    starts = [i for i, line in enumerate(lines, 1) if re.match(rf"^_Z\d+{kernel}\w*:", line)]
+    assert len(starts) == 1, f"{kernel} is not in the {arch} listing"
+    end = next(i for i, line in enumerate(lines, 1) if i > starts[0] and line.startswith(".Lfunc_end"))
+    found = amdgcn.check_listing(build.text, str(build.path), target=arch, stmts=stmts, source_path=str(F.SYNC_STATIC))
+    return [f for f in found if starts[0] <= f.line <= end]
+
+
+def test_the_static_model_reads_the_merge_workers_hand_off(arch):
+    """Production since round 8 (step d): merge workers poll the chunk count, arrive at MERGE,
+    and the last one acquires and releases ATTN_RELEASE. The static model had no such kernel,
+    so gfx942's and gfx950's checks never read that hand-off."""
+    found = _kernel_findings(arch, "mkl_static_merge")
+    assert not [f for f in found if f.fails], [f.message for f in found if f.fails]
+    scoped = [f.message for f in found if f.check == "sync-scope"]
+    assert any(m.startswith("poll ") and "acquire" in m for m in scoped), scoped         # the chunk count
+    assert any(m.startswith("flag `global_atomic_add`") for m in scoped), scoped         # the MERGE arrival
+    assert any(m.startswith("flag `global_store_dword`") for m in scoped), scoped        # ATTN_RELEASE
+
+
+def test_a_merge_worker_arriving_without_its_release_is_flagged(arch):
+    """The checks see the merge hand-off itself: drop the merge blocks' release before their
+    MERGE arrival and the release-order check fails inside the merge kernel."""
+    text = F.SYNC_STATIC.read_text()
+    arrival = "mkl::single_off(mkl::W_MERGE_CTR)), true, tid"
+    assert text.count(arrival) == 1
+    found = _kernel_findings(arch, "mkl_static_merge", text.replace(arrival, arrival.replace("true", "false")))
+    assert "release-order" in {f.check for f in found if f.fails}, [f.message for f in found]
+
+
 def test_a_skew_shorter_than_a_layers_head_cannot_hang_the_snapshot_class():
     # round 8's production (step d): the head measured 55.6-59.6 us on an H200; a 25-us skew is below it
     assert F.predict({"variant": "snapshot_epoch", "jitter_cycles": 50000}).probability == 0
