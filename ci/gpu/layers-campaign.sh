@@ -6,6 +6,7 @@
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh ringsmem             # round 5's question, <= 60 s
 #     OUT=/tmp/out BUDGET=110 bash ci/gpu/layers-campaign.sh stepd-quick   # round 6: step (d), <= 110 s
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepd-gate           # round 6's gate + profile, <= 40 s
+#     OUT=/tmp/out timeout 295 bash ci/gpu/layers-campaign.sh promote  # round 8: the promotion, <= 270 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -39,7 +40,7 @@
 #     three whose code it did not change): production's code with step (c)'s ring bytes reserved and
 #     unused (MKL_RESERVE_RING_SMEM 1, candidate ring_smem: the L1 shrinks as step (c)'s does).
 #     Builds (plain and profiled, production / ring_smem / step (c)), 3 checked launches of
-#     ring_smem (its output must be production's bits), the gate production -> ring_smem, step_c
+#     ring_smem (its output must be production's bits), the gate step_b0 -> ring_smem, step_c
 #     (what the carve-out costs; step (c) again in the same run) and ring_smem -> step_c (what the
 #     ring itself does), the bench without torch (all three). Nothing else.
 #   * `stepd-quick` (BUDGET 110 unless set; round 6): campaign step (d), candidate step_d
@@ -54,6 +55,25 @@
 #     gate production -> step_d, the per-task profile of both, then (>= 8 s left) the gate step_d ->
 #     step_d_chunks64 (round 6's stepd-quick could not judge: the profiler ring was sized for one
 #     merge span a layer).
+#   * `promote` (BUDGET 270 unless set; round 8): what promoting step (d) to production needs, on
+#     production's build (step (d) since round 8) against step_b0 (MKL_CAMPAIGN_STEP 2, the
+#     production before): builds (both, plain and profiled; beside them the tripwire bench's build,
+#     the torch.compile warm-up and the synthetic-language model's training, the logit gate's);
+#     3 checked launches each and the outputs compared (identical bits expected); the gates
+#     step_b0 -> production and production -> step_b0; the bench (floors, both kernels, 21 rounds
+#     for the paired tripwire cost, the torch paths if the warm-up finished); the per-task
+#     profile of both (production's layer head: the snapshot_epoch model's LAYER_HEAD_US); the
+#     clean variants and corruption canaries; the hang classes participant_set, chunk_supply,
+#     shared_line; snapshot_epoch at 25 us (below the head: none expected), 70 us (just above it)
+#     and 101 us (the strategy's two lower skews and the fit's point); bench/tripwire_overhead.py;
+#     the ragged-decode regression (bench/ragged_decode_h200.py against the recorded 0.980x
+#     floor); last, with what is left (>= 45 s), the logit gate (ci/gpu/layers-logit-gate.sh,
+#     production's variants, its output in the tar: its time has never been measured).
+#     Each step is capped by what is left.
+# Since round 8 production (the default build) is step (d): the modes written before it that judge
+# a candidate "against production" (gate, stepc, stepc-quick, stepd-quick, stepd-gate) now judge it
+# against step (d) (stepd-quick and stepd-gate compare step (d) with itself); ringsmem names step_b0,
+# its round-5 base, and keeps its meaning.
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
@@ -66,6 +86,7 @@ if [ "$WHAT" = stepc-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-75}; fi
 if [ "$WHAT" = stepd-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-110}; CSTEP=5 CNAME=step_d CLABEL="step (d)"; fi
 if [ "$WHAT" = ringsmem ]; then BUDGET=${BUDGET:-60}; fi
 if [ "$WHAT" = stepd-gate ]; then BUDGET=${BUDGET:-40}; fi
+if [ "$WHAT" = promote ]; then BUDGET=${BUDGET:-270}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
 R=$OUT/layers-campaign
@@ -207,6 +228,94 @@ if [ "$CSTEP" = 5 ]; then
   elif [ "$(left)" -ge 15 ]; then gate f step_d step_d_chunks64
   else log "no time left for the gate step_d -> step_d_chunks64 ($(left)s left)"; fi
 fi
+elif [ "$WHAT" = promote ]; then
+log "builds: production (step (d)) and step_b0 (MKL_CAMPAIGN_STEP 2), plain and profiled; beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
+export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
+timeout "$(cap 100)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \
+  --compile-timeout 80 > "$W/compile_warmup.txt" 2>&1 &
+WARM=$!
+timeout "$(cap 60)" python3 -m hazards.gates.synthlm.train --config layers --max-seconds 35 > "$W/train.txt" 2>&1 &
+TRAIN=$!
+timeout "$(cap 120)" python3 -c "
+import runpy
+m = runpy.run_path('bench/tripwire_overhead.py', run_name='build_only')
+print(m['build'](m['ROOT'] / '.hazards' / 'build'))" > "$W/build_twbench.txt" 2>&1 &
+build plain None &
+build step2 "{'MKL_CAMPAIGN_STEP': 2}" &
+build prof "{'HZ_PROFILER': 1}" &
+build prof2 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 2}" &
+for j in $(jobs -p); do [ "$j" = "$WARM" ] || [ "$j" = "$TRAIN" ] || wait "$j"; done
+BIN=$(tail -1 "$W/build_plain.txt"); BIN2=$(tail -1 "$W/build_step2.txt"); TWB=$(tail -1 "$W/build_twbench.txt")
+[ -x "$BIN" ] && [ -x "$BIN2" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "production vs step_b0: 3 checked launches each, outputs dumped and compared (identical bits expected)"
+for b in plain step2; do
+  B=$(tail -1 "$W/build_$b.txt")
+  timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
+  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
+done
+cmp "$W/dump_plain.f32" "$W/dump_step2.f32" && echo "production (step (d)): the same bits as step_b0"
+
+log "waiting for the logit gate's model (training uses the GPU; the gates time it)"
+wait "$TRAIN"; echo "train exit $?: $(grep SYNTHLM "$W/train.txt" | cut -c1-200)"
+gate p step_b0 production
+gate q production step_b0
+
+TORCH=(--no-torch)
+if ! kill -0 "$WARM" 2>/dev/null; then
+  wait "$WARM"; WS=$?; echo "warm-up exit $WS"; tail -2 "$W/compile_warmup.txt"
+  [ "$WS" = 0 ] && TORCH=(--compile-mode default+graph --compile-timeout 40)
+else
+  log "the torch.compile warm-up has not finished: the bench runs without torch"; kill "$WARM" 2>/dev/null
+fi
+log "bench: floors, production, step_b0 (21 rounds: the paired tripwire cost) ${TORCH[*]}"
+timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=2 --rounds 21 "${TORCH[@]}" \
+  --json "$W/perf.json" > "$W/perf.txt" 2>&1
+echo "exit $?"; tail -25 "$W/perf.txt"
+
+log "per-task profile: production, step_b0 (production's layer head: the snapshot_epoch model's LAYER_HEAD_US)"
+timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_b0 \
+  --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
+echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+
+log "clean variants and corruption canaries on production's build (one warm server)"
+timeout "$(cap 30)" python3 bench/megakernel_layers_acceptance.py --clean-launches 500 --clean-budget 2 \
+  --canary-budget 1 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1
+echo "exit $?"; cut -c1-200 "$W/acceptance.txt" | grep -v Warning
+
+# What the steps after this one need (s): snapshot_epoch 40, the tripwire bench 25, the ragged
+# regression 40, the logit gate 60; the hang classes take what is left above that (<= 25 s).
+HL=$(( $(left) - 165 )); [ "$HL" -gt 25 ] && HL=25
+log "hang classes on production's build (${HL}s)"
+bash ci/gpu/layers-hang-sentences.sh "$W" "$BIN" "$HL" 600
+for point in 25:50000:10 70:138600:16 101:200000:10; do
+  IFS=: read -r US CYC RUNS <<< "$point"
+  [ "$(left)" -lt 80 ] && { log "no time left for snapshot_epoch at ${US} us ($(left)s left)"; continue; }
+  log "snapshot_epoch at the ${US}-us skew ($CYC cycles): $RUNS runs of 1 launch on production's build"
+  timeout "$(cap 20)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
+    --json --keep-going --variant snapshot_epoch --params "{\"jitter_cycles\": $CYC}" --runs "$RUNS" --launches 1 \
+    --timeout 1.5 --no-forensics > "$W/repro_snapshot_epoch_${US}us.json" 2> "$W/repro_snapshot_epoch_${US}us.err"
+  echo "exit $?"; python3 ci/gpu/repro_summary.py "$W/repro_snapshot_epoch_${US}us.json" 1 2>&1 | cut -c1-900
+done
+
+log "tripwire overhead bench (15 rounds)"
+TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")
+timeout "$(cap 25)" python3 bench/tripwire_overhead.py --rounds 15 "${TWARG[@]}" --json "$W/tripwire_overhead.json" \
+  > "$W/tripwire_overhead.txt" 2>&1
+echo "exit $?"; tail -6 "$W/tripwire_overhead.txt" | cut -c1-200
+
+log "ragged decode regression"
+timeout "$(cap 40)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
+  --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
+echo "exit $?"; grep -iE "megakernel|floor" "$W/ragged.txt" | head -4 | cut -c1-200
+
+if [ "$(left)" -ge 45 ]; then
+  log "logit gate on production's build (ci/gpu/layers-logit-gate.sh, $(( $(left) - 5 ))s; its output in the tar: logit/)"
+  OUT="$W/logit" CANDIDATE=none timeout "$(( $(left) - 5 ))" bash ci/gpu/layers-logit-gate.sh 2>&1 | \
+    grep -E "^== |exit|PASS|FAIL|SYNTHLM" | cut -c1-300
+else
+  log "no time left for the logit gate ($(left)s left)"
+fi
 elif [ "$WHAT" = stepd-gate ]; then
 log "builds: production and step (d), profiled (the gate's and the profile's builds)"
 build prof "{'HZ_PROFILER': 1}" &
@@ -221,10 +330,10 @@ if [ "$(left)" -ge 8 ]; then gate f step_d step_d_chunks64; else log "no time le
 elif [ "$WHAT" = ringsmem ]; then
 log "builds: production, ring_smem (step (c)'s shared memory, production's code), step (c); plain and profiled"
 build plain None &
-build ringsmem "{'MKL_RESERVE_RING_SMEM': 1}" &
+build ringsmem "{'MKL_RESERVE_RING_SMEM': 1, 'MKL_CAMPAIGN_STEP': 2}" &
 build step4 "{'MKL_CAMPAIGN_STEP': 4}" &
 build prof "{'HZ_PROFILER': 1}" &
-build profR "{'HZ_PROFILER': 1, 'MKL_RESERVE_RING_SMEM': 1}" &
+build profR "{'HZ_PROFILER': 1, 'MKL_RESERVE_RING_SMEM': 1, 'MKL_CAMPAIGN_STEP': 2}" &
 build prof4 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 4}" &
 for j in $(jobs -p); do wait "$j"; done  # (not a bare wait: the tee above is a process substitution)
 BIN=$(tail -1 "$W/build_plain.txt")
@@ -238,11 +347,11 @@ for b in plain ringsmem; do
 done
 cmp "$W/dump_plain.f32" "$W/dump_ringsmem.f32" && echo "ring_smem: same bits as production"
 
-gate r production ring_smem step_c
+gate r step_b0 ring_smem step_c
 gate s ring_smem step_c
 
 log "bench: floors, production, ring_smem, step (c) (no torch)"
-timeout "$(cap 40)" python3 bench/megakernel_layers_perf.py --also-define MKL_RESERVE_RING_SMEM=1 \
+timeout "$(cap 40)" python3 bench/megakernel_layers_perf.py --also-define MKL_RESERVE_RING_SMEM=1,MKL_CAMPAIGN_STEP=2 \
   --also-define MKL_CAMPAIGN_STEP=4 --no-torch --json "$W/perf.json" > "$W/perf.txt" 2>&1
 echo "exit $?"; tail -14 "$W/perf.txt"
 elif [ "$WHAT" != rest ]; then
@@ -303,7 +412,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$QUICK" = 0 ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$QUICK" = 0 ]; then
   log "ragged decode regression"
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
@@ -316,7 +425,7 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] &
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
 fi
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \
@@ -338,5 +447,6 @@ log "the campaign table's rows (ci/gpu/layers_campaign_table.py)"
 python3 ci/gpu/layers_campaign_table.py "$W" 2>&1 | cut -c1-700
 log "done"
 cp "$W/perf.txt" "$W/env.txt" "$W/console.log" "$R/" 2>/dev/null
+[ "$WHAT" = promote ] && cp "$W/perf.json" "$W/gate_p.json" "$W/gate_q.json" "$R/" 2>/dev/null
 tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign
 ls -la "$R"
