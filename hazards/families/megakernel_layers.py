@@ -145,12 +145,14 @@ def predict(params: dict[str, Any], *, sms: int = H200_SMS) -> Prediction:
                           f"64-B line; each of {layers * shape.K} expert releases is reverted with p={wb:g}",
                           "AMD: the L2 write-back is real; NVIDIA: emulated (the L2 is the point of coherence)")
     if hz == "partial_no_fence":
+        # Production since round 8 is step (d): the switch drops the chunk blocks' release only; the
+        # merge workers learn the count from an acquire poll (mkl_kernel.cuh says why they always do).
         return Prediction("mismatch", 0.0,
-                          "AMD: the leader's release covers only its own wave's stores (s_waitcnt is per wave) and "
-                          "the merger's vL1 may hold stale lines: a real window. H200: every wait of the merger "
-                          "earlier in the layer is an ld.acquire.gpu, which invalidates the SM's L1, and the "
-                          "producers' stores reach L2 (the point of coherence) long before the last arriver reads: "
-                          "expected rate ~0", "AMD: hazardous; NVIDIA: expected ~0")
+                          "AMD: the chunk block's leader arrives with no release by the other waves (s_waitcnt is "
+                          "per wave), so a merge worker may read partials still in flight: a real window. H200: "
+                          "the merge workers read the partials right after an ld.acquire.gpu poll of the chunk "
+                          "count (which invalidates their L1), and the producers' stores reach L2 (the point of "
+                          "coherence) long before a merge worker reads: expected rate ~0", "AMD: hazardous; NVIDIA: expected ~0")
     if hz == "routing_no_fence":
         return Prediction("mismatch", 0.0, "the routing flag can overtake the routing data: on AMD (write-through "
                                            "flag, L2-resident data) a real window; on the H200 the L2 is the point "

@@ -189,6 +189,14 @@ def test_sync_layer_static_checks_flag_exactly_the_sync_switches(arch, variant):
     assert any(f.check == "sync-scope" for f in found)  # the checks really looked at polls and flags
 
 
+def test_partial_no_fence_reads_productions_merge_workers_not_a_last_arriver():
+    """Since round 8 production's partials are read by merge workers behind an acquire poll of the
+    chunk count (step d); the model's reason says so, and the call stays AMD-hazardous, ~0 on the H200."""
+    pr = F.predict({"variant": "partial_no_fence"})
+    assert pr.probability == 0.0 and "merge workers" in pr.reason and "acquire.gpu poll of the chunk count" in pr.reason
+    assert F.static_model({"variant": "partial_no_fence"}).hazardous
+
+
 def _kernel_findings(arch: str, kernel: str, text: str | None = None) -> list:
     """The AMDGCN checks' findings inside one kernel of the sync layer's static model (`text`:
     the model's source with a change), compiled for `arch`."""
