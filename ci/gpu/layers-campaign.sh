@@ -60,7 +60,7 @@
 #     production before): builds (both, plain and profiled; beside them the tripwire bench's build,
 #     the torch.compile warm-up and the synthetic-language model's training, the logit gate's);
 #     3 checked launches each and the outputs compared (identical bits expected); the gates
-#     step_b0 -> production and production -> step_b0; the bench (floors, both kernels, 21 rounds
+#     step_b0 -> production and production -> step_b0 (once the warm-up is done, <= 30 s wait); the bench (floors, both kernels, 21 rounds
 #     for the paired tripwire cost, the torch paths if the warm-up finished); the per-task
 #     profile of both (production's layer head: the snapshot_epoch model's LAYER_HEAD_US); the
 #     clean variants and corruption canaries; the hang classes participant_set, chunk_supply,
@@ -258,6 +258,10 @@ cmp "$W/dump_plain.f32" "$W/dump_step2.f32" && echo "production (step (d)): the 
 
 log "waiting for the logit gate's model (training uses the GPU; the gates time it)"
 wait "$TRAIN"; echo "train exit $?: $(grep SYNTHLM "$W/train.txt" | cut -c1-200)"
+# The torch.compile warm-up runs torch on the GPU too: a gate timed beside it has its launches
+# time-sliced with another process's. Wait for it (<= 30 s), and say so if the gates still share.
+for _ in $(seq 30); do kill -0 "$WARM" 2>/dev/null || break; sleep 1; done
+kill -0 "$WARM" 2>/dev/null && log "the torch.compile warm-up is still running: the gates below share the GPU with it"
 gate p step_b0 production
 gate q production step_b0
 

@@ -34,6 +34,16 @@ def test_the_promotion_gates_the_previous_production_both_ways():
         FA.candidate(base), FA.candidate(cand)  # raise on a name the catalog does not have
 
 
+def test_the_promotion_gates_wait_for_the_torch_compile_warm_up_that_shares_the_gpu():
+    """The warm-up runs torch on the GPU in the background; a gate timed beside it has its
+    launches time-sliced with that process's. The gates start once it has ended (or say they
+    share the GPU with it)."""
+    mode = _promote_mode()
+    before_gates = mode[:mode.index("\ngate p ")]
+    assert re.search(r'for _ in \$\(seq \d+\); do kill -0 "\$WARM" 2>/dev/null \|\| break; sleep 1; done', before_gates)
+    assert 'kill -0 "$WARM" 2>/dev/null && log "the torch.compile warm-up is still running' in before_gates
+
+
 def test_the_snapshot_skews_of_the_promotion_round_straddle_the_models_layer_head():
     [points] = re.findall(r"for point in ((?:\d+:\d+:\d+ ?)+); do", _promote_mode())
     calls = {}
