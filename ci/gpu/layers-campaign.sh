@@ -7,6 +7,7 @@
 #     OUT=/tmp/out BUDGET=110 bash ci/gpu/layers-campaign.sh stepd-quick   # round 6: step (d), <= 110 s
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepd-gate           # round 6's gate + profile, <= 40 s
 #     OUT=/tmp/out timeout 295 bash ci/gpu/layers-campaign.sh promote  # round 8: the promotion, <= 270 s
+#     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepe-quick  # round 9: step (e), <= 120 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -70,6 +71,16 @@
 #     floor); last, with what is left (>= 45 s), the logit gate (ci/gpu/layers-logit-gate.sh,
 #     production's variants, its output in the tar: its time has never been measured).
 #     Each step is capped by what is left.
+#   * `stepe-quick` (BUDGET 120 unless set; round 9): campaign step (e), candidate step_e
+#     (MKL_CAMPAIGN_STEP 6: production (step d) with step (b)'s router folded into the O-projection
+#     workers' partial logits and the top-k by one warp) against production: builds (production,
+#     step (e), step (b) = MKL_CAMPAIGN_STEP 3 for its bits, plain; production and step (e)
+#     profiled), 3 checked launches of each, step (e)'s output against production's (cos and the
+#     largest difference: step (b)'s logits are summed in another order, so not the same bits) and
+#     against step (b)'s (the same bits expected: the same logits, the same picks, step (d)'s merge
+#     gives step 2's bits), the gate production -> step_e, the bench without torch (floors and both
+#     kernels), the per-task profile of both, the clean variants and corruption canaries on step
+#     (e)'s build. Nothing else (no torch, hang classes, tripwire bench, ragged regression, check).
 # Since round 8 production (the default build) is step (d): the modes written before it that judge
 # a candidate "against production" (gate, stepc, stepc-quick, stepd-quick, stepd-gate) now judge it
 # against step (d) (stepd-quick and stepd-gate compare step (d) with itself); ringsmem names step_b0,
@@ -87,6 +98,7 @@ if [ "$WHAT" = stepd-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-110}; C
 if [ "$WHAT" = ringsmem ]; then BUDGET=${BUDGET:-60}; fi
 if [ "$WHAT" = stepd-gate ]; then BUDGET=${BUDGET:-40}; fi
 if [ "$WHAT" = promote ]; then BUDGET=${BUDGET:-270}; fi
+if [ "$WHAT" = stepe-quick ]; then BUDGET=${BUDGET:-120}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
 R=$OUT/layers-campaign
@@ -228,6 +240,62 @@ if [ "$CSTEP" = 5 ]; then
   elif [ "$(left)" -ge 15 ]; then gate f step_d step_d_chunks64
   else log "no time left for the gate step_d -> step_d_chunks64 ($(left)s left)"; fi
 fi
+elif [ "$WHAT" = stepe-quick ]; then
+log "builds: production, step (e) (MKL_CAMPAIGN_STEP 6) and step (b) (3), plain; production and step (e) profiled"
+build plain None &
+build step6 "{'MKL_CAMPAIGN_STEP': 6}" &
+build step3 "{'MKL_CAMPAIGN_STEP': 3}" &
+build prof "{'HZ_PROFILER': 1}" &
+build prof6 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 6}" &
+wait
+BIN=$(tail -1 "$W/build_plain.txt"); BIN6=$(tail -1 "$W/build_step6.txt")
+[ -x "$BIN" ] && [ -x "$BIN6" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "step (e): 3 checked launches each of production, step (e), step (b); outputs dumped and compared"
+for b in plain step6 step3; do
+  B=$(tail -1 "$W/build_$b.txt")
+  timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
+  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
+done
+python3 - "$W" <<'EOF' 2>&1 | cut -c1-300
+import sys
+from array import array
+from pathlib import Path
+w = Path(sys.argv[1])
+def dump(b):
+    f = w / f"dump_{b}.f32"
+    return array("f", f.read_bytes()) if f.is_file() and f.stat().st_size else None
+e = dump("step6")
+for other, label in (("plain", "production"), ("step3", "step (b)")):
+    o = dump(other)
+    if e is None or o is None:
+        print(f"step (e) vs {label}: no dump to compare")
+        continue
+    dot = sum(x * y for x, y in zip(e, o)); ne = sum(x * x for x in e) ** 0.5; no = sum(y * y for y in o) ** 0.5
+    print(f"step (e) vs {label}: {len(e)} / {len(o)} floats, identical {e == o}, cos {dot / (ne * no):.9f}, "
+          f"max abs diff {max(abs(x - y) for x, y in zip(e, o)):.3g}")
+EOF
+S6=ok
+grep -q '"mismatched":0,' "$W/sanity_step6.txt" || S6=not-clean
+log "step (e)'s checked launches: $S6"
+if [ "$S6" = ok ]; then gate e production step_e; else log "no gate: step (e)'s checked launches were $S6"; fi
+log "bench: floors, production, step (e) (no torch)"
+timeout "$(cap 40)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=6 --no-torch \
+  --json "$W/perf.json" > "$W/perf.txt" 2>&1
+echo "exit $?"; tail -20 "$W/perf.txt"
+if [ "$(left)" -ge 30 ]; then
+  log "per-task profile: production, step_e (router_topk and oproj per layer)"
+  timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_e \
+    --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
+  echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+else
+  log "no time left for the profile ($(left)s left)"
+fi
+log "clean variants and corruption canaries on step (e)'s build (one warm server)"
+timeout "$(cap 25)" python3 bench/megakernel_layers_acceptance.py --define MKL_CAMPAIGN_STEP=6 --clean-launches 200 \
+  --clean-budget 0.5 --canary-budget 0.3 --skip-agreement --json "$W/acceptance_step_e.json" \
+  > "$W/acceptance_step_e.txt" 2>&1
+echo "exit $?"; cut -c1-200 "$W/acceptance_step_e.txt" | grep -v Warning
 elif [ "$WHAT" = promote ]; then
 log "builds: production (step (d)) and step_b0 (MKL_CAMPAIGN_STEP 2), plain and profiled; beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
@@ -416,7 +484,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$QUICK" = 0 ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$QUICK" = 0 ]; then
   log "ragged decode regression"
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
@@ -429,7 +497,7 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] &
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
 fi
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \
@@ -452,5 +520,6 @@ python3 ci/gpu/layers_campaign_table.py "$W" 2>&1 | cut -c1-700
 log "done"
 cp "$W/perf.txt" "$W/env.txt" "$W/console.log" "$R/" 2>/dev/null
 [ "$WHAT" = promote ] && cp "$W/perf.json" "$W/gate_p.json" "$W/gate_q.json" "$R/" 2>/dev/null
+[ "$WHAT" = stepe-quick ] && cp "$W/perf.json" "$W/gate_e.json" "$R/" 2>/dev/null
 tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign
 ls -la "$R"

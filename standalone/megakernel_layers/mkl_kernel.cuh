@@ -57,13 +57,19 @@
 // step 2's bits; step_d). Step (d) became production because the perf gate called it faster
 // than step 2 on an H200 (round 7: step 658.8 against 795.4 us, attn_merge slowCTA 0.220,
 // sumCTA 0.777) with step 2's bits at every point checked. Steps (b) and (c) are built on step
-// 2, not on step (d): each was judged against the production of its time.
+// 2, not on step (d): each was judged against the production of its time. 6 (a candidate, round
+// 9) step (e): production (step d) + step (b)'s folded router + the top-k by one warp
+// (select_topk_warp) instead of one thread: the router task is the one block the whole grid
+// waits for (21 us a layer on the H200, round 7) and moves ~0.2 MB, so it is latency, not bytes;
+// step_e. Its logits are step (b)'s (summed in another order than production's: last bits
+// differ), its routing step (b)'s exactly (the warp picks what the thread's scan picks).
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 5
 #endif
-#define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3)  // step (b)
-#define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)    // step (c)
-#define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP == 5)   // step (d)
+#define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP == 6)  // step (b)
+#define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
+#define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP == 5 || MKL_CAMPAIGN_STEP == 6)   // step (d)
+#define MKL_TOPK_WARP (MKL_CAMPAIGN_STEP == 6)                                // step (e)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -956,6 +962,13 @@ __device__ __noinline__ void merge_heads(const float* partials, float* attn_out,
 }
 #endif
 
+// The softmax weights of the K selected logits (largest first), by one thread.
+__device__ __forceinline__ void topk_softmax(int K, const float* sel, float* routing_w) {
+  float den = 0.f;
+  for (int j = 0; j < K; ++j) den += expf(sel[j] - sel[0]);
+  for (int j = 0; j < K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
+}
+
 // One thread's routing from the E logits: the K largest (ties to the lower index) and their
 // softmax weights. router_topk and router_from_partials both end in it.
 __device__ __forceinline__ void select_topk(const Shape& s, const float* logits, int* routing_ids, float* routing_w) {
@@ -969,10 +982,52 @@ __device__ __forceinline__ void select_topk(const Shape& s, const float* logits,
     sel[j] = logits[best];
     routing_ids[j] = best;
   }
-  float den = 0.f;
-  for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
-  for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
+  topk_softmax(s.K, sel, routing_w);
 }
+
+#if MKL_TOPK_WARP
+// Campaign step (e): select_topk by one warp (every lane of it calls this; thread 0 writes).
+// Why: the thread's scan is K x E dependent steps (a shared-memory load of logits[best], a
+// compare, a select: ~40 cycles each, 128 of them at the default shape, ~2.6 us a layer on the
+// one block everybody waits for). Here lane l holds logits l and l + 32 (E <= 64) and each of
+// the K picks is a butterfly of 5 shuffle steps. The same pick: "b beats a" iff b is present and
+// (a is absent, or b > a, or b == a with the lower index), the order the scan's strict `>`
+// ascending over e gives for finite logits (the largest, the lowest index among equals); lane
+// 0's result is broadcast, so every lane marks the same expert taken. NaN logits (a corrupt
+// hidden state, wrong whatever is picked) may pick differently. Then thread 0's softmax, the
+// same code as select_topk's: the same weights.
+__device__ __forceinline__ void select_topk_warp(const Shape& s, const float* logits, int* routing_ids,
+                                                 float* routing_w) {
+  constexpr int ABSENT = 1 << 30;  // an index past every expert: loses every comparison
+  const int lane = threadIdx.x & 31;
+  const int i0 = lane, i1 = lane + 32;
+  const float v0 = i0 < s.E ? logits[i0] : 0.f, v1 = i1 < s.E ? logits[i1] : 0.f;
+  bool have0 = i0 < s.E, have1 = i1 < s.E;
+  float sel[16];
+  for (int j = 0; j < s.K; ++j) {
+    // this lane's candidate: its lower index unless the higher one is strictly larger
+    const bool take1 = have1 && (!have0 || v1 > v0);
+    float v = take1 ? v1 : v0;
+    int i = take1 ? i1 : (have0 ? i0 : ABSENT);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float vb = __shfl_xor_sync(0xffffffffu, v, o);
+      const int ib = __shfl_xor_sync(0xffffffffu, i, o);
+      if (ib != ABSENT && (i == ABSENT || vb > v || (vb == v && ib < i))) {
+        v = vb;
+        i = ib;
+      }
+    }
+    v = __shfl_sync(0xffffffffu, v, 0);
+    i = __shfl_sync(0xffffffffu, i, 0);
+    if (i == i0) have0 = false;
+    if (i == i1) have1 = false;
+    sel[j] = v;
+    if (lane == 0) routing_ids[j] = i;
+  }
+  if (lane == 0) topk_softmax(s.K, sel, routing_w);
+}
+#endif
 
 // Router + top-k + softmax by the last O-projection arriver (its caller publishes ROUTING):
 // hn = RMSNorm(h) (the routing payload), logits = Wr hn, the top k with softmax weights.
@@ -1079,10 +1134,16 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
   __syncthreads();
   const float rs = rsqrtf(logits[s.E] / (float)s.D + RMS_EPS);
   for (int i = tid; i < s.D; i += THREADS) hn_out[i] = h[i] * rs * mlp_norm[i];  // the payload
+#if MKL_TOPK_WARP
+  if (tid < s.E) logits[tid] *= rs;  // the same product per logit as the loop below
+  __syncthreads();
+  if (tid < 32) select_topk_warp(s, logits, routing_ids, routing_w);
+#else
   if (tid == 0) {
     for (int e = 0; e < s.E; ++e) logits[e] *= rs;
     select_topk(s, logits, routing_ids, routing_w);
   }
+#endif
 }
 
 // Quantize expert slot j's SwiGLU output to E4M3, one power-of-two scale per 128 elements,
