@@ -75,8 +75,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "over the QKV-tile workers, one head per warp, the last merge arrival releasing the attention "
               "(MKL_CAMPAIGN_STEP 5 named: production's code)", "no-change", defines=(("MKL_CAMPAIGN_STEP", 5),)),
     Candidate("step_e", "campaign step (e), a candidate (round 9): production (step d) with step (b)'s router "
-              "folded into partial logits of the O-projection workers and the top-k by one warp's butterfly "
-              "instead of one thread's scan (MKL_CAMPAIGN_STEP 6; step (b)'s logits and routing: last bits differ "
+              "folded into partial logits of the O-projection workers (a warp's experts' weights loaded in one "
+              "pass) and the top-k by one warp's butterfly instead of one thread's scan (MKL_CAMPAIGN_STEP 6; step (b)'s logits and routing: last bits differ "
               "from production's)", "faster", defines=(("MKL_CAMPAIGN_STEP", 6),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.

@@ -58,7 +58,8 @@
 // than step 2 on an H200 (round 7: step 658.8 against 795.4 us, attn_merge slowCTA 0.220,
 // sumCTA 0.777) with step 2's bits at every point checked. Steps (b) and (c) are built on step
 // 2, not on step (d): each was judged against the production of its time. 6 (a candidate, round
-// 9) step (e): production (step d) + step (b)'s folded router + the top-k by one warp
+// 9) step (e): production (step d) + step (b)'s folded router, its partial logits' loads of a
+// warp's experts issued together (router_partials), and the top-k by one warp
 // (select_topk_warp) instead of one thread: the router task is the one block the whole grid
 // waits for (21 us a layer on the H200, round 7) and moves ~0.2 MB, so it is latency, not bytes;
 // step_e. Its logits are step (b)'s (summed in another order than production's: last bits
@@ -69,7 +70,7 @@
 #define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP == 6)  // step (b)
 #define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
 #define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP == 5 || MKL_CAMPAIGN_STEP == 6)   // step (d)
-#define MKL_TOPK_WARP (MKL_CAMPAIGN_STEP == 6)                                // step (e)
+#define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP == 6)                           // step (e)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -985,7 +986,7 @@ __device__ __forceinline__ void select_topk(const Shape& s, const float* logits,
   topk_softmax(s.K, sel, routing_w);
 }
 
-#if MKL_TOPK_WARP
+#if MKL_ROUTER_LATENCY
 // Campaign step (e): select_topk by one warp (every lane of it calls this; thread 0 writes).
 // Why: the thread's scan is K x E dependent steps (a shared-memory load of logits[best], a
 // compare, a select: ~40 cycles each, 128 of them at the default shape, ~2.6 us a layer on the
@@ -1091,6 +1092,38 @@ __device__ __noinline__ void router_partials(const Shape s, const float* hrows, 
                                              const __nv_bfloat16* wr, float* part) {
   __builtin_assume(__isShared(hrows));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nr = r1 - r0;
+#if MKL_ROUTER_LATENCY
+  // Step (e): a warp's experts (2 at the default shape) in one pass over the rows, so their weight
+  // loads go out together (one dependent round trip, not one an expert: the O-projection's slowest
+  // block waited for both in step (b)). Each expert's sum runs over the same rows in the same order
+  // with the same operands as below: step (b)'s partials, bit for bit. An expert past E is clamped
+  // (its row loaded and its sum discarded) so the loads never branch.
+  constexpr int EW = 4;  // experts a warp: E <= EW * NWARPS (E <= 64)
+  static_assert(SHAPE_DEFAULT.E <= EW * NWARPS && SHAPE_SMALL.E <= EW * NWARPS, "a warp's experts in one pass");
+  float a[EW];
+  const __nv_bfloat16* rows[EW];
+#pragma unroll
+  for (int k = 0; k < EW; ++k) {
+    a[k] = 0.f;
+    rows[k] = wr + (size_t)min(warp + k * NWARPS, s.E - 1) * s.D + r0;
+  }
+  for (int i = lane; i < nr; i += 32) {
+    __nv_bfloat16 wv[EW];
+#pragma unroll
+    for (int k = 0; k < EW; ++k) wv[k] = rows[k][i];
+    const float x = mlp_norm[r0 + i] * hrows[i];
+#pragma unroll
+    for (int k = 0; k < EW; ++k) a[k] = fmaf(__bfloat162float(wv[k]), x, a[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < EW; ++k) {
+    const int e = warp + k * NWARPS;
+    if (e < s.E) {  // warp-uniform
+      const float v = warp_sum(a[k]);
+      if (lane == 0) part[e] = v;
+    }
+  }
+#else
   for (int e = warp; e < s.E; e += NWARPS) {
     const __nv_bfloat16* row = wr + (size_t)e * s.D + r0;
     float a = 0.f;
@@ -1098,6 +1131,7 @@ __device__ __noinline__ void router_partials(const Shape s, const float* hrows, 
     a = warp_sum(a);
     if (lane == 0) part[e] = a;
   }
+#endif
   if (warp == 0) {
     float ss = 0.f;
     for (int i = lane; i < nr; i += 32) ss = fmaf(hrows[i], hrows[i], ss);
@@ -1134,7 +1168,7 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
   __syncthreads();
   const float rs = rsqrtf(logits[s.E] / (float)s.D + RMS_EPS);
   for (int i = tid; i < s.D; i += THREADS) hn_out[i] = h[i] * rs * mlp_norm[i];  // the payload
-#if MKL_TOPK_WARP
+#if MKL_ROUTER_LATENCY
   if (tid < s.E) logits[tid] *= rs;  // the same product per logit as the loop below
   __syncthreads();
   if (tid < 32) select_topk_warp(s, logits, routing_ids, routing_w);

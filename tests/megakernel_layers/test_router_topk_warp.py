@@ -5,8 +5,9 @@ warp's butterfly instead of one thread's scan.
 Round 7's profile (H200) had the router at ~21 us a layer on the one block that every worker's
 ROUTING wait is behind, moving ~0.2 MB: latency, not bytes. On the CPU (nvcc 13.0, sm_90a,
 nvdisasm): the step (e) build of the family's own source compiles with both the spread merge and
-the folded router, its router tail picks with shuffles (step (b)'s scans shared memory on one
-thread), it spills no more than step (b)'s, and the compiled static checks pass it with step
+the folded router, its O-projection workers load a warp's experts' router weights in one pass
+(step (b)'s: one expert a pass, a warp reduction between), its router tail picks with shuffles
+(step (b)'s scans shared memory on one thread), it spills no more than step (b)'s, and the compiled static checks pass it with step
 (d)'s polls (folding the router adds no wait). Before this change MKL_CAMPAIGN_STEP 6 built
 step 2's kernel (no flag was set): every test here failed on it.
 """
@@ -19,7 +20,7 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from .sass_text import function_listings
+from .sass_text import function_listings, loop_loads_then_reduces
 from .test_merge_spread import _sass, _static
 
 
@@ -47,6 +48,17 @@ def test_step_e_picks_the_top_k_with_a_warp_butterfly_not_a_thread_scan(step_e):
     # the scan's loads of logits[e] and logits[best] are gone: fewer shared loads than step (b)'s
     assert len(re.findall(r"\bLDS\b", mine)) < len(re.findall(r"\bLDS\b", theirs))
     assert len(re.findall(r"\bSTL\b", mine)) <= len(re.findall(r"\bSTL\b", theirs))  # sel[]'s, as step (b)'s
+
+
+def test_step_e_loads_a_warps_experts_router_weights_in_one_pass_before_any_reduction(step_e):
+    """Step (b)'s router_partials loops over a warp's experts: load the expert's weights of the
+    worker's rows, reduce across the warp, store, then the next expert's loads (a dependent round
+    trip an expert on the O-projection's critical path). Step (e)'s loads every expert of the warp
+    in one pass and reduces after it: no loop body loads and then shuffles."""
+    weights = r"\bLDG?\S*\.U16\b"  # the bf16 router weights
+    assert loop_loads_then_reduces(function_listings(_sass(3), ("router_partials",))["router_partials"], weights)
+    mine = function_listings(step_e, ("router_partials",))["router_partials"]
+    assert re.search(weights, mine) and not loop_loads_then_reduces(mine, weights)
 
 
 def test_step_e_passes_the_compiled_static_checks_with_step_d_polls():
