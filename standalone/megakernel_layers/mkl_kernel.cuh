@@ -963,13 +963,6 @@ __device__ __noinline__ void merge_heads(const float* partials, float* attn_out,
 }
 #endif
 
-// The softmax weights of the K selected logits (largest first), by one thread.
-__device__ __forceinline__ void topk_softmax(int K, const float* sel, float* routing_w) {
-  float den = 0.f;
-  for (int j = 0; j < K; ++j) den += expf(sel[j] - sel[0]);
-  for (int j = 0; j < K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
-}
-
 // One thread's routing from the E logits: the K largest (ties to the lower index) and their
 // softmax weights. router_topk and router_from_partials both end in it.
 __device__ __forceinline__ void select_topk(const Shape& s, const float* logits, int* routing_ids, float* routing_w) {
@@ -983,7 +976,9 @@ __device__ __forceinline__ void select_topk(const Shape& s, const float* logits,
     sel[j] = logits[best];
     routing_ids[j] = best;
   }
-  topk_softmax(s.K, sel, routing_w);
+  float den = 0.f;
+  for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
+  for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
 }
 
 #if MKL_ROUTER_LATENCY
@@ -996,7 +991,7 @@ __device__ __forceinline__ void select_topk(const Shape& s, const float* logits,
 // ascending over e gives for finite logits (the largest, the lowest index among equals); lane
 // 0's result is broadcast, so every lane marks the same expert taken. NaN logits (a corrupt
 // hidden state, wrong whatever is picked) may pick differently. Then thread 0's softmax, the
-// same code as select_topk's: the same weights.
+// same expressions as select_topk's: the same weights.
 __device__ __forceinline__ void select_topk_warp(const Shape& s, const float* logits, int* routing_ids,
                                                  float* routing_w) {
   constexpr int ABSENT = 1 << 30;  // an index past every expert: loses every comparison
@@ -1026,7 +1021,11 @@ __device__ __forceinline__ void select_topk_warp(const Shape& s, const float* lo
     sel[j] = v;
     if (lane == 0) routing_ids[j] = i;
   }
-  if (lane == 0) topk_softmax(s.K, sel, routing_w);
+  if (lane == 0) {  // select_topk's softmax, the same expressions (written out there too, so that
+    float den = 0.f;  // production's machine code does not move with this candidate)
+    for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
+    for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
+  }
 }
 #endif
 
