@@ -7,9 +7,10 @@ ROUTING wait is behind, moving ~0.2 MB: latency, not bytes. On the CPU (nvcc 13.
 nvdisasm): the step (e) build of the family's own source compiles with both the spread merge and
 the folded router, its O-projection workers load a warp's experts' router weights in one pass
 (step (b)'s: one expert a pass, a warp reduction between), its router tail picks with shuffles
-(step (b)'s scans shared memory on one thread), it spills no more than step (b)'s, and the compiled static checks pass it with step
-(d)'s polls (folding the router adds no wait). Before this change MKL_CAMPAIGN_STEP 6 built
-step 2's kernel (no flag was set): every test here failed on it.
+(step (b)'s scans shared memory on one thread), it spills no more than step (b)'s, and the
+compiled static checks pass it with step (d)'s polls (folding the router adds no wait). Before
+this change MKL_CAMPAIGN_STEP 6 built step 2's kernel (no flag was set) and the script had no
+stepe-quick mode: every test here fails there (the first four were run there and failed).
 """
 from __future__ import annotations
 
