@@ -107,7 +107,7 @@ struct Params {
   const float* x_in;        // (D) input hidden state, packed by the host
   float* xres;              // (D) residual stream after each layer; the output
   float* qbuf;              // (NQ*HD) this layer's queries
-  float* partials;          // (G, NQ, 2 + HD): m, l, acc of each chunk
+  float* partials;          // (G, NQ, PART_W): m, l, acc of each chunk
   float* attn_out;          // (NQ*HD) merged attention
   float* h;                 // (D) after attention
   float* hn;                // (D) normalized h: the routing payload
@@ -160,7 +160,7 @@ struct SmemHead {
 };
 __host__ __device__ constexpr size_t arena_floats(const Shape& s) {
   const size_t act = (size_t)s.K * s.I > (size_t)s.D ? (size_t)s.K * s.I : (size_t)s.D;
-  const size_t attn = (size_t)s.NQ * HD + (size_t)NWARPS * (s.NQ / s.NKV) * (HD + 2);
+  const size_t attn = (size_t)s.NQ * HD + (size_t)NWARPS * (s.NQ / s.NKV) * PART_W;
   const size_t oproj = (size_t)s.NQ * HD;
   size_t m = act > attn ? act : attn;
   m = m > oproj ? m : oproj;
@@ -600,7 +600,7 @@ __device__ __forceinline__ void rmsnorm_to(const float* x, const float* w, float
 // One attention chunk for every head: tokens [t0, t1) of this layer's cache (row seq is the
 // new token). Warps: kv head = warp % NKV, token lane-blocks interleaved over the
 // NWARPS / NKV warps of a head; lane = token for the scores, lane = dim pair for P.V.
-// Writes the chunk's (m, l, acc) per q head into `part` (NQ x (2 + HD)). The head group
+// Writes the chunk's (m, l, acc) per q head into `part` (NQ x PART_W). The head group
 // GQ = NQ / NKV and NKV are template arguments (default shape 8, 8; small 4, 4): every loop
 // over a head group has a compile-time bound, and the 32 V rows of a block sit at constant
 // offsets from one address (held in registers, the 32 offsets spilled).
@@ -620,7 +620,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
   constexpr int wpk = NWARPS / NKV;
   const int kvh = warp % NKV, sub = warp / NKV;
   float* q = arena;                          // (NQ, HD)
-  float* scratch = arena + s.NQ * HD;        // (NWARPS, GQ, 2 + HD)
+  float* scratch = arena + s.NQ * HD;        // (NWARPS, GQ, PART_W)
   for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = qbuf[i];
   __syncthreads();
   constexpr float scale = 0.125f;  // 1/sqrt(64)
@@ -674,7 +674,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     // P to this warp's own scratch slot (free until the combine below), then every lane reads
     // token t's probabilities as a broadcast: the same values as shuffling them from lane t,
     // without 32 x GQ shuffles a block
-    float* prs = scratch + (size_t)warp * GQ * (2 + HD);
+    float* prs = scratch + (size_t)warp * GQ * PART_W;
 #pragma unroll
     for (int g = 0; g < GQ; g += 4)
       *reinterpret_cast<float4*>(prs + lane * GQ + g) = make_float4(pr[g], pr[g + 1], pr[g + 2], pr[g + 3]);
@@ -700,28 +700,28 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 #pragma unroll
   for (int g = 0; g < GQ; ++g) {
     const float lt = warp_sum(l[g]);
-    float* sw = scratch + ((size_t)warp * GQ + g) * (2 + HD);
+    float* sw = scratch + ((size_t)warp * GQ + g) * PART_W;
     if (lane == 0) { sw[0] = m[g]; sw[1] = lt; }
     sw[2 + 2 * lane] = acc[g][0];
     sw[2 + 2 * lane + 1] = acc[g][1];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < s.NQ * (HD + 2); idx += THREADS) {
-    const int n = idx / (HD + 2), k = idx % (HD + 2);
+  for (int idx = threadIdx.x; idx < s.NQ * PART_W; idx += THREADS) {
+    const int n = idx / PART_W, k = idx % PART_W;
     const int h = n / GQ, g = n % GQ;
     float M = -INFINITY;
-    for (int u = 0; u < wpk; ++u) M = fmaxf(M, scratch[((size_t)(u * s.NKV + h) * GQ + g) * (2 + HD)]);
+    for (int u = 0; u < wpk; ++u) M = fmaxf(M, scratch[((size_t)(u * s.NKV + h) * GQ + g) * PART_W]);
     float v = 0.f;
     if (k == 0) {
       v = M;
     } else {
       for (int u = 0; u < wpk; ++u) {
-        const float* sw = scratch + ((size_t)(u * s.NKV + h) * GQ + g) * (2 + HD);
+        const float* sw = scratch + ((size_t)(u * s.NKV + h) * GQ + g) * PART_W;
         const float wgt = sw[0] == -INFINITY ? 0.f : expf(sw[0] - M);
         v += wgt * sw[k];
       }
     }
-    part[(size_t)n * (2 + HD) + k] = v;  // k = 0: m, 1: l, 2..: acc
+    part[(size_t)n * PART_W + k] = v;  // k = 0: m, 1: l, 2..: acc
   }
 }
 
@@ -741,7 +741,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 // Every output sees the same FMAs in the same order with the same operands: same bits.
 __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out, int NQ, int C, float* arena) {
   __builtin_assume(__isShared(arena));
-  const int W = 2 + HD, tid = threadIdx.x;
+  const int tid = threadIdx.x;
   float* ml = arena;                        // (MERGE_BATCH, NQ, 2)
   float* wts = ml + MERGE_BATCH * NQ * 2;   // (MERGE_BATCH, NQ)
   float* run_m = wts + MERGE_BATCH * NQ;    // (NQ) running max
@@ -765,7 +765,7 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 #pragma unroll 4
 #endif
     for (int i = tid; i < cnt * NQ; i += THREADS) {
-      const float* pc = partials + ((size_t)cb * NQ + i) * W;  // chunk cb + i / NQ, head i % NQ
+      const float* pc = partials + ((size_t)cb * NQ + i) * PART_W;  // chunk cb + i / NQ, head i % NQ
       ml[2 * i] = pc[0];
       ml[2 * i + 1] = pc[1];
     }
@@ -795,7 +795,7 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 #pragma unroll
       for (int b = 0; b < MERGE_BATCH; ++b) {
         const int c = min(cb + b, C - 1);
-        v[b] = *reinterpret_cast<const float2*>(partials + ((size_t)c * NQ + n) * W + 2 + d);
+        v[b] = *reinterpret_cast<const float2*>(partials + ((size_t)c * NQ + n) * PART_W + 2 + d);
       }
     };
     float2 cur[MERGE_BATCH], nxt[MERGE_BATCH];
@@ -830,7 +830,7 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
         float v[MERGE_BATCH];
 #pragma unroll
         for (int b = 0; b < MERGE_BATCH; ++b)
-          v[b] = b < cnt ? partials[((size_t)(cb + b) * NQ + n) * W + 2 + d] : 0.f;
+          v[b] = b < cnt ? partials[((size_t)(cb + b) * NQ + n) * PART_W + 2 + d] : 0.f;
         float a = acc[r] * alpha[n];
 #pragma unroll
         for (int b = 0; b < MERGE_BATCH; ++b)
@@ -893,7 +893,7 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 template <int NQ>
 __device__ __forceinline__ void merge_heads_load(const float* ph, int cb, int C, int lane, float2& ml,
                                                  float2 (&v)[MERGE_BATCH]) {
-  constexpr int CSTRIDE = NQ * (2 + HD);  // floats from chunk c's row of a head to chunk c + 1's
+  constexpr int CSTRIDE = NQ * PART_W;  // floats from chunk c's row of a head to chunk c + 1's
   ml = *reinterpret_cast<const float2*>(ph + (size_t)min(cb + (lane & (MERGE_BATCH - 1)), C - 1) * CSTRIDE);
   const float* row = ph + 2 + 2 * lane;
   if (cb + MERGE_BATCH <= C) {
@@ -916,7 +916,7 @@ __device__ __noinline__ void merge_heads(const float* partials, float* attn_out,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* wl = arena + warp * 2 * MERGE_BATCH;  // this warp's batch: weights [0, 16), l's [16, 32)
   for (int n = n0 + warp * nstep; n < NQ; n += nstep * NWARPS) {
-    const float* ph = partials + (size_t)n * (2 + HD);
+    const float* ph = partials + (size_t)n * PART_W;
     float run_m = -INFINITY, run_l = 0.f, a0 = 0.f, a1 = 0.f;
     float2 ml, v[MERGE_BATCH];
     merge_heads_load<NQ>(ph, 0, C, lane, ml, v);
@@ -1354,7 +1354,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         wait_ge<TW>(tw, sync_word(p, W_QKV_CTR), (uint32_t)p.QT * epoch, BAR_QKV_EPOCH, nullptr, 0, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
-      float* part = p.partials + (size_t)c * s.NQ * (2 + HD);
+      float* part = p.partials + (size_t)c * s.NQ * PART_W;
       if (t1 > t0) {
         // the two shapes (mkl::SHAPE_DEFAULT: 64 / 8 heads, SHAPE_SMALL: 16 / 4)
         const __nv_bfloat16* kcl = dptr<__nv_bfloat16>(hd, SLOT_KCACHE);
@@ -1363,7 +1363,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         else if (s.NKV == 4 && s.NQ == 16) attend_chunk<4, 4>(s, p.qbuf, kcl, vcl, arena, t0, t1, part);
         else __trap();  // no other shape exists (Shape constants in mkl_model.h)
       } else {  // an empty chunk stamps LSE = -inf
-        for (int i = tid; i < s.NQ * (2 + HD); i += THREADS) part[i] = (i % (2 + HD)) == 0 ? -INFINITY : 0.f;
+        for (int i = tid; i < s.NQ * PART_W; i += THREADS) part[i] = (i % PART_W) == 0 ? -INFINITY : 0.f;
       }
       const bool fenced = p.hazard != HZ_PARTIAL_NO_FENCE;
       const uint32_t old = block_arrive(sync_word(p, W_CHUNK_CTR), fenced, tid, &hd->word);
@@ -1404,7 +1404,9 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
     // the binary, the switch being a run-time flag. So the merge workers always acquire, and
     // the switch drops the producers' release (the half gfx942's release-order check flags).
     // Every worker's O-projection prefetch (step 2 issues it on reaching the O-projection)
-    // goes out here, so a merge worker's rows go to L2 while it waits and merges.
+    // goes out here, so a merge worker's rows go to L2 while it waits and merges. (Spelled again at
+    // step 2's place below: one helper for both changed the machine code of step 2's builds or of
+    // step (d)'s, nvcc 13.0, whichever integer order of the Wo offset it took.)
     if (r1 > r0 && tid < 32)
       prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_WO) + (size_t)r0 * s.NQ * HD, (long long)(r1 - r0) * s.NQ * HD * 2);
     else if (r1 > r0 && tid >= 32 && tid < 64 && w < s.E)  // the router's rows
@@ -1435,12 +1437,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       tw_mark<TW>(tw, l, PHASE_OPROJ, w);
       const __nv_bfloat16* wo = dptr<__nv_bfloat16>(hd, SLOT_WO);
       const int ko = s.NQ * HD;
-      if (MKL_MERGE_SPREAD) {  // step (d) issued these before the merge
-      } else if (tid < 32) {
+#if !MKL_MERGE_SPREAD  // (step (d) issued these before its merge)
+      if (tid < 32) {
         prefetch_l2(wo + (size_t)r0 * ko, (long long)(r1 - r0) * ko * 2);
       } else if (tid >= 32 && tid < 64 && w < s.E) {  // the router's rows, for whichever worker runs top-k
         prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_ROUTER) + (size_t)w * s.D, (long long)s.D * 2);
       }
+#endif
       if (tid == 0)
         wait_ge<TW>(tw, sync_word(p, W_ATTN_RELEASE), attn_want, BAR_ATTN_RELEASE, sync_word(p, W_CHUNK_CTR),
                     (uint32_t)p.C * epoch, -1);

@@ -23,6 +23,7 @@
 namespace mkl {
 
 constexpr int HD = 64;              // head dim (fixed: one lane pair per dim pair in attention)
+constexpr int PART_W = 2 + HD;      // floats of a chunk's partial per head: m, l, acc[HD]
 constexpr int QKV_TILE_ROWS = 64;   // QKV output rows per tile (tile t -> worker rank t)
 constexpr int FP8_BLOCK = 128;      // activation elements per FP8 scale
 constexpr int SUB_BLOCK = 32;       // elements per lane in the amax reduction
