@@ -8,6 +8,8 @@
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepd-gate           # round 6's gate + profile, <= 40 s
 #     OUT=/tmp/out timeout 295 bash ci/gpu/layers-campaign.sh promote  # round 8: the promotion, <= 270 s
 #     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepe-quick  # round 9: step (e), <= 120 s
+#     OUT=/tmp/out timeout 140 bash ci/gpu/layers-campaign.sh stepf-quick  # round 10: step (f), <= 125 s
+#     OUT=/tmp/out timeout 560 bash ci/gpu/layers-campaign.sh round10  # promote + stepe-quick + stepf-quick, <= 545 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -81,6 +83,20 @@
 #     gives step 2's bits), the gate production -> step_e, the bench without torch (floors and both
 #     kernels), the per-task profile of both, the clean variants and corruption canaries on step
 #     (e)'s build. Nothing else (no torch, hang classes, tripwire bench, ragged regression, check).
+#   * `stepf-quick` (BUDGET 125 unless set; round 10): campaign step (f), candidate step_f
+#     (MKL_CAMPAIGN_STEP 7: step (e) with each attention block's V rows copied to shared memory by
+#     cp.async beside its K loads) against step (e): builds (production plain for the bench, step (e)
+#     and step (f) plain and profiled), 3 checked launches of step (e) and step (f), their outputs
+#     compared (the same bits expected), the gate step_e -> step_f (what step (f) adds), the bench
+#     without torch (floors, production, step (e), step (f)), the per-task profile of step (e) and
+#     step (f) (attn_chunk and the layer head), the clean variants and corruption canaries on step
+#     (f)'s build. Nothing else.
+#   * `round10` (BUDGET 545 unless set): one device call for the next session's three layered rounds:
+#     promote (<= 270 s), stepe-quick (<= 115 s), stepf-quick (what is left, <= 125 s), each as its own
+#     run of this script with its own folder (the builds are cached between them: HZ_BUILD_DIR), then a
+#     summary of the three (summary.txt: bits, gate verdicts, step times, canaries, what ran out of
+#     time); under $OUT/layers-campaign: summary.txt, env.txt, each run's console (3) and one tar of the
+#     three folders.
 # Since round 8 production (the default build) is step (d): the modes written before it that judge
 # a candidate "against production" (gate, stepc, stepc-quick, stepd-quick, stepd-gate) now judge it
 # against step (d) (stepd-quick and stepd-gate compare step (d) with itself); ringsmem names step_b0,
@@ -99,6 +115,8 @@ if [ "$WHAT" = ringsmem ]; then BUDGET=${BUDGET:-60}; fi
 if [ "$WHAT" = stepd-gate ]; then BUDGET=${BUDGET:-40}; fi
 if [ "$WHAT" = promote ]; then BUDGET=${BUDGET:-270}; fi
 if [ "$WHAT" = stepe-quick ]; then BUDGET=${BUDGET:-120}; fi
+if [ "$WHAT" = stepf-quick ]; then BUDGET=${BUDGET:-125}; fi
+if [ "$WHAT" = round10 ]; then BUDGET=${BUDGET:-545}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
 R=$OUT/layers-campaign
@@ -124,6 +142,43 @@ gate() {  # gate NAME BASELINE CANDIDATE... -> $W/gate_NAME.json
     > "$W/gate_$name.json" 2> "$W/gate_$name.err"
   echo "exit $?"
   python3 ci/gpu/gate_summary.py "$W/gate_$name.json" 2>&1 | cut -c1-400
+}
+
+# 3 launches of ~1 ms and the weights' generation: ~1 s each in round 4; 10 s is a hang.
+checked() {  # checked BUILD...: 3 checked launches of each build ($W/build_BUILD.txt), output in $W/dump_BUILD.f32
+  local b B
+  for b in "$@"; do
+    B=$(tail -1 "$W/build_$b.txt")
+    timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
+    echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
+  done
+}
+
+# The quick candidate rounds' tail (stepe-quick, stepf-quick): the bench without torch (floors,
+# production and a build per DEFINE), the per-task profile of the PROFILED catalog names (with >= 30 s
+# left), the clean variants and corruption canaries on the candidate's build (MKL_CAMPAIGN_STEP STEP).
+quick_tail() {  # quick_tail STEP NAME "PROFILED ..." DEFINE...
+  local step=$1 name=$2 profiled=$3; shift 3
+  local also=() cands=() d c
+  for d in "$@"; do also+=(--also-define "$d"); done
+  for c in $profiled; do cands+=(--candidate "$c"); done
+  log "bench: floors, production, ${also[*]} (no torch)"
+  timeout "$(cap 40)" python3 bench/megakernel_layers_perf.py "${also[@]}" --no-torch --json "$W/perf.json" \
+    > "$W/perf.txt" 2>&1
+  echo "exit $?"; tail -20 "$W/perf.txt"
+  if [ "$(left)" -ge 30 ]; then
+    log "per-task profile: $profiled"
+    timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py "${cands[@]}" --launches 5 --out "$W/profile" \
+      > "$W/profile.txt" 2>&1
+    echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+  else
+    log "no time left for the profile ($(left)s left)"
+  fi
+  log "clean variants and corruption canaries on $name's build, MKL_CAMPAIGN_STEP $step (one warm server)"
+  timeout "$(cap 25)" python3 bench/megakernel_layers_acceptance.py --define "MKL_CAMPAIGN_STEP=$step" \
+    --clean-launches 200 --clean-budget 0.5 --canary-budget 0.3 --skip-agreement --json "$W/acceptance_$name.json" \
+    > "$W/acceptance_$name.txt" 2>&1
+  echo "exit $?"; cut -c1-200 "$W/acceptance_$name.txt" | grep -v Warning
 }
 
 {
@@ -158,11 +213,7 @@ BIN=$(tail -1 "$W/build_plain.txt"); BIN4=$(tail -1 "$W/build_step$CSTEP.txt"); 
 [ -x "$BIN" ] && [ -x "$BIN4" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "$CLABEL: 3 checked launches each, outputs dumped and compared with production's"
-for b in plain step$CSTEP; do
-  B=$(tail -1 "$W/build_$b.txt")
-  timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
-  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
-done  # (3 launches of ~1 ms and the weights' generation: ~1 s each in round 4; 10 s is a hang)
+checked plain step$CSTEP
 # What the candidate may still be asked: ok (all below), wrong (only the gate, which calls it
 # incorrect), failed (no result: a hang, a crash or a build error -- nothing more on its build;
 # where it stopped is asked of the tripwire and compute-sanitizer, then the round goes on with
@@ -247,16 +298,12 @@ build step6 "{'MKL_CAMPAIGN_STEP': 6}" &
 build step3 "{'MKL_CAMPAIGN_STEP': 3}" &
 build prof "{'HZ_PROFILER': 1}" &
 build prof6 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 6}" &
-wait
+for j in $(jobs -p); do wait "$j"; done  # (a bare wait also waits for the console tee: forever)
 BIN=$(tail -1 "$W/build_plain.txt"); BIN6=$(tail -1 "$W/build_step6.txt")
 [ -x "$BIN" ] && [ -x "$BIN6" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "step (e): 3 checked launches each of production, step (e), step (b); outputs dumped and compared"
-for b in plain step6 step3; do
-  B=$(tail -1 "$W/build_$b.txt")
-  timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
-  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
-done
+checked plain step6 step3
 python3 - "$W" <<'EOF' 2>&1 | cut -c1-300
 import sys
 from array import array
@@ -279,23 +326,62 @@ S6=ok
 grep -q '"mismatched":0,' "$W/sanity_step6.txt" || S6=not-clean
 log "step (e)'s checked launches: $S6"
 if [ "$S6" = ok ]; then gate e production step_e; else log "no gate: step (e)'s checked launches were $S6"; fi
-log "bench: floors, production, step (e) (no torch)"
-timeout "$(cap 40)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=6 --no-torch \
-  --json "$W/perf.json" > "$W/perf.txt" 2>&1
-echo "exit $?"; tail -20 "$W/perf.txt"
-if [ "$(left)" -ge 30 ]; then
-  log "per-task profile: production, step_e (router_topk and oproj per layer)"
-  timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_e \
-    --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
-  echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+quick_tail 6 step_e "production step_e" MKL_CAMPAIGN_STEP=6
+elif [ "$WHAT" = stepf-quick ]; then
+log "builds: production (the bench's), step (e) (MKL_CAMPAIGN_STEP 6) and step (f) (7), plain; step (e) and step (f) profiled"
+build plain None &
+build step6 "{'MKL_CAMPAIGN_STEP': 6}" &
+build step7 "{'MKL_CAMPAIGN_STEP': 7}" &
+build prof6 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 6}" &
+build prof7 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 7}" &
+for j in $(jobs -p); do wait "$j"; done  # (a bare wait also waits for the console tee: forever)
+BIN7=$(tail -1 "$W/build_step7.txt")
+[ -x "$BIN7" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "step (f): 3 checked launches each of step (e) and step (f); outputs dumped and compared (the same bits expected)"
+checked step6 step7
+if [ -s "$W/dump_step6.f32" ] && cmp -s "$W/dump_step6.f32" "$W/dump_step7.f32"; then
+  echo "step (f) vs step (e): identical bits"
 else
-  log "no time left for the profile ($(left)s left)"
+  echo "step (f) vs step (e): NOT identical (or a dump is missing)"
 fi
-log "clean variants and corruption canaries on step (e)'s build (one warm server)"
-timeout "$(cap 25)" python3 bench/megakernel_layers_acceptance.py --define MKL_CAMPAIGN_STEP=6 --clean-launches 200 \
-  --clean-budget 0.5 --canary-budget 0.3 --skip-agreement --json "$W/acceptance_step_e.json" \
-  > "$W/acceptance_step_e.txt" 2>&1
-echo "exit $?"; cut -c1-200 "$W/acceptance_step_e.txt" | grep -v Warning
+S7=ok
+grep -q '"mismatched":0,' "$W/sanity_step7.txt" || S7=not-clean
+log "step (f)'s checked launches: $S7"
+if [ "$S7" = ok ]; then gate ef step_e step_f; else log "no gate: step (f)'s checked launches were $S7"; fi
+quick_tail 7 step_f "step_e step_f" MKL_CAMPAIGN_STEP=6 MKL_CAMPAIGN_STEP=7
+elif [ "$WHAT" = round10 ]; then
+# One device call, three rounds: each mode is its own run of this script (its own folder, its own
+# budget); what one leaves unused goes to the next. The builds they share are cached (HZ_BUILD_DIR).
+export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
+for spec in promote:270:0 stepe-quick:115:125 stepf-quick:125:0; do
+  IFS=: read -r MODE WANT KEEP <<< "$spec"
+  B=$(( $(left) - KEEP - 5 )); [ "$B" -gt "$WANT" ] && B=$WANT
+  if [ "$B" -lt 30 ]; then log "round10: no time left for $MODE (${B}s)"; echo "$MODE: not run (${B}s left)" >> "$W/ran.txt"; continue; fi
+  log "round10: $MODE, budget ${B}s"
+  OUT="$W/$MODE" BUDGET=$B timeout $(( B + 10 )) bash ci/gpu/layers-campaign.sh "$MODE" 2>&1 | \
+    tee "$W/console_$MODE.log" | grep --line-buffered -E "^== "  # its progress lines here, all of it in its console
+  echo "$MODE: exit ${PIPESTATUS[0]}, $(( $(date +%s) - T0 ))s into the call" | tee -a "$W/ran.txt"
+done
+python3 - "$W" <<'EOF2' 2>&1 | tee "$W/summary.txt"
+import re
+import sys
+from pathlib import Path
+w = Path(sys.argv[1])
+KEEP = re.compile(r"identical|same bits|NOT |checked launches:| -> |headline|copy floor|x copy floor|^clean |^canary |"
+                  r"BUILD FAILED|no time left|not run|still running|hang|snapshot_epoch|ragged|tripwire|exit [1-9]")
+print("round10 summary (ci/gpu/layers-campaign.sh round10): what each mode's console says, in order")
+print((w / "ran.txt").read_text() if (w / "ran.txt").is_file() else "ran.txt missing")
+for mode in ("promote", "stepe-quick", "stepf-quick"):
+    log = w / f"console_{mode}.log"
+    print(f"==== {mode}")
+    if not log.is_file():
+        print("  (no console: not run)")
+        continue
+    for line in log.read_text(errors="replace").splitlines():
+        if KEEP.search(line):
+            print("  " + line[:240])
+EOF2
 elif [ "$WHAT" = promote ]; then
 log "builds: production (step (d)) and step_b0 (MKL_CAMPAIGN_STEP 2), plain and profiled; beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
@@ -317,11 +403,7 @@ BIN=$(tail -1 "$W/build_plain.txt"); BIN2=$(tail -1 "$W/build_step2.txt"); TWB=$
 [ -x "$BIN" ] && [ -x "$BIN2" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "production vs step_b0: 3 checked launches each, outputs dumped and compared (identical bits expected)"
-for b in plain step2; do
-  B=$(tail -1 "$W/build_$b.txt")
-  timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
-  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
-done
+checked plain step2
 cmp "$W/dump_plain.f32" "$W/dump_step2.f32" && echo "production (step (d)): the same bits as step_b0"
 
 log "waiting for the logit gate's model (training uses the GPU; the gates time it)"
@@ -412,11 +494,7 @@ BIN=$(tail -1 "$W/build_plain.txt")
 [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "ring_smem: 3 checked launches, output against production's (the same code: the same bits expected)"
-for b in plain ringsmem; do
-  B=$(tail -1 "$W/build_$b.txt")
-  timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
-  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
-done
+checked plain ringsmem
 cmp "$W/dump_plain.f32" "$W/dump_ringsmem.f32" && echo "ring_smem: same bits as production"
 
 gate r step_b0 ring_smem step_c
@@ -484,7 +562,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$QUICK" = 0 ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != round10 ] && [ "$QUICK" = 0 ]; then
   log "ragged decode regression"
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
@@ -497,7 +575,7 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] &
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
 fi
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != round10 ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \
@@ -515,11 +593,15 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] &
     log "no time left for hazards check (${CB}s)"
   fi
 fi
+if [ "$WHAT" != round10 ]; then  # (round10's runs printed theirs)
 log "the campaign table's rows (ci/gpu/layers_campaign_table.py)"
 python3 ci/gpu/layers_campaign_table.py "$W" 2>&1 | cut -c1-700
+fi
 log "done"
 cp "$W/perf.txt" "$W/env.txt" "$W/console.log" "$R/" 2>/dev/null
 [ "$WHAT" = promote ] && cp "$W/perf.json" "$W/gate_p.json" "$W/gate_q.json" "$R/" 2>/dev/null
 [ "$WHAT" = stepe-quick ] && cp "$W/perf.json" "$W/gate_e.json" "$R/" 2>/dev/null
+[ "$WHAT" = stepf-quick ] && cp "$W/perf.json" "$W/gate_ef.json" "$R/" 2>/dev/null
+[ "$WHAT" = round10 ] && cp "$W/summary.txt" "$W"/console_*.log "$R/" 2>/dev/null
 tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign
 ls -la "$R"

@@ -55,8 +55,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # The optimisation campaign: each step's predecessor stays buildable
     # (MKL_CAMPAIGN_STEP in mkl_kernel.cuh), so each step is judged against the production
     # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
-    # production of their time), since round 8 production (step d) vs step_b0 and back, and
-    # step_e vs production (step d).
+    # production of their time), since round 8 production (step d) vs step_b0 and back,
+    # step_e vs production (step d), and step_f vs step_e (what step (f) adds) and vs production.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
@@ -78,6 +78,10 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "folded into partial logits of the O-projection workers (a warp's experts' weights loaded in one "
               "pass) and the top-k by one warp's butterfly instead of one thread's scan (MKL_CAMPAIGN_STEP 6; step (b)'s logits and routing: last bits differ "
               "from production's)", "faster", defines=(("MKL_CAMPAIGN_STEP", 6),)),
+    Candidate("step_f", "campaign step (f), a candidate (round 10): step (e) with each attention block's V rows "
+              "copied to shared memory by cp.async as the block starts, beside its whole K row, instead of loaded "
+              "into registers after the scores (one dependent L2 round trip a block, not three; 64 KB more "
+              "shared memory; MKL_CAMPAIGN_STEP 7; step (e)'s bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 7),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

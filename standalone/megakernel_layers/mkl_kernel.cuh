@@ -63,14 +63,21 @@
 // (select_topk_warp) instead of one thread: the router task is the one block the whole grid
 // waits for (21 us a layer on the H200, round 7) and moves ~0.2 MB, so it is latency, not bytes;
 // step_e. Its logits are step (b)'s (summed in another order than production's: last bits
-// differ), its routing step (b)'s exactly (the warp picks what the thread's scan picks).
+// differ), its routing step (b)'s exactly (the warp picks what the thread's scan picks). 7 (a
+// candidate, round 10) step (f): step (e) with each attention block's V rows copied to shared
+// memory by cp.async as the block starts, beside its whole K row (attend_chunk): the attention
+// chunk is the longest task of the layer head (32 us a layer on 33 SMs for 8.4 MB, round 7) and
+// its SASS had three dependent L2 round trips a block (K's first half; K's second half, which
+// ptxas issued after the first half's FMAs; V, issued after the scores); now one. Same values,
+// same arithmetic in the same order: step (e)'s bits; step_f.
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 5
 #endif
-#define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP == 6)  // step (b)
+#define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP >= 6)  // step (b)
 #define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
-#define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP == 5 || MKL_CAMPAIGN_STEP == 6)   // step (d)
-#define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP == 6)                           // step (e)
+#define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP >= 5)                             // step (d)
+#define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP >= 6)                           // step (e)
+#define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP >= 7)                               // step (f)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -160,7 +167,8 @@ struct SmemHead {
 };
 __host__ __device__ constexpr size_t arena_floats(const Shape& s) {
   const size_t act = (size_t)s.K * s.I > (size_t)s.D ? (size_t)s.K * s.I : (size_t)s.D;
-  const size_t attn = (size_t)s.NQ * HD + (size_t)NWARPS * (s.NQ / s.NKV) * PART_W;
+  const size_t attn = (size_t)s.NQ * HD + (size_t)NWARPS * (s.NQ / s.NKV) * PART_W +
+                      (MKL_ATTN_AHEAD ? (size_t)NWARPS * 32 * (HD / 2) : 0);  // step (f): V blocks
   const size_t oproj = (size_t)s.NQ * HD;
   size_t m = act > attn ? act : attn;
   m = m > oproj ? m : oproj;
@@ -628,6 +636,10 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 #pragma unroll
   for (int g = 0; g < GQ; ++g) { m[g] = -INFINITY; l[g] = 0.f; acc[g][0] = acc[g][1] = 0.f; }
   constexpr int vstride = NKV * HD / 2;  // u32 words from one token's V row to the next
+#if MKL_ATTN_AHEAD
+  // this warp's V block: 32 tokens x HD / 2 words, after the scratch (arena_floats counts it)
+  uint32_t* vst = reinterpret_cast<uint32_t*>(scratch + (size_t)NWARPS * GQ * PART_W) + (size_t)warp * 32 * (HD / 2);
+#endif
   for (int base = t0 + 32 * sub; base < t1; base += 32 * wpk) {
     const int tok = base + lane;
     const bool valid = tok < t1;
@@ -638,6 +650,19 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 4; ++i) kr[half][i] = ld_l2(krow + 32 * half + 8 * i);
+#if MKL_ATTN_AHEAD
+    // Step (f): the block's V rows go to this warp's slot of shared memory now, by cp.async: no
+    // register holds them, so ptxas cannot push them behind the scores (lane copies the 16-B
+    // pieces lane, lane + 32, ... of the block's 32 tokens x 8 pieces; tokens past its end none).
+    // With the K row above, one dependent L2 round trip a block (production: three)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int tk = (lane + 32 * k) >> 3, pc = (lane + 32 * k) & 7;
+      if (tk < ntok) hz_cp_async_16(vst + tk * (HD / 2) + 4 * pc, vc + ((size_t)(base + tk) * NKV + kvh) * HD + 8 * pc);
+    }
+    hz_cp_async_commit();
+    __syncwarp();  // no load crosses it: ptxas would issue the K row's second half after the first half's FMAs
+#endif
     float sc[GQ];
 #pragma unroll
     for (int g = 0; g < GQ; ++g) sc[g] = 0.f;
@@ -652,11 +677,13 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
                         *reinterpret_cast<const float4*>(qg + 8 * i + 4));
       }
     }
+#if !MKL_ATTN_AHEAD
     // this block's V: lane = dim pair, one u32 per token (rows past the block's end: none)
     const unsigned int* vcol = reinterpret_cast<const unsigned int*>(vc + ((size_t)base * NKV + kvh) * HD) + lane;
     uint32_t vv[32];
 #pragma unroll
     for (int t = 0; t < 32; ++t) vv[t] = t < ntok ? __ldcg(vcol + t * vstride) : 0u;
+#endif
 #pragma unroll
     for (int g = 0; g < GQ; ++g) sc[g] = valid ? sc[g] * scale : -INFINITY;
     float pr[GQ];
@@ -678,11 +705,19 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 #pragma unroll
     for (int g = 0; g < GQ; g += 4)
       *reinterpret_cast<float4*>(prs + lane * GQ + g) = make_float4(pr[g], pr[g + 1], pr[g + 2], pr[g + 3]);
+#if MKL_ATTN_AHEAD
+    hz_cp_async_wait(0);  // this lane's V pieces have landed; the barrier below shows them to the warp
+#endif
     __syncwarp();
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       if (t >= ntok) break;  // warp-uniform
-      const float v0 = bf_lo(vv[t]), v1 = bf_hi(vv[t]);
+#if MKL_ATTN_AHEAD
+      const uint32_t vt = vst[t * (HD / 2) + lane];
+#else
+      const uint32_t vt = vv[t];
+#endif
+      const float v0 = bf_lo(vt), v1 = bf_hi(vt);
 #pragma unroll
       for (int g = 0; g < GQ; g += 4) {
         const float4 pg = *reinterpret_cast<const float4*>(prs + t * GQ + g);
@@ -694,7 +729,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
         }
       }
     }
-    __syncwarp();  // the next block, or the combine below, rewrites prs
+    __syncwarp();  // the next block, or the combine below, rewrites prs (and step (f)'s vst)
   }
   // this warp's (m, l, acc) per head into scratch, then combine the warps of each head
 #pragma unroll

@@ -1,7 +1,7 @@
 """Reading the layered megakernel's SASS (nvdisasm -c listings) in the codegen tests: each
 device function's lines, and how many global loads go out ahead of the arithmetic (the layer
 head's tasks, test_head_codegen.py; step (d)'s spread merge, test_merge_spread.py; the weight
-ring, test_weight_ring.py)."""
+ring, test_weight_ring.py; step (f)'s attention, test_attention_ahead.py)."""
 from __future__ import annotations
 
 import re
@@ -28,6 +28,22 @@ def function_listings(listing: str, names: Iterable[str]) -> dict[str, str]:
         elif name:
             funcs[name] += line + "\n"
     return funcs
+
+
+def function_instances(listing: str, name: str) -> list[str]:
+    """The lines of every function of the listing whose symbol's last `$` part contains `name`, one
+    string per instance (function_listings joins the instances of both kernels and shapes)."""
+    out: list[str] = []
+    inside = False
+    for line in listing.splitlines():
+        label = re.match(r"^(\S+):\s*$", line)
+        if label and not line.startswith(".L"):
+            inside = name in label.group(1).removeprefix(".text.").split("$")[-1]
+            if inside:
+                out.append("")
+        elif inside:
+            out[-1] += line + "\n"
+    return out
 
 
 def longest_load_run(sass: str, load: str = r"\bLDG\.") -> int:

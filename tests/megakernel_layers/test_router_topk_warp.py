@@ -92,8 +92,8 @@ def test_the_step_e_round_gates_the_candidate_against_production_within_120_s_an
     assert f"build step6 \"{{'MKL_CAMPAIGN_STEP': {dict(FA.candidate('step_e').defines)['MKL_CAMPAIGN_STEP']}}}\"" in mode
     assert "build step3 \"{'MKL_CAMPAIGN_STEP': 3}\"" in mode and dict(FA.candidate("step_b").defines) == {
         "MKL_CAMPAIGN_STEP": 3}
-    assert "--also-define MKL_CAMPAIGN_STEP=6 --no-torch" in mode
-    assert "--define MKL_CAMPAIGN_STEP=6" in mode  # the canaries run on the candidate's build
+    # the bench (production and step (e)), the profile of both, the canaries on step (e)'s build
+    assert 'quick_tail 6 step_e "production step_e" MKL_CAMPAIGN_STEP=6' in mode
     assert int(re.search(r'"\$WHAT" = stepe-quick \]; then BUDGET=\$\{BUDGET:-(\d+)\}', text).group(1)) <= 120
     # what lands under $OUT/layers-campaign: the common three, its own two, the tar
     copied = re.search(r'\[ "\$WHAT" = stepe-quick \] && cp (.*) "\$R/"', text).group(1).split()
