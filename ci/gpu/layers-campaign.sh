@@ -88,7 +88,8 @@
 #     cp.async beside its K loads) against step (e): builds (production plain for the bench, step (e)
 #     and step (f) plain and profiled), 3 checked launches of step (e) and step (f), their outputs
 #     compared (the same bits expected), the gate step_e -> step_f (what step (f) adds), the bench
-#     without torch (floors, production, step (e), step (f)), the per-task profile of step (e) and
+#     without torch (floors, production, step (e), step (f), and production with the tripwire's
+#     watched wait inlined, MKL_TW_WATCH_INLINE 1: its tripwire cost), the per-task profile of step (e) and
 #     step (f) (attn_chunk and the layer head), the clean variants and corruption canaries on step
 #     (f)'s build. Nothing else.
 #   * `round10` (BUDGET 545 unless set): one device call for the next session's three layered rounds:
@@ -349,7 +350,8 @@ S7=ok
 grep -q '"mismatched":0,' "$W/sanity_step7.txt" || S7=not-clean
 log "step (f)'s checked launches: $S7"
 if [ "$S7" = ok ]; then gate ef step_e step_f; else log "no gate: step (f)'s checked launches were $S7"; fi
-quick_tail 7 step_f "step_e step_f" MKL_CAMPAIGN_STEP=6 MKL_CAMPAIGN_STEP=7
+# (and production with the tripwire's watched wait inlined: its tripwire cost beside production's)
+quick_tail 7 step_f "step_e step_f" MKL_CAMPAIGN_STEP=6 MKL_CAMPAIGN_STEP=7 MKL_TW_WATCH_INLINE=1
 elif [ "$WHAT" = round10 ]; then
 # One device call, three rounds: each mode is its own run of this script (its own folder, its own
 # budget); what one leaves unused goes to the next. The builds they share are cached (HZ_BUILD_DIR).

@@ -519,9 +519,22 @@ __device__ __forceinline__ void tw_mark(hz_tw_ctx* tw, int layer, int phase, int
 // flag (aux0: its value, aux1: what completes it, aux2: the expert or -1). Out of line: the
 // tripwire's bookkeeping stays out of the kernel body (code the instance pays for only
 // while it really waits).
-__device__ __noinline__ uint32_t wait_ge_watched(hz_tw_ctx* tw, const uint32_t* flag, uint32_t want, uint32_t bar,
-                                                 const uint32_t* feeder, uint32_t feeder_want, int expert,
-                                                 uint32_t obs) {
+// MKL_TW_WATCH_INLINE 1 (a diagnostic build for the tripwire's cost, issue 25 item 4; the plain
+// instance's machine code is the same either way): inline instead. Out of line, its 12 call sites
+// made ptxas spill 10 more registers in the tripwire instance's body than in the plain one's
+// (ptxas -v: 460 vs 420 B of spill stores, 1516 vs 1428 B of spill loads; inline: 452 / 1436), while
+// the hot loops of both instances have the same shape: that body is where the cost can be.
+#ifndef MKL_TW_WATCH_INLINE
+#define MKL_TW_WATCH_INLINE 0
+#endif
+#if MKL_TW_WATCH_INLINE
+#define MKL_TW_WATCH_FN __forceinline__
+#else
+#define MKL_TW_WATCH_FN __noinline__
+#endif
+__device__ MKL_TW_WATCH_FN uint32_t wait_ge_watched(hz_tw_ctx* tw, const uint32_t* flag, uint32_t want, uint32_t bar,
+                                                    const uint32_t* feeder, uint32_t feeder_want, int expert,
+                                                    uint32_t obs) {
   do {
     hz_tw_poll(tw, bar, obs, want);
     if ((tw->spins & (HZ_TW_SPIN_STRIDE - 1u)) == 0u) {

@@ -113,7 +113,7 @@ def test_the_step_f_round_gates_step_f_against_step_e_on_the_catalogs_builds_wit
         step = dict(FA.candidate(name).defines)["MKL_CAMPAIGN_STEP"]
         assert f"build step{step} \"{{'MKL_CAMPAIGN_STEP': {step}}}\"" in mode
     # the bench (production, step (e), step (f)), the profile of both, the canaries on step (f)'s build
-    assert 'quick_tail 7 step_f "step_e step_f" MKL_CAMPAIGN_STEP=6 MKL_CAMPAIGN_STEP=7' in mode
+    assert 'quick_tail 7 step_f "step_e step_f" MKL_CAMPAIGN_STEP=6 MKL_CAMPAIGN_STEP=7 ' in mode
     assert 'cmp -s "$W/dump_step6.f32" "$W/dump_step7.f32"' in mode  # the same bits, said either way
     assert _budget(text, "stepf-quick") <= 125
     copied = re.search(r'\[ "\$WHAT" = stepf-quick \] && cp (.*) "\$R/"', text).group(1).split()
