@@ -15,6 +15,8 @@ MKL_CAMPAIGN_STEP 7 built step 2's kernel (no flag was set): the SASS tests fail
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -168,3 +170,23 @@ def test_round10_runs_promote_stepe_and_stepf_in_one_call_under_560_s():
     common = re.search(r'cp ("\$W/perf.txt" .*) "\$R/" 2>/dev/null\n', text).group(1).split()
     assert copied == ['"$W/summary.txt"', '"$W"/console_*.log']
     assert len(common) + 1 + len(modes) + 1 <= 8  # common three, summary, three consoles, the tar
+
+
+def test_round10_summary_says_per_mode_what_its_console_says_and_what_did_not_run(tmp_path):
+    """The summary (round10's inline Python, run here on made-up consoles): each mode's kept lines
+    under its name, a mode without a console said so, what ran.txt says first."""
+    import subprocess
+    import sys
+
+    text = SCRIPT.read_text()
+    code = re.search(r"python3 - \"\$W\" <<'EOF2' .*summary\.txt\"\n(.*?)\nEOF2\n", text, re.S).group(1)
+    (tmp_path / "ran.txt").write_text("promote: exit 0, 280s into the call\nstepf-quick: not run (20s left)\n")
+    (tmp_path / "console_promote.log").write_text(
+        "== [3s] builds\nproduction (step (d)): the same bits as step_b0\nunrelated line\n"
+        "megakernel_layers:step_b0 -> faster | slowCTA ratios {}\ncanary amax_tail 420/420 launches mismatched\n")
+    (tmp_path / "console_stepe-quick.log").write_text("step (e) vs step (b): 5760 / 5760 floats, identical True\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True).stdout
+    assert out.index("promote: exit 0") < out.index("==== promote") < out.index("the same bits as step_b0")
+    assert "-> faster" in out and "canary amax_tail" in out and "unrelated line" not in out
+    assert out.index("==== stepe-quick") < out.index("identical True") < out.index("==== stepf-quick")
+    assert out.rstrip().endswith("(no console: not run)")
