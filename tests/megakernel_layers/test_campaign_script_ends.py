@@ -1,11 +1,16 @@
-"""Every mode of ci/gpu/layers-campaign.sh ends once its tools end.
+"""ci/gpu/layers-campaign.sh on the CPU: every mode ends once its tools end, and the modes that
+compare two builds' dumps compare the kernels' outputs.
 
 The script sends its output through `exec > >(tee console.log)`; a bare `wait` then waits for
 that tee as well (bash 5.2), which ends only when the script does: the mode hangs until the
 device call's outer timeout and copies nothing to $OUT. Round 9's stepe-quick had one after its
 builds. Here each mode runs on the CPU with stand-ins for python3, nvidia-smi, nvcc and
 compute-sanitizer that exit at once (every build then fails, every step is skipped or fails
-fast): the mode must reach its last line ("done") within seconds."""
+fast): the mode must reach its last line ("done") within seconds.
+
+A `--dump` file holds the kernel's output (D floats) and then the binary's reference (D floats,
+the same for every build). Compared whole, the identical reference half dilutes the cosine the
+mode prints for two builds whose outputs differ (about halves 1 - cos)."""
 from __future__ import annotations
 
 import os
@@ -42,3 +47,37 @@ def test_the_mode_ends_when_its_tools_end(mode, tmp_path):
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         pytest.fail(f"{mode}: still running after 45 s with every tool ended; last output: {out[-600:]}")
     assert re.search(r"^== \[\d+s\] done$", run.stdout, re.M), run.stdout[-800:]
+
+
+def _compare_snippets() -> list[str]:
+    """The inline Python of each `python3 - ... <<'EOF'` block that compares dumps."""
+    blocks = re.findall(r"<<'EOF'[^\n]*\n(.*?)\nEOF\n", SCRIPT.read_text(), re.S)
+    return [b for b in blocks if "array(" in b and "cos" in b]
+
+
+@pytest.mark.parametrize("which", ["stepc", "stepe-quick"])
+def test_the_dump_comparisons_print_the_outputs_cosine_not_the_whole_dumps(which, tmp_path):
+    import math
+    import sys
+    from array import array
+
+    snippets = _compare_snippets()
+    assert len(snippets) == 2, len(snippets)
+    snippet = snippets[0] if which == "stepc" else snippets[1]
+    d = 2880
+    ref = [math.sin(i) for i in range(d)]
+    out_a = [math.cos(i) for i in range(d)]
+    out_b = [x + (0.01 if i % 7 == 0 else 0.0) for i, x in enumerate(out_a)]
+    dot = sum(x * y for x, y in zip(out_a, out_b))
+    want = dot / (math.fsum(x * x for x in out_a) ** 0.5 * math.fsum(y * y for y in out_b) ** 0.5)
+    names = ("plain", "step4") if which == "stepc" else ("plain", "step6")
+    for name, out in zip(names, (out_a, out_b)):
+        (tmp_path / f"dump_{name}.f32").write_bytes(array("f", out + ref).tobytes())
+    argv = ([str(tmp_path / "dump_plain.f32"), str(tmp_path / "dump_step4.f32"), "step (c)"] if which == "stepc"
+            else [str(tmp_path)])
+    run = subprocess.run([sys.executable, "-", *argv], input=snippet, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    line = run.stdout.splitlines()[0]
+    cos = float(re.search(r"cos ([0-9.]+)", line).group(1))
+    assert abs(cos - want) < 2e-9, (line, want)
+    assert f"{d} / {d}" in line, line  # the output's floats, not the dump's 2 x D
