@@ -8,8 +8,8 @@
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepd-gate           # round 6's gate + profile, <= 40 s
 #     OUT=/tmp/out timeout 295 bash ci/gpu/layers-campaign.sh promote  # round 8: the promotion, <= 270 s
 #     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepe-quick  # round 9: step (e), <= 120 s
-#     OUT=/tmp/out timeout 140 bash ci/gpu/layers-campaign.sh stepf-quick  # round 10: step (f), <= 125 s
-#     OUT=/tmp/out timeout 560 bash ci/gpu/layers-campaign.sh round10  # promote + stepe-quick + stepf-quick, <= 545 s
+#     OUT=/tmp/out timeout 135 bash ci/gpu/layers-campaign.sh stepf-quick  # round 10: step (f), <= 125 s
+#     OUT=/tmp/out timeout 480 bash ci/gpu/layers-campaign.sh round10  # promote (lean) + stepe-quick + stepf-quick, <= 465 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -92,12 +92,18 @@
 #     watched wait inlined, MKL_TW_WATCH_INLINE 1: its tripwire cost), the per-task profile of step (e) and
 #     step (f) (attn_chunk and the layer head), the clean variants and corruption canaries on step
 #     (f)'s build. Nothing else.
-#   * `round10` (BUDGET 545 unless set): one device call for the next session's three layered rounds:
-#     promote (<= 270 s), stepe-quick (<= 115 s), stepf-quick (what is left, <= 125 s), each as its own
-#     run of this script with its own folder (the builds are cached between them: HZ_BUILD_DIR), then a
-#     summary of the three (summary.txt: bits, gate verdicts, step times, canaries, what ran out of
-#     time); under $OUT/layers-campaign: summary.txt, env.txt, each run's console (3) and one tar of the
-#     three folders.
+#   * `round10` (BUDGET 465 unless set; the call <= 480 s): one device call for the next session's
+#     three layered rounds: promote (<= 215 s, LEAN), stepe-quick (<= 110 s), stepf-quick (what is left,
+#     <= 120 s), each as its own run of this script with its own folder (the builds are cached between
+#     them: HZ_BUILD_DIR), then a summary of the three (summary.txt: bits, gate verdicts, step times,
+#     canaries, what ran out of time); under $OUT/layers-campaign: summary.txt, env.txt, console.log,
+#     each run's console (3) and one tar of the three folders. LEAN=1 (set by round10) drops from
+#     promote what another run already has or another call runs: the gate production -> step_b0 (gate
+#     p's inverse), the clean variants, canaries and hang classes on production's build (round 7 ran
+#     them on step (d)'s build, the same machine code), bench/tripwire_overhead.py (its kernel did not
+#     change) and the ragged-decode regression (the session's suite call runs it); the bench's paired
+#     rounds go 21 -> 15. Kept: bits, gate step_b0 -> production, bench, profile, snapshot_epoch at
+#     25/70/101 us (never run on step (d)), then the logit gate with what is left (>= 45 s).
 # Since round 8 production (the default build) is step (d): the modes written before it that judge
 # a candidate "against production" (gate, stepc, stepc-quick, stepd-quick, stepd-gate) now judge it
 # against step (d) (stepd-quick and stepd-gate compare step (d) with itself); ringsmem names step_b0,
@@ -117,7 +123,7 @@ if [ "$WHAT" = stepd-gate ]; then BUDGET=${BUDGET:-40}; fi
 if [ "$WHAT" = promote ]; then BUDGET=${BUDGET:-270}; fi
 if [ "$WHAT" = stepe-quick ]; then BUDGET=${BUDGET:-120}; fi
 if [ "$WHAT" = stepf-quick ]; then BUDGET=${BUDGET:-125}; fi
-if [ "$WHAT" = round10 ]; then BUDGET=${BUDGET:-545}; fi
+if [ "$WHAT" = round10 ]; then BUDGET=${BUDGET:-465}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
 R=$OUT/layers-campaign
@@ -358,12 +364,12 @@ elif [ "$WHAT" = round10 ]; then
 # One device call, three rounds: each mode is its own run of this script (its own folder, its own
 # budget); what one leaves unused goes to the next. The builds they share are cached (HZ_BUILD_DIR).
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
-for spec in promote:270:0 stepe-quick:115:125 stepf-quick:125:0; do
+for spec in promote:215:230 stepe-quick:110:120 stepf-quick:120:0; do
   IFS=: read -r MODE WANT KEEP <<< "$spec"
   B=$(( $(left) - KEEP - 5 )); [ "$B" -gt "$WANT" ] && B=$WANT
   if [ "$B" -lt 30 ]; then log "round10: no time left for $MODE (${B}s)"; echo "$MODE: not run (${B}s left)" >> "$W/ran.txt"; continue; fi
   log "round10: $MODE, budget ${B}s"
-  OUT="$W/$MODE" BUDGET=$B timeout $(( B + 10 )) bash ci/gpu/layers-campaign.sh "$MODE" 2>&1 | \
+  LEAN=1 OUT="$W/$MODE" BUDGET=$B timeout $(( B + 10 )) bash ci/gpu/layers-campaign.sh "$MODE" 2>&1 | \
     tee "$W/console_$MODE.log" | grep --line-buffered -E "^== "  # its progress lines here, all of it in its console
   echo "$MODE: exit ${PIPESTATUS[0]}, $(( $(date +%s) - T0 ))s into the call" | tee -a "$W/ran.txt"
 done
@@ -394,7 +400,7 @@ timeout "$(cap 100)" python3 bench/megakernel_layers_perf.py --compile-warmup-on
 WARM=$!
 timeout "$(cap 60)" python3 -m hazards.gates.synthlm.train --config layers --max-seconds 35 > "$W/train.txt" 2>&1 &
 TRAIN=$!
-timeout "$(cap 120)" python3 -c "
+[ "${LEAN:-0}" = 1 ] || timeout "$(cap 120)" python3 -c "
 import runpy
 m = runpy.run_path('bench/tripwire_overhead.py', run_name='build_only')
 print(m['build'](m['ROOT'] / '.hazards' / 'build'))" > "$W/build_twbench.txt" 2>&1 &
@@ -403,7 +409,7 @@ build step2 "{'MKL_CAMPAIGN_STEP': 2}" &
 build prof "{'HZ_PROFILER': 1}" &
 build prof2 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 2}" &
 for j in $(jobs -p); do [ "$j" = "$WARM" ] || [ "$j" = "$TRAIN" ] || wait "$j"; done
-BIN=$(tail -1 "$W/build_plain.txt"); BIN2=$(tail -1 "$W/build_step2.txt"); TWB=$(tail -1 "$W/build_twbench.txt")
+BIN=$(tail -1 "$W/build_plain.txt"); BIN2=$(tail -1 "$W/build_step2.txt"); TWB=$(tail -1 "$W/build_twbench.txt" 2>/dev/null)
 [ -x "$BIN" ] && [ -x "$BIN2" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "production vs step_b0: 3 checked launches each, outputs dumped and compared (identical bits expected)"
@@ -417,7 +423,9 @@ wait "$TRAIN"; echo "train exit $?: $(grep SYNTHLM "$W/train.txt" | cut -c1-200)
 for _ in $(seq 30); do kill -0 "$WARM" 2>/dev/null || break; sleep 1; done
 kill -0 "$WARM" 2>/dev/null && log "the torch.compile warm-up is still running: the gates below share the GPU with it"
 gate p step_b0 production
+if [ "${LEAN:-0}" = 1 ]; then log "lean: no gate production -> step_b0 (gate p's inverse)"; else
 gate q production step_b0
+fi
 
 TORCH=(--no-torch)
 if ! kill -0 "$WARM" 2>/dev/null; then
@@ -426,8 +434,9 @@ if ! kill -0 "$WARM" 2>/dev/null; then
 else
   log "the torch.compile warm-up has not finished: the bench runs without torch"; kill "$WARM" 2>/dev/null
 fi
-log "bench: floors, production, step_b0 (21 rounds: the paired tripwire cost) ${TORCH[*]}"
-timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=2 --rounds 21 "${TORCH[@]}" \
+ROUNDS=21; [ "${LEAN:-0}" = 1 ] && ROUNDS=15
+log "bench: floors, production, step_b0 ($ROUNDS rounds: the paired tripwire cost) ${TORCH[*]}"
+timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=2 --rounds "$ROUNDS" "${TORCH[@]}" \
   --json "$W/perf.json" > "$W/perf.txt" 2>&1
 echo "exit $?"; tail -25 "$W/perf.txt"
 
@@ -436,6 +445,10 @@ timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate produ
   --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
 echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
 
+if [ "${LEAN:-0}" = 1 ]; then
+  log "lean: no clean variants, canaries or hang classes (round 7 ran them on step (d)'s build: production's machine code)"
+  NEED=25  # after snapshot_epoch only the logit gate, with what is left
+else
 log "clean variants and corruption canaries on production's build (one warm server)"
 timeout "$(cap 30)" python3 bench/megakernel_layers_acceptance.py --clean-launches 500 --clean-budget 2 \
   --canary-budget 1 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1
@@ -446,9 +459,11 @@ echo "exit $?"; cut -c1-200 "$W/acceptance.txt" | grep -v Warning
 HL=$(( $(left) - 165 )); [ "$HL" -gt 25 ] && HL=25
 log "hang classes on production's build (${HL}s)"
 bash ci/gpu/layers-hang-sentences.sh "$W" "$BIN" "$HL" 600
+NEED=80
+fi
 for point in 25:50000:10 70:138600:16 101:200000:10; do
   IFS=: read -r US CYC RUNS <<< "$point"
-  [ "$(left)" -lt 80 ] && { log "no time left for snapshot_epoch at ${US} us ($(left)s left)"; continue; }
+  [ "$(left)" -lt "$NEED" ] && { log "no time left for snapshot_epoch at ${US} us ($(left)s left)"; continue; }
   log "snapshot_epoch at the ${US}-us skew ($CYC cycles): $RUNS runs of 1 launch on production's build"
   timeout "$(cap 20)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
     --json --keep-going --variant snapshot_epoch --params "{\"jitter_cycles\": $CYC}" --runs "$RUNS" --launches 1 \
@@ -456,6 +471,9 @@ for point in 25:50000:10 70:138600:16 101:200000:10; do
   echo "exit $?"; python3 ci/gpu/repro_summary.py "$W/repro_snapshot_epoch_${US}us.json" 1 2>&1 | cut -c1-900
 done
 
+if [ "${LEAN:-0}" = 1 ]; then
+  log "lean: no tripwire overhead bench (its kernel did not change) and no ragged regression (the session's suite call runs it)"
+else
 log "tripwire overhead bench (15 rounds)"
 TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")
 timeout "$(cap 25)" python3 bench/tripwire_overhead.py --rounds 15 "${TWARG[@]}" --json "$W/tripwire_overhead.json" \
@@ -466,6 +484,7 @@ log "ragged decode regression"
 timeout "$(cap 40)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
   --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
 echo "exit $?"; grep -iE "megakernel|floor" "$W/ragged.txt" | head -4 | cut -c1-200
+fi
 
 if [ "$(left)" -ge 45 ]; then
   log "logit gate on production's build (ci/gpu/layers-logit-gate.sh, $(( $(left) - 5 ))s; its output in the tar: logit/)"

@@ -148,10 +148,10 @@ def test_the_quick_rounds_tail_benches_profiles_and_runs_the_canaries_on_the_can
     assert 'megakernel_layers_acceptance.py --define "MKL_CAMPAIGN_STEP=$step"' in body
 
 
-def test_round10_runs_promote_stepe_and_stepf_in_one_call_under_560_s():
-    """The next session's one device call (the per-call limit is 600 s): each mode is a mode of
-    the script, their budgets add up inside round10's, round10's inside 560 s with the final
-    tar's slack, and what lands under $OUT/layers-campaign stays within 8 files."""
+def test_round10_runs_promote_stepe_and_stepf_in_one_call_under_480_s():
+    """The next session's one device call (the lead's share of the device: <= 480 s): each mode is
+    a mode of the script, their budgets add up inside round10's, round10's inside 480 s with the
+    final tar's slack, and what lands under $OUT/layers-campaign stays within 8 files."""
     text = SCRIPT.read_text()
     mode = _mode(text, "round10")
     specs = re.search(r"for spec in ([\w:\- ]+); do", mode).group(1).split()
@@ -162,14 +162,33 @@ def test_round10_runs_promote_stepe_and_stepf_in_one_call_under_560_s():
         assert _budget(text, m) >= int(next(s for s in specs if s.startswith(m + ":")).split(":")[1])
     total = _budget(text, "round10")
     assert sum(int(s.split(":")[1]) for s in specs) <= total - 20  # the runs' own starts and the summary
-    assert total + 15 <= 560
-    # each run gets its own folder and is killed past its budget; the summary reads their consoles
-    assert 'OUT="$W/$MODE" BUDGET=$B timeout $(( B + 10 ))' in mode
+    assert total + 15 <= 480
+    # each run gets its own folder, promote its lean form, and is killed past its budget
+    assert 'LEAN=1 OUT="$W/$MODE" BUDGET=$B timeout $(( B + 10 ))' in mode
     assert all(f'"{m}"' in mode for m in modes)
     copied = re.search(r'\[ "\$WHAT" = round10 \] && cp (.*) "\$R/"', text).group(1).split()
     common = re.search(r'cp ("\$W/perf.txt" .*) "\$R/" 2>/dev/null\n', text).group(1).split()
     assert copied == ['"$W/summary.txt"', '"$W"/console_*.log']
     assert len(common) + 1 + len(modes) + 1 <= 8  # common three, summary, three consoles, the tar
+
+
+def test_lean_promote_keeps_what_the_promotion_needs_and_drops_what_round_7_or_another_call_has():
+    """LEAN=1 (round10's promote): the gate step_b0 -> production, the bench, the profile and
+    snapshot_epoch at the three skews stay unconditional; the reverse gate, the canaries and hang
+    classes (round 7 ran them on step (d)'s build), the tripwire overhead bench and the ragged
+    regression sit behind LEAN, and the header says what lean drops."""
+    text = SCRIPT.read_text()
+    mode = _mode(text, "promote")
+    lean = re.findall(r'if \[ "\$\{LEAN:-0\}" = 1 \]; then(.*?)(?:\nfi\n|; fi\n)', mode, re.S)
+    guarded = "".join(lean)
+    for dropped in ("gate q production step_b0", "megakernel_layers_acceptance.py", "layers-hang-sentences.sh",
+                    "tripwire_overhead.py --rounds", "ragged_decode_h200.py"):
+        assert dropped in guarded, dropped
+    for kept in ("gate p step_b0 production", "megakernel_layers_profile.py", "for point in 25:50000:10 70:138600:16 "
+                 "101:200000:10", "layers-logit-gate.sh"):
+        assert kept in mode and kept not in guarded, kept
+    header = text[:text.index("set -u")]
+    assert "LEAN=1 (set by round10) drops" in header
 
 
 def test_round10_summary_says_per_mode_what_its_console_says_and_what_did_not_run(tmp_path):
