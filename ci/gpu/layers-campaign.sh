@@ -101,9 +101,10 @@
 #     promote what another run already has or another call runs: the gate production -> step_b0 (gate
 #     p's inverse), the clean variants, canaries and hang classes on production's build (round 7 ran
 #     them on step (d)'s build, the same machine code), bench/tripwire_overhead.py (its kernel did not
-#     change) and the ragged-decode regression (the session's suite call runs it); the bench's paired
-#     rounds go 21 -> 15. Kept: bits, gate step_b0 -> production, bench, profile, snapshot_epoch at
-#     25/70/101 us (never run on step (d)), then the logit gate with what is left (>= 45 s).
+#     change) and the ragged-decode regression (the session's suite call runs it). Kept, in this order:
+#     bits, gate step_b0 -> production, the profile (production's head), snapshot_epoch at 25/70/101 us
+#     (never run on step (d)), the bench (15 paired rounds, torch if warmed; production's step time is
+#     also in stepe/stepf-quick's benches), then the logit gate with what is left (>= 45 s).
 # Since round 8 production (the default build) is step (d): the modes written before it that judge
 # a candidate "against production" (gate, stepc, stepc-quick, stepd-quick, stepd-gate) now judge it
 # against step (d) (stepd-quick and stepd-gate compare step (d) with itself); ringsmem names step_b0,
@@ -422,64 +423,65 @@ wait "$TRAIN"; echo "train exit $?: $(grep SYNTHLM "$W/train.txt" | cut -c1-200)
 # time-sliced with another process's. Wait for it (<= 30 s), and say so if the gates still share.
 for _ in $(seq 30); do kill -0 "$WARM" 2>/dev/null || break; sleep 1; done
 kill -0 "$WARM" 2>/dev/null && log "the torch.compile warm-up is still running: the gates below share the GPU with it"
+p_bench() {  # the bench: floors, production, step_b0 (paired rounds: the tripwire's cost), torch if warmed
+  local rounds=$1 ws
+  TORCH=(--no-torch)
+  if ! kill -0 "$WARM" 2>/dev/null; then
+    wait "$WARM"; ws=$?; echo "warm-up exit $ws"; tail -2 "$W/compile_warmup.txt"
+    [ "$ws" = 0 ] && TORCH=(--compile-mode default+graph --compile-timeout 40)
+  else
+    log "the torch.compile warm-up has not finished: the bench runs without torch"; kill "$WARM" 2>/dev/null
+  fi
+  log "bench: floors, production, step_b0 ($rounds rounds: the paired tripwire cost) ${TORCH[*]}"
+  timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=2 --rounds "$rounds" \
+    "${TORCH[@]}" --json "$W/perf.json" > "$W/perf.txt" 2>&1
+  echo "exit $?"; tail -25 "$W/perf.txt"
+}
+p_profile() {
+  log "per-task profile: production, step_b0 (production's layer head: the snapshot_epoch model's LAYER_HEAD_US)"
+  timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_b0 \
+    --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
+  echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+}
+p_snapshot() {  # p_snapshot NEED: each point only with >= NEED s left
+  local point US CYC RUNS
+  for point in 25:50000:10 70:138600:16 101:200000:10; do
+    IFS=: read -r US CYC RUNS <<< "$point"
+    [ "$(left)" -lt "$1" ] && { log "no time left for snapshot_epoch at ${US} us ($(left)s left)"; continue; }
+    log "snapshot_epoch at the ${US}-us skew ($CYC cycles): $RUNS runs of 1 launch on production's build"
+    timeout "$(cap 20)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
+      --json --keep-going --variant snapshot_epoch --params "{\"jitter_cycles\": $CYC}" --runs "$RUNS" --launches 1 \
+      --timeout 1.5 --no-forensics > "$W/repro_snapshot_epoch_${US}us.json" 2> "$W/repro_snapshot_epoch_${US}us.err"
+    echo "exit $?"; python3 ci/gpu/repro_summary.py "$W/repro_snapshot_epoch_${US}us.json" 1 2>&1 | cut -c1-900
+  done
+}
 gate p step_b0 production
-if [ "${LEAN:-0}" = 1 ]; then log "lean: no gate production -> step_b0 (gate p's inverse)"; else
-gate q production step_b0
-fi
-
-TORCH=(--no-torch)
-if ! kill -0 "$WARM" 2>/dev/null; then
-  wait "$WARM"; WS=$?; echo "warm-up exit $WS"; tail -2 "$W/compile_warmup.txt"
-  [ "$WS" = 0 ] && TORCH=(--compile-mode default+graph --compile-timeout 40)
-else
-  log "the torch.compile warm-up has not finished: the bench runs without torch"; kill "$WARM" 2>/dev/null
-fi
-ROUNDS=21; [ "${LEAN:-0}" = 1 ] && ROUNDS=15
-log "bench: floors, production, step_b0 ($ROUNDS rounds: the paired tripwire cost) ${TORCH[*]}"
-timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=2 --rounds "$ROUNDS" "${TORCH[@]}" \
-  --json "$W/perf.json" > "$W/perf.txt" 2>&1
-echo "exit $?"; tail -25 "$W/perf.txt"
-
-log "per-task profile: production, step_b0 (production's layer head: the snapshot_epoch model's LAYER_HEAD_US)"
-timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_b0 \
-  --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
-echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
-
 if [ "${LEAN:-0}" = 1 ]; then
-  log "lean: no clean variants, canaries or hang classes (round 7 ran them on step (d)'s build: production's machine code)"
-  NEED=25  # after snapshot_epoch only the logit gate, with what is left
+  # What the promotion needs first and nothing else has: production's head and snapshot_epoch on it;
+  # the bench (production's step time is also in stepe/stepf-quick's benches) gets what is left.
+  log "lean: no reverse gate, clean variants, canaries, hang classes (round 7: step (d)'s build), tripwire overhead bench, ragged regression"
+  p_profile
+  p_snapshot 25
+  p_bench 15
 else
+gate q production step_b0
+p_bench 21
+p_profile
 log "clean variants and corruption canaries on production's build (one warm server)"
 timeout "$(cap 30)" python3 bench/megakernel_layers_acceptance.py --clean-launches 500 --clean-budget 2 \
   --canary-budget 1 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1
 echo "exit $?"; cut -c1-200 "$W/acceptance.txt" | grep -v Warning
-
 # What the steps after this one need (s): snapshot_epoch 40, the tripwire bench 25, the ragged
 # regression 40, the logit gate 60; the hang classes take what is left above that (<= 25 s).
 HL=$(( $(left) - 165 )); [ "$HL" -gt 25 ] && HL=25
 log "hang classes on production's build (${HL}s)"
 bash ci/gpu/layers-hang-sentences.sh "$W" "$BIN" "$HL" 600
-NEED=80
-fi
-for point in 25:50000:10 70:138600:16 101:200000:10; do
-  IFS=: read -r US CYC RUNS <<< "$point"
-  [ "$(left)" -lt "$NEED" ] && { log "no time left for snapshot_epoch at ${US} us ($(left)s left)"; continue; }
-  log "snapshot_epoch at the ${US}-us skew ($CYC cycles): $RUNS runs of 1 launch on production's build"
-  timeout "$(cap 20)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
-    --json --keep-going --variant snapshot_epoch --params "{\"jitter_cycles\": $CYC}" --runs "$RUNS" --launches 1 \
-    --timeout 1.5 --no-forensics > "$W/repro_snapshot_epoch_${US}us.json" 2> "$W/repro_snapshot_epoch_${US}us.err"
-  echo "exit $?"; python3 ci/gpu/repro_summary.py "$W/repro_snapshot_epoch_${US}us.json" 1 2>&1 | cut -c1-900
-done
-
-if [ "${LEAN:-0}" = 1 ]; then
-  log "lean: no tripwire overhead bench (its kernel did not change) and no ragged regression (the session's suite call runs it)"
-else
+p_snapshot 80
 log "tripwire overhead bench (15 rounds)"
 TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")
 timeout "$(cap 25)" python3 bench/tripwire_overhead.py --rounds 15 "${TWARG[@]}" --json "$W/tripwire_overhead.json" \
   > "$W/tripwire_overhead.txt" 2>&1
 echo "exit $?"; tail -6 "$W/tripwire_overhead.txt" | cut -c1-200
-
 log "ragged decode regression"
 timeout "$(cap 40)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
   --json "$W/ragged.json" > "$W/ragged.txt" 2>&1

@@ -187,6 +187,9 @@ def test_lean_promote_keeps_what_the_promotion_needs_and_drops_what_round_7_or_a
     for kept in ("gate p step_b0 production", "megakernel_layers_profile.py", "for point in 25:50000:10 70:138600:16 "
                  "101:200000:10", "layers-logit-gate.sh"):
         assert kept in mode and kept not in guarded, kept
+    # lean runs what the promotion needs first: production's head, snapshot_epoch on it, then the bench
+    then = guarded[:guarded.index("\nelse\n")]
+    assert then.index("p_profile") < then.index("p_snapshot 25") < then.index("p_bench 15"), then
     header = text[:text.index("set -u")]
     assert "LEAN=1 (set by round10) drops" in header
 
