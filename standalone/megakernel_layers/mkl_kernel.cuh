@@ -519,7 +519,7 @@ __device__ __forceinline__ void tw_mark(hz_tw_ctx* tw, int layer, int phase, int
 // flag (aux0: its value, aux1: what completes it, aux2: the expert or -1). Out of line: the
 // tripwire's bookkeeping stays out of the kernel body (code the instance pays for only
 // while it really waits).
-// MKL_TW_WATCH_INLINE 1 (a diagnostic build for the tripwire's cost, issue 25 item 4; the plain
+// MKL_TW_WATCH_INLINE 1 (a diagnostic build for the tripwire's cost, the campaign's bound; the plain
 // instance's machine code is the same either way): inline instead. Out of line, its 12 call sites
 // made ptxas spill 10 more registers in the tripwire instance's body than in the plain one's
 // (ptxas -v: 460 vs 420 B of spill stores, 1516 vs 1428 B of spill loads; inline: 452 / 1436), while

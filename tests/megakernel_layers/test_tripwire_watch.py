@@ -1,4 +1,4 @@
-"""The tripwire's cost (issue 25 item 4): round 7 measured the tripwire compiled in (no file) at
+"""The tripwire's cost (the campaign bounds it at 1%): round 7 measured the tripwire compiled in (no file) at
 +1.17% on step (d), over the 1% bound. On the CPU (nvcc 13.0, sm_90a) the two kernel instances'
 hot functions have the same loop shape; what differs is the tripwire instance's body, where the
 out-of-line watched wait (`wait_ge_watched`, 12 call sites) made ptxas spill more than in the plain
