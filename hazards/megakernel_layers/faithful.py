@@ -56,7 +56,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # (MKL_CAMPAIGN_STEP in mkl_kernel.cuh), so each step is judged against the production
     # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
     # production of their time), since round 8 production (step d) vs step_b0 and back,
-    # step_e vs production (step d), and step_f vs step_e (what step (f) adds) and vs production.
+    # step_e vs production (step d), step_f vs step_e (what step (f) adds) and vs production, and
+    # step_g vs step_f (what step (g) adds).
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
@@ -82,6 +83,10 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "copied to shared memory by cp.async as the block starts, beside its whole K row, instead of loaded "
               "into registers after the scores (one dependent L2 round trip a block, not three; 64 KB more "
               "shared memory; MKL_CAMPAIGN_STEP 7; step (e)'s bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 7),)),
+    Candidate("step_g", "campaign step (g), a candidate (round 11): step (f) with W2's FP8 quantization on 8 warps "
+              "instead of 4, every load of a warp's rounds issued before its first amax (one dependent L2 round "
+              "trip a warp; step (f)'s: ~7 a round, a spilled load ahead of each next, 3 rounds a warp; "
+              "MKL_CAMPAIGN_STEP 8; step (f)'s bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 8),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

@@ -78,6 +78,7 @@
 #define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP >= 5)                             // step (d)
 #define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP >= 6)                           // step (e)
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP >= 7)                               // step (f)
+#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP >= 8)                           // step (g)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -1287,6 +1288,97 @@ __device__ __noinline__ void quantize_expert_input(const float* src, float* dst,
   }
 }
 
+#if MKL_W2_QUANT_AHEAD
+// Campaign step (g): quantize_expert_input's rounds spread over the warps, every load of a warp's
+// rounds issued before the first amax. In the old function's SASS (nvcc 13.0, sm_90a) the lane's 32
+// values live in local memory: each 16-B load is stored to the stack (STL) before the next load
+// reuses its register, so a round is ~7 dependent L2 round trips and a W2 worker's quantization (3
+// rounds on each of 4 warps) ~21, all before its GEMV. Here the values are four float4 of
+// registers a round and a warp runs at most two rounds, loaded together: one round trip. The
+// arithmetic of each sub-block, and the order of its operands, are the old function's: same bits.
+// (Written out again, not shared with quantize_expert_input: a shared inline helper moved
+// production's register assignment, two MOVs swapped, and production's machine code stays as is.)
+// NR rounds r_first .. r_first + NR - 1 of one expert slot; `reg` is reused across them as in the
+// old function, so with HZ_AMAX_TAIL the tail round's lanes past the end hand the butterfly the
+// previous round's packed codes (the caller gives the tail round's warp the round before it too).
+template <int NR>
+__device__ __noinline__ void quantize_expert_rounds(const float* src, float* dst, float wgt, int I, int r_first,
+                                                    bool broken_tail) {
+  __builtin_assume(__isShared(dst));
+  const int lane = threadIdx.x & 31;
+  const int nsub = I / SUB_BLOCK;
+  float4 v[NR][SUB_BLOCK / 4];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int sb = min(32 * (r_first + r) + lane, nsub - 1);  // a lane past the end loads the last sub-block, unused
+#pragma unroll
+    for (int i = 0; i < SUB_BLOCK / 4; ++i) v[r][i] = __ldcg(reinterpret_cast<const float4*>(src + sb * SUB_BLOCK) + i);
+  }
+  uint32_t reg = 0u;
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int r0 = 32 * (r_first + r);
+    const int sb = r0 + lane;
+    const bool ran = sb < nsub;
+    const int last_lane = min(31, nsub - 1 - r0);
+    if (ran) {
+      float amax = 0.f;
+#pragma unroll
+      for (int i = 0; i < SUB_BLOCK / 4; ++i) {
+        const float4 x = v[r][i];
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
+      }
+      reg = __float_as_uint(amax);
+    }
+    float m = __uint_as_float(reg);
+#pragma unroll
+    for (int k = 1; k < 4; k <<= 1) {
+      const int partner = broken_tail ? (lane ^ k) : min(lane ^ k, last_lane);
+      m = fmaxf(m, __shfl_sync(0xffffffffu, m, partner));
+    }
+    if (ran) {
+      int ex = 0;
+      const float fr = frexpf(m / FP8_MAX, &ex);
+      const float scale = m > 0.f ? ldexpf(1.f, fr == 0.5f ? ex - 1 : ex) : 1.f;
+      const float inv = 1.f / scale;
+#pragma unroll
+      for (int i = 0; i < SUB_BLOCK / 4; ++i) {
+        const float xs[4] = {v[r][i].x, v[r][i].y, v[r][i].z, v[r][i].w};
+        uint32_t packed = 0u;
+        float out[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const __nv_fp8_e4m3 q(xs[k] * inv);
+          packed |= (uint32_t)q.__x << (8 * k);
+          out[k] = (float)q * scale * wgt;
+        }
+        *reinterpret_cast<float4*>(dst + sb * SUB_BLOCK + 4 * i) = make_float4(out[0], out[1], out[2], out[3]);
+        reg = packed;
+      }
+    }
+  }
+}
+
+// Step (g)'s W2 quantization: expert slot j's rounds as items of one warp each, but the tail round
+// (whose lanes past the end the amax_tail switch is about) shares its warp with the round before
+// it, as in the old loop; rounds = ceil(I / SUB_BLOCK / 32): 3 at the default shape, so 2 items a
+// slot, 8 warps for K = 4, one round trip each.
+__device__ __forceinline__ void quantize_w2_inputs(const Shape& s, const float* swiglu, float* act, const float* wts,
+                                                   bool broken_tail) {
+  const int warp = threadIdx.x >> 5;
+  const int rounds = (s.I / SUB_BLOCK + 31) / 32;
+  const int items = rounds > 1 ? rounds - 1 : 1;  // the last item of a slot holds the last two rounds
+#pragma unroll 1
+  for (int it = warp; it < s.K * items; it += NWARPS) {
+    const int j = it / items, k = it % items;
+    const float* src = swiglu + (size_t)j * s.I;
+    float* dst = act + (size_t)j * s.I;
+    if (k == items - 1 && rounds > 1) quantize_expert_rounds<2>(src, dst, wts[j], s.I, k, broken_tail);
+    else quantize_expert_rounds<1>(src, dst, wts[j], s.I, k, broken_tail);
+  }
+}
+#endif
+
 // The W13 barrier of expert e fired; HZ_SHARED_LINE's lost release is AMD's, so on this
 // GPU it is emulated: an L2 write-back of the counter's 64-B line, still holding the release
 // values from before this barrier, lands on top of the write-through releases -- but only
@@ -1593,10 +1685,14 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         }
       __syncthreads();
       MKL_PROF_STAMP(span);
+#if MKL_W2_QUANT_AHEAD
+      quantize_w2_inputs(s, p.swiglu, arena, hd->wts, p.hazard == HZ_AMAX_TAIL);
+#else
       const int warp = tid >> 5;
       for (int j = warp; j < s.K; j += NWARPS)
         quantize_expert_input(p.swiglu + (size_t)j * s.I, arena + (size_t)j * s.I, hd->wts[j], s.I,
                               p.hazard == HZ_AMAX_TAIL);
+#endif
       __syncthreads();
       gemv_block(p.gemv_depth, w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) p.xres[r + j] = p.h[r + j] + a[j];

@@ -154,6 +154,33 @@ def test_step_f_gives_step_e_bits(params: dict):
     assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
 
 
+# ---- campaign step (g) (MKL_CAMPAIGN_STEP 8, a candidate): W2's quantization, loads together -----
+
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                                # I 2880: 90 sub-blocks, 3 rounds a slot
+    {"layers": 2, "seq": 1024, "hazard": "amax_tail"},         # the tail round reads stale packed codes
+    {"layers": 2, "seq": 1024, "model": "small"},              # I 1024: one round a slot (no pair)
+], ids=["default", "amax_tail", "small"])
+def test_step_g_gives_step_f_bits_clean_and_with_amax_tail(params: dict):
+    """Step (g) runs each sub-block's arithmetic as step (f) does, only on more warps with the
+    loads issued together, and the tail round shares its warp (and `reg`) with the round before
+    it: step (f)'s output bit for bit, and with amax_tail on step (f)'s corrupted output bit for
+    bit (the switch still reads last round's packed codes as an amax)."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    outs, replies = [], []
+    for step in (7, 8):
+        out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": step}), params)
+        outs.append(out)
+        replies.append(reply)
+    if "hazard" in params:
+        assert all(r.get("mismatched", 0) > 0 for r in replies), replies  # corrupted, in both
+    else:
+        assert all(r.get("mismatched") == 0 for r in replies), replies
+    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+
+
 def test_production_profiles_every_merge_span_without_overflowing_the_ring():
     """Round 6's first gate on step (d) could not judge: the ring was sized for one merge span
     a layer and step (d) records one per merge worker (RingTooSmall)."""
