@@ -10,6 +10,7 @@
 #     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepe-quick  # round 9: step (e), <= 120 s
 #     OUT=/tmp/out timeout 135 bash ci/gpu/layers-campaign.sh stepf-quick  # round 10: step (f), <= 125 s
 #     OUT=/tmp/out timeout 480 bash ci/gpu/layers-campaign.sh round10  # promote (lean) + stepe-quick + stepf-quick, <= 465 s
+#     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepg-quick  # round 11: step (g), <= 120 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -92,6 +93,14 @@
 #     watched wait inlined, MKL_TW_WATCH_INLINE 1: its tripwire cost), the per-task profile of step (e) and
 #     step (f) (attn_chunk and the layer head), the clean variants and corruption canaries on step
 #     (f)'s build. Nothing else.
+#   * `stepg-quick` (BUDGET 120 unless set; round 11): campaign step (g), candidate step_g
+#     (MKL_CAMPAIGN_STEP 8: step (f) with W2's FP8 quantization on 8 warps, each warp's loads issued
+#     together) against step (f): builds (production plain for the bench, step (f) and step (g) plain
+#     and profiled), 3 checked launches of step (f) and step (g), their dumps compared (the same bits
+#     expected), the same with the amax_tail switch on (the same broken bits expected: the tail round's
+#     lanes past the end hand the butterfly the same stale codes), the gate step_f -> step_g, the bench
+#     without torch (floors, production, step (f), step (g)), the per-task profile of step (f) and step
+#     (g) (moe_w2), the clean variants and corruption canaries on step (g)'s build. Nothing else.
 #   * `round10` (BUDGET 465 unless set; the call <= 480 s): one device call for the next session's
 #     three layered rounds: promote (<= 215 s, LEAN), stepe-quick (<= 110 s), stepf-quick (what is left,
 #     <= 120 s), each as its own run of this script with its own folder (the builds are cached between
@@ -124,6 +133,7 @@ if [ "$WHAT" = stepd-gate ]; then BUDGET=${BUDGET:-40}; fi
 if [ "$WHAT" = promote ]; then BUDGET=${BUDGET:-270}; fi
 if [ "$WHAT" = stepe-quick ]; then BUDGET=${BUDGET:-120}; fi
 if [ "$WHAT" = stepf-quick ]; then BUDGET=${BUDGET:-125}; fi
+if [ "$WHAT" = stepg-quick ]; then BUDGET=${BUDGET:-120}; fi
 if [ "$WHAT" = round10 ]; then BUDGET=${BUDGET:-465}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
@@ -154,11 +164,13 @@ gate() {  # gate NAME BASELINE CANDIDATE... -> $W/gate_NAME.json
 
 # 3 launches of ~1 ms and the weights' generation: ~1 s each in round 4; 10 s is a hang.
 checked() {  # checked BUILD...: 3 checked launches of each build ($W/build_BUILD.txt), output in $W/dump_BUILD.f32
-  local b B
+  # (CHECKED_HAZARD=NAME: with that hazard switch on, into $W/dump_BUILD_NAME.f32 and sanity_BUILD_NAME.txt)
+  local b B hz=${CHECKED_HAZARD:-} tag="" params="{}"
+  [ -n "$hz" ] && tag="_$hz" && params="{\"hazard\":\"$hz\"}"
   for b in "$@"; do
     B=$(tail -1 "$W/build_$b.txt")
-    timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
-    echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
+    timeout "$(cap 10)" "$B" --dump "$W/dump_$b$tag.f32" "{\"launches\":3,\"params\":$params}" > "$W/sanity_$b$tag.txt" 2>&1
+    echo "$b$tag exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b$tag.txt" | head -2 | tr '\n' ' ')"
   done
 }
 
@@ -361,6 +373,32 @@ log "step (f)'s checked launches: $S7"
 if [ "$S7" = ok ]; then gate ef step_e step_f; else log "no gate: step (f)'s checked launches were $S7"; fi
 # (and production with the tripwire's watched wait inlined: its tripwire cost beside production's)
 quick_tail 7 step_f "step_e step_f" MKL_CAMPAIGN_STEP=6 MKL_CAMPAIGN_STEP=7 MKL_TW_WATCH_INLINE=1
+elif [ "$WHAT" = stepg-quick ]; then
+log "builds: production (the bench's), step (f) (MKL_CAMPAIGN_STEP 7) and step (g) (8), plain; step (f) and step (g) profiled"
+build plain None &
+build step7 "{'MKL_CAMPAIGN_STEP': 7}" &
+build step8 "{'MKL_CAMPAIGN_STEP': 8}" &
+build prof7 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 7}" &
+build prof8 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 8}" &
+for j in $(jobs -p); do wait "$j"; done  # (a bare wait also waits for the console tee: forever)
+BIN8=$(tail -1 "$W/build_step8.txt")
+[ -x "$BIN8" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "step (g): 3 checked launches each of step (f) and step (g), clean and with amax_tail on; dumps compared (the same bits expected, both)"
+checked step7 step8
+CHECKED_HAZARD=amax_tail checked step7 step8
+for tag in "" _amax_tail; do
+  if [ -s "$W/dump_step7$tag.f32" ] && cmp -s "$W/dump_step7$tag.f32" "$W/dump_step8$tag.f32"; then
+    echo "step (g) vs step (f)${tag:+ ($tag)}: identical bits"
+  else
+    echo "step (g) vs step (f)${tag:+ ($tag)}: NOT identical (or a dump is missing)"
+  fi
+done
+S8=ok
+grep -q '"mismatched":0,' "$W/sanity_step8.txt" || S8=not-clean
+log "step (g)'s checked launches: $S8"
+if [ "$S8" = ok ]; then gate fg step_f step_g; else log "no gate: step (g)'s checked launches were $S8"; fi
+quick_tail 8 step_g "step_f step_g" MKL_CAMPAIGN_STEP=7 MKL_CAMPAIGN_STEP=8
 elif [ "$WHAT" = round10 ]; then
 # One device call, three rounds: each mode is its own run of this script (its own folder, its own
 # budget); what one leaves unused goes to the next. The builds they share are cached (HZ_BUILD_DIR).
@@ -587,7 +625,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != round10 ] && [ "$QUICK" = 0 ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != stepg-quick ] && [ "$WHAT" != round10 ] && [ "$QUICK" = 0 ]; then
   log "ragged decode regression"
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
@@ -600,7 +638,7 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] &
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
 fi
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != round10 ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != stepg-quick ] && [ "$WHAT" != round10 ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \
@@ -627,6 +665,7 @@ cp "$W/perf.txt" "$W/env.txt" "$W/console.log" "$R/" 2>/dev/null
 [ "$WHAT" = promote ] && cp "$W/perf.json" "$W/gate_p.json" "$W/gate_q.json" "$R/" 2>/dev/null
 [ "$WHAT" = stepe-quick ] && cp "$W/perf.json" "$W/gate_e.json" "$R/" 2>/dev/null
 [ "$WHAT" = stepf-quick ] && cp "$W/perf.json" "$W/gate_ef.json" "$R/" 2>/dev/null
+[ "$WHAT" = stepg-quick ] && cp "$W/perf.json" "$W/gate_fg.json" "$R/" 2>/dev/null
 [ "$WHAT" = round10 ] && cp "$W/summary.txt" "$W"/console_*.log "$R/" 2>/dev/null
 tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign
 ls -la "$R"

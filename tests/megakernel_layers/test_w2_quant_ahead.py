@@ -21,7 +21,9 @@ import pytest
 from hazards.megakernel_layers import faithful as FA
 
 from .sass_text import function_instances, function_listings
+from .test_attention_ahead import _budget
 from .test_merge_spread import _sass, _static
+from .test_router_topk_warp import SCRIPT, _mode
 
 LOAD = r"\bLDG\.E\.128\.STRONG\.GPU\b"  # a 16-B coherent (ld.global.cg) load of the SwiGLU output
 
@@ -98,3 +100,26 @@ def test_step_g_is_a_candidate_of_the_gate():
     c = FA.candidate("step_g")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 8} and c.params == ()
     assert c.expected == "faster"
+
+
+def test_the_step_g_round_gates_step_g_against_step_f_and_compares_bits_clean_and_with_amax_tail():
+    text = SCRIPT.read_text()
+    mode = _mode(text, "stepg-quick")
+    assert [(b, c) for _, b, c in re.findall(r"gate (\w+) (\w+) (\w+)", mode)] == [("step_f", "step_g")]
+    for name in ("step_f", "step_g"):  # the builds it compares are the gate's candidates' builds
+        step = dict(FA.candidate(name).defines)["MKL_CAMPAIGN_STEP"]
+        assert f"build step{step} \"{{'MKL_CAMPAIGN_STEP': {step}}}\"" in mode
+    assert "checked step7 step8" in mode and "CHECKED_HAZARD=amax_tail checked step7 step8" in mode
+    assert 'cmp -s "$W/dump_step7$tag.f32" "$W/dump_step8$tag.f32"' in mode and 'for tag in "" _amax_tail' in mode
+    assert 'quick_tail 8 step_g "step_f step_g" MKL_CAMPAIGN_STEP=7 MKL_CAMPAIGN_STEP=8' in mode
+    assert _budget(text, "stepg-quick") <= 120
+    assert re.search(r'for j in \$\(jobs -p\); do wait "\$j"; done', mode)
+    for tail in re.findall(r'^if \[ "\$WHAT" != gate \].*$', text, re.M):  # no tail step of other modes
+        assert '[ "$WHAT" != stepg-quick ]' in tail, tail
+
+
+def test_checked_with_a_hazard_writes_its_own_dump_beside_the_clean_one():
+    text = SCRIPT.read_text()
+    body = text[text.index("checked() {"):text.index("\n}\n", text.index("checked() {"))]
+    assert '--dump "$W/dump_$b$tag.f32"' in body and '"$W/sanity_$b$tag.txt"' in body
+    assert 'params="{\\"hazard\\":\\"$hz\\"}"' in body
