@@ -1367,7 +1367,9 @@ __device__ __forceinline__ void quantize_w2_inputs(const Shape& s, const float* 
                                                    bool broken_tail) {
   const int warp = threadIdx.x >> 5;
   const int rounds = (s.I / SUB_BLOCK + 31) / 32;
-  const int items = rounds > 1 ? rounds - 1 : 1;  // the last item of a slot holds the last two rounds
+  // the last item of a slot holds the last two rounds; I < SUB_BLOCK (a decode file's shape): no
+  // round, no item (the old loop loaded nothing then; a clamped sub-block index would be -1)
+  const int items = rounds > 1 ? rounds - 1 : rounds;
 #pragma unroll 1
   for (int it = warp; it < s.K * items; it += NWARPS) {
     const int j = it / items, k = it % items;
