@@ -69,7 +69,11 @@
 // chunk is the longest task of the layer head (32 us a layer on 33 SMs for 8.4 MB, round 7) and
 // its SASS had three dependent L2 round trips a block (K's first half; K's second half, which
 // ptxas issued after the first half's FMAs; V, issued after the scores); now one. Same values,
-// same arithmetic in the same order: step (e)'s bits; step_f.
+// same arithmetic in the same order: step (e)'s bits; step_f. 8 (a candidate, round 11) step (g):
+// step (f) with W2's FP8 quantization on 8 warps, each warp's loads issued together and kept in
+// registers (quantize_expert_rounds): the old function's loads, predicated, were kept on the stack
+// and each stored there before the next load, ~21 dependent L2 round trips before every W2
+// worker's GEMV; now one. Step (f)'s bits, also with amax_tail on; step_g.
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 5
 #endif
