@@ -6,6 +6,11 @@
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh ringsmem             # round 5's question, <= 60 s
 #     OUT=/tmp/out BUDGET=110 bash ci/gpu/layers-campaign.sh stepd-quick   # round 6: step (d), <= 110 s
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepd-gate           # round 6's gate + profile, <= 40 s
+#     OUT=/tmp/out timeout 295 bash ci/gpu/layers-campaign.sh promote  # round 8: the promotion, <= 270 s
+#     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepe-quick  # round 9: step (e), <= 120 s
+#     OUT=/tmp/out timeout 135 bash ci/gpu/layers-campaign.sh stepf-quick  # round 10: step (f), <= 125 s
+#     OUT=/tmp/out timeout 480 bash ci/gpu/layers-campaign.sh round10  # promote (lean) + stepe-quick + stepf-quick, <= 465 s
+#     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepg-quick  # round 11: step (g), <= 120 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -39,7 +44,7 @@
 #     three whose code it did not change): production's code with step (c)'s ring bytes reserved and
 #     unused (MKL_RESERVE_RING_SMEM 1, candidate ring_smem: the L1 shrinks as step (c)'s does).
 #     Builds (plain and profiled, production / ring_smem / step (c)), 3 checked launches of
-#     ring_smem (its output must be production's bits), the gate production -> ring_smem, step_c
+#     ring_smem (its output must be production's bits), the gate step_b0 -> ring_smem, step_c
 #     (what the carve-out costs; step (c) again in the same run) and ring_smem -> step_c (what the
 #     ring itself does), the bench without torch (all three). Nothing else.
 #   * `stepd-quick` (BUDGET 110 unless set; round 6): campaign step (d), candidate step_d
@@ -54,6 +59,65 @@
 #     gate production -> step_d, the per-task profile of both, then (>= 8 s left) the gate step_d ->
 #     step_d_chunks64 (round 6's stepd-quick could not judge: the profiler ring was sized for one
 #     merge span a layer).
+#   * `promote` (BUDGET 270 unless set; round 8): what promoting step (d) to production needs, on
+#     production's build (step (d) since round 8) against step_b0 (MKL_CAMPAIGN_STEP 2, the
+#     production before): builds (both, plain and profiled; beside them the tripwire bench's build,
+#     the torch.compile warm-up and the synthetic-language model's training, the logit gate's);
+#     3 checked launches each and the outputs compared (identical bits expected); the gates
+#     step_b0 -> production and production -> step_b0 (once the warm-up is done, <= 30 s wait); the bench (floors, both kernels, 21 rounds
+#     for the paired tripwire cost, the torch paths if the warm-up finished); the per-task
+#     profile of both (production's layer head: the snapshot_epoch model's LAYER_HEAD_US); the
+#     clean variants and corruption canaries; the hang classes participant_set, chunk_supply,
+#     shared_line; snapshot_epoch at 25 us (below the head: none expected), 70 us (just above it)
+#     and 101 us (the strategy's two lower skews and the fit's point); bench/tripwire_overhead.py;
+#     the ragged-decode regression (bench/ragged_decode_h200.py against the recorded 0.980x
+#     floor); last, with what is left (>= 45 s), the logit gate (ci/gpu/layers-logit-gate.sh,
+#     production's variants, its output in the tar: its time has never been measured).
+#     Each step is capped by what is left.
+#   * `stepe-quick` (BUDGET 120 unless set; round 9): campaign step (e), candidate step_e
+#     (MKL_CAMPAIGN_STEP 6: production (step d) with step (b)'s router folded into the O-projection
+#     workers' partial logits and the top-k by one warp) against production: builds (production,
+#     step (e), step (b) = MKL_CAMPAIGN_STEP 3 for its bits, plain; production and step (e)
+#     profiled), 3 checked launches of each, step (e)'s output against production's (cos and the
+#     largest difference: step (b)'s logits are summed in another order, so not the same bits) and
+#     against step (b)'s (the same bits expected: the same logits, the same picks, step (d)'s merge
+#     gives step 2's bits), the gate production -> step_e, the bench without torch (floors and both
+#     kernels), the per-task profile of both, the clean variants and corruption canaries on step
+#     (e)'s build. Nothing else (no torch, hang classes, tripwire bench, ragged regression, check).
+#   * `stepf-quick` (BUDGET 125 unless set; round 10): campaign step (f), candidate step_f
+#     (MKL_CAMPAIGN_STEP 7: step (e) with each attention block's V rows copied to shared memory by
+#     cp.async beside its K loads) against step (e): builds (production plain for the bench, step (e)
+#     and step (f) plain and profiled), 3 checked launches of step (e) and step (f), their outputs
+#     compared (the same bits expected), the gate step_e -> step_f (what step (f) adds), the bench
+#     without torch (floors, production, step (e), step (f), and production with the tripwire's
+#     watched wait inlined, MKL_TW_WATCH_INLINE 1: its tripwire cost), the per-task profile of step (e) and
+#     step (f) (attn_chunk and the layer head), the clean variants and corruption canaries on step
+#     (f)'s build. Nothing else.
+#   * `stepg-quick` (BUDGET 120 unless set; round 11): campaign step (g), candidate step_g
+#     (MKL_CAMPAIGN_STEP 8: step (f) with W2's FP8 quantization on 8 warps, each warp's loads issued
+#     together) against step (f): builds (production plain for the bench, step (f) and step (g) plain
+#     and profiled), 3 checked launches of step (f) and step (g), their dumps compared (the same bits
+#     expected), the same with the amax_tail switch on (the same broken bits expected: the tail round's
+#     lanes past the end hand the butterfly the same stale codes), the gate step_f -> step_g, the bench
+#     without torch (floors, production, step (f), step (g)), the per-task profile of step (f) and step
+#     (g) (moe_w2), the clean variants and corruption canaries on step (g)'s build. Nothing else.
+#   * `round10` (BUDGET 465 unless set; the call <= 480 s): one device call for the next session's
+#     three layered rounds: promote (<= 215 s, LEAN), stepe-quick (<= 110 s), stepf-quick (what is left,
+#     <= 120 s), each as its own run of this script with its own folder (the builds are cached between
+#     them: HZ_BUILD_DIR), then a summary of the three (summary.txt: bits, gate verdicts, step times,
+#     canaries, what ran out of time); under $OUT/layers-campaign: summary.txt, env.txt, console.log,
+#     each run's console (3) and one tar of the three folders. LEAN=1 (set by round10) drops from
+#     promote what another run already has or another call runs: the gate production -> step_b0 (gate
+#     p's inverse), the clean variants, canaries and hang classes on production's build (round 7 ran
+#     them on step (d)'s build, the same machine code), bench/tripwire_overhead.py (its kernel did not
+#     change) and the ragged-decode regression (the session's suite call runs it). Kept, in this order:
+#     bits, gate step_b0 -> production, the profile (production's head), snapshot_epoch at 25/70/101 us
+#     (never run on step (d)), the bench (15 paired rounds, torch if warmed; production's step time is
+#     also in stepe/stepf-quick's benches), then the logit gate with what is left (>= 45 s).
+# Since round 8 production (the default build) is step (d): the modes written before it that judge
+# a candidate "against production" (gate, stepc, stepc-quick, stepd-quick, stepd-gate) now judge it
+# against step (d) (stepd-quick and stepd-gate compare step (d) with itself); ringsmem names step_b0,
+# its round-5 base, and keeps its meaning.
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
@@ -66,6 +130,11 @@ if [ "$WHAT" = stepc-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-75}; fi
 if [ "$WHAT" = stepd-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-110}; CSTEP=5 CNAME=step_d CLABEL="step (d)"; fi
 if [ "$WHAT" = ringsmem ]; then BUDGET=${BUDGET:-60}; fi
 if [ "$WHAT" = stepd-gate ]; then BUDGET=${BUDGET:-40}; fi
+if [ "$WHAT" = promote ]; then BUDGET=${BUDGET:-270}; fi
+if [ "$WHAT" = stepe-quick ]; then BUDGET=${BUDGET:-120}; fi
+if [ "$WHAT" = stepf-quick ]; then BUDGET=${BUDGET:-125}; fi
+if [ "$WHAT" = stepg-quick ]; then BUDGET=${BUDGET:-120}; fi
+if [ "$WHAT" = round10 ]; then BUDGET=${BUDGET:-465}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
 R=$OUT/layers-campaign
@@ -100,6 +169,45 @@ profile() {  # profile CAP_S CANDIDATE... -> $W/profile.txt and $W/profile/ (5 l
   echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
 }
 
+# 3 launches of ~1 ms and the weights' generation: ~1 s each in round 4; 10 s is a hang.
+checked() {  # checked BUILD...: 3 checked launches of each build ($W/build_BUILD.txt), output in $W/dump_BUILD.f32
+  # (CHECKED_HAZARD=NAME: with that hazard switch on, into $W/dump_BUILD_NAME.f32 and sanity_BUILD_NAME.txt)
+  local b B hz=${CHECKED_HAZARD:-} tag="" params="{}"
+  [ -n "$hz" ] && tag="_$hz" && params="{\"hazard\":\"$hz\"}"
+  for b in "$@"; do
+    B=$(tail -1 "$W/build_$b.txt")
+    timeout "$(cap 10)" "$B" --dump "$W/dump_$b$tag.f32" "{\"launches\":3,\"params\":$params}" > "$W/sanity_$b$tag.txt" 2>&1
+    echo "$b$tag exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b$tag.txt" | head -2 | tr '\n' ' ')"
+  done
+}
+
+# The quick candidate rounds' tail (stepe-quick, stepf-quick): the bench without torch (floors,
+# production and a build per DEFINE), the per-task profile of the PROFILED catalog names (with >= 30 s
+# left), the clean variants and corruption canaries on the candidate's build (MKL_CAMPAIGN_STEP STEP).
+quick_tail() {  # quick_tail STEP NAME "PROFILED ..." DEFINE...
+  local step=$1 name=$2 profiled=$3; shift 3
+  local also=() cands=() d c
+  for d in "$@"; do also+=(--also-define "$d"); done
+  for c in $profiled; do cands+=(--candidate "$c"); done
+  log "bench: floors, production, ${also[*]} (no torch)"
+  timeout "$(cap 40)" python3 bench/megakernel_layers_perf.py "${also[@]}" --no-torch --json "$W/perf.json" \
+    > "$W/perf.txt" 2>&1
+  echo "exit $?"; tail -20 "$W/perf.txt"
+  if [ "$(left)" -ge 30 ]; then
+    log "per-task profile: $profiled"
+    timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py "${cands[@]}" --launches 5 --out "$W/profile" \
+      > "$W/profile.txt" 2>&1
+    echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+  else
+    log "no time left for the profile ($(left)s left)"
+  fi
+  log "clean variants and corruption canaries on $name's build, MKL_CAMPAIGN_STEP $step (one warm server)"
+  timeout "$(cap 25)" python3 bench/megakernel_layers_acceptance.py --define "MKL_CAMPAIGN_STEP=$step" \
+    --clean-launches 200 --clean-budget 0.5 --canary-budget 0.3 --skip-agreement --json "$W/acceptance_$name.json" \
+    > "$W/acceptance_$name.txt" 2>&1
+  echo "exit $?"; cut -c1-200 "$W/acceptance_$name.txt" | grep -v Warning
+}
+
 {
 date -u +"date %Y-%m-%dT%H:%M:%SZ"; hostname
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
@@ -132,11 +240,7 @@ BIN=$(tail -1 "$W/build_plain.txt"); CBIN=$(tail -1 "$W/build_step$CSTEP.txt"); 
 [ -x "$BIN" ] && [ -x "$CBIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "$CLABEL: 3 checked launches each, outputs dumped and compared with production's"
-for b in plain step$CSTEP; do
-  B=$(tail -1 "$W/build_$b.txt")
-  timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
-  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
-done  # (3 launches of ~1 ms and the weights' generation: ~1 s each in round 4; 10 s is a hang)
+checked plain step$CSTEP
 # What the candidate may still be asked: ok (all below), wrong (only the gate, which calls it
 # incorrect), failed (no result: a hang, a crash or a build error -- nothing more on its build;
 # where it stopped is asked of the tripwire and compute-sanitizer, then the round goes on with
@@ -163,6 +267,7 @@ python3 - "$W/dump_plain.f32" "$W/dump_step$CSTEP.f32" "$CLABEL" <<'EOF' 2>&1 | 
 import sys
 from array import array
 a, b = (array("f", open(f, "rb").read()) for f in sys.argv[1:3])
+a, b = a[:len(a) // 2], b[:len(b) // 2]  # a dump is (output, the binary's reference): the outputs
 dot = sum(x * y for x, y in zip(a, b)); na = sum(x * x for x in a) ** 0.5; nb = sum(y * y for y in b) ** 0.5
 print(f"{sys.argv[3]} vs production: {len(a)} / {len(b)} floats, identical {a == b}, cos {dot / (na * nb):.9f}, "
       f"max abs diff {max(abs(x - y) for x, y in zip(a, b)):.3g}")
@@ -212,6 +317,227 @@ if [ "$CSTEP" = 5 ]; then
   elif [ "$(left)" -ge 15 ]; then gate f step_d step_d_chunks64
   else log "no time left for the gate step_d -> step_d_chunks64 ($(left)s left)"; fi
 fi
+elif [ "$WHAT" = stepe-quick ]; then
+log "builds: production, step (e) (MKL_CAMPAIGN_STEP 6) and step (b) (3), plain; production and step (e) profiled"
+build plain None &
+build step6 "{'MKL_CAMPAIGN_STEP': 6}" &
+build step3 "{'MKL_CAMPAIGN_STEP': 3}" &
+build prof "{'HZ_PROFILER': 1}" &
+build prof6 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 6}" &
+for j in $(jobs -p); do wait "$j"; done  # (a bare wait also waits for the console tee: forever)
+BIN=$(tail -1 "$W/build_plain.txt"); BIN6=$(tail -1 "$W/build_step6.txt")
+[ -x "$BIN" ] && [ -x "$BIN6" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "step (e): 3 checked launches each of production, step (e), step (b); outputs dumped and compared"
+checked plain step6 step3
+python3 - "$W" <<'EOF' 2>&1 | cut -c1-300
+import sys
+from array import array
+from pathlib import Path
+w = Path(sys.argv[1])
+def dump(b):
+    f = w / f"dump_{b}.f32"
+    d = array("f", f.read_bytes()) if f.is_file() and f.stat().st_size else None
+    return d[:len(d) // 2] if d else None  # a dump is (output, the binary's reference): the output
+e = dump("step6")
+for other, label in (("plain", "production"), ("step3", "step (b)")):
+    o = dump(other)
+    if e is None or o is None:
+        print(f"step (e) vs {label}: no dump to compare")
+        continue
+    dot = sum(x * y for x, y in zip(e, o)); ne = sum(x * x for x in e) ** 0.5; no = sum(y * y for y in o) ** 0.5
+    print(f"step (e) vs {label}: {len(e)} / {len(o)} floats, identical {e == o}, cos {dot / (ne * no):.9f}, "
+          f"max abs diff {max(abs(x - y) for x, y in zip(e, o)):.3g}")
+EOF
+S6=ok
+grep -q '"mismatched":0,' "$W/sanity_step6.txt" || S6=not-clean
+log "step (e)'s checked launches: $S6"
+if [ "$S6" = ok ]; then gate e production step_e; else log "no gate: step (e)'s checked launches were $S6"; fi
+quick_tail 6 step_e "production step_e" MKL_CAMPAIGN_STEP=6
+elif [ "$WHAT" = stepf-quick ]; then
+log "builds: production (the bench's), step (e) (MKL_CAMPAIGN_STEP 6) and step (f) (7), plain; step (e) and step (f) profiled"
+build plain None &
+build step6 "{'MKL_CAMPAIGN_STEP': 6}" &
+build step7 "{'MKL_CAMPAIGN_STEP': 7}" &
+build prof6 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 6}" &
+build prof7 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 7}" &
+for j in $(jobs -p); do wait "$j"; done  # (a bare wait also waits for the console tee: forever)
+BIN7=$(tail -1 "$W/build_step7.txt")
+[ -x "$BIN7" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "step (f): 3 checked launches each of step (e) and step (f); outputs dumped and compared (the same bits expected)"
+checked step6 step7
+if [ -s "$W/dump_step6.f32" ] && cmp -s "$W/dump_step6.f32" "$W/dump_step7.f32"; then
+  echo "step (f) vs step (e): identical bits"
+else
+  echo "step (f) vs step (e): NOT identical (or a dump is missing)"
+fi
+S7=ok
+grep -q '"mismatched":0,' "$W/sanity_step7.txt" || S7=not-clean
+log "step (f)'s checked launches: $S7"
+if [ "$S7" = ok ]; then gate ef step_e step_f; else log "no gate: step (f)'s checked launches were $S7"; fi
+# (and production with the tripwire's watched wait inlined: its tripwire cost beside production's)
+quick_tail 7 step_f "step_e step_f" MKL_CAMPAIGN_STEP=6 MKL_CAMPAIGN_STEP=7 MKL_TW_WATCH_INLINE=1
+elif [ "$WHAT" = stepg-quick ]; then
+log "builds: production (the bench's), step (f) (MKL_CAMPAIGN_STEP 7) and step (g) (8), plain; step (f) and step (g) profiled"
+build plain None &
+build step7 "{'MKL_CAMPAIGN_STEP': 7}" &
+build step8 "{'MKL_CAMPAIGN_STEP': 8}" &
+build prof7 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 7}" &
+build prof8 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 8}" &
+for j in $(jobs -p); do wait "$j"; done  # (a bare wait also waits for the console tee: forever)
+BIN8=$(tail -1 "$W/build_step8.txt")
+[ -x "$BIN8" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "step (g): 3 checked launches each of step (f) and step (g), clean and with amax_tail on; dumps compared (the same bits expected, both)"
+checked step7 step8
+CHECKED_HAZARD=amax_tail checked step7 step8
+for tag in "" _amax_tail; do
+  if [ -s "$W/dump_step7$tag.f32" ] && cmp -s "$W/dump_step7$tag.f32" "$W/dump_step8$tag.f32"; then
+    echo "step (g) vs step (f)${tag:+ ($tag)}: identical bits"
+  else
+    echo "step (g) vs step (f)${tag:+ ($tag)}: NOT identical (or a dump is missing)"
+  fi
+done
+S8=ok
+grep -q '"mismatched":0,' "$W/sanity_step8.txt" || S8=not-clean
+log "step (g)'s checked launches: $S8"
+if [ "$S8" = ok ]; then gate fg step_f step_g; else log "no gate: step (g)'s checked launches were $S8"; fi
+quick_tail 8 step_g "step_f step_g" MKL_CAMPAIGN_STEP=7 MKL_CAMPAIGN_STEP=8
+elif [ "$WHAT" = round10 ]; then
+# One device call, three rounds: each mode is its own run of this script (its own folder, its own
+# budget); what one leaves unused goes to the next. The builds they share are cached (HZ_BUILD_DIR).
+export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
+for spec in promote:215:230 stepe-quick:110:120 stepf-quick:120:0; do
+  IFS=: read -r MODE WANT KEEP <<< "$spec"
+  B=$(( $(left) - KEEP - 5 )); [ "$B" -gt "$WANT" ] && B=$WANT
+  if [ "$B" -lt 30 ]; then log "round10: no time left for $MODE (${B}s)"; echo "$MODE: not run (${B}s left)" >> "$W/ran.txt"; continue; fi
+  log "round10: $MODE, budget ${B}s"
+  LEAN=1 OUT="$W/$MODE" BUDGET=$B timeout $(( B + 10 )) bash ci/gpu/layers-campaign.sh "$MODE" 2>&1 | \
+    tee "$W/console_$MODE.log" | grep --line-buffered -E "^== "  # its progress lines here, all of it in its console
+  echo "$MODE: exit ${PIPESTATUS[0]}, $(( $(date +%s) - T0 ))s into the call" | tee -a "$W/ran.txt"
+done
+python3 - "$W" <<'EOF2' 2>&1 | tee "$W/summary.txt"
+import re
+import sys
+from pathlib import Path
+w = Path(sys.argv[1])
+KEEP = re.compile(r"identical|same bits|NOT |checked launches:| -> |headline|copy floor|x copy floor|^clean |^canary |"
+                  r"BUILD FAILED|no time left|not run|still running|hang|snapshot_epoch|ragged|tripwire|exit [1-9]")
+print("round10 summary (ci/gpu/layers-campaign.sh round10): what each mode's console says, in order")
+print((w / "ran.txt").read_text() if (w / "ran.txt").is_file() else "ran.txt missing")
+for mode in ("promote", "stepe-quick", "stepf-quick"):
+    log = w / f"console_{mode}.log"
+    print(f"==== {mode}")
+    if not log.is_file():
+        print("  (no console: not run)")
+        continue
+    for line in log.read_text(errors="replace").splitlines():
+        if KEEP.search(line):
+            print("  " + line[:240])
+EOF2
+elif [ "$WHAT" = promote ]; then
+log "builds: production (step (d)) and step_b0 (MKL_CAMPAIGN_STEP 2), plain and profiled; beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
+export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
+timeout "$(cap 100)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \
+  --compile-timeout 80 > "$W/compile_warmup.txt" 2>&1 &
+WARM=$!
+timeout "$(cap 60)" python3 -m hazards.gates.synthlm.train --config layers --max-seconds 35 > "$W/train.txt" 2>&1 &
+TRAIN=$!
+[ "${LEAN:-0}" = 1 ] || timeout "$(cap 120)" python3 -c "
+import runpy
+m = runpy.run_path('bench/tripwire_overhead.py', run_name='build_only')
+print(m['build'](m['ROOT'] / '.hazards' / 'build'))" > "$W/build_twbench.txt" 2>&1 &
+build plain None &
+build step2 "{'MKL_CAMPAIGN_STEP': 2}" &
+build prof "{'HZ_PROFILER': 1}" &
+build prof2 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 2}" &
+for j in $(jobs -p); do [ "$j" = "$WARM" ] || [ "$j" = "$TRAIN" ] || wait "$j"; done
+BIN=$(tail -1 "$W/build_plain.txt"); BIN2=$(tail -1 "$W/build_step2.txt"); TWB=$(tail -1 "$W/build_twbench.txt" 2>/dev/null)
+[ -x "$BIN" ] && [ -x "$BIN2" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "production vs step_b0: 3 checked launches each, outputs dumped and compared (identical bits expected)"
+checked plain step2
+cmp "$W/dump_plain.f32" "$W/dump_step2.f32" && echo "production (step (d)): the same bits as step_b0"
+
+log "waiting for the logit gate's model (training uses the GPU; the gates time it)"
+wait "$TRAIN"; echo "train exit $?: $(grep SYNTHLM "$W/train.txt" | cut -c1-200)"
+# The torch.compile warm-up runs torch on the GPU too: a gate timed beside it has its launches
+# time-sliced with another process's. Wait for it (<= 30 s), and say so if the gates still share.
+for _ in $(seq 30); do kill -0 "$WARM" 2>/dev/null || break; sleep 1; done
+kill -0 "$WARM" 2>/dev/null && log "the torch.compile warm-up is still running: the gates below share the GPU with it"
+p_bench() {  # the bench: floors, production, step_b0 (paired rounds: the tripwire's cost), torch if warmed
+  local rounds=$1 ws
+  TORCH=(--no-torch)
+  if ! kill -0 "$WARM" 2>/dev/null; then
+    wait "$WARM"; ws=$?; echo "warm-up exit $ws"; tail -2 "$W/compile_warmup.txt"
+    [ "$ws" = 0 ] && TORCH=(--compile-mode default+graph --compile-timeout 40)
+  else
+    log "the torch.compile warm-up has not finished: the bench runs without torch"; kill "$WARM" 2>/dev/null
+  fi
+  log "bench: floors, production, step_b0 ($rounds rounds: the paired tripwire cost) ${TORCH[*]}"
+  timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=2 --rounds "$rounds" \
+    "${TORCH[@]}" --json "$W/perf.json" > "$W/perf.txt" 2>&1
+  echo "exit $?"; tail -25 "$W/perf.txt"
+}
+p_profile() {
+  log "per-task profile: production, step_b0 (production's layer head: the snapshot_epoch model's LAYER_HEAD_US)"
+  timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_b0 \
+    --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
+  echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
+}
+p_snapshot() {  # p_snapshot NEED: each point only with >= NEED s left
+  local point US CYC RUNS
+  for point in 25:50000:10 70:138600:16 101:200000:10; do
+    IFS=: read -r US CYC RUNS <<< "$point"
+    [ "$(left)" -lt "$1" ] && { log "no time left for snapshot_epoch at ${US} us ($(left)s left)"; continue; }
+    log "snapshot_epoch at the ${US}-us skew ($CYC cycles): $RUNS runs of 1 launch on production's build"
+    timeout "$(cap 20)" python3 -m hazards repro --family megakernel_layers --binary "$BIN" --store "$W/repro.db" \
+      --json --keep-going --variant snapshot_epoch --params "{\"jitter_cycles\": $CYC}" --runs "$RUNS" --launches 1 \
+      --timeout 1.5 --no-forensics > "$W/repro_snapshot_epoch_${US}us.json" 2> "$W/repro_snapshot_epoch_${US}us.err"
+    echo "exit $?"; python3 ci/gpu/repro_summary.py "$W/repro_snapshot_epoch_${US}us.json" 1 2>&1 | cut -c1-900
+  done
+}
+gate p step_b0 production
+if [ "${LEAN:-0}" = 1 ]; then
+  # What the promotion needs first and nothing else has: production's head and snapshot_epoch on it;
+  # the bench (production's step time is also in stepe/stepf-quick's benches) gets what is left.
+  log "lean: no reverse gate, clean variants, canaries, hang classes (round 7: step (d)'s build), tripwire overhead bench, ragged regression"
+  p_profile
+  p_snapshot 25
+  p_bench 15
+else
+gate q production step_b0
+p_bench 21
+p_profile
+log "clean variants and corruption canaries on production's build (one warm server)"
+timeout "$(cap 30)" python3 bench/megakernel_layers_acceptance.py --clean-launches 500 --clean-budget 2 \
+  --canary-budget 1 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1
+echo "exit $?"; cut -c1-200 "$W/acceptance.txt" | grep -v Warning
+# What the steps after this one need (s): snapshot_epoch 40, the tripwire bench 25, the ragged
+# regression 40, the logit gate 60; the hang classes take what is left above that (<= 25 s).
+HL=$(( $(left) - 165 )); [ "$HL" -gt 25 ] && HL=25
+log "hang classes on production's build (${HL}s)"
+bash ci/gpu/layers-hang-sentences.sh "$W" "$BIN" "$HL" 600
+p_snapshot 80
+log "tripwire overhead bench (15 rounds)"
+TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")
+timeout "$(cap 25)" python3 bench/tripwire_overhead.py --rounds 15 "${TWARG[@]}" --json "$W/tripwire_overhead.json" \
+  > "$W/tripwire_overhead.txt" 2>&1
+echo "exit $?"; tail -6 "$W/tripwire_overhead.txt" | cut -c1-200
+log "ragged decode regression"
+timeout "$(cap 40)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
+  --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
+echo "exit $?"; grep -iE "megakernel|floor" "$W/ragged.txt" | head -4 | cut -c1-200
+fi
+
+if [ "$(left)" -ge 45 ]; then
+  log "logit gate on production's build (ci/gpu/layers-logit-gate.sh, $(( $(left) - 5 ))s; its output in the tar: logit/)"
+  OUT="$W/logit" CANDIDATE=none timeout "$(( $(left) - 5 ))" bash ci/gpu/layers-logit-gate.sh 2>&1 | \
+    grep -E "^== |exit|PASS|FAIL|SYNTHLM" | cut -c1-300
+else
+  log "no time left for the logit gate ($(left)s left)"
+fi
 elif [ "$WHAT" = stepd-gate ]; then
 log "builds: production and step (d), profiled (the gate's and the profile's builds)"
 build prof "{'HZ_PROFILER': 1}" &
@@ -224,28 +550,24 @@ if [ "$(left)" -ge 8 ]; then gate f step_d step_d_chunks64; else log "no time le
 elif [ "$WHAT" = ringsmem ]; then
 log "builds: production, ring_smem (step (c)'s shared memory, production's code), step (c); plain and profiled"
 build plain None &
-build ringsmem "{'MKL_RESERVE_RING_SMEM': 1}" &
+build ringsmem "{'MKL_RESERVE_RING_SMEM': 1, 'MKL_CAMPAIGN_STEP': 2}" &
 build step4 "{'MKL_CAMPAIGN_STEP': 4}" &
 build prof "{'HZ_PROFILER': 1}" &
-build profR "{'HZ_PROFILER': 1, 'MKL_RESERVE_RING_SMEM': 1}" &
+build profR "{'HZ_PROFILER': 1, 'MKL_RESERVE_RING_SMEM': 1, 'MKL_CAMPAIGN_STEP': 2}" &
 build prof4 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 4}" &
 for j in $(jobs -p); do wait "$j"; done  # (not a bare wait: the tee above is a process substitution)
 BIN=$(tail -1 "$W/build_plain.txt")
 [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "ring_smem: 3 checked launches, output against production's (the same code: the same bits expected)"
-for b in plain ringsmem; do
-  B=$(tail -1 "$W/build_$b.txt")
-  timeout "$(cap 10)" "$B" --dump "$W/dump_$b.f32" '{"launches":3,"params":{}}' > "$W/sanity_$b.txt" 2>&1
-  echo "$b exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b.txt" | head -2 | tr '\n' ' ')"
-done
+checked plain ringsmem
 cmp "$W/dump_plain.f32" "$W/dump_ringsmem.f32" && echo "ring_smem: same bits as production"
 
-gate r production ring_smem step_c
+gate r step_b0 ring_smem step_c
 gate s ring_smem step_c
 
 log "bench: floors, production, ring_smem, step (c) (no torch)"
-timeout "$(cap 40)" python3 bench/megakernel_layers_perf.py --also-define MKL_RESERVE_RING_SMEM=1 \
+timeout "$(cap 40)" python3 bench/megakernel_layers_perf.py --also-define MKL_RESERVE_RING_SMEM=1,MKL_CAMPAIGN_STEP=2 \
   --also-define MKL_CAMPAIGN_STEP=4 --no-torch --json "$W/perf.json" > "$W/perf.txt" 2>&1
 echo "exit $?"; tail -14 "$W/perf.txt"
 elif [ "$WHAT" != rest ]; then
@@ -304,7 +626,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$QUICK" = 0 ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != stepg-quick ] && [ "$WHAT" != round10 ] && [ "$QUICK" = 0 ]; then
   log "ragged decode regression"
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
@@ -317,7 +639,7 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] &
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
 fi
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != stepg-quick ] && [ "$WHAT" != round10 ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \
@@ -335,9 +657,16 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] &
     log "no time left for hazards check (${CB}s)"
   fi
 fi
+if [ "$WHAT" != round10 ]; then  # (round10's runs printed theirs)
 log "the campaign table's rows (ci/gpu/layers_campaign_table.py)"
 python3 ci/gpu/layers_campaign_table.py "$W" 2>&1 | cut -c1-700
+fi
 log "done"
 cp "$W/perf.txt" "$W/env.txt" "$W/console.log" "$R/" 2>/dev/null
+[ "$WHAT" = promote ] && cp "$W/perf.json" "$W/gate_p.json" "$W/gate_q.json" "$R/" 2>/dev/null
+[ "$WHAT" = stepe-quick ] && cp "$W/perf.json" "$W/gate_e.json" "$R/" 2>/dev/null
+[ "$WHAT" = stepf-quick ] && cp "$W/perf.json" "$W/gate_ef.json" "$R/" 2>/dev/null
+[ "$WHAT" = stepg-quick ] && cp "$W/perf.json" "$W/gate_fg.json" "$R/" 2>/dev/null
+[ "$WHAT" = round10 ] && cp "$W/summary.txt" "$W"/console_*.log "$R/" 2>/dev/null
 tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign
 ls -la "$R"

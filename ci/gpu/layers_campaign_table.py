@@ -4,7 +4,8 @@
     python3 ci/gpu/layers_campaign_table.py FOLDER   # the unpacked layers-campaign/ folder
 
 One markdown row per gated candidate (its baseline, the gate's verdict, each task's slowCTA
-ratio with its interval, cos), then the step times of perf.json and its headline line. Reads
+ratio with its interval, cos), then the step times of perf.json and its headline line, then
+(where the round ran bench/ragged_decode_h200.py) the ragged-decode regression line. Reads
 only what the run wrote; a file that is missing is said, not filled in.
 """
 from __future__ import annotations
@@ -14,6 +15,12 @@ import sys
 from pathlib import Path
 
 TASKS = ("qkv", "attn_chunk", "attn_merge", "oproj", "router_topk", "moe_w13", "moe_w2", "worker")
+# The ragged-decode megakernel's recorded time (docs/results/ragged-decode-h200.md: H200, 2026-11-30,
+# split schedule, 747 us median = 0.980x that run's copy floor) and the issue's bound on a regression.
+# Judged as a multiple of the same run's copy floor, so that a card with another bandwidth compares.
+RAGGED_ROW = "megakernel (this kernel: split schedule, 2048-token tiles)"
+RAGGED_RECORDED_US, RAGGED_RECORDED_X_FLOOR = 747.0, 0.980
+RAGGED_BOUND = 0.02
 
 
 def gate_rows(path: Path) -> list[str]:
@@ -39,6 +46,22 @@ def gate_rows(path: Path) -> list[str]:
     return rows
 
 
+def ragged_line(path: Path) -> str:
+    """The ragged-decode regression verdict from the bench's JSON: this run's split-schedule
+    megakernel against the recorded 0.980x copy floor, within RAGGED_BOUND or not."""
+    try:
+        res = json.loads(path.read_text())
+        [row] = [r for r in res["rows"] if r["name"] == RAGGED_ROW]
+        us, x_floor = float(row["us"]), float(row["x_floor"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"ragged decode: {path.name} not readable ({type(exc).__name__}): no regression verdict"
+    change = x_floor / RAGGED_RECORDED_X_FLOOR - 1
+    verdict = "within" if change <= RAGGED_BOUND else "OVER"
+    return (f"ragged decode ({res.get('device', '?')}): {us:.0f} us = {x_floor:.3f}x copy floor; recorded "
+            f"{RAGGED_RECORDED_US:.0f} us = {RAGGED_RECORDED_X_FLOOR:.3f}x (H200, 2026-11-30): {change * 100:+.1f}%, "
+            f"{verdict} the {RAGGED_BOUND * 100:.0f}% bound")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not Path(argv[0]).is_dir():
         print("usage: layers_campaign_table.py FOLDER (the unpacked layers-campaign/ output)", file=sys.stderr)
@@ -52,6 +75,8 @@ def main(argv: list[str]) -> int:
     for path in gates:
         for row in gate_rows(path):
             print(row)
+    if (folder / "ragged.json").exists():
+        print("\n" + ragged_line(folder / "ragged.json"))
     perf = folder / "perf.json"
     if not perf.exists():
         print("\nperf.json: missing (the bench did not finish)")

@@ -36,8 +36,12 @@ CLOCK_GHZ = 1.98
 # the merge's release). Round 3's kernel (H200): 126-128 us; round 2 saw no hang at a 101-us skew
 # in 16 launches (below it) and round 3 5 of 16 at 505 us (above it). Round 4's kernel (the LSE
 # merge's loads issued ahead; measured on an H100): 93.5-96 us, and the 101-us skew, now above
-# it, hung 2 of 16 launches (12%, 95% CI 1.6-38%; the model 23.2%).
-LAYER_HEAD_US = 96.0
+# it, hung 2 of 16 launches (12%, 95% CI 1.6-38%; the model 23.2%). Round 8's production, step
+# (d) (the merge spread over four QKV-tile workers): 55.6, 58.6, 59.6 us on an H200 (round 7's
+# profile of the same code as a candidate; round 6's first step (d) on an H100: 63.1-67.5 us); the
+# middle of the H200's three. Who arrives before the bump did not change (the merge workers hold
+# QKV tiles), so only this number moved.
+LAYER_HEAD_US = 58.0
 W2_HEAD_US = 5.0      # a W13 tile this late is read by W2 rows that no longer wait for it
 # stale_release: the share of late W13 tiles whose stale SwiGLU outputs move the final state past
 # the tolerance. Fitted to the H200's canary runs at the default preset, 2000 ppm skew over
@@ -47,11 +51,15 @@ W2_HEAD_US = 5.0      # a W13 tile this late is read by W2 rows that no longer w
 # f 0.054-0.077). One stale tile (~1/33 of an expert's channels) moves the output by about the
 # tolerance, so most stale reads stay inside it. Fitted on the default shape only.
 STALE_TILE_MISMATCH = 0.065
-# The skews the strategy draws (cycles at CLOCK_GHZ): 51 us (shorter than the layer head: the
-# model says no snapshot-epoch hang), 101 us (round 2's; below round 3's head, above round 4's)
-# and 505 us (the preset's). A single 101-us value, below round 3's head, kept explore from ever
-# reaching the snapshot-epoch hang the H200 showed at 505 us.
-SKEW_CYCLES = (100_000, 200_000, 1_000_000)
+# The skews the strategy draws (cycles at CLOCK_GHZ): 25 us (well below the layer head: the model
+# says no snapshot-epoch hang), 101 us (round 2's; below round 3's head, above round 4's and
+# round 8's) and 505 us (the preset's). Each is at least 20 us from the head, so a head
+# that moves by the spread seen between layers, launches and cards (55.6-67.5 us for step (d)'s
+# two versions on two cards) cannot put a drawn point on the other side of the model's call. A
+# single 101-us value, below round 3's head, kept explore from ever reaching the snapshot-epoch
+# hang the H200 showed at 505 us; the 51-us point before round 8 sat 4.6 us under step (d)'s
+# shortest H200 head.
+SKEW_CYCLES = (50_000, 200_000, 1_000_000)
 
 
 def resolve(params: dict[str, Any]) -> dict[str, Any]:
@@ -137,12 +145,14 @@ def predict(params: dict[str, Any], *, sms: int = H200_SMS) -> Prediction:
                           f"64-B line; each of {layers * shape.K} expert releases is reverted with p={wb:g}",
                           "AMD: the L2 write-back is real; NVIDIA: emulated (the L2 is the point of coherence)")
     if hz == "partial_no_fence":
+        # Production since round 8 is step (d): the switch drops the chunk blocks' release only; the
+        # merge workers learn the count from an acquire poll (mkl_kernel.cuh says why they always do).
         return Prediction("mismatch", 0.0,
-                          "AMD: the leader's release covers only its own wave's stores (s_waitcnt is per wave) and "
-                          "the merger's vL1 may hold stale lines: a real window. H200: every wait of the merger "
-                          "earlier in the layer is an ld.acquire.gpu, which invalidates the SM's L1, and the "
-                          "producers' stores reach L2 (the point of coherence) long before the last arriver reads: "
-                          "expected rate ~0", "AMD: hazardous; NVIDIA: expected ~0")
+                          "AMD: the chunk block's leader arrives with no release by the other waves (s_waitcnt is "
+                          "per wave), so a merge worker may read partials still in flight: a real window. H200: "
+                          "the merge workers read the partials right after an ld.acquire.gpu poll of the chunk "
+                          "count (which invalidates their L1), and the producers' stores reach L2 (the point of "
+                          "coherence) long before a merge worker reads: expected rate ~0", "AMD: hazardous; NVIDIA: expected ~0")
     if hz == "routing_no_fence":
         return Prediction("mismatch", 0.0, "the routing flag can overtake the routing data: on AMD (write-through "
                                            "flag, L2-resident data) a real window; on the H200 the L2 is the point "

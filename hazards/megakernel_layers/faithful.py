@@ -54,32 +54,51 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               params=(("chunk_tokens", 64),)),
     # The optimisation campaign: each step's predecessor stays buildable
     # (MKL_CAMPAIGN_STEP in mkl_kernel.cuh), so each step is judged against the production
-    # it replaces: step_a vs round3, production vs step_a, step_b, step_c and step_d vs production.
+    # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
+    # production of their time), since round 8 production (step d) vs step_b0 and back,
+    # step_e vs production (step d), step_f vs step_e (what step (f) adds) and vs production, and
+    # step_g vs step_f (what step (g) adds).
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
               "(MKL_CAMPAIGN_STEP 1)", "slower", defines=(("MKL_CAMPAIGN_STEP", 1),)),
-    Candidate("step_b", "campaign step (b): the router folded into partial logits the O-projection workers "
-              "produce (MKL_CAMPAIGN_STEP 3; not production: its logits' last bits differ)", "faster",
-              defines=(("MKL_CAMPAIGN_STEP", 3),)),
-    Candidate("step_c", "campaign step (c): production with every matrix-vector phase's weights (QKV, O-projection, "
+    Candidate("step_b0", "the production before round 8: steps (a) and (b0), the merge on the last chunk "
+              "block and the router's loads issued ahead (MKL_CAMPAIGN_STEP 2; production's bits)", "slower",
+              defines=(("MKL_CAMPAIGN_STEP", 2),)),
+    Candidate("step_b", "campaign step (b): step_b0 with the router folded into partial logits the O-projection "
+              "workers produce (MKL_CAMPAIGN_STEP 3; its logits' last bits differ; slower than step_b0 in round 4)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 3),)),
+    Candidate("step_c", "campaign step (c): step_b0 with every matrix-vector phase's weights (QKV, O-projection, "
               "W13, W2) streamed through a shared-memory ring of bulk copies (MKL_CAMPAIGN_STEP 4; its sums run "
-              "in another order: last bits differ)", "faster", defines=(("MKL_CAMPAIGN_STEP", 4),)),
-    Candidate("step_d", "campaign step (d): production with the LSE merge spread over the QKV-tile workers, one "
-              "head per warp, the last merge arrival releasing the attention (MKL_CAMPAIGN_STEP 5; the same "
-              "arithmetic per output: production's bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 5),)),
+              "in another order: last bits differ; slower than step_b0 in round 5)", "slower",
+              defines=(("MKL_CAMPAIGN_STEP", 4),)),
+    Candidate("step_d", "campaign step (d), production since round 8, as its own binary: the LSE merge spread "
+              "over the QKV-tile workers, one head per warp, the last merge arrival releasing the attention "
+              "(MKL_CAMPAIGN_STEP 5 named: production's code)", "no-change", defines=(("MKL_CAMPAIGN_STEP", 5),)),
+    Candidate("step_e", "campaign step (e), a candidate (round 9): production (step d) with step (b)'s router "
+              "folded into partial logits of the O-projection workers (a warp's experts' weights loaded in one "
+              "pass) and the top-k by one warp's butterfly instead of one thread's scan (MKL_CAMPAIGN_STEP 6; step (b)'s logits and routing: last bits differ "
+              "from production's)", "faster", defines=(("MKL_CAMPAIGN_STEP", 6),)),
+    Candidate("step_f", "campaign step (f), a candidate (round 10): step (e) with each attention block's V rows "
+              "copied to shared memory by cp.async as the block starts, beside its whole K row, instead of loaded "
+              "into registers after the scores (one dependent L2 round trip a block, not three; 64 KB more "
+              "shared memory; MKL_CAMPAIGN_STEP 7; step (e)'s bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 7),)),
+    Candidate("step_g", "campaign step (g), a candidate (round 11): step (f) with W2's FP8 quantization on 8 warps "
+              "instead of 4, every load of a warp's rounds issued before its first amax (one dependent L2 round "
+              "trip a warp; step (f)'s: ~7 a round, a spilled load ahead of each next, 3 rounds a warp; "
+              "MKL_CAMPAIGN_STEP 8; step (f)'s bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 8),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "
-              "spread merge weighs twice the partials)", "faster", params=(("chunk_tokens", 64),),
-              defines=(("MKL_CAMPAIGN_STEP", 5),)),
+              "spread merge weighs twice the partials; sloughing against step_d in round 7)", "sloughing",
+              params=(("chunk_tokens", 64),), defines=(("MKL_CAMPAIGN_STEP", 5),)),
     # Round 5's question (step_c slower in every task, also in those whose code it did not change):
-    # production's code with step (c)'s shared memory reserved and unused (so the SM keeps step (c)'s
-    # small L1). Gated against production: what the carve-out costs; step_c against it: what the
-    # ring itself does.
-    Candidate("ring_smem", "production's code with step (c)'s 135,296-B ring reserved in shared memory and never "
-              "used (MKL_RESERVE_RING_SMEM 1): the L1 shrinks as step (c)'s does, the same bits as production",
-              "slower", defines=(("MKL_RESERVE_RING_SMEM", 1),)),
+    # step (c)'s base (step_b0, the production of round 5) with step (c)'s shared memory reserved and
+    # unused (so the SM keeps step (c)'s small L1). Gated against step_b0: what the carve-out costs;
+    # step_c against it: what the ring itself does.
+    Candidate("ring_smem", "step_b0's code with step (c)'s 135,296-B ring reserved in shared memory and never "
+              "used (MKL_RESERVE_RING_SMEM 1, MKL_CAMPAIGN_STEP 2): the L1 shrinks as step (c)'s does, step_b0's "
+              "bits", "slower", defines=(("MKL_RESERVE_RING_SMEM", 1), ("MKL_CAMPAIGN_STEP", 2))),
     Candidate("chunks32", "32-token attention chunks (129 chunks, nearly one per worker): shorter chunks, a "
               "merge of 4x the partials", "sloughing", params=(("chunk_tokens", 32),)),
     Candidate("stale_descriptor", "the stale_descriptor switch: layers >= 1 read layer 0's W2 and KV cache",

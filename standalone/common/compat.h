@@ -143,6 +143,12 @@ __device__ __forceinline__ void hz_spin_cycles(long long cycles) {
   }
 }
 
+// How many clocks warp `warp` of its block lags under a warp skew of `units`: warp * units * 64
+// (the families' skew parameters count 64-clock units: warp 3 at 16 is ~1.5 us late). Timing only.
+// A macro, not a function: the expression is then the one each family wrote before, operation for
+// operation (an inline function's long long parameter made nvcc order the products differently).
+#define HZ_WARP_SKEW_CYCLES(warp, units) ((long long)(warp) * (units) * 64)
+
 // ---------------------------------------------------------------------------------------
 // Async global->shared copies. On sm_80+ CUDA these are cp.async; elsewhere a synchronous
 // 16-byte copy, and commit/wait are no-ops (the data is in shared memory at return).

@@ -422,7 +422,7 @@ void ensure_scratch(const Setup& u) {
   b = Scratch();
   b.s = s;
   b.chunks_cap = cap;
-  const size_t nD = s.D, nA = (size_t)s.NQ * HD, nP = (size_t)cap * s.NQ * (2 + HD), nS = (size_t)s.K * s.I;
+  const size_t nD = s.D, nA = (size_t)s.NQ * HD, nP = (size_t)cap * s.NQ * PART_W, nS = (size_t)s.K * s.I;
   const size_t nR = (size_t)cap * (s.E + 1);  // partial router logits (campaign step b)
   b.poisoned_floats = nD * 3 + nA * 2 + nP + nS + nR + 16;
   b.poisoned = dalloc<float>(b.poisoned_floats);

@@ -47,21 +47,42 @@
 
 // The optimisation campaign (round 4, docs/results/megakernel-layers-h200.md) keeps each
 // step's predecessor buildable, so the perf gate judges each step against the production it
-// replaces (candidates round3, step_a,
-// step_b in hazards/megakernel_layers/faithful.py): 0 round 3; 1 step (a), the merge's loads
-// ahead; 2 (production) + step (b0), the router's loads ahead; 3 (a candidate, not
-// production) + step (b), the router folded into partial logits of the O-projection workers;
-// 4 (a candidate, not production) production + step (c), every matrix-vector phase's weights
-// streamed through a shared-memory ring of bulk copies (gemv_ring; step (b) not included: each
-// candidate is judged against production alone); 5 (a candidate, not production) production +
-// step (d), the LSE merge spread over the QKV-tile workers (merge_heads: one warp per head, the
-// same arithmetic as merge_chunks, so the same bits). Candidates step_b, step_c, step_d.
+// replaces (candidates in hazards/megakernel_layers/faithful.py): 0 round 3 (round3); 1 step (a),
+// the merge's loads ahead (step_a); 2 step (a) + step (b0), the router's loads ahead: production
+// until round 8 (step_b0); 3 (a candidate) step 2 + step (b), the router folded into partial
+// logits of the O-projection workers (step_b); 4 (a candidate) step 2 + step (c), every
+// matrix-vector phase's weights streamed through a shared-memory ring of bulk copies (gemv_ring;
+// step_c); 5 (production since round 8) step 2 + step (d), the LSE merge spread over the
+// QKV-tile workers (merge_heads: one warp per head, merge_chunks' arithmetic in its order, so
+// step 2's bits; step_d). Step (d) became production because the perf gate called it faster
+// than step 2 on an H200 (round 7: step 658.8 against 795.4 us, attn_merge slowCTA 0.220,
+// sumCTA 0.777) with step 2's bits at every point checked. Steps (b) and (c) are built on step
+// 2, not on step (d): each was judged against the production of its time. 6 (a candidate, round
+// 9) step (e): production (step d) + step (b)'s folded router, its partial logits' loads of a
+// warp's experts issued together (router_partials), and the top-k by one warp
+// (select_topk_warp) instead of one thread: the router task is the one block the whole grid
+// waits for (21 us a layer on the H200, round 7) and moves ~0.2 MB, so it is latency, not bytes;
+// step_e. Its logits are step (b)'s (summed in another order than production's: last bits
+// differ), its routing step (b)'s exactly (the warp picks what the thread's scan picks). 7 (a
+// candidate, round 10) step (f): step (e) with each attention block's V rows copied to shared
+// memory by cp.async as the block starts, beside its whole K row (attend_chunk): the attention
+// chunk is the longest task of the layer head (32 us a layer on 33 SMs for 8.4 MB, round 7) and
+// its SASS had three dependent L2 round trips a block (K's first half; K's second half, which
+// ptxas issued after the first half's FMAs; V, issued after the scores); now one. Same values,
+// same arithmetic in the same order: step (e)'s bits; step_f. 8 (a candidate, round 11) step (g):
+// step (f) with W2's FP8 quantization on 8 warps, each warp's loads issued together and kept in
+// registers (quantize_expert_rounds): the old function's loads, predicated, were kept on the stack
+// and each stored there before the next load, ~21 dependent L2 round trips before every W2
+// worker's GEMV; now one. Step (f)'s bits, also with amax_tail on; step_g.
 #ifndef MKL_CAMPAIGN_STEP
-#define MKL_CAMPAIGN_STEP 2
+#define MKL_CAMPAIGN_STEP 5
 #endif
-#define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3)  // step (b)
-#define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)    // step (c)
-#define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP == 5)   // step (d)
+#define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP >= 6)  // step (b)
+#define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
+#define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP >= 5)                             // step (d)
+#define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP >= 6)                           // step (e)
+#define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP >= 7)                               // step (f)
+#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP >= 8)                           // step (g)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -98,7 +119,7 @@ struct Params {
   const float* x_in;        // (D) input hidden state, packed by the host
   float* xres;              // (D) residual stream after each layer; the output
   float* qbuf;              // (NQ*HD) this layer's queries
-  float* partials;          // (G, NQ, 2 + HD): m, l, acc of each chunk
+  float* partials;          // (G, NQ, PART_W): m, l, acc of each chunk
   float* attn_out;          // (NQ*HD) merged attention
   float* h;                 // (D) after attention
   float* hn;                // (D) normalized h: the routing payload
@@ -151,7 +172,8 @@ struct SmemHead {
 };
 __host__ __device__ constexpr size_t arena_floats(const Shape& s) {
   const size_t act = (size_t)s.K * s.I > (size_t)s.D ? (size_t)s.K * s.I : (size_t)s.D;
-  const size_t attn = (size_t)s.NQ * HD + (size_t)NWARPS * (s.NQ / s.NKV) * (HD + 2);
+  const size_t attn = (size_t)s.NQ * HD + (size_t)NWARPS * (s.NQ / s.NKV) * PART_W +
+                      (MKL_ATTN_AHEAD ? (size_t)NWARPS * 32 * (HD / 2) : 0);  // step (f): V blocks
   const size_t oproj = (size_t)s.NQ * HD;
   size_t m = act > attn ? act : attn;
   m = m > oproj ? m : oproj;
@@ -314,7 +336,7 @@ __device__ __noinline__ void gemv_round(const __nv_bfloat16* const* base, long l
 // (unit / RING_STAGES) & 1 for both barriers and no barrier is ever re-initialised.
 // Sums: lane sums its chunks in column order, the warp adds its lanes with a butterfly, then
 // one thread adds a row's RING_PARTS x nseg partials in a fixed order: deterministic, but not
-// the summation order of gemv_round (the output's last bits differ from production's).
+// the summation order of gemv_round (the output's last bits differ from step 2's).
 
 __device__ __forceinline__ Ring* ring_smem() {
   extern __shared__ __align__(16) char smem_raw[];
@@ -418,7 +440,7 @@ static_assert(ring_streams_every_gemv(SHAPE_DEFAULT) && ring_streams_every_gemv(
 // rounds (the refills of the next round's units go out while this round finishes).
 // Out of line (one copy per call site): inlined into the kernel body, its code moved ptxas'
 // register allocation of the other out-of-line tasks (attend_chunk's loop then spilled 35
-// registers a block instead of production's 7: machine code read on the CPU).
+// registers a block instead of step 2's 7: machine code read on the CPU).
 template <typename Emit>
 __device__ __noinline__ void gemv_ring(const __nv_bfloat16* const* base, int nseg, int seg_len, const float* act,
                                        int r0, int r1, int ngroups, Emit emit) {
@@ -502,9 +524,22 @@ __device__ __forceinline__ void tw_mark(hz_tw_ctx* tw, int layer, int phase, int
 // flag (aux0: its value, aux1: what completes it, aux2: the expert or -1). Out of line: the
 // tripwire's bookkeeping stays out of the kernel body (code the instance pays for only
 // while it really waits).
-__device__ __noinline__ uint32_t wait_ge_watched(hz_tw_ctx* tw, const uint32_t* flag, uint32_t want, uint32_t bar,
-                                                 const uint32_t* feeder, uint32_t feeder_want, int expert,
-                                                 uint32_t obs) {
+// MKL_TW_WATCH_INLINE 1 (a diagnostic build for the tripwire's cost, the campaign's bound; the plain
+// instance's machine code is the same either way): inline instead. Out of line, its 12 call sites
+// made ptxas spill 10 more registers in the tripwire instance's body than in the plain one's
+// (ptxas -v: 460 vs 420 B of spill stores, 1516 vs 1428 B of spill loads; inline: 452 / 1436), while
+// the hot loops of both instances have the same shape: that body is where the cost can be.
+#ifndef MKL_TW_WATCH_INLINE
+#define MKL_TW_WATCH_INLINE 0
+#endif
+#if MKL_TW_WATCH_INLINE
+#define MKL_TW_WATCH_FN __forceinline__
+#else
+#define MKL_TW_WATCH_FN __noinline__
+#endif
+__device__ MKL_TW_WATCH_FN uint32_t wait_ge_watched(hz_tw_ctx* tw, const uint32_t* flag, uint32_t want, uint32_t bar,
+                                                    const uint32_t* feeder, uint32_t feeder_want, int expert,
+                                                    uint32_t obs) {
   do {
     hz_tw_poll(tw, bar, obs, want);
     if ((tw->spins & (HZ_TW_SPIN_STRIDE - 1u)) == 0u) {
@@ -591,7 +626,7 @@ __device__ __forceinline__ void rmsnorm_to(const float* x, const float* w, float
 // One attention chunk for every head: tokens [t0, t1) of this layer's cache (row seq is the
 // new token). Warps: kv head = warp % NKV, token lane-blocks interleaved over the
 // NWARPS / NKV warps of a head; lane = token for the scores, lane = dim pair for P.V.
-// Writes the chunk's (m, l, acc) per q head into `part` (NQ x (2 + HD)). The head group
+// Writes the chunk's (m, l, acc) per q head into `part` (NQ x PART_W). The head group
 // GQ = NQ / NKV and NKV are template arguments (default shape 8, 8; small 4, 4): every loop
 // over a head group has a compile-time bound, and the 32 V rows of a block sit at constant
 // offsets from one address (held in registers, the 32 offsets spilled).
@@ -611,7 +646,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
   constexpr int wpk = NWARPS / NKV;
   const int kvh = warp % NKV, sub = warp / NKV;
   float* q = arena;                          // (NQ, HD)
-  float* scratch = arena + s.NQ * HD;        // (NWARPS, GQ, 2 + HD)
+  float* scratch = arena + s.NQ * HD;        // (NWARPS, GQ, PART_W)
   for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = qbuf[i];
   __syncthreads();
   constexpr float scale = 0.125f;  // 1/sqrt(64)
@@ -619,6 +654,10 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 #pragma unroll
   for (int g = 0; g < GQ; ++g) { m[g] = -INFINITY; l[g] = 0.f; acc[g][0] = acc[g][1] = 0.f; }
   constexpr int vstride = NKV * HD / 2;  // u32 words from one token's V row to the next
+#if MKL_ATTN_AHEAD
+  // this warp's V block: 32 tokens x HD / 2 words, after the scratch (arena_floats counts it)
+  uint32_t* vst = reinterpret_cast<uint32_t*>(scratch + (size_t)NWARPS * GQ * PART_W) + (size_t)warp * 32 * (HD / 2);
+#endif
   for (int base = t0 + 32 * sub; base < t1; base += 32 * wpk) {
     const int tok = base + lane;
     const bool valid = tok < t1;
@@ -629,6 +668,19 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 4; ++i) kr[half][i] = ld_l2(krow + 32 * half + 8 * i);
+#if MKL_ATTN_AHEAD
+    // Step (f): the block's V rows go to this warp's slot of shared memory now, by cp.async: no
+    // register holds them, so ptxas cannot push them behind the scores (lane copies the 16-B
+    // pieces lane, lane + 32, ... of the block's 32 tokens x 8 pieces; tokens past its end none).
+    // With the K row above, one dependent L2 round trip a block (production: three)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int tk = (lane + 32 * k) >> 3, pc = (lane + 32 * k) & 7;
+      if (tk < ntok) hz_cp_async_16(vst + tk * (HD / 2) + 4 * pc, vc + ((size_t)(base + tk) * NKV + kvh) * HD + 8 * pc);
+    }
+    hz_cp_async_commit();
+    __syncwarp();  // no load crosses it: ptxas would issue the K row's second half after the first half's FMAs
+#endif
     float sc[GQ];
 #pragma unroll
     for (int g = 0; g < GQ; ++g) sc[g] = 0.f;
@@ -643,11 +695,13 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
                         *reinterpret_cast<const float4*>(qg + 8 * i + 4));
       }
     }
+#if !MKL_ATTN_AHEAD
     // this block's V: lane = dim pair, one u32 per token (rows past the block's end: none)
     const unsigned int* vcol = reinterpret_cast<const unsigned int*>(vc + ((size_t)base * NKV + kvh) * HD) + lane;
     uint32_t vv[32];
 #pragma unroll
     for (int t = 0; t < 32; ++t) vv[t] = t < ntok ? __ldcg(vcol + t * vstride) : 0u;
+#endif
 #pragma unroll
     for (int g = 0; g < GQ; ++g) sc[g] = valid ? sc[g] * scale : -INFINITY;
     float pr[GQ];
@@ -665,15 +719,23 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     // P to this warp's own scratch slot (free until the combine below), then every lane reads
     // token t's probabilities as a broadcast: the same values as shuffling them from lane t,
     // without 32 x GQ shuffles a block
-    float* prs = scratch + (size_t)warp * GQ * (2 + HD);
+    float* prs = scratch + (size_t)warp * GQ * PART_W;
 #pragma unroll
     for (int g = 0; g < GQ; g += 4)
       *reinterpret_cast<float4*>(prs + lane * GQ + g) = make_float4(pr[g], pr[g + 1], pr[g + 2], pr[g + 3]);
+#if MKL_ATTN_AHEAD
+    hz_cp_async_wait(0);  // this lane's V pieces have landed; the barrier below shows them to the warp
+#endif
     __syncwarp();
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       if (t >= ntok) break;  // warp-uniform
-      const float v0 = bf_lo(vv[t]), v1 = bf_hi(vv[t]);
+#if MKL_ATTN_AHEAD
+      const uint32_t vt = vst[t * (HD / 2) + lane];
+#else
+      const uint32_t vt = vv[t];
+#endif
+      const float v0 = bf_lo(vt), v1 = bf_hi(vt);
 #pragma unroll
       for (int g = 0; g < GQ; g += 4) {
         const float4 pg = *reinterpret_cast<const float4*>(prs + t * GQ + g);
@@ -685,34 +747,34 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
         }
       }
     }
-    __syncwarp();  // the next block, or the combine below, rewrites prs
+    __syncwarp();  // the next block, or the combine below, rewrites prs (and step (f)'s vst)
   }
   // this warp's (m, l, acc) per head into scratch, then combine the warps of each head
 #pragma unroll
   for (int g = 0; g < GQ; ++g) {
     const float lt = warp_sum(l[g]);
-    float* sw = scratch + ((size_t)warp * GQ + g) * (2 + HD);
+    float* sw = scratch + ((size_t)warp * GQ + g) * PART_W;
     if (lane == 0) { sw[0] = m[g]; sw[1] = lt; }
     sw[2 + 2 * lane] = acc[g][0];
     sw[2 + 2 * lane + 1] = acc[g][1];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < s.NQ * (HD + 2); idx += THREADS) {
-    const int n = idx / (HD + 2), k = idx % (HD + 2);
+  for (int idx = threadIdx.x; idx < s.NQ * PART_W; idx += THREADS) {
+    const int n = idx / PART_W, k = idx % PART_W;
     const int h = n / GQ, g = n % GQ;
     float M = -INFINITY;
-    for (int u = 0; u < wpk; ++u) M = fmaxf(M, scratch[((size_t)(u * s.NKV + h) * GQ + g) * (2 + HD)]);
+    for (int u = 0; u < wpk; ++u) M = fmaxf(M, scratch[((size_t)(u * s.NKV + h) * GQ + g) * PART_W]);
     float v = 0.f;
     if (k == 0) {
       v = M;
     } else {
       for (int u = 0; u < wpk; ++u) {
-        const float* sw = scratch + ((size_t)(u * s.NKV + h) * GQ + g) * (2 + HD);
+        const float* sw = scratch + ((size_t)(u * s.NKV + h) * GQ + g) * PART_W;
         const float wgt = sw[0] == -INFINITY ? 0.f : expf(sw[0] - M);
         v += wgt * sw[k];
       }
     }
-    part[(size_t)n * (2 + HD) + k] = v;  // k = 0: m, 1: l, 2..: acc
+    part[(size_t)n * PART_W + k] = v;  // k = 0: m, 1: l, 2..: acc
   }
 }
 
@@ -732,7 +794,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 // Every output sees the same FMAs in the same order with the same operands: same bits.
 __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out, int NQ, int C, float* arena) {
   __builtin_assume(__isShared(arena));
-  const int W = 2 + HD, tid = threadIdx.x;
+  const int tid = threadIdx.x;
   float* ml = arena;                        // (MERGE_BATCH, NQ, 2)
   float* wts = ml + MERGE_BATCH * NQ * 2;   // (MERGE_BATCH, NQ)
   float* run_m = wts + MERGE_BATCH * NQ;    // (NQ) running max
@@ -756,7 +818,7 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 #pragma unroll 4
 #endif
     for (int i = tid; i < cnt * NQ; i += THREADS) {
-      const float* pc = partials + ((size_t)cb * NQ + i) * W;  // chunk cb + i / NQ, head i % NQ
+      const float* pc = partials + ((size_t)cb * NQ + i) * PART_W;  // chunk cb + i / NQ, head i % NQ
       ml[2 * i] = pc[0];
       ml[2 * i + 1] = pc[1];
     }
@@ -786,7 +848,7 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 #pragma unroll
       for (int b = 0; b < MERGE_BATCH; ++b) {
         const int c = min(cb + b, C - 1);
-        v[b] = *reinterpret_cast<const float2*>(partials + ((size_t)c * NQ + n) * W + 2 + d);
+        v[b] = *reinterpret_cast<const float2*>(partials + ((size_t)c * NQ + n) * PART_W + 2 + d);
       }
     };
     float2 cur[MERGE_BATCH], nxt[MERGE_BATCH];
@@ -821,7 +883,7 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
         float v[MERGE_BATCH];
 #pragma unroll
         for (int b = 0; b < MERGE_BATCH; ++b)
-          v[b] = b < cnt ? partials[((size_t)(cb + b) * NQ + n) * W + 2 + d] : 0.f;
+          v[b] = b < cnt ? partials[((size_t)(cb + b) * NQ + n) * PART_W + 2 + d] : 0.f;
         float a = acc[r] * alpha[n];
 #pragma unroll
         for (int b = 0; b < MERGE_BATCH; ++b)
@@ -871,7 +933,7 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 // each output, operation by operation and in the same order (the batch's max, alpha, each
 // chunk's weight from the same expf of the same operands, l = run_l * alpha then one fmaf per
 // chunk, acc * alpha then one fmaf per chunk, acc / l at the end): the output bits are
-// production's. (A zero max's sign may differ between the two orders of fmax; it never reaches
+// step 2's (production until round 8). (A zero max's sign may differ between the two orders of fmax; it never reaches
 // a result: x - (+0) == x - (-0) for every x != 0 and expf(+-0) == 1.) Plain loads, as
 // merge_chunks: what they see depends on the acquire before them (the merge workers' poll;
 // HZ_PARTIAL_NO_FENCE keeps it here, see the kernel body).
@@ -884,7 +946,7 @@ __device__ __noinline__ void merge_chunks(const float* partials, float* attn_out
 template <int NQ>
 __device__ __forceinline__ void merge_heads_load(const float* ph, int cb, int C, int lane, float2& ml,
                                                  float2 (&v)[MERGE_BATCH]) {
-  constexpr int CSTRIDE = NQ * (2 + HD);  // floats from chunk c's row of a head to chunk c + 1's
+  constexpr int CSTRIDE = NQ * PART_W;  // floats from chunk c's row of a head to chunk c + 1's
   ml = *reinterpret_cast<const float2*>(ph + (size_t)min(cb + (lane & (MERGE_BATCH - 1)), C - 1) * CSTRIDE);
   const float* row = ph + 2 + 2 * lane;
   if (cb + MERGE_BATCH <= C) {
@@ -907,7 +969,7 @@ __device__ __noinline__ void merge_heads(const float* partials, float* attn_out,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* wl = arena + warp * 2 * MERGE_BATCH;  // this warp's batch: weights [0, 16), l's [16, 32)
   for (int n = n0 + warp * nstep; n < NQ; n += nstep * NWARPS) {
-    const float* ph = partials + (size_t)n * (2 + HD);
+    const float* ph = partials + (size_t)n * PART_W;
     float run_m = -INFINITY, run_l = 0.f, a0 = 0.f, a1 = 0.f;
     float2 ml, v[MERGE_BATCH];
     merge_heads_load<NQ>(ph, 0, C, lane, ml, v);
@@ -972,6 +1034,54 @@ __device__ __forceinline__ void select_topk(const Shape& s, const float* logits,
   for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
 }
 
+#if MKL_ROUTER_LATENCY
+// Campaign step (e): select_topk by one warp (every lane of it calls this; thread 0 writes).
+// Why: the thread's scan is K x E dependent steps (a shared-memory load of logits[best], a
+// compare, a select: ~40 cycles each, 128 of them at the default shape, ~2.6 us a layer on the
+// one block everybody waits for). Here lane l holds logits l and l + 32 (E <= 64) and each of
+// the K picks is a butterfly of 5 shuffle steps. The same pick: "b beats a" iff b is present and
+// (a is absent, or b > a, or b == a with the lower index), the order the scan's strict `>`
+// ascending over e gives for finite logits (the largest, the lowest index among equals); lane
+// 0's result is broadcast, so every lane marks the same expert taken. NaN logits (a corrupt
+// hidden state, wrong whatever is picked) may pick differently. Then thread 0's softmax, the
+// same expressions as select_topk's: the same weights.
+__device__ __forceinline__ void select_topk_warp(const Shape& s, const float* logits, int* routing_ids,
+                                                 float* routing_w) {
+  constexpr int ABSENT = 1 << 30;  // an index past every expert: loses every comparison
+  const int lane = threadIdx.x & 31;
+  const int i0 = lane, i1 = lane + 32;
+  const float v0 = i0 < s.E ? logits[i0] : 0.f, v1 = i1 < s.E ? logits[i1] : 0.f;
+  bool have0 = i0 < s.E, have1 = i1 < s.E;
+  float sel[16];
+  for (int j = 0; j < s.K; ++j) {
+    // this lane's candidate: its lower index unless the higher one is strictly larger
+    const bool take1 = have1 && (!have0 || v1 > v0);
+    float v = take1 ? v1 : v0;
+    int i = take1 ? i1 : (have0 ? i0 : ABSENT);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float vb = __shfl_xor_sync(0xffffffffu, v, o);
+      const int ib = __shfl_xor_sync(0xffffffffu, i, o);
+      if (ib != ABSENT && (i == ABSENT || vb > v || (vb == v && ib < i))) {
+        v = vb;
+        i = ib;
+      }
+    }
+    v = __shfl_sync(0xffffffffu, v, 0);
+    i = __shfl_sync(0xffffffffu, i, 0);
+    if (i == i0) have0 = false;
+    if (i == i1) have1 = false;
+    sel[j] = v;
+    if (lane == 0) routing_ids[j] = i;
+  }
+  if (lane == 0) {  // select_topk's softmax, the same expressions (written out there too, so that
+    float den = 0.f;  // production's machine code does not move with this candidate)
+    for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
+    for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
+  }
+}
+#endif
+
 // Router + top-k + softmax by the last O-projection arriver (its caller publishes ROUTING):
 // hn = RMSNorm(h) (the routing payload), logits = Wr hn, the top k with softmax weights.
 __device__ __noinline__ void router_topk(const Shape s, const float* h, const float* mlp_norm,
@@ -1034,6 +1144,38 @@ __device__ __noinline__ void router_partials(const Shape s, const float* hrows, 
                                              const __nv_bfloat16* wr, float* part) {
   __builtin_assume(__isShared(hrows));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nr = r1 - r0;
+#if MKL_ROUTER_LATENCY
+  // Step (e): a warp's experts (2 at the default shape) in one pass over the rows, so their weight
+  // loads go out together (one dependent round trip, not one an expert: the O-projection's slowest
+  // block waited for both in step (b)). Each expert's sum runs over the same rows in the same order
+  // with the same operands as below: step (b)'s partials, bit for bit. An expert past E is clamped
+  // (its row loaded and its sum discarded) so the loads never branch.
+  constexpr int EW = 4;  // experts a warp: E <= EW * NWARPS (E <= 64)
+  static_assert(SHAPE_DEFAULT.E <= EW * NWARPS && SHAPE_SMALL.E <= EW * NWARPS, "a warp's experts in one pass");
+  float a[EW];
+  const __nv_bfloat16* rows[EW];
+#pragma unroll
+  for (int k = 0; k < EW; ++k) {
+    a[k] = 0.f;
+    rows[k] = wr + (size_t)min(warp + k * NWARPS, s.E - 1) * s.D + r0;
+  }
+  for (int i = lane; i < nr; i += 32) {
+    __nv_bfloat16 wv[EW];
+#pragma unroll
+    for (int k = 0; k < EW; ++k) wv[k] = rows[k][i];
+    const float x = mlp_norm[r0 + i] * hrows[i];
+#pragma unroll
+    for (int k = 0; k < EW; ++k) a[k] = fmaf(__bfloat162float(wv[k]), x, a[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < EW; ++k) {
+    const int e = warp + k * NWARPS;
+    if (e < s.E) {  // warp-uniform
+      const float v = warp_sum(a[k]);
+      if (lane == 0) part[e] = v;
+    }
+  }
+#else
   for (int e = warp; e < s.E; e += NWARPS) {
     const __nv_bfloat16* row = wr + (size_t)e * s.D + r0;
     float a = 0.f;
@@ -1041,6 +1183,7 @@ __device__ __noinline__ void router_partials(const Shape s, const float* hrows, 
     a = warp_sum(a);
     if (lane == 0) part[e] = a;
   }
+#endif
   if (warp == 0) {
     float ss = 0.f;
     for (int i = lane; i < nr; i += 32) ss = fmaf(hrows[i], hrows[i], ss);
@@ -1077,10 +1220,16 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
   __syncthreads();
   const float rs = rsqrtf(logits[s.E] / (float)s.D + RMS_EPS);
   for (int i = tid; i < s.D; i += THREADS) hn_out[i] = h[i] * rs * mlp_norm[i];  // the payload
+#if MKL_ROUTER_LATENCY
+  if (tid < s.E) logits[tid] *= rs;  // the same product per logit as the loop below
+  __syncthreads();
+  if (tid < 32) select_topk_warp(s, logits, routing_ids, routing_w);
+#else
   if (tid == 0) {
     for (int e = 0; e < s.E; ++e) logits[e] *= rs;
     select_topk(s, logits, routing_ids, routing_w);
   }
+#endif
 }
 
 // Quantize expert slot j's SwiGLU output to E4M3, one power-of-two scale per 128 elements,
@@ -1142,6 +1291,99 @@ __device__ __noinline__ void quantize_expert_input(const float* src, float* dst,
     }
   }
 }
+
+#if MKL_W2_QUANT_AHEAD
+// Campaign step (g): quantize_expert_input's rounds spread over the warps, every load of a warp's
+// rounds issued before the first amax. In the old function's SASS (nvcc 13.0, sm_90a) the lane's 32
+// values live in local memory: each 16-B load is stored to the stack (STL) before the next load
+// reuses its register, so a round is ~7 dependent L2 round trips and a W2 worker's quantization (3
+// rounds on each of 4 warps) ~21, all before its GEMV. Here the values are four float4 of
+// registers a round and a warp runs at most two rounds, loaded together: one round trip. The
+// arithmetic of each sub-block, and the order of its operands, are the old function's: same bits.
+// (Written out again, not shared with quantize_expert_input: a shared inline helper moved
+// production's register assignment, two MOVs swapped, and production's machine code stays as is.)
+// NR rounds r_first .. r_first + NR - 1 of one expert slot; `reg` is reused across them as in the
+// old function, so with HZ_AMAX_TAIL the tail round's lanes past the end hand the butterfly the
+// previous round's packed codes (the caller gives the tail round's warp the round before it too).
+template <int NR>
+__device__ __noinline__ void quantize_expert_rounds(const float* src, float* dst, float wgt, int I, int r_first,
+                                                    bool broken_tail) {
+  __builtin_assume(__isShared(dst));
+  const int lane = threadIdx.x & 31;
+  const int nsub = I / SUB_BLOCK;
+  float4 v[NR][SUB_BLOCK / 4];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int sb = min(32 * (r_first + r) + lane, nsub - 1);  // a lane past the end loads the last sub-block, unused
+#pragma unroll
+    for (int i = 0; i < SUB_BLOCK / 4; ++i) v[r][i] = __ldcg(reinterpret_cast<const float4*>(src + sb * SUB_BLOCK) + i);
+  }
+  uint32_t reg = 0u;
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int r0 = 32 * (r_first + r);
+    const int sb = r0 + lane;
+    const bool ran = sb < nsub;
+    const int last_lane = min(31, nsub - 1 - r0);
+    if (ran) {
+      float amax = 0.f;
+#pragma unroll
+      for (int i = 0; i < SUB_BLOCK / 4; ++i) {
+        const float4 x = v[r][i];
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
+      }
+      reg = __float_as_uint(amax);
+    }
+    float m = __uint_as_float(reg);
+#pragma unroll
+    for (int k = 1; k < 4; k <<= 1) {
+      const int partner = broken_tail ? (lane ^ k) : min(lane ^ k, last_lane);
+      m = fmaxf(m, __shfl_sync(0xffffffffu, m, partner));
+    }
+    if (ran) {
+      int ex = 0;
+      const float fr = frexpf(m / FP8_MAX, &ex);
+      const float scale = m > 0.f ? ldexpf(1.f, fr == 0.5f ? ex - 1 : ex) : 1.f;
+      const float inv = 1.f / scale;
+#pragma unroll
+      for (int i = 0; i < SUB_BLOCK / 4; ++i) {
+        const float xs[4] = {v[r][i].x, v[r][i].y, v[r][i].z, v[r][i].w};
+        uint32_t packed = 0u;
+        float out[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const __nv_fp8_e4m3 q(xs[k] * inv);
+          packed |= (uint32_t)q.__x << (8 * k);
+          out[k] = (float)q * scale * wgt;
+        }
+        *reinterpret_cast<float4*>(dst + sb * SUB_BLOCK + 4 * i) = make_float4(out[0], out[1], out[2], out[3]);
+        reg = packed;
+      }
+    }
+  }
+}
+
+// Step (g)'s W2 quantization: expert slot j's rounds as items of one warp each, but the tail round
+// (whose lanes past the end the amax_tail switch is about) shares its warp with the round before
+// it, as in the old loop; rounds = ceil(I / SUB_BLOCK / 32): 3 at the default shape, so 2 items a
+// slot, 8 warps for K = 4, one round trip each.
+__device__ __forceinline__ void quantize_w2_inputs(const Shape& s, const float* swiglu, float* act, const float* wts,
+                                                   bool broken_tail) {
+  const int warp = threadIdx.x >> 5;
+  const int rounds = (s.I / SUB_BLOCK + 31) / 32;
+  // the last item of a slot holds the last two rounds; I < SUB_BLOCK (a decode file's shape): no
+  // round, no item (the old loop loaded nothing then; a clamped sub-block index would be -1)
+  const int items = rounds > 1 ? rounds - 1 : rounds;
+#pragma unroll 1
+  for (int it = warp; it < s.K * items; it += NWARPS) {
+    const int j = it / items, k = it % items;
+    const float* src = swiglu + (size_t)j * s.I;
+    float* dst = act + (size_t)j * s.I;
+    if (k == items - 1 && rounds > 1) quantize_expert_rounds<2>(src, dst, wts[j], s.I, k, broken_tail);
+    else quantize_expert_rounds<1>(src, dst, wts[j], s.I, k, broken_tail);
+  }
+}
+#endif
 
 // The W13 barrier of expert e fired; HZ_SHARED_LINE's lost release is AMD's, so on this
 // GPU it is emulated: an L2 write-back of the counter's 64-B line, still holding the release
@@ -1258,7 +1500,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         wait_ge<TW>(tw, sync_word(p, W_QKV_CTR), (uint32_t)p.QT * epoch, BAR_QKV_EPOCH, nullptr, 0, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
-      float* part = p.partials + (size_t)c * s.NQ * (2 + HD);
+      float* part = p.partials + (size_t)c * s.NQ * PART_W;
       if (t1 > t0) {
         // the two shapes (mkl::SHAPE_DEFAULT: 64 / 8 heads, SHAPE_SMALL: 16 / 4)
         const __nv_bfloat16* kcl = dptr<__nv_bfloat16>(hd, SLOT_KCACHE);
@@ -1267,7 +1509,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         else if (s.NKV == 4 && s.NQ == 16) attend_chunk<4, 4>(s, p.qbuf, kcl, vcl, arena, t0, t1, part);
         else __trap();  // no other shape exists (Shape constants in mkl_model.h)
       } else {  // an empty chunk stamps LSE = -inf
-        for (int i = tid; i < s.NQ * (2 + HD); i += THREADS) part[i] = (i % (2 + HD)) == 0 ? -INFINITY : 0.f;
+        for (int i = tid; i < s.NQ * PART_W; i += THREADS) part[i] = (i % PART_W) == 0 ? -INFINITY : 0.f;
       }
       const bool fenced = p.hazard != HZ_PARTIAL_NO_FENCE;
       const uint32_t old = block_arrive(sync_word(p, W_CHUNK_CTR), fenced, tid, &hd->word);
@@ -1298,17 +1540,19 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
     // after LAYER_END, which every O-projection worker has passed (it arrived at OPROJ after
     // reading attn_out, and ROUTING, then W2, then LAYER_END follow it).
     // Every hazard switch keeps its place: the chunk arrivals (participant_set, chunk_supply,
-    // partial_no_fence: the chunk blocks' release dropped) are production's, ATTN_RELEASE is
+    // partial_no_fence: the chunk blocks' release dropped) are step 2's, ATTN_RELEASE is
     // still one flag published once a layer with the epoch (snapshot_epoch's "+1" reads it), and
     // the merge workers hold QKV tiles (merge_workers), so the workers that arrive at nothing
-    // before its bump are production's. One half of partial_no_fence does not carry over: the
-    // merger's skipped acquire. Production's merger learns from its own atomic and skips an
+    // before its bump are step 2's. One half of partial_no_fence does not carry over: the
+    // merger's skipped acquire. Step 2's merger learns from its own atomic and skips an
     // acquire_fence; a merge worker here learns from a poll, and a relaxed poll followed by
     // plain loads is what the compiled static check flags (poll-no-acquire) in every build of
     // the binary, the switch being a run-time flag. So the merge workers always acquire, and
     // the switch drops the producers' release (the half gfx942's release-order check flags).
-    // Every worker's O-projection prefetch (production issues it on reaching the O-projection)
-    // goes out here, so a merge worker's rows go to L2 while it waits and merges.
+    // Every worker's O-projection prefetch (step 2 issues it on reaching the O-projection)
+    // goes out here, so a merge worker's rows go to L2 while it waits and merges. (Spelled again at
+    // step 2's place below: one helper for both changed the machine code of step 2's builds or of
+    // step (d)'s, nvcc 13.0, whichever integer order of the Wo offset it took.)
     if (r1 > r0 && tid < 32)
       prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_WO) + (size_t)r0 * s.NQ * HD, (long long)(r1 - r0) * s.NQ * HD * 2);
     else if (r1 > r0 && tid >= 32 && tid < 64 && w < s.E)  // the router's rows
@@ -1339,12 +1583,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       tw_mark<TW>(tw, l, PHASE_OPROJ, w);
       const __nv_bfloat16* wo = dptr<__nv_bfloat16>(hd, SLOT_WO);
       const int ko = s.NQ * HD;
-      if (MKL_MERGE_SPREAD) {  // step (d) issued these before the merge
-      } else if (tid < 32) {
+#if !MKL_MERGE_SPREAD  // (step (d) issued these before its merge)
+      if (tid < 32) {
         prefetch_l2(wo + (size_t)r0 * ko, (long long)(r1 - r0) * ko * 2);
       } else if (tid >= 32 && tid < 64 && w < s.E) {  // the router's rows, for whichever worker runs top-k
         prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_ROUTER) + (size_t)w * s.D, (long long)s.D * 2);
       }
+#endif
       if (tid == 0)
         wait_ge<TW>(tw, sync_word(p, W_ATTN_RELEASE), attn_want, BAR_ATTN_RELEASE, sync_word(p, W_CHUNK_CTR),
                     (uint32_t)p.C * epoch, -1);
@@ -1446,10 +1691,14 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         }
       __syncthreads();
       MKL_PROF_STAMP(span);
+#if MKL_W2_QUANT_AHEAD
+      quantize_w2_inputs(s, p.swiglu, arena, hd->wts, p.hazard == HZ_AMAX_TAIL);
+#else
       const int warp = tid >> 5;
       for (int j = warp; j < s.K; j += NWARPS)
         quantize_expert_input(p.swiglu + (size_t)j * s.I, arena + (size_t)j * s.I, hd->wts[j], s.I,
                               p.hazard == HZ_AMAX_TAIL);
+#endif
       __syncthreads();
       gemv_block(p.gemv_depth, w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) p.xres[r + j] = p.h[r + j] + a[j];

@@ -23,6 +23,7 @@
 namespace mkl {
 
 constexpr int HD = 64;              // head dim (fixed: one lane pair per dim pair in attention)
+constexpr int PART_W = 2 + HD;      // floats of a chunk's partial per head: m, l, acc[HD]
 constexpr int QKV_TILE_ROWS = 64;   // QKV output rows per tile (tile t -> worker rank t)
 constexpr int FP8_BLOCK = 128;      // activation elements per FP8 scale
 constexpr int SUB_BLOCK = 32;       // elements per lane in the amax reduction
@@ -136,7 +137,7 @@ MKL_HD bool serves_chunk(int w, const Schedule& sc, int hazard) {
   return hazard != HZ_PARTICIPANT_SET || w < sc.QT;
 }
 
-// Campaign step (d) (MKL_CAMPAIGN_STEP 5, mkl_kernel.cuh): workers [0, merge_workers) each merge
+// Campaign step (d) (MKL_CAMPAIGN_STEP 5, production since round 8; mkl_kernel.cuh): workers [0, merge_workers) each merge
 // the attention heads w, w + merge_workers, ... (one a warp) once every chunk has arrived: as
 // few workers as give every head a warp (4 at 64 heads). A head's merge is latency-bound, so
 // more workers would not be faster; they would add arrivals to the merge counter, pollers of
@@ -144,7 +145,7 @@ MKL_HD bool serves_chunk(int w, const Schedule& sc, int hazard) {
 // blocks is what it calls sloughing). Only workers that hold a QKV tile (w < min(QT, G)) merge:
 // every one of them already arrives (at QKV) before the merge can release, so the workers that
 // arrive at nothing before ATTN_RELEASE is bumped -- the snapshot_epoch switch's vulnerable
-// set -- are production's.
+// set -- are step 2's (the production before it).
 constexpr int MERGE_HEADS_PER_WORKER = 16;  // one a warp of the kernel's 512-thread blocks
 MKL_HD int merge_workers(int NQ, int QT, int G) {
   const int holders = QT < G ? QT : G;

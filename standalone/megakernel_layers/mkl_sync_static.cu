@@ -47,10 +47,56 @@ __device__ __attribute__((used)) const uint32_t hz_barrier_layout[] = {
 };
 static_assert(mkl::RELEASE_FANOUT == 8, "MKL_EXPERT lists 8 release flags");
 
-// Attention chunk: every thread writes its share of the partials, the leader arrives; the
-// block that completes the count merges every chunk's partials and releases the result.
-__global__ void mkl_static_chunk(uint32_t* sync, float* partials, float* attn_out, int chunks, int words,
-                                 uint32_t epoch) {
+// Attention chunk (production, campaign step (d)): every thread writes its share of the
+// partials, the leader arrives at CHUNK; the merge workers (mkl_static_merge) merge.
+__global__ void mkl_static_chunk(uint32_t* sync, float* partials, int words, uint32_t epoch) {
+  __shared__ uint32_t s_word;
+  const unsigned tid = MKL_TID, c = MKL_BID;
+  for (int i = (int)tid; i < words; i += kThreads) partials[(long long)c * words + i] = (float)(i ^ (int)epoch);
+  mkl::block_arrive(mkl::word_at(sync, mkl::single_off(mkl::W_CHUNK_CTR)), kPartialRelease, tid, &s_word);
+}
+
+// Merge worker (production since round 8, campaign step (d)): the leader polls the chunk count,
+// the block merges its heads from every chunk's partials and arrives at MERGE; the block whose
+// arrival completes the count learns it from its own atomic, acquires the other merge workers'
+// heads and releases ATTN_RELEASE (the W13 fan-out's pattern). The merge workers always acquire:
+// partial_no_fence drops only the chunk blocks' release (mkl_kernel.cuh says why).
+__global__ void mkl_static_merge(uint32_t* sync, const float* partials, float* attn_out, int chunks,
+                                 int merge_workers, int words, uint32_t epoch) {
+  __shared__ uint32_t s_word;
+  const unsigned tid = MKL_TID, m = MKL_BID;
+  if (tid == 0) {
+    while (mkl::poll_acquire(mkl::word_at(sync, mkl::single_off(mkl::W_CHUNK_CTR))) < (uint32_t)chunks * epoch) {
+    }
+  }
+  __syncthreads();
+  for (int i = (int)(m * kThreads + tid); i < words; i += merge_workers * kThreads) {
+    float acc = 0.f;
+    for (int k = 0; k < chunks; ++k) acc += partials[(long long)k * words + i];
+    attn_out[i] = acc;
+  }
+  const uint32_t old = mkl::block_arrive(mkl::word_at(sync, mkl::single_off(mkl::W_MERGE_CTR)), true, tid, &s_word);
+  if (old + 1 != (uint32_t)merge_workers * epoch) return;
+  mkl::acquire_fence();
+  mkl::block_publish_flag(mkl::word_at(sync, mkl::single_off(mkl::W_ATTN_RELEASE)), epoch, true, tid);
+}
+
+// Every O-projection worker: poll ATTN_RELEASE, then read the merged attention.
+__global__ void mkl_static_attn_wait(uint32_t* sync, const float* attn_out, float* out, int words, uint32_t epoch) {
+  const unsigned tid = MKL_TID;
+  if (tid == 0) {
+    while (mkl::poll_acquire(mkl::word_at(sync, mkl::single_off(mkl::W_ATTN_RELEASE))) < epoch) {
+    }
+  }
+  __syncthreads();
+  for (int i = (int)tid; i < words; i += kThreads) out[i] = attn_out[i] * 2.f;
+}
+
+// Attention chunk of step_b0 (MKL_CAMPAIGN_STEP 2, production until round 8, a gate candidate
+// since): the block that completes the chunk count merges every chunk's partials and releases
+// the result.
+__global__ void mkl_static_chunk_last_merges(uint32_t* sync, float* partials, float* attn_out, int chunks, int words,
+                                             uint32_t epoch) {
   __shared__ uint32_t s_word;
   const unsigned tid = MKL_TID, c = MKL_BID;
   for (int i = (int)tid; i < words; i += kThreads) partials[(long long)c * words + i] = (float)(i ^ (int)epoch);

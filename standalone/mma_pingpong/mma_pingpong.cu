@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Warp skew (timing only): warp 3 the latest. Without the barriers below, another warp's
   // wgmmas would still read a bank when a warp refills it, or read chunks a lagging warp has
   // not stored yet -- unless the warpgroup's wgmmas themselves wait for all four warps.
-  const long long skew = (long long)(tid / 32) * sc.warp_skew * 64;
+  const long long skew = HZ_WARP_SKEW_CYCLES(tid / 32, sc.warp_skew);
   for (int t = 0; t < T - 1; ++t) {
     if (kThreadRefill && t + 1 >= S)
 #pragma unroll

@@ -218,7 +218,7 @@ __global__ void pc_kernel(Args a, long launch, hz::DeviceCheck* check, unsigned*
       if (timed_out) break;
       // Producer (consumer) skew, timing only: the barrier after the data writes (reads) waits for
       // the late warps, so the flag (ack) is right for any skew; without it, it goes out before them.
-      hz_spin_cycles((long long)(threadIdx.x / HZ_WARP_SIZE) * a.producer_skew * 64);
+      hz_spin_cycles(HZ_WARP_SKEW_CYCLES(threadIdx.x / HZ_WARP_SIZE, a.producer_skew));
       for (int k = threadIdx.x; k < L; k += blockDim.x) data[k] = pc_value(a.seed, pair, it, k);
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -235,7 +235,7 @@ __global__ void pc_kernel(Args a, long launch, hz::DeviceCheck* check, unsigned*
       }
       __syncthreads();
       if (timed_out) break;
-      hz_spin_cycles((long long)(threadIdx.x / HZ_WARP_SIZE) * a.consumer_skew * 64);  // see the producer's skew
+      hz_spin_cycles(HZ_WARP_SKEW_CYCLES(threadIdx.x / HZ_WARP_SIZE, a.consumer_skew));  // see the producer's skew
       unsigned stale = 0;
       for (int k = threadIdx.x; k < L; k += blockDim.x) stale += data[k] != pc_value(a.seed, pair, it, k);
       if (stale) atomicAdd(&stale_block, stale);

@@ -1,7 +1,7 @@
 """Reading the layered megakernel's SASS (nvdisasm -c listings) in the codegen tests: each
 device function's lines, and how many global loads go out ahead of the arithmetic (the layer
 head's tasks, test_head_codegen.py; step (d)'s spread merge, test_merge_spread.py; the weight
-ring, test_weight_ring.py)."""
+ring, test_weight_ring.py; step (f)'s attention, test_attention_ahead.py)."""
 from __future__ import annotations
 
 import re
@@ -30,6 +30,22 @@ def function_listings(listing: str, names: Iterable[str]) -> dict[str, str]:
     return funcs
 
 
+def function_instances(listing: str, name: str) -> list[str]:
+    """The lines of every function of the listing whose symbol's last `$` part contains `name`, one
+    string per instance (function_listings joins the instances of both kernels and shapes)."""
+    out: list[str] = []
+    inside = False
+    for line in listing.splitlines():
+        label = re.match(r"^(\S+):\s*$", line)
+        if label and not line.startswith(".L"):
+            inside = name in label.group(1).removeprefix(".text.").split("$")[-1]
+            if inside:
+                out.append("")
+        elif inside:
+            out[-1] += line + "\n"
+    return out
+
+
 def longest_load_run(sass: str, load: str = r"\bLDG\.") -> int:
     """The most global loads (matching `load`) issued in a row before an FFMA (other
     instructions between them do not end a run)."""
@@ -41,3 +57,21 @@ def longest_load_run(sass: str, load: str = r"\bLDG\.") -> int:
         elif re.search(r"\bFFMA\b", line):
             run = 0
     return best
+
+
+def loop_loads_then_reduces(sass: str, load: str) -> bool:
+    """Does a loop body (a backward branch's target up to the branch) hold a load matching `load`
+    followed by a shuffle, i.e. does each pass wait for its loads, reduce across the warp and only
+    then load again (one dependent round trip a pass)?"""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, l in enumerate(lines) if (m := re.match(r"^(\.L\w+):", l.strip()))}
+    for at, l in enumerate(lines):
+        m = re.search(r"\bBRA\b.*`\((\.L\w+)\)", l)
+        start = labels.get(m.group(1)) if m else None
+        if start is None or start >= at:
+            continue
+        body = lines[start:at]
+        first_load = next((i for i, b in enumerate(body) if re.search(load, b)), None)
+        if first_load is not None and any(re.search(r"\bSHFL\b", b) for b in body[first_load:]):
+            return True
+    return False

@@ -189,10 +189,83 @@ def test_sync_layer_static_checks_flag_exactly_the_sync_switches(arch, variant):
     assert any(f.check == "sync-scope" for f in found)  # the checks really looked at polls and flags
 
 
+def test_partial_no_fence_reads_productions_merge_workers_not_a_last_arriver():
+    """Since round 8 production's partials are read by merge workers behind an acquire poll of the
+    chunk count (step d); the model's reason says so, and the call stays AMD-hazardous, ~0 on the H200."""
+    pr = F.predict({"variant": "partial_no_fence"})
+    assert pr.probability == 0.0 and "merge workers" in pr.reason and "acquire.gpu poll of the chunk count" in pr.reason
+    assert F.static_model({"variant": "partial_no_fence"}).hazardous
+
+
+def _kernel_findings(arch: str, kernel: str, text: str | None = None) -> list:
+    """The AMDGCN checks' findings inside one kernel of the sync layer's static model (`text`:
+    the model's source with a change), compiled for `arch`."""
+    import re
+
+    from hazards.static import amdgcn
+    from hazards.static.compile import compile_amdgcn
+
+    annotated, stmts = amdgcn.annotate_source(F.SYNC_STATIC.read_text() if text is None else text)
+    build = compile_amdgcn(F.SYNC_STATIC, arch=arch, text=annotated, label=f"test-mkl-sync-{kernel}-{arch}")
+    lines = build.text.splitlines()
+    starts = [i for i, line in enumerate(lines, 1) if re.match(rf"^_Z\d+{kernel}\w*:", line)]
+    assert len(starts) == 1, f"{kernel} is not in the {arch} listing"
+    end = next(i for i, line in enumerate(lines, 1) if i > starts[0] and line.startswith(".Lfunc_end"))
+    found = amdgcn.check_listing(build.text, str(build.path), target=arch, stmts=stmts, source_path=str(F.SYNC_STATIC))
+    return [f for f in found if starts[0] <= f.line <= end]
+
+
+def test_the_static_model_reads_the_merge_workers_hand_off(arch):
+    """Production since round 8 (step d): merge workers poll the chunk count, arrive at MERGE,
+    and the last one acquires and releases ATTN_RELEASE. The static model had no such kernel,
+    so gfx942's and gfx950's checks never read that hand-off."""
+    found = _kernel_findings(arch, "mkl_static_merge")
+    assert not [f for f in found if f.fails], [f.message for f in found if f.fails]
+    scoped = [f.message for f in found if f.check == "sync-scope"]
+    assert any(m.startswith("poll ") and "acquire" in m for m in scoped), scoped         # the chunk count
+    assert any(m.startswith("flag `global_atomic_add`") for m in scoped), scoped         # the MERGE arrival
+    assert any(m.startswith("flag `global_store_dword`") for m in scoped), scoped        # ATTN_RELEASE
+
+
+def test_a_merge_worker_arriving_without_its_release_is_flagged(arch):
+    """The checks see the merge hand-off itself: drop the merge blocks' release before their
+    MERGE arrival and the release-order check fails inside the merge kernel."""
+    text = F.SYNC_STATIC.read_text()
+    arrival = "mkl::single_off(mkl::W_MERGE_CTR)), true, tid"
+    assert text.count(arrival) == 1
+    found = _kernel_findings(arch, "mkl_static_merge", text.replace(arrival, arrival.replace("true", "false")))
+    assert "release-order" in {f.check for f in found if f.fails}, [f.message for f in found]
+
+
 def test_a_skew_shorter_than_a_layers_head_cannot_hang_the_snapshot_class():
-    # round 4's kernel: the head measured 93.5-96 us (per-task profiler); a 51-us skew is below it
-    assert F.predict({"variant": "snapshot_epoch", "jitter_cycles": 100000}).probability == 0
+    # round 8's production (step d): the head measured 55.6-59.6 us on an H200; a 25-us skew is below it
+    assert F.predict({"variant": "snapshot_epoch", "jitter_cycles": 50000}).probability == 0
     assert F.predict({"variant": "snapshot_epoch"}).probability > 0.2  # the preset: 1e6 cycles, 505 us
+
+
+# Step (d)'s layer head as measured (per-task profiler, previous layer's last W2 -> merge released):
+# round 7 (H200, the shortened merge) and round 6 (H100, the first merge spread), microseconds.
+STEP_D_HEADS_US = (55.6, 58.6, 59.6, 63.1, 67.5)
+
+
+def test_the_snapshot_model_assumes_the_promoted_productions_layer_head():
+    """Round 8 made step (d) production: its head is 55.6-59.6 us on the H200, not step 2's
+    ~96 us. A 70-us skew is above every head step (d) showed, so the model must call it a hang;
+    with step 2's head it said clean."""
+    assert 55.6 <= F.LAYER_HEAD_US <= 59.6
+    assert F.predict({"variant": "snapshot_epoch", "jitter_cycles": int(70 * F.CLOCK_GHZ * 1e3)}).outcome == "hang"
+
+
+def test_every_skew_the_strategy_draws_is_far_from_every_head_step_d_showed():
+    """A drawn skew within a few us of the head could land on either side of it from launch to
+    launch or card to card (the 51-us point sat 4.6 us under the H200's shortest head): each is
+    at least 20 us below the shortest or above the longest measured head, and the model's call
+    agrees with that side."""
+    for cycles in F.SKEW_CYCLES:
+        us = cycles / (F.CLOCK_GHZ * 1e3)
+        assert us <= min(STEP_D_HEADS_US) - 20 or us >= max(STEP_D_HEADS_US) + 20, us
+        above = us > max(STEP_D_HEADS_US)
+        assert (F.predict({"variant": "snapshot_epoch", "jitter_cycles": cycles}).probability > 0) is above, us
 
 
 def test_the_101us_skew_hangs_the_snapshot_class_at_the_rate_measured_once_the_head_got_shorter():

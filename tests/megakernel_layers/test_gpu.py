@@ -103,13 +103,14 @@ def test_a_warm_server_builds_each_sequence_length_once_across_alternating_reque
         [(v, r.outcome, r.reason) for v, r in runs]
 
 
-# ---- campaign step (d) (MKL_CAMPAIGN_STEP 5): the LSE merge spread over the workers ----------
+# ---- campaign step (d) (MKL_CAMPAIGN_STEP 5, production since round 8): the merge spread ------
 
 @pytest.fixture(scope="module")
-def step_d_binary() -> Path:
+def step_b0_binary() -> Path:
+    """The production before round 8 (MKL_CAMPAIGN_STEP 2: the merge on the last chunk block)."""
     from hazards.stress_family import family_binary
 
-    return family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": 5})
+    return family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": 2})
 
 
 @pytest.mark.parametrize("params", [
@@ -118,26 +119,76 @@ def step_d_binary() -> Path:
     {"layers": 2, "seq": 4096},                     # 33: two whole batches and one chunk (the bench's)
     {"layers": 2, "seq": 4096, "model": "small"},   # 16 heads: the other instance of merge_heads
 ], ids=["9-chunks", "16-chunks", "33-chunks", "small-33-chunks"])
-def test_campaign_step_d_gives_production_bits(binary: Path, step_d_binary: Path, params: dict):
-    """Step (d) merges each head with production's operations in production's order: the
-    output is production's bit for bit (round 6, H100: the default point, 5760 floats). The
-    chunk counts cover the merge's batch shapes (its next batch's loads run ahead of this one)."""
+def test_production_step_d_gives_the_previous_productions_bits(binary: Path, step_b0_binary: Path, params: dict):
+    """Step (d) merges each head with step_b0's operations in step_b0's order: production's
+    output is the previous production's bit for bit (round 6, H100: the default point; round 7,
+    H200: these four points). The chunk counts cover the merge's batch shapes (its next batch's
+    loads run ahead of this one)."""
     from hazards.megakernel_layers.calibration import dump_run
 
     out, _, reply = dump_run(binary, params)
-    out_d, _, reply_d = dump_run(step_d_binary, params)
-    assert reply.get("mismatched") == 0 and reply_d.get("mismatched") == 0, (reply, reply_d)
-    assert out.numel() == out_d.numel() and bool((out == out_d).all())
+    out_b0, _, reply_b0 = dump_run(step_b0_binary, params)
+    assert reply.get("mismatched") == 0 and reply_b0.get("mismatched") == 0, (reply, reply_b0)
+    assert out.numel() == out_b0.numel() and bool((out == out_b0).all())
 
 
-def test_campaign_step_d_profiles_every_merge_span_without_overflowing_the_ring():
+# ---- campaign step (f) (MKL_CAMPAIGN_STEP 7, a candidate): V rows through shared memory ----------
+
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                     # 9 chunks of 113-114 tokens: a partial block a warp
+    {"layers": 2, "seq": 4096},                     # 33 chunks of 124-125 tokens (the bench's)
+    {"layers": 2, "seq": 4096, "model": "small"},   # 4 KV heads: the other instance of attend_chunk
+    {"layers": 2, "seq": 100, "chunks": 8},         # 12-13 tokens a chunk: only partial blocks
+], ids=["9-chunks", "33-chunks", "small-33-chunks", "short-chunks"])
+def test_step_f_gives_step_e_bits(params: dict):
+    """Step (f) reads each V word from the warp's shared-memory copy instead of a register and
+    changes nothing else: step (e)'s output bit for bit, partial blocks included."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    outs = []
+    for step in (6, 7):
+        out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": step}), params)
+        assert reply.get("mismatched") == 0, (step, reply)
+        outs.append(out)
+    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+
+
+# ---- campaign step (g) (MKL_CAMPAIGN_STEP 8, a candidate): W2's quantization, loads together -----
+
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                                # I 2880: 90 sub-blocks, 3 rounds a slot
+    {"layers": 2, "seq": 1024, "hazard": "amax_tail"},         # the tail round reads stale packed codes
+    {"layers": 2, "seq": 1024, "model": "small"},              # I 1024: one round a slot (no pair)
+], ids=["default", "amax_tail", "small"])
+def test_step_g_gives_step_f_bits_clean_and_with_amax_tail(params: dict):
+    """Step (g) runs each sub-block's arithmetic as step (f) does, only on more warps with the
+    loads issued together, and the tail round shares its warp (and `reg`) with the round before
+    it: step (f)'s output bit for bit, and with amax_tail on step (f)'s corrupted output bit for
+    bit (the switch still reads last round's packed codes as an amax)."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    outs, replies = [], []
+    for step in (7, 8):
+        out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": step}), params)
+        outs.append(out)
+        replies.append(reply)
+    if "hazard" in params:
+        assert all(r.get("mismatched", 0) > 0 for r in replies), replies  # corrupted, in both
+    else:
+        assert all(r.get("mismatched") == 0 for r in replies), replies
+    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+
+
+def test_production_profiles_every_merge_span_without_overflowing_the_ring():
     """Round 6's first gate on step (d) could not judge: the ring was sized for one merge span
     a layer and step (d) records one per merge worker (RingTooSmall)."""
     from hazards.megakernel_layers import faithful as FA
 
     faithful = FA.Faithful()
     try:
-        res = faithful.measure(FA.candidate("step_d"), 132, 2, 0.9999)
+        res = faithful.measure(FA.candidate("production"), 132, 2, 0.9999)
     finally:
         faithful.close()
     merges = [r for r in res["rows"] if r["task"] == "attn_merge"]
@@ -145,9 +196,9 @@ def test_campaign_step_d_profiles_every_merge_span_without_overflowing_the_ring(
 
 
 @pytest.mark.parametrize("variant", ["participant_set", "chunk_supply"])
-def test_step_d_hangs_show_the_merge_workers_beside_the_missing_chunk_ranks(step_d_binary: Path, tmp_path: Path,
+def test_step_d_hangs_show_the_merge_workers_beside_the_missing_chunk_ranks(binary: Path, tmp_path: Path,
                                                                            variant: str):
-    r = run(step_d_binary, {"variant": variant, "launches": 20}, 6, tmp_path)
+    r = run(binary, {"variant": variant, "launches": 20}, 6, tmp_path)
     assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
     sentence = r.evidence["tripwire"]["sentence"]
     assert "at CHUNK_MERGE" in sentence and "never arrived" in sentence, sentence

@@ -1,14 +1,15 @@
-"""Campaign step (d) (MKL_CAMPAIGN_STEP 5): the LSE merge spread over the QKV-tile workers.
+"""Campaign step (d) (MKL_CAMPAIGN_STEP 5, production since round 8): the LSE merge spread over
+the QKV-tile workers.
 
 Round 4's profile had the merge at 35 us a layer on the one block that arrived last. Step (d)
 gives every head a warp of the merge workers (mkl::merge_workers: 4 QKV-tile holders at 64
 heads), and the last merge arrival releases ATTN_RELEASE. On the CPU (nvcc 13.0, sm_90a, nvdisasm):
 the step (d) build of the family's own source compiles, its merge issues a batch's loads
-before any arithmetic and spills nothing, the kernel calls it (production's does not), and the
-compiled static checks pass it with one acquire poll more than production (the merge workers'
-wait for the chunk count). Without a GPU: the schedule keeps the merge workers among the QKV
-holders (snapshot_epoch's vulnerable set is production's) and the hang explainer reads step
-(d)'s waits (merge workers at CHUNK_MERGE, the rest at ATTN_RELEASE).
+before any arithmetic and spills nothing, the default build calls it (step_b0's, the previous
+production, does not), and the compiled static checks pass it with one acquire poll more than
+step_b0 (the merge workers' wait for the chunk count). Without a GPU: the schedule keeps the
+merge workers among the QKV holders (snapshot_epoch's vulnerable set is step_b0's) and the hang
+explainer reads step (d)'s waits (merge workers at CHUNK_MERGE, the rest at ATTN_RELEASE).
 """
 from __future__ import annotations
 
@@ -29,13 +30,15 @@ LAYERED = ROOT / "standalone" / "megakernel_layers" / "megakernel_layers.cu"
 INCLUDE = ROOT / "standalone" / "include"
 
 
-def _sass(step: int) -> str:
-    """The SASS listing of the family's source built as MKL_CAMPAIGN_STEP=step (build cache)."""
+def _sass(step: int | None) -> str:
+    """The SASS listing of the family's source built as MKL_CAMPAIGN_STEP=step (None: the
+    default, production's build; build cache)."""
     from hazards.engine.errors import ToolchainMissing
     from hazards.static.compile import compile_cubin, disassemble
 
     try:
-        cubin = compile_cubin(LAYERED, defines={"MKL_CAMPAIGN_STEP": step}, label=f"test-mkl-step-{step}",
+        cubin = compile_cubin(LAYERED, defines=None if step is None else {"MKL_CAMPAIGN_STEP": step},
+                              label=f"test-mkl-step-{'default' if step is None else step}",
                               extra_args=(f"-I{INCLUDE}",))
         return disassemble(cubin.path).text
     except ToolchainMissing as e:
@@ -70,10 +73,18 @@ def test_step_d_merge_computes_each_chunks_weight_once_not_in_every_lane(step_d)
     assert 0 < ex2 <= 2 * instances, (ex2, instances)
 
 
-def test_the_step_d_kernel_calls_the_spread_merge_and_production_does_not(step_d):
-    calls = re.findall(r"\bCALL\.\S+\s+`?\(?(\S*merge_\w+)", step_d)
+def test_production_is_step_d_and_the_previous_production_step_b0_merges_on_one_block():
+    """Round 8's promotion: the default build (no define, what every family run, bench and gate
+    `production` builds) is step (d) and calls the spread merge; step_b0 (MKL_CAMPAIGN_STEP 2,
+    the production before it) still merges on the last chunk block. Before the promotion the
+    default build had no merge_heads."""
+    from hazards.megakernel_layers import faithful as FA
+
+    calls = re.findall(r"\bCALL\.\S+\s+`?\(?(\S*merge_\w+)", _sass(None))
     assert any("merge_heads" in c for c in calls), calls
     assert "merge_heads" not in _sass(2)
+    assert dict(FA.candidate("step_b0").defines) == {"MKL_CAMPAIGN_STEP": 2}
+    assert FA.candidate("production").defines == ()
 
 
 def _static(step: int) -> tuple[list, int]:
@@ -94,8 +105,8 @@ def _static(step: int) -> tuple[list, int]:
 def test_step_d_passes_the_compiled_static_checks_with_the_merge_workers_acquire_poll():
     failing, polls = _static(5)
     assert failing == [], [f.message for f in failing]
-    _, production_polls = _static(2)
-    assert polls == production_polls + 1  # the merge workers' wait for the chunk count
+    _, step_b0_polls = _static(2)
+    assert polls == step_b0_polls + 1  # the merge workers' wait for the chunk count
 
 
 @pytest.mark.parametrize("workers", [16, 32, 64, 80, 132])

@@ -42,3 +42,20 @@ def test_the_campaign_table_reads_each_gates_verdict_ratios_and_cos(tmp_path):
     assert "attn_merge 1.664 [1.564, 1.674]" in rows["chunks64"] and "0.99999984 / 0.99998724" in rows["chunks64"]
     assert "| incorrect |" in rows["stale_descriptor"]
     assert "perf.json: missing" in out
+
+
+def test_the_campaign_table_judges_the_ragged_decode_regression_against_the_recorded_time(tmp_path):
+    """The promotion round runs bench/ragged_decode_h200.py: its split-schedule megakernel as a
+    multiple of the same run's copy floor against the recorded 0.980x, within 2% or over; a
+    bench output without that row gives no verdict (said, not filled in)."""
+    import json
+
+    table = load_script(ROOT / "ci" / "gpu" / "layers_campaign_table.py")
+    row = {"name": table.RAGGED_ROW, "us": 752.0, "x_floor": 0.990}
+    path = tmp_path / "ragged.json"
+    path.write_text(json.dumps({"device": "NVIDIA H200", "rows": [row]}))
+    assert "752 us = 0.990x copy floor" in table.ragged_line(path) and "+1.0%, within the 2% bound" in table.ragged_line(path)
+    path.write_text(json.dumps({"rows": [{**row, "x_floor": 1.01}]}))
+    assert "+3.1%, OVER the 2% bound" in table.ragged_line(path)
+    path.write_text(json.dumps({"rows": [{"name": "torch eager per-request loop (the reference)", "us": 1.0}]}))
+    assert "no regression verdict" in table.ragged_line(path)

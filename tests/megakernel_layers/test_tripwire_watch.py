@@ -1,0 +1,69 @@
+"""The tripwire's cost (the campaign bounds it at 1%): round 7 measured the tripwire compiled in (no file) at
++1.17% on step (d), over the 1% bound. On the CPU (nvcc 13.0, sm_90a) the two kernel instances'
+hot functions have the same loop shape; what differs is the tripwire instance's body, where the
+out-of-line watched wait (`wait_ge_watched`, 12 call sites) made ptxas spill more than in the plain
+instance's body. The diagnostic build MKL_TW_WATCH_INLINE=1 inlines it: its plain instance is
+production's machine code, its tripwire instance spills about what the plain one does. The GPU
+measures both instances' paired cost in one bench (layers-campaign.sh stepf-quick). Before this
+change the define did nothing: the build still had wait_ge_watched and production's spills.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .test_merge_spread import INCLUDE, LAYERED
+from .test_router_topk_warp import SCRIPT, _mode
+
+KERNEL = r"_ZN3mkl14mkl_megakernelILb{}EE"
+
+
+def _build(defines: dict | None):
+    """(SASS listing, ptxas -v log) of the family's source with `defines` (build cache)."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static.compile import compile_cubin, disassemble
+
+    try:
+        cubin = compile_cubin(LAYERED, defines=defines, label="test-mkl-tw-watch",
+                              extra_args=(f"-I{INCLUDE}", "-Xptxas=-v"))
+        return disassemble(cubin.path).text, cubin.log
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot read the build's machine code: {e}")
+
+
+def _spills(log: str, tw: bool) -> tuple[int, int]:
+    """(spill store bytes, spill load bytes) of one kernel instance's body, from ptxas -v."""
+    m = re.search(KERNEL.format(int(tw)) + r"\S*\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                  r"(\d+) bytes spill loads", log)
+    assert m, log[:2000]
+    return int(m.group(2)), int(m.group(3))
+
+
+def _plain_instance(listing: str) -> str:
+    """The plain (TW=false) kernel and its device functions' instructions, labels renumbered in
+    order of appearance (the listing numbers them across the whole file)."""
+    body = listing[listing.index(KERNEL.format(0)):listing.index(KERNEL.format(1))]
+    labels: dict[str, str] = {}
+    body = re.sub(r"\.L_x_\d+", lambda m: labels.setdefault(m.group(0), f".L{len(labels)}"), body)
+    return "\n".join(l for l in body.splitlines() if ".size" not in l)
+
+
+def test_the_inlined_watch_leaves_the_plain_instance_alone_and_spills_about_what_it_does():
+    prod, prod_log = _build(None)
+    inl, inl_log = _build({"MKL_TW_WATCH_INLINE": 1})
+    assert "wait_ge_watched" in prod and "wait_ge_watched" not in inl
+    assert _plain_instance(inl) == _plain_instance(prod)  # production's plain machine code
+    plain = _spills(prod_log, tw=False)
+    assert _spills(inl_log, tw=False) == plain
+    # production's tripwire body spills more than its plain one (the 12 call sites); inlined, the
+    # spill loads come within 16 B of the plain body's
+    assert _spills(prod_log, tw=True)[1] > plain[1] + 40, (_spills(prod_log, tw=True), plain)
+    assert _spills(inl_log, tw=True)[1] <= plain[1] + 16, (_spills(inl_log, tw=True), plain)
+
+
+def test_the_step_f_round_benches_the_inlined_watch_beside_production():
+    """The bench times each build with the tripwire compiled out and in (paired): the inlined
+    watch's cost sits beside production's in the same run."""
+    mode = _mode(SCRIPT.read_text(), "stepf-quick")
+    assert re.search(r"quick_tail 7 step_f \"step_e step_f\" .*\bMKL_TW_WATCH_INLINE=1\b", mode)
