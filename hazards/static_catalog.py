@@ -142,8 +142,7 @@ def _check_variant(fam: Family, v: Variant, arch: str | None = None, *, primary:
     except ToolchainMissing as e:
         return [checks.could_not_look(src, f"static checks of {subject}", e, subject=subject)]
     except ToolKilled as e:  # this subject not judged; the others still are
-        return [checks.TOOL_KILLED.finding(src, 0, f"static checks of {subject} could not run: {e}",
-                                           subject=subject)]
+        return [checks.tool_killed(src, f"static checks of {subject} could not run", e, subject=subject)]
     out: list[Finding] = []
     verdict = fam.static_model({"variant": v.name})
     if verdict.hazardous != v.is_canary:

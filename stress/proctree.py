@@ -321,7 +321,7 @@ def start_in_group(argv: list[str], **popen_kw: Any) -> subprocess.Popen:
     """`subprocess.Popen(argv)` as the leader of a process group of its own (a tool that
     starts children: nvcc, a build's shell), stdin from /dev/null, stdout and stderr piped
     unless `popen_kw` says otherwise, registered in the current `ToolGroups` scopes. End it
-    with `communicate_or_kill_group` or `kill_whole_group`."""
+    with `communicate_or_kill_group`, or with `kill_whole_group` and then `forget_tool`."""
     popen_kw.setdefault("stdin", subprocess.DEVNULL)
     popen_kw.setdefault("stdout", subprocess.PIPE)
     popen_kw.setdefault("stderr", subprocess.PIPE)
@@ -329,6 +329,13 @@ def start_in_group(argv: list[str], **popen_kw: Any) -> subprocess.Popen:
     for scope in ToolGroups.each_current():
         scope._add(proc)
     return proc
+
+
+def forget_tool(proc: subprocess.Popen) -> None:
+    """Take a tool that has ended (`start_in_group`) out of the current `ToolGroups` scopes, in
+    the context that started it: a long phase (a soak's) would otherwise keep every tool it ran."""
+    for scope in ToolGroups.each_current():
+        scope._discard(proc)
 
 
 def kill_whole_group(proc: subprocess.Popen) -> None:
@@ -357,8 +364,7 @@ def communicate_or_kill_group(proc: subprocess.Popen, timeout_s: float, input: A
             exc.stdout, exc.stderr = stdout, stderr
         raise
     finally:
-        for scope in ToolGroups.each_current():
-            scope._discard(proc)
+        forget_tool(proc)
     if proc.returncode == -signal.SIGKILL:  # its phase ended (ToolGroups.kill) or the kernel's OOM killer
         _note_killed()
     return out

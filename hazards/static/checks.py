@@ -228,3 +228,9 @@ def could_not_look(path: str, what: str, missing: Exception, subject: str = "") 
     if getattr(missing, "skipped", False):
         return CHECK_SKIPPED.finding(path, 0, f"{what} skipped: {missing}", subject=subject)
     return TOOLCHAIN_MISSING.finding(path, 0, f"{what} could not run: {missing}", subject=subject)
+
+
+def tool_killed(path: str, what: str, killed: Exception, subject: str = "") -> Finding:
+    """The `tool-killed` error for checks whose compiler or disassembler was ended before it
+    finished (`compile.ToolKilled`): `what` says what was not judged, `killed` names the tool."""
+    return TOOL_KILLED.finding(path, 0, f"{what}: {killed}", subject=subject)

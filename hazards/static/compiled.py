@@ -225,7 +225,7 @@ def check_job(job: CompileJob) -> list[Finding]:
     except ToolchainMissing:
         raise  # not a compile failure: check_jobs names the missing tool
     except ToolKilled as e:  # the compiler said nothing about the source (OOM killer, a kill)
-        return [checks.TOOL_KILLED.finding(str(job.source), 0, f"not checked for {job.arch}: {e}")]
+        return [checks.tool_killed(str(job.source), f"not checked for {job.arch}", e)]
     except UserError as e:
         lines = str(e).splitlines()
         first = next((ln for ln in lines[1:] if DIAGNOSTIC_ERROR.search(ln)),

@@ -165,6 +165,6 @@ def check_file(path: Path, expand: asm_lint.Expander | None = None) -> list[Find
         except ToolchainMissing as e:
             return [checks.could_not_look(str(path), "SASS checks", e)]
         except ToolKilled as e:  # this file not judged; the other paths and the catalog still are
-            return [checks.TOOL_KILLED.finding(str(path), 0, f"SASS checks could not run: {e}")]
+            return [checks.tool_killed(str(path), "SASS checks could not run", e)]
     raise UserError(f"don't know which static check applies to {path} (expected a C/C++/CUDA/"
                     f"HIP source, .s, .sass, .cubin, .toml or .json)")

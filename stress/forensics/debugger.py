@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Iterable
 
-from ..proctree import kill_whole_group, start_in_group
+from ..proctree import forget_tool, kill_whole_group, start_in_group
 
 DEBUGGERS = ("cuda-gdb", "rocgdb", "gdb")  # in order of preference for a GPU process
 HOST_DEBUGGERS = ("gdb", "cuda-gdb", "rocgdb")  # for host stacks only: plain gdb starts fastest
@@ -270,6 +270,7 @@ class DebuggerSession:
         if self.proc.poll() is None:
             kill_whole_group(self.proc)
             self.proc.wait()
+        forget_tool(self.proc)  # ended: its phase's ToolGroups need not keep it
         for stream in (self.proc.stdout, self.proc.stdin):
             try:
                 stream.close()

@@ -324,6 +324,23 @@ def test_a_check_whose_static_compile_was_killed_says_not_judged_and_keeps_the_g
                for line in res.summary_lines())
 
 
+def test_a_variant_whose_static_compile_was_killed_says_which_variant_and_what_ended_it():
+    import dataclasses
+
+    from hazards import static_catalog
+    from hazards.static.compile import run_tool
+
+    def compile_(params, **kw):
+        run_tool(["sh", "-c", "kill -KILL $$"], "fakefam-sm_90a")
+        return []
+
+    fam = dataclasses.replace(make_family(), static_check=compile_)
+    [f] = static_catalog._check_variant(fam, fam.variants[-1])
+    assert (f.check, f.subject) == ("tool-killed", "fakefam/broken")
+    assert f.message == ("static checks of fakefam/broken could not run: fakefam-sm_90a was ended by SIGKILL "
+                         "before it finished (the OOM killer, a kill or a stop; nothing judged): sh -c kill -KILL $$")
+
+
 def test_a_compiler_whose_child_was_killed_is_not_judged_not_bad_input():
     """The OOM killer ends the largest process: nvcc's cicc or ptxas, not nvcc, which then
     exits 137 (128 + SIGKILL) with its shell's 'Killed' (as measured with nvcc 13.0). That is a

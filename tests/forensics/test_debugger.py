@@ -15,6 +15,7 @@ import pytest
 from forensics_helpers import needs_gdb, needs_ptrace
 from hazards.engine.forensics.debugger import (AttachRefused, DebuggerGone, DebuggerSession, attach_refusal,
                                                find_debugger, resume_if_stopped, stopped_tasks, tracer_of)
+from hazards.engine.proctree import ToolGroups
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 
@@ -69,6 +70,29 @@ def test_gdb_detaches_and_leaves_the_process_running(sleeper):
         assert "#0" in out.text and out.complete
     assert tracer_of(sleeper.pid) == 0 and stopped_tasks(sleeper.pid) == []
     assert [o.command for o in s.transcript][:2] == [f"attach {sleeper.pid}", "thread apply all bt"]
+
+
+def test_an_ended_session_leaves_no_debugger_in_its_phases_tool_groups():
+    """The debugger is registered in every ToolGroups scope it starts within (so ending the
+    phase ends it); once the session ends, none of them keeps it."""
+    phase, inner = ToolGroups(), None
+    with phase.current():
+        inner = ToolGroups()
+        with inner.current():
+            s = DebuggerSession(str(FAKES / "wedged_gdb.py"), deadline=time.monotonic() + 10)
+            assert phase._procs == inner._procs == {s.proc}
+            s.close()
+    assert s.proc.poll() is not None
+    assert phase._procs == inner._procs == set()
+
+
+def test_a_debugger_that_never_answers_leaves_no_tool_in_its_phases_tool_groups():
+    """A debugger gone before its setup commands (DebuggerGone) is closed by the session too."""
+    phase = ToolGroups()
+    with phase.current():
+        with pytest.raises(DebuggerGone):
+            DebuggerSession(shutil.which("true"), deadline=time.monotonic() + 10)
+    assert phase._procs == set()
 
 
 def _scope(tmp_path: Path, value: str) -> Path:

@@ -65,6 +65,17 @@ def test_a_finding_carries_its_checks_severity_and_only_a_declared_alternative()
         checks.EARLY_CLOBBER.finding("k.hip", 3, "why", severity="info")
 
 
+def test_a_killed_tool_is_a_tool_killed_error_saying_what_was_not_judged_and_why():
+    from hazards.static.compile import ToolKilled
+
+    killed = ToolKilled("nvdisasm was ended by SIGKILL before it finished")
+    f = checks.tool_killed("k.cubin", "SASS checks could not run", killed, subject="fam/broken")
+    assert (f.check, f.severity, f.fails, f.path, f.line, f.subject) == (
+        "tool-killed", "error", True, "k.cubin", 0, "fam/broken")
+    assert f.message == "SASS checks could not run: nvdisasm was ended by SIGKILL before it finished"
+    assert checks.tool_killed("k.cu", "not checked for sm_90a", killed).subject == ""
+
+
 @pytest.mark.parametrize("mod", [earlyclobber, mfma_pipeline, barrier_layout])
 def test_every_id_a_family_predicts_is_registered(mod):
     for v in mod.FAMILY.variants:
