@@ -6,10 +6,9 @@ users include) ships in the wheel as package data under `hazards/standalone/` (a
 `importlib.resources`; a source checkout (editable install or none) has no
 `hazards/standalone/` and uses the sibling folder `standalone/`, exactly as
 `hazards/__init__.py` maps the engine. Nothing here ever depends on the current folder.
-
-`revision_sources` gives the same tree as it is at a git revision of the checkout it lives
-in (a perf-gate side `megakernel_layers:NAME@REV`), extracted once per content into the
-build cache, never into the user's folders.
+`revision_sources` gives the tree as it is at a git revision of the checkout it lives in (a
+perf-gate side `megakernel_layers:NAME@REV`), extracted once per content into the build
+cache, never into the user's folders.
 """
 from __future__ import annotations
 

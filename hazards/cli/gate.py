@@ -30,7 +30,11 @@ $HZ_NUM_WORKERS give it the grid size, $HZ_GATE_SEED the pair's input seed. Or
 `megakernel:NAME`, a candidate of the ragged-decode megakernel run in one warm server
 (NAME: baseline, improved, noop, slower, sloughing, incorrect, production), or
 `megakernel_layers:NAME`, one of the layered MoE decode megakernel (NAME: production, noop,
-depth1, chunks64, chunks32, round3, step_a, step_b, step_c, stale_descriptor).
+depth1, chunks64, chunks32, round3, step_a, step_b, step_c, step_d, step_d_chunks64, ring_smem,
+stale_descriptor). `megakernel_layers:NAME@REV` builds NAME from the kernel sources as they
+are at git revision REV of the checkout (extracted into the build cache; the JSON and the
+table name it by its full commit); the faithful server driving it is today's Python, so a
+revision whose binary answers in another format stops the gate with one line (exit 2).
 
 Per worker count and task it prints the candidate/baseline ratios of slowCTA, wall and
 sumCTA with rank-based intervals, cos, and a verdict: faster, no-change, slower,
@@ -47,7 +51,7 @@ Example:\n
 @gate_app.command("perf", help=_PERF_HELP)
 @lease_options
 def perf_command(
-    baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string), megakernel:NAME or megakernel_layers:NAME."),
+    baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string), megakernel:NAME or megakernel_layers:NAME[@REV]."),
     candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command or megakernel:NAME, for logits an .npz sink."),
     workers: str = typer.Option(",".join(map(str, DEFAULT_WORKERS)), "--workers",
                                 help="Worker counts (grid sizes) to sweep, comma-separated."),

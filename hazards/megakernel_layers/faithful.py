@@ -5,11 +5,9 @@
     python3 -m hazards.megakernel_layers.faithful --serve             # JSON-lines server
     hazards gate perf --baseline megakernel_layers:production --candidate megakernel_layers:depth1
     hazards gate perf --baseline megakernel_layers:production@HEAD~3 --candidate megakernel_layers:production
-
-A request's `revision` (a full commit id; the gate's NAME@REV) builds the candidate's binary
-from the kernel sources as they are at that commit (`kernel_sources.revision_sources`); this
-Python side stays the checkout's, so a binary that answers in another format is a one-line
-`ProtocolMismatch`. More in docs/megakernel-layers.md.
+A request's `revision` (a full commit id: the gate's NAME@REV) builds the binary from the
+kernel sources at that commit; this Python side stays the checkout's, so a binary answering
+in another format is a one-line `ProtocolMismatch`. More in docs/megakernel-layers.md.
 """
 from __future__ import annotations
 
@@ -207,7 +205,8 @@ class Faithful:
         except ValueError:
             reply = None
         if not isinstance(reply, dict):
-            raise ProtocolMismatch(f"{other or 'the profiled binary'} replied {line.strip()[:120]!r}: not a JSON object")
+            raise ProtocolMismatch(f"{other or 'the profiled binary'} replied {line.strip()[:120]!r}: "
+                                   "not a JSON object")
         self.answered.add(proc.pid)
         if reply.get("status") == "fault":
             raise DeviceError(reply.get("message", "device fault"))

@@ -205,7 +205,8 @@ def test_a_revisions_binary_that_speaks_another_protocol_is_a_one_line_bad_reque
 def test_todays_binary_exiting_is_still_a_device_fault(tmp_path, monkeypatch):
     from hazards.engine.protocol_server import StopServing
 
-    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None: fake_binary(tmp_path, "sys.exit(3)"))
+    exe = fake_binary(tmp_path, "sys.exit(3)")
+    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None: exe)
     faithful = FA.Faithful()
     try:
         with pytest.raises(StopServing) as stop:
@@ -235,8 +236,9 @@ def test_the_gate_names_each_side_by_its_full_commit_in_json_table_and_store(sou
     out = perf.run_gate("megakernel_layers:production@v2", ["megakernel_layers:production@main"], **kw)
     base, cand = f"megakernel_layers:production@{sources.c2}", f"megakernel_layers:production@{sources.c3}"
     assert out["verdict"] == "no-change" and out["baseline"] == base and out["candidate"] == cand
-    assert out["baseline_side"]["revision"] == sources.c2 and out["baseline_side"]["given"] == "megakernel_layers:production@v2"
-    assert out["candidate_side"]["revision"] == sources.c3 and out["candidate_side"]["candidate"]["name"] == "production"
+    b_side, c_side = out["baseline_side"], out["candidate_side"]
+    assert b_side["revision"] == sources.c2 and b_side["given"] == "megakernel_layers:production@v2"
+    assert c_side["revision"] == sources.c3 and c_side["candidate"]["name"] == "production"
     assert f"{cand} vs {base}: NO-CHANGE" in perf.format_report(out)
     json.dumps(out)
     with Store(store, create=False) as st:

@@ -34,8 +34,8 @@ def test_production_at_head_against_the_working_tree_is_no_change(tmp_path):
     # one worker count, one judged task (the whole block's span), 3 intervals at 0.99
     # family-wise: the fewest pairs that give an exact interval there
     repeats = min_pairs(1 - 0.01 / 3)
-    r = subprocess.run([sys.executable, "-m", "hazards", "gate", "perf", "--baseline", "megakernel_layers:production@HEAD",
-                        "--candidate", "megakernel_layers:production", "--workers", "132", "--repeats", str(repeats),
+    r = subprocess.run([sys.executable, "-m", "hazards", "gate", "perf",
+                        "--baseline", "megakernel_layers:production@HEAD", "--candidate", "megakernel_layers:production", "--workers", "132", "--repeats", str(repeats),
                         "--task", "worker", "--conf", "0.99", "--profiled-launches", "3", "--timeout", "120",
                         "--wait", "60s", "--store", str(tmp_path / "results.db"), "--json"],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
