@@ -126,7 +126,7 @@ def side_item(spec: str, *, cwd: str, timeout: float, cos_min: float, launches: 
         cand = catalog_candidate(spec)
         rev = catalog_revision(spec)
         module = CATALOGS[prefix]
-        at = {"revision": rev.commit} if rev else {}
+        at = {"revision": rev.commit, "sources": str(rev.standalone)} if rev else {}
         return WorkItem(target=module.rsplit(".", 2)[-2] + "-faithful",
                         variant=cand.name + (f"@{rev.commit}" if rev else ""), kind="server",
                         argv=(sys.executable, "-m", module, "--serve"),

@@ -5,9 +5,10 @@
     python3 -m hazards.megakernel_layers.faithful --serve             # JSON-lines server
     hazards gate perf --baseline megakernel_layers:production --candidate megakernel_layers:depth1
     hazards gate perf --baseline megakernel_layers:production@HEAD~3 --candidate megakernel_layers:production
-A request's `revision` (a full commit id: the gate's NAME@REV) builds the binary from the
-kernel sources at that commit; this Python side stays the checkout's, so a binary answering
-in another format is a one-line `ProtocolMismatch`. More in docs/megakernel-layers.md.
+A request's `revision` and `sources` (the gate's NAME@REV: the full commit id and its tree,
+extracted by the gate) build the binary from that tree; this Python side stays the
+checkout's, so a binary answering in another format is a one-line `ProtocolMismatch`.
+More in docs/megakernel-layers.md.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import Any
 from hazards.engine import profiler
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
 from hazards.engine.errors import UserError
+from hazards.kernel_sources import RevisionSources
 from hazards.ragged_decode.faithful import faithful_parser, parse_request, workers_from_env
 
 PROFILE_TAG = "MKL_PROFILE "
@@ -31,7 +33,7 @@ HEADER_WORDS = 2  # claimed, capacity
 SHAPE_KEYS = ("layers", "seq", "chunks", "qkv_tiles", "w13_tiles", "bytes_per_step")
 # What `measure` reads from an ok reply: a binary whose reply lacks one speaks another protocol.
 REPLY_KEYS = ("cos", "rel_err", "grid", "capacity", "task_names", "kernel_us", *SHAPE_KEYS)
-BuildKey = tuple[tuple[tuple[str, int], ...], str | None]  # (defines, revision)
+BuildKey = tuple[tuple[tuple[str, int], ...], RevisionSources | None]  # (defines, revision)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +140,7 @@ class ProtocolMismatch(ValueError):
 
 class Faithful:
     """One warm `--profile-serve` process per build: candidates differ by defines or params,
-    and a side at a git revision (`revision`, a full commit id) by its sources."""
+    and a side at a git revision (`revision`) by its sources."""
 
     def __init__(self) -> None:
         self.procs: dict[BuildKey, subprocess.Popen] = {}
@@ -157,18 +159,17 @@ class Faithful:
         self.procs.clear()
         self.tmp.cleanup()
 
-    def binary(self, defines: tuple[tuple[str, int], ...], revision: str | None = None) -> Path:
+    def binary(self, defines: tuple[tuple[str, int], ...], revision: RevisionSources | None = None) -> Path:
         key = (defines, revision)
         if key not in self.builds:
             from hazards.family import build_harness  # the table's binary: no arrow up into the catalog
-            from hazards.kernel_sources import revision_sources
 
-            sources = revision_sources(revision, "megakernel_layers").standalone if revision else None
             self.builds[key] = build_harness("megakernel_layers", defines={"HZ_PROFILER": 1, **dict(defines)},
-                                             standalone=sources)
+                                             standalone=revision.standalone if revision else None)
         return self.builds[key]
 
-    def _server(self, defines: tuple[tuple[str, int], ...], revision: str | None = None) -> subprocess.Popen:
+    def _server(self, defines: tuple[tuple[str, int], ...],
+                revision: RevisionSources | None = None) -> subprocess.Popen:
         key = (defines, revision)
         proc = self.procs.get(key)
         if proc is None or proc.poll() is not None:
@@ -178,7 +179,8 @@ class Faithful:
         return proc
 
     def profile(self, cand: Candidate, workers: int | None, launches: int, *, ring: Path | None = None,
-                params: dict[str, Any] | None = None, revision: str | None = None) -> tuple[dict[str, Any], list]:
+                params: dict[str, Any] | None = None,
+                revision: RevisionSources | None = None) -> tuple[dict[str, Any], list]:
         """One request to the candidate's warm binary (built from `revision`'s sources when
         given): its reply and the decoded rings (kept in `ring` when given). `params` adds
         request fields to the candidate's. A revision's binary that exits before its first
@@ -186,7 +188,7 @@ class Faithful:
         ring = ring or Path(self.tmp.name) / "ring.bin"
         params = {**dict(cand.params), **(params or {}), "grid": workers or 0}
         proc = self._server(cand.defines, revision)
-        other = f"the binary built from revision {revision[:12]}" if revision else ""
+        other = f"the binary built from revision {revision.commit[:12]}" if revision else ""
         proc.stdin.write(json.dumps({"params": params, "launches": launches, "ring": str(ring)}) + "\n")
         proc.stdin.flush()
         while True:
@@ -220,7 +222,7 @@ class Faithful:
         return reply, read_rings(ring, launches, task_names(reply["task_names"]))
 
     def measure(self, cand: Candidate, workers: int | None, launches: int, cos_min: float,
-                revision: str | None = None) -> dict[str, Any]:
+                revision: RevisionSources | None = None) -> dict[str, Any]:
         """Check one launch, profile `launches` (of the binary built from `revision`'s
         sources when given); the per-task rows and the verdict."""
         reply, profiles = self.profile(cand, workers, launches, revision=revision)
@@ -232,7 +234,7 @@ class Faithful:
         shape = {k: reply[k] for k in SHAPE_KEYS}
         common = {"cos": reply["cos"], "rel_err": reply["rel_err"], "workers": reply["grid"], "launches": launches,
                   "dropped": 0, "shape": shape, "build": reply["build"], "candidate": cand.name,
-                  "kernel_us": profiler.median(reply["kernel_us"]), **({"revision": revision} if revision else {})}
+                  "kernel_us": profiler.median(reply["kernel_us"]), **({"revision": revision.commit} if revision else {})}
         return {"rows": [{**r, **common} for r in rows], "cos": reply["cos"], "rel_err": reply["rel_err"],
                 "mismatched": int(not reply["cos"] >= cos_min), "kernel_us": common["kernel_us"],
                 "profiles": profiles, "reply": reply}
@@ -265,10 +267,15 @@ def handle(faithful: Faithful, req: dict[str, Any]) -> dict[str, Any]:
     from hazards.engine.protocol_server import StopServing
 
     params = dict(req.get("params") or {})
-    revision = params.pop("revision", None)  # the gate's NAME@REV, resolved to a full commit id
+    # the gate's NAME@REV: the full commit id and the tree the gate extracted from it
+    commit, sources = params.pop("revision", None), params.pop("sources", None)
     try:
-        if revision is not None and (not isinstance(revision, str) or not revision):
-            raise UserError(f"revision must be a commit id, got {revision!r}")
+        revision = None
+        if commit is not None or sources is not None:
+            if not isinstance(commit, str) or not commit or not isinstance(sources, str) or not sources:
+                raise UserError(f"revision (a commit id) and sources (its extracted tree) come together, "
+                                f"got {commit!r} and {sources!r}")
+            revision = RevisionSources(commit, Path(sources))
         cand, workers, launches, cos_min, seed = parse_request({**req, "params": params}, candidate)
     except UserError as exc:
         return {"status": "bad_request", "message": str(exc)}

@@ -1,6 +1,6 @@
 """Stands in for `python3 -m hazards.megakernel_layers.faithful --serve` without a GPU: the
 real request handling (`faithful.handle`, which takes the gate's `revision` apart from the
-candidate) over a fake measurement whose rows carry the revision the request named.
+candidate) over a fake measurement whose rows carry the revision and tree the request named.
 
     PYTHONPATH=tests python3 -m gates.fake_layers_server
 """
@@ -24,7 +24,7 @@ class Rows:
 
         rows = [{"task_id": t, "task": n, "slowCTA_us": draw(10.0), "wall_us": draw(20.0), "sumCTA_us": draw(500.0),
                  "cos": 0.9999, "workers": workers or 132, "candidate": cand.name,
-                 **({"revision": revision} if revision else {})}
+                 **({"revision": revision.commit, "sources": str(revision.standalone)} if revision else {})}
                 for t, n in ((2, "qkv"), (11, "worker"))]
         return {"rows": rows, "cos": 0.9999, "rel_err": 1e-3, "mismatched": 0, "kernel_us": 400.0}
 

@@ -84,7 +84,8 @@ def test_a_side_at_a_revision_is_recorded_by_its_full_commit(sources):
     assert perf.resolve_side("megakernel_layers:depth1") == "megakernel_layers:depth1"
     item = perf.side_item(f"megakernel_layers:depth1@{sources.c2}", cwd=str(REPO), timeout=60, cos_min=0.99,
                           launches=3)
-    assert item.params == {"candidate": "depth1", "cos_min": 0.99, "revision": sources.c2}
+    tree = kernel_sources.revision_sources(sources.c2, "megakernel_layers").standalone
+    assert item.params == {"candidate": "depth1", "cos_min": 0.99, "revision": sources.c2, "sources": str(tree)}
     assert item.variant == f"depth1@{sources.c2}"
     assert item.argv == perf.side_item("megakernel_layers:depth1", cwd=str(REPO), timeout=60, cos_min=0.99,
                                        launches=3).argv  # one warm server for both
@@ -155,9 +156,10 @@ def test_a_revisions_sources_are_extracted_by_content_into_the_build_cache(sourc
 
 @needs_nvcc
 def test_a_side_at_a_revision_is_built_from_that_revisions_sources(sources):
+    at = {rev: kernel_sources.revision_sources(rev, "megakernel_layers") for rev in ("v2", "main")}
     faithful = FA.Faithful()
     try:
-        v2, v3 = faithful.binary((), sources.c2), faithful.binary((), sources.c3)
+        v2, v3 = faithful.binary((), at["v2"]), faithful.binary((), at["main"])
     finally:
         faithful.close()
     assert v2 != v3 and MARKER in v3.read_bytes() and MARKER not in v2.read_bytes()
@@ -168,7 +170,8 @@ def test_a_side_at_a_revision_is_built_from_that_revisions_sources(sources):
     built = v3.stat().st_mtime_ns
     again = FA.Faithful()  # a new server: the build cache, not the server's memory
     try:
-        assert again.binary((), sources.c3) == v3 and v3.stat().st_mtime_ns == built
+        assert again.binary((), kernel_sources.revision_sources(sources.c3, "megakernel_layers")) == v3
+        assert v3.stat().st_mtime_ns == built
     finally:
         again.close()
 
@@ -193,7 +196,8 @@ def test_a_revisions_binary_that_speaks_another_protocol_is_a_one_line_bad_reque
     faithful = FA.Faithful()
     try:
         reply = FA.handle(faithful, {"id": 1, "launches": 1,
-                                     "params": {"candidate": "production", "revision": "ab" * 20}})
+                                     "params": {"candidate": "production", "revision": "ab" * 20,
+                                                "sources": str(tmp_path)}})
     finally:
         faithful.close()
     assert reply["status"] == "bad_request" and words in reply["message"], reply
@@ -216,9 +220,10 @@ def test_todays_binary_exiting_is_still_a_device_fault(tmp_path, monkeypatch):
     assert stop.value.reply["status"] == "fault" and "exited (code 3) before replying" in stop.value.reply["message"]
 
 
-def test_a_bad_revision_field_in_a_request_is_a_bad_request():
-    reply = FA.handle(None, {"id": 1, "launches": 1, "params": {"candidate": "production", "revision": 7}})
-    assert reply["status"] == "bad_request" and "revision must be a commit id" in reply["message"]
+@pytest.mark.parametrize("fields", [{"revision": 7, "sources": "/x"}, {"revision": "ab" * 20}, {"sources": "/x"}])
+def test_a_request_with_half_a_revision_is_a_bad_request(fields):
+    reply = FA.handle(None, {"id": 1, "launches": 1, "params": {"candidate": "production", **fields}})
+    assert reply["status"] == "bad_request" and "come together" in reply["message"]
 
 
 def test_the_gate_names_each_side_by_its_full_commit_in_json_table_and_store(sources, monkeypatch, tmp_path):
@@ -245,6 +250,8 @@ def test_the_gate_names_each_side_by_its_full_commit_in_json_table_and_store(sou
         camp = st.campaign(out["campaign"])
         runs = list(st.iter_runs(camp.id))
     assert camp.spec["baseline"] == base and camp.spec["candidates"] == [cand]
-    # the server was asked for each side's commit, and answered for it
-    asked = {r.result.variant: {row["revision"] for row in r.result.metrics["faithful"]} for r in runs}
-    assert asked == {f"production@{sources.c2}": {sources.c2}, f"production@{sources.c3}": {sources.c3}}
+    # the server was asked for each side's commit and its extracted tree, and answered for them
+    asked = {r.result.variant: {(row["revision"], row["sources"]) for row in r.result.metrics["faithful"]}
+             for r in runs}
+    trees = {c: str(kernel_sources.revision_sources(c, "megakernel_layers").standalone) for c in (sources.c2, sources.c3)}
+    assert asked == {f"production@{c}": {(c, trees[c])} for c in (sources.c2, sources.c3)}

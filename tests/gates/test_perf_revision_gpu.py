@@ -1,48 +1,44 @@
 """On a GPU: the layered megakernel's production at HEAD gated against production from the
-working tree, through the CLI, at the fewest pairs the gate allows: both sides print results
-and the verdict is no-change (the same sources: HEAD's kernel tree is the working tree's, or
-the test skips, since then a verdict would say nothing about the mechanism)."""
+working tree, at the fewest pairs the gate allows: both sides print results and the verdict
+is no-change. HEAD is that of a git repository the test makes from the working tree's
+kernel sources (one commit): a device's copy of the checkout may carry no git metadata, or
+stale metadata whose HEAD is another kernel, where a verdict would say nothing."""
 from __future__ import annotations
 
-import json
+import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from hazards.engine.gpus import gpu_available
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)")]
-REPO = Path(__file__).resolve().parents[2]
+              pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)"),
+              pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")]
 
 
-def test_production_at_head_against_the_working_tree_is_no_change(tmp_path):
-    from hazards.bisect.history import git
-    from hazards.engine.errors import UserError
+def test_production_at_head_against_the_working_tree_is_no_change(tmp_path, monkeypatch):
+    from hazards import kernel_sources
     from hazards.engine.stats import min_pairs
     from hazards.gates import perf
-    from hazards.kernel_sources import standalone_dir
 
-    try:
-        head = perf.resolve_side("megakernel_layers:production@HEAD")
-    except UserError as exc:  # e.g. a device copy of the tree without its .git
-        pytest.skip(f"no git history to build a side from: {exc}")
-    if git(standalone_dir(), "status", "--porcelain", "--", ".").strip():
-        pytest.skip("the working tree's kernel sources differ from HEAD's: a verdict would not be an A/A one")
+    today = kernel_sources.standalone_dir()
+    repo = tmp_path / "repo"
+    shutil.copytree(today, repo / "standalone", ignore=shutil.ignore_patterns("__pycache__"))
+    for args in (("init", "-q"), ("add", "-A"), ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    # the gate resolves and extracts @HEAD from this repository; the server builds from what it extracted
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: repo / "standalone")
     # one worker count, one judged task (the whole block's span), 3 intervals at 0.99
-    # family-wise: the fewest pairs that give an exact interval there
+    # family-wise: the fewest pairs that give an exact interval there (10)
     repeats = min_pairs(1 - 0.01 / 3)
-    r = subprocess.run([sys.executable, "-m", "hazards", "gate", "perf",
-                        "--baseline", "megakernel_layers:production@HEAD", "--candidate", "megakernel_layers:production", "--workers", "132", "--repeats", str(repeats),
-                        "--task", "worker", "--conf", "0.99", "--profiled-launches", "3", "--timeout", "120",
-                        "--wait", "60s", "--store", str(tmp_path / "results.db"), "--json"],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
-    assert out["baseline"] == head and out["baseline_side"]["revision"] == head.rsplit("@", 1)[1]
-    assert out["verdict"] == "no-change", out
+    out = perf.run_gate("megakernel_layers:production@HEAD", ["megakernel_layers:production"], workers=[132],
+                        repeats=repeats, conf=0.99, tasks=["worker"], launches=3, timeout=120.0, wait_s=60.0,
+                        store_path=tmp_path / "results.db")
+    assert out["baseline"] == f"megakernel_layers:production@{head}" and out["baseline_side"]["revision"] == head
+    assert out["verdict"] == "no-change", perf.format_report(out)
     [point] = out["points"]
     assert point["pairs"] == repeats and point["cos"]["baseline"] is not None and point["cos"]["candidate"] is not None
     assert {"worker", "qkv", "moe_w13"} <= set(point["ratios"]), point["ratios"].keys()  # both sides' rows
