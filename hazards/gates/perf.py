@@ -182,7 +182,7 @@ def catalog_revision(spec: str) -> Any:
     """The kernel sources a `PREFIX:NAME@REV` side is built from (`kernel_sources.
     RevisionSources`: the full commit id and the extracted tree), None without '@'.
     UserError, one line, for a catalog without revisions, a revision git does not know, a
-    tree outside a git checkout, or a revision without the family's folder."""
+    tree outside a git checkout, or a revision without the family's folder or table."""
     prefix = catalog_of(spec)
     _, rev = split_revision(spec)
     if rev is None:
@@ -191,9 +191,17 @@ def catalog_revision(spec: str) -> Any:
         known = ", ".join(f"{p}NAME@REV" for p in REVISION_FOLDERS)
         raise UserError(f"{spec!r}: a side at a git revision is built only for {known} "
                         f"({prefix}NAME runs its library inside the server's own process)")
+    from hazards.family import TABLE_FILE, read_table
     from hazards.kernel_sources import revision_sources
 
-    return revision_sources(rev, REVISION_FOLDERS[prefix])
+    folder = REVISION_FOLDERS[prefix]
+    at = revision_sources(rev, folder)
+    table = at.standalone / folder / TABLE_FILE
+    if not table.is_file():  # the family's binary is built from its table (hz_family_table.h)
+        raise UserError(f"revision {rev!r} ({at.commit[:12]}) has no {folder}/{TABLE_FILE}: it predates the "
+                        "family table the build needs")
+    read_table(table)  # today's reader: a table it cannot read is one line here, before the lease
+    return at
 
 
 def resolve_side(spec: str) -> str:

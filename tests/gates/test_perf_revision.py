@@ -36,8 +36,9 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory) -> SimpleNamespace:
-    """c1: only standalone/common; v2: today's standalone/; v3 (branch main): v2 plus a marker
-    string compiled into the layered megakernel's binary."""
+    """c1: only standalone/common; v1: the family's folder without its table; v2: today's
+    standalone/; v3 (branch main): v2 plus a marker string compiled into the layered
+    megakernel's binary."""
     root = tmp_path_factory.mktemp("history") / "repo"
     sa = root / "standalone"
     (sa).mkdir(parents=True)
@@ -46,6 +47,10 @@ def history(tmp_path_factory) -> SimpleNamespace:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "c1: no family yet")
     c1 = git(root, "rev-parse", "HEAD")
+    shutil.copytree(TODAY / "megakernel_layers", sa / "megakernel_layers", ignore=shutil.ignore_patterns("family.toml"))
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "v1: the family before its table")
+    git(root, "tag", "v1")
     shutil.rmtree(sa)
     shutil.copytree(TODAY, sa, ignore=shutil.ignore_patterns("__pycache__"))
     git(root, "add", "-A")
@@ -93,6 +98,7 @@ def test_a_side_at_a_revision_is_recorded_by_its_full_commit(sources):
 
 @pytest.mark.parametrize("spec, words", [
     ("megakernel_layers:production@nosuch", "git does not know revision 'nosuch' in "),
+    ("megakernel_layers:production@v1", "has no megakernel_layers/family.toml: it predates the family table"),
     ("megakernel_layers:production@C1", "has no standalone/megakernel_layers/ (the family's folder)"),
     ("megakernel_layers:production@", "nothing after '@'"),
     ("megakernel_layers:production@--help", "bad git revision '--help'"),
@@ -155,6 +161,27 @@ def test_a_revisions_sources_are_extracted_by_content_into_the_build_cache(sourc
 
 
 @needs_nvcc
+def test_a_revision_from_before_the_profile_server_is_a_one_line_protocol_mismatch():
+    # the project's own history: d12e448 added --profile-serve; its parent's binary prints its
+    # usage and exits 2 (before touching a GPU), as any binary of another protocol may
+    try:
+        spec = perf.resolve_side("megakernel_layers:production@d12e448~1")
+    except UserError as exc:  # an installed package, a shallow clone
+        pytest.skip(f"the project's history is not here: {exc}")
+    rev = perf.catalog_revision(spec)
+    faithful = FA.Faithful()
+    try:
+        reply = FA.handle(faithful, {"id": 1, "launches": 1, "params": {
+            "candidate": "production", "revision": rev.commit, "sources": str(rev.standalone)}})
+    finally:
+        faithful.close()
+    assert reply["status"] == "bad_request", reply
+    assert reply["message"] == (f"ProtocolMismatch: the binary built from revision {rev.commit[:12]} exited (code 2) "
+                                "before its first MKL_PROFILE reply: it does not speak this checkout's "
+                                "--profile-serve protocol (the faithful server is today's Python)")
+
+
+@needs_nvcc
 def test_a_side_at_a_revision_is_built_from_that_revisions_sources(sources):
     at = {rev: kernel_sources.revision_sources(rev, "megakernel_layers") for rev in ("v2", "main")}
     faithful = FA.Faithful()
@@ -186,9 +213,9 @@ def fake_binary(tmp_path: Path, body: str) -> Path:
 @pytest.mark.parametrize("body, words", [
     ("print('usage: old-binary --once JSON'); sys.exit(2)",
      "exited (code 2) before its first MKL_PROFILE reply: it does not speak this checkout's --profile-serve"),
-    ("sys.stdin.readline(); print('MKL_PROFILE {\"status\": \"ok\", \"launches\": 1}', flush=True); time.sleep(60)",
+    ("sys.stdin.readline(); print('MKL_PROFILE {\"status\": \"ok\", \"launches\": 1}', flush=True); sys.stdin.read()",
      "reply lacks cos, rel_err, grid, capacity, task_names, kernel_us, layers"),
-    ("sys.stdin.readline(); print('MKL_PROFILE v1 ok', flush=True); time.sleep(60)", "not a JSON object"),
+    ("sys.stdin.readline(); print('MKL_PROFILE v1 ok', flush=True); sys.stdin.read()", "not a JSON object"),
 ])
 def test_a_revisions_binary_that_speaks_another_protocol_is_a_one_line_bad_request(tmp_path, monkeypatch, body,
                                                                                     words):
