@@ -52,7 +52,7 @@ Example:\n
 @lease_options
 def perf_command(
     baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string), megakernel:NAME or megakernel_layers:NAME[@REV]."),
-    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command or megakernel:NAME, for logits an .npz sink."),
+    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command, megakernel:NAME or megakernel_layers:NAME[@REV], for logits an .npz sink."),
     workers: str = typer.Option(",".join(map(str, DEFAULT_WORKERS)), "--workers",
                                 help="Worker counts (grid sizes) to sweep, comma-separated."),
     repeats: int = typer.Option(DEFAULT_REPEATS, "--repeats", help="Interleaved pairs per worker count (12 gives exact intervals "
@@ -106,7 +106,7 @@ Example:\n
 @gate_app.command("logits", help=_LOGITS_HELP)
 def logits_command(
     reference: str = typer.Option(..., "--reference", help="The precision-matched reference's .npz."),
-    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command or megakernel:NAME, for logits an .npz sink."),
+    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command, megakernel:NAME or megakernel_layers:NAME[@REV], for logits an .npz sink."),
     prefix: Optional[int] = typer.Option(None, "--prefix", help="Fixed-prefix positions per sequence.",
                                          show_default="all"),
     ceiling: Optional[float] = typer.Option(None, "--ceiling", help="Max fixed-prefix perplexity of the candidate.",

@@ -117,7 +117,7 @@ def rows_by_task(payloads: Sequence[dict[str, Any]], label: str) -> dict[int, di
 
 
 def side_item(spec: str, *, cwd: str, timeout: float, cos_min: float, launches: int) -> WorkItem:
-    """The work item of one side (`spec`: a command, or PREFIX:NAME of a catalog megakernel),
+    """The work item of one side (`spec`: a command, or PREFIX:NAME[@REV] of a catalog megakernel),
     before a sample's worker count and seed are put in (`sample_item`). Every catalog side
     of one megakernel has the same server argv: the frame keeps one warm server for them.
     A name that matches nothing or a program that does not exist: UserError, here."""
@@ -530,7 +530,7 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     if not 0 < conf < 1 or not 0 <= min_effect < 1 or not -1 <= cos_min <= 1 or min_us < 0:
         raise UserError("need 0 < --conf < 1, 0 <= --min-effect < 1, -1 <= --cos-min <= 1, --min-us >= 0")
     cwd = cwd or os.getcwd()
-    resolved = [resolve_side(spec) for spec in (baseline, *candidates)]  # bad names and revisions: before any lease
+    resolved = [resolve_side(spec) for spec in (baseline, *candidates)]  # bad names, revisions: before the lease
     given = dict(zip(resolved, (baseline, *candidates)))
     if len(set(resolved[1:])) != len(candidates):
         raise UserError("the same candidate was given twice" + ("" if len(set(candidates)) < len(candidates)
