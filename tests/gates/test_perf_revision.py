@@ -39,6 +39,8 @@ def history(tmp_path_factory) -> SimpleNamespace:
     """c1: only standalone/common; v1: the family's folder without its table; v2: today's
     standalone/; v3 (branch main): v2 plus a marker string compiled into the layered
     megakernel's binary."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: no history to make")
     root = tmp_path_factory.mktemp("history") / "repo"
     sa = root / "standalone"
     (sa).mkdir(parents=True)
@@ -132,7 +134,8 @@ def test_the_cli_refuses_a_bad_revision_before_waiting_for_a_gpu(monkeypatch, tm
     # the project's own checkout (a git repository or not: both are one line, exit 2)
     with acquire("0", "someone-else", lock_dir=os.environ["HZ_LEASE_DIR"]):
         for spec, words in (("megakernel_layers:production@no-such-revision-x", ("git does not know revision",
-                                                                                   "not in a git checkout")),
+                                                                                   "not in a git checkout",
+                                                                                   "git is not installed")),
                             ("megakernel:improved@HEAD", ("built only for megakernel_layers:NAME@REV",))):
             r = subprocess.run([sys.executable, "-m", "hazards", "gate", "perf", "--baseline",
                                 "megakernel_layers:production", "--candidate", spec, "--wait", "1s"],
