@@ -17,8 +17,12 @@ from hazards.stress_family import family_binary
 fams = [f for f in all_families() if f.binary]
 t = time.monotonic()
 with cf.ThreadPoolExecutor(8) as pool:
+    # the layered megakernel's profiled build too: the perf gate's catalog sides run it
+    # (tests/gates/test_perf_revision_gpu.py's two sides share it: one cache key)
+    prof = pool.submit(family_binary, next(f for f in fams if f.name == "megakernel_layers"), defines={"HZ_PROFILER": 1})
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)
+    print("megakernel_layers (HZ_PROFILER)", prof.result())
 print(f"built {len(fams)} binaries in {time.monotonic() - t:.1f} s")
 PY
 tail -1 $R/build.txt
