@@ -294,21 +294,24 @@ def _table_header(name: str, source_dir: str, harness_json: dict[str, Any]) -> s
             "}  // namespace hz\n")
 
 
-def build_harness(folder: str, *, target: str | None = None, defines: Mapping[str, Any] | None = None) -> Path:
+def build_harness(folder: str, *, target: str | None = None, defines: Mapping[str, Any] | None = None,
+                  standalone: Path | None = None) -> Path:
     """Build (or take from the per-user cache) the harness binary of the table in
     `standalone/<folder>/`, its table embedded as the generated header: what a family's
     binary is, needing only the table (a reference megakernel's package builds through
-    this without the catalog above it)."""
+    this without the catalog above it). `standalone`: another source tree than the
+    checkout's (a git revision's, `kernel_sources.revision_sources`); its table and sources."""
     from hazards.engine import toolchain
     from hazards.engine.build import build_family
-    from hazards.kernel_sources import family_dir, standalone_dir
+    from hazards.kernel_sources import standalone_dir
 
-    t = read_table(family_dir(folder) / TABLE_FILE)
+    root = Path(standalone) if standalone is not None else standalone_dir()
+    t = read_table(root / folder / TABLE_FILE)
     if not t["binary"]:
         raise UserError(f"family {t['name']!r} has no runtime binary (static checks only)")
     header = _table_header(t["name"], t["source_dir"],
                            _harness_json(t["name"], t["summary"], t["params"], t["variants"], t["counters"]))
-    return build_family(standalone_dir(), t["source_dir"], t["binary"], target=target or toolchain.SM90A,
+    return build_family(root, t["source_dir"], t["binary"], target=target or toolchain.SM90A,
                         defines=dict(defines) if defines else None, generated={HEADER_NAME: header})
 
 

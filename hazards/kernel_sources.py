@@ -6,11 +6,17 @@ users include) ships in the wheel as package data under `hazards/standalone/` (a
 `importlib.resources`; a source checkout (editable install or none) has no
 `hazards/standalone/` and uses the sibling folder `standalone/`, exactly as
 `hazards/__init__.py` maps the engine. Nothing here ever depends on the current folder.
+`revision_sources` gives the tree as it is at a git revision of the checkout it lives in (a
+perf-gate side `megakernel_layers:NAME@REV`), extracted once per content into the build
+cache, never into the user's folders.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.resources
+import shutil
+import tarfile
 from pathlib import Path
 
 from hazards.engine.errors import UserError
@@ -37,3 +43,69 @@ def family_dir(folder: str) -> Path:
 def include_dir() -> Path:
     """The headers a user's own kernels include (`-I` this for `hz_tripwire.h`)."""
     return standalone_dir() / "include"
+
+
+@dataclasses.dataclass(frozen=True)
+class RevisionSources:
+    """The kernel source tree as it is at one commit."""
+
+    commit: str       # the full commit id the revision named
+    standalone: Path  # that commit's `standalone/`, extracted under the build cache
+
+
+def revision_sources(rev: str, folder: str, *, standalone: Path | None = None) -> RevisionSources:
+    """`standalone/` (or the tree `standalone` names) as it is at git revision `rev` of the
+    checkout it lives in, with `standalone/<folder>/` required. The tree is extracted with
+    `git archive` into the build cache's `revisions/standalone-<git tree id>/`: the folder is
+    named by its content, so two revisions with the same tree share it and a changed tree
+    never reuses it. UserError (one line) for a bad revision string, no git, a tree outside
+    any git checkout, a revision git does not know, or one without the family's folder."""
+    from hazards.bisect.history import GitMissing, git
+    from hazards.engine import toolchain
+
+    if not rev or rev.startswith("-") or any(c.isspace() or ord(c) < 32 for c in rev):
+        raise UserError(f"bad git revision {rev!r}")
+    here = Path(standalone or standalone_dir()).resolve()
+    need = f"a side at a git revision (@{rev})"
+    try:
+        top = Path(git(here, "rev-parse", "--show-toplevel", needed_by=need).strip()).resolve()
+    except GitMissing:
+        raise
+    except UserError:
+        raise UserError(f"the kernel sources {here} are not in a git checkout: {need} needs the "
+                        "repository's history (an installed package has none)") from None
+    prefix = here.relative_to(top).as_posix() if here != top else ""
+    try:
+        commit = git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", needed_by=need).strip()
+    except UserError:
+        raise UserError(f"git does not know revision {rev!r} in {top}") from None
+    inside = f"{prefix}/{folder}" if prefix else folder
+    try:
+        kind = git(top, "cat-file", "-t", f"{commit}:{inside}", needed_by=need).strip()
+    except UserError:
+        kind = None
+    if kind != "tree":
+        raise UserError(f"revision {rev!r} ({commit[:12]}) has no {inside}/ (the family's folder)")
+    tree = git(top, "rev-parse", "--verify", f"{commit}:{prefix}" if prefix else f"{commit}^{{tree}}",
+               needed_by=need).strip()
+
+    def extract(tmp: Path) -> None:
+        tmp.mkdir()
+        try:
+            tar = tmp.with_suffix(".tar")
+            try:
+                git(top, "archive", "--format=tar", "-o", str(tar), f"{commit}:{prefix}" if prefix else commit,
+                    needed_by=need)
+                with tarfile.open(tar) as t:
+                    if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: no links or paths out of tmp
+                        t.extractall(tmp, filter="data")
+                    else:
+                        t.extractall(tmp)
+            finally:
+                tar.unlink(missing_ok=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # nothing half extracted stays behind
+            raise
+
+    out = toolchain.cached_output(toolchain.cache_dir("revisions") / f"standalone-{tree}", extract)
+    return RevisionSources(commit, out)

@@ -17,8 +17,12 @@ from hazards.stress_family import family_binary
 fams = [f for f in all_families() if f.binary]
 t = time.monotonic()
 with cf.ThreadPoolExecutor(8) as pool:
+    # the layered megakernel's profiled build too: the perf gate's catalog sides run it
+    # (tests/gates/test_perf_revision_gpu.py's two sides share it: one cache key)
+    prof = pool.submit(family_binary, next(f for f in fams if f.name == "megakernel_layers"), defines={"HZ_PROFILER": 1})
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)
+    print("megakernel_layers (HZ_PROFILER)", prof.result())
 print(f"built {len(fams)} binaries in {time.monotonic() - t:.1f} s")
 PY
 tail -1 $R/build.txt
@@ -26,5 +30,6 @@ timeout -s INT -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -v -rs -p no:ca
   tests/megakernel_layers/test_gpu.py tests/families/test_mma_pingpong_gpu.py tests/tripwire/test_deadlock_gpu.py \
   tests/families/test_families_gpu.py tests/families/test_barrier_layout_runtime.py \
   tests/ragged_decode/test_gpu_kernel.py tests/ragged_decode/test_check_target.py tests/ragged_decode/test_profiler_gpu.py \
-  tests/plugin/test_family_property_gpu.py tests/gates/test_layers_logit_gate.py tests/campaign/test_check_gpu.py > $R/gpu-tests.txt 2>&1
+  tests/plugin/test_family_property_gpu.py tests/gates/test_layers_logit_gate.py tests/gates/test_perf_revision_gpu.py \
+  tests/campaign/test_check_gpu.py > $R/gpu-tests.txt 2>&1
 echo "gpu tests rc=$?"; grep -E "passed|failed|error" $R/gpu-tests.txt | tail -3

@@ -36,12 +36,17 @@ class Commit:
     subject: str
 
 
-def git(repo: Path, *args: str) -> str:
-    """stdout of `git -C repo ARGS`; UserError (one line) when git fails."""
+class GitMissing(UserError):
+    """git is not installed."""
+
+
+def git(repo: Path, *args: str, needed_by: str = "hazards bisect") -> str:
+    """stdout of `git -C repo ARGS`; UserError (one line) when git fails, GitMissing
+    (naming `needed_by`) when there is no git."""
     try:
         proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
     except FileNotFoundError:
-        raise UserError("hazards bisect needs git, and git is not installed") from None
+        raise GitMissing(f"{needed_by} needs git, and git is not installed") from None
     except subprocess.TimeoutExpired:
         raise UserError(f"git {' '.join(args)} took more than {GIT_TIMEOUT_S:g} s in {repo}") from None
     if proc.returncode != 0:

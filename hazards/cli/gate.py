@@ -30,7 +30,11 @@ $HZ_NUM_WORKERS give it the grid size, $HZ_GATE_SEED the pair's input seed. Or
 `megakernel:NAME`, a candidate of the ragged-decode megakernel run in one warm server
 (NAME: baseline, improved, noop, slower, sloughing, incorrect, production), or
 `megakernel_layers:NAME`, one of the layered MoE decode megakernel (NAME: production, noop,
-depth1, chunks64, chunks32, round3, step_a, step_b, step_c, stale_descriptor).
+depth1, chunks64, chunks32, round3, step_a, step_b, step_c, step_d, step_d_chunks64, ring_smem,
+stale_descriptor). `megakernel_layers:NAME@REV` builds NAME from the kernel sources as they
+are at git revision REV of the checkout (extracted into the build cache; the JSON and the
+table name it by its full commit); the faithful server driving it is today's Python, so a
+revision whose binary answers in another format stops the gate with one line (exit 2).
 
 Per worker count and task it prints the candidate/baseline ratios of slowCTA, wall and
 sumCTA with rank-based intervals, cos, and a verdict: faster, no-change, slower,
@@ -47,8 +51,8 @@ Example:\n
 @gate_app.command("perf", help=_PERF_HELP)
 @lease_options
 def perf_command(
-    baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string), megakernel:NAME or megakernel_layers:NAME."),
-    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command or megakernel:NAME, for logits an .npz sink."),
+    baseline: str = typer.Option(..., "--baseline", help="Baseline command (a string), megakernel:NAME or megakernel_layers:NAME[@REV]."),
+    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command, megakernel:NAME or megakernel_layers:NAME[@REV], for logits an .npz sink."),
     workers: str = typer.Option(",".join(map(str, DEFAULT_WORKERS)), "--workers",
                                 help="Worker counts (grid sizes) to sweep, comma-separated."),
     repeats: int = typer.Option(DEFAULT_REPEATS, "--repeats", help="Interleaved pairs per worker count (12 gives exact intervals "
@@ -102,7 +106,7 @@ Example:\n
 @gate_app.command("logits", help=_LOGITS_HELP)
 def logits_command(
     reference: str = typer.Option(..., "--reference", help="The precision-matched reference's .npz."),
-    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command or megakernel:NAME, for logits an .npz sink."),
+    candidate: List[str] = typer.Option(..., "--candidate", help="A candidate to judge (repeatable): for perf a command, megakernel:NAME or megakernel_layers:NAME[@REV], for logits an .npz sink."),
     prefix: Optional[int] = typer.Option(None, "--prefix", help="Fixed-prefix positions per sequence.",
                                          show_default="all"),
     ceiling: Optional[float] = typer.Option(None, "--ceiling", help="Max fixed-prefix perplexity of the candidate.",

@@ -61,6 +61,10 @@ VERDICTS = tuple(v.value for v in PerfVerdict)
 # every catalog side of that prefix from one warm server (module run with --serve).
 CATALOGS = {"megakernel:": "hazards.ragged_decode.faithful", "megakernel_layers:": "hazards.megakernel_layers.faithful"}
 CATALOG_PREFIX = "megakernel:"  # the ragged-decode megakernel's (docs and tests name it)
+# `PREFIX:NAME@REV`: the candidate built from the kernel sources at git revision REV (the
+# family folder whose history is read). The ragged-decode library is loaded into the
+# server's own process through ctypes: an old library's ABI could crash it, so no @REV there.
+REVISION_FOLDERS = {"megakernel_layers:": "megakernel_layers"}
 DEFAULT_WORKERS = (8, 64, 68, 128, 132)
 DEFAULT_REPEATS = 12
 DEFAULT_MIN_EFFECT = 0.02
@@ -113,17 +117,20 @@ def rows_by_task(payloads: Sequence[dict[str, Any]], label: str) -> dict[int, di
 
 
 def side_item(spec: str, *, cwd: str, timeout: float, cos_min: float, launches: int) -> WorkItem:
-    """The work item of one side (`spec`: a command, or PREFIX:NAME of a catalog megakernel),
+    """The work item of one side (`spec`: a command, or PREFIX:NAME[@REV] of a catalog megakernel),
     before a sample's worker count and seed are put in (`sample_item`). Every catalog side
     of one megakernel has the same server argv: the frame keeps one warm server for them.
     A name that matches nothing or a program that does not exist: UserError, here."""
     prefix = catalog_of(spec)
     if prefix is not None:
         cand = catalog_candidate(spec)
+        rev = catalog_revision(spec)
         module = CATALOGS[prefix]
-        return WorkItem(target=module.rsplit(".", 2)[-2] + "-faithful", variant=cand.name, kind="server",
+        at = {"revision": rev.commit, "sources": str(rev.standalone)} if rev else {}
+        return WorkItem(target=module.rsplit(".", 2)[-2] + "-faithful",
+                        variant=cand.name + (f"@{rev.commit}" if rev else ""), kind="server",
                         argv=(sys.executable, "-m", module, "--serve"),
-                        params={"candidate": cand.name, "cos_min": cos_min}, launches=launches,
+                        params={"candidate": cand.name, "cos_min": cos_min, **at}, launches=launches,
                         timeout_s=timeout, handshake_timeout_s=max(timeout, 300.0), respawn_every=0)
     from hazards.engine.targets import CommandTarget
 
@@ -162,11 +169,57 @@ def gate_targets(cos_min: float) -> TargetFactory:
     return make
 
 
-def catalog_candidate(spec: str) -> Any:
-    """The catalog candidate a megakernel:NAME / megakernel_layers:NAME names (UserError
-    with the known names for one that matches nothing)."""
+def split_revision(spec: str) -> tuple[str, str | None]:
+    """A catalog side's `PREFIX:NAME` and its revision: 'megakernel_layers:step_a@HEAD~2' ->
+    ('megakernel_layers:step_a', 'HEAD~2'); no '@': (spec, None). UserError for an empty REV."""
+    side, at, rev = spec.partition("@")
+    if at and not rev:
+        raise UserError(f"{spec!r}: nothing after '@' (write {side}@REV, REV a git revision)")
+    return side, rev if at else None
+
+
+def catalog_revision(spec: str) -> Any:
+    """The kernel sources a `PREFIX:NAME@REV` side is built from (`kernel_sources.
+    RevisionSources`: the full commit id and the extracted tree), None without '@'.
+    UserError, one line, for a catalog without revisions, a revision git does not know, a
+    tree outside a git checkout, or a revision without the family's folder or table."""
     prefix = catalog_of(spec)
-    name = spec[len(prefix):]
+    _, rev = split_revision(spec)
+    if rev is None:
+        return None
+    if prefix not in REVISION_FOLDERS:
+        known = ", ".join(f"{p}NAME@REV" for p in REVISION_FOLDERS)
+        raise UserError(f"{spec!r}: a side at a git revision is built only for {known} "
+                        f"({prefix}NAME runs its library inside the server's own process)")
+    from hazards.family import TABLE_FILE, read_table
+    from hazards.kernel_sources import revision_sources
+
+    folder = REVISION_FOLDERS[prefix]
+    at = revision_sources(rev, folder)
+    table = at.standalone / folder / TABLE_FILE
+    if not table.is_file():  # the family's binary is built from its table (hz_family_table.h)
+        raise UserError(f"revision {rev!r} ({at.commit[:12]}) has no {folder}/{TABLE_FILE}: it predates the "
+                        "family table the build needs")
+    read_table(table)  # today's reader: a table it cannot read is one line here, before the lease
+    return at
+
+
+def resolve_side(spec: str) -> str:
+    """`spec` as the gate records it: a catalog side's revision as its full commit id (a
+    moving branch name is not a record); a command or a side without '@' unchanged.
+    UserError for a name that matches nothing or a bad revision."""
+    if catalog_of(spec) is None:
+        return spec
+    catalog_candidate(spec)  # an unknown NAME is reported before the revision
+    rev = catalog_revision(spec)
+    return spec if rev is None else f"{split_revision(spec)[0]}@{rev.commit}"
+
+
+def catalog_candidate(spec: str) -> Any:
+    """The catalog candidate a megakernel:NAME / megakernel_layers:NAME (each optionally
+    @REV) names (UserError with the known names for one that matches nothing)."""
+    prefix = catalog_of(spec)
+    name = split_revision(spec)[0][len(prefix):]
     if prefix == CATALOG_PREFIX:
         from hazards.ragged_decode import candidates
 
@@ -477,8 +530,12 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     if not 0 < conf < 1 or not 0 <= min_effect < 1 or not -1 <= cos_min <= 1 or min_us < 0:
         raise UserError("need 0 < --conf < 1, 0 <= --min-effect < 1, -1 <= --cos-min <= 1, --min-us >= 0")
     cwd = cwd or os.getcwd()
-    if len(set(candidates)) != len(candidates):
-        raise UserError("the same candidate was given twice")
+    resolved = [resolve_side(spec) for spec in (baseline, *candidates)]  # bad names, revisions: before the lease
+    given = dict(zip(resolved, (baseline, *candidates)))
+    if len(set(resolved[1:])) != len(candidates):
+        raise UserError("the same candidate was given twice" + ("" if len(set(candidates)) < len(candidates)
+                                                                  else " (two revisions name one commit)"))
+    baseline, candidates = resolved[0], resolved[1:]
     # a name that matches nothing or a missing program: before any lease
     base_item, *cand_items = [side_item(spec, cwd=cwd, timeout=timeout, cos_min=cos_min, launches=launches)
                               for spec in (baseline, *candidates)]
@@ -503,8 +560,8 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
         for c in candidates:
             res = evaluate(baseline, c, source.pairs[c], conf=conf, min_effect=min_effect, min_us=min_us,
                            tasks=tasks)
-            res.update(repeats=repeats, campaign=campaign_id, baseline_side=_describe(baseline, base_item),
-                       candidate_side=_describe(c, source.candidates[c]),
+            res.update(repeats=repeats, campaign=campaign_id, baseline_side=_describe(baseline, base_item, given),
+                       candidate_side=_describe(c, source.candidates[c], given),
                        min_pairs_for_interval=min_pairs(res["interval_conf"]))
             results.append(res)
         store.update_campaign_spec(campaign_id, {**store.campaign(campaign_id).spec,
@@ -514,10 +571,14 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     return {"verdict": worst([r["verdict"] for r in results]), "campaign": campaign_id, "candidates": results}
 
 
-def _describe(spec: str, item: WorkItem) -> dict[str, Any]:
-    """A side as the JSON object names it: its command, or its catalog candidate."""
+def _describe(spec: str, item: WorkItem, given: dict[str, str]) -> dict[str, Any]:
+    """A side as the JSON object names it: its command, or its catalog candidate (and the
+    full commit its sources came from, beside the revision as given)."""
     if item.kind == "server":
-        return {"label": spec, "candidate": catalog_candidate(spec).to_json()}
+        out = {"label": spec, "candidate": catalog_candidate(spec).to_json()}
+        if "revision" in item.params:
+            out.update(revision=item.params["revision"], given=given.get(spec, spec))
+        return out
     return {"label": spec, "command": list(item.argv)}
 
 

@@ -4,6 +4,10 @@
     HZ_NUM_WORKERS=64 python3 -m hazards.megakernel_layers.faithful   # the perf gate's way
     python3 -m hazards.megakernel_layers.faithful --serve             # JSON-lines server
     hazards gate perf --baseline megakernel_layers:production --candidate megakernel_layers:depth1
+    hazards gate perf --baseline megakernel_layers:production@HEAD~3 --candidate megakernel_layers:production
+A request's `revision` and `sources` (the gate's NAME@REV: the full commit id and its tree,
+extracted by the gate) build the binary from that tree; this Python side stays the
+checkout's, so a binary answering in another format is a one-line `ProtocolMismatch`.
 More in docs/megakernel-layers.md.
 """
 from __future__ import annotations
@@ -21,10 +25,15 @@ from typing import Any
 from hazards.engine import profiler
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
 from hazards.engine.errors import UserError
+from hazards.kernel_sources import RevisionSources
 from hazards.ragged_decode.faithful import faithful_parser, parse_request, workers_from_env
 
 PROFILE_TAG = "MKL_PROFILE "
 HEADER_WORDS = 2  # claimed, capacity
+SHAPE_KEYS = ("layers", "seq", "chunks", "qkv_tiles", "w13_tiles", "bytes_per_step")
+# What `measure` reads from an ok reply: a binary whose reply lacks one speaks another protocol.
+REPLY_KEYS = ("cos", "rel_err", "grid", "capacity", "task_names", "kernel_us", *SHAPE_KEYS)
+BuildKey = tuple[tuple[tuple[str, int], ...], RevisionSources | None]  # (defines, revision)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,12 +153,18 @@ class RingTooSmall(ValueError):
     """The profiler ring overflowed: the metrics would be of a truncated launch."""
 
 
+class ProtocolMismatch(ValueError):
+    """A binary built from another revision answers in a format this checkout does not read."""
+
+
 class Faithful:
-    """One warm `--profile-serve` process per build (candidates differ by defines or params)."""
+    """One warm `--profile-serve` process per build: candidates differ by defines or params,
+    and a side at a git revision (`revision`) by its sources."""
 
     def __init__(self) -> None:
-        self.procs: dict[tuple[tuple[str, int], ...], subprocess.Popen] = {}
-        self.builds: dict[tuple[tuple[str, int], ...], Path] = {}
+        self.procs: dict[BuildKey, subprocess.Popen] = {}
+        self.builds: dict[BuildKey, Path] = {}
+        self.answered: set[int] = set()  # pids of binaries that replied once
         self.tmp = tempfile.TemporaryDirectory(prefix="hz-mkl-faithful-")
 
     def close(self) -> None:
@@ -163,58 +178,82 @@ class Faithful:
         self.procs.clear()
         self.tmp.cleanup()
 
-    def binary(self, defines: tuple[tuple[str, int], ...]) -> Path:
-        if defines not in self.builds:
+    def binary(self, defines: tuple[tuple[str, int], ...], revision: RevisionSources | None = None) -> Path:
+        key = (defines, revision)
+        if key not in self.builds:
             from hazards.family import build_harness  # the table's binary: no arrow up into the catalog
 
-            self.builds[defines] = build_harness("megakernel_layers", defines={"HZ_PROFILER": 1, **dict(defines)})
-        return self.builds[defines]
+            self.builds[key] = build_harness("megakernel_layers", defines={"HZ_PROFILER": 1, **dict(defines)},
+                                             standalone=revision.standalone if revision else None)
+        return self.builds[key]
 
-    def _server(self, defines: tuple[tuple[str, int], ...]) -> subprocess.Popen:
-        proc = self.procs.get(defines)
+    def _server(self, defines: tuple[tuple[str, int], ...],
+                revision: RevisionSources | None = None) -> subprocess.Popen:
+        key = (defines, revision)
+        proc = self.procs.get(key)
         if proc is None or proc.poll() is not None:
-            proc = subprocess.Popen([str(self.binary(defines)), "--profile-serve"], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([str(self.binary(defines, revision)), "--profile-serve"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True, bufsize=1)
-            self.procs[defines] = proc
+            self.procs[key] = proc
         return proc
 
     def profile(self, cand: Candidate, workers: int | None, launches: int, *, ring: Path | None = None,
-                params: dict[str, Any] | None = None) -> tuple[dict[str, Any], list]:
-        """One request to the candidate's warm binary: its reply and the decoded rings (kept
-        in `ring` when given). `params` adds request fields to the candidate's."""
+                params: dict[str, Any] | None = None,
+                revision: RevisionSources | None = None) -> tuple[dict[str, Any], list]:
+        """One request to the candidate's warm binary (built from `revision`'s sources when
+        given): its reply and the decoded rings (kept in `ring` when given). `params` adds
+        request fields to the candidate's. A revision's binary that exits before its first
+        reply, or replies without what `measure` reads: ProtocolMismatch."""
         ring = ring or Path(self.tmp.name) / "ring.bin"
         params = {**dict(cand.params), **(params or {}), "grid": workers or 0}
-        proc = self._server(cand.defines)
+        proc = self._server(cand.defines, revision)
+        other = f"the binary built from revision {revision.commit[:12]}" if revision else ""
         proc.stdin.write(json.dumps({"params": params, "launches": launches, "ring": str(ring)}) + "\n")
         proc.stdin.flush()
         while True:
             line = proc.stdout.readline()
             if not line:
                 code = proc.wait()
+                if revision and proc.pid not in self.answered:
+                    raise ProtocolMismatch(f"{other} exited (code {code}) before its first {PROFILE_TAG.strip()} "
+                                           "reply: it does not speak this checkout's --profile-serve protocol "
+                                           "(the faithful server is today's Python)")
                 raise DeviceError(f"the profiled binary exited (code {code}) before replying")
             if line.startswith(PROFILE_TAG):
                 break
-        reply = json.loads(line[len(PROFILE_TAG):])
+        try:
+            reply = json.loads(line[len(PROFILE_TAG):])
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            raise ProtocolMismatch(f"{other or 'the profiled binary'} replied {line.strip()[:120]!r}: "
+                                   "not a JSON object")
+        self.answered.add(proc.pid)
         if reply.get("status") == "fault":
             raise DeviceError(reply.get("message", "device fault"))
         if reply.get("status") != "ok":
             raise ValueError(reply.get("message", f"bad reply {reply}"))
-        build = self.binary(cand.defines).parent.name
-        reply["build"] = build
+        missing = [k for k in REPLY_KEYS if k not in reply]
+        if missing:
+            raise ProtocolMismatch(f"{other or 'the profiled binary'}'s reply lacks {', '.join(missing)}: it does "
+                                   "not speak this checkout's --profile-serve protocol")
+        reply["build"] = self.binary(cand.defines, revision).parent.name
         return reply, read_rings(ring, launches, task_names(reply["task_names"]))
 
-    def measure(self, cand: Candidate, workers: int | None, launches: int, cos_min: float) -> dict[str, Any]:
-        """Check one launch, profile `launches`; the per-task rows and the verdict."""
-        reply, profiles = self.profile(cand, workers, launches)
+    def measure(self, cand: Candidate, workers: int | None, launches: int, cos_min: float,
+                revision: RevisionSources | None = None) -> dict[str, Any]:
+        """Check one launch, profile `launches` (of the binary built from `revision`'s
+        sources when given); the per-task rows and the verdict."""
+        reply, profiles = self.profile(cand, workers, launches, revision=revision)
         dropped = sum(p.dropped for p in profiles)
         if dropped:
             raise RingTooSmall(f"profiler ring overflow: {dropped} spans dropped over {launches} launches "
                                f"(capacity {reply['capacity']})")
         rows = profiler.summarize(profiles)
-        shape = {k: reply[k] for k in ("layers", "seq", "chunks", "qkv_tiles", "w13_tiles", "bytes_per_step")}
+        shape = {k: reply[k] for k in SHAPE_KEYS}
         common = {"cos": reply["cos"], "rel_err": reply["rel_err"], "workers": reply["grid"], "launches": launches,
                   "dropped": 0, "shape": shape, "build": reply["build"], "candidate": cand.name,
-                  "kernel_us": profiler.median(reply["kernel_us"])}
+                  "kernel_us": profiler.median(reply["kernel_us"]), **({"revision": revision.commit} if revision else {})}
         return {"rows": [{**r, **common} for r in rows], "cos": reply["cos"], "rel_err": reply["rel_err"],
                 "mismatched": int(not reply["cos"] >= cos_min), "kernel_us": common["kernel_us"],
                 "profiles": profiles, "reply": reply}
@@ -246,12 +285,21 @@ def handle(faithful: Faithful, req: dict[str, Any]) -> dict[str, Any]:
     why not; a device fault ends the server."""
     from hazards.engine.protocol_server import StopServing
 
+    params = dict(req.get("params") or {})
+    # the gate's NAME@REV: the full commit id and the tree the gate extracted from it
+    commit, sources = params.pop("revision", None), params.pop("sources", None)
     try:
-        cand, workers, launches, cos_min, seed = parse_request(req, candidate)
+        revision = None
+        if commit is not None or sources is not None:
+            if not isinstance(commit, str) or not commit or not isinstance(sources, str) or not sources:
+                raise UserError(f"revision (a commit id) and sources (its extracted tree) come together, "
+                                f"got {commit!r} and {sources!r}")
+            revision = RevisionSources(commit, Path(sources))
+        cand, workers, launches, cos_min, seed = parse_request({**req, "params": params}, candidate)
     except UserError as exc:
         return {"status": "bad_request", "message": str(exc)}
     try:
-        res = faithful.measure(cand, workers, launches, cos_min)
+        res = faithful.measure(cand, workers, launches, cos_min, revision=revision)
     except DeviceError as exc:
         raise StopServing(3, {"status": "fault", "message": str(exc)}) from None
     except Exception as exc:  # noqa: BLE001

@@ -77,7 +77,7 @@ def test_measure_gives_one_well_formed_faithful_row_per_task(tmp_path, monkeypat
              "build": "megakernel_layers-sm_90a-0123", "task_names": NAMES}
     f = FA.Faithful()
     try:
-        monkeypatch.setattr(f, "profile", lambda cand, workers, launches: (reply, FA.read_rings(
+        monkeypatch.setattr(f, "profile", lambda cand, workers, launches, revision=None: (reply, FA.read_rings(
             path, launches, FA.task_names(NAMES))))
         res = f.measure(FA.candidate("production"), None, 3, 0.99)
     finally:
@@ -95,8 +95,8 @@ class FakeFaithful:
     def __init__(self, cos: float) -> None:
         self.cos, self.asked = cos, []
 
-    def measure(self, cand, workers, launches, cos_min):
-        self.asked.append((cand.name, workers, launches))
+    def measure(self, cand, workers, launches, cos_min, revision=None):
+        self.asked.append((cand.name, workers, launches) + ((revision,) if revision else ()))
         rows = [{"task_id": t, "task": n, "slowCTA_us": 10.0, "wall_us": 20.0, "sumCTA_us": 500.0, "cos": self.cos,
                  "workers": workers or 132, "shape": {"layers": 4}, "build": "megakernel_layers-x"}
                 for t, n in ((2, "qkv"), (7, "moe_w13"))]
