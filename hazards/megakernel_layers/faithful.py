@@ -208,8 +208,11 @@ class Faithful:
         params = {**dict(cand.params), **(params or {}), "grid": workers or 0}
         proc = self._server(cand.defines, revision)
         other = f"the binary built from revision {revision.commit[:12]}" if revision else ""
-        proc.stdin.write(json.dumps({"params": params, "launches": launches, "ring": str(ring)}) + "\n")
-        proc.stdin.flush()
+        try:
+            proc.stdin.write(json.dumps({"params": params, "launches": launches, "ring": str(ring)}) + "\n")
+            proc.stdin.flush()
+        except BrokenPipeError:  # it exited already (an old revision's usage line): its exit code says why, below
+            pass
         while True:
             line = proc.stdout.readline()
             if not line:

@@ -236,6 +236,29 @@ def test_a_revisions_binary_that_speaks_another_protocol_is_a_one_line_bad_reque
         assert "the binary built from revision abababababab" in reply["message"]
 
 
+def test_a_revisions_binary_gone_before_the_request_is_written_is_still_a_protocol_mismatch(tmp_path, monkeypatch):
+    # Under load the old binary can exit before the request reaches its stdin: the write then
+    # fails with a broken pipe, which must not replace the one-line mismatch by a traceback.
+    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None:
+                        fake_binary(tmp_path, "print('usage: old-binary --once JSON'); sys.exit(2)"))
+    started = FA.Faithful._server
+
+    def exited_first(self, defines, revision=None):
+        proc = started(self, defines, revision)
+        proc.wait()
+        return proc
+    monkeypatch.setattr(FA.Faithful, "_server", exited_first)
+    faithful = FA.Faithful()
+    try:
+        reply = FA.handle(faithful, {"id": 1, "launches": 1,
+                                     "params": {"candidate": "production", "revision": "ab" * 20,
+                                                "sources": str(tmp_path)}})
+    finally:
+        faithful.close()
+    assert reply["status"] == "bad_request" and reply["message"].startswith(
+        "ProtocolMismatch: the binary built from revision abababababab exited (code 2)"), reply
+
+
 def test_todays_binary_exiting_is_still_a_device_fault(tmp_path, monkeypatch):
     from hazards.engine.protocol_server import StopServing
 
