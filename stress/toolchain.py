@@ -330,7 +330,8 @@ def cached_output(out: Path, produce: Callable[[Path], None]) -> Path:
     """`out`, produced first if it is not in the cache yet: `produce(tmp)` writes `tmp` (a
     name beside `out`), which then replaces `out` atomically; a reader never sees half a
     file. Concurrent producers of one `out` wait on a lock and share one run. If `produce`
-    raises, nothing is cached."""
+    raises, nothing is cached. `out` may be a file or a folder; what a killed producer left
+    half made is removed by the next one, never taken for `out`."""
     out = Path(out)
     if out.exists():
         return out
@@ -338,10 +339,23 @@ def cached_output(out: Path, produce: Callable[[Path], None]) -> Path:
     with FileLock(str(out) + ".lock"):
         if out.exists():  # another process produced it while we waited
             return out
+        # every producer of `out` holds this lock: a tmp of it there now is a killed one's
+        # (its pid may be ours again: pids repeat in containers)
+        mine = re.compile(rf"\.{re.escape(out.stem)}\.\d+\.tmp{re.escape(out.suffix)}")
+        for stale in [p for p in out.parent.iterdir() if mine.fullmatch(p.name)]:
+            _remove_path(stale)
         tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
         try:
             produce(tmp)
             os.replace(tmp, out)
         finally:
-            tmp.unlink(missing_ok=True)
+            _remove_path(tmp)
     return out
+
+
+def _remove_path(path: Path) -> None:
+    """Remove a file or a folder tree, if it is there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

@@ -220,3 +220,24 @@ def test_a_clang_that_cannot_target_gfx950_is_refused_for_gfx950_by_name(monkeyp
             toolchain.find_tool("clang", arch=SM90A)
     finally:
         toolchain.find_tool.cache_clear()
+
+
+def test_a_killed_producers_half_made_output_is_removed_not_reused(tmp_path):
+    # A producer SIGKILLed mid-way leaves its tmp (a file or a folder) beside `out`; the next
+    # producer holds the same lock, so any such tmp is stale: it goes, and one under this
+    # process's own pid (pids repeat in containers) must not stop the produce with a traceback.
+    out = tmp_path / "tree-abc"
+    for pid in (os.getpid(), 999999):
+        half = tmp_path / f".tree-abc.{pid}.tmp"
+        half.mkdir()
+        (half / "half.cu").write_text("half")
+    other = tmp_path / ".tree-abc.5.tmp.cubin"  # another output's tmp (tree-abc.cubin): not ours
+    other.write_text("someone else's")
+
+    def produce(tmp: Path) -> None:
+        tmp.mkdir()
+        (tmp / "whole.cu").write_text("whole")
+
+    assert toolchain.cached_output(out, produce) == out
+    assert sorted(p.name for p in out.iterdir()) == ["whole.cu"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tree-abc.5.tmp.cubin", "tree-abc", "tree-abc.lock"]
