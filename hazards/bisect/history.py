@@ -50,7 +50,9 @@ def git(repo: Path, *args: str, needed_by: str = "hazards bisect") -> str:
     except subprocess.TimeoutExpired:
         raise UserError(f"git {' '.join(args)} took more than {GIT_TIMEOUT_S:g} s in {repo}") from None
     if proc.returncode != 0:
-        err = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or [f"exit {proc.returncode}"]
+        # git's reason, not the hint after it (dubious ownership ends with a command to run)
+        err = next((ln for ln in lines if ln.startswith(("fatal:", "error:"))), lines[-1])
         raise UserError(f"git {' '.join(args)} failed in {repo}: {err}")
     return proc.stdout
 

@@ -308,3 +308,93 @@ def test_the_gate_names_each_side_by_its_full_commit_in_json_table_and_store(sou
              for r in runs}
     trees = {c: str(kernel_sources.revision_sources(c, "megakernel_layers").standalone) for c in (sources.c2, sources.c3)}
     assert asked == {f"production@{c}": {(c, trees[c])} for c in (sources.c2, sources.c3)}
+
+
+KILLED_MID_EXTRACTION = """
+import os, signal, sys, tarfile
+from pathlib import Path
+from hazards import kernel_sources
+
+def one_member_then_killed(self, path, *args, **kwargs):
+    self.extract(self.next(), path)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+tarfile.TarFile.extractall = one_member_then_killed
+kernel_sources.revision_sources(sys.argv[1], "megakernel_layers", standalone=Path(sys.argv[2]))
+"""
+
+
+def test_an_extraction_killed_half_way_is_redone_whole_and_leaves_nothing(sources, tmp_path):
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_EXTRACTION, "v2", str(sources.standalone)],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    revisions = tmp_path / "cache" / "revisions"
+    assert any(p.name.startswith(".standalone-") for p in revisions.iterdir())  # what the kill left
+    v2 = kernel_sources.revision_sources("v2", "megakernel_layers")
+    cu = "megakernel_layers/megakernel_layers.cu"
+    assert (v2.standalone / cu).read_bytes() == (TODAY / cu).read_bytes()
+    assert sorted(p.name for p in revisions.iterdir()) == [v2.standalone.name, v2.standalone.name + ".lock"]
+
+
+def test_a_revision_that_cannot_be_extracted_is_one_line_and_leaves_nothing(sources, monkeypatch, tmp_path):
+    import errno
+    import tarfile
+
+    def disk_full(self, path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(tarfile.TarFile, "extractall", disk_full)
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@v2")
+    msg = str(err.value)
+    assert msg.startswith(f"cannot extract revision 'v2' ({sources.c2[:12]}) into ") and "No space left" in msg, msg
+    assert "\n" not in msg
+    assert [p.name for p in (tmp_path / "cache" / "revisions").iterdir() if not p.name.endswith(".lock")] == []
+
+
+@pytest.mark.skipif(not hasattr(__import__("tarfile"), "data_filter"), reason="tarfile has no data filter (Python < 3.11.4)")
+def test_a_revision_with_a_link_out_of_its_tree_is_one_line(history, monkeypatch, tmp_path):
+    root = tmp_path / "linked"
+    sa = root / "standalone"
+    shutil.copytree(history.standalone / "megakernel_layers", sa / "megakernel_layers")
+    (sa / "megakernel_layers" / "README.md").symlink_to("../../docs/megakernel-layers.md")  # out of standalone/
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "a link out of the kernel tree")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@HEAD")
+    assert str(err.value).startswith("cannot extract revision 'HEAD' (") and "\n" not in str(err.value), err.value
+
+
+def test_sources_that_are_no_part_of_the_checkout_around_them_say_so(tmp_path, monkeypatch):
+    # an installed package in a virtual environment inside the user's own repository: git
+    # finds the user's repository, whose history holds no kernel sources of ours
+    root = tmp_path / "users-project"
+    loose = root / "venv" / "hazards" / "standalone"
+    shutil.copytree(TODAY / "megakernel_layers", loose / "megakernel_layers")
+    (root / ".gitignore").write_text("venv/\n")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "the user's project")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: loose)
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@HEAD")
+    assert f"the kernel sources {loose.resolve()} are no part of the git checkout {root.resolve()}" in str(err.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a repository another user owns needs root")
+def test_a_checkout_git_will_not_read_says_gits_reason(history, monkeypatch, tmp_path):
+    # root on a checkout its user owns (a container on a mounted folder): git refuses it as
+    # of dubious ownership; "not in a git checkout" would send the user looking elsewhere
+    root = tmp_path / "theirs"
+    shutil.copytree(history.root, root, symlinks=True)
+    for path in (root, *root.rglob("*")):
+        os.lchown(path, 4321, 4321)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: root / "standalone")
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@HEAD")
+    assert "dubious ownership" in str(err.value) and "\n" not in str(err.value), err.value
+
