@@ -531,7 +531,8 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
         raise UserError("need 0 < --conf < 1, 0 <= --min-effect < 1, -1 <= --cos-min <= 1, --min-us >= 0")
     cwd = cwd or os.getcwd()
     resolved = [resolve_side(spec) for spec in (baseline, *candidates)]  # bad names, revisions: before the lease
-    given = dict(zip(resolved, (baseline, *candidates)))
+    # each side as the user spelled it (the baseline and a candidate may name one commit)
+    base_given, cand_given = baseline, dict(zip(resolved[1:], candidates))
     if len(set(resolved[1:])) != len(candidates):
         raise UserError("the same candidate was given twice" + ("" if len(set(candidates)) < len(candidates)
                                                                   else " (two revisions name one commit)"))
@@ -560,8 +561,8 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
         for c in candidates:
             res = evaluate(baseline, c, source.pairs[c], conf=conf, min_effect=min_effect, min_us=min_us,
                            tasks=tasks)
-            res.update(repeats=repeats, campaign=campaign_id, baseline_side=_describe(baseline, base_item, given),
-                       candidate_side=_describe(c, source.candidates[c], given),
+            res.update(repeats=repeats, campaign=campaign_id, baseline_side=_describe(baseline, base_item, base_given),
+                       candidate_side=_describe(c, source.candidates[c], cand_given[c]),
                        min_pairs_for_interval=min_pairs(res["interval_conf"]))
             results.append(res)
         store.update_campaign_spec(campaign_id, {**store.campaign(campaign_id).spec,
@@ -571,13 +572,13 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     return {"verdict": worst([r["verdict"] for r in results]), "campaign": campaign_id, "candidates": results}
 
 
-def _describe(spec: str, item: WorkItem, given: dict[str, str]) -> dict[str, Any]:
+def _describe(spec: str, item: WorkItem, given: str) -> dict[str, Any]:
     """A side as the JSON object names it: its command, or its catalog candidate (and the
     full commit its sources came from, beside the revision as given)."""
     if item.kind == "server":
         out = {"label": spec, "candidate": catalog_candidate(spec).to_json()}
         if "revision" in item.params:
-            out.update(revision=item.params["revision"], given=given.get(spec, spec))
+            out.update(revision=item.params["revision"], given=given)
         return out
     return {"label": spec, "command": list(item.argv)}
 

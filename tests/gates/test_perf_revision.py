@@ -398,3 +398,13 @@ def test_a_checkout_git_will_not_read_says_gits_reason(history, monkeypatch, tmp
         perf.resolve_side("megakernel_layers:production@HEAD")
     assert "dubious ownership" in str(err.value) and "\n" not in str(err.value), err.value
 
+
+def test_each_side_keeps_its_own_spelling_when_two_revisions_name_one_commit(sources, monkeypatch, tmp_path):
+    monkeypatch.setenv("HZ_FAKE_GPUS", "0")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    monkeypatch.setitem(perf.CATALOGS, "megakernel_layers:", "gates.fake_layers_server")
+    out = perf.run_gate("megakernel_layers:production@v2", [f"megakernel_layers:production@{sources.c2[:10]}"],
+                        workers=[64], repeats=8, tasks=["worker"], lock_dir=str(tmp_path / "leases"),
+                        store_path=tmp_path / "results.db", wait_s=5)
+    assert out["baseline_side"]["given"] == "megakernel_layers:production@v2"
+    assert out["candidate_side"]["given"] == f"megakernel_layers:production@{sources.c2[:10]}"
