@@ -184,7 +184,8 @@ class Faithful:
         """One request to the candidate's warm binary (built from `revision`'s sources when
         given): its reply and the decoded rings (kept in `ring` when given). `params` adds
         request fields to the candidate's. A revision's binary that exits before its first
-        reply, or replies without what `measure` reads: ProtocolMismatch."""
+        reply (not with the harness's device-fault 3, not by a signal: DeviceError), or
+        replies without what `measure` reads: ProtocolMismatch."""
         ring = ring or Path(self.tmp.name) / "ring.bin"
         params = {**dict(cand.params), **(params or {}), "grid": workers or 0}
         proc = self._server(cand.defines, revision)
@@ -198,11 +199,13 @@ class Faithful:
             line = proc.stdout.readline()
             if not line:
                 code = proc.wait()
-                if revision and proc.pid not in self.answered:
+                # exit 3 is the harness's device fault (its device did not start), a signal a
+                # crash: any binary's; another exit before a first reply, another protocol
+                if revision and proc.pid not in self.answered and code != 3 and code >= 0:
                     raise ProtocolMismatch(f"{other} exited (code {code}) before its first {PROFILE_TAG.strip()} "
                                            "reply: it does not speak this checkout's --profile-serve protocol "
                                            "(the faithful server is today's Python)")
-                raise DeviceError(f"the profiled binary exited (code {code}) before replying")
+                raise DeviceError(f"{other or 'the profiled binary'} exited (code {code}) before replying")
             if line.startswith(PROFILE_TAG):
                 break
         try:

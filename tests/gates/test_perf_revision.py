@@ -408,3 +408,26 @@ def test_each_side_keeps_its_own_spelling_when_two_revisions_name_one_commit(sou
                         store_path=tmp_path / "results.db", wait_s=5)
     assert out["baseline_side"]["given"] == "megakernel_layers:production@v2"
     assert out["candidate_side"]["given"] == f"megakernel_layers:production@{sources.c2[:10]}"
+
+
+@pytest.mark.parametrize("body, words", [
+    ("print('hz: device fault: cudaErrorNoDevice', file=sys.stderr); sys.exit(3)", "exited (code 3) before replying"),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "exited (code -11) before replying"),
+])
+def test_a_revisions_binary_that_faults_or_crashes_before_replying_is_a_fault_not_a_mismatch(tmp_path, monkeypatch,
+                                                                                           body, words):
+    # exit 3 is the harness's device fault (a failed device initialisation under --serve), a
+    # signal a crash: neither says the binary speaks another protocol
+    from hazards.engine.protocol_server import StopServing
+
+    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None: fake_binary(tmp_path, body))
+    faithful = FA.Faithful()
+    try:
+        with pytest.raises(StopServing) as stop:
+            FA.handle(faithful, {"id": 1, "launches": 1, "params": {"candidate": "production", "revision": "ab" * 20,
+                                                                     "sources": str(tmp_path)}})
+    finally:
+        faithful.close()
+    reply = stop.value.reply
+    assert reply["status"] == "fault" and words in reply["message"], reply
+    assert "revision abababababab" in reply["message"], reply
