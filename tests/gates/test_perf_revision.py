@@ -131,11 +131,12 @@ def test_the_cli_refuses_a_bad_revision_before_waiting_for_a_gpu(monkeypatch, tm
     monkeypatch.setenv("HZ_FAKE_GPUS", "0")
     monkeypatch.setenv("HZ_LEASE_DIR", str(tmp_path / "leases"))
     monkeypatch.setenv("HZ_STORE", str(tmp_path / "results.db"))
-    # the project's own checkout (a git repository or not: both are one line, exit 2)
+    # the project's own checkout (a git repository, none, or one another user owns: one line, exit 2)
     with acquire("0", "someone-else", lock_dir=os.environ["HZ_LEASE_DIR"]):
         for spec, words in (("megakernel_layers:production@no-such-revision-x", ("git does not know revision",
                                                                                    "not in a git checkout",
-                                                                                   "git is not installed")),
+                                                                                   "git is not installed",
+                                                                                   "dubious ownership")),
                             ("megakernel:improved@HEAD", ("built only for megakernel_layers:NAME@REV",))):
             r = subprocess.run([sys.executable, "-m", "hazards", "gate", "perf", "--baseline",
                                 "megakernel_layers:production", "--candidate", spec, "--wait", "1s"],
