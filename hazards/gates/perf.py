@@ -21,6 +21,7 @@ import dataclasses
 import enum
 import math
 import os
+import re
 import shlex
 import sys
 import threading
@@ -201,7 +202,27 @@ def catalog_revision(spec: str) -> Any:
         raise UserError(f"revision {rev!r} ({at.commit[:12]}) has no {folder}/{TABLE_FILE}: it predates the "
                         "family table the build needs")
     read_table(table)  # today's reader: a table it cannot read is one line here, before the lease
+    cand = catalog_candidate(spec)
+    from hazards.kernel_sources import family_dir
+
+    # a define today's kernel reads and the revision's never does would build that revision's
+    # default kernel under NAME's label (one no kernel reads, noop's, is read by neither)
+    unread = [d for d, _ in cand.defines if _reads_define(family_dir(folder), d)
+              and not _reads_define(at.standalone / folder, d)]
+    if unread:
+        raise UserError(f"{spec!r}: the kernel at {rev!r} ({at.commit[:12]}) never reads {', '.join(unread)}, "
+                        f"which {cand.name} sets: it would build that revision's default kernel under "
+                        f"{cand.name}'s name")
     return at
+
+
+def _reads_define(folder: Path, name: str) -> bool:
+    """Whether a source file under `folder` names the macro `name`."""
+    from hazards.engine.toolchain import SOURCE_SUFFIXES
+
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    return any(word.search(p.read_text(errors="replace")) for p in sorted(folder.rglob("*"))
+               if p.is_file() and p.suffix in SOURCE_SUFFIXES)
 
 
 def resolve_side(spec: str) -> str:

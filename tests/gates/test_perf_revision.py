@@ -432,3 +432,32 @@ def test_a_revisions_binary_that_faults_or_crashes_before_replying_is_a_fault_no
     reply = stop.value.reply
     assert reply["status"] == "fault" and words in reply["message"], reply
     assert "revision abababababab" in reply["message"], reply
+
+
+
+def test_a_candidates_define_the_revisions_kernel_never_reads_is_refused(history, monkeypatch, tmp_path):
+    # step_a is MKL_CAMPAIGN_STEP=1: at a revision before that switch the build would be that
+    # revision's default kernel, gated and recorded under step_a's name
+    root = tmp_path / "before-the-switch"
+    sa = root / "standalone"
+    shutil.copytree(history.standalone, sa)
+    kernel = [p for p in (sa / "megakernel_layers").rglob("*") if p.is_file() and p.suffix in (".cu", ".cuh", ".h")]
+    today = {p: p.read_text() for p in kernel}
+    for p in kernel:
+        p.write_text(today[p].replace("MKL_CAMPAIGN_STEP", "MKL_OLD_STEP"))
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "before MKL_CAMPAIGN_STEP")
+    before = git(root, "rev-parse", "HEAD")
+    for p in kernel:
+        p.write_text(today[p])
+    git(root, "commit", "-q", "-am", "MKL_CAMPAIGN_STEP")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:step_a@HEAD~1")
+    assert "never reads MKL_CAMPAIGN_STEP, which step_a sets" in str(err.value) and "\n" not in str(err.value)
+    assert perf.resolve_side("megakernel_layers:step_a@HEAD").endswith("@" + git(root, "rev-parse", "HEAD"))
+    # noop's define is read by no kernel, today's included (its point: a separate build); production sets none
+    for name in ("noop", "production"):
+        assert perf.resolve_side(f"megakernel_layers:{name}@HEAD~1") == f"megakernel_layers:{name}@{before}"
