@@ -58,7 +58,9 @@ def revision_sources(rev: str, folder: str, *, standalone: Path | None = None) -
     `git archive` into the build cache's `revisions/standalone-<git tree id>/`: the folder is
     named by its content, so two revisions with the same tree share it and a changed tree
     never reuses it. UserError (one line) for a bad revision string, no git, a tree outside
-    any git checkout, a revision git does not know, or one without the family's folder."""
+    any git checkout or untracked in it, a checkout git will not read (git's reason), a
+    revision git does not know, one without the family's folder, or a tree that cannot be
+    extracted (a full disk, a link out of it)."""
     from hazards.bisect.history import GitMissing, git
     from hazards.engine import toolchain
 

@@ -183,7 +183,8 @@ def catalog_revision(spec: str) -> Any:
     """The kernel sources a `PREFIX:NAME@REV` side is built from (`kernel_sources.
     RevisionSources`: the full commit id and the extracted tree), None without '@'.
     UserError, one line, for a catalog without revisions, a revision git does not know, a
-    tree outside a git checkout, or a revision without the family's folder or table."""
+    tree outside a git checkout, a revision without the family's folder or table, or one whose
+    kernel never names a define NAME sets (and today's reads)."""
     prefix = catalog_of(spec)
     _, rev = split_revision(spec)
     if rev is None:
