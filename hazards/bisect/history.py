@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -36,15 +37,25 @@ class Commit:
     subject: str
 
 
+# What makes git read another repository than `-C`'s (`git rev-parse --local-env-vars`, the
+# config ones left): a git hook (GIT_INDEX_FILE in pre-commit) or a `git -C` caller exports them.
+_REPOSITORY_ENV = ("GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE",
+                   "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE", "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS",
+                   "GIT_REPLACE_REF_BASE", "GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE",
+                   "GIT_COMMON_DIR")
+
+
 class GitMissing(UserError):
     """git is not installed."""
 
 
 def git(repo: Path, *args: str, needed_by: str = "hazards bisect") -> str:
-    """stdout of `git -C repo ARGS`; UserError (one line) when git fails, GitMissing
-    (naming `needed_by`) when there is no git."""
+    """stdout of `git -C repo ARGS` (of that repository, whatever a hook exported); UserError
+    (one line) when git fails, GitMissing (naming `needed_by`) when there is no git."""
+    env = {k: v for k, v in os.environ.items() if k not in _REPOSITORY_ENV}
     try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
+                              env=env)
     except FileNotFoundError:
         raise GitMissing(f"{needed_by} needs git, and git is not installed") from None
     except subprocess.TimeoutExpired:

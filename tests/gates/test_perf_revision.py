@@ -461,3 +461,12 @@ def test_a_candidates_define_the_revisions_kernel_never_reads_is_refused(history
     # noop's define is read by no kernel, today's included (its point: a separate build); production sets none
     for name in ("noop", "production"):
         assert perf.resolve_side(f"megakernel_layers:{name}@HEAD~1") == f"megakernel_layers:{name}@{before}"
+
+
+@pytest.mark.parametrize("var, value", [("GIT_INDEX_FILE", "/elsewhere/.git/index"), ("GIT_DIR", ".git"),
+                                        ("GIT_WORK_TREE", "/elsewhere")])
+def test_a_gate_run_from_a_git_hook_reads_the_kernel_sources_own_repository(sources, monkeypatch, var, value):
+    # git exports GIT_INDEX_FILE to a pre-commit hook, GIT_DIR and GIT_WORK_TREE to others: they
+    # name the repository the hook runs for, not the one the kernel sources are in
+    monkeypatch.setenv(var, value)
+    assert perf.resolve_side("megakernel_layers:production@v2") == f"megakernel_layers:production@{sources.c2}"
