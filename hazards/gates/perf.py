@@ -296,15 +296,23 @@ class Pair:
 
 
 def _select_tasks(pairs: Sequence[Pair], wanted: Sequence[str] | None, label: str) -> list[int]:
-    """Task ids present in every run of both sides, optionally restricted by id or name."""
+    """Task ids present in every run of both sides, optionally restricted by id or name.
+    GateError when the sides give one id two names: rows are paired by id, and a side built
+    elsewhere (a git revision, another program) may number its tasks otherwise."""
     common: set[int] | None = None
-    names: dict[int, str] = {}
+    side_names: tuple[dict[int, str], dict[int, str]] = ({}, {})
     for p in pairs:
-        for s in (p.baseline, p.candidate):
+        for s, named in zip((p.baseline, p.candidate), side_names):
             ids = set(s.rows)
             common = ids if common is None else common & ids
-            names.update({t: str(r.get("task", "")) for t, r in s.rows.items()})
+            named.update({t: str(r.get("task", "")) for t, r in s.rows.items()})
     common = common or set()
+    for t in sorted(common):
+        base, cand = side_names[0].get(t, ""), side_names[1].get(t, "")
+        if base and cand and base != cand:
+            raise GateError(f"{label}: task {t} is {base!r} in the baseline's runs and {cand!r} in {label}'s: "
+                            "the sides number their tasks differently; rows paired by id would compare two tasks")
+    names = {**side_names[0], **side_names[1]}
     if not wanted:
         if not common:
             raise GateError(f"{label}: no task id appears in every run of both sides")
