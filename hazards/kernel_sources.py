@@ -60,7 +60,7 @@ def revision_sources(rev: str, folder: str, *, standalone: Path | None = None) -
     never reuses it. UserError (one line) for a bad revision string, no git, a tree outside
     any git checkout or untracked in it, a checkout git will not read (git's reason), a
     revision git does not know, one without the family's folder, or a tree that cannot be
-    extracted (a full disk, a link out of it)."""
+    extracted whole (a full disk, a link out of it, files its .gitattributes export-ignore)."""
     from hazards.bisect.history import GitMissing, git
     from hazards.engine import toolchain
 
@@ -101,20 +101,31 @@ def revision_sources(rev: str, folder: str, *, standalone: Path | None = None) -
     # killed extraction left is overwritten, then removed (its half tree: `cached_output`)
     tar = cache / f".standalone-{tree}.tar"
 
+    treeish = f"{commit}:{prefix}" if prefix else commit
+
     def extract(tmp: Path) -> None:
         try:
-            git(top, "archive", "--format=tar", "-o", str(tar), f"{commit}:{prefix}" if prefix else commit,
-                needed_by=need)
+            git(top, "archive", "--format=tar", "-o", str(tar), treeish, needed_by=need)
             tmp.mkdir()
             with tarfile.open(tar) as t:
                 if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: no links or paths out of tmp
                     t.extractall(tmp, filter="data")
                 else:
                     t.extractall(tmp)
+            got = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_symlink() or not p.is_dir()}
         except (OSError, tarfile.TarError) as exc:  # a full disk, a link out of the tree
             raise UserError(f"cannot extract revision {rev!r} ({commit[:12]}) into {cache}: "
                             f"{' '.join(str(exc).split())}") from None
         finally:
             tar.unlink(missing_ok=True)
+        # `git archive` leaves out what the tree's .gitattributes mark export-ignore: that
+        # tree would build another binary than the revision's (submodules: no files, skipped)
+        entries = [e.split("\t", 1) for e in git(top, "ls-tree", "-r", "-z", treeish, needed_by=need).split("\0") if e]
+        missing = sorted(path for meta, path in entries if meta.split()[1] != "commit" and path not in got)
+        if missing:
+            raise UserError(f"revision {rev!r} ({commit[:12]}): git archive left out {len(missing)} file"
+                            f"{'s' if len(missing) > 1 else ''} of the revision ({', '.join(missing[:3])}"
+                            f"{', ...' if len(missing) > 3 else ''}: export-ignore in its .gitattributes); "
+                            "built without them, it would not be that revision's binary")
 
     return RevisionSources(commit, toolchain.cached_output(cache / f"standalone-{tree}", extract))

@@ -468,3 +468,22 @@ def test_a_gate_run_from_a_git_hook_reads_the_kernel_sources_own_repository(sour
     # name the repository the hook runs for, not the one the kernel sources are in
     monkeypatch.setenv(var, value)
     assert perf.resolve_side("megakernel_layers:production@v2") == f"megakernel_layers:production@{sources.c2}"
+
+
+def test_a_revision_whose_gitattributes_drop_a_source_from_the_archive_is_refused(history, monkeypatch, tmp_path):
+    # `git archive` leaves out what `export-ignore` names: the tree extracted would not be the
+    # revision's, and its build another binary (or a missing include) under the revision's name
+    root = tmp_path / "attributes"
+    sa = root / "standalone"
+    shutil.copytree(history.standalone, sa)
+    (sa / ".gitattributes").write_text("megakernel_layers/mkl_kernel.cuh export-ignore\n")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "a release archive without the kernel")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@HEAD")
+    msg = str(err.value)
+    assert "git archive left out 1 file of the revision (megakernel_layers/mkl_kernel.cuh" in msg and "\n" not in msg, msg
+    assert [p.name for p in (tmp_path / "cache" / "revisions").iterdir() if not p.name.endswith(".lock")] == []
