@@ -370,6 +370,7 @@ def test_a_revision_with_a_link_out_of_its_tree_is_one_line(history, monkeypatch
     assert str(err.value).startswith("cannot extract revision 'HEAD' (") and "\n" not in str(err.value), err.value
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed: no repository to make")
 def test_sources_that_are_no_part_of_the_checkout_around_them_say_so(tmp_path, monkeypatch):
     # an installed package in a virtual environment inside the user's own repository: git
     # finds the user's repository, whose history holds no kernel sources of ours
