@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -340,17 +341,40 @@ def cached_output(out: Path, produce: Callable[[Path], None]) -> Path:
         if out.exists():  # another process produced it while we waited
             return out
         # every producer of `out` holds this lock: a tmp of it there now is a killed one's
-        # (its pid may be ours again: pids repeat in containers)
-        mine = re.compile(rf"\.{re.escape(out.stem)}\.\d+\.tmp{re.escape(out.suffix)}")
-        for stale in [p for p in out.parent.iterdir() if mine.fullmatch(p.name)]:
-            _remove_path(stale)
+        # (its pid may be ours again: pids repeat in containers). One whose pid lives here
+        # goes only once older than any produce: on a shared file system whose locks another
+        # host does not see, it may be that host's producer at work.
         tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
+        mine = re.compile(rf"\.{re.escape(out.stem)}\.(\d+)\.tmp{re.escape(out.suffix)}")
+        for p in list(out.parent.iterdir()):
+            m = mine.fullmatch(p.name)
+            if m and (p == tmp or not _pid_alive(int(m.group(1))) or _age_s(p) > 2 * COMPILE_TIMEOUT_S):
+                _remove_path(p)
         try:
             produce(tmp)
             os.replace(tmp, out)
         finally:
             _remove_path(tmp)
     return out
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _age_s(path: Path) -> float:
+    """Seconds since `path` was last modified (0 if it is gone)."""
+    try:
+        return time.time() - path.lstat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def _remove_path(path: Path) -> None:
