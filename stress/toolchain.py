@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+import psutil
 from filelock import FileLock
 
 from .errors import ToolchainMissing, UserError
@@ -348,7 +349,7 @@ def cached_output(out: Path, produce: Callable[[Path], None]) -> Path:
         mine = re.compile(rf"\.{re.escape(out.stem)}\.(\d+)\.tmp{re.escape(out.suffix)}")
         for p in list(out.parent.iterdir()):
             m = mine.fullmatch(p.name)
-            if m and (p == tmp or not _pid_alive(int(m.group(1))) or _age_s(p) > 2 * COMPILE_TIMEOUT_S):
+            if m and (p == tmp or not psutil.pid_exists(int(m.group(1))) or _age_s(p) > 2 * COMPILE_TIMEOUT_S):
                 _remove_path(p)
         try:
             produce(tmp)
@@ -356,17 +357,6 @@ def cached_output(out: Path, produce: Callable[[Path], None]) -> Path:
         finally:
             _remove_path(tmp)
     return out
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether a process `pid` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _age_s(path: Path) -> float:
