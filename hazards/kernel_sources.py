@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.resources
-import shutil
 import tarfile
 from pathlib import Path
 
@@ -59,7 +58,9 @@ def revision_sources(rev: str, folder: str, *, standalone: Path | None = None) -
     `git archive` into the build cache's `revisions/standalone-<git tree id>/`: the folder is
     named by its content, so two revisions with the same tree share it and a changed tree
     never reuses it. UserError (one line) for a bad revision string, no git, a tree outside
-    any git checkout, a revision git does not know, or one without the family's folder."""
+    any git checkout or untracked in it, a checkout git will not read (git's reason), a
+    revision git does not know, one without the family's folder, or a tree that cannot be
+    extracted whole (a full disk, a link out of it, files its .gitattributes export-ignore)."""
     from hazards.bisect.history import GitMissing, git
     from hazards.engine import toolchain
 
@@ -71,10 +72,16 @@ def revision_sources(rev: str, folder: str, *, standalone: Path | None = None) -
         top = Path(git(here, "rev-parse", "--show-toplevel", needed_by=need).strip()).resolve()
     except GitMissing:
         raise
-    except UserError:
+    except UserError as exc:
+        if "not a git repository" not in str(exc):
+            raise  # a checkout git will not read (dubious ownership, a broken .git): git's reason
         raise UserError(f"the kernel sources {here} are not in a git checkout: {need} needs the "
                         "repository's history (an installed package has none)") from None
     prefix = here.relative_to(top).as_posix() if here != top else ""
+    if not git(top, "ls-files", "--", prefix or ".", needed_by=need).strip():
+        # an installed package inside a virtual environment inside another repository
+        raise UserError(f"the kernel sources {here} are no part of the git checkout {top} (untracked): {need} "
+                        "needs the history of the repository they come from")
     try:
         commit = git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", needed_by=need).strip()
     except UserError:
@@ -89,23 +96,36 @@ def revision_sources(rev: str, folder: str, *, standalone: Path | None = None) -
     tree = git(top, "rev-parse", "--verify", f"{commit}:{prefix}" if prefix else f"{commit}^{{tree}}",
                needed_by=need).strip()
 
-    def extract(tmp: Path) -> None:
-        tmp.mkdir()
-        try:
-            tar = tmp.with_suffix(".tar")
-            try:
-                git(top, "archive", "--format=tar", "-o", str(tar), f"{commit}:{prefix}" if prefix else commit,
-                    needed_by=need)
-                with tarfile.open(tar) as t:
-                    if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: no links or paths out of tmp
-                        t.extractall(tmp, filter="data")
-                    else:
-                        t.extractall(tmp)
-            finally:
-                tar.unlink(missing_ok=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # nothing half extracted stays behind
-            raise
+    cache = toolchain.cache_dir("revisions")
+    # one name, not one per process: only the holder of the tree's lock writes it, so what a
+    # killed extraction left is overwritten, then removed (its half tree: `cached_output`)
+    tar = cache / f".standalone-{tree}.tar"
 
-    out = toolchain.cached_output(toolchain.cache_dir("revisions") / f"standalone-{tree}", extract)
-    return RevisionSources(commit, out)
+    treeish = f"{commit}:{prefix}" if prefix else commit
+
+    def extract(tmp: Path) -> None:
+        try:
+            git(top, "archive", "--format=tar", "-o", str(tar), treeish, needed_by=need)
+            tmp.mkdir()
+            with tarfile.open(tar) as t:
+                if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: no links or paths out of tmp
+                    t.extractall(tmp, filter="data")
+                else:
+                    t.extractall(tmp)
+            got = {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_symlink() or not p.is_dir()}
+        except (OSError, tarfile.TarError) as exc:  # a full disk, a link out of the tree
+            raise UserError(f"cannot extract revision {rev!r} ({commit[:12]}) into {cache}: "
+                            f"{' '.join(str(exc).split())}") from None
+        finally:
+            tar.unlink(missing_ok=True)
+        # `git archive` leaves out what the tree's .gitattributes mark export-ignore: that
+        # tree would build another binary than the revision's (submodules: no files, skipped)
+        entries = [e.split("\t", 1) for e in git(top, "ls-tree", "-r", "-z", treeish, needed_by=need).split("\0") if e]
+        missing = sorted(path for meta, path in entries if meta.split()[1] != "commit" and path not in got)
+        if missing:
+            raise UserError(f"revision {rev!r} ({commit[:12]}): git archive left out {len(missing)} file"
+                            f"{'s' if len(missing) > 1 else ''} of the revision ({', '.join(missing[:3])}"
+                            f"{', ...' if len(missing) > 3 else ''}: export-ignore in its .gitattributes); "
+                            "built without them, it would not be that revision's binary")
+
+    return RevisionSources(commit, toolchain.cached_output(cache / f"standalone-{tree}", extract))

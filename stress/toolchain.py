@@ -32,9 +32,11 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+import psutil
 from filelock import FileLock
 
 from .errors import ToolchainMissing, UserError
@@ -330,7 +332,8 @@ def cached_output(out: Path, produce: Callable[[Path], None]) -> Path:
     """`out`, produced first if it is not in the cache yet: `produce(tmp)` writes `tmp` (a
     name beside `out`), which then replaces `out` atomically; a reader never sees half a
     file. Concurrent producers of one `out` wait on a lock and share one run. If `produce`
-    raises, nothing is cached."""
+    raises, nothing is cached. `out` may be a file or a folder; what a killed producer left
+    half made is removed by the next one, never taken for `out`."""
     out = Path(out)
     if out.exists():
         return out
@@ -338,10 +341,35 @@ def cached_output(out: Path, produce: Callable[[Path], None]) -> Path:
     with FileLock(str(out) + ".lock"):
         if out.exists():  # another process produced it while we waited
             return out
+        # every producer of `out` holds this lock: a tmp of it there now is a killed one's
+        # (its pid may be ours again: pids repeat in containers). One whose pid lives here
+        # goes only once older than any produce: on a shared file system whose locks another
+        # host does not see, it may be that host's producer at work.
         tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
+        mine = re.compile(rf"\.{re.escape(out.stem)}\.(\d+)\.tmp{re.escape(out.suffix)}")
+        for p in list(out.parent.iterdir()):
+            m = mine.fullmatch(p.name)
+            if m and (p == tmp or not psutil.pid_exists(int(m.group(1))) or _age_s(p) > 2 * COMPILE_TIMEOUT_S):
+                _remove_path(p)
         try:
             produce(tmp)
             os.replace(tmp, out)
         finally:
-            tmp.unlink(missing_ok=True)
+            _remove_path(tmp)
     return out
+
+
+def _age_s(path: Path) -> float:
+    """Seconds since `path` was last modified (0 if it is gone)."""
+    try:
+        return time.time() - path.lstat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _remove_path(path: Path) -> None:
+    """Remove a file or a folder tree, if it is there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -36,21 +37,33 @@ class Commit:
     subject: str
 
 
+# What makes git read another repository than `-C`'s (`git rev-parse --local-env-vars`, the
+# config ones left): a git hook (GIT_INDEX_FILE in pre-commit) or a `git -C` caller exports them.
+_REPOSITORY_ENV = ("GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE",
+                   "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE", "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS",
+                   "GIT_REPLACE_REF_BASE", "GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE",
+                   "GIT_COMMON_DIR")
+
+
 class GitMissing(UserError):
     """git is not installed."""
 
 
 def git(repo: Path, *args: str, needed_by: str = "hazards bisect") -> str:
-    """stdout of `git -C repo ARGS`; UserError (one line) when git fails, GitMissing
-    (naming `needed_by`) when there is no git."""
+    """stdout of `git -C repo ARGS` (of that repository, whatever a hook exported); UserError
+    (one line) when git fails, GitMissing (naming `needed_by`) when there is no git."""
+    env = {k: v for k, v in os.environ.items() if k not in _REPOSITORY_ENV}
     try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
+                              env=env)
     except FileNotFoundError:
         raise GitMissing(f"{needed_by} needs git, and git is not installed") from None
     except subprocess.TimeoutExpired:
         raise UserError(f"git {' '.join(args)} took more than {GIT_TIMEOUT_S:g} s in {repo}") from None
     if proc.returncode != 0:
-        err = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or [f"exit {proc.returncode}"]
+        # git's reason, not the hint after it (dubious ownership ends with a command to run)
+        err = next((ln for ln in lines if ln.startswith(("fatal:", "error:"))), lines[-1])
         raise UserError(f"git {' '.join(args)} failed in {repo}: {err}")
     return proc.stdout
 

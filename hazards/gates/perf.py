@@ -21,6 +21,7 @@ import dataclasses
 import enum
 import math
 import os
+import re
 import shlex
 import sys
 import threading
@@ -182,7 +183,8 @@ def catalog_revision(spec: str) -> Any:
     """The kernel sources a `PREFIX:NAME@REV` side is built from (`kernel_sources.
     RevisionSources`: the full commit id and the extracted tree), None without '@'.
     UserError, one line, for a catalog without revisions, a revision git does not know, a
-    tree outside a git checkout, or a revision without the family's folder or table."""
+    tree outside a git checkout, a revision without the family's folder or table, or one whose
+    kernel never names a define NAME sets (and today's reads)."""
     prefix = catalog_of(spec)
     _, rev = split_revision(spec)
     if rev is None:
@@ -201,7 +203,27 @@ def catalog_revision(spec: str) -> Any:
         raise UserError(f"revision {rev!r} ({at.commit[:12]}) has no {folder}/{TABLE_FILE}: it predates the "
                         "family table the build needs")
     read_table(table)  # today's reader: a table it cannot read is one line here, before the lease
+    cand = catalog_candidate(spec)
+    from hazards.kernel_sources import family_dir
+
+    # a define today's kernel reads and the revision's never does would build that revision's
+    # default kernel under NAME's label (one no kernel reads, noop's, is read by neither)
+    unread = [d for d, _ in cand.defines if _reads_define(family_dir(folder), d)
+              and not _reads_define(at.standalone / folder, d)]
+    if unread:
+        raise UserError(f"{spec!r}: the kernel at {rev!r} ({at.commit[:12]}) never reads {', '.join(unread)}, "
+                        f"which {cand.name} sets: it would build that revision's default kernel under "
+                        f"{cand.name}'s name")
     return at
+
+
+def _reads_define(folder: Path, name: str) -> bool:
+    """Whether a source file under `folder` names the macro `name`."""
+    from hazards.engine.toolchain import SOURCE_SUFFIXES
+
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    return any(word.search(p.read_text(errors="replace")) for p in sorted(folder.rglob("*"))
+               if p.is_file() and p.suffix in SOURCE_SUFFIXES)
 
 
 def resolve_side(spec: str) -> str:
@@ -274,15 +296,23 @@ class Pair:
 
 
 def _select_tasks(pairs: Sequence[Pair], wanted: Sequence[str] | None, label: str) -> list[int]:
-    """Task ids present in every run of both sides, optionally restricted by id or name."""
+    """Task ids present in every run of both sides, optionally restricted by id or name.
+    GateError when the sides give one id two names: rows are paired by id, and a side built
+    elsewhere (a git revision, another program) may number its tasks otherwise."""
     common: set[int] | None = None
-    names: dict[int, str] = {}
+    side_names: tuple[dict[int, str], dict[int, str]] = ({}, {})
     for p in pairs:
-        for s in (p.baseline, p.candidate):
+        for s, named in zip((p.baseline, p.candidate), side_names):
             ids = set(s.rows)
             common = ids if common is None else common & ids
-            names.update({t: str(r.get("task", "")) for t, r in s.rows.items()})
+            named.update({t: str(r.get("task", "")) for t, r in s.rows.items()})
     common = common or set()
+    for t in sorted(common):
+        base, cand = side_names[0].get(t, ""), side_names[1].get(t, "")
+        if base and cand and base != cand:
+            raise GateError(f"{label}: task {t} is {base!r} in the baseline's runs and {cand!r} in {label}'s: "
+                            "the sides number their tasks differently; rows paired by id would compare two tasks")
+    names = {**side_names[0], **side_names[1]}
     if not wanted:
         if not common:
             raise GateError(f"{label}: no task id appears in every run of both sides")
@@ -531,7 +561,8 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
         raise UserError("need 0 < --conf < 1, 0 <= --min-effect < 1, -1 <= --cos-min <= 1, --min-us >= 0")
     cwd = cwd or os.getcwd()
     resolved = [resolve_side(spec) for spec in (baseline, *candidates)]  # bad names, revisions: before the lease
-    given = dict(zip(resolved, (baseline, *candidates)))
+    # each side as the user spelled it (the baseline and a candidate may name one commit)
+    base_given, cand_given = baseline, dict(zip(resolved[1:], candidates))
     if len(set(resolved[1:])) != len(candidates):
         raise UserError("the same candidate was given twice" + ("" if len(set(candidates)) < len(candidates)
                                                                   else " (two revisions name one commit)"))
@@ -560,8 +591,8 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
         for c in candidates:
             res = evaluate(baseline, c, source.pairs[c], conf=conf, min_effect=min_effect, min_us=min_us,
                            tasks=tasks)
-            res.update(repeats=repeats, campaign=campaign_id, baseline_side=_describe(baseline, base_item, given),
-                       candidate_side=_describe(c, source.candidates[c], given),
+            res.update(repeats=repeats, campaign=campaign_id, baseline_side=_describe(baseline, base_item, base_given),
+                       candidate_side=_describe(c, source.candidates[c], cand_given[c]),
                        min_pairs_for_interval=min_pairs(res["interval_conf"]))
             results.append(res)
         store.update_campaign_spec(campaign_id, {**store.campaign(campaign_id).spec,
@@ -571,13 +602,13 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     return {"verdict": worst([r["verdict"] for r in results]), "campaign": campaign_id, "candidates": results}
 
 
-def _describe(spec: str, item: WorkItem, given: dict[str, str]) -> dict[str, Any]:
+def _describe(spec: str, item: WorkItem, given: str) -> dict[str, Any]:
     """A side as the JSON object names it: its command, or its catalog candidate (and the
     full commit its sources came from, beside the revision as given)."""
     if item.kind == "server":
         out = {"label": spec, "candidate": catalog_candidate(spec).to_json()}
         if "revision" in item.params:
-            out.update(revision=item.params["revision"], given=given.get(spec, spec))
+            out.update(revision=item.params["revision"], given=given)
         return out
     return {"label": spec, "command": list(item.argv)}
 

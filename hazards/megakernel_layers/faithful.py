@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hazards.engine import profiler
-from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
+from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN, signal_name
 from hazards.engine.errors import UserError
 from hazards.kernel_sources import RevisionSources
 from hazards.ragged_decode.faithful import faithful_parser, parse_request, workers_from_env
@@ -203,7 +203,8 @@ class Faithful:
         """One request to the candidate's warm binary (built from `revision`'s sources when
         given): its reply and the decoded rings (kept in `ring` when given). `params` adds
         request fields to the candidate's. A revision's binary that exits before its first
-        reply, or replies without what `measure` reads: ProtocolMismatch."""
+        reply (but with the harness's device-fault exit 3: DeviceError), or replies
+        without what `measure` reads: ProtocolMismatch."""
         ring = ring or Path(self.tmp.name) / "ring.bin"
         params = {**dict(cand.params), **(params or {}), "grid": workers or 0}
         proc = self._server(cand.defines, revision)
@@ -217,11 +218,16 @@ class Faithful:
             line = proc.stdout.readline()
             if not line:
                 code = proc.wait()
-                if revision and proc.pid not in self.answered:
-                    raise ProtocolMismatch(f"{other} exited (code {code}) before its first {PROFILE_TAG.strip()} "
-                                           "reply: it does not speak this checkout's --profile-serve protocol "
+                # exit 3 is the harness's device fault (its device did not start), any binary's;
+                # another exit before a first reply, another protocol; a signal, either that (an
+                # old table parser's uncaught exception aborts) or a crash or a kill: not judged
+                if revision and proc.pid not in self.answered and code != 3:
+                    how, maybe = ((f"exited (code {code})", "") if code >= 0 else
+                                  (f"was ended by {signal_name(-code)}", "it crashed, was killed, or "))
+                    raise ProtocolMismatch(f"{other} {how} before its first {PROFILE_TAG.strip()} reply: {maybe}it "
+                                           "does not speak this checkout's --profile-serve protocol "
                                            "(the faithful server is today's Python)")
-                raise DeviceError(f"the profiled binary exited (code {code}) before replying")
+                raise DeviceError(f"{other or 'the profiled binary'} exited (code {code}) before replying")
             if line.startswith(PROFILE_TAG):
                 break
         try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hazards.engine import toolchain
+from hazards.engine.classify import signal_name
 from hazards.engine.errors import NotJudged, ToolchainMissing, UserError
 from hazards.engine.proctree import run_in_group
 from hazards.kernel_sources import standalone_dir
@@ -81,11 +82,7 @@ def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
 
 # The signal numbers Python has a name for (on Linux 1-31, SIGRTMIN 34 and SIGRTMAX 64).
 _NAMED_SIGNALS = frozenset(int(s) for s in signal.Signals)
-
-
-def _signal_name(number: int) -> str:
-    """A signal's name ("SIGKILL"), or "signal 99" for a number Python has no name for."""
-    return signal.Signals(number).name if number in _NAMED_SIGNALS else f"signal {number}"
+_signal_name = signal_name  # "SIGKILL", or "signal 99" for a number Python has no name for (the engine's)
 
 
 def _child_signal(returncode: int) -> str | None:

@@ -108,3 +108,14 @@ def test_the_users_git_hooks_do_not_run_in_the_scratch_checkouts(tmp_path):
     folder, why = Checkouts(repo, tmp_path / "scratch", "sh build.sh").prepare(shas[0])
     assert folder is not None, why
     assert not (tmp_path / "hook-ran").exists()
+
+
+def test_a_failed_git_says_gits_reason_not_the_advice_after_it(tmp_path):
+    from hazards.bisect.history import git as run_git
+
+    shas = make_repo(tmp_path / "repo", 2, culprit=1, rate=0.0)
+    (tmp_path / "repo" / "change-1.txt").write_text("a local change\n")  # a file shas[0] has not
+    with pytest.raises(UserError) as err:  # git prints the files, advice, then "Aborting"
+        run_git(tmp_path / "repo", "checkout", "-q", shas[0])
+    assert str(err.value).endswith(": error: Your local changes to the following files would be overwritten by "
+                                   "checkout:"), err.value

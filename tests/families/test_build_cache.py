@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -220,3 +222,32 @@ def test_a_clang_that_cannot_target_gfx950_is_refused_for_gfx950_by_name(monkeyp
             toolchain.find_tool("clang", arch=SM90A)
     finally:
         toolchain.find_tool.cache_clear()
+
+
+def test_a_killed_producers_half_made_output_is_removed_not_reused(tmp_path):
+    # A producer SIGKILLed mid-way leaves its tmp (a file or a folder) beside `out`; the next
+    # producer holds the same lock, so such a tmp is stale: it goes, and one under this
+    # process's own pid (pids repeat in containers) must not stop the produce with a traceback.
+    # A young one of a pid that lives may be another host's producer (a shared file system
+    # whose locks it does not see): it stays until older than any produce (pid 1's here).
+    out = tmp_path / "tree-abc"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = os.getppid()
+    for pid in (os.getpid(), dead.pid, alive, 1):
+        half = tmp_path / f".tree-abc.{pid}.tmp"
+        half.mkdir()
+        (half / "half.cu").write_text("half")
+    long_ago = time.time() - 2 * toolchain.COMPILE_TIMEOUT_S - 60
+    os.utime(tmp_path / ".tree-abc.1.tmp", (long_ago, long_ago))
+    other = tmp_path / ".tree-abc.5.tmp.cubin"  # another output's tmp (tree-abc.cubin): not ours
+    other.write_text("someone else's")
+
+    def produce(tmp: Path) -> None:
+        tmp.mkdir()
+        (tmp / "whole.cu").write_text("whole")
+
+    assert toolchain.cached_output(out, produce) == out
+    assert sorted(p.name for p in out.iterdir()) == ["whole.cu"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".tree-abc.5.tmp.cubin", f".tree-abc.{alive}.tmp",
+                                                                 "tree-abc", "tree-abc.lock"])

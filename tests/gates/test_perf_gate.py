@@ -222,3 +222,17 @@ def test_a_task_that_names_nothing_stops_the_gate_after_the_first_run(tmp_path):
     with Store(os.environ["HZ_STORE"], create=False) as store:
         [camp] = store.campaigns()
         assert store.campaign(camp.id).status == "stopped" and len(list(store.iter_runs(camp.id))) <= 2
+
+
+def test_sides_that_give_one_task_id_two_names_are_an_error_not_a_comparison():
+    # tasks are paired by numeric id: a side built elsewhere (a git revision, another program)
+    # that numbers its tasks otherwise would compare two different tasks under one name
+    def sample(names: dict[int, str], slow: float) -> perf.Sample:
+        return perf.Sample(True, "ok", {t: {"task_id": t, "task": n, "slowCTA_us": slow, "wall_us": 2 * slow,
+                                            "sumCTA_us": 40 * slow, "cos": 1.0} for t, n in names.items()})
+    pairs = [perf.Pair(64, seed, sample({10: "worker", 2: "qkv"}, 100.0), sample({10: "router", 2: "qkv"}, 100.0))
+             for seed in range(8)]
+    for tasks in (None, ["qkv"]):
+        with pytest.raises(perf.GateError, match=r"task 10 is 'worker' in the baseline's runs and 'router' in "
+                                                 r"megakernel_layers:production@abc's"):
+            perf.evaluate("megakernel_layers:production", "megakernel_layers:production@abc", pairs, tasks=tasks)

@@ -131,11 +131,12 @@ def test_the_cli_refuses_a_bad_revision_before_waiting_for_a_gpu(monkeypatch, tm
     monkeypatch.setenv("HZ_FAKE_GPUS", "0")
     monkeypatch.setenv("HZ_LEASE_DIR", str(tmp_path / "leases"))
     monkeypatch.setenv("HZ_STORE", str(tmp_path / "results.db"))
-    # the project's own checkout (a git repository or not: both are one line, exit 2)
+    # the project's own checkout (a git repository, none, or one another user owns: one line, exit 2)
     with acquire("0", "someone-else", lock_dir=os.environ["HZ_LEASE_DIR"]):
         for spec, words in (("megakernel_layers:production@no-such-revision-x", ("git does not know revision",
                                                                                    "not in a git checkout",
-                                                                                   "git is not installed")),
+                                                                                   "git is not installed",
+                                                                                   "dubious ownership")),
                             ("megakernel:improved@HEAD", ("built only for megakernel_layers:NAME@REV",))):
             r = subprocess.run([sys.executable, "-m", "hazards", "gate", "perf", "--baseline",
                                 "megakernel_layers:production", "--candidate", spec, "--wait", "1s"],
@@ -219,6 +220,8 @@ def fake_binary(tmp_path: Path, body: str) -> Path:
     ("sys.stdin.readline(); print('MKL_PROFILE {\"status\": \"ok\", \"launches\": 1}', flush=True); sys.stdin.read()",
      "reply lacks cos, rel_err, grid, capacity, task_names, kernel_us, layers"),
     ("sys.stdin.readline(); print('MKL_PROFILE v1 ok', flush=True); sys.stdin.read()", "not a JSON object"),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGABRT)",  # an old parser's uncaught exception, or a crash
+     "was ended by SIGABRT before its first MKL_PROFILE reply: it crashed, was killed, or it does not speak"),
 ])
 def test_a_revisions_binary_that_speaks_another_protocol_is_a_one_line_bad_request(tmp_path, monkeypatch, body,
                                                                                     words):
@@ -308,3 +311,180 @@ def test_the_gate_names_each_side_by_its_full_commit_in_json_table_and_store(sou
              for r in runs}
     trees = {c: str(kernel_sources.revision_sources(c, "megakernel_layers").standalone) for c in (sources.c2, sources.c3)}
     assert asked == {f"production@{c}": {(c, trees[c])} for c in (sources.c2, sources.c3)}
+
+
+KILLED_MID_EXTRACTION = """
+import os, signal, sys, tarfile
+from pathlib import Path
+from hazards import kernel_sources
+
+def one_member_then_killed(self, path, *args, **kwargs):
+    self.extract(self.next(), path)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+tarfile.TarFile.extractall = one_member_then_killed
+kernel_sources.revision_sources(sys.argv[1], "megakernel_layers", standalone=Path(sys.argv[2]))
+"""
+
+
+def test_an_extraction_killed_half_way_is_redone_whole_and_leaves_nothing(sources, tmp_path):
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_EXTRACTION, "v2", str(sources.standalone)],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    revisions = tmp_path / "cache" / "revisions"
+    assert any(p.name.startswith(".standalone-") for p in revisions.iterdir())  # what the kill left
+    v2 = kernel_sources.revision_sources("v2", "megakernel_layers")
+    cu = "megakernel_layers/megakernel_layers.cu"
+    assert (v2.standalone / cu).read_bytes() == (TODAY / cu).read_bytes()
+    assert sorted(p.name for p in revisions.iterdir()) == [v2.standalone.name, v2.standalone.name + ".lock"]
+
+
+def test_a_revision_that_cannot_be_extracted_is_one_line_and_leaves_nothing(sources, monkeypatch, tmp_path):
+    import errno
+    import tarfile
+
+    def disk_full(self, path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(tarfile.TarFile, "extractall", disk_full)
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@v2")
+    msg = str(err.value)
+    assert msg.startswith(f"cannot extract revision 'v2' ({sources.c2[:12]}) into ") and "No space left" in msg, msg
+    assert "\n" not in msg
+    assert [p.name for p in (tmp_path / "cache" / "revisions").iterdir() if not p.name.endswith(".lock")] == []
+
+
+@pytest.mark.skipif(not hasattr(__import__("tarfile"), "data_filter"), reason="tarfile has no data filter (Python < 3.11.4)")
+def test_a_revision_with_a_link_out_of_its_tree_is_one_line(history, monkeypatch, tmp_path):
+    root = tmp_path / "linked"
+    sa = root / "standalone"
+    shutil.copytree(history.standalone / "megakernel_layers", sa / "megakernel_layers")
+    (sa / "megakernel_layers" / "README.md").symlink_to("../../docs/megakernel-layers.md")  # out of standalone/
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "a link out of the kernel tree")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@HEAD")
+    assert str(err.value).startswith("cannot extract revision 'HEAD' (") and "\n" not in str(err.value), err.value
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed: no repository to make")
+def test_sources_that_are_no_part_of_the_checkout_around_them_say_so(tmp_path, monkeypatch):
+    # an installed package in a virtual environment inside the user's own repository: git
+    # finds the user's repository, whose history holds no kernel sources of ours
+    root = tmp_path / "users-project"
+    loose = root / "venv" / "hazards" / "standalone"
+    shutil.copytree(TODAY / "megakernel_layers", loose / "megakernel_layers")
+    (root / ".gitignore").write_text("venv/\n")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "the user's project")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: loose)
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@HEAD")
+    assert f"the kernel sources {loose.resolve()} are no part of the git checkout {root.resolve()}" in str(err.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a repository another user owns needs root")
+def test_a_checkout_git_will_not_read_says_gits_reason(history, monkeypatch, tmp_path):
+    # root on a checkout its user owns (a container on a mounted folder): git refuses it as
+    # of dubious ownership; "not in a git checkout" would send the user looking elsewhere
+    root = tmp_path / "theirs"
+    shutil.copytree(history.root, root, symlinks=True)
+    for path in (root, *root.rglob("*")):
+        os.lchown(path, 4321, 4321)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: root / "standalone")
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@HEAD")
+    assert "dubious ownership" in str(err.value) and "\n" not in str(err.value), err.value
+
+
+def test_each_side_keeps_its_own_spelling_when_two_revisions_name_one_commit(sources, monkeypatch, tmp_path):
+    monkeypatch.setenv("HZ_FAKE_GPUS", "0")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    monkeypatch.setitem(perf.CATALOGS, "megakernel_layers:", "gates.fake_layers_server")
+    out = perf.run_gate("megakernel_layers:production@v2", [f"megakernel_layers:production@{sources.c2[:10]}"],
+                        workers=[64], repeats=8, tasks=["worker"], lock_dir=str(tmp_path / "leases"),
+                        store_path=tmp_path / "results.db", wait_s=5)
+    assert out["baseline_side"]["given"] == "megakernel_layers:production@v2"
+    assert out["candidate_side"]["given"] == f"megakernel_layers:production@{sources.c2[:10]}"
+
+
+def test_a_revisions_binary_whose_device_did_not_start_is_a_fault_not_a_mismatch(tmp_path, monkeypatch):
+    # exit 3 is the harness's device fault (a failed device initialisation under --serve): it
+    # says nothing of the protocol the binary speaks
+    from hazards.engine.protocol_server import StopServing
+
+    body, words = ("print('hz: device fault: cudaErrorNoDevice', file=sys.stderr); sys.exit(3)",
+                   "exited (code 3) before replying")
+    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None: fake_binary(tmp_path, body))
+    faithful = FA.Faithful()
+    try:
+        with pytest.raises(StopServing) as stop:
+            FA.handle(faithful, {"id": 1, "launches": 1, "params": {"candidate": "production", "revision": "ab" * 20,
+                                                                     "sources": str(tmp_path)}})
+    finally:
+        faithful.close()
+    reply = stop.value.reply
+    assert reply["status"] == "fault" and words in reply["message"], reply
+    assert "revision abababababab" in reply["message"], reply
+
+
+def test_a_candidates_define_the_revisions_kernel_never_reads_is_refused(history, monkeypatch, tmp_path):
+    # step_a is MKL_CAMPAIGN_STEP=1: at a revision before that switch the build would be that
+    # revision's default kernel, gated and recorded under step_a's name
+    root = tmp_path / "before-the-switch"
+    sa = root / "standalone"
+    shutil.copytree(history.standalone, sa)
+    kernel = [p for p in (sa / "megakernel_layers").rglob("*") if p.is_file() and p.suffix in (".cu", ".cuh", ".h")]
+    today = {p: p.read_text() for p in kernel}
+    for p in kernel:
+        p.write_text(today[p].replace("MKL_CAMPAIGN_STEP", "MKL_OLD_STEP"))
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "before MKL_CAMPAIGN_STEP")
+    before = git(root, "rev-parse", "HEAD")
+    for p in kernel:
+        p.write_text(today[p])
+    git(root, "commit", "-q", "-am", "MKL_CAMPAIGN_STEP")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:step_a@HEAD~1")
+    assert "never reads MKL_CAMPAIGN_STEP, which step_a sets" in str(err.value) and "\n" not in str(err.value)
+    assert perf.resolve_side("megakernel_layers:step_a@HEAD").endswith("@" + git(root, "rev-parse", "HEAD"))
+    # noop's define is read by no kernel, today's included (its point: a separate build); production sets none
+    for name in ("noop", "production"):
+        assert perf.resolve_side(f"megakernel_layers:{name}@HEAD~1") == f"megakernel_layers:{name}@{before}"
+
+
+@pytest.mark.parametrize("var, value", [("GIT_INDEX_FILE", "/elsewhere/.git/index"), ("GIT_DIR", ".git"),
+                                        ("GIT_WORK_TREE", "/elsewhere")])
+def test_a_gate_run_from_a_git_hook_reads_the_kernel_sources_own_repository(sources, monkeypatch, var, value):
+    # git exports GIT_INDEX_FILE to a pre-commit hook, GIT_DIR and GIT_WORK_TREE to others: they
+    # name the repository the hook runs for, not the one the kernel sources are in
+    monkeypatch.setenv(var, value)
+    assert perf.resolve_side("megakernel_layers:production@v2") == f"megakernel_layers:production@{sources.c2}"
+
+
+def test_a_revision_whose_gitattributes_drop_a_source_from_the_archive_is_refused(history, monkeypatch, tmp_path):
+    # `git archive` leaves out what `export-ignore` names: the tree extracted would not be the
+    # revision's, and its build another binary (or a missing include) under the revision's name
+    root = tmp_path / "attributes"
+    sa = root / "standalone"
+    shutil.copytree(history.standalone, sa)
+    (sa / ".gitattributes").write_text("megakernel_layers/mkl_kernel.cuh export-ignore\n")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "a release archive without the kernel")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:production@HEAD")
+    msg = str(err.value)
+    assert "git archive left out 1 file of the revision (megakernel_layers/mkl_kernel.cuh" in msg and "\n" not in msg, msg
+    assert [p.name for p in (tmp_path / "cache" / "revisions").iterdir() if not p.name.endswith(".lock")] == []
