@@ -214,6 +214,17 @@ def fake_binary(tmp_path: Path, body: str) -> Path:
     return exe
 
 
+def ask_at_a_revision(sources: Path) -> dict:
+    """One request for production at a (made-up) revision, through a fresh Faithful."""
+    faithful = FA.Faithful()
+    try:
+        return FA.handle(faithful, {"id": 1, "launches": 1,
+                                    "params": {"candidate": "production", "revision": "ab" * 20,
+                                               "sources": str(sources)}})
+    finally:
+        faithful.close()
+
+
 @pytest.mark.parametrize("body, words", [
     ("print('usage: old-binary --once JSON'); sys.exit(2)",
      "exited (code 2) before its first MKL_PROFILE reply: it does not speak this checkout's --profile-serve"),
@@ -226,13 +237,7 @@ def fake_binary(tmp_path: Path, body: str) -> Path:
 def test_a_revisions_binary_that_speaks_another_protocol_is_a_one_line_bad_request(tmp_path, monkeypatch, body,
                                                                                     words):
     monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None: fake_binary(tmp_path, body))
-    faithful = FA.Faithful()
-    try:
-        reply = FA.handle(faithful, {"id": 1, "launches": 1,
-                                     "params": {"candidate": "production", "revision": "ab" * 20,
-                                                "sources": str(tmp_path)}})
-    finally:
-        faithful.close()
+    reply = ask_at_a_revision(tmp_path)
     assert reply["status"] == "bad_request" and words in reply["message"], reply
     assert reply["message"].startswith("ProtocolMismatch: ") and "\n" not in reply["message"]
     if "exited" in words:
@@ -251,13 +256,7 @@ def test_a_revisions_binary_gone_before_the_request_is_written_is_still_a_protoc
         proc.wait()
         return proc
     monkeypatch.setattr(FA.Faithful, "_server", exited_first)
-    faithful = FA.Faithful()
-    try:
-        reply = FA.handle(faithful, {"id": 1, "launches": 1,
-                                     "params": {"candidate": "production", "revision": "ab" * 20,
-                                                "sources": str(tmp_path)}})
-    finally:
-        faithful.close()
+    reply = ask_at_a_revision(tmp_path)
     assert reply["status"] == "bad_request" and reply["message"].startswith(
         "ProtocolMismatch: the binary built from revision abababababab exited (code 2)"), reply
 
