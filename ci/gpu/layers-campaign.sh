@@ -160,6 +160,15 @@ gate() {  # gate NAME BASELINE CANDIDATE... -> $W/gate_NAME.json
     > "$W/gate_$name.json" 2> "$W/gate_$name.err"
   echo "exit $?"
   python3 ci/gpu/gate_summary.py "$W/gate_$name.json" 2>&1 | cut -c1-400
+  # The campaign's promotion is judged on the whole launch (docs/gates.md, "The campaign's
+  # promotion rule"): the same pairs' gate with --task worker beside it (2-5 s), unless LAUNCH_GATES=0.
+  [ "${LAUNCH_GATES:-1}" = 1 ] || return 0
+  log "gate ${name}_launch: $base -> $* (--task worker: the whole launch decides)"
+  timeout "$(cap 60)" python3 -m hazards gate perf --baseline "megakernel_layers:$base" "${cands[@]}" \
+    --workers 132 --repeats "${REPEATS:-10}" --profiled-launches 3 --timeout 120 --wait 0s --task worker --json \
+    > "$W/gate_${name}_launch.json" 2> "$W/gate_${name}_launch.err"
+  echo "exit $?"
+  python3 ci/gpu/gate_summary.py "$W/gate_${name}_launch.json" 2>&1 | cut -c1-400
 }
 profile() {  # profile CAP_S CANDIDATE... -> $W/profile.txt and $W/profile/ (5 launches each)
   local want=$1; shift
@@ -663,10 +672,10 @@ python3 ci/gpu/layers_campaign_table.py "$W" 2>&1 | cut -c1-700
 fi
 log "done"
 cp "$W/perf.txt" "$W/env.txt" "$W/console.log" "$R/" 2>/dev/null
-[ "$WHAT" = promote ] && cp "$W/perf.json" "$W/gate_p.json" "$W/gate_q.json" "$R/" 2>/dev/null
-[ "$WHAT" = stepe-quick ] && cp "$W/perf.json" "$W/gate_e.json" "$R/" 2>/dev/null
-[ "$WHAT" = stepf-quick ] && cp "$W/perf.json" "$W/gate_ef.json" "$R/" 2>/dev/null
-[ "$WHAT" = stepg-quick ] && cp "$W/perf.json" "$W/gate_fg.json" "$R/" 2>/dev/null
+[ "$WHAT" = promote ] && cp "$W/perf.json" "$W"/gate_p*.json "$W"/gate_q*.json "$R/" 2>/dev/null
+[ "$WHAT" = stepe-quick ] && cp "$W/perf.json" "$W"/gate_e.json "$W"/gate_e_launch.json "$R/" 2>/dev/null
+[ "$WHAT" = stepf-quick ] && cp "$W/perf.json" "$W"/gate_ef*.json "$R/" 2>/dev/null
+[ "$WHAT" = stepg-quick ] && cp "$W/perf.json" "$W"/gate_fg*.json "$R/" 2>/dev/null
 [ "$WHAT" = round10 ] && cp "$W/summary.txt" "$W"/console_*.log "$R/" 2>/dev/null
 tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign
 ls -la "$R"

@@ -42,7 +42,9 @@ def gate_rows(path: Path) -> list[str]:
                 cells.append(f"{task} {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]")
         cos = point.get("cos") or {}
         cos_text = f"{cos.get('baseline', float('nan')):.8f} / {cos.get('candidate', float('nan')):.8f}"
-        rows.append(f"| {name} | {base} | {cand['verdict']} | {'; '.join(cells) or '—'} | {cos_text} |")
+        judged = [t for t, r in ratios.items() if r.get("judged")]
+        rule = " (the launch: --task worker)" if judged == ["worker"] else ""
+        rows.append(f"| {name} | {base} | {cand['verdict']}{rule} | {'; '.join(cells) or '—'} | {cos_text} |")
     return rows
 
 

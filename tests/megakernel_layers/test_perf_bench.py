@@ -44,6 +44,22 @@ def test_the_campaign_table_reads_each_gates_verdict_ratios_and_cos(tmp_path):
     assert "perf.json: missing" in out
 
 
+def test_the_campaign_table_says_which_gate_the_launch_alone_judged(tmp_path):
+    """Each gate of the campaign runs twice, every task deciding and --task worker (the whole
+    launch): the table marks the second, on the recorded H100 gates of step (e) (round 12)."""
+    import shutil
+    import subprocess
+
+    gates = ROOT / "docs/results/megakernel-layers-h200/seventh-session-h100/gates"
+    shutil.copy(gates / "production-step_e.json", tmp_path / "gate_e.json")
+    shutil.copy(gates / "production-step_e-worker.json", tmp_path / "gate_e_launch.json")
+    out = subprocess.run([sys.executable, str(ROOT / "ci/gpu/layers_campaign_table.py"), str(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| step_e | production |")]
+    assert len(rows) == 2, out
+    assert "| slower |" in rows[0] and "| faster (the launch: --task worker) |" in rows[1], rows
+
+
 def test_the_campaign_table_judges_the_ragged_decode_regression_against_the_recorded_time(tmp_path):
     """The promotion round runs bench/ragged_decode_h200.py: its split-schedule megakernel as a
     multiple of the same run's copy floor against the recorded 0.980x, within 2% or over; a
