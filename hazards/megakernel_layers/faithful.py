@@ -175,6 +175,7 @@ class Faithful:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+                    proc.wait()  # reaped now, not left a zombie until this object is collected
         self.procs.clear()
         self.tmp.cleanup()
 

@@ -118,8 +118,11 @@ def judge(binary: str, launches: int, variants: list[str]) -> int:
     if reply(None) is None:
         return result("fault", 3, message=f"{binary} --serve exited {proc.wait()} before its handshake")
     for i, variant in enumerate(variants):
-        proc.stdin.write(json.dumps({"id": i, "launches": launches, "params": {"variant": variant}}) + "\n")
-        proc.stdin.flush()
+        try:
+            proc.stdin.write(json.dumps({"id": i, "launches": launches, "params": {"variant": variant}}) + "\n")
+            proc.stdin.flush()
+        except OSError:  # it stopped reading (exited, or closed its stdin): a fault, not a traceback
+            return result("fault", 3, message=f"the server stopped reading its requests before {variant}")
         got = reply(i)
         if got is None:
             return result("fault", 3, message=f"the server exited {proc.wait()} during {variant}")

@@ -180,6 +180,20 @@ def test_the_catalog_judge_runs_every_variant_in_one_server_and_stops_at_the_fir
     assert " judge {out}/bin 50 reference fixed fixed_pingpong" in test  # one process, every clean variant
 
 
+def test_the_catalog_judge_calls_a_server_that_stopped_reading_a_fault_not_a_traceback(tmp_path, capsys):
+    # A server whose stdin is gone after its handshake (it crashed, or closed it): the request's
+    # write fails with a broken pipe, which must be the judge's fault result, exit 3.
+    from hazards.mutate.catalog import judge
+
+    server = tmp_path / "bin"
+    server.write_text(f"#!{sys.executable}\nimport os, time\nos.close(0)\nprint('{{\"hello\": 1}}', flush=True)\n"
+                      "time.sleep(0.5)\n")
+    server.chmod(0o755)
+    assert judge(str(server), 10, ["fixed"]) == 3
+    out = json.loads(capsys.readouterr().out.split("HZ_RESULT ", 1)[1])
+    assert out["status"] == "fault" and "stopped reading its requests before fixed" in out["message"], out
+
+
 def test_prebuild_builds_the_original_and_each_mutant_tree_once(monkeypatch):
     # A GPU round prebuilds a slow family beside its first rows; the build cache is keyed by
     # content, so the trees it builds must be exactly the ones the kill loop will build.
