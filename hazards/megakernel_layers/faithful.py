@@ -96,6 +96,9 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "instead of 4, every load of a warp's rounds issued before its first amax (one dependent L2 round "
               "trip a warp; step (f)'s: ~7 a round, a spilled load ahead of each next, 3 rounds a warp; "
               "MKL_CAMPAIGN_STEP 8; step (f)'s bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 8),)),
+    Candidate("step_g_on_e", "step (g)'s W2 quantization on step (e), without step (f)'s attention copies "
+              "(MKL_CAMPAIGN_STEP 8, MKL_ATTN_AHEAD 0): what step (g) gains where step (f) is not promoted; "
+              "step (e)'s bits", "faster", defines=(("MKL_CAMPAIGN_STEP", 8), ("MKL_ATTN_AHEAD", 0))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

@@ -81,7 +81,11 @@
 #define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
 #define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP >= 5)                             // step (d)
 #define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP >= 6)                           // step (e)
+// Step (f) can be left out of a later step (candidate step_g_on_e: step (g)'s quantization on
+// step (e), -DMKL_ATTN_AHEAD=0), since round 12 judged step (f) no-change on the launch.
+#ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP >= 7)                               // step (f)
+#endif
 #define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP >= 8)                           // step (g)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and

@@ -181,6 +181,22 @@ def test_step_g_gives_step_f_bits_clean_and_with_amax_tail(params: dict):
     assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
 
 
+def test_step_g_on_step_e_gives_step_e_bits():
+    """step_g_on_e (MKL_CAMPAIGN_STEP 8, MKL_ATTN_AHEAD 0): step (g)'s quantization without step
+    (f)'s copies. Steps (f) and (g) each keep their predecessor's bits, so this build gives step
+    (e)'s output bit for bit (2 layers, seq 1024)."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    params = {"layers": 2, "seq": 1024}
+    outs = []
+    for defines in ({"MKL_CAMPAIGN_STEP": 6}, {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}):
+        out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
+        assert reply.get("mismatched") == 0, (defines, reply)
+        outs.append(out)
+    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+
+
 def test_production_profiles_every_merge_span_without_overflowing_the_ring():
     """Round 6's first gate on step (d) could not judge: the ring was sized for one merge span
     a layer and step (d) records one per merge worker (RingTooSmall)."""

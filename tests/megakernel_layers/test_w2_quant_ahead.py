@@ -123,3 +123,27 @@ def test_checked_with_a_hazard_writes_its_own_dump_beside_the_clean_one():
     body = text[text.index("checked() {"):text.index("\n}\n", text.index("checked() {"))]
     assert '--dump "$W/dump_$b$tag.f32"' in body and '"$W/sanity_$b$tag.txt"' in body
     assert 'params="{\\"hazard\\":\\"$hz\\"}"' in body
+
+
+def test_step_g_on_e_is_step_g_quantization_without_step_f_attention_copies():
+    """Round 12 judged step (f) no-change on the launch, and step (g) only on top of it: the
+    candidate step_g_on_e (MKL_ATTN_AHEAD 0) builds step (g)'s quantization on step (e), so its
+    gain can be judged where step (f) is not promoted."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static.compile import compile_cubin, disassemble
+
+    from .test_merge_spread import INCLUDE, LAYERED
+
+    c = FA.candidate("step_g_on_e")
+    assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0} and c.expected == "faster"
+    try:
+        cubin = compile_cubin(LAYERED, defines=dict(c.defines), label="test-mkl-step-g-on-e",
+                              extra_args=(f"-I{INCLUDE}",))
+        sass = disassemble(cubin.path).text
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot read the candidate's machine code: {e}")
+    funcs = function_listings(sass, ("attend_chunk", "quantize_expert_input", "router_partials"))
+    assert "router_partials" in funcs  # step (e)'s router
+    assert not re.search(r"\bLDGSTS\b", funcs["attend_chunk"])  # no step (f) copies
+    assert "quantize_expert_input" not in funcs  # step (g)'s quantization replaced the old function
+    assert len([b for b in function_instances(sass, "quantize_expert_rounds") if b]) == 4  # <1>, <2>; both kernels
