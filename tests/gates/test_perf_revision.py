@@ -353,17 +353,24 @@ def test_a_revision_that_cannot_be_extracted_is_one_line_and_leaves_nothing(sour
     assert [p.name for p in (tmp_path / "cache" / "revisions").iterdir() if not p.name.endswith(".lock")] == []
 
 
+def use_one_commit(sa: Path, message: str, monkeypatch, tmp_path: Path) -> None:
+    """Commit everything in `sa`'s parent as a new one-commit repository, and read the kernel
+    sources from `sa` with a build cache of the test's own."""
+    root = sa.parent
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", message)
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+
+
 @pytest.mark.skipif(not hasattr(__import__("tarfile"), "data_filter"), reason="tarfile has no data filter (Python < 3.11.4)")
 def test_a_revision_with_a_link_out_of_its_tree_is_one_line(history, monkeypatch, tmp_path):
     root = tmp_path / "linked"
     sa = root / "standalone"
     shutil.copytree(history.standalone / "megakernel_layers", sa / "megakernel_layers")
     (sa / "megakernel_layers" / "README.md").symlink_to("../../docs/megakernel-layers.md")  # out of standalone/
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "a link out of the kernel tree")
-    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
-    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    use_one_commit(sa, "a link out of the kernel tree", monkeypatch, tmp_path)
     with pytest.raises(UserError) as err:
         perf.resolve_side("megakernel_layers:production@HEAD")
     assert str(err.value).startswith("cannot extract revision 'HEAD' (") and "\n" not in str(err.value), err.value
@@ -477,11 +484,7 @@ def test_a_revision_whose_gitattributes_drop_a_source_from_the_archive_is_refuse
     sa = root / "standalone"
     shutil.copytree(history.standalone, sa)
     (sa / ".gitattributes").write_text("megakernel_layers/mkl_kernel.cuh export-ignore\n")
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "a release archive without the kernel")
-    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
-    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    use_one_commit(sa, "a release archive without the kernel", monkeypatch, tmp_path)
     with pytest.raises(UserError) as err:
         perf.resolve_side("megakernel_layers:production@HEAD")
     msg = str(err.value)
