@@ -117,15 +117,21 @@ def rows_by_task(payloads: Sequence[dict[str, Any]], label: str) -> dict[int, di
     return out
 
 
-def side_item(spec: str, *, cwd: str, timeout: float, cos_min: float, launches: int) -> WorkItem:
+_UNRESOLVED: Any = object()
+
+
+def side_item(spec: str, *, cwd: str, timeout: float, cos_min: float, launches: int,
+              revision: Any = _UNRESOLVED) -> WorkItem:
     """The work item of one side (`spec`: a command, or PREFIX:NAME[@REV] of a catalog megakernel),
     before a sample's worker count and seed are put in (`sample_item`). Every catalog side
     of one megakernel has the same server argv: the frame keeps one warm server for them.
-    A name that matches nothing or a program that does not exist: UserError, here."""
+    `revision`: the side's sources when the caller resolved them already (`resolve_side_sources`;
+    extracting a revision runs git). A name that matches nothing or a program that does not
+    exist: UserError, here."""
     prefix = catalog_of(spec)
     if prefix is not None:
         cand = catalog_candidate(spec)
-        rev = catalog_revision(spec)
+        rev = catalog_revision(spec) if revision is _UNRESOLVED else revision
         module = CATALOGS[prefix]
         at = {"revision": rev.commit, "sources": str(rev.standalone)} if rev else {}
         return WorkItem(target=module.rsplit(".", 2)[-2] + "-faithful",
@@ -194,7 +200,7 @@ def catalog_revision(spec: str) -> Any:
         raise UserError(f"{spec!r}: a side at a git revision is built only for {known} "
                         f"({prefix}NAME runs its library inside the server's own process)")
     from hazards.family import TABLE_FILE, read_table
-    from hazards.kernel_sources import revision_sources
+    from hazards.kernel_sources import family_dir, revision_sources
 
     folder = REVISION_FOLDERS[prefix]
     at = revision_sources(rev, folder)
@@ -204,8 +210,6 @@ def catalog_revision(spec: str) -> Any:
                         "family table the build needs")
     read_table(table)  # today's reader: a table it cannot read is one line here, before the lease
     cand = catalog_candidate(spec)
-    from hazards.kernel_sources import family_dir
-
     # a define today's kernel reads and the revision's never does would build that revision's
     # default kernel under NAME's label (one no kernel reads, noop's, is read by neither)
     unread = [d for d, _ in cand.defines if _reads_define(family_dir(folder), d)
@@ -230,11 +234,17 @@ def resolve_side(spec: str) -> str:
     """`spec` as the gate records it: a catalog side's revision as its full commit id (a
     moving branch name is not a record); a command or a side without '@' unchanged.
     UserError for a name that matches nothing or a bad revision."""
+    return resolve_side_sources(spec)[0]
+
+
+def resolve_side_sources(spec: str) -> tuple[str, Any]:
+    """`resolve_side`'s record and the sources it resolved (`catalog_revision`'s; None for a
+    command or a side without '@'), so the side's work item need not extract them again."""
     if catalog_of(spec) is None:
-        return spec
+        return spec, None
     catalog_candidate(spec)  # an unknown NAME is reported before the revision
     rev = catalog_revision(spec)
-    return spec if rev is None else f"{split_revision(spec)[0]}@{rev.commit}"
+    return (spec if rev is None else f"{split_revision(spec)[0]}@{rev.commit}"), rev
 
 
 def catalog_candidate(spec: str) -> Any:
@@ -560,16 +570,17 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     if not 0 < conf < 1 or not 0 <= min_effect < 1 or not -1 <= cos_min <= 1 or min_us < 0:
         raise UserError("need 0 < --conf < 1, 0 <= --min-effect < 1, -1 <= --cos-min <= 1, --min-us >= 0")
     cwd = cwd or os.getcwd()
-    resolved = [resolve_side(spec) for spec in (baseline, *candidates)]  # bad names, revisions: before the lease
+    # bad names, revisions: before the lease; each revision is extracted once
+    resolved, revisions = zip(*(resolve_side_sources(spec) for spec in (baseline, *candidates)))
     # each side as the user spelled it (the baseline and a candidate may name one commit)
     base_given, cand_given = baseline, dict(zip(resolved[1:], candidates))
     if len(set(resolved[1:])) != len(candidates):
         raise UserError("the same candidate was given twice" + ("" if len(set(candidates)) < len(candidates)
                                                                   else " (two revisions name one commit)"))
-    baseline, candidates = resolved[0], resolved[1:]
+    baseline, candidates = resolved[0], list(resolved[1:])
     # a name that matches nothing or a missing program: before any lease
-    base_item, *cand_items = [side_item(spec, cwd=cwd, timeout=timeout, cos_min=cos_min, launches=launches)
-                              for spec in (baseline, *candidates)]
+    base_item, *cand_items = [side_item(spec, cwd=cwd, timeout=timeout, cos_min=cos_min, launches=launches,
+                                        revision=rev) for spec, rev in zip((baseline, *candidates), revisions)]
     def check_first_run(first: Sample) -> None:
         check_tasks(first, tasks)
         check_repeats(first, tasks, len(workers), repeats, conf, min_us)

@@ -63,7 +63,7 @@ def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
         raise ToolKilled(f"{what} timed out after {toolchain.COMPILE_TIMEOUT_S:g} s (killed at the time "
                          f"limit; nothing judged): {' '.join(cmd)}") from e
     if proc.returncode < 0:
-        raise ToolKilled(f"{what} was ended by {_signal_name(-proc.returncode)} before it finished (the OOM "
+        raise ToolKilled(f"{what} was ended by {signal_name(-proc.returncode)} before it finished (the OOM "
                          f"killer, a kill or a stop; nothing judged): {' '.join(cmd)}")
     if (child := _child_signal(proc.returncode)) is not None:
         # the OOM killer ends the largest process, nvcc's cicc or ptxas: nvcc then exits 128 + N
@@ -82,7 +82,6 @@ def run_tool(cmd: list[str], what: str) -> subprocess.CompletedProcess:
 
 # The signal numbers Python has a name for (on Linux 1-31, SIGRTMIN 34 and SIGRTMAX 64).
 _NAMED_SIGNALS = frozenset(int(s) for s in signal.Signals)
-_signal_name = signal_name  # "SIGKILL", or "signal 99" for a number Python has no name for (the engine's)
 
 
 def _child_signal(returncode: int) -> str | None:
@@ -90,7 +89,7 @@ def _child_signal(returncode: int) -> str | None:
     exits so), else None; an N with no name is no signal here. Errors exit 1 or 2 (nvcc, nvdisasm,
     clang), a shell's 'not found' 127, -1 is 255."""
     named = 128 < returncode < 256 and returncode - 128 in _NAMED_SIGNALS
-    return _signal_name(returncode - 128) if named else None
+    return signal_name(returncode - 128) if named else None
 
 
 # A compiler's error line (not a source line quoted under it): clang `file:1:2: error:`,

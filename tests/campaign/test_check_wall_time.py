@@ -263,13 +263,6 @@ def test_a_compiler_ended_by_a_signal_is_not_judged_not_bad_input():
     assert raised.value.exit_code == EXIT_NOT_JUDGED
 
 
-def test_a_signal_is_named_as_python_names_it_and_an_unnamed_one_by_its_number():
-    from hazards.static.compile import _signal_name
-
-    assert [_signal_name(n) for n in (9, 15, 34, 64)] == ["SIGKILL", "SIGTERM", "SIGRTMIN", "SIGRTMAX"]
-    assert [_signal_name(n) for n in (40, 99)] == ["signal 40", "signal 99"]
-
-
 def test_a_compiler_ended_by_a_signal_with_no_name_is_named_by_its_number():
     from hazards.static.compile import run_tool
 

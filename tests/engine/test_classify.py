@@ -87,9 +87,10 @@ def test_result_verdicts():
     assert result_verdict({"cos": 0.999, "wall_us": 12}) is None  # metrics only
 
 
-def test_signal_names():
+def test_a_signal_is_named_as_python_names_it_and_an_unnamed_one_by_its_number():
     assert signal_name(signal.SIGSEGV) == "SIGSEGV"
-    assert signal_name(200) == "signal 200"
+    assert [signal_name(n) for n in (9, 15, 34, 64)] == ["SIGKILL", "SIGTERM", "SIGRTMIN", "SIGRTMAX"]
+    assert [signal_name(n) for n in (40, 99, 200)] == ["signal 40", "signal 99", "signal 200"]
 
 
 @pytest.mark.parametrize("rc,out,err,expected,kind", [

@@ -293,7 +293,11 @@ def test_the_gate_names_each_side_by_its_full_commit_in_json_table_and_store(sou
     with pytest.raises(UserError, match=r"the same candidate was given twice \(two revisions name one commit\)"):
         perf.run_gate("megakernel_layers:production", ["megakernel_layers:production@v2",
                                                        f"megakernel_layers:production@{sources.c2}"], **kw)
+    extracted, extract = [], kernel_sources.revision_sources
+    monkeypatch.setattr(kernel_sources, "revision_sources",
+                        lambda rev, *a, **k: extracted.append(rev) or extract(rev, *a, **k))
     out = perf.run_gate("megakernel_layers:production@v2", ["megakernel_layers:production@main"], **kw)
+    assert extracted == ["v2", "main"]  # each side's revision extracted once, as the user named it
     base, cand = f"megakernel_layers:production@{sources.c2}", f"megakernel_layers:production@{sources.c3}"
     assert out["verdict"] == "no-change" and out["baseline"] == base and out["candidate"] == cand
     b_side, c_side = out["baseline_side"], out["candidate_side"]
