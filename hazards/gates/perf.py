@@ -190,7 +190,7 @@ def catalog_revision(spec: str) -> Any:
     RevisionSources`: the full commit id and the extracted tree), None without '@'.
     UserError, one line, for a catalog without revisions, a revision git does not know, a
     tree outside a git checkout, a revision without the family's folder or table, or one whose
-    kernel never names a define NAME sets (and today's reads)."""
+    kernel never names a define NAME sets (and today's reads) or defines it itself, unguarded."""
     prefix = catalog_of(spec)
     _, rev = split_revision(spec)
     if rev is None:
@@ -218,16 +218,51 @@ def catalog_revision(spec: str) -> Any:
         raise UserError(f"{spec!r}: the kernel at {rev!r} ({at.commit[:12]}) never reads {', '.join(unread)}, "
                         f"which {cand.name} sets: it would build that revision's default kernel under "
                         f"{cand.name}'s name")
+    # one the revision's kernel defines itself (no #ifndef guard) overrides the build's -D: nvcc
+    # warns and builds the revision's value (step_g_on_e's MKL_ATTN_AHEAD before it was overridable)
+    fixed = [d for d, _ in cand.defines if _defines_unguarded(at.standalone / folder, d)]
+    if fixed:
+        raise UserError(f"{spec!r}: the kernel at {rev!r} ({at.commit[:12]}) defines {', '.join(fixed)} itself "
+                        f"(no #ifndef guard), which {cand.name} sets: the build would keep that revision's "
+                        f"value under {cand.name}'s name")
     return at
+
+
+def _source_texts(folder: Path) -> list[str]:
+    """The text of every source file under `folder`."""
+    from hazards.engine.toolchain import SOURCE_SUFFIXES
+
+    return [p.read_text(errors="replace") for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.suffix in SOURCE_SUFFIXES]
 
 
 def _reads_define(folder: Path, name: str) -> bool:
     """Whether a source file under `folder` names the macro `name`."""
-    from hazards.engine.toolchain import SOURCE_SUFFIXES
-
     word = re.compile(rf"\b{re.escape(name)}\b")
-    return any(word.search(p.read_text(errors="replace")) for p in sorted(folder.rglob("*"))
-               if p.is_file() and p.suffix in SOURCE_SUFFIXES)
+    return any(word.search(text) for text in _source_texts(folder))
+
+
+_GUARD = r"#\s*(?:ifndef\s+{0}\b|if\s+!\s*defined\s*\(?\s*{0}\b)"
+
+
+def _defines_unguarded(folder: Path, name: str) -> bool:
+    """Whether a source file under `folder` `#define`s the macro `name` outside an `#ifndef name`
+    (or `#if !defined(name)`) block: a `-Dname=V` is then redefined by the source, not an error."""
+    guard = re.compile(_GUARD.format(re.escape(name)))
+    define = re.compile(rf"#\s*define\s+{re.escape(name)}\b")
+    for source in _source_texts(folder):
+        open_ifs: list[bool] = []  # per open #if: is it a guard of `name` (its first branch only)
+        for line in source.splitlines():
+            text = line.strip()
+            if re.match(r"#\s*if", text):
+                open_ifs.append(bool(guard.match(text)))
+            elif re.match(r"#\s*(?:else|elif)\b", text) and open_ifs:
+                open_ifs[-1] = False
+            elif re.match(r"#\s*endif\b", text) and open_ifs:
+                open_ifs.pop()
+            elif define.match(text) and not any(open_ifs):
+                return True
+    return False
 
 
 def resolve_side(spec: str) -> str:

@@ -472,6 +472,49 @@ def test_a_candidates_define_the_revisions_kernel_never_reads_is_refused(history
         assert perf.resolve_side(f"megakernel_layers:{name}@HEAD~1") == f"megakernel_layers:{name}@{before}"
 
 
+def test_a_candidates_define_the_revisions_kernel_defines_itself_unguarded_is_refused(history, monkeypatch,
+                                                                                        tmp_path):
+    # step_g_on_e sets MKL_ATTN_AHEAD=0; from step (f)'s commit until the candidate's, the kernel
+    # defined MKL_ATTN_AHEAD itself (no #ifndef): -DMKL_ATTN_AHEAD=0 is then redefined by the source
+    # (nvcc warns, builds), and step (g) on step (f) would be gated and recorded as step_g_on_e
+    import re
+
+    root = tmp_path / "unguarded"
+    sa = root / "standalone"
+    shutil.copytree(history.standalone, sa)
+    header = sa / "megakernel_layers" / "mkl_kernel.cuh"
+    today = header.read_text()
+    unguarded, n = re.subn(r"#ifndef MKL_ATTN_AHEAD\n(#define MKL_ATTN_AHEAD[^\n]*\n)#endif\n", r"\1", today)
+    assert n == 1
+    header.write_text(unguarded)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "MKL_ATTN_AHEAD defined unguarded")
+    before = git(root, "rev-parse", "HEAD")
+    header.write_text(today)
+    git(root, "commit", "-q", "-am", "MKL_ATTN_AHEAD overridable")
+    monkeypatch.setattr(kernel_sources, "standalone_dir", lambda: sa)
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    with pytest.raises(UserError) as err:
+        perf.resolve_side("megakernel_layers:step_g_on_e@HEAD~1")
+    msg = str(err.value)
+    assert "defines MKL_ATTN_AHEAD itself" in msg and "step_g_on_e" in msg and "\n" not in msg, msg
+    assert "MKL_CAMPAIGN_STEP" not in msg.split("defines", 1)[1]  # guarded there: not blamed
+    assert perf.resolve_side("megakernel_layers:step_g_on_e@HEAD").endswith("@" + git(root, "rev-parse", "HEAD"))
+    # a candidate whose defines the revision guards is built there as before
+    assert perf.resolve_side("megakernel_layers:step_g@HEAD~1") == f"megakernel_layers:step_g@{before}"
+
+
+def test_every_define_a_catalog_candidate_sets_is_one_todays_kernel_lets_the_build_set():
+    """The same gap without a revision: a define the kernel sets itself would be ignored by the
+    candidate's build, which would then be the default kernel under the candidate's name."""
+    from hazards.kernel_sources import family_dir
+
+    for cand in FA.CANDIDATES.values():
+        for name, _ in cand.defines:
+            assert not perf._defines_unguarded(family_dir("megakernel_layers"), name), (cand.name, name)
+
+
 @pytest.mark.parametrize("var, value", [("GIT_INDEX_FILE", "/elsewhere/.git/index"), ("GIT_DIR", ".git"),
                                         ("GIT_WORK_TREE", "/elsewhere")])
 def test_a_gate_run_from_a_git_hook_reads_the_kernel_sources_own_repository(sources, monkeypatch, var, value):
