@@ -338,6 +338,17 @@ def forget_tool(proc: subprocess.Popen) -> None:
         scope._discard(proc)
 
 
+def kill_and_reap(proc: subprocess.Popen) -> None:
+    """SIGKILL to `proc` alone, then reap it within KILL_WAIT_S (no zombie left); a process the
+    kernel cannot finish (D state inside a driver after an Xid) is left after that, not waited on
+    forever."""
+    proc.kill()
+    try:
+        proc.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def kill_whole_group(proc: subprocess.Popen) -> None:
     """SIGKILL to the process group `proc` leads (`start_in_group`): the tool and every child
     it started. Call it while `proc` is unreaped, so that its pid is still the group's id."""

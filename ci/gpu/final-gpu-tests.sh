@@ -10,7 +10,7 @@ R=/tmp/final-gpu-tests; rm -rf $R; mkdir -p $R
 T0=$(date +%s); left() { echo $(( ${BUDGET:-360} - ($(date +%s) - T0) )); }
 trap 'tar -czf "$OUT/final-gpu-tests.tar.gz" -C $R .; echo "== done in $(( $(date +%s) - T0 )) s"' EXIT
 { cat .gpu/COMMIT 2>/dev/null || echo "commit unknown"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > $R/context.txt
-timeout 60 python3 - > $R/build.txt 2>&1 <<'PY'
+timeout 120 python3 - > $R/build.txt 2>&1 <<'PY'
 import concurrent.futures as cf, time
 from hazards.families import all_families
 from hazards.stress_family import family_binary
@@ -19,10 +19,18 @@ t = time.monotonic()
 with cf.ThreadPoolExecutor(8) as pool:
     # the layered megakernel's profiled build too: the perf gate's catalog sides run it
     # (tests/gates/test_perf_revision_gpu.py's two sides share it: one cache key)
-    prof = pool.submit(family_binary, next(f for f in fams if f.name == "megakernel_layers"), defines={"HZ_PROFILER": 1})
+    mkl = next(f for f in fams if f.name == "megakernel_layers")
+    prof = pool.submit(family_binary, mkl, defines={"HZ_PROFILER": 1})
+    # the campaign steps' builds tests/megakernel_layers/test_gpu.py compares bits of (its defines,
+    # no profiler: else each is built one after another inside pytest, 10-16 s each)
+    steps = [{"MKL_CAMPAIGN_STEP": 2}, {"MKL_CAMPAIGN_STEP": 6}, {"MKL_CAMPAIGN_STEP": 7},
+             {"MKL_CAMPAIGN_STEP": 8}, {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}]
+    cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)
     print("megakernel_layers (HZ_PROFILER)", prof.result())
+    for n, r in cands.items():
+        print(f"megakernel_layers {n}", r.result())
 print(f"built {len(fams)} binaries in {time.monotonic() - t:.1f} s")
 PY
 tail -1 $R/build.txt

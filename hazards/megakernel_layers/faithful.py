@@ -25,6 +25,7 @@ from typing import Any
 from hazards.engine import profiler
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN, signal_name
 from hazards.engine.errors import UserError
+from hazards.engine.proctree import kill_and_reap
 from hazards.kernel_sources import RevisionSources
 from hazards.ragged_decode.faithful import faithful_parser, parse_request, workers_from_env
 
@@ -177,8 +178,7 @@ class Faithful:
                 try:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()  # reaped now, not left a zombie until this object is collected
+                    kill_and_reap(proc)  # reaped now, not left a zombie until this object is collected
         self.procs.clear()
         self.tmp.cleanup()
 

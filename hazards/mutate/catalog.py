@@ -19,6 +19,7 @@ from typing import Any
 
 from hazards.engine import toolchain
 from hazards.engine.errors import UserError
+from hazards.engine.proctree import kill_and_reap
 
 SUFFIXES = (".cu", ".cuh", ".h", ".hip")
 # What the family's NVIDIA build defines and leaves undefined: compat.h's HIP and static-only
@@ -102,7 +103,7 @@ def judge(binary: str, launches: int, variants: list[str]) -> int:
             proc.stdin.close()
             proc.wait(timeout=30)
         except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
+            kill_and_reap(proc)  # a broken pipe left the request buffered: close() raised before the wait
         return code
 
     def reply(want: int | None) -> dict[str, Any] | None:

@@ -476,3 +476,23 @@ def test_a_death_between_the_rewrite_and_the_cut_leaves_the_same_state(tmp_path,
     torn.write_bytes(snapshot + log[len(snapshot):])
     assert recovery.read_record(torn) == recovery.read_record(rec.path)
     rec.close()
+
+
+def test_kill_and_reap_reaps_its_process_and_gives_up_on_one_the_kernel_cannot_finish(monkeypatch):
+    import subprocess
+
+    from hazards.engine import proctree
+
+    proc = subprocess.Popen(["sleep", "30"])
+    proctree.kill_and_reap(proc)
+    assert proc.returncode == -9  # reaped: no zombie left
+    stuck = subprocess.Popen(["sleep", "30"])
+    waits = []
+    # a process in D state (inside a driver after an Xid) never finishes: the wait is bounded
+    monkeypatch.setattr(stuck, "wait", lambda timeout=None: waits.append(timeout) or (_ for _ in ()).throw(
+        subprocess.TimeoutExpired("sleep", timeout)))
+    proctree.kill_and_reap(stuck)
+    assert waits == [proctree.KILL_WAIT_S]
+    monkeypatch.undo()
+    stuck.wait()
+

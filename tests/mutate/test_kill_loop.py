@@ -192,6 +192,9 @@ def test_the_catalog_judge_calls_a_server_that_stopped_reading_a_fault_not_a_tra
     assert judge(str(server), 10, ["fixed"]) == 3
     out = json.loads(capsys.readouterr().out.split("HZ_RESULT ", 1)[1])
     assert out["status"] == "fault" and "stopped reading its requests before fixed" in out["message"], out
+    import psutil  # the server it killed is reaped, not a zombie until the judge exits
+
+    assert [c for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE] == []
 
 
 def test_prebuild_builds_the_original_and_each_mutant_tree_once(monkeypatch):
