@@ -84,9 +84,12 @@
 // Step (f) can be left out of a later step (candidate step_g_on_e: step (g)'s quantization on
 // step (e), -DMKL_ATTN_AHEAD=0), since round 12 judged step (f) no-change on the launch.
 #ifndef MKL_ATTN_AHEAD
-#define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP >= 7)                               // step (f)
+#define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP >= 8)                           // step (g)
+#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8)                           // step (g)
+// Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
+// step (g) stays its own candidate): the layer head's loads issued ahead of their use.
+#define MKL_HEAD_AHEAD (MKL_CAMPAIGN_STEP == 9)                               // step (h)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -626,6 +629,128 @@ __device__ __forceinline__ void rmsnorm_to(const float* x, const float* w, float
   for (int i = threadIdx.x; i < D; i += THREADS) act[i] = act[i] * rs * w[i];
   __syncthreads();
 }
+
+#if MKL_HEAD_AHEAD
+// ---- campaign step (h): the QKV tile's weights ahead of the RMSNorm, an item in one pass -------
+//
+// Why: round 12's profile (H100, production) had the QKV tile at 26.3 us for 369 KB on each of 80
+// SMs while everything else waits for it (the layer head). gemv_block gives a tile 32 items (16
+// groups of 4 rows x 2 column parts of 180 chunks) on 16 warps, and gemv_round<4> covers a part in
+// two passes of 128 chunks (the second 52 used): 4 dependent passes a warp, and the first starts
+// only after the RMSNorm (1-2 more round trips for x, a block reduction). Here a pass is
+// QKV_DEPTH x 32 >= 180 chunks: one pass an item, 2 a warp (24 x 16 B in flight a lane, 192 KB a
+// SM), and the first item's loads go out before the RMSNorm, whose result they do not need.
+// The same (row, part) items on the same warps, each lane summing the same chunks in the same
+// order into acc, the same butterfly and the same sum of the parts: gemv_block's bits.
+constexpr int QKV_DEPTH = 6;
+
+template <int DEPTH>
+__device__ __forceinline__ void qkv_item_loads(const __nv_bfloat16* const (&rows)[GEMV_ROWS], int c, int c1,
+                                               uint4 (&w)[DEPTH][GEMV_ROWS]) {
+#pragma unroll
+  for (int u = 0; u < DEPTH; ++u) {
+    const int cu = min(c + 32 * u, c1 - 1);
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) w[u][j] = ld_weights(rows[j] + 8 * cu);
+  }
+}
+
+// gemv_round's loop for the QKV rows [r0, r1) of wq (D columns), items [0, items): the first
+// item of each warp has its first pass's loads issued before `norm` (the RMSNorm of x into act,
+// every thread) when `norm` is set. Leaves the item sums in red as gemv_round does.
+template <int DEPTH>
+__device__ __noinline__ void qkv_round_ahead(const __nv_bfloat16* wq, int D, const float* x, const float* norm_w,
+                                             bool norm, float* act, int r0, int r1, int g0, int items, int kparts,
+                                             int per_part, float* red, SmemHead* hd) {
+  __builtin_assume(__isShared(act));
+  __builtin_assume(__isShared(red));
+  __builtin_assume(__isShared(hd));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nchunk = D >> 3;
+  // item it: its rows (a row past r1 clamped, loaded and discarded) and its part's chunks [c0, c1)
+  auto item = [&](int it, const __nv_bfloat16* (&rows)[GEMV_ROWS], int& c0, int& c1) {
+    const int g = g0 + it / kparts, kp = it % kparts;
+    const int rb = r0 + g * GEMV_ROWS;
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) rows[j] = wq + (long long)min(rb + j, r1 - 1) * D;
+    c0 = kp * per_part + lane;
+    c1 = min(nchunk, (kp + 1) * per_part);
+  };
+  uint4 w[DEPTH][GEMV_ROWS];
+  bool loaded = false;  // w holds the first pass of this warp's first item
+  if (norm) {
+    if (warp < items) {  // warp-uniform
+      const __nv_bfloat16* rows[GEMV_ROWS];
+      int c0, c1;
+      item(warp, rows, c0, c1);
+      if (c0 < c1) {
+        qkv_item_loads<DEPTH>(rows, c0, c1, w);
+        loaded = true;
+      }
+    }
+    rmsnorm_to(x, norm_w, act, D, hd);  // every thread (block barriers inside)
+  }
+  for (int it = warp; it < items; it += NWARPS) {
+    const __nv_bfloat16* rows[GEMV_ROWS];
+    int c0, c1;
+    item(it, rows, c0, c1);
+    float acc[GEMV_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = 0.f;
+    for (int c = c0; c < c1; c += 32 * DEPTH) {
+      if (!loaded) qkv_item_loads<DEPTH>(rows, c, c1, w);
+      loaded = false;
+#pragma unroll
+      for (int u = 0; u < DEPTH; ++u) {
+        const int cu = c + 32 * u;
+        if (cu < c1) {
+          const float4 a0 = *reinterpret_cast<const float4*>(act + 8 * cu);
+          const float4 a1 = *reinterpret_cast<const float4*>(act + 8 * cu + 4);
+#pragma unroll
+          for (int j = 0; j < GEMV_ROWS; ++j) acc[j] += dot8(w[u][j], a0, a1);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = warp_sum(acc[j]);
+    if (lane == 0)
+#pragma unroll
+      for (int j = 0; j < GEMV_ROWS; ++j) red[it * GEMV_ROWS + j] = acc[j];
+  }
+}
+
+// gemv_block for a QKV tile (nseg 1, rows [r0, r1) of wq): the same items, rounds and sums of the
+// parts, qkv_round_ahead for gemv_round; `norm`: the RMSNorm of x into act runs inside the first
+// round, behind the first item's loads.
+template <typename Emit>
+__device__ __noinline__ void qkv_gemv_block(const __nv_bfloat16* wq, int D, const float* x, const float* norm_w,
+                                               bool norm, float* act, int r0, int r1, SmemHead* hd, Emit emit) {
+  const int nchunk = D >> 3;
+  const int ngroups = (r1 - r0 + GEMV_ROWS - 1) / GEMV_ROWS;
+  int kparts = 1;
+  while (ngroups * kparts < 2 * NWARPS && nchunk / (kparts * 2) >= 32) kparts *= 2;
+  const int per_part = (nchunk + kparts - 1) / kparts;
+  const int gpb = max(1, GEMV_MAX_ITEMS / kparts);  // groups per round
+  float* red = hd->gemv;
+  for (int g0 = 0; g0 < ngroups; g0 += gpb) {
+    const int gn = min(gpb, ngroups - g0);
+    qkv_round_ahead<QKV_DEPTH>(wq, D, x, norm_w, norm && g0 == 0, act, r0, r1, g0, gn * kparts, kparts, per_part,
+                               red, hd);
+    __syncthreads();
+    for (int gl = threadIdx.x; gl < gn; gl += THREADS) {
+      float a[GEMV_ROWS];
+#pragma unroll
+      for (int j = 0; j < GEMV_ROWS; ++j) a[j] = 0.f;
+      for (int i = 0; i < kparts; ++i)
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j) a[j] += red[(gl * kparts + i) * GEMV_ROWS + j];
+      const int rb = r0 + (g0 + gl) * GEMV_ROWS;
+      emit(rb, a, min(GEMV_ROWS, r1 - rb));
+    }
+    __syncthreads();
+  }
+}
+#endif
 
 // One attention chunk for every head: tokens [t0, t1) of this layer's cache (row seq is the
 // new token). Warps: kv head = warp % NKV, token lane-blocks interleaved over the
@@ -1473,25 +1598,36 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       const int q0 = t * QKV_TILE_ROWS, q1 = min(q0 + QKV_TILE_ROWS, qkvr);
       const __nv_bfloat16* wq = dptr<__nv_bfloat16>(hd, SLOT_WQKV);
       if (tid < 32) prefetch_l2(wq + (size_t)q0 * s.D, (long long)(q1 - q0) * s.D * 2);
+      // step (h): the RMSNorm runs inside the tile's GEMV, behind the first item's weight loads (its
+      // QKV loop has one depth: gemv_depth moves the other GEMVs only)
+      const bool norm_in_gemv = MKL_HEAD_AHEAD;
+#if MKL_HEAD_AHEAD
+      const bool norm_here = !normed;
+#endif
       if (!normed) {
         if (l > 0 && tid == 0)
           wait_ge<TW>(tw, sync_word(p, W_LAYER_CTR), (uint32_t)p.n_rows * (epoch - 1u), BAR_LAYER_END, nullptr, 0, -1);
         __syncthreads();
         MKL_PROF_STAMP(span);
-        rmsnorm_to(xcur, dptr<float>(hd, SLOT_ATTN_NORM), arena, s.D, hd);
+        if (!norm_in_gemv) rmsnorm_to(xcur, dptr<float>(hd, SLOT_ATTN_NORM), arena, s.D, hd);
         normed = true;
       }
       __nv_bfloat16* kc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_KCACHE)) + (size_t)p.seq * s.NKV * HD;
       __nv_bfloat16* vc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_VCACHE)) + (size_t)p.seq * s.NKV * HD;
       const int nq = s.NQ * HD, nk = s.NKV * HD;
-      gemv_block(p.gemv_depth, &wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, [&](int r, const float* a, int n) {
+      auto emit_qkv = [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) {
           const int row = r + j;
           if (row < nq) p.qbuf[row] = a[j];
           else if (row < nq + nk) kc[row - nq] = __float2bfloat16_rn(a[j]);
           else vc[row - nq - nk] = __float2bfloat16_rn(a[j]);
         }
-      });
+      };
+#if MKL_HEAD_AHEAD
+      qkv_gemv_block(wq, s.D, xcur, dptr<float>(hd, SLOT_ATTN_NORM), norm_here, arena, q0, q1, hd, emit_qkv);
+#else
+      gemv_block(p.gemv_depth, &wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, emit_qkv);
+#endif
       block_arrive(sync_word(p, W_QKV_CTR), true, tid, &hd->word);
       MKL_PROF_RECORD(TASK_QKV, span, l, t);
     }
