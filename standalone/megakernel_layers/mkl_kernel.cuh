@@ -631,111 +631,136 @@ __device__ __forceinline__ void rmsnorm_to(const float* x, const float* w, float
 }
 
 #if MKL_HEAD_AHEAD
-// ---- campaign step (h): the QKV tile's weights ahead of the RMSNorm, an item in one pass -------
+// ---- campaign step (h): the layer head's matrix-vector loads issued ahead ----------------------
 //
 // Why: round 12's profile (H100, production) had the QKV tile at 26.3 us for 369 KB on each of 80
-// SMs while everything else waits for it (the layer head). gemv_block gives a tile 32 items (16
-// groups of 4 rows x 2 column parts of 180 chunks) on 16 warps, and gemv_round<4> covers a part in
-// two passes of 128 chunks (the second 52 used): 4 dependent passes a warp, and the first starts
-// only after the RMSNorm (1-2 more round trips for x, a block reduction). Here a pass is
-// QKV_DEPTH x 32 >= 180 chunks: one pass an item, 2 a warp (24 x 16 B in flight a lane, 192 KB a
-// SM), and the first item's loads go out before the RMSNorm, whose result they do not need.
-// The same (row, part) items on the same warps, each lane summing the same chunks in the same
-// order into acc, the same butterfly and the same sum of the parts: gemv_block's bits.
-constexpr int QKV_DEPTH = 6;
+// SMs and the O-projection at 13.7 us for 179 KB on each of 132, both latency-bound phases every
+// other worker waits for. gemv_round<4> runs a warp's items one after the other in passes of 4 x 32
+// chunks: QKV (32 items of 4 rows x 180 chunks on 16 warps) 4 dependent passes a warp, two of them
+// mostly clamped loads (52 of 128 chunks used); the O-projection (48 items of 64 chunks) 3 passes,
+// each with half its loads clamped. And a phase's first loads go out only after its activations are
+// in shared memory (QKV: the RMSNorm of x, 1-2 round trips and a block reduction; the O-projection:
+// the copy of attn_out, one round trip). Here a warp's pass holds IPP items x ITERS chunk iterations
+// (QKV: 1 x 6, 24 x 16 B in flight a lane, 2 passes a warp; the O-projection: 3 x 2, its 3 items in
+// one pass) and the first pass's loads go out before the activation fill (`fill`), whose result they
+// do not need. The same items on the same warps, each lane summing the same chunks in the same order
+// into acc, the same butterfly and the same sum of the parts: gemv_block's bits.
+// (The attention chunk is not changed: attend_chunk<8,8> runs at the 128-register limit, and each
+// way of issuing its K row whole or ahead that was tried spilled 0.8-2 KB a lane; nvcc 13.0.)
 
-template <int DEPTH>
-__device__ __forceinline__ void qkv_item_loads(const __nv_bfloat16* const (&rows)[GEMV_ROWS], int c, int c1,
-                                               uint4 (&w)[DEPTH][GEMV_ROWS]) {
+// ld_weights as a volatile statement: issued where it is written, once. (ld_weights' statement is
+// pure to the compiler: the first pass's loads, written before the activation fill, were merged
+// with the loop's and issued after the fill; nvcc 13.0.)
+__device__ __forceinline__ uint4 ld_weights_here(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// A pass's loads: items p0 + k * NWARPS (k < IPP) of this warp; a row past r1 and a chunk past its
+// part are clamped (loaded and discarded), an item past `items` clamped to the last. (A function, not a
+// lambda: a lambda called twice was not inlined and took the registers' array to the stack.)
+template <int ITERS, int IPP>
+__device__ __forceinline__ void ahead_pass_loads(const __nv_bfloat16* w, long long row_stride, int nchunk, int r0,
+                                                 int r1, int g0, int items, int kparts, int per_part, int p0,
+                                                 uint4 (&wv)[IPP * ITERS][GEMV_ROWS]) {
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int u = 0; u < DEPTH; ++u) {
-    const int cu = min(c + 32 * u, c1 - 1);
+  for (int k = 0; k < IPP; ++k) {
+    const int it = min(p0 + k * NWARPS, items - 1);
+    {
+      const int rb = r0 + (g0 + it / kparts) * GEMV_ROWS, kp = it % kparts;
+      const int c0 = kp * per_part + lane, c1 = min(nchunk, (kp + 1) * per_part);
+      const __nv_bfloat16* rows[GEMV_ROWS];
 #pragma unroll
-    for (int j = 0; j < GEMV_ROWS; ++j) w[u][j] = ld_weights(rows[j] + 8 * cu);
+      for (int j = 0; j < GEMV_ROWS; ++j) rows[j] = w + (long long)min(rb + j, r1 - 1) * row_stride;
+#pragma unroll
+      for (int u = 0; u < ITERS; ++u) {
+        const int cu = min(c0 + 32 * u, c1 - 1);
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j) wv[k * ITERS + u][j] = ld_weights_here(rows[j] + 8 * cu);
+      }
+    }
   }
 }
 
-// gemv_round's loop for the QKV rows [r0, r1) of wq (D columns), items [0, items): the first
-// item of each warp has its first pass's loads issued before `norm` (the RMSNorm of x into act,
-// every thread) when `norm` is set. Leaves the item sums in red as gemv_round does.
-template <int DEPTH>
-__device__ __noinline__ void qkv_round_ahead(const __nv_bfloat16* wq, int D, const float* x, const float* norm_w,
-                                             bool norm, float* act, int r0, int r1, int g0, int items, int kparts,
-                                             int per_part, float* red, SmemHead* hd) {
+// One round of items [0, items) (nseg 1: rows [r0, r1) of w, row_stride apart, seg_len columns);
+// every part must fit a pass (per_part <= 32 * ITERS). `fill` (every thread, block barriers inside,
+// or nothing when !with_fill) runs after the first pass's loads are issued. Leaves the item sums in
+// red as gemv_round does. Out of line, as gemv_round.
+template <int ITERS, int IPP, typename Fill>
+__device__ __noinline__ void gemv_round_ahead(const __nv_bfloat16* w, long long row_stride, int seg_len,
+                                              const float* act, int r0, int r1, int g0, int items, int kparts,
+                                              int per_part, float* red, bool with_fill, Fill fill) {
   __builtin_assume(__isShared(act));
   __builtin_assume(__isShared(red));
-  __builtin_assume(__isShared(hd));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int nchunk = D >> 3;
-  // item it: its rows (a row past r1 clamped, loaded and discarded) and its part's chunks [c0, c1)
-  auto item = [&](int it, const __nv_bfloat16* (&rows)[GEMV_ROWS], int& c0, int& c1) {
-    const int g = g0 + it / kparts, kp = it % kparts;
-    const int rb = r0 + g * GEMV_ROWS;
+  const int nchunk = seg_len >> 3;
+  uint4 wv[IPP * ITERS][GEMV_ROWS];
+  ahead_pass_loads<ITERS, IPP>(w, row_stride, nchunk, r0, r1, g0, items, kparts, per_part, warp, wv);
+  if (with_fill) fill();
+  for (int p0 = warp; p0 < items; p0 += NWARPS * IPP) {
+    if (p0 != warp) ahead_pass_loads<ITERS, IPP>(w, row_stride, nchunk, r0, r1, g0, items, kparts, per_part, p0, wv);
 #pragma unroll
-    for (int j = 0; j < GEMV_ROWS; ++j) rows[j] = wq + (long long)min(rb + j, r1 - 1) * D;
-    c0 = kp * per_part + lane;
-    c1 = min(nchunk, (kp + 1) * per_part);
-  };
-  uint4 w[DEPTH][GEMV_ROWS];
-  bool loaded = false;  // w holds the first pass of this warp's first item
-  if (norm) {
-    if (warp < items) {  // warp-uniform
-      const __nv_bfloat16* rows[GEMV_ROWS];
-      int c0, c1;
-      item(warp, rows, c0, c1);
-      if (c0 < c1) {
-        qkv_item_loads<DEPTH>(rows, c0, c1, w);
-        loaded = true;
-      }
-    }
-    rmsnorm_to(x, norm_w, act, D, hd);  // every thread (block barriers inside)
-  }
-  for (int it = warp; it < items; it += NWARPS) {
-    const __nv_bfloat16* rows[GEMV_ROWS];
-    int c0, c1;
-    item(it, rows, c0, c1);
-    float acc[GEMV_ROWS];
+    for (int k = 0; k < IPP; ++k) {
+      const int it = min(p0 + k * NWARPS, items - 1);  // an item past the round: computed, not stored
+      {
+        const int kp = it % kparts;
+        const int c0 = kp * per_part + lane, c1 = min(nchunk, (kp + 1) * per_part);
+        float acc[GEMV_ROWS];
 #pragma unroll
-    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = 0.f;
-    for (int c = c0; c < c1; c += 32 * DEPTH) {
-      if (!loaded) qkv_item_loads<DEPTH>(rows, c, c1, w);
-      loaded = false;
+        for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = 0.f;
 #pragma unroll
-      for (int u = 0; u < DEPTH; ++u) {
-        const int cu = c + 32 * u;
-        if (cu < c1) {
-          const float4 a0 = *reinterpret_cast<const float4*>(act + 8 * cu);
-          const float4 a1 = *reinterpret_cast<const float4*>(act + 8 * cu + 4);
+        for (int u = 0; u < ITERS; ++u) {
+          const int cu = c0 + 32 * u;
+          if (cu < c1) {
+            const float4 a0 = *reinterpret_cast<const float4*>(act + 8 * cu);
+            const float4 a1 = *reinterpret_cast<const float4*>(act + 8 * cu + 4);
 #pragma unroll
-          for (int j = 0; j < GEMV_ROWS; ++j) acc[j] += dot8(w[u][j], a0, a1);
+            for (int j = 0; j < GEMV_ROWS; ++j) acc[j] += dot8(wv[k * ITERS + u][j], a0, a1);
+          }
         }
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = warp_sum(acc[j]);
+        if (lane == 0 && p0 + k * NWARPS < items)
+#pragma unroll
+          for (int j = 0; j < GEMV_ROWS; ++j) red[it * GEMV_ROWS + j] = acc[j];
       }
     }
-#pragma unroll
-    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = warp_sum(acc[j]);
-    if (lane == 0)
-#pragma unroll
-      for (int j = 0; j < GEMV_ROWS; ++j) red[it * GEMV_ROWS + j] = acc[j];
   }
 }
 
-// gemv_block for a QKV tile (nseg 1, rows [r0, r1) of wq): the same items, rounds and sums of the
-// parts, qkv_round_ahead for gemv_round; `norm`: the RMSNorm of x into act runs inside the first
-// round, behind the first item's loads.
-template <typename Emit>
-__device__ __noinline__ void qkv_gemv_block(const __nv_bfloat16* wq, int D, const float* x, const float* norm_w,
-                                               bool norm, float* act, int r0, int r1, SmemHead* hd, Emit emit) {
-  const int nchunk = D >> 3;
+// gemv_block (nseg 1) with its rounds through gemv_round_ahead: the same items, rounds and sums of
+// the parts; `fill` (the activations into act) runs inside the first round, behind its first
+// loads. A part of more than 6 x 32 chunks (no shape of the model has one) takes gemv_round<4>
+// after the fill.
+template <typename Fill, typename Emit>
+__device__ __forceinline__ void gemv_block_ahead(const __nv_bfloat16* w, long long row_stride, int seg_len,
+                                                 const float* act, int r0, int r1, float* red, Fill fill, Emit emit) {
+  const int nchunk = seg_len >> 3;
   const int ngroups = (r1 - r0 + GEMV_ROWS - 1) / GEMV_ROWS;
+  if (ngroups <= 0) {
+    fill();
+    return;
+  }
   int kparts = 1;
   while (ngroups * kparts < 2 * NWARPS && nchunk / (kparts * 2) >= 32) kparts *= 2;
   const int per_part = (nchunk + kparts - 1) / kparts;
   const int gpb = max(1, GEMV_MAX_ITEMS / kparts);  // groups per round
-  float* red = hd->gemv;
+  const int iters = (per_part + 31) / 32;           // chunk iterations of a part
+  const __nv_bfloat16* const base[1] = {w};
   for (int g0 = 0; g0 < ngroups; g0 += gpb) {
-    const int gn = min(gpb, ngroups - g0);
-    qkv_round_ahead<QKV_DEPTH>(wq, D, x, norm_w, norm && g0 == 0, act, r0, r1, g0, gn * kparts, kparts, per_part,
-                               red, hd);
+    const int gn = min(gpb, ngroups - g0), items = gn * kparts;
+    if (iters <= 2) {
+      gemv_round_ahead<2, 3>(w, row_stride, seg_len, act, r0, r1, g0, items, kparts, per_part, red, g0 == 0, fill);
+    } else if (iters <= 6) {
+      gemv_round_ahead<6, 1>(w, row_stride, seg_len, act, r0, r1, g0, items, kparts, per_part, red, g0 == 0, fill);
+    } else {
+      if (g0 == 0) fill();
+      gemv_round<4>(base, row_stride, seg_len, act, r0, r1, g0, items, kparts, kparts, per_part, red);
+    }
     __syncthreads();
     for (int gl = threadIdx.x; gl < gn; gl += THREADS) {
       float a[GEMV_ROWS];
@@ -1624,7 +1649,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         }
       };
 #if MKL_HEAD_AHEAD
-      qkv_gemv_block(wq, s.D, xcur, dptr<float>(hd, SLOT_ATTN_NORM), norm_here, arena, q0, q1, hd, emit_qkv);
+      const float* attn_norm = dptr<float>(hd, SLOT_ATTN_NORM);
+      auto fill_qkv = [xcur, attn_norm, arena, D = s.D, hd, norm_here]() {  // by value: an out-of-line callee
+        __builtin_assume(__isShared(arena));
+        __builtin_assume(__isShared(hd));
+        if (norm_here) rmsnorm_to(xcur, attn_norm, arena, D, hd);  // block-uniform
+      };
+      gemv_block_ahead(wq, s.D, s.D, arena, q0, q1, hd->gemv, fill_qkv, emit_qkv);
 #else
       gemv_block(p.gemv_depth, &wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, emit_qkv);
 #endif
@@ -1735,6 +1766,23 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
                     (uint32_t)p.C * epoch, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
+#if MKL_HEAD_AHEAD
+      // step (h): the copy of attn_out runs inside the GEMV, behind its first loads (its O-projection
+      // loop has one depth: gemv_depth moves W13 and W2 only)
+      float* hrows = arena + ko;  // this worker's h rows (step b's partial logits read them)
+      const float* attn = p.attn_out;
+      auto fill_oproj = [attn, arena, ko]() {  // by value: an out-of-line callee
+        __builtin_assume(__isShared(arena));
+        for (int i = threadIdx.x; i < ko; i += THREADS) arena[i] = attn[i];
+        __syncthreads();
+      };
+      gemv_block_ahead(wo, ko, ko, arena, r0, r1, hd->gemv, fill_oproj, [&](int r, const float* a, int n) {
+        for (int j = 0; j < n; ++j) {
+          p.h[r + j] = xcur[r + j] + a[j];
+          if (MKL_ROUTER_FOLDED) hrows[r + j - r0] = xcur[r + j] + a[j];
+        }
+      });
+#else
       for (int i = tid; i < ko; i += THREADS) arena[i] = p.attn_out[i];
       __syncthreads();
       float* hrows = arena + ko;  // this worker's h rows (step b's partial logits read them)
@@ -1744,6 +1792,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           if (MKL_ROUTER_FOLDED) hrows[r + j - r0] = xcur[r + j] + a[j];
         }
       });
+#endif
 #if MKL_ROUTER_FOLDED
       router_partials(s, hrows, r0, r1, dptr<float>(hd, SLOT_MLP_NORM), dptr<__nv_bfloat16>(hd, SLOT_ROUTER),
                       p.router_part + (size_t)w * (s.E + 1));
