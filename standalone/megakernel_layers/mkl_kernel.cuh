@@ -645,8 +645,7 @@ __device__ __forceinline__ void rmsnorm_to(const float* x, const float* w, float
 // one pass) and the first pass's loads go out before the activation fill (`fill`), whose result they
 // do not need. The same items on the same warps, each lane summing the same chunks in the same order
 // into acc, the same butterfly and the same sum of the parts: gemv_block's bits.
-// (The attention chunk is not changed: attend_chunk<8,8> runs at the 128-register limit, and each
-// way of issuing its K row whole or ahead that was tried spilled 0.8-2 KB a lane; nvcc 13.0.)
+// (The attention chunk's part of step (h) is in attend_chunk.)
 
 // ld_weights as a volatile statement: issued where it is written, once. (ld_weights' statement is
 // pure to the compiler: the first pass's loads, written before the activation fill, were merged
@@ -656,6 +655,13 @@ __device__ __forceinline__ uint4 ld_weights_here(const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
+  return r;
+}
+
+// ld_l2 as a volatile statement (the same reason).
+__device__ __forceinline__ uint4 ld_weights_here_l2(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }
 
@@ -801,6 +807,28 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
   const int kvh = warp % NKV, sub = warp / NKV;
   float* q = arena;                          // (NQ, HD)
   float* scratch = arena + s.NQ * HD;        // (NWARPS, GQ, PART_W)
+#if MKL_HEAD_AHEAD
+  // Step (h): the warp's first block's K row (its lane's token) is loaded before the q copy, one
+  // round trip for both, and kr lives across the block loop (reloaded from the second block on):
+  // ptxas then issues a block's whole K row before its first FMA (step (e): the second half after
+  // the first half's FMAs). A warp's chain at two blocks: q + K, V, K, V: four dependent L2 round
+  // trips, not step (e)'s seven. The cost (nvcc 13.0, ptxas -v): 192 B of spill stores in
+  // attend_chunk<8,8> (step (e): 4), the running max and the accumulators spilled once a block,
+  // none of them a load's register. (Loading the next block's K row beside this block's V words, or
+  // a __syncwarp after the K loads, spilled 0.8-1.4 KB, K rows among them.) The same values reach
+  // the same FMAs in the same order: step (e)'s bits.
+  uint4 kr[2][4];
+  {
+    // the loop's row (a lane past t1: the block's first token's); a warp with no block (b0 >= t1)
+    // loads t0's row, which it never uses
+    const int b0 = t0 + 32 * sub, tk = b0 + lane;
+    const __nv_bfloat16* krow = kc + ((size_t)(tk < t1 ? tk : (b0 < t1 ? b0 : t0)) * NKV + kvh) * HD;
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) kr[half][i] = ld_weights_here_l2(krow + 32 * half + 8 * i);
+  }
+#endif
   for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = qbuf[i];
   __syncthreads();
   constexpr float scale = 0.125f;  // 1/sqrt(64)
@@ -817,11 +845,19 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     const bool valid = tok < t1;
     const int ntok = min(32, t1 - base);
     const __nv_bfloat16* krow = kc + ((size_t)(valid ? tok : base) * NKV + kvh) * HD;
+#if MKL_HEAD_AHEAD
+    if (base != t0 + 32 * sub)  // the first block's row is in kr already
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) kr[half][i] = ld_l2(krow + 32 * half + 8 * i);
+#else
     uint4 kr[2][4];
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 4; ++i) kr[half][i] = ld_l2(krow + 32 * half + 8 * i);
+#endif
 #if MKL_ATTN_AHEAD
     // Step (f): the block's V rows go to this warp's slot of shared memory now, by cp.async: no
     // register holds them, so ptxas cannot push them behind the scores (lane copies the 16-B
