@@ -24,7 +24,8 @@ with cf.ThreadPoolExecutor(8) as pool:
     # the campaign steps' builds tests/megakernel_layers/test_gpu.py compares bits of (its defines,
     # no profiler: else each is built one after another inside pytest, 10-16 s each)
     steps = [{"MKL_CAMPAIGN_STEP": 2}, {"MKL_CAMPAIGN_STEP": 6}, {"MKL_CAMPAIGN_STEP": 7},
-             {"MKL_CAMPAIGN_STEP": 8}, {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}]
+             {"MKL_CAMPAIGN_STEP": 8}, {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0},
+             {"MKL_CAMPAIGN_STEP": 9}]
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)

@@ -11,6 +11,7 @@
 #     OUT=/tmp/out timeout 135 bash ci/gpu/layers-campaign.sh stepf-quick  # round 10: step (f), <= 125 s
 #     OUT=/tmp/out timeout 480 bash ci/gpu/layers-campaign.sh round10  # promote (lean) + stepe-quick + stepf-quick, <= 465 s
 #     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepg-quick  # round 11: step (g), <= 120 s
+#     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh steph-quick  # step (h) against step (e), <= 120 s
 # What it settles, in the order it runs (a step that runs out of its cap leaves the later ones
 # what is left; predictions: docs/results/megakernel-layers-h200.md, round 4):
 #   * builds: production and the campaign's other kernels (MKL_CAMPAIGN_STEP 0 = round 3,
@@ -101,6 +102,16 @@
 #     lanes past the end hand the butterfly the same stale codes), the gate step_f -> step_g, the bench
 #     without torch (floors, production, step (f), step (g)), the per-task profile of step (f) and step
 #     (g) (moe_w2), the clean variants and corruption canaries on step (g)'s build. Nothing else.
+#   * `steph-quick` (BUDGET 120 unless set): campaign step (h), candidate step_h (MKL_CAMPAIGN_STEP 9:
+#     step (e) with the layer head's loads issued ahead: the QKV tile's and the O-projection's
+#     weights before their activations are filled, a warp's items in one or two passes, the
+#     attention's first K row before its q copy) against step (e), its base: builds (production plain
+#     for the bench, step (e) and step (h) plain and profiled), 3 checked launches of step (e) and
+#     step (h), their dumps compared (the same bits expected), the same with stale_descriptor on (the
+#     same stale pointers read: the same corrupted bits expected), the gates step_e -> step_h (default
+#     and --task worker, the campaign's promotion rule), the bench without torch (floors, production,
+#     step (e), step (h)), the per-task profile of step (e) and step (h) (qkv, attn_chunk, oproj and
+#     the layer head), the clean variants and corruption canaries on step (h)'s build. Nothing else.
 #   * `round10` (BUDGET 465 unless set; the call <= 480 s): one device call for the next session's
 #     three layered rounds: promote (<= 215 s, LEAN), stepe-quick (<= 110 s), stepf-quick (what is left,
 #     <= 120 s), each as its own run of this script with its own folder (the builds are cached between
@@ -134,6 +145,7 @@ if [ "$WHAT" = promote ]; then BUDGET=${BUDGET:-270}; fi
 if [ "$WHAT" = stepe-quick ]; then BUDGET=${BUDGET:-120}; fi
 if [ "$WHAT" = stepf-quick ]; then BUDGET=${BUDGET:-125}; fi
 if [ "$WHAT" = stepg-quick ]; then BUDGET=${BUDGET:-120}; fi
+if [ "$WHAT" = steph-quick ]; then BUDGET=${BUDGET:-120}; fi
 if [ "$WHAT" = round10 ]; then BUDGET=${BUDGET:-465}; fi
 OUT=${OUT:-/tmp/layers-campaign-out}
 W=$(mktemp -d)/layers-campaign
@@ -413,6 +425,32 @@ grep -q '"mismatched":0,' "$W/sanity_step8.txt" || S8=not-clean
 log "step (g)'s checked launches: $S8"
 if [ "$S8" = ok ]; then gate fg step_f step_g; else log "no gate: step (g)'s checked launches were $S8"; fi
 quick_tail 8 step_g "step_f step_g" MKL_CAMPAIGN_STEP=7 MKL_CAMPAIGN_STEP=8
+elif [ "$WHAT" = steph-quick ]; then
+log "builds: production (the bench's), step (e) (MKL_CAMPAIGN_STEP 6) and step (h) (9), plain; step (e) and step (h) profiled"
+build plain None &
+build step6 "{'MKL_CAMPAIGN_STEP': 6}" &
+build step9 "{'MKL_CAMPAIGN_STEP': 9}" &
+build prof6 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 6}" &
+build prof9 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 9}" &
+for j in $(jobs -p); do wait "$j"; done  # (a bare wait also waits for the console tee: forever)
+BIN9=$(tail -1 "$W/build_step9.txt")
+[ -x "$BIN9" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+
+log "step (h): 3 checked launches each of step (e) and step (h), clean and with stale_descriptor on; dumps compared (the same bits expected, both)"
+checked step6 step9
+CHECKED_HAZARD=stale_descriptor checked step6 step9
+for tag in "" _stale_descriptor; do
+  if [ -s "$W/dump_step6$tag.f32" ] && cmp -s "$W/dump_step6$tag.f32" "$W/dump_step9$tag.f32"; then
+    echo "step (h) vs step (e)${tag:+ ($tag)}: identical bits"
+  else
+    echo "step (h) vs step (e)${tag:+ ($tag)}: NOT identical (or a dump is missing)"
+  fi
+done
+S9=ok
+grep -q '"mismatched":0,' "$W/sanity_step9.txt" || S9=not-clean
+log "step (h)'s checked launches: $S9"
+if [ "$S9" = ok ]; then gate eh step_e step_h; else log "no gate: step (h)'s checked launches were $S9"; fi
+quick_tail 9 step_h "step_e step_h" MKL_CAMPAIGN_STEP=6 MKL_CAMPAIGN_STEP=9
 elif [ "$WHAT" = round10 ]; then
 # One device call, three rounds: each mode is its own run of this script (its own folder, its own
 # budget); what one leaves unused goes to the next. The builds they share are cached (HZ_BUILD_DIR).
@@ -635,7 +673,7 @@ else  # rest: what a gate-mode round left out, on the production build alone
   [ -x "$BIN" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 fi
 
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != stepg-quick ] && [ "$WHAT" != round10 ] && [ "$QUICK" = 0 ]; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != stepg-quick ] && [ "$WHAT" != steph-quick ] && [ "$WHAT" != round10 ] && [ "$QUICK" = 0 ]; then
   log "ragged decode regression"
   timeout "$(cap 45)" python3 bench/ragged_decode_h200.py --calls 20 --out-md "$W/ragged.md" \
     --json "$W/ragged.json" > "$W/ragged.txt" 2>&1
@@ -648,7 +686,7 @@ if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] &
   fi
   bash ci/gpu/layers-hang-sentences.sh "$W" "${HANGBIN:-$BIN}" "$(left)" 600
 fi
-if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != stepg-quick ] && [ "$WHAT" != round10 ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
+if [ "$WHAT" != gate ] && [ "$WHAT" != ringsmem ] && [ "$WHAT" != stepd-gate ] && [ "$WHAT" != promote ] && [ "$WHAT" != stepe-quick ] && [ "$WHAT" != stepf-quick ] && [ "$WHAT" != stepg-quick ] && [ "$WHAT" != steph-quick ] && [ "$WHAT" != round10 ] && { [ "$CSTEP" != 5 ] || [ "$QUICK" = 0 ]; }; then
   log "tripwire overhead bench"
   TWARG=(); [ -n "$TWB" ] && [ -x "$TWB" ] && TWARG=(--binary "$TWB")  # built beside the kernels (stepc)
   timeout "$(cap 40)" python3 bench/tripwire_overhead.py --rounds "$([ "$QUICK" = 1 ] && echo 11 || echo 21)" "${TWARG[@]}" \
@@ -677,6 +715,7 @@ cp "$W/perf.txt" "$W/env.txt" "$W/console.log" "$R/" 2>/dev/null
 [ "$WHAT" = stepe-quick ] && cp "$W/perf.json" "$W"/gate_e.json "$W"/gate_e_launch.json "$R/" 2>/dev/null
 [ "$WHAT" = stepf-quick ] && cp "$W/perf.json" "$W"/gate_ef*.json "$R/" 2>/dev/null
 [ "$WHAT" = stepg-quick ] && cp "$W/perf.json" "$W"/gate_fg*.json "$R/" 2>/dev/null
+[ "$WHAT" = steph-quick ] && cp "$W/perf.json" "$W"/gate_eh*.json "$R/" 2>/dev/null
 [ "$WHAT" = round10 ] && cp "$W/summary.txt" "$W"/console_*.log "$R/" 2>/dev/null
 tar -czf "$R/layers-campaign.tar.gz" -C "$(dirname "$W")" layers-campaign
 ls -la "$R"

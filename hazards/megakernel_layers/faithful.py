@@ -67,7 +67,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
     # production of their time), since round 8 production (step d) vs step_b0 and back,
     # step_e vs production (step d), step_f vs step_e (what step (f) adds) and vs production, and
-    # step_g vs step_f (what step (g) adds).
+    # step_g vs step_f (what step (g) adds), step_h vs step_e (its base).
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
@@ -100,6 +100,12 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("step_g_on_e", "step (g)'s W2 quantization on step (e), without step (f)'s attention copies "
               "(MKL_CAMPAIGN_STEP 8, MKL_ATTN_AHEAD 0): what step (g) gains where step (f) is not promoted; "
               "step (e)'s bits", "faster", defines=(("MKL_CAMPAIGN_STEP", 8), ("MKL_ATTN_AHEAD", 0))),
+    Candidate("step_h", "campaign step (h), a candidate: step (e) with the layer head's loads issued ahead: the QKV "
+              "tile's and the O-projection's weights before their activations are filled (the RMSNorm, the copy "
+              "of attn_out), a warp's items in passes of up to 24 loads a lane (QKV 2 passes a warp, not 4; the "
+              "O-projection 1, not 3), the attention's first K row before its q copy and a block's whole K row "
+              "before its first FMA (MKL_CAMPAIGN_STEP 9; step (e)'s bits)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 9),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

@@ -197,6 +197,34 @@ def test_step_g_on_step_e_gives_step_e_bits():
     assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
 
 
+# ---- campaign step (h) (MKL_CAMPAIGN_STEP 9, a candidate): the layer head's loads ahead ----------
+
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                                  # one QKV tile a worker, 2 blocks a warp
+    {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},        # two tiles on workers 0-15 (no fill in
+                                                                 # the second); 16-token chunks: warps with no block
+    {"layers": 2, "seq": 1024, "model": "small"},                # the small shape: QKV in the 3 x 2 pass
+    {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the same stale KV and W2 pointers read
+], ids=["default", "grid64", "small", "stale_descriptor"])
+def test_step_h_gives_step_e_bits(params: dict):
+    """Step (h) issues the QKV tile's, the O-projection's and the attention's loads earlier, and sums
+    the same values in the same order: step (e)'s output bit for bit, and with stale_descriptor on
+    step (e)'s corrupted output bit for bit."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    outs, replies = [], []
+    for step in (6, 9):
+        out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": step}), params)
+        outs.append(out)
+        replies.append(reply)
+    if "hazard" in params:
+        assert all(r.get("mismatched", 0) > 0 for r in replies), replies  # corrupted, in both
+    else:
+        assert all(r.get("mismatched") == 0 for r in replies), replies
+    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+
+
 def test_production_profiles_every_merge_span_without_overflowing_the_ring():
     """Round 6's first gate on step (d) could not judge: the ring was sized for one merge span
     a layer and step (d) records one per merge worker (RingTooSmall)."""
