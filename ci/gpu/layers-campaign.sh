@@ -202,6 +202,21 @@ checked() {  # checked BUILD...: 3 checked launches of each build ($W/build_BUIL
   done
 }
 
+# A candidate that keeps its base's bits (stepg-quick, steph-quick): 3 checked launches of both builds,
+# clean and with HAZARD on (the switch must corrupt both the same way), each pair of dumps compared.
+same_bits() {  # same_bits BASE_BUILD CAND_BUILD BASE_LABEL CAND_LABEL HAZARD
+  local base=$1 cand=$2 tag
+  checked "$base" "$cand"
+  CHECKED_HAZARD=$5 checked "$base" "$cand"
+  for tag in "" "_$5"; do
+    if [ -s "$W/dump_$base$tag.f32" ] && cmp -s "$W/dump_$base$tag.f32" "$W/dump_$cand$tag.f32"; then
+      echo "$4 vs $3${tag:+ ($tag)}: identical bits"
+    else
+      echo "$4 vs $3${tag:+ ($tag)}: NOT identical (or a dump is missing)"
+    fi
+  done
+}
+
 # The quick candidate rounds' tail (stepe-quick, stepf-quick): the bench without torch (floors,
 # production and a build per DEFINE), the per-task profile of the PROFILED catalog names (with >= 30 s
 # left), the clean variants and corruption canaries on the candidate's build (MKL_CAMPAIGN_STEP STEP).
@@ -411,15 +426,7 @@ BIN8=$(tail -1 "$W/build_step8.txt")
 [ -x "$BIN8" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "step (g): 3 checked launches each of step (f) and step (g), clean and with amax_tail on; dumps compared (the same bits expected, both)"
-checked step7 step8
-CHECKED_HAZARD=amax_tail checked step7 step8
-for tag in "" _amax_tail; do
-  if [ -s "$W/dump_step7$tag.f32" ] && cmp -s "$W/dump_step7$tag.f32" "$W/dump_step8$tag.f32"; then
-    echo "step (g) vs step (f)${tag:+ ($tag)}: identical bits"
-  else
-    echo "step (g) vs step (f)${tag:+ ($tag)}: NOT identical (or a dump is missing)"
-  fi
-done
+same_bits step7 step8 "step (f)" "step (g)" amax_tail
 S8=ok
 grep -q '"mismatched":0,' "$W/sanity_step8.txt" || S8=not-clean
 log "step (g)'s checked launches: $S8"
@@ -437,15 +444,7 @@ BIN9=$(tail -1 "$W/build_step9.txt")
 [ -x "$BIN9" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
 log "step (h): 3 checked launches each of step (e) and step (h), clean and with stale_descriptor on; dumps compared (the same bits expected, both)"
-checked step6 step9
-CHECKED_HAZARD=stale_descriptor checked step6 step9
-for tag in "" _stale_descriptor; do
-  if [ -s "$W/dump_step6$tag.f32" ] && cmp -s "$W/dump_step6$tag.f32" "$W/dump_step9$tag.f32"; then
-    echo "step (h) vs step (e)${tag:+ ($tag)}: identical bits"
-  else
-    echo "step (h) vs step (e)${tag:+ ($tag)}: NOT identical (or a dump is missing)"
-  fi
-done
+same_bits step6 step9 "step (e)" "step (h)" stale_descriptor
 S9=ok
 grep -q '"mismatched":0,' "$W/sanity_step9.txt" || S9=not-clean
 log "step (h)'s checked launches: $S9"

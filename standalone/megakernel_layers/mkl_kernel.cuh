@@ -481,6 +481,30 @@ __device__ __noinline__ void gemv_ring(const __nv_bfloat16* const* base, int nse
 }
 #endif
 
+// A round's rows from the item sums in red (after the round's barrier): thread g adds its group's
+// ipg parts in a fixed order (deterministic) and calls emit(first row, acc[GEMV_ROWS], valid rows).
+template <typename Emit>
+__device__ __forceinline__ void gemv_sum_parts(const float* red, int gn, int ipg, int r0, int r1, int g0, Emit emit) {
+  for (int gl = threadIdx.x; gl < gn; gl += THREADS) {
+    float a[GEMV_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) a[j] = 0.f;
+    for (int i = 0; i < ipg; ++i)
+#pragma unroll
+      for (int j = 0; j < GEMV_ROWS; ++j) a[j] += red[(gl * ipg + i) * GEMV_ROWS + j];
+    const int rb = r0 + (g0 + gl) * GEMV_ROWS;
+    emit(rb, a, min(GEMV_ROWS, r1 - rb));
+  }
+}
+
+// Column parts per row group: split when there are too few groups to keep every warp streaming (the
+// O-projection and W2 give a worker ~22 rows), while a part keeps >= 32 chunks a row.
+__device__ __forceinline__ int gemv_kparts(int ngroups, int nseg, int nchunk) {
+  int kparts = 1;
+  while (ngroups * nseg * kparts < 2 * NWARPS && nchunk / (kparts * 2) >= 32) kparts *= 2;
+  return kparts;
+}
+
 // `depth`: Params::gemv_depth (4, or 1: the loop round 2 measured).
 template <typename Emit>
 __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const* base, int nseg,
@@ -495,8 +519,7 @@ __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const
     return;
   }
 #endif
-  int kparts = 1;
-  while (ngroups * nseg * kparts < 2 * NWARPS && nchunk / (kparts * 2) >= 32) kparts *= 2;
+  const int kparts = gemv_kparts(ngroups, nseg, nchunk);
   const int per_part = (nchunk + kparts - 1) / kparts;
   const int ipg = nseg * kparts;                     // items per group (<= 32: nseg <= 16)
   const int gpb = max(1, GEMV_MAX_ITEMS / ipg);      // groups per round
@@ -505,16 +528,7 @@ __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const
     if (depth >= 4) gemv_round<4>(base, row_stride, seg_len, act, r0, r1, g0, gn * ipg, ipg, kparts, per_part, red);
     else gemv_round<1>(base, row_stride, seg_len, act, r0, r1, g0, gn * ipg, ipg, kparts, per_part, red);
     __syncthreads();
-    for (int gl = threadIdx.x; gl < gn; gl += THREADS) {
-      float a[GEMV_ROWS];
-#pragma unroll
-      for (int j = 0; j < GEMV_ROWS; ++j) a[j] = 0.f;
-      for (int i = 0; i < ipg; ++i)
-#pragma unroll
-        for (int j = 0; j < GEMV_ROWS; ++j) a[j] += red[(gl * ipg + i) * GEMV_ROWS + j];
-      const int rb = r0 + (g0 + gl) * GEMV_ROWS;
-      emit(rb, a, min(GEMV_ROWS, r1 - rb));
-    }
+    gemv_sum_parts(red, gn, ipg, r0, r1, g0, emit);
     __syncthreads();
   }
 }
@@ -751,8 +765,7 @@ __device__ __forceinline__ void gemv_block_ahead(const __nv_bfloat16* w, long lo
     fill();
     return;
   }
-  int kparts = 1;
-  while (ngroups * kparts < 2 * NWARPS && nchunk / (kparts * 2) >= 32) kparts *= 2;
+  const int kparts = gemv_kparts(ngroups, 1, nchunk);
   const int per_part = (nchunk + kparts - 1) / kparts;
   const int gpb = max(1, GEMV_MAX_ITEMS / kparts);  // groups per round
   const int iters = (per_part + 31) / 32;           // chunk iterations of a part
@@ -768,16 +781,7 @@ __device__ __forceinline__ void gemv_block_ahead(const __nv_bfloat16* w, long lo
       gemv_round<4>(base, row_stride, seg_len, act, r0, r1, g0, items, kparts, kparts, per_part, red);
     }
     __syncthreads();
-    for (int gl = threadIdx.x; gl < gn; gl += THREADS) {
-      float a[GEMV_ROWS];
-#pragma unroll
-      for (int j = 0; j < GEMV_ROWS; ++j) a[j] = 0.f;
-      for (int i = 0; i < kparts; ++i)
-#pragma unroll
-        for (int j = 0; j < GEMV_ROWS; ++j) a[j] += red[(gl * kparts + i) * GEMV_ROWS + j];
-      const int rb = r0 + (g0 + gl) * GEMV_ROWS;
-      emit(rb, a, min(GEMV_ROWS, r1 - rb));
-    }
+    gemv_sum_parts(red, gn, kparts, r0, r1, g0, emit);
     __syncthreads();
   }
 }

@@ -154,6 +154,24 @@ def test_step_f_gives_step_e_bits(params: dict):
     assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
 
 
+def assert_same_bits(base_step: int, step: int, params: dict) -> None:
+    """One checked launch of both campaign builds on `params`: clean in both (or, with a hazard on,
+    corrupted in both) and the outputs equal bit for bit."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    outs, replies = [], []
+    for s in (base_step, step):
+        out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": s}), params)
+        outs.append(out)
+        replies.append(reply)
+    if "hazard" in params:
+        assert all(r.get("mismatched", 0) > 0 for r in replies), replies  # corrupted, in both
+    else:
+        assert all(r.get("mismatched") == 0 for r in replies), replies
+    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+
+
 # ---- campaign step (g) (MKL_CAMPAIGN_STEP 8, a candidate): W2's quantization, loads together -----
 
 @pytest.mark.parametrize("params", [
@@ -166,19 +184,7 @@ def test_step_g_gives_step_f_bits_clean_and_with_amax_tail(params: dict):
     loads issued together, and the tail round shares its warp (and `reg`) with the round before
     it: step (f)'s output bit for bit, and with amax_tail on step (f)'s corrupted output bit for
     bit (the switch still reads last round's packed codes as an amax)."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    outs, replies = [], []
-    for step in (7, 8):
-        out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": step}), params)
-        outs.append(out)
-        replies.append(reply)
-    if "hazard" in params:
-        assert all(r.get("mismatched", 0) > 0 for r in replies), replies  # corrupted, in both
-    else:
-        assert all(r.get("mismatched") == 0 for r in replies), replies
-    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+    assert_same_bits(7, 8, params)
 
 
 def test_step_g_on_step_e_gives_step_e_bits():
@@ -210,19 +216,7 @@ def test_step_h_gives_step_e_bits(params: dict):
     """Step (h) issues the QKV tile's, the O-projection's and the attention's loads earlier, and sums
     the same values in the same order: step (e)'s output bit for bit, and with stale_descriptor on
     step (e)'s corrupted output bit for bit."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    outs, replies = [], []
-    for step in (6, 9):
-        out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": step}), params)
-        outs.append(out)
-        replies.append(reply)
-    if "hazard" in params:
-        assert all(r.get("mismatched", 0) > 0 for r in replies), replies  # corrupted, in both
-    else:
-        assert all(r.get("mismatched") == 0 for r in replies), replies
-    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+    assert_same_bits(6, 9, params)
 
 
 def test_production_profiles_every_merge_span_without_overflowing_the_ring():

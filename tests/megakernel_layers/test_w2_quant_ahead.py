@@ -109,8 +109,7 @@ def test_the_step_g_round_gates_step_g_against_step_f_and_compares_bits_clean_an
     for name in ("step_f", "step_g"):  # the builds it compares are the gate's candidates' builds
         step = dict(FA.candidate(name).defines)["MKL_CAMPAIGN_STEP"]
         assert f"build step{step} \"{{'MKL_CAMPAIGN_STEP': {step}}}\"" in mode
-    assert "checked step7 step8" in mode and "CHECKED_HAZARD=amax_tail checked step7 step8" in mode
-    assert 'cmp -s "$W/dump_step7$tag.f32" "$W/dump_step8$tag.f32"' in mode and 'for tag in "" _amax_tail' in mode
+    assert 'same_bits step7 step8 "step (f)" "step (g)" amax_tail' in mode  # clean and with amax_tail on
     assert 'quick_tail 8 step_g "step_f step_g" MKL_CAMPAIGN_STEP=7 MKL_CAMPAIGN_STEP=8' in mode
     assert _budget(text, "stepg-quick") <= 120
     assert re.search(r'for j in \$\(jobs -p\); do wait "\$j"; done', mode)
@@ -123,6 +122,14 @@ def test_checked_with_a_hazard_writes_its_own_dump_beside_the_clean_one():
     body = text[text.index("checked() {"):text.index("\n}\n", text.index("checked() {"))]
     assert '--dump "$W/dump_$b$tag.f32"' in body and '"$W/sanity_$b$tag.txt"' in body
     assert 'params="{\\"hazard\\":\\"$hz\\"}"' in body
+
+
+def test_same_bits_checks_both_builds_clean_and_with_the_hazard_and_compares_each_pair_of_dumps():
+    text = SCRIPT.read_text()
+    body = text[text.index("same_bits() {"):text.index("\n}\n", text.index("same_bits() {"))]
+    assert 'checked "$base" "$cand"' in body and 'CHECKED_HAZARD=$5 checked "$base" "$cand"' in body
+    assert 'for tag in "" "_$5"; do' in body
+    assert 'cmp -s "$W/dump_$base$tag.f32" "$W/dump_$cand$tag.f32"' in body
 
 
 def test_step_g_on_e_is_step_g_quantization_without_step_f_attention_copies():
