@@ -73,7 +73,14 @@
 // step (f) with W2's FP8 quantization on 8 warps, each warp's loads issued together and kept in
 // registers (quantize_expert_rounds): the old function's loads, predicated, were kept on the stack
 // and each stored there before the next load, ~21 dependent L2 round trips before every W2
-// worker's GEMV; now one. Step (f)'s bits, also with amax_tail on; step_g.
+// worker's GEMV; now one. Step (f)'s bits, also with amax_tail on; step_g. 9 (a candidate) step (h):
+// step (e) (without (f) and (g)) with the layer head's loads issued ahead of their use: the QKV
+// tile's and the O-projection's weights before their activations are filled (the RMSNorm, the
+// copy of attn_out) and a warp's items in passes of 24 loads a lane (gemv_round_ahead: QKV 2
+// dependent passes a warp instead of 4, the O-projection 1 instead of 3), the attention's first
+// K row before its q copy and a block's whole K row before its first FMA (a warp's chain 4 round
+// trips instead of 7). No wait added or moved; the same values in the same order: step (e)'s
+// bits; step_h.
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 5
 #endif
@@ -661,24 +668,6 @@ __device__ __forceinline__ void rmsnorm_to(const float* x, const float* w, float
 // into acc, the same butterfly and the same sum of the parts: gemv_block's bits.
 // (The attention chunk's part of step (h) is in attend_chunk.)
 
-// ld_weights as a volatile statement: issued where it is written, once. (ld_weights' statement is
-// pure to the compiler: the first pass's loads, written before the activation fill, were merged
-// with the loop's and issued after the fill; nvcc 13.0.)
-__device__ __forceinline__ uint4 ld_weights_here(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
-// ld_l2 as a volatile statement (the same reason).
-__device__ __forceinline__ uint4 ld_weights_here_l2(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-  return r;
-}
-
 // A pass's loads: items p0 + k * NWARPS (k < IPP) of this warp; a row past r1 and a chunk past its
 // part are clamped (loaded and discarded), an item past `items` clamped to the last. (A function, not a
 // lambda: a lambda called twice was not inlined and took the registers' array to the stack.)
@@ -700,7 +689,7 @@ __device__ __forceinline__ void ahead_pass_loads(const __nv_bfloat16* w, long lo
       for (int u = 0; u < ITERS; ++u) {
         const int cu = min(c0 + 32 * u, c1 - 1);
 #pragma unroll
-        for (int j = 0; j < GEMV_ROWS; ++j) wv[k * ITERS + u][j] = ld_weights_here(rows[j] + 8 * cu);
+        for (int j = 0; j < GEMV_ROWS; ++j) wv[k * ITERS + u][j] = ld_weights(rows[j] + 8 * cu);
       }
     }
   }
@@ -830,7 +819,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) kr[half][i] = ld_weights_here_l2(krow + 32 * half + 8 * i);
+      for (int i = 0; i < 4; ++i) kr[half][i] = ld_l2(krow + 32 * half + 8 * i);
   }
 #endif
   for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = qbuf[i];
