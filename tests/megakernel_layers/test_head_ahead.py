@@ -31,11 +31,35 @@ from .test_router_topk_warp import SCRIPT, _mode
 WEIGHT_LOAD = r"\bLDG\.E\.NA\.128\.CONSTANT\b"  # a 16-B read-only weight load (ld.global.nc.L1::no_allocate)
 K_LOAD = r"\bLDG\.E\.128\.STRONG\.GPU\b"          # a 16-B coherent load: a piece of the lane's token's K row
 BARRIER = r"\bBAR\.SYNC\b"
+POLL = r"\bLDG\.E\.STRONG\.GPU\b"            # a wait's poll (ld.relaxed.gpu; its acquire fence follows)
 PASS_LOADS = 24  # gemv_round_ahead's pass: IPP x ITERS x GEMV_ROWS = 1 x 6 x 4 (QKV) or 3 x 2 x 4 (O-projection)
 
 
 def _first(lines: list[str], pattern: str) -> int:
     return next(i for i, l in enumerate(lines) if re.search(pattern, l))
+
+
+def _spilled_loads(body: str, load: str) -> list[str]:
+    """The spill stores (STL) whose register was last written by a load matching `load` (a 16-B load
+    writes four registers): such a store waits for its load, and the loads issued ahead of it
+    serialise again."""
+    lines = body.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        m = re.search(r"\bSTL\S*\s+\[[^\]]+\],\s*R(\d+)", line)
+        if not m:
+            continue
+        reg = int(m.group(1))
+        for prev in reversed(lines[:i]):
+            d = re.search(r"^\s*(?:/\*\w+\*/)?\s*(?:@!?U?P\w+\s+)?([A-Z][\w.]*)\s+R(\d+)\b", prev)
+            if not d:
+                continue
+            width = 4 if ".128" in d.group(1) else 2 if ".64" in d.group(1) else 1
+            if int(d.group(2)) <= reg < int(d.group(2)) + width:
+                if re.search(load, prev):
+                    found.append(line.strip())
+                break
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +84,7 @@ def test_step_h_issues_a_warps_first_pass_before_the_fill_and_every_pass_before_
     """Both pass shapes (QKV's 1 x 6 iterations, the O-projection's 3 items x 2), each with its fill
     (the RMSNorm or the copy of attn_out: a block barrier inside), in both kernels: the 24 loads of the
     first pass go out before the fill's first barrier; a pass's 24 loads go out before any FFMA; no
-    spill store (a store of a register a load fills waits for the load)."""
+    spill store of a loaded register."""
     bodies = function_instances(step_h, "gemv_round_ahead")
     names = re.findall(r"^\S*gemv_round_ahead(ILi\d+ELi\d+E)\S*:\s*$", step_h, re.M)
     assert sorted(set(names)) == ["ILi2ELi3E", "ILi6ELi1E"] and len(bodies) == 8, names
@@ -69,7 +93,8 @@ def test_step_h_issues_a_warps_first_pass_before_the_fill_and_every_pass_before_
         before_fill = [l for l in lines[:_first(lines, BARRIER)] if re.search(WEIGHT_LOAD, l)]
         assert len(before_fill) == PASS_LOADS, len(before_fill)
         assert longest_load_run(body, WEIGHT_LOAD) >= PASS_LOADS
-        assert not re.search(r"\bSTL\b", body)
+        assert _spilled_loads(body, WEIGHT_LOAD) == []
+        assert not re.search(POLL, body)  # the waits stay in the kernel body, where the static checks see them
 
 
 def test_step_h_attention_loads_the_first_k_row_before_the_q_copy_and_each_row_whole(step_h):
@@ -90,7 +115,14 @@ def test_step_h_attention_loads_the_first_k_row_before_the_q_copy_and_each_row_w
         first_ffma = k0 + _first(loop[k0:], r"\bFFMA\b")
         assert len([l for l in loop[k0:first_ffma] if re.search(K_LOAD, l)]) == 8
         assert not any(re.search(r"\bSTL\b", l) for l in loop[k0:first_ffma])
-        assert not re.search(r"\bSTL\.128\b", body)
+        assert _spilled_loads(body, K_LOAD) == []
+
+
+def test_spilled_loads_finds_the_spill_stores_of_loaded_registers_in_step_f_quantization():
+    """The helper the two tests above rely on, on code known to spill its loads: step (f)'s
+    quantize_expert_input stores each 16-B load's register to the stack (test_w2_quant_ahead.py)."""
+    for body in function_instances(_sass(7), "quantize_expert_input"):
+        assert len(_spilled_loads(body, K_LOAD)) >= 5
 
 
 def test_step_h_keeps_step_e_tasks_and_none_of_steps_f_and_g():
@@ -106,7 +138,7 @@ def test_step_h_passes_the_compiled_static_checks_with_step_e_polls():
     failing, polls = _static(9)
     assert failing == [], [f.message for f in failing]
     _, step_e_polls = _static(6)
-    assert polls == step_e_polls  # no wait added: the loads ahead sit behind the same acquires
+    assert polls == step_e_polls  # no wait added or moved: the loads ahead sit behind the same acquires
 
 
 def test_step_h_is_a_candidate_of_the_gate():
