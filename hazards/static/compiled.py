@@ -156,6 +156,7 @@ class Coverage:
     functions: int = 0      # device functions in the output
     asm_blocks: int = 0     # asm blocks in the output, checked
     polls: int = 0          # poll loops found in the output, checked
+    out_of_line: int = 0    # out-of-line functions in the kernels' listings, their polls among `polls`
     not_analysed: list[cscan.DeviceFunction] = dataclasses.field(default_factory=list)  # watched ones
     no_code: int = 0        # other source functions without code in the output (nothing to judge)
 
@@ -163,6 +164,9 @@ class Coverage:
         """One line, like the lint's: what was checked and what was not."""
         out = (f"{self.source} ({self.arch}): {self.functions} device function(s) compiled, "
                f"{self.asm_blocks} asm block(s) and {self.polls} poll(s) checked")
+        if self.out_of_line:
+            out += (f" (those in the {self.out_of_line} out-of-line function(s) they call included, "
+                    f"against what their callers read after them)")
         if self.not_analysed:
             names = ", ".join(f"{f.name} (line {f.line})" for f in self.not_analysed)
             out += f"; not analysed: {len(self.not_analysed)} function(s) with no code in the output: {names}"
@@ -303,6 +307,7 @@ def _check_nvidia(job: CompileJob) -> tuple[list[Finding], Coverage]:
     blocks = sum(1 for st in cscan.asm_statements(text)
                  if any(st.line <= ln <= st.end_line for ln in covered))
     cov = _coverage(job, cscan.device_functions(text), len(funcs), blocks, polls, covered)
+    cov.out_of_line = sum(1 for f in funcs for name in f.routines.values() if not name.startswith("__cuda_"))
     return at_source(found, listing.text, str(listing.path), _sass_locations), cov
 
 

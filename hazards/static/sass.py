@@ -12,6 +12,10 @@
 - [wgmma-serialized] (perf) ptxas reports that `wgmma.mma_async` instructions were
   serialized (C7510-C7516 "Potential Performance Loss"), with its reason.
 - [sync-scope] (info) the scope of each poll and its acquire, in words.
+
+A kernel's out-of-line device functions (`__noinline__`) are in its listing after its body,
+reached only by `CALL`: the loops and polls in them are found (`_reachable`) and judged
+against what the callers read after the call returns (`_walk_successors`).
 - the wgmma pipeline checks of `hazards.static.wgmma` (refill depth, registers of an in-flight
   wgmma), run on every function that has one. More in docs/static-checks.md.
 """
@@ -33,7 +37,10 @@ _WGMMA_RE = re.compile(r"\(C75(1[0-6])\) Potential Performance Loss: (wgmma[^\n]
 
 
 def _reachable(func: SassFunction) -> set[int]:
-    seen, stack = set(), [0]
+    """The instructions reachable from the kernel's entry or from the entry of an out-of-line
+    function in its listing (a `CALL` target: `successors` steps over calls, so without
+    these roots the loops and polls of a `__noinline__` wait were never looked at)."""
+    seen, stack = set(), [0, *func.routines]
     while stack:
         i = stack.pop()
         if i in seen or i >= len(func.instrs):
@@ -107,11 +114,17 @@ def check_spin_loops(func: SassFunction, path: str) -> list[Finding]:
         head = func.instrs[min(loop)]
         out.append(checks.SPIN_NO_LOAD.finding(
             path, head.line,
-            f"{func.name}: the loop at /*{head.addr:04x}*/ loads nothing from memory and its exit "
+            f"{_place(func, min(loop))}: the loop at /*{head.addr:04x}*/ loads nothing from memory and its exit "
             f"condition never changes inside it - a certain hang once entered (a polled flag "
             f"was loaded once, before the loop: make it volatile or use ld.acquire)",
             "\n".join(func.instrs[i].text for i in sorted(loop))))
     return out
+
+
+def _place(func: SassFunction, i: int) -> str:
+    """The kernel, and the out-of-line function in its listing instruction `i` is in."""
+    at = func.routine_of(i)
+    return func.name if at is None else f"{func.name}, in out-of-line `{func.routines[at]}`"
 
 
 MAX_POLL_LOOP = 1024  # instructions
@@ -164,7 +177,8 @@ def _is_poll(func: SassFunction, loop: set[int]) -> int | None:
         return None
     invariant = _loop_invariant(func, loop)
     for n, i in enumerate(body):
-        if not func.instrs[i].polls_other_agents or not func.instrs[i].address_reads() <= invariant:
+        if not func.instrs[i].polls_other_agents or not func.instrs[i].address_reads() - _descriptor(
+                func.instrs[i]) <= invariant:
             continue
         taint = set(func.instrs[i].reg_writes())
         for k in body[n + 1:]:
@@ -303,6 +317,13 @@ def _argument_entry(func: SassFunction, k: int, lo: int) -> bool:
     return False
 
 
+def _descriptor(ins: SassInstr) -> set[str]:
+    """The registers of an access's memory descriptor (`desc[UR36]`): not its address. A
+    loop that also touches shared memory rebuilds them from `SR_CgaCtaId` on each trip
+    (the tripwire's out-of-line wait does), which made its poll look like a walk."""
+    return {r for m in re.finditer(r"desc\[([^\]]*)\]", ins.text) for r in _registers(m.group(1))}
+
+
 def _uniform(ins: SassInstr) -> set[str]:
     """The uniform registers of an access (`desc[UR36]`: the memory descriptor)."""
     return {r for r in ins.address_reads() if r.startswith("UR")}
@@ -326,6 +347,8 @@ def _start_barrier(func: SassFunction, loop: set[int], poll: int) -> SassInstr |
     all-reduce start barrier) are of data written before the launch, which the kernel
     boundary orders; a store before it, or an arrive of another value than the one waited
     for (an ack to a different producer), and the check judges the reads as usual."""
+    if func.routine_of(poll) is not None:
+        return None  # a poll in an out-of-line function: what its callers stored before is not judged here
     polled = func.instrs[poll].reg_writes()
     compared: set[str] = set()
     for k in loop:
@@ -363,32 +386,52 @@ def _own_counter(func: SassFunction, k: int, compared: set[str]) -> bool:
 READ_WINDOW = 64  # instructions after a poll's exit in which its data is read
 
 
+MAX_CALL_DEPTH = 4  # out-of-line calls the walk after a poll follows, one inside another
+
+
+def _walk_successors(func: SassFunction, i: int, stack: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
+    """Where the walk after a poll goes from `i`, across out-of-line functions: into the
+    callee of a `CALL` (what it reads is read after the poll too), back to the call site of
+    a `RET` (`stack`: the return sites of the calls the walk went into), and from a `RET` of
+    the function the poll is in to every call site of it (its callers read the data)."""
+    ins = func.instrs[i]
+    target = func.call_target(i)
+    if target is not None and len(stack) < MAX_CALL_DEPTH:
+        return [(target, stack + (i + 1,))]
+    if ins.base == "RET" and not (ins.pred and ins.pred != "@PT"):
+        if stack:
+            return [(stack[-1], stack[:-1])]
+        return [(r, ()) for r in func.return_sites(i)]
+    return [(s, stack) for s in func.successors(i)]
+
+
 def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls: set[int]):
     """(first weak data load within `READ_WINDOW` instructions of the poll's loop exit
     reached from the poll with no acquire on the way, how many such loads, the first
     acquire fence seen). The walk starts at the poll (an `ld.acquire`'s fence sits right
-    after it, inside the loop), stops at another poll loop (what follows it is that poll's
-    data) and does not count pointer loads (`_only_an_address`), a thread's own words
-    (`_own_word`: its counter, its own write read back) nor a rank's own buffer
-    (`_own_rank_entry`: `buffer_ptrs[rank]`)."""
-    seen: set[int] = set()
-    frontier = [(s, 0) for s in func.successors(poll)]
-    first, count, fence = None, 0, None
+    after it, inside the loop), follows calls into out-of-line functions and returns out of
+    them (`_walk_successors`: a `__noinline__` wait's data is read by its callers), stops at
+    another poll loop (what follows it is that poll's data) and does not count pointer loads
+    (`_only_an_address`), a thread's own words (`_own_word`: its counter, its own write read
+    back) nor a rank's own buffer (`_own_rank_entry`: `buffer_ptrs[rank]`)."""
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    frontier = [(s, 0, st) for s, st in _walk_successors(func, poll, ())]
+    first, fence, stale = None, None, set()
     while frontier:
-        i, dist = frontier.pop(0)
-        if i in seen or i >= len(func.instrs) or i in other_polls or dist > READ_WINDOW:
+        i, dist, stack = frontier.pop(0)
+        if (i, stack) in seen or i >= len(func.instrs) or i in other_polls or dist > READ_WINDOW:
             continue
-        seen.add(i)
+        seen.add((i, stack))
         ins = func.instrs[i]
         if ins.is_acquire_fence:
             fence = fence or ins
             continue  # acquired on this path
         if (i not in loop and ins.is_weak_global_load and not _only_an_address(func, i)
-                and not _own_word(func, i) and not _own_rank_entry(func, i)):
-            count += 1
+                and i not in stale and not _own_word(func, i) and not _own_rank_entry(func, i)):
+            stale.add(i)  # once, whichever call it was reached through
             first = ins if first is None or ins.addr < first.addr else first
-        frontier.extend((s, dist + (i not in loop)) for s in func.successors(i))
-    return first, count, fence
+        frontier.extend((s, dist + (i not in loop), st) for s, st in _walk_successors(func, i, stack))
+    return first, len(stale), fence
 
 
 def poll_loops(func: SassFunction) -> dict[int, set[int]]:
@@ -414,7 +457,7 @@ def check_polls(func: SassFunction, path: str) -> list[Finding]:
             more = f" (+{count - 1} more such loads)" if count > 1 else ""
             out.append(checks.POLL_NO_ACQUIRE.finding(
                 path, bad.line,
-                f"{func.name}: `{bad.opcode}` at /*{bad.addr:04x}*/ follows the poll "
+                f"{_place(func, p)}: `{bad.opcode}` at /*{bad.addr:04x}*/ follows the poll "
                 f"`{poll.opcode}` at /*{poll.addr:04x}*/ with no acquire in between (no "
                 f"CCTL.IVALL / gpu-scope MEMBAR){more}: it may read stale L1 lines of the data "
                 f"the flag publishes; poll with ld.acquire.gpu or add __threadfence() after "
@@ -429,7 +472,7 @@ def check_polls(func: SassFunction, path: str) -> list[Finding]:
                        f"written before the launch (ordered by the kernel boundary), assuming every "
                        f"rank runs this same code")
             out.append(checks.SYNC_SCOPE.finding(path, poll.line,
-                                                 f"{func.name}: poll `{poll.opcode}` ({scope}); "
+                                                 f"{_place(func, p)}: poll `{poll.opcode}` ({scope}); "
                                                  f"acquire: {acq}", poll.text))
     return out
 

@@ -161,6 +161,43 @@ class SassFunction:
     instrs: list[SassInstr]
     labels: dict[str, int]
 
+    @property
+    def routines(self) -> dict[int, str]:
+        """Where each out-of-line device function in this kernel's listing starts -> its name.
+        nvdisasm puts a copy of every `__noinline__` function the kernel calls after the
+        kernel's body, under a `$KERNEL$CALLEE:` label (`$__internal_N_$...`: the compiler's
+        own helpers); control reaches it only through a `CALL`."""
+        found = self.__dict__.get("_routines")
+        if found is None:
+            found = self.__dict__["_routines"] = {
+                at: name.rsplit("$", 1)[-1] or name for name, at in sorted(self.labels.items(), key=lambda x: x[1])
+                if name.startswith("$") and at < len(self.instrs)}
+        return found
+
+    def routine_of(self, i: int) -> int | None:
+        """The start of the out-of-line function instruction `i` belongs to (None: the
+        kernel's own body)."""
+        starts = [at for at in self.routines if at <= i]
+        return max(starts) if starts else None
+
+    def call_target(self, i: int) -> int | None:
+        """Where the `CALL` at `i` jumps (None: not a call, or through a register)."""
+        ins = self.instrs[i]
+        m = re.search(r"\((\$[\w$.]+)\)", ins.text) if ins.base == "CALL" else None
+        return self.labels.get(m.group(1)) if m else None
+
+    def return_sites(self, i: int) -> list[int]:
+        """Where a `RET` at `i` may return to: the instruction after every `CALL` of the
+        out-of-line function `i` is in (none for the kernel's own body)."""
+        calls = self.__dict__.get("_calls")
+        if calls is None:
+            calls = self.__dict__["_calls"] = {}
+            for k in range(len(self.instrs) - 1):
+                t = self.call_target(k)
+                if t is not None:
+                    calls.setdefault(t, []).append(k + 1)
+        return calls.get(self.routine_of(i), [])
+
     def successors(self, i: int) -> list[int]:
         """Where control may go after instruction `i` (computed once per function)."""
         succ = self.__dict__.get("_succ")

@@ -144,3 +144,21 @@ def test_step_d_hang_read_from_the_merge_workers_alone_names_the_chunks_without_
     text = F.explain_hang(snapshot(64, sl), {"variant": "chunk_supply", "grid": 64})
     assert "4 of 64 workers wait at CHUNK_MERGE in layer 1 (epoch 2)" in text
     assert "chunk ranks 64–79 never arrived" in text and "have no worker (grid 64)" in text
+
+
+def test_production_tripwire_instance_has_its_out_of_line_wait_checked_and_acquired():
+    """The tripwire instance (mkl_megakernel<true>) waits through the out-of-line
+    wait_ge_watched: its poll is reached only by a CALL (and its loop rebuilds the memory
+    descriptor from SR_CgaCtaId for the watch's shared-memory stores); the compiled checks
+    found 0 polls in that instance before."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static import compiled
+
+    try:
+        found = compiled.check_jobs(compiled.jobs_for_files([LAYERED], ["-DMKL_CAMPAIGN_STEP=2"], archs=["sm_90a"]))
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot run the compiled static checks: {e}")
+    watched = [f.message for f in found if f.check == "sync-scope" and "mkl_megakernelILb1E" in f.message]
+    assert len(watched) == 1 and "in out-of-line `_ZN3mkl15wait_ge_watched" in watched[0], watched
+    assert "acquire: `CCTL.IVALL`" in watched[0]
+    assert not [f for f in found if f.fails]

@@ -353,6 +353,52 @@ def test_polls_reached_through_an_inline_helper_are_reported_at_each_call_site(t
     assert "3 poll(s) checked" in _coverage(found) and "not analysed" not in _coverage(found)
 
 
+OUT_OF_LINE_WAIT = '''__device__ __noinline__ int wait_flag(volatile int* f, int v) {
+  int seen;
+  while ((seen = *f) < v) {}                           // ld.volatile poll
+  {FENCE}
+  return seen;
+}
+__global__ void consume(volatile int* flag, int* out, const int* data) {
+  if (threadIdx.x == 0) wait_flag(flag, 1);            // a CALL: the poll is in the callee
+  __syncthreads();
+  out[threadIdx.x] = data[threadIdx.x];                // the data the flag publishes
+}
+'''
+
+
+@requires_sass
+@pytest.mark.parametrize("fence,flagged", [("", True), ("__threadfence();", False)])
+def test_a_poll_in_an_out_of_line_wait_is_checked_against_what_its_caller_reads_after_it(
+        tmp_path, fence, flagged):
+    # the tripwire instance's waits go through a __noinline__ function: its poll is reached
+    # only by a CALL, and its data is read by the caller after the RET (0 polls checked before)
+    src = tmp_path / "w.cu"
+    src.write_text(OUT_OF_LINE_WAIT.replace("{FENCE}", fence))
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], [SM90A]))
+    assert [(f.check, f.line) for f in found if f.fails] == ([("poll-no-acquire", 10)] if flagged else [])
+    (poll,) = [f for f in found if f.check in ("poll-no-acquire", "sync-scope")]
+    assert "in out-of-line `_Z9wait_flagPVii`" in poll.message
+    assert "1 poll(s) checked" in _coverage(found) and "1 out-of-line function(s)" in _coverage(found)
+
+
+OUT_OF_LINE_READ = '''__device__ __noinline__ void take(const int* data, int* out) { out[threadIdx.x] = data[threadIdx.x]; }
+__global__ void consume(volatile int* flag, int* out, const int* data) {
+  while (*flag == 0) {}                                // ld.volatile poll: no acquire
+  {FENCE}
+  take(data, out);                                     // the data is read in the callee
+}
+'''
+
+
+@requires_sass
+@pytest.mark.parametrize("fence,flagged", [("", True), ("__threadfence();", False)])
+def test_data_read_in_an_out_of_line_function_after_a_poll_is_judged_like_data_read_inline(
+        tmp_path, fence, flagged):
+    found = check(tmp_path, OUT_OF_LINE_READ.replace("{FENCE}", fence), "r.cu")
+    assert [(f.check, f.line) for f in found] == ([("poll-no-acquire", 1)] if flagged else [])
+
+
 OWN_COUNTER = '''struct Signal { unsigned counter[64][8]; unsigned peer[64][8]; };
 __global__ void barrier_twice(Signal* self, Signal* const* peers, int rank, float* out, const float* in) {
   for (int round = 0; round < 2; ++round) {
