@@ -145,6 +145,12 @@ def _is_call(ins: isa.Instr) -> bool:
     return ins.mnemonic.startswith(("s_swappc", "s_setpc", "s_call"))
 
 
+def _is_return(ins: isa.Instr) -> bool:
+    """A function's return (`s_setpc_b64` to the return address the call left in s[30:31]),
+    not a long branch through another register pair."""
+    return ins.mnemonic == "s_setpc_b64" and bool(ins.operands) and ins.operands[0] == "s[30:31]"
+
+
 def _store_data(ins: isa.Instr) -> set[tuple[str, int]]:
     """The register units a store writes to memory (buffer_*: the first operand; global_,
     flat_: the second)."""
@@ -339,6 +345,19 @@ def _check_acquire(func, path, head, back, poll, start_arrive: isa.Instr | None 
         ins = func.instrs[i]
         if ins.mnemonic.startswith("buffer_inv"):
             inv = ins
+        elif _is_return(ins) and inv is not None:
+            scopes.add(f"`{inv.text}` at line {inv.line} before the return to its callers: {fence_scope(inv)}")
+        elif _is_return(ins) and start_arrive is None:
+            # an out-of-line wait: its callers read what the flag publishes, in functions this
+            # walk does not enter - unacquired on this path, never "no data load follows"
+            out.append(checks.ACQUIRE_MISSING.finding(
+                path, ins.line,
+                f"the poll loop at line {p.line} is in an out-of-line function that returns "
+                f"(`{ins.text}`) with no `buffer_inv` (acquire) on some path: its callers read "
+                f"the data the flag publishes after the call, and this check does not follow "
+                f"them into the caller - acquire in the wait itself (a `buffer_inv` after the loop, "
+                f"or an acquire load)", f"{p.text}\n...\n{ins.text}"))
+            break
         elif _is_data_load(ins) and not head <= i <= back and i not in lds_pointer_accesses(func):
             if inv is not None:
                 scopes.add(f"`{inv.text}` at line {inv.line}: {fence_scope(inv)}")

@@ -12,10 +12,9 @@
 - [wgmma-serialized] (perf) ptxas reports that `wgmma.mma_async` instructions were
   serialized (C7510-C7516 "Potential Performance Loss"), with its reason.
 - [sync-scope] (info) the scope of each poll and its acquire, in words.
-
-A kernel's out-of-line device functions (`__noinline__`) are in its listing after its body,
-reached only by `CALL`: the loops and polls in them are found (`_reachable`) and judged
-against what the callers read after the call returns (`_walk_successors`).
+- a kernel's out-of-line (`__noinline__`) functions, after its body in its listing and reached
+  only by `CALL`: their loops and polls are found (`_reachable`) and judged against what the
+  callers read after the call returns (`SassFunction.across_calls`).
 - the wgmma pipeline checks of `hazards.static.wgmma` (refill depth, registers of an in-flight
   wgmma), run on every function that has one. More in docs/static-checks.md.
 """
@@ -386,36 +385,17 @@ def _own_counter(func: SassFunction, k: int, compared: set[str]) -> bool:
 READ_WINDOW = 64  # instructions after a poll's exit in which its data is read
 
 
-MAX_CALL_DEPTH = 4  # out-of-line calls the walk after a poll follows, one inside another
-
-
-def _walk_successors(func: SassFunction, i: int, stack: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
-    """Where the walk after a poll goes from `i`, across out-of-line functions: into the
-    callee of a `CALL` (what it reads is read after the poll too), back to the call site of
-    a `RET` (`stack`: the return sites of the calls the walk went into), and from a `RET` of
-    the function the poll is in to every call site of it (its callers read the data)."""
-    ins = func.instrs[i]
-    target = func.call_target(i)
-    if target is not None and len(stack) < MAX_CALL_DEPTH:
-        return [(target, stack + (i + 1,))]
-    if ins.base == "RET" and not (ins.pred and ins.pred != "@PT"):
-        if stack:
-            return [(stack[-1], stack[:-1])]
-        return [(r, ()) for r in func.return_sites(i)]
-    return [(s, stack) for s in func.successors(i)]
-
-
 def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls: set[int]):
     """(first weak data load within `READ_WINDOW` instructions of the poll's loop exit
     reached from the poll with no acquire on the way, how many such loads, the first
     acquire fence seen). The walk starts at the poll (an `ld.acquire`'s fence sits right
     after it, inside the loop), follows calls into out-of-line functions and returns out of
-    them (`_walk_successors`: a `__noinline__` wait's data is read by its callers), stops at
+    them (`SassFunction.across_calls`: a `__noinline__` wait's data is read by its callers), stops at
     another poll loop (what follows it is that poll's data) and does not count pointer loads
     (`_only_an_address`), a thread's own words (`_own_word`: its counter, its own write read
     back) nor a rank's own buffer (`_own_rank_entry`: `buffer_ptrs[rank]`)."""
     seen: set[tuple[int, tuple[int, ...]]] = set()
-    frontier = [(s, 0, st) for s, st in _walk_successors(func, poll, ())]
+    frontier = [(s, 0, st) for s, st in func.across_calls(poll)]
     first, fence, stale = None, None, set()
     while frontier:
         i, dist, stack = frontier.pop(0)
@@ -430,7 +410,7 @@ def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls
                 and i not in stale and not _own_word(func, i) and not _own_rank_entry(func, i)):
             stale.add(i)  # once, whichever call it was reached through
             first = ins if first is None or ins.addr < first.addr else first
-        frontier.extend((s, dist + (i not in loop), st) for s, st in _walk_successors(func, i, stack))
+        frontier.extend((s, dist + (i not in loop), st) for s, st in func.across_calls(i, stack))
     return first, len(stale), fence
 
 

@@ -198,6 +198,19 @@ class SassFunction:
                     calls.setdefault(t, []).append(k + 1)
         return calls.get(self.routine_of(i), [])
 
+    def across_calls(self, i: int, stack: tuple[int, ...] = (), depth: int = 4) -> list[tuple[int, tuple[int, ...]]]:
+        """Where control goes after `i` across out-of-line functions, with the return sites of
+        the calls gone into (`stack`): a `CALL` into its callee (stepped over `depth` calls
+        deep), a `RET` back to the latest call on `stack` or, with none, to the instruction
+        after every call of its function (context-free: each caller may be the one)."""
+        ins = self.instrs[i]
+        target = self.call_target(i)
+        if target is not None and len(stack) < depth:
+            return [(target, stack + (i + 1,))]
+        if ins.base == "RET" and not (ins.pred and ins.pred != "@PT"):
+            return [(stack[-1], stack[:-1])] if stack else [(r, ()) for r in self.return_sites(i)]
+        return [(s, stack) for s in self.successors(i)]
+
     def successors(self, i: int) -> list[int]:
         """Where control may go after instruction `i` (computed once per function)."""
         succ = self.__dict__.get("_succ")

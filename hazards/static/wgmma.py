@@ -13,7 +13,6 @@ from typing import Iterable
 
 from hazards.static import checks
 from hazards.static.findings import Finding
-from hazards.static.flow import predecessors
 from hazards.static.sass_listing import SassFunction, SassInstr, parse_sass
 
 GROUP_CAP = 8  # groups tracked per path; older ones merge (depths beyond this saturate)
@@ -113,16 +112,21 @@ def step(state: Flight, ins: SassInstr) -> Flight:
 
 
 def in_flight(func: SassFunction) -> list[Flight | None]:
-    """The state on entry to every instruction (None: unreachable)."""
+    """The state on entry to every instruction (None: unreachable). The flow crosses calls
+    into the kernel's out-of-line functions and back (`SassFunction.across_calls`, context
+    free: a callee's state joins every caller's); one nothing calls starts with nothing in
+    flight."""
     states: list[Flight | None] = [None] * len(func.instrs)
     if not func.instrs:
         return states
-    states[0] = Flight()
-    work = [0]
+    called = {func.call_target(k) for k in range(len(func.instrs))}
+    work = [0, *(at for at in func.routines if at not in called)]
+    for root in work:
+        states[root] = Flight()
     while work:
         i = work.pop()
         after = step(states[i], func.instrs[i])  # type: ignore[arg-type]
-        for s in func.successors(i):
+        for s, _ in func.across_calls(i):
             old = states[s]
             new = after if old is None else old.join(after)
             if new != old:
@@ -192,7 +196,10 @@ def _unfenced_stores(func: SassFunction, path: str, store_refills: bool) -> list
     `FENCE.VIEW.ASYNC` (the SASS of `fence.proxy.async`): the store is a generic-proxy write,
     the wgmma's operand read an async-proxy one, and only the proxy fence orders the two."""
     ins = func.instrs
-    preds = predecessors(func)
+    preds: dict[int, list[int]] = {}  # across calls: a store before a CALL reaches the callee's wgmma
+    for i in range(len(ins)):
+        for s, _ in func.across_calls(i):
+            preds.setdefault(s, []).append(i)
     # every instruction from which a wgmma is reachable on a path with no proxy fence
     unfenced = {i for i, x in enumerate(ins) if is_wgmma(x)}
     todo = list(unfenced)
@@ -201,7 +208,7 @@ def _unfenced_stores(func: SassFunction, path: str, store_refills: bool) -> list
             if p not in unfenced and not ins[p].opcode.startswith("FENCE.VIEW.ASYNC"):
                 unfenced.add(p)
                 todo.append(p)
-    hits = [x for i, x in enumerate(ins) if x.base == "STS" and any(j in unfenced for j in func.successors(i))]
+    hits = [x for i, x in enumerate(ins) if x.base == "STS" and any(j in unfenced for j, _ in func.across_calls(i))]
     if not hits:
         return []
     sts = hits[0]

@@ -382,6 +382,34 @@ def test_a_poll_in_an_out_of_line_wait_is_checked_against_what_its_caller_reads_
     assert "1 poll(s) checked" in _coverage(found) and "1 out-of-line function(s)" in _coverage(found)
 
 
+OUT_OF_LINE_WAIT_HIP = HEAD + '''__attribute__((noinline)) __device__ int wait_flag(int* f, int v) {
+  int seen;
+  while ((seen = __hip_atomic_load(f, {ORDER}, __HIP_MEMORY_SCOPE_AGENT)) < v) {}
+  return seen;
+}
+__global__ void consume(int* flag, int* out, const int* data) {
+  if (threadIdx.x == 0) wait_flag(flag, 1);
+  __syncthreads();
+  out[threadIdx.x] = data[threadIdx.x];
+}
+'''
+
+
+@requires_hip
+@pytest.mark.parametrize("order,flagged", [("__ATOMIC_RELAXED", True), ("__ATOMIC_ACQUIRE", False)])
+def test_an_amd_out_of_line_wait_that_returns_unacquired_is_flagged_not_passed(tmp_path, order, flagged):
+    # its poll was judged "acquire: no data load follows": the walk ended at the return, and the
+    # callers' reads (in another function of the listing) were never looked at
+    src = tmp_path / "w.hip"
+    src.write_text(OUT_OF_LINE_WAIT_HIP.replace("{ORDER}", order))
+    found = compiled.check_jobs(compiled.jobs_for_files([src], [], ["gfx942"]))
+    assert [(f.check, f.line) for f in found if f.fails] == ([("acquire-missing", 5)] if flagged else [])  # its return
+    if not flagged:
+        (scope,) = [f for f in found if f.check == "sync-scope"]
+        assert "before the return to its callers" in scope.message
+    assert "2 device function(s) compiled" in _coverage(found)  # the wait really is out of line
+
+
 OUT_OF_LINE_READ = '''__device__ __noinline__ void take(const int* data, int* out) { out[threadIdx.x] = data[threadIdx.x]; }
 __global__ void consume(volatile int* flag, int* out, const int* data) {
   while (*flag == 0) {}                                // ld.volatile poll: no acquire

@@ -171,6 +171,28 @@ def test_a_thread_store_is_a_refill_only_when_the_caller_says_the_ring_is_refill
     assert got == ({"wgmma-refill-in-flight"} if store_refills else set())
 
 
+OUT_OF_LINE_REFILL = """
+HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;
+HGMMA.64x64x16.F32.BF16 R24, gdesc[UR10], R24, gsb0
+{wait}
+CALL.REL.NOINC `($k$refill)
+WARPGROUP.DEPBAR.LE gsb0, 0x0
+STG.E desc[UR4][R2.64], R30
+EXIT
+$k$refill:
+UBLKCP.S.G [UR6], [UR22], UR9
+RET.REL.NODEC R20 `(k)
+"""
+
+
+@pytest.mark.parametrize("wait, refill", [("", True), ("WARPGROUP.DEPBAR.LE gsb0, 0x0", False)])
+def test_a_refill_in_an_out_of_line_function_is_judged_by_the_groups_its_caller_left_pending(wait, refill):
+    # the callee is reached only by the CALL: the dataflow from the entry alone never saw its refill
+    text = _listing(OUT_OF_LINE_REFILL.format(wait=wait))
+    got = failing_ids(wgmma.check_sass(text, "k.sass", banks=1))
+    assert got == ({"wgmma-refill-in-flight"} if refill else set())
+
+
 EMPTY_COMMIT = """
 HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;
 HGMMA.64x64x16.F32.BF16 R24, gdesc[UR10], R24, gsb0
