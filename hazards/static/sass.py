@@ -410,7 +410,9 @@ def _stale_read_after(func: SassFunction, loop: set[int], poll: int, other_polls
                 and i not in stale and not _own_word(func, i) and not _own_rank_entry(func, i)):
             stale.add(i)  # once, whichever call it was reached through
             first = ins if first is None or ins.addr < first.addr else first
-        frontier.extend((s, dist + (i not in loop), st) for s, st in func.across_calls(i, stack))
+        # a step counts only at the poll's own call level: a long out-of-line callee with no load
+        # (an index hash) must not use up the window before the read its result feeds
+        frontier.extend((s, dist + (i not in loop and not stack), st) for s, st in func.across_calls(i, stack))
     return first, len(stale), fence
 
 

@@ -427,6 +427,27 @@ def test_data_read_in_an_out_of_line_function_after_a_poll_is_judged_like_data_r
     assert [(f.check, f.line) for f in found] == ([("poll-no-acquire", 1)] if flagged else [])
 
 
+LONG_CALLEE_BEFORE_THE_READ = '''__device__ __noinline__ int mix(int x) {
+#pragma unroll
+  for (int i = 0; i < 60; ++i) x = (x * 31 + (x >> 3)) ^ (i * 0x9e3779b9);
+  return x;
+}
+__global__ void consume(volatile int* flag, int* out, const int* data) {
+  while (*flag == 0) {}                                // ld.volatile poll: no acquire
+  int k = mix(threadIdx.x);                            // ~200 instructions out of line, no load
+  out[threadIdx.x] = data[k & 255];
+}
+'''
+
+
+@requires_sass
+def test_a_long_out_of_line_call_between_a_poll_and_its_read_does_not_use_up_the_read_window(tmp_path):
+    # stepping into the callee counted its ~200 instructions against the 64-instruction window:
+    # the read after the call was never reached and the poll passed ("no weak data load follows")
+    found = check(tmp_path, LONG_CALLEE_BEFORE_THE_READ, "m.cu")
+    assert [f.check for f in found if f.fails] == ["poll-no-acquire"]
+
+
 OWN_COUNTER = '''struct Signal { unsigned counter[64][8]; unsigned peer[64][8]; };
 __global__ void barrier_twice(Signal* self, Signal* const* peers, int rank, float* out, const float* in) {
   for (int round = 0; round < 2; ++round) {
