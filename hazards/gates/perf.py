@@ -117,11 +117,8 @@ def rows_by_task(payloads: Sequence[dict[str, Any]], label: str) -> dict[int, di
     return out
 
 
-_UNRESOLVED: Any = object()
-
-
 def side_item(spec: str, *, cwd: str, timeout: float, cos_min: float, launches: int,
-              revision: Any = _UNRESOLVED) -> WorkItem:
+              revision: Any = None) -> WorkItem:
     """The work item of one side (`spec`: a command, or PREFIX:NAME[@REV] of a catalog megakernel),
     before a sample's worker count and seed are put in (`sample_item`). Every catalog side
     of one megakernel has the same server argv: the frame keeps one warm server for them.
@@ -131,7 +128,7 @@ def side_item(spec: str, *, cwd: str, timeout: float, cos_min: float, launches: 
     prefix = catalog_of(spec)
     if prefix is not None:
         cand = catalog_candidate(spec)
-        rev = catalog_revision(spec) if revision is _UNRESOLVED else revision
+        rev = revision if revision is not None else catalog_revision(spec)  # no '@': None, no git run
         module = CATALOGS[prefix]
         at = {"revision": rev.commit, "sources": str(rev.standalone)} if rev else {}
         return WorkItem(target=module.rsplit(".", 2)[-2] + "-faithful",
