@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,7 +18,7 @@ from hazards.static import compiled, userbuild
 from hazards.static.userbuild import device_lib_args, hip_headers_found
 from hazards.engine.toolchain import SM90A
 from killed_phase import in_a_killed_phase
-from static_helpers import ASM_LOOP, CLANG_MISSING, DATA, NVDISASM_MISSING, hazards
+from static_helpers import ASM_LOOP, CLANG_MISSING, DATA, NVDISASM_MISSING, hazards, requires_clang
 
 
 def _hip_missing() -> str | None:
@@ -282,6 +283,49 @@ __global__ void k(int* p, volatile int* f) { p[0] = spin(f); }
     found = compiled.check_jobs(compiled.jobs_for_files([src], [], [SM90A]))
     assert [(f.check, f.line) for f in found if f.check == "not-analysed"] == [("not-analysed", 2)]
     assert "(sm_90a): 1 device function(s) compiled, 0 asm block(s) and 1 poll(s) checked" in _coverage(found)
+
+
+def _two_checkouts(tmp_path, monkeypatch, files: dict[str, str]):
+    """Two checkouts of one repository (`main`, `worktree`) holding the same `files` under
+    their kernel sources and sharing one build cache; yields each checkout's root while the
+    kernel sources and the current folder are its own, as in a process run from it."""
+    from hazards.static import compile as compile_mod
+
+    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "cache"))
+    for checkout in ("main", "worktree"):
+        root = tmp_path / checkout
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        monkeypatch.setattr(compile_mod, "standalone_dir", lambda root=root: root / "standalone")
+        monkeypatch.chdir(root)
+        yield root
+
+
+@requires_sass
+def test_a_second_checkout_sharing_the_build_cache_gets_findings_at_its_own_files(tmp_path, monkeypatch):
+    """The cubin's line table names the checkout it was built in: a second checkout's build of
+    the same file (same place, same text) is its own, so its findings are at its own file and
+    nothing is `not-analysed` for want of line info naming it."""
+    rel = "standalone/common/p.cu"
+    for root in _two_checkouts(tmp_path, monkeypatch, {rel: (DATA / "polls_precision.cu").read_text()}):
+        found = compiled.check_jobs(compiled.jobs_for_files([Path(rel)], [], [SM90A]))
+        failing = [(f.check, f.path) for f in found if f.fails]
+        assert failing == [("poll-no-acquire", rel)] * 4, (root.name, failing)
+        assert "8 device function(s) compiled" in _coverage(found)
+
+
+@requires_clang
+def test_a_second_checkouts_preprocessed_catalog_source_names_its_own_files(tmp_path, monkeypatch):
+    """Preprocessed text (the catalog's lint of a point build) names every file in its line
+    markers: a second checkout's text names its own source and header, never the first's."""
+    from hazards.static.compile import preprocess
+
+    files = {"standalone/fam/k.hip": '#include "k.h"\nint f() { return K; }\n', "standalone/fam/k.h": "#define K 1\n"}
+    for root in _two_checkouts(tmp_path, monkeypatch, files):
+        text = preprocess(root / "standalone/fam/k.hip").text
+        marked = {m for m in re.findall(r'^# \d+ "([^"<]+)"', text, re.M)}
+        assert marked == {str(root / "standalone/fam/k.hip"), str(root / "standalone/fam/k.h")}, marked
 
 
 @requires_hip
