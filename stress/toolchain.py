@@ -13,7 +13,10 @@
   (`--offload-arch=gfx942`), and the clang flags of AMD device-only static builds.
 - `tool_version(path)` is the part of `--version` that names the release, and
   `cache_key(...)` hashes that version, the arguments and the text of every source file a
-  build reads (the main file and everything it reaches through `#include "..."`).
+  build reads (the main file and everything it reaches through `#include "..."`), named
+  relative to a `root` (the kernel sources: an installed package shares a checkout's
+  builds) unless the build `names_its_sources(args)` (line tables, preprocessor line
+  markers): then by absolute path, so a second checkout gets its own build.
 - `cache_dir(kind)`: the per-user build cache, `$HZ_BUILD_DIR` or
   `$XDG_CACHE_HOME/gpu-hazards` or `~/.cache/gpu-hazards`, one folder per kind of build
   ("family", "static", "megakernel"). Nothing is ever written into the installed package or
@@ -286,10 +289,26 @@ def source_files(dirs: Sequence[Path], main: Path | None = None) -> list[Path]:
     return sorted(set(files))
 
 
+# Flags whose output carries line tables (nvcc -lineinfo / -G, clang -g...): they name each
+# source by where it was read (nvcc: the folder it ran in and the name it was given).
+_LINE_TABLE_FLAG = re.compile(r"-lineinfo|--generate-line-info|-G|--device-debug|"
+                              r"-g(?:\d|line-tables-only|line-directives-only|gdb\d?|dwarf(?:-\d)?)?")
+
+
+def names_its_sources(args: Sequence[str]) -> bool:
+    """Whether a build with these arguments outputs its sources' paths: line tables, or the
+    line markers of preprocessed text (`-E` without `-P`). Such an output belongs to the
+    checkout it was built from, so its `cache_key` takes no `root` (absolute paths): a
+    second checkout of the same files at the same place gets its own build."""
+    preprocessed = any(a in ("-E", "--preprocess") for a in args) and "-P" not in args
+    return preprocessed or any(_LINE_TABLE_FLAG.fullmatch(a) for a in args)
+
+
 def cache_key(files: Sequence[Path], args: Sequence[str], version: str, *, root: Path | None = None) -> str:
     """sha256 over every file (its path relative to `root`, when under it, and its bytes),
     the arguments (with `root` written as `<root>` in them, e.g. in `-I` flags) and the
-    tool's version: the same sources installed elsewhere share one build."""
+    tool's version: the same sources installed elsewhere share one build. Without `root`,
+    by absolute path (a build that `names_its_sources`)."""
     h = hashlib.sha256()
     root_dir = Path(root).resolve() if root is not None else None
     for f in files:

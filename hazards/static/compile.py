@@ -98,18 +98,6 @@ DIAGNOSTIC_ERROR = re.compile(r"^(?:\S.*?:\d+:\d+: (?:fatal )?error: |\S.*?\(\d+
                               r"clang(?:-\d+)?: error: |nvcc (?:fatal|error))")
 
 
-# Flags whose output carries line tables (nvcc -lineinfo / -G, clang -g...): they name each
-# source by where it was read (nvcc: the folder it ran in and the name it was given).
-_LINE_TABLE_FLAG = re.compile(r"-lineinfo|--generate-line-info|-G|--device-debug|"
-                              r"-g(?:\d|line-tables-only|line-directives-only|gdb\d?|dwarf(?:-\d)?)?")
-
-
-def _names_its_sources(args: list[str], suffix: str) -> bool:
-    """Whether a build's output names its sources by path: line tables, or the line markers
-    of preprocessed text (`.i`). Such an output belongs to the checkout it was built from."""
-    return suffix == ".i" or any(_LINE_TABLE_FLAG.fullmatch(a) for a in args)
-
-
 def _cached_build(tool: str, args: list[str], source: Path, suffix: str, label: str,
                   out_flag: str = "-o", key_extra: str = "") -> Build:
     """Run `tool args source -o out` unless the same build is already cached (`key_extra`:
@@ -119,7 +107,7 @@ def _cached_build(tool: str, args: list[str], source: Path, suffix: str, label: 
     # Keyed relative to the kernel sources, so a wheel installed anywhere shares the checkout's
     # builds - unless the output names the sources' paths: then by their absolute paths (and
     # -I folders), so a second checkout never maps its findings through the first one's files.
-    root = None if _names_its_sources(args, suffix) else standalone_dir()
+    root = None if toolchain.names_its_sources(args) else standalone_dir()
     key = toolchain.cache_key(files, [tool, *args, *([key_extra] if key_extra else [])],
                               toolchain.tool_version(tool), root=root)
     out = toolchain.cache_dir("static") / f"{label}-{key[:16]}{suffix}"
