@@ -5,7 +5,7 @@ import pytest
 
 from hazards.static import amdgcn, amdgcn_isa, amdgcn_sync, sass
 from hazards.static.compile import compile_amdgcn, compile_cubin
-from static_helpers import DATA, listing, requires_clang, requires_nvdisasm
+from static_helpers import DATA, listing, requires_clang, requires_nvdisasm, sass_listing
 
 
 @pytest.fixture(scope="module")
@@ -247,6 +247,45 @@ def test_sass_loop_with_a_changing_exit_is_not_a_spin():
                              "        /*0040*/              @!P0 BRA `(.L_x_1) ;\n"
                              "        /*0048*/                   EXIT ;")
     assert not [f for f in sass.check_sass(text, "k.sass") if f.fails]
+
+
+OUT_OF_LINE_EARLY_RETURN = """
+CALL.REL.NOINC `($k$wait)
+LDG.E R6, desc[UR4][R8.64]
+STG.E desc[UR4][R10.64], R6
+EXIT
+.L_x_0:
+BRA `(.L_x_0)
+$k$wait:
+.L_x_1:
+LD.E.STRONG.SYS R0, [R4.64]
+ISETP.GE.AND P0, PT, R0, R5, PT
+@!P0 BRA `(.L_x_1)
+ISETP.NE.AND P1, PT, R7, RZ, PT
+{before}
+{guard} RET.REL.NODEC R20 `(k)
+{tail}
+RET.REL.NODEC R20 `(k)
+"""
+
+
+@pytest.mark.parametrize("before,guard,tail,stale", [
+    ("NOP", "@P1", "CCTL.IVALL", "at /*0010*/ follows the poll"),  # the early return reaches the caller's read unacquired
+    ("NOP", "@!P1", "LDG.E R9, desc[UR4][R12.64]", "(+1 more such loads)"),  # and still falls through
+    ("CCTL.IVALL", "@P1", "NOP", None),  # acquired before the early return: both ways are
+])
+def test_a_predicated_ret_after_a_poll_returns_to_the_callers_and_falls_through(before, guard, tail, stale):
+    # an out-of-line wait that returns early on one predicate: a predicated RET returned only by
+    # its fall-through, so the caller's LDG after the early return was never reached (the poll
+    # passed on the fence of the other path)
+    text = sass_listing(OUT_OF_LINE_EARLY_RETURN.format(before=before, guard=guard, tail=tail))
+    found = sass.check_sass(text, "k.sass")
+    errors = [f.message for f in found if f.fails]
+    if stale is None:
+        assert errors == [] and "CCTL.IVALL" in " ".join(f.message for f in found if f.check == "sync-scope")
+    else:
+        assert [f.check for f in found if f.fails] == ["poll-no-acquire"]
+        assert "at /*0010*/ follows the poll" in errors[0] and stale in errors[0], errors[0]
 
 
 # --- precision of the poll checks on real nvcc output --------------------------------------
