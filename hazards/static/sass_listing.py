@@ -202,14 +202,18 @@ class SassFunction:
         """Where control goes after `i` across out-of-line functions, with the return sites of
         the calls gone into (`stack`): a `CALL` into its callee (stepped over `depth` calls
         deep), a `RET` back to the latest call on `stack` or, with none, to the instruction
-        after every call of its function (context-free: each caller may be the one)."""
+        after every call of its function (context-free: each caller may be the one). A
+        predicated `@P RET` does both: it returns when its predicate holds and falls through
+        when it does not."""
         ins = self.instrs[i]
         target = self.call_target(i)
         if target is not None and len(stack) < depth:
             return [(target, stack + (i + 1,))]
-        if ins.base == "RET" and not (ins.pred and ins.pred != "@PT"):
-            return [(stack[-1], stack[:-1])] if stack else [(r, ()) for r in self.return_sites(i)]
-        return [(s, stack) for s in self.successors(i)]
+        here = [(s, stack) for s in self.successors(i)]
+        if ins.base == "RET":
+            back = [(stack[-1], stack[:-1])] if stack else [(r, ()) for r in self.return_sites(i)]
+            return back + here  # (an unconditional RET has no successor of its own)
+        return here
 
     def successors(self, i: int) -> list[int]:
         """Where control may go after instruction `i` (computed once per function)."""

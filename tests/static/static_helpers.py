@@ -42,6 +42,16 @@ def listing(body: str, name: str = "k") -> str:
     return f'\t.amdgcn_target "amdgcn-amd-amdhsa--gfx942"\n{name}:\n{lines}\n\ts_endpgm\n'
 
 
+def sass_listing(body: str) -> str:
+    """A minimal SASS listing (`nvdisasm -c` layout): one kernel `k` whose instructions are the
+    lines of `body` (a line ending in `:` is a label), 16 bytes apart."""
+    lines = []
+    for k, raw in enumerate(body.strip().splitlines()):
+        raw = raw.strip()
+        lines.append(raw if raw.endswith(":") else f"        /*{16 * k:04x}*/                   {raw} ;")
+    return "//--- .text.k ---\n.text.k:\n" + "\n".join(lines) + "\n"
+
+
 def failing_ids(findings) -> set[str]:
     """The ids of the findings that fail a check."""
     return {f.check for f in findings if f.fails}

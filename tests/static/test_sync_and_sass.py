@@ -5,7 +5,7 @@ import pytest
 
 from hazards.static import amdgcn, amdgcn_isa, amdgcn_sync, sass
 from hazards.static.compile import compile_amdgcn, compile_cubin
-from static_helpers import DATA, listing, requires_clang, requires_nvdisasm
+from static_helpers import DATA, listing, requires_clang, requires_nvdisasm, sass_listing
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +180,88 @@ def test_a_final_barrier_is_one_after_whose_wait_nothing_is_read(after_wait, fla
     assert ("the arrive of a final barrier" in said) is not flagged
 
 
+_WAIT = """
+s_mov_b64 s[0:1], 0
+.LBB0_1:
+global_load_dword v2, v[0:1], off sc1
+s_waitcnt vmcnt(0)
+v_cmp_lt_i32_e32 vcc, 0, v2
+s_or_b64 s[0:1], vcc, s[0:1]
+s_andn2_b64 exec, exec, s[0:1]
+s_cbranch_execnz .LBB0_1
+s_or_b64 exec, exec, s[0:1]
+s_setpc_b64 s[30:31]
+"""
+
+
+def _call_of(name: str, pair: int = 4) -> str:
+    """clang's call of an out-of-line function: its address into s[pair:pair+1], then s_swappc."""
+    return (f"s_getpc_b64 s[{pair}:{pair + 1}]\ns_add_u32 s{pair}, s{pair}, {name}@rel32@lo+4\n"
+            f"s_addc_u32 s{pair + 1}, s{pair + 1}, {name}@rel32@hi+12\ns_swappc_b64 s[30:31], s[{pair}:{pair + 1}]\n")
+
+
+def _functions(**bodies: str) -> str:
+    """A listing of several functions (name=body), in that order."""
+    return listing(bodies.pop("wait")).replace("\ts_endpgm\n", "", 1).replace("k:", "wait:", 1) + "".join(
+        listing(body, name).split("\n", 1)[1] for name, body in bodies.items())
+
+
+_ACQUIRE = "buffer_inv sc1\n"
+_READ = "global_load_dword v3, v[4:5], off\n"
+
+
+@pytest.mark.parametrize("first,second,flagged", [
+    (_ACQUIRE, _ACQUIRE, None),          # every caller acquires right after the call: passes
+    (_ACQUIRE, "", "second"),            # one caller reads unacquired: that caller's read is named
+    ("", _ACQUIRE, "first"),
+])
+def test_an_amd_out_of_line_wait_returns_into_every_caller_and_judges_its_read(first, second, flagged):
+    # the wait returns with no buffer_inv; before, its return was flagged whatever its callers did
+    text = _functions(wait=_WAIT, first=_call_of("wait") + first + _READ,
+                      second=_call_of("wait", 8) + second + _READ)
+    found = amdgcn.check_listing(text, "t.s")
+    errors = [f for f in found if f.fails]
+    if flagged is None:
+        (scope,) = [f.message for f in found if f.check == "sync-scope"]
+        assert not errors and "in `first` after its call of `wait`" in scope and "in `second`" in scope, scope
+    else:
+        (f,) = errors
+        assert f.check == "acquire-missing" and f"in `{flagged}` after its call of `wait`" in f.message
+        lines = text.split("\n")
+        start = lines.index(f"{flagged}:")
+        assert f.line == 1 + next(n for n in range(start, len(lines)) if lines[n] == "\t" + _READ.strip())
+
+
+def test_an_amd_wait_called_through_an_out_of_line_helper_is_followed_up_to_the_kernels_read():
+    # wait <- helper <- k: the read after the helper's call, two returns up, is the finding
+    text = _functions(wait=_WAIT, helper=_call_of("wait") + "s_setpc_b64 s[30:31]\n", k=_call_of("helper") + _READ)
+    (f,) = [f for f in amdgcn.check_listing(text, "t.s") if f.fails]
+    assert f.check == "acquire-missing" and "in `k` after its call of `helper`" in f.message
+    acquired = text.replace("s_swappc_b64 s[30:31], s[4:5]\n\tglobal_load", "s_swappc_b64 s[30:31], s[4:5]\n\tbuffer_inv sc1\n\tglobal_load")
+    assert acquired != text and not [f for f in amdgcn.check_listing(acquired, "t.s") if f.fails]
+
+
+def test_an_amd_call_through_a_got_entry_names_its_target():
+    # clang's call of a preemptible function: the address is loaded from the GOT entry it computes
+    got = ("s_getpc_b64 s[4:5]\ns_add_u32 s4, s4, wait@gotpcrel32@lo+4\ns_addc_u32 s5, s5, wait@gotpcrel32@hi+12\n"
+           "s_load_dwordx2 s[4:5], s[4:5], 0x0\ns_waitcnt lgkmcnt(0)\ns_swappc_b64 s[30:31], s[4:5]\n")
+    funcs = amdgcn_isa.parse_listing(_functions(wait=_WAIT, k=got + _READ))
+    calls = amdgcn_sync.CallSites(funcs)
+    assert [(f.name, f.instrs[k].mnemonic) for f, k in calls.sites["wait"]] == [("k", "s_swappc_b64")]
+    assert not calls.unnamed
+
+
+@pytest.mark.parametrize("others,why", [
+    ({}, "no call of `wait` is in this listing"),                                  # its callers are elsewhere
+    ({"k": _call_of("wait") + _ACQUIRE + "s_swappc_b64 s[30:31], s[20:21]\n" + _READ},
+     "go through a register whose target this check cannot name"),               # a function pointer may call it
+])
+def test_an_amd_out_of_line_wait_whose_callers_cannot_all_be_found_is_flagged_at_its_return(others, why):
+    found = amdgcn.check_listing(_functions(wait=_WAIT, **others), "t.s")
+    (f,) = [f for f in found if f.fails]
+    assert f.check == "acquire-missing" and "returns (`s_setpc_b64 s[30:31]`" in f.message and why in f.message
+
+
 @pytest.fixture(scope="module")
 def polls_sass():
     build = compile_cubin(DATA / "polls.cu", label="polls")
@@ -247,6 +329,45 @@ def test_sass_loop_with_a_changing_exit_is_not_a_spin():
                              "        /*0040*/              @!P0 BRA `(.L_x_1) ;\n"
                              "        /*0048*/                   EXIT ;")
     assert not [f for f in sass.check_sass(text, "k.sass") if f.fails]
+
+
+OUT_OF_LINE_EARLY_RETURN = """
+CALL.REL.NOINC `($k$wait)
+LDG.E R6, desc[UR4][R8.64]
+STG.E desc[UR4][R10.64], R6
+EXIT
+.L_x_0:
+BRA `(.L_x_0)
+$k$wait:
+.L_x_1:
+LD.E.STRONG.SYS R0, [R4.64]
+ISETP.GE.AND P0, PT, R0, R5, PT
+@!P0 BRA `(.L_x_1)
+ISETP.NE.AND P1, PT, R7, RZ, PT
+{before}
+{guard} RET.REL.NODEC R20 `(k)
+{tail}
+RET.REL.NODEC R20 `(k)
+"""
+
+
+@pytest.mark.parametrize("before,guard,tail,stale", [
+    ("NOP", "@P1", "CCTL.IVALL", "at /*0010*/ follows the poll"),  # the early return reaches the caller's read unacquired
+    ("NOP", "@!P1", "LDG.E R9, desc[UR4][R12.64]", "(+1 more such loads)"),  # and still falls through
+    ("CCTL.IVALL", "@P1", "NOP", None),  # acquired before the early return: both ways are
+])
+def test_a_predicated_ret_after_a_poll_returns_to_the_callers_and_falls_through(before, guard, tail, stale):
+    # an out-of-line wait that returns early on one predicate: a predicated RET returned only by
+    # its fall-through, so the caller's LDG after the early return was never reached (the poll
+    # passed on the fence of the other path)
+    text = sass_listing(OUT_OF_LINE_EARLY_RETURN.format(before=before, guard=guard, tail=tail))
+    found = sass.check_sass(text, "k.sass")
+    errors = [f.message for f in found if f.fails]
+    if stale is None:
+        assert errors == [] and "CCTL.IVALL" in " ".join(f.message for f in found if f.check == "sync-scope")
+    else:
+        assert [f.check for f in found if f.fails] == ["poll-no-acquire"]
+        assert "at /*0010*/ follows the poll" in errors[0] and stale in errors[0], errors[0]
 
 
 # --- precision of the poll checks on real nvcc output --------------------------------------

@@ -12,7 +12,7 @@ from hazards.families import mma_pingpong
 from hazards.static import checks, sass, wgmma
 from hazards.static.compile import compile_cubin
 from hazards.static_catalog import check_catalog
-from static_helpers import DATA, failing_ids, requires_nvdisasm
+from static_helpers import DATA, failing_ids, requires_nvdisasm, sass_listing
 
 
 @pytest.fixture(scope="module")
@@ -134,14 +134,6 @@ def test_strategy_points_trigger_the_checks_the_model_predicts(params):
 
 
 # ------------------------------------------------------------------ small listings --
-def _listing(body: str) -> str:
-    lines = []
-    for k, raw in enumerate(body.strip().splitlines()):
-        raw = raw.strip()
-        lines.append(raw if raw.endswith(":") else f"        /*{16 * k:04x}*/                   {raw} ;")
-    return "//--- .text.k ---\n.text.k:\n" + "\n".join(lines) + "\n"
-
-
 PIPE = """
 HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;
 HGMMA.64x64x16.F32.BF16 R24, gdesc[UR10], R24, gsb0
@@ -159,14 +151,14 @@ EXIT
     ("WARPGROUP.DEPBAR.LE gsb0, 0x1", 2, False), ("WARPGROUP.DEPBAR.LE gsb0, 0x0", 1, False),
 ])
 def test_a_refill_is_judged_by_the_groups_pending_before_it_and_the_ring_size(wait, banks, refill):
-    text = _listing(PIPE.format(wait=wait, read=""))
+    text = sass_listing(PIPE.format(wait=wait, read=""))
     got = failing_ids(wgmma.check_sass(text, "k.sass", banks=banks))
     assert got == ({"wgmma-refill-in-flight"} if refill else set())
 
 
 @pytest.mark.parametrize("store_refills", [True, False])
 def test_a_thread_store_is_a_refill_only_when_the_caller_says_the_ring_is_refilled_by_stores(store_refills):
-    text = _listing(PIPE.format(wait="", read="").replace("UBLKCP.S.G [UR6], [UR22], UR9", "STS.128 [R2], R100"))
+    text = sass_listing(PIPE.format(wait="", read="").replace("UBLKCP.S.G [UR6], [UR22], UR9", "STS.128 [R2], R100"))
     got = failing_ids(wgmma.check_sass(text, "k.sass", banks=1, store_refills=store_refills))
     assert got == ({"wgmma-refill-in-flight"} if store_refills else set())
 
@@ -188,7 +180,7 @@ RET.REL.NODEC R20 `(k)
 @pytest.mark.parametrize("wait, refill", [("", True), ("WARPGROUP.DEPBAR.LE gsb0, 0x0", False)])
 def test_a_refill_in_an_out_of_line_function_is_judged_by_the_groups_its_caller_left_pending(wait, refill):
     # the callee is reached only by the CALL: the dataflow from the entry alone never saw its refill
-    text = _listing(OUT_OF_LINE_REFILL.format(wait=wait))
+    text = sass_listing(OUT_OF_LINE_REFILL.format(wait=wait))
     got = failing_ids(wgmma.check_sass(text, "k.sass", banks=1))
     assert got == ({"wgmma-refill-in-flight"} if refill else set())
 
@@ -210,12 +202,12 @@ EXIT
     ("", True),                                                     # the real group stays pending
 ])
 def test_a_wait_that_leaves_only_an_empty_commit_pending_has_retired_the_real_wgmmas(commit, refill):
-    text = _listing(EMPTY_COMMIT.format(commit=commit))
+    text = sass_listing(EMPTY_COMMIT.format(commit=commit))
     assert failing_ids(wgmma.check_sass(text, "k.sass", banks=1)) == ({"wgmma-refill-in-flight"} if refill else set())
 
 
 def test_a_refill_is_only_described_when_the_ring_size_is_unknown():
-    found = wgmma.check_sass(_listing(PIPE.format(wait="", read="")), "k.sass")
+    found = wgmma.check_sass(sass_listing(PIPE.format(wait="", read="")), "k.sass")
     assert [f.check for f in found] == ["wgmma-refill-depth"]
     assert "more than 1 operand buffers" in found[0].message and not found[0].fails
 
@@ -227,12 +219,12 @@ def test_a_refill_is_only_described_when_the_ring_size_is_unknown():
     ("FADD R56, R57, R58", False),               # just past them
 ])
 def test_touching_registers_of_a_pending_group_is_flagged(read, flagged):
-    text = _listing(PIPE.format(wait="", read=read))
+    text = sass_listing(PIPE.format(wait="", read=read))
     assert ("wgmma-register-in-flight" in failing_ids(wgmma.check_sass(text, "k.sass", banks=2))) is flagged
 
 
 def test_a_store_vector_reaching_into_the_accumulators_is_flagged():
-    text = _listing(PIPE.format(wait="", read="STG.E.128 desc[UR4][R2.64], R22"))  # R22..R25
+    text = sass_listing(PIPE.format(wait="", read="STG.E.128 desc[UR4][R2.64], R22"))  # R22..R25
     assert "wgmma-register-in-flight" in failing_ids(wgmma.check_sass(text, "k.sass", banks=2))
 
 
