@@ -23,7 +23,8 @@ with cf.ThreadPoolExecutor(8) as pool:
     prof = pool.submit(family_binary, mkl, defines={"HZ_PROFILER": 1})
     # the campaign steps' builds tests/megakernel_layers/test_gpu.py compares bits of (its defines,
     # no profiler: else each is built one after another inside pytest, 10-16 s each)
-    steps = [{"MKL_CAMPAIGN_STEP": 2}, {"MKL_CAMPAIGN_STEP": 6}, {"MKL_CAMPAIGN_STEP": 7},
+    # (production is step 10, the default build; step (d), the previous production, is step 5)
+    steps = [{"MKL_CAMPAIGN_STEP": 2}, {"MKL_CAMPAIGN_STEP": 5}, {"MKL_CAMPAIGN_STEP": 6}, {"MKL_CAMPAIGN_STEP": 7},
              {"MKL_CAMPAIGN_STEP": 8}, {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0},
              {"MKL_CAMPAIGN_STEP": 9}]
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}

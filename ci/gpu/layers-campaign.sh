@@ -6,7 +6,7 @@
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh ringsmem             # round 5's question, <= 60 s
 #     OUT=/tmp/out BUDGET=110 bash ci/gpu/layers-campaign.sh stepd-quick   # round 6: step (d), <= 110 s
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepd-gate           # round 6's gate + profile, <= 40 s
-#     OUT=/tmp/out timeout 295 bash ci/gpu/layers-campaign.sh promote  # round 8: the promotion, <= 270 s
+#     OUT=/tmp/out timeout 420 bash ci/gpu/layers-campaign.sh promote  # step 10's promotion (step_d -> production + the family check), <= 400 s
 #     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepe-quick  # round 9: step (e), <= 120 s
 #     OUT=/tmp/out timeout 135 bash ci/gpu/layers-campaign.sh stepf-quick  # round 10: step (f), <= 125 s
 #     OUT=/tmp/out timeout 480 bash ci/gpu/layers-campaign.sh round10  # promote (lean) + stepe-quick + stepf-quick, <= 465 s
@@ -60,14 +60,19 @@
 #     gate production -> step_d, the per-task profile of both, then (>= 8 s left) the gate step_d ->
 #     step_d_chunks64 (round 6's stepd-quick could not judge: the profiler ring was sized for one
 #     merge span a layer).
-#   * `promote` (BUDGET 270 unless set; round 8): what promoting step (d) to production needs, on
-#     production's build (step (d) since round 8) against step_b0 (MKL_CAMPAIGN_STEP 2, the
-#     production before): builds (both, plain and profiled; beside them the tripwire bench's build,
+#   * `promote` (BUDGET 400 unless set; round 8's, since promote10 step 10's): what promoting a step to
+#     production needs, on production's build (step 10 = step (e) + step (g), step_g_on_e's code;
+#     round 8: step (d) against step_b0) against step_d (MKL_CAMPAIGN_STEP 5, the production
+#     before): builds (both, plain and profiled, and step (e) plain; beside them the tripwire bench's build,
 #     the torch.compile warm-up and the synthetic-language model's training, the logit gate's);
-#     3 checked launches each and the outputs compared (identical bits expected); the gates
-#     step_b0 -> production and production -> step_b0 (once the warm-up is done, <= 30 s wait); the bench (floors, both kernels, 21 rounds
+#     3 checked launches each, production's output against step (d)'s (cos and the largest
+#     difference: step (e)'s router sums its logits in another order, so not the same bits) and
+#     against step (e)'s (identical bits expected); the gates
+#     step_d -> production and production -> step_d (once the warm-up is done, <= 30 s wait); the bench (floors, both kernels, 21 rounds
 #     for the paired tripwire cost, the torch paths if the warm-up finished); the per-task
-#     profile of both (production's layer head: the snapshot_epoch model's LAYER_HEAD_US); the
+#     profile of both (production's layer head: the snapshot_epoch model's LAYER_HEAD_US);
+#     `hazards check --families megakernel_layers` on production's build (<= 100 s: the promotion
+#     rule's item 4; it also runs the clean variants and canaries); the
 #     clean variants and corruption canaries; the hang classes participant_set, chunk_supply,
 #     shared_line; snapshot_epoch at 25 us (below the head: none expected), 70 us (just above it)
 #     and 101 us (the strategy's two lower skews and the fit's point); bench/tripwire_overhead.py;
@@ -118,17 +123,22 @@
 #     them: HZ_BUILD_DIR), then a summary of the three (summary.txt: bits, gate verdicts, step times,
 #     canaries, what ran out of time); under $OUT/layers-campaign: summary.txt, env.txt, console.log,
 #     each run's console (3) and one tar of the three folders. LEAN=1 (set by round10) drops from
-#     promote what another run already has or another call runs: the gate production -> step_b0 (gate
-#     p's inverse), the clean variants, canaries and hang classes on production's build (round 7 ran
+#     promote what another run already has or another call runs: the gate production -> step_d (gate
+#     p's inverse; round 8: step_b0), the clean variants, canaries and hang classes on production's build (round 7 ran
 #     them on step (d)'s build, the same machine code), bench/tripwire_overhead.py (its kernel did not
 #     change) and the ragged-decode regression (the session's suite call runs it). Kept, in this order:
-#     bits, gate step_b0 -> production, the profile (production's head), snapshot_epoch at 25/70/101 us
+#     bits, gate step_d -> production, the profile (production's head), hazards check (leaving 60 s),
+#     snapshot_epoch at 25/70/101 us
 #     (never run on step (d)), the bench (15 paired rounds, torch if warmed; production's step time is
-#     also in stepe/stepf-quick's benches), then the logit gate with what is left (>= 45 s).
-# Since round 8 production (the default build) is step (d): the modes written before it that judge
-# a candidate "against production" (gate, stepc, stepc-quick, stepd-quick, stepd-gate) now judge it
-# against step (d) (stepd-quick and stepd-gate compare step (d) with itself); ringsmem names step_b0,
-# its round-5 base, and keeps its meaning.
+#     also in stepe/stepf-quick's benches), then the logit gate with what is left (>= 45 s). (round10
+#     was written for round 8's promotion: since step 10 its stepe-quick and stepf-quick judge step (e)
+#     against production and step (f) against step (e), and its promote is step 10's.)
+# From round 8 production (the default build) was step (d), and since promote10 it is step 10
+# (step (e) + step (g), step_g_on_e's code; promoted on the branch, the GPU round decides): the
+# modes written before it that judge a candidate "against production" (gate, stepc, stepc-quick,
+# stepd-quick, stepd-gate, stepe-quick) now judge it against step 10 (stepe-quick: step (e) against
+# step 10, which contains it); the modes that name their base (stepf-quick, stepg-quick,
+# steph-quick, ringsmem) keep their meaning; `promote` judges step_d -> production.
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
@@ -141,7 +151,7 @@ if [ "$WHAT" = stepc-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-75}; fi
 if [ "$WHAT" = stepd-quick ]; then WHAT=stepc; QUICK=1; BUDGET=${BUDGET:-110}; CSTEP=5 CNAME=step_d CLABEL="step (d)"; fi
 if [ "$WHAT" = ringsmem ]; then BUDGET=${BUDGET:-60}; fi
 if [ "$WHAT" = stepd-gate ]; then BUDGET=${BUDGET:-40}; fi
-if [ "$WHAT" = promote ]; then BUDGET=${BUDGET:-270}; fi
+if [ "$WHAT" = promote ]; then BUDGET=${BUDGET:-400}; fi
 if [ "$WHAT" = stepe-quick ]; then BUDGET=${BUDGET:-120}; fi
 if [ "$WHAT" = stepf-quick ]; then BUDGET=${BUDGET:-125}; fi
 if [ "$WHAT" = stepg-quick ]; then BUDGET=${BUDGET:-120}; fi
@@ -200,6 +210,21 @@ checked() {  # checked BUILD...: 3 checked launches of each build ($W/build_BUIL
     timeout "$(cap 10)" "$B" --dump "$W/dump_$b$tag.f32" "{\"launches\":3,\"params\":$params}" > "$W/sanity_$b$tag.txt" 2>&1
     echo "$b$tag exit $?: $(grep -oE '"(mismatched|max_rel_err)":[^,]*' "$W/sanity_$b$tag.txt" | head -2 | tr '\n' ' ')"
   done
+}
+
+# Two builds' dumps of `checked` (the outputs, not the binary's reference): float count, identical or
+# not, cosine and largest difference, for builds whose bits may differ (a sum in another order).
+compare_dumps() {  # compare_dumps BUILD_A BUILD_B LABEL
+  [ -s "$W/dump_$1.f32" ] && [ -s "$W/dump_$2.f32" ] || { echo "$3: no dump to compare"; return 0; }
+  python3 - "$W/dump_$1.f32" "$W/dump_$2.f32" "$3" <<'EOF' 2>&1 | cut -c1-300
+import sys
+from array import array
+a, b = (array("f", open(f, "rb").read()) for f in sys.argv[1:3])
+a, b = a[:len(a) // 2], b[:len(b) // 2]  # a dump is (output, the binary's reference): the outputs
+dot = sum(x * y for x, y in zip(a, b)); na = sum(x * x for x in a) ** 0.5; nb = sum(y * y for y in b) ** 0.5
+print(f"{sys.argv[3]}: {len(a)} / {len(b)} floats, identical {a == b}, cos {dot / (na * nb):.9f}, "
+      f"max abs diff {max(abs(x - y) for x, y in zip(a, b)):.3g}")
+EOF
 }
 
 # A candidate that keeps its base's bits (stepg-quick, steph-quick): 3 checked launches of both builds,
@@ -298,16 +323,7 @@ if [ "$CSTATE" = failed ] && [ -x "$CBIN" ]; then
     echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|Address|at 0x" "$W/memcheck_step$CSTEP.txt" | head -12 | cut -c1-200
   fi
 fi
-[ -s "$W/dump_plain.f32" ] && [ -s "$W/dump_step$CSTEP.f32" ] &&
-python3 - "$W/dump_plain.f32" "$W/dump_step$CSTEP.f32" "$CLABEL" <<'EOF' 2>&1 | cut -c1-300
-import sys
-from array import array
-a, b = (array("f", open(f, "rb").read()) for f in sys.argv[1:3])
-a, b = a[:len(a) // 2], b[:len(b) // 2]  # a dump is (output, the binary's reference): the outputs
-dot = sum(x * y for x, y in zip(a, b)); na = sum(x * x for x in a) ** 0.5; nb = sum(y * y for y in b) ** 0.5
-print(f"{sys.argv[3]} vs production: {len(a)} / {len(b)} floats, identical {a == b}, cos {dot / (na * nb):.9f}, "
-      f"max abs diff {max(abs(x - y) for x, y in zip(a, b)):.3g}")
-EOF
+compare_dumps plain "step$CSTEP" "$CLABEL vs production"
 
 ALSO=(); PROF=(production); ACC=(); HANGBIN=$BIN
 if [ "$CSTATE" = ok ]; then
@@ -483,7 +499,7 @@ for mode in ("promote", "stepe-quick", "stepf-quick"):
             print("  " + line[:240])
 EOF2
 elif [ "$WHAT" = promote ]; then
-log "builds: production (step (d)) and step_b0 (MKL_CAMPAIGN_STEP 2), plain and profiled; beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
+log "builds: production (step 10) and step_d (MKL_CAMPAIGN_STEP 5), plain and profiled, step (e) (6) plain; beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
 timeout "$(cap 100)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \
   --compile-timeout 80 > "$W/compile_warmup.txt" 2>&1 &
@@ -495,16 +511,22 @@ import runpy
 m = runpy.run_path('bench/tripwire_overhead.py', run_name='build_only')
 print(m['build'](m['ROOT'] / '.hazards' / 'build'))" > "$W/build_twbench.txt" 2>&1 &
 build plain None &
-build step2 "{'MKL_CAMPAIGN_STEP': 2}" &
+build step5 "{'MKL_CAMPAIGN_STEP': 5}" &
+build step6 "{'MKL_CAMPAIGN_STEP': 6}" &
 build prof "{'HZ_PROFILER': 1}" &
-build prof2 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 2}" &
+build prof5 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 5}" &
 for j in $(jobs -p); do [ "$j" = "$WARM" ] || [ "$j" = "$TRAIN" ] || wait "$j"; done
-BIN=$(tail -1 "$W/build_plain.txt"); BIN2=$(tail -1 "$W/build_step2.txt"); TWB=$(tail -1 "$W/build_twbench.txt" 2>/dev/null)
-[ -x "$BIN" ] && [ -x "$BIN2" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
+BIN=$(tail -1 "$W/build_plain.txt"); BIN5=$(tail -1 "$W/build_step5.txt"); TWB=$(tail -1 "$W/build_twbench.txt" 2>/dev/null)
+[ -x "$BIN" ] && [ -x "$BIN5" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
-log "production vs step_b0: 3 checked launches each, outputs dumped and compared (identical bits expected)"
-checked plain step2
-cmp "$W/dump_plain.f32" "$W/dump_step2.f32" && echo "production (step (d)): the same bits as step_b0"
+log "production vs step_d and step (e): 3 checked launches each, outputs dumped and compared (step (e)'s bits expected)"
+checked plain step5 step6
+if [ -s "$W/dump_plain.f32" ] && cmp -s "$W/dump_plain.f32" "$W/dump_step6.f32"; then
+  echo "production (step 10): the same bits as step (e)"
+else
+  echo "production (step 10) vs step (e): NOT identical (or a dump is missing)"
+fi
+compare_dumps plain step5 "production vs step_d"
 
 log "waiting for the logit gate's model (training uses the GPU; the gates time it)"
 wait "$TRAIN"; echo "train exit $?: $(grep SYNTHLM "$W/train.txt" | cut -c1-200)"
@@ -512,7 +534,7 @@ wait "$TRAIN"; echo "train exit $?: $(grep SYNTHLM "$W/train.txt" | cut -c1-200)
 # time-sliced with another process's. Wait for it (<= 30 s), and say so if the gates still share.
 for _ in $(seq 30); do kill -0 "$WARM" 2>/dev/null || break; sleep 1; done
 kill -0 "$WARM" 2>/dev/null && log "the torch.compile warm-up is still running: the gates below share the GPU with it"
-p_bench() {  # the bench: floors, production, step_b0 (paired rounds: the tripwire's cost), torch if warmed
+p_bench() {  # the bench: floors, production, step_d (paired rounds: the tripwire's cost), torch if warmed
   local rounds=$1 ws
   TORCH=(--no-torch)
   if ! kill -0 "$WARM" 2>/dev/null; then
@@ -521,14 +543,14 @@ p_bench() {  # the bench: floors, production, step_b0 (paired rounds: the tripwi
   else
     log "the torch.compile warm-up has not finished: the bench runs without torch"; kill "$WARM" 2>/dev/null
   fi
-  log "bench: floors, production, step_b0 ($rounds rounds: the paired tripwire cost) ${TORCH[*]}"
-  timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=2 --rounds "$rounds" \
+  log "bench: floors, production, step_d ($rounds rounds: the paired tripwire cost) ${TORCH[*]}"
+  timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=5 --rounds "$rounds" \
     "${TORCH[@]}" --json "$W/perf.json" > "$W/perf.txt" 2>&1
   echo "exit $?"; tail -25 "$W/perf.txt"
 }
 p_profile() {
-  log "per-task profile: production, step_b0 (production's layer head: the snapshot_epoch model's LAYER_HEAD_US)"
-  timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_b0 \
+  log "per-task profile: production, step_d (production's layer head: the snapshot_epoch model's LAYER_HEAD_US)"
+  timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_d \
     --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
   echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
 }
@@ -544,18 +566,28 @@ p_snapshot() {  # p_snapshot NEED: each point only with >= NEED s left
     echo "exit $?"; python3 ci/gpu/repro_summary.py "$W/repro_snapshot_epoch_${US}us.json" 1 2>&1 | cut -c1-900
   done
 }
-gate p step_b0 production
+p_check() {  # p_check RESERVE: hazards check on the family (production's build), leaving RESERVE s after it
+  local cb=$(( $(left) - $1 - 25 )); [ "$cb" -gt 100 ] && cb=100
+  if [ "$cb" -lt 45 ]; then log "no time left for hazards check (${cb}s)"; return 0; fi
+  log "hazards check on the family (production's build), budget ${cb}s (static half needs clang: skipped here)"
+  timeout "$(cap $(( cb + 25 )))" python3 -m hazards check --families megakernel_layers --skip clang \
+    --budget "${cb}s" --junit "$W/check-junit.xml" > "$W/check.txt" 2>&1
+  echo "exit $?"; tail -30 "$W/check.txt" | cut -c1-220
+}
+gate p step_d production
 if [ "${LEAN:-0}" = 1 ]; then
   # What the promotion needs first and nothing else has: production's head and snapshot_epoch on it;
   # the bench (production's step time is also in stepe/stepf-quick's benches) gets what is left.
   log "lean: no reverse gate, clean variants, canaries, hang classes (round 7: step (d)'s build), tripwire overhead bench, ragged regression"
   p_profile
+  p_check 60
   p_snapshot 25
   p_bench 15
 else
-gate q production step_b0
+gate q production step_d
 p_bench 21
 p_profile
+p_check 165
 log "clean variants and corruption canaries on production's build (one warm server)"
 timeout "$(cap 30)" python3 bench/megakernel_layers_acceptance.py --clean-launches 500 --clean-budget 2 \
   --canary-budget 1 --skip-agreement --json "$W/acceptance.json" > "$W/acceptance.txt" 2>&1

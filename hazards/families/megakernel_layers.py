@@ -40,7 +40,11 @@ CLOCK_GHZ = 1.98
 # (d) (the merge spread over four QKV-tile workers): 55.6, 58.6, 59.6 us on an H200 (round 7's
 # profile of the same code as a candidate; round 6's first step (d) on an H100: 63.1-67.5 us); the
 # middle of the H200's three. Who arrives before the bump did not change (the merge workers hold
-# QKV tiles), so only this number moved.
+# QKV tiles), so only this number moved. Step 10 (production since promote10: step (e) + step (g))
+# keeps step (d)'s merge workers and waits; its head is step (e)'s (step (g) changes W2, after the
+# head), never measured on an H200: on H100s step (e)'s was 63.9-72.1 us in rounds 9, 10 and 13
+# (step (d)'s 62.6-64.3 in round 9's same run, 3-4 us shorter). Until an H200 profile of step 10,
+# the model keeps step (d)'s H200 number; the promotion round's profile measures the head.
 LAYER_HEAD_US = 58.0
 W2_HEAD_US = 5.0      # a W13 tile this late is read by W2 rows that no longer wait for it
 # stale_release: the share of late W13 tiles whose stale SwiGLU outputs move the final state past
@@ -55,7 +59,8 @@ STALE_TILE_MISMATCH = 0.065
 # says no snapshot-epoch hang), 101 us (round 2's; below round 3's head, above round 4's and
 # round 8's) and 505 us (the preset's). Each is at least 20 us from the head, so a head
 # that moves by the spread seen between layers, launches and cards (55.6-67.5 us for step (d)'s
-# two versions on two cards) cannot put a drawn point on the other side of the model's call. A
+# two versions on two cards, 63.9-72.1 us for step (e)'s, step 10's, on H100s) cannot put a drawn
+# point on the other side of the model's call. A
 # single 101-us value, below round 3's head, kept explore from ever reaching the snapshot-epoch
 # hang the H200 showed at 505 us; the 51-us point before round 8 sat 4.6 us under step (d)'s
 # shortest H200 head.
@@ -145,8 +150,9 @@ def predict(params: dict[str, Any], *, sms: int = H200_SMS) -> Prediction:
                           f"64-B line; each of {layers * shape.K} expert releases is reverted with p={wb:g}",
                           "AMD: the L2 write-back is real; NVIDIA: emulated (the L2 is the point of coherence)")
     if hz == "partial_no_fence":
-        # Production since round 8 is step (d): the switch drops the chunk blocks' release only; the
-        # merge workers learn the count from an acquire poll (mkl_kernel.cuh says why they always do).
+        # Production since round 8 has step (d)'s merge (steps 5 and 10): the switch drops the chunk
+        # blocks' release only; the merge workers learn the count from an acquire poll (mkl_kernel.cuh
+        # says why they always do).
         return Prediction("mismatch", 0.0,
                           "AMD: the chunk block's leader arrives with no release by the other waves (s_waitcnt is "
                           "per wave), so a merge worker may read partials still in flight: a real window. H200: "

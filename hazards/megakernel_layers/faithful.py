@@ -54,7 +54,8 @@ class Candidate:
 
 
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
-    Candidate("production", "every switch off, the default configuration", "no-change"),
+    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 10: step (e) + step "
+              "(g), step_g_on_e's code; promoted on branch promote10, the GPU round decides)", "no-change"),
     Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
               defines=(("MKL_NOOP_CANDIDATE", 1),)),
     Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",
@@ -65,15 +66,18 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # The optimisation campaign: each step's predecessor stays buildable
     # (MKL_CAMPAIGN_STEP in mkl_kernel.cuh), so each step is judged against the production
     # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
-    # production of their time), since round 8 production (step d) vs step_b0 and back,
-    # step_e vs production (step d), step_f vs step_e (what step (f) adds) and vs production, and
-    # step_g vs step_f (what step (g) adds), step_h vs step_e (its base).
+    # production of their time), in round 8 production (step d) vs step_b0 and back,
+    # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
+    # adds), step_h and step_g_on_e vs step_e (their base). Production is step 10 (step (e) +
+    # step (g), step_g_on_e's code): its promotion round gates step_d (the production it replaces)
+    # -> production. `expected` is each one's verdict against today's production (step 10), but
+    # step_d_chunks64's (against step_d).
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
               "(MKL_CAMPAIGN_STEP 1)", "slower", defines=(("MKL_CAMPAIGN_STEP", 1),)),
     Candidate("step_b0", "the production before round 8: steps (a) and (b0), the merge on the last chunk "
-              "block and the router's loads issued ahead (MKL_CAMPAIGN_STEP 2; production's bits)", "slower",
+              "block and the router's loads issued ahead (MKL_CAMPAIGN_STEP 2; step (d)'s bits)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 2),)),
     Candidate("step_b", "campaign step (b): step_b0 with the router folded into partial logits the O-projection "
               "workers produce (MKL_CAMPAIGN_STEP 3; its logits' last bits differ; slower than step_b0 in round 4)",
@@ -82,29 +86,31 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "W13, W2) streamed through a shared-memory ring of bulk copies (MKL_CAMPAIGN_STEP 4; its sums run "
               "in another order: last bits differ; slower than step_b0 in round 5)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 4),)),
-    Candidate("step_d", "campaign step (d), production since round 8, as its own binary: the LSE merge spread "
-              "over the QKV-tile workers, one head per warp, the last merge arrival releasing the attention "
-              "(MKL_CAMPAIGN_STEP 5 named: production's code)", "no-change", defines=(("MKL_CAMPAIGN_STEP", 5),)),
-    Candidate("step_e", "campaign step (e), a candidate (round 9): production (step d) with step (b)'s router "
+    Candidate("step_d", "campaign step (d), production from round 8 until step 10 (the previous production): the "
+              "LSE merge spread over the QKV-tile workers, one head per warp, the last merge arrival releasing the "
+              "attention (MKL_CAMPAIGN_STEP 5; step_b0's bits)", "slower", defines=(("MKL_CAMPAIGN_STEP", 5),)),
+    Candidate("step_e", "campaign step (e) (round 9; production's base since step 10): step (d) with step (b)'s router "
               "folded into partial logits of the O-projection workers (a warp's experts' weights loaded in one "
               "pass) and the top-k by one warp's butterfly instead of one thread's scan (MKL_CAMPAIGN_STEP 6; step (b)'s logits and routing: last bits differ "
-              "from production's)", "faster", defines=(("MKL_CAMPAIGN_STEP", 6),)),
+              "from step (d)'s; production's bits)", "slower", defines=(("MKL_CAMPAIGN_STEP", 6),)),
     Candidate("step_f", "campaign step (f), a candidate (round 10): step (e) with each attention block's V rows "
               "copied to shared memory by cp.async as the block starts, beside its whole K row, instead of loaded "
               "into registers after the scores (one dependent L2 round trip a block, not three; 64 KB more "
-              "shared memory; MKL_CAMPAIGN_STEP 7; step (e)'s bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 7),)),
+              "shared memory; MKL_CAMPAIGN_STEP 7; step (e)'s bits)", "slower", defines=(("MKL_CAMPAIGN_STEP", 7),)),
     Candidate("step_g", "campaign step (g), a candidate (round 11): step (f) with W2's FP8 quantization on 8 warps "
               "instead of 4, every load of a warp's rounds issued before its first amax (one dependent L2 round "
               "trip a warp; step (f)'s: ~7 a round, a spilled load ahead of each next, 3 rounds a warp; "
-              "MKL_CAMPAIGN_STEP 8; step (f)'s bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 8),)),
+              "MKL_CAMPAIGN_STEP 8; step (f)'s bits; production with step (f)'s copies)", "no-change",
+              defines=(("MKL_CAMPAIGN_STEP", 8),)),
     Candidate("step_g_on_e", "step (g)'s W2 quantization on step (e), without step (f)'s attention copies "
               "(MKL_CAMPAIGN_STEP 8, MKL_ATTN_AHEAD 0): what step (g) gains where step (f) is not promoted; "
-              "step (e)'s bits", "faster", defines=(("MKL_CAMPAIGN_STEP", 8), ("MKL_ATTN_AHEAD", 0))),
+              "step (e)'s bits; production's code since step 10 (the same SASS)", "no-change",
+              defines=(("MKL_CAMPAIGN_STEP", 8), ("MKL_ATTN_AHEAD", 0))),
     Candidate("step_h", "campaign step (h), a candidate: step (e) with the layer head's loads issued ahead: the QKV "
               "tile's and the O-projection's weights before their activations are filled (the RMSNorm, the copy "
               "of attn_out), a warp's items in passes of up to 24 loads a lane (QKV 2 passes a warp, not 4; the "
               "O-projection 1, not 3), the attention's first K row before its q copy and a block's whole K row "
-              "before its first FMA (MKL_CAMPAIGN_STEP 9; step (e)'s bits)", "faster",
+              "before its first FMA (MKL_CAMPAIGN_STEP 9; step (e)'s bits; slower than step_e in round 13)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 9),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.

@@ -52,13 +52,13 @@
 // until round 8 (step_b0); 3 (a candidate) step 2 + step (b), the router folded into partial
 // logits of the O-projection workers (step_b); 4 (a candidate) step 2 + step (c), every
 // matrix-vector phase's weights streamed through a shared-memory ring of bulk copies (gemv_ring;
-// step_c); 5 (production since round 8) step 2 + step (d), the LSE merge spread over the
+// step_c); 5 (production from round 8 until step 10) step 2 + step (d), the LSE merge spread over the
 // QKV-tile workers (merge_heads: one warp per head, merge_chunks' arithmetic in its order, so
 // step 2's bits; step_d). Step (d) became production because the perf gate called it faster
 // than step 2 on an H200 (round 7: step 658.8 against 795.4 us, attn_merge slowCTA 0.220,
 // sumCTA 0.777) with step 2's bits at every point checked. Steps (b) and (c) are built on step
 // 2, not on step (d): each was judged against the production of its time. 6 (a candidate, round
-// 9) step (e): production (step d) + step (b)'s folded router, its partial logits' loads of a
+// 9) step (e): step (d) (then production) + step (b)'s folded router, its partial logits' loads of a
 // warp's experts issued together (router_partials), and the top-k by one warp
 // (select_topk_warp) instead of one thread: the router task is the one block the whole grid
 // waits for (21 us a layer on the H200, round 7) and moves ~0.2 MB, so it is latency, not bytes;
@@ -80,22 +80,33 @@
 // dependent passes a warp instead of 4, the O-projection 1 instead of 3), the attention's first
 // K row before its q copy and a block's whole K row before its first FMA (a warp's chain 4 round
 // trips instead of 7). No wait added or moved; the same values in the same order: step (e)'s
-// bits; step_h.
+// bits; step_h. 10 (production, promoted on branch promote10 pending its GPU round) step (e) +
+// step (g): step (g)'s W2 quantization (quantize_expert_rounds) on step (e), without step (f)'s
+// attention copies and without step (h): the code of candidate step_g_on_e (8 with
+// MKL_ATTN_AHEAD 0; its SASS is this build's, a CPU test checks it). It is production because
+// round 13 judged step_g_on_e faster than step (e) on an H100 (worker 0.961 by the default gate,
+// 0.956 on the launch, moe_w2 0.81, no task slower), its clean variants clean and its canaries
+// detected, while round 12 judged step (f) no-change on the launch and round 13 step (h) slower.
+// Step (e)'s bits. The production it replaces is step (d) (5, candidate step_d), which the
+// promotion round gates against it.
 #ifndef MKL_CAMPAIGN_STEP
-#define MKL_CAMPAIGN_STEP 5
+#define MKL_CAMPAIGN_STEP 10
 #endif
 #define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP >= 6)  // step (b)
 #define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
 #define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP >= 5)                             // step (d)
 #define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP >= 6)                           // step (e)
 // Step (f) can be left out of a later step (candidate step_g_on_e: step (g)'s quantization on
-// step (e), -DMKL_ATTN_AHEAD=0), since round 12 judged step (f) no-change on the launch.
+// step (e), -DMKL_ATTN_AHEAD=0), since round 12 judged step (f) no-change on the launch; step 10
+// (production) leaves it out.
 #ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8)                           // step (g)
+// Step (g) on step (f) (8) and on step (e) alone (10, production: step_g_on_e's code).
+#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || MKL_CAMPAIGN_STEP == 10)  // step (g)
 // Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
-// step (g) stays its own candidate): the layer head's loads issued ahead of their use.
+// step (g) stayed its own candidate): the layer head's loads issued ahead of their use. Round 13
+// judged it slower than step (e): not in step 10.
 #define MKL_HEAD_AHEAD (MKL_CAMPAIGN_STEP == 9)                               // step (h)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
@@ -1258,7 +1269,7 @@ __device__ __forceinline__ void select_topk_warp(const Shape& s, const float* lo
     if (lane == 0) routing_ids[j] = i;
   }
   if (lane == 0) {  // select_topk's softmax, the same expressions (written out there too, so that
-    float den = 0.f;  // production's machine code does not move with this candidate)
+    float den = 0.f;  // step (d)'s machine code did not move with this candidate)
     for (int j = 0; j < s.K; ++j) den += expf(sel[j] - sel[0]);
     for (int j = 0; j < s.K; ++j) routing_w[j] = expf(sel[j] - sel[0]) / den;
   }
@@ -1484,7 +1495,7 @@ __device__ __noinline__ void quantize_expert_input(const float* src, float* dst,
 // registers a round and a warp runs at most two rounds, loaded together: one round trip. The
 // arithmetic of each sub-block, and the order of its operands, are the old function's: same bits.
 // (Written out again, not shared with quantize_expert_input: a shared inline helper moved
-// production's register assignment, two MOVs swapped, and production's machine code stays as is.)
+// step (d)'s (then production's) register assignment, two MOVs swapped, and its machine code stays as is.)
 // NR rounds r_first .. r_first + NR - 1 of one expert slot; `reg` is reused across them as in the
 // old function, so with HZ_AMAX_TAIL the tail round's lanes past the end hand the butterfly the
 // previous round's packed codes (the caller gives the tail round's warp the round before it too).

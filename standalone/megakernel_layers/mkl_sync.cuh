@@ -19,8 +19,8 @@
 //   * partials without release/acquire (HZ_PARTIAL_NO_FENCE): chunk workers' partials are
 //     written by every thread, but only the leader arrives; without a release by every wave
 //     (AMD: s_waitcnt is per wave) the merger may read stale partials. (Step 2, the production
-//     before round 8: the switch also drops the last arriver's acquire. Step (d), production
-//     since: the merge workers always acquire with their poll of the chunk count; the switch
+//     before round 8: the switch also drops the last arriver's acquire. Step (d), in production
+//     since (steps 5 and 10): the merge workers always acquire with their poll of the chunk count; the switch
 //     drops the release only.)
 //   * routing flag with no fence (HZ_ROUTING_NO_FENCE): the routing data are written by the
 //     whole block, then one write-through flag store; nothing orders the two.

@@ -239,6 +239,7 @@ def test_a_merge_worker_arriving_without_its_release_is_flagged(arch):
 
 def test_a_skew_shorter_than_a_layers_head_cannot_hang_the_snapshot_class():
     # round 8's production (step d): the head measured 55.6-59.6 us on an H200; a 25-us skew is below it
+    # (and below step 10's, step (e)'s head: 63.9-72.1 us on H100s)
     assert F.predict({"variant": "snapshot_epoch", "jitter_cycles": 50000}).probability == 0
     assert F.predict({"variant": "snapshot_epoch"}).probability > 0.2  # the preset: 1e6 cycles, 505 us
 
@@ -246,25 +247,31 @@ def test_a_skew_shorter_than_a_layers_head_cannot_hang_the_snapshot_class():
 # Step (d)'s layer head as measured (per-task profiler, previous layer's last W2 -> merge released):
 # round 7 (H200, the shortened merge) and round 6 (H100, the first merge spread), microseconds.
 STEP_D_HEADS_US = (55.6, 58.6, 59.6, 63.1, 67.5)
+# Step (e)'s, production's head since step 10 (step (g) changes W2, after the head; never measured on
+# an H200): H100s, rounds 9 (stepe-quick), 10 (stepf-quick) and 13 (steph-quick).
+STEP_E_HEADS_US = (67.9, 67.2, 67.0, 69.5, 72.1, 69.6, 63.9, 64.7, 66.2)
 
 
 def test_the_snapshot_model_assumes_the_promoted_productions_layer_head():
     """Round 8 made step (d) production: its head is 55.6-59.6 us on the H200, not step 2's
     ~96 us. A 70-us skew is above every head step (d) showed, so the model must call it a hang;
-    with step 2's head it said clean."""
+    with step 2's head it said clean. Step 10 (production since promote10) has step (e)'s head, not
+    yet measured on an H200 (on H100s 0-5 us longer than step (d)'s in the same run): the model keeps
+    step (d)'s H200 head until the promotion round's profile gives one."""
     assert 55.6 <= F.LAYER_HEAD_US <= 59.6
     assert F.predict({"variant": "snapshot_epoch", "jitter_cycles": int(70 * F.CLOCK_GHZ * 1e3)}).outcome == "hang"
 
 
-def test_every_skew_the_strategy_draws_is_far_from_every_head_step_d_showed():
+def test_every_skew_the_strategy_draws_is_far_from_every_head_step_d_and_step_e_showed():
     """A drawn skew within a few us of the head could land on either side of it from launch to
     launch or card to card (the 51-us point sat 4.6 us under the H200's shortest head): each is
-    at least 20 us below the shortest or above the longest measured head, and the model's call
-    agrees with that side."""
+    at least 20 us below the shortest or above the longest measured head of production's code
+    (step (d)'s merge, and since step 10 step (e)'s head), and the model's call agrees with that side."""
+    heads = STEP_D_HEADS_US + STEP_E_HEADS_US
     for cycles in F.SKEW_CYCLES:
         us = cycles / (F.CLOCK_GHZ * 1e3)
-        assert us <= min(STEP_D_HEADS_US) - 20 or us >= max(STEP_D_HEADS_US) + 20, us
-        above = us > max(STEP_D_HEADS_US)
+        assert us <= min(heads) - 20 or us >= max(heads) + 20, us
+        above = us > max(heads)
         assert (F.predict({"variant": "snapshot_epoch", "jitter_cycles": cycles}).probability > 0) is above, us
 
 

@@ -103,7 +103,7 @@ def test_a_warm_server_builds_each_sequence_length_once_across_alternating_reque
         [(v, r.outcome, r.reason) for v, r in runs]
 
 
-# ---- campaign step (d) (MKL_CAMPAIGN_STEP 5, production since round 8): the merge spread ------
+# ---- campaign step (d) (MKL_CAMPAIGN_STEP 5, production from round 8 until step 10): the merge spread
 
 @pytest.fixture(scope="module")
 def step_b0_binary() -> Path:
@@ -113,20 +113,29 @@ def step_b0_binary() -> Path:
     return family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": 2})
 
 
+@pytest.fixture(scope="module")
+def step_d_binary() -> Path:
+    """Step (d), production from round 8 until step 10 (MKL_CAMPAIGN_STEP 5, candidate step_d)."""
+    from hazards.stress_family import family_binary
+
+    return family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": 5})
+
+
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                     # 9 chunks: one partial batch of the merge
     {"layers": 2, "seq": 2047},                     # 16: one whole batch, no next one
     {"layers": 2, "seq": 4096},                     # 33: two whole batches and one chunk (the bench's)
     {"layers": 2, "seq": 4096, "model": "small"},   # 16 heads: the other instance of merge_heads
 ], ids=["9-chunks", "16-chunks", "33-chunks", "small-33-chunks"])
-def test_production_step_d_gives_the_previous_productions_bits(binary: Path, step_b0_binary: Path, params: dict):
-    """Step (d) merges each head with step_b0's operations in step_b0's order: production's
-    output is the previous production's bit for bit (round 6, H100: the default point; round 7,
-    H200: these four points). The chunk counts cover the merge's batch shapes (its next batch's
+def test_step_d_gives_the_bits_of_step_b0_the_production_it_replaced(step_d_binary: Path, step_b0_binary: Path,
+                                                                      params: dict):
+    """Step (d) merges each head with step_b0's operations in step_b0's order: its output is
+    step_b0's bit for bit (round 6, H100: the default point; round 7, H200: these four points, when
+    step (d) was production). The chunk counts cover the merge's batch shapes (its next batch's
     loads run ahead of this one)."""
     from hazards.megakernel_layers.calibration import dump_run
 
-    out, _, reply = dump_run(binary, params)
+    out, _, reply = dump_run(step_d_binary, params)
     out_b0, _, reply_b0 = dump_run(step_b0_binary, params)
     assert reply.get("mismatched") == 0 and reply_b0.get("mismatched") == 0, (reply, reply_b0)
     assert out.numel() == out_b0.numel() and bool((out == out_b0).all())
@@ -201,6 +210,29 @@ def test_step_g_on_step_e_gives_step_e_bits():
         assert reply.get("mismatched") == 0, (defines, reply)
         outs.append(out)
     assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+
+
+# ---- production, campaign step 10 (step (e) + step (g), step_g_on_e's code) --------------------
+
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                                # I 2880: 90 sub-blocks, 3 rounds a slot
+    {"layers": 2, "seq": 1024, "hazard": "amax_tail"},         # the tail round reads stale packed codes
+    {"layers": 2, "seq": 4096, "model": "small"},              # I 1024: one round a slot; 33 chunks
+], ids=["default", "amax_tail", "small"])
+def test_production_gives_step_e_bits_clean_and_with_amax_tail(binary: Path, params: dict):
+    """Production (the default build, step 10) adds step (g)'s quantization to step (e), whose
+    arithmetic it keeps: step (e)'s output bit for bit, and with amax_tail on step (e)'s corrupted
+    output bit for bit (the switch's stale codes are still read as an amax)."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    out, _, reply = dump_run(binary, params)
+    out_e, _, reply_e = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": 6}), params)
+    if "hazard" in params:
+        assert reply.get("mismatched", 0) > 0 and reply_e.get("mismatched", 0) > 0, (reply, reply_e)
+    else:
+        assert reply.get("mismatched") == 0 and reply_e.get("mismatched") == 0, (reply, reply_e)
+    assert out.numel() == out_e.numel() and bool((out == out_e).all())
 
 
 # ---- campaign step (h) (MKL_CAMPAIGN_STEP 9, a candidate): the layer head's loads ahead ----------

@@ -1,12 +1,12 @@
-"""Campaign step (d) (MKL_CAMPAIGN_STEP 5, production since round 8): the LSE merge spread over
-the QKV-tile workers.
+"""Campaign step (d) (MKL_CAMPAIGN_STEP 5, production from round 8 until step 10, which keeps it): the
+LSE merge spread over the QKV-tile workers.
 
 Round 4's profile had the merge at 35 us a layer on the one block that arrived last. Step (d)
 gives every head a warp of the merge workers (mkl::merge_workers: 4 QKV-tile holders at 64
 heads), and the last merge arrival releases ATTN_RELEASE. On the CPU (nvcc 13.0, sm_90a, nvdisasm):
 the step (d) build of the family's own source compiles, its merge issues a batch's loads
-before any arithmetic and spills nothing, the default build calls it (step_b0's, the previous
-production, does not), and the compiled static checks pass it with one acquire poll more than
+before any arithmetic and spills nothing, the default build (production, step 10) calls it
+(step_b0's, round 8's previous production, does not), and the compiled static checks pass it with one acquire poll more than
 step_b0 (the merge workers' wait for the chunk count). Without a GPU: the schedule keeps the
 merge workers among the QKV holders (snapshot_epoch's vulnerable set is step_b0's) and the hang
 explainer reads step (d)'s waits (merge workers at CHUNK_MERGE, the rest at ATTN_RELEASE).
@@ -73,11 +73,11 @@ def test_step_d_merge_computes_each_chunks_weight_once_not_in_every_lane(step_d)
     assert 0 < ex2 <= 2 * instances, (ex2, instances)
 
 
-def test_production_is_step_d_and_the_previous_production_step_b0_merges_on_one_block():
-    """Round 8's promotion: the default build (no define, what every family run, bench and gate
-    `production` builds) is step (d) and calls the spread merge; step_b0 (MKL_CAMPAIGN_STEP 2,
-    the production before it) still merges on the last chunk block. Before the promotion the
-    default build had no merge_heads."""
+def test_production_calls_step_d_spread_merge_and_step_b0_merges_on_one_block():
+    """Round 8's promotion made the default build (no define, what every family run, bench and gate
+    `production` builds) step (d), and step 10 (production since promote10) keeps its spread merge;
+    step_b0 (MKL_CAMPAIGN_STEP 2, the production before round 8) still merges on the last chunk
+    block. Before round 8 the default build had no merge_heads."""
     from hazards.megakernel_layers import faithful as FA
 
     calls = re.findall(r"\bCALL\.\S+\s+`?\(?(\S*merge_\w+)", _sass(None))
@@ -150,12 +150,13 @@ def test_production_tripwire_instance_has_its_out_of_line_wait_checked_and_acqui
     """The tripwire instance (mkl_megakernel<true>) waits through the out-of-line
     wait_ge_watched: its poll is reached only by a CALL (and its loop rebuilds the memory
     descriptor from SR_CgaCtaId for the watch's shared-memory stores); the compiled checks
-    found 0 polls in that instance before."""
+    found 0 polls in that instance before. Checked on production's build (the default: step 10
+    since promote10; written for step_b0, the production of its time)."""
     from hazards.engine.errors import ToolchainMissing
     from hazards.static import compiled
 
     try:
-        found = compiled.check_jobs(compiled.jobs_for_files([LAYERED], ["-DMKL_CAMPAIGN_STEP=2"], archs=["sm_90a"]))
+        found = compiled.check_jobs(compiled.jobs_for_files([LAYERED], [], archs=["sm_90a"]))
     except ToolchainMissing as e:
         pytest.skip(f"cannot run the compiled static checks: {e}")
     watched = [f.message for f in found if f.check == "sync-scope" and "mkl_megakernelILb1E" in f.message]

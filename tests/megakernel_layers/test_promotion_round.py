@@ -1,5 +1,6 @@
-"""ci/gpu/layers-campaign.sh's `promote` mode (round 8) read on the CPU: the shell parses, the
-candidates it gates exist both ways, and the snapshot_epoch skews it runs sit where the model
+"""ci/gpu/layers-campaign.sh's `promote` mode (round 8; step 10's since promote10) read on the CPU:
+the shell parses, it gates the previous production (step_d) against production both ways and runs
+the family check on production's build, and the snapshot_epoch skews it runs sit where the model
 says they should (below the promoted production's layer head: clean; above it: a hang)."""
 from __future__ import annotations
 
@@ -28,10 +29,43 @@ def test_the_campaign_script_parses():
 
 
 def test_the_promotion_gates_the_previous_production_both_ways():
-    gates = re.findall(r"^gate (\w+) (\w+) (\w+)$", _promote_mode(), re.M)
-    assert {(base, cand) for _, base, cand in gates} == {("step_b0", "production"), ("production", "step_b0")}
+    """Step 10 replaces step (d) (step_d, MKL_CAMPAIGN_STEP 5): the gate step_d -> production (and back),
+    the checked launches, the bench and the profile on step (d)'s build, not round 8's step_b0."""
+    mode = _promote_mode()
+    gates = re.findall(r"^gate (\w+) (\w+) (\w+)$", mode, re.M)
+    assert {(base, cand) for _, base, cand in gates} == {("step_d", "production"), ("production", "step_d")}
     for _, base, cand in gates:
         FA.candidate(base), FA.candidate(cand)  # raise on a name the catalog does not have
+    step_d = dict(FA.candidate("step_d").defines)["MKL_CAMPAIGN_STEP"]
+    assert step_d == 5 and FA.candidate("step_d").expected == "slower"  # production is expected faster
+    assert f"build step{step_d} \"{{'MKL_CAMPAIGN_STEP': {step_d}}}\"" in mode
+    assert f"build prof{step_d} \"{{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': {step_d}}}\"" in mode
+    assert f"checked plain step{step_d} step6" in mode
+    assert f"megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP={step_d} " in mode
+    assert "--candidate production --candidate step_d " in mode
+    assert "step_b0" not in mode and "MKL_CAMPAIGN_STEP': 2" not in mode
+
+
+def test_the_promotion_compares_productions_bits_with_step_e_the_base_it_keeps_the_bits_of():
+    mode = _promote_mode()
+    assert 'cmp -s "$W/dump_plain.f32" "$W/dump_step6.f32"' in mode
+    assert "build step6 \"{'MKL_CAMPAIGN_STEP': 6}\"" in mode and dict(FA.candidate("step_e").defines) == {
+        "MKL_CAMPAIGN_STEP": 6}
+
+
+def test_the_promotion_runs_the_family_check_on_production_in_both_forms():
+    """The promotion rule's item 4 (docs/gates.md): `hazards check --families megakernel_layers` on the
+    new production. Round 13 could not run it for step_g_on_e; the promote mode now does, lean or not,
+    after the gate step_d -> production and before the logit gate."""
+    mode = _promote_mode()
+    body = mode[mode.index("p_check() {"):mode.index("\n}\n", mode.index("p_check() {"))]
+    assert "python3 -m hazards check --families megakernel_layers --skip clang" in body
+    assert '--budget "${cb}s"' in body and "--binary" not in body  # the family's default build: production
+    start = mode.index('\nif [ "${LEAN:-0}" = 1 ]; then\n')
+    lean, full = mode[start:mode.index("\ngate q production step_d\n")], mode.split("\ngate q production step_d\n", 1)[1]
+    assert re.search(r"^  p_check \d+$", lean, re.M)
+    assert re.search(r"^p_check \d+$", full, re.M)
+    assert mode.index("\ngate p step_d production\n") < mode.index("\n  p_check ") < mode.index("layers-logit-gate.sh")
 
 
 def test_the_promotion_gates_wait_for_the_torch_compile_warm_up_that_shares_the_gpu():
@@ -58,3 +92,20 @@ def test_the_snapshot_skews_of_the_promotion_round_straddle_the_models_layer_hea
     assert all(calls[us] == 0 for us in below) and all(calls[us] > 0 for us in above), calls
     # the point just above the head is within 15 us of it: where a head longer than measured shows
     assert min(above) - F.LAYER_HEAD_US < 15, calls
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_compare_dumps_prints_cos_and_largest_difference_of_two_builds_outputs(tmp_path):
+    """The promotion's production-vs-step_d line (and stepc's candidate line), run on made-up dumps:
+    a dump is (output, the binary's reference), and only the outputs are compared."""
+    from array import array
+
+    text = SCRIPT.read_text()
+    func = text[text.index("compare_dumps() {"):text.index("\n}\n", text.index("compare_dumps() {")) + 3]
+    (tmp_path / "dump_plain.f32").write_bytes(array("f", [1.0, 2.0, 3.0, 9.0, 9.0, 9.0]).tobytes())
+    (tmp_path / "dump_step5.f32").write_bytes(array("f", [1.0, 2.0, 3.5, 0.0, 0.0, 0.0]).tobytes())
+    script = f'W={tmp_path}\n{func}\ncompare_dumps plain step5 "production vs step_d"\ncompare_dumps plain step6 x\n'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("production vs step_d: 3 / 3 floats, identical False, cos 0.99"), out
+    assert out[0].endswith("max abs diff 0.5"), out
+    assert out[1] == "x: no dump to compare", out
