@@ -6,9 +6,7 @@ compiles it with nvcc for `sm_90a` (or hipcc for `gfx942` where ROCm is installe
 caches the binary in the per-user build cache (`hazards.engine.toolchain.cache_dir`,
 `$HZ_BUILD_DIR` overrides) keyed by every source file in those folders, the compile flags,
 the compile-time defines, the generated headers and the compiler's release line: an
-unchanged tree never recompiles, and a new compiler or flag always does. The files are named
-relative to `standalone/`, or by absolute path where the binary's line table names them
-(`toolchain.names_its_sources`: sm_90a's `-lineinfo`). More in docs/harness.md.
+unchanged tree never recompiles, and a new compiler or flag always does. More in docs/harness.md.
 """
 from __future__ import annotations
 
@@ -91,14 +89,9 @@ def build(source_dir: Path, binary: str, *, target: str = toolchain.SM90A,
     compiler = find_compiler(target)
     flags = [*t.flags, *define_flags(defines), *extra_flags]
     gen = dict(sorted((generated or {}).items()))
-    # Keyed relative to the kernel sources (`standalone/`), so an installed package shares a
-    # checkout's builds - unless the binary's line table names the sources (sm_90a's
-    # -lineinfo): then by their absolute paths, so a second checkout's hang forensics name
-    # its own files, never the first one's.
-    root = None if toolchain.names_its_sources(flags) else source_dir.parent
     key = toolchain.cache_key(toolchain.source_files([source_dir, *shared_dirs], main),
                               [*flags, *(f"{k}\0{v}" for k, v in gen.items())],
-                              toolchain.tool_version(compiler), root=root)
+                              toolchain.tool_version(compiler), root=source_dir.parent)
     out_dir = Path(cache_dir) if cache_dir else toolchain.cache_dir("family")
     out_dir = out_dir / f"{binary}-{target}-{key[:16]}"
 

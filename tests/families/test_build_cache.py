@@ -2,9 +2,7 @@
 failures (fake compiler), the per-user cache folder."""
 from __future__ import annotations
 
-import dataclasses
 import os
-import shutil
 import stat
 import subprocess
 import time
@@ -17,20 +15,18 @@ from hazards.engine.errors import ToolchainMissing, UserError
 from hazards.engine.toolchain import SM90A
 
 FAKE_NVCC = """#!/bin/sh
-# A stand-in for nvcc: --version prints a release line; otherwise copy the source to -o
-# (with -lineinfo, followed by a line table naming the source as given), count
-# invocations, and fail when the source contains BROKEN.
+# A stand-in for nvcc: --version prints a release line; otherwise copy the source to -o,
+# count invocations, and fail when the source contains BROKEN.
 if [ "$1" = "--version" ]; then
   echo "Copyright (c) 2005-2099 NVIDIA Corporation"; echo "Built on $(date +%N)"
   echo "Cuda compilation tools, release 99.0, V99.0.1"; exit 0; fi
-out=""; src=""; lineinfo=""
+out=""; src=""
 while [ $# -gt 0 ]; do
-  case "$1" in -o) out="$2"; shift;; -lineinfo) lineinfo=1;; *.cu) src="$1";; esac; shift
+  case "$1" in -o) out="$2"; shift;; *.cu) src="$1";; esac; shift
 done
 echo x >> "$FAKE_NVCC_COUNT"
 if grep -q BROKEN "$src"; then echo "$src(3): error: identifier BROKEN is undefined" >&2; exit 2; fi
 cp "$src" "$out"
-if [ -n "$lineinfo" ]; then echo "line table: $src" >> "$out"; fi
 """
 
 
@@ -80,45 +76,6 @@ def test_defines_and_flags_are_part_of_the_key(fake_tree):
     b = build.build_family(root, "fam", "fam", cache_dir=cache, defines={"HZ_X": True})
     c = build.build_family(root, "fam", "fam", cache_dir=cache, extra_flags=["-G"])
     assert len({a, b, c}) == 3 and compiles(count) == 3
-
-
-def _second_checkout(fake_tree, tmp_path, monkeypatch) -> tuple[Path, Path]:
-    """The fake tree and a copy of it in a second checkout (another worktree of the same
-    repository: the same files at the same place under its root), sharing one build cache."""
-    root, _, _ = fake_tree
-    monkeypatch.setenv("HZ_BUILD_DIR", str(tmp_path / "shared-cache"))
-    second = tmp_path / "worktree" / "standalone"
-    shutil.copytree(root, second)
-    return root, second
-
-
-def test_a_second_checkout_gets_its_own_binary_whose_line_table_names_its_files(fake_tree, tmp_path, monkeypatch):
-    # sm_90a builds with -lineinfo: the binary's line table (cuda-gdb's stuck source lines in
-    # hang forensics) names the files it was compiled from, so it belongs to one checkout
-    _, count, _ = fake_tree
-    first, second = _second_checkout(fake_tree, tmp_path, monkeypatch)
-    exes = [build.build_family(root, "fam", "fam") for root in (first, second)]
-    assert exes[0] != exes[1] and compiles(count) == 2
-    assert exes[1].read_text().endswith(f"line table: {second / 'fam' / 'fam.cu'}\n")
-    assert build.build_family(second, "fam", "fam") == exes[1] and compiles(count) == 2
-
-
-def test_a_second_checkout_shares_a_binary_built_without_line_info(fake_tree, tmp_path, monkeypatch):
-    # nothing in such a binary names a file: the key is relative to `standalone/`'s parent
-    _, count, _ = fake_tree
-    sm90a = build.TARGETS[SM90A]
-    monkeypatch.setitem(build.TARGETS, SM90A,
-                        dataclasses.replace(sm90a, flags=tuple(f for f in sm90a.flags if f != "-lineinfo")))
-    first, second = _second_checkout(fake_tree, tmp_path, monkeypatch)
-    exes = [build.build_family(root, "fam", "fam") for root in (first, second)]
-    assert exes[0] == exes[1] and compiles(count) == 1
-
-
-def test_builds_whose_output_names_their_sources_are_told_by_their_flags():
-    for args in (["-lineinfo"], ["-G"], ["-gline-tables-only"], ["-g"], ["-E", "-x", "c++"]):
-        assert toolchain.names_its_sources(args), args
-    for args in (build.TARGETS["gfx942"].flags, ["-cubin", "-O3", *toolchain.nvcc_arch_flags()], ["-E", "-P"]):
-        assert not toolchain.names_its_sources(args), args
 
 
 def test_compile_error_is_one_line_with_the_log_path(fake_tree):
