@@ -5,8 +5,6 @@ cache-coherence bits and cache maintenance instructions (LLVM AMDGPUUsage, "Memo
 GFX942"); the sequences this checks are in docs/static-checks.md."""
 from __future__ import annotations
 
-import re
-
 from hazards.static import amdgcn_isa as isa
 from hazards.static import checks
 from hazards.static.findings import Finding
@@ -71,30 +69,6 @@ def _is_data_load(ins: isa.Instr) -> bool:
     return ins.mnemonic.startswith(("global_load", "flat_load", "buffer_load"))
 
 
-def _writers(func: isa.Function, preds: dict[int, list[int]], unit: tuple[str, int], at: int,
-             reach: int = 4000) -> set[int] | None:
-    """The writes of register `unit` that may reach instruction `at`; None when some path back
-    reaches the function's entry with no write of it (or the walk passes `reach` steps)."""
-    found: set[int] = set()
-    seen: set[int] = set()
-    stack = [at]
-    while stack:
-        i = stack.pop()
-        if i == 0 or not preds.get(i):
-            return None  # the entry: the value comes from outside what was read
-        for j in preds[i]:
-            if j in seen:
-                continue
-            seen.add(j)
-            if len(seen) > reach:
-                return None
-            if unit in isa.units(func.instrs[j].writes()):
-                found.add(j)
-            else:
-                stack.append(j)
-    return found
-
-
 def lds_pointer_accesses(func: isa.Function, reach: int = 4000) -> set[int]:
     """Indices of `flat_` accesses whose address is a generic pointer to LDS (its high dword
     comes from `src_shared_base`, through moves): a `volatile` shared-memory
@@ -108,8 +82,30 @@ def lds_pointer_accesses(func: isa.Function, reach: int = 4000) -> set[int]:
         return cached
     preds = predecessors(func)
 
+    def writers(unit: tuple[str, int], at: int) -> set[int] | None:
+        """The writes of `unit` that may reach instruction `at`; None when some path back
+        reaches the function's entry with no write of it (or the walk passes `reach` steps)."""
+        found: set[int] = set()
+        seen: set[int] = set()
+        stack = [at]
+        while stack:
+            i = stack.pop()
+            if i == 0 or not preds.get(i):
+                return None  # the entry: the value comes from outside what was read
+            for j in preds[i]:
+                if j in seen:
+                    continue
+                seen.add(j)
+                if len(seen) > reach:
+                    return None
+                if unit in isa.units(func.instrs[j].writes()):
+                    found.add(j)
+                else:
+                    stack.append(j)
+        return found
+
     def from_shared_base(unit: tuple[str, int], at: int, moves: int) -> bool:
-        ws = _writers(func, preds, unit, at, reach)
+        ws = writers(unit, at)
         if not ws:
             return False
         for w in ws:
@@ -153,70 +149,6 @@ def _is_return(ins: isa.Instr) -> bool:
     """A function's return (`s_setpc_b64` to the return address the call left in s[30:31]),
     not a long branch through another register pair."""
     return ins.mnemonic == "s_setpc_b64" and bool(ins.operands) and ins.operands[0] == "s[30:31]"
-
-
-_SYMBOL = re.compile(r"([\w.$]+)@(?:rel32|gotpcrel32|gotpcrel|abs32)@lo\b")
-_CALLER_DEPTH = 4  # how many returns up the acquire walk follows an out-of-line wait's callers
-
-
-def call_target(func: isa.Function, k: int, preds: dict[int, list[int]]) -> str | None:
-    """The function the call at `k` enters: `s_call_b64 s[30:31], NAME`, or
-    `s_swappc_b64 s[30:31], s[N:N+1]` where every write of sN that may reach the call sets it
-    to NAME's address (`s_getpc_b64` then `s_add_u32 sN, sN, NAME@rel32@lo+4`; through a GOT
-    entry, `NAME@gotpcrel32@lo+4` then `s_load_dwordx2`). None: a call through a register
-    this cannot name (a function pointer)."""
-    ins = func.instrs[k]
-    if ins.mnemonic.startswith("s_call") and len(ins.operands) > 1:
-        return ins.operands[1].split("@")[0]
-    if not ins.mnemonic.startswith("s_swappc") or len(ins.operands) < 2:
-        return None
-    at, unit = k, _low(ins.operands[1])
-    for _ in range(2):  # the address itself, or (GOT) the address it is loaded from
-        ws = _writers(func, preds, unit, at) or set()
-        names = [_SYMBOL.search(func.instrs[w].text) for w in ws]
-        if names and all(names) and len({m.group(1) for m in names}) == 1:
-            return names[0].group(1)
-        base = func.instrs[min(ws)] if len(ws) == 1 else None
-        if base is None or not base.mnemonic.startswith("s_load_dwordx2") or len(base.operands) < 2:
-            return None
-        at, unit = min(ws), _low(base.operands[1])
-    return None
-
-
-def _low(operand: str) -> tuple[str, int]:
-    """The lowest register unit an operand names (a register pair's low half)."""
-    return min(isa.units(isa.parse_regs(operand)) or {("?", -1)}, key=lambda u: u[1])
-
-
-class CallSites:
-    """Every call of the listing: `sites[name]` the (caller, call index) pairs of the calls
-    whose target is `name`, `unnamed` those whose target could not be named."""
-
-    def __init__(self, funcs: list[isa.Function]):
-        self.sites: dict[str, list[tuple[isa.Function, int]]] = {}
-        self.unnamed: list[tuple[isa.Function, int]] = []
-        for func in funcs:
-            preds = None
-            for k, ins in enumerate(func.instrs):
-                if not ins.mnemonic.startswith(("s_swappc", "s_call")):
-                    continue
-                preds = preds or predecessors(func)
-                name = call_target(func, k, preds)
-                if name is None:
-                    self.unnamed.append((func, k))
-                else:
-                    self.sites.setdefault(name, []).append((func, k))
-
-    def callers(self, name: str) -> tuple[list[tuple[isa.Function, int]], str | None]:
-        """(the calls of `name`, why they may not be all of them: None when they are)."""
-        if self.unnamed:
-            f, k = self.unnamed[0]
-            return [], (f"{len(self.unnamed)} call(s) of the listing go through a register whose "
-                        f"target this check cannot name (`{f.instrs[k].text}` at line "
-                        f"{f.instrs[k].line}, in `{f.name}`), so its callers are not known")
-        if not self.sites.get(name):
-            return [], f"no call of `{name}` is in this listing, so its callers are not known"
-        return self.sites[name], None
 
 
 def _store_data(ins: isa.Instr) -> set[tuple[str, int]]:
@@ -365,7 +297,6 @@ def _waits_all_vm(ins: isa.Instr) -> bool:
 def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
     """Every release/acquire check over the functions of one listing."""
     out: list[Finding] = []
-    calls = CallSites(funcs)
     for func in funcs:
         loops = poll_loops(func)
         lds = lds_pointer_accesses(func)
@@ -376,7 +307,7 @@ def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
             arrive, before = _arrive(func, head, back, poll, preds)
             start = arrive is not None and not any(  # (a call before it may store anything)
                 _is_shared_write(func.instrs[k]) or _is_call(func.instrs[k]) for k in before if k != arrive)
-            out += _check_acquire(func, path, head, back, poll, calls, func.instrs[arrive] if start else None)
+            out += _check_acquire(func, path, head, back, poll, func.instrs[arrive] if start else None)
             if arrive is not None and not _data_load_after(func, head, back, poll):
                 final[arrive] = poll
         for f_idx, ins in enumerate(func.instrs):
@@ -396,54 +327,42 @@ def check_sync(funcs: list[isa.Function], path: str) -> list[Finding]:
     return out
 
 
-def _check_acquire(func, path, head, back, poll, calls: CallSites,
-                   start_arrive: isa.Instr | None = None) -> list[Finding]:
+def _check_acquire(func, path, head, back, poll, start_arrive: isa.Instr | None = None) -> list[Finding]:
     """[acquire-missing] on the paths out of one poll loop; `start_arrive`: the loop is the
     wait of a start barrier (its arrive stores the value waited for and no store to shared
     memory may run before it), which publishes nothing written in the kernel: what is read
-    after it was written before the launch, so no acquire is needed (said in sync-scope).
-    A poll in an out-of-line function that returns unacquired is followed into its callers
-    (`calls`: the instruction after every call of it, up to `_CALLER_DEPTH` returns up): the
-    first data load of a caller with no acquire on the way is the finding; callers that
-    cannot all be found leave the return itself flagged."""
+    after it was written before the launch, so no acquire is needed (said in sync-scope)."""
     p = func.instrs[poll]
-    seen: set[tuple[int, int, bool]] = set()
-    # (function, instruction, the acquire seen on the way, the calls returned through: (caller, call index))
-    stack: list[tuple[isa.Function, int, isa.Instr | None, tuple]] = [(func, s, None, ()) for s in func.successors(poll)]
+    seen: set[tuple[int, bool]] = set()
+    stack: list[tuple[int, isa.Instr | None]] = [(s, None) for s in func.successors(poll)]
     steps, out, scopes = 0, [], set()
     while stack and steps < _STEP_LIMIT:
-        f, i, inv, via = stack.pop()
+        i, inv = stack.pop()
         steps += 1
-        if i >= len(f.instrs) or (id(f), i, inv is not None) in seen:
+        if i >= len(func.instrs) or (i, inv is not None) in seen:
             continue
-        seen.add((id(f), i, inv is not None))
-        ins = f.instrs[i]
-        where = "" if not via else f" in `{f.name}` after its call of `{via[-1][2]}` at line {via[-1][1]}"
+        seen.add((i, inv is not None))
+        ins = func.instrs[i]
         if ins.mnemonic.startswith("buffer_inv"):
             inv = ins
         elif _is_return(ins) and inv is not None:
-            scopes.add(f"`{inv.text}` at line {inv.line}{where} before the return to its callers: "
-                       f"{fence_scope(inv)}")
+            scopes.add(f"`{inv.text}` at line {inv.line} before the return to its callers: {fence_scope(inv)}")
         elif _is_return(ins) and start_arrive is None:
-            # an out-of-line wait: its callers read what the flag publishes after the call
-            sites, unknown = calls.callers(f.name)
-            if unknown is None and len(via) >= _CALLER_DEPTH:
-                unknown = f"its callers are more than {_CALLER_DEPTH} calls up"
-            if unknown is not None:
-                out.append(checks.ACQUIRE_MISSING.finding(
-                    path, ins.line,
-                    f"the poll loop at line {p.line} is in an out-of-line function that returns "
-                    f"(`{ins.text}`{where}) with no `buffer_inv` (acquire) on some path, and {unknown}: "
-                    f"what they read after the call is not checked - acquire in the wait itself (a "
-                    f"`buffer_inv` after the loop, or an acquire load)", f"{p.text}\n...\n{ins.text}"))
-                break
-            stack.extend((g, k + 1, None, via + ((g, g.instrs[k].line, f.name),)) for g, k in sites)
-            continue
-        elif _is_data_load(ins) and not (f is func and head <= i <= back) and i not in lds_pointer_accesses(f):
+            # an out-of-line wait: its callers read what the flag publishes, in functions this
+            # walk does not enter - unacquired on this path, never "no data load follows"
+            out.append(checks.ACQUIRE_MISSING.finding(
+                path, ins.line,
+                f"the poll loop at line {p.line} is in an out-of-line function that returns "
+                f"(`{ins.text}`) with no `buffer_inv` (acquire) on some path: its callers read "
+                f"the data the flag publishes after the call, and this check does not follow "
+                f"them into the caller - acquire in the wait itself (a `buffer_inv` after the loop, "
+                f"or an acquire load)", f"{p.text}\n...\n{ins.text}"))
+            break
+        elif _is_data_load(ins) and not head <= i <= back and i not in lds_pointer_accesses(func):
             if inv is not None:
-                scopes.add(f"`{inv.text}` at line {inv.line}{where}: {fence_scope(inv)}")
+                scopes.add(f"`{inv.text}` at line {inv.line}: {fence_scope(inv)}")
             elif "sc1" in _bits(ins):
-                scopes.add(f"the load itself{where}: {access_scope(ins)}")
+                scopes.add(f"the load itself: {access_scope(ins)}")
             elif start_arrive is not None:
                 scopes.add(f"none needed - a start barrier: its arrive `{start_arrive.mnemonic}` at line "
                            f"{start_arrive.line} stores the value it waits for and no store to memory "
@@ -452,14 +371,13 @@ def _check_acquire(func, path, head, back, poll, calls: CallSites,
             else:
                 out.append(checks.ACQUIRE_MISSING.finding(
                     path, ins.line,
-                    (f"`{ins.mnemonic}` after the poll loop at line {p.line}" if not via else
-                     f"`{ins.mnemonic}`{where}, an out-of-line wait whose poll loop is at line {p.line},")
-                    + f" is not preceded by a `buffer_inv` (acquire) on some path, and has no sc1 bit: it may read "
+                    f"`{ins.mnemonic}` after the poll loop at line {p.line} is not preceded by "
+                    f"a `buffer_inv` (acquire) on some path, and has no sc1 bit: it may read "
                     f"stale vL1/L2 lines of the data the flag publishes",
                     f"{p.text}\n...\n{ins.text}"))
                 break
             continue  # one data load per path is enough
-        stack.extend((f, s, inv, via) for s in f.successors(i))
+        stack.extend((s, inv) for s in func.successors(i))
     if not out:
         where = "; ".join(sorted(scopes)) or "no data load follows"
         out.append(checks.SYNC_SCOPE.finding(path, p.line,
