@@ -134,7 +134,7 @@
 #     was written for round 8's promotion: since step 10 its stepe-quick and stepf-quick judge step (e)
 #     against production and step (f) against step (e), and its promote is step 10's.)
 # From round 8 production (the default build) was step (d), and since promote10 it is step 10
-# (step (e) + step (g), step_g_on_e's code; promoted on the branch, the GPU round decides): the
+# (step (e) + step (g), step_g_on_e's code; promoted in round 14, an H100, 2026-12-06): the
 # modes written before it that judge a candidate "against production" (gate, stepc, stepc-quick,
 # stepd-quick, stepd-gate, stepe-quick) now judge it against step 10 (stepe-quick: step (e) against
 # step 10, which contains it); the modes that name their base (stepf-quick, stepg-quick,

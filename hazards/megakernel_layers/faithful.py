@@ -55,7 +55,7 @@ class Candidate:
 
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 10: step (e) + step "
-              "(g), step_g_on_e's code; promoted on branch promote10, the GPU round decides)", "no-change"),
+              "(g), step_g_on_e's code; promoted in round 14, an H100, 2026-12-06)", "no-change"),
     Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
               defines=(("MKL_NOOP_CANDIDATE", 1),)),
     Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",
