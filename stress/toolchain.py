@@ -15,8 +15,9 @@
   `cache_key(...)` hashes that version, the arguments and the text of every source file a
   build reads (the main file and everything it reaches through `#include "..."`), named
   relative to a `root` (the kernel sources: an installed package shares a checkout's
-  builds) unless the build `names_its_sources(args)` (line tables, preprocessor line
-  markers): then by absolute path, so a second checkout gets its own build.
+  builds) when the caller passes one. The static checks' builds pass none where the build
+  `names_its_sources(args)` (line tables, preprocessor line markers): absolute paths, so a
+  second checkout gets its own build; the family binaries pass `root` anyway (docs/harness.md).
 - `cache_dir(kind)`: the per-user build cache, `$HZ_BUILD_DIR` or
   `$XDG_CACHE_HOME/gpu-hazards` or `~/.cache/gpu-hazards`, one folder per kind of build
   ("family", "static", "megakernel"). Nothing is ever written into the installed package or
@@ -298,8 +299,8 @@ _LINE_TABLE_FLAG = re.compile(r"-lineinfo|--generate-line-info|-G|--device-debug
 def names_its_sources(args: Sequence[str]) -> bool:
     """Whether a build with these arguments outputs its sources' paths: line tables, or the
     line markers of preprocessed text (`-E` without `-P`). Such an output belongs to the
-    checkout it was built from, so its `cache_key` takes no `root` (absolute paths): a
-    second checkout of the same files at the same place gets its own build."""
+    checkout it was built from, so the static checks key it without a `root` (absolute
+    paths): a second checkout of the same files at the same place gets its own build."""
     preprocessed = any(a in ("-E", "--preprocess") for a in args) and "-P" not in args
     return preprocessed or any(_LINE_TABLE_FLAG.fullmatch(a) for a in args)
 

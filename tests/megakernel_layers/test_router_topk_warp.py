@@ -1,4 +1,4 @@
-"""Campaign step (e) (MKL_CAMPAIGN_STEP 6, candidate step_e, round 9): production (step d) with
+"""Campaign step (e) (MKL_CAMPAIGN_STEP 6, candidate step_e, round 9): step (d), then production, with
 step (b)'s router folded into the O-projection workers' partial logits and the top-k by one
 warp's butterfly instead of one thread's scan.
 
