@@ -68,10 +68,10 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
     # production of their time), in round 8 production (step d) vs step_b0 and back,
     # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
-    # adds), step_h and step_g_on_e vs step_e (their base). Production is step 10 (step (e) +
-    # step (g), step_g_on_e's code): its promotion round gates step_d (the production it replaces)
-    # -> production. `expected` is each one's verdict against today's production (step 10), but
-    # step_d_chunks64's (against step_d).
+    # adds), step_h and step_g_on_e vs step_e (their base), step_i vs production (its base).
+    # Production is step 10 (step (e) + step (g), step_g_on_e's code): its promotion round gates
+    # step_d (the production it replaces) -> production. `expected` is each one's verdict against
+    # today's production (step 10), but step_d_chunks64's (against step_d).
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
@@ -112,6 +112,12 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "O-projection 1, not 3), the attention's first K row before its q copy and a block's whole K row "
               "before its first FMA (MKL_CAMPAIGN_STEP 9; step (e)'s bits; slower than step_e in round 13)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 9),)),
+    Candidate("step_i", "campaign step (i), a candidate (round 15): production (step 10) with the GEMVs' row groups "
+              "split into column parts of at most one round of the loop where a warp then takes fewer dependent "
+              "rounds (gemv_kparts_rounds): the QKV tile 3 parts (3 rounds a warp, not 4), the O-projection 4 (2, "
+              "not 3), W2 3 (5, not 6), W13 unchanged (9); the loop's code production's, no task spilling more "
+              "(MKL_CAMPAIGN_STEP 11; the parts' sums differ: last bits differ from production's)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 11),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

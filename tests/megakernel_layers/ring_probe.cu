@@ -22,3 +22,14 @@ __global__ void __launch_bounds__(mkl::THREADS, 1) gemv_probe(const __nv_bfloat1
     for (int j = 0; j < n; ++j) y[r + j] = a[j];
   });
 }
+
+// The column parts gemv_block splits a row group into at depth 4, for the model's four GEMVs on one
+// worker of the default shape at 132 workers (test_gemv_one_round.py reads the stored constants in
+// the PTX): the QKV tile (16 row groups, 360 chunks), the O-projection (21-22 rows: 6 groups, 512),
+// W13 (174-176 rows: 44 groups, 360) and W2 (6 groups, 4 expert segments, 360).
+__global__ void kparts_probe(int* out) {
+  out[0] = mkl::gemv_block_kparts(4, 16, 1, 360);
+  out[1] = mkl::gemv_block_kparts(4, 6, 1, 512);
+  out[2] = mkl::gemv_block_kparts(4, 44, 1, 360);
+  out[3] = mkl::gemv_block_kparts(4, 6, 4, 360);
+}
