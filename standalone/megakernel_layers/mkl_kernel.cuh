@@ -80,7 +80,7 @@
 // dependent passes a warp instead of 4, the O-projection 1 instead of 3), the attention's first
 // K row before its q copy and a block's whole K row before its first FMA (a warp's chain 4 round
 // trips instead of 7). No wait added or moved; the same values in the same order: step (e)'s
-// bits; step_h. 10 (production, promoted on branch promote10 pending its GPU round) step (e) +
+// bits; step_h. 10 (production, promoted in round 14, an H100, 2026-12-06) step (e) +
 // step (g): step (g)'s W2 quantization (quantize_expert_rounds) on step (e), without step (f)'s
 // attention copies and without step (h): the code of candidate step_g_on_e (8 with
 // MKL_ATTN_AHEAD 0; its SASS is this build's, a CPU test checks it). It is production because
@@ -114,7 +114,7 @@
 #define MKL_HEAD_AHEAD (MKL_CAMPAIGN_STEP == 9)                               // step (h)
 // Step (i) (11, a candidate, round 15) is production (step 10) with the GEMVs' rows split into
 // column parts of at most one round of the loop where that takes a warp fewer dependent rounds
-// (gemv_kparts_rounds): the QKV tile, the O-projection and W2; W13 keeps its split.
+// (gemv_kparts_rounds): the QKV tile, the O-projection and W2 (the default shape; small: W13 too).
 #define MKL_GEMV_ONE_ROUND (MKL_CAMPAIGN_STEP == 11)                          // step (i)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
@@ -302,7 +302,7 @@ __device__ __forceinline__ float block_sum(float v, SmemHead* hd) {
 // part in that order, the warp adds its lanes with a butterfly and lane 0 leaves the sums in
 // red[item * GEMV_ROWS + j]. DEPTH iterations' loads are issued before any of them is
 // consumed (a chunk past the part's end is clamped, loaded and discarded); the sums run in
-// the same order for every DEPTH, so every depth gives the same bits. DEPTH 1 is what GPU
+// the same order for every DEPTH, so every depth gives the same bits (step (i) splits depth 4 only). DEPTH 1 is what GPU
 // round 2 measured: nvcc then keeps one iteration (4 x 16 B per lane) in flight and the GEMVs
 // run latency-bound; DEPTH 4 keeps 16 x 16 B per lane in flight (128 KB per SM).
 // Out of line (__noinline__): one copy per depth serves all four GEMVs of both kernel

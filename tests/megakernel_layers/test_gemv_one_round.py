@@ -25,7 +25,7 @@ from hazards.megakernel_layers import faithful as FA
 from hazards.megakernel_layers.model import SHAPES, HD, QKV_TILE_ROWS, row_begin, w13_tiles
 
 from .sass_text import function_instances, longest_load_run
-from .test_merge_spread import _static
+from .test_merge_spread import _static, family_cubin, listing_of
 from .test_production_step10 import _switches
 
 HERE = Path(__file__).resolve().parent
@@ -102,16 +102,8 @@ def _spills(defines: dict[str, int] | None, label: str) -> tuple[str, dict[str, 
     """(SASS listing, {function: (spill store bytes, spill load bytes)}) of the family's build, from ptxas -v:
     each kernel body, and each device function at its worse instance of the two kernels' (ptxas names
     both instances alike; which of them keeps a 4-B spill store of attend_chunk moves between builds)."""
-    from hazards.engine.errors import ToolchainMissing
-    from hazards.static.compile import compile_cubin, disassemble
-
-    from .test_merge_spread import INCLUDE, LAYERED
-
-    try:
-        cubin = compile_cubin(LAYERED, defines=defines, label=label, extra_args=(f"-I{INCLUDE}", "-Xptxas=-v"))
-        listing = disassemble(cubin.path).text
-    except ToolchainMissing as e:
-        pytest.skip(f"cannot read the build's machine code: {e}")
+    cubin = family_cubin(defines, label, "-Xptxas=-v")
+    listing = listing_of(cubin)
     out: dict[str, tuple[int, int]] = {}
     for m in re.finditer(r"Function properties for (\S+)\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
                          r"(\d+) bytes spill loads", cubin.log):

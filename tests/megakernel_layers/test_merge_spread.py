@@ -30,19 +30,35 @@ LAYERED = ROOT / "standalone" / "megakernel_layers" / "megakernel_layers.cu"
 INCLUDE = ROOT / "standalone" / "include"
 
 
+def family_cubin(defines: dict[str, int] | None, label: str, *extra_args: str):
+    """The family's source compiled for sm_90a with `defines` (None: the default, production's
+    build) and `extra_args` (e.g. "-Xptxas=-v" for the spill lines in its `.log`); build cache.
+    The test skips without nvcc."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static.compile import compile_cubin
+
+    try:
+        return compile_cubin(LAYERED, defines=defines, label=label, extra_args=(f"-I{INCLUDE}", *extra_args))
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot build the family's machine code: {e}")
+
+
+def listing_of(cubin) -> str:
+    """nvdisasm's SASS listing of a `family_cubin`; the test skips without nvdisasm."""
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static.compile import disassemble
+
+    try:
+        return disassemble(cubin.path).text
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot read the build's machine code: {e}")
+
+
 def _sass(step: int | None) -> str:
     """The SASS listing of the family's source built as MKL_CAMPAIGN_STEP=step (None: the
     default, production's build; build cache)."""
-    from hazards.engine.errors import ToolchainMissing
-    from hazards.static.compile import compile_cubin, disassemble
-
-    try:
-        cubin = compile_cubin(LAYERED, defines=None if step is None else {"MKL_CAMPAIGN_STEP": step},
-                              label=f"test-mkl-step-{'default' if step is None else step}",
-                              extra_args=(f"-I{INCLUDE}",))
-        return disassemble(cubin.path).text
-    except ToolchainMissing as e:
-        pytest.skip(f"cannot read the step's machine code: {e}")
+    return listing_of(family_cubin(None if step is None else {"MKL_CAMPAIGN_STEP": step},
+                                   f"test-mkl-step-{'default' if step is None else step}"))
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from .test_merge_spread import INCLUDE, LAYERED, ROOT
+from .test_merge_spread import ROOT, family_cubin
 
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_MERGE_SPREAD", "MKL_ROUTER_LATENCY",
@@ -96,14 +95,13 @@ def _sass_lines(defines: dict[str, int] | None, label: str) -> list[str]:
     the lines that name the file or carry the per-build hash of nvcc's internal-linkage names."""
     from hazards.engine import toolchain
     from hazards.engine.errors import ToolchainMissing
-    from hazards.static.compile import compile_cubin
 
+    cubin = family_cubin(defines, label).path
     try:
-        cubin = compile_cubin(LAYERED, defines=defines, label=label, extra_args=(f"-I{INCLUDE}",))
         tool = toolchain.find_tool("cuobjdump", needed_for="to compare the builds' machine code")
     except ToolchainMissing as e:
         pytest.skip(f"cannot read the builds' machine code: {e}")
-    text = subprocess.run([str(tool), "-sass", str(cubin.path)], capture_output=True, text=True, check=True).stdout
+    text = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     # the anonymous namespace's mangled name carries per-build hashes (_ZN53_GLOBAL__N__0cc1a6da_20_
     # megakernel_layers_cu_6e0e350f...), as nvcc's internal-linkage names do (_INTERNAL_<hash>)
     text = re.sub(r"_ZN\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}", "_ZN_GLOBAL__N__", text)

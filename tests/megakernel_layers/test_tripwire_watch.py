@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from .test_merge_spread import INCLUDE, LAYERED
+from .test_merge_spread import family_cubin, listing_of
 from .test_router_topk_warp import SCRIPT, _mode
 
 KERNEL = r"_ZN3mkl14mkl_megakernelILb{}EE"
@@ -22,15 +22,8 @@ KERNEL = r"_ZN3mkl14mkl_megakernelILb{}EE"
 
 def _build(defines: dict | None):
     """(SASS listing, ptxas -v log) of the family's source with `defines` (build cache)."""
-    from hazards.engine.errors import ToolchainMissing
-    from hazards.static.compile import compile_cubin, disassemble
-
-    try:
-        cubin = compile_cubin(LAYERED, defines=defines, label="test-mkl-tw-watch",
-                              extra_args=(f"-I{INCLUDE}", "-Xptxas=-v"))
-        return disassemble(cubin.path).text, cubin.log
-    except ToolchainMissing as e:
-        pytest.skip(f"cannot read the build's machine code: {e}")
+    cubin = family_cubin(defines, "test-mkl-tw-watch", "-Xptxas=-v")
+    return listing_of(cubin), cubin.log
 
 
 def _spills(log: str, tw: bool) -> tuple[int, int]:

@@ -136,20 +136,12 @@ def test_step_g_on_e_is_step_g_quantization_without_step_f_attention_copies():
     """Round 12 judged step (f) no-change on the launch, and step (g) only on top of it: the
     candidate step_g_on_e (MKL_ATTN_AHEAD 0) builds step (g)'s quantization on step (e), so its
     gain can be judged where step (f) is not promoted."""
-    from hazards.engine.errors import ToolchainMissing
-    from hazards.static.compile import compile_cubin, disassemble
-
-    from .test_merge_spread import INCLUDE, LAYERED
+    from .test_merge_spread import family_cubin, listing_of
 
     c = FA.candidate("step_g_on_e")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}
     assert c.expected == "no-change"  # production's code since step 10 (test_production_step10.py)
-    try:
-        cubin = compile_cubin(LAYERED, defines=dict(c.defines), label="test-mkl-step-g-on-e",
-                              extra_args=(f"-I{INCLUDE}",))
-        sass = disassemble(cubin.path).text
-    except ToolchainMissing as e:
-        pytest.skip(f"cannot read the candidate's machine code: {e}")
+    sass = listing_of(family_cubin(dict(c.defines), "test-mkl-step-g-on-e"))
     funcs = function_listings(sass, ("attend_chunk", "quantize_expert_input", "router_partials"))
     assert "router_partials" in funcs  # step (e)'s router
     assert not re.search(r"\bLDGSTS\b", funcs["attend_chunk"])  # no step (f) copies
