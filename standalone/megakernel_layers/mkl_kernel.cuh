@@ -249,7 +249,8 @@ __device__ __forceinline__ uint4 ld_l2(const void* p) { return __ldcg(reinterpre
 // behind the shared store before it: 8 dependent L2 round trips a thread at the default shape), the
 // RMSNorm's second pass loads its weight the same way (5-6 a thread), the router's hn payload is LD,
 // LD, ST a value (a generic store may alias the next loads: 5-6), the O-projection's and W2's emits
-// reload x / h after each global store (O-projection 2 round trips a row, W2 1: 8 and 4 a group),
+// load x / h after each global store (O-projection twice a row, W2 once: 8 and 4 dependent loads a
+// group, the first from L2, the others likely L1 hits on the same line: a small cost),
 // and nvcc's unroll-by-4 copies of D = 2880 floats (the RMSNorm's x, W13's hn) run their 1-2
 // remainder iterations one load at a time before the unrolled four. Here each copy loads all of a
 // thread's elements into registers first, then stores them: one round trip. Every load keeps its
@@ -2032,7 +2033,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       });
 #elif MKL_COPY_AHEAD
       // step (l): attn_out by float4s, loaded before stored; a group's x rows loaded before its first h
-      // store (production reloaded x after each global store: two dependent round trips a row)
+      // store (production loaded x after each global store: two dependent loads a row, mostly L1 hits)
       copy_to_shared<2>(arena, p.attn_out, ko);
       __syncthreads();
       float* hrows = arena + ko;  // this worker's h rows (step b's partial logits read them)
