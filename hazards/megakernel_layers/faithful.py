@@ -157,6 +157,16 @@ def task_names(text: str) -> dict[int, str]:
     return out
 
 
+def subspan_names(text: str) -> dict[int, list[str]]:
+    """A sub-span build's "2=wait,norm,gemv,emit;3=..." (MKL_SUBSPAN_NAMES) as {task id: names in
+    point order} (a sub-span record's point k is the k-th name)."""
+    out = {}
+    for item in text.split(";"):
+        tid, _, names = item.partition("=")
+        out[int(tid)] = names.split(",")
+    return out
+
+
 def read_rings(path: Path, launches: int, names: dict[int, str]) -> list[profiler.Profile]:
     """The rings the binary wrote: per launch claimed, capacity, capacity x 4 record words."""
     raw = path.read_bytes()

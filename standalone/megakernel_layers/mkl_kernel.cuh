@@ -136,6 +136,12 @@
 #ifndef MKL_RESERVE_RING_SMEM
 #define MKL_RESERVE_RING_SMEM 0
 #endif
+// The profiler's sub-spans (bench/megakernel_layers_profile.py --subspans): in a -DHZ_PROFILER
+// build, -DMKL_PROF_SUBSPANS=1 also records the time points inside the tasks (MklSubPoint in
+// megakernel_layers_names.h). Off, and in any build without the profiler, no code changes.
+#ifndef MKL_PROF_SUBSPANS
+#define MKL_PROF_SUBSPANS 0
+#endif
 
 namespace mkl {
 
@@ -215,6 +221,9 @@ struct SmemHead {
   uint32_t word;
   int flag;
   uint32_t stuck_layer;  // HZ_STALE_RELEASE: written once at entry, never advanced
+#if HZ_PROF_ENABLED && MKL_PROF_SUBSPANS
+  uint64_t sub[8];       // the profiler's sub-span points of the current task (thread 0's)
+#endif
 };
 __host__ __device__ constexpr size_t arena_floats(const Shape& s) {
   const size_t act = (size_t)s.K * s.I > (size_t)s.D ? (size_t)s.K * s.I : (size_t)s.D;
@@ -230,6 +239,44 @@ __host__ __device__ constexpr size_t smem_bytes(const Shape& s) {
 }
 static_assert(smem_bytes(SHAPE_DEFAULT) <= 227 * 1024 && smem_bytes(SHAPE_SMALL) <= 227 * 1024,
               "the ring and the arena exceed an sm_90 block's shared memory");
+
+// ---- the profiler's sub-spans (MKL_PROF_SUBSPANS in a -DHZ_PROFILER build) ------------------
+// Thread 0 keeps the current task's time points in SmemHead::sub (any function reaches them
+// through the dynamic shared memory's base): MKL_SUB_ORIGIN starts a task's points (the others
+// zeroed: not reached), MKL_SUB_POINT stamps point k now (the AT forms reuse a stamp already
+// read), and MKL_PROF_RECORD_SUB records the task with its sub-spans under one claim. Off,
+// every one of them is no code and MKL_PROF_RECORD_SUB is MKL_PROF_RECORD.
+#if HZ_PROF_ENABLED && MKL_PROF_SUBSPANS
+#define MKL_SUBSPANS 1
+// volatile: each point is stored where it is stamped (ptxas otherwise kept a stamp in a register
+// and spilled it inside attend_chunk's block loop)
+__device__ __forceinline__ volatile uint64_t* mkl_sub_points() {
+  extern __shared__ __align__(16) char smem_raw[];
+  return reinterpret_cast<SmemHead*>(smem_raw + RING_BYTES)->sub;
+}
+__device__ __forceinline__ void mkl_sub_origin(uint64_t t) {
+  volatile uint64_t* s = mkl_sub_points();
+  s[0] = t;
+#pragma unroll
+  for (int k = 1; k < 8; ++k) s[k] = 0;
+}
+#define MKL_SUB_ORIGIN_AT(t) \
+  do {                       \
+    if (threadIdx.x == 0) mkl_sub_origin(t); \
+  } while (0)
+#define MKL_SUB_ORIGIN() MKL_SUB_ORIGIN_AT(hz_prof_now())
+#define MKL_SUB_POINT_AT(k, t) \
+  do {                         \
+    if (threadIdx.x == 0) mkl_sub_points()[k] = (t); \
+  } while (0)
+#define MKL_SUB_POINT(k) MKL_SUB_POINT_AT(k, hz_prof_now())
+#else
+#define MKL_SUBSPANS 0
+#define MKL_SUB_ORIGIN_AT(t) do { (void)sizeof(t); } while (0)
+#define MKL_SUB_ORIGIN() do { } while (0)
+#define MKL_SUB_POINT_AT(k, t) do { (void)sizeof(k); (void)sizeof(t); } while (0)
+#define MKL_SUB_POINT(k) do { (void)sizeof(k); } while (0)
+#endif
 
 // ---- loads ------------------------------------------------------------------------------
 
@@ -623,6 +670,7 @@ __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const
     if (depth >= 4) gemv_round<4>(base, row_stride, seg_len, act, r0, r1, g0, gn * ipg, ipg, kparts, per_part, red);
     else gemv_round<1>(base, row_stride, seg_len, act, r0, r1, g0, gn * ipg, ipg, kparts, per_part, red);
     __syncthreads();
+    MKL_SUB_POINT(SUB_GEMV);  // every warp's rounds (the last round's stamp stays)
     gemv_sum_parts(red, gn, ipg, r0, r1, g0, emit);
     __syncthreads();
   }
@@ -706,6 +754,21 @@ __device__ __noinline__ void mkl_prof_record(hz_prof_t prof, uint32_t task, uint
 #else
 #define MKL_PROF_STAMP(span) HZ_PROF_RESTAMP(span)
 #define MKL_PROF_RECORD(task, span, layer, unit) HZ_PROF_END(p.prof, task, span, layer)
+#endif
+// A task that stamps sub-span points (`npoints` of them: MKL_SUB_POINTS_<task>) records them with it.
+#if MKL_SUBSPANS
+__device__ __noinline__ void mkl_prof_record_points(hz_prof_t prof, uint32_t task, uint64_t begin, uint32_t layer,
+                                                    uint32_t unit, uint32_t npoints) {
+  hz_prof_commit_points(prof, task, begin, ((uint64_t)layer << 32) | unit, const_cast<const uint64_t*>(mkl_sub_points()),
+                        npoints);
+}
+#define MKL_PROF_RECORD_SUB(task, span, layer, unit, npoints) \
+  do {                                                        \
+    if (threadIdx.x == 0)                                     \
+      mkl_prof_record_points(p.prof, (task), (span), (uint32_t)(layer), (uint32_t)(unit), (uint32_t)(npoints)); \
+  } while (0)
+#else
+#define MKL_PROF_RECORD_SUB(task, span, layer, unit, npoints) MKL_PROF_RECORD(task, span, layer, unit)
 #endif
 
 __device__ __forceinline__ uint32_t* sync_word(const Params& p, int w) { return word_at(p.sync, single_off(w)); }
@@ -912,6 +975,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 #endif
   for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = qbuf[i];
   __syncthreads();
+  MKL_SUB_POINT(SUB_FILL);
   constexpr float scale = 0.125f;  // 1/sqrt(64)
   float m[GQ], l[GQ], acc[GQ][2];
 #pragma unroll
@@ -1020,6 +1084,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     }
     __syncwarp();  // the next block, or the combine below, rewrites prs (and step (f)'s vst)
   }
+  MKL_SUB_POINT(SUB_GEMV);  // thread 0's warp's blocks
   // this warp's (m, l, acc) per head into scratch, then combine the warps of each head
 #pragma unroll
   for (int g = 0; g < GQ; ++g) {
@@ -1030,6 +1095,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     sw[2 + 2 * lane + 1] = acc[g][1];
   }
   __syncthreads();
+  MKL_SUB_POINT(SUB_AFTER);  // every warp's blocks
   for (int idx = threadIdx.x; idx < s.NQ * PART_W; idx += THREADS) {
     const int n = idx / PART_W, k = idx % PART_W;
     const int h = n / GQ, g = n % GQ;
@@ -1047,6 +1113,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     }
     part[(size_t)n * PART_W + k] = v;  // k = 0: m, 1: l, 2..: acc
   }
+  MKL_SUB_POINT(SUB_COMBINE);  // thread 0's share of the combine and the partial write
 }
 
 // LSE merge of C chunk partials into attn_out (the last chunk arriver), MERGE_BATCH chunks
@@ -1489,11 +1556,13 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
     logits[tid] = v;
   }
   __syncthreads();
+  MKL_SUB_POINT(SUB_FILL);  // the partials summed
   const float rs = rsqrtf(logits[s.E] / (float)s.D + RMS_EPS);
   for (int i = tid; i < s.D; i += THREADS) hn_out[i] = h[i] * rs * mlp_norm[i];  // the payload
 #if MKL_ROUTER_LATENCY
   if (tid < s.E) logits[tid] *= rs;  // the same product per logit as the loop below
   __syncthreads();
+  MKL_SUB_POINT(SUB_GEMV);  // the payload's stores issued by every thread
   if (tid < 32) select_topk_warp(s, logits, routing_ids, routing_w);
 #else
   if (tid == 0) {
@@ -1501,6 +1570,7 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
     select_topk(s, logits, routing_ids, routing_w);
   }
 #endif
+  MKL_SUB_POINT(SUB_AFTER);  // top-k (thread 0's warp)
 }
 
 // Quantize expert slot j's SwiGLU output to E4M3, one power-of-two scale per 128 elements,
@@ -1745,6 +1815,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
     for (int t = w; t < p.QT; t += p.G) {
       tw_mark<TW>(tw, l, PHASE_QKV, t);
       MKL_PROF_STAMP(span);
+      MKL_SUB_ORIGIN_AT(span);
       const int q0 = t * tile_rows, q1 = min(q0 + tile_rows, qkvr);
       const __nv_bfloat16* wq = dptr<__nv_bfloat16>(hd, SLOT_WQKV);
       if (tid < 32) prefetch_l2(wq + (size_t)q0 * s.D, (long long)(q1 - q0) * s.D * 2);
@@ -1759,7 +1830,9 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           wait_ge<TW>(tw, sync_word(p, W_LAYER_CTR), (uint32_t)p.n_rows * (epoch - 1u), BAR_LAYER_END, nullptr, 0, -1);
         __syncthreads();
         MKL_PROF_STAMP(span);
+        MKL_SUB_POINT_AT(SUB_WAIT, span);
         if (!norm_in_gemv) rmsnorm_to(xcur, dptr<float>(hd, SLOT_ATTN_NORM), arena, s.D, hd);
+        if (!norm_in_gemv) MKL_SUB_POINT(SUB_FILL);
         normed = true;
       }
       __nv_bfloat16* kc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_KCACHE)) + (size_t)p.seq * s.NKV * HD;
@@ -1785,17 +1858,19 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       gemv_block(p.gemv_depth, &wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, emit_qkv);
 #endif
       block_arrive(sync_word(p, W_QKV_CTR), true, tid, &hd->word);
-      MKL_PROF_RECORD(TASK_QKV, span, l, t);
+      MKL_PROF_RECORD_SUB(TASK_QKV, span, l, t, MKL_SUB_POINTS_QKV);
     }
 
     // ---- attention chunk ------------------------------------------------------------------
     if (chunk_worker) {
       const int c = w;
       tw_mark<TW>(tw, l, PHASE_ATTN_CHUNK, c);
+      MKL_SUB_ORIGIN();
       if (tid == 0)
         wait_ge<TW>(tw, sync_word(p, W_QKV_CTR), (uint32_t)p.QT * epoch, BAR_QKV_EPOCH, nullptr, 0, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
+      MKL_SUB_POINT_AT(SUB_WAIT, span);
       float* part = p.partials + (size_t)c * s.NQ * PART_W;
       if (t1 > t0) {
         // the two shapes (mkl::SHAPE_DEFAULT: 64 / 8 heads, SHAPE_SMALL: 16 / 4)
@@ -1809,7 +1884,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       }
       const bool fenced = p.hazard != HZ_PARTIAL_NO_FENCE;
       const uint32_t old = block_arrive(sync_word(p, W_CHUNK_CTR), fenced, tid, &hd->word);
-      MKL_PROF_RECORD(TASK_ATTN_CHUNK, span, l, c);
+      MKL_PROF_RECORD_SUB(TASK_ATTN_CHUNK, span, l, c, MKL_SUB_POINTS_ATTN_CHUNK);
       if (!MKL_MERGE_SPREAD && old + 1u == (uint32_t)p.C * epoch) {
         tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, c);
         MKL_PROF_STAMP(span);
@@ -1858,19 +1933,22 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, w);
       uint32_t* chunk_ctr = sync_word(p, W_CHUNK_CTR);
       const uint32_t chunks_want = (uint32_t)p.C * epoch;
+      MKL_SUB_ORIGIN();
       if (tid == 0) wait_ge<TW>(tw, chunk_ctr, chunks_want, BAR_CHUNK_MERGE, chunk_ctr, chunks_want, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
+      MKL_SUB_POINT_AT(SUB_WAIT, span);
       // the two shapes (mkl::SHAPE_DEFAULT: 64 heads, SHAPE_SMALL: 16)
       if (s.NQ == 64) merge_heads<64>(p.partials, p.attn_out, p.C, w, nmerge, arena);
       else if (s.NQ == 16) merge_heads<16>(p.partials, p.attn_out, p.C, w, nmerge, arena);
       else __trap();  // no other shape exists (Shape constants in mkl_model.h)
+      MKL_SUB_POINT(SUB_FILL);  // thread 0's warp's heads
       const uint32_t old = block_arrive(sync_word(p, W_MERGE_CTR), true, tid, &hd->word);
       if (old + 1u == (uint32_t)nmerge * epoch) {
         acquire_fence();
         block_publish_flag(sync_word(p, W_ATTN_RELEASE), epoch, true, tid);
       }
-      MKL_PROF_RECORD(TASK_ATTN_MERGE, span, l, w);
+      MKL_PROF_RECORD_SUB(TASK_ATTN_MERGE, span, l, w, MKL_SUB_POINTS_ATTN_MERGE);
     }
 #endif
 
@@ -1886,11 +1964,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_ROUTER) + (size_t)w * s.D, (long long)s.D * 2);
       }
 #endif
+      MKL_SUB_ORIGIN();
       if (tid == 0)
         wait_ge<TW>(tw, sync_word(p, W_ATTN_RELEASE), attn_want, BAR_ATTN_RELEASE, sync_word(p, W_CHUNK_CTR),
                     (uint32_t)p.C * epoch, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
+      MKL_SUB_POINT_AT(SUB_WAIT, span);
 #if MKL_HEAD_AHEAD
       // step (h): the copy of attn_out runs inside the GEMV, behind its first loads (its O-projection
       // loop has one depth: gemv_depth moves W13 and W2 only)
@@ -1910,6 +1990,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
 #else
       for (int i = tid; i < ko; i += THREADS) arena[i] = p.attn_out[i];
       __syncthreads();
+      MKL_SUB_POINT(SUB_FILL);
       float* hrows = arena + ko;  // this worker's h rows (step b's partial logits read them)
       gemv_block(p.gemv_depth, &wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) {
@@ -1918,16 +1999,19 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         }
       });
 #endif
+      MKL_SUB_POINT(SUB_AFTER);  // its rows emitted
 #if MKL_ROUTER_FOLDED
       router_partials(s, hrows, r0, r1, dptr<float>(hd, SLOT_MLP_NORM), dptr<__nv_bfloat16>(hd, SLOT_ROUTER),
                       p.router_part + (size_t)w * (s.E + 1));
 #endif
       const uint32_t old = block_arrive(sync_word(p, W_OPROJ_CTR), true, tid, &hd->word);
-      MKL_PROF_RECORD(TASK_OPROJ, span, l, w);
+      MKL_PROF_RECORD_SUB(TASK_OPROJ, span, l, w, MKL_SUB_POINTS_OPROJ);
       if (old + 1u == (uint32_t)p.n_rows * epoch) {
         tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
         MKL_PROF_STAMP(span);
+        MKL_SUB_ORIGIN_AT(span);
         acquire_fence();
+        MKL_SUB_POINT(SUB_WAIT);
 #if MKL_ROUTER_FOLDED
         router_from_partials(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), p.router_part, p.n_rows, p.hn, p.routing_ids,
                              p.routing_w, arena);
@@ -1936,12 +2020,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
                     p.routing_ids, p.routing_w, arena, hd);
 #endif
         block_publish_flag(sync_word(p, W_ROUTING), epoch, p.hazard != HZ_ROUTING_NO_FENCE, tid);
-        MKL_PROF_RECORD(TASK_ROUTER_TOPK, span, l, w);
+        MKL_PROF_RECORD_SUB(TASK_ROUTER_TOPK, span, l, w, MKL_SUB_POINTS_ROUTER_TOPK);
       }
     }
 
     // ---- routing -----------------------------------------------------------------------------
     tw_mark<TW>(tw, l, PHASE_ROUTING_WAIT, 0);
+    MKL_SUB_ORIGIN();  // the first W13 tile's wait is the routing wait
     if (tid == 0)
       wait_ge<TW>(tw, sync_word(p, W_ROUTING), routing_want, BAR_ROUTING, sync_word(p, W_OPROJ_CTR),
                   (uint32_t)p.n_rows * epoch, -1);
@@ -1962,9 +2047,12 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       maybe_skew(p, w, l, 1);
       tw_mark<TW>(tw, l, PHASE_MOE_W13, u);
       MKL_PROF_STAMP(span);
+      if (have_hn) MKL_SUB_ORIGIN_AT(span);
+      else MKL_SUB_POINT_AT(SUB_WAIT, span);
       if (!have_hn) {
         for (int i = tid; i < s.D; i += THREADS) arena[i] = p.hn[i];
         __syncthreads();
+        MKL_SUB_POINT(SUB_FILL);
         have_hn = true;
       }
       float* out = p.swiglu + (size_t)j * s.I;
@@ -1986,7 +2074,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           emulate_l2_writeback(p, e, stride, line_image, l);
         }
       }
-      MKL_PROF_RECORD(TASK_MOE_W13, span, l, u);
+      MKL_PROF_RECORD_SUB(TASK_MOE_W13, span, l, u, MKL_SUB_POINTS_MOE_W13);
     }
 
     // ---- expert W2 rows ----------------------------------------------------------------------
@@ -1997,6 +2085,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       if (tid < 32)
         for (int j = 0; j < s.K; ++j)
           prefetch_l2_head(w2[j] + (size_t)r0 * s.I, (long long)(r1 - r0) * s.I * 2, PREFETCH_W2);
+      MKL_SUB_ORIGIN();
       if (tid == 0)
         for (int j = 0; j < s.K; ++j) {
           const int e = hd->ids[j];
@@ -2005,6 +2094,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         }
       __syncthreads();
       MKL_PROF_STAMP(span);
+      MKL_SUB_POINT_AT(SUB_WAIT, span);
 #if MKL_W2_QUANT_AHEAD
       quantize_w2_inputs(s, p.swiglu, arena, hd->wts, p.hazard == HZ_AMAX_TAIL);
 #else
@@ -2014,11 +2104,12 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
                               p.hazard == HZ_AMAX_TAIL);
 #endif
       __syncthreads();
+      MKL_SUB_POINT(SUB_FILL);
       gemv_block(p.gemv_depth, w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) p.xres[r + j] = p.h[r + j] + a[j];
       });
       block_arrive(sync_word(p, W_LAYER_CTR), true, tid, &hd->word);
-      MKL_PROF_RECORD(TASK_MOE_W2, span, l, w);
+      MKL_PROF_RECORD_SUB(TASK_MOE_W2, span, l, w, MKL_SUB_POINTS_MOE_W2);
     }
 
     // ---- skew: workers drift apart across layer boundaries ----------------------------------
