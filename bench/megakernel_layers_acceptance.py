@@ -128,7 +128,7 @@ def main() -> int:
                   flush=True)
         for name in CORRUPTIONS:
             t = tally(target, {"variant": name}, 20, 1000, a.canary_budget, 60.0)
-            t["predicted"] = F.predict({"variant": name}).__dict__
+            t["predicted"] = F.predict({"variant": name}, defines=defines).__dict__
             res["canaries"][name] = t
             print(f"canary {name:<17} {t['mismatched']}/{t['launches']} launches mismatched "
                   f"({t.get('in_words', '-')}); worst rel err {t['max_rel_err']:.3g} = "
@@ -136,7 +136,7 @@ def main() -> int:
                   flush=True)
         if not a.skip_agreement:
             for label, params in AGREEMENT:
-                pr = F.predict(params)
+                pr = F.predict(params, defines=defines)  # the judged build's schedule (its QKV tiles)
                 t = tally(target, params, 20, 1, 1e9, a.agreement_timeout)
                 got = outcome_of(t)
                 want = pr.outcome if pr.probability > 0 or pr.outcome in ("clean", "rejected") else "clean"

@@ -2,7 +2,7 @@
 """Where one decode step of the layered megakernel spends its time: the per-task profiler.
 
     PYTHONPATH=$PWD python3 bench/megakernel_layers_profile.py [--candidate production ...]
-        [--set tripwire=off] [--workers 132] [--launches 5] [--out DIR]
+        [--set tripwire=off] [--workers 132] [--launches 5] [--subspans] [--out DIR]
 
 For each candidate (hazards.megakernel_layers.faithful) the profiled binary checks one
 launch and profiles `--launches` more. Printed per candidate:
@@ -13,11 +13,17 @@ launch and profiles `--launches` more. Printed per candidate:
   * each layer's head: from the previous layer's last W2 record (every W2 row arrived) to
     the merge's release -- a worker skewed at the layer boundary for longer than this
     snapshots an already-bumped ATTN_RELEASE (the snapshot_epoch model's LAYER_HEAD_US).
-Raw rings (the binary's file) and every number go to --out.
+With --subspans the binary is built with MKL_PROF_SUBSPANS=1 and the tasks also record their
+time points (megakernel_layers_names.h MklSubPoint): per layer of the median launch and per task,
+each sub-span's mean over the task's instances (blocks) and its slowest instance, e.g.
+"attn_chunk  wait 2.0/4.1  q_copy 1.2/1.5  loop_w0 21.3/24.0 ...", then the same over every layer
+and launch. A sub-span build's stamps cost time of their own: read its task spans beside a plain
+run's, not instead of them. Raw rings (the binary's file) and every number go to --out.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -55,6 +61,55 @@ def timeline(prof: profiler.Profile, layers: int) -> dict[int, dict[int, tuple[f
             for l, tasks in sorted(out.items()) if l < layers}
 
 
+def subspan_stats(subspans: list) -> dict[int, dict[int, dict[int, dict]]]:
+    """{layer: {task: {point: {mean_us, max_us, n, slow_block}}}} of sub-span records
+    (hazards.engine.profiler.SubSpan): the mean over the task's instances and the slowest one."""
+    groups: dict[tuple[int, int, int], list] = {}
+    for s in subspans:
+        groups.setdefault((s.aux >> 32, s.task, s.point), []).append(s)
+    out: dict[int, dict[int, dict[int, dict]]] = {}
+    for (layer, task, point), ss in sorted(groups.items()):
+        slow = max(ss, key=lambda s: s.duration)
+        out.setdefault(layer, {}).setdefault(task, {})[point] = {
+            "mean_us": sum(s.duration for s in ss) / len(ss) / 1e3, "max_us": slow.duration / 1e3, "n": len(ss),
+            "slow_block": slow.block}
+    return out
+
+
+def subspan_line(task_name: str, points: dict[int, dict], names: list[str]) -> str:
+    """One task's sub-spans: `name mean/slowest` in point order (us), instances in brackets."""
+    parts = []
+    for k, st in sorted(points.items()):
+        label = names[k - 1] if 0 < k <= len(names) else f"p{k}"
+        parts.append(f"{label} {st['mean_us']:.1f}/{st['max_us']:.1f}" + (f" x{st['n']}" if st["n"] != 1 else ""))
+    return f"    {task_name:<12} " + "  ".join(parts)
+
+
+def report_subspans(reply: dict, profiles: list, median_i: int, names: dict[int, str]) -> dict:
+    """Print the median launch's sub-spans per layer and task, then every launch's and layer's together."""
+    sub_names = FA.subspan_names(reply["subspan_names"]) if reply.get("subspan_names") else {}
+    per_layer = subspan_stats(profiles[median_i].subspans)
+    print("  sub-spans (us: mean over instances / slowest instance; xN instances when not 1), median launch:")
+    for layer, tasks in per_layer.items():
+        if layer >= reply["layers"]:
+            continue
+        print(f"   layer {layer}:")
+        for t in ORDER:
+            if t in tasks:
+                print(subspan_line(names.get(t, str(t)), tasks[t], sub_names.get(t, [])))
+    everything = subspan_stats([dataclasses.replace(s, aux=s.aux & 0xFFFFFFFF) for p in profiles for s in p.subspans])
+    if everything:
+        print(f"   every layer of all {len(profiles)} launches:")
+        for t in ORDER:
+            if t in everything.get(0, {}):
+                print(subspan_line(names.get(t, str(t)), everything[0][t], sub_names.get(t, [])))
+    return {"names": {str(t): v for t, v in sub_names.items()},
+            "median_launch": {str(l): {names.get(t, str(t)): {str(k): v for k, v in pts.items()}
+                                       for t, pts in tasks.items()} for l, tasks in per_layer.items()},
+            "all": {names.get(t, str(t)): {str(k): v for k, v in pts.items()}
+                    for t, pts in everything.get(0, {}).items()}}
+
+
 def report(name: str, reply: dict, profiles: list, rows: list[dict]) -> dict:
     names = FA.task_names(reply["task_names"])
     kus = reply["kernel_us"]
@@ -87,7 +142,8 @@ def report(name: str, reply: dict, profiles: list, rows: list[dict]) -> dict:
         print(f"  layer head (previous layer's last W2 record -> merge released): "
               f"{', '.join(f'{h:.1f}' for h in heads)} us")
     print(f"  layer time (W2 end to W2 end): {', '.join(f'{x:.1f}' for x in layer_us)} us")
-    return {"candidate": name, "reply": {k: v for k, v in reply.items() if k != "resolved"},
+    subs = report_subspans(reply, profiles, median_i, names) if any(p.subspans for p in profiles) else None
+    return {"candidate": name, **({"subspans": subs} if subs else {}), "reply": {k: v for k, v in reply.items() if k != "resolved"},
             "resolved": reply.get("resolved"), "rows": rows, "timeline": {str(l): {names.get(t, str(t)): v
                                                                                   for t, v in tasks.items()}
                                                                       for l, tasks in tl.items()},
@@ -101,6 +157,8 @@ def main() -> int:
                     help="another request field for every candidate (e.g. tripwire=off)")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--launches", type=int, default=5)
+    ap.add_argument("--subspans", action="store_true",
+                    help="build with MKL_PROF_SUBSPANS=1: also the time points inside the tasks, per layer and task")
     ap.add_argument("--out", type=Path, help="raw rings and the JSON go here")
     a = ap.parse_args()
     extra = {}
@@ -114,7 +172,9 @@ def main() -> int:
     try:
         for name in a.candidate or ["production"]:
             cand = FA.candidate(name)
-            label = name + "".join(f",{k}={v}" for k, v in extra.items())
+            if a.subspans:
+                cand = dataclasses.replace(cand, defines=(*cand.defines, ("MKL_PROF_SUBSPANS", 1)))
+            label = name + "".join(f",{k}={v}" for k, v in extra.items()) + (",subspans" if a.subspans else "")
             ring = (a.out / f"ring_{label.replace(',', '_').replace('=', '-')}.bin") if a.out else None
             reply, profiles = f.profile(cand, a.workers, a.launches, ring=ring, params=extra)
             bad = [p.summary() for p in profiles if not p.complete]

@@ -3,6 +3,9 @@
 A profiled launch leaves `claimed` (how many spans it tried to record) and a ring of
 `capacity` records of four u64 words: begin, end, where = task (16) | SM (16) | block (32),
 aux. Tasks are matched by their numeric id; names are optional metadata. More in docs/gates.md.
+A record whose task field has SUB_FLAG set is a sub-span of a task (HZ_PROF_SUB_TASK: the
+parent's id and the point's index): it goes to Profile.subspans, never among the spans, so the
+per-task metrics (and every gate judging them) are the same with or without sub-spans.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ VERSION = 1
 RECORD_WORDS = 4
 W_BEGIN, W_END, W_WHERE, W_AUX = 0, 1, 2, 3
 SM_UNKNOWN = 0xFFFF
+SUB_FLAG = 0x8000  # HZ_PROF_SUB_FLAG: task field = SUB_FLAG | point:7 << 8 | parent:8
 RECORD_BYTES = RECORD_WORDS * 8
 METRICS = ("slowCTA", "wall", "sumCTA")
 
@@ -33,6 +37,15 @@ class Span:
     @property
     def duration(self) -> int:
         return self.end - self.begin
+
+
+@dataclasses.dataclass(frozen=True)
+class SubSpan(Span):
+    """One sub-span of a task instance (`task`: the parent's id; `aux`: the parent record's): from
+    its previous reached point (or the task's origin) to point `point` (1-based, in the task's
+    point order)."""
+
+    point: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +77,7 @@ class Profile:
     capacity: int
     names: dict[int, str]
     problems: list[str]
+    subspans: list[SubSpan] = dataclasses.field(default_factory=list)
 
     @property
     def dropped(self) -> int:
@@ -96,7 +110,8 @@ class Profile:
 
     def summary(self) -> str:
         """One line: spans kept, dropped, problems."""
-        text = f"{len(self.spans)} spans of {self.claimed} claimed (ring capacity {self.capacity})"
+        subs = f" and {len(self.subspans)} sub-spans" if self.subspans else ""
+        text = f"{len(self.spans)} spans{subs} of {self.claimed} claimed (ring capacity {self.capacity})"
         if self.dropped:
             text += f"; OVERFLOW: {self.dropped} spans dropped, metrics are incomplete"
         if self.problems:
@@ -129,6 +144,7 @@ def decode(records: bytes | bytearray | memoryview | Sequence[int], claimed: int
     if claimed < 0:
         raise ValueError(f"claimed must be >= 0, got {claimed}")
     spans: list[Span] = []
+    subspans: list[SubSpan] = []
     problems: list[str] = []
     for slot in range(min(claimed, capacity)):
         w = words[slot * RECORD_WORDS:(slot + 1) * RECORD_WORDS]
@@ -136,13 +152,16 @@ def decode(records: bytes | bytearray | memoryview | Sequence[int], claimed: int
         if begin == 0 and end == 0 and where == 0:
             problems.append(f"slot {slot} was claimed but never written")
             continue
-        span = Span(task=where >> 48, sm=(where >> 32) & 0xFFFF, block=where & 0xFFFFFFFF,
-                    begin=begin, end=end, aux=aux)
-        if span.end < span.begin:
-            problems.append(f"slot {slot} (task {span.task}, block {span.block}) ends before it begins")
+        task, sm, block = where >> 48, (where >> 32) & 0xFFFF, where & 0xFFFFFFFF
+        if end < begin:
+            problems.append(f"slot {slot} (task {task}, block {block}) ends before it begins")
             continue
-        spans.append(span)
-    return Profile(spans, claimed, capacity, dict(names or {}), problems)
+        if task & SUB_FLAG:
+            subspans.append(SubSpan(task=task & 0xFF, point=(task >> 8) & 0x7F, sm=sm, block=block,
+                                    begin=begin, end=end, aux=aux))
+        else:
+            spans.append(Span(task=task, sm=sm, block=block, begin=begin, end=end, aux=aux))
+    return Profile(spans, claimed, capacity, dict(names or {}), problems, subspans)
 
 
 def median(values: Iterable[float]) -> float:

@@ -86,11 +86,12 @@ class Prediction:
         return self.outcome in ("hang", "mismatch") and self.probability > 0
 
 
-def predict(params: dict[str, Any], *, sms: int = H200_SMS) -> Prediction:
-    """Which outcome a point has on the H200 (NVIDIA), from the parameters alone."""
+def predict(params: dict[str, Any], *, sms: int = H200_SMS, defines: dict[str, int] | None = None) -> Prediction:
+    """Which outcome a point has on the H200 (NVIDIA), from the parameters alone, in the build with these
+    -D defines (None: the default build; a campaign build may tile QKV otherwise: M.qkv_tile_rows)."""
     p = resolve(params)
     workers = p["grid"] or sms
-    sc = M.describe(p, workers)
+    sc = M.describe(p, workers, defines)
     hz, layers, shape = p["hazard"], p["layers"], M.SHAPES[p["model"]]
     if sc.chunks > workers and hz != "chunk_supply":
         return Prediction("rejected", 0.0, f"{sc.chunks} chunks > {workers} workers: the host guard rejects it")
@@ -251,11 +252,12 @@ def static_check(params: dict[str, Any], arch: str = toolchain.GFX942):
     return found
 
 
-def explain_hang(snapshot: Any, params: dict[str, Any]) -> str | None:
-    """The family's clause for a hang's tripwire sentence (hazards.megakernel_layers.explain)."""
+def explain_hang(snapshot: Any, params: dict[str, Any], defines: dict[str, int] | None = None) -> str | None:
+    """The family's clause for a hang's tripwire sentence (hazards.megakernel_layers.explain), for the
+    build with these -D defines (None: the default build)."""
     from hazards.megakernel_layers.explain import explain
 
-    return explain(snapshot, resolve(params))
+    return explain(snapshot, resolve(params), defines)
 
 
 FAMILY = load_family("megakernel_layers", static_model=static_model, strategy=strategy,

@@ -43,12 +43,13 @@ def _layer(epoch: int, layers: int) -> tuple[int, int]:
     return (epoch - 1) // layers, (epoch - 1) % layers
 
 
-def explain(snapshot: Any, params: dict[str, Any]) -> str | None:
-    """The family clause for a hang, from the final tripwire snapshot and resolved params."""
+def explain(snapshot: Any, params: dict[str, Any], defines: dict[str, int] | None = None) -> str | None:
+    """The family clause for a hang, from the final tripwire snapshot and resolved params, in the build
+    with these -D defines (None: the default build; they set its QKV tiles: M.qkv_tile_rows)."""
     if snapshot is None or snapshot.header is None or not snapshot.slots:
         return None
     workers = snapshot.header.workers
-    sched = M.describe(params, workers)
+    sched = M.describe(params, workers, defines)
     layers = int(params["layers"])
     waiting = [s for s in snapshot.slots if s.waiting]
     if not waiting:

@@ -68,7 +68,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
     # production of their time), in round 8 production (step d) vs step_b0 and back,
     # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
-    # adds), step_h and step_g_on_e vs step_e (their base), step_i and step_l vs production (their base).
+    # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j and step_l vs production (their base).
     # Production is step 10 (step (e) + step (g), step_g_on_e's code): its promotion round gates
     # step_d (the production it replaces) -> production. `expected` is each one's verdict against
     # today's production (step 10), but step_d_chunks64's (against step_d).
@@ -118,7 +118,12 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "not 3), W2 3 (5, not 6), W13 unchanged (9); the loop's code production's, no task spilling more "
               "(MKL_CAMPAIGN_STEP 11; the parts' sums differ: last bits differ from production's)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 11),)),
-    Candidate("step_l", "campaign step (l), a candidate (round 16): production (step 10) with the copies on the "
+    Candidate("step_j", "campaign step (j), a candidate (round 16): production (step 10) with 40-row QKV tiles, "
+              "not 64: 128 tiles on 128 of 132 workers, not 80, each 230 KB, not 369 KB (gemv_kparts: 4 parts "
+              "of 90 chunks, 3 rounds on the busiest warp, not 4); the same QKV work on more blocks, so the qkv "
+              "task's sumCTA may rise as its slowCTA falls (MKL_CAMPAIGN_STEP 12; the parts' sums differ: last "
+              "bits differ from production's)", "sloughing", defines=(("MKL_CAMPAIGN_STEP", 12),)),
+    Candidate("step_l", "campaign step (l), a candidate: production (step 10) with the copies on the "
               "layer's critical path issuing a thread's loads before its stores (the attention's q, the RMSNorm's x "
               "and weight, the router's hn payload, W13's hn, the O-projection's attn_out and its and W2's output "
               "rows; in the harness build several waited for each load before the next), the same loads of the same "
@@ -155,6 +160,16 @@ def task_names(text: str) -> dict[int, str]:
     for item in text.split(","):
         tid, _, name = item.partition("=")
         out[int(tid)] = name
+    return out
+
+
+def subspan_names(text: str) -> dict[int, list[str]]:
+    """A sub-span build's "2=wait,norm,gemv,emit;3=..." (MKL_SUBSPAN_NAMES) as {task id: names in
+    point order} (a sub-span record's point k is the k-th name)."""
+    out = {}
+    for item in text.split(";"):
+        tid, _, names = item.partition("=")
+        out[int(tid)] = names.split(",")
     return out
 
 

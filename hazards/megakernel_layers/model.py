@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 HD = 64
-QKV_TILE_ROWS = 64
+QKV_TILE_ROWS = 64  # production's (and every build's but campaign step (j)'s: qkv_tile_rows)
 FP8_BLOCK = 128
 SUB_BLOCK = 32
 FP8_MAX = 448.0
@@ -87,9 +87,21 @@ def qkv_rows(s: Shape) -> int:
     return (s.NQ + 2 * s.NKV) * HD
 
 
-def qkv_tiles(s: Shape) -> int:
+# Campaign step (j) (MKL_CAMPAIGN_STEP 12, a candidate): mkl_model.h's QKV_TILE_ROWS is 40 in that
+# build (128 tiles at the default shape instead of 80), 64 in every other. The catalog, the strategy
+# and `hazards explore` run the default build (production); a caller judging another build passes
+# its -D defines (the acceptance bench's --define, a GPU test's family_binary defines).
+QKV_TILE_ROWS_BY_STEP = {12: 40}
+
+
+def qkv_tile_rows(defines: dict[str, int] | None = None) -> int:
+    """QKV rows a tile in the build with these -D defines (None: the default build)."""
+    return QKV_TILE_ROWS_BY_STEP.get(int((defines or {}).get("MKL_CAMPAIGN_STEP", 10)), QKV_TILE_ROWS)
+
+
+def qkv_tiles(s: Shape, tile_rows: int = QKV_TILE_ROWS) -> int:
     """QKV tiles; tile t belongs to worker t % G (the rank guard: ranks below QT hold one)."""
-    return -(-qkv_rows(s) // QKV_TILE_ROWS)
+    return -(-qkv_rows(s) // tile_rows)
 
 
 def auto_chunks(tokens: int, chunk_tokens: int, workers: int) -> int:
@@ -144,11 +156,12 @@ class Schedule:
 
 
 def schedule(shape: Shape, *, seq: int, workers: int, chunk_tokens: int = 128, chunks: int = 0,
-             hazard: str = "none") -> Schedule:
-    """The schedule the kernel runs for these parameters (mkl::Schedule as resolved by the host)."""
+             hazard: str = "none", tile_rows: int = QKV_TILE_ROWS) -> Schedule:
+    """The schedule the kernel runs for these parameters (mkl::Schedule as resolved by the host), in a
+    build of `tile_rows` QKV rows a tile (qkv_tile_rows)."""
     tokens = seq + 1
     c = chunks if chunks > 0 else auto_chunks(tokens, chunk_tokens, workers)
-    return Schedule(shape, workers, qkv_tiles(shape), c, tokens, w13_tiles(workers, shape.K),
+    return Schedule(shape, workers, qkv_tiles(shape, tile_rows), c, tokens, w13_tiles(workers, shape.K),
                     min(workers, shape.D), hazard)
 
 
@@ -190,7 +203,8 @@ def step_bytes(shape: Shape, layers: int, seq: int) -> float:
     return float(per * layers)
 
 
-def describe(p: dict[str, Any], workers: int) -> Schedule:
-    """The schedule of a resolved parameter point at `workers` (grid 0 = one per SM)."""
+def describe(p: dict[str, Any], workers: int, defines: dict[str, int] | None = None) -> Schedule:
+    """The schedule of a resolved parameter point at `workers` (grid 0 = one per SM) in the build with
+    these -D defines (None: the default build)."""
     return schedule(SHAPES[p["model"]], seq=p["seq"], workers=workers, chunk_tokens=p["chunk_tokens"],
-                    chunks=p["chunks"], hazard=p["hazard"])
+                    chunks=p["chunks"], hazard=p["hazard"], tile_rows=qkv_tile_rows(defines))

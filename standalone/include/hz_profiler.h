@@ -37,6 +37,15 @@
  * device memory by one thread (a few hundred ns, posted). Keep spans at task granularity
  * (microseconds), never per loop iteration.
  *
+ * Sub-spans (optional): a task instance may also leave the time points inside it -- where
+ * its wait ended, where a loop ended -- as records of their own, each from the previous
+ * point (or the task's origin) to this one. A sub-span record is an ordinary record whose
+ * task field is HZ_PROF_SUB_TASK(parent, point): bit 15 set, the point's index (7 bits),
+ * the parent task id (8 bits, so a parent with sub-spans has an id below 256); aux is the
+ * parent's. hz_prof_commit_points claims the parent's record and its sub-spans with ONE
+ * atomic, so sub-spans add stores, not round trips. The decoder keeps them apart
+ * (Profile.subspans): the per-task metrics and everything judged from them never see them.
+ *
  * The same header compiles as plain C/C++ on the host: the layout constants and
  * hz_prof_write are ordinary inline functions, so a host program writes the exact bytes
  * the device would (tests/profiler round-trip).
@@ -54,6 +63,8 @@
 #define HZ_PROF_W_WHERE 2u /* task:16 | sm:16 | block:32 */
 #define HZ_PROF_W_AUX 3u
 #define HZ_PROF_SM_UNKNOWN 0xFFFFu
+#define HZ_PROF_SUB_FLAG 32768u /* 0x8000: task field of a sub-span record = flag | point:7 << 8 | parent:8 */
+#define HZ_PROF_SUB_TASK(parent, point) (HZ_PROF_SUB_FLAG | (((uint32_t)(point) & 0x7Fu) << 8) | ((uint32_t)(parent) & 0xFFu))
 
 #if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
 #define HZ_PROF_GPU 1
@@ -90,6 +101,33 @@ HZ_PROF_FN void hz_prof_write(hz_prof_t p, unsigned long long slot, uint32_t tas
     r[HZ_PROF_W_AUX] = aux;
 }
 
+/* Sub-spans: the records a span with points leaves (points[0] the origin, points[1..n] its
+ * time points, 0 = not reached in this instance): one per reached point and one ending at the
+ * span's end. */
+HZ_PROF_FN uint32_t hz_prof_points_reached(const uint64_t *points, uint32_t n) {
+    uint32_t reached = 1; /* the last sub-span always ends at the span's end */
+    for (uint32_t k = 1; k <= n; ++k) reached += points[k] != 0;
+    return reached;
+}
+
+/* Store the span at `slot` and its sub-spans after it: sub-span k (point k, or k = n + 1 for the
+ * one ending at `end`) from the previous reached point, as HZ_PROF_SUB_TASK(task, k) with the
+ * span's aux. Returns the slot after the last record. */
+HZ_PROF_FN unsigned long long hz_prof_write_points(hz_prof_t p, unsigned long long slot, uint32_t task, uint32_t sm,
+                                                   uint32_t block, uint64_t begin, uint64_t end, uint64_t aux,
+                                                   const uint64_t *points, uint32_t n) {
+    hz_prof_write(p, slot++, task, sm, block, begin, end, aux);
+    uint64_t prev = points[0];
+    for (uint32_t k = 1; k <= n + 1; ++k) {
+        uint64_t t = k <= n ? points[k] : end;
+        if (t == 0) continue;
+        if (t < prev) t = prev;
+        hz_prof_write(p, slot++, HZ_PROF_SUB_TASK(task, k), sm, block, prev, t, aux);
+        prev = t;
+    }
+    return slot;
+}
+
 #ifdef __cplusplus
 }
 #endif
@@ -105,6 +143,9 @@ static __device__ __forceinline__ uint32_t hz_prof_smid(void) { return HZ_PROF_S
 static __device__ __forceinline__ unsigned long long hz_prof_claim(unsigned long long *c) {
     return __hip_atomic_fetch_add(c, 1ull, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 }
+static __device__ __forceinline__ unsigned long long hz_prof_claim_n(unsigned long long *c, unsigned long long n) {
+    return __hip_atomic_fetch_add(c, n, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
 #else
 static __device__ __forceinline__ uint64_t hz_prof_now(void) {
     uint64_t t;
@@ -119,6 +160,9 @@ static __device__ __forceinline__ uint32_t hz_prof_smid(void) {
 static __device__ __forceinline__ unsigned long long hz_prof_claim(unsigned long long *c) {
     return atomicAdd(c, 1ull);
 }
+static __device__ __forceinline__ unsigned long long hz_prof_claim_n(unsigned long long *c, unsigned long long n) {
+    return atomicAdd(c, n);
+}
 #endif
 
 /* End a span that began at `begin`: claim a slot, store the record (the calling thread). */
@@ -127,6 +171,18 @@ static __device__ __forceinline__ void hz_prof_commit(hz_prof_t p, uint32_t task
     const uint64_t end = hz_prof_now();
     const unsigned long long slot = hz_prof_claim(p.claimed);
     hz_prof_write(p, slot, task, hz_prof_smid(), (uint32_t)blockIdx.x, begin, end, aux);
+}
+
+/* End a span that began at `begin` and the sub-spans inside it: points[0] is the origin,
+ * points[1..n] the time points reached (0: not reached in this instance, skipped); sub-span
+ * k ends at points[k] (k = 1..n) or, for k = n + 1, at this span's end, and begins at the
+ * previous reached point. One claim for the span and every sub-span (the span first). */
+static __device__ __forceinline__ void hz_prof_commit_points(hz_prof_t p, uint32_t task, uint64_t begin,
+                                                             uint64_t aux, const uint64_t *points, uint32_t n) {
+    if (p.records == 0) return;
+    const uint64_t end = hz_prof_now();
+    const unsigned long long slot = hz_prof_claim_n(p.claimed, 1ull + hz_prof_points_reached(points, n));
+    hz_prof_write_points(p, slot, task, hz_prof_smid(), (uint32_t)blockIdx.x, begin, end, aux, points, n);
 }
 
 #define HZ_PROF_ENABLED 1

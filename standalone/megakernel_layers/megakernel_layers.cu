@@ -734,11 +734,20 @@ int run_bench(const std::string& text) {
 // such requests, one per stdin line, keeping the model warm between them.
 
 // Spans one launch can record: every task instance of every layer, and each block's lifetime.
-// The merge is one block a layer, or campaign step (d)'s merge workers (MKL_MERGE_SPREAD).
+// The merge is one block a layer, or campaign step (d)'s merge workers (MKL_MERGE_SPREAD). With
+// sub-spans (MKL_SUBSPANS) every instance may also leave its points + 1 sub-spans.
 size_t prof_capacity(const Setup& u) {
   const size_t mergers = MKL_MERGE_SPREAD ? (size_t)merge_workers(u.s.NQ, u.QT, u.G) : 1;
   const size_t per_layer = (size_t)u.QT + u.C + mergers + u.n_rows + 1 + (size_t)u.s.K * u.T13 + u.n_rows;
+#if MKL_SUBSPANS
+  const size_t subs = (size_t)u.QT * (MKL_SUB_POINTS_QKV + 1) + (size_t)u.C * (MKL_SUB_POINTS_ATTN_CHUNK + 1) +
+                      mergers * (MKL_SUB_POINTS_ATTN_MERGE + 1) + (size_t)u.n_rows * (MKL_SUB_POINTS_OPROJ + 1) +
+                      (MKL_SUB_POINTS_ROUTER_TOPK + 1) + (size_t)u.s.K * u.T13 * (MKL_SUB_POINTS_MOE_W13 + 1) +
+                      (size_t)u.n_rows * (MKL_SUB_POINTS_MOE_W2 + 1);
+  return (size_t)u.G + (size_t)u.L * (per_layer + subs);
+#else
   return (size_t)u.G + (size_t)u.L * per_layer;
+#endif
 }
 
 struct ProfRing {
@@ -853,6 +862,9 @@ std::string profile_once(const std::string& text, const hz::FamilyTable& table, 
       .num("seq", u.seq).num("bytes_per_step", step_bytes(u)).str("hazard", kHazardNames[u.hazard])
       .num("gemv_depth", u.gemv_depth).str("tripwire", u.tripwire ? "on" : "off").str("device", d.prop.name)
       .raw("kernel_us", us_json + "]").value("resolved", hp.values);
+#if MKL_SUBSPANS
+  w.str("subspan_names", MKL_SUBSPAN_NAMES);  // the sub-span records' names (megakernel_layers_names.h)
+#endif
   return "MKL_PROFILE " + w.done();
 }
 

@@ -92,7 +92,16 @@
 // GEMVs' row groups split into column parts of at most one round of gemv_round<4> where a warp then
 // takes fewer dependent rounds (gemv_kparts_rounds: QKV 3 rounds a warp instead of 4, the
 // O-projection 2 instead of 3, W2 5 instead of 6, W13 unchanged); the last bits of those outputs
-// differ from production's (other parts summed); step_i. 14 (a candidate, round 16) step (l):
+// differ from production's (other parts summed); step_i. 12 (a candidate, round 16) step (j):
+// production (10) with 40-row QKV tiles instead of 64 (mkl_model.h's QKV_TILE_ROWS): at the default
+// shape 128 tiles on workers 0-127 instead of 80 (5,120 rows; round 15's profile, H100: the QKV tile
+// 27.7 us for 369 KB on each of 80 SMs, 1.07 TB/s, while 52 SMs hold no tile), each 230 KB. 40 is the
+// fewest whole row groups of GEMV_ROWS whose tiles fit 132 workers (36 would need 143 tiles: some
+// workers two); gemv_kparts splits its 10 groups into 4 parts of 90 chunks (one round of
+// gemv_round<4>): 40 items, 3 rounds on the busiest warp instead of 4 (production: 16 groups x 2
+// parts of 180, 2 rounds an item). The loop, the waits and the tasks' order are production's; the
+// QKV_EPOCH count is QT x epoch (128 arrivals a layer, not 80). A row's lanes sum other chunks (4
+// parts, not 2): q, k and v differ from production's in the last bits; step_j. 14 (a candidate) step (l):
 // production (10) with the copies on the layer's critical path (the attention's q, the QKV tile's
 // RMSNorm, the O-projection's attn_out fill and its h rows, the router's hn payload, W13's hn fill,
 // W2's output rows) issuing every load of a thread before its first store (copy_to_shared and
@@ -110,8 +119,8 @@
 #ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-// Step (g) on step (f) (8), on step (e) alone (10, production: step_g_on_e's code) and in steps 11 and 14.
-#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || MKL_CAMPAIGN_STEP == 10 || MKL_CAMPAIGN_STEP == 11 || MKL_CAMPAIGN_STEP == 14)  // step (g)
+// Step (g) on step (f) (8), on step (e) alone (10, production: step_g_on_e's code), in steps 11, 12 and 14.
+#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || MKL_CAMPAIGN_STEP == 10 || MKL_CAMPAIGN_STEP == 11 || MKL_CAMPAIGN_STEP == 12 || MKL_CAMPAIGN_STEP == 14)  // step (g)
 // Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
 // step (g) stayed its own candidate): the layer head's loads issued ahead of their use. Round 13
 // judged it slower than step (e): not in step 10.
@@ -120,7 +129,10 @@
 // column parts of at most one round of the loop where that takes a warp fewer dependent rounds
 // (gemv_kparts_rounds): the QKV tile, the O-projection and W2 (the default shape; small: W13 too).
 #define MKL_GEMV_ONE_ROUND (MKL_CAMPAIGN_STEP == 11)                          // step (i)
-// Step (l) (14, a candidate, round 16) is production (step 10) with its critical path's copies
+// Step (j) (12, a candidate, round 16) is production (step 10) with 40-row QKV tiles: mkl_model.h
+// (read before this block) sets QKV_TILE_ROWS on the same condition; asserted below.
+#define MKL_QKV_SPREAD (MKL_CAMPAIGN_STEP == 12)                              // step (j)
+// Step (l) (14, a candidate) is production (step 10) with its critical path's copies
 // issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
 #define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14)                              // step (l)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
@@ -131,9 +143,16 @@
 #ifndef MKL_RESERVE_RING_SMEM
 #define MKL_RESERVE_RING_SMEM 0
 #endif
+// The profiler's sub-spans (bench/megakernel_layers_profile.py --subspans): in a -DHZ_PROFILER
+// build, -DMKL_PROF_SUBSPANS=1 also records the time points inside the tasks (MklSubPoint in
+// megakernel_layers_names.h). Off, and in any build without the profiler, no code changes.
+#ifndef MKL_PROF_SUBSPANS
+#define MKL_PROF_SUBSPANS 0
+#endif
 
 namespace mkl {
 
+static_assert(QKV_TILE_ROWS == (MKL_QKV_SPREAD ? 40 : 64), "mkl_model.h's QKV tile rows follow MKL_QKV_SPREAD");
 constexpr int THREADS = 512;
 constexpr int NWARPS = THREADS / 32;
 constexpr int GEMV_ROWS = 4;         // rows per work item (loads in flight per lane: 4 x unroll 2)
@@ -209,6 +228,9 @@ struct SmemHead {
   uint32_t word;
   int flag;
   uint32_t stuck_layer;  // HZ_STALE_RELEASE: written once at entry, never advanced
+#if HZ_PROF_ENABLED && MKL_PROF_SUBSPANS
+  uint64_t sub[8];       // the profiler's sub-span points of the current task (thread 0's)
+#endif
 };
 __host__ __device__ constexpr size_t arena_floats(const Shape& s) {
   const size_t act = (size_t)s.K * s.I > (size_t)s.D ? (size_t)s.K * s.I : (size_t)s.D;
@@ -224,6 +246,44 @@ __host__ __device__ constexpr size_t smem_bytes(const Shape& s) {
 }
 static_assert(smem_bytes(SHAPE_DEFAULT) <= 227 * 1024 && smem_bytes(SHAPE_SMALL) <= 227 * 1024,
               "the ring and the arena exceed an sm_90 block's shared memory");
+
+// ---- the profiler's sub-spans (MKL_PROF_SUBSPANS in a -DHZ_PROFILER build) ------------------
+// Thread 0 keeps the current task's time points in SmemHead::sub (any function reaches them
+// through the dynamic shared memory's base): MKL_SUB_ORIGIN starts a task's points (the others
+// zeroed: not reached), MKL_SUB_POINT stamps point k now (the AT forms reuse a stamp already
+// read), and MKL_PROF_RECORD_SUB records the task with its sub-spans under one claim. Off,
+// every one of them is no code and MKL_PROF_RECORD_SUB is MKL_PROF_RECORD.
+#if HZ_PROF_ENABLED && MKL_PROF_SUBSPANS
+#define MKL_SUBSPANS 1
+// volatile: each point is stored where it is stamped (ptxas otherwise kept a stamp in a register
+// and spilled it inside attend_chunk's block loop)
+__device__ __forceinline__ volatile uint64_t* mkl_sub_points() {
+  extern __shared__ __align__(16) char smem_raw[];
+  return reinterpret_cast<SmemHead*>(smem_raw + RING_BYTES)->sub;
+}
+__device__ __forceinline__ void mkl_sub_origin(uint64_t t) {
+  volatile uint64_t* s = mkl_sub_points();
+  s[0] = t;
+#pragma unroll
+  for (int k = 1; k < 8; ++k) s[k] = 0;
+}
+#define MKL_SUB_ORIGIN_AT(t) \
+  do {                       \
+    if (threadIdx.x == 0) mkl_sub_origin(t); \
+  } while (0)
+#define MKL_SUB_ORIGIN() MKL_SUB_ORIGIN_AT(hz_prof_now())
+#define MKL_SUB_POINT_AT(k, t) \
+  do {                         \
+    if (threadIdx.x == 0) mkl_sub_points()[k] = (t); \
+  } while (0)
+#define MKL_SUB_POINT(k) MKL_SUB_POINT_AT(k, hz_prof_now())
+#else
+#define MKL_SUBSPANS 0
+#define MKL_SUB_ORIGIN_AT(t) do { (void)sizeof(t); } while (0)
+#define MKL_SUB_ORIGIN() do { } while (0)
+#define MKL_SUB_POINT_AT(k, t) do { (void)sizeof(k); (void)sizeof(t); } while (0)
+#define MKL_SUB_POINT(k) do { (void)sizeof(k); } while (0)
+#endif
 
 // ---- loads ------------------------------------------------------------------------------
 
@@ -693,6 +753,7 @@ __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const
     if (depth >= 4) gemv_round<4>(base, row_stride, seg_len, act, r0, r1, g0, gn * ipg, ipg, kparts, per_part, red);
     else gemv_round<1>(base, row_stride, seg_len, act, r0, r1, g0, gn * ipg, ipg, kparts, per_part, red);
     __syncthreads();
+    MKL_SUB_POINT(SUB_GEMV);  // every warp's rounds (the last round's stamp stays)
     gemv_sum_parts(red, gn, ipg, r0, r1, g0, emit);
     __syncthreads();
   }
@@ -776,6 +837,21 @@ __device__ __noinline__ void mkl_prof_record(hz_prof_t prof, uint32_t task, uint
 #else
 #define MKL_PROF_STAMP(span) HZ_PROF_RESTAMP(span)
 #define MKL_PROF_RECORD(task, span, layer, unit) HZ_PROF_END(p.prof, task, span, layer)
+#endif
+// A task that stamps sub-span points (`npoints` of them: MKL_SUB_POINTS_<task>) records them with it.
+#if MKL_SUBSPANS
+__device__ __noinline__ void mkl_prof_record_points(hz_prof_t prof, uint32_t task, uint64_t begin, uint32_t layer,
+                                                    uint32_t unit, uint32_t npoints) {
+  hz_prof_commit_points(prof, task, begin, ((uint64_t)layer << 32) | unit, const_cast<const uint64_t*>(mkl_sub_points()),
+                        npoints);
+}
+#define MKL_PROF_RECORD_SUB(task, span, layer, unit, npoints) \
+  do {                                                        \
+    if (threadIdx.x == 0)                                     \
+      mkl_prof_record_points(p.prof, (task), (span), (uint32_t)(layer), (uint32_t)(unit), (uint32_t)(npoints)); \
+  } while (0)
+#else
+#define MKL_PROF_RECORD_SUB(task, span, layer, unit, npoints) MKL_PROF_RECORD(task, span, layer, unit)
 #endif
 
 __device__ __forceinline__ uint32_t* sync_word(const Params& p, int w) { return word_at(p.sync, single_off(w)); }
@@ -1027,6 +1103,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
   for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = qbuf[i];
 #endif
   __syncthreads();
+  MKL_SUB_POINT(SUB_FILL);
   constexpr float scale = 0.125f;  // 1/sqrt(64)
   float m[GQ], l[GQ], acc[GQ][2];
 #pragma unroll
@@ -1135,6 +1212,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     }
     __syncwarp();  // the next block, or the combine below, rewrites prs (and step (f)'s vst)
   }
+  MKL_SUB_POINT(SUB_GEMV);  // thread 0's warp's blocks
   // this warp's (m, l, acc) per head into scratch, then combine the warps of each head
 #pragma unroll
   for (int g = 0; g < GQ; ++g) {
@@ -1145,6 +1223,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     sw[2 + 2 * lane + 1] = acc[g][1];
   }
   __syncthreads();
+  MKL_SUB_POINT(SUB_AFTER);  // every warp's blocks
   for (int idx = threadIdx.x; idx < s.NQ * PART_W; idx += THREADS) {
     const int n = idx / PART_W, k = idx % PART_W;
     const int h = n / GQ, g = n % GQ;
@@ -1162,6 +1241,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     }
     part[(size_t)n * PART_W + k] = v;  // k = 0: m, 1: l, 2..: acc
   }
+  MKL_SUB_POINT(SUB_COMBINE);  // thread 0's share of the combine and the partial write
 }
 
 // LSE merge of C chunk partials into attn_out (the last chunk arriver), MERGE_BATCH chunks
@@ -1604,6 +1684,7 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
     logits[tid] = v;
   }
   __syncthreads();
+  MKL_SUB_POINT(SUB_FILL);  // the partials summed
   const float rs = rsqrtf(logits[s.E] / (float)s.D + RMS_EPS);
 #if MKL_COPY_AHEAD
   // step (l): a thread's h and norm elements loaded together, then scaled and stored (production
@@ -1626,6 +1707,7 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
 #if MKL_ROUTER_LATENCY
   if (tid < s.E) logits[tid] *= rs;  // the same product per logit as the loop below
   __syncthreads();
+  MKL_SUB_POINT(SUB_GEMV);  // the payload's stores issued by every thread
   if (tid < 32) select_topk_warp(s, logits, routing_ids, routing_w);
 #else
   if (tid == 0) {
@@ -1633,6 +1715,7 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
     select_topk(s, logits, routing_ids, routing_w);
   }
 #endif
+  MKL_SUB_POINT(SUB_AFTER);  // top-k (thread 0's warp)
 }
 
 // Quantize expert slot j's SwiGLU output to E4M3, one power-of-two scale per 128 elements,
@@ -1866,10 +1949,19 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
 
     // ---- QKV tiles -------------------------------------------------------------------------
     bool normed = false;
+#if MKL_QKV_SPREAD
+    // step (j): the rows through an empty asm, so nvcc does not fold 40 into the tile's arithmetic;
+    // folded, ptxas spilled more in the kernel body and attend_chunk than production (ptxas -v)
+    int tile_rows = QKV_TILE_ROWS;
+    asm volatile("" : "+r"(tile_rows));
+#else
+    constexpr int tile_rows = QKV_TILE_ROWS;
+#endif
     for (int t = w; t < p.QT; t += p.G) {
       tw_mark<TW>(tw, l, PHASE_QKV, t);
       MKL_PROF_STAMP(span);
-      const int q0 = t * QKV_TILE_ROWS, q1 = min(q0 + QKV_TILE_ROWS, qkvr);
+      MKL_SUB_ORIGIN_AT(span);
+      const int q0 = t * tile_rows, q1 = min(q0 + tile_rows, qkvr);
       const __nv_bfloat16* wq = dptr<__nv_bfloat16>(hd, SLOT_WQKV);
       if (tid < 32) prefetch_l2(wq + (size_t)q0 * s.D, (long long)(q1 - q0) * s.D * 2);
       // step (h): the RMSNorm runs inside the tile's GEMV, behind the first item's weight loads (its
@@ -1883,7 +1975,9 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           wait_ge<TW>(tw, sync_word(p, W_LAYER_CTR), (uint32_t)p.n_rows * (epoch - 1u), BAR_LAYER_END, nullptr, 0, -1);
         __syncthreads();
         MKL_PROF_STAMP(span);
+        MKL_SUB_POINT_AT(SUB_WAIT, span);
         if (!norm_in_gemv) rmsnorm_to(xcur, dptr<float>(hd, SLOT_ATTN_NORM), arena, s.D, hd);
+        if (!norm_in_gemv) MKL_SUB_POINT(SUB_FILL);
         normed = true;
       }
       __nv_bfloat16* kc = const_cast<__nv_bfloat16*>(dptr<__nv_bfloat16>(hd, SLOT_KCACHE)) + (size_t)p.seq * s.NKV * HD;
@@ -1909,17 +2003,19 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       gemv_block(p.gemv_depth, &wq, 1, s.D, s.D, arena, q0, q1, hd->gemv, emit_qkv);
 #endif
       block_arrive(sync_word(p, W_QKV_CTR), true, tid, &hd->word);
-      MKL_PROF_RECORD(TASK_QKV, span, l, t);
+      MKL_PROF_RECORD_SUB(TASK_QKV, span, l, t, MKL_SUB_POINTS_QKV);
     }
 
     // ---- attention chunk ------------------------------------------------------------------
     if (chunk_worker) {
       const int c = w;
       tw_mark<TW>(tw, l, PHASE_ATTN_CHUNK, c);
+      MKL_SUB_ORIGIN();
       if (tid == 0)
         wait_ge<TW>(tw, sync_word(p, W_QKV_CTR), (uint32_t)p.QT * epoch, BAR_QKV_EPOCH, nullptr, 0, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
+      MKL_SUB_POINT_AT(SUB_WAIT, span);
       float* part = p.partials + (size_t)c * s.NQ * PART_W;
       if (t1 > t0) {
         // the two shapes (mkl::SHAPE_DEFAULT: 64 / 8 heads, SHAPE_SMALL: 16 / 4)
@@ -1933,7 +2029,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       }
       const bool fenced = p.hazard != HZ_PARTIAL_NO_FENCE;
       const uint32_t old = block_arrive(sync_word(p, W_CHUNK_CTR), fenced, tid, &hd->word);
-      MKL_PROF_RECORD(TASK_ATTN_CHUNK, span, l, c);
+      MKL_PROF_RECORD_SUB(TASK_ATTN_CHUNK, span, l, c, MKL_SUB_POINTS_ATTN_CHUNK);
       if (!MKL_MERGE_SPREAD && old + 1u == (uint32_t)p.C * epoch) {
         tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, c);
         MKL_PROF_STAMP(span);
@@ -1982,19 +2078,22 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, w);
       uint32_t* chunk_ctr = sync_word(p, W_CHUNK_CTR);
       const uint32_t chunks_want = (uint32_t)p.C * epoch;
+      MKL_SUB_ORIGIN();
       if (tid == 0) wait_ge<TW>(tw, chunk_ctr, chunks_want, BAR_CHUNK_MERGE, chunk_ctr, chunks_want, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
+      MKL_SUB_POINT_AT(SUB_WAIT, span);
       // the two shapes (mkl::SHAPE_DEFAULT: 64 heads, SHAPE_SMALL: 16)
       if (s.NQ == 64) merge_heads<64>(p.partials, p.attn_out, p.C, w, nmerge, arena);
       else if (s.NQ == 16) merge_heads<16>(p.partials, p.attn_out, p.C, w, nmerge, arena);
       else __trap();  // no other shape exists (Shape constants in mkl_model.h)
+      MKL_SUB_POINT(SUB_FILL);  // thread 0's warp's heads
       const uint32_t old = block_arrive(sync_word(p, W_MERGE_CTR), true, tid, &hd->word);
       if (old + 1u == (uint32_t)nmerge * epoch) {
         acquire_fence();
         block_publish_flag(sync_word(p, W_ATTN_RELEASE), epoch, true, tid);
       }
-      MKL_PROF_RECORD(TASK_ATTN_MERGE, span, l, w);
+      MKL_PROF_RECORD_SUB(TASK_ATTN_MERGE, span, l, w, MKL_SUB_POINTS_ATTN_MERGE);
     }
 #endif
 
@@ -2010,11 +2109,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_ROUTER) + (size_t)w * s.D, (long long)s.D * 2);
       }
 #endif
+      MKL_SUB_ORIGIN();
       if (tid == 0)
         wait_ge<TW>(tw, sync_word(p, W_ATTN_RELEASE), attn_want, BAR_ATTN_RELEASE, sync_word(p, W_CHUNK_CTR),
                     (uint32_t)p.C * epoch, -1);
       __syncthreads();
       MKL_PROF_STAMP(span);
+      MKL_SUB_POINT_AT(SUB_WAIT, span);
 #if MKL_HEAD_AHEAD
       // step (h): the copy of attn_out runs inside the GEMV, behind its first loads (its O-projection
       // loop has one depth: gemv_depth moves W13 and W2 only)
@@ -2051,6 +2152,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
 #else
       for (int i = tid; i < ko; i += THREADS) arena[i] = p.attn_out[i];
       __syncthreads();
+      MKL_SUB_POINT(SUB_FILL);
       float* hrows = arena + ko;  // this worker's h rows (step b's partial logits read them)
       gemv_block(p.gemv_depth, &wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         for (int j = 0; j < n; ++j) {
@@ -2059,16 +2161,19 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         }
       });
 #endif
+      MKL_SUB_POINT(SUB_AFTER);  // its rows emitted
 #if MKL_ROUTER_FOLDED
       router_partials(s, hrows, r0, r1, dptr<float>(hd, SLOT_MLP_NORM), dptr<__nv_bfloat16>(hd, SLOT_ROUTER),
                       p.router_part + (size_t)w * (s.E + 1));
 #endif
       const uint32_t old = block_arrive(sync_word(p, W_OPROJ_CTR), true, tid, &hd->word);
-      MKL_PROF_RECORD(TASK_OPROJ, span, l, w);
+      MKL_PROF_RECORD_SUB(TASK_OPROJ, span, l, w, MKL_SUB_POINTS_OPROJ);
       if (old + 1u == (uint32_t)p.n_rows * epoch) {
         tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
         MKL_PROF_STAMP(span);
+        MKL_SUB_ORIGIN_AT(span);
         acquire_fence();
+        MKL_SUB_POINT(SUB_WAIT);
 #if MKL_ROUTER_FOLDED
         router_from_partials(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), p.router_part, p.n_rows, p.hn, p.routing_ids,
                              p.routing_w, arena);
@@ -2077,12 +2182,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
                     p.routing_ids, p.routing_w, arena, hd);
 #endif
         block_publish_flag(sync_word(p, W_ROUTING), epoch, p.hazard != HZ_ROUTING_NO_FENCE, tid);
-        MKL_PROF_RECORD(TASK_ROUTER_TOPK, span, l, w);
+        MKL_PROF_RECORD_SUB(TASK_ROUTER_TOPK, span, l, w, MKL_SUB_POINTS_ROUTER_TOPK);
       }
     }
 
     // ---- routing -----------------------------------------------------------------------------
     tw_mark<TW>(tw, l, PHASE_ROUTING_WAIT, 0);
+    MKL_SUB_ORIGIN();  // the first W13 tile's wait is the routing wait
     if (tid == 0)
       wait_ge<TW>(tw, sync_word(p, W_ROUTING), routing_want, BAR_ROUTING, sync_word(p, W_OPROJ_CTR),
                   (uint32_t)p.n_rows * epoch, -1);
@@ -2103,6 +2209,8 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       maybe_skew(p, w, l, 1);
       tw_mark<TW>(tw, l, PHASE_MOE_W13, u);
       MKL_PROF_STAMP(span);
+      if (have_hn) MKL_SUB_ORIGIN_AT(span);
+      else MKL_SUB_POINT_AT(SUB_WAIT, span);
       if (!have_hn) {
 #if MKL_COPY_AHEAD
         copy_to_shared_block(arena, p.hn, s.D);  // step (l): 1-2 float4s a thread, then the stores
@@ -2110,6 +2218,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         for (int i = tid; i < s.D; i += THREADS) arena[i] = p.hn[i];
 #endif
         __syncthreads();
+        MKL_SUB_POINT(SUB_FILL);
         have_hn = true;
       }
       float* out = p.swiglu + (size_t)j * s.I;
@@ -2131,7 +2240,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           emulate_l2_writeback(p, e, stride, line_image, l);
         }
       }
-      MKL_PROF_RECORD(TASK_MOE_W13, span, l, u);
+      MKL_PROF_RECORD_SUB(TASK_MOE_W13, span, l, u, MKL_SUB_POINTS_MOE_W13);
     }
 
     // ---- expert W2 rows ----------------------------------------------------------------------
@@ -2142,6 +2251,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       if (tid < 32)
         for (int j = 0; j < s.K; ++j)
           prefetch_l2_head(w2[j] + (size_t)r0 * s.I, (long long)(r1 - r0) * s.I * 2, PREFETCH_W2);
+      MKL_SUB_ORIGIN();
       if (tid == 0)
         for (int j = 0; j < s.K; ++j) {
           const int e = hd->ids[j];
@@ -2150,6 +2260,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         }
       __syncthreads();
       MKL_PROF_STAMP(span);
+      MKL_SUB_POINT_AT(SUB_WAIT, span);
 #if MKL_W2_QUANT_AHEAD
       quantize_w2_inputs(s, p.swiglu, arena, hd->wts, p.hazard == HZ_AMAX_TAIL);
 #else
@@ -2159,6 +2270,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
                               p.hazard == HZ_AMAX_TAIL);
 #endif
       __syncthreads();
+      MKL_SUB_POINT(SUB_FILL);
       gemv_block(p.gemv_depth, w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
 #if MKL_COPY_AHEAD
         // step (l): the group's h rows loaded before its first xres store (production: one at a time)
@@ -2173,7 +2285,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
 #endif
       });
       block_arrive(sync_word(p, W_LAYER_CTR), true, tid, &hd->word);
-      MKL_PROF_RECORD(TASK_MOE_W2, span, l, w);
+      MKL_PROF_RECORD_SUB(TASK_MOE_W2, span, l, w, MKL_SUB_POINTS_MOE_W2);
     }
 
     // ---- skew: workers drift apart across layer boundaries ----------------------------------

@@ -24,7 +24,15 @@ namespace mkl {
 
 constexpr int HD = 64;              // head dim (fixed: one lane pair per dim pair in attention)
 constexpr int PART_W = 2 + HD;      // floats of a chunk's partial per head: m, l, acc[HD]
-constexpr int QKV_TILE_ROWS = 64;   // QKV output rows per tile (tile t -> worker rank t)
+// QKV output rows per tile (tile t -> worker rank t). Campaign step (j) (MKL_CAMPAIGN_STEP 12, a
+// candidate; mkl_kernel.cuh says why): 40 rows, the fewest whole row groups of 4 (GEMV_ROWS) whose
+// tiles fit 132 workers (128 tiles at the default shape, 39 at the small one). The host and the
+// kernel read this one constant; hazards/megakernel_layers/model.py states it per build.
+#if defined(MKL_CAMPAIGN_STEP) && MKL_CAMPAIGN_STEP == 12
+constexpr int QKV_TILE_ROWS = 40;
+#else
+constexpr int QKV_TILE_ROWS = 64;
+#endif
 constexpr int FP8_BLOCK = 128;      // activation elements per FP8 scale
 constexpr int SUB_BLOCK = 32;       // elements per lane in the amax reduction
 constexpr float FP8_MAX = 448.f;    // largest finite E4M3 value

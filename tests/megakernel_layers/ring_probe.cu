@@ -33,3 +33,19 @@ __global__ void kparts_probe(int* out) {
   out[2] = mkl::gemv_block_kparts(4, 44, 1, 360);
   out[3] = mkl::gemv_block_kparts(4, 6, 4, 360);
 }
+
+// The QKV tiling of the build (test_qkv_spread.py reads the stored constants in the PTX): the tile's
+// rows, the tiles of both shapes (mkl::SHAPE_DEFAULT and SHAPE_SMALL, spelled out: device code cannot
+// read the host constants), and the column parts gemv_block takes at depth 4 for a whole tile of each
+// shape (8-column chunks: 360 default, 128 small) and for the small shape's last tile.
+__global__ void qkv_tile_probe(int* out) {
+  using namespace mkl;
+  const Shape dflt{2880, 64, 8, 32, 4, 2880}, small{1024, 16, 4, 8, 2, 1024};
+  const int last_small = qkv_rows(small) - (qkv_tiles(small) - 1) * QKV_TILE_ROWS;
+  out[0] = QKV_TILE_ROWS;
+  out[1] = qkv_tiles(dflt);
+  out[2] = qkv_tiles(small);
+  out[3] = gemv_block_kparts(4, QKV_TILE_ROWS / GEMV_ROWS, 1, dflt.D / 8);
+  out[4] = gemv_block_kparts(4, QKV_TILE_ROWS / GEMV_ROWS, 1, small.D / 8);
+  out[5] = gemv_block_kparts(4, (last_small + GEMV_ROWS - 1) / GEMV_ROWS, 1, small.D / 8);
+}

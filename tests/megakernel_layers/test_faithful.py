@@ -37,6 +37,17 @@ def write(path: Path, *launches: list[int]) -> Path:
     return path
 
 
+def measure_from_ring(path: Path, reply: dict, launches: int, monkeypatch) -> dict:
+    """Faithful.measure of production, its binary's reply and rings standing in (`path`)."""
+    f = FA.Faithful()
+    try:
+        monkeypatch.setattr(f, "profile", lambda cand, workers, launches, revision=None: (reply, FA.read_rings(
+            path, launches, FA.task_names(NAMES))))
+        return f.measure(FA.candidate("production"), None, launches, 0.99)
+    finally:
+        f.close()
+
+
 def test_task_names_come_from_the_names_header_string():
     assert FA.task_names(NAMES) == {2: "qkv", 3: "attn_chunk", 4: "attn_merge", 5: "oproj", 6: "router_topk",
                                     7: "moe_w13", 8: "moe_w2", 11: "worker"}
@@ -75,13 +86,7 @@ def test_measure_gives_one_well_formed_faithful_row_per_task(tmp_path, monkeypat
     reply = {"status": "ok", "cos": 0.99991, "rel_err": 8e-3, "grid": 132, "layers": 4, "seq": 4096, "chunks": 33,
              "qkv_tiles": 80, "w13_tiles": 33, "bytes_per_step": 1.04e9, "capacity": 4, "kernel_us": [410, 400, 405],
              "build": "megakernel_layers-sm_90a-0123", "task_names": NAMES}
-    f = FA.Faithful()
-    try:
-        monkeypatch.setattr(f, "profile", lambda cand, workers, launches, revision=None: (reply, FA.read_rings(
-            path, launches, FA.task_names(NAMES))))
-        res = f.measure(FA.candidate("production"), None, 3, 0.99)
-    finally:
-        f.close()
+    res = measure_from_ring(path, reply, 3, monkeypatch)
     assert [r["task"] for r in res["rows"]] == ["qkv", "moe_w13", "worker"]
     for row in res["rows"]:
         assert faithful_problem(row) is None, row

@@ -55,8 +55,9 @@ def _warp_rounds(site: tuple[int, int, int], kparts: int) -> int:
     return -(-items // NWARPS) * -(-(-(-per_part // 32)) // 4)
 
 
-def _kparts(step: int) -> dict[str, int]:
-    """The column parts gemv_block takes at each site in the build of `step` (kparts_probe's stores)."""
+def probe_stores(step: int, entry: str) -> list[int]:
+    """The constants ring_probe.cu's kernel `entry` (mangled, e.g. _Z12kparts_probePi) stores to out[0..n)
+    in the build of `step`, read from its PTX."""
     from hazards.engine.errors import ToolchainMissing
     from hazards.static.compile import compile_ptx
 
@@ -65,13 +66,20 @@ def _kparts(step: int) -> dict[str, int]:
                           extra_args=INCLUDES).text
     except ToolchainMissing as e:
         pytest.skip(f"cannot build the probe: {e}")
-    body = ptx[ptx.index(".entry _Z12kparts_probePi"):]
+    body = ptx[ptx.index(f".entry {entry}"):]
     body = body[:body.index("\n}\n")]
     regs = dict(re.findall(r"mov\.u32\s+(%r\d+),\s*(\d+);", body))
     stores = re.findall(r"st\.global\.u32\s+\[%rd\d+(?:\+(\d+))?\],\s*(%r\d+|\d+);", body)
     values = {int(off or 0) // 4: int(regs.get(v, v)) for off, v in stores}
-    assert sorted(values) == [0, 1, 2, 3], body
-    return {site: values[i] for i, site in enumerate(SITES)}
+    assert sorted(values) == list(range(len(values))), body
+    return [values[i] for i in range(len(values))]
+
+
+def _kparts(step: int) -> dict[str, int]:
+    """The column parts gemv_block takes at each site in the build of `step` (kparts_probe's stores)."""
+    values = probe_stores(step, "_Z12kparts_probePi")
+    assert len(values) == len(SITES), values
+    return dict(zip(SITES, values))
 
 
 def test_the_probe_passes_the_default_shape_sites_on_132_workers():

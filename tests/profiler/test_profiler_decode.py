@@ -89,6 +89,7 @@ def test_python_layout_constants_mirror_the_header():
     assert (consts["W_BEGIN"], consts["W_END"], consts["W_WHERE"], consts["W_AUX"]) == (
         profiler.W_BEGIN, profiler.W_END, profiler.W_WHERE, profiler.W_AUX)
     assert consts["SM_UNKNOWN"] == profiler.SM_UNKNOWN
+    assert consts["SUB_FLAG"] == profiler.SUB_FLAG
 
 
 @pytest.mark.parametrize("capacity,spans", [(16, 10), (6, 10)])
@@ -110,3 +111,51 @@ def test_records_written_by_the_c_header_round_trip(tmp_path: Path, capacity: in
         assert (s.task, s.block, s.sm) == (task, block, 100 + block)
         assert s.begin == 1000 * (i + 1) + block and s.duration == 100 * task + i
         assert s.aux == 0xA0000000 + i
+
+
+def test_sub_span_records_decode_apart_and_leave_the_task_metrics_as_they_were():
+    """A record whose task field is HZ_PROF_SUB_TASK(parent, point) is a sub-span: kept in
+    Profile.subspans with its parent and point, never among the spans the metrics read."""
+    sub = lambda parent, point: profiler.SUB_FLAG | point << 8 | parent  # noqa: E731
+    with_subs = SPANS + [(sub(2, 1), 0, 1000, 1100, 0), (sub(2, 2), 0, 1100, 1400, 0), (sub(3, 5), 0, 2000, 2100, 9)]
+    raw, claimed = ring(with_subs, capacity=16)
+    p = decode(raw, claimed)
+    plain = decode(*ring(SPANS, capacity=16))
+    assert p.complete and p.task_ids() == [2, 3] and p.spans == plain.spans
+    assert summarize([p]) == summarize([plain])
+    assert [(s.task, s.point, s.block, s.duration, s.aux) for s in p.subspans] == [
+        (2, 1, 0, 100, 0), (2, 2, 0, 300, 0), (3, 5, 0, 100, 9)]
+    assert "and 3 sub-spans of 8 claimed" in p.summary()
+    # sub-spans count against the ring like any record: overflow is reported, not hidden
+    raw, claimed = ring(with_subs, capacity=6)
+    assert decode(raw, claimed).dropped == 2
+
+
+@pytest.mark.parametrize("capacity,spans", [(64, 6), (10, 6)])
+def test_sub_spans_written_by_the_c_header_round_trip(tmp_path: Path, capacity: int, spans: int):
+    """hz_prof_write_points (what the device's hz_prof_commit_points stores after its one claim):
+    the span, then a sub-span per reached point from the previous one, the last ending at the span's end."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    exe = tmp_path / "writer"
+    r = subprocess.run([cc, "-std=c99", "-Wall", "-Werror", f"-I{HEADER.parent}",
+                        str(Path(__file__).with_name("roundtrip_writer.c")), "-o", str(exe)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(exe), str(capacity), str(spans), "points"], capture_output=True, check=True).stdout
+    claimed = struct.unpack_from("<Q", out)[0]
+    p = decode(out[8:], claimed, capacity=capacity)
+    assert claimed == sum(4 if i % 2 == 0 else 3 for i in range(spans))  # span + wait + (point 2) + last
+    assert p.dropped == max(0, claimed - capacity)
+    if p.dropped:
+        return
+    assert [s.task for s in p.spans] == [1 + i % 3 for i in range(spans)]
+    for i, s in enumerate(p.spans):
+        subs = [x for x in p.subspans if x.aux == s.aux]
+        assert all(x.task == s.task and x.block == s.block and x.sm == s.sm for x in subs)
+        if i % 2 == 0:
+            assert [(x.point, x.begin, x.end) for x in subs] == [
+                (1, s.begin - 50, s.begin), (2, s.begin, s.begin + 10), (3, s.begin + 10, s.end)]
+        else:
+            assert [(x.point, x.begin, x.end) for x in subs] == [(1, s.begin - 50, s.begin), (3, s.begin, s.end)]
