@@ -2137,6 +2137,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       // store (production loaded x after each global store: two dependent loads a row, mostly L1 hits)
       copy_to_shared<2>(arena, p.attn_out, ko);
       __syncthreads();
+      MKL_SUB_POINT(SUB_FILL);
       float* hrows = arena + ko;  // this worker's h rows (step b's partial logits read them)
       gemv_block(p.gemv_depth, &wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         float xr[GEMV_ROWS];  // a row past n: the last row's, loaded and not used
