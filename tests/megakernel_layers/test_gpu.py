@@ -264,16 +264,41 @@ def test_step_i_is_clean_and_close_to_production(params: dict):
     every checked launch clean against the binary's reference (corrupted, with stale_descriptor on) and
     the output within a quarter of the family's tolerance of production's."""
     from hazards.megakernel_layers import reference as R
+
+    out, out_p = run_beside_production(11, params)
+    if "hazard" not in params:
+        assert R.rel_err(out, out_p) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_p)
+
+
+def run_beside_production(step: int, params: dict):
+    """(output of campaign step `step`, output of production, the default build): one checked launch of
+    each on `params`, both clean (or, with a hazard on, both corrupted)."""
     from hazards.megakernel_layers.calibration import dump_run
     from hazards.stress_family import family_binary
 
-    out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": 11}), params)
+    out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": step}), params)
     out_p, _, reply_p = dump_run(family_binary(FAM), params)
     if "hazard" in params:
         assert reply.get("mismatched", 0) > 0 and reply_p.get("mismatched", 0) > 0, (reply, reply_p)
     else:
         assert reply.get("mismatched") == 0 and reply_p.get("mismatched") == 0, (reply, reply_p)
-        assert R.rel_err(out, out_p) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_p)
+    return out, out_p
+
+
+# ---- campaign step (k) (MKL_CAMPAIGN_STEP 13, a candidate): the next layer's QKV kept in L2 -------
+
+@pytest.mark.parametrize("params", [
+    {"layers": 3, "seq": 1024},                                  # a middle layer reads kept lines, the last keeps none
+    {"layers": 3, "seq": 1024, "grid": 64, "chunks": 64},        # 64 workers: workers 0-15 hold two of the 80 tiles
+    {"layers": 2, "seq": 1024, "model": "small"},                # the small shape's 24 tiles
+    {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
+], ids=["default", "grid64", "small", "stale_descriptor"])
+def test_step_k_is_clean_and_gives_production_bits(params: dict):
+    """Step (k) changes only L2 cache policies and prefetches of read-only weights: every checked launch
+    clean (corrupted, with stale_descriptor on) and the output production's (the default build's) bit
+    for bit."""
+    out, out_p = run_beside_production(13, params)
+    assert out.numel() == out_p.numel() and bool((out == out_p).all())
 
 
 def test_production_profiles_every_merge_span_without_overflowing_the_ring():
