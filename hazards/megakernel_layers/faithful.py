@@ -126,6 +126,10 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("step_k_half", "step (k) with the evict_last policy on half the kept lines (MKL_L2_KEEP_PCT 50): "
               "the variant if step_k's 29.5 MB kept starve the MoE's prefetch windows (production's bits)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_KEEP_PCT", 50))),
+    Candidate("step_k_setaside", "step (k) with a 30 MB persisting-L2 set-aside (MKL_L2_SET_ASIDE_MB 30: the harness "
+              "sets cudaLimitPersistingL2CacheSize once per process, resets it at exit): the variant if step_k's "
+              "evict_last lines are not kept without one (production's bits)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_SET_ASIDE_MB", 30))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

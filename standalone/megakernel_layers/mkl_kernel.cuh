@@ -126,6 +126,12 @@
 #ifndef MKL_L2_KEEP_PCT
 #define MKL_L2_KEEP_PCT 100
 #endif
+// MKL_L2_SET_ASIDE_MB: the persisting-L2 set-aside (MB, cudaLimitPersistingL2CacheSize) the harness of
+// a step-(k) build asks for once per process: 0, or 30 in candidate step_k_setaside (the CUDA guide
+// gives persisting accesses, which evict_last is on the device side, prioritized use of that portion).
+#ifndef MKL_L2_SET_ASIDE_MB
+#define MKL_L2_SET_ASIDE_MB 0
+#endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:

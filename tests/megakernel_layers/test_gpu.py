@@ -265,18 +265,18 @@ def test_step_i_is_clean_and_close_to_production(params: dict):
     the output within a quarter of the family's tolerance of production's."""
     from hazards.megakernel_layers import reference as R
 
-    out, out_p = run_beside_production(11, params)
+    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 11}, params)
     if "hazard" not in params:
         assert R.rel_err(out, out_p) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_p)
 
 
-def run_beside_production(step: int, params: dict):
-    """(output of campaign step `step`, output of production, the default build): one checked launch of
-    each on `params`, both clean (or, with a hazard on, both corrupted)."""
+def run_beside_production(defines: dict, params: dict):
+    """(output of the build of `defines`, output of production, the default build): one checked launch
+    of each on `params`, both clean (or, with a hazard on, both corrupted)."""
     from hazards.megakernel_layers.calibration import dump_run
     from hazards.stress_family import family_binary
 
-    out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": step}), params)
+    out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
     out_p, _, reply_p = dump_run(family_binary(FAM), params)
     if "hazard" in params:
         assert reply.get("mismatched", 0) > 0 and reply_p.get("mismatched", 0) > 0, (reply, reply_p)
@@ -297,7 +297,14 @@ def test_step_k_is_clean_and_gives_production_bits(params: dict):
     """Step (k) changes only L2 cache policies and prefetches of read-only weights: every checked launch
     clean (corrupted, with stale_descriptor on) and the output production's (the default build's) bit
     for bit."""
-    out, out_p = run_beside_production(13, params)
+    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 13}, params)
+    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+
+
+def test_step_k_with_a_persisting_l2_set_aside_gives_production_bits():
+    """step_k_setaside's harness asks for a persisting-L2 set-aside (cudaDeviceSetLimit) before its first
+    launch: the call succeeds (else the request fails) and the output is production's bit for bit."""
+    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30}, {"layers": 3, "seq": 1024})
     assert out.numel() == out_p.numel() and bool((out == out_p).all())
 
 

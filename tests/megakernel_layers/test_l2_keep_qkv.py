@@ -23,7 +23,7 @@ from hazards.megakernel_layers import faithful as FA
 
 from .test_gemv_one_round import assert_production_loop_and_no_more_spills
 from .test_merge_spread import INCLUDE, LAYERED, _static, family_cubin, listing_of
-from .test_production_step10 import _switches
+from .test_production_step10 import KERNEL, _eval, _switches
 
 KEEP = "createpolicy.fractional.L2::evict_last"
 STREAM = "createpolicy.fractional.L2::evict_first"
@@ -125,9 +125,23 @@ def test_step_k_passes_the_compiled_static_checks_with_production_polls():
 
 
 def test_step_k_is_production_but_for_the_l2_switch_and_a_candidate_of_the_gate():
-    c, half = FA.candidate("step_k"), FA.candidate("step_k_half")
+    c, half, aside = FA.candidate("step_k"), FA.candidate("step_k_half"), FA.candidate("step_k_setaside")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 13} and c.params == () and c.expected == "faster"
     assert dict(half.defines) == {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_KEEP_PCT": 50} and half.params == ()
+    assert dict(aside.defines) == {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30} and aside.params == ()
     prod, step = _switches({}), _switches({"MKL_CAMPAIGN_STEP": 13})
     assert {k for k in prod if prod[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_L2_KEEP_QKV"}
     assert step["MKL_L2_KEEP_QKV"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1 and prod["MKL_L2_KEEP_QKV"] == 0
+
+
+def test_only_step_k_setaside_asks_the_harness_for_a_persisting_l2_set_aside():
+    """The harness's set-aside code is compiled in only where MKL_L2_KEEP_QKV and MKL_L2_SET_ASIDE_MB > 0:
+    step_k_setaside, not production nor step_k (their host code is production's)."""
+    text = LAYERED.read_text()
+    conds = re.findall(r"^#if (.*MKL_L2_SET_ASIDE_MB.*)$", text, re.M)
+    assert len(conds) == 2 and "cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize" in text
+    default = int(re.search(r"#define MKL_L2_SET_ASIDE_MB (\d+)", KERNEL.read_text()).group(1))
+    for name, want in (("production", 0), ("step_k", 0), ("step_k_half", 0), ("step_k_setaside", 1)):
+        defines = dict(FA.candidate(name).defines)
+        env = {**_switches(defines), "MKL_L2_SET_ASIDE_MB": defines.get("MKL_L2_SET_ASIDE_MB", default)}
+        assert {_eval(c, env) for c in conds} == {want}, name
