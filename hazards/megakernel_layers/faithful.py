@@ -68,7 +68,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
     # production of their time), in round 8 production (step d) vs step_b0 and back,
     # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
-    # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j and step_l vs production (their base).
+    # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j, step_k and step_l vs production (their base).
     # Production is step 10 (step (e) + step (g), step_g_on_e's code): its promotion round gates
     # step_d (the production it replaces) -> production. `expected` is each one's verdict against
     # today's production (step 10), but step_d_chunks64's (against step_d).
@@ -123,6 +123,18 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "of 90 chunks, 3 rounds on the busiest warp, not 4); the same QKV work on more blocks, so the qkv "
               "task's sumCTA may rise as its slowCTA falls (MKL_CAMPAIGN_STEP 12; the parts' sums differ: last "
               "bits differ from production's)", "sloughing", defines=(("MKL_CAMPAIGN_STEP", 12),)),
+    Candidate("step_k", "campaign step (k), a candidate (round 16): production (step 10) with the next layer's QKV "
+              "weights kept in L2 across the MoE: after its O-projection each QKV tile holder bulk-prefetches its "
+              "next-layer tiles under an L2::evict_last policy, the GEMV loop loads under L2::evict_first and a tile "
+              "read is demoted (applypriority) (MKL_CAMPAIGN_STEP 13, MKL_L2_KEEP_QKV; no wait moved; production's "
+              "bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 13),)),
+    Candidate("step_k_half", "step (k) with the evict_last policy on half the kept lines (MKL_L2_KEEP_PCT 50): "
+              "the variant if step_k's 29.5 MB kept starve the MoE's prefetch windows (production's bits)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_KEEP_PCT", 50))),
+    Candidate("step_k_setaside", "step (k) with a 30 MB persisting-L2 set-aside (MKL_L2_SET_ASIDE_MB 30: the harness "
+              "sets cudaLimitPersistingL2CacheSize once per process, resets it at exit): the variant if step_k's "
+              "evict_last lines are not kept without one (production's bits)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_SET_ASIDE_MB", 30))),
     Candidate("step_l", "campaign step (l), a candidate: production (step 10) with the copies on the "
               "layer's critical path issuing a thread's loads before its stores (the attention's q, the RMSNorm's x "
               "and weight, the router's hn payload, W13's hn, the O-projection's attn_out and its and W2's output "

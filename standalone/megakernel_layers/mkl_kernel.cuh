@@ -101,7 +101,11 @@
 // gemv_round<4>): 40 items, 3 rounds on the busiest warp instead of 4 (production: 16 groups x 2
 // parts of 180, 2 rounds an item). The loop, the waits and the tasks' order are production's; the
 // QKV_EPOCH count is QT x epoch (128 arrivals a layer, not 80). A row's lanes sum other chunks (4
-// parts, not 2): q, k and v differ from production's in the last bits; step_j. 14 (a candidate) step (l):
+// parts, not 2): q, k and v differ from production's in the last bits; step_j.
+// 13 (a candidate, round 16) step (k):
+// production (10) with the next layer's QKV weights kept in L2 across the MoE (MKL_L2_KEEP_QKV: after
+// the O-projection each QKV tile holder bulk-prefetches its next-layer tile with an L2::evict_last
+// policy, the GEMV loop loads with L2::evict_first); the same arithmetic: production's bits; step_k. 14 (a candidate) step (l):
 // production (10) with the copies on the layer's critical path (the attention's q, the QKV tile's
 // RMSNorm, the O-projection's attn_out fill and its h rows, the router's hn payload, W13's hn fill,
 // W2's output rows) issuing every load of a thread before its first store (copy_to_shared and
@@ -119,8 +123,8 @@
 #ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-// Step (g) on step (f) (8), on step (e) alone (10, production: step_g_on_e's code), in steps 11, 12 and 14.
-#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || MKL_CAMPAIGN_STEP == 10 || MKL_CAMPAIGN_STEP == 11 || MKL_CAMPAIGN_STEP == 12 || MKL_CAMPAIGN_STEP == 14)  // step (g)
+// Step (g) on step (f) (8), on step (e) alone (10, production: step_g_on_e's code) and in steps 11-14.
+#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || (MKL_CAMPAIGN_STEP >= 10 && MKL_CAMPAIGN_STEP <= 14))  // step (g)
 // Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
 // step (g) stayed its own candidate): the layer head's loads issued ahead of their use. Round 13
 // judged it slower than step (e): not in step 10.
@@ -132,6 +136,19 @@
 // Step (j) (12, a candidate, round 16) is production (step 10) with 40-row QKV tiles: mkl_model.h
 // (read before this block) sets QKV_TILE_ROWS on the same condition; asserted below.
 #define MKL_QKV_SPREAD (MKL_CAMPAIGN_STEP == 12)                              // step (j)
+// Step (k) (13, a candidate, round 16) is production (step 10) with the next layer's QKV weights kept
+// in L2 across the MoE (l2_keep_tiles; the GEMV loop's loads evict_first). MKL_L2_KEEP_PCT: the share
+// (percent) of the prefetched lines the evict_last policy covers (100; candidate step_k_half: 50).
+#define MKL_L2_KEEP_QKV (MKL_CAMPAIGN_STEP == 13)                             // step (k)
+#ifndef MKL_L2_KEEP_PCT
+#define MKL_L2_KEEP_PCT 100
+#endif
+// MKL_L2_SET_ASIDE_MB: the persisting-L2 set-aside (MB, cudaLimitPersistingL2CacheSize) the harness of
+// a step-(k) build asks for once per process: 0, or 30 in candidate step_k_setaside (the CUDA guide
+// gives persisting accesses, which evict_last is on the device side, prioritized use of that portion).
+#ifndef MKL_L2_SET_ASIDE_MB
+#define MKL_L2_SET_ASIDE_MB 0
+#endif
 // Step (l) (14, a candidate) is production (step 10) with its critical path's copies
 // issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
 #define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14)                              // step (l)
@@ -400,6 +417,101 @@ __device__ __forceinline__ void prefetch_l2_head(const void* p, long long bytes,
   prefetch_l2(p, bytes < window ? bytes : window);
 }
 
+#if MKL_L2_KEEP_QKV
+// ---- campaign step (k): the next layer's QKV weights kept in L2 across the MoE ---------------------
+//
+// Why: round 15's profile (H100, production, per layer, slowCTA): qkv 27.7 us on 80 workers for 29.5
+// MB (1.07 TB/s; each tile bulk-prefetches its own 369 KB at the tile's start, so its GEMV waits on
+// HBM), then the attention chunk (34-36 us on 33 workers), the merge (8.5), the O-projection (14, its
+// Wo rows prefetched to L2 during the attention) and the router (8.3, one block): from the
+// O-projection's loads on (L2 hits) until the W13 prefetch after ROUTING, HBM is nearly idle, while
+// the MoE then streams W13 + W2 (199 MB) through the 50 MB L2, which flushes everything else.
+// Here each QKV tile holder, once its O-projection rows (and, for the last arriver, the router) are
+// done, issues bulk L2 prefetches of its own tiles of the NEXT layer (the tiles t = w, w + G, ... it
+// runs there: the prefetching SM is the reading SM) under an L2::evict_last policy
+// (createpolicy.fractional, MKL_L2_KEEP_PCT of the lines), and the GEMV loop (gemv_round: QKV,
+// O-projection, W13 and W2 share it) loads under L2::evict_first, so the MoE's streams replace their
+// own lines first and the kept 29.5 MB (59% of L2) survive until the next layer's QKV tiles read
+// them: L2 hits instead of HBM (the tile's own prefetch at its start then finds them there). Nothing
+// waits for these prefetches; they are issued in the router's window (8.3 us: ~25 GB of HBM time at
+// 3 TB/s, the 29.5 MB take ~10 us), before the W13 prefetch competes for HBM.
+// Lines kept must not outlive their use, or the next layer's prefetch (29.5 MB more: 59 MB > 50 MB)
+// would leave the MoE no L2 but evict_last lines: at the same place the holder first demotes its
+// tiles of THIS layer (read in its QKV phase; layers > 0) to L2::evict_normal with applypriority,
+// line by line (2,880 a 64-row tile, ~6 a thread). The evict_first loads of the QKV GEMV may already
+// have demoted them on their hits (the PTX ISA does not say); if they did not, the read tiles stay
+// evict_last through this layer's attention, where L2 then holds 29.5 + 8.4 (K/V) + 23.6 (Wo) MB: the
+// gate's attn_chunk and oproj spans show it. (The demotion right after the tile's arrival, a second
+// call site in the kernel body, moved ptxas' spills of the body and of attend_chunk above
+// production's, nvcc 13.0.) The last layer prefetches nothing, so no line stays evict_last after the
+// launch: layer 0's tiles for the next launch would hit (the weights are the same every step), but
+// lines kept past the launch would tax whatever runs next, the gate's other side included.
+// The chunk workers' K/V rows (8.4 MB) are not kept: they are prefetched at layer entry, ~28 us before
+// the attention reads them, and 38 MB kept would leave the MoE's prefetch windows 12 MB of L2.
+// Correctness: weights are never written during a launch (read-only: no coherence question), so a
+// prefetch, a priority or an eviction can only change where a load is served from, never what it
+// returns; no wait is added or moved, the tasks' order and every hazard switch are production's, and
+// the arithmetic is unchanged: production's bits.
+
+__device__ __forceinline__ uint64_t l2_policy_keep() {
+  uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64 %0, %1;" : "=l"(pol)
+      : "f"((float)MKL_L2_KEEP_PCT / 100.f));
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_policy_stream() {
+  uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
+// ld_weights under an L2 cache policy.
+__device__ __forceinline__ uint4 ld_weights_hint(const void* p, uint64_t pol) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p), "l"(pol));
+  return r;
+}
+
+// prefetch_l2 under an L2 cache policy (one warp).
+__device__ __forceinline__ void prefetch_l2_hint(const void* p, long long bytes, uint64_t pol) {
+  const int lane = threadIdx.x & 31;
+  constexpr long long PIECE = 16384;
+  const char* c = static_cast<const char*>(p);
+  for (long long off = (long long)lane * PIECE; off < bytes; off += 32 * PIECE) {
+    const long long n = bytes - off < PIECE ? bytes - off : PIECE;
+    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(c + off), "r"((uint32_t)n),
+                 "l"(pol) : "memory");
+  }
+}
+
+// Worker w's QKV tiles (t = w, w + G, ... < QT) of layer l (read by now; not in layer 0, whose lines
+// were not kept) back to L2::evict_normal, line by line by every thread, and those of layer l + 1 (none
+// after the last) to L2 under the keep policy by warp 0; the layers' QKV pointers from the descriptor
+// table (slot SLOT_WQKV, refreshed in every layer under every hazard). Out of line, as the tasks are:
+// inlined, or called with the pointers computed in the body, ptxas spilled more in the kernel body
+// than in production's (ptxas -v, nvcc 13.0; test_l2_keep_qkv.py reads it).
+__device__ __noinline__ void l2_keep_tiles(const unsigned long long* table, int l, int L, int w, int QT, int G,
+                                           int rows, int D) {
+  const auto wq_of = [table](int layer) {
+    return reinterpret_cast<const __nv_bfloat16*>(table[(size_t)layer * N_SLOTS + SLOT_WQKV]);
+  };
+  const __nv_bfloat16* wq = l > 0 ? wq_of(l) : nullptr;
+  const __nv_bfloat16* wq_next = l + 1 < L ? wq_of(l + 1) : nullptr;
+  const uint64_t keep = l2_policy_keep();
+  for (int t = w; t < QT; t += G) {
+    const int q0 = t * QKV_TILE_ROWS, q1 = min(q0 + QKV_TILE_ROWS, rows);
+    const long long off = (long long)q0 * D, bytes = (long long)(q1 - q0) * D * 2;
+    if (wq)
+      for (long long b = (long long)threadIdx.x * 128; b < bytes; b += (long long)THREADS * 128)
+        asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(
+                         reinterpret_cast<const char*>(wq + off) + b) : "memory");
+    if (wq_next && threadIdx.x < 32) prefetch_l2_hint(wq_next + off, bytes, keep);
+  }
+}
+#endif
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -454,6 +566,9 @@ __device__ __noinline__ void gemv_round(const __nv_bfloat16* const* base, long l
   __builtin_assume(__isShared(red));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nchunk = seg_len >> 3;
+#if MKL_L2_KEEP_QKV
+  const uint64_t pol = l2_policy_stream();  // step (k): the weight streams replace their own lines first
+#endif
   for (int it = warp; it < items; it += NWARPS) {
     const int g = g0 + it / ipg, rest = it % ipg, sg = rest / kparts, kp = rest % kparts;
     const int rb = r0 + g * GEMV_ROWS;
@@ -471,7 +586,11 @@ __device__ __noinline__ void gemv_round(const __nv_bfloat16* const* base, long l
       for (int u = 0; u < DEPTH; ++u) {
         const int cu = min(c + 32 * u, c1 - 1);
 #pragma unroll
+#if MKL_L2_KEEP_QKV
+        for (int j = 0; j < GEMV_ROWS; ++j) w[u][j] = ld_weights_hint(rows[j] + 8 * cu, pol);
+#else
         for (int j = 0; j < GEMV_ROWS; ++j) w[u][j] = ld_weights(rows[j] + 8 * cu);
+#endif
       }
 #pragma unroll
       for (int u = 0; u < DEPTH; ++u) {
@@ -2186,6 +2305,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         MKL_PROF_RECORD_SUB(TASK_ROUTER_TOPK, span, l, w, MKL_SUB_POINTS_ROUTER_TOPK);
       }
     }
+
+
+#if MKL_L2_KEEP_QKV
+    // campaign step (k): this worker's QKV tiles of this layer demoted, of the next kept in L2 (after its
+    // O-projection and router: see l2_policy_keep; no wait, nothing waits for it)
+    if (w < p.QT) l2_keep_tiles(p.ml_table, l, p.L, w, p.QT, p.G, qkvr, s.D);
+#endif
 
     // ---- routing -----------------------------------------------------------------------------
     tw_mark<TW>(tw, l, PHASE_ROUTING_WAIT, 0);

@@ -181,21 +181,6 @@ def assert_same_bits(base_step: int, step: int, params: dict) -> None:
     assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
 
 
-def step_and_production_outputs(defines: dict, params: dict):
-    """One checked launch of the build of `defines` and of production's (the default build) on `params`:
-    both clean (or, with a hazard on, both corrupted); their outputs."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
-    out_p, _, reply_p = dump_run(family_binary(FAM), params)
-    if "hazard" in params:
-        assert reply.get("mismatched", 0) > 0 and reply_p.get("mismatched", 0) > 0, (reply, reply_p)
-    else:
-        assert reply.get("mismatched") == 0 and reply_p.get("mismatched") == 0, (reply, reply_p)
-    return out, out_p
-
-
 # ---- campaign step (g) (MKL_CAMPAIGN_STEP 8, a candidate): W2's quantization, loads together -----
 
 @pytest.mark.parametrize("params", [
@@ -286,9 +271,47 @@ def assert_clean_and_close_to_production(defines: dict, params: dict):
     (both corrupted, with a hazard on), and the outputs within a quarter of the tolerance."""
     from hazards.megakernel_layers import reference as R
 
-    out, out_p = step_and_production_outputs(defines, params)
+    out, out_p = run_beside_production(defines, params)
     if "hazard" not in params:
         assert R.rel_err(out, out_p) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_p)
+
+
+def run_beside_production(defines: dict, params: dict):
+    """(output of the build of `defines`, output of production, the default build): one checked launch
+    of each on `params`, both clean (or, with a hazard on, both corrupted)."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
+    out_p, _, reply_p = dump_run(family_binary(FAM), params)
+    if "hazard" in params:
+        assert reply.get("mismatched", 0) > 0 and reply_p.get("mismatched", 0) > 0, (reply, reply_p)
+    else:
+        assert reply.get("mismatched") == 0 and reply_p.get("mismatched") == 0, (reply, reply_p)
+    return out, out_p
+
+
+# ---- campaign step (k) (MKL_CAMPAIGN_STEP 13, a candidate): the next layer's QKV kept in L2 -------
+
+@pytest.mark.parametrize("params", [
+    {"layers": 3, "seq": 1024},                                  # a middle layer reads kept lines, the last keeps none
+    {"layers": 3, "seq": 1024, "grid": 64, "chunks": 64},        # 64 workers: workers 0-15 hold two of the 80 tiles
+    {"layers": 2, "seq": 1024, "model": "small"},                # the small shape's 24 tiles
+    {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
+], ids=["default", "grid64", "small", "stale_descriptor"])
+def test_step_k_is_clean_and_gives_production_bits(params: dict):
+    """Step (k) changes only L2 cache policies and prefetches of read-only weights: every checked launch
+    clean (corrupted, with stale_descriptor on) and the output production's (the default build's) bit
+    for bit."""
+    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 13}, params)
+    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+
+
+def test_step_k_with_a_persisting_l2_set_aside_gives_production_bits():
+    """step_k_setaside's harness asks for a persisting-L2 set-aside (cudaDeviceSetLimit) before its first
+    launch: the call succeeds (else the request fails) and the output is production's bit for bit."""
+    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30}, {"layers": 3, "seq": 1024})
+    assert out.numel() == out_p.numel() and bool((out == out_p).all())
 
 
 # ---- campaign step (j) (MKL_CAMPAIGN_STEP 12, a candidate): 40-row QKV tiles on 128 workers ---------
@@ -332,7 +355,7 @@ def test_step_j_participant_set_still_hangs_and_names_chunk_rank_128(tmp_path: P
 def test_step_l_gives_production_bits_clean_and_with_stale_descriptor(params: dict):
     """Step (l) changes only when a thread's copy loads go out (the same loads, values and arithmetic):
     production's output bit for bit, clean, and with stale_descriptor on production's corrupted output."""
-    out, out_p = step_and_production_outputs({"MKL_CAMPAIGN_STEP": 14}, params)
+    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 14}, params)
     assert out.numel() == out_p.numel() and bool((out == out_p).all())
 
 
