@@ -68,7 +68,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
     # production of their time), in round 8 production (step d) vs step_b0 and back,
     # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
-    # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j and step_k vs production (their base).
+    # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j, step_k and step_l vs production (their base).
     # Production is step 10 (step (e) + step (g), step_g_on_e's code): its promotion round gates
     # step_d (the production it replaces) -> production. `expected` is each one's verdict against
     # today's production (step 10), but step_d_chunks64's (against step_d).
@@ -135,6 +135,12 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "sets cudaLimitPersistingL2CacheSize once per process, resets it at exit): the variant if step_k's "
               "evict_last lines are not kept without one (production's bits)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_SET_ASIDE_MB", 30))),
+    Candidate("step_l", "campaign step (l), a candidate: production (step 10) with the copies on the "
+              "layer's critical path issuing a thread's loads before its stores (the attention's q, the RMSNorm's x "
+              "and weight, the router's hn payload, W13's hn, the O-projection's attn_out and its and W2's output "
+              "rows; in the harness build several waited for each load before the next), the same loads of the same "
+              "kind (MKL_CAMPAIGN_STEP 14; production's bits)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 14),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

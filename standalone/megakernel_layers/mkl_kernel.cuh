@@ -106,6 +106,11 @@
 // production (10) with the next layer's QKV weights kept in L2 across the MoE (MKL_L2_KEEP_QKV: after
 // the O-projection each QKV tile holder bulk-prefetches its next-layer tile with an L2::evict_last
 // policy, the GEMV loop loads with L2::evict_first); the same arithmetic: production's bits; step_k.
+// 14 (a candidate) step (l):
+// production (10) with the copies on the layer's critical path (the attention's q, the QKV tile's
+// RMSNorm, the O-projection's attn_out fill and its h rows, the router's hn payload, W13's hn fill,
+// W2's output rows) issuing every load of a thread before its first store (copy_to_shared and
+// friends, MKL_COPY_AHEAD): the same loads, the same values, production's bits; step_l.
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 10
 #endif
@@ -119,8 +124,8 @@
 #ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-// Step (g) on step (f) (8), on step (e) alone (10, production: step_g_on_e's code) and in steps 11-13.
-#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || MKL_CAMPAIGN_STEP == 10 || MKL_CAMPAIGN_STEP == 11 || MKL_CAMPAIGN_STEP == 12 || MKL_CAMPAIGN_STEP == 13)  // step (g)
+// Step (g) on step (f) (8), on step (e) alone (10, production: step_g_on_e's code) and in steps 11-14.
+#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || (MKL_CAMPAIGN_STEP >= 10 && MKL_CAMPAIGN_STEP <= 14))  // step (g)
 // Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
 // step (g) stayed its own candidate): the layer head's loads issued ahead of their use. Round 13
 // judged it slower than step (e): not in step 10.
@@ -145,6 +150,9 @@
 #ifndef MKL_L2_SET_ASIDE_MB
 #define MKL_L2_SET_ASIDE_MB 0
 #endif
+// Step (l) (14, a candidate) is production (step 10) with its critical path's copies
+// issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
+#define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14)                              // step (l)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -308,6 +316,77 @@ __device__ __forceinline__ uint4 ld_weights(const void* p) {
 
 // K/V rows (the new token's row is written in this launch): coherent L2 loads.
 __device__ __forceinline__ uint4 ld_l2(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
+
+#if MKL_COPY_AHEAD
+// ---- campaign step (l): a thread's copy loads issued before its stores ---------------------------
+//
+// Why: in the binary the GPU runs (the harness build, nvcc -split-compile=0: no interprocedural
+// address-space inference, so a pointer argument of an out-of-line function is a generic pointer),
+// production's copy loops wait for each load before the next: attend_chunk's q copy is an unrolled
+// `LD.E R; STS R; LD.E; STS ...` (a generic load may read shared memory, so ptxas keeps every load
+// behind the shared store before it: 8 dependent L2 round trips a thread at the default shape), the
+// RMSNorm's second pass loads its weight the same way (5-6 a thread), the router's hn payload is LD,
+// LD, ST a value (a generic store may alias the next loads: 5-6), the O-projection's and W2's emits
+// load x / h after each global store (O-projection twice a row, W2 once: 8 and 4 dependent loads a
+// group, the first from L2, the others likely L1 hits on the same line: a small cost),
+// and nvcc's unroll-by-4 copies of D = 2880 floats (the RMSNorm's x, W13's hn) run their 1-2
+// remainder iterations one load at a time before the unrolled four. Here each copy loads all of a
+// thread's elements into registers first, then stores them: one round trip. Every load keeps its
+// kind (plain, weak, default caching: what production's LD.E / LDG.E is; nothing becomes ld.nc or
+// ld.cg) and its place after the same waits; the values and every arithmetic operation are
+// production's, so the bits are production's.
+
+// n floats from global src to shared dst by every thread of the block, each thread V float4s a pass,
+// all loaded before the first is stored (V = 2: the q copy and the O-projection's attn_out, 4096
+// floats, one pass; W13's hn, 2880 floats, 1-2 float4s a thread; the small shape one pass of 0-1).
+// src and dst 16-B aligned (the scratch buffers' offsets are multiples of D and NQ * HD floats:
+// megakernel_layers.cu; the arena starts 16-B aligned); n a multiple of 4 (asserted below per shape).
+template <int V>
+__device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int n) {
+  __builtin_assume(__isShared(dst));
+  __builtin_assume(__isGlobal(src));
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  float4* d4 = reinterpret_cast<float4*>(dst);
+  const int n4 = n >> 2;
+#pragma unroll 1  // (one pass at every shape of the model; unrolled, nvcc peeled passes of loads after stores)
+  for (int b = threadIdx.x; b < n4; b += V * THREADS) {
+    float4 v[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = s4[min(b + k * THREADS, n4 - 1)];  // past the end: loaded, not stored
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      if (b + k * THREADS < n4) d4[b + k * THREADS] = v[k];
+  }
+}
+// W13's copy of hn: out of line, so that its registers are its own (inlined there with V = 2, it
+// moved ptxas' allocation of the kernel body: more spill bytes; the O-projection's copy stays inline).
+__device__ __noinline__ void copy_to_shared_block(float* dst, const float* src, int n) {
+  copy_to_shared<2>(dst, src, n);
+}
+// The same with a compile-time count (attend_chunk's q: NQ * HD = GQ * NKV * HD): straight-line code.
+template <int N>
+__device__ __forceinline__ void copy_to_shared_n(float* dst, const float* src) {
+  static_assert(N % 4 == 0, "float4s");
+  constexpr int N4 = N / 4, V = (N4 + THREADS - 1) / THREADS;
+  __builtin_assume(__isShared(dst));
+  __builtin_assume(__isGlobal(src));
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  float4* d4 = reinterpret_cast<float4*>(dst);
+  float4 v[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) v[k] = s4[min((int)threadIdx.x + k * THREADS, N4 - 1)];  // past the end: not stored
+#pragma unroll
+  for (int k = 0; k < V; ++k)
+    if (N4 % THREADS == 0 || threadIdx.x + k * THREADS < N4) d4[threadIdx.x + k * THREADS] = v[k];
+}
+// Elements a thread holds in registers for the D-long per-element passes (the RMSNorm, the router's
+// payload): element i = threadIdx.x + k * THREADS, k < COPY_PER_THREAD (a larger D: production's loops).
+constexpr int COPY_PER_THREAD = 6;
+static_assert(SHAPE_DEFAULT.D <= COPY_PER_THREAD * THREADS && SHAPE_SMALL.D <= COPY_PER_THREAD * THREADS,
+              "a shape's D-long passes would take production's loops");
+static_assert(SHAPE_DEFAULT.D % 4 == 0 && SHAPE_SMALL.D % 4 == 0 && (SHAPE_SMALL.NQ * HD) % 4 == 0,
+              "copy_to_shared's float4s: the scratch buffers' offsets stay 16-B aligned");
+#endif
 
 __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
@@ -690,6 +769,11 @@ __device__ __noinline__ void gemv_ring(const __nv_bfloat16* const* base, int nse
 // ipg parts in a fixed order (deterministic) and calls emit(first row, acc[GEMV_ROWS], valid rows).
 template <typename Emit>
 __device__ __forceinline__ void gemv_sum_parts(const float* red, int gn, int ipg, int r0, int r1, int g0, Emit emit) {
+#if MKL_COPY_AHEAD
+  // step (l): one group a thread (gn <= GEMV_MAX_ITEMS < THREADS); unrolled by two, nvcc put the second
+  // group's loads of an emit after the first group's stores
+#pragma unroll 1
+#endif
   for (int gl = threadIdx.x; gl < gn; gl += THREADS) {
     float a[GEMV_ROWS];
 #pragma unroll
@@ -907,8 +991,49 @@ __device__ __forceinline__ const T* dptr(const SmemHead* hd, int slot) {
 
 // ---- phases -----------------------------------------------------------------------------
 
+#if MKL_COPY_AHEAD
+// Step (l)'s RMSNorm: a thread's x and w elements (production's i = threadIdx.x + k * THREADS) all
+// loaded before its first store (production: x 1-2 dependent loads, then 4; w 5-6 one at a time, a
+// generic load behind each shared store), then production's arithmetic in its order: ss += v * v
+// over k, act[i] = v, act[i] = act[i] * rs * w[i]. An element past D loads element D - 1, unused
+// (unconditional loads stay in registers). Out of line: inlined, its 12 registers moved ptxas'
+// allocation of the kernel body (more spill bytes there). D <= COPY_PER_THREAD * THREADS.
+__device__ __noinline__ void rmsnorm_ahead(const float* x, const float* w, float* act, int D, SmemHead* hd) {
+  __builtin_assume(__isShared(act));
+  __builtin_assume(__isShared(hd));
+  __builtin_assume(__isGlobal(x));
+  __builtin_assume(__isGlobal(w));
+  float xv[COPY_PER_THREAD], wv[COPY_PER_THREAD];
+#pragma unroll
+  for (int k = 0; k < COPY_PER_THREAD; ++k) {
+    const int i = min((int)threadIdx.x + k * THREADS, D - 1);
+    xv[k] = x[i];
+    wv[k] = w[i];
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < COPY_PER_THREAD; ++k)
+    if (threadIdx.x + k * THREADS < D) {
+      act[threadIdx.x + k * THREADS] = xv[k];
+      ss += xv[k] * xv[k];
+    }
+  const float total = block_sum(ss, hd);
+  const float rs = rsqrtf(total / (float)D + RMS_EPS);
+#pragma unroll
+  for (int k = 0; k < COPY_PER_THREAD; ++k)
+    if (threadIdx.x + k * THREADS < D) act[threadIdx.x + k * THREADS] = act[threadIdx.x + k * THREADS] * rs * wv[k];
+  __syncthreads();
+}
+#endif
+
 // act <- RMSNorm(x) * w over D (every thread).
 __device__ __forceinline__ void rmsnorm_to(const float* x, const float* w, float* act, int D, SmemHead* hd) {
+#if MKL_COPY_AHEAD
+  if (D <= COPY_PER_THREAD * THREADS) {  // step (l) (rmsnorm_ahead)
+    rmsnorm_ahead(x, w, act, D, hd);
+    return;
+  }
+#endif
   float ss = 0.f;
   for (int i = threadIdx.x; i < D; i += THREADS) {
     const float v = x[i];
@@ -1092,7 +1217,11 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
       for (int i = 0; i < 4; ++i) kr[half][i] = ld_l2(krow + 32 * half + 8 * i);
   }
 #endif
+#if MKL_COPY_AHEAD
+  copy_to_shared_n<GQ * NKV * HD>(q, qbuf);  // step (l): a thread's float4s (default 2), then its stores
+#else
   for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = qbuf[i];
+#endif
   __syncthreads();
   MKL_SUB_POINT(SUB_FILL);
   constexpr float scale = 0.125f;  // 1/sqrt(64)
@@ -1677,6 +1806,23 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
   __syncthreads();
   MKL_SUB_POINT(SUB_FILL);  // the partials summed
   const float rs = rsqrtf(logits[s.E] / (float)s.D + RMS_EPS);
+#if MKL_COPY_AHEAD
+  // step (l): a thread's h and norm elements loaded together, then scaled and stored (production
+  // loaded, scaled and stored one element at a time: a generic store may alias the next loads)
+  if (s.D <= COPY_PER_THREAD * THREADS) {
+    __builtin_assume(__isGlobal(h));
+    __builtin_assume(__isGlobal(mlp_norm));
+    float hv[COPY_PER_THREAD], nv[COPY_PER_THREAD];  // past D: element D - 1, loaded and not used
+#pragma unroll
+    for (int k = 0; k < COPY_PER_THREAD; ++k) {
+      hv[k] = h[min(tid + k * THREADS, s.D - 1)];
+      nv[k] = mlp_norm[min(tid + k * THREADS, s.D - 1)];
+    }
+#pragma unroll
+    for (int k = 0; k < COPY_PER_THREAD; ++k)
+      if (tid + k * THREADS < s.D) hn_out[tid + k * THREADS] = hv[k] * rs * nv[k];  // the payload
+  } else
+#endif
   for (int i = tid; i < s.D; i += THREADS) hn_out[i] = h[i] * rs * mlp_norm[i];  // the payload
 #if MKL_ROUTER_LATENCY
   if (tid < s.E) logits[tid] *= rs;  // the same product per logit as the loop below
@@ -2106,6 +2252,24 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           if (MKL_ROUTER_FOLDED) hrows[r + j - r0] = xcur[r + j] + a[j];
         }
       });
+#elif MKL_COPY_AHEAD
+      // step (l): attn_out by float4s, loaded before stored; a group's x rows loaded before its first h
+      // store (production loaded x after each global store: two dependent loads a row, mostly L1 hits)
+      copy_to_shared<2>(arena, p.attn_out, ko);
+      __syncthreads();
+      MKL_SUB_POINT(SUB_FILL);
+      float* hrows = arena + ko;  // this worker's h rows (step b's partial logits read them)
+      gemv_block(p.gemv_depth, &wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
+        float xr[GEMV_ROWS];  // a row past n: the last row's, loaded and not used
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j) xr[j] = xcur[r + min(j, n - 1)];
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j)
+          if (j < n) {
+            p.h[r + j] = xr[j] + a[j];
+            if (MKL_ROUTER_FOLDED) hrows[r + j - r0] = xr[j] + a[j];
+          }
+      });
 #else
       for (int i = tid; i < ko; i += THREADS) arena[i] = p.attn_out[i];
       __syncthreads();
@@ -2176,7 +2340,11 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       if (have_hn) MKL_SUB_ORIGIN_AT(span);
       else MKL_SUB_POINT_AT(SUB_WAIT, span);
       if (!have_hn) {
+#if MKL_COPY_AHEAD
+        copy_to_shared_block(arena, p.hn, s.D);  // step (l): 1-2 float4s a thread, then the stores
+#else
         for (int i = tid; i < s.D; i += THREADS) arena[i] = p.hn[i];
+#endif
         __syncthreads();
         MKL_SUB_POINT(SUB_FILL);
         have_hn = true;
@@ -2232,7 +2400,17 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       __syncthreads();
       MKL_SUB_POINT(SUB_FILL);
       gemv_block(p.gemv_depth, w2, s.K, s.I, s.I, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
+#if MKL_COPY_AHEAD
+        // step (l): the group's h rows loaded before its first xres store (production: one at a time)
+        float hr[GEMV_ROWS];  // a row past n: the last row's, loaded and not used
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j) hr[j] = p.h[r + min(j, n - 1)];
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j)
+          if (j < n) p.xres[r + j] = hr[j] + a[j];
+#else
         for (int j = 0; j < n; ++j) p.xres[r + j] = p.h[r + j] + a[j];
+#endif
       });
       block_arrive(sync_word(p, W_LAYER_CTR), true, tid, &hd->word);
       MKL_PROF_RECORD_SUB(TASK_MOE_W2, span, l, w, MKL_SUB_POINTS_MOE_W2);

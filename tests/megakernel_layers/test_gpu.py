@@ -271,7 +271,7 @@ def assert_clean_and_close_to_production(defines: dict, params: dict):
     (both corrupted, with a hazard on), and the outputs within a quarter of the tolerance."""
     from hazards.megakernel_layers import reference as R
 
-    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 11}, params)
+    out, out_p = run_beside_production(defines, params)
     if "hazard" not in params:
         assert R.rel_err(out, out_p) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_p)
 
@@ -342,6 +342,21 @@ def test_step_j_participant_set_still_hangs_and_names_chunk_rank_128(tmp_path: P
     assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
     sentence = r.evidence["tripwire"]["sentence"]
     assert "chunk ranks 128 never arrived" in sentence and "the schedule predicts" not in sentence, sentence
+
+
+# ---- campaign step (l) (MKL_CAMPAIGN_STEP 14, a candidate): a thread's copy loads before its stores --
+
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                                  # q 2 float4s a thread, D 2880: 5-6 elements
+    {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},        # 64 workers: other O-projection / W2 rows
+    {"layers": 2, "seq": 1024, "model": "small"},                # q 1024 floats (0-1 float4 a thread), D 1024
+    {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
+], ids=["default", "grid64", "small", "stale_descriptor"])
+def test_step_l_gives_production_bits_clean_and_with_stale_descriptor(params: dict):
+    """Step (l) changes only when a thread's copy loads go out (the same loads, values and arithmetic):
+    production's output bit for bit, clean, and with stale_descriptor on production's corrupted output."""
+    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 14}, params)
+    assert out.numel() == out_p.numel() and bool((out == out_p).all())
 
 
 def test_production_profiles_every_merge_span_without_overflowing_the_ring():
