@@ -89,8 +89,11 @@ def test_step_10_takes_step_g_on_e_switches_and_step_e_but_for_step_g():
 
 
 def test_production_takes_step_10_switches_and_step_l_alone():
+    from hazards.megakernel_layers import model as M
+
     prod, step10 = _switches({}), _switches(STEP_10)
     assert prod["MKL_CAMPAIGN_STEP"] == 14 and _switches({"MKL_CAMPAIGN_STEP": 14}) == prod
+    assert M.DEFAULT_CAMPAIGN_STEP == 14  # the schedule model reads a build without -D as production
     assert {k for k in SWITCHES if prod[k] != step10[k]} == {"MKL_CAMPAIGN_STEP", "MKL_COPY_AHEAD"}
     assert prod["MKL_COPY_AHEAD"] == 1 and step10["MKL_COPY_AHEAD"] == 0
     # steps (i), (j) and (k) stay off in production
