@@ -137,7 +137,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "weights kept in L2 across the MoE: after its O-projection each QKV tile holder bulk-prefetches its "
               "next-layer tiles under an L2::evict_last policy, the GEMV loop loads under L2::evict_first and a tile "
               "read is demoted (applypriority) (MKL_CAMPAIGN_STEP 13, MKL_L2_KEEP_QKV; no wait moved; step 10's "
-              "bits, production's)", "faster", defines=(("MKL_CAMPAIGN_STEP", 13),)),
+              "bits, production's; round 17: slower than step 10, router_topk 2.12, worker 1.028 on the launch)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 13),)),
     Candidate("step_k_half", "step (k) with the evict_last policy on half the kept lines (MKL_L2_KEEP_PCT 50): "
               "the variant if step_k's 29.5 MB kept starve the MoE's prefetch windows (production's bits)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_KEEP_PCT", 50))),
