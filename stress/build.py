@@ -37,7 +37,10 @@ class GpuTarget:
 TARGETS: dict[str, GpuTarget] = {
     # -split-compile=0: ptxas compiles the kernels of one file on every core (the template
     # families instantiate dozens of wgmma kernels: minutes serially, seconds on a GPU host's
-    # 16 cores; the output is the same).
+    # 16 cores). The machine code is not always the same as a build without it: address spaces
+    # are not inferred across out-of-line functions, so their pointer arguments' loads stay
+    # generic (LD.E, not LDG.E; the layered megakernel's tasks, tests/megakernel_layers/
+    # test_copy_ahead.py). A SASS test of a family binary reads a build with these flags.
     toolchain.SM90A: GpuTarget(toolchain.SM90A, "nvcc",
                                ("-O3", "-std=c++17", "-lineinfo", "-split-compile=0",
                                 *toolchain.nvcc_arch_flags(toolchain.SM90A))),

@@ -113,7 +113,7 @@ class Profile:
         subs = f" and {len(self.subspans)} sub-spans" if self.subspans else ""
         text = f"{len(self.spans)} spans{subs} of {self.claimed} claimed (ring capacity {self.capacity})"
         if self.dropped:
-            text += f"; OVERFLOW: {self.dropped} spans dropped, metrics are incomplete"
+            text += f"; OVERFLOW: {self.dropped} records dropped (spans or sub-spans), metrics are incomplete"
         if self.problems:
             text += f"; {len(self.problems)} problem(s): {self.problems[0]}"
         return text

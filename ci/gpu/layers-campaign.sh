@@ -500,7 +500,11 @@ for mode in ("promote", "stepe-quick", "stepf-quick"):
             print("  " + line[:240])
 EOF2
 elif [ "$WHAT" = promote ]; then
-log "builds: production (step 10) and step_d (MKL_CAMPAIGN_STEP 5), plain and profiled, step (e) (6) plain; beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
+# The previous production (PREV, its step PREV_STEP) and the step whose bits production must have
+# (SAME_STEP): round 14 promoted step 10 over step_d (5), with step (e)'s bits (6); round 18 step 14
+# over step_10 (10), with step 10's bits (step (l) moves copies, not arithmetic).
+PREV=${PREV:-step_d}; PREV_STEP=${PREV_STEP:-5}; SAME_STEP=${SAME_STEP:-6}
+log "builds: production and $PREV (MKL_CAMPAIGN_STEP $PREV_STEP), plain and profiled, step $SAME_STEP plain; beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
 timeout "$(cap 100)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \
   --compile-timeout 80 > "$W/compile_warmup.txt" 2>&1 &
@@ -512,22 +516,22 @@ import runpy
 m = runpy.run_path('bench/tripwire_overhead.py', run_name='build_only')
 print(m['build'](m['ROOT'] / '.hazards' / 'build'))" > "$W/build_twbench.txt" 2>&1 &
 build plain None &
-build step5 "{'MKL_CAMPAIGN_STEP': 5}" &
-build step6 "{'MKL_CAMPAIGN_STEP': 6}" &
+build prev "{'MKL_CAMPAIGN_STEP': $PREV_STEP}" &
+build same "{'MKL_CAMPAIGN_STEP': $SAME_STEP}" &
 build prof "{'HZ_PROFILER': 1}" &
-build prof5 "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': 5}" &
+build profprev "{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': $PREV_STEP}" &
 for j in $(jobs -p); do [ "$j" = "$WARM" ] || [ "$j" = "$TRAIN" ] || wait "$j"; done
-BIN=$(tail -1 "$W/build_plain.txt"); BIN5=$(tail -1 "$W/build_step5.txt"); TWB=$(tail -1 "$W/build_twbench.txt" 2>/dev/null)
+BIN=$(tail -1 "$W/build_plain.txt"); BIN5=$(tail -1 "$W/build_prev.txt"); TWB=$(tail -1 "$W/build_twbench.txt" 2>/dev/null)
 [ -x "$BIN" ] && [ -x "$BIN5" ] || { log "BUILD FAILED"; tail -n 5 "$W"/build_*.txt; }
 
-log "production vs step_d and step (e): 3 checked launches each, outputs dumped and compared (step (e)'s bits expected)"
-checked plain step5 step6
-if [ -s "$W/dump_plain.f32" ] && cmp -s "$W/dump_plain.f32" "$W/dump_step6.f32"; then
-  echo "production (step 10): the same bits as step (e)"
+log "production vs $PREV and step $SAME_STEP: 3 checked launches each, outputs dumped and compared (step $SAME_STEP's bits expected)"
+checked plain prev same
+if [ -s "$W/dump_plain.f32" ] && cmp -s "$W/dump_plain.f32" "$W/dump_same.f32"; then
+  echo "production: the same bits as step $SAME_STEP"
 else
-  echo "production (step 10) vs step (e): NOT identical (or a dump is missing)"
+  echo "production vs step $SAME_STEP: NOT identical (or a dump is missing)"
 fi
-compare_dumps plain step5 "production vs step_d"
+compare_dumps plain prev "production vs $PREV"
 
 log "waiting for the logit gate's model (training uses the GPU; the gates time it)"
 wait "$TRAIN"; echo "train exit $?: $(grep SYNTHLM "$W/train.txt" | cut -c1-200)"
@@ -535,7 +539,7 @@ wait "$TRAIN"; echo "train exit $?: $(grep SYNTHLM "$W/train.txt" | cut -c1-200)
 # time-sliced with another process's. Wait for it (<= 30 s), and say so if the gates still share.
 for _ in $(seq 30); do kill -0 "$WARM" 2>/dev/null || break; sleep 1; done
 kill -0 "$WARM" 2>/dev/null && log "the torch.compile warm-up is still running: the gates below share the GPU with it"
-p_bench() {  # the bench: floors, production, step_d (paired rounds: the tripwire's cost), torch if warmed
+p_bench() {  # the bench: floors, production, $PREV (paired rounds: the tripwire's cost), torch if warmed
   local rounds=$1 ws
   TORCH=(--no-torch)
   if ! kill -0 "$WARM" 2>/dev/null; then
@@ -544,14 +548,14 @@ p_bench() {  # the bench: floors, production, step_d (paired rounds: the tripwir
   else
     log "the torch.compile warm-up has not finished: the bench runs without torch"; kill "$WARM" 2>/dev/null
   fi
-  log "bench: floors, production, step_d ($rounds rounds: the paired tripwire cost) ${TORCH[*]}"
-  timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=5 --rounds "$rounds" \
+  log "bench: floors, production, $PREV ($rounds rounds: the paired tripwire cost) ${TORCH[*]}"
+  timeout "$(cap 75)" python3 bench/megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=$PREV_STEP --rounds "$rounds" \
     "${TORCH[@]}" --json "$W/perf.json" > "$W/perf.txt" 2>&1
   echo "exit $?"; tail -25 "$W/perf.txt"
 }
 p_profile() {
-  log "per-task profile: production, step_d (production's layer head: the snapshot_epoch model's LAYER_HEAD_US)"
-  timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate step_d \
+  log "per-task profile: production, $PREV (production's layer head: the snapshot_epoch model's LAYER_HEAD_US)"
+  timeout "$(cap 20)" python3 bench/megakernel_layers_profile.py --candidate production --candidate "$PREV" \
     --launches 5 --out "$W/profile" > "$W/profile.txt" 2>&1
   echo "exit $?"; grep -E "^== |^ +[0-9]+ |layer head|layer time" "$W/profile.txt" | cut -c1-160
 }
@@ -575,7 +579,7 @@ p_check() {  # p_check RESERVE: hazards check on the family (production's build)
     --budget "${cb}s" --junit "$W/check-junit.xml" > "$W/check.txt" 2>&1
   echo "exit $?"; tail -30 "$W/check.txt" | cut -c1-220
 }
-gate p step_d production
+gate p "$PREV" production
 if [ "${LEAN:-0}" = 1 ]; then
   # What the promotion needs first and nothing else has: production's head and snapshot_epoch on it;
   # the bench (production's step time is also in stepe/stepf-quick's benches) gets what is left.
@@ -585,7 +589,7 @@ if [ "${LEAN:-0}" = 1 ]; then
   p_snapshot 25
   p_bench 15
 else
-gate q production step_d
+gate q production "$PREV"
 p_bench 21
 p_profile
 p_check 165

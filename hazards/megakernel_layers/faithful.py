@@ -322,7 +322,7 @@ class Faithful:
         reply, profiles = self.profile(cand, workers, launches, revision=revision)
         dropped = sum(p.dropped for p in profiles)
         if dropped:
-            raise RingTooSmall(f"profiler ring overflow: {dropped} spans dropped over {launches} launches "
+            raise RingTooSmall(f"profiler ring overflow: {dropped} records dropped over {launches} launches "
                                f"(capacity {reply['capacity']})")
         rows = profiler.summarize(profiles)
         shape = {k: reply[k] for k in SHAPE_KEYS}

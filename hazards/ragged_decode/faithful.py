@@ -110,7 +110,7 @@ class Faithful:
             times.append(start.elapsed_time(stop) * 1000.0)
         dropped = sum(p.dropped for p in profiles)
         if dropped:
-            raise RingTooSmall(f"profiler ring overflow: {dropped} spans dropped over {launches} launches "
+            raise RingTooSmall(f"profiler ring overflow: {dropped} records dropped over {launches} launches "
                                f"(capacity {self.ring}); raise --ring")
         rows = profiler.summarize(profiles)
         build = h.lib._name.rsplit("/", 1)[-1].removesuffix(".so")

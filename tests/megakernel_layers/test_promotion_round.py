@@ -1,5 +1,6 @@
-"""ci/gpu/layers-campaign.sh's `promote` mode (round 8; step 10's since promote10) read on the CPU:
-the shell parses, it gates the previous production (step_d) against production both ways and runs
+"""ci/gpu/layers-campaign.sh's `promote` mode (round 8; step 10's since promote10; the previous production
+named by PREV, PREV_STEP and SAME_STEP since the tenth session) read on the CPU:
+the shell parses, it gates the previous production (PREV) against production both ways and runs
 the family check on production's build, and the snapshot_epoch skews it runs sit where the model
 says they should (below the promoted production's layer head: clean; above it: a hang)."""
 from __future__ import annotations
@@ -28,44 +29,54 @@ def test_the_campaign_script_parses():
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
 
 
+def _previous_production(mode: str) -> tuple[str, int, int]:
+    """The mode's defaults: the previous production's candidate, its step, and the step whose bits
+    production must have (PREV, PREV_STEP, SAME_STEP)."""
+    m = re.search(r"^PREV=\$\{PREV:-(\w+)\}; PREV_STEP=\$\{PREV_STEP:-(\d+)\}; SAME_STEP=\$\{SAME_STEP:-(\d+)\}$",
+                  mode, re.M)
+    assert m, "the promote mode names no previous production"
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
 def test_the_promotion_gates_the_previous_production_both_ways():
-    """Step 10 replaces step (d) (step_d, MKL_CAMPAIGN_STEP 5): the gate step_d -> production (and back),
-    the checked launches, the bench and the profile on step (d)'s build, not round 8's step_b0."""
+    """The promotion judges the previous production (PREV, a catalog candidate built at PREV_STEP)
+    against production both ways, and runs the checked launches, the bench and the profile on its
+    build, not an older production's."""
     mode = _promote_mode()
-    gates = re.findall(r"^gate (\w+) (\w+) (\w+)$", mode, re.M)
-    assert {(base, cand) for _, base, cand in gates} == {("step_d", "production"), ("production", "step_d")}
-    for _, base, cand in gates:
-        FA.candidate(base), FA.candidate(cand)  # raise on a name the catalog does not have
-    step_d = dict(FA.candidate("step_d").defines)["MKL_CAMPAIGN_STEP"]
-    assert step_d == 5 and FA.candidate("step_d").expected == "slower"  # production is expected faster
-    assert f"build step{step_d} \"{{'MKL_CAMPAIGN_STEP': {step_d}}}\"" in mode
-    assert f"build prof{step_d} \"{{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': {step_d}}}\"" in mode
-    assert f"checked plain step{step_d} step6" in mode
-    assert f"megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP={step_d} " in mode
-    assert "--candidate production --candidate step_d " in mode
+    prev, prev_step, _ = _previous_production(mode)
+    gates = re.findall(r'^gate (\w+) ("\$PREV"|\w+) ("\$PREV"|\w+)$', mode, re.M)
+    assert {(base, cand) for _, base, cand in gates} == {('"$PREV"', "production"), ("production", '"$PREV"')}
+    assert dict(FA.candidate(prev).defines) == {"MKL_CAMPAIGN_STEP": prev_step}
+    assert FA.candidate(prev).expected == "slower"  # production is expected faster
+    assert "build prev \"{'MKL_CAMPAIGN_STEP': $PREV_STEP}\"" in mode
+    assert "build profprev \"{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': $PREV_STEP}\"" in mode
+    assert "checked plain prev same" in mode
+    assert "megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=$PREV_STEP " in mode
+    assert '--candidate production --candidate "$PREV" ' in mode
     assert "step_b0" not in mode and "MKL_CAMPAIGN_STEP': 2" not in mode
 
 
-def test_the_promotion_compares_productions_bits_with_step_e_the_base_it_keeps_the_bits_of():
+def test_the_promotion_compares_productions_bits_with_the_step_it_keeps_the_bits_of():
     mode = _promote_mode()
-    assert 'cmp -s "$W/dump_plain.f32" "$W/dump_step6.f32"' in mode
-    assert "build step6 \"{'MKL_CAMPAIGN_STEP': 6}\"" in mode and dict(FA.candidate("step_e").defines) == {
-        "MKL_CAMPAIGN_STEP": 6}
+    _, _, same = _previous_production(mode)
+    assert 'cmp -s "$W/dump_plain.f32" "$W/dump_same.f32"' in mode
+    assert "build same \"{'MKL_CAMPAIGN_STEP': $SAME_STEP}\"" in mode
+    assert any(dict(c.defines) == {"MKL_CAMPAIGN_STEP": same} for c in FA.CANDIDATES.values())
 
 
 def test_the_promotion_runs_the_family_check_on_production_in_both_forms():
     """The promotion rule's item 4 (docs/gates.md): `hazards check --families megakernel_layers` on the
     new production. Round 13 could not run it for step_g_on_e; the promote mode now does, lean or not,
-    after the gate step_d -> production and before the logit gate."""
+    after the gate PREV -> production and before the logit gate."""
     mode = _promote_mode()
     body = mode[mode.index("p_check() {"):mode.index("\n}\n", mode.index("p_check() {"))]
     assert "python3 -m hazards check --families megakernel_layers --skip clang" in body
     assert '--budget "${cb}s"' in body and "--binary" not in body  # the family's default build: production
     start = mode.index('\nif [ "${LEAN:-0}" = 1 ]; then\n')
-    lean, full = mode[start:mode.index("\ngate q production step_d\n")], mode.split("\ngate q production step_d\n", 1)[1]
+    lean, full = mode[start:mode.index('\ngate q production "$PREV"\n')], mode.split('\ngate q production "$PREV"\n', 1)[1]
     assert re.search(r"^  p_check \d+$", lean, re.M)
     assert re.search(r"^p_check \d+$", full, re.M)
-    assert mode.index("\ngate p step_d production\n") < mode.index("\n  p_check ") < mode.index("layers-logit-gate.sh")
+    assert mode.index('\ngate p "$PREV" production\n') < mode.index("\n  p_check ") < mode.index("layers-logit-gate.sh")
 
 
 def test_the_promotion_gates_wait_for_the_torch_compile_warm_up_that_shares_the_gpu():

@@ -50,7 +50,7 @@ def test_overflow_is_counted_and_makes_the_profile_incomplete():
     raw, claimed = ring(SPANS, capacity=3)
     p = decode(raw, claimed)
     assert len(p.spans) == 3 and p.claimed == 5 and p.dropped == 2
-    assert not p.complete and "OVERFLOW: 2 spans dropped" in p.summary()
+    assert not p.complete and "OVERFLOW: 2 records dropped" in p.summary()
     with pytest.raises(ValueError, match="incomplete"):
         summarize([p])
 
