@@ -54,8 +54,9 @@ class Candidate:
 
 
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
-    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 10: step (e) + step "
-              "(g), step_g_on_e's code; promoted in round 14, an H100, 2026-12-06)", "no-change"),
+    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 14: step 10 + step "
+              "(l), step_l's code; promoted in round 17, an H100, 2026-12-06, pending the promotion round's family "
+              "check and logit gate)", "no-change"),
     Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
               defines=(("MKL_NOOP_CANDIDATE", 1),)),
     Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",
@@ -68,10 +69,12 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # it replaced: step_a vs round3, step_b0 vs step_a, step_b, step_c and step_d vs step_b0 (the
     # production of their time), in round 8 production (step d) vs step_b0 and back,
     # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
-    # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j, step_k and step_l vs production (their base).
-    # Production is step 10 (step (e) + step (g), step_g_on_e's code): its promotion round gates
-    # step_d (the production it replaces) -> production. `expected` is each one's verdict against
-    # today's production (step 10), but step_d_chunks64's (against step_d).
+    # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j, step_k and step_l vs
+    # step 10 (their base, production from round 14 until step 14; candidate step_10).
+    # Production is step 14 (step 10 + step (l), step_l's code): its promotion round gates step_10
+    # (the production it replaces) -> production. `expected` is each one's verdict against today's
+    # production (step 14), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
+    # texts keep their verdicts against their base, step_10.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
@@ -100,11 +103,12 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("step_g", "campaign step (g), a candidate (round 11): step (f) with W2's FP8 quantization on 8 warps "
               "instead of 4, every load of a warp's rounds issued before its first amax (one dependent L2 round "
               "trip a warp; step (f)'s: ~7 a round, a spilled load ahead of each next, 3 rounds a warp; "
-              "MKL_CAMPAIGN_STEP 8; step (f)'s bits; production with step (f)'s copies)", "no-change",
+              "MKL_CAMPAIGN_STEP 8; step (f)'s bits; step 10 with step (f)'s copies, no-change against step 10 in "
+              "round 13's launch gate, so against production (step 10 + step (l)) slower)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 8),)),
     Candidate("step_g_on_e", "step (g)'s W2 quantization on step (e), without step (f)'s attention copies "
               "(MKL_CAMPAIGN_STEP 8, MKL_ATTN_AHEAD 0): what step (g) gains where step (f) is not promoted; "
-              "step (e)'s bits; production's code since step 10 (the same SASS)", "no-change",
+              "step (e)'s bits; step 10's code (the same SASS), production's from round 14 until step 14", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 8), ("MKL_ATTN_AHEAD", 0))),
     Candidate("step_h", "campaign step (h), a candidate: step (e) with the layer head's loads issued ahead: the QKV "
               "tile's and the O-projection's weights before their activations are filled (the RMSNorm, the copy "
@@ -112,22 +116,29 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "O-projection 1, not 3), the attention's first K row before its q copy and a block's whole K row "
               "before its first FMA (MKL_CAMPAIGN_STEP 9; step (e)'s bits; slower than step_e in round 13)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 9),)),
-    Candidate("step_i", "campaign step (i), a candidate (round 15): production (step 10) with the GEMVs' row groups "
+    Candidate("step_10", "campaign step 10, the production from round 14 until step 14 (the previous production): "
+              "step (e) + step (g), step_g_on_e's code, without step (l)'s copies (MKL_CAMPAIGN_STEP 10; "
+              "production's bits; slower than production by the launch's gate in round 17, step_l's worker 0.954)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 10),)),
+    Candidate("step_i", "campaign step (i), a candidate (round 15): step 10 (its base, step_10) with the GEMVs' row groups "
               "split into column parts of at most one round of the loop where a warp then takes fewer dependent "
               "rounds (gemv_kparts_rounds): the QKV tile 3 parts (3 rounds a warp, not 4), the O-projection 4 (2, "
-              "not 3), W2 3 (5, not 6), W13 unchanged (9); the loop's code production's, no task spilling more "
-              "(MKL_CAMPAIGN_STEP 11; the parts' sums differ: last bits differ from production's)", "faster",
+              "not 3), W2 3 (5, not 6), W13 unchanged (9); the loop's code step 10's, no task spilling more "
+              "(MKL_CAMPAIGN_STEP 11; the parts' sums differ: last bits differ from step 10's, production's; round "
+              "15: slower than step 10, oproj 1.115, the launch no-change)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 11),)),
-    Candidate("step_j", "campaign step (j), a candidate (round 16): production (step 10) with 40-row QKV tiles, "
+    Candidate("step_j", "campaign step (j), a candidate (round 16): step 10 (its base, step_10) with 40-row QKV tiles, "
               "not 64: 128 tiles on 128 of 132 workers, not 80, each 230 KB, not 369 KB (gemv_kparts: 4 parts "
               "of 90 chunks, 3 rounds on the busiest warp, not 4); the same QKV work on more blocks, so the qkv "
               "task's sumCTA may rise as its slowCTA falls (MKL_CAMPAIGN_STEP 12; the parts' sums differ: last "
-              "bits differ from production's)", "sloughing", defines=(("MKL_CAMPAIGN_STEP", 12),)),
-    Candidate("step_k", "campaign step (k), a candidate (round 16): production (step 10) with the next layer's QKV "
+              "bits differ from step 10's, production's; round 16: sloughing against step 10, attn_chunk 1.100, the "
+              "launch no-change)", "sloughing", defines=(("MKL_CAMPAIGN_STEP", 12),)),
+    Candidate("step_k", "campaign step (k), a candidate (round 16): step 10 (its base, step_10) with the next layer's QKV "
               "weights kept in L2 across the MoE: after its O-projection each QKV tile holder bulk-prefetches its "
               "next-layer tiles under an L2::evict_last policy, the GEMV loop loads under L2::evict_first and a tile "
-              "read is demoted (applypriority) (MKL_CAMPAIGN_STEP 13, MKL_L2_KEEP_QKV; no wait moved; production's "
-              "bits)", "faster", defines=(("MKL_CAMPAIGN_STEP", 13),)),
+              "read is demoted (applypriority) (MKL_CAMPAIGN_STEP 13, MKL_L2_KEEP_QKV; no wait moved; step 10's "
+              "bits, production's; round 17: slower than step 10, router_topk 2.12, worker 1.028 on the launch)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 13),)),
     Candidate("step_k_half", "step (k) with the evict_last policy on half the kept lines (MKL_L2_KEEP_PCT 50): "
               "the variant if step_k's 29.5 MB kept starve the MoE's prefetch windows (production's bits)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_KEEP_PCT", 50))),
@@ -135,11 +146,11 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "sets cudaLimitPersistingL2CacheSize once per process, resets it at exit): the variant if step_k's "
               "evict_last lines are not kept without one (production's bits)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_SET_ASIDE_MB", 30))),
-    Candidate("step_l", "campaign step (l), a candidate: production (step 10) with the copies on the "
+    Candidate("step_l", "campaign step (l) (round 17; production's code since step 14): step 10 with the copies on the "
               "layer's critical path issuing a thread's loads before its stores (the attention's q, the RMSNorm's x "
               "and weight, the router's hn payload, W13's hn, the O-projection's attn_out and its and W2's output "
               "rows; in the harness build several waited for each load before the next), the same loads of the same "
-              "kind (MKL_CAMPAIGN_STEP 14; production's bits)", "faster",
+              "kind (MKL_CAMPAIGN_STEP 14; step 10's bits; faster than step 10 by the launch's gate in round 17)", "no-change",
               defines=(("MKL_CAMPAIGN_STEP", 14),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.

@@ -92,11 +92,13 @@ def qkv_rows(s: Shape) -> int:
 # and `hazards explore` run the default build (production); a caller judging another build passes
 # its -D defines (the acceptance bench's --define, a GPU test's family_binary defines).
 QKV_TILE_ROWS_BY_STEP = {12: 40}
+DEFAULT_CAMPAIGN_STEP = 14  # mkl_kernel.cuh's default MKL_CAMPAIGN_STEP: production (step 14 since promote14)
 
 
 def qkv_tile_rows(defines: dict[str, int] | None = None) -> int:
     """QKV rows a tile in the build with these -D defines (None: the default build)."""
-    return QKV_TILE_ROWS_BY_STEP.get(int((defines or {}).get("MKL_CAMPAIGN_STEP", 10)), QKV_TILE_ROWS)
+    return QKV_TILE_ROWS_BY_STEP.get(int((defines or {}).get("MKL_CAMPAIGN_STEP", DEFAULT_CAMPAIGN_STEP)),
+                                     QKV_TILE_ROWS)
 
 
 def qkv_tiles(s: Shape, tile_rows: int = QKV_TILE_ROWS) -> int:

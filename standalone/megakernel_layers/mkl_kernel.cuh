@@ -80,7 +80,7 @@
 // dependent passes a warp instead of 4, the O-projection 1 instead of 3), the attention's first
 // K row before its q copy and a block's whole K row before its first FMA (a warp's chain 4 round
 // trips instead of 7). No wait added or moved; the same values in the same order: step (e)'s
-// bits; step_h. 10 (production, promoted in round 14, an H100, 2026-12-06) step (e) +
+// bits; step_h. 10 (production from round 14, an H100, 2026-12-06, until step 14) step (e) +
 // step (g): step (g)'s W2 quantization (quantize_expert_rounds) on step (e), without step (f)'s
 // attention copies and without step (h): the code of candidate step_g_on_e (8 with
 // MKL_ATTN_AHEAD 0; its SASS is this build's, a CPU test checks it). It is production because
@@ -88,12 +88,13 @@
 // 0.956 on the launch, moe_w2 0.81, no task slower), its clean variants clean and its canaries
 // detected, while round 12 judged step (f) no-change on the launch and round 13 step (h) slower.
 // Step (e)'s bits. The production it replaces is step (d) (5, candidate step_d), which the
-// promotion round gates against it. 11 (a candidate, round 15) step (i): production (10) with the
+// promotion round gates against it; step 10 is itself replaced by step 14 (candidate step_10).
+// 11 (a candidate, round 15) step (i): step 10 (then production) with the
 // GEMVs' row groups split into column parts of at most one round of gemv_round<4> where a warp then
 // takes fewer dependent rounds (gemv_kparts_rounds: QKV 3 rounds a warp instead of 4, the
 // O-projection 2 instead of 3, W2 5 instead of 6, W13 unchanged); the last bits of those outputs
 // differ from production's (other parts summed); step_i. 12 (a candidate, round 16) step (j):
-// production (10) with 40-row QKV tiles instead of 64 (mkl_model.h's QKV_TILE_ROWS): at the default
+// step 10 (then production) with 40-row QKV tiles instead of 64 (mkl_model.h's QKV_TILE_ROWS): at the default
 // shape 128 tiles on workers 0-127 instead of 80 (5,120 rows; round 15's profile, H100: the QKV tile
 // 27.7 us for 369 KB on each of 80 SMs, 1.07 TB/s, while 52 SMs hold no tile), each 230 KB. 40 is the
 // fewest whole row groups of GEMV_ROWS whose tiles fit 132 workers (36 would need 143 tiles: some
@@ -103,16 +104,22 @@
 // QKV_EPOCH count is QT x epoch (128 arrivals a layer, not 80). A row's lanes sum other chunks (4
 // parts, not 2): q, k and v differ from production's in the last bits; step_j.
 // 13 (a candidate, round 16) step (k):
-// production (10) with the next layer's QKV weights kept in L2 across the MoE (MKL_L2_KEEP_QKV: after
+// step 10 (then production) with the next layer's QKV weights kept in L2 across the MoE (MKL_L2_KEEP_QKV: after
 // the O-projection each QKV tile holder bulk-prefetches its next-layer tile with an L2::evict_last
 // policy, the GEMV loop loads with L2::evict_first); the same arithmetic: production's bits; step_k.
-// 14 (a candidate) step (l):
-// production (10) with the copies on the layer's critical path (the attention's q, the QKV tile's
+// 14 (production, promoted in round 17, an H100, 2026-12-06, pending the promotion round's family
+// check and logit gate) step 10 + step (l):
+// step 10 with the copies on the layer's critical path (the attention's q, the QKV tile's
 // RMSNorm, the O-projection's attn_out fill and its h rows, the router's hn payload, W13's hn fill,
 // W2's output rows) issuing every load of a thread before its first store (copy_to_shared and
-// friends, MKL_COPY_AHEAD): the same loads, the same values, production's bits; step_l.
+// friends, MKL_COPY_AHEAD): the same loads, the same values, step 10's bits; step_l. It is production
+// because round 17 judged step_l faster than step 10 on an H100 by the launch's gate (`--task worker`:
+// worker 0.954 [0.949, 0.961]; bench 671.3 us against 720.8); the default gate said slower only by
+// oproj (1.034 [1.004, 1.087]; no sloughing, cos unchanged). The production it replaces is step 10
+// (candidate step_10), which the promotion round gates against it. Where the comments below and in
+// the other sources say "production" for steps (i)-(l)'s base, they mean step 10.
 #ifndef MKL_CAMPAIGN_STEP
-#define MKL_CAMPAIGN_STEP 10
+#define MKL_CAMPAIGN_STEP 14
 #endif
 #define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP >= 6)  // step (b)
 #define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
@@ -120,24 +127,24 @@
 #define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP >= 6)                           // step (e)
 // Step (f) can be left out of a later step (candidate step_g_on_e: step (g)'s quantization on
 // step (e), -DMKL_ATTN_AHEAD=0), since round 12 judged step (f) no-change on the launch; step 10
-// (production) leaves it out.
+// and production (14) leave it out.
 #ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-// Step (g) on step (f) (8), on step (e) alone (10, production: step_g_on_e's code) and in steps 11-14.
+// Step (g) on step (f) (8), on step (e) alone (10: step_g_on_e's code) and in steps 11-14 (14: production).
 #define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || (MKL_CAMPAIGN_STEP >= 10 && MKL_CAMPAIGN_STEP <= 14))  // step (g)
 // Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
 // step (g) stayed its own candidate): the layer head's loads issued ahead of their use. Round 13
-// judged it slower than step (e): not in step 10.
+// judged it slower than step (e): not in step 10 (nor in production, 14).
 #define MKL_HEAD_AHEAD (MKL_CAMPAIGN_STEP == 9)                               // step (h)
-// Step (i) (11, a candidate, round 15) is production (step 10) with the GEMVs' rows split into
+// Step (i) (11, a candidate, round 15) is step 10 (then production) with the GEMVs' rows split into
 // column parts of at most one round of the loop where that takes a warp fewer dependent rounds
 // (gemv_kparts_rounds): the QKV tile, the O-projection and W2 (the default shape; small: W13 too).
 #define MKL_GEMV_ONE_ROUND (MKL_CAMPAIGN_STEP == 11)                          // step (i)
-// Step (j) (12, a candidate, round 16) is production (step 10) with 40-row QKV tiles: mkl_model.h
+// Step (j) (12, a candidate, round 16) is step 10 (then production) with 40-row QKV tiles: mkl_model.h
 // (read before this block) sets QKV_TILE_ROWS on the same condition; asserted below.
 #define MKL_QKV_SPREAD (MKL_CAMPAIGN_STEP == 12)                              // step (j)
-// Step (k) (13, a candidate, round 16) is production (step 10) with the next layer's QKV weights kept
+// Step (k) (13, a candidate, round 16) is step 10 (then production) with the next layer's QKV weights kept
 // in L2 across the MoE (l2_keep_tiles; the GEMV loop's loads evict_first). MKL_L2_KEEP_PCT: the share
 // (percent) of the prefetched lines the evict_last policy covers (100; candidate step_k_half: 50).
 #define MKL_L2_KEEP_QKV (MKL_CAMPAIGN_STEP == 13)                             // step (k)
@@ -150,7 +157,7 @@
 #ifndef MKL_L2_SET_ASIDE_MB
 #define MKL_L2_SET_ASIDE_MB 0
 #endif
-// Step (l) (14, a candidate) is production (step 10) with its critical path's copies
+// Step (l) (14, production since round 17) is step 10 with its critical path's copies
 // issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
 #define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14)                              // step (l)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
@@ -322,7 +329,8 @@ __device__ __forceinline__ uint4 ld_l2(const void* p) { return __ldcg(reinterpre
 //
 // Why: in the binary the GPU runs (the harness build, nvcc -split-compile=0: no interprocedural
 // address-space inference, so a pointer argument of an out-of-line function is a generic pointer),
-// production's copy loops wait for each load before the next: attend_chunk's q copy is an unrolled
+// step 10's (production's until step (l)) copy loops wait for each load before the next: attend_chunk's
+// q copy is an unrolled
 // `LD.E R; STS R; LD.E; STS ...` (a generic load may read shared memory, so ptxas keeps every load
 // behind the shared store before it: 8 dependent L2 round trips a thread at the default shape), the
 // RMSNorm's second pass loads its weight the same way (5-6 a thread), the router's hn payload is LD,
@@ -332,9 +340,9 @@ __device__ __forceinline__ uint4 ld_l2(const void* p) { return __ldcg(reinterpre
 // and nvcc's unroll-by-4 copies of D = 2880 floats (the RMSNorm's x, W13's hn) run their 1-2
 // remainder iterations one load at a time before the unrolled four. Here each copy loads all of a
 // thread's elements into registers first, then stores them: one round trip. Every load keeps its
-// kind (plain, weak, default caching: what production's LD.E / LDG.E is; nothing becomes ld.nc or
+// kind (plain, weak, default caching: what step 10's LD.E / LDG.E is; nothing becomes ld.nc or
 // ld.cg) and its place after the same waits; the values and every arithmetic operation are
-// production's, so the bits are production's.
+// step 10's, so the bits are step 10's.
 
 // n floats from global src to shared dst by every thread of the block, each thread V float4s a pass,
 // all loaded before the first is stored (V = 2: the q copy and the O-projection's attn_out, 4096

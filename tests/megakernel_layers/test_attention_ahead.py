@@ -100,7 +100,7 @@ def test_step_f_passes_the_compiled_static_checks_with_step_e_polls():
 def test_step_f_is_a_candidate_of_the_gate():
     c = FA.candidate("step_f")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 7} and c.params == ()
-    assert c.expected == "slower"  # against production (step 10: step (e) + step (g)); no-change over step_e
+    assert c.expected == "slower"  # against production (step 14: step (e) + step (g) + step (l)); no-change over step_e
 
 
 def _budget(text: str, name: str) -> int:
@@ -173,7 +173,7 @@ def test_round10_runs_promote_stepe_and_stepf_in_one_call_under_480_s():
 
 
 def test_lean_promote_keeps_what_the_promotion_needs_and_drops_what_round_7_or_another_call_has():
-    """LEAN=1 (round10's promote): the gate step_d -> production, the bench, the profile, the family
+    """LEAN=1 (round10's promote): the gate PREV (the previous production) -> production, the bench, the profile, the family
     check and snapshot_epoch at the three skews stay unconditional; the reverse gate, the canaries and hang
     classes (round 7 ran them on step (d)'s build), the tripwire overhead bench and the ragged
     regression sit behind LEAN, and the header says what lean drops."""
@@ -181,10 +181,10 @@ def test_lean_promote_keeps_what_the_promotion_needs_and_drops_what_round_7_or_a
     mode = _mode(text, "promote")
     lean = re.findall(r'if \[ "\$\{LEAN:-0\}" = 1 \]; then(.*?)(?:\nfi\n|; fi\n)', mode, re.S)
     guarded = "".join(lean)
-    for dropped in ("gate q production step_d", "megakernel_layers_acceptance.py", "layers-hang-sentences.sh",
+    for dropped in ('gate q production "$PREV"', "megakernel_layers_acceptance.py", "layers-hang-sentences.sh",
                     "tripwire_overhead.py --rounds", "ragged_decode_h200.py"):
         assert dropped in guarded, dropped
-    for kept in ("gate p step_d production", "megakernel_layers_profile.py", "hazards check --families", "for point in 25:50000:10 70:138600:16 "
+    for kept in ('gate p "$PREV" production', "megakernel_layers_profile.py", "hazards check --families", "for point in 25:50000:10 70:138600:16 "
                  "101:200000:10", "layers-logit-gate.sh"):
         assert kept in mode and kept not in guarded, kept
     # lean runs what the promotion needs first: production's head, snapshot_epoch on it, then the bench

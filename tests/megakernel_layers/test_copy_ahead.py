@@ -1,4 +1,5 @@
-"""Campaign step (l) (MKL_CAMPAIGN_STEP 14, candidate step_l, round 16): production (step 10) with the
+"""Campaign step (l) (MKL_CAMPAIGN_STEP 14, candidate step_l, round 16; production since round 17): step 10
+(production from round 14 until step 14, candidate step_10) with the
 copies on the layer's critical path issuing every load of a thread before its first store
 (MKL_COPY_AHEAD: copy_to_shared, rmsnorm_ahead, the router's payload, the O-projection's and W2's
 emits in mkl_kernel.cuh).
@@ -6,18 +7,18 @@ emits in mkl_kernel.cuh).
 Read on the CPU (nvcc 13.0, sm_90a) in the build the GPU runs: the harness's flags (stress/build.py
 TARGETS, -split-compile=0 among them: ptxas then infers no address space across functions, so an
 out-of-line task's pointer arguments are generic) with -lineinfo, nvdisasm -g mapping each instruction
-to its source line. Production there waits for each copy load before the next at five sites (a
+to its source line. Step 10 there waits for each copy load before the next at five sites (a
 generic load or store may alias the shared or global store before it): the attention's q copy
 `LD.E; STS; LD.E; STS` (8 a thread at the default shape), the RMSNorm's weight pass, the router's hn
 payload `LD, LD, ST`, the O-projection's emit (x reloaded after each h store) and W2's emit. In step
 (l)'s build no basic block of a site holds a load after one of the site's stores, each site's first
 store comes after all of a thread's loads, and no load changes kind (plain, weak, default caching:
-LD.E / LDG.E, no .CG, .NC or .STRONG). No function spills more than production's in that build, the
-compiled static checks pass with production's polls (no wait added or moved), and production's own
-machine code is untouched (test_production_step10.py; on the branch that added step (l) the default
-build was main 829ab29's, 79,188 lines of cuobjdump -sass). Before this change MKL_CAMPAIGN_STEP 14
-built production's kernel: the site tests fail there (no step (l) code; production's sites hold the
-loads behind stores).
+LD.E / LDG.E, no .CG, .NC or .STRONG). No function spills more than step 10's in that build, and the
+compiled static checks pass with step 10's polls (no wait added or moved). On the branch that added step
+(l), step 10 was production and its machine code was untouched (main 829ab29's, 79,188 lines of
+cuobjdump -sass); since promote14 production is step 14 (test_production_step14.py). Before step (l)
+MKL_CAMPAIGN_STEP 14 built step 10's kernel: the site tests fail there (no step (l) code; step 10's
+sites hold the loads behind stores).
 """
 from __future__ import annotations
 
@@ -29,14 +30,14 @@ import pytest
 from hazards.megakernel_layers import faithful as FA
 
 from .test_merge_spread import ROOT, _static, family_cubin
-from .test_production_step10 import _switches
+from .test_production_step14 import _switches
 
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 LOAD = re.compile(r"\b(LDG|LD)\.E\S*")               # a global (or generic) load
 STORE = re.compile(r"\b(STS|STG|ST)(\.\S+)?\s")       # a shared, global or generic store
 BLOCK_END = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(BRA|EXIT|RET\S*|CALL\S*)\b")  # unpredicated: a taken path ends
 
-# Each site: (lines' texts in mkl_kernel.cuh for step (l), for production), the functions it is in
+# Each site: (lines' texts in mkl_kernel.cuh for step (l), for step 10), the functions it is in
 # (a name part of nvdisasm's symbol), and the loads a thread has issued before its first store in step (l).
 STEP_L_SITES = {
     "q_copy": (("v[k] = s4[min((int)threadIdx.x + k * THREADS, N4 - 1)]",
@@ -52,7 +53,7 @@ STEP_L_SITES = {
                     "hrows[r + j - r0] = xr[j] + a[j];"), "mkl_megakernel", 4),
     "w2_emit": (("hr[j] = p.h[r + min(j, n - 1)];", "p.xres[r + j] = hr[j] + a[j];"), "mkl_megakernel", 4),
 }
-PRODUCTION_SITES = {
+STEP_10_SITES = {
     "q_copy": (("q[i] = qbuf[i];",), "attend_chunk"),
     "rmsnorm": (("const float v = x[i];", "act[i] = v;", "act[i] = act[i] * rs * w[i];"), "mkl_megakernel"),
     "router_payload": (("hn_out[i] = h[i] * rs * mlp_norm[i];",), "router_from_partials"),
@@ -112,7 +113,7 @@ def _site(listing, lines: set[int], functions) -> dict[str, list[list[str]]]:
     """{function instance: its straight-line runs' site instructions (loads and stores on `lines`)}:
     each function of the listing whose symbol's last `$` part names one of `functions`; a run ends at
     a label or after an unpredicated branch, call, return or exit (a predicated branch not taken falls
-    through: in-order issue goes on, so production's `LDG; STG; @!P0 BRA; LDG; ...` is one run)."""
+    through: in-order issue goes on, so step 10's `LDG; STG; @!P0 BRA; LDG; ...` is one run)."""
     functions = (functions,) if isinstance(functions, str) else functions
     out: dict[str, list[list[str]]] = {}
     for fn, line, ins in listing:
@@ -155,21 +156,21 @@ def step_l():
 
 
 @pytest.fixture(scope="module")
-def production():
-    cubin = _harness_build(None, "test-mkl-production-harness")
+def step_10():
+    cubin = _harness_build({"MKL_CAMPAIGN_STEP": 10}, "test-mkl-step-10-harness")
     return cubin, _attributed(cubin)
 
 
-def test_production_copy_sites_wait_for_each_load_before_the_next_in_the_harness_build(production):
+def test_step_10_copy_sites_wait_for_each_load_before_the_next_in_the_harness_build(step_10):
     """What step (l) is about: in the build the GPU runs, each of these sites has a basic block with a
     load behind one of its stores (one dependent round trip a store)."""
-    _, listing = production
-    for name, (texts, functions) in PRODUCTION_SITES.items():
+    _, listing = step_10
+    for name, (texts, functions) in STEP_10_SITES.items():
         found = _site(listing, _lines(texts), functions)
         assert found, name
         assert any(_load_after_store(b) for blocks in found.values() for b in blocks), name
     # the q copy's loads are generic there (-split-compile=0: no address space inferred across calls)
-    q = _site(listing, _lines(PRODUCTION_SITES["q_copy"][0]), "attend_chunk")
+    q = _site(listing, _lines(STEP_10_SITES["q_copy"][0]), "attend_chunk")
     assert all(re.search(r"\bLD\.E\b", i) for blocks in q.values() for b in blocks for i in b if LOAD.search(i))
 
 
@@ -188,10 +189,10 @@ def test_step_l_issues_each_sites_loads_before_its_first_store(step_l):
     assert q and all(_loads_before_first_store(b) == 2 for b in q.values()), q
 
 
-def test_step_l_keeps_each_loads_kind(step_l, production):
+def test_step_l_keeps_each_loads_kind(step_l, step_10):
     """Plain, weak, default-cached loads stay that (LD.E / LDG.E, widened to .64/.128 at most): nothing
     becomes ld.cg, ld.nc (.CONSTANT) or a strong load, which would change what an acquire shows them."""
-    for listing, sites in ((step_l[1], STEP_L_SITES), (production[1], PRODUCTION_SITES)):
+    for listing, sites in ((step_l[1], STEP_L_SITES), (step_10[1], STEP_10_SITES)):
         for name, spec in sites.items():
             found = _site(listing, _lines(spec[0]), spec[1])
             loads = [i for blocks in found.values() for b in blocks for i in b if LOAD.search(i)]
@@ -200,7 +201,7 @@ def test_step_l_keeps_each_loads_kind(step_l, production):
                 assert re.search(r"\bLDG?\.E(\.64|\.128)?\s", ins), (name, ins)
 
 
-def test_step_l_spills_no_more_than_production_anywhere_in_the_harness_build(step_l, production):
+def test_step_l_spills_no_more_than_step_10_anywhere_in_the_harness_build(step_l, step_10):
     def spills(cubin) -> dict[str, tuple[int, int]]:
         out: dict[str, tuple[int, int]] = {}
         for m in re.finditer(r"Function properties for (\S+)\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
@@ -209,7 +210,7 @@ def test_step_l_spills_no_more_than_production_anywhere_in_the_harness_build(ste
             out[m.group(1)] = (max(old[0], int(m.group(2))), max(old[1], int(m.group(3))))
         return out
 
-    prod, step = spills(production[0]), spills(step_l[0])
+    prod, step = spills(step_10[0]), spills(step_l[0])
     assert any("mkl_megakernel" in k for k in prod), sorted(prod)
     assert set(prod) <= set(step), sorted(set(prod) - set(step))
     worse = {k: (prod[k], step[k]) for k in prod if step[k][0] > prod[k][0] or step[k][1] > prod[k][1]}
@@ -220,16 +221,16 @@ def test_step_l_spills_no_more_than_production_anywhere_in_the_harness_build(ste
     assert all(v == (0, 0) for v in new.values()), new
 
 
-def test_step_l_passes_the_compiled_static_checks_with_production_polls():
+def test_step_l_passes_the_compiled_static_checks_with_step_10_polls():
     failing, polls = _static(14)
     assert failing == [], [f.message for f in failing]
     assert polls == _static(10)[1]  # no wait added or moved
 
 
-def test_step_l_is_production_but_for_the_copies_and_a_candidate_of_the_gate():
+def test_step_l_is_step_10_but_for_the_copies_and_production_code():
     c = FA.candidate("step_l")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 14} and c.params == ()
-    assert c.expected == "faster"
-    prod, step = _switches({}), _switches({"MKL_CAMPAIGN_STEP": 14})
-    assert {k for k in prod if prod[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_COPY_AHEAD"}
-    assert step["MKL_COPY_AHEAD"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1 and prod["MKL_COPY_AHEAD"] == 0
+    assert c.expected == "no-change" and "production's code" in c.what  # promoted in round 17
+    base, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches({"MKL_CAMPAIGN_STEP": 14})
+    assert {k for k in base if base[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_COPY_AHEAD"}
+    assert step["MKL_COPY_AHEAD"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1 and base["MKL_COPY_AHEAD"] == 0

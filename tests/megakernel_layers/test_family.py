@@ -255,7 +255,7 @@ STEP_E_HEADS_US = (67.9, 67.2, 67.0, 69.5, 72.1, 69.6, 63.9, 64.7, 66.2)
 def test_the_snapshot_model_assumes_step_d_h200_layer_head():
     """Round 8 made step (d) production: its head is 55.6-59.6 us on the H200, not step 2's
     ~96 us. A 70-us skew is above every head step (d) showed, so the model must call it a hang;
-    with step 2's head it said clean. Step 10 (production since promote10) has step (e)'s head, not
+    with step 2's head it said clean. Step 10 (production from promote10 until step 14) has step (e)'s head, not
     yet measured on an H200 (on H100s 0-5 us longer than step (d)'s in the same run): the model keeps
     step (d)'s H200 head until an H200 profile of step 10 gives one (round 14 measured step 10's
     head on an H100 only: 65.4-69.4 us, where the 70-us skew hung 0 of 16 against the model's 0.23)."""

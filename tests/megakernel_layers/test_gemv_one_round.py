@@ -1,18 +1,19 @@
-"""Campaign step (i) (MKL_CAMPAIGN_STEP 11, candidate step_i, round 15): production (step 10) with the
+"""Campaign step (i) (MKL_CAMPAIGN_STEP 11, candidate step_i, round 15): step 10 (production then; since
+round 17 candidate step_10, step (i)'s base) with the
 GEMVs' row groups split into column parts of at most one round of gemv_round<4> where a warp then
 takes fewer dependent rounds (gemv_kparts_rounds in mkl_kernel.cuh).
 
 On the CPU (nvcc 13.0, sm_90a): ring_probe.cu's kparts_probe stores the split gemv_block takes at depth
-4 for the default shape's four GEMVs on one worker of 132 (constants in the PTX). Production splits
-the QKV tile, the O-projection, W13 and W2 into 2, 8, 1 and 2 column parts: 4, 3, 9 and 6 dependent
-rounds a warp; step (i) into 3, 4, 1 and 3: 3, 2, 9 and 5. The loop itself is production's (16 weight
-loads a lane before the first FFMA), no function of the step (i) build spills more than production's
-(ptxas -v), and the compiled static checks pass it with production's polls (no wait moved). That the
-default build's machine code is step_g_on_e's is test_production_step10.py's; on the branch that
-added step (i) it was also main d0217f6's, line for line (79,188 lines of cuobjdump -sass). Before this
-change MKL_CAMPAIGN_STEP 11 built step (e)'s kernel (no flag read 11) and the probe had no
-gemv_block_kparts: the split tests fail there, and the step (i) split assertion fails on production's
-build.
+4 for the default shape's four GEMVs on one worker of 132 (constants in the PTX). Production (step 14,
+step 10's GEMVs) splits the QKV tile, the O-projection, W13 and W2 into 2, 8, 1 and 2 column parts: 4,
+3, 9 and 6 dependent rounds a warp; step (i) into 3, 4, 1 and 3: 3, 2, 9 and 5. The loop itself is
+step 10's (16 weight loads a lane before the first FFMA), no function of the step (i) build spills
+more than step 10's (ptxas -v), and the compiled static checks pass it with step 10's polls (no wait
+moved). On the branch that added step (i) step 10 was production and the default build's machine code
+was main d0217f6's, line for line (79,188 lines of cuobjdump -sass); what production's is now is
+test_production_step14.py's. Before this change MKL_CAMPAIGN_STEP 11 built step (e)'s kernel (no flag
+read 11) and the probe had no gemv_block_kparts: the split tests fail there, and the step (i) split
+assertion fails on step 10's build.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from hazards.megakernel_layers.model import SHAPES, HD, QKV_TILE_ROWS, row_begin
 
 from .sass_text import function_instances, longest_load_run
 from .test_merge_spread import _static, family_cubin, listing_of
-from .test_production_step10 import _switches
+from .test_production_step14 import _switches
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -91,7 +92,7 @@ def test_the_probe_passes_the_default_shape_sites_on_132_workers():
 
 
 def test_production_splits_the_gemvs_in_powers_of_two():
-    kp = _kparts(10)
+    kp = _kparts(14)  # step 10's splits (step (l) changes copies, not the GEMVs)
     assert kp == {"qkv": 2, "oproj": 8, "moe_w13": 1, "moe_w2": 2}
     shapes = _site_shapes()
     assert {s: _warp_rounds(shapes[s], kp[s]) for s in SITES} == {"qkv": 4, "oproj": 3, "moe_w13": 9, "moe_w2": 6}
@@ -120,10 +121,11 @@ def _spills(defines: dict[str, int] | None, label: str) -> tuple[str, dict[str, 
     return listing, out
 
 
-def assert_production_loop_and_no_more_spills(defines: dict[str, int], label: str, added: tuple[str, ...] = ()):
-    """The build of `defines` spills no more than production's in any function (ptxas -v; `added`: names
-    in the functions it adds, which production lacks) and both keep the GEMV loop's 16 loads a lane."""
-    prod_sass, prod = _spills(None, f"{label}-prod")
+def assert_step_10_loop_and_no_more_spills(defines: dict[str, int], label: str, added: tuple[str, ...] = ()):
+    """The build of `defines` spills no more than step 10's (its base; production from round 14 until step
+    14) in any function (ptxas -v; `added`: names in the functions it adds, which step 10 lacks) and both
+    keep the GEMV loop's 16 loads a lane."""
+    prod_sass, prod = _spills({"MKL_CAMPAIGN_STEP": 10}, f"{label}-step10")
     step_sass, step = _spills(defines, label)
     new = {k for k in set(step) - set(prod) if not any(a in k for a in added)}
     assert set(prod) <= set(step) and not new and any("mkl_megakernel" in k for k in prod), sorted(step)
@@ -134,20 +136,20 @@ def assert_production_loop_and_no_more_spills(defines: dict[str, int], label: st
         assert len(loops) == 2 and all(longest_load_run(b) >= 16 for b in loops)  # 4 rows x 4 iterations a lane
 
 
-def test_step_i_keeps_production_loop_and_spills_no_more_than_production_anywhere():
-    assert_production_loop_and_no_more_spills({"MKL_CAMPAIGN_STEP": 11}, "test-mkl-step-i-spills")
+def test_step_i_keeps_step_10_loop_and_spills_no_more_than_step_10_anywhere():
+    assert_step_10_loop_and_no_more_spills({"MKL_CAMPAIGN_STEP": 11}, "test-mkl-step-i-spills")
 
 
-def test_step_i_passes_the_compiled_static_checks_with_production_polls():
+def test_step_i_passes_the_compiled_static_checks_with_step_10_polls():
     failing, polls = _static(11)
     assert failing == [], [f.message for f in failing]
     assert polls == _static(10)[1]  # no wait added or moved
 
 
-def test_step_i_is_production_but_for_the_split_and_a_candidate_of_the_gate():
+def test_step_i_is_step_10_but_for_the_split_and_a_candidate_of_the_gate():
     c = FA.candidate("step_i")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 11} and c.params == ()
-    assert c.expected == "faster"
-    prod, step = _switches({}), _switches({"MKL_CAMPAIGN_STEP": 11})
+    assert c.expected == "slower"  # round 15: slower than step 10, which is slower than production
+    prod, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches({"MKL_CAMPAIGN_STEP": 11})
     assert {k for k in prod if prod[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_GEMV_ONE_ROUND"}
     assert step["MKL_GEMV_ONE_ROUND"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1

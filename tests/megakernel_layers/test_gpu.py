@@ -212,7 +212,7 @@ def test_step_g_on_step_e_gives_step_e_bits():
     assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
 
 
-# ---- production, campaign step 10 (step (e) + step (g), step_g_on_e's code) --------------------
+# ---- production, campaign step 14 (step 10 + step (l)); step 10 is step (e) + step (g) ----------
 
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                # I 2880: 90 sub-blocks, 3 rounds a slot
@@ -220,9 +220,10 @@ def test_step_g_on_step_e_gives_step_e_bits():
     {"layers": 2, "seq": 4096, "model": "small"},              # I 1024: one round a slot; 33 chunks
 ], ids=["default", "amax_tail", "small"])
 def test_production_gives_step_e_bits_clean_and_with_amax_tail(binary: Path, params: dict):
-    """Production (the default build, step 10) adds step (g)'s quantization to step (e), whose
-    arithmetic it keeps: step (e)'s output bit for bit, and with amax_tail on step (e)'s corrupted
-    output bit for bit (the switch's stale codes are still read as an amax)."""
+    """Production (the default build, step 14: step 10 + step (l), whose copies keep step 10's bits)
+    adds step (g)'s quantization to step (e), whose arithmetic it keeps: step (e)'s output bit for bit,
+    and with amax_tail on step (e)'s corrupted output bit for bit (the switch's stale codes are still
+    read as an amax)."""
     from hazards.megakernel_layers.calibration import dump_run
     from hazards.stress_family import family_binary
 
@@ -260,9 +261,10 @@ def test_step_h_gives_step_e_bits(params: dict):
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
 def test_step_i_is_clean_and_close_to_production(params: dict):
-    """Step (i) sums each row over other column parts than production: not production's bits, but
-    every checked launch clean against the binary's reference (corrupted, with stale_descriptor on) and
-    the output within a quarter of the family's tolerance of production's."""
+    """Step (i) sums each row over other column parts than its base, step 10, whose bits production
+    (step 14) has: not production's bits, but every checked launch clean against the binary's reference
+    (corrupted, with stale_descriptor on) and the output within a quarter of the family's tolerance of
+    production's."""
     assert_clean_and_close_to_production({"MKL_CAMPAIGN_STEP": 11}, params)
 
 
@@ -300,9 +302,9 @@ def run_beside_production(defines: dict, params: dict):
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
 def test_step_k_is_clean_and_gives_production_bits(params: dict):
-    """Step (k) changes only L2 cache policies and prefetches of read-only weights: every checked launch
-    clean (corrupted, with stale_descriptor on) and the output production's (the default build's) bit
-    for bit."""
+    """Step (k) changes only L2 cache policies and prefetches of read-only weights of its base, step 10:
+    every checked launch clean (corrupted, with stale_descriptor on) and the output production's (the
+    default build's, step 14: step 10's bits) bit for bit."""
     out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 13}, params)
     assert out.numel() == out_p.numel() and bool((out == out_p).all())
 
@@ -325,7 +327,8 @@ def test_step_k_with_a_persisting_l2_set_aside_gives_production_bits():
 ], ids=["default", "long", "grid64", "small", "stale_descriptor"])
 def test_step_j_is_clean_and_close_to_production(params: dict):
     """Step (j) sums each QKV row over 4 column parts, not 2 (gemv_kparts of a 10-group tile): not
-    production's bits, but clean against the binary's reference and close to production's output."""
+    production's bits (step 10's, its base's), but clean against the binary's reference and close to
+    production's output."""
     assert_clean_and_close_to_production({"MKL_CAMPAIGN_STEP": 12}, params)
 
 
@@ -344,7 +347,8 @@ def test_step_j_participant_set_still_hangs_and_names_chunk_rank_128(tmp_path: P
     assert "chunk ranks 128 never arrived" in sentence and "the schedule predicts" not in sentence, sentence
 
 
-# ---- campaign step (l) (MKL_CAMPAIGN_STEP 14, a candidate): a thread's copy loads before its stores --
+# ---- campaign step (l) (MKL_CAMPAIGN_STEP 14, production since round 17): a thread's copy loads before
+# its stores, on step 10 (the production it replaced) --------------------------------------------------
 
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # q 2 float4s a thread, D 2880: 5-6 elements
@@ -352,10 +356,11 @@ def test_step_j_participant_set_still_hangs_and_names_chunk_rank_128(tmp_path: P
     {"layers": 2, "seq": 1024, "model": "small"},                # q 1024 floats (0-1 float4 a thread), D 1024
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
-def test_step_l_gives_production_bits_clean_and_with_stale_descriptor(params: dict):
-    """Step (l) changes only when a thread's copy loads go out (the same loads, values and arithmetic):
-    production's output bit for bit, clean, and with stale_descriptor on production's corrupted output."""
-    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 14}, params)
+def test_production_gives_step_10_bits_clean_and_with_stale_descriptor(params: dict):
+    """Production (step 14) is step 10 with step (l)'s copies, which change only when a thread's copy
+    loads go out (the same loads, values and arithmetic): step 10's output bit for bit, clean, and with
+    stale_descriptor on step 10's corrupted output."""
+    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 10}, params)
     assert out.numel() == out_p.numel() and bool((out == out_p).all())
 
 

@@ -1,16 +1,17 @@
-"""Campaign step (k) (MKL_CAMPAIGN_STEP 13, candidate step_k, round 16): production (step 10) with the
+"""Campaign step (k) (MKL_CAMPAIGN_STEP 13, candidate step_k, round 16): step 10 (production then; since
+round 17 candidate step_10, step (k)'s base) with the
 next layer's QKV weights kept in L2 across the MoE (MKL_L2_KEEP_QKV in mkl_kernel.cuh).
 
 On the CPU (nvcc 13.0, sm_90a): the step-13 build's PTX creates an L2::evict_last policy for the
 bulk prefetches of the next layer's QKV tiles (cp.async.bulk.prefetch.L2 ... L2::cache_hint), an
 L2::evict_first policy for every weight load of the GEMV loop (gemv_round: ld.global.nc ...
 L2::cache_hint), and demotes a tile it has read (applypriority L2::evict_normal); its SASS carries
-them (UBLKPF.L2 with a descriptor operand, CCTL.E.DML2) where production's has none. The loop keeps
-production's shape (16 weight loads a lane before the first FFMA), no function spills more than in
-production (ptxas -v), and the compiled static checks pass it with production's polls (no wait added
-or moved). Production's machine code is test_production_step10.py's (the default build is
-step_g_on_e's line for line); on the branch that added step (k) it was also main 5bc3109's (79,188
-lines of cuobjdump -sass). Before this change MKL_CAMPAIGN_STEP 13 built step (e)'s kernel (no switch
+them (UBLKPF.L2 with a descriptor operand, CCTL.E.DML2) where step 10's has none (and production's PTX
+no L2 policy). The loop keeps step 10's shape (16 weight loads a lane before the first FFMA), no
+function spills more than in step 10 (ptxas -v), and the compiled static checks pass it with step 10's
+polls (no wait added or moved). On the branch that added step (k) step 10 was production and the
+default build was main 5bc3109's (79,188 lines of cuobjdump -sass); production's machine code now is
+test_production_step14.py's. Before this change MKL_CAMPAIGN_STEP 13 built step (e)'s kernel (no switch
 read 13): the policy tests fail there.
 """
 from __future__ import annotations
@@ -21,9 +22,9 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from .test_gemv_one_round import assert_production_loop_and_no_more_spills
+from .test_gemv_one_round import assert_step_10_loop_and_no_more_spills
 from .test_merge_spread import INCLUDE, LAYERED, _static, family_cubin, listing_of
-from .test_production_step10 import KERNEL, _eval, _switches
+from .test_production_step14 import KERNEL, _eval, _switches
 
 KEEP = "createpolicy.fractional.L2::evict_last"
 STREAM = "createpolicy.fractional.L2::evict_first"
@@ -102,34 +103,34 @@ def test_step_k_half_keeps_half_the_lines():
         {"0f3F000000"}
 
 
-def test_step_k_sass_has_hinted_prefetches_and_demotions_production_none():
-    prod = listing_of(family_cubin(None, "test-mkl-step-default"))
+def test_step_k_sass_has_hinted_prefetches_and_demotions_step_10_none():
+    prod = listing_of(family_cubin({"MKL_CAMPAIGN_STEP": 10}, "test-mkl-step-10"))
     step = listing_of(family_cubin({"MKL_CAMPAIGN_STEP": 13}, "test-mkl-step-13"))
     hinted = re.compile(r"UBLKPF\.L2 \[[^\]]+\], [^,;]+, desc\[")
     assert not hinted.search(prod) and "CCTL.E.DML2" not in prod
     assert len(hinted.findall(step)) >= 1 and step.count("CCTL.E.DML2") >= 1
-    # the plain bulk prefetches (QKV tile, K/V, Wo, router, W13, W2) are production's
+    # the plain bulk prefetches (QKV tile, K/V, Wo, router, W13, W2) are step 10's
     plain = re.compile(r"UBLKPF\.L2 \[[^\]]+\], [^,;]+ ;")
     assert len(plain.findall(step)) == len(plain.findall(prod)) > 0
 
 
-def test_step_k_keeps_production_loop_and_spills_no_more_than_production_anywhere():
-    assert_production_loop_and_no_more_spills({"MKL_CAMPAIGN_STEP": 13}, "test-mkl-step-k-spills",
-                                              added=("l2_keep_tiles",))
+def test_step_k_keeps_step_10_loop_and_spills_no_more_than_step_10_anywhere():
+    assert_step_10_loop_and_no_more_spills({"MKL_CAMPAIGN_STEP": 13}, "test-mkl-step-k-spills",
+                                           added=("l2_keep_tiles",))
 
 
-def test_step_k_passes_the_compiled_static_checks_with_production_polls():
+def test_step_k_passes_the_compiled_static_checks_with_step_10_polls():
     failing, polls = _static(13)
     assert failing == [], [f.message for f in failing]
     assert polls == _static(10)[1]  # no wait added or moved
 
 
-def test_step_k_is_production_but_for_the_l2_switch_and_a_candidate_of_the_gate():
+def test_step_k_is_step_10_but_for_the_l2_switch_and_a_candidate_of_the_gate():
     c, half, aside = FA.candidate("step_k"), FA.candidate("step_k_half"), FA.candidate("step_k_setaside")
-    assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 13} and c.params == () and c.expected == "faster"
+    assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 13} and c.params == () and c.expected == "slower"  # round 17
     assert dict(half.defines) == {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_KEEP_PCT": 50} and half.params == ()
     assert dict(aside.defines) == {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30} and aside.params == ()
-    prod, step = _switches({}), _switches({"MKL_CAMPAIGN_STEP": 13})
+    prod, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches({"MKL_CAMPAIGN_STEP": 13})
     assert {k for k in prod if prod[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_L2_KEEP_QKV"}
     assert step["MKL_L2_KEEP_QKV"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1 and prod["MKL_L2_KEEP_QKV"] == 0
 

@@ -1,16 +1,17 @@
-"""Campaign step (j) (MKL_CAMPAIGN_STEP 12, candidate step_j, round 16): production (step 10) with 40-row
+"""Campaign step (j) (MKL_CAMPAIGN_STEP 12, candidate step_j, round 16): step 10 (production then; since
+round 17 candidate step_10, step (j)'s base) with 40-row
 QKV tiles instead of 64 (mkl_model.h's QKV_TILE_ROWS; switch MKL_QKV_SPREAD in mkl_kernel.cuh).
 
 At the default shape 5,120 QKV rows make 128 tiles of 40 on workers 0-127 instead of 80 of 64 (round 15's
 profile, H100: the QKV tile 28 us for 369 KB on each of 80 SMs while 52 SMs hold none). On the CPU (nvcc
 13.0, sm_90a): ring_probe.cu's qkv_tile_probe stores the build's tile rows, tiles and the tile's column
-parts (PTX constants): production 64 rows, 80 / 24 tiles (default / small), 2 parts; step (j) 40 rows,
+parts (PTX constants): production (step 14, step 10's tiles) 64 rows, 80 / 24 tiles (default / small), 2 parts; step (j) 40 rows,
 128 / 39 tiles, 4 parts of 90 chunks (3 rounds of gemv_round<4> on the busiest warp, not 4). The Python
 schedule model states the same per build (model.qkv_tile_rows(defines)): participant_set still hangs on
 step (j)'s build (129 chunks > 128 tiles: chunk rank 128 is never served) and the explainer names that
 rank; snapshot_epoch's vulnerable workers drop from 52 to 4. No function of the step (j) build spills
-more than production's (ptxas -v), the compiled static checks pass it with production's polls, and every
-campaign switch but MKL_QKV_SPREAD is production's. Before this change MKL_CAMPAIGN_STEP 12 built step
+more than step 10's (ptxas -v), the compiled static checks pass it with step 10's polls, and every
+campaign switch but MKL_QKV_SPREAD is step 10's. Before this change MKL_CAMPAIGN_STEP 12 built step
 (e)'s kernel with 64-row tiles (no flag read 12): the tiling, model and switch tests fail there.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from hazards.megakernel_layers.explain import BAR_ATTN_RELEASE, BAR_CHUNK_MERGE
 
 from .test_gemv_one_round import _spills, _warp_rounds, probe_stores
 from .test_merge_spread import _static
-from .test_production_step10 import _switches
+from .test_production_step14 import _switches
 from .tripwire_fakes import NO_FEEDER, PHASE_ATTN_MERGE, PHASE_OPROJ, slot, snapshot
 
 STEP_J = {"MKL_CAMPAIGN_STEP": 12}
@@ -59,7 +60,7 @@ def test_the_build_tiles_qkv_as_the_python_model_says(step, defines):
 
 
 def test_production_tiles_qkv_in_64_rows_on_80_workers_in_2_parts():
-    assert _probe(10) == {"rows": 64, "tiles_default": 80, "tiles_small": 24, "kparts_default": 2,
+    assert _probe(14) == {"rows": 64, "tiles_default": 80, "tiles_small": 24, "kparts_default": 2,
                           "kparts_small": 2, "kparts_small_last": 2}
     assert M.qkv_tile_rows(None) == M.qkv_tile_rows({"MKL_CAMPAIGN_STEP": 11}) == M.QKV_TILE_ROWS == 64
 
@@ -70,7 +71,7 @@ def test_step_j_tiles_qkv_in_40_rows_on_128_workers_in_4_parts_of_one_round():
                    "kparts_small_last": 4}
     s = M.SHAPES["default"]
     nchunk = s.D // 8
-    # the busiest warp: 3 rounds (40 items of 90 chunks on 16 warps), production's 4 (32 items of 180)
+    # the busiest warp: 3 rounds (40 items of 90 chunks on 16 warps), step 10's (production's) 4 (32 items of 180)
     assert _warp_rounds((40 // GEMV_ROWS, 1, nchunk), got["kparts_default"]) == 3
     assert _warp_rounds((64 // GEMV_ROWS, 1, nchunk), _probe(10)["kparts_default"]) == 4
     assert 40 * s.D * 2 == 230_400 and 64 * s.D * 2 == 368_640  # weight bytes a worker streams a layer
@@ -127,24 +128,24 @@ def test_snapshot_epoch_has_4_vulnerable_workers_on_step_j_build_not_52():
     assert step_j.outcome == "hang" and 0 < step_j.probability < prod.probability / 5
 
 
-def test_step_j_spills_no_more_than_production_anywhere():
-    _, prod = _spills(None, "test-mkl-step-j-spills-prod")
+def test_step_j_spills_no_more_than_step_10_anywhere():
+    _, prod = _spills({"MKL_CAMPAIGN_STEP": 10}, "test-mkl-step-j-spills-step10")
     _, step = _spills(STEP_J, "test-mkl-step-j-spills")
     assert set(step) == set(prod) and any("mkl_megakernel" in k for k in prod), sorted(step)
     worse = {k: (prod[k], step[k]) for k in prod if step[k][0] > prod[k][0] or step[k][1] > prod[k][1]}
     assert not worse, worse
 
 
-def test_step_j_passes_the_compiled_static_checks_with_production_polls():
+def test_step_j_passes_the_compiled_static_checks_with_step_10_polls():
     failing, polls = _static(12)
     assert failing == [], [f.message for f in failing]
     assert polls == _static(10)[1]  # no wait added or moved
 
 
-def test_step_j_is_production_but_for_the_qkv_tiles_and_a_candidate_of_the_gate():
+def test_step_j_is_step_10_but_for_the_qkv_tiles_and_a_candidate_of_the_gate():
     c = FA.candidate("step_j")
     assert dict(c.defines) == STEP_J and c.params == ()
-    assert c.expected == "sloughing"  # the same QKV work on 128 blocks, not 80
-    prod, step = _switches({}), _switches(STEP_J)
+    assert c.expected == "sloughing"  # the same QKV work on 128 blocks, not 80 (round 16, against step 10)
+    prod, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches(STEP_J)
     assert {k for k in prod if prod[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_QKV_SPREAD"}
     assert step["MKL_QKV_SPREAD"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1 and prod["MKL_QKV_SPREAD"] == 0

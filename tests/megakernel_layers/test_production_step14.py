@@ -1,0 +1,189 @@
+"""Production is campaign step 14 (promote14, round 17): step 10 + step (l), candidate step_l's code.
+Step 10 (MKL_CAMPAIGN_STEP 10, candidate step_10: production from round 14 until step 14, promote10)
+is step (e) + step (g), candidate step_g_on_e's code (MKL_CAMPAIGN_STEP 8 with MKL_ATTN_AHEAD 0),
+without step (f) and step (h).
+
+On the CPU: production's campaign switches are step 10's plus MKL_COPY_AHEAD and nothing else, and
+every preprocessor condition of the family's sources reads the default build as step 10 with step
+(l)'s switch on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 14 step 10's value); the default
+build's machine code (cuobjdump -sass, nvcc 13.0, sm_90a) is step_l's (MKL_CAMPAIGN_STEP=14) line for
+line. The step-10 build keeps promote10's facts: every switch and condition takes step_g_on_e's value
+(step (e)'s but for step (g)'s switch), and its machine code is step_g_on_e's line for line. The
+catalog names the previous production (step_10, expected slower than production) and step_l as
+production's code (no-change); the GPU suite's prebuilt builds hold every build test_gpu.py compares.
+With the default left at 10 (promote10's tree), the tests of production's switches, conditions,
+machine code and catalog entry fail.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from hazards.megakernel_layers import faithful as FA
+
+from .test_merge_spread import ROOT, family_cubin
+
+KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
+SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_MERGE_SPREAD", "MKL_ROUTER_LATENCY",
+            "MKL_ATTN_AHEAD", "MKL_W2_QUANT_AHEAD", "MKL_HEAD_AHEAD", "MKL_GEMV_ONE_ROUND", "MKL_QKV_SPREAD", "MKL_L2_KEEP_QKV",
+            "MKL_COPY_AHEAD",
+            "MKL_RESERVE_RING_SMEM")
+STEP_G_ON_E = dict(FA.candidate("step_g_on_e").defines)
+STEP_10 = {"MKL_CAMPAIGN_STEP": 10}
+
+
+def _eval(expr: str, env: dict[str, int]) -> int:
+    """A preprocessor expression over the campaign switches (an undefined name is 0, as in C)."""
+    expr = re.sub(r"//.*", "", expr).replace("||", " or ").replace("&&", " and ")
+    expr = re.sub(r"!(?!=)", " not ", expr)
+    expr = re.sub(r"\bMKL_\w+\b", lambda m: str(env.get(m.group(0), 0)), expr)
+    return int(eval(expr, {"__builtins__": {}}, {}))  # noqa: S307 (digits, comparisons, and/or/not)
+
+
+def _switches(defines: dict[str, int]) -> dict[str, int]:
+    """The campaign switches as mkl_kernel.cuh defines them from `defines` (-D on the command line)."""
+    text = KERNEL.read_text()
+    block = text[text.index("#ifndef MKL_CAMPAIGN_STEP"):text.index("namespace mkl {")]
+    env, skipping = dict(defines), []
+    for line in block.splitlines():
+        if m := re.match(r"#ifndef (\w+)", line):
+            skipping.append(m.group(1) in env)
+        elif line.startswith("#endif"):
+            skipping.pop()
+        elif (m := re.match(r"#define (MKL_\w+) (.*)", line)) and not any(skipping):
+            env[m.group(1)] = _eval(m.group(2), env)
+    assert set(SWITCHES) <= set(env), sorted(env)
+    return {k: env[k] for k in SWITCHES}
+
+
+def _conditions(env: dict[str, int]) -> dict[str, int]:
+    """{file:line: value} of every #if / #elif of the family's sources and probes over the switches alone."""
+    out = {}
+    files = [*sorted((ROOT / "standalone" / "megakernel_layers").glob("*.cu*")),
+             *sorted((ROOT / "standalone" / "megakernel_layers").glob("*.h")),
+             *sorted((ROOT / "tests" / "megakernel_layers").glob("*.cu"))]
+    for f in files:
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            m = re.match(r"\s*#\s*(?:if|elif)\s+(.*)", line)
+            if not m:
+                continue
+            names = set(re.findall(r"\b[A-Za-z_]\w*\b", re.sub(r"//.*", "", m.group(1))))
+            if names and names <= set(SWITCHES):
+                out[f"{f.name}:{n}"] = _eval(m.group(1), env)
+    return out
+
+
+def test_step_10_takes_step_g_on_e_switches_and_step_e_but_for_step_g():
+    step10, g_on_e, step_e = _switches(STEP_10), _switches(STEP_G_ON_E), _switches({"MKL_CAMPAIGN_STEP": 6})
+    assert {k: v for k, v in step10.items() if k != "MKL_CAMPAIGN_STEP"} == \
+        {k: v for k, v in g_on_e.items() if k != "MKL_CAMPAIGN_STEP"}
+    assert {k for k in SWITCHES if step10[k] != step_e[k]} == {"MKL_CAMPAIGN_STEP", "MKL_W2_QUANT_AHEAD"}
+    assert step10["MKL_W2_QUANT_AHEAD"] == 1 and step10["MKL_ATTN_AHEAD"] == 0 and step10["MKL_HEAD_AHEAD"] == 0
+    assert step10["MKL_ROUTER_LATENCY"] == step10["MKL_ROUTER_FOLDED"] == step10["MKL_MERGE_SPREAD"] == 1
+    # the productions before it and the candidates keep their switches
+    assert _switches({"MKL_CAMPAIGN_STEP": 5})["MKL_W2_QUANT_AHEAD"] == 0
+    assert _switches({"MKL_CAMPAIGN_STEP": 8})["MKL_ATTN_AHEAD"] == 1
+    assert _switches({"MKL_CAMPAIGN_STEP": 9})["MKL_W2_QUANT_AHEAD"] == 0
+
+
+def test_production_takes_step_10_switches_and_step_l_alone():
+    from hazards.megakernel_layers import model as M
+
+    prod, step10 = _switches({}), _switches(STEP_10)
+    assert prod["MKL_CAMPAIGN_STEP"] == 14 and _switches({"MKL_CAMPAIGN_STEP": 14}) == prod
+    assert M.DEFAULT_CAMPAIGN_STEP == 14  # the schedule model reads a build without -D as production
+    assert {k for k in SWITCHES if prod[k] != step10[k]} == {"MKL_CAMPAIGN_STEP", "MKL_COPY_AHEAD"}
+    assert prod["MKL_COPY_AHEAD"] == 1 and step10["MKL_COPY_AHEAD"] == 0
+    # steps (i), (j) and (k) stay off in production
+    assert prod["MKL_GEMV_ONE_ROUND"] == prod["MKL_QKV_SPREAD"] == prod["MKL_L2_KEEP_QKV"] == 0
+
+
+def test_every_preprocessor_condition_of_the_family_reads_step_10_as_step_g_on_e():
+    """The raw `MKL_CAMPAIGN_STEP >= N` / `== N` tests too: step 10 must get step (e)'s and step (g)'s."""
+    step10, g_on_e = _conditions(_switches(STEP_10)), _conditions(_switches(STEP_G_ON_E))
+    assert len(step10) >= 30, len(step10)  # the kernel's campaign #ifs were found
+    assert step10 == g_on_e, {k: (step10[k], g_on_e[k]) for k in step10 if step10[k] != g_on_e[k]}
+
+
+def test_every_preprocessor_condition_of_the_family_reads_production_as_step_10_with_step_l():
+    """Production's value of every condition is the one step 10's switches with MKL_COPY_AHEAD on give, step
+    number 10 included: a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 14 what it gives 10."""
+    prod = _conditions(_switches({}))
+    with_l = _conditions({**_switches(STEP_10), "MKL_COPY_AHEAD": 1})
+    assert len(prod) >= 30, len(prod)
+    assert prod == with_l, {k: (prod[k], with_l[k]) for k in prod if prod[k] != with_l[k]}
+    # and step (l)'s own conditions are what tells production from step 10
+    step10 = _conditions(_switches(STEP_10))
+    assert {k for k in prod if prod[k] != step10[k]}, "no condition reads MKL_COPY_AHEAD"
+
+
+def _sass_lines(defines: dict[str, int] | None, label: str) -> list[str]:
+    """cuobjdump -sass of the family's source built with `defines` (None: the default build), without
+    the lines that name the file or carry the per-build hash of nvcc's internal-linkage names."""
+    from hazards.engine import toolchain
+    from hazards.engine.errors import ToolchainMissing
+
+    cubin = family_cubin(defines, label).path
+    try:
+        tool = toolchain.find_tool("cuobjdump", needed_for="to compare the builds' machine code")
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot read the builds' machine code: {e}")
+    text = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    # the anonymous namespace's mangled name carries per-build hashes (_ZN53_GLOBAL__N__0cc1a6da_20_
+    # megakernel_layers_cu_6e0e350f...), as nvcc's internal-linkage names do (_INTERNAL_<hash>)
+    text = re.sub(r"_ZN\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}", "_ZN_GLOBAL__N__", text)
+    text = re.sub(r"_INTERNAL_[0-9a-f]{8,}", "_INTERNAL_", text)
+    return [line for line in text.splitlines() if str(ROOT) not in line and ".cubin" not in line]
+
+
+def _assert_same_sass(a: list[str], b: list[str]) -> None:
+    kernels = [line for line in a if "Function : _ZN3mkl14mkl_megakernel" in line]
+    assert len(a) > 10_000 and len(kernels) == 2, kernels  # the kernel with the tripwire compiled in and out
+    if a != b:
+        diff = [f"{x!r} != {y!r}" for x, y in zip(a, b) if x != y][:5]
+        pytest.fail(f"{len(a)} / {len(b)} lines; first differences: {diff}")
+
+
+def test_step_10_machine_code_is_step_g_on_e_line_for_line():
+    _assert_same_sass(_sass_lines(STEP_10, "test-mkl-step-10"), _sass_lines(STEP_G_ON_E, "test-mkl-step-g-on-e"))
+
+
+def test_production_machine_code_is_step_l_line_for_line():
+    prod = _sass_lines(None, "test-mkl-step-default")
+    _assert_same_sass(prod, _sass_lines({"MKL_CAMPAIGN_STEP": 14}, "test-mkl-step-l"))
+    assert prod != _sass_lines(STEP_10, "test-mkl-step-10")  # step (l)'s copies are in it
+
+
+def test_the_catalog_names_the_previous_productions_and_production_code():
+    prod, step_10, step_l = FA.candidate("production"), FA.candidate("step_10"), FA.candidate("step_l")
+    assert prod.defines == () and "MKL_CAMPAIGN_STEP 14" in prod.what
+    assert dict(step_10.defines) == STEP_10 and step_10.expected == "slower"
+    assert "production from round 14 until step 14" in step_10.what
+    assert step_l.expected == "no-change" and "production's code" in step_l.what
+    step_d, g_on_e = FA.candidate("step_d"), FA.candidate("step_g_on_e")
+    assert dict(step_d.defines) == {"MKL_CAMPAIGN_STEP": 5} and step_d.expected == "slower"
+    assert "production from round 8 until step 10" in step_d.what
+    assert g_on_e.expected == "slower" and "step 10's code" in g_on_e.what
+    # candidates whose expectation was against step 10 (no-change) now read against step 14
+    assert FA.candidate("step_e").expected == "slower" and FA.candidate("step_g").expected == "slower"
+    for name in ("step_i", "step_j", "step_k"):  # built on step 10, not on production
+        assert "step 10 (its base, step_10)" in FA.candidate(name).what, name
+
+
+def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
+    """final-gpu-tests.sh builds test_gpu.py's campaign builds in parallel before pytest (else each is
+    built inside pytest, 10-16 s each); step (d) and step 10 are named builds since step 14 is production."""
+    script = (ROOT / "ci" / "gpu" / "final-gpu-tests.sh").read_text()
+    steps = script[script.index("steps = ["):script.index("]\n", script.index("steps = ["))]
+    tests = (ROOT / "tests" / "megakernel_layers" / "test_gpu.py").read_text()
+    wanted = {int(n) for n in re.findall(r'\{"MKL_CAMPAIGN_STEP": (\d+)\}', tests)}
+    for a, b in re.findall(r"assert_same_bits\((\d+), (\d+),", tests):
+        wanted |= {int(a), int(b)}
+    for a, b in re.findall(r"for step in \((\d+), (\d+)\)", tests):
+        wanted |= {int(a), int(b)}
+    assert {5, 10} <= wanted and 14 not in wanted  # steps (d) and 10 named; production is the default build
+    for n in wanted:
+        assert f'{{"MKL_CAMPAIGN_STEP": {n}}}' in steps, n
+    assert '{"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}' in steps
