@@ -6,7 +6,7 @@
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh ringsmem             # round 5's question, <= 60 s
 #     OUT=/tmp/out BUDGET=110 bash ci/gpu/layers-campaign.sh stepd-quick   # round 6: step (d), <= 110 s
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepd-gate           # round 6's gate + profile, <= 40 s
-#     OUT=/tmp/out timeout 420 bash ci/gpu/layers-campaign.sh promote  # step 10's promotion (step_d -> production + the family check), <= 400 s
+#     OUT=/tmp/out timeout 420 bash ci/gpu/layers-campaign.sh promote  # production's promotion over PREV (step_10; round 14: step_d) + the family check, <= 400 s
 #     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepe-quick  # round 9: step (e), <= 120 s
 #     OUT=/tmp/out timeout 135 bash ci/gpu/layers-campaign.sh stepf-quick  # round 10: step (f), <= 125 s
 #     OUT=/tmp/out timeout 480 bash ci/gpu/layers-campaign.sh round10  # promote (lean) + stepe-quick + stepf-quick, <= 465 s
@@ -60,7 +60,9 @@
 #     gate production -> step_d, the per-task profile of both, then (>= 8 s left) the gate step_d ->
 #     step_d_chunks64 (round 6's stepd-quick could not judge: the profiler ring was sized for one
 #     merge span a layer).
-#   * `promote` (BUDGET 400 unless set; round 8's, since promote10 step 10's): what promoting a step to
+#   * `promote` (BUDGET 400 unless set; round 8's, step 10's in round 14, step 14's in round 18; the
+#     previous production PREV / PREV_STEP and the step whose bits production keeps SAME_STEP, defaults
+#     step_10 / 10 / 10; round 14 ran it as step_d / 5 / 6): what promoting a step to
 #     production needs, on production's build (step 10 = step (e) + step (g), step_g_on_e's code;
 #     round 8: step (d) against step_b0) against step_d (MKL_CAMPAIGN_STEP 5, the production
 #     before): builds (both, plain and profiled, and step (e) plain; beside them the tripwire bench's build,
@@ -134,12 +136,13 @@
 #     also in stepe/stepf-quick's benches), then the logit gate with what is left (>= 45 s). (round10
 #     was written for round 8's promotion: since step 10 its stepe-quick and stepf-quick judge step (e)
 #     against production and step (f) against step (e), and its promote is step 10's.)
-# From round 8 production (the default build) was step (d), and since promote10 it is step 10
-# (step (e) + step (g), step_g_on_e's code; promoted in round 14, an H100, 2026-12-06): the
+# From round 8 production (the default build) was step (d), since promote10 step 10
+# (step (e) + step (g), step_g_on_e's code; promoted in round 14, an H100, 2026-12-06), and since
+# promote14 step 14 (step 10 + step (l); round 18): the
 # modes written before it that judge a candidate "against production" (gate, stepc, stepc-quick,
-# stepd-quick, stepd-gate, stepe-quick) now judge it against step 10 (stepe-quick: step (e) against
-# step 10, which contains it); the modes that name their base (stepf-quick, stepg-quick,
-# steph-quick, ringsmem) keep their meaning; `promote` judges step_d -> production.
+# stepd-quick, stepd-gate, stepe-quick) now judge it against production (stepe-quick: step (e) against
+# production, which contains it); the modes that name their base (stepf-quick, stepg-quick,
+# steph-quick, ringsmem) keep their meaning; `promote` judges PREV -> production.
 # Raw output: $OUT/layers-campaign/ (<= 8 files; the folders are tarred).
 set -u
 cd "$(dirname "$0")/../.."
@@ -503,7 +506,7 @@ elif [ "$WHAT" = promote ]; then
 # The previous production (PREV, its step PREV_STEP) and the step whose bits production must have
 # (SAME_STEP): round 14 promoted step 10 over step_d (5), with step (e)'s bits (6); round 18 step 14
 # over step_10 (10), with step 10's bits (step (l) moves copies, not arithmetic).
-PREV=${PREV:-step_d}; PREV_STEP=${PREV_STEP:-5}; SAME_STEP=${SAME_STEP:-6}
+PREV=${PREV:-step_10}; PREV_STEP=${PREV_STEP:-10}; SAME_STEP=${SAME_STEP:-10}
 log "builds: production and $PREV (MKL_CAMPAIGN_STEP $PREV_STEP), plain and profiled, step $SAME_STEP plain; beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
 timeout "$(cap 100)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \
