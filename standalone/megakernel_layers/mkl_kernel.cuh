@@ -107,8 +107,8 @@
 // step 10 (then production) with the next layer's QKV weights kept in L2 across the MoE (MKL_L2_KEEP_QKV: after
 // the O-projection each QKV tile holder bulk-prefetches its next-layer tile with an L2::evict_last
 // policy, the GEMV loop loads with L2::evict_first); the same arithmetic: production's bits; step_k.
-// 14 (production, promoted in round 17, an H100, 2026-12-06, pending the promotion round's family
-// check and logit gate) step 10 + step (l):
+// 14 (production: faster on the launch in round 17, the family check and the logit gate passed in
+// round 18, an H100, 2026-12-06) step 10 + step (l):
 // step 10 with the copies on the layer's critical path (the attention's q, the QKV tile's
 // RMSNorm, the O-projection's attn_out fill and its h rows, the router's hn payload, W13's hn fill,
 // W2's output rows) issuing every load of a thread before its first store (copy_to_shared and
