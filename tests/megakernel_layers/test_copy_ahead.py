@@ -29,8 +29,8 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from .test_merge_spread import ROOT, _static, family_cubin
-from .test_production_step14 import _switches
+from .test_merge_spread import ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin
+from .test_production_step14 import switches_changed_from_step_10
 
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 LOAD = re.compile(r"\b(LDG|LD)\.E\S*")               # a global (or generic) load
@@ -222,15 +222,13 @@ def test_step_l_spills_no_more_than_step_10_anywhere_in_the_harness_build(step_l
 
 
 def test_step_l_passes_the_compiled_static_checks_with_step_10_polls():
-    failing, polls = _static(14)
-    assert failing == [], [f.message for f in failing]
-    assert polls == _static(10)[1]  # no wait added or moved
+    assert_static_checks_pass_with_the_polls_of(14, 10)
 
 
 def test_step_l_is_step_10_but_for_the_copies_and_production_code():
     c = FA.candidate("step_l")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 14} and c.params == ()
     assert c.expected == "no-change" and "production's code" in c.what  # promoted in round 17
-    base, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches({"MKL_CAMPAIGN_STEP": 14})
-    assert {k for k in base if base[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_COPY_AHEAD"}
+    changed, base, step = switches_changed_from_step_10({"MKL_CAMPAIGN_STEP": 14})
+    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_COPY_AHEAD"}
     assert step["MKL_COPY_AHEAD"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1 and base["MKL_COPY_AHEAD"] == 0

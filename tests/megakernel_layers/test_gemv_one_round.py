@@ -26,8 +26,8 @@ from hazards.megakernel_layers import faithful as FA
 from hazards.megakernel_layers.model import SHAPES, HD, QKV_TILE_ROWS, row_begin, w13_tiles
 
 from .sass_text import function_instances, longest_load_run
-from .test_merge_spread import _static, family_cubin, listing_of
-from .test_production_step14 import _switches
+from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
+from .test_production_step14 import switches_changed_from_step_10
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -141,15 +141,13 @@ def test_step_i_keeps_step_10_loop_and_spills_no_more_than_step_10_anywhere():
 
 
 def test_step_i_passes_the_compiled_static_checks_with_step_10_polls():
-    failing, polls = _static(11)
-    assert failing == [], [f.message for f in failing]
-    assert polls == _static(10)[1]  # no wait added or moved
+    assert_static_checks_pass_with_the_polls_of(11, 10)
 
 
 def test_step_i_is_step_10_but_for_the_split_and_a_candidate_of_the_gate():
     c = FA.candidate("step_i")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 11} and c.params == ()
     assert c.expected == "slower"  # round 15: slower than step 10, which is slower than production
-    prod, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches({"MKL_CAMPAIGN_STEP": 11})
-    assert {k for k in prod if prod[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_GEMV_ONE_ROUND"}
+    changed, _, step = switches_changed_from_step_10({"MKL_CAMPAIGN_STEP": 11})
+    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_GEMV_ONE_ROUND"}
     assert step["MKL_GEMV_ONE_ROUND"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1

@@ -23,8 +23,8 @@ import pytest
 from hazards.megakernel_layers import faithful as FA
 
 from .test_gemv_one_round import assert_step_10_loop_and_no_more_spills
-from .test_merge_spread import INCLUDE, LAYERED, _static, family_cubin, listing_of
-from .test_production_step14 import KERNEL, _eval, _switches
+from .test_merge_spread import INCLUDE, LAYERED, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
+from .test_production_step14 import KERNEL, _eval, _switches, switches_changed_from_step_10
 
 KEEP = "createpolicy.fractional.L2::evict_last"
 STREAM = "createpolicy.fractional.L2::evict_first"
@@ -120,9 +120,7 @@ def test_step_k_keeps_step_10_loop_and_spills_no_more_than_step_10_anywhere():
 
 
 def test_step_k_passes_the_compiled_static_checks_with_step_10_polls():
-    failing, polls = _static(13)
-    assert failing == [], [f.message for f in failing]
-    assert polls == _static(10)[1]  # no wait added or moved
+    assert_static_checks_pass_with_the_polls_of(13, 10)
 
 
 def test_step_k_is_step_10_but_for_the_l2_switch_and_a_candidate_of_the_gate():
@@ -130,8 +128,8 @@ def test_step_k_is_step_10_but_for_the_l2_switch_and_a_candidate_of_the_gate():
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 13} and c.params == () and c.expected == "slower"  # round 17
     assert dict(half.defines) == {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_KEEP_PCT": 50} and half.params == ()
     assert dict(aside.defines) == {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30} and aside.params == ()
-    prod, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches({"MKL_CAMPAIGN_STEP": 13})
-    assert {k for k in prod if prod[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_L2_KEEP_QKV"}
+    changed, prod, step = switches_changed_from_step_10({"MKL_CAMPAIGN_STEP": 13})
+    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_L2_KEEP_QKV"}
     assert step["MKL_L2_KEEP_QKV"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1 and prod["MKL_L2_KEEP_QKV"] == 0
 
 

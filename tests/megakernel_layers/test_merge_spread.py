@@ -118,6 +118,13 @@ def _static(step: int) -> tuple[list, int]:
     return [f for f in found if f.fails], polls
 
 
+def assert_static_checks_pass_with_the_polls_of(step: int, base: int) -> None:
+    """The compiled static checks pass on `step`'s build and count `base`'s polls: no wait added or moved."""
+    failing, polls = _static(step)
+    assert failing == [], [f.message for f in failing]
+    assert polls == _static(base)[1]  # no wait added or moved
+
+
 def test_step_d_passes_the_compiled_static_checks_with_the_merge_workers_acquire_poll():
     failing, polls = _static(5)
     assert failing == [], [f.message for f in failing]

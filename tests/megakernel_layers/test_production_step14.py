@@ -58,6 +58,12 @@ def _switches(defines: dict[str, int]) -> dict[str, int]:
     return {k: env[k] for k in SWITCHES}
 
 
+def switches_changed_from_step_10(defines: dict[str, int]) -> tuple[set[str], dict[str, int], dict[str, int]]:
+    """(the switches the build of `defines` sets otherwise than step 10, step 10's, the build's)."""
+    base, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches(defines)
+    return {k for k in base if base[k] != step[k]}, base, step
+
+
 def _conditions(env: dict[str, int]) -> dict[str, int]:
     """{file:line: value} of every #if / #elif of the family's sources and probes over the switches alone."""
     out = {}

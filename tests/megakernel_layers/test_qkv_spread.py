@@ -26,8 +26,8 @@ from hazards.megakernel_layers import model as M
 from hazards.megakernel_layers.explain import BAR_ATTN_RELEASE, BAR_CHUNK_MERGE
 
 from .test_gemv_one_round import _spills, _warp_rounds, probe_stores
-from .test_merge_spread import _static
-from .test_production_step14 import _switches
+from .test_merge_spread import assert_static_checks_pass_with_the_polls_of
+from .test_production_step14 import switches_changed_from_step_10
 from .tripwire_fakes import NO_FEEDER, PHASE_ATTN_MERGE, PHASE_OPROJ, slot, snapshot
 
 STEP_J = {"MKL_CAMPAIGN_STEP": 12}
@@ -137,15 +137,13 @@ def test_step_j_spills_no_more_than_step_10_anywhere():
 
 
 def test_step_j_passes_the_compiled_static_checks_with_step_10_polls():
-    failing, polls = _static(12)
-    assert failing == [], [f.message for f in failing]
-    assert polls == _static(10)[1]  # no wait added or moved
+    assert_static_checks_pass_with_the_polls_of(12, 10)
 
 
 def test_step_j_is_step_10_but_for_the_qkv_tiles_and_a_candidate_of_the_gate():
     c = FA.candidate("step_j")
     assert dict(c.defines) == STEP_J and c.params == ()
     assert c.expected == "sloughing"  # the same QKV work on 128 blocks, not 80 (round 16, against step 10)
-    prod, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches(STEP_J)
-    assert {k for k in prod if prod[k] != step[k]} == {"MKL_CAMPAIGN_STEP", "MKL_QKV_SPREAD"}
+    changed, prod, step = switches_changed_from_step_10(STEP_J)
+    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_QKV_SPREAD"}
     assert step["MKL_QKV_SPREAD"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1 and prod["MKL_QKV_SPREAD"] == 0

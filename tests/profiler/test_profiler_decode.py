@@ -92,8 +92,9 @@ def test_python_layout_constants_mirror_the_header():
     assert consts["SUB_FLAG"] == profiler.SUB_FLAG
 
 
-@pytest.mark.parametrize("capacity,spans", [(16, 10), (6, 10)])
-def test_records_written_by_the_c_header_round_trip(tmp_path: Path, capacity: int, spans: int):
+def _run_c_writer(tmp_path: Path, *args: str) -> bytes:
+    """roundtrip_writer.c (the C header's host-side writer) compiled and run with `args`: its
+    claimed count, then the ring. The test skips without a C compiler."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
@@ -102,7 +103,12 @@ def test_records_written_by_the_c_header_round_trip(tmp_path: Path, capacity: in
                         str(Path(__file__).with_name("roundtrip_writer.c")), "-o", str(exe)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    out = subprocess.run([str(exe), str(capacity), str(spans)], capture_output=True, check=True).stdout
+    return subprocess.run([str(exe), *args], capture_output=True, check=True).stdout
+
+
+@pytest.mark.parametrize("capacity,spans", [(16, 10), (6, 10)])
+def test_records_written_by_the_c_header_round_trip(tmp_path: Path, capacity: int, spans: int):
+    out = _run_c_writer(tmp_path, str(capacity), str(spans))
     claimed = struct.unpack_from("<Q", out)[0]
     p = decode(out[8:], claimed, capacity=capacity)
     assert p.claimed == spans and p.dropped == max(0, spans - capacity)
@@ -135,15 +141,7 @@ def test_sub_span_records_decode_apart_and_leave_the_task_metrics_as_they_were()
 def test_sub_spans_written_by_the_c_header_round_trip(tmp_path: Path, capacity: int, spans: int):
     """hz_prof_write_points (what the device's hz_prof_commit_points stores after its one claim):
     the span, then a sub-span per reached point from the previous one, the last ending at the span's end."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    exe = tmp_path / "writer"
-    r = subprocess.run([cc, "-std=c99", "-Wall", "-Werror", f"-I{HEADER.parent}",
-                        str(Path(__file__).with_name("roundtrip_writer.c")), "-o", str(exe)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    out = subprocess.run([str(exe), str(capacity), str(spans), "points"], capture_output=True, check=True).stdout
+    out = _run_c_writer(tmp_path, str(capacity), str(spans), "points")
     claimed = struct.unpack_from("<Q", out)[0]
     p = decode(out[8:], claimed, capacity=capacity)
     assert claimed == sum(4 if i % 2 == 0 else 3 for i in range(spans))  # span + wait + (point 2) + last
