@@ -190,4 +190,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hazards.engine.errors import ToolchainMissing, UserError
+
+    try:
+        sys.exit(main())
+    except (UserError, ToolchainMissing, FA.DeviceError, FA.RingTooSmall) as e:  # a bad name, no GPU, no nvcc
+        sys.exit(f"megakernel_layers_profile: {e}")

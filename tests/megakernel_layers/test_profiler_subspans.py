@@ -133,3 +133,15 @@ def test_the_switch_without_the_profiler_is_production_line_for_line():
     prod = _sass_lines(None, "test-mkl-step-default")
     assert len(prod) > 10_000
     assert _sass_lines({"MKL_PROF_SUBSPANS": 1}, "test-mkl-subspans-unprofiled") == prod
+
+
+def test_the_profile_bench_refuses_an_unknown_candidate_in_one_line_without_a_traceback():
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "megakernel_layers_profile.py"), "--candidate", "nosuch"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert r.stderr.startswith("megakernel_layers_profile: unknown layered-megakernel candidate 'nosuch'")
