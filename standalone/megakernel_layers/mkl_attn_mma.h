@@ -11,6 +11,8 @@
 //                     reg 2 (row gid, cols 2 tig + 8, +9), reg 3 (row gid + 8, cols 2 tig + 8, +9)
 //   B (16 x 8, col):  reg 0 (k rows 2 tig, +1; col gid), reg 1 (k rows 2 tig + 8, +9; col gid)
 //   C, D (fp32):      c0, c1 (row gid, cols 2 tig, +1), c2, c3 (row gid + 8, same cols)
+// (A read from the ISA's row/col formulas; A, B and C also agree with the SM80_16x8x16 layouts of
+// NVIDIA/cutlass 468e0ea, include/cute/atom/mma_traits_sm80.hpp.)
 // The kernel's choices on top of them (a warp = one kv head's 8 q heads, a block = 32 tokens):
 //   scores S = [q_hi; q_lo] K^T: A row h < 8 is bf16(q) of head h, row h + 8 is bf16(q - bf16(q))
 //     of the same head, so D rows gid and gid + 8 sum to head gid's score. The sum over dims is

@@ -1205,8 +1205,10 @@ __device__ __forceinline__ void gemv_block_ahead(const __nv_bfloat16* w, long lo
 // registers: the block max is an in-lane max of the lane's 8 scores and 2 shuffles (the 4 lanes
 // of a head), l sums the fp32 P (reduced over the 4 lanes at the end), alpha rescales the head's
 // two accumulator rows. The loads keep production's kinds (K by ld_l2, V by __ldcg, 16 B each:
-// a lane's 8 K words and 8 V words a block, issued together before the first mma); V rows past
-// the chunk are not read (zero words), masked scores are -inf and their P 0.
+// a lane's 8 K words a block before the scores, its 8 V words after them, two L2 round trips a
+// block as in production: the V words issued beside the K words spilled 76-144 B in attend_chunk
+// (nvcc 13.0, the harness build), this order none); V rows past the chunk are not read (zero
+// words), masked scores are -inf and their P 0.
 __device__ __forceinline__ void attn_mma_16816(float c[4], const uint32_t a[4], const uint32_t b0, const uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
@@ -1292,7 +1294,7 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        p[nt][e] = attn_mma_s_token(nt, lane, e) < ntok ? expf(p[nt][e] - mn) : 0.f;
+        p[nt][e] = expf(p[nt][e] - mn);  // a masked score is -inf: 0
         ps += p[nt][e];
       }
     lh = lh * alpha + ps;
