@@ -70,7 +70,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # production of their time), in round 8 production (step d) vs step_b0 and back,
     # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
     # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j, step_k and step_l vs
-    # step 10 (their base, production from round 14 until step 14; candidate step_10).
+    # step 10 (their base, production from round 14 until step 14; candidate step_10), step_m vs
+    # production (its base, step 14).
     # Production is step 14 (step 10 + step (l), step_l's code): its promotion round gates step_10
     # (the production it replaces) -> production. `expected` is each one's verdict against today's
     # production (step 14), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
@@ -152,6 +153,13 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "rows; in the harness build several waited for each load before the next), the same loads of the same "
               "kind (MKL_CAMPAIGN_STEP 14; step 10's bits; faster than step 10 by the launch's gate in round 17)", "no-change",
               defines=(("MKL_CAMPAIGN_STEP", 14),)),
+    Candidate("step_m", "campaign step (m), a candidate (round 19; not measured yet): production (step 14) with the "
+              "attention chunk's 32-token block loop on tensor cores at the default shape (GQ 8): per block 16 "
+              "mma.sync m16n8k16 bf16 for the scores and 16 for P.V, q and P split into bf16 hi + lo rows (fp32 "
+              "accumulation; ~2^-17 relative a product), the softmax in registers (a head's max: 2 shuffles); the "
+              "small shape (GQ 4) keeps the scalar loop; the same loads' kinds, waits and sub-span points "
+              "(MKL_CAMPAIGN_STEP 15, MKL_ATTN_MMA; other bits than production's: judged by closeness)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 15),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

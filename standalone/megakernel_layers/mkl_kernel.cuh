@@ -39,6 +39,7 @@
 #include "../include/hz_profiler.h"
 #include "../include/hz_tripwire.h"
 #include "megakernel_layers_names.h"
+#include "mkl_attn_mma.h"
 #include "mkl_model.h"
 #include "mkl_sync.cuh"
 #if MKL_CAMPAIGN_STEP == 4
@@ -118,6 +119,10 @@
 // oproj (1.034 [1.004, 1.087]; no sloughing, cos unchanged). The production it replaces is step 10
 // (candidate step_10), which the promotion round gates against it. Where the comments below and in
 // the other sources say "production" for steps (i)-(l)'s base, they mean step 10.
+// 15 (a candidate, round 19) step (m): production (14) with attend_chunk's 32-token block loop on
+// tensor cores at GQ = 8 (MKL_ATTN_MMA; mma.sync m16n8k16 bf16 with fp32 accumulation, q and P
+// split into bf16 hi + lo rows; the fragment maps in mkl_attn_mma.h): the same loads' kinds, the
+// same waits and sub-span points, other bits (the sums' order; judged by closeness); step_m.
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 14
 #endif
@@ -131,8 +136,8 @@
 #ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-// Step (g) on step (f) (8), on step (e) alone (10: step_g_on_e's code) and in steps 11-14 (14: production).
-#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || (MKL_CAMPAIGN_STEP >= 10 && MKL_CAMPAIGN_STEP <= 14))  // step (g)
+// Step (g) on step (f) (8), on step (e) alone (10: step_g_on_e's code) and in steps 11-15 (14: production).
+#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || (MKL_CAMPAIGN_STEP >= 10 && MKL_CAMPAIGN_STEP <= 15))  // step (g)
 // Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
 // step (g) stayed its own candidate): the layer head's loads issued ahead of their use. Round 13
 // judged it slower than step (e): not in step 10 (nor in production, 14).
@@ -159,7 +164,12 @@
 #endif
 // Step (l) (14, production since round 17) is step 10 with its critical path's copies
 // issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
-#define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14)                              // step (l)
+#define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14 || MKL_CAMPAIGN_STEP == 15)  // step (l)
+// Step (m) (15, a candidate, round 19) is production (14) with attend_chunk's block loop on tensor
+// cores (mma.sync m16n8k16 bf16, fp32 accumulate; q and P split into bf16 hi + lo) at GQ = 8 (the
+// default shape); GQ = 4 (small) keeps the scalar loop. Other bits than production's (the sums'
+// order): judged by closeness.
+#define MKL_ATTN_MMA (MKL_CAMPAIGN_STEP == 15)                                // step (m)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -1179,6 +1189,146 @@ __device__ __forceinline__ void gemv_block_ahead(const __nv_bfloat16* w, long lo
 }
 #endif
 
+#if MKL_ATTN_MMA
+// Campaign step (m) (MKL_CAMPAIGN_STEP 15): attend_chunk's block loop at GQ = 8 on tensor cores.
+// Production's loop is one warp's dependency and issue chain (~12 us per 32-token block a warp,
+// ~512 scalar FMAs a lane for the scores and ~512 for P.V, plus 8 five-level warp_max): here a
+// block is 16 mma.sync.m16n8k16 (bf16 in, fp32 accumulate) for the scores and 16 for P.V, a
+// lane holding one head (gid = lane / 4) and a quarter of its tokens and dims (the fragment maps
+// and why they fit: mkl_attn_mma.h; a CPU test emulates the 32 lanes per the PTX ISA's layout).
+// Accuracy: K and V are bf16, exact in the mma's B. q (fp32) is split into two bf16 rows, hi =
+// bf16(q) and lo = bf16(q - hi), and P likewise: q = hi + lo to ~2^-17 relative (8 + 8 significant
+// bits), each bf16 x bf16 product is exact in fp32, and the mma accumulates in fp32, so a score
+// or an output differs from production's fp32 FMA chain by about fp32 rounding of a different
+// summation order plus ~2^-17 relative per product: close, not the same bits (judged by cos and
+// max |diff| against production and the reference, like step (e)). The softmax stays fp32 in
+// registers: the block max is an in-lane max of the lane's 8 scores and 2 shuffles (the 4 lanes
+// of a head), l sums the fp32 P (reduced over the 4 lanes at the end), alpha rescales the head's
+// two accumulator rows. The loads keep production's kinds (K by ld_l2, V by __ldcg, 16 B each:
+// a lane's 8 K words a block before the scores, its 8 V words after them, two L2 round trips a
+// block as in production: the V words issued beside the K words spilled 76-144 B in attend_chunk
+// (nvcc 13.0, the harness build), this order none); V rows past the chunk are not read (zero
+// words), masked scores are -inf and their P 0.
+__device__ __forceinline__ void attn_mma_16816(float c[4], const uint32_t a[4], const uint32_t b0, const uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t attn_mma_word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+// The warp's blocks of kv head kvh (tokens t0 + 32 sub, + 32 wpk, ... < t1) for its 8 q heads,
+// then its (m, l, acc) per head into its scratch slots (PART_W each), as the scalar loop leaves them.
+template <int NKV>
+__device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfloat16* kc, const __nv_bfloat16* vc,
+                                                  float* scratch, int t0, int t1, int kvh, int sub, int warp,
+                                                  int lane) {
+  constexpr int GQ = 8, wpk = NWARPS / NKV;
+  constexpr float scale = 0.125f;  // 1/sqrt(64)
+  const int gid = lane >> 2, tig = lane & 3;
+  const float* qr = q + (kvh * GQ + gid) * HD + attn_mma_q_dim0(lane);  // head gid, the lane's 16 dims
+  float mh = -INFINITY, lh = 0.f;  // head gid's running max; this lane's share of its sum
+  float o[8][4];                   // P.V's D, n-tiles 0..7: rows gid (P_hi) and gid + 8 (P_lo)
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+  for (int base = t0 + 32 * sub; base < t1; base += 32 * wpk) {
+    const int ntok = min(32, t1 - base);
+    uint4 kr[4][2];  // n-tile nt: the lane's 16 dims of token attn_mma_k_token(nt) (past the end: the block's first)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int tk = attn_mma_k_token(nt, lane);
+      const __nv_bfloat16* krow = kc + ((size_t)(base + (tk < ntok ? tk : 0)) * NKV + kvh) * HD + attn_mma_q_dim0(lane);
+      kr[nt][0] = ld_l2(krow);
+      kr[nt][1] = ld_l2(krow + 8);
+    }
+    uint32_t qa[4][4];  // the scores' A, k-steps 0..3: [q_hi; q_lo] of head gid, the lane's dims (rebuilt a
+                        // block from shared memory: 16 registers fewer across the loop)
+    {
+      float q16[16];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 v = *reinterpret_cast<const float4*>(qr + 4 * i);
+        q16[4 * i] = v.x; q16[4 * i + 1] = v.y; q16[4 * i + 2] = v.z; q16[4 * i + 3] = v.w;
+      }
+      attn_mma_q_frags(q16, qa);
+    }
+    float p[4][2];  // head gid's scaled scores, then probabilities, of tokens attn_mma_s_token(nt, e)
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const uint32_t kw[8] = {kr[nt][0].x, kr[nt][0].y, kr[nt][0].z, kr[nt][0].w,
+                              kr[nt][1].x, kr[nt][1].y, kr[nt][1].z, kr[nt][1].w};
+      float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t b[2];
+        attn_mma_k_frag(kw, j, b);
+        attn_mma_16816(c, qa[j], b[0], b[1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float sv = (c[e] + c[e + 2]) * scale;  // hi row + lo row
+        p[nt][e] = attn_mma_s_token(nt, lane, e) < ntok ? sv : -INFINITY;
+        mx = fmaxf(mx, p[nt][e]);
+      }
+    }
+    uint4 vw[2][2][2];  // [s][h][e]: the lane's 8 dims of token attn_mma_v_token(s, h, e) (past the end: zero)
+#pragma unroll
+    for (int s2 = 0; s2 < 2; ++s2)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int tk = attn_mma_v_token(s2, h, lane, e);
+          vw[s2][h][e] = tk < ntok ? __ldcg(reinterpret_cast<const uint4*>(vc + ((size_t)(base + tk) * NKV + kvh) * HD +
+                                                                           attn_mma_v_dim0(lane)))
+                                   : make_uint4(0u, 0u, 0u, 0u);
+        }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));  // finite: the block's first token is valid
+    const float mn = fmaxf(mh, mx);
+    const float alpha = expf(mh - mn);  // mh = -inf -> 0
+    float ps = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        p[nt][e] = expf(p[nt][e] - mn);  // a masked score is -inf: 0
+        ps += p[nt][e];
+      }
+    lh = lh * alpha + ps;
+    mh = mn;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[nt][i] *= alpha;
+#pragma unroll
+    for (int s2 = 0; s2 < 2; ++s2) {
+      uint32_t pa[4];
+      attn_mma_p_frags(p, s2, pa);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const uint32_t b0 = attn_mma_v_frag(attn_mma_word(vw[s2][0][0], nt >> 1), attn_mma_word(vw[s2][0][1], nt >> 1), nt);
+        const uint32_t b1 = attn_mma_v_frag(attn_mma_word(vw[s2][1][0], nt >> 1), attn_mma_word(vw[s2][1][1], nt >> 1), nt);
+        attn_mma_16816(o[nt], pa, b0, b1);
+      }
+    }
+  }
+  MKL_SUB_POINT(SUB_GEMV);  // thread 0's warp's blocks
+  // this warp's (m, l, acc) of head gid into its scratch slot: l summed over the head's 4 lanes,
+  // acc = hi row + lo row
+  lh += __shfl_xor_sync(0xffffffffu, lh, 1);
+  lh += __shfl_xor_sync(0xffffffffu, lh, 2);
+  float* sw = scratch + ((size_t)warp * GQ + gid) * PART_W;
+  if (tig == 0) { sw[0] = mh; sw[1] = lh; }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) sw[2 + attn_mma_o_dim(nt, lane, e)] = o[nt][e] + o[nt][e + 2];
+}
+#endif
+
 // One attention chunk for every head: tokens [t0, t1) of this layer's cache (row seq is the
 // new token). Warps: kv head = warp % NKV, token lane-blocks interleaved over the
 // NWARPS / NKV warps of a head; lane = token for the scores, lane = dim pair for P.V.
@@ -1232,6 +1382,11 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
 #endif
   __syncthreads();
   MKL_SUB_POINT(SUB_FILL);
+#if MKL_ATTN_MMA
+  if constexpr (GQ == 8) {
+    attend_blocks_mma<NKV>(q, kc, vc, scratch, t0, t1, kvh, sub, warp, lane);  // ends at its scratch slots
+  } else {
+#endif
   constexpr float scale = 0.125f;  // 1/sqrt(64)
   float m[GQ], l[GQ], acc[GQ][2];
 #pragma unroll
@@ -1350,6 +1505,9 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     sw[2 + 2 * lane] = acc[g][0];
     sw[2 + 2 * lane + 1] = acc[g][1];
   }
+#if MKL_ATTN_MMA
+  }  // GQ != 8 (the small shape): the scalar loop above
+#endif
   __syncthreads();
   MKL_SUB_POINT(SUB_AFTER);  // every warp's blocks
   for (int idx = threadIdx.x; idx < s.NQ * PART_W; idx += THREADS) {

@@ -149,6 +149,19 @@ def _loads_before_first_store(blocks: list[list[str]]) -> int:
     return n
 
 
+def ptxas_spills(cubin) -> dict[str, tuple[int, int]]:
+    """(spill stores, spill loads) in bytes per function of a `-Xptxas=-v` build, the largest over its
+    instances. A function and its ptxas clones (NAME$1) count under one name: which instance gets the
+    suffix moves with the translation unit's text (step (m)'s header swapped quantize_expert_rounds<1>'s
+    and <2>'s in step 10's build; production's unchanged)."""
+    out: dict[str, tuple[int, int]] = {}
+    for m in re.finditer(r"Function properties for ([^\s$]+)\S*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
+                         r"(\d+) bytes spill loads", cubin.log):
+        old = out.get(m.group(1), (0, 0))
+        out[m.group(1)] = (max(old[0], int(m.group(2))), max(old[1], int(m.group(3))))
+    return out
+
+
 @pytest.fixture(scope="module")
 def step_l():
     cubin = _harness_build({"MKL_CAMPAIGN_STEP": 14}, "test-mkl-step-l-harness")
@@ -202,15 +215,7 @@ def test_step_l_keeps_each_loads_kind(step_l, step_10):
 
 
 def test_step_l_spills_no_more_than_step_10_anywhere_in_the_harness_build(step_l, step_10):
-    def spills(cubin) -> dict[str, tuple[int, int]]:
-        out: dict[str, tuple[int, int]] = {}
-        for m in re.finditer(r"Function properties for (\S+)\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
-                             r"(\d+) bytes spill loads", cubin.log):
-            old = out.get(m.group(1), (0, 0))
-            out[m.group(1)] = (max(old[0], int(m.group(2))), max(old[1], int(m.group(3))))
-        return out
-
-    prod, step = spills(step_10[0]), spills(step_l[0])
+    prod, step = ptxas_spills(step_10[0]), ptxas_spills(step_l[0])
     assert any("mkl_megakernel" in k for k in prod), sorted(prod)
     assert set(prod) <= set(step), sorted(set(prod) - set(step))
     worse = {k: (prod[k], step[k]) for k in prod if step[k][0] > prod[k][0] or step[k][1] > prod[k][1]}

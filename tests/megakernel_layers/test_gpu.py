@@ -293,6 +293,34 @@ def run_beside_production(defines: dict, params: dict):
     return out, out_p
 
 
+# ---- campaign step (m) (MKL_CAMPAIGN_STEP 15, a candidate): the attention chunk on tensor cores -----
+
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                                  # GQ 8: the mma loop (1025 tokens: a partial block)
+    {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},        # 64 workers, 64 chunks: other block splits
+    {"layers": 2, "seq": 1024, "model": "small"},                # GQ 4: the scalar loop beside production's other tasks
+    {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
+], ids=["default", "grid64", "small", "stale_descriptor"])
+def test_step_m_is_clean_and_close_to_production(params: dict):
+    """Step (m) sums the attention's scores and P.V on tensor cores (bf16 hi + lo splits of q and P, fp32
+    accumulation): not production's bits, but every checked launch clean against the binary's reference
+    (corrupted, with stale_descriptor on) and the output close to production's: cos > 0.99999, the
+    largest difference under 2e-3 of production's largest value, the family's relative error under a
+    quarter of its tolerance."""
+    import torch
+
+    from hazards.megakernel_layers import reference as R
+
+    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 15}, params)
+    if "hazard" in params:
+        return
+    a, b = out.double().flatten(), out_p.double().flatten()
+    cos = float(torch.nn.functional.cosine_similarity(a, b, dim=0))
+    worst = float((a - b).abs().max() / b.abs().max())
+    assert cos > 0.99999 and worst < 2e-3, (cos, worst)
+    assert R.rel_err(out, out_p) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_p)
+
+
 # ---- campaign step (k) (MKL_CAMPAIGN_STEP 13, a candidate): the next layer's QKV kept in L2 -------
 
 @pytest.mark.parametrize("params", [

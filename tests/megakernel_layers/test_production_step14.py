@@ -28,7 +28,7 @@ from .test_merge_spread import ROOT, family_cubin
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_MERGE_SPREAD", "MKL_ROUTER_LATENCY",
             "MKL_ATTN_AHEAD", "MKL_W2_QUANT_AHEAD", "MKL_HEAD_AHEAD", "MKL_GEMV_ONE_ROUND", "MKL_QKV_SPREAD", "MKL_L2_KEEP_QKV",
-            "MKL_COPY_AHEAD",
+            "MKL_COPY_AHEAD", "MKL_ATTN_MMA",
             "MKL_RESERVE_RING_SMEM")
 STEP_G_ON_E = dict(FA.candidate("step_g_on_e").defines)
 STEP_10 = {"MKL_CAMPAIGN_STEP": 10}
