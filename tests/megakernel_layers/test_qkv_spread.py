@@ -122,6 +122,30 @@ def test_step_j_participant_set_hang_names_chunk_rank_128():
     assert "(the schedule predicts 80)" in F.explain_hang(snapshot(SMS, sl), {"variant": "participant_set"})
 
 
+def test_repro_with_step_j_defines_builds_step_j_and_explains_its_hang_with_step_j_tiles(monkeypatch):
+    """`hazards repro --family megakernel_layers -D MKL_CAMPAIGN_STEP=12` builds step (j)'s binary and its
+    hang reads step (j)'s schedule (128 tiles), not production's (80: "the schedule predicts 80")."""
+    import hazards.stress_family as SF
+    from hazards.cli import repro
+
+    built = []
+    monkeypatch.setattr(SF, "family_binary", lambda fam, defines=None: built.append(defines) or Path("/bin/true"))
+    defines = repro._defines(["MKL_CAMPAIGN_STEP=12"])
+    assert defines == STEP_J
+    repro._family_spec("megakernel_layers", "participant_set", {}, None, None, defines)
+    assert built == [STEP_J]
+    sl = [slot(w, layer=0, phase=PHASE_ATTN_MERGE, barrier=BAR_CHUNK_MERGE, observed=128, expected=129,
+               aux=(128, 129, NO_FEEDER)) for w in range(4)]
+    sl += [slot(w, layer=0, phase=PHASE_OPROJ, barrier=BAR_ATTN_RELEASE, observed=0, expected=1,
+                aux=(128, 129, NO_FEEDER)) for w in range(4, SMS)]
+    text = repro._family_explainer("megakernel_layers", defines)(snapshot(SMS, sl), {"variant": "participant_set"})
+    assert text == F.explain_hang(snapshot(SMS, sl), {"variant": "participant_set"}, STEP_J), text
+    assert "min(QKV tiles 128, workers 132)" in text and "the schedule predicts" not in text, text
+    # without -D it is production's build, explained with production's tiles
+    prod = repro._family_explainer("megakernel_layers")(snapshot(SMS, sl), {"variant": "participant_set"})
+    assert "(the schedule predicts 80)" in prod, prod
+
+
 def test_snapshot_epoch_has_4_vulnerable_workers_on_step_j_build_not_52():
     prod, step_j = F.predict({"variant": "snapshot_epoch"}), F.predict({"variant": "snapshot_epoch"}, defines=STEP_J)
     assert prod.reason.startswith("52 workers") and step_j.reason.startswith("4 workers")
