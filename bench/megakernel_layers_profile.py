@@ -90,6 +90,9 @@ def report_subspans(reply: dict, profiles: list, median_i: int, names: dict[int,
     sub_names = FA.subspan_names(reply["subspan_names"]) if reply.get("subspan_names") else {}
     per_layer = subspan_stats(profiles[median_i].subspans)
     print("  sub-spans (us: mean over instances / slowest instance; xN instances when not 1), median launch:")
+    if dropped := sum(p.subspans_dropped for p in profiles):
+        print(f"  INCOMPLETE: {dropped} sub-spans dropped over {len(profiles)} launches (a parent task id >= 256 or a point >= 128: "
+              "hazards.engine.profiler.Profile.subspans_dropped)")
     for layer, tasks in per_layer.items():
         if layer >= reply["layers"]:
             continue

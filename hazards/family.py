@@ -186,12 +186,13 @@ class Family:
     # What the family module adds beyond its table (`load_family`'s keywords): a static check
     # of a point's emitted code (its Findings), the check ids a canary's static check must
     # report, the targets the catalog judges it on (the first is the primary listing) and
-    # which of them a point builds for, and a sentence for a hang its tripwire caught.
+    # which of them a point builds for, and a sentence for a hang its tripwire caught
+    # (explain_hang(snapshot, params[, defines]): the build's -D defines, None for the default build).
     static_check: Callable[..., list[Any]] | None = None
     predicted_checks: Callable[..., set[str]] | None = None
     static_archs: tuple[str | None, ...] = (None,)
     static_targets: Callable[[dict[str, Any]], tuple[str | None, ...]] | None = None
-    explain_hang: Callable[[Any, dict[str, Any]], str | None] | None = None
+    explain_hang: Callable[..., str | None] | None = None
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

@@ -40,7 +40,11 @@ TARGETS: dict[str, GpuTarget] = {
     # 16 cores). The machine code is not always the same as a build without it: address spaces
     # are not inferred across out-of-line functions, so their pointer arguments' loads stay
     # generic (LD.E, not LDG.E; the layered megakernel's tasks, tests/megakernel_layers/
-    # test_copy_ahead.py). A SASS test of a family binary reads a build with these flags.
+    # test_copy_ahead.py). A SASS test of a family binary reads a build with these flags
+    # (target_flags; tests/megakernel_layers/test_merge_spread.py's family_cubin). With them the
+    # code also depends on the source's folder: the anonymous namespace's mangled name carries a
+    # hash of its path, and ptxas then infers some address spaces otherwise (production: 5 stores of
+    # attend_chunk STG.E in one checkout, ST.E in another; test_production_step14.py's pin).
     toolchain.SM90A: GpuTarget(toolchain.SM90A, "nvcc",
                                ("-O3", "-std=c++17", "-lineinfo", "-split-compile=0",
                                 *toolchain.nvcc_arch_flags(toolchain.SM90A))),
@@ -53,6 +57,13 @@ def _known_target(target: str) -> GpuTarget:
     if target not in TARGETS:
         raise UserError(f"unknown build target {target!r} (known: {', '.join(TARGETS)})")
     return TARGETS[target]
+
+
+def target_flags(target: str = toolchain.SM90A) -> tuple[str, ...]:
+    """The compile flags of a harness build for `target` (before its defines): what `build` passes,
+    and what a CPU test's cubin of a family source passes (hazards.static.compile.compile_cubin with
+    `harness_flags=True`) to read the machine code the GPU runs, not a build's with other flags."""
+    return _known_target(target).flags
 
 
 def find_compiler(target: str) -> str:
@@ -88,9 +99,8 @@ def build(source_dir: Path, binary: str, *, target: str = toolchain.SM90A,
     main = source_dir / f"{binary}.cu"
     if not main.is_file():
         raise UserError(f"no kernel source {main}")
-    t = _known_target(target)
     compiler = find_compiler(target)
-    flags = [*t.flags, *define_flags(defines), *extra_flags]
+    flags = [*target_flags(target), *define_flags(defines), *extra_flags]
     gen = dict(sorted((generated or {}).items()))
     key = toolchain.cache_key(toolchain.source_files([source_dir, *shared_dirs], main),
                               [*flags, *(f"{k}\0{v}" for k, v in gen.items())],

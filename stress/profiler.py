@@ -5,7 +5,10 @@ A profiled launch leaves `claimed` (how many spans it tried to record) and a rin
 aux. Tasks are matched by their numeric id; names are optional metadata. More in docs/gates.md.
 A record whose task field has SUB_FLAG set is a sub-span of a task (HZ_PROF_SUB_TASK: the
 parent's id and the point's index): it goes to Profile.subspans, never among the spans, so the
-per-task metrics (and every gate judging them) are the same with or without sub-spans.
+per-task metrics (and every gate judging them) are the same with or without sub-spans. A sub-span
+whose parent id (8 bits) or point index (7 bits) does not fit is written with point 0
+(HZ_PROF_SUB_DROPPED): counted in Profile.subspans_dropped and said in its summary, never read as
+another task's sub-span.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ RECORD_WORDS = 4
 W_BEGIN, W_END, W_WHERE, W_AUX = 0, 1, 2, 3
 SM_UNKNOWN = 0xFFFF
 SUB_FLAG = 0x8000  # HZ_PROF_SUB_FLAG: task field = SUB_FLAG | point:7 << 8 | parent:8
+SUB_DROPPED = SUB_FLAG  # HZ_PROF_SUB_DROPPED: a sub-span whose parent or point does not fit (point 0)
 RECORD_BYTES = RECORD_WORDS * 8
 METRICS = ("slowCTA", "wall", "sumCTA")
 
@@ -78,6 +82,9 @@ class Profile:
     names: dict[int, str]
     problems: list[str]
     subspans: list[SubSpan] = dataclasses.field(default_factory=list)
+    # sub-spans written as HZ_PROF_SUB_DROPPED (their parent id >= 256 or point >= 128): Profile.subspans
+    # lacks them. The per-task metrics never read sub-spans, so `complete` does not count them.
+    subspans_dropped: int = 0
 
     @property
     def dropped(self) -> int:
@@ -114,6 +121,9 @@ class Profile:
         text = f"{len(self.spans)} spans{subs} of {self.claimed} claimed (ring capacity {self.capacity})"
         if self.dropped:
             text += f"; OVERFLOW: {self.dropped} records dropped (spans or sub-spans), metrics are incomplete"
+        if self.subspans_dropped:
+            text += (f"; {self.subspans_dropped} sub-spans dropped (parent task id >= 256 or point >= 128: a "
+                     "sub-span record cannot name them), sub-spans are incomplete")
         if self.problems:
             text += f"; {len(self.problems)} problem(s): {self.problems[0]}"
         return text
@@ -146,6 +156,7 @@ def decode(records: bytes | bytearray | memoryview | Sequence[int], claimed: int
     spans: list[Span] = []
     subspans: list[SubSpan] = []
     problems: list[str] = []
+    subspans_dropped = 0
     for slot in range(min(claimed, capacity)):
         w = words[slot * RECORD_WORDS:(slot + 1) * RECORD_WORDS]
         begin, end, where, aux = (int(x) for x in w)
@@ -156,12 +167,14 @@ def decode(records: bytes | bytearray | memoryview | Sequence[int], claimed: int
         if end < begin:
             problems.append(f"slot {slot} (task {task}, block {block}) ends before it begins")
             continue
-        if task & SUB_FLAG:
+        if task == SUB_DROPPED:
+            subspans_dropped += 1
+        elif task & SUB_FLAG:
             subspans.append(SubSpan(task=task & 0xFF, point=(task >> 8) & 0x7F, sm=sm, block=block,
                                     begin=begin, end=end, aux=aux))
         else:
             spans.append(Span(task=task, sm=sm, block=block, begin=begin, end=end, aux=aux))
-    return Profile(spans, claimed, capacity, dict(names or {}), problems, subspans)
+    return Profile(spans, claimed, capacity, dict(names or {}), problems, subspans, subspans_dropped)
 
 
 def median(values: Iterable[float]) -> float:

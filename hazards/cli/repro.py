@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from hazards.cli.app import app
-from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, FamilyOption,
+from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, DefineOption, FamilyOption,
                                  JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,                                  launches_option, literal, progress_interval, runs_option, timeout_option,
                                  variant_option, HangFlags, hang_options)
 from hazards.engine.errors import UserError, check_seconds
@@ -59,6 +59,10 @@ Examples:
     hazards repro --tripwire --timeout 5 -- ./my_megakernel --seq 4096
     hazards repro --family deadlock --variant broken_epoch --timeout 3
     hazards repro --family deadlock --variant broken_epoch --keep-going -n 30
+    hazards repro --family megakernel_layers --variant participant_set -D MKL_CAMPAIGN_STEP=12
+
+`-D` (with --family) builds the family's binary with those defines (with --binary: the defines it
+was built with), and a hang is explained for that build (a campaign step's own schedule).
 """
 
 
@@ -77,9 +81,23 @@ def _parse_params(text: str | None) -> dict[str, Any]:
     return value
 
 
+def _defines(items: list[str] | None) -> dict[str, int | str] | None:
+    """-D NAME or NAME=VALUE items (comma-separated too) as build defines, integers where they read so;
+    None for none."""
+    from hazards.mutate.conditionals import parse_defines
+
+    try:
+        raw = parse_defines([d for item in (items or []) for d in item.split(",") if d])
+    except ValueError as e:
+        raise UserError(f"-D/--define: {e}") from None
+    return {k: int(v) if v.lstrip("-").isdigit() else v for k, v in raw.items()} or None
+
+
 def _family_spec(family: str, variant: str | None, params: dict[str, Any], launches: int | None,
-                 binary: Path | None) -> tuple[list[str], dict[str, Any], Path | None, Any]:
-    """argv, run params, names file and the Family for a --family target."""
+                 binary: Path | None, defines: dict[str, Any] | None = None
+                 ) -> tuple[list[str], dict[str, Any], Path | None, Any]:
+    """argv, run params, names file and the Family for a --family target (its binary built with
+    `defines`, unless `binary` is given)."""
     from hazards.families import get_family
 
     from hazards.family import HARNESS_KEYS, BadPoint
@@ -104,7 +122,7 @@ def _family_spec(family: str, variant: str | None, params: dict[str, Any], launc
     else:
         from hazards.stress_family import family_binary
 
-        exe = family_binary(fam)
+        exe = family_binary(fam, defines=defines)
     run_params = {"variant": v.name, **params}
     if launches is not None:
         run_params["launches"] = launches
@@ -112,13 +130,17 @@ def _family_spec(family: str, variant: str | None, params: dict[str, Any], launc
     return [str(exe), "--once"], run_params, names if names.exists() else None, fam
 
 
-def _family_explainer(family: str | None) -> Any:
-    """The family's `explain_hang(snapshot, params)`, if it has one."""
+def _family_explainer(family: str | None, defines: dict[str, Any] | None = None) -> Any:
+    """The family's `explain_hang(snapshot, params)`, if it has one, reading the build of these -D
+    `defines` (None: the default build): a campaign build's hang is explained with its own schedule."""
     if not family:
         return None
     from hazards.families import get_family
 
-    return get_family(family).explain_hang
+    explain = get_family(family).explain_hang
+    if explain is None or not defines:
+        return explain
+    return lambda snapshot, params: explain(snapshot, params, defines)
 
 
 def _print_failure(out: Console, seq: int, r: RunResult) -> None:
@@ -159,6 +181,7 @@ def repro_command(
     launches: Annotated[Optional[int], launches_option("the family's")] = None,
     binary: Optional[Path] = typer.Option(None, "--binary", show_default="built from the catalog",
                                           help="Prebuilt family binary (skips the build)."),
+    defines: DefineOption = None,
     timeout: Annotated[Optional[float], timeout_option(f"the family's, else {DEFAULT_TIMEOUT_S:g}")] = None,
     max_runs: Annotated[int, runs_option(str(DEFAULT_MAX_RUNS))] = DEFAULT_MAX_RUNS,
     old_max_runs: Optional[int] = typer.Option(None, "--max-runs", hidden=True, help="Old spelling of -n/--runs."),
@@ -191,22 +214,25 @@ def repro_command(
     store_path = lease.store_path
     interval_s = progress_interval(progress_every)
     run_params = _parse_params(params)
+    build_defines = _defines(defines)
     if family is not None:
         if command:
             raise UserError("give either --family or a command after --, not both")
-        argv, run_params, default_names, fam = _family_spec(family, variant, run_params, launches, binary)
+        argv, run_params, default_names, fam = _family_spec(family, variant, run_params, launches, binary,
+                                                            build_defines)
         timeout = timeout if timeout is not None else fam.timeout_s
         names = names if names is not None else default_names
         tripwire = True if tripwire is None else tripwire
     else:
-        if variant or launches or binary:
-            raise UserError("--variant/--launches/--binary go with --family")
+        if variant or launches or binary or build_defines:
+            raise UserError("--variant/--launches/--binary/-D go with --family")
         argv = check_argv(list(command or []), None, dict(os.environ))
         timeout = timeout if timeout is not None else DEFAULT_TIMEOUT_S
         tripwire = bool(tripwire)
     name_table = load_names(names) if names is not None else None
 
-    spec = {"argv": argv, "cwd": os.getcwd(), "family": family, "params": run_params, "timeout": timeout,
+    spec = {"argv": argv, "cwd": os.getcwd(), "family": family, "defines": build_defines, "params": run_params,
+            "timeout": timeout,
             "max_runs": max_runs, "until_fail": not keep_going, "tripwire": tripwire,
             "forensics": hang.forensics, "hang_budget": hang.hang_budget, "forensics_share": hang.forensics_share,
             "names": str(names) if names else None, "max_errors_in_a_row": max_errors_in_a_row}
@@ -249,7 +275,7 @@ def _run(store: Store, spec: dict[str, Any], argv: list[str], run_params: dict[s
             if tw is not None:
                 target = TripwireTarget(target, tw, names=name_table,
                                         keep="always" if keep_tripwire else "failures",
-                                        explain=_family_explainer(spec.get("family")))
+                                        explain=_family_explainer(spec.get("family"), spec.get("defines")))
             return ReproTarget(target, kernel_log)
 
         cid = frame.create(KIND, spec, name=name)

@@ -75,7 +75,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # Production is step 14 (step 10 + step (l), step_l's code): its promotion round gates step_10
     # (the production it replaces) -> production. `expected` is each one's verdict against today's
     # production (step 14), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
-    # texts keep their verdicts against their base, step_10.
+    # texts keep their verdicts against their base, step_10. step_k_half's and step_k_setaside's were
+    # never measured: their `expected` is the hypothesis they were written for, and their texts say so.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
               "(MKL_CAMPAIGN_STEP 0)", "slower", defines=(("MKL_CAMPAIGN_STEP", 0),)),
     Candidate("step_a", "campaign step (a) only: the merge's loads issued ahead, round 3's router "
@@ -141,11 +142,14 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "bits, production's; round 17: slower than step 10, router_topk 2.12, worker 1.028 on the launch)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 13),)),
     Candidate("step_k_half", "step (k) with the evict_last policy on half the kept lines (MKL_L2_KEEP_PCT 50): "
-              "the variant if step_k's 29.5 MB kept starve the MoE's prefetch windows (production's bits)", "faster",
+              "the variant if step_k's 29.5 MB kept starve the MoE's prefetch windows (production's bits; not "
+              "measured: 'faster' is the hypothesis it was written for, and step_k, its base, was slower than "
+              "step 10 in round 17)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_KEEP_PCT", 50))),
     Candidate("step_k_setaside", "step (k) with a 30 MB persisting-L2 set-aside (MKL_L2_SET_ASIDE_MB 30: the harness "
               "sets cudaLimitPersistingL2CacheSize once per process, resets it at exit): the variant if step_k's "
-              "evict_last lines are not kept without one (production's bits)", "faster",
+              "evict_last lines are not kept without one (production's bits; not measured: 'faster' is the "
+              "hypothesis it was written for, and step_k, its base, was slower than step 10 in round 17)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_SET_ASIDE_MB", 30))),
     Candidate("step_l", "campaign step (l) (round 17; production's code since step 14): step 10 with the copies on the "
               "layer's critical path issuing a thread's loads before its stores (the attention's q, the RMSNorm's x "

@@ -22,6 +22,7 @@ from typing import Mapping
 from hazards.engine import toolchain
 from hazards.engine.classify import signal_name
 from hazards.engine.errors import NotJudged, ToolchainMissing, UserError
+from hazards.engine.build import target_flags
 from hazards.engine.proctree import run_in_group
 from hazards.kernel_sources import standalone_dir
 
@@ -168,11 +169,15 @@ def preprocess(source: Path, *, defines: Mapping[str, object] | None = None,
 
 def compile_cubin(source: Path, *, arch: str = toolchain.SM90A,
                   defines: Mapping[str, object] | None = None, label: str | None = None,
-                  extra_args: tuple[str, ...] = (), key_extra: str = "") -> Build:
-    """A cubin for `source` built with `nvcc -cubin -O3` for `arch`; `log` is ptxas' stderr."""
+                  extra_args: tuple[str, ...] = (), key_extra: str = "", harness_flags: bool = False) -> Build:
+    """A cubin for `source` built with `nvcc -cubin -O3` for `arch`; `log` is ptxas' stderr.
+    `harness_flags`: with a family harness build's flags instead (stress.build.target_flags:
+    -split-compile=0 and -lineinfo among them, which change the machine code), so the cubin's
+    code is the family binary's that the GPU runs."""
     nvcc = toolchain.find_tool("nvcc", needed_for="for the NVIDIA static checks")
     src = Path(source)
-    args = ["-cubin", *toolchain.nvcc_arch_flags(arch), "-O3", *_define_args(defines), *extra_args]
+    flags = target_flags(arch) if harness_flags else (*toolchain.nvcc_arch_flags(arch), "-O3")
+    args = ["-cubin", *flags, *_define_args(defines), *extra_args]
     return _cached_build(nvcc, args, src, ".cubin", label or f"{src.stem}-{arch}", key_extra=key_extra)
 
 

@@ -42,7 +42,10 @@
  * point (or the task's origin) to this one. A sub-span record is an ordinary record whose
  * task field is HZ_PROF_SUB_TASK(parent, point): bit 15 set, the point's index (7 bits),
  * the parent task id (8 bits, so a parent with sub-spans has an id below 256); aux is the
- * parent's. hz_prof_commit_points claims the parent's record and its sub-spans with ONE
+ * parent's. A sub-span those fields cannot name (parent id >= 256 or point index >= 128) is
+ * never truncated into another task's: it is stored with point 0 (HZ_PROF_SUB_DROPPED; real
+ * points count from 1), which the decoder counts as a dropped sub-span and says so
+ * (Profile.subspans_dropped). hz_prof_commit_points claims the parent's record and its sub-spans with ONE
  * atomic, so sub-spans add stores, not round trips. The decoder keeps them apart
  * (Profile.subspans): the per-task metrics and everything judged from them never see them.
  *
@@ -65,6 +68,9 @@
 #define HZ_PROF_SM_UNKNOWN 0xFFFFu
 #define HZ_PROF_SUB_FLAG 32768u /* 0x8000: task field of a sub-span record = flag | point:7 << 8 | parent:8 */
 #define HZ_PROF_SUB_TASK(parent, point) (HZ_PROF_SUB_FLAG | (((uint32_t)(point) & 0x7Fu) << 8) | ((uint32_t)(parent) & 0xFFu))
+/* The task field of a sub-span HZ_PROF_SUB_TASK cannot name (parent > 0xFF or point > 0x7F): point 0. */
+#define HZ_PROF_SUB_DROPPED 32768u
+#define HZ_PROF_SUB_FITS(parent, point) ((uint32_t)(parent) <= 0xFFu && (uint32_t)(point) <= 0x7Fu)
 
 #if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
 #define HZ_PROF_GPU 1
@@ -112,7 +118,8 @@ HZ_PROF_FN uint32_t hz_prof_points_reached(const uint64_t *points, uint32_t n) {
 
 /* Store the span at `slot` and its sub-spans after it: sub-span k (point k, or k = n + 1 for the
  * one ending at `end`) from the previous reached point, as HZ_PROF_SUB_TASK(task, k) with the
- * span's aux. Returns the slot after the last record. */
+ * span's aux (HZ_PROF_SUB_DROPPED where those fields cannot hold task or k). Returns the slot
+ * after the last record. */
 HZ_PROF_FN unsigned long long hz_prof_write_points(hz_prof_t p, unsigned long long slot, uint32_t task, uint32_t sm,
                                                    uint32_t block, uint64_t begin, uint64_t end, uint64_t aux,
                                                    const uint64_t *points, uint32_t n) {
@@ -122,7 +129,8 @@ HZ_PROF_FN unsigned long long hz_prof_write_points(hz_prof_t p, unsigned long lo
         uint64_t t = k <= n ? points[k] : end;
         if (t == 0) continue;
         if (t < prev) t = prev;
-        hz_prof_write(p, slot++, HZ_PROF_SUB_TASK(task, k), sm, block, prev, t, aux);
+        hz_prof_write(p, slot++, HZ_PROF_SUB_FITS(task, k) ? HZ_PROF_SUB_TASK(task, k) : HZ_PROF_SUB_DROPPED, sm, block,
+                      prev, t, aux);
         prev = t;
     }
     return slot;

@@ -10,18 +10,39 @@ from typing import Iterable
 MERGE_BATCH = 16  # mkl_kernel.cuh MERGE_BATCH: the chunk partials weighed per pass of the merge
 
 
+def function_part(label: str) -> str:
+    """The function a listing's label names: a kernel's `.text.KERNEL`, a device function's last `$`
+    part of `$KERNEL$FUNC`, and of `$KERNEL$FUNC$N` too: ptxas' N-th copy of FUNC (the harness build,
+    -split-compile=0, copies some functions; which ones is its choice per build)."""
+    return re.sub(r"\$\d+$", "", label.removeprefix(".text.")).split("$")[-1]
+
+
+def spills_by_function(ptxas_log: str) -> dict[str, tuple[int, int]]:
+    """{function: (spill store bytes, spill load bytes)} from a ptxas -v log: each kernel body, and each
+    device function at the worst of its copies (ptxas names both kernels' instances alike, and a copy
+    of its own `NAME$N`: which function gets one moves between builds and checkouts, so a copy's
+    number names no particular code)."""
+    out: dict[str, tuple[int, int]] = {}
+    for m in re.finditer(r"Function properties for (\S+)\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
+                         r"(\d+) bytes spill loads", ptxas_log):
+        name = re.sub(r"\$\d+$", "", m.group(1))
+        old = out.get(name, (0, 0))
+        out[name] = (max(old[0], int(m.group(2))), max(old[1], int(m.group(3))))
+    return out
+
+
 def function_listings(listing: str, names: Iterable[str]) -> dict[str, str]:
     """{name: its lines} for each of `names` that a function of the listing is named by: a label
     line other than a local `.L` one opens a function (`.text.KERNEL:` a kernel, `$KERNEL$FUNC:`
-    a device function inside it), kept under the first of `names` that its symbol's last `$`
-    part contains, or skipped."""
+    a device function inside it, `$KERNEL$FUNC$N:` ptxas' N-th copy of it), kept under the first of
+    `names` that its symbol's function part (function_part) contains, or skipped."""
     names = list(names)
     funcs: dict[str, str] = {}
     name = None
     for line in listing.splitlines():
         label = re.match(r"^(\S+):\s*$", line)
         if label and not line.startswith(".L"):
-            symbol = label.group(1).removeprefix(".text.").split("$")[-1]
+            symbol = function_part(label.group(1))
             name = next((n for n in names if n in symbol), None)
             if name:
                 funcs.setdefault(name, "")
@@ -31,14 +52,14 @@ def function_listings(listing: str, names: Iterable[str]) -> dict[str, str]:
 
 
 def function_instances(listing: str, name: str) -> list[str]:
-    """The lines of every function of the listing whose symbol's last `$` part contains `name`, one
+    """The lines of every function of the listing whose symbol's function part contains `name`, one
     string per instance (function_listings joins the instances of both kernels and shapes)."""
     out: list[str] = []
     inside = False
     for line in listing.splitlines():
         label = re.match(r"^(\S+):\s*$", line)
         if label and not line.startswith(".L"):
-            inside = name in label.group(1).removeprefix(".text.").split("$")[-1]
+            inside = name in function_part(label.group(1))
             if inside:
                 out.append("")
         elif inside:

@@ -272,10 +272,11 @@ def test_step_m_attention_chunk_spills_no_more_than_production_in_the_harness_bu
     <4,4> spill no more than production's. (Not every function: the kernel body's and gemv_round<4>'s
     spills grow with any of the block loop's variants tried, a whole-program allocation effect; the
     report of the branch that added step (m) gives the numbers.)"""
-    from .test_copy_ahead import _harness_build, ptxas_spills
+    from .sass_text import spills_by_function
+    from .test_copy_ahead import _harness_build
 
     def spills(cubin) -> dict[str, tuple[int, int]]:
-        return {k: v for k, v in ptxas_spills(cubin).items() if "attend_chunk" in k}
+        return {k: v for k, v in spills_by_function(cubin.log).items() if "attend_chunk" in k}
 
     prod = spills(_harness_build(None, "test-mkl-harness-default"))
     step = spills(_harness_build({"MKL_CAMPAIGN_STEP": 15}, "test-mkl-harness-step-15"))

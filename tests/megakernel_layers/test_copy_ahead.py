@@ -29,6 +29,7 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
+from .sass_text import function_part, spills_by_function
 from .test_merge_spread import ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin
 from .test_production_step14 import switches_changed_from_step_10
 
@@ -62,15 +63,6 @@ STEP_10_SITES = {
 }
 
 
-def _harness_flags() -> tuple[str, ...]:
-    """The harness build's nvcc flags that compile_cubin does not add itself (it adds -O3 and the arch)."""
-    from hazards.engine import toolchain
-    from stress.build import TARGETS
-
-    added = {"-O3", *toolchain.nvcc_arch_flags(toolchain.SM90A)}
-    return tuple(f for f in TARGETS[toolchain.SM90A].flags if f not in added)
-
-
 def _lines(texts: tuple[str, ...]) -> set[int]:
     """mkl_kernel.cuh's line numbers of every line containing one of `texts` (each found at least once)."""
     lines = KERNEL.read_text().splitlines()
@@ -83,7 +75,7 @@ def _lines(texts: tuple[str, ...]) -> set[int]:
 
 
 def _harness_build(defines: dict[str, int] | None, label: str):
-    return family_cubin(defines, label, *_harness_flags(), "-lineinfo", "-Xptxas=-v")
+    return family_cubin(defines, label, "-Xptxas=-v")
 
 
 def _attributed(cubin) -> list[tuple[str, int | None, str]]:
@@ -111,13 +103,13 @@ def _attributed(cubin) -> list[tuple[str, int | None, str]]:
 
 def _site(listing, lines: set[int], functions) -> dict[str, list[list[str]]]:
     """{function instance: its straight-line runs' site instructions (loads and stores on `lines`)}:
-    each function of the listing whose symbol's last `$` part names one of `functions`; a run ends at
+    each function of the listing whose symbol's function part (every copy's) names one of `functions`; a run ends at
     a label or after an unpredicated branch, call, return or exit (a predicated branch not taken falls
     through: in-order issue goes on, so step 10's `LDG; STG; @!P0 BRA; LDG; ...` is one run)."""
     functions = (functions,) if isinstance(functions, str) else functions
     out: dict[str, list[list[str]]] = {}
     for fn, line, ins in listing:
-        if not any(f in fn.split("$")[-1] for f in functions):
+        if not any(f in function_part(fn) for f in functions):
             continue
         blocks = out.setdefault(fn, [[]])
         if re.match(r"^\.L\w+:", ins.strip()):
@@ -147,19 +139,6 @@ def _loads_before_first_store(blocks: list[list[str]]) -> int:
             return n
         n += 1
     return n
-
-
-def ptxas_spills(cubin) -> dict[str, tuple[int, int]]:
-    """(spill stores, spill loads) in bytes per function of a `-Xptxas=-v` build, the largest over its
-    instances. A function and its ptxas clones (NAME$1) count under one name: which instance gets the
-    suffix moves with the translation unit's text (step (m)'s header swapped quantize_expert_rounds<1>'s
-    and <2>'s in step 10's build; production's unchanged)."""
-    out: dict[str, tuple[int, int]] = {}
-    for m in re.finditer(r"Function properties for ([^\s$]+)\S*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
-                         r"(\d+) bytes spill loads", cubin.log):
-        old = out.get(m.group(1), (0, 0))
-        out[m.group(1)] = (max(old[0], int(m.group(2))), max(old[1], int(m.group(3))))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +194,8 @@ def test_step_l_keeps_each_loads_kind(step_l, step_10):
 
 
 def test_step_l_spills_no_more_than_step_10_anywhere_in_the_harness_build(step_l, step_10):
-    prod, step = ptxas_spills(step_10[0]), ptxas_spills(step_l[0])
+    """Per function at its worst copy (spills_by_function)."""
+    prod, step = spills_by_function(step_10[0].log), spills_by_function(step_l[0].log)
     assert any("mkl_megakernel" in k for k in prod), sorted(prod)
     assert set(prod) <= set(step), sorted(set(prod) - set(step))
     worse = {k: (prod[k], step[k]) for k in prod if step[k][0] > prod[k][0] or step[k][1] > prod[k][1]}

@@ -25,7 +25,7 @@ import pytest
 from hazards.megakernel_layers import faithful as FA
 from hazards.megakernel_layers.model import SHAPES, HD, QKV_TILE_ROWS, row_begin, w13_tiles
 
-from .sass_text import function_instances, longest_load_run
+from .sass_text import function_instances, longest_load_run, spills_by_function
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 from .test_production_step14 import switches_changed_from_step_10
 
@@ -108,17 +108,11 @@ def test_step_i_splits_qkv_oproj_and_w2_into_parts_of_one_round_and_takes_fewer_
 
 
 def _spills(defines: dict[str, int] | None, label: str) -> tuple[str, dict[str, tuple[int, int]]]:
-    """(SASS listing, {function: (spill store bytes, spill load bytes)}) of the family's build, from ptxas -v:
-    each kernel body, and each device function at its worse instance of the two kernels' (ptxas names
-    both instances alike; which of them keeps a 4-B spill store of attend_chunk moves between builds)."""
+    """(SASS listing, {function: (spill store bytes, spill load bytes)}) of the family's build, from ptxas -v
+    (spills_by_function: each device function at its worst copy; which of them keeps a 4-B spill store
+    of attend_chunk moves between builds)."""
     cubin = family_cubin(defines, label, "-Xptxas=-v")
-    listing = listing_of(cubin)
-    out: dict[str, tuple[int, int]] = {}
-    for m in re.finditer(r"Function properties for (\S+)\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
-                         r"(\d+) bytes spill loads", cubin.log):
-        old = out.get(m.group(1), (0, 0))
-        out[m.group(1)] = (max(old[0], int(m.group(2))), max(old[1], int(m.group(3))))
-    return listing, out
+    return listing_of(cubin), spills_by_function(cubin.log)
 
 
 def assert_step_10_loop_and_no_more_spills(defines: dict[str, int], label: str, added: tuple[str, ...] = ()):

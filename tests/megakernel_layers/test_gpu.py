@@ -362,17 +362,19 @@ def test_step_j_is_clean_and_close_to_production(params: dict):
 
 def test_step_j_participant_set_still_hangs_and_names_chunk_rank_128(tmp_path: Path):
     """129 chunks against step (j)'s 128 QKV tiles: only chunk rank 128 is never served, and the
-    explainer, told the build, counts 128 arrivals as the schedule predicts."""
+    explainer, told the build, reads the device's count of 128 arrivals (the CHUNK_MERGE watch's
+    counter), the count the schedule predicts."""
     from functools import partial
 
     from hazards.stress_family import family_binary
+
+    from .test_qkv_spread import assert_step_j_participant_set_hang_explained
 
     defines = {"MKL_CAMPAIGN_STEP": 12}
     r = run(family_binary(FAM, defines=defines), {"variant": "participant_set", "launches": 20}, 6, tmp_path,
             explain=partial(F.explain_hang, defines=defines))
     assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
-    sentence = r.evidence["tripwire"]["sentence"]
-    assert "chunk ranks 128 never arrived" in sentence and "the schedule predicts" not in sentence, sentence
+    assert_step_j_participant_set_hang_explained(r.evidence["tripwire"]["sentence"])
 
 
 # ---- campaign step (l) (MKL_CAMPAIGN_STEP 14, production since round 17): a thread's copy loads before

@@ -133,6 +133,17 @@ def test_step_k_is_step_10_but_for_the_l2_switch_and_a_candidate_of_the_gate():
     assert step["MKL_L2_KEEP_QKV"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1 and prod["MKL_L2_KEEP_QKV"] == 0
 
 
+def test_step_k_variants_say_their_faster_is_an_unmeasured_hypothesis_and_their_base_was_slower():
+    """step_k_half and step_k_setaside were never measured (round 17 measured step_k alone: slower than
+    step 10): their `expected` is the hypothesis they were written for, which their texts say, with
+    their base's verdict; no verdict of their own is claimed."""
+    assert FA.candidate("step_k").expected == "slower"
+    for name in ("step_k_half", "step_k_setaside"):
+        variant = FA.candidate(name)
+        assert variant.expected == "faster" and "not measured: 'faster' is the hypothesis" in variant.what, name
+        assert "step_k, its base, was slower than step 10 in round 17" in variant.what, name
+
+
 def test_only_step_k_setaside_asks_the_harness_for_a_persisting_l2_set_aside():
     """The harness's set-aside code is compiled in only where MKL_L2_KEEP_QKV and MKL_L2_SET_ASIDE_MB > 0:
     step_k_setaside, not production nor step_k (their host code is production's)."""

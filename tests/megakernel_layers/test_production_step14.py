@@ -7,7 +7,10 @@ On the CPU: production's campaign switches are step 10's plus MKL_COPY_AHEAD and
 every preprocessor condition of the family's sources reads the default build as step 10 with step
 (l)'s switch on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 14 step 10's value); the default
 build's machine code (cuobjdump -sass, nvcc 13.0, sm_90a) is step_l's (MKL_CAMPAIGN_STEP=14) line for
-line. The step-10 build keeps promote10's facts: every switch and condition takes step_g_on_e's value
+line, and its mkl_megakernel SASS is the one pinned in production_sass.json (the compiler's release, line
+count and sha256, a global and a generic access read alike: that spelling follows the checkout's folder in
+the harness build); a change that changes it updates the pin on purpose (UPDATE_COMMAND). The step-10 build
+keeps promote10's facts: every switch and condition takes step_g_on_e's value
 (step (e)'s but for step (g)'s switch), and its machine code is step_g_on_e's line for line. The
 catalog names the previous production (step_10, expected slower than production) and step_l as
 production's code (no-change); the GPU suite's prebuilt builds hold every build test_gpu.py compares.
@@ -16,8 +19,12 @@ machine code and catalog entry fail.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -150,6 +157,54 @@ def _assert_same_sass(a: list[str], b: list[str]) -> None:
     if a != b:
         diff = [f"{x!r} != {y!r}" for x, y in zip(a, b) if x != y][:5]
         pytest.fail(f"{len(a)} / {len(b)} lines; first differences: {diff}")
+
+
+PIN = Path(__file__).with_name("production_sass.json")
+UPDATE_PIN = "HZ_UPDATE_PRODUCTION_SASS"
+UPDATE_COMMAND = (f"{UPDATE_PIN}=1 PYTHONPATH=$PWD python -m pytest -q -p no:randomly "
+                  "tests/megakernel_layers/test_production_step14.py -k pinned")
+
+
+# A global or generic load or store, and its line's encoding: in the harness build (-split-compile=0) ptxas
+# infers some out-of-line functions' address spaces otherwise in another checkout (the anonymous
+# namespace's mangled name carries a hash of the source's path): production's attend_chunk stores 5
+# values with STG.E in /work/main and ST.E (generic) in other folders, the rest of the code the same.
+GLOBAL_OR_GENERIC = re.compile(r"\b(LD|ST)G?\.E\b")
+
+
+def _production_sass_digest() -> dict[str, object]:
+    """The default build's (production's) mkl_megakernel functions in cuobjdump -sass, normalised as
+    _sass_lines does and with a global and a generic memory access read alike (GLOBAL_OR_GENERIC, the
+    one difference between checkouts): the compiler's release, their line count and the lines' sha256."""
+    from hazards.engine import toolchain
+
+    lines = _sass_lines(None, "test-mkl-step-default")
+    kernel, inside = [], False
+    for line in lines:
+        if "Function : " in line:
+            inside = "Function : _ZN3mkl14mkl_megakernel" in line
+        if inside:
+            if GLOBAL_OR_GENERIC.search(line):
+                line = GLOBAL_OR_GENERIC.sub(r"\1.E", re.sub(r"/\* 0x[0-9a-f]+ \*/", "", line)).rstrip()
+            kernel.append(line)
+    nvcc = toolchain.tool_version(str(toolchain.find_tool("nvcc", needed_for="to build production")))
+    return {"nvcc": nvcc, "lines": len(kernel), "sha256": hashlib.sha256("\n".join(kernel).encode()).hexdigest()}
+
+
+def test_production_machine_code_is_the_pinned_one():
+    """Production's machine code (the harness build's mkl_megakernel, both instances) is the one recorded
+    in production_sass.json: a change to the kernel's sources, headers or build flags that changes it
+    fails here until the pin is updated on purpose (a candidate step must leave production alone). With
+    another compiler release the pin cannot be compared: the test skips."""
+    got = _production_sass_digest()
+    if os.environ.get(UPDATE_PIN) == "1":
+        PIN.write_text(json.dumps(got, indent=1) + "\n")
+    pin = json.loads(PIN.read_text())
+    if got["nvcc"] != pin["nvcc"]:
+        pytest.skip(f"the pin was taken with {pin['nvcc']!r}, this compiler is {got['nvcc']!r}")
+    assert got == pin, (f"production's machine code changed ({pin['lines']} -> {got['lines']} lines of mkl_megakernel's "
+                        f"SASS): a kernel change that changes production must say so and update the pin "
+                        f"deliberately: {UPDATE_COMMAND}")
 
 
 def test_step_10_machine_code_is_step_g_on_e_line_for_line():

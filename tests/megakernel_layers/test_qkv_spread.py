@@ -110,16 +110,50 @@ def test_participant_set_still_hangs_on_step_j_build_with_chunk_rank_128_unserve
     assert F.predict({"variant": "participant_set", "seq": 12000}).outcome == "hang"
 
 
+def assert_step_j_participant_set_hang_explained(text: str) -> None:
+    """A participant_set hang of step (j)'s build as its explanation must read (this CPU test's fake
+    snapshot, and test_gpu.py's hang on the device): the device counted 128 of the 129 chunk arrivals
+    (the CHUNK_MERGE watch's counter, which the watch carries), the count step (j)'s schedule predicts,
+    and chunk rank 128 is the one that never arrived."""
+    assert "CHUNK_MERGE counted 128 of its 129 arrivals" in text, text
+    assert "chunk ranks 128 never arrived" in text and "the schedule predicts" not in text, text
+    assert "only min(QKV tiles 128, workers " in text, text
+
+
 def test_step_j_participant_set_hang_names_chunk_rank_128():
     sl = [slot(w, layer=0, phase=PHASE_ATTN_MERGE, barrier=BAR_CHUNK_MERGE, observed=128, expected=129,
                aux=(128, 129, NO_FEEDER)) for w in range(4)]
     sl += [slot(w, layer=0, phase=PHASE_OPROJ, barrier=BAR_ATTN_RELEASE, observed=0, expected=1,
                 aux=(128, 129, NO_FEEDER)) for w in range(4, SMS)]
     text = F.explain_hang(snapshot(SMS, sl), {"variant": "participant_set"}, STEP_J)
-    assert "CHUNK_MERGE counted 128 of its 129" in text and "chunk ranks 128 never arrived" in text, text
-    assert "the schedule predicts" not in text and "min(QKV tiles 128, workers 132)" in text, text
+    assert_step_j_participant_set_hang_explained(text)
+    assert "min(QKV tiles 128, workers 132)" in text, text
     # read as production's schedule, the same snapshot contradicts it
     assert "(the schedule predicts 80)" in F.explain_hang(snapshot(SMS, sl), {"variant": "participant_set"})
+
+
+def test_repro_with_step_j_defines_builds_step_j_and_explains_its_hang_with_step_j_tiles(monkeypatch):
+    """`hazards repro --family megakernel_layers -D MKL_CAMPAIGN_STEP=12` builds step (j)'s binary and its
+    hang reads step (j)'s schedule (128 tiles), not production's (80: "the schedule predicts 80")."""
+    import hazards.stress_family as SF
+    from hazards.cli import repro
+
+    built = []
+    monkeypatch.setattr(SF, "family_binary", lambda fam, defines=None: built.append(defines) or Path("/bin/true"))
+    defines = repro._defines(["MKL_CAMPAIGN_STEP=12"])
+    assert defines == STEP_J
+    repro._family_spec("megakernel_layers", "participant_set", {}, None, None, defines)
+    assert built == [STEP_J]
+    sl = [slot(w, layer=0, phase=PHASE_ATTN_MERGE, barrier=BAR_CHUNK_MERGE, observed=128, expected=129,
+               aux=(128, 129, NO_FEEDER)) for w in range(4)]
+    sl += [slot(w, layer=0, phase=PHASE_OPROJ, barrier=BAR_ATTN_RELEASE, observed=0, expected=1,
+                aux=(128, 129, NO_FEEDER)) for w in range(4, SMS)]
+    text = repro._family_explainer("megakernel_layers", defines)(snapshot(SMS, sl), {"variant": "participant_set"})
+    assert text == F.explain_hang(snapshot(SMS, sl), {"variant": "participant_set"}, STEP_J), text
+    assert "min(QKV tiles 128, workers 132)" in text and "the schedule predicts" not in text, text
+    # without -D it is production's build, explained with production's tiles
+    prod = repro._family_explainer("megakernel_layers")(snapshot(SMS, sl), {"variant": "participant_set"})
+    assert "(the schedule predicts 80)" in prod, prod
 
 
 def test_snapshot_epoch_has_4_vulnerable_workers_on_step_j_build_not_52():

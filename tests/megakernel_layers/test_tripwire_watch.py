@@ -1,13 +1,24 @@
 """The tripwire's cost (the campaign bounds it at 1%): round 7 measured the tripwire compiled in (no file) at
-+1.17% on step (d), over the 1% bound. On the CPU (nvcc 13.0, sm_90a) the two kernel instances'
++1.17% on step (d), over the 1% bound. On the CPU (nvcc 13.0, sm_90a), read in the harness build (the
+flags of the binary the GPU runs, -split-compile=0 among them: family_cubin), the two kernel instances'
 hot functions have the same loop shape; what differs is the tripwire instance's body, where the
-out-of-line watched wait (`wait_ge_watched`, 12 call sites) made ptxas spill more than in the plain
-instance's body. The diagnostic build MKL_TW_WATCH_INLINE=1 inlines it: its plain instance is
-the build's machine code, its tripwire instance spills about what the plain one does (step (d) and
-production; step 10's tripwire body already spills no more than its plain one, production's, step 14,
-does again: 1416 against 1372 B of spill loads). The GPU
-measures both instances' paired cost in one bench (layers-campaign.sh stepf-quick). Before this
-change the define did nothing: the build still had wait_ge_watched and production's spills.
+out-of-line watched wait (`wait_ge_watched`, 12 call sites) makes ptxas spill more than in the plain
+instance's body: in step (d) (1564 against 1464 B of spill loads), step 10 (1604 against 1516) and
+production, step 14 (1456 against 1424). The diagnostic build MKL_TW_WATCH_INLINE=1 inlines it: its
+plain instance keeps the build's spills but not its machine code (production: one generic store of
+attend_chunk<4,4> becomes a global one (ST.E -> STG.E) and attend_chunk<8,8>'s spill registers are
+renamed; step (d): generic loads of attend_chunk become global and both its instances grow by 76-77
+instructions, merge_heads is scheduled otherwise),
+so a paired bench of it against production does not time the same plain code. Its tripwire body
+spills 1484 B in step (d), 20 B above the plain body (out of line: 100 B above), but 1632 B in
+production, more than the out-of-line watch's 1456.
+
+Read before in a build without -split-compile=0 (which the GPU never ran), the plain instance was
+the build's machine code line for line, the inlined body came within 16 B of the plain one on both
+steps, and step 10's tripwire body spilled less than its plain one (1484 against 1512 B): none of
+that holds in the harness build. The GPU measures both instances' paired cost in one bench
+(layers-campaign.sh stepf-quick). Before the define existed it did nothing: the build still had
+wait_ge_watched and production's spills.
 """
 from __future__ import annotations
 
@@ -44,33 +55,52 @@ def _plain_instance(listing: str) -> str:
     return "\n".join(l for l in body.splitlines() if ".size" not in l)
 
 
+def _normalised(instance: str) -> list[str]:
+    """An instance's instructions without addresses, line-info comments, column padding and the
+    numbers of ptxas' copies of a function (`$N`): what differs in them is code."""
+    out = []
+    for line in instance.splitlines():
+        if "//##" in line:
+            continue
+        line = re.sub(r"/\*[0-9a-f]+\*/", "", re.sub(r"\$\d+\)", ")", line))
+        out.append(" ".join(line.split()))
+    return out
+
+
 @pytest.mark.parametrize("step", [None, 5], ids=["production", "step_d"])
-def test_the_inlined_watch_leaves_the_plain_instance_alone_and_spills_about_what_it_does(step):
-    """On production (step 14) and on step (d), where round 7 measured the cost."""
+def test_the_inlined_watch_keeps_the_plain_instance_spills_but_not_its_machine_code(step):
+    """On production (step 14) and on step (d), where round 7 measured the cost: in the harness build the
+    plain instance of the inlined build spills what the build's does, but its code differs."""
     base = {} if step is None else {"MKL_CAMPAIGN_STEP": step}
     prod, prod_log = _build(base or None)
     inl, inl_log = _build({**base, "MKL_TW_WATCH_INLINE": 1})
     assert "wait_ge_watched" in prod and "wait_ge_watched" not in inl
-    assert _plain_instance(inl) == _plain_instance(prod)  # the build's plain machine code
-    plain = _spills(prod_log, tw=False)
-    assert _spills(inl_log, tw=False) == plain
-    # inlined, the tripwire body's spill loads come within 16 B of the plain body's
-    assert _spills(inl_log, tw=True)[1] <= plain[1] + 16, (_spills(inl_log, tw=True), plain)
+    assert _spills(inl_log, tw=False) == _spills(prod_log, tw=False)
+    assert _normalised(_plain_instance(inl)) != _normalised(_plain_instance(prod))
 
 
-def test_step_d_tripwire_body_spills_more_than_its_plain_one_and_step_10_does_not():
-    """Step (d)'s tripwire body spills more than its plain one (the 12 out-of-line call sites; ptxas
-    -v, nvcc 13.0: 1516 against 1428 B of spill loads), the cost round 7 measured. Step 10 (production
-    from promote10 until step 14) does not (1484 against 1512 B): there the out-of-line watch is not
-    what the tripwire's cost is made of (round 13's bench: +1.44% on step (e), step 10's code but for
-    W2). Production since step 14 (step 10 + step (l)) spills more in its tripwire body again (406 / 1416
-    against 402 / 1372 B of spill stores / loads, nvcc 13.0): not asserted here, a number to watch."""
+def test_the_inlined_watch_brings_step_d_tripwire_spills_to_the_plain_ones_but_raises_production():
+    """Step (d): the inlined tripwire body's spill loads 20 B above the plain body's (1484 against 1464 B),
+    the out-of-line one's 100 B above. Production (step 14): inlined, the tripwire body spills more than
+    with the out-of-line watch (1632 against 1456 B): the diagnostic is no cheaper form there."""
     _, d_log = _build({"MKL_CAMPAIGN_STEP": 5})
-    assert _spills(d_log, tw=True)[1] > _spills(d_log, tw=False)[1] + 40, (_spills(d_log, tw=True),
-                                                                         _spills(d_log, tw=False))
-    _, step10_log = _build({"MKL_CAMPAIGN_STEP": 10})
-    tw, plain = _spills(step10_log, tw=True), _spills(step10_log, tw=False)
-    assert tw[1] <= plain[1], (tw, plain)
+    _, d_inl_log = _build({"MKL_CAMPAIGN_STEP": 5, "MKL_TW_WATCH_INLINE": 1})
+    plain, out_of_line, inlined = _spills(d_log, tw=False), _spills(d_log, tw=True), _spills(d_inl_log, tw=True)
+    assert inlined[1] - plain[1] <= 20 < out_of_line[1] - plain[1], (plain, out_of_line, inlined)
+    _, prod_log = _build(None)
+    _, prod_inl_log = _build({"MKL_TW_WATCH_INLINE": 1})
+    out_of_line, inlined = _spills(prod_log, tw=True), _spills(prod_inl_log, tw=True)
+    assert inlined[1] > out_of_line[1], (out_of_line, inlined)
+
+
+@pytest.mark.parametrize("step", [5, 10, None], ids=["step_d", "step_10", "production"])
+def test_the_tripwire_body_spills_more_than_the_plain_one(step):
+    """The out-of-line watch's 12 call sites: step (d) 1564 against 1464 B of spill loads (ptxas -v, nvcc
+    13.0, the harness build), the cost round 7 measured; step 10 1604 against 1516 (round 13's bench:
+    +1.44% on step (e), step 10's code but for W2); production (step 14) 1456 against 1424."""
+    _, log = _build(None if step is None else {"MKL_CAMPAIGN_STEP": step})
+    tw, plain = _spills(log, tw=True), _spills(log, tw=False)
+    assert tw[1] > plain[1] + (40 if step == 5 else 0), (tw, plain)
 
 
 def test_the_step_f_round_benches_the_inlined_watch_beside_production():

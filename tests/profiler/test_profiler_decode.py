@@ -157,3 +157,19 @@ def test_sub_spans_written_by_the_c_header_round_trip(tmp_path: Path, capacity: 
                 (1, s.begin - 50, s.begin), (2, s.begin, s.begin + 10), (3, s.begin + 10, s.end)]
         else:
             assert [(x.point, x.begin, x.end) for x in subs] == [(1, s.begin - 50, s.begin), (3, s.begin, s.end)]
+
+
+def test_a_sub_span_whose_parent_id_does_not_fit_8_bits_is_counted_as_dropped_not_truncated(tmp_path: Path):
+    """Parents 255, 256 and 257 (hz_prof_write_points of the C header): 255's sub-spans decode as 255's;
+    256's and 257's are counted in Profile.subspans_dropped and said in the summary, never read as the
+    sub-spans of tasks 0 and 1 (the 8-bit parent field truncated). The spans themselves keep their ids."""
+    spans = 6
+    out = _run_c_writer(tmp_path, "64", str(spans), "points", "255")
+    claimed = struct.unpack_from("<Q", out)[0]
+    p = decode(out[8:], claimed, capacity=64)
+    assert p.dropped == 0 and p.complete  # the spans, and so the per-task metrics, are all there
+    assert [s.task for s in p.spans] == [255 + i % 3 for i in range(spans)]
+    assert {x.task for x in p.subspans} == {255}
+    assert [x.point for x in p.subspans] == [1, 2, 3, 1, 3]  # spans 0 (even: 3 sub-spans) and 3 (odd: 2)
+    assert p.subspans_dropped == 10 and len(p.subspans) + p.subspans_dropped == claimed - spans
+    assert "10 sub-spans dropped (parent task id >= 256" in p.summary(), p.summary()

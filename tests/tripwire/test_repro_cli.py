@@ -61,6 +61,8 @@ def test_names_file_turns_ids_into_names(fake_kernel: Path, tmp_path: Path) -> N
     (["--family", "no_such_family"], "no family 'no_such_family'"),
     (["--family", "deadlock", "--variant", "nope", "--binary", "/bin/true"], "has no variant 'nope'"),
     (["--variant", "x", "--", "true"], "go with --family"),
+    (["-D", "MKL_CAMPAIGN_STEP=12", "--", "true"], "-D go with --family"),
+    (["--family", "deadlock", "-D", "1BAD=2", "--binary", "/bin/true"], "-D/--define: not a macro name"),
     (["--", "/no/such/program"], "command not found"),
     (["--names", "/no/such/names.json", "--", "true"], "cannot read names file"),
 ])
