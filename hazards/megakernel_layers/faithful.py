@@ -161,7 +161,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "attention chunk's 32-token block loop on tensor cores at the default shape (GQ 8): per block 16 "
               "mma.sync m16n8k16 bf16 for the scores and 16 for P.V, q and P split into bf16 hi + lo rows (fp32 "
               "accumulation; ~2^-17 relative a product), the softmax in registers (a head's max: 2 shuffles); the "
-              "small shape (GQ 4) keeps the scalar loop; the same loads' kinds, waits and sub-span points "
+              "small shape (GQ 4) runs the same loop with half of the mma's rows zero dummies; the same loads' "
+              "kinds, waits and sub-span points "
               "(MKL_CAMPAIGN_STEP 15, MKL_ATTN_MMA; other bits than production's: judged by closeness)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 15),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;

@@ -1,5 +1,6 @@
 // mkl_attn_mma.h -- campaign step 15 (MKL_ATTN_MMA, candidate step_m): which (head, token, dim)
-// each register element of a lane holds in attend_chunk<8, NKV>'s tensor-core block loop, as
+// each register element of a lane holds in attend_chunk<GQ, NKV>'s tensor-core block loop (GQ = 8
+// and GQ = 4: both compiled head groupings), as
 // plain host/device functions. The kernel builds its mma.sync.m16n8k16 (.bf16, fp32 accumulate)
 // fragments with them, and tests/megakernel_layers/test_attention_mma.py compiles them on the CPU
 // with an emulator of the PTX ISA's fragment layout (written there from the ISA's figures, not
@@ -13,12 +14,17 @@
 //   C, D (fp32):      c0, c1 (row gid, cols 2 tig, +1), c2, c3 (row gid + 8, same cols)
 // (A read from the ISA's row/col formulas; A, B and C also agree with the SM80_16x8x16 layouts of
 // NVIDIA/cutlass 468e0ea, include/cute/atom/mma_traits_sm80.hpp.)
-// The kernel's choices on top of them (a warp = one kv head's 8 q heads, a block = 32 tokens):
+// The kernel's choices on top of them (a warp = one kv head's GQ q heads, a block = 32 tokens):
 //   scores S = [q_hi; q_lo] K^T: A row h < 8 is bf16(q) of head h, row h + 8 is bf16(q - bf16(q))
 //     of the same head, so D rows gid and gid + 8 sum to head gid's score. The sum over dims is
 //     permuted (A and B alike): lane (gid, tig) owns dims [16 tig, 16 tig + 16) of its token, loaded
 //     as two 16-B words; k-step j's k row 2 tig + e is dim 16 tig + 4 j + e, row 2 tig + 8 + e is
 //     dim 16 tig + 4 j + 2 + e. N-tile nt's column n is the block's token 8 nt + n.
+//   GQ = 4 (the small shape): rows h < 4 and h + 8 as above; rows 4-7 and 12-15 (the lanes with
+//     gid >= 4: attn_mma_real_head false) are dummies: zero A (built from head gid - 4's q, then
+//     zeroed: head kvh * 4 + gid would be another kv head's q, or past the q array), their D never
+//     written. D row r depends only on A row r (and C row r), so they cannot disturb the real rows;
+//     every lane still loads its K and V words (B's columns are tokens and dims, not heads).
 //   P.V: the score D of n-tiles 2 s and 2 s + 1 (tokens 16 s + 2 tig + e, 16 s + 8 + 2 tig + e) is
 //     the A of P.V's k-step s as it stands ([P_hi; P_lo] rows of head gid): no shuffle. B = V: the
 //     n-tile nt's column n is dim 8 n + nt, so a lane's 8 dims [8 gid, 8 gid + 8) of a token are one
@@ -32,6 +38,16 @@
 #include "mkl_model.h"
 
 namespace mkl {
+
+// whether the lane's A rows (gid, gid + 8) are a real head's: every lane at GQ = 8, gid < 4 at GQ = 4
+template <int GQ>
+MKL_HD bool attn_mma_real_head(int lane) { return GQ == 8 || (lane >> 2) < GQ; }
+// the head (of the warp's kv head's GQ) whose q the lane reads: gid; at GQ = 4 a dummy lane reads head
+// gid - 4's (in range: the warp's own kv head's q, which no warp writes after the q copy) and zeroes
+// its A (attn_mma_q_dummy_zero): no select on the loads (selecting zero floats spilled 48 B in
+// attend_chunk<4,4>, nvcc 13.0, the harness build; this none)
+template <int GQ>
+MKL_HD int attn_mma_q_head(int lane) { return GQ == 8 ? (lane >> 2) : ((lane >> 2) & (GQ - 1)); }
 
 // scores: the block token whose K row the lane loads for n-tile nt (B's column gid)
 MKL_HD int attn_mma_k_token(int nt, int lane) { return 8 * nt + (lane >> 2); }
@@ -78,6 +94,18 @@ MKL_HD void attn_mma_q_frags(const float* q16, uint32_t a[4][4]) {
   for (int j = 0; j < 4; ++j) {
     attn_mma_split(q16[4 * j], q16[4 * j + 1], a[j][0], a[j][1]);
     attn_mma_split(q16[4 * j + 2], q16[4 * j + 3], a[j][2], a[j][3]);
+  }
+}
+// a dummy lane's scores' A zeroed (GQ = 4, gid >= 4; GQ = 8: nothing): rows gid and gid + 8 of every
+// k-step become zero
+template <int GQ>
+MKL_HD void attn_mma_q_dummy_zero(int lane, uint32_t a[4][4]) {
+  if (GQ != 8) {
+    const uint32_t keep = attn_mma_real_head<GQ>(lane) ? 0xffffffffu : 0u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[j][r] &= keep;
   }
 }
 // the scores' B of k-step j from the lane's 8 K words of a token (word w: dims q_dim0 + 2 w, + 1)

@@ -120,9 +120,10 @@
 // (candidate step_10), which the promotion round gates against it. Where the comments below and in
 // the other sources say "production" for steps (i)-(l)'s base, they mean step 10.
 // 15 (a candidate, round 19) step (m): production (14) with attend_chunk's 32-token block loop on
-// tensor cores at GQ = 8 (MKL_ATTN_MMA; mma.sync m16n8k16 bf16 with fp32 accumulation, q and P
-// split into bf16 hi + lo rows; the fragment maps in mkl_attn_mma.h): the same loads' kinds, the
-// same waits and sub-span points, other bits (the sums' order; judged by closeness); step_m.
+// tensor cores at both head groupings, GQ = 8 and GQ = 4 (MKL_ATTN_MMA; mma.sync m16n8k16 bf16 with
+// fp32 accumulation, q and P split into bf16 hi + lo rows; at GQ = 4 the A rows of heads 4-7 are
+// zero dummies; the fragment maps in mkl_attn_mma.h): the same loads' kinds, the same waits and
+// sub-span points, other bits (the sums' order; judged by closeness); step_m.
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 14
 #endif
@@ -167,8 +168,8 @@
 #define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14 || MKL_CAMPAIGN_STEP == 15)  // step (l)
 // Step (m) (15, a candidate, round 19) is production (14) with attend_chunk's block loop on tensor
 // cores (mma.sync m16n8k16 bf16, fp32 accumulate; q and P split into bf16 hi + lo) at GQ = 8 (the
-// default shape); GQ = 4 (small) keeps the scalar loop. Other bits than production's (the sums'
-// order): judged by closeness.
+// default shape) and GQ = 4 (small: half of A's rows are zero dummies), one attention path at both
+// compiled head groupings. Other bits than production's (the sums' order): judged by closeness.
 #define MKL_ATTN_MMA (MKL_CAMPAIGN_STEP == 15)                                // step (m)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
@@ -1190,7 +1191,7 @@ __device__ __forceinline__ void gemv_block_ahead(const __nv_bfloat16* w, long lo
 #endif
 
 #if MKL_ATTN_MMA
-// Campaign step (m) (MKL_CAMPAIGN_STEP 15): attend_chunk's block loop at GQ = 8 on tensor cores.
+// Campaign step (m) (MKL_CAMPAIGN_STEP 15): attend_chunk's block loop on tensor cores, at GQ = 8 and 4.
 // Production's loop is one warp's dependency and issue chain (~12 us per 32-token block a warp,
 // ~512 scalar FMAs a lane for the scores and ~512 for P.V, plus 8 five-level warp_max): here a
 // block is 16 mma.sync.m16n8k16 (bf16 in, fp32 accumulate) for the scores and 16 for P.V, a
@@ -1209,6 +1210,15 @@ __device__ __forceinline__ void gemv_block_ahead(const __nv_bfloat16* w, long lo
 // block as in production: the V words issued beside the K words spilled 76-144 B in attend_chunk
 // (nvcc 13.0, the harness build), this order none); V rows past the chunk are not read (zero
 // words), masked scores are -inf and their P 0.
+// GQ = 4 (the small shape): the warp's kv head has 4 q heads, the mma's A 16 rows. Lanes with gid < 4
+// hold head gid's [hi; lo] rows as at GQ = 8; lanes with gid >= 4 hold dummy rows (gid, gid + 8):
+// zero A, built from head gid - 4's q (in the warp's own kv head; head kvh * 4 + gid would be the
+// next kv head's q, or past the q array the scratch other warps write) and then zeroed (a select on
+// the loads instead spilled 48 B in attend_chunk<4,4>), and nothing of theirs is written. The mma's
+// rows are independent: D row r depends only on A row r (D[r][n] = sum_k A[r][k] B[k][n] + C[r][n]),
+// so the dummy rows cannot change a real head's scores or outputs; their own softmax stays finite
+// (scores 0, P 1 or 0). Every lane still loads its K and V words (B's columns are tokens and dims,
+// not heads): the same loads as at GQ = 8, half of the tensor work idle.
 __device__ __forceinline__ void attn_mma_16816(float c[4], const uint32_t a[4], const uint32_t b0, const uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
@@ -1218,16 +1228,19 @@ __device__ __forceinline__ void attn_mma_16816(float c[4], const uint32_t a[4], 
 __device__ __forceinline__ uint32_t attn_mma_word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
-// The warp's blocks of kv head kvh (tokens t0 + 32 sub, + 32 wpk, ... < t1) for its 8 q heads,
+// The warp's blocks of kv head kvh (tokens t0 + 32 sub, + 32 wpk, ... < t1) for its GQ q heads,
 // then its (m, l, acc) per head into its scratch slots (PART_W each), as the scalar loop leaves them.
-template <int NKV>
+template <int GQ, int NKV>
 __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfloat16* kc, const __nv_bfloat16* vc,
                                                   float* scratch, int t0, int t1, int kvh, int sub, int warp,
                                                   int lane) {
-  constexpr int GQ = 8, wpk = NWARPS / NKV;
+  static_assert(GQ == 8 || GQ == 4, "A's 16 rows: 8 heads' [hi; lo], or 4 and 4 dummies");
+  constexpr int wpk = NWARPS / NKV;
   constexpr float scale = 0.125f;  // 1/sqrt(64)
   const int gid = lane >> 2, tig = lane & 3;
-  const float* qr = q + (kvh * GQ + gid) * HD + attn_mma_q_dim0(lane);  // head gid, the lane's 16 dims
+  const bool real = attn_mma_real_head<GQ>(lane);  // GQ = 8: every lane (a constant)
+  // head gid's q, the lane's 16 dims (a dummy lane: head gid - 4's, its A zeroed below)
+  const float* qr = q + (kvh * GQ + attn_mma_q_head<GQ>(lane)) * HD + attn_mma_q_dim0(lane);
   float mh = -INFINITY, lh = 0.f;  // head gid's running max; this lane's share of its sum
   float o[8][4];                   // P.V's D, n-tiles 0..7: rows gid (P_hi) and gid + 8 (P_lo)
 #pragma unroll
@@ -1252,6 +1265,7 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
         q16[4 * i] = v.x; q16[4 * i + 1] = v.y; q16[4 * i + 2] = v.z; q16[4 * i + 3] = v.w;
       }
       attn_mma_q_frags(q16, qa);
+      attn_mma_q_dummy_zero<GQ>(lane, qa);  // GQ = 4, gid >= 4: zero rows (GQ = 8: nothing)
     }
     float p[4][2];  // head gid's scaled scores, then probabilities, of tokens attn_mma_s_token(nt, e)
     float mx = -INFINITY;
@@ -1317,15 +1331,17 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
   }
   MKL_SUB_POINT(SUB_GEMV);  // thread 0's warp's blocks
   // this warp's (m, l, acc) of head gid into its scratch slot: l summed over the head's 4 lanes,
-  // acc = hi row + lo row
+  // acc = hi row + lo row (a dummy lane: nothing; its slot would be another warp's)
   lh += __shfl_xor_sync(0xffffffffu, lh, 1);
   lh += __shfl_xor_sync(0xffffffffu, lh, 2);
-  float* sw = scratch + ((size_t)warp * GQ + gid) * PART_W;
-  if (tig == 0) { sw[0] = mh; sw[1] = lh; }
+  if (real) {
+    float* sw = scratch + ((size_t)warp * GQ + gid) * PART_W;
+    if (tig == 0) { sw[0] = mh; sw[1] = lh; }
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) sw[2 + attn_mma_o_dim(nt, lane, e)] = o[nt][e] + o[nt][e + 2];
+      for (int e = 0; e < 2; ++e) sw[2 + attn_mma_o_dim(nt, lane, e)] = o[nt][e] + o[nt][e + 2];
+  }
 }
 #endif
 
@@ -1383,10 +1399,8 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
   __syncthreads();
   MKL_SUB_POINT(SUB_FILL);
 #if MKL_ATTN_MMA
-  if constexpr (GQ == 8) {
-    attend_blocks_mma<NKV>(q, kc, vc, scratch, t0, t1, kvh, sub, warp, lane);  // ends at its scratch slots
-  } else {
-#endif
+  attend_blocks_mma<GQ, NKV>(q, kc, vc, scratch, t0, t1, kvh, sub, warp, lane);  // ends at its scratch slots
+#else  // the scalar loop
   constexpr float scale = 0.125f;  // 1/sqrt(64)
   float m[GQ], l[GQ], acc[GQ][2];
 #pragma unroll
@@ -1505,9 +1519,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     sw[2 + 2 * lane] = acc[g][0];
     sw[2 + 2 * lane + 1] = acc[g][1];
   }
-#if MKL_ATTN_MMA
-  }  // GQ != 8 (the small shape): the scalar loop above
-#endif
+#endif  // MKL_ATTN_MMA
   __syncthreads();
   MKL_SUB_POINT(SUB_AFTER);  // every warp's blocks
   for (int idx = threadIdx.x; idx < s.NQ * PART_W; idx += THREADS) {

@@ -1,14 +1,16 @@
 """Campaign step (m) (MKL_CAMPAIGN_STEP 15, candidate step_m): production (step 14) with attend_chunk's
-32-token block loop on tensor cores at GQ = 8 (MKL_ATTN_MMA: mma.sync.m16n8k16 bf16 in, fp32
-accumulate; q and P split into bf16 hi + lo rows; mkl_kernel.cuh's attend_blocks_mma).
+32-token block loop on tensor cores at both compiled head groupings, GQ = 8 and GQ = 4 (MKL_ATTN_MMA:
+mma.sync.m16n8k16 bf16 in, fp32 accumulate; q and P split into bf16 hi + lo rows; at GQ = 4 the A rows
+of heads 4-7 are zero dummies; mkl_kernel.cuh's attend_blocks_mma).
 
 On the CPU: a host C++ program includes mkl_attn_mma.h (the maps and fragment builders the kernel
 uses) and runs a warp's blocks lane by lane as attend_blocks_mma does, each mma.sync emulated from
 the PTX ISA's m16n8k16 .bf16 fragment layout (written here from the ISA's figures, not from the
 header): the per-head (m, l, acc) must match plain loops in double to the hi/lo split's accuracy,
-over a full block and a partial one (masked tokens, V rows past the end). Broken maps (the header
-text mutated: a wrong dim, token or half) must make it fail. The build: step 15's attend_chunk<8,8>
-has the 32 HMMA a block (16 scores, 16 P.V), production's none and its machine code is the step 14
+over a full block and a partial one (masked tokens, V rows past the end), at GQ 8 and 4. Broken maps
+(the header text mutated: a wrong dim, token or half; at GQ 4 a dummy row read, kept or written)
+must make it fail. The build: step 15's attend_chunk<8,8> and <4,4> have the 32 HMMA a block (16
+scores, 16 P.V), production's none and its machine code is the step 14
 build's; step 15 changes no switch but MKL_ATTN_MMA and the compiled static checks pass with
 production's polls.
 """
@@ -74,9 +76,11 @@ static float urand() { rng = rng * 1664525u + 1013904223u; return (float)((rng >
 
 int main() {
   const int T = 32 + NTAIL;  // a full block, then a partial one
+  // the kv head's NGQ q rows; rows NGQ.. stand for what follows them in shared memory (the next kv
+  // head's q, the scratch), poisoned: a dummy lane (NGQ = 4, gid >= 4) must not read them
   float q[8][HD];
   uint16_t K[64][HD], V[64][HD];  // bf16 bits; rows >= T poisoned (must not change the result)
-  for (auto& h : q) for (float& x : h) x = urand() * 2.f;
+  for (int g = 0; g < 8; ++g) for (float& x : q[g]) x = g < NGQ ? urand() * 2.f : NAN;
   for (int t = 0; t < 64; ++t)
     for (int d = 0; d < HD; ++d) {
       K[t][d] = (uint16_t)attn_mma_bf16_bits(t < T ? urand() * 2.f : 1e30f);
@@ -90,7 +94,14 @@ int main() {
     const int ntok = T - base < 32 ? T - base : 32;
     static uint32_t qa[32][4][4], kw[32][4][8];
     for (int lane = 0; lane < 32; ++lane) {
-      attn_mma_q_frags(&q[lane >> 2][attn_mma_q_dim0(lane)], qa[lane]);
+      // as attend_blocks_mma: the 16 q floats of head attn_mma_q_head (gid; a dummy lane's: a real
+      // head's of the kv head), split, a dummy lane's A zeroed
+      const int qh = attn_mma_q_head<NGQ>(lane);
+      if (qh < 0 || qh >= NGQ) { std::printf("lane %d reads head %d of a kv head with %d\n", lane, qh, NGQ); return 6; }
+      attn_mma_q_frags(&q[qh][attn_mma_q_dim0(lane)], qa[lane]);
+      attn_mma_q_dummy_zero<NGQ>(lane, qa[lane]);
+      if ((lane >> 2) >= NGQ)
+        for (auto& r : qa[lane]) for (uint32_t x : r) if (x != 0u) { std::printf("dummy lane %d: A row not zero\n", lane); return 4; }
       for (int nt = 0; nt < 4; ++nt) {
         const int tk = attn_mma_k_token(nt, lane);
         const uint16_t* row = K[base + (tk < ntok ? tk : 0)] + attn_mma_q_dim0(lane);
@@ -149,6 +160,8 @@ int main() {
   int seen[8][HD] = {};
   for (int lane = 0; lane < 32; ++lane) {
     const int g = lane >> 2;
+    if (!attn_mma_real_head<NGQ>(lane)) continue;  // a dummy lane writes nothing
+    if (g >= NGQ) { std::printf("lane %d writes head %d of a kv head with %d\n", lane, g, NGQ); return 5; }
     if ((lane & 3) == 0) { M[g] = mh[lane]; L[g] = lh[lane] + lh[lane ^ 1] + lh[lane ^ 2] + lh[lane ^ 3]; }
     for (int nt = 0; nt < 8; ++nt) for (int e = 0; e < 2; ++e) {
       acc[g][attn_mma_o_dim(nt, lane, e)] = o[lane][nt][e] + o[lane][nt][e + 2];
@@ -156,7 +169,7 @@ int main() {
     }
   }
   double worst = 0;
-  for (int g = 0; g < 8; ++g) {
+  for (int g = 0; g < NGQ; ++g) {
     double s[64], m = -INFINITY, l = 0;
     for (int t = 0; t < T; ++t) {
       s[t] = 0;
@@ -180,7 +193,7 @@ int main() {
 """
 
 
-def _run_emulator(tmp_path, header_text: str | None = None, ntail: int = 19) -> subprocess.CompletedProcess:
+def _run_emulator(tmp_path, header_text: str | None = None, ntail: int = 19, gq: int = 8) -> subprocess.CompletedProcess:
     cxx = shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no host C++ compiler")
@@ -190,15 +203,18 @@ def _run_emulator(tmp_path, header_text: str | None = None, ntail: int = 19) -> 
     (inc / "mkl_attn_mma.h").write_text(header_text if header_text is not None else HEADER.read_text())
     src, exe = tmp_path / "emulate.cpp", tmp_path / "emulate"
     src.write_text(EMULATOR)
-    built = subprocess.run([cxx, "-std=c++17", "-O1", f"-DNTAIL={ntail}", f"-I{inc}", str(src), "-o", str(exe)],
+    built = subprocess.run([cxx, "-std=c++17", "-O1", f"-DNTAIL={ntail}", f"-DNGQ={gq}", f"-I{inc}", str(src), "-o", str(exe)],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-2000:]
     return subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.parametrize("gq", [8, 4])
 @pytest.mark.parametrize("ntail", [19, 1, 32])
-def test_emulated_warp_matches_plain_attention_over_full_and_partial_blocks(tmp_path, ntail):
-    r = _run_emulator(tmp_path, ntail=ntail)
+def test_emulated_warp_matches_plain_attention_over_full_and_partial_blocks(tmp_path, ntail, gq):
+    """Both compiled head groupings: GQ = 8 (the default shape) and GQ = 4 (small: lanes with gid >= 4
+    hold zero dummy rows, read no q and write nothing)."""
+    r = _run_emulator(tmp_path, ntail=ntail, gq=gq)
     assert r.returncode == 0, r.stdout + r.stderr
     worst = float(r.stdout.split()[-1])
     assert worst < 2e-5, worst  # the hi/lo split: ~2^-17 relative a product
@@ -224,12 +240,26 @@ BROKEN_MAPS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(BROKEN_MAPS))
-def test_a_broken_fragment_map_makes_the_emulated_warp_disagree(tmp_path, name):
-    old, new = BROKEN_MAPS[name]
+# GQ = 4's dummy rows broken: lanes of heads 4-7 taken for real ones (their A rows kept, their slots
+# written: another warp's), one taken too many, real heads taken for dummies (never written), a dummy
+# lane reading q past its kv head's, or its A not zeroed.
+BROKEN_DUMMY_ROWS = {
+    "every_lane_real": ("return GQ == 8 || (lane >> 2) < GQ; }", "return true; }"),
+    "one_head_too_many": ("return GQ == 8 || (lane >> 2) < GQ; }", "return GQ == 8 || (lane >> 2) <= GQ; }"),
+    "half_the_heads": ("return GQ == 8 || (lane >> 2) < GQ; }", "return GQ == 8 || (lane >> 2) < GQ / 2; }"),
+    "q_past_the_kv_head": ("((lane >> 2) & (GQ - 1))", "(lane >> 2)"),
+    "dummy_a_kept": ("? 0xffffffffu : 0u;", "? 0xffffffffu : 0xffffffffu;"),
+}
+
+
+@pytest.mark.parametrize("name, gq", [(n, g) for n in sorted(BROKEN_MAPS) for g in (8, 4)]
+                         + [(n, 4) for n in sorted(BROKEN_DUMMY_ROWS)])
+def test_a_broken_fragment_map_makes_the_emulated_warp_disagree(tmp_path, name, gq):
+    """Every map broken at both head groupings; GQ 4's dummy-row handling broken at GQ 4."""
+    old, new = {**BROKEN_MAPS, **BROKEN_DUMMY_ROWS}[name]
     text = HEADER.read_text()
     assert text.count(old) == 1, name
-    r = _run_emulator(tmp_path, text.replace(old, new))
+    r = _run_emulator(tmp_path, text.replace(old, new), gq=gq)
     assert r.returncode != 0, (name, r.stdout)
 
 
@@ -255,7 +285,9 @@ def test_step_m_attention_chunk_runs_its_blocks_on_tensor_cores_production_none(
     for fn in big:  # 16 mma for the scores and 16 for P.V a block, bf16 in, fp32 accumulate
         hmma = [x for x in fn if "HMMA" in x]
         assert len(hmma) == 32 and all("HMMA.16816.F32.BF16" in x for x in hmma), hmma[:3]
-    assert not any("HMMA" in x for fn in small for x in fn)  # GQ = 4 (small shape): the scalar loop
+    for fn in small:  # GQ = 4 (small shape): the same loop, half of A's rows zero dummies
+        hmma = [x for x in fn if "HMMA" in x]
+        assert len(hmma) == 32 and all("HMMA.16816.F32.BF16" in x for x in hmma), hmma[:3]
     assert "HMMA" not in prod
 
 

@@ -298,7 +298,7 @@ def run_beside_production(defines: dict, params: dict):
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # GQ 8: the mma loop (1025 tokens: a partial block)
     {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},        # 64 workers, 64 chunks: other block splits
-    {"layers": 2, "seq": 1024, "model": "small"},                # GQ 4: the scalar loop beside production's other tasks
+    {"layers": 2, "seq": 1024, "model": "small"},                # GQ 4: the mma loop with 4 zero dummy heads a warp
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
 def test_step_m_is_clean_and_close_to_production(params: dict):
