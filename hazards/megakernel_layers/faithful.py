@@ -54,9 +54,9 @@ class Candidate:
 
 
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
-    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 14: step 10 + step "
-              "(l), step_l's code; faster on the launch in round 17, promoted in round 18 (the family check and "
-              "the logit gate passed), an H100, 2026-12-06)", "no-change"),
+    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 15: step 14 + step "
+              "(m), step_m's code; faster than step 14 by both gates in round 19, an H100, 2026-12-06, pending "
+              "the promotion round's family check and logit gate)", "no-change"),
     Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
               defines=(("MKL_NOOP_CANDIDATE", 1),)),
     Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",
@@ -71,10 +71,10 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
     # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j, step_k and step_l vs
     # step 10 (their base, production from round 14 until step 14; candidate step_10), step_m vs
-    # production (its base, step 14).
-    # Production is step 14 (step 10 + step (l), step_l's code): its promotion round gates step_10
+    # step 14 (its base, production from round 18 until step 15; candidate step_14).
+    # Production is step 15 (step 14 + step (m), step_m's code): its promotion round gates step_14
     # (the production it replaces) -> production. `expected` is each one's verdict against today's
-    # production (step 14), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
+    # production (step 15), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
     # texts keep their verdicts against their base, step_10. step_k_half's and step_k_setaside's were
     # never measured: their `expected` is the hypothesis they were written for, and their texts say so.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
@@ -97,7 +97,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("step_e", "campaign step (e) (round 9; production's base since step 10): step (d) with step (b)'s router "
               "folded into partial logits of the O-projection workers (a warp's experts' weights loaded in one "
               "pass) and the top-k by one warp's butterfly instead of one thread's scan (MKL_CAMPAIGN_STEP 6; step (b)'s logits and routing: last bits differ "
-              "from step (d)'s; production's bits)", "slower", defines=(("MKL_CAMPAIGN_STEP", 6),)),
+              "from step (d)'s; step 10's and step 14's bits)", "slower", defines=(("MKL_CAMPAIGN_STEP", 6),)),
     Candidate("step_f", "campaign step (f), a candidate (round 10): step (e) with each attention block's V rows "
               "copied to shared memory by cp.async as the block starts, beside its whole K row, instead of loaded "
               "into registers after the scores (one dependent L2 round trip a block, not three; 64 KB more "
@@ -106,7 +106,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "instead of 4, every load of a warp's rounds issued before its first amax (one dependent L2 round "
               "trip a warp; step (f)'s: ~7 a round, a spilled load ahead of each next, 3 rounds a warp; "
               "MKL_CAMPAIGN_STEP 8; step (f)'s bits; step 10 with step (f)'s copies, no-change against step 10 in "
-              "round 13's launch gate, so against production (step 10 + step (l)) slower)", "slower",
+              "round 13's launch gate, so against step 14 (step 10 + step (l)) and production (step 14 + step (m)) slower)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 8),)),
     Candidate("step_g_on_e", "step (g)'s W2 quantization on step (e), without step (f)'s attention copies "
               "(MKL_CAMPAIGN_STEP 8, MKL_ATTN_AHEAD 0): what step (g) gains where step (f) is not promoted; "
@@ -118,52 +118,59 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "O-projection 1, not 3), the attention's first K row before its q copy and a block's whole K row "
               "before its first FMA (MKL_CAMPAIGN_STEP 9; step (e)'s bits; slower than step_e in round 13)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 9),)),
-    Candidate("step_10", "campaign step 10, the production from round 14 until step 14 (the previous production): "
+    Candidate("step_10", "campaign step 10, the production from round 14 until step 14: "
               "step (e) + step (g), step_g_on_e's code, without step (l)'s copies (MKL_CAMPAIGN_STEP 10; "
-              "production's bits; slower than production by the launch's gate in round 17, step_l's worker 0.954)",
+              "step 14's bits; slower than step 14 by the launch's gate in round 17, step_l's worker 0.954, so "
+              "slower than production)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 10),)),
+    Candidate("step_14", "campaign step 14, the production from round 18 until step 15 (the previous production): "
+              "step 10 + step (l), step_l's code, without step (m)'s tensor-core attention (MKL_CAMPAIGN_STEP 14; "
+              "step 10's bits, not production's; slower than production by both gates in round 19, step_m's "
+              "worker 0.901, the launch 0.907)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 14),)),
     Candidate("step_i", "campaign step (i), a candidate (round 15): step 10 (its base, step_10) with the GEMVs' row groups "
               "split into column parts of at most one round of the loop where a warp then takes fewer dependent "
               "rounds (gemv_kparts_rounds): the QKV tile 3 parts (3 rounds a warp, not 4), the O-projection 4 (2, "
               "not 3), W2 3 (5, not 6), W13 unchanged (9); the loop's code step 10's, no task spilling more "
-              "(MKL_CAMPAIGN_STEP 11; the parts' sums differ: last bits differ from step 10's, production's; round "
+              "(MKL_CAMPAIGN_STEP 11; the parts' sums differ: last bits differ from step 10's and step 14's; round "
               "15: slower than step 10, oproj 1.115, the launch no-change)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 11),)),
     Candidate("step_j", "campaign step (j), a candidate (round 16): step 10 (its base, step_10) with 40-row QKV tiles, "
               "not 64: 128 tiles on 128 of 132 workers, not 80, each 230 KB, not 369 KB (gemv_kparts: 4 parts "
               "of 90 chunks, 3 rounds on the busiest warp, not 4); the same QKV work on more blocks, so the qkv "
               "task's sumCTA may rise as its slowCTA falls (MKL_CAMPAIGN_STEP 12; the parts' sums differ: last "
-              "bits differ from step 10's, production's; round 16: sloughing against step 10, attn_chunk 1.100, the "
+              "bits differ from step 10's and step 14's; round 16: sloughing against step 10, attn_chunk 1.100, the "
               "launch no-change)", "sloughing", defines=(("MKL_CAMPAIGN_STEP", 12),)),
     Candidate("step_k", "campaign step (k), a candidate (round 16): step 10 (its base, step_10) with the next layer's QKV "
               "weights kept in L2 across the MoE: after its O-projection each QKV tile holder bulk-prefetches its "
               "next-layer tiles under an L2::evict_last policy, the GEMV loop loads under L2::evict_first and a tile "
               "read is demoted (applypriority) (MKL_CAMPAIGN_STEP 13, MKL_L2_KEEP_QKV; no wait moved; step 10's "
-              "bits, production's; round 17: slower than step 10, router_topk 2.12, worker 1.028 on the launch)",
+              "bits, step 14's; round 17: slower than step 10, router_topk 2.12, worker 1.028 on the launch)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 13),)),
     Candidate("step_k_half", "step (k) with the evict_last policy on half the kept lines (MKL_L2_KEEP_PCT 50): "
-              "the variant if step_k's 29.5 MB kept starve the MoE's prefetch windows (production's bits; not "
+              "the variant if step_k's 29.5 MB kept starve the MoE's prefetch windows (step 10's bits; not "
               "measured: 'faster' is the hypothesis it was written for, and step_k, its base, was slower than "
               "step 10 in round 17)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_KEEP_PCT", 50))),
     Candidate("step_k_setaside", "step (k) with a 30 MB persisting-L2 set-aside (MKL_L2_SET_ASIDE_MB 30: the harness "
               "sets cudaLimitPersistingL2CacheSize once per process, resets it at exit): the variant if step_k's "
-              "evict_last lines are not kept without one (production's bits; not measured: 'faster' is the "
+              "evict_last lines are not kept without one (step 10's bits; not measured: 'faster' is the "
               "hypothesis it was written for, and step_k, its base, was slower than step 10 in round 17)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 13), ("MKL_L2_SET_ASIDE_MB", 30))),
-    Candidate("step_l", "campaign step (l) (round 17; production's code since step 14): step 10 with the copies on the "
+    Candidate("step_l", "campaign step (l) (round 17; production's code from step 14 until step 15, step_14's): step 10 with the copies on the "
               "layer's critical path issuing a thread's loads before its stores (the attention's q, the RMSNorm's x "
               "and weight, the router's hn payload, W13's hn, the O-projection's attn_out and its and W2's output "
               "rows; in the harness build several waited for each load before the next), the same loads of the same "
-              "kind (MKL_CAMPAIGN_STEP 14; step 10's bits; faster than step 10 by the launch's gate in round 17)", "no-change",
+              "kind (MKL_CAMPAIGN_STEP 14; step 10's bits; faster than step 10 by the launch's gate in round 17; slower than production, step 14 + step (m))", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 14),)),
-    Candidate("step_m", "campaign step (m), a candidate (round 19; not measured yet): production (step 14) with the "
+    Candidate("step_m", "campaign step (m) (round 19; production's code since step 15): step 14 (its base, step_14) with the "
               "attention chunk's 32-token block loop on tensor cores at the default shape (GQ 8): per block 16 "
               "mma.sync m16n8k16 bf16 for the scores and 16 for P.V, q and P split into bf16 hi + lo rows (fp32 "
               "accumulation; ~2^-17 relative a product), the softmax in registers (a head's max: 2 shuffles); the "
               "small shape (GQ 4) runs the same loop with half of the mma's rows zero dummies; the same loads' "
               "kinds, waits and sub-span points "
-              "(MKL_CAMPAIGN_STEP 15, MKL_ATTN_MMA; other bits than production's: judged by closeness)", "faster",
+              "(MKL_CAMPAIGN_STEP 15, MKL_ATTN_MMA; other bits than step 14's: judged by closeness; faster than step 14 by "
+              "both gates in round 19: worker 0.901 [0.892, 0.910], attn_chunk 0.560, the launch 0.907)", "no-change",
               defines=(("MKL_CAMPAIGN_STEP", 15),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.

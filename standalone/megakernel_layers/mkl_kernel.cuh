@@ -108,40 +108,46 @@
 // step 10 (then production) with the next layer's QKV weights kept in L2 across the MoE (MKL_L2_KEEP_QKV: after
 // the O-projection each QKV tile holder bulk-prefetches its next-layer tile with an L2::evict_last
 // policy, the GEMV loop loads with L2::evict_first); the same arithmetic: production's bits; step_k.
-// 14 (production: faster on the launch in round 17, the family check and the logit gate passed in
-// round 18, an H100, 2026-12-06) step 10 + step (l):
+// 14 (production from round 18 until step 15: faster on the launch in round 17, the family check and
+// the logit gate passed in round 18, an H100, 2026-12-06) step 10 + step (l):
 // step 10 with the copies on the layer's critical path (the attention's q, the QKV tile's
 // RMSNorm, the O-projection's attn_out fill and its h rows, the router's hn payload, W13's hn fill,
 // W2's output rows) issuing every load of a thread before its first store (copy_to_shared and
 // friends, MKL_COPY_AHEAD): the same loads, the same values, step 10's bits; step_l. It is production
 // because round 17 judged step_l faster than step 10 on an H100 by the launch's gate (`--task worker`:
 // worker 0.954 [0.949, 0.961]; bench 671.3 us against 720.8); the default gate said slower only by
-// oproj (1.034 [1.004, 1.087]; no sloughing, cos unchanged). The production it replaces is step 10
-// (candidate step_10), which the promotion round gates against it. Where the comments below and in
-// the other sources say "production" for steps (i)-(l)'s base, they mean step 10.
-// 15 (a candidate, round 19) step (m): production (14) with attend_chunk's 32-token block loop on
+// oproj (1.034 [1.004, 1.087]; no sloughing, cos unchanged). The production it replaced is step 10
+// (candidate step_10); step 14 is itself replaced by step 15 (candidate step_14). Where the comments
+// below and in the other sources say "production" for steps (i)-(l)'s base, they mean step 10; for
+// step (m)'s base, step 14.
+// 15 (production, promoted in round 19, an H100, 2026-12-06, pending the promotion round's family
+// check and logit gate) step 14 + step (m): step 14 with attend_chunk's 32-token block loop on
 // tensor cores at both head groupings, GQ = 8 and GQ = 4 (MKL_ATTN_MMA; mma.sync m16n8k16 bf16 with
-// fp32 accumulation, q and P split into bf16 hi + lo rows; at GQ = 4 the A rows of heads 4-7 are
-// zero dummies; the fragment maps in mkl_attn_mma.h): the same loads' kinds, the same waits and
-// sub-span points, other bits (the sums' order; judged by closeness); step_m.
+// fp32 accumulation, q and P split into bf16 hi + lo rows; at GQ = 4 the A rows of heads 4-7 are zero
+// dummies; the fragment maps in mkl_attn_mma.h): the same loads' kinds, the
+// same waits and sub-span points, other bits than step 14's (the sums' order; judged by closeness);
+// step_m. It is production because round 19 judged step_m faster than step 14 on an H100 by both
+// gates (worker 0.901 [0.892, 0.910], attn_chunk 0.560; the launch's `--task worker` 0.907 [0.902,
+// 0.912]; bench 619.5 us against 683.2). The production it replaces is step 14 (candidate step_14),
+// which the promotion round gates against it; no earlier step has its bits.
 #ifndef MKL_CAMPAIGN_STEP
-#define MKL_CAMPAIGN_STEP 14
+#define MKL_CAMPAIGN_STEP 15
 #endif
 #define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP >= 6)  // step (b)
 #define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
 #define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP >= 5)                             // step (d)
 #define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP >= 6)                           // step (e)
 // Step (f) can be left out of a later step (candidate step_g_on_e: step (g)'s quantization on
-// step (e), -DMKL_ATTN_AHEAD=0), since round 12 judged step (f) no-change on the launch; step 10
-// and production (14) leave it out.
+// step (e), -DMKL_ATTN_AHEAD=0), since round 12 judged step (f) no-change on the launch; steps 10
+// and 14 and production (15) leave it out.
 #ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-// Step (g) on step (f) (8), on step (e) alone (10: step_g_on_e's code) and in steps 11-15 (14: production).
+// Step (g) on step (f) (8), on step (e) alone (10: step_g_on_e's code) and in steps 11-15 (15: production).
 #define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || (MKL_CAMPAIGN_STEP >= 10 && MKL_CAMPAIGN_STEP <= 15))  // step (g)
 // Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
 // step (g) stayed its own candidate): the layer head's loads issued ahead of their use. Round 13
-// judged it slower than step (e): not in step 10 (nor in production, 14).
+// judged it slower than step (e): not in step 10 (nor in steps 14 and 15, production).
 #define MKL_HEAD_AHEAD (MKL_CAMPAIGN_STEP == 9)                               // step (h)
 // Step (i) (11, a candidate, round 15) is step 10 (then production) with the GEMVs' rows split into
 // column parts of at most one round of the loop where that takes a warp fewer dependent rounds
@@ -163,10 +169,11 @@
 #ifndef MKL_L2_SET_ASIDE_MB
 #define MKL_L2_SET_ASIDE_MB 0
 #endif
-// Step (l) (14, production since round 17) is step 10 with its critical path's copies
-// issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
+// Step (l) (14, production from round 18 until step 15; in production, 15) is step 10 with its critical
+// path's copies issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
 #define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14 || MKL_CAMPAIGN_STEP == 15)  // step (l)
-// Step (m) (15, a candidate, round 19) is production (14) with attend_chunk's block loop on tensor
+// Step (m) (15, production since round 19, pending its promotion round) is step 14 (then production:
+// the "production's" below) with attend_chunk's block loop on tensor
 // cores (mma.sync m16n8k16 bf16, fp32 accumulate; q and P split into bf16 hi + lo) at GQ = 8 (the
 // default shape) and GQ = 4 (small: half of A's rows are zero dummies), one attention path at both
 // compiled head groupings. Other bits than production's (the sums' order): judged by closeness.

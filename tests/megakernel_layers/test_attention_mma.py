@@ -1,7 +1,7 @@
-"""Campaign step (m) (MKL_CAMPAIGN_STEP 15, candidate step_m): production (step 14) with attend_chunk's
-32-token block loop on tensor cores at both compiled head groupings, GQ = 8 and GQ = 4 (MKL_ATTN_MMA:
-mma.sync.m16n8k16 bf16 in, fp32 accumulate; q and P split into bf16 hi + lo rows; at GQ = 4 the A rows
-of heads 4-7 are zero dummies; mkl_kernel.cuh's attend_blocks_mma).
+"""Campaign step (m) (MKL_CAMPAIGN_STEP 15, candidate step_m; production since promote15): step 14 with
+attend_chunk's 32-token block loop on tensor cores at both compiled head groupings, GQ = 8 and GQ = 4
+(MKL_ATTN_MMA: mma.sync.m16n8k16 bf16 in, fp32 accumulate; q and P split into bf16 hi + lo rows; at
+GQ = 4 the A rows of heads 4-7 are zero dummies; mkl_kernel.cuh's attend_blocks_mma).
 
 On the CPU: a host C++ program includes mkl_attn_mma.h (the maps and fragment builders the kernel
 uses) and runs a warp's blocks lane by lane as attend_blocks_mma does, each mma.sync emulated from
@@ -10,9 +10,9 @@ header): the per-head (m, l, acc) must match plain loops in double to the hi/lo 
 over a full block and a partial one (masked tokens, V rows past the end), at GQ 8 and 4. Broken maps
 (the header text mutated: a wrong dim, token or half; at GQ 4 a dummy row read, kept or written)
 must make it fail. The build: step 15's attend_chunk<8,8> and <4,4> have the 32 HMMA a block (16
-scores, 16 P.V), production's none and its machine code is the step 14
-build's; step 15 changes no switch but MKL_ATTN_MMA and the compiled static checks pass with
-production's polls.
+scores, 16 P.V), step 14's none (production's machine code is step 15's: test_production_step15.py);
+step 15 changes no switch of step 14's but MKL_ATTN_MMA and the compiled static checks pass with
+step 14's polls.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import pytest
 from hazards.megakernel_layers import faithful as FA
 
 from .test_merge_spread import ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
-from .test_production_step14 import _assert_same_sass, _sass_lines, _switches
+from .test_production_step15 import switches_changed_from_step_14
 
 FAMILY = ROOT / "standalone" / "megakernel_layers"
 HEADER = FAMILY / "mkl_attn_mma.h"
@@ -277,9 +277,9 @@ def _function_text(listing: str, name_part: str) -> list[str]:
     return out
 
 
-def test_step_m_attention_chunk_runs_its_blocks_on_tensor_cores_production_none():
+def test_step_m_attention_chunk_runs_its_blocks_on_tensor_cores_step_14_none():
     step = listing_of(family_cubin({"MKL_CAMPAIGN_STEP": 15}, "test-mkl-step-15"))
-    prod = listing_of(family_cubin(None, "test-mkl-step-default"))
+    prod = listing_of(family_cubin({"MKL_CAMPAIGN_STEP": 14}, "test-mkl-step-14"))
     big, small = _function_text(step, "attend_chunkILi8ELi8E"), _function_text(step, "attend_chunkILi4ELi4E")
     assert len(big) == 2 and len(small) == 2, (len(big), len(small))  # the kernel with the tripwire in and out
     for fn in big:  # 16 mma for the scores and 16 for P.V a block, bf16 in, fp32 accumulate
@@ -291,17 +291,9 @@ def test_step_m_attention_chunk_runs_its_blocks_on_tensor_cores_production_none(
     assert "HMMA" not in prod
 
 
-def test_production_machine_code_is_unchanged_by_step_m():
-    """The default build (production, step 14) is the MKL_CAMPAIGN_STEP=14 build line for line, and step
-    15's differs (test_production_step14.py checks step 14 against main's production the same way)."""
-    prod = _sass_lines(None, "test-mkl-step-default")
-    _assert_same_sass(prod, _sass_lines({"MKL_CAMPAIGN_STEP": 14}, "test-mkl-step-l"))
-    assert prod != _sass_lines({"MKL_CAMPAIGN_STEP": 15}, "test-mkl-step-15-sass")
-
-
-def test_step_m_attention_chunk_spills_no_more_than_production_in_the_harness_build():
+def test_step_m_attention_chunk_spills_no_more_than_step_14_in_the_harness_build():
     """In the build the GPU runs (stress/build.py's flags, ptxas -v) step 15's attend_chunk<8,8> and
-    <4,4> spill no more than production's. (Not every function: the kernel body's and gemv_round<4>'s
+    <4,4> spill no more than step 14's (its base, production until step 15). (Not every function: the kernel body's and gemv_round<4>'s
     spills grow with any of the block loop's variants tried, a whole-program allocation effect; the
     report of the branch that added step (m) gives the numbers.)"""
     from .sass_text import spills_by_function
@@ -310,22 +302,21 @@ def test_step_m_attention_chunk_spills_no_more_than_production_in_the_harness_bu
     def spills(cubin) -> dict[str, tuple[int, int]]:
         return {k: v for k, v in spills_by_function(cubin.log).items() if "attend_chunk" in k}
 
-    prod = spills(_harness_build(None, "test-mkl-harness-default"))
+    prod = spills(_harness_build({"MKL_CAMPAIGN_STEP": 14}, "test-mkl-harness-step-14"))
     step = spills(_harness_build({"MKL_CAMPAIGN_STEP": 15}, "test-mkl-harness-step-15"))
     assert len(prod) == 2 and set(prod) == set(step), sorted(step)
     worse = {k: (prod[k], step[k]) for k in prod if step[k][0] > prod[k][0] or step[k][1] > prod[k][1]}
     assert not worse, worse
 
 
-def test_step_m_passes_the_compiled_static_checks_with_production_polls():
+def test_step_m_passes_the_compiled_static_checks_with_step_14_polls():
     assert_static_checks_pass_with_the_polls_of(15, 14)
 
 
-def test_step_m_is_production_but_for_the_attention_mma_and_a_candidate_of_the_gate():
+def test_step_m_is_step_14_but_for_the_attention_mma_and_production_code_in_the_catalog():
     c = FA.candidate("step_m")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 15} and c.params == ()
-    assert c.expected == "faster" and "not measured yet" in c.what  # the prediction, until its round
-    prod, step = _switches({}), _switches({"MKL_CAMPAIGN_STEP": 15})
-    changed = {k for k in prod if prod[k] != step[k]}
+    assert c.expected == "no-change" and "production's code" in c.what  # faster in round 19, then promoted
+    changed, _, step = switches_changed_from_step_14({"MKL_CAMPAIGN_STEP": 15})
     assert changed == {"MKL_CAMPAIGN_STEP", "MKL_ATTN_MMA"}, changed
     assert step["MKL_ATTN_MMA"] == 1 and step["MKL_COPY_AHEAD"] == 1 and step["MKL_W2_QUANT_AHEAD"] == 1

@@ -212,28 +212,20 @@ def test_step_g_on_step_e_gives_step_e_bits():
     assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
 
 
-# ---- production, campaign step 14 (step 10 + step (l)); step 10 is step (e) + step (g) ----------
+# ---- campaign step 14 (step 10 + step (l); production from round 18 until step 15, whose attention
+# changes the bits); step 10 is step (e) + step (g) ----------------------------------------------------
 
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                # I 2880: 90 sub-blocks, 3 rounds a slot
     {"layers": 2, "seq": 1024, "hazard": "amax_tail"},         # the tail round reads stale packed codes
     {"layers": 2, "seq": 4096, "model": "small"},              # I 1024: one round a slot; 33 chunks
 ], ids=["default", "amax_tail", "small"])
-def test_production_gives_step_e_bits_clean_and_with_amax_tail(binary: Path, params: dict):
-    """Production (the default build, step 14: step 10 + step (l), whose copies keep step 10's bits)
-    adds step (g)'s quantization to step (e), whose arithmetic it keeps: step (e)'s output bit for bit,
-    and with amax_tail on step (e)'s corrupted output bit for bit (the switch's stale codes are still
-    read as an amax)."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    out, _, reply = dump_run(binary, params)
-    out_e, _, reply_e = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": 6}), params)
-    if "hazard" in params:
-        assert reply.get("mismatched", 0) > 0 and reply_e.get("mismatched", 0) > 0, (reply, reply_e)
-    else:
-        assert reply.get("mismatched") == 0 and reply_e.get("mismatched") == 0, (reply, reply_e)
-    assert out.numel() == out_e.numel() and bool((out == out_e).all())
+def test_step_14_gives_step_e_bits_clean_and_with_amax_tail(params: dict):
+    """Step 14 (step 10 + step (l), whose copies keep step 10's bits; production until step 15, whose
+    tensor-core attention sums in another order) adds step (g)'s quantization to step (e), whose
+    arithmetic it keeps: step (e)'s output bit for bit, and with amax_tail on step (e)'s corrupted
+    output bit for bit (the switch's stale codes are still read as an amax)."""
+    assert_same_bits(6, 14, params)
 
 
 # ---- campaign step (h) (MKL_CAMPAIGN_STEP 9, a candidate): the layer head's loads ahead ----------
@@ -254,38 +246,42 @@ def test_step_h_gives_step_e_bits(params: dict):
 
 # ---- campaign step (i) (MKL_CAMPAIGN_STEP 11, a candidate): column parts of one round --------------
 
+STEP_10 = {"MKL_CAMPAIGN_STEP": 10}  # the base of steps (i)-(l); production from round 14 until step 14
+
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # QKV 3 parts, O-projection 4, W2 3
     {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},        # 64 workers: other rows a worker (QKV 3 parts)
     {"layers": 2, "seq": 1024, "model": "small"},                # the small shape's splits
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
-def test_step_i_is_clean_and_close_to_production(params: dict):
-    """Step (i) sums each row over other column parts than its base, step 10, whose bits production
-    (step 14) has: not production's bits, but every checked launch clean against the binary's reference
-    (corrupted, with stale_descriptor on) and the output within a quarter of the family's tolerance of
-    production's."""
-    assert_clean_and_close_to_production({"MKL_CAMPAIGN_STEP": 11}, params)
+def test_step_i_is_clean_and_close_to_step_10(params: dict):
+    """Step (i) sums each row over other column parts than its base, step 10 (whose bits step 14 has;
+    production, step 15, sums the attention in another order too): not step 10's bits, but every
+    checked launch clean against the binary's reference (corrupted, with stale_descriptor on) and the
+    output within a quarter of the family's tolerance of step 10's."""
+    assert_clean_and_close_to_production({"MKL_CAMPAIGN_STEP": 11}, params, base=STEP_10)
 
 
-def assert_clean_and_close_to_production(defines: dict, params: dict):
-    """The build of `defines` and production on `params`: both clean against their binary's reference
-    (both corrupted, with a hazard on), and the outputs within a quarter of the tolerance."""
+
+def assert_clean_and_close_to_production(defines: dict, params: dict, base: dict | None = None):
+    """The build of `defines` and production (or the build of `base`) on `params`: both clean against
+    their binary's reference (both corrupted, with a hazard on), and the outputs within a quarter of the
+    tolerance."""
     from hazards.megakernel_layers import reference as R
 
-    out, out_p = run_beside_production(defines, params)
+    out, out_p = run_beside_production(defines, params, base)
     if "hazard" not in params:
         assert R.rel_err(out, out_p) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_p)
 
 
-def run_beside_production(defines: dict, params: dict):
-    """(output of the build of `defines`, output of production, the default build): one checked launch
-    of each on `params`, both clean (or, with a hazard on, both corrupted)."""
+def run_beside_production(defines: dict, params: dict, base: dict | None = None):
+    """(output of the build of `defines`, output of production, the default build, or of the build of
+    `base`): one checked launch of each on `params`, both clean (or, with a hazard on, both corrupted)."""
     from hazards.megakernel_layers.calibration import dump_run
     from hazards.stress_family import family_binary
 
     out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
-    out_p, _, reply_p = dump_run(family_binary(FAM), params)
+    out_p, _, reply_p = dump_run(family_binary(FAM, defines=base), params)
     if "hazard" in params:
         assert reply.get("mismatched", 0) > 0 and reply_p.get("mismatched", 0) > 0, (reply, reply_p)
     else:
@@ -293,7 +289,8 @@ def run_beside_production(defines: dict, params: dict):
     return out, out_p
 
 
-# ---- campaign step (m) (MKL_CAMPAIGN_STEP 15, a candidate): the attention chunk on tensor cores -----
+# ---- campaign step (m) (MKL_CAMPAIGN_STEP 15, production since round 19, pending its promotion round):
+# the attention chunk on tensor cores, on step 14 (the production it replaced) ----------------------------
 
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # GQ 8: the mma loop (1025 tokens: a partial block)
@@ -301,24 +298,24 @@ def run_beside_production(defines: dict, params: dict):
     {"layers": 2, "seq": 1024, "model": "small"},                # GQ 4: the mma loop with 4 zero dummy heads a warp
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
-def test_step_m_is_clean_and_close_to_production(params: dict):
-    """Step (m) sums the attention's scores and P.V on tensor cores (bf16 hi + lo splits of q and P, fp32
-    accumulation): not production's bits, but every checked launch clean against the binary's reference
-    (corrupted, with stale_descriptor on) and the output close to production's: cos > 0.99999, the
-    largest difference under 2e-3 of production's largest value, the family's relative error under a
-    quarter of its tolerance."""
+def test_production_is_clean_and_close_to_step_14(params: dict):
+    """Production (step 15: step 14 + step (m)) sums the attention's scores and P.V on tensor cores (bf16
+    hi + lo splits of q and P, fp32 accumulation): not step 14's bits, but every checked launch clean
+    against the binary's reference (corrupted, with stale_descriptor on) and the output close to step
+    14's: cos > 0.99999, the largest difference under 2e-3 of step 14's largest value, the family's
+    relative error under a quarter of its tolerance."""
     import torch
 
     from hazards.megakernel_layers import reference as R
 
-    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 15}, params)
+    out_14, out = run_beside_production({"MKL_CAMPAIGN_STEP": 14}, params)  # (step 14's, production's)
     if "hazard" in params:
         return
-    a, b = out.double().flatten(), out_p.double().flatten()
+    a, b = out.double().flatten(), out_14.double().flatten()
     cos = float(torch.nn.functional.cosine_similarity(a, b, dim=0))
     worst = float((a - b).abs().max() / b.abs().max())
     assert cos > 0.99999 and worst < 2e-3, (cos, worst)
-    assert R.rel_err(out, out_p) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_p)
+    assert R.rel_err(out, out_14) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_14)
 
 
 # ---- campaign step (k) (MKL_CAMPAIGN_STEP 13, a candidate): the next layer's QKV kept in L2 -------
@@ -329,19 +326,20 @@ def test_step_m_is_clean_and_close_to_production(params: dict):
     {"layers": 2, "seq": 1024, "model": "small"},                # the small shape's 24 tiles
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
-def test_step_k_is_clean_and_gives_production_bits(params: dict):
+def test_step_k_is_clean_and_gives_step_10_bits(params: dict):
     """Step (k) changes only L2 cache policies and prefetches of read-only weights of its base, step 10:
-    every checked launch clean (corrupted, with stale_descriptor on) and the output production's (the
-    default build's, step 14: step 10's bits) bit for bit."""
-    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 13}, params)
-    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+    every checked launch clean (corrupted, with stale_descriptor on) and the output step 10's (step 14's
+    too; production, step 15, sums the attention in another order) bit for bit."""
+    out, out_10 = run_beside_production({"MKL_CAMPAIGN_STEP": 13}, params, base=STEP_10)
+    assert out.numel() == out_10.numel() and bool((out == out_10).all())
 
 
-def test_step_k_with_a_persisting_l2_set_aside_gives_production_bits():
+def test_step_k_with_a_persisting_l2_set_aside_gives_step_10_bits():
     """step_k_setaside's harness asks for a persisting-L2 set-aside (cudaDeviceSetLimit) before its first
-    launch: the call succeeds (else the request fails) and the output is production's bit for bit."""
-    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30}, {"layers": 3, "seq": 1024})
-    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+    launch: the call succeeds (else the request fails) and the output is step 10's bit for bit."""
+    out, out_10 = run_beside_production({"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30}, {"layers": 3, "seq": 1024},
+                                        base=STEP_10)
+    assert out.numel() == out_10.numel() and bool((out == out_10).all())
 
 
 # ---- campaign step (j) (MKL_CAMPAIGN_STEP 12, a candidate): 40-row QKV tiles on 128 workers ---------
@@ -353,11 +351,10 @@ def test_step_k_with_a_persisting_l2_set_aside_gives_production_bits():
     {"layers": 2, "seq": 1024, "model": "small"},                # 39 tiles, the last of 16 rows
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "long", "grid64", "small", "stale_descriptor"])
-def test_step_j_is_clean_and_close_to_production(params: dict):
-    """Step (j) sums each QKV row over 4 column parts, not 2 (gemv_kparts of a 10-group tile): not
-    production's bits (step 10's, its base's), but clean against the binary's reference and close to
-    production's output."""
-    assert_clean_and_close_to_production({"MKL_CAMPAIGN_STEP": 12}, params)
+def test_step_j_is_clean_and_close_to_step_10(params: dict):
+    """Step (j) sums each QKV row over 4 column parts, not 2 (gemv_kparts of a 10-group tile): not its
+    base's bits (step 10's), but clean against the binary's reference and close to step 10's output."""
+    assert_clean_and_close_to_production({"MKL_CAMPAIGN_STEP": 12}, params, base=STEP_10)
 
 
 def test_step_j_participant_set_still_hangs_and_names_chunk_rank_128(tmp_path: Path):
@@ -377,8 +374,8 @@ def test_step_j_participant_set_still_hangs_and_names_chunk_rank_128(tmp_path: P
     assert_step_j_participant_set_hang_explained(r.evidence["tripwire"]["sentence"])
 
 
-# ---- campaign step (l) (MKL_CAMPAIGN_STEP 14, production since round 17): a thread's copy loads before
-# its stores, on step 10 (the production it replaced) --------------------------------------------------
+# ---- campaign step (l) (MKL_CAMPAIGN_STEP 14, production from round 18 until step 15): a thread's copy
+# loads before its stores, on step 10 (the production it replaced) -------------------------------------
 
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # q 2 float4s a thread, D 2880: 5-6 elements
@@ -386,12 +383,11 @@ def test_step_j_participant_set_still_hangs_and_names_chunk_rank_128(tmp_path: P
     {"layers": 2, "seq": 1024, "model": "small"},                # q 1024 floats (0-1 float4 a thread), D 1024
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
-def test_production_gives_step_10_bits_clean_and_with_stale_descriptor(params: dict):
-    """Production (step 14) is step 10 with step (l)'s copies, which change only when a thread's copy
-    loads go out (the same loads, values and arithmetic): step 10's output bit for bit, clean, and with
-    stale_descriptor on step 10's corrupted output."""
-    out, out_p = run_beside_production({"MKL_CAMPAIGN_STEP": 10}, params)
-    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+def test_step_14_gives_step_10_bits_clean_and_with_stale_descriptor(params: dict):
+    """Step 14 (production from round 18 until step 15) is step 10 with step (l)'s copies, which change
+    only when a thread's copy loads go out (the same loads, values and arithmetic): step 10's output bit
+    for bit, clean, and with stale_descriptor on step 10's corrupted output."""
+    assert_same_bits(10, 14, params)
 
 
 def test_production_profiles_every_merge_span_without_overflowing_the_ring():

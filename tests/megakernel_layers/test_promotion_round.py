@@ -1,8 +1,11 @@
 """ci/gpu/layers-campaign.sh's `promote` mode (round 8; step 10's since promote10; the previous production
-named by PREV, PREV_STEP and SAME_STEP since the tenth session) read on the CPU:
+named by PREV, PREV_STEP and SAME_STEP since the tenth session; SAME_STEP none since promote15, whose
+production keeps no earlier step's bits) read on the CPU:
 the shell parses, it gates the previous production (PREV) against production both ways and runs
-the family check on production's build, and the snapshot_epoch skews it runs sit where the model
-says they should (below the promoted production's layer head: clean; above it: a hang)."""
+the family check on production's build, it compares production's output with the step whose bits it
+keeps (or, with none, says so and judges closeness to PREV's alone), and the snapshot_epoch skews it
+runs sit where the model says they should (below the promoted production's layer head: clean; above
+it: a hang)."""
 from __future__ import annotations
 
 import re
@@ -29,13 +32,13 @@ def test_the_campaign_script_parses():
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
 
 
-def _previous_production(mode: str) -> tuple[str, int, int]:
+def _previous_production(mode: str) -> tuple[str, int, int | None]:
     """The mode's defaults: the previous production's candidate, its step, and the step whose bits
-    production must have (PREV, PREV_STEP, SAME_STEP)."""
-    m = re.search(r"^PREV=\$\{PREV:-(\w+)\}; PREV_STEP=\$\{PREV_STEP:-(\d+)\}; SAME_STEP=\$\{SAME_STEP:-(\d+)\}$",
+    production must have (PREV, PREV_STEP, SAME_STEP; None where SAME_STEP is none: no step's bits)."""
+    m = re.search(r"^PREV=\$\{PREV:-(\w+)\}; PREV_STEP=\$\{PREV_STEP:-(\d+)\}; SAME_STEP=\$\{SAME_STEP:-(\d+|none)\}$",
                   mode, re.M)
     assert m, "the promote mode names no previous production"
-    return m.group(1), int(m.group(2)), int(m.group(3))
+    return m.group(1), int(m.group(2)), None if m.group(3) == "none" else int(m.group(3))
 
 
 def test_the_promotion_gates_the_previous_production_both_ways():
@@ -50,18 +53,31 @@ def test_the_promotion_gates_the_previous_production_both_ways():
     assert FA.candidate(prev).expected == "slower"  # production is expected faster
     assert "build prev \"{'MKL_CAMPAIGN_STEP': $PREV_STEP}\"" in mode
     assert "build profprev \"{'HZ_PROFILER': 1, 'MKL_CAMPAIGN_STEP': $PREV_STEP}\"" in mode
-    assert "checked plain prev same" in mode
+    assert re.search(r"^  checked plain prev$", mode, re.M) and re.search(r"^  checked plain prev same$", mode, re.M)
+    assert 'compare_dumps plain prev "production vs $PREV"' in mode
     assert "megakernel_layers_perf.py --also-define MKL_CAMPAIGN_STEP=$PREV_STEP " in mode
     assert '--candidate production --candidate "$PREV" ' in mode
     assert "step_b0" not in mode and "MKL_CAMPAIGN_STEP': 2" not in mode
 
 
 def test_the_promotion_compares_productions_bits_with_the_step_it_keeps_the_bits_of():
+    """With SAME_STEP a step: its build, and production's dump against its dump bit for bit. With none
+    (step 15: the attention on tensor cores sums in another order than every earlier step): neither the
+    build nor the check, the console says why, and production's closeness to PREV is what is judged."""
     mode = _promote_mode()
-    _, _, same = _previous_production(mode)
+    prev, prev_step, same = _previous_production(mode)
     assert 'cmp -s "$W/dump_plain.f32" "$W/dump_same.f32"' in mode
-    assert "build same \"{'MKL_CAMPAIGN_STEP': $SAME_STEP}\"" in mode
-    assert any(dict(c.defines) == {"MKL_CAMPAIGN_STEP": same} for c in FA.CANDIDATES.values())
+    assert "[ \"$SAME_STEP\" = none ] || build same \"{'MKL_CAMPAIGN_STEP': $SAME_STEP}\" &" in mode
+    if same is None:
+        # production is step 15: no earlier step has its bits (step 14's, PREV's, are step 10's)
+        assert (prev, prev_step) == ("step_14", 14)
+        assert "production: no earlier step's bits to keep (SAME_STEP=none" in mode
+    else:
+        assert any(dict(c.defines) == {"MKL_CAMPAIGN_STEP": same} for c in FA.CANDIDATES.values())
+    # the none branch runs no `same` launches, the other compares them
+    start = mode.index('if [ "$SAME_STEP" = none ]; then')
+    none_branch = mode[start:mode.index("\nelse\n", start)]
+    assert "checked plain prev same" not in none_branch and "cmp -s" not in none_branch
 
 
 def test_the_promotion_runs_the_family_check_on_production_in_both_forms():

@@ -45,7 +45,7 @@ def _count(sass: str, pattern: str) -> int:
 
 @requires_nvdisasm
 def test_production_streams_the_weights_with_global_loads():
-    funcs = _functions(14)  # production since promote14 (step 14: step (d)'s GEMV, which is step 2's)
+    funcs = _functions(15)  # production since promote15 (step 15: step (d)'s GEMV, which is step 2's)
     assert "ring_units" not in funcs and "gemv_round" in funcs, sorted(funcs)
     every = "".join(funcs.values())
     assert _count(funcs["gemv_round"], r"\bLDG\.E\S*\.128\b") >= 16  # depth 4 x 4 rows in flight
@@ -82,7 +82,7 @@ def test_the_ring_smem_build_is_step_b0_code_asking_for_step_c_shared_memory():
     """Round 5's diagnostic build (MKL_RESERVE_RING_SMEM, gate candidate ring_smem): step (c)'s
     base, step_b0 (the production of round 5), with a block asking for step (c)'s shared memory
     (so the SM keeps step (c)'s small L1) and no ring in it. Since round 8's promotion the
-    default build is not step 2 (step (d), then steps 10 and 14): the candidate names step 2 itself, so it still isolates the
+    default build is not step 2 (step (d), then steps 10, 14 and 15): the candidate names step 2 itself, so it still isolates the
     carve-out from the ring."""
     from hazards.megakernel_layers import faithful as FA
 

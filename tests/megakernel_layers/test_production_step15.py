@@ -1,21 +1,23 @@
-"""Production is campaign step 14 (promote14, round 17): step 10 + step (l), candidate step_l's code.
-Step 10 (MKL_CAMPAIGN_STEP 10, candidate step_10: production from round 14 until step 14, promote10)
-is step (e) + step (g), candidate step_g_on_e's code (MKL_CAMPAIGN_STEP 8 with MKL_ATTN_AHEAD 0),
-without step (f) and step (h).
+"""Production is campaign step 15 (promote15, round 19): step 14 + step (m), candidate step_m's code.
+Step 14 (MKL_CAMPAIGN_STEP 14, candidate step_14: production from round 18 until step 15, promote14)
+is step 10 + step (l), candidate step_l's code. Step 10 (MKL_CAMPAIGN_STEP 10, candidate step_10:
+production from round 14 until step 14, promote10) is step (e) + step (g), candidate step_g_on_e's
+code (MKL_CAMPAIGN_STEP 8 with MKL_ATTN_AHEAD 0), without step (f) and step (h).
 
-On the CPU: production's campaign switches are step 10's plus MKL_COPY_AHEAD and nothing else, and
-every preprocessor condition of the family's sources reads the default build as step 10 with step
-(l)'s switch on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 14 step 10's value); the default
-build's machine code (cuobjdump -sass, nvcc 13.0, sm_90a) is step_l's (MKL_CAMPAIGN_STEP=14) line for
-line, and its mkl_megakernel SASS is the one pinned in production_sass.json (the compiler's release, line
-count and sha256, a global and a generic access read alike: that spelling follows the checkout's folder in
-the harness build); a change that changes it updates the pin on purpose (UPDATE_COMMAND). The step-10 build
-keeps promote10's facts: every switch and condition takes step_g_on_e's value
-(step (e)'s but for step (g)'s switch), and its machine code is step_g_on_e's line for line. The
-catalog names the previous production (step_10, expected slower than production) and step_l as
-production's code (no-change); the GPU suite's prebuilt builds hold every build test_gpu.py compares.
-With the default left at 10 (promote10's tree), the tests of production's switches, conditions,
-machine code and catalog entry fail.
+On the CPU: production's campaign switches are step 14's plus MKL_ATTN_MMA and nothing else (step
+14's are step 10's plus MKL_COPY_AHEAD), and every preprocessor condition of the family's sources
+reads the default build as step 14 with step (m)'s switch on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N`
+must give 15 step 14's value; step 14 reads as step 10 with step (l)'s switch on); the default
+build's machine code (cuobjdump -sass, nvcc 13.0, sm_90a) is step_m's (MKL_CAMPAIGN_STEP=15) line for
+line, and not step 14's, and its mkl_megakernel SASS is the one pinned in production_sass.json (the
+compiler's release, line count and sha256, a global and a generic access read alike: that spelling
+follows the checkout's folder in the harness build); a change that changes it updates the pin on
+purpose (UPDATE_COMMAND). The step-10 build keeps promote10's facts: every switch and condition takes
+step_g_on_e's value (step (e)'s but for step (g)'s switch), and its machine code is step_g_on_e's
+line for line. The catalog names the previous productions (step_14 and step_10, expected slower than
+production) and step_m as production's code (no-change); the GPU suite's prebuilt builds hold every
+build test_gpu.py compares. With the default left at 14 (promote14's tree), the tests of production's
+switches, conditions, machine code and catalog entry fail.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_ME
             "MKL_RESERVE_RING_SMEM")
 STEP_G_ON_E = dict(FA.candidate("step_g_on_e").defines)
 STEP_10 = {"MKL_CAMPAIGN_STEP": 10}
+STEP_14 = {"MKL_CAMPAIGN_STEP": 14}
 
 
 def _eval(expr: str, env: dict[str, int]) -> int:
@@ -65,10 +68,22 @@ def _switches(defines: dict[str, int]) -> dict[str, int]:
     return {k: env[k] for k in SWITCHES}
 
 
-def switches_changed_from_step_10(defines: dict[str, int]) -> tuple[set[str], dict[str, int], dict[str, int]]:
-    """(the switches the build of `defines` sets otherwise than step 10, step 10's, the build's)."""
-    base, step = _switches({"MKL_CAMPAIGN_STEP": 10}), _switches(defines)
+def switches_changed_from_step(base_step: int, defines: dict[str, int]) -> tuple[set[str], dict[str, int], dict[str, int]]:
+    """(the switches the build of `defines` sets otherwise than step `base_step`, that step's, the build's)."""
+    base, step = _switches({"MKL_CAMPAIGN_STEP": base_step}), _switches(defines)
     return {k for k in base if base[k] != step[k]}, base, step
+
+
+def switches_changed_from_step_10(defines: dict[str, int]) -> tuple[set[str], dict[str, int], dict[str, int]]:
+    """(the switches the build of `defines` sets otherwise than step 10, step 10's, the build's): steps
+    (i)-(l)'s base."""
+    return switches_changed_from_step(10, defines)
+
+
+def switches_changed_from_step_14(defines: dict[str, int]) -> tuple[set[str], dict[str, int], dict[str, int]]:
+    """(the switches the build of `defines` sets otherwise than step 14, step 14's, the build's): step
+    (m)'s base."""
+    return switches_changed_from_step(14, defines)
 
 
 def _conditions(env: dict[str, int]) -> dict[str, int]:
@@ -101,14 +116,21 @@ def test_step_10_takes_step_g_on_e_switches_and_step_e_but_for_step_g():
     assert _switches({"MKL_CAMPAIGN_STEP": 9})["MKL_W2_QUANT_AHEAD"] == 0
 
 
-def test_production_takes_step_10_switches_and_step_l_alone():
+def test_step_14_takes_step_10_switches_and_step_l_alone():
+    step14, step10 = _switches(STEP_14), _switches(STEP_10)
+    assert {k for k in SWITCHES if step14[k] != step10[k]} == {"MKL_CAMPAIGN_STEP", "MKL_COPY_AHEAD"}
+    assert step14["MKL_COPY_AHEAD"] == 1 and step10["MKL_COPY_AHEAD"] == 0 and step14["MKL_ATTN_MMA"] == 0
+
+
+def test_production_takes_step_14_switches_and_step_m_alone():
     from hazards.megakernel_layers import model as M
 
-    prod, step10 = _switches({}), _switches(STEP_10)
-    assert prod["MKL_CAMPAIGN_STEP"] == 14 and _switches({"MKL_CAMPAIGN_STEP": 14}) == prod
-    assert M.DEFAULT_CAMPAIGN_STEP == 14  # the schedule model reads a build without -D as production
-    assert {k for k in SWITCHES if prod[k] != step10[k]} == {"MKL_CAMPAIGN_STEP", "MKL_COPY_AHEAD"}
-    assert prod["MKL_COPY_AHEAD"] == 1 and step10["MKL_COPY_AHEAD"] == 0
+    prod = _switches({})
+    assert prod["MKL_CAMPAIGN_STEP"] == 15 and _switches({"MKL_CAMPAIGN_STEP": 15}) == prod
+    assert M.DEFAULT_CAMPAIGN_STEP == 15  # the schedule model reads a build without -D as production
+    changed, _, _ = switches_changed_from_step_14({})
+    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_ATTN_MMA"}, changed
+    assert prod["MKL_ATTN_MMA"] == 1 and prod["MKL_COPY_AHEAD"] == 1 and prod["MKL_W2_QUANT_AHEAD"] == 1
     # steps (i), (j) and (k) stay off in production
     assert prod["MKL_GEMV_ONE_ROUND"] == prod["MKL_QKV_SPREAD"] == prod["MKL_L2_KEEP_QKV"] == 0
 
@@ -120,16 +142,28 @@ def test_every_preprocessor_condition_of_the_family_reads_step_10_as_step_g_on_e
     assert step10 == g_on_e, {k: (step10[k], g_on_e[k]) for k in step10 if step10[k] != g_on_e[k]}
 
 
-def test_every_preprocessor_condition_of_the_family_reads_production_as_step_10_with_step_l():
-    """Production's value of every condition is the one step 10's switches with MKL_COPY_AHEAD on give, step
+def test_every_preprocessor_condition_of_the_family_reads_step_14_as_step_10_with_step_l():
+    """Step 14's value of every condition is the one step 10's switches with MKL_COPY_AHEAD on give, step
     number 10 included: a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 14 what it gives 10."""
-    prod = _conditions(_switches({}))
+    step14 = _conditions(_switches(STEP_14))
     with_l = _conditions({**_switches(STEP_10), "MKL_COPY_AHEAD": 1})
-    assert len(prod) >= 30, len(prod)
-    assert prod == with_l, {k: (prod[k], with_l[k]) for k in prod if prod[k] != with_l[k]}
-    # and step (l)'s own conditions are what tells production from step 10
+    assert len(step14) >= 30, len(step14)
+    assert step14 == with_l, {k: (step14[k], with_l[k]) for k in step14 if step14[k] != with_l[k]}
+    # and step (l)'s own conditions are what tells step 14 from step 10
     step10 = _conditions(_switches(STEP_10))
-    assert {k for k in prod if prod[k] != step10[k]}, "no condition reads MKL_COPY_AHEAD"
+    assert {k for k in step14 if step14[k] != step10[k]}, "no condition reads MKL_COPY_AHEAD"
+
+
+def test_every_preprocessor_condition_of_the_family_reads_production_as_step_14_with_step_m():
+    """Production's value of every condition is the one step 14's switches with MKL_ATTN_MMA on give, step
+    number 14 included: a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 15 what it gives 14."""
+    prod = _conditions(_switches({}))
+    with_m = _conditions({**_switches(STEP_14), "MKL_ATTN_MMA": 1})
+    assert len(prod) >= 30, len(prod)
+    assert prod == with_m, {k: (prod[k], with_m[k]) for k in prod if prod[k] != with_m[k]}
+    # and step (m)'s own conditions are what tells production from step 14
+    step14 = _conditions(_switches(STEP_14))
+    assert {k for k in prod if prod[k] != step14[k]}, "no condition reads MKL_ATTN_MMA"
 
 
 def _sass_lines(defines: dict[str, int] | None, label: str) -> list[str]:
@@ -162,7 +196,7 @@ def _assert_same_sass(a: list[str], b: list[str]) -> None:
 PIN = Path(__file__).with_name("production_sass.json")
 UPDATE_PIN = "HZ_UPDATE_PRODUCTION_SASS"
 UPDATE_COMMAND = (f"{UPDATE_PIN}=1 PYTHONPATH=$PWD python -m pytest -q -p no:randomly "
-                  "tests/megakernel_layers/test_production_step14.py -k pinned")
+                  "tests/megakernel_layers/test_production_step15.py -k pinned")
 
 
 # A global or generic load or store, and its line's encoding: in the harness build (-split-compile=0) ptxas
@@ -211,23 +245,28 @@ def test_step_10_machine_code_is_step_g_on_e_line_for_line():
     _assert_same_sass(_sass_lines(STEP_10, "test-mkl-step-10"), _sass_lines(STEP_G_ON_E, "test-mkl-step-g-on-e"))
 
 
-def test_production_machine_code_is_step_l_line_for_line():
+def test_production_machine_code_is_step_m_line_for_line():
     prod = _sass_lines(None, "test-mkl-step-default")
-    _assert_same_sass(prod, _sass_lines({"MKL_CAMPAIGN_STEP": 14}, "test-mkl-step-l"))
-    assert prod != _sass_lines(STEP_10, "test-mkl-step-10")  # step (l)'s copies are in it
+    _assert_same_sass(prod, _sass_lines({"MKL_CAMPAIGN_STEP": 15}, "test-mkl-step-15-sass"))
+    assert prod != _sass_lines(STEP_14, "test-mkl-step-l")  # step (m)'s tensor-core block loop is in it
 
 
 def test_the_catalog_names_the_previous_productions_and_production_code():
-    prod, step_10, step_l = FA.candidate("production"), FA.candidate("step_10"), FA.candidate("step_l")
-    assert prod.defines == () and "MKL_CAMPAIGN_STEP 14" in prod.what
+    prod, step_14, step_m = FA.candidate("production"), FA.candidate("step_14"), FA.candidate("step_m")
+    assert prod.defines == () and "MKL_CAMPAIGN_STEP 15" in prod.what
+    assert dict(step_14.defines) == STEP_14 and step_14.expected == "slower"
+    assert "production from round 18 until step 15" in step_14.what
+    assert dict(step_m.defines) == {"MKL_CAMPAIGN_STEP": 15}
+    assert step_m.expected == "no-change" and "production's code" in step_m.what
+    step_10, step_l = FA.candidate("step_10"), FA.candidate("step_l")
     assert dict(step_10.defines) == STEP_10 and step_10.expected == "slower"
     assert "production from round 14 until step 14" in step_10.what
-    assert step_l.expected == "no-change" and "production's code" in step_l.what
+    assert dict(step_l.defines) == STEP_14 and step_l.expected == "slower"  # step 14's code, no longer production's
     step_d, g_on_e = FA.candidate("step_d"), FA.candidate("step_g_on_e")
     assert dict(step_d.defines) == {"MKL_CAMPAIGN_STEP": 5} and step_d.expected == "slower"
     assert "production from round 8 until step 10" in step_d.what
     assert g_on_e.expected == "slower" and "step 10's code" in g_on_e.what
-    # candidates whose expectation was against step 10 (no-change) now read against step 14
+    # candidates whose expectation was against step 10 (no-change) read against step 14, then step 15
     assert FA.candidate("step_e").expected == "slower" and FA.candidate("step_g").expected == "slower"
     for name in ("step_i", "step_j", "step_k"):  # built on step 10, not on production
         assert "step 10 (its base, step_10)" in FA.candidate(name).what, name
@@ -235,7 +274,8 @@ def test_the_catalog_names_the_previous_productions_and_production_code():
 
 def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
     """final-gpu-tests.sh builds test_gpu.py's campaign builds in parallel before pytest (else each is
-    built inside pytest, 10-16 s each); step (d) and step 10 are named builds since step 14 is production."""
+    built inside pytest, 10-16 s each); step (d), step 10 and step 14 are named builds since step 15 is
+    production."""
     script = (ROOT / "ci" / "gpu" / "final-gpu-tests.sh").read_text()
     steps = script[script.index("steps = ["):script.index("]\n", script.index("steps = ["))]
     tests = (ROOT / "tests" / "megakernel_layers" / "test_gpu.py").read_text()
@@ -244,7 +284,7 @@ def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
         wanted |= {int(a), int(b)}
     for a, b in re.findall(r"for step in \((\d+), (\d+)\)", tests):
         wanted |= {int(a), int(b)}
-    assert {5, 10} <= wanted and 14 not in wanted  # steps (d) and 10 named; production is the default build
+    assert {5, 10, 14} <= wanted and 15 not in wanted  # steps (d), 10 and 14 named; production is the default build
     for n in wanted:
         assert f'{{"MKL_CAMPAIGN_STEP": {n}}}' in steps, n
     assert '{"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}' in steps
