@@ -141,7 +141,7 @@
 # From round 8 production (the default build) was step (d), since promote10 step 10
 # (step (e) + step (g), step_g_on_e's code; promoted in round 14, an H100, 2026-12-06), since
 # promote14 step 14 (step 10 + step (l); round 18), and since promote15 step 15 (step 14 + step (m);
-# round 19, pending round 20's promotion round): the
+# round 19; promoted in round 20): the
 # modes written before it that judge a candidate "against production" (gate, stepc, stepc-quick,
 # stepd-quick, stepd-gate, stepe-quick) now judge it against production (stepe-quick: step (e) against
 # production, which contains it); the modes that name their base (stepf-quick, stepg-quick,

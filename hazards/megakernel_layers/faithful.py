@@ -55,8 +55,8 @@ class Candidate:
 
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 15: step 14 + step "
-              "(m), step_m's code; faster than step 14 by both gates in round 19, an H100, 2026-12-06, pending "
-              "the promotion round's family check and logit gate)", "no-change"),
+              "(m), step_m's code; faster than step 14 by both gates in round 19, an H100, 2026-12-06; promoted "
+              "in round 20: the family check and the logit gate passed)", "no-change"),
     Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
               defines=(("MKL_NOOP_CANDIDATE", 1),)),
     Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",

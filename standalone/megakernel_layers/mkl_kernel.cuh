@@ -120,8 +120,8 @@
 // (candidate step_10); step 14 is itself replaced by step 15 (candidate step_14). Where the comments
 // below and in the other sources say "production" for steps (i)-(l)'s base, they mean step 10; for
 // step (m)'s base, step 14.
-// 15 (production, promoted in round 19, an H100, 2026-12-06, pending the promotion round's family
-// check and logit gate) step 14 + step (m): step 14 with attend_chunk's 32-token block loop on
+// 15 (production: faster in round 19, promoted in round 20, an H100, 2026-12-06: the family check
+// and the logit gate passed) step 14 + step (m): step 14 with attend_chunk's 32-token block loop on
 // tensor cores at both head groupings, GQ = 8 and GQ = 4 (MKL_ATTN_MMA; mma.sync m16n8k16 bf16 with
 // fp32 accumulation, q and P split into bf16 hi + lo rows; at GQ = 4 the A rows of heads 4-7 are zero
 // dummies; the fragment maps in mkl_attn_mma.h): the same loads' kinds, the
@@ -172,7 +172,7 @@
 // Step (l) (14, production from round 18 until step 15; in production, 15) is step 10 with its critical
 // path's copies issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
 #define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14 || MKL_CAMPAIGN_STEP == 15)  // step (l)
-// Step (m) (15, production since round 19, pending its promotion round) is step 14 (then production:
+// Step (m) (15, production since round 20's promotion round) is step 14 (then production:
 // the "production's" below) with attend_chunk's block loop on tensor
 // cores (mma.sync m16n8k16 bf16, fp32 accumulate; q and P split into bf16 hi + lo) at GQ = 8 (the
 // default shape) and GQ = 4 (small: half of A's rows are zero dummies), one attention path at both

@@ -289,7 +289,7 @@ def run_beside_production(defines: dict, params: dict, base: dict | None = None)
     return out, out_p
 
 
-# ---- campaign step (m) (MKL_CAMPAIGN_STEP 15, production since round 19, pending its promotion round):
+# ---- campaign step (m) (MKL_CAMPAIGN_STEP 15, production since round 20's promotion round):
 # the attention chunk on tensor cores, on step 14 (the production it replaced) ----------------------------
 
 @pytest.mark.parametrize("params", [
