@@ -511,7 +511,9 @@ elif [ "$WHAT" = promote ]; then
 # over step_10 (10), with step 10's bits (step (l) moves copies, not arithmetic); round 20 step 15
 # over step_14 (14) with no earlier step's bits (none: step (m) sums the attention's scores and P.V on
 # tensor cores, in another order), so no SAME_STEP build and no identical-bits check: production's
-# output is judged by its closeness to PREV's (compare_dumps: cos and the largest difference).
+# output is read beside PREV's (compare_dumps prints cos and the largest difference, asserts nothing:
+# the closeness gate is test_gpu.py's test_production_is_clean_and_close_to_step_14, in the GPU suite,
+# and every checked launch's tolerance against the binary's reference).
 PREV=${PREV:-step_14}; PREV_STEP=${PREV_STEP:-14}; SAME_STEP=${SAME_STEP:-none}
 log "builds: production and $PREV (MKL_CAMPAIGN_STEP $PREV_STEP), plain and profiled, step $SAME_STEP plain (none: no such build); beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}

@@ -86,8 +86,14 @@ def _defines(items: list[str] | None) -> dict[str, int | str] | None:
     None for none."""
     from hazards.mutate.conditionals import parse_defines
 
+    parts = [d.strip() for item in (items or []) for d in item.split(",")]
+    if any(not d for d in parts):
+        raise UserError("-D/--define: an empty item (write NAME or NAME=VALUE, comma-separated)")
+    if bad := next((d for d in parts if d.endswith("=")), None):
+        # C's -DNAME= defines NAME as empty; parse_defines would read it as 1 (another build's schedule)
+        raise UserError(f"-D/--define: {bad!r} has no value (write NAME=VALUE, or NAME alone for 1)")
     try:
-        raw = parse_defines([d for item in (items or []) for d in item.split(",") if d])
+        raw = parse_defines(parts)
     except ValueError as e:
         raise UserError(f"-D/--define: {e}") from None
     return {k: int(v) if v.lstrip("-").isdigit() else v for k, v in raw.items()} or None
@@ -137,10 +143,13 @@ def _family_explainer(family: str | None, defines: dict[str, Any] | None = None)
         return None
     from hazards.families import get_family
 
+    import inspect
+
     explain = get_family(family).explain_hang
-    if explain is None or not defines:
+    # an explainer without a `defines` argument reads no build-specific schedule: nothing to pass it
+    if explain is None or not defines or "defines" not in inspect.signature(explain).parameters:
         return explain
-    return lambda snapshot, params: explain(snapshot, params, defines)
+    return lambda snapshot, params: explain(snapshot, params, defines=defines)
 
 
 def _print_failure(out: Console, seq: int, r: RunResult) -> None:

@@ -1,4 +1,5 @@
-"""Production is campaign step 15 (promote15, round 19): step 14 + step (m), candidate step_m's code.
+"""Production is campaign step 15 (promote15; faster in round 19, promoted in round 20): step 14 + step (m), candidate
+step_m's code.
 Step 14 (MKL_CAMPAIGN_STEP 14, candidate step_14: production from round 18 until step 15, promote14)
 is step 10 + step (l), candidate step_l's code. Step 10 (MKL_CAMPAIGN_STEP 10, candidate step_10:
 production from round 14 until step 14, promote10) is step (e) + step (g), candidate step_g_on_e's

@@ -63,6 +63,8 @@ def test_names_file_turns_ids_into_names(fake_kernel: Path, tmp_path: Path) -> N
     (["--variant", "x", "--", "true"], "go with --family"),
     (["-D", "MKL_CAMPAIGN_STEP=12", "--", "true"], "-D go with --family"),
     (["--family", "deadlock", "-D", "1BAD=2", "--binary", "/bin/true"], "-D/--define: not a macro name"),
+    (["--family", "deadlock", "-D", "MKL_CAMPAIGN_STEP=", "--binary", "/bin/true"], "has no value"),
+    (["--family", "deadlock", "-D", ",", "--binary", "/bin/true"], "-D/--define: an empty item"),
     (["--", "/no/such/program"], "command not found"),
     (["--names", "/no/such/names.json", "--", "true"], "cannot read names file"),
 ])
