@@ -31,6 +31,11 @@ def spills_by_function(ptxas_log: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+def spills_grown(base: dict[str, tuple[int, int]], step: dict[str, tuple[int, int]]) -> dict[str, tuple]:
+    """{function: (base's, step's)} for each function of `base` whose spill stores or loads grew in
+    `step` (spills_by_function's tables; every function of `base` must be in `step`)."""
+    return {k: (base[k], step[k]) for k in base if step[k][0] > base[k][0] or step[k][1] > base[k][1]}
+
 def function_listings(listing: str, names: Iterable[str]) -> dict[str, str]:
     """{name: its lines} for each of `names` that a function of the listing is named by: a label
     line other than a local `.L` one opens a function (`.text.KERNEL:` a kernel, `$KERNEL$FUNC:`

@@ -26,7 +26,7 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from .sass_text import function_instances
+from .sass_text import function_instances, spills_by_function, spills_grown
 from .test_merge_spread import ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 from .test_production_step15 import switches_changed_from_step_14
 
@@ -289,7 +289,6 @@ def test_step_m_attention_chunk_spills_no_more_than_step_14_in_the_harness_build
     <4,4> spill no more than step 14's (its base, production until step 15). (Not every function: the
     kernel body's spills grow with every block loop variant tried, 454 / 1724 B against step 14's
     410 / 1424, a whole-program allocation effect; megakernel-layers.md's step (m) paragraph.)"""
-    from .sass_text import spills_by_function
     from .test_copy_ahead import _harness_build
 
     def spills(cubin) -> dict[str, tuple[int, int]]:
@@ -298,7 +297,7 @@ def test_step_m_attention_chunk_spills_no_more_than_step_14_in_the_harness_build
     prod = spills(_harness_build({"MKL_CAMPAIGN_STEP": 14}, "test-mkl-harness-step-14"))
     step = spills(_harness_build({"MKL_CAMPAIGN_STEP": 15}, "test-mkl-harness-step-15"))
     assert len(prod) == 2 and set(prod) == set(step), sorted(step)
-    worse = {k: (prod[k], step[k]) for k in prod if step[k][0] > prod[k][0] or step[k][1] > prod[k][1]}
+    worse = spills_grown(prod, step)
     assert not worse, worse
 
 

@@ -25,7 +25,7 @@ import pytest
 from hazards.megakernel_layers import faithful as FA
 from hazards.megakernel_layers.model import SHAPES, HD, QKV_TILE_ROWS, row_begin, w13_tiles
 
-from .sass_text import function_instances, longest_load_run, spills_by_function
+from .sass_text import function_instances, longest_load_run, spills_by_function, spills_grown
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 from .test_production_step15 import switches_changed_from_step_10
 
@@ -123,7 +123,7 @@ def assert_step_10_loop_and_no_more_spills(defines: dict[str, int], label: str, 
     step_sass, step = _spills(defines, label)
     new = {k for k in set(step) - set(prod) if not any(a in k for a in added)}
     assert set(prod) <= set(step) and not new and any("mkl_megakernel" in k for k in prod), sorted(step)
-    worse = {k: (prod[k], step[k]) for k in prod if step[k][0] > prod[k][0] or step[k][1] > prod[k][1]}
+    worse = spills_grown(prod, step)
     assert not worse, worse
     for sass in (prod_sass, step_sass):
         loops = function_instances(sass, "gemv_roundILi4")

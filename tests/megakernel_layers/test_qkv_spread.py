@@ -25,6 +25,7 @@ from hazards.megakernel_layers import faithful as FA
 from hazards.megakernel_layers import model as M
 from hazards.megakernel_layers.explain import BAR_ATTN_RELEASE, BAR_CHUNK_MERGE
 
+from .sass_text import spills_grown
 from .test_gemv_one_round import _spills, _warp_rounds, probe_stores
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of
 from .test_production_step15 import switches_changed_from_step_10
@@ -166,7 +167,7 @@ def test_step_j_spills_no_more_than_step_10_anywhere():
     _, prod = _spills({"MKL_CAMPAIGN_STEP": 10}, "test-mkl-step-j-spills-step10")
     _, step = _spills(STEP_J, "test-mkl-step-j-spills")
     assert set(step) == set(prod) and any("mkl_megakernel" in k for k in prod), sorted(step)
-    worse = {k: (prod[k], step[k]) for k in prod if step[k][0] > prod[k][0] or step[k][1] > prod[k][1]}
+    worse = spills_grown(prod, step)
     assert not worse, worse
 
 
