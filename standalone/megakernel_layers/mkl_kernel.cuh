@@ -143,8 +143,9 @@
 #ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-// Step (g) on step (f) (8), on step (e) alone (10: step_g_on_e's code) and in steps 11-15 (15: production).
-#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || (MKL_CAMPAIGN_STEP >= 10 && MKL_CAMPAIGN_STEP <= 15))  // step (g)
+// Step (g) on step (f) (8), on step (e) alone (10: step_g_on_e's code) and in steps 11-15 (15: production)
+// and 17 on (candidates built on production; 16 was step (n), not landed, on step 14).
+#define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || (MKL_CAMPAIGN_STEP >= 10 && MKL_CAMPAIGN_STEP <= 15) || MKL_CAMPAIGN_STEP >= 17)  // step (g)
 // Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
 // step (g) stayed its own candidate): the layer head's loads issued ahead of their use. Round 13
 // judged it slower than step (e): not in step 10 (nor in steps 14 and 15, production).
@@ -171,13 +172,13 @@
 #endif
 // Step (l) (14, production from round 18 until step 15; in production, 15) is step 10 with its critical
 // path's copies issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
-#define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14 || MKL_CAMPAIGN_STEP == 15)  // step (l)
+#define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14 || MKL_CAMPAIGN_STEP == 15 || MKL_CAMPAIGN_STEP >= 17)  // step (l)
 // Step (m) (15, production since round 20's promotion round) is step 14 (then production:
 // the "production's" below) with attend_chunk's block loop on tensor
 // cores (mma.sync m16n8k16 bf16, fp32 accumulate; q and P split into bf16 hi + lo) at GQ = 8 (the
 // default shape) and GQ = 4 (small: half of A's rows are zero dummies), one attention path at both
 // compiled head groupings. Other bits than production's (the sums' order): judged by closeness.
-#define MKL_ATTN_MMA (MKL_CAMPAIGN_STEP == 15)                                // step (m)
+#define MKL_ATTN_MMA (MKL_CAMPAIGN_STEP == 15 || MKL_CAMPAIGN_STEP >= 17)      // step (m)
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
