@@ -178,7 +178,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "emulation can store it back (writeback_ppm > 0 and the release words in the counter's 64-B line: "
               "the shared_line layout), so the fixed layout arrives with no load ahead (MKL_CAMPAIGN_STEP 17, "
               "MKL_W13_EMIT_LEAN; no arithmetic changed: production's bits; not measured: 'faster' is the "
-              "hypothesis it was written for, the moe_w13 span's emit ~1 us shorter a layer)", "faster",
+              "hypothesis it was written for: the moe_w13 span's emit one L2 round trip shorter a tile)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 17),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.

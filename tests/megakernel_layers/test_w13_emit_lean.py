@@ -155,6 +155,17 @@ def test_step_17_plain_instance_spills_no_more_than_production_tripwire_body_wai
     assert set(worse) <= {tripwire_body}, worse
 
 
+def test_a_layout_shares_every_release_word_with_the_counter_line_or_none_as_step_o_reads_it():
+    """w13_line_image_needed reads a layout's sharing from release word 0 (a static_assert in the kernel says
+    so for its two strides); the family's model of the layout, which the static model and the hang explainer
+    read, agrees: the shared_line stride puts all 8 in the counter's 64-B line, the fixed one none."""
+    from hazards.megakernel_layers import model as M
+
+    assert M.releases_sharing_counter_line(M.release_stride("shared_line")) == list(range(M.RELEASE_FANOUT))
+    for hazard in ("none", "stale_release", "snapshot_epoch"):
+        assert M.releases_sharing_counter_line(M.release_stride(hazard)) == []
+
+
 def test_step_17_passes_the_compiled_static_checks_with_production_polls():
     assert_static_checks_pass_with_the_polls_of(17, 15)
 
@@ -178,12 +189,20 @@ def test_the_catalog_names_step_o_on_production():
 ], ids=["default", "grid64", "small", "shared_line_no_writeback", "stale_descriptor"])
 def test_step_17_gives_production_bits(params: dict):
     """Step (o) changes no arithmetic and no value a thread reads but the image it no longer loads: every
-    checked launch clean against the binary's reference (corrupted, with stale_descriptor on) and the
-    output production's bit for bit."""
-    from .test_gpu import run_beside_production
+    checked launch clean against the binary's reference (corrupted, with stale_descriptor on; shared_line
+    without the write-back loses no release: clean) and the output production's bit for bit."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
 
-    out, out_p = run_beside_production(STEP_O, params)
-    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+    from .test_gpu import FAM
+
+    corrupting = params.get("hazard") == "stale_descriptor"
+    outs = []
+    for defines in (STEP_O, None):
+        out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
+        assert (reply.get("mismatched", 0) > 0) if corrupting else reply.get("mismatched") == 0, (defines, reply)
+        outs.append(out)
+    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
 
 
 @pytest.mark.gpu
