@@ -30,6 +30,7 @@ with cf.ThreadPoolExecutor(8) as pool:
              {"MKL_CAMPAIGN_STEP": 9}, {"MKL_CAMPAIGN_STEP": 10}, {"MKL_CAMPAIGN_STEP": 11},
              {"MKL_CAMPAIGN_STEP": 12}, {"MKL_CAMPAIGN_STEP": 13}, {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30},
              {"MKL_CAMPAIGN_STEP": 14}]
+    steps += [{"MKL_CAMPAIGN_STEP": 17}]  # step (o), test_w13_emit_lean.py's GPU tests (beside production)
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)
@@ -41,6 +42,7 @@ PY
 tail -1 $R/build.txt
 timeout -s INT -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -v -rs -p no:cacheprovider -p no:randomly --durations=25 \
   tests/megakernel_layers/test_gpu.py tests/families/test_mma_pingpong_gpu.py tests/tripwire/test_deadlock_gpu.py \
+  tests/megakernel_layers/test_w13_emit_lean.py \
   tests/families/test_families_gpu.py tests/families/test_barrier_layout_runtime.py \
   tests/ragged_decode/test_gpu_kernel.py tests/ragged_decode/test_check_target.py tests/ragged_decode/test_profiler_gpu.py \
   tests/plugin/test_family_property_gpu.py tests/gates/test_layers_logit_gate.py tests/gates/test_perf_revision_gpu.py \

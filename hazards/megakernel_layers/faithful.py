@@ -172,6 +172,14 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "(MKL_CAMPAIGN_STEP 15, MKL_ATTN_MMA; other bits than step 14's: judged by closeness; faster than step 14 by "
               "both gates in round 19: worker 0.901 [0.892, 0.910], attn_chunk 0.560, the launch 0.907)", "no-change",
               defines=(("MKL_CAMPAIGN_STEP", 15),)),
+    Candidate("step_o", "campaign step (o), a candidate: production (its base, step 15) with the W13 arrival's "
+              "shared_line emulation image (8 strong L2 loads of the expert's release words by the leader, "
+              "spilled at once, one dependent L2 round trip before every W13 arrival) loaded only where the "
+              "emulation can store it back (writeback_ppm > 0 and the release words in the counter's 64-B line: "
+              "the shared_line layout), so the fixed layout arrives with no load ahead (MKL_CAMPAIGN_STEP 17, "
+              "MKL_W13_EMIT_LEAN; no arithmetic changed: production's bits; not measured: 'faster' is the "
+              "hypothesis it was written for: the moe_w13 span's emit one L2 round trip shorter a tile)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 17),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

@@ -179,6 +179,11 @@
 // default shape) and GQ = 4 (small: half of A's rows are zero dummies), one attention path at both
 // compiled head groupings. Other bits than production's (the sums' order): judged by closeness.
 #define MKL_ATTN_MMA (MKL_CAMPAIGN_STEP == 15 || MKL_CAMPAIGN_STEP >= 17)      // step (m)
+// Step (o) (17, a candidate) is production with the W13 arrival's shared_line emulation image loaded only
+// where that emulation can store it back (MKL_W13_EMIT_LEAN; w13_line_image_needed). -D combines it.
+#ifndef MKL_W13_EMIT_LEAN
+#define MKL_W13_EMIT_LEAN (MKL_CAMPAIGN_STEP == 17)                            // step (o)
+#endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -2191,6 +2196,33 @@ __device__ __forceinline__ void emulate_l2_writeback(const Params& p, int e, int
     if (release_shares_counter_line(x, stride)) store_write_through(word_at(p.sync, moe_release_off(e, x, stride)), line_image[x]);
 }
 
+#if MKL_W13_EMIT_LEAN
+// Campaign step (o) (MKL_CAMPAIGN_STEP 17): production's W13 arrival has thread 0 load the 8 release
+// words of the expert's block (the line image above) before every arrival, whether or not the emulation
+// can write any of them back: 8 strong (volatile) L2 loads whose registers ptxas spills right away (each
+// STL waits for its load), so thread 0 reaches the arrival's block barrier one dependent L2 round trip
+// late, on every W13 tile and on the expert's last arriver, whose release every W2 worker waits for.
+// emulate_l2_writeback stores the image only with writeback_ppm > 0 and only the release words in the
+// counter's 64-B line: all 8 in the shared_line layout, none in the fixed one (at the family's default
+// writeback_ppm, 1e6, the draw fires there and nothing is stored). Step (o) loads the image only
+// where some word can be stored back (w13_line_image_needed: block-uniform, kernel parameters alone), at
+// production's point, and leaves emulate_l2_writeback's call as it is: the shared_line variant loads and
+// writes back the same words at the same points and hangs as before; the fixed layout, writeback_ppm 0
+// included, has no load ahead of its arrival.
+MKL_HD constexpr int release_words_sharing_counter_line(int stride) {
+  int n = 0;
+  for (int x = 0; x < RELEASE_FANOUT; ++x) n += release_shares_counter_line(x, stride) ? 1 : 0;
+  return n;
+}
+// Either every release word of an expert block shares its counter's line or none does: word 0 tells.
+static_assert(release_words_sharing_counter_line(SHARED_LINE_STRIDE) == RELEASE_FANOUT &&
+                  release_words_sharing_counter_line(OWN_LINE_STRIDE) == 0,
+              "step (o) reads a layout's sharing from release word 0");
+__device__ __forceinline__ bool w13_line_image_needed(const Params& p, int stride) {
+  return p.writeback_ppm > 0 && release_shares_counter_line(0, stride);
+}
+#endif
+
 // ---- the kernel ---------------------------------------------------------------------------
 
 // With probability jitter_ppm, this worker's leader stalls jitter_cycles here (`site`: 0 the
@@ -2544,8 +2576,14 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       });
       uint32_t* ctr = word_at(p.sync, moe_counter_off(e, stride));
       uint32_t line_image[RELEASE_FANOUT];
+#if MKL_W13_EMIT_LEAN
+      // step (o): the image only where the emulation can store some of it back (w13_line_image_needed)
+      if (tid == 0 && w13_line_image_needed(p, stride))
+        for (int x = 0; x < RELEASE_FANOUT; ++x) line_image[x] = load_relaxed(word_at(p.sync, moe_release_off(e, x, stride)));
+#else
       if (tid == 0)  // what the counter's line holds in L2 before this arrival (emulation)
         for (int x = 0; x < RELEASE_FANOUT; ++x) line_image[x] = load_relaxed(word_at(p.sync, moe_release_off(e, x, stride)));
+#endif
       const uint32_t old = block_arrive(ctr, true, tid, &hd->word);
       if ((old + 1u) % (uint32_t)p.T13 == 0u) {
         acquire_fence();
