@@ -29,7 +29,7 @@ with cf.ThreadPoolExecutor(8) as pool:
              {"MKL_CAMPAIGN_STEP": 8}, {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0},
              {"MKL_CAMPAIGN_STEP": 9}, {"MKL_CAMPAIGN_STEP": 10}, {"MKL_CAMPAIGN_STEP": 11},
              {"MKL_CAMPAIGN_STEP": 12}, {"MKL_CAMPAIGN_STEP": 13}, {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30},
-             {"MKL_CAMPAIGN_STEP": 14}]
+             {"MKL_CAMPAIGN_STEP": 14}, {"MKL_CAMPAIGN_STEP": 19}]
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)
