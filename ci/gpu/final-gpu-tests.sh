@@ -29,8 +29,9 @@ with cf.ThreadPoolExecutor(8) as pool:
              {"MKL_CAMPAIGN_STEP": 8}, {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0},
              {"MKL_CAMPAIGN_STEP": 9}, {"MKL_CAMPAIGN_STEP": 10}, {"MKL_CAMPAIGN_STEP": 11},
              {"MKL_CAMPAIGN_STEP": 12}, {"MKL_CAMPAIGN_STEP": 13}, {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30},
-             {"MKL_CAMPAIGN_STEP": 14}]
-    steps += [{"MKL_CAMPAIGN_STEP": 17}]  # step (o), test_w13_emit_lean.py's GPU tests (beside production)
+             {"MKL_CAMPAIGN_STEP": 14},
+             # this session's candidates: step (o) (test_w13_emit_lean.py) and step (q) (test_gpu.py's step_q tests)
+             {"MKL_CAMPAIGN_STEP": 17}, {"MKL_CAMPAIGN_STEP": 19}]
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)

@@ -180,6 +180,18 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "MKL_W13_EMIT_LEAN; no arithmetic changed: production's bits; not measured: 'faster' is the "
               "hypothesis it was written for: the moe_w13 span's emit one L2 round trip shorter a tile)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 17),)),
+    Candidate("step_q", "campaign step (q), a candidate: production (its base) with the attention chunk's and the "
+              "merge's fixed costs cut (MKL_CHUNK_LEAN): q read from qbuf beside the first block's K words (no copy to "
+              "shared memory, no barrier), the combine of a kv head's warps in the registers of its first warp (the "
+              "others' values through shared memory, one barrier; production: every warp's values stored, a barrier, "
+              "8-9 passes a thread of a division, loads and 4-B stores), the partial by 8-B stores, the chunk's "
+              "arrival without the count read back (no second barrier), the merge's batches in two register sets "
+              "(a batch reissued as soon as it is weighed, not after the next one lands), the last merger's publish "
+              "by its leader with one fence (production: every thread's fence, a barrier, the leader's fence); no "
+              "wait added or moved "
+              "(MKL_CAMPAIGN_STEP 19; production's operations in production's order: production's bits; not "
+              "measured: 'faster' is the prediction it was written for)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 19),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

@@ -184,6 +184,13 @@
 #ifndef MKL_W13_EMIT_LEAN
 #define MKL_W13_EMIT_LEAN (MKL_CAMPAIGN_STEP == 17)                            // step (o)
 #endif
+// Step (q) (19, a candidate) is production with the attention chunk's and the merge's fixed costs cut:
+// q read from qbuf beside the K words (no copy, no barrier), the warps' combine in registers, the partial
+// by float2 stores, the chunk's arrival without a read-back, the merge's batches in two register sets,
+// the last merger's publish with one fence (attend_chunk, the merge region: MKL_CHUNK_LEAN).
+#ifndef MKL_CHUNK_LEAN
+#define MKL_CHUNK_LEAN (MKL_CAMPAIGN_STEP == 19)                              // step (q)
+#endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -1232,6 +1239,92 @@ __device__ __forceinline__ void gemv_block_ahead(const __nv_bfloat16* w, long lo
 // so the dummy rows cannot change a real head's scores or outputs; their own softmax stays finite
 // (scores 0, P 1 or 0). Every lane still loads its K and V words (B's columns are tokens and dims,
 // not heads): the same loads as at GQ = 8, half of the tensor work idle.
+#if MKL_CHUNK_LEAN
+static_assert(MKL_ATTN_MMA && MKL_MERGE_SPREAD && MKL_COPY_AHEAD, "step (q) is built on production (step 15)");
+// Campaign step (q) (MKL_CAMPAIGN_STEP 19, MKL_CHUNK_LEAN): the combine of a chunk's warps in registers.
+// Production's combine (attend_chunk, below the block loop) has every warp store its (m, l, acc) per
+// head to shared memory, a block barrier, then every thread 8-9 rounds of: an integer division by
+// PART_W, wpk max loads, wpk (expf, load, fma), one 4-B store of the partial; a lane of a warp here
+// already holds head gid's m, l and 16 dims (acc = hi row + lo row). Now only the warps with sub >= 1
+// store theirs (float2s, at production's scratch slots); after the barrier the warp with sub 0 of each
+// kv head reads the others' values at its lanes' own positions (wpk - 1 slots: 9 8-B loads a lane),
+// combines them with its registers and writes the partial by float2 stores (8 + 1 a lane; PART_W = 66
+// floats keeps a head's row 8-B aligned, not 16). The arithmetic is production's, operation by
+// operation in its order over u = 0 .. wpk - 1 (M = fmaxf from -inf, a weight 0 or expf(m_u - M),
+// l and each acc a sum from 0.f of weight x value): production's bits.
+template <int GQ, int NKV>
+__device__ __forceinline__ void chunk_combine_lean(float* scratch, float* part, float mh, float lh, const float (&o)[8][4],
+                                                   int kvh, int sub, int warp, int lane) {
+  constexpr int wpk = NWARPS / NKV;
+  __builtin_assume(__isGlobal(part));
+  const int gid = lane >> 2, tig = lane & 3;
+  const bool real = attn_mma_real_head<GQ>(lane);
+  // the lane's 16 dims 16 tig + j (j = 8 e + nt: attn_mma_o_dim), hi row + lo row, as production sums them
+  float acc[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) acc[j] = o[j & 7][j >> 3] + o[j & 7][(j >> 3) + 2];
+  if (sub != 0 && real) {
+    float* sw = scratch + ((size_t)warp * GQ + gid) * PART_W;
+    if (tig == 0) *reinterpret_cast<float2*>(sw) = make_float2(mh, lh);
+#pragma unroll
+    for (int j = 0; j < 16; j += 2) *reinterpret_cast<float2*>(sw + 2 + 16 * tig + j) = make_float2(acc[j], acc[j + 1]);
+  }
+  __syncthreads();
+  MKL_SUB_POINT(SUB_AFTER);  // every warp's blocks
+  if (sub == 0 && real) {
+    float mu[wpk], lu[wpk];
+    mu[0] = mh;
+    lu[0] = lh;
+#pragma unroll
+    for (int u = 1; u < wpk; ++u) {
+      const float2 ml = *reinterpret_cast<const float2*>(scratch + ((size_t)(u * NKV + kvh) * GQ + gid) * PART_W);
+      mu[u] = ml.x;
+      lu[u] = ml.y;
+    }
+    float M = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < wpk; ++u) M = fmaxf(M, mu[u]);
+    float wgt[wpk];
+#pragma unroll
+    for (int u = 0; u < wpk; ++u) wgt[u] = mu[u] == -INFINITY ? 0.f : expf(mu[u] - M);
+    float l = 0.f;
+#pragma unroll
+    for (int u = 0; u < wpk; ++u) l += wgt[u] * lu[u];
+    float* pn = part + (size_t)(kvh * GQ + gid) * PART_W;  // head n = kvh * GQ + gid: m, l, acc[HD]
+    if (tig == 0) *reinterpret_cast<float2*>(pn) = make_float2(M, l);
+#pragma unroll
+    for (int j = 0; j < 16; j += 2) {
+      float a0 = 0.f, a1 = 0.f;
+      a0 += wgt[0] * acc[j];
+      a1 += wgt[0] * acc[j + 1];
+#pragma unroll
+      for (int u = 1; u < wpk; ++u) {
+        const float2 x =
+            *reinterpret_cast<const float2*>(scratch + ((size_t)(u * NKV + kvh) * GQ + gid) * PART_W + 2 + 16 * tig + j);
+        a0 += wgt[u] * x.x;
+        a1 += wgt[u] * x.y;
+      }
+      *reinterpret_cast<float2*>(pn + 2 + 16 * tig + j) = make_float2(a0, a1);
+    }
+  }
+  MKL_SUB_POINT(SUB_COMBINE);  // thread 0's share of the combine and the partial write
+}
+#endif
+
+// The lane's K words of a block (tokens base + attn_mma_k_token(nt), past the block's ntok tokens: its
+// first token's), as production's block loop loads them.
+template <int NKV>
+__device__ __forceinline__ void attn_mma_load_k(uint4 (&kr)[4][2], const __nv_bfloat16* kc, int base, int ntok, int kvh,
+                                                int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const int tk = attn_mma_k_token(nt, lane);
+    const __nv_bfloat16* krow = kc + ((size_t)(base + (tk < ntok ? tk : 0)) * NKV + kvh) * HD + attn_mma_q_dim0(lane);
+    kr[nt][0] = ld_l2(krow);
+    kr[nt][1] = ld_l2(krow + 8);
+  }
+}
+
 __device__ __forceinline__ void attn_mma_16816(float c[4], const uint32_t a[4], const uint32_t b0, const uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
@@ -1246,7 +1339,7 @@ __device__ __forceinline__ uint32_t attn_mma_word(const uint4& v, int i) {
 template <int GQ, int NKV>
 __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfloat16* kc, const __nv_bfloat16* vc,
                                                   float* scratch, int t0, int t1, int kvh, int sub, int warp,
-                                                  int lane) {
+                                                  int lane, float* part) {
   static_assert(GQ == 8 || GQ == 4, "A's 16 rows: 8 heads' [hi; lo], or 4 and 4 dummies");
   constexpr int wpk = NWARPS / NKV;
   constexpr float scale = 0.125f;  // 1/sqrt(64)
@@ -1261,20 +1354,28 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
   for (int base = t0 + 32 * sub; base < t1; base += 32 * wpk) {
     const int ntok = min(32, t1 - base);
     uint4 kr[4][2];  // n-tile nt: the lane's 16 dims of token attn_mma_k_token(nt) (past the end: the block's first)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int tk = attn_mma_k_token(nt, lane);
-      const __nv_bfloat16* krow = kc + ((size_t)(base + (tk < ntok ? tk : 0)) * NKV + kvh) * HD + attn_mma_q_dim0(lane);
-      kr[nt][0] = ld_l2(krow);
-      kr[nt][1] = ld_l2(krow + 8);
-    }
+    attn_mma_load_k<NKV>(kr, kc, base, ntok, kvh, lane);
     uint32_t qa[4][4];  // the scores' A, k-steps 0..3: [q_hi; q_lo] of head gid, the lane's dims (rebuilt a
                         // block from shared memory: 16 registers fewer across the loop)
     {
+#if MKL_CHUNK_LEAN
+      // step (q): q comes from qbuf (global), not from a copy in shared memory, and is read a block as
+      // production reads its copy, behind the block's K words: the first block's from L2 beside its K
+      // words (one round trip for both), the later blocks' from L1. The address depends on ntok (always
+      // >= 1 here): with qr itself ptxas hoisted the loads and the hi / lo split above the loop, where
+      // the split waits for q before the first K word is issued (two dependent round trips, as the
+      // copy's); an empty asm on the pointer did not stop it, building the split in the first block only
+      // (A across the loop) spilled 88 B in attend_chunk, a rotated loop (the next block's K words at
+      // the end of a block) 416 B.
+      const float* qb = qr + (((ntok - 1) >> 31) & 16);
+      __builtin_assume(__isGlobal(qb));
+#else
+      const float* qb = qr;
+#endif
       float q16[16];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float4 v = *reinterpret_cast<const float4*>(qr + 4 * i);
+        const float4 v = *reinterpret_cast<const float4*>(qb + 4 * i);
         q16[4 * i] = v.x; q16[4 * i + 1] = v.y; q16[4 * i + 2] = v.z; q16[4 * i + 3] = v.w;
       }
       attn_mma_q_frags(q16, qa);
@@ -1347,6 +1448,11 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
   // acc = hi row + lo row (a dummy lane: nothing; its slot would be another warp's)
   lh += __shfl_xor_sync(0xffffffffu, lh, 1);
   lh += __shfl_xor_sync(0xffffffffu, lh, 2);
+#if MKL_CHUNK_LEAN
+  chunk_combine_lean<GQ, NKV>(scratch, part, mh, lh, o, kvh, sub, warp, lane);
+  (void)real;
+#else
+  (void)part;
   if (real) {
     float* sw = scratch + ((size_t)warp * GQ + gid) * PART_W;
     if (tig == 0) { sw[0] = mh; sw[1] = lh; }
@@ -1355,6 +1461,7 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
 #pragma unroll
       for (int e = 0; e < 2; ++e) sw[2 + attn_mma_o_dim(nt, lane, e)] = o[nt][e] + o[nt][e + 2];
   }
+#endif
 }
 #endif
 
@@ -1404,6 +1511,16 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
       for (int i = 0; i < 4; ++i) kr[half][i] = ld_l2(krow + 32 * half + 8 * i);
   }
 #endif
+#if MKL_CHUNK_LEAN
+  // step (q): no copy of q to shared memory and no barrier behind it: each lane reads its head's 16 q
+  // floats from qbuf in the block loop (plain loads, after the same wait's acquire and barrier as the copy's),
+  // the first block's beside its K words (one round trip for both), the later blocks' from L1
+  __builtin_assume(__isGlobal(qbuf));
+  MKL_SUB_POINT(SUB_FILL);
+  attend_blocks_mma<GQ, NKV>(qbuf, kc, vc, scratch, t0, t1, kvh, sub, warp, lane, part);  // ends with the partial written
+  (void)q;
+  (void)s;
+#else
 #if MKL_COPY_AHEAD
   copy_to_shared_n<GQ * NKV * HD>(q, qbuf);  // step (l): a thread's float4s (default 2), then its stores
 #else
@@ -1412,7 +1529,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
   __syncthreads();
   MKL_SUB_POINT(SUB_FILL);
 #if MKL_ATTN_MMA
-  attend_blocks_mma<GQ, NKV>(q, kc, vc, scratch, t0, t1, kvh, sub, warp, lane);  // ends at its scratch slots
+  attend_blocks_mma<GQ, NKV>(q, kc, vc, scratch, t0, t1, kvh, sub, warp, lane, part);  // ends at its scratch slots
 #else  // the scalar loop
   constexpr float scale = 0.125f;  // 1/sqrt(64)
   float m[GQ], l[GQ], acc[GQ][2];
@@ -1553,6 +1670,7 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
     part[(size_t)n * PART_W + k] = v;  // k = 0: m, 1: l, 2..: acc
   }
   MKL_SUB_POINT(SUB_COMBINE);  // thread 0's share of the combine and the partial write
+#endif  // !MKL_CHUNK_LEAN
 }
 
 // LSE merge of C chunk partials into attn_out (the last chunk arriver), MERGE_BATCH chunks
@@ -1737,6 +1855,42 @@ __device__ __forceinline__ void merge_heads_load(const float* ph, int cb, int C,
   }
 }
 
+#if MKL_CHUNK_LEAN
+// Step (q): one batch of a head's merge, merge_heads' loop body as production runs it (chunks cb .. cb +
+// 15 of C; lane b holds chunk cb + b's (m, l) in ml, and its output pair of every chunk of the batch in
+// v). (Production's loop keeps its own copy: calling this from it renamed registers in its machine code.)
+__device__ __forceinline__ void merge_heads_batch(int cb, int C, int lane, float* wl, const float2& ml,
+                                                  const float2 (&v)[MERGE_BATCH], float& run_m, float& run_l,
+                                                  float& a0, float& a1) {
+  const int cnt = min(MERGE_BATCH, C - cb);
+  const bool mine = lane < cnt;  // lane b holds chunk cb + b's (m, l)
+  float bm = mine ? ml.x : -INFINITY;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o));
+  const float m_old = run_m, mn = fmaxf(m_old, bm);
+  const float al = m_old == -INFINITY ? 0.f : expf(m_old - mn);
+  if (mine) {
+    wl[lane] = ml.x == -INFINITY ? 0.f : expf(ml.x - mn);
+    wl[MERGE_BATCH + lane] = ml.y;
+  }
+  __syncwarp();
+  float l = run_l * al;
+  a0 = a0 * al;
+  a1 = a1 * al;
+#pragma unroll
+  for (int b = 0; b < MERGE_BATCH; ++b)
+    if (b < cnt) {
+      const float wb = wl[b];
+      l = fmaf(wb, wl[MERGE_BATCH + b], l);
+      a0 = fmaf(wb, v[b].x, a0);
+      a1 = fmaf(wb, v[b].y, a1);
+    }
+  __syncwarp();  // the next batch rewrites wl
+  run_m = mn;
+  run_l = l;
+}
+#endif
+
 template <int NQ>
 __device__ __noinline__ void merge_heads(const float* partials, float* attn_out, int C, int n0, int nstep,
                                          float* arena) {
@@ -1748,6 +1902,23 @@ __device__ __noinline__ void merge_heads(const float* partials, float* attn_out,
   for (int n = n0 + warp * nstep; n < NQ; n += nstep * NWARPS) {
     const float* ph = partials + (size_t)n * PART_W;
     float run_m = -INFINITY, run_l = 0.f, a0 = 0.f, a1 = 0.f;
+#if MKL_CHUNK_LEAN
+    // step (q): two register sets of batches, used in turn (A: batches 0, 2, ...; B: 1, 3, ...): a set's
+    // next batch goes out as soon as its batch is weighed, while the other set's is still in flight.
+    // Production's loop moves the next batch into its one set at the end of each batch (the moves wait
+    // for those loads), so the batch after the next is issued only once the next one has landed. Past
+    // the last batch a set repeats a batch's loads (L1 lines): no conditional load (production's note).
+    float2 mla, va[MERGE_BATCH], mlb, vb[MERGE_BATCH];
+    merge_heads_load<NQ>(ph, 0, C, lane, mla, va);
+    merge_heads_load<NQ>(ph, MERGE_BATCH < C ? MERGE_BATCH : 0, C, lane, mlb, vb);
+    for (int cb = 0; cb < C; cb += 2 * MERGE_BATCH) {
+      merge_heads_batch(cb, C, lane, wl, mla, va, run_m, run_l, a0, a1);
+      merge_heads_load<NQ>(ph, cb + 2 * MERGE_BATCH < C ? cb + 2 * MERGE_BATCH : cb, C, lane, mla, va);
+      if (cb + MERGE_BATCH >= C) break;
+      merge_heads_batch(cb + MERGE_BATCH, C, lane, wl, mlb, vb, run_m, run_l, a0, a1);
+      merge_heads_load<NQ>(ph, cb + 3 * MERGE_BATCH < C ? cb + 3 * MERGE_BATCH : cb + MERGE_BATCH, C, lane, mlb, vb);
+    }
+#else
     float2 ml, v[MERGE_BATCH];
     merge_heads_load<NQ>(ph, 0, C, lane, ml, v);
     for (int cb = 0; cb < C; cb += MERGE_BATCH) {
@@ -1788,7 +1959,44 @@ __device__ __noinline__ void merge_heads(const float* partials, float* attn_out,
 #pragma unroll
       for (int b = 0; b < MERGE_BATCH; ++b) v[b] = v_next[b];
     }
+#endif
     *reinterpret_cast<float2*>(attn_out + (size_t)n * HD + 2 * lane) = make_float2(a0 / run_l, a1 / run_l);
+  }
+}
+#endif
+
+#if MKL_CHUNK_LEAN
+// Campaign step (q) (MKL_CHUNK_LEAN): the chunk's arrival without a read-back, the last merger's
+// publish without a barrier. Production's block_arrive ends with a second block barrier and every
+// thread reading the old count from shared memory, and its leader's atomic returns that count (an L2
+// round trip: ATOMG); under step (d) no chunk worker reads its count (the merge workers poll it). The
+// releases are production's: each wave's release (AMD) before the barrier, the leader's fence after it,
+// then the atomic; partial_no_fence still drops the chunk's (release false). (The merge's arrival keeps
+// block_arrive: its leader alone deciding, without the second barrier, made ptxas spill ~100 B more in
+// the kernel body, nvcc 13.0, the harness build, before the merge's two register sets.)
+
+// A chunk block's arrival: its partial written, its leader arrives; nobody reads the count (the atomic's
+// result unused: an ATOMG with RZ as its destination, which the leader does not wait for).
+__device__ __forceinline__ void block_arrive_uncounted(uint32_t* ctr, bool release, unsigned tid) {
+  if (release) block_release_fence();
+  __syncthreads();
+  if (tid == 0) {
+    if (release) leader_release_fence();
+    (void)arrive(ctr);
+  }
+}
+
+// The last merge block's publish, by its leader alone. Production's last merger fences in every
+// thread (acquire_fence), passes a block barrier and fences again in its leader (block_publish_flag)
+// before the flag store. One fence of the leader after the count it read from its own atomic (every
+// thread has it: block_arrive) is both the acquire of the other merge workers' releases (their
+// leaders' fences, then their atomics, read through the counter's RMW chain) and the release of what it
+// acquired and of its own block's heads (released already by block_arrive, before its atomic); no other
+// thread of the block reads or writes anything of the hand-off after block_arrive.
+__device__ __forceinline__ void leader_publish_acquired(uint32_t* flag, uint32_t v, unsigned tid) {
+  if (tid == 0) {
+    __threadfence();  // fence.sc.gpu: acquire and release (nvcc only: mkl_sync_static.cu models production's)
+    store_write_through(flag, v);
   }
 }
 #endif
@@ -2366,8 +2574,14 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         for (int i = tid; i < s.NQ * PART_W; i += THREADS) part[i] = (i % PART_W) == 0 ? -INFINITY : 0.f;
       }
       const bool fenced = p.hazard != HZ_PARTIAL_NO_FENCE;
+#if MKL_CHUNK_LEAN
+      block_arrive_uncounted(sync_word(p, W_CHUNK_CTR), fenced, tid);  // step (q): the merge workers poll the count
+      MKL_PROF_RECORD_SUB(TASK_ATTN_CHUNK, span, l, c, MKL_SUB_POINTS_ATTN_CHUNK);
+      const uint32_t old = 0u;  // (read by step 2's last-arriver merge only, not built with step (q))
+#else
       const uint32_t old = block_arrive(sync_word(p, W_CHUNK_CTR), fenced, tid, &hd->word);
       MKL_PROF_RECORD_SUB(TASK_ATTN_CHUNK, span, l, c, MKL_SUB_POINTS_ATTN_CHUNK);
+#endif
       if (!MKL_MERGE_SPREAD && old + 1u == (uint32_t)p.C * epoch) {
         tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, c);
         MKL_PROF_STAMP(span);
@@ -2428,8 +2642,12 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       MKL_SUB_POINT(SUB_FILL);  // thread 0's warp's heads
       const uint32_t old = block_arrive(sync_word(p, W_MERGE_CTR), true, tid, &hd->word);
       if (old + 1u == (uint32_t)nmerge * epoch) {
+#if MKL_CHUNK_LEAN
+        leader_publish_acquired(sync_word(p, W_ATTN_RELEASE), epoch, tid);  // step (q): one fence, no barrier
+#else
         acquire_fence();
         block_publish_flag(sync_word(p, W_ATTN_RELEASE), epoch, true, tid);
+#endif
       }
       MKL_PROF_RECORD_SUB(TASK_ATTN_MERGE, span, l, w, MKL_SUB_POINTS_ATTN_MERGE);
     }

@@ -412,3 +412,53 @@ def test_step_d_hangs_show_the_merge_workers_beside_the_missing_chunk_ranks(bina
     sentence = r.evidence["tripwire"]["sentence"]
     assert "at CHUNK_MERGE" in sentence and "never arrived" in sentence, sentence
     assert "not the signature" not in sentence, sentence
+
+
+# ---- campaign step (q) (MKL_CAMPAIGN_STEP 19, a candidate): production with the attention chunk's and
+# the merge's fixed costs cut (q beside the first K words, the combine in registers, arrivals lean) ------
+
+STEP_Q = {"MKL_CAMPAIGN_STEP": 19}
+
+
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                                  # 9 chunks: 2 warps a kv head, a partial block
+    {"layers": 2, "seq": 4096},                                  # 33 chunks (the bench's): 3 merge batches
+    {"layers": 2, "seq": 16384},                                 # 129 chunks: 9 merge batches
+    {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},        # 16-token chunks: a warp a kv head with no block
+    {"layers": 2, "seq": 1024, "model": "small"},                # GQ 4: 4 warps a kv head, dummy rows
+    {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
+], ids=["9-chunks", "33-chunks", "129-chunks", "grid64", "small", "stale_descriptor"])
+def test_step_q_gives_production_bits(params: dict):
+    """Step (q) combines a chunk's warps in registers with production's operations in production's order
+    (m the max from -inf, a weight 0 or expf(m_u - M), l and each output a sum from 0 of weight x value),
+    reads the same q, and changes only barriers, fences and which thread reads a count: production's
+    output bit for bit, clean, and with stale_descriptor on production's corrupted output."""
+    out, out_p = run_beside_production(STEP_Q, params)
+    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+
+
+@pytest.mark.parametrize("variant", ["participant_set", "chunk_supply"])
+def test_step_q_chunk_hangs_are_named_as_on_production(tmp_path: Path, variant: str):
+    """The chunk switches on step (q)'s build: the chunk ranks that never arrive (their arrival is the
+    leaner one) leave the merge workers at CHUNK_MERGE, and the explainer names them as on production."""
+    from functools import partial
+
+    from hazards.stress_family import family_binary
+
+    r = run(family_binary(FAM, defines=STEP_Q), {"variant": variant, "launches": 20}, 6, tmp_path,
+            explain=partial(F.explain_hang, defines=STEP_Q))
+    assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
+    sentence = r.evidence["tripwire"]["sentence"]
+    assert "at CHUNK_MERGE" in sentence and "never arrived" in sentence, sentence
+    assert "not the signature" not in sentence, sentence
+
+
+@pytest.mark.parametrize("variant", [v.name for v in FAM.clean_variants])
+def test_step_q_clean_variants_are_clean_over_300_launches(tmp_path: Path, variant: str):
+    """The family's clean variants on step (q)'s build (33 and 129 chunks, 64 workers, skewed workers):
+    its barrier-less arrival and one-barrier combine race with nothing."""
+    from hazards.stress_family import family_binary
+
+    r = run(family_binary(FAM, defines=STEP_Q), {"variant": variant, "launches": 300}, 120, tmp_path)
+    assert r.outcome is Outcome.CLEAN, (r.reason, r.metrics)
+    assert r.metrics.get("launches") == 300 and r.metrics.get("mismatched") == 0
