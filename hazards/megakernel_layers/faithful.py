@@ -180,6 +180,19 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "MKL_W13_EMIT_LEAN; no arithmetic changed: production's bits; not measured: 'faster' is the "
               "hypothesis it was written for: the moe_w13 span's emit one L2 round trip shorter a tile)", "faster",
               defines=(("MKL_CAMPAIGN_STEP", 17),)),
+    Candidate("step_p", "campaign step (p), a candidate: production with the router's last block on a short "
+              "chain (router_from_partials_wide): every thread issues its partials (9 a pass, one pass at 132 "
+              "workers; production's remainder loop waited for up to 8 one at a time) and its payload elements of "
+              "h and norm before any add, one block barrier (production 3), the top-k and softmax from the lanes' "
+              "registers (no local memory, loops not unrolled); the caller's acquire, the ROUTING publish and "
+              "every wait production's (MKL_CAMPAIGN_STEP 18, MKL_ROUTER_WIDE; the same sums in the same order: "
+              "production's bits; not measured: 'faster' is the hypothesis it was written for)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 18),)),
+    Candidate("step_p_topk_twice", "a diagnostic of step (p) (MKL_ROUTER_TOPK_REPS 2): the router block runs the "
+              "same top-k code twice, the sub-spans' `topk` timing the second run (the first falls in `hn`): a "
+              "top-k much faster run again was paying for cold code, not for its dependent chain (production's "
+              "bits; not measured: 'faster' is step_p's hypothesis, this build's router a second top-k longer)",
+              "faster", defines=(("MKL_CAMPAIGN_STEP", 18), ("MKL_ROUTER_TOPK_REPS", 2))),
     Candidate("step_q", "campaign step (q), a candidate: production (its base) with the attention chunk's and the "
               "merge's fixed costs cut (MKL_CHUNK_LEAN): q read from qbuf beside the first block's K words (no copy to "
               "shared memory, no barrier), the combine of a kv head's warps in the registers of its first warp (the "

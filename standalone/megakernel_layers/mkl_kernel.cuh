@@ -184,6 +184,11 @@
 #ifndef MKL_W13_EMIT_LEAN
 #define MKL_W13_EMIT_LEAN (MKL_CAMPAIGN_STEP == 17)                            // step (o)
 #endif
+// Step (p) (18, a candidate) is production with the router's last block on a short chain
+// (router_from_partials_wide: every load issued at its start, the top-k in registers); -D combines it.
+#ifndef MKL_ROUTER_WIDE
+#define MKL_ROUTER_WIDE (MKL_CAMPAIGN_STEP == 18)                             // step (p)
+#endif
 // Step (q) (19, a candidate) is production with the attention chunk's and the merge's fixed costs cut:
 // q read from qbuf beside the K words (no copy, no barrier), the warps' combine in registers, the partial
 // by float2 stores, the chunk's arrival without a read-back, the merge's batches in two register sets,
@@ -2237,6 +2242,156 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
   MKL_SUB_POINT(SUB_AFTER);  // top-k (thread 0's warp)
 }
 
+#if MKL_ROUTER_WIDE
+static_assert(MKL_ROUTER_FOLDED && MKL_ROUTER_LATENCY && MKL_COPY_AHEAD,
+              "step (p) replaces production's router tail (steps (b), (e), (l))");
+// Campaign step (p) (MKL_CAMPAIGN_STEP 18): router_from_partials on a short chain, the same sums in the
+// same order (production's logits, routing and hn, bit for bit). Every worker's ROUTING wait is behind this
+// one block (round 20's sub-spans, H100: partials 1.6, hn 0.9, top-k 4.3, publish 0.6 us a layer). In
+// production's harness build (-split-compile=0) the partials' loop `#pragma unroll 9` runs its remainder
+// first, one load and one add an iteration: a thread of groups 12-14 (8 partials at 132 workers) waits for
+// 8 dependent L2 round trips; the payload's 12 loads of h and norm go out only after the partials are
+// summed (one more); three block barriers; the top-k keeps its picks in a local array (STL / LDL) and
+// thread 0's softmax unrolls for K up to 16 (the top-k's code spans ~10 KB, run once a layer by one block,
+// on whichever SM arrived last: cold code, a hypothesis MKL_ROUTER_TOPK_REPS tests). Here: (1) each thread
+// issues its h and norm elements and its partials (ROUTER_PART_AHEAD a pass, the row index clamped, the add
+// predicated: one pass at <= 135 workers) before any add: one round trip for the whole chain; (2) one block
+// barrier (the group sums); every thread then sums the sum of squares' column (production's thread E's
+// loop, in its order) and warp 0 its two logits' columns (production's threads e's), a batch of shared
+// loads ahead; (3) the payload stores need no load; (4) the top-k from the lanes' registers
+// (select_topk_warp's butterfly, unchanged picks), each pick's value and id kept by lane j, lane j's
+// expf(sel[j] - sel[0]) summed by shuffles in j order (thread 0's den) and its weight and id written by
+// lane j: no local memory, loops not unrolled. The caller's acquire fence, ROUTING publish
+// (routing_no_fence) and every worker's wait (snapshot_epoch) are production's, so no hazard switch moves.
+#ifndef MKL_ROUTER_TOPK_REPS
+#define MKL_ROUTER_TOPK_REPS 1  // a diagnostic build's top-k runs (below); the candidate runs it once
+#endif
+static_assert(MKL_ROUTER_TOPK_REPS >= 1, "the top-k runs at least once");
+constexpr int ROUTER_PART_AHEAD = 9;   // partials a thread loads before its first add (132 workers / 15 groups)
+constexpr int ROUTER_GROUP_AHEAD = 8;  // group sums a thread loads from shared memory before adding
+static_assert(SHAPE_DEFAULT.K <= 32 && SHAPE_SMALL.K <= 32 && SHAPE_DEFAULT.E <= 64 && SHAPE_SMALL.E <= 64,
+              "a pick a lane, two logits a lane");
+
+// select_topk_warp on logits held by the lanes (lane l: logits l and l + 32, `v0`, `v1`, each present iff
+// below E): the same picks; lane j < K writes pick j's id and weight. The pick's butterfly is written out
+// again, not shared with select_topk_warp: a shared inline helper changed production's machine code (32
+// more lines of SASS, nvcc 13.0; its pin in tests/megakernel_layers/production_sass.json).
+__device__ __forceinline__ void select_topk_warp_regs(const Shape& s, float v0, float v1, int* routing_ids,
+                                                      float* routing_w) {
+  constexpr int ABSENT = 1 << 30;  // an index past every expert: loses every comparison
+  const int lane = threadIdx.x & 31;
+  const int i0 = lane, i1 = lane + 32;
+  bool have0 = i0 < s.E, have1 = i1 < s.E;
+  if (!have0) v0 = 0.f;
+  if (!have1) v1 = 0.f;
+  float sel0 = 0.f, mine = 0.f;
+  int mine_id = 0;
+#pragma unroll 1
+  for (int j = 0; j < s.K; ++j) {
+    const bool take1 = have1 && (!have0 || v1 > v0);
+    float v = take1 ? v1 : v0;
+    int i = take1 ? i1 : (have0 ? i0 : ABSENT);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float vb = __shfl_xor_sync(0xffffffffu, v, o);
+      const int ib = __shfl_xor_sync(0xffffffffu, i, o);
+      if (ib != ABSENT && (i == ABSENT || vb > v || (vb == v && ib < i))) {
+        v = vb;
+        i = ib;
+      }
+    }
+    v = __shfl_sync(0xffffffffu, v, 0);
+    i = __shfl_sync(0xffffffffu, i, 0);
+    if (i == i0) have0 = false;
+    if (i == i1) have1 = false;
+    if (j == 0) sel0 = v;
+    if (lane == j) {
+      mine = v;
+      mine_id = i;
+    }
+  }
+  const float x = expf(mine - sel0);  // lane j < K: select_topk's expf(sel[j] - sel[0])
+  float den = 0.f;
+#pragma unroll 1
+  for (int j = 0; j < s.K; ++j) den += __shfl_sync(0xffffffffu, x, j);  // thread 0's sum, in j order
+  if (lane < s.K) {
+    routing_ids[lane] = mine_id;
+    routing_w[lane] = x / den;
+  }
+}
+
+__device__ __noinline__ void router_from_partials_wide(const Shape s, const float* h, const float* mlp_norm,
+                                                       const float* part, int n_rows, float* hn_out,
+                                                       int* routing_ids, float* routing_w, float* arena) {
+  __builtin_assume(__isShared(arena));
+  __builtin_assume(__isGlobal(h));
+  __builtin_assume(__isGlobal(mlp_norm));
+  __builtin_assume(__isGlobal(part));
+  const int E1 = s.E + 1, RG = THREADS / E1, tid = threadIdx.x, lane = tid & 31;  // RG = 15 groups at E = 32
+  float* group = arena;  // (RG, E1)
+  // (1) the payload's elements (past D: element D - 1, loaded and not used) and the partials, together
+  float hv[COPY_PER_THREAD], nv[COPY_PER_THREAD];
+#pragma unroll
+  for (int k = 0; k < COPY_PER_THREAD; ++k) {
+    hv[k] = h[min(tid + k * THREADS, s.D - 1)];
+    nv[k] = mlp_norm[min(tid + k * THREADS, s.D - 1)];
+  }
+  if (tid < RG * E1) {
+    const int e = tid % E1, g = tid / E1;
+    float v = 0.f;
+#pragma unroll 1
+    for (int w0 = g; w0 < n_rows; w0 += RG * ROUTER_PART_AHEAD) {
+      float x[ROUTER_PART_AHEAD];
+#pragma unroll
+      for (int u = 0; u < ROUTER_PART_AHEAD; ++u) x[u] = part[(size_t)min(w0 + u * RG, n_rows - 1) * E1 + e];
+#pragma unroll
+      for (int u = 0; u < ROUTER_PART_AHEAD; ++u)
+        if (w0 + u * RG < n_rows) v += x[u];  // workers g, g + RG, ...: production's order
+    }
+    group[g * E1 + e] = v;
+  }
+  __syncthreads();
+  // (2) the column sums over the groups, in g order: the sum of squares (column E) in every thread, the
+  // logits of lanes l and l + 32 in warp 0 (a column past E is column E, summed and not used)
+  const bool topk_warp = tid < 32;
+  const int c0 = min(lane, s.E), c1 = min(lane + 32, s.E);
+  float ss = 0.f, l0 = 0.f, l1 = 0.f;
+#pragma unroll 1
+  for (int g0 = 0; g0 < RG; g0 += ROUTER_GROUP_AHEAD) {
+    float a[ROUTER_GROUP_AHEAD], b[ROUTER_GROUP_AHEAD], c[ROUTER_GROUP_AHEAD];
+#pragma unroll
+    for (int u = 0; u < ROUTER_GROUP_AHEAD; ++u) {
+      const float* row = group + min(g0 + u, RG - 1) * E1;
+      a[u] = row[s.E];
+      b[u] = topk_warp ? row[c0] : 0.f;
+      c[u] = topk_warp ? row[c1] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < ROUTER_GROUP_AHEAD; ++u)
+      if (g0 + u < RG) {
+        ss += a[u];
+        l0 += b[u];
+        l1 += c[u];
+      }
+  }
+  MKL_SUB_POINT(SUB_FILL);  // the partials summed (thread 0: the sum of squares and its logits)
+  const float rs = rsqrtf(ss / (float)s.D + RMS_EPS);
+  // (3) the payload, from the registers loaded in (1)
+#pragma unroll
+  for (int k = 0; k < COPY_PER_THREAD; ++k)
+    if (tid + k * THREADS < s.D) hn_out[tid + k * THREADS] = hv[k] * rs * nv[k];
+  // (4) the top-k of the scaled logits (production: logits[e] *= rs). A diagnostic build runs it
+  // MKL_ROUTER_TOPK_REPS times, the same code each time: the sub-spans' top-k is the last run, the runs
+  // before it fall in `hn`, so a top-k that is fast run again was paying for cold code, not for its chain.
+#pragma unroll 1
+  for (int rep = 0; rep < MKL_ROUTER_TOPK_REPS; ++rep) {
+    if (rep == MKL_ROUTER_TOPK_REPS - 1) MKL_SUB_POINT(SUB_GEMV);  // thread 0's payload stores issued
+    if (topk_warp) select_topk_warp_regs(s, l0 * rs, l1 * rs, routing_ids, routing_w);
+  }
+  MKL_SUB_POINT(SUB_AFTER);  // top-k (thread 0's warp)
+}
+#endif
+
 // Quantize expert slot j's SwiGLU output to E4M3, one power-of-two scale per 128 elements,
 // and write it dequantized and multiplied by the routing weight into act (one warp).
 // Lane = sub-block of 32 elements; rounds of 32 sub-blocks; the super-block amax of 4 lanes
@@ -2731,7 +2886,10 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         MKL_SUB_ORIGIN_AT(span);
         acquire_fence();
         MKL_SUB_POINT(SUB_WAIT);
-#if MKL_ROUTER_FOLDED
+#if MKL_ROUTER_WIDE  // step (p): the same sums on a short chain
+        router_from_partials_wide(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), p.router_part, p.n_rows, p.hn,
+                                  p.routing_ids, p.routing_w, arena);
+#elif MKL_ROUTER_FOLDED
         router_from_partials(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), p.router_part, p.n_rows, p.hn, p.routing_ids,
                              p.routing_w, arena);
 #else

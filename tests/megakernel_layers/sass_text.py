@@ -85,18 +85,24 @@ def longest_load_run(sass: str, load: str = r"\bLDG\.") -> int:
     return best
 
 
+def loop_bodies(sass: str) -> list[list[str]]:
+    """The lines of every loop body of a listing: a backward branch's target up to the branch."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, l in enumerate(lines) if (m := re.match(r"^(\.L\w+):", l.strip()))}
+    bodies = []
+    for at, l in enumerate(lines):
+        m = re.search(r"\bBRA\b.*`\((\.L\w+)\)", l)
+        start = labels.get(m.group(1)) if m else None
+        if start is not None and start < at:
+            bodies.append(lines[start:at])
+    return bodies
+
+
 def loop_loads_then_reduces(sass: str, load: str) -> bool:
     """Does a loop body (a backward branch's target up to the branch) hold a load matching `load`
     followed by a shuffle, i.e. does each pass wait for its loads, reduce across the warp and only
     then load again (one dependent round trip a pass)?"""
-    lines = sass.splitlines()
-    labels = {m.group(1): i for i, l in enumerate(lines) if (m := re.match(r"^(\.L\w+):", l.strip()))}
-    for at, l in enumerate(lines):
-        m = re.search(r"\bBRA\b.*`\((\.L\w+)\)", l)
-        start = labels.get(m.group(1)) if m else None
-        if start is None or start >= at:
-            continue
-        body = lines[start:at]
+    for body in loop_bodies(sass):
         first_load = next((i for i, b in enumerate(body) if re.search(load, b)), None)
         if first_load is not None and any(re.search(r"\bSHFL\b", b) for b in body[first_load:]):
             return True
