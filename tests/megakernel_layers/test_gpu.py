@@ -462,3 +462,49 @@ def test_step_q_clean_variants_are_clean_over_300_launches(tmp_path: Path, varia
     r = run(family_binary(FAM, defines=STEP_Q), {"variant": variant, "launches": 300}, 120, tmp_path)
     assert r.outcome is Outcome.CLEAN, (r.reason, r.metrics)
     assert r.metrics.get("launches") == 300 and r.metrics.get("mismatched") == 0
+
+
+# ---- campaign step (p) (MKL_CAMPAIGN_STEP 18, a candidate): production with the router's last block on a
+# short chain (router_from_partials_wide) ---------------------------------------------------------------
+
+STEP_P = {"MKL_CAMPAIGN_STEP": 18}
+
+
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                                  # 132 workers: 9 and 8 partials a thread, one pass
+    {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},        # 64 workers: 4-5 partials a thread, predicated adds
+    {"layers": 2, "seq": 1024, "model": "small"},                # E 8: 56 groups (7 batches of group sums), K 2
+    {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
+], ids=["default", "grid64", "small", "stale_descriptor"])
+def test_step_p_gives_production_bits(params: dict):
+    """Step (p) sums the same partials, group sums and payload products in production's order and picks
+    with production's butterfly (its softmax: thread 0's sum in j order, from lane j's expf): production's
+    output bit for bit, clean, and with stale_descriptor on production's corrupted output."""
+    out, out_p = run_beside_production(STEP_P, params)
+    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+
+
+def test_step_p_snapshot_epoch_still_hangs_and_is_named(tmp_path: Path):
+    """snapshot_epoch reads ROUTING's (and ATTN_RELEASE's) expected value at layer entry; step (p) publishes
+    ROUTING where production does, after the same acquire: the preset skew still hangs it and the
+    explainer names it (20 launches, as the canary test on production)."""
+    from hazards.stress_family import family_binary
+
+    r = run(family_binary(FAM, defines=STEP_P), {"variant": "snapshot_epoch", "launches": 20}, 6, tmp_path)
+    assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
+    sentence = r.evidence["tripwire"]["sentence"]
+    assert "in layer" in sentence and "not the signature" not in sentence, sentence
+
+
+def test_step_p_routing_no_fence_stays_clean_on_nvidia_as_production():
+    """routing_no_fence drops the fence before the ROUTING flag (an AMD hazard, flagged statically by the
+    family's gfx942 check of mkl_sync.cuh, which step (p) leaves alone); on this GPU it runs clean on step
+    (p)'s build as on production's, with production's bits."""
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    params = {"layers": 2, "seq": 1024, "hazard": "routing_no_fence"}
+    out, _, reply = dump_run(family_binary(FAM, defines=STEP_P), params)
+    out_p, _, reply_p = dump_run(family_binary(FAM), params)
+    assert reply.get("mismatched") == 0 and reply_p.get("mismatched") == 0, (reply, reply_p)
+    assert bool((out == out_p).all())
