@@ -2740,10 +2740,12 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       const uint32_t old = block_arrive(sync_word(p, W_OPROJ_CTR), true, tid, &hd->word);
       MKL_PROF_RECORD_SUB(TASK_OPROJ, span, l, w, MKL_SUB_POINTS_OPROJ);
       if (old + 1u == (uint32_t)p.n_rows * epoch) {
-        tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
         MKL_PROF_STAMP(span);
         MKL_SUB_ORIGIN_AT(span);
         acquire_fence();
+        // the mark after the fence: a gpu-scope fence after a store to the tripwire's host memory
+        // waited for it (MEMBAR.SC.GPU two instructions after the ST.E.64.STRONG.SYS) on the router's one block
+        tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
         MKL_SUB_POINT(SUB_WAIT);
 #if MKL_ROUTER_FOLDED
         router_from_partials(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), p.router_part, p.n_rows, p.hn, p.routing_ids,

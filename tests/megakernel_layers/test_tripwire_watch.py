@@ -109,6 +109,26 @@ def test_each_mark_reads_the_thread_index_again_instead_of_reloading_it():
     assert reads[0] == 1 and reads[1] >= 17, reads  # 17 marks in the source
 
 
+def test_no_mark_store_is_waited_for_by_a_fence_right_after_it():
+    """A tripwire word is a 64-bit system-scope store to host memory (ST.E.64.STRONG.SYS, in the tripwire
+    body only); a gpu-scope fence soon after it waits for it over PCIe. The router's mark stood two
+    instructions before the router block's acquire fence (MEMBAR.SC.GPU), on the one block every worker
+    then waits for, each layer; it now follows the fence. No mark store of production's tripwire body
+    has a MEMBAR within the 32 instructions after it, unless a call (the router's work) comes first."""
+    listing, _ = _build(None)
+    bodies = {tw: max(function_instances(listing, KERNEL.format(tw)), key=len) for tw in (0, 1)}
+    assert "ST.E.64.STRONG.SYS" not in bodies[0]
+    ins = [l for l in bodies[1].splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", l)]
+    stores = [i for i, l in enumerate(ins) if "ST.E.64.STRONG.SYS" in l]
+    def fence_soon(i: int) -> bool:  # a MEMBAR within 32 instructions, no call (the work between) before it
+        after = ins[i + 1:i + 33]
+        call = next((k for k, l in enumerate(after) if "CALL" in l), len(after))
+        return any("MEMBAR" in l for l in after[:call])
+
+    fenced = [i for i in stores if fence_soon(i)]
+    assert len(stores) >= 9 and not fenced, [ins[i] for i in fenced]
+
+
 def test_the_step_f_round_benches_the_inlined_watch_beside_production():
     """The bench times each build with the tripwire compiled out and in (paired): the inlined
     watch's cost sits beside production's in the same run."""
