@@ -11,7 +11,7 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (BuildOption, FamilyOption, BudgetOption, DefineOption, JsonOption, LeaseFlags, launches_option, lease_options,
-                                 parse_duration, runs_option, timeout_option, variant_option)
+                                 parse_define_items, parse_duration, runs_option, timeout_option, variant_option)
 from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError, check_seconds
 
 _HELP = """Would a stress test see a missing fence? Synchronization mutants of a source.
@@ -74,11 +74,11 @@ def mutate_command(
     from hazards.mutate.conditionals import parse_defines
     from hazards.mutate.mutants import check_operators, mutants_of, parse_lines
 
+    defs: dict[str, str | None] = dict(parse_define_items(defines))  # -D as repro reads it
     try:
-        defs: dict[str, str | None] = dict(parse_defines([d for item in (defines or []) for d in item.split(",") if d]))
         defs.update({name: None for name in parse_defines(undefines or [])})
     except ValueError as e:
-        raise UserError(f"-D/-U: {e}") from None
+        raise UserError(f"-U/--undefine: {e}") from None
     chosen, span = check_operators(operators), parse_lines(lines)
     language = None  # by suffix: .hip is HIP, the rest CUDA
     if family is not None:

@@ -317,6 +317,24 @@ def build_flags(includes: Optional[Iterable[Path]], defines: Optional[Iterable[s
     return [f"-I{Path(d).resolve()}" for d in includes or ()] + [f"-D{d}" for d in defines or ()]
 
 
+def parse_define_items(items: Optional[Iterable[str]]) -> dict[str, str]:
+    """-D/--define items (repeated and/or comma-separated), NAME or NAME=VALUE, as {NAME: VALUE} (NAME
+    alone: "1"), in order. UserError, one line, for an empty item (`-D ,`, `-D A,,B`), for NAME= (C's
+    -DNAME= defines NAME as empty, which would read as 1: another build's code) and for a bad name. The
+    one reading of -D for the commands that take it (repro, mutate)."""
+    from hazards.mutate.conditionals import parse_defines
+
+    parts = [d.strip() for item in items or () for d in item.split(",")]
+    if any(not d for d in parts):
+        raise UserError("-D/--define: an empty item (write NAME or NAME=VALUE, comma-separated)")
+    if bad := next((d for d in parts if d.endswith("=")), None):
+        raise UserError(f"-D/--define: {bad!r} has no value (write NAME=VALUE, or NAME alone for 1)")
+    try:
+        return parse_defines(parts)
+    except ValueError as e:
+        raise UserError(f"-D/--define: {e}") from None
+
+
 def split_names(values: Optional[Iterable[str]]) -> list[str]:
     """Names from repeated and/or comma-separated options."""
     return [n.strip() for v in values or () for n in v.split(",") if n.strip()]

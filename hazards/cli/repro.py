@@ -16,7 +16,7 @@ from rich.console import Console
 from hazards.cli.app import app
 from hazards.cli.options import (LeaseFlags, lease_options, CommandArgument, CampaignNameOption, DefineOption, FamilyOption,
                                  JsonOption, MaxErrorsInARowOption, ProgressIntervalOption,                                  launches_option, literal, progress_interval, runs_option, timeout_option,
-                                 variant_option, HangFlags, hang_options)
+                                 variant_option, HangFlags, hang_options, parse_define_items)
 from hazards.engine.errors import UserError, check_seconds
 from hazards.engine.forensics import find_forensics_evidence
 from hazards.engine.forensics.policy import REPRO_SHARE
@@ -83,19 +83,8 @@ def _parse_params(text: str | None) -> dict[str, Any]:
 
 def _defines(items: list[str] | None) -> dict[str, int | str] | None:
     """-D NAME or NAME=VALUE items (comma-separated too) as build defines, integers where they read so;
-    None for none."""
-    from hazards.mutate.conditionals import parse_defines
-
-    parts = [d.strip() for item in (items or []) for d in item.split(",")]
-    if any(not d for d in parts):
-        raise UserError("-D/--define: an empty item (write NAME or NAME=VALUE, comma-separated)")
-    if bad := next((d for d in parts if d.endswith("=")), None):
-        # C's -DNAME= defines NAME as empty; parse_defines would read it as 1 (another build's schedule)
-        raise UserError(f"-D/--define: {bad!r} has no value (write NAME=VALUE, or NAME alone for 1)")
-    try:
-        raw = parse_defines(parts)
-    except ValueError as e:
-        raise UserError(f"-D/--define: {e}") from None
+    None for none (options.parse_define_items: an empty item or NAME= is a one-line error)."""
+    raw = parse_define_items(items)
     return {k: int(v) if v.lstrip("-").isdigit() else v for k, v in raw.items()} or None
 
 

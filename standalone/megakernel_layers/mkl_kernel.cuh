@@ -925,9 +925,23 @@ __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const
 
 // ---- tripwire helpers (only the TW=true instance stores anything) -------------------------
 
+// Is this thread the block's leader (thread 0)? %tid.x read again at each mark (asm volatile: nvcc keeps
+// every read, so ptxas sees one per mark). Through threadIdx.x, each of the 17 marks' tests was one more
+// use of the one thread-index value nvcc keeps for the whole kernel body: ptxas spilled that value and
+// reloaded it (26 LDL of one slot in the tripwire body) and the tripwire body spilled more than the plain
+// one (step 15, the harness build, ptxas -v: 438 / 1756 B of spill stores / loads against 454 / 1724).
+// With a read per mark ptxas re-reads SR_TID.X (S2R) where it needs the index instead of reloading it:
+// 418 / 1300 B, below the plain body (tests/megakernel_layers/test_tripwire_watch.py). The plain
+// instance's code is unchanged (it has no mark).
+__device__ __forceinline__ bool tw_leader() {
+  unsigned t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t == 0u;
+}
+
 template <bool TW>
 __device__ __forceinline__ void tw_mark(hz_tw_ctx* tw, int layer, int phase, int tile) {
-  if (TW && threadIdx.x == 0) hz_tw_mark(tw, (uint32_t)layer, (uint32_t)phase, (uint32_t)tile);
+  if (TW && tw_leader()) hz_tw_mark(tw, (uint32_t)layer, (uint32_t)phase, (uint32_t)tile);
 }
 
 // The rest of a watched wait whose first poll found `obs` < want: every HZ_TW_SPIN_STRIDE
@@ -935,11 +949,11 @@ __device__ __forceinline__ void tw_mark(hz_tw_ctx* tw, int layer, int phase, int
 // flag (aux0: its value, aux1: what completes it, aux2: the expert or -1). Out of line: the
 // tripwire's bookkeeping stays out of the kernel body (code the instance pays for only
 // while it really waits).
-// MKL_TW_WATCH_INLINE 1 (a diagnostic build for the tripwire's cost, the campaign's bound; the plain
-// instance's machine code is the same either way): inline instead. Out of line, its 12 call sites
-// made ptxas spill 10 more registers in the tripwire instance's body than in the plain one's
-// (ptxas -v: 460 vs 420 B of spill stores, 1516 vs 1428 B of spill loads; inline: 452 / 1436), while
-// the hot loops of both instances have the same shape: that body is where the cost can be.
+// MKL_TW_WATCH_INLINE 1 (a diagnostic build for the tripwire's cost, the campaign's bound): inline
+// instead. Its plain instance is not the default build's machine code (ptxas compiles both instances
+// in one module), and on production (step 15, the harness build, ptxas -v) its tripwire body spills
+// more than with the watch out of line (1384 against 1300 B of spill loads); what made the tripwire
+// body spill more than the plain one was the marks' thread index (tw_leader), not these calls.
 #ifndef MKL_TW_WATCH_INLINE
 #define MKL_TW_WATCH_INLINE 0
 #endif
@@ -2881,10 +2895,12 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       const uint32_t old = block_arrive(sync_word(p, W_OPROJ_CTR), true, tid, &hd->word);
       MKL_PROF_RECORD_SUB(TASK_OPROJ, span, l, w, MKL_SUB_POINTS_OPROJ);
       if (old + 1u == (uint32_t)p.n_rows * epoch) {
-        tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
         MKL_PROF_STAMP(span);
         MKL_SUB_ORIGIN_AT(span);
         acquire_fence();
+        // the mark after the fence: a gpu-scope fence after a store to the tripwire's host memory
+        // waited for it (MEMBAR.SC.GPU two instructions after the ST.E.64.STRONG.SYS) on the router's one block
+        tw_mark<TW>(tw, l, PHASE_ROUTER_TOPK, w);
         MKL_SUB_POINT(SUB_WAIT);
 #if MKL_ROUTER_WIDE  // step (p): the same sums on a short chain
         router_from_partials_wide(s, p.h, dptr<float>(hd, SLOT_MLP_NORM), p.router_part, p.n_rows, p.hn,

@@ -132,6 +132,12 @@ def test_list_prints_mutants_without_a_compiler(tmp_path):
     ([], "give --test CMD"),
     (["--family", "pipeline", "--launches", "0"], "--launches must be at least 1"),
     (["--variant", "fixed", "--test", "true"], "--variant names a variant of --family F"),
+    # C's -DNAME= defines NAME as empty: it used to read as 1 (the other branch of `#if NAME`) and list
+    # another build's mutants; an empty item (`-D ,`, `A,,B`) used to be dropped without a word
+    (["--list", "-D", "HZ_X="], "-D/--define: 'HZ_X=' has no value"),
+    (["--list", "-D", ","], "-D/--define: an empty item"),
+    (["--list", "-D", "HZ_A,,HZ_B"], "-D/--define: an empty item"),
+    (["--list", "-D", "1BAD=2"], "-D/--define: not a macro name"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, words):
     src = tmp_path / "k.cu"
@@ -139,6 +145,29 @@ def test_bad_input_is_one_line(tmp_path, args, words):
     res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), *args], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
     assert res.returncode == 2 and words in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+@pytest.mark.parametrize("item", ["HZ_X=", ",", "HZ_A,,HZ_B", "1BAD=2"])
+def test_mutate_and_repro_read_a_bad_define_item_alike(tmp_path, item):
+    """One reading of -D for both commands (hazards.cli.options.parse_define_items): the same
+    one-line error, exit 2."""
+    src = tmp_path / "k.cu"
+    src.write_text("void f(){ __threadfence(); }\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    errors = []
+    for argv in (["mutate", str(src), "--list"], ["repro", "--family", "deadlock", "--binary", "/bin/true"]):
+        res = subprocess.run([sys.executable, "-m", "hazards", *argv, "-D", item], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, timeout=120)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, (argv, res.stderr)
+        errors.append(res.stderr)
+    assert errors[0] == errors[1], errors
+
+
+def test_comma_separated_defines_are_read_as_separate_names():
+    """-D A=1,B (comma-separated, NAME alone is 1, items stripped) is two defines."""
+    from hazards.cli.options import parse_define_items
+
+    assert parse_define_items(["A=1,B", " C=x "]) == {"A": "1", "B": "1", "C": "x"}
 
 
 def test_a_source_with_a_non_utf8_byte_lists_its_mutants(tmp_path):
