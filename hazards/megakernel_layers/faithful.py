@@ -177,8 +177,10 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "spilled at once, one dependent L2 round trip before every W13 arrival) loaded only where the "
               "emulation can store it back (writeback_ppm > 0 and the release words in the counter's 64-B line: "
               "the shared_line layout), so the fixed layout arrives with no load ahead (MKL_CAMPAIGN_STEP 17, "
-              "MKL_W13_EMIT_LEAN; no arithmetic changed: production's bits; not measured: 'faster' is the "
-              "hypothesis it was written for: the moe_w13 span's emit one L2 round trip shorter a tile)", "faster",
+              "MKL_W13_EMIT_LEAN; no arithmetic changed: production's bits; written to shorten the moe_w13 emit by one L2 "
+              "round trip; round 22 (an H100) judged it slower: moe_w13 1.031 [1.018, 1.042], the launch 1.020 "
+              "[1.015, 1.025]; emit 8.1 us against production's 8.0, the attention loop 9.4 against 8.3: ptxas "
+              "spilled more in the profiled body's GEMV loop)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 17),)),
     Candidate("step_p", "campaign step (p), a candidate: production with the router's last block on a short "
               "chain (router_from_partials_wide): every thread issues its partials (9 a pass, one pass at 132 "
@@ -186,13 +188,16 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "h and norm before any add, one block barrier (production 3), the top-k and softmax from the lanes' "
               "registers (no local memory, loops not unrolled); the caller's acquire, the ROUTING publish and "
               "every wait production's (MKL_CAMPAIGN_STEP 18, MKL_ROUTER_WIDE; the same sums in the same order: "
-              "production's bits; not measured: 'faster' is the hypothesis it was written for)", "faster",
-              defines=(("MKL_CAMPAIGN_STEP", 18),)),
+              "production's bits; round 22 (an H100): router_topk 0.641 [0.620, 0.677] and the launch 0.984 [0.980, 0.989] "
+              "(no-change: inside the gate's 2% minimum effect), but the default gate slower by oproj 1.051 "
+              "[1.016, 1.085], whose sub-spans did not move; the bench without the profiler 574.7 against 595.5 us)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 18),)),
     Candidate("step_p_topk_twice", "a diagnostic of step (p) (MKL_ROUTER_TOPK_REPS 2): the router block runs the "
               "same top-k code twice, the sub-spans' `topk` timing the second run (the first falls in `hn`): a "
               "top-k much faster run again was paying for cold code, not for its dependent chain (production's "
-              "bits; not measured: 'faster' is step_p's hypothesis, this build's router a second top-k longer)",
-              "faster", defines=(("MKL_CAMPAIGN_STEP", 18), ("MKL_ROUTER_TOPK_REPS", 2))),
+              "bits; round 22 (an H100): the second run's topk 1.5 us against the first run's 4.4 on production, the "
+              "first run's cost in hn (2.5 us against step_p's 0.2): the top-k pays for cold code; gate not run)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 18), ("MKL_ROUTER_TOPK_REPS", 2))),
     Candidate("step_q", "campaign step (q), a candidate: production (its base) with the attention chunk's and the "
               "merge's fixed costs cut (MKL_CHUNK_LEAN): q read from qbuf beside the first block's K words (no copy to "
               "shared memory, no barrier), the combine of a kv head's warps in the registers of its first warp (the "
@@ -202,8 +207,10 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "(a batch reissued as soon as it is weighed, not after the next one lands), the last merger's publish "
               "by its leader with one fence (production: every thread's fence, a barrier, the leader's fence); no "
               "wait added or moved "
-              "(MKL_CAMPAIGN_STEP 19; production's operations in production's order: production's bits; not "
-              "measured: 'faster' is the prediction it was written for)", "faster",
+              "(MKL_CAMPAIGN_STEP 19; production's operations in production's order: production's bits; round 22 (an "
+              "H100) judged it slower: attn_merge 1.102 [1.057, 1.154] (merge 7.3 us against 5.6), the launch "
+              "no-change 1.012 [1.008, 1.018]; the combine 1.7 us against 2.3, the q copy 0.5 against 0.9, but "
+              "the block loop 9.5 against 8.3 and the arrival 3.6 against 3.1)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 19),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.

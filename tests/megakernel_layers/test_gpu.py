@@ -487,10 +487,15 @@ def test_step_p_gives_production_bits(params: dict):
 def test_step_p_snapshot_epoch_still_hangs_and_is_named(tmp_path: Path):
     """snapshot_epoch reads ROUTING's (and ATTN_RELEASE's) expected value at layer entry; step (p) publishes
     ROUTING where production does, after the same acquire: the preset skew still hangs it and the
-    explainer names it (20 launches, as the canary test on production)."""
+    explainer names it. Round 22's whole-suite run (an H100, main 8ff56a0) saw 0 hangs in 20 launches here,
+    where the model's 0.23 a launch misses one in 0.5% of runs and production's canary test hung in the
+    same run; step (p) changes only the router's last block, which no snapshot reads, so the test now
+    takes launches_to_see's budget (a miss at half the model's rate <= 1e-4), as the corruption canaries
+    do: a build blind to the hazard still fails it, with more confidence than 20 launches gave."""
     from hazards.stress_family import family_binary
 
-    r = run(family_binary(FAM, defines=STEP_P), {"variant": "snapshot_epoch", "launches": 20}, 6, tmp_path)
+    n = launches_to_see("snapshot_epoch")
+    r = run(family_binary(FAM, defines=STEP_P), {"variant": "snapshot_epoch", "launches": n}, 6 + n * 0.1, tmp_path)
     assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
     sentence = r.evidence["tripwire"]["sentence"]
     assert "in layer" in sentence and "not the signature" not in sentence, sentence
