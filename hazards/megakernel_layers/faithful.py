@@ -179,8 +179,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "the shared_line layout), so the fixed layout arrives with no load ahead (MKL_CAMPAIGN_STEP 17, "
               "MKL_W13_EMIT_LEAN; no arithmetic changed: production's bits; written to shorten the moe_w13 emit by one L2 "
               "round trip; round 22 (an H100) judged it slower: moe_w13 1.031 [1.018, 1.042], the launch 1.020 "
-              "[1.015, 1.025]; emit 8.1 us against production's 8.0, the attention loop 9.4 against 8.3: ptxas "
-              "spilled more in the profiled body's GEMV loop)", "slower",
+              "[1.015, 1.025]; emit 8.1 us against production's 8.0: the loads were not the emit's time)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 17),)),
     Candidate("step_p", "campaign step (p), a candidate: production with the router's last block on a short "
               "chain (router_from_partials_wide): every thread issues its partials (9 a pass, one pass at 132 "
@@ -195,8 +194,9 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("step_p_topk_twice", "a diagnostic of step (p) (MKL_ROUTER_TOPK_REPS 2): the router block runs the "
               "same top-k code twice, the sub-spans' `topk` timing the second run (the first falls in `hn`): a "
               "top-k much faster run again was paying for cold code, not for its dependent chain (production's "
-              "bits; round 22 (an H100): the second run's topk 1.5 us against the first run's 4.4 on production, the "
-              "first run's cost in hn (2.5 us against step_p's 0.2): the top-k pays for cold code; gate not run)",
+              "bits; round 22 (an H100): step (p)'s top-k run again 1.5 us against its first run's 2.1 (step_p), the "
+              "first run's cost in hn (2.5 us against step_p's 0.2): at most ~0.6 us of warm-up; production's "
+              "top-k not run twice; gate not run)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 18), ("MKL_ROUTER_TOPK_REPS", 2))),
     Candidate("step_q", "campaign step (q), a candidate: production (its base) with the attention chunk's and the "
               "merge's fixed costs cut (MKL_CHUNK_LEAN): q read from qbuf beside the first block's K words (no copy to "
@@ -209,8 +209,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "wait added or moved "
               "(MKL_CAMPAIGN_STEP 19; production's operations in production's order: production's bits; round 22 (an "
               "H100) judged it slower: attn_merge 1.102 [1.057, 1.154] (merge 7.3 us against 5.6), the launch "
-              "no-change 1.012 [1.008, 1.018]; the combine 1.7 us against 2.3, the q copy 0.5 against 0.9, but "
-              "the block loop 9.5 against 8.3 and the arrival 3.6 against 3.1)", "slower",
+              "no-change 1.012 [1.008, 1.018]; the combine 1.7 us against 2.3, the q copy 0.5 against 0.9, the "
+              "arrival 3.6 against 3.1)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 19),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
