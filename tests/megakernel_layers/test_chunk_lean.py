@@ -32,27 +32,15 @@ STEP_Q = {"MKL_CAMPAIGN_STEP": 19}
 PROD = {"MKL_CAMPAIGN_STEP": 15}  # production's code (the default build's, test_production_step15.py)
 
 
-@pytest.fixture
-def with_lean(monkeypatch):
-    """The switch table of test_production_step15.py with step (q)'s switch among the campaign's."""
-    monkeypatch.setattr(P, "SWITCHES", (*P.SWITCHES, "MKL_CHUNK_LEAN"))
-
-
-def test_step_19_is_production_with_the_lean_chunk_switch_alone(with_lean):
-    changed, prod, step = P.switches_changed_from_step(15, STEP_Q)
-    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_CHUNK_LEAN"}, changed
-    assert step["MKL_CHUNK_LEAN"] == 1 and prod["MKL_CHUNK_LEAN"] == 0 and P._switches({})["MKL_CHUNK_LEAN"] == 0
+def test_step_19_is_production_with_the_lean_chunk_switch_alone():
+    P.assert_step_is_production_with_its_switch_alone(19, "MKL_CHUNK_LEAN")
+    step = P._switches(STEP_Q)
     assert step["MKL_ATTN_MMA"] == step["MKL_COPY_AHEAD"] == step["MKL_MERGE_SPREAD"] == 1
 
 
-def test_every_preprocessor_condition_reads_step_19_as_production_with_the_lean_chunk(with_lean):
+def test_every_preprocessor_condition_reads_step_19_as_production_with_the_lean_chunk():
     """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 19 what it gives 15 (production)."""
-    step = P._conditions(P._switches(STEP_Q))
-    with_q = P._conditions({**P._switches({}), "MKL_CHUNK_LEAN": 1})
-    assert len(step) >= 30, len(step)
-    assert step == with_q, {k: (step[k], with_q[k]) for k in step if step[k] != with_q[k]}
-    prod = P._conditions(P._switches({}))
-    assert {k for k in step if step[k] != prod[k]}, "no condition reads MKL_CHUNK_LEAN"
+    P.assert_every_condition_reads_step_as_production_with(19, "MKL_CHUNK_LEAN")
 
 
 @pytest.fixture(scope="module")

@@ -47,36 +47,16 @@ GUARD = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+@(!?)(P\d)\s+BRA\b")
 INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;")
 
 
-@pytest.fixture
-def with_lean_switch(monkeypatch):
-    """test_production_step15's switch reader, told the step (o) switch too."""
-    monkeypatch.setattr(T15, "SWITCHES", (*T15.SWITCHES, LEAN))
-
-
-def test_step_17_is_production_with_the_lean_w13_emit_switch_alone(with_lean_switch):
-    changed, base, step = T15.switches_changed_from_step(15, STEP_O)
-    assert changed == {"MKL_CAMPAIGN_STEP", LEAN}, changed
-    assert step[LEAN] == 1 and base[LEAN] == 0
+def test_step_17_is_production_with_the_lean_w13_emit_switch_alone():
+    T15.assert_step_is_production_with_its_switch_alone(17, LEAN)
+    step = T15._switches(STEP_O)
     assert step["MKL_ATTN_MMA"] == step["MKL_COPY_AHEAD"] == step["MKL_W2_QUANT_AHEAD"] == 1  # on production
-    assert T15._switches({})[LEAN] == 0  # production itself leaves it off
 
 
-def test_only_step_17_turns_the_switch_on_and_a_define_combines_it_with_another_step(with_lean_switch):
-    for n in range(0, 21):
-        assert T15._switches({"MKL_CAMPAIGN_STEP": n})[LEAN] == (n == 17), n
-    assert T15._switches({"MKL_CAMPAIGN_STEP": 18, LEAN: 1})[LEAN] == 1
-    assert T15._switches({**STEP_O, LEAN: 0})[LEAN] == 0
-
-
-def test_every_preprocessor_condition_of_the_family_reads_step_17_as_production_with_the_switch(with_lean_switch):
+def test_every_preprocessor_condition_of_the_family_reads_step_17_as_production_with_the_switch():
     """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 17 what it gives 15, and the step (o) conditions
     are what tells them apart."""
-    step = T15._conditions(T15._switches(STEP_O))
-    with_o = T15._conditions({**T15._switches({}), LEAN: 1})
-    assert len(step) >= 30, len(step)
-    assert step == with_o, {k: (step[k], with_o[k]) for k in step if step[k] != with_o[k]}
-    prod = T15._conditions(T15._switches({}))
-    assert {k for k in step if step[k] != prod[k]}, "no condition reads MKL_W13_EMIT_LEAN"
+    T15.assert_every_condition_reads_step_as_production_with(17, LEAN)
 
 
 def test_step_17_without_its_switch_is_production_line_for_line():
