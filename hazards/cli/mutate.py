@@ -11,7 +11,7 @@ import typer
 
 from hazards.cli.app import app
 from hazards.cli.options import (BuildOption, FamilyOption, BudgetOption, DefineOption, JsonOption, LeaseFlags, launches_option, lease_options,
-                                 parse_define_items, parse_duration, runs_option, timeout_option, variant_option)
+                                 parse_define_items, parse_duration, parse_undefine_items, runs_option, timeout_option, variant_option)
 from hazards.engine.errors import EXIT_HAZARD, EXIT_NOT_JUDGED, EXIT_OK, UserError, check_seconds
 
 _HELP = """Would a stress test see a missing fence? Synchronization mutants of a source.
@@ -52,8 +52,9 @@ def mutate_command(
     lines: Optional[str] = typer.Option(None, "--lines", show_default="all", help="Only sites on lines A-B."),
     defines: DefineOption = None,
     undefines: Optional[List[str]] = typer.Option(None, "-U", "--undefine", show_default="none",
-                                                  help="A macro the build leaves undefined (repeat): the "
-                                                       "branches it guards are then decided."),
+                                                  help="A macro the build leaves undefined (repeat or "
+                                                       "comma-separate; a name alone): the branches it guards "
+                                                       "are then decided."),
     build: BuildOption = None,
     test: Optional[str] = typer.Option(None, "--test", show_default="none (needed without --list)",
                                        help="Shell command whose run judges a mutant ({dir}, {src}, {out})."),
@@ -71,14 +72,10 @@ def mutate_command(
     launches: Annotated[int, launches_option("1000")] = 1000,
     lease: LeaseFlags = LeaseFlags(),
 ) -> None:
-    from hazards.mutate.conditionals import parse_defines
     from hazards.mutate.mutants import check_operators, mutants_of, parse_lines
 
     defs: dict[str, str | None] = dict(parse_define_items(defines))  # -D as repro reads it
-    try:
-        defs.update({name: None for name in parse_defines(undefines or [])})
-    except ValueError as e:
-        raise UserError(f"-U/--undefine: {e}") from None
+    defs.update({name: None for name in parse_undefine_items(undefines)})  # -U split and checked alike
     chosen, span = check_operators(operators), parse_lines(lines)
     language = None  # by suffix: .hip is HIP, the rest CUDA
     if family is not None:

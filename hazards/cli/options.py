@@ -317,22 +317,53 @@ def build_flags(includes: Optional[Iterable[Path]], defines: Optional[Iterable[s
     return [f"-I{Path(d).resolve()}" for d in includes or ()] + [f"-D{d}" for d in defines or ()]
 
 
-def parse_define_items(items: Optional[Iterable[str]]) -> dict[str, str]:
-    """-D/--define items (repeated and/or comma-separated), NAME or NAME=VALUE, as {NAME: VALUE} (NAME
-    alone: "1"), in order. UserError, one line, for an empty item (`-D ,`, `-D A,,B`), for NAME= (C's
-    -DNAME= defines NAME as empty, which would read as 1: another build's code) and for a bad name. The
-    one reading of -D for the commands that take it (repro, mutate)."""
-    from hazards.mutate.conditionals import parse_defines
+_MACRO_NAME = re.compile(r"[A-Za-z_]\w*")
 
+
+def _macro_items(items: Optional[Iterable[str]], flag: str, form: str) -> list[tuple[str, str | None]]:
+    """The (NAME, VALUE or None) of -D/-U items, repeated and/or comma-separated, stripped, in order;
+    UserError, one line, naming `flag`, for an empty item (`,`, `A,,B`) and for an item without a name
+    (`=`, `=5`) or with a bad one. `form` is how an item is written (the errors say it)."""
     parts = [d.strip() for item in items or () for d in item.split(",")]
     if any(not d for d in parts):
-        raise UserError("-D/--define: an empty item (write NAME or NAME=VALUE, comma-separated)")
-    if bad := next((d for d in parts if d.endswith("=")), None):
-        raise UserError(f"-D/--define: {bad!r} has no value (write NAME=VALUE, or NAME alone for 1)")
-    try:
-        return parse_defines(parts)
-    except ValueError as e:
-        raise UserError(f"-D/--define: {e}") from None
+        raise UserError(f"{flag}: an empty item (write {form}, comma-separated)")
+    out = []
+    for d in parts:
+        name, eq, value = d.partition("=")
+        if not name.strip():
+            raise UserError(f"{flag}: {d!r} has no name (write {form})")
+        if not _MACRO_NAME.fullmatch(name):
+            raise UserError(f"{flag}: not a macro name: {name!r}")
+        out.append((name, value if eq else None))
+    return out
+
+
+def parse_define_items(items: Optional[Iterable[str]]) -> dict[str, str]:
+    """-D/--define items (repeated and/or comma-separated), NAME or NAME=VALUE, as {NAME: VALUE} (NAME
+    alone: "1"), in order. UserError, one line, for an empty item (`-D ,`, `-D A,,B`), for an item
+    without a name (`-D =`, `-D =5`) or with a bad one, and for NAME= (C's -DNAME= defines NAME as empty,
+    which would read as 1: another build's code). The one reading of -D for the commands that take it
+    (repro, mutate)."""
+    out: dict[str, str] = {}
+    for name, value in _macro_items(items, "-D/--define", "NAME or NAME=VALUE"):
+        if value == "":
+            raise UserError(f"-D/--define: {name + '='!r} has no value (write NAME=VALUE, or NAME alone for 1)")
+        out[name] = "1" if value is None else value
+    return out
+
+
+def parse_undefine_items(items: Optional[Iterable[str]]) -> list[str]:
+    """-U/--undefine items (repeated and/or comma-separated, as -D reads them: parse_define_items), each a
+    macro name alone, as the names in order, each once. UserError, one line, for an empty item, an item
+    without a name or with a bad one, and for NAME=VALUE (-U takes no value: `-U A=1` would otherwise leave
+    A undefined, or define it, without a word)."""
+    out: list[str] = []
+    for name, value in _macro_items(items, "-U/--undefine", "NAME"):
+        if value is not None:
+            raise UserError(f"-U/--undefine: {name + '=' + value!r}: -U takes a macro name alone (write NAME)")
+        if name not in out:
+            out.append(name)
+    return out
 
 
 def split_names(values: Optional[Iterable[str]]) -> list[str]:

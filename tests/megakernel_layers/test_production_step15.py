@@ -38,7 +38,7 @@ from .test_merge_spread import ROOT, family_cubin
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_MERGE_SPREAD", "MKL_ROUTER_LATENCY",
             "MKL_ATTN_AHEAD", "MKL_W2_QUANT_AHEAD", "MKL_HEAD_AHEAD", "MKL_GEMV_ONE_ROUND", "MKL_QKV_SPREAD", "MKL_L2_KEEP_QKV",
-            "MKL_COPY_AHEAD", "MKL_ATTN_MMA",
+            "MKL_COPY_AHEAD", "MKL_ATTN_MMA", "MKL_W13_EMIT_LEAN", "MKL_ROUTER_WIDE", "MKL_CHUNK_LEAN",
             "MKL_RESERVE_RING_SMEM")
 STEP_G_ON_E = dict(FA.candidate("step_g_on_e").defines)
 STEP_10 = {"MKL_CAMPAIGN_STEP": 10}
@@ -102,6 +102,30 @@ def _conditions(env: dict[str, int]) -> dict[str, int]:
             if names and names <= set(SWITCHES):
                 out[f"{f.name}:{n}"] = _eval(m.group(1), env)
     return out
+
+
+def assert_step_is_production_with_its_switch_alone(step: int, switch: str) -> None:
+    """Campaign step `step` sets every switch as production does but `switch` (on) and the step number; only
+    that step turns `switch` on (steps 0-20), production leaves it off, and -D sets it either way beside any
+    step (a candidate on production: steps (o), (p), (q))."""
+    changed, prod, got = switches_changed_from_step(15, {"MKL_CAMPAIGN_STEP": step})
+    assert changed == {"MKL_CAMPAIGN_STEP", switch}, changed
+    assert got[switch] == 1 and prod[switch] == 0 and _switches({})[switch] == 0
+    assert [n for n in range(21) if _switches({"MKL_CAMPAIGN_STEP": n})[switch]] == [step]
+    assert _switches({"MKL_CAMPAIGN_STEP": 15, switch: 1})[switch] == 1
+    assert _switches({"MKL_CAMPAIGN_STEP": step, switch: 0})[switch] == 0
+
+
+def assert_every_condition_reads_step_as_production_with(step: int, switch: str) -> None:
+    """Every preprocessor condition of the family reads campaign step `step` as production's switches with
+    `switch` on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give the step what it gives 15), and some
+    condition reads `switch` (the step's code differs from production's)."""
+    got = _conditions(_switches({"MKL_CAMPAIGN_STEP": step}))
+    with_switch = _conditions({**_switches({}), switch: 1})
+    assert len(got) >= 30, len(got)  # the kernel's campaign #ifs were found
+    assert got == with_switch, {k: (got[k], with_switch[k]) for k in got if got[k] != with_switch[k]}
+    prod = _conditions(_switches({}))
+    assert {k for k in got if got[k] != prod[k]}, f"no condition reads {switch}"
 
 
 def test_step_10_takes_step_g_on_e_switches_and_step_e_but_for_step_g():

@@ -34,23 +34,16 @@ GLOBAL_LOAD = r"\bLDG?\.E\b"  # a global (LDG) or generic (LD) load: the partial
 FP_ADD = r"\bFADD\b"
 
 
-@pytest.fixture
-def with_wide_switch(monkeypatch):
-    """test_production_step15's switch reader, told of MKL_ROUTER_WIDE too."""
-    monkeypatch.setattr(P15, "SWITCHES", (*P15.SWITCHES, "MKL_ROUTER_WIDE"))
-    return P15._switches
+def test_step_18_is_production_with_the_wide_router_switch_alone():
+    """No other step (the other candidates of this session, 17 and 19, and the earlier ones) turns it on;
+    -D turns it on beside another step's switch."""
+    P15.assert_step_is_production_with_its_switch_alone(18, "MKL_ROUTER_WIDE")
+    assert P15._switches({"MKL_CAMPAIGN_STEP": 19, "MKL_ROUTER_WIDE": 1})["MKL_ROUTER_WIDE"] == 1
 
 
-def test_step_18_is_production_with_the_wide_router_switch_alone(with_wide_switch):
-    changed, base, step = P15.switches_changed_from_step(15, STEP_P)
-    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_ROUTER_WIDE"}, changed
-    assert base["MKL_ROUTER_WIDE"] == 0 and step["MKL_ROUTER_WIDE"] == 1
-    # the other candidates of this session (17, 19) and the earlier steps leave it off; -D turns it on
-    # beside another step's switch
-    for n in (0, 6, 10, 14, 15, 16, 17, 19):
-        assert with_wide_switch({"MKL_CAMPAIGN_STEP": n})["MKL_ROUTER_WIDE"] == 0, n
-    assert with_wide_switch({"MKL_CAMPAIGN_STEP": 19, "MKL_ROUTER_WIDE": 1})["MKL_ROUTER_WIDE"] == 1
-    assert with_wide_switch({"MKL_CAMPAIGN_STEP": 18, "MKL_ROUTER_WIDE": 0})["MKL_ROUTER_WIDE"] == 0
+def test_every_preprocessor_condition_reads_step_18_as_production_with_the_wide_router():
+    """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 18 what it gives 15 (production)."""
+    P15.assert_every_condition_reads_step_as_production_with(18, "MKL_ROUTER_WIDE")
 
 
 def test_step_p_is_a_candidate_of_the_gate_judged_against_production():

@@ -138,6 +138,15 @@ def test_list_prints_mutants_without_a_compiler(tmp_path):
     (["--list", "-D", ","], "-D/--define: an empty item"),
     (["--list", "-D", "HZ_A,,HZ_B"], "-D/--define: an empty item"),
     (["--list", "-D", "1BAD=2"], "-D/--define: not a macro name"),
+    # an item without a name is said so (it used to say "'=' has no value")
+    (["--list", "-D", "="], "-D/--define: '=' has no name"),
+    (["--list", "-D", "=5"], "-D/--define: '=5' has no name"),
+    # -U reads its items as -D does: NAME=VALUE used to undefine NAME without a word, an empty item to
+    # read as a bad name
+    (["--list", "-U", "HZ_X=1"], "-U/--undefine: 'HZ_X=1': -U takes a macro name alone"),
+    (["--list", "-U", "HZ_A,,HZ_B"], "-U/--undefine: an empty item"),
+    (["--list", "-U", "="], "-U/--undefine: '=' has no name"),
+    (["--list", "-U", "1BAD"], "-U/--undefine: not a macro name"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, words):
     src = tmp_path / "k.cu"
@@ -147,7 +156,7 @@ def test_bad_input_is_one_line(tmp_path, args, words):
     assert res.returncode == 2 and words in res.stderr and res.stderr.count("\n") == 1, res.stderr
 
 
-@pytest.mark.parametrize("item", ["HZ_X=", ",", "HZ_A,,HZ_B", "1BAD=2"])
+@pytest.mark.parametrize("item", ["HZ_X=", ",", "HZ_A,,HZ_B", "1BAD=2", "=", "=5"])
 def test_mutate_and_repro_read_a_bad_define_item_alike(tmp_path, item):
     """One reading of -D for both commands (hazards.cli.options.parse_define_items): the same
     one-line error, exit 2."""
@@ -168,6 +177,30 @@ def test_comma_separated_defines_are_read_as_separate_names():
     from hazards.cli.options import parse_define_items
 
     assert parse_define_items(["A=1,B", " C=x "]) == {"A": "1", "B": "1", "C": "x"}
+
+
+def test_comma_separated_undefines_are_read_as_separate_names():
+    """-U A,B (comma-separated, items stripped, as -D) is two names, each once."""
+    from hazards.cli.options import parse_undefine_items
+
+    assert parse_undefine_items(["HZ_A,HZ_B", " HZ_C ", "HZ_A"]) == ["HZ_A", "HZ_B", "HZ_C"]
+
+
+def test_a_comma_separated_undefine_decides_both_branches_as_repeated_ones_do(tmp_path):
+    """`-U HZ_A,HZ_B` leaves both macros undefined, as `-U HZ_A -U HZ_B` does: neither guarded site is
+    mutated (it used to be refused as "not a macro name: 'HZ_A,HZ_B'")."""
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(int* d, int* f){\n d[0] = 1;\n#ifdef HZ_A\n __threadfence();\n#endif\n"
+                   "#ifdef HZ_B\n __syncthreads();\n#endif\n atomicExch(f, 1);\n}\n")
+    ops = []
+    for undefine in (["-U", "HZ_A,HZ_B"], ["-U", "HZ_A", "-U", "HZ_B"], []):
+        res = subprocess.run([sys.executable, "-m", "hazards", "mutate", str(src), "--list", "--json", "--no-preprocess",
+                              *undefine], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
+        assert res.returncode == 0, res.stderr
+        ops.append(sorted(m["operator"] for m in json.loads(res.stdout)["mutants"]))
+    assert ops[0] == ops[1] == ["flag-before-data"], ops
+    assert ops[2] == ["flag-before-data", "remove-barrier", "remove-fence"], ops
 
 
 def test_a_source_with_a_non_utf8_byte_lists_its_mutants(tmp_path):
