@@ -21,17 +21,6 @@ _ALLOWED = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast
             ast.RShift, ast.Invert, ast.IfExp)
 
 
-def parse_defines(items: list[str] | tuple[str, ...] | None) -> dict[str, str]:
-    """`-D` style items (`NAME` or `NAME=VALUE`) as a dict; NAME alone means 1."""
-    out: dict[str, str] = {}
-    for item in items or ():
-        name, _, value = item.partition("=")
-        if not re.fullmatch(r"[A-Za-z_]\w*", name):
-            raise ValueError(f"not a macro name: {name!r}")
-        out[name] = value if value else "1"
-    return out
-
-
 def evaluate(expr: str, known: dict[str, str | None]) -> bool | None:
     """The truth of an #if expression, or None when it names something unknown. `known`
     maps a name to its value (None: known to be undefined)."""

@@ -183,11 +183,13 @@ def compile_cubin(source: Path, *, arch: str = toolchain.SM90A,
 
 def compile_ptx(source: Path, *, arch: str = toolchain.SM90A,
                 defines: Mapping[str, object] | None = None, label: str | None = None,
-                extra_args: tuple[str, ...] = ()) -> Build:
-    """The PTX nvcc emits for `source` (`extra_args`: e.g. `-I` folders, which enter the key)."""
+                extra_args: tuple[str, ...] = (), harness_flags: bool = False) -> Build:
+    """The PTX nvcc emits for `source` (`extra_args`: e.g. `-I` folders, which enter the key);
+    `harness_flags`: with a family harness build's flags, as compile_cubin takes them."""
     nvcc = toolchain.find_tool("nvcc", needed_for="for the NVIDIA static checks")
     src = Path(source)
-    args = ["-ptx", *toolchain.nvcc_arch_flags(arch), "-O3", *_define_args(defines), *extra_args]
+    flags = target_flags(arch) if harness_flags else (*toolchain.nvcc_arch_flags(arch), "-O3")
+    args = ["-ptx", *flags, *_define_args(defines), *extra_args]
     return _cached_build(nvcc, args, src, ".ptx", label or f"{src.stem}-{arch}")
 
 

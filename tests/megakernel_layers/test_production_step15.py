@@ -32,7 +32,7 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from .test_merge_spread import ROOT, family_cubin
+from .test_merge_spread import INCLUDE, LAYERED, ROOT, family_cubin
 
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_MERGE_SPREAD", "MKL_ROUTER_LATENCY",
@@ -221,8 +221,6 @@ PIN = Path(__file__).with_name("production_ptx.json")
 UPDATE_PIN = "HZ_UPDATE_PRODUCTION_PIN"
 UPDATE_COMMAND = (f"{UPDATE_PIN}=1 PYTHONPATH=$PWD python -m pytest -q -p no:randomly "
                   "tests/megakernel_layers/test_production_step15.py -k pinned")
-LAYERED_SOURCE = ROOT / "standalone" / "megakernel_layers" / "megakernel_layers.cu"
-INCLUDE_DIR = ROOT / "standalone" / "include"
 
 
 def _production_ptx_digest() -> dict[str, object]:
@@ -241,13 +239,10 @@ def _production_ptx_digest() -> dict[str, object]:
     from hazards.engine import toolchain
     from hazards.engine.errors import ToolchainMissing
     from hazards.static.compile import compile_ptx
-    from stress.build import target_flags
 
-    # the harness build's flags but -split-compile=0 (ptxas's) and the gencode compile_ptx gives
-    flags = tuple(f for f in target_flags(toolchain.SM90A) if f not in ("-O3", "-split-compile=0") and "gencode" not in f)
     try:
-        build = compile_ptx(LAYERED_SOURCE, defines=None, label="test-mkl-production-ptx",
-                            extra_args=(f"-I{INCLUDE_DIR}", *flags))
+        build = compile_ptx(LAYERED, defines=None, label="test-mkl-production-ptx", extra_args=(f"-I{INCLUDE}",),
+                            harness_flags=True)
     except ToolchainMissing as e:
         pytest.skip(f"cannot build production's PTX: {e}")
     text = build.path.read_text()
