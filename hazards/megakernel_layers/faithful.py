@@ -54,9 +54,9 @@ class Candidate:
 
 
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
-    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 15: step 14 + step "
-              "(m), step_m's code; faster than step 14 by both gates in round 19, an H100, 2026-12-06; promoted "
-              "in round 20: the family check and the logit gate passed)", "no-change"),
+    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 18: step 15 + step "
+              "(p), step_p's code, step 15's bits; promote18, pending round 23's plain-build gate against step 15 "
+              "and the promotion round's family check and logit gate)", "no-change"),
     Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
               defines=(("MKL_NOOP_CANDIDATE", 1),)),
     Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",
@@ -71,10 +71,11 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
     # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j, step_k and step_l vs
     # step 10 (their base, production from round 14 until step 14; candidate step_10), step_m vs
-    # step 14 (its base, production from round 18 until step 15; candidate step_14).
-    # Production is step 15 (step 14 + step (m), step_m's code): its promotion round gates step_14
+    # step 14 (its base, production from round 18 until step 15; candidate step_14), step_o, step_p and
+    # step_q vs step 15 (their base, production from round 20 until step 18; candidate step_15).
+    # Production is step 18 (step 15 + step (p), step_p's code): its promotion round gates step_15
     # (the production it replaces) -> production. `expected` is each one's verdict against today's
-    # production (step 15), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
+    # production (step 18), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
     # texts keep their verdicts against their base, step_10. step_k_half's and step_k_setaside's were
     # never measured: their `expected` is the hypothesis they were written for, and their texts say so.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
@@ -106,7 +107,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "instead of 4, every load of a warp's rounds issued before its first amax (one dependent L2 round "
               "trip a warp; step (f)'s: ~7 a round, a spilled load ahead of each next, 3 rounds a warp; "
               "MKL_CAMPAIGN_STEP 8; step (f)'s bits; step 10 with step (f)'s copies, no-change against step 10 in "
-              "round 13's launch gate, so against step 14 (step 10 + step (l)) and production (step 14 + step (m)) slower)", "slower",
+              "round 13's launch gate, so against step 14 (step 10 + step (l)), step 15 (step 14 + step (m)) and production slower)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 8),)),
     Candidate("step_g_on_e", "step (g)'s W2 quantization on step (e), without step (f)'s attention copies "
               "(MKL_CAMPAIGN_STEP 8, MKL_ATTN_AHEAD 0): what step (g) gains where step (f) is not promoted; "
@@ -123,11 +124,18 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "step 14's bits; slower than step 14 by the launch's gate in round 17, step_l's worker 0.954, so "
               "slower than production)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 10),)),
-    Candidate("step_14", "campaign step 14, the production from round 18 until step 15 (the previous production): "
+    Candidate("step_14", "campaign step 14, the production from round 18 until step 15: "
               "step 10 + step (l), step_l's code, without step (m)'s tensor-core attention (MKL_CAMPAIGN_STEP 14; "
               "step 10's bits, not production's; slower than production by both gates in round 19, step_m's "
               "worker 0.901, the launch 0.907)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 14),)),
+    Candidate("step_15", "campaign step 15, the production from round 20 until step 18 (the previous production): "
+              "step 14 + step (m), step_m's code, without step (p)'s short router chain (MKL_CAMPAIGN_STEP 15; "
+              "production's bits: step (p) keeps them; 'slower' is a prediction from round 22 (an H100), where "
+              "step_p against it gave router_topk 0.641 and the bench without the profiler 574.7 against 595.5 us, "
+              "but the profiled launch no-change 0.984 and the default gate slower by oproj: promote18 is merged "
+              "only if round 23's plain-build gate calls production faster)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 15),)),
     Candidate("step_i", "campaign step (i), a candidate (round 15): step 10 (its base, step_10) with the GEMVs' row groups "
               "split into column parts of at most one round of the loop where a warp then takes fewer dependent "
               "rounds (gemv_kparts_rounds): the QKV tile 3 parts (3 rounds a warp, not 4), the O-projection 4 (2, "
@@ -161,44 +169,46 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "layer's critical path issuing a thread's loads before its stores (the attention's q, the RMSNorm's x "
               "and weight, the router's hn payload, W13's hn, the O-projection's attn_out and its and W2's output "
               "rows; in the harness build several waited for each load before the next), the same loads of the same "
-              "kind (MKL_CAMPAIGN_STEP 14; step 10's bits; faster than step 10 by the launch's gate in round 17; slower than production, step 14 + step (m))", "slower",
+              "kind (MKL_CAMPAIGN_STEP 14; step 10's bits; faster than step 10 by the launch's gate in round 17; slower than step 15, step 14 + step (m), and production)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 14),)),
-    Candidate("step_m", "campaign step (m) (round 19; production's code since step 15): step 14 (its base, step_14) with the "
+    Candidate("step_m", "campaign step (m) (round 19; production's code from step 15 until step 18, step_15's): step 14 (its base, step_14) with the "
               "attention chunk's 32-token block loop on tensor cores at the default shape (GQ 8): per block 16 "
               "mma.sync m16n8k16 bf16 for the scores and 16 for P.V, q and P split into bf16 hi + lo rows (fp32 "
               "accumulation; ~2^-17 relative a product), the softmax in registers (a head's max: 2 shuffles); the "
               "small shape (GQ 4) runs the same loop with half of the mma's rows zero dummies; the same loads' "
               "kinds, waits and sub-span points "
               "(MKL_CAMPAIGN_STEP 15, MKL_ATTN_MMA; other bits than step 14's: judged by closeness; faster than step 14 by "
-              "both gates in round 19: worker 0.901 [0.892, 0.910], attn_chunk 0.560, the launch 0.907)", "no-change",
+              "both gates in round 19: worker 0.901 [0.892, 0.910], attn_chunk 0.560, the launch 0.907; against production, "
+              "step 15 + step (p), slower: step_15's prediction)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 15),)),
-    Candidate("step_o", "campaign step (o), a candidate: production (its base, step 15) with the W13 arrival's "
+    Candidate("step_o", "campaign step (o), a candidate: step 15 (its base, production then; step_15) with the W13 arrival's "
               "shared_line emulation image (8 strong L2 loads of the expert's release words by the leader, "
               "spilled at once, one dependent L2 round trip before every W13 arrival) loaded only where the "
               "emulation can store it back (writeback_ppm > 0 and the release words in the counter's 64-B line: "
               "the shared_line layout), so the fixed layout arrives with no load ahead (MKL_CAMPAIGN_STEP 17, "
-              "MKL_W13_EMIT_LEAN; no arithmetic changed: production's bits; written to shorten the moe_w13 emit by one L2 "
+              "MKL_W13_EMIT_LEAN; no arithmetic changed: step 15's bits, production's; written to shorten the moe_w13 emit by one L2 "
               "round trip; round 22 (an H100) judged it slower: moe_w13 1.031 [1.018, 1.042], the launch 1.020 "
               "[1.015, 1.025]; emit 8.1 us against production's 8.0: the loads were not the emit's time)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 17),)),
-    Candidate("step_p", "campaign step (p), a candidate: production with the router's last block on a short "
+    Candidate("step_p", "campaign step (p) (production's code since step 18): step 15 (its base, production then; "
+              "step_15) with the router's last block on a short "
               "chain (router_from_partials_wide): every thread issues its partials (9 a pass, one pass at 132 "
-              "workers; production's remainder loop waited for up to 8 one at a time) and its payload elements of "
-              "h and norm before any add, one block barrier (production 3), the top-k and softmax from the lanes' "
+              "workers; step 15's remainder loop waited for up to 8 one at a time) and its payload elements of "
+              "h and norm before any add, one block barrier (step 15's 3), the top-k and softmax from the lanes' "
               "registers (no local memory, loops not unrolled); the caller's acquire, the ROUTING publish and "
-              "every wait production's (MKL_CAMPAIGN_STEP 18, MKL_ROUTER_WIDE; the same sums in the same order: "
-              "production's bits; round 22 (an H100): router_topk 0.641 [0.620, 0.677] and the launch 0.984 [0.980, 0.989] "
+              "every wait step 15's (MKL_CAMPAIGN_STEP 18, MKL_ROUTER_WIDE; the same sums in the same order: "
+              "step 15's bits; round 22 (an H100): router_topk 0.641 [0.620, 0.677] and the launch 0.984 [0.980, 0.989] "
               "(no-change: inside the gate's 2% minimum effect), but the default gate slower by oproj 1.051 "
               "[1.016, 1.085], whose sub-spans did not move; the bench without the profiler 574.7 against 595.5 us)",
-              "slower", defines=(("MKL_CAMPAIGN_STEP", 18),)),
+              "no-change", defines=(("MKL_CAMPAIGN_STEP", 18),)),
     Candidate("step_p_topk_twice", "a diagnostic of step (p) (MKL_ROUTER_TOPK_REPS 2): the router block runs the "
               "same top-k code twice, the sub-spans' `topk` timing the second run (the first falls in `hn`): a "
               "top-k much faster run again was paying for cold code, not for its dependent chain (production's "
               "bits; round 22 (an H100): step (p)'s top-k run again 1.5 us against its first run's 2.1 (step_p), the "
-              "first run's cost in hn (2.5 us against step_p's 0.2): at most ~0.6 us of warm-up; production's "
+              "first run's cost in hn (2.5 us against step_p's 0.2): at most ~0.6 us of warm-up; step 15's "
               "top-k not run twice; gate not run)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 18), ("MKL_ROUTER_TOPK_REPS", 2))),
-    Candidate("step_q", "campaign step (q), a candidate: production (its base) with the attention chunk's and the "
+    Candidate("step_q", "campaign step (q), a candidate: step 15 (its base, production then; step_15) with the attention chunk's and the "
               "merge's fixed costs cut (MKL_CHUNK_LEAN): q read from qbuf beside the first block's K words (no copy to "
               "shared memory, no barrier), the combine of a kv head's warps in the registers of its first warp (the "
               "others' values through shared memory, one barrier; production: every warp's values stored, a barrier, "

@@ -28,7 +28,7 @@ from hazards.megakernel_layers.explain import BAR_ATTN_RELEASE, BAR_CHUNK_MERGE
 from .sass_text import spills_grown
 from .test_gemv_one_round import _spills, _warp_rounds, probe_stores
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of
-from .test_production_step15 import switches_changed_from_step_10
+from .test_production_step18 import switches_changed_from_step_10
 from .tripwire_fakes import NO_FEEDER, PHASE_ATTN_MERGE, PHASE_OPROJ, slot, snapshot
 
 STEP_J = {"MKL_CAMPAIGN_STEP": 12}
