@@ -4,7 +4,7 @@ GEMVs' row groups split into column parts of at most one round of gemv_round<4> 
 takes fewer dependent rounds (gemv_kparts_rounds in mkl_kernel.cuh).
 
 On the CPU (nvcc 13.0, sm_90a): ring_probe.cu's kparts_probe stores the split gemv_block takes at depth
-4 for the default shape's four GEMVs on one worker of 132 (constants in the PTX). Production (step 15,
+4 for the default shape's four GEMVs on one worker of 132 (constants in the PTX). Production (step 18,
 step 10's GEMVs) splits the QKV tile, the O-projection, W13 and W2 into 2, 8, 1 and 2 column parts: 4,
 3, 9 and 6 dependent rounds a warp; step (i) into 3, 4, 1 and 3: 3, 2, 9 and 5. The loop itself is
 step 10's (16 weight loads a lane before the first FFMA), no function of the step (i) build spills
