@@ -75,3 +75,19 @@ def test_the_campaign_table_judges_the_ragged_decode_regression_against_the_reco
     assert "+3.1%, OVER the 2% bound" in table.ragged_line(path)
     path.write_text(json.dumps({"rows": [{"name": "torch eager per-request loop (the reference)", "us": 1.0}]}))
     assert "no regression verdict" in table.ragged_line(path)
+
+
+def test_each_other_build_prints_its_own_paired_tripwire_costs_writing_included():
+    """An --also-define build (the tripwire's diagnostic builds among them) gets its own paired costs, compiled
+    in without a file and writing, as the first build does, and its rows against the first's."""
+    bench = _bench()
+    first = {"us_off": 594.0, "us_on_null": 608.3, "us_on_file": 607.7, "ratio_on_null_vs_off": 1.0240,
+             "ratio_on_file_vs_off": 1.0232}
+    no_marks = {"us_off": 600.0, "us_on_null": 606.0, "us_on_file": 609.0, "ratio_on_null_vs_off": 1.0100,
+                "ratio_on_file_vs_off": 1.0150}
+    lines = bench.tripwire_cost_lines(first, {"MKL_TW_NO_MARKS=1": no_marks}, 15)
+    assert lines[0] == "tripwire cost (paired median of 15 rounds): compiled in, no file +2.40%; writing +2.32%"
+    assert lines[1].startswith("  [MKL_TW_NO_MARKS=1]: compiled in, no file +1.00%; writing +1.50%;"), lines[1]
+    assert "compiled out 1.010, compiled in, no file 0.996, writing 1.002" in lines[1], lines[1]
+    without_file = {k: v for k, v in no_marks.items() if "file" not in k}
+    assert bench.tripwire_cost_lines(first, {"x": without_file}, 15)[1].endswith("compiled in, no file 0.996")
