@@ -939,9 +939,27 @@ __device__ __forceinline__ bool tw_leader() {
   return t == 0u;
 }
 
+// Diagnostic switches for the tripwire's cost (the campaign bounds it at 1%, paired against the plain
+// instance), each default off and read by the tripwire (TW=true) instance alone; they take the tripwire's
+// function away and are for the bench only (bench/megakernel_layers_perf.py --also-define):
+//   MKL_TW_NO_MARKS 1  no position mark (the 17 tw_mark sites store nothing and read no %tid.x); the
+//                      watched waits stay;
+//   MKL_TW_NO_WATCH 1  every wait_ge of the tripwire instance is the plain instance's inline poll loop
+//                      (no call of wait_ge_watched, no watch); the marks stay.
+// Each build's compiled-out and compiled-in rows, paired, attribute the tripwire's cost to the marks and
+// to the watched waits (tests/megakernel_layers/test_tripwire_watch.py reads their SASS).
+#ifndef MKL_TW_NO_MARKS
+#define MKL_TW_NO_MARKS 0
+#endif
+#ifndef MKL_TW_NO_WATCH
+#define MKL_TW_NO_WATCH 0
+#endif
+
 template <bool TW>
 __device__ __forceinline__ void tw_mark(hz_tw_ctx* tw, int layer, int phase, int tile) {
+#if !MKL_TW_NO_MARKS
   if (TW && tw_leader()) hz_tw_mark(tw, (uint32_t)layer, (uint32_t)phase, (uint32_t)tile);
+#endif
 }
 
 // The rest of a watched wait whose first poll found `obs` < want: every HZ_TW_SPIN_STRIDE
@@ -978,13 +996,33 @@ __device__ MKL_TW_WATCH_FN uint32_t wait_ge_watched(hz_tw_ctx* tw, const uint32_
   return obs;
 }
 
+// MKL_TW_FASTPATH 1 (a candidate for the tripwire's cost, default off): the tripwire instance's wait polls
+// inline, as the plain one does, until the poll at which the watch would first store anything (its
+// HZ_TW_SPIN_STRIDE-th failed poll, 1024 L2 round trips), and calls wait_ge_watched only then; a wait that
+// ends sooner never calls it and touches no watch state. A wait that lasts (a hang) is watched from that poll
+// on with the same count, so the slot's words are the default build's, stored at the same polls.
+#ifndef MKL_TW_FASTPATH
+#define MKL_TW_FASTPATH 0
+#endif
+
 // The leader waits until *flag >= want (acquire); the TW instance watches the wait.
 template <bool TW>
 __device__ __forceinline__ uint32_t wait_ge(hz_tw_ctx* tw, const uint32_t* flag, uint32_t want, uint32_t bar,
                                             const uint32_t* feeder, uint32_t feeder_want, int expert) {
   uint32_t obs = poll_acquire(flag);
   if (obs >= want) return obs;
-  if constexpr (TW) {
+  if constexpr (TW && !MKL_TW_NO_WATCH) {
+#if MKL_TW_FASTPATH
+    // The watch stores nothing before its HZ_TW_SPIN_STRIDE-th failed poll: those polls run inline, as the
+    // plain instance's, with a count; the out-of-line watch takes over at that poll with the count it would
+    // have had (tw->spins), so what it stores, when and with which values, is unchanged.
+#pragma unroll 1
+    for (uint32_t failed = 1u; failed < HZ_TW_SPIN_STRIDE; ++failed) {
+      obs = poll_acquire(flag);
+      if (obs >= want) return obs;
+    }
+    tw->spins = HZ_TW_SPIN_STRIDE - 1u;  // its first hz_tw_poll counts this poll: the watch is published
+#endif
     return wait_ge_watched(tw, flag, want, bar, feeder, feeder_want, expert, obs);
   } else {
     do {
