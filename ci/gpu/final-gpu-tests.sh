@@ -31,8 +31,9 @@ with cf.ThreadPoolExecutor(8) as pool:
              {"MKL_CAMPAIGN_STEP": 12}, {"MKL_CAMPAIGN_STEP": 13}, {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30},
              {"MKL_CAMPAIGN_STEP": 14},
              # this session's candidates: step (o) (test_w13_emit_lean.py), step (p) (test_gpu.py's step_p
-             # tests) and step (q) (test_gpu.py's step_q tests)
-             {"MKL_CAMPAIGN_STEP": 17}, {"MKL_CAMPAIGN_STEP": 18}, {"MKL_CAMPAIGN_STEP": 19}]
+             # tests), step (q) (test_gpu.py's step_q tests), step (r) and steps (p) + (r) (test_gpu.py's step_r tests)
+             {"MKL_CAMPAIGN_STEP": 17}, {"MKL_CAMPAIGN_STEP": 18}, {"MKL_CAMPAIGN_STEP": 19},
+             {"MKL_CAMPAIGN_STEP": 20}, {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}]
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)

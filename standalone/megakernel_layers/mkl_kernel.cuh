@@ -196,6 +196,13 @@
 #ifndef MKL_CHUNK_LEAN
 #define MKL_CHUNK_LEAN (MKL_CAMPAIGN_STEP == 19)                              // step (q)
 #endif
+// Step (r) (20, a candidate) is production with the W13 arrival's gpu-scope fences as acq_rel fences
+// (fence.acq_rel.gpu: MEMBAR.ALL.GPU) instead of __threadfence's sequentially consistent one (fence.sc.gpu:
+// MEMBAR.SC.GPU), and the expert's last arriver's acquire and its fan-out's release as one fence of its
+// leader (production: every thread's acquire fence, then the leader's release fence); -D combines it.
+#ifndef MKL_W13_ACQ_REL
+#define MKL_W13_ACQ_REL (MKL_CAMPAIGN_STEP == 20)                             // step (r)
+#endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -2638,6 +2645,48 @@ __device__ __forceinline__ bool w13_line_image_needed(const Params& p, int strid
 }
 #endif
 
+#if MKL_W13_ACQ_REL
+// Campaign step (r) (MKL_CAMPAIGN_STEP 20): the W13 arrival's fences. Production's are __threadfence(), PTX
+// fence.sc.gpu: MEMBAR.SC.GPU (+ ERRBAR, CGAERRBAR, CCTL.IVALL) in the harness build's SASS, three on the
+// expert's last arriver's path to its release flags: the leader's release before the arrival's atomic, then
+// every thread's acquire fence once the count says the expert is complete, then the leader's release fence
+// of release_fanout, right after it with no memory access between. Round 22's sub-spans (an H100) put the
+// W13 emit at 8.0 us a tile (16.7 the slowest), not a fixed cost: 12.5 us on tiles whose GEMV ended >= 12 us
+// before the last one, ~7 in the middle, 9.2 on the last; the early tiles' emits end with the W13 stream,
+// and the latest W2 starters (whose own W13 emit ends last) set the W2 phase's end. The same block's W2 wait,
+// four dependent acquire loads (LDG.E.STRONG.GPU, no MEMBAR) with every release out, took 1.4 us (median)
+// while W2 streamed, and W2's own arrival (the same fence and atomic) 2.4-7 us: the fence, not the
+// round trips, is what grows with the load. PTX's memory model needs no more than fence.acq_rel for a
+// release or an acquire pattern ("fence.acq_rel is a light-weight fence that is sufficient for memory
+// synchronization in most programs ... fence.sc is a slower fence", the PTX ISA): the arrival's release
+// (bar.sync; the leader's fence; the atomic) and the last arriver's acquire (its atomic read; the fence)
+// and release (the fence; the flag stores) are production's patterns with acq_rel fences. One fence of the
+// leader serves as the acquire and the fan-out's release (nothing is loaded or stored between production's
+// two); the other threads' acquire fences are dropped: none of them reads another block's data before the
+// W2 wait's acquire poll and block barrier, which order every W2 read as in production. On gfx942 the
+// family's fences are already acquire / release (mkl_sync.cuh's HIP paths, the static model unchanged).
+__device__ __forceinline__ void w13_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+// block_arrive with the leader's release by an acq_rel fence: the same barriers and read-back.
+__device__ __forceinline__ uint32_t w13_block_arrive_acq_rel(uint32_t* ctr, unsigned tid, uint32_t* s_word) {
+  __syncthreads();
+  if (tid == 0) {
+    w13_fence_acq_rel();
+    *s_word = arrive(ctr);
+  }
+  __syncthreads();
+  return *s_word;
+}
+
+// The last arriver's leader: one acq_rel fence (the acquire of every producer's SwiGLU outputs through its
+// atomic, the release of them with its own), then release_fanout's stores in its order.
+__device__ __forceinline__ void w13_release_fanout_acq_rel(uint32_t* sync, int e, int stride, uint32_t v) {
+  w13_fence_acq_rel();
+#pragma unroll
+  for (int x = 0; x < RELEASE_FANOUT; ++x) store_write_through(word_at(sync, moe_release_off(e, x, stride)), v);
+}
+#endif
+
 // ---- the kernel ---------------------------------------------------------------------------
 
 // With probability jitter_ppm, this worker's leader stalls jitter_cycles here (`site`: 0 the
@@ -3014,6 +3063,15 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       if (tid == 0)  // what the counter's line holds in L2 before this arrival (emulation)
         for (int x = 0; x < RELEASE_FANOUT; ++x) line_image[x] = load_relaxed(word_at(p.sync, moe_release_off(e, x, stride)));
 #endif
+#if MKL_W13_ACQ_REL
+      // step (r): the arrival's release, the last arriver's acquire and its fan-out's release by acq_rel fences,
+      // the last two one fence of the leader
+      const uint32_t old = w13_block_arrive_acq_rel(ctr, tid, &hd->word);
+      if ((old + 1u) % (uint32_t)p.T13 == 0u && tid == 0) {
+        w13_release_fanout_acq_rel(p.sync, e, stride, w13_value);
+        emulate_l2_writeback(p, e, stride, line_image, l);
+      }
+#else
       const uint32_t old = block_arrive(ctr, true, tid, &hd->word);
       if ((old + 1u) % (uint32_t)p.T13 == 0u) {
         acquire_fence();
@@ -3022,6 +3080,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           emulate_l2_writeback(p, e, stride, line_image, l);
         }
       }
+#endif
       MKL_PROF_RECORD_SUB(TASK_MOE_W13, span, l, u, MKL_SUB_POINTS_MOE_W13);
     }
 

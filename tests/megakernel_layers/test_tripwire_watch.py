@@ -41,7 +41,8 @@ KERNEL = r"_ZN3mkl14mkl_megakernelILb{}EE"
 
 
 # Campaign steps whose own spill tests build them with these flags, under these labels: the same build (cache).
-CANDIDATE_LABELS = {17: "test-mkl-step-17-v", 18: "test-mkl-step-18", 19: "test-mkl-harness-step-19"}
+CANDIDATE_LABELS = {17: "test-mkl-step-17-v", 18: "test-mkl-step-18", 19: "test-mkl-harness-step-19",
+                    20: "test-mkl-step-20-v"}
 
 
 def _build(defines: dict | None, label: str = "test-mkl-tw-watch"):
@@ -98,9 +99,10 @@ def test_on_production_the_out_of_line_watch_spills_less_than_the_inlined_one():
     assert _spills(inl_log, tw=True)[1] > _spills(prod_log, tw=True)[1]
 
 
-@pytest.mark.parametrize("step, extra", [(None, {}), (14, {}), (10, {}), (17, {}), (18, {}), (19, {}),
+@pytest.mark.parametrize("step, extra", [(None, {}), (14, {}), (10, {}), (17, {}), (18, {}), (19, {}), (20, {}),
                                          (None, {"MKL_TW_NO_WATCH": 1}), (None, {"MKL_TW_FASTPATH": 1})],
-                         ids=["production", "step_14", "step_10", "step_o", "step_p", "step_q", "no_watch", "fastpath"])
+                         ids=["production", "step_14", "step_10", "step_o", "step_p", "step_q", "step_r", "no_watch",
+                              "fastpath"])
 def test_the_tripwire_body_spills_no_more_than_the_plain_one(step, extra):
     """Spill stores and loads of the tripwire instance's body at most the plain body's (ptxas -v, nvcc 13.0,
     the harness build). Before the marks read %tid.x again: production (step 15) 438 / 1756 B against 454 /
@@ -109,7 +111,7 @@ def test_the_tripwire_body_spills_no_more_than_the_plain_one(step, extra):
     since step 10's promotion: 444 / 1284 against 436 / 1444, 8 B more stores.) The candidates on production,
     whose own spill tests leave the tripwire body out (sass_text.spills_grown): step (o) (17) 422 / 1300
     against 462 / 1516, step (p) (18) 374 / 1184 against 406 / 1448, step (q) (19) 398 / 1220 against 442 /
-    1492 at 775b882. (Not here: step (i), 11, whose tripwire body stores 12 B more than its plain one, 440 /
+    1492 at 775b882; step (r) (20) 418 / 1300 against 462 / 1512 at 608bae7 (branch cand20). (Not here: step (i), 11, whose tripwire body stores 12 B more than its plain one, 440 /
     1276 against 428 / 1380.) The loads are the claim (each a dependent reload on the path); the stores get
     STORE_SLACK: ptxas's allocation follows nvcc's path-hashed internal names, and in another checkout
     (/work/wt/ci12b, `7e746ac`) step 14's tripwire body stored 414 B against its plain body's 410.
