@@ -29,3 +29,24 @@ def test_production_against_itself_on_the_plain_builds_launch_is_no_change(tmp_p
     assert launch["single_metric"] and launch["task_id"] == FA.LAUNCH_TASK_ID and launch["judged"]
     assert 100.0 < launch["baseline_slowCTA_us"] < 5000.0, launch  # a decode step: hundreds of us
     assert point["cos"]["baseline"] > 0.99 and "worker" in point["ratios"]  # the profiled rows beside it
+
+
+def test_each_build_refuses_the_other_builds_launches_in_one_line():
+    """The plain build times plain launches only, the profiled build profiled ones only: each
+    answers the other's request with one bad_request line and keeps serving."""
+    import json
+    import subprocess
+
+    from hazards.family import build_harness
+
+    asks = {(): ({"launches": 2, "ring": "/dev/null"}, "built without -DHZ_PROFILER: it times plain launches only"),
+            (("HZ_PROFILER", 1),): ({"launches": 1, "ring": "/dev/null", "plain_launches": 3},
+                                    "plain_launches are timed in the plain build")}
+    for defines, (request, words) in asks.items():
+        exe = build_harness("megakernel_layers", defines=dict(defines) or None)
+        out = subprocess.run([str(exe), "--profile-serve"], input=json.dumps(request) + "\n" + json.dumps(
+            {"launches": 0, "plain_launches": 0}) + "\n", capture_output=True, text=True, timeout=60)
+        replies = [json.loads(line[len("MKL_PROFILE "):]) for line in out.stdout.splitlines()
+                   if line.startswith("MKL_PROFILE ")]
+        assert out.returncode == 0 and [r["status"] for r in replies] == ["bad_request", "bad_request"], out
+        assert words in replies[0]["message"] and "nothing to do" in replies[1]["message"], replies
