@@ -35,6 +35,9 @@ stale_descriptor). `megakernel_layers:NAME@REV` builds NAME from the kernel sour
 are at git revision REV of the checkout (extracted into the build cache; the JSON and the
 table name it by its full commit); the faithful server driving it is today's Python, so a
 revision whose binary answers in another format stops the gate with one line (exit 2).
+Every megakernel_layers sample also times its plain build (no profiler, tripwire compiled
+out: what users run; --plain-launches launches): the row `launch` (task id 65536), one time
+per launch in all three metrics, one interval; `--task launch` judges it alone.
 
 Per worker count and task it prints the candidate/baseline ratios of slowCTA, wall and
 sumCTA with rank-based intervals, cos, and a verdict: faster, no-change, slower,
