@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import array
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -194,3 +196,25 @@ def test_the_plain_build_is_the_default_build_with_the_candidates_defines(monkey
     finally:
         f.close()
     assert calls == [dict(step_p), {"HZ_PROFILER": 1, **dict(step_p)}]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not os.environ.get("HZ_NVCC"),
+                    reason="nvcc is not installed: a revision's plain build cannot be built")
+def test_a_real_plain_build_from_before_plain_launches_exits_before_replying_so_its_row_is_left_out():
+    # 608bae7 (before plain launches): its plain build refuses --profile-serve and exits 2 before
+    # touching a GPU, so this runs on the CPU; the row is then left out with this reason
+    from hazards.engine.errors import UserError
+    from hazards.gates import perf
+
+    try:
+        rev = perf.catalog_revision(perf.resolve_side("megakernel_layers:production@608bae7"))
+    except UserError as exc:  # an installed package, a shallow clone
+        pytest.skip(f"the project's history is not here: {exc}")
+    f = FA.Faithful()
+    try:
+        with pytest.raises(FA.ProtocolMismatch) as err:
+            f.plain(FA.candidate("production"), 132, 3, revision=rev)
+    finally:
+        f.close()
+    assert err.value.exited and str(err.value).startswith(
+        f"the plain build from revision {rev.commit[:12]} exited (code 2) before its first MKL_PROFILE reply")
