@@ -18,7 +18,8 @@ fams = [f for f in all_families() if f.binary]
 t = time.monotonic()
 with cf.ThreadPoolExecutor(8) as pool:
     # the layered megakernel's profiled build too: the perf gate's catalog sides run it
-    # (tests/gates/test_perf_revision_gpu.py's two sides share it: one cache key)
+    # (tests/gates/test_perf_revision_gpu.py's two sides share it: one cache key); the plain build of the
+    # `launch` row (test_perf_launch_gpu.py) is the family's default build, built below with every family's
     mkl = next(f for f in fams if f.name == "megakernel_layers")
     prof = pool.submit(family_binary, mkl, defines={"HZ_PROFILER": 1})
     # the campaign steps' builds tests/megakernel_layers/test_gpu.py compares bits of (its defines,
@@ -49,5 +50,6 @@ timeout -s INT -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -v -rs -p no:ca
   tests/families/test_families_gpu.py tests/families/test_barrier_layout_runtime.py \
   tests/ragged_decode/test_gpu_kernel.py tests/ragged_decode/test_check_target.py tests/ragged_decode/test_profiler_gpu.py \
   tests/plugin/test_family_property_gpu.py tests/gates/test_layers_logit_gate.py tests/gates/test_perf_revision_gpu.py \
+  tests/gates/test_perf_launch_gpu.py \
   tests/campaign/test_check_gpu.py > $R/gpu-tests.txt 2>&1
 echo "gpu tests rc=$?"; grep -E "passed|failed|error" $R/gpu-tests.txt | tail -3
