@@ -51,5 +51,6 @@ timeout -s INT -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -v -rs -p no:ca
   tests/ragged_decode/test_gpu_kernel.py tests/ragged_decode/test_check_target.py tests/ragged_decode/test_profiler_gpu.py \
   tests/plugin/test_family_property_gpu.py tests/gates/test_layers_logit_gate.py tests/gates/test_perf_revision_gpu.py \
   tests/gates/test_perf_launch_gpu.py \
+  tests/megakernel_layers/test_gpu_tripwire_fastpath.py \
   tests/campaign/test_check_gpu.py > $R/gpu-tests.txt 2>&1
 echo "gpu tests rc=$?"; grep -E "passed|failed|error" $R/gpu-tests.txt | tail -3
