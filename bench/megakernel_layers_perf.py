@@ -12,7 +12,9 @@ times the megakernel through the family binary's --bench mode (one launch per st
 switch off; the graph of one step is captured to count its kernels) with the tripwire
 compiled out, compiled in without a file, and compiled in writing a /dev/shm file (rotating
 order per round; paired per-round ratios), and any other build (`--also-define`: the
-campaign's earlier kernels) or configuration (`--also`) beside it; times the same model in
+campaign's earlier kernels, the tripwire's diagnostic builds MKL_TW_NO_MARKS / MKL_TW_NO_WATCH and
+candidate MKL_TW_FASTPATH) or configuration (`--also`) beside it, each with its own paired
+tripwire costs (compiled in without a file, writing); times the same model in
 torch (kernels per step counted with the profiler):
   - eager (expert ids read on the host, F.linear on the experts in place);
   - the gather graph: a CUDA graph with live routing (selected experts copied with
@@ -202,6 +204,28 @@ def torch_baselines(w: R.Weights, n: int, compile_modes: list[str], compile_time
     return out
 
 
+def tripwire_cost_lines(mk: dict, others: dict[str, dict], rounds: int) -> list[str]:
+    """The tripwire's cost, paired per round inside each binary's --bench (MKL_BENCH: ratio_on_null_vs_off,
+    ratio_on_file_vs_off): the first build's line, then one per other configuration or build with its own
+    paired costs (compiled in without a file, writing) and its rows against the first's (unpaired medians of
+    runs one after the other: compiled out against compiled out, compiled in against compiled in). A build
+    of another define compiles both instances anew (ptxas allocates them in one module), so its compiled-out
+    row need not be the first's machine code: its cost is against its own compiled-out row."""
+    def costs(m: dict) -> str:
+        out = f"compiled in, no file {(m['ratio_on_null_vs_off'] - 1) * 100:+.2f}%"
+        if "ratio_on_file_vs_off" in m:
+            out += f"; writing {(m['ratio_on_file_vs_off'] - 1) * 100:+.2f}%"
+        return out
+
+    lines = [f"tripwire cost (paired median of {rounds} rounds): {costs(mk)}"]
+    for spec, m2 in others.items():
+        lines.append(f"  [{spec}]: {costs(m2)}; this one / the first (medians): compiled out "
+                     f"{m2['us_off'] / mk['us_off']:.3f}, compiled in, no file {m2['us_on_null'] / mk['us_on_null']:.3f}"
+                     + (f", writing {m2['us_on_file'] / mk['us_on_file']:.3f}"
+                        if "us_on_file" in m2 and "us_on_file" in mk else ""))
+    return lines
+
+
 def headline(step_us: float, floor_us: float, torch_res: dict | None) -> str:
     """The results page's headline: the step against the copy floor and the fastest torch path."""
     line = f"headline: step {step_us:.1f} us = {step_us / floor_us:.2f}x copy floor"
@@ -283,6 +307,8 @@ def main() -> int:
     for spec, m2 in [*res["also"].items(), *res["also_define"].items()]:
         rows += [(f"megakernel [{spec}], tripwire compiled out", m2["us_off"], m2["kernels_per_step"]),
                  (f"megakernel [{spec}], tripwire compiled in, no file", m2["us_on_null"], m2["kernels_per_step"])]
+        if "us_on_file" in m2:
+            rows.append((f"megakernel [{spec}], tripwire writing", m2["us_on_file"], m2["kernels_per_step"]))
     notes = []
     for key, entry in (res.get("torch") or {}).items():
         if not isinstance(entry, dict):
@@ -298,12 +324,8 @@ def main() -> int:
         print(f"  {name:<60} {us:9.1f} {us / floor:8.2f} {str(k):>13}")
     for note in notes:
         print(f"  {note}")
-    print(f"tripwire cost (paired median of {a.rounds} rounds): compiled in, no file "
-          f"{(mk['ratio_on_null_vs_off'] - 1) * 100:+.2f}%"
-          + (f"; writing {(mk['ratio_on_file_vs_off'] - 1) * 100:+.2f}%" if "ratio_on_file_vs_off" in mk else ""))
-    for spec, m2 in [*res["also"].items(), *res["also_define"].items()]:
-        print(f"  [{spec}]: compiled in, no file {(m2['ratio_on_null_vs_off'] - 1) * 100:+.2f}%; "
-              f"this one / the first (tripwire compiled out, medians) {m2['us_off'] / mk['us_off']:.3f}")
+    for line in tripwire_cost_lines(mk, {**res["also"], **res["also_define"]}, a.rounds):
+        print(line)
     res["headline"] = headline(mk["us_off"], floor, res.get("torch"))
     print(res["headline"])
     if a.json:

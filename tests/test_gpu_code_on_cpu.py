@@ -224,3 +224,16 @@ def test_the_false_stall_round_measures_the_variants_its_list_names():
              (None, "ragged_decode")]
     assert stall_measure.only_named(items, "ordering/pc_fixed,ragged_decode") == [items[0], items[3]]
     assert stall_measure.only_named(items, "ordering") == items[:2]
+
+
+# the marker only inside a pytester test's source text (the plugin's own tests): no GPU test of its own
+NOT_GPU_TESTS = {"tests/plugin/test_opt_in.py"}
+
+
+def test_the_whole_gpu_suite_script_runs_every_gpu_marked_test_file():
+    """ci/gpu/final-gpu-tests.sh is the whole GPU suite run before a resolve: a gpu-marked test file it
+    does not name is a GPU test nobody runs (the fastpath's hang tests were missed once)."""
+    script = (REPO / "ci" / "gpu" / "final-gpu-tests.sh").read_text()
+    missing = [str(p.relative_to(REPO)) for p in GPU_TESTS
+               if str(p.relative_to(REPO)) not in NOT_GPU_TESTS and str(p.relative_to(REPO)) not in script]
+    assert not missing, f"gpu-marked test files ci/gpu/final-gpu-tests.sh does not run: {missing}"

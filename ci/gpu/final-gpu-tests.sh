@@ -18,7 +18,8 @@ fams = [f for f in all_families() if f.binary]
 t = time.monotonic()
 with cf.ThreadPoolExecutor(8) as pool:
     # the layered megakernel's profiled build too: the perf gate's catalog sides run it
-    # (tests/gates/test_perf_revision_gpu.py's two sides share it: one cache key)
+    # (tests/gates/test_perf_revision_gpu.py's two sides share it: one cache key); the plain build of the
+    # `launch` row (test_perf_launch_gpu.py) is the family's default build, built below with every family's
     mkl = next(f for f in fams if f.name == "megakernel_layers")
     prof = pool.submit(family_binary, mkl, defines={"HZ_PROFILER": 1})
     # the campaign steps' builds tests/megakernel_layers/test_gpu.py compares bits of (its defines,
@@ -32,8 +33,9 @@ with cf.ThreadPoolExecutor(8) as pool:
              {"MKL_CAMPAIGN_STEP": 12}, {"MKL_CAMPAIGN_STEP": 13}, {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30},
              {"MKL_CAMPAIGN_STEP": 14}, {"MKL_CAMPAIGN_STEP": 15},
              # this session's candidates: step (o) (test_w13_emit_lean.py), step (p) (test_gpu.py's step_p
-             # tests) and step (q) (test_gpu.py's step_q tests)
-             {"MKL_CAMPAIGN_STEP": 17}, {"MKL_CAMPAIGN_STEP": 18}, {"MKL_CAMPAIGN_STEP": 19}]
+             # tests), step (q) (test_gpu.py's step_q tests), step (r) and steps (p) + (r) (test_gpu.py's step_r tests)
+             {"MKL_CAMPAIGN_STEP": 17}, {"MKL_CAMPAIGN_STEP": 18}, {"MKL_CAMPAIGN_STEP": 19},
+             {"MKL_CAMPAIGN_STEP": 20}, {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}]
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)
@@ -49,5 +51,7 @@ timeout -s INT -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -v -rs -p no:ca
   tests/families/test_families_gpu.py tests/families/test_barrier_layout_runtime.py \
   tests/ragged_decode/test_gpu_kernel.py tests/ragged_decode/test_check_target.py tests/ragged_decode/test_profiler_gpu.py \
   tests/plugin/test_family_property_gpu.py tests/gates/test_layers_logit_gate.py tests/gates/test_perf_revision_gpu.py \
+  tests/gates/test_perf_launch_gpu.py \
+  tests/megakernel_layers/test_gpu_tripwire_fastpath.py \
   tests/campaign/test_check_gpu.py > $R/gpu-tests.txt 2>&1
 echo "gpu tests rc=$?"; grep -E "passed|failed|error" $R/gpu-tests.txt | tail -3

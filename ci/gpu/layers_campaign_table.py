@@ -4,7 +4,8 @@
     python3 ci/gpu/layers_campaign_table.py FOLDER   # the unpacked layers-campaign/ folder
 
 One markdown row per gated candidate (its baseline, the gate's verdict, each task's slowCTA
-ratio with its interval, cos), then the step times of perf.json and its headline line, then
+ratio with its interval, cos; `launch`, where the gate timed it, is the plain build's time per
+launch: gates from before it have no such row), then the step times of perf.json and its headline line, then
 (where the round ran bench/ragged_decode_h200.py) the ragged-decode regression line. Reads
 only what the run wrote; a file that is missing is said, not filled in.
 """
@@ -14,7 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-TASKS = ("qkv", "attn_chunk", "attn_merge", "oproj", "router_topk", "moe_w13", "moe_w2", "worker")
+TASKS = ("qkv", "attn_chunk", "attn_merge", "oproj", "router_topk", "moe_w13", "moe_w2", "worker", "launch")
+# The promotion rule's two rows (docs/gates.md): the profiled launch (the worker span) and the
+# plain build's launch (what users run; the gate's `launch` row).
+RULE_ROWS = {"worker": "the profiled launch", "launch": "the plain build's launch"}
 # The ragged-decode megakernel's recorded time (docs/results/ragged-decode-h200.md: H200, 2026-11-30,
 # split schedule, 747 us median = 0.980x that run's copy floor) and the issue's bound on a regression.
 # Judged as a multiple of the same run's copy floor, so that a card with another bandwidth compares.
@@ -40,10 +44,17 @@ def gate_rows(path: Path) -> list[str]:
             r = ratios.get(task, {}).get("slowCTA")
             if r:
                 cells.append(f"{task} {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]")
+        if "launch" in cand.get("skipped_rows", {}):
+            cells.append("launch not measured")
         cos = point.get("cos") or {}
         cos_text = f"{cos.get('baseline', float('nan')):.8f} / {cos.get('candidate', float('nan')):.8f}"
         judged = [t for t, r in ratios.items() if r.get("judged")]
-        rule = " (the launch: --task worker)" if judged == ["worker"] else ""
+        rule = ""
+        if len(judged) == 1 and judged[0] in RULE_ROWS:
+            rule = f" ({RULE_ROWS[judged[0]]}: --task {judged[0]})"
+        elif judged and set(judged) <= set(RULE_ROWS):  # one gate judging both: each row's own verdict
+            rule = " (" + ", ".join(f"--task {t} {point.get('tasks', {}).get(t, '?')}" for t in RULE_ROWS
+                                    if t in judged) + ")"
         rows.append(f"| {name} | {base} | {cand['verdict']}{rule} | {'; '.join(cells) or '—'} | {cos_text} |")
     return rows
 

@@ -14,8 +14,8 @@ from hazards.cli.options import JsonOption, LeaseFlags, lease_options, split_nam
 from hazards.engine.errors import check_seconds
 from hazards.engine.classify import DEFAULT_FAITHFUL_COS_MIN
 from hazards.gates import LOGIT_DEFAULT_MAX_KL, LOGIT_DEFAULT_RATIO
-from hazards.gates.perf import (DEFAULT_CONF, DEFAULT_MIN_EFFECT, DEFAULT_MIN_US, DEFAULT_REPEATS,
-                                DEFAULT_WORKERS)
+from hazards.gates.perf import (DEFAULT_CONF, DEFAULT_MIN_EFFECT, DEFAULT_MIN_US, DEFAULT_PLAIN_LAUNCHES,
+                                DEFAULT_REPEATS, DEFAULT_WORKERS)
 
 gate_app = typer.Typer(name="gate", help="Gates for candidates: the faithful per-task perf gate and the logit gate.",
                        no_args_is_help=True)
@@ -35,6 +35,9 @@ stale_descriptor). `megakernel_layers:NAME@REV` builds NAME from the kernel sour
 are at git revision REV of the checkout (extracted into the build cache; the JSON and the
 table name it by its full commit); the faithful server driving it is today's Python, so a
 revision whose binary answers in another format stops the gate with one line (exit 2).
+Every megakernel_layers sample also times its plain build (no profiler, tripwire compiled
+out: what users run; --plain-launches launches): the row `launch` (task id 65536), one time
+per launch in all three metrics, one interval; `--task launch` judges it alone.
 
 Per worker count and task it prints the candidate/baseline ratios of slowCTA, wall and
 sumCTA with rank-based intervals, cos, and a verdict: faster, no-change, slower,
@@ -66,6 +69,10 @@ def perf_command(
     min_us: float = typer.Option(DEFAULT_MIN_US, "--min-us", help="Tasks whose baseline slowCTA is shorter are not judged."),
     profiled_launches: int = typer.Option(5, "--profiled-launches",
                                           help="Profiled launches per megakernel:NAME sample (medians over them)."),
+    plain_launches: int = typer.Option(DEFAULT_PLAIN_LAUNCHES, "--plain-launches",
+                                       help="Plain-build launches per megakernel_layers:NAME sample: the row "
+                                            "'launch' (the machine code users run: no profiler, tripwire compiled "
+                                            "out), the median CUDA-event time per launch; 0: no such row."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds a run may take before it is a hang."),
     lease: LeaseFlags = LeaseFlags(wait="1h", exclusive=True),  # --store, --lease-dir, --wait, --exclusive
     json_out: JsonOption = False,
@@ -76,6 +83,7 @@ def perf_command(
     result = perf.run_gate(baseline, candidate, workers=perf.parse_workers(workers), repeats=repeats,
                            conf=conf, min_effect=min_effect, min_us=min_us, cos_min=cos_min,
                            tasks=split_names(task) or None, timeout=timeout, launches=profiled_launches,
+                           plain_launches=plain_launches,
                            wait_s=lease.wait_s, store_path=lease.store_path, lock_dir=lease.lock_dir,
                            exclusive=lease.exclusive, progress=lambda s: print(s, file=sys.stderr, flush=True))
     if json_out:

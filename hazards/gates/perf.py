@@ -13,7 +13,10 @@ intervals are Bonferroni-adjusted over every (worker count, task, metric) judged
 is any interval that excludes 1, so all of them together hold at `conf` and an A/A gate
 says anything but no-change with probability at most 1 - `conf` (tests/gates/
 test_perf_multiplicity.py measures it; adjusting over the cells alone let three metrics
-each call a no-op slower). More in docs/gates.md.
+each call a no-op slower). A megakernel_layers side also times its plain build (no profiler,
+tripwire compiled out: what users run) in every sample: the row `launch`, one measurement
+(`single_metric`: its slowCTA, wall and sumCTA are the same event time), counted as one
+interval. More in docs/gates.md.
 """
 from __future__ import annotations
 
@@ -71,6 +74,9 @@ DEFAULT_REPEATS = 12
 DEFAULT_MIN_EFFECT = 0.02
 DEFAULT_MIN_US = 1.0
 DEFAULT_CONF = 0.95
+# Plain-build launches a megakernel_layers sample times for its `launch` row (0: no row).
+DEFAULT_PLAIN_LAUNCHES = 20
+PLAIN_PREFIX = "megakernel_layers:"  # the catalog whose faithful server times its plain build
 _FLOOR_US = 1e-3  # a zero-length span (below the timer step) counts as 1 ns in a ratio
 
 
@@ -91,6 +97,7 @@ class Sample:
     reason: str
     rows: dict[int, dict[str, Any]]
     outcome: str = "clean"
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # row name -> why the run left it out
 
     @property
     def cos(self) -> float | None:
@@ -103,7 +110,16 @@ class Sample:
         catalog server's reply metrics)."""
         lines = (result.evidence or {}).get("faithful") or (result.metrics or {}).get("faithful") or []
         outcome = Outcome(result.outcome)
-        return cls(outcome is Outcome.CLEAN, result.reason, rows_by_task(lines, label), outcome.value)
+        skipped = (result.metrics or {}).get("skipped_rows") or {}
+        return cls(outcome is Outcome.CLEAN, result.reason, rows_by_task(lines, label), outcome.value,
+                   {str(k): str(v) for k, v in skipped.items()} if isinstance(skipped, dict) else {})
+
+
+def row_tests(rows: Sequence[dict[str, Any]]) -> int:
+    """Intervals one judged (worker count, task) cell adds to the Bonferroni family: one for a
+    row whose three metrics are one measurement (`single_metric`, the plain build's `launch`),
+    three otherwise."""
+    return 1 if rows and all(r.get("single_metric") is True for r in rows) else len(METRICS)
 
 
 def rows_by_task(payloads: Sequence[dict[str, Any]], label: str) -> dict[int, dict[str, Any]]:
@@ -118,19 +134,22 @@ def rows_by_task(payloads: Sequence[dict[str, Any]], label: str) -> dict[int, di
 
 
 def side_item(spec: str, *, cwd: str, timeout: float, cos_min: float, launches: int,
-              revision: Any = None) -> WorkItem:
+              revision: Any = None, plain_launches: int = 0) -> WorkItem:
     """The work item of one side (`spec`: a command, or PREFIX:NAME[@REV] of a catalog megakernel),
     before a sample's worker count and seed are put in (`sample_item`). Every catalog side
     of one megakernel has the same server argv: the frame keeps one warm server for them.
     `revision`: the side's sources when the caller resolved them already (`resolve_side_sources`;
-    extracting a revision runs git). A name that matches nothing or a program that does not
-    exist: UserError, here."""
+    extracting a revision runs git). `plain_launches`: a megakernel_layers side's plain-build
+    launches per sample (its `launch` row; 0: none). A name that matches nothing or a program
+    that does not exist: UserError, here."""
     prefix = catalog_of(spec)
     if prefix is not None:
         cand = catalog_candidate(spec)
         rev = revision if revision is not None else catalog_revision(spec)  # no '@': None, no git run
         module = CATALOGS[prefix]
         at = {"revision": rev.commit, "sources": str(rev.standalone)} if rev else {}
+        if prefix == PLAIN_PREFIX and plain_launches > 0:
+            at["plain_launches"] = plain_launches
         return WorkItem(target=module.rsplit(".", 2)[-2] + "-faithful",
                         variant=cand.name + (f"@{rev.commit}" if rev else ""), kind="server",
                         argv=(sys.executable, "-m", module, "--serve"),
@@ -385,14 +404,16 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
     task_ids = _select_tasks(clean, None, candidate_label) if clean else []  # ratios for every common task
     selected = set(_select_tasks(clean, tasks, candidate_label)) if clean else set()  # verdicts from these
     names = {t: str(p.baseline.rows[t].get("task", t)) for p in pairs for t in p.baseline.rows}
-    judged_cells = 0
+    judged_tests = 0  # every interval a verdict may read: 3 per judged cell, 1 for a single-metric row
     for w, ps in by_w.items():
         if all(p.candidate.ok for p in ps):
             for t in selected:
                 base_slow = sorted(p.baseline.rows[t]["slowCTA_us"] for p in ps)
                 if base_slow[len(base_slow) // 2] >= min_us:
-                    judged_cells += 1
-    judged_tests = judged_cells * len(METRICS)  # every interval a verdict may read
+                    judged_tests += row_tests([r for p in ps for r in (p.baseline.rows[t], p.candidate.rows[t])])
+    skipped_rows = {name: f"{side}: {why}" for p in pairs
+                    for side, s in ((baseline_label, p.baseline), (candidate_label, p.candidate))
+                    for name, why in s.skipped.items()}
     interval_conf = 1.0 - (1.0 - conf) / max(1, judged_tests)
     points = []
     for w in sorted(by_w):
@@ -421,6 +442,8 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
                          "hi": iv.hi if iv.resolved else None} for m, iv in per.items()}
             entry["task_id"] = t
             entry["baseline_slowCTA_us"] = base_slow
+            if row_tests([r for p in ps for r in (p.baseline.rows[t], p.candidate.rows[t])]) == 1:
+                entry["single_metric"] = True  # slowCTA = wall = sumCTA: one time (the plain build's launch)
             if t not in selected:
                 entry["judged"] = False
                 entry["why_not"] = "not selected (--task)"
@@ -444,9 +467,20 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
         if unresolved:
             point["unresolved"] = unresolved  # slowCTA interval wider than +-2.5%: a 5% change may hide
         points.append(point)
-    return {"verdict": worst([p["verdict"] for p in points]), "baseline": baseline_label,
-            "candidate": candidate_label, "conf": conf, "interval_conf": interval_conf,
-            "judged_tests": judged_tests, "min_effect": min_effect, "min_us": min_us, "points": points}
+    out = {"verdict": worst([p["verdict"] for p in points]), "baseline": baseline_label,
+           "candidate": candidate_label, "conf": conf, "interval_conf": interval_conf,
+           "judged_tests": judged_tests, "min_effect": min_effect, "min_us": min_us, "points": points}
+    if skipped_rows:
+        out["skipped_rows"] = skipped_rows  # rows a side's runs left out, and why (neither judged nor shown)
+    return out
+
+
+def check_skipped(first: Sample, tasks: Sequence[str] | None, label: str) -> None:
+    """Stop at a side's first run when a --task names a row that run left out, saying why (the
+    plain build of a revision from before plain launches: no `launch` row): GateError."""
+    for wanted in tasks or ():
+        if wanted in first.skipped:
+            raise GateError(f"--task {wanted!r}: {label}'s first run did not measure it: {first.skipped[wanted]}")
 
 
 def check_tasks(first: Sample, tasks: Sequence[str] | None) -> None:
@@ -462,14 +496,18 @@ def check_repeats(first: Sample, tasks: Sequence[str] | None, points: int, repea
                   min_us: float) -> None:
     """Stop before the long run when `repeats` pairs cannot give an exact interval at the
     Bonferroni-adjusted level for the tasks the first baseline run shows (GateError)."""
-    judged = [t for t, r in first.rows.items()
+    judged = [r for t, r in first.rows.items()
               if (not tasks or str(t) in tasks or str(r.get("task")) in tasks) and r["slowCTA_us"] >= min_us]
-    level = 1.0 - (1.0 - conf) / max(1, points * len(judged) * len(METRICS))
+    per_point = sum(row_tests([r]) for r in judged)
+    level = 1.0 - (1.0 - conf) / max(1, points * per_point)
     need = min_pairs(level)
     if repeats < need:
+        singles = sum(row_tests([r]) == 1 for r in judged)
+        what = (f"{len(judged)} tasks x {len(METRICS)} metrics" if not singles else
+                f"({len(judged) - singles} tasks x {len(METRICS)} metrics + {singles} single-metric row"
+                + ("s)" if singles > 1 else ")"))
         raise GateError(f"--repeats {repeats} cannot give an interval at {level:.4g} ({conf:g} family-wise over "
-                        f"{points} worker counts x {len(judged)} tasks x {len(METRICS)} metrics): "
-                        f"use --repeats {need} or more")
+                        f"{points} worker counts x {what}): use --repeats {need} or more")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -507,9 +545,11 @@ class PairSchedule:
 
     def __init__(self, baseline: WorkItem, candidates: dict[str, WorkItem], workers: Sequence[int], repeats: int,
                  *, baseline_label: str, check: Callable[[Sample], None] | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, tasks: Sequence[str] | None = None) -> None:
         self.baseline, self.candidates, self.repeats = baseline, dict(candidates), repeats
         self.baseline_label, self.check, self.progress = baseline_label, check, progress
+        self.tasks = list(tasks) if tasks else None  # a side's first run that left one of these out stops it
+        self._seen: set[str] = set()  # sides (baseline, candidate labels) whose first run was looked at
         self.steps = schedule(list(candidates), workers, repeats)
         self.pairs: dict[str, list[Pair]] = {c: [] for c in candidates}
         self.error: GateError | None = None
@@ -558,6 +598,9 @@ class PairSchedule:
             raise GateError(f"the {step.role} run {where} could not be judged: {s.reason}")
         if s.ok and not s.rows:
             raise GateError(f"the {step.role} run {where} printed no FAITHFUL_RESULT line")
+        if s.ok and label not in self._seen:
+            self._seen.add(label)
+            check_skipped(s, self.tasks, label)
         if step.role == "baseline":
             if not s.ok:
                 raise GateError(f"the baseline failed its own check {where}: {s.reason}")
@@ -583,7 +626,7 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
              repeats: int = DEFAULT_REPEATS, conf: float = DEFAULT_CONF, min_effect: float = DEFAULT_MIN_EFFECT,
              min_us: float = DEFAULT_MIN_US, cos_min: float = DEFAULT_FAITHFUL_COS_MIN,
              tasks: Sequence[str] | None = None, timeout: float = 600.0, launches: int = 5,
-             wait_s: float = 3600.0, cwd: str | None = None, store_path: str | Path | None = None,
+             plain_launches: int = DEFAULT_PLAIN_LAUNCHES, wait_s: float = 3600.0, cwd: str | None = None, store_path: str | Path | None = None,
              lock_dir: str | None = None, exclusive: bool = True,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Lease a GPU, run the interleaved schedule as a 'gate-perf' campaign on the
@@ -599,6 +642,10 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
         raise UserError("--workers must list positive worker counts")
     if repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {repeats}")
+    from hazards.megakernel_layers.faithful import MAX_PLAIN_LAUNCHES
+
+    if not 0 <= plain_launches <= MAX_PLAIN_LAUNCHES:
+        raise UserError(f"--plain-launches must be in [0, {MAX_PLAIN_LAUNCHES}], got {plain_launches}")
     if not 0 < conf < 1 or not 0 <= min_effect < 1 or not -1 <= cos_min <= 1 or min_us < 0:
         raise UserError("need 0 < --conf < 1, 0 <= --min-effect < 1, -1 <= --cos-min <= 1, --min-us >= 0")
     cwd = cwd or os.getcwd()
@@ -612,17 +659,19 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
     baseline, candidates = resolved[0], list(resolved[1:])
     # a name that matches nothing or a missing program: before any lease
     base_item, *cand_items = [side_item(spec, cwd=cwd, timeout=timeout, cos_min=cos_min, launches=launches,
-                                        revision=rev) for spec, rev in zip((baseline, *candidates), revisions)]
+                                        revision=rev, plain_launches=plain_launches)
+                              for spec, rev in zip((baseline, *candidates), revisions)]
     def check_first_run(first: Sample) -> None:
         check_tasks(first, tasks)
         check_repeats(first, tasks, len(workers), repeats, conf, min_us)
 
     source = PairSchedule(base_item, dict(zip(candidates, cand_items)), list(workers), repeats,
                           baseline_label=baseline, progress=progress,
-                          check=check_first_run)
+                          check=check_first_run, tasks=tasks)
     spec = {"baseline": baseline, "candidates": list(candidates), "workers": list(workers), "repeats": repeats,
             "conf": conf, "min_effect": min_effect, "min_us": min_us, "cos_min": cos_min,
-            "tasks": list(tasks) if tasks else None, "profiled_launches": launches}
+            "tasks": list(tasks) if tasks else None, "profiled_launches": launches,
+            "plain_launches": plain_launches}
     with Store(store_path) as store:
         with LeasedCampaign.acquire(store, "hazards gate perf", max_gpus=1, lock_dir=lock_dir, wait_s=wait_s,
                                     exclusive=exclusive, target_factory=gate_targets(cos_min)) as frame:
@@ -678,15 +727,18 @@ def format_report(result: dict[str, Any]) -> str:
                          + (f"  [{p['reason']}]" if p.get("reason") else ""))
             for name, e in p.get("ratios", {}).items():
                 cells = []
-                for m in METRICS:
+                for m in (("slowCTA",) if e.get("single_metric") else METRICS):
                     x = e[m]
                     iv = f"[{x['lo']:.3f}, {x['hi']:.3f}]" if x["lo"] is not None else "[unresolved]"
-                    cells.append(f"{m} {x['ratio']:.3f} {iv}")
+                    cells.append(f"{'time per launch (plain build)' if e.get('single_metric') else m} "
+                                 f"{x['ratio']:.3f} {iv}")
                 judged = p["tasks"].get(name, "not judged")
                 lines.append(f"      {name:<10} {'  '.join(cells)}  -> {judged}")
             if p.get("unresolved"):
                 lines.append(f"      note: slowCTA interval wider than +-2.5% for {', '.join(p['unresolved'])}: "
                              "add --repeats to resolve a 5% change")
+        for name, why in r.get("skipped_rows", {}).items():
+            lines.append(f"  {name}: {why}")
     if "candidates" in result:
         lines.append(f"overall: {result['verdict'].upper()}")
     return "\n".join(lines)

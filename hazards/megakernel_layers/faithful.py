@@ -8,6 +8,10 @@
 A request's `revision` and `sources` (the gate's NAME@REV: the full commit id and its tree,
 extracted by the gate) build the binary from that tree; this Python side stays the
 checkout's, so a binary answering in another format is a one-line `ProtocolMismatch`.
+A request's `plain_launches` N (the gate sends it; `--plain-launches` here) also times N
+launches of the plain build (no HZ_PROFILER, the tripwire compiled out: the machine code
+users run) in the same request, as one more row, `launch` (task id LAUNCH_TASK_ID), whose
+slowCTA, wall and sumCTA are all the median CUDA-event time per launch (docs/gates.md).
 More in docs/megakernel-layers.md.
 """
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,7 +39,14 @@ HEADER_WORDS = 2  # claimed, capacity
 SHAPE_KEYS = ("layers", "seq", "chunks", "qkv_tiles", "w13_tiles", "bytes_per_step")
 # What `measure` reads from an ok reply: a binary whose reply lacks one speaks another protocol.
 REPLY_KEYS = ("cos", "rel_err", "grid", "capacity", "task_names", "kernel_us", *SHAPE_KEYS)
-BuildKey = tuple[tuple[tuple[str, int], ...], RevisionSources | None]  # (defines, revision)
+# What a plain build's reply to a `plain_launches` request must carry.
+PLAIN_REPLY_KEYS = ("cos", "rel_err", "grid", "plain_us", *SHAPE_KEYS)
+# The plain build's launch as a row: its id is outside the profiler's 16-bit task field (MklTask
+# ids 2-11, sub-span ids below 2^16), so no profiled span can ever carry it.
+LAUNCH_TASK_ID = 1 << 16
+LAUNCH_TASK = "launch"
+MAX_PLAIN_LAUNCHES = 1000  # the harness's bound
+BuildKey = tuple[tuple[tuple[str, int], ...], RevisionSources | None, bool]  # (defines, revision, profiled)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +84,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j, step_k and step_l vs
     # step 10 (their base, production from round 14 until step 14; candidate step_10), step_m vs
     # step 14 (its base, production from round 18 until step 15; candidate step_14), step_o, step_p and
-    # step_q vs step 15 (their base, production from round 20 until step 18; candidate step_15).
+    # step_q vs step 15 (their base, production from round 20 until step 18; candidate step_15), step_r vs
+    # step 15 too, step_p_r vs production.
     # Production is step 18 (step 15 + step (p), step_p's code): its promotion round gates step_15
     # (the production it replaces) -> production. `expected` is each one's verdict against today's
     # production (step 18), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
@@ -222,6 +235,23 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "no-change 1.012 [1.008, 1.018]; the combine 1.7 us against 2.3, the q copy 0.5 against 0.9, the "
               "arrival 3.6 against 3.1)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 19),)),
+    Candidate("step_r", "campaign step (r), a candidate: step 15 (its base, production then; step_15) with the W13 arrival's gpu-scope fences as acq_rel "
+              "fences (MKL_W13_ACQ_REL: fence.acq_rel.gpu, MEMBAR.ALL.GPU, in place of __threadfence's fence.sc.gpu, "
+              "MEMBAR.SC.GPU): the leader's release before the arrival's atomic, and the expert's last arriver's "
+              "acquire and fan-out release as one fence of its leader (production: every thread's acquire fence, "
+              "then the leader's release fence, three MEMBAR.SC.GPU on the path to the release flags, one now); no "
+              "wait added or moved, no arithmetic changed (MKL_CAMPAIGN_STEP 20; production's bits). Expected "
+              "faster: a prediction, not measured (round 22's sub-spans: the W13 emit 8.0 us a tile grows with the "
+              "memory system's load, 12.5 us on the earliest tiles, while the W2 wait's four acquire loads took "
+              "1.4 us in the W2 stream: the fence, not its round trips; predicted emit <= 3 us if an acq_rel fence "
+              "waits only for the block's own stores, no change if it waits as the SC fence does)", "faster",
+              defines=(("MKL_CAMPAIGN_STEP", 20),)),
+    Candidate("step_p_r", "steps (p) and (r) stacked: step (r)'s build (MKL_CAMPAIGN_STEP 20, the W13 arrival's acq_rel "
+              "fences) with step (p)'s switch on (-DMKL_ROUTER_WIDE=1: the router's last block on a short chain; production, "
+              "step 18, with step (r)'s switch since promote18); "
+              "each has production's bits, so the pair does. Expected faster: a prediction, not measured (step (p) "
+              "alone was inside the gate's 2% minimum effect on the launch in round 22, 0.984, router_topk 0.641)",
+              "faster", defines=(("MKL_CAMPAIGN_STEP", 20), ("MKL_ROUTER_WIDE", 1))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "
@@ -290,17 +320,25 @@ class RingTooSmall(ValueError):
 
 
 class ProtocolMismatch(ValueError):
-    """A binary built from another revision answers in a format this checkout does not read."""
+    """A binary built from another revision answers in a format this checkout does not read.
+    `exited`: it exited before its first reply, so it does not take the request at all (a
+    plain build from before plain launches refuses --profile-serve and exits 2)."""
+
+    def __init__(self, message: str, *, exited: bool = False) -> None:
+        super().__init__(message)
+        self.exited = exited
 
 
 class Faithful:
     """One warm `--profile-serve` process per build: candidates differ by defines or params,
-    and a side at a git revision (`revision`) by its sources."""
+    a side at a git revision (`revision`) by its sources, and the plain build (no HZ_PROFILER,
+    the `launch` row's) from the profiled one."""
 
     def __init__(self) -> None:
         self.procs: dict[BuildKey, subprocess.Popen] = {}
         self.builds: dict[BuildKey, Path] = {}
         self.answered: set[int] = set()  # pids of binaries that replied once
+        self.no_plain: dict[BuildKey, str] = {}  # a revision's plain build that exited unasked: why
         self.tmp = tempfile.TemporaryDirectory(prefix="hz-mkl-faithful-")
 
     def close(self) -> None:
@@ -314,39 +352,37 @@ class Faithful:
         self.procs.clear()
         self.tmp.cleanup()
 
-    def binary(self, defines: tuple[tuple[str, int], ...], revision: RevisionSources | None = None) -> Path:
-        key = (defines, revision)
+    def binary(self, defines: tuple[tuple[str, int], ...], revision: RevisionSources | None = None,
+               profiled: bool = True) -> Path:
+        """The profiled build (HZ_PROFILER) or, `profiled=False`, the plain build: the family's
+        default build with the candidate's defines, the one bench/megakernel_layers_perf.py times."""
+        key = (defines, revision, profiled)
         if key not in self.builds:
             from hazards.family import build_harness  # the table's binary: no arrow up into the catalog
 
-            self.builds[key] = build_harness("megakernel_layers", defines={"HZ_PROFILER": 1, **dict(defines)},
+            self.builds[key] = build_harness("megakernel_layers",
+                                             defines={**({"HZ_PROFILER": 1} if profiled else {}), **dict(defines)},
                                              standalone=revision.standalone if revision else None)
         return self.builds[key]
 
     def _server(self, defines: tuple[tuple[str, int], ...],
-                revision: RevisionSources | None = None) -> subprocess.Popen:
-        key = (defines, revision)
+                revision: RevisionSources | None = None, profiled: bool = True) -> subprocess.Popen:
+        key = (defines, revision, profiled)
         proc = self.procs.get(key)
         if proc is None or proc.poll() is not None:
-            proc = subprocess.Popen([str(self.binary(defines, revision)), "--profile-serve"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, text=True, bufsize=1)
+            proc = subprocess.Popen([str(self.binary(defines, revision, profiled)), "--profile-serve"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
             self.procs[key] = proc
         return proc
 
-    def profile(self, cand: Candidate, workers: int | None, launches: int, *, ring: Path | None = None,
-                params: dict[str, Any] | None = None,
-                revision: RevisionSources | None = None) -> tuple[dict[str, Any], list]:
-        """One request to the candidate's warm binary (built from `revision`'s sources when
-        given): its reply and the decoded rings (kept in `ring` when given). `params` adds
-        request fields to the candidate's. A revision's binary that exits before its first
-        reply (but with the harness's device-fault exit 3: DeviceError), or replies
-        without what `measure` reads: ProtocolMismatch."""
-        ring = ring or Path(self.tmp.name) / "ring.bin"
-        params = {**dict(cand.params), **(params or {}), "grid": workers or 0}
-        proc = self._server(cand.defines, revision)
-        other = f"the binary built from revision {revision.commit[:12]}" if revision else ""
+    def _ask(self, proc: subprocess.Popen, request: dict[str, Any], other: str, revision: RevisionSources | None,
+             what: str) -> dict[str, Any]:
+        """One request to a warm binary and its ok reply (`what` names the binary in errors).
+        A revision's binary that exits before its first reply (but with the harness's device-fault
+        exit 3: DeviceError), or a reply that is not a JSON object: ProtocolMismatch (`exited`
+        says which)."""
         try:
-            proc.stdin.write(json.dumps({"params": params, "launches": launches, "ring": str(ring)}) + "\n")
+            proc.stdin.write(json.dumps(request) + "\n")
             proc.stdin.flush()
         except BrokenPipeError:  # it exited already (an old revision's usage line): its exit code says why, below
             pass
@@ -362,8 +398,8 @@ class Faithful:
                                   (f"was ended by {signal_name(-code)}", "it crashed, was killed, or "))
                     raise ProtocolMismatch(f"{other} {how} before its first {PROFILE_TAG.strip()} reply: {maybe}it "
                                            "does not speak this checkout's --profile-serve protocol "
-                                           "(the faithful server is today's Python)")
-                raise DeviceError(f"{other or 'the profiled binary'} exited (code {code}) before replying")
+                                           "(the faithful server is today's Python)", exited=True)
+                raise DeviceError(f"{other or what} exited (code {code}) before replying")
             if line.startswith(PROFILE_TAG):
                 break
         try:
@@ -371,13 +407,28 @@ class Faithful:
         except ValueError:
             reply = None
         if not isinstance(reply, dict):
-            raise ProtocolMismatch(f"{other or 'the profiled binary'} replied {line.strip()[:120]!r}: "
-                                   "not a JSON object")
+            raise ProtocolMismatch(f"{other or what} replied {line.strip()[:120]!r}: not a JSON object")
         self.answered.add(proc.pid)
         if reply.get("status") == "fault":
             raise DeviceError(reply.get("message", "device fault"))
         if reply.get("status") != "ok":
             raise ValueError(reply.get("message", f"bad reply {reply}"))
+        return reply
+
+    def profile(self, cand: Candidate, workers: int | None, launches: int, *, ring: Path | None = None,
+                params: dict[str, Any] | None = None,
+                revision: RevisionSources | None = None) -> tuple[dict[str, Any], list]:
+        """One request to the candidate's warm binary (built from `revision`'s sources when
+        given): its reply and the decoded rings (kept in `ring` when given). `params` adds
+        request fields to the candidate's. A revision's binary that exits before its first
+        reply (but with the harness's device-fault exit 3: DeviceError), or replies
+        without what `measure` reads: ProtocolMismatch."""
+        ring = ring or Path(self.tmp.name) / "ring.bin"
+        params = {**dict(cand.params), **(params or {}), "grid": workers or 0}
+        proc = self._server(cand.defines, revision)
+        other = f"the binary built from revision {revision.commit[:12]}" if revision else ""
+        reply = self._ask(proc, {"params": params, "launches": launches, "ring": str(ring)}, other, revision,
+                          "the profiled binary")
         missing = [k for k in REPLY_KEYS if k not in reply]
         if missing:
             raise ProtocolMismatch(f"{other or 'the profiled binary'}'s reply lacks {', '.join(missing)}: it does "
@@ -385,10 +436,38 @@ class Faithful:
         reply["build"] = self.binary(cand.defines, revision).parent.name
         return reply, read_rings(ring, launches, task_names(reply["task_names"]))
 
+    def plain(self, cand: Candidate, workers: int | None, plain_launches: int, *,
+              revision: RevisionSources | None = None) -> dict[str, Any]:
+        """One request to the candidate's plain build (no HZ_PROFILER; from `revision`'s sources
+        when given): one checked launch, then `plain_launches` timed launches of the compiled-out
+        instance. The reply, its `plain_us` checked: one finite positive time per launch. A reply
+        without the fields: ProtocolMismatch; bad times: ValueError; a revision's plain build
+        that exits before replying: ProtocolMismatch with `exited`."""
+        params = {**dict(cand.params), "grid": workers or 0}
+        proc = self._server(cand.defines, revision, False)
+        other = f"the plain build from revision {revision.commit[:12]}" if revision else ""
+        reply = self._ask(proc, {"params": params, "launches": 0, "plain_launches": plain_launches}, other, revision,
+                          "the plain binary")
+        missing = [k for k in PLAIN_REPLY_KEYS if k not in reply]
+        if missing:
+            raise ProtocolMismatch(f"{other or 'the plain binary'}'s reply lacks {', '.join(missing)}: it does not "
+                                   "time plain launches as this checkout's --profile-serve protocol asks")
+        times = reply["plain_us"]
+        if not isinstance(times, list) or len(times) != plain_launches or not all(
+                isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in times):
+            raise ValueError(f"{other or 'the plain binary'} replied plain_us {str(times)[:120]}: not "
+                             f"{plain_launches} finite positive times (us per launch)")
+        reply["build"] = self.binary(cand.defines, revision, False).parent.name
+        return reply
+
     def measure(self, cand: Candidate, workers: int | None, launches: int, cos_min: float,
-                revision: RevisionSources | None = None) -> dict[str, Any]:
+                revision: RevisionSources | None = None, plain_launches: int = 0) -> dict[str, Any]:
         """Check one launch, profile `launches` (of the binary built from `revision`'s
-        sources when given); the per-task rows and the verdict."""
+        sources when given); the per-task rows and the verdict. `plain_launches` > 0: then the
+        plain build checks one launch and times that many, and its median is the `launch` row
+        (`launch_row`); a revision's plain build that does not take the request (it exits
+        before replying: a revision from before plain launches) leaves the row out, its reason
+        in `skipped_rows`."""
         reply, profiles = self.profile(cand, workers, launches, revision=revision)
         dropped = sum(p.dropped for p in profiles)
         if dropped:
@@ -399,9 +478,45 @@ class Faithful:
         common = {"cos": reply["cos"], "rel_err": reply["rel_err"], "workers": reply["grid"], "launches": launches,
                   "dropped": 0, "shape": shape, "build": reply["build"], "candidate": cand.name,
                   "kernel_us": profiler.median(reply["kernel_us"]), **({"revision": revision.commit} if revision else {})}
-        return {"rows": [{**r, **common} for r in rows], "cos": reply["cos"], "rel_err": reply["rel_err"],
-                "mismatched": int(not reply["cos"] >= cos_min), "kernel_us": common["kernel_us"],
-                "profiles": profiles, "reply": reply}
+        out_rows = [{**r, **common} for r in rows]
+        skipped: dict[str, str] = {}
+        mismatched = not reply["cos"] >= cos_min
+        if plain_launches:
+            key = (cand.defines, revision, False)
+            try:
+                if key in self.no_plain:
+                    raise ProtocolMismatch(self.no_plain[key], exited=True)
+                plain = self.plain(cand, workers, plain_launches, revision=revision)
+            except ProtocolMismatch as exc:
+                if revision is None or not exc.exited:
+                    raise
+                self.no_plain[key] = str(exc)
+                skipped[LAUNCH_TASK] = (f"not measured: {exc} (a revision from before plain launches: its plain "
+                                        "build refuses --profile-serve)")
+            else:
+                out_rows.append(launch_row(plain, common, plain_launches, shape))
+                mismatched = mismatched or not plain["cos"] >= cos_min
+        return {"rows": out_rows, "cos": reply["cos"], "rel_err": reply["rel_err"],
+                "mismatched": int(mismatched), "kernel_us": common["kernel_us"],
+                "profiles": profiles, "reply": reply, "skipped_rows": skipped}
+
+
+def launch_row(plain: dict[str, Any], common: dict[str, Any], plain_launches: int,
+               shape: dict[str, Any]) -> dict[str, Any]:
+    """The plain build's launch as a FAITHFUL_RESULT row: slowCTA, wall and sumCTA are all the
+    median CUDA-event time per launch (one measurement, `single_metric`: the gate counts it as
+    one interval, and it can be faster, slower or no-change but never sloughing). ValueError when
+    the plain build ran another grid or shape than the profiled one."""
+    plain_shape = {k: plain[k] for k in SHAPE_KEYS}
+    if plain_shape != shape or plain["grid"] != common["workers"]:
+        raise ValueError(f"the plain build ran grid {plain['grid']} {plain_shape}, the profiled one grid "
+                         f"{common['workers']} {shape}: not the same launch")
+    t = profiler.median(plain["plain_us"])
+    return {"task_id": LAUNCH_TASK_ID, "task": LAUNCH_TASK, "slowCTA_us": t, "wall_us": t, "sumCTA_us": t,
+            "single_metric": True, "timing": "plain build (no HZ_PROFILER, tripwire compiled out): median "
+            "CUDA-event time per launch", **common, "launches": plain_launches, "instances": 1,
+            "blocks": plain["grid"], "cos": plain["cos"], "rel_err": plain["rel_err"], "build": plain["build"],
+            "kernel_us": t}
 
 
 class DeviceError(RuntimeError):
@@ -414,7 +529,8 @@ def once(args: argparse.Namespace) -> int:
         workers = workers_from_env(args.workers)
         if workers is not None and workers < 1:
             raise ValueError(f"the worker count must be >= 1, got {workers}")
-        res = faithful.measure(candidate(args.candidate), workers, args.launches, args.cos_min)
+        res = faithful.measure(candidate(args.candidate), workers, args.launches, args.cos_min,
+                               plain_launches=args.plain_launches)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
         print(f"faithful check: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3 if isinstance(exc, DeviceError) else 2
@@ -433,7 +549,11 @@ def handle(faithful: Faithful, req: dict[str, Any]) -> dict[str, Any]:
     params = dict(req.get("params") or {})
     # the gate's NAME@REV: the full commit id and the tree the gate extracted from it
     commit, sources = params.pop("revision", None), params.pop("sources", None)
+    plain_launches = params.pop("plain_launches", 0)  # the gate's `launch` row
     try:
+        if (isinstance(plain_launches, bool) or not isinstance(plain_launches, int)
+                or not 0 <= plain_launches <= MAX_PLAIN_LAUNCHES):
+            raise UserError(f"plain_launches must be an integer in [0, {MAX_PLAIN_LAUNCHES}], got {plain_launches!r}")
         revision = None
         if commit is not None or sources is not None:
             if not isinstance(commit, str) or not commit or not isinstance(sources, str) or not sources:
@@ -444,14 +564,16 @@ def handle(faithful: Faithful, req: dict[str, Any]) -> dict[str, Any]:
     except UserError as exc:
         return {"status": "bad_request", "message": str(exc)}
     try:
-        res = faithful.measure(cand, workers, launches, cos_min, revision=revision)
+        res = faithful.measure(cand, workers, launches, cos_min, revision=revision, plain_launches=plain_launches)
     except DeviceError as exc:
         raise StopServing(3, {"status": "fault", "message": str(exc)}) from None
     except Exception as exc:  # noqa: BLE001
         return {"status": "bad_request", "message": f"{type(exc).__name__}: {exc}"}
     return {"status": "ok", "launches": 1, "mismatched": res["mismatched"], "max_rel_err": res["rel_err"],
             "kernel_ms": res["kernel_us"] / 1000.0, "seed": seed,
-            "metrics": {"faithful": res["rows"], "cos": res["cos"], "profiled_launches": launches}}
+            "metrics": {"faithful": res["rows"], "cos": res["cos"], "profiled_launches": launches,
+                        "plain_launches": plain_launches, **({"skipped_rows": res["skipped_rows"]}
+                                                             if res.get("skipped_rows") else {})}}
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -469,9 +591,12 @@ def serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = faithful_parser("python3 -m hazards.megakernel_layers.faithful", __doc__, list(CANDIDATES),
                          "profiled launches (medians over them)")
+    ap.add_argument("--plain-launches", type=int, default=0,
+                    help="also time this many launches of the plain build (the `launch` row); 0: not")
     args = ap.parse_args(argv)
-    if args.launches < 1 or not -1.0 <= args.cos_min <= 1.0:
-        print("faithful check: --launches must be >= 1, --cos-min in [-1, 1]", file=sys.stderr)
+    if args.launches < 1 or not -1.0 <= args.cos_min <= 1.0 or not 0 <= args.plain_launches <= MAX_PLAIN_LAUNCHES:
+        print(f"faithful check: --launches must be >= 1, --cos-min in [-1, 1], --plain-launches in "
+              f"[0, {MAX_PLAIN_LAUNCHES}]", file=sys.stderr)
         return 2
     return serve(args) if args.serve else once(args)
 

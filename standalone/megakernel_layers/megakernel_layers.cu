@@ -755,6 +755,12 @@ int run_bench(const std::string& text) {
 // capacity, then capacity x HZ_PROF_RECORD_WORDS record words (hazards.megakernel_layers.
 // faithful decodes them). Reply: one `MKL_PROFILE {json}` line. `--profile-serve` answers
 // such requests, one per stdin line, keeping the model warm between them.
+// The plain build (no -DHZ_PROFILER: the machine code users run) answers the same requests
+// with "launches": 0 (its default; no ring) and "plain_launches": N: one checked launch, two
+// warm-up launches and N timed launches, all of the compiled-out instance (tripwire compiled
+// out, whatever `tripwire` says), back to back, each between its own two CUDA events; the
+// reply's `plain_us` is their times (the perf gate's `launch` row). A profiled build refuses
+// plain launches (its compiled-out instance is not the plain build's machine code).
 
 // Spans one launch can record: every task instance of every layer, and each block's lifetime.
 // The merge is one block a layer, or campaign step (d)'s merge workers (MKL_MERGE_SPREAD). With
@@ -800,13 +806,23 @@ std::string profile_once(const std::string& text, const hz::FamilyTable& table, 
   std::string err;
   if (!hz::json::parse(text, req, err) || req.type != hz::json::Value::Object)
     throw hz::BadRequest("profile request: " + err);
-  long launches = 5;
+  long launches = HZ_PROF_ENABLED ? 5 : 0, plain_launches = 0;
   if (const hz::json::Value* v = req.get("launches")) {
-    if (!v->is_integer() || v->num < 1 || v->num > 10000) throw hz::BadRequest("launches must be in [1, 10000]");
+    if (!v->is_integer() || v->num < 0 || v->num > 10000) throw hz::BadRequest("launches must be in [0, 10000]");
     launches = (long)v->num;
   }
+  if (const hz::json::Value* v = req.get("plain_launches")) {
+    if (!v->is_integer() || v->num < 0 || v->num > 1000) throw hz::BadRequest("plain_launches must be in [0, 1000]");
+    plain_launches = (long)v->num;
+  }
+  if (!HZ_PROF_ENABLED && launches > 0)
+    throw hz::BadRequest("this binary was built without -DHZ_PROFILER: it times plain launches only "
+                         "(\"launches\": 0, \"plain_launches\": N)");
+  if (HZ_PROF_ENABLED && plain_launches > 0)
+    throw hz::BadRequest("plain_launches are timed in the plain build (no -DHZ_PROFILER), not in this profiled one");
+  if (launches + plain_launches < 1) throw hz::BadRequest("nothing to do: launches and plain_launches are both 0");
   const hz::json::Value* ring_path = req.get("ring");
-  if (!ring_path || ring_path->type != hz::json::Value::String || ring_path->str.empty())
+  if (launches > 0 && (!ring_path || ring_path->type != hz::json::Value::String || ring_path->str.empty()))
     throw hz::BadRequest("profile request needs \"ring\": the path to write the rings to");
   hz::json::Value params;
   params.type = hz::json::Value::Object;
@@ -819,7 +835,8 @@ std::string profile_once(const std::string& text, const hz::FamilyTable& table, 
   Scratch& sc = g_scratch;
   HZ_CHECK(cudaMemsetAsync(sc.sync, 0, (size_t)sync_bytes(u.s.E), st));  // epochs restart at step 0
   Params p = make_params(u, m);
-  const hz_tw_t tw = u.tripwire ? g_tripwire.launch((uint32_t)u.G) : hz_tw_t{};
+  const bool tw_on = u.tripwire && launches > 0;  // plain launches: the compiled-out instance only
+  const hz_tw_t tw = tw_on ? g_tripwire.launch((uint32_t)u.G) : hz_tw_t{};
   int step = 0;
   // the checked launch: intermediates poisoned, the output against the reference on the host
   HZ_CHECK(cudaMemsetAsync(sc.poisoned, 0xFF, sc.poisoned_floats * sizeof(float), st));
@@ -827,7 +844,7 @@ std::string profile_once(const std::string& text, const hz::FamilyTable& table, 
   HZ_CHECK_LAUNCH();
   p.step = step++;
   p.seed = hz::splitmix64(0x9e3779b97f4a7c15ull + (uint64_t)p.step);
-  HZ_CHECK(launch_step(p, u.tripwire, tw, st));
+  HZ_CHECK(launch_step(p, tw_on, tw, st));
   std::vector<float> out(u.s.D), ref(u.s.D);
   HZ_CHECK(cudaMemcpyAsync(out.data(), sc.xres, u.s.D * sizeof(float), cudaMemcpyDeviceToHost, st));
   HZ_CHECK(cudaMemcpyAsync(ref.data(), m.ref_out, u.s.D * sizeof(float), cudaMemcpyDeviceToHost, st));
@@ -846,45 +863,68 @@ std::string profile_once(const std::string& text, const hz::FamilyTable& table, 
   // warm-up, then the profiled launches
   for (int i = 0; i < 2; ++i) {
     p.step = step++;
-    HZ_CHECK(launch_step(p, u.tripwire, tw, st));
+    HZ_CHECK(launch_step(p, tw_on, tw, st));
   }
-  const size_t cap = prof_capacity(u);
-  p.prof = prof_ring(cap);
-  std::ofstream f(ring_path->str, std::ios::binary | std::ios::trunc);
-  if (!f) throw hz::BadRequest("cannot write " + ring_path->str);
-  std::vector<uint64_t> host(2 + cap * HZ_PROF_RECORD_WORDS);
-  cudaEvent_t ev[2];
-  HZ_CHECK(cudaEventCreate(&ev[0]));
-  HZ_CHECK(cudaEventCreate(&ev[1]));
+  // the plain launches (a plain build): back to back, each between its own two events
+  std::string plain_json = "[";
+  if (plain_launches > 0) {
+    std::vector<cudaEvent_t> marks(2 * (size_t)plain_launches);
+    for (auto& e : marks) HZ_CHECK(cudaEventCreate(&e));
+    for (long i = 0; i < plain_launches; ++i) {
+      p.step = step++;
+      HZ_CHECK(cudaEventRecord(marks[2 * i], st));
+      HZ_CHECK(launch_step(p, false, hz_tw_t{}, st));
+      HZ_CHECK(cudaEventRecord(marks[2 * i + 1], st));
+    }
+    HZ_CHECK(cudaEventSynchronize(marks.back()));
+    for (long i = 0; i < plain_launches; ++i) {
+      float ms = 0.f;
+      HZ_CHECK(cudaEventElapsedTime(&ms, marks[2 * i], marks[2 * i + 1]));
+      plain_json += (i ? "," : "") + hz::json::number(ms * 1e3);
+    }
+    for (auto& e : marks) HZ_CHECK(cudaEventDestroy(e));
+  }
+  plain_json += "]";
+  const size_t cap = launches > 0 ? prof_capacity(u) : 0;
   std::string us_json = "[";
-  for (long i = 0; i < launches; ++i) {
-    HZ_CHECK(cudaMemsetAsync(g_ring.claimed, 0, sizeof(unsigned long long), st));
-    HZ_CHECK(cudaMemsetAsync(g_ring.records, 0, cap * HZ_PROF_RECORD_WORDS * sizeof(uint64_t), st));
-    p.step = step++;
-    HZ_CHECK(cudaEventRecord(ev[0], st));
-    HZ_CHECK(launch_step(p, u.tripwire, tw, st));
-    HZ_CHECK(cudaEventRecord(ev[1], st));
-    HZ_CHECK(cudaMemcpyAsync(&host[0], g_ring.claimed, sizeof(uint64_t), cudaMemcpyDeviceToHost, st));
-    HZ_CHECK(cudaMemcpyAsync(&host[2], g_ring.records, cap * HZ_PROF_RECORD_WORDS * sizeof(uint64_t),
-                             cudaMemcpyDeviceToHost, st));
-    HZ_CHECK(cudaStreamSynchronize(st));
-    host[1] = cap;
-    float ms = 0.f;
-    HZ_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
-    us_json += (i ? "," : "") + hz::json::number(ms * 1e3);
-    f.write(reinterpret_cast<const char*>(host.data()), (std::streamsize)(host.size() * sizeof(uint64_t)));
+  if (launches > 0) {
+    p.prof = prof_ring(cap);
+    std::ofstream f(ring_path->str, std::ios::binary | std::ios::trunc);
+    if (!f) throw hz::BadRequest("cannot write " + ring_path->str);
+    std::vector<uint64_t> host(2 + cap * HZ_PROF_RECORD_WORDS);
+    cudaEvent_t ev[2];
+    HZ_CHECK(cudaEventCreate(&ev[0]));
+    HZ_CHECK(cudaEventCreate(&ev[1]));
+    for (long i = 0; i < launches; ++i) {
+      HZ_CHECK(cudaMemsetAsync(g_ring.claimed, 0, sizeof(unsigned long long), st));
+      HZ_CHECK(cudaMemsetAsync(g_ring.records, 0, cap * HZ_PROF_RECORD_WORDS * sizeof(uint64_t), st));
+      p.step = step++;
+      HZ_CHECK(cudaEventRecord(ev[0], st));
+      HZ_CHECK(launch_step(p, tw_on, tw, st));
+      HZ_CHECK(cudaEventRecord(ev[1], st));
+      HZ_CHECK(cudaMemcpyAsync(&host[0], g_ring.claimed, sizeof(uint64_t), cudaMemcpyDeviceToHost, st));
+      HZ_CHECK(cudaMemcpyAsync(&host[2], g_ring.records, cap * HZ_PROF_RECORD_WORDS * sizeof(uint64_t),
+                               cudaMemcpyDeviceToHost, st));
+      HZ_CHECK(cudaStreamSynchronize(st));
+      host[1] = cap;
+      float ms = 0.f;
+      HZ_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+      us_json += (i ? "," : "") + hz::json::number(ms * 1e3);
+      f.write(reinterpret_cast<const char*>(host.data()), (std::streamsize)(host.size() * sizeof(uint64_t)));
+    }
+    HZ_CHECK(cudaEventDestroy(ev[0]));
+    HZ_CHECK(cudaEventDestroy(ev[1]));
+    f.close();
+    if (!f) throw hz::BadRequest("cannot write " + ring_path->str);
   }
-  HZ_CHECK(cudaEventDestroy(ev[0]));
-  HZ_CHECK(cudaEventDestroy(ev[1]));
-  f.close();
-  if (!f) throw hz::BadRequest("cannot write " + ring_path->str);
   hz::json::Writer w;
   w.str("status", "ok").num("launches", (double)launches).num("capacity", (double)cap)
       .num("cos", cos).num("rel_err", rel).num("tol", u.tol).str("task_names", MKL_TASK_NAMES)
       .num("grid", u.G).num("chunks", u.C).num("qkv_tiles", u.QT).num("w13_tiles", u.T13).num("layers", u.L)
       .num("seq", u.seq).num("bytes_per_step", step_bytes(u)).str("hazard", kHazardNames[u.hazard])
-      .num("gemv_depth", u.gemv_depth).str("tripwire", u.tripwire ? "on" : "off").str("device", d.prop.name)
-      .raw("kernel_us", us_json + "]").value("resolved", hp.values);
+      .num("gemv_depth", u.gemv_depth).str("tripwire", tw_on ? "on" : "off").str("device", d.prop.name)
+      .raw("kernel_us", us_json + "]").value("resolved", hp.values).num("profiler", HZ_PROF_ENABLED)
+      .num("plain_launches", (double)plain_launches).raw("plain_us", plain_json);
 #if MKL_SUBSPANS
   w.str("subspan_names", MKL_SUBSPAN_NAMES);  // the sub-span records' names (megakernel_layers_names.h)
 #endif
@@ -892,12 +932,11 @@ std::string profile_once(const std::string& text, const hz::FamilyTable& table, 
 }
 
 int run_profile(int argc, char** argv) {
-#if !HZ_PROF_ENABLED || !defined(HZ_HAVE_FAMILY_TABLE)
+#if !defined(HZ_HAVE_FAMILY_TABLE)
   (void)argc;
   (void)argv;
   (void)&profile_once;
-  std::fprintf(stderr, "hz: bad request: this binary was built without -DHZ_PROFILER or without its family table "
-                       "(build it through hazards with the profiler on)\n");
+  std::fprintf(stderr, "hz: bad request: this binary was built without its family table (build it through hazards)\n");
   return 2;
 #else
   const hz::FamilyTable table = hz::FamilyTable::parse(hz::kFamilyTableJson);

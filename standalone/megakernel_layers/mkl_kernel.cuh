@@ -129,18 +129,18 @@
 // step_m. It is production because round 19 judged step_m faster than step 14 on an H100 by both
 // gates (worker 0.901 [0.892, 0.910], attn_chunk 0.560; the launch's `--task worker` 0.907 [0.902,
 // 0.912]; bench 619.5 us against 683.2). The production it replaces is step 14 (candidate step_14),
-// which the promotion round gates against it; no earlier step has its bits. Steps 17-19 are the
-// twelfth session's candidates, each built on step 15 (production then) with one switch; 16 was step
-// (n), not landed, on step 14.
+// which the promotion round gates against it; no earlier step has its bits. Steps 17-20 are the
+// twelfth and thirteenth sessions' candidates, each built on step 15 (production then) with one switch;
+// 16 was step (n), not landed, on step 14.
 // 18 (production since round 23, an H100: promote18, pending the plain-build gate's verdict and the
 // promotion round's family check and logit gate) step 15 + step (p): step 15 with the router's last
 // block on a short chain (MKL_ROUTER_WIDE, router_from_partials_wide): the same sums in the same order,
 // step 15's bits; no wait added or moved; step_p. Round 22 (an H100) measured step_p against step 15:
 // router_topk 0.641, the bench without the profiler 574.7 against 595.5 us (0.965); the profiled
 // launch no-change (0.984, inside the gate's 2% minimum effect). The production it replaces is step
-// 15 (candidate step_15). Steps 17 and 19 keep their meaning: step 15 (the old production) with their
-// own switch (steps (o), (q)), not production's; where the comments below say "production" for steps
-// (o)-(q)'s base, they mean step 15.
+// 15 (candidate step_15). Steps 17, 19 and 20 keep their meaning: step 15 (the old production) with
+// their own switch (steps (o), (q), (r)), not production's (candidate step_p_r is production with step
+// (r)'s switch); where the comments below say "production" for steps (o)-(r)'s base, they mean step 15.
 #ifndef MKL_CAMPAIGN_STEP
 #define MKL_CAMPAIGN_STEP 18
 #endif
@@ -206,6 +206,13 @@
 // the last merger's publish with one fence (attend_chunk, the merge region: MKL_CHUNK_LEAN).
 #ifndef MKL_CHUNK_LEAN
 #define MKL_CHUNK_LEAN (MKL_CAMPAIGN_STEP == 19)                              // step (q)
+#endif
+// Step (r) (20, a candidate) is step 15 (production then) with the W13 arrival's gpu-scope fences as acq_rel fences
+// (fence.acq_rel.gpu: MEMBAR.ALL.GPU) instead of __threadfence's sequentially consistent one (fence.sc.gpu:
+// MEMBAR.SC.GPU), and the expert's last arriver's acquire and its fan-out's release as one fence of its
+// leader (production: every thread's acquire fence, then the leader's release fence); -D combines it.
+#ifndef MKL_W13_ACQ_REL
+#define MKL_W13_ACQ_REL (MKL_CAMPAIGN_STEP == 20)                             // step (r)
 #endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
@@ -950,9 +957,27 @@ __device__ __forceinline__ bool tw_leader() {
   return t == 0u;
 }
 
+// Diagnostic switches for the tripwire's cost (the campaign bounds it at 1%, paired against the plain
+// instance), each default off and read by the tripwire (TW=true) instance alone; they take the tripwire's
+// function away and are for the bench only (bench/megakernel_layers_perf.py --also-define):
+//   MKL_TW_NO_MARKS 1  no position mark (the 17 tw_mark sites store nothing and read no %tid.x); the
+//                      watched waits stay;
+//   MKL_TW_NO_WATCH 1  every wait_ge of the tripwire instance is the plain instance's inline poll loop
+//                      (no call of wait_ge_watched, no watch); the marks stay.
+// Each build's compiled-out and compiled-in rows, paired, attribute the tripwire's cost to the marks and
+// to the watched waits (tests/megakernel_layers/test_tripwire_watch.py reads their SASS).
+#ifndef MKL_TW_NO_MARKS
+#define MKL_TW_NO_MARKS 0
+#endif
+#ifndef MKL_TW_NO_WATCH
+#define MKL_TW_NO_WATCH 0
+#endif
+
 template <bool TW>
 __device__ __forceinline__ void tw_mark(hz_tw_ctx* tw, int layer, int phase, int tile) {
+#if !MKL_TW_NO_MARKS
   if (TW && tw_leader()) hz_tw_mark(tw, (uint32_t)layer, (uint32_t)phase, (uint32_t)tile);
+#endif
 }
 
 // The rest of a watched wait whose first poll found `obs` < want: every HZ_TW_SPIN_STRIDE
@@ -989,13 +1014,33 @@ __device__ MKL_TW_WATCH_FN uint32_t wait_ge_watched(hz_tw_ctx* tw, const uint32_
   return obs;
 }
 
+// MKL_TW_FASTPATH 1 (a candidate for the tripwire's cost, default off): the tripwire instance's wait polls
+// inline, as the plain one does, until the poll at which the watch would first store anything (its
+// HZ_TW_SPIN_STRIDE-th failed poll, 1024 L2 round trips), and calls wait_ge_watched only then; a wait that
+// ends sooner never calls it and touches no watch state. A wait that lasts (a hang) is watched from that poll
+// on with the same count, so the slot's words are the default build's, stored at the same polls.
+#ifndef MKL_TW_FASTPATH
+#define MKL_TW_FASTPATH 0
+#endif
+
 // The leader waits until *flag >= want (acquire); the TW instance watches the wait.
 template <bool TW>
 __device__ __forceinline__ uint32_t wait_ge(hz_tw_ctx* tw, const uint32_t* flag, uint32_t want, uint32_t bar,
                                             const uint32_t* feeder, uint32_t feeder_want, int expert) {
   uint32_t obs = poll_acquire(flag);
   if (obs >= want) return obs;
-  if constexpr (TW) {
+  if constexpr (TW && !MKL_TW_NO_WATCH) {
+#if MKL_TW_FASTPATH
+    // The watch stores nothing before its HZ_TW_SPIN_STRIDE-th failed poll: those polls run inline, as the
+    // plain instance's, with a count; the out-of-line watch takes over at that poll with the count it would
+    // have had (tw->spins), so what it stores, when and with which values, is unchanged.
+#pragma unroll 1
+    for (uint32_t failed = 1u; failed < HZ_TW_SPIN_STRIDE; ++failed) {
+      obs = poll_acquire(flag);
+      if (obs >= want) return obs;
+    }
+    tw->spins = HZ_TW_SPIN_STRIDE - 1u;  // its first hz_tw_poll counts this poll: the watch is published
+#endif
     return wait_ge_watched(tw, flag, want, bar, feeder, feeder_want, expert, obs);
   } else {
     do {
@@ -2611,6 +2656,48 @@ __device__ __forceinline__ bool w13_line_image_needed(const Params& p, int strid
 }
 #endif
 
+#if MKL_W13_ACQ_REL
+// Campaign step (r) (MKL_CAMPAIGN_STEP 20): the W13 arrival's fences. Production's are __threadfence(), PTX
+// fence.sc.gpu: MEMBAR.SC.GPU (+ ERRBAR, CGAERRBAR, CCTL.IVALL) in the harness build's SASS, three on the
+// expert's last arriver's path to its release flags: the leader's release before the arrival's atomic, then
+// every thread's acquire fence once the count says the expert is complete, then the leader's release fence
+// of release_fanout, right after it with no memory access between. Round 22's sub-spans (an H100) put the
+// W13 emit at 8.0 us a tile (16.7 the slowest), not a fixed cost: 12.5 us on tiles whose GEMV ended >= 12 us
+// before the last one, ~7 in the middle, 9.2 on the last; the early tiles' emits end with the W13 stream,
+// and the latest W2 starters (whose own W13 emit ends last) set the W2 phase's end. The same block's W2 wait,
+// four dependent acquire loads (LDG.E.STRONG.GPU, no MEMBAR) with every release out, took 1.4 us (median)
+// while W2 streamed, and W2's own arrival (the same fence and atomic) 2.4-7 us: the fence, not the
+// round trips, is what grows with the load. PTX's memory model needs no more than fence.acq_rel for a
+// release or an acquire pattern ("fence.acq_rel is a light-weight fence that is sufficient for memory
+// synchronization in most programs ... fence.sc is a slower fence", the PTX ISA): the arrival's release
+// (bar.sync; the leader's fence; the atomic) and the last arriver's acquire (its atomic read; the fence)
+// and release (the fence; the flag stores) are production's patterns with acq_rel fences. One fence of the
+// leader serves as the acquire and the fan-out's release (nothing is loaded or stored between production's
+// two); the other threads' acquire fences are dropped: none of them reads another block's data before the
+// W2 wait's acquire poll and block barrier, which order every W2 read as in production. On gfx942 the
+// family's fences are already acquire / release (mkl_sync.cuh's HIP paths, the static model unchanged).
+__device__ __forceinline__ void w13_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+// block_arrive with the leader's release by an acq_rel fence: the same barriers and read-back.
+__device__ __forceinline__ uint32_t w13_block_arrive_acq_rel(uint32_t* ctr, unsigned tid, uint32_t* s_word) {
+  __syncthreads();
+  if (tid == 0) {
+    w13_fence_acq_rel();
+    *s_word = arrive(ctr);
+  }
+  __syncthreads();
+  return *s_word;
+}
+
+// The last arriver's leader: one acq_rel fence (the acquire of every producer's SwiGLU outputs through its
+// atomic, the release of them with its own), then release_fanout's stores in its order.
+__device__ __forceinline__ void w13_release_fanout_acq_rel(uint32_t* sync, int e, int stride, uint32_t v) {
+  w13_fence_acq_rel();
+#pragma unroll
+  for (int x = 0; x < RELEASE_FANOUT; ++x) store_write_through(word_at(sync, moe_release_off(e, x, stride)), v);
+}
+#endif
+
 // ---- the kernel ---------------------------------------------------------------------------
 
 // With probability jitter_ppm, this worker's leader stalls jitter_cycles here (`site`: 0 the
@@ -2987,6 +3074,15 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       if (tid == 0)  // what the counter's line holds in L2 before this arrival (emulation)
         for (int x = 0; x < RELEASE_FANOUT; ++x) line_image[x] = load_relaxed(word_at(p.sync, moe_release_off(e, x, stride)));
 #endif
+#if MKL_W13_ACQ_REL
+      // step (r): the arrival's release, the last arriver's acquire and its fan-out's release by acq_rel fences,
+      // the last two one fence of the leader
+      const uint32_t old = w13_block_arrive_acq_rel(ctr, tid, &hd->word);
+      if ((old + 1u) % (uint32_t)p.T13 == 0u && tid == 0) {
+        w13_release_fanout_acq_rel(p.sync, e, stride, w13_value);
+        emulate_l2_writeback(p, e, stride, line_image, l);
+      }
+#else
       const uint32_t old = block_arrive(ctr, true, tid, &hd->word);
       if ((old + 1u) % (uint32_t)p.T13 == 0u) {
         acquire_fence();
@@ -2995,6 +3091,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           emulate_l2_writeback(p, e, stride, line_image, l);
         }
       }
+#endif
       MKL_PROF_RECORD_SUB(TASK_MOE_W13, span, l, u, MKL_SUB_POINTS_MOE_W13);
     }
 

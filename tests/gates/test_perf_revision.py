@@ -236,7 +236,7 @@ def ask_at_a_revision(sources: Path) -> dict:
 ])
 def test_a_revisions_binary_that_speaks_another_protocol_is_a_one_line_bad_request(tmp_path, monkeypatch, body,
                                                                                     words):
-    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None: fake_binary(tmp_path, body))
+    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None, profiled=True: fake_binary(tmp_path, body))
     reply = ask_at_a_revision(tmp_path)
     assert reply["status"] == "bad_request" and words in reply["message"], reply
     assert reply["message"].startswith("ProtocolMismatch: ") and "\n" not in reply["message"]
@@ -247,12 +247,12 @@ def test_a_revisions_binary_that_speaks_another_protocol_is_a_one_line_bad_reque
 def test_a_revisions_binary_gone_before_the_request_is_written_is_still_a_protocol_mismatch(tmp_path, monkeypatch):
     # Under load the old binary can exit before the request reaches its stdin: the write then
     # fails with a broken pipe, which must not replace the one-line mismatch by a traceback.
-    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None:
+    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None, profiled=True:
                         fake_binary(tmp_path, "print('usage: old-binary --once JSON'); sys.exit(2)"))
     started = FA.Faithful._server
 
-    def exited_first(self, defines, revision=None):
-        proc = started(self, defines, revision)
+    def exited_first(self, defines, revision=None, profiled=True):
+        proc = started(self, defines, revision, profiled)
         proc.wait()
         return proc
     monkeypatch.setattr(FA.Faithful, "_server", exited_first)
@@ -265,7 +265,7 @@ def test_todays_binary_exiting_is_still_a_device_fault(tmp_path, monkeypatch):
     from hazards.engine.protocol_server import StopServing
 
     exe = fake_binary(tmp_path, "sys.exit(3)")
-    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None: exe)
+    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None, profiled=True: exe)
     faithful = FA.Faithful()
     try:
         with pytest.raises(StopServing) as stop:
@@ -431,7 +431,7 @@ def test_a_revisions_binary_whose_device_did_not_start_is_a_fault_not_a_mismatch
 
     body, words = ("print('hz: device fault: cudaErrorNoDevice', file=sys.stderr); sys.exit(3)",
                    "exited (code 3) before replying")
-    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None: fake_binary(tmp_path, body))
+    monkeypatch.setattr(FA.Faithful, "binary", lambda self, defines, revision=None, profiled=True: fake_binary(tmp_path, body))
     faithful = FA.Faithful()
     try:
         with pytest.raises(StopServing) as stop:

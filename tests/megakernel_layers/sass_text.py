@@ -44,6 +44,16 @@ def spills_grown(base: dict[str, tuple[int, int]], step: dict[str, tuple[int, in
     return {k: (base[k], step[k]) for k in base
             if TRIPWIRE_BODY not in k and (step[k][0] > base[k][0] or step[k][1] > base[k][1])}
 
+def assert_spills_no_more_than(base_log: str, step_log: str) -> None:
+    """Every function of the base build's ptxas -v log spills no more in the step's (spills_grown: the
+    tripwire body left out), the plain kernel body among them, and the step's build has every function."""
+    base, step = spills_by_function(base_log), spills_by_function(step_log)
+    assert any("mkl_megakernelILb0E" in k for k in base), sorted(base)
+    assert set(base) <= set(step), sorted(set(base) - set(step))
+    worse = spills_grown(base, step)
+    assert not worse, worse
+
+
 def function_listings(listing: str, names: Iterable[str]) -> dict[str, str]:
     """{name: its lines} for each of `names` that a function of the listing is named by: a label
     line other than a local `.L` one opens a function (`.text.KERNEL:` a kernel, `$KERNEL$FUNC:`

@@ -100,7 +100,7 @@ class FakeFaithful:
     def __init__(self, cos: float) -> None:
         self.cos, self.asked = cos, []
 
-    def measure(self, cand, workers, launches, cos_min, revision=None):
+    def measure(self, cand, workers, launches, cos_min, revision=None, plain_launches=0):
         self.asked.append((cand.name, workers, launches) + ((revision,) if revision else ()))
         rows = [{"task_id": t, "task": n, "slowCTA_us": 10.0, "wall_us": 20.0, "sumCTA_us": 500.0, "cos": self.cos,
                  "workers": workers or 132, "shape": {"layers": 4}, "build": "megakernel_layers-x"}

@@ -504,3 +504,51 @@ def test_production_routing_no_fence_stays_clean_on_nvidia_as_step_15():
     out_15, _, reply_15 = dump_run(family_binary(FAM, defines=STEP_15), params)
     assert reply.get("mismatched") == 0 and reply_15.get("mismatched") == 0, (reply, reply_15)
     assert bool((out == out_15).all())
+
+
+# ---- campaign step (r) (MKL_CAMPAIGN_STEP 20, a candidate): step 15 (production then) with the W13 arrival's
+# fences as acq_rel fences (MKL_W13_ACQ_REL); step_p_r stacks step (p)'s switch on it (production + step (r)
+# since promote18); every build here has step 15's bits, production's ------------------------------------
+
+STEP_R = {"MKL_CAMPAIGN_STEP": 20}
+STEP_P_R = {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}
+
+
+@pytest.mark.parametrize("defines", [STEP_R, STEP_P_R], ids=["step_r", "step_p_r"])
+@pytest.mark.parametrize("params", [
+    {"layers": 2, "seq": 1024},                                  # 132 workers: one W13 tile each, T13 33
+    {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},        # 64 workers: two or three W13 tiles a worker
+    {"layers": 2, "seq": 1024, "model": "small"},                # E 8, K 2: other tiles and experts
+    {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
+], ids=["default", "grid64", "small", "stale_descriptor"])
+def test_step_r_gives_production_bits(defines: dict, params: dict):
+    """Step (r) changes the W13 arrival's fences only (no arithmetic, no value read); step (p) has production's
+    bits too: both builds give production's output bit for bit, clean, and with stale_descriptor on
+    production's corrupted output."""
+    out, out_p = run_beside_production(defines, params)
+    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+
+
+def test_step_r_shared_line_still_hangs_with_the_reverted_release(tmp_path: Path):
+    """shared_line's emulated write-back follows the fan-out's stores, which step (r) releases with its one
+    acq_rel fence: the reverted release still hangs the W2 workers and the tripwire names it."""
+    from functools import partial
+
+    from hazards.stress_family import family_binary
+
+    r = run(family_binary(FAM, defines=STEP_R), {"variant": "shared_line", "launches": 20}, 6, tmp_path,
+            explain=partial(F.explain_hang, defines=STEP_R))
+    assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
+    sentence = r.evidence["tripwire"]["sentence"]
+    assert "in layer" in sentence and "not the signature" not in sentence and "reverted" in sentence, sentence
+
+
+def test_step_r_stale_release_still_corrupts(tmp_path: Path):
+    """stale_release's W13 -> W2 release value comes from the stuck layer slot, which step (r) leaves alone: a
+    late W13 tile is still read before it is written (launches_to_see's budget, as production's canary)."""
+    from hazards.stress_family import family_binary
+
+    n = launches_to_see("stale_release")
+    r = run(family_binary(FAM, defines=STEP_R), {"variant": "stale_release", "launches": n}, 120, tmp_path)
+    assert r.outcome is Outcome.MISMATCH, (r.reason, r.metrics)
+    assert r.metrics["max_rel_err"] > FAM.defaults["tol_e6"] * 1e-6

@@ -42,7 +42,7 @@ KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_MERGE_SPREAD", "MKL_ROUTER_LATENCY",
             "MKL_ATTN_AHEAD", "MKL_W2_QUANT_AHEAD", "MKL_HEAD_AHEAD", "MKL_GEMV_ONE_ROUND", "MKL_QKV_SPREAD", "MKL_L2_KEEP_QKV",
             "MKL_COPY_AHEAD", "MKL_ATTN_MMA", "MKL_W13_EMIT_LEAN", "MKL_ROUTER_WIDE", "MKL_CHUNK_LEAN",
-            "MKL_RESERVE_RING_SMEM")
+            "MKL_W13_ACQ_REL", "MKL_RESERVE_RING_SMEM")
 STEP_G_ON_E = dict(FA.candidate("step_g_on_e").defines)
 STEP_10 = {"MKL_CAMPAIGN_STEP": 10}
 STEP_14 = {"MKL_CAMPAIGN_STEP": 14}
@@ -372,3 +372,6 @@ def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
     for n in wanted:
         assert f'{{"MKL_CAMPAIGN_STEP": {n}}}' in steps, n
     assert '{"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}' in steps
+    # the stacked candidates test_gpu.py compares bits of (two defines: the pattern above reads one)
+    for stacked in re.findall(r'^STEP_\w+ = (\{"MKL_CAMPAIGN_STEP": \d+, [^}]*\})$', tests, re.M):
+        assert stacked in steps, stacked

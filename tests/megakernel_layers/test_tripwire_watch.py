@@ -21,6 +21,11 @@ and on production its tripwire body spills more than with the out-of-line watch 
 watch stays out of line. (Before the marks' change, step (d)'s inlined body came within 20 B of its plain one
 and step 14's spilled more than out of line, 1632 against 1456.) Numbers read earlier in a build without
 -split-compile=0 (which the GPU never ran) said otherwise on several points: review17 corrected them.
+
+After that change the cost measured larger (+2.2-2.4%, main 775b882, an H100): what is left between the bodies
+is the watched waits' out-of-line calls and the marks. Two diagnostic builds take one away each (MKL_TW_NO_MARKS,
+MKL_TW_NO_WATCH) for the bench's paired attribution, and candidate MKL_TW_FASTPATH polls inline until the watch's
+first store would be due (HZ_TW_SPIN_STRIDE polls) before calling it; the tests at the end read their SASS.
 """
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ KERNEL = r"_ZN3mkl14mkl_megakernelILb{}EE"
 
 
 # Campaign steps whose own spill tests build them with these flags, under these labels: the same build (cache).
-CANDIDATE_LABELS = {17: "test-mkl-step-17-v", 18: "test-mkl-step-18", 19: "test-mkl-harness-step-19"}
+CANDIDATE_LABELS = {17: "test-mkl-step-17-v", 18: "test-mkl-step-18", 19: "test-mkl-harness-step-19",
+                    20: "test-mkl-step-20-v"}
 
 
 def _build(defines: dict | None, label: str = "test-mkl-tw-watch"):
@@ -97,9 +103,11 @@ def test_on_step_15_the_out_of_line_watch_spills_less_than_the_inlined_one():
     assert _spills(inl_log, tw=True)[1] > _spills(out_of_line, tw=True)[1]
 
 
-@pytest.mark.parametrize("step", [None, 15, 14, 10, 17, 18, 19],
-                         ids=["production", "step_15", "step_14", "step_10", "step_o", "step_p", "step_q"])
-def test_the_tripwire_body_spills_no_more_than_the_plain_one(step):
+@pytest.mark.parametrize("step, extra", [(None, {}), (15, {}), (14, {}), (10, {}), (17, {}), (18, {}), (19, {}), (20, {}),
+                                         (None, {"MKL_TW_NO_WATCH": 1}), (None, {"MKL_TW_FASTPATH": 1})],
+                         ids=["production", "step_15", "step_14", "step_10", "step_o", "step_p", "step_q", "step_r", "no_watch",
+                              "fastpath"])
+def test_the_tripwire_body_spills_no_more_than_the_plain_one(step, extra):
     """Spill stores and loads of the tripwire instance's body at most the plain body's (ptxas -v, nvcc 13.0,
     the harness build; production is step 18, step (p)'s code, since promote18: its numbers are step_p's
     below). Before the marks read %tid.x again: step 15 (production then) 438 / 1756 B against 454 /
@@ -108,12 +116,17 @@ def test_the_tripwire_body_spills_no_more_than_the_plain_one(step):
     since step 10's promotion: 444 / 1284 against 436 / 1444, 8 B more stores.) The candidates on step 15,
     whose own spill tests leave the tripwire body out (sass_text.spills_grown): step (o) (17) 422 / 1300
     against 462 / 1516, step (p) (18) 374 / 1184 against 406 / 1448, step (q) (19) 398 / 1220 against 442 /
-    1492 at 775b882. (Not here: step (i), 11, whose tripwire body stores 12 B more than its plain one, 440 /
+    1492 at 775b882; step (r) (20) 418 / 1300 against 462 / 1512 at 608bae7 (branch cand20). (Not here: step (i), 11, whose tripwire body stores 12 B more than its plain one, 440 /
     1276 against 428 / 1380.) The loads are the claim (each a dependent reload on the path); the stores get
     STORE_SLACK: ptxas's allocation follows nvcc's path-hashed internal names, and in another checkout
-    (/work/wt/ci12b, `7e746ac`) step 14's tripwire body stored 414 B against its plain body's 410."""
-    defines = None if step is None else {"MKL_CAMPAIGN_STEP": step}
-    _, log = _build(defines, CANDIDATE_LABELS.get(step, "test-mkl-tw-watch"))
+    (/work/wt/ci12b, `7e746ac`) step 14's tripwire body stored 414 B against its plain body's 410.
+    On production, the diagnostic MKL_TW_NO_WATCH (the waits inline, the marks kept) 418 / 1388 against 454 /
+    1724 and candidate MKL_TW_FASTPATH (inline polls before the watch) 430 / 1412 against 454 / 1724 (their plain
+    bodies are not production's: ptxas allocates both instances in one module). Not here: the diagnostic
+    MKL_TW_NO_MARKS, whose tripwire body, with no mark re-reading %tid.x, spills 422 / 1744 against 454 / 1724,
+    as production's did before tw_leader (20 B of loads more than its plain body)."""
+    defines = {**({} if step is None else {"MKL_CAMPAIGN_STEP": step}), **extra} or None
+    _, log = _build(defines, CANDIDATE_LABELS.get(step, "test-mkl-tw-watch") if not extra else "test-mkl-tw-watch")
     tw, plain = _spills(log, tw=True), _spills(log, tw=False)
     assert tw[1] <= plain[1] and tw[0] <= plain[0] + STORE_SLACK, (tw, plain)
 
@@ -155,3 +168,62 @@ def test_the_step_f_round_benches_the_inlined_watch_beside_production():
     watch's cost sits beside production's in the same run."""
     mode = _mode(SCRIPT.read_text(), "stepf-quick")
     assert re.search(r"quick_tail 7 step_f \"step_e step_f\" .*\bMKL_TW_WATCH_INLINE=1\b", mode)
+
+
+# ---- the tripwire's cost, attributed (diagnostic builds) and a candidate (mkl_kernel.cuh, beside tw_mark) ------
+
+WATCHED_CALL = r"CALL\.REL\.NOINC `\(\S*wait_ge_watched"
+MARK_STORE = "ST.E.64.STRONG.SYS"  # a tripwire word to host memory
+STRIDE = 0x400  # HZ_TW_SPIN_STRIDE (hz_tripwire.h): the watch's first store is at its 1024th failed poll
+
+
+def _bodies(defines: dict | None) -> dict[int, str]:
+    """{0: the plain instance's kernel body, 1: the tripwire instance's} of the harness build of `defines`."""
+    listing, _ = _build(defines)
+    return {tw: max(function_instances(listing, KERNEL.format(tw)), key=len) for tw in (0, 1)}
+
+
+def _poll_loops(body: str) -> list[list[str]]:
+    """The body's tight poll loops: a loop (sass_text.loop_bodies) of at most 24 instructions holding an acquire
+    poll (LDG.E.STRONG.GPU); the layer and task loops around them are longer."""
+    from .sass_text import loop_bodies
+
+    return [lb for lb in loop_bodies(body) if len(lb) <= 24 and any("LDG.E.STRONG.GPU" in l for l in lb)]
+
+
+def test_without_marks_the_tripwire_body_stores_no_mark_and_keeps_every_watched_call():
+    """MKL_TW_NO_MARKS (diagnostic): the tripwire body's 17 marks compiled out, so no tripwire word is stored
+    by the body and no mark re-reads %tid.x (production's: 10 mark stores, 83 S2R of SR_TID.X), while its waits
+    call the watched wait as production's do (12 call sites)."""
+    prod, no_marks = _bodies(None)[1], _bodies({"MKL_TW_NO_MARKS": 1})[1]
+    assert prod.count(MARK_STORE) >= 9 and len(re.findall(WATCHED_CALL, prod)) == 12
+    assert MARK_STORE not in no_marks and len(re.findall(r"\bS2R R\d+, SR_TID\.X\b", no_marks)) == 1
+    assert len(re.findall(WATCHED_CALL, no_marks)) == len(re.findall(WATCHED_CALL, prod))
+
+
+def test_without_the_watch_the_tripwire_body_polls_as_the_plain_one_and_keeps_every_mark():
+    """MKL_TW_NO_WATCH (diagnostic): the tripwire instance's waits are the plain instance's inline poll loops
+    (no call of wait_ge_watched: the build has no such function; as many tight poll loops as the plain body),
+    and its marks store as production's do."""
+    listing, _ = _build({"MKL_TW_NO_WATCH": 1})
+    bodies = _bodies({"MKL_TW_NO_WATCH": 1})
+    prod = _bodies(None)[1]
+    assert "wait_ge_watched" not in listing and not _poll_loops(prod)
+    assert len(_poll_loops(bodies[1])) == len(_poll_loops(bodies[0])) >= 5
+    assert bodies[1].count(MARK_STORE) == prod.count(MARK_STORE)
+
+
+def test_the_fastpath_polls_inline_up_to_the_watch_first_store_then_calls_the_watch():
+    """MKL_TW_FASTPATH (candidate): each wait of the tripwire body polls inline, in a tight loop counted up to
+    HZ_TW_SPIN_STRIDE (a compare with 0x400) that touches no watch state (no shared-memory access: production's
+    watch counts every poll in shared memory), as many such loops as the plain body has poll loops; the watched
+    wait is still called (after that loop), and every mark still stores. Production's tripwire body has no
+    inline poll loop (every poll after the first is in wait_ge_watched)."""
+    prod = _bodies(None)[1]
+    plain, fast = _bodies({"MKL_TW_FASTPATH": 1}).values()
+    loops = _poll_loops(fast)
+    assert not _poll_loops(prod) and len(loops) == len(_poll_loops(plain)) >= 5
+    for lb in loops:
+        assert any(re.search(rf"ISETP\.\S+ P\d, PT, R\d+, {STRIDE:#x}, PT", l) for l in lb), lb
+        assert not any(re.search(r"\b(LDS|STS)\b", l) for l in lb), lb
+    assert re.findall(WATCHED_CALL, fast) and fast.count(MARK_STORE) == prod.count(MARK_STORE)

@@ -1,0 +1,54 @@
+"""The tripwire's cost candidate MKL_TW_FASTPATH on a GPU: its waits poll inline until the poll at which the
+watch would first store (HZ_TW_SPIN_STRIDE), then call the watched wait with that count, so a hang's slot words
+are the default build's. Each seeded hang is named as on the default build (the same barrier and layer for the
+certain ones), and the clean variants stay clean. Its SASS: tests/megakernel_layers/test_tripwire_watch.py."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hazards.engine.gpus import gpu_available
+from hazards.engine.outcome import Outcome
+from hazards.families import megakernel_layers as F
+
+from .test_gpu import FAM, HANGS, launches_to_see, run
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)")]
+FASTPATH = {"MKL_TW_FASTPATH": 1}
+
+
+def _where(sentence: str) -> list[str]:
+    """The barriers and the layer a hang's sentence names ("... wait at ROUTING in layer 1 ... and 3 at ...")."""
+    return re.findall(r"\bat ([A-Z][A-Z_0-9]+)\b", sentence) + re.findall(r"\bin layer \d+", sentence)
+
+
+@pytest.mark.parametrize("variant", HANGS)
+def test_the_fastpath_build_names_each_seeded_hang_as_the_default_build(tmp_path: Path, variant: str):
+    from hazards.stress_family import family_binary
+
+    certain = F.predict({"variant": variant}).probability >= 1.0
+    n = 20 if certain else launches_to_see(variant)
+    got = {}
+    for name, defines in (("default", None), ("fastpath", FASTPATH)):
+        (tmp_path / name).mkdir()
+        r = run(family_binary(FAM, defines=defines), {"variant": variant, "launches": n}, 6 + n * 0.1,
+                tmp_path / name)
+        assert r.outcome is Outcome.HANG, (name, r.reason, r.metrics)
+        got[name] = r.evidence["tripwire"]["sentence"]
+    sentence = got["fastpath"]
+    assert "in layer" in sentence and "not the signature" not in sentence, sentence
+    assert any(word in sentence for word in ("never arrived", "reverted")), sentence
+    if certain:
+        assert _where(sentence) == _where(got["default"]), got
+
+
+@pytest.mark.parametrize("variant", [v.name for v in FAM.clean_variants])
+def test_the_fastpath_build_keeps_the_clean_variants_clean(tmp_path: Path, variant: str):
+    from hazards.stress_family import family_binary
+
+    r = run(family_binary(FAM, defines=FASTPATH), {"variant": variant, "launches": 300}, 120, tmp_path)
+    assert r.outcome is Outcome.CLEAN, (r.reason, r.metrics)
+    assert r.metrics.get("launches") == 300 and r.metrics.get("mismatched") == 0
