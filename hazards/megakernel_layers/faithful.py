@@ -240,18 +240,20 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "MEMBAR.SC.GPU): the leader's release before the arrival's atomic, and the expert's last arriver's "
               "acquire and fan-out release as one fence of its leader (production: every thread's acquire fence, "
               "then the leader's release fence, three MEMBAR.SC.GPU on the path to the release flags, one now); no "
-              "wait added or moved, no arithmetic changed (MKL_CAMPAIGN_STEP 20; production's bits). Expected "
-              "faster: a prediction, not measured (round 22's sub-spans: the W13 emit 8.0 us a tile grows with the "
-              "memory system's load, 12.5 us on the earliest tiles, while the W2 wait's four acquire loads took "
-              "1.4 us in the W2 stream: the fence, not its round trips; predicted emit <= 3 us if an acq_rel fence "
-              "waits only for the block's own stores, no change if it waits as the SC fence does)", "faster",
+              "wait added or moved, no arithmetic changed (MKL_CAMPAIGN_STEP 20; production's bits). Written for "
+              "faster (the W13 emit, 8.0 us a tile, read as the SC fence's wait); round 23 (an H100, against step 15) "
+              "measured it no-change: the plain launch 0.993 [0.989, 1.004], the profiled one 1.001, the W13 emit "
+              "8.0 us as step 15's: an acq_rel fence waits as the SC fence does, or the fence is not the emit's time. "
+              "Rejected; expected slower against production (step 18) as step_15 is", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 20),)),
     Candidate("step_p_r", "steps (p) and (r) stacked: step (r)'s build (MKL_CAMPAIGN_STEP 20, the W13 arrival's acq_rel "
               "fences) with step (p)'s switch on (-DMKL_ROUTER_WIDE=1: the router's last block on a short chain; production, "
               "step 18, with step (r)'s switch since promote18); "
-              "each has production's bits, so the pair does. Expected faster: a prediction, not measured (step (p) "
-              "alone was inside the gate's 2% minimum effect on the launch in round 22, 0.984, router_topk 0.641)",
-              "faster", defines=(("MKL_CAMPAIGN_STEP", 20), ("MKL_ROUTER_WIDE", 1))),
+              "each has production's bits, so the pair does. Round 23 (an H100, against step 15): the plain launch "
+              "faster, 0.974 [0.970, 0.986] and 0.973 [0.970, 0.989] in two gates, the profiled one no-change (0.986, "
+              "0.984); step (p) alone 0.980 and 0.981, step (r) alone no-change, in the same round. Expected no-change "
+              "against production (step 18)",
+              "no-change", defines=(("MKL_CAMPAIGN_STEP", 20), ("MKL_ROUTER_WIDE", 1))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "
