@@ -91,29 +91,24 @@ def test_the_inlined_watch_changes_the_plain_instance_machine_code(step):
     assert _normalised(_plain_instance(inl)) != _normalised(_plain_instance(prod))
 
 
-def test_on_step_15_the_out_of_line_watch_spills_less_than_the_inlined_one():
-    """Step 15 (production from round 20 until promote18, where the choice was measured): the tripwire body
-    spills less with the out-of-line watch than with it inlined (ptxas -v, the harness build: 1300 B of loads
-    against 1384): the watch stays out of line. On step 18 (production since promote18; not asserted) the two
-    are within 8 B, the inlined one the lower: 370 / 1176 B of spill stores / loads against 374 / 1184 (plain
-    bodies 406 / 1452 and 406 / 1448), so the out-of-line watch stays as the rounds measured it."""
-    base = {"MKL_CAMPAIGN_STEP": 15}
-    _, out_of_line = _build(base)
-    _, inl_log = _build({**base, "MKL_TW_WATCH_INLINE": 1})
-    assert _spills(inl_log, tw=True)[1] > _spills(out_of_line, tw=True)[1]
+def test_on_production_the_out_of_line_watch_spills_less_than_the_inlined_one():
+    """Production (step 15): the tripwire body spills 1300 B of loads with the out-of-line watch, 1384 B with
+    it inlined (ptxas -v, the harness build): the watch stays out of line."""
+    _, prod_log = _build(None)
+    _, inl_log = _build({"MKL_TW_WATCH_INLINE": 1})
+    assert _spills(inl_log, tw=True)[1] > _spills(prod_log, tw=True)[1]
 
 
-@pytest.mark.parametrize("step, extra", [(None, {}), (15, {}), (14, {}), (10, {}), (17, {}), (18, {}), (19, {}), (20, {}),
+@pytest.mark.parametrize("step, extra", [(None, {}), (14, {}), (10, {}), (17, {}), (18, {}), (19, {}), (20, {}),
                                          (None, {"MKL_TW_NO_WATCH": 1}), (None, {"MKL_TW_FASTPATH": 1})],
-                         ids=["production", "step_15", "step_14", "step_10", "step_o", "step_p", "step_q", "step_r", "no_watch",
+                         ids=["production", "step_14", "step_10", "step_o", "step_p", "step_q", "step_r", "no_watch",
                               "fastpath"])
 def test_the_tripwire_body_spills_no_more_than_the_plain_one(step, extra):
     """Spill stores and loads of the tripwire instance's body at most the plain body's (ptxas -v, nvcc 13.0,
-    the harness build; production is step 18, step (p)'s code, since promote18: its numbers are step_p's
-    below). Before the marks read %tid.x again: step 15 (production then) 438 / 1756 B against 454 /
+    the harness build). Before the marks read %tid.x again: production (step 15) 438 / 1756 B against 454 /
     1724, step 14 418 / 1456 against 410 / 1424, step 10 484 / 1604 against 480 / 1516; now 418 / 1300 against
     462 / 1516, 414 / 1236 against 414 / 1380, 416 / 1260 against 480 / 1516. (Step (d), no GPU run's build
-    since step 10's promotion: 444 / 1284 against 436 / 1444, 8 B more stores.) The candidates on step 15,
+    since step 10's promotion: 444 / 1284 against 436 / 1444, 8 B more stores.) The candidates on production,
     whose own spill tests leave the tripwire body out (sass_text.spills_grown): step (o) (17) 422 / 1300
     against 462 / 1516, step (p) (18) 374 / 1184 against 406 / 1448, step (q) (19) 398 / 1220 against 442 /
     1492 at 775b882; step (r) (20) 418 / 1300 against 462 / 1512 at 608bae7 (branch cand20). (Not here: step (i), 11, whose tripwire body stores 12 B more than its plain one, 440 /

@@ -1,7 +1,5 @@
 """Campaign step (r) (MKL_CAMPAIGN_STEP 20, candidate step_r; step_p_r stacks step (p) on it): production (step
-15) with the W13 arrival's gpu-scope fences as acq_rel fences (MKL_W13_ACQ_REL). Since promote18 production is
-step 18 (step 15 + step (p)); step 20 stays step 15 with its switch, so "production" below, on the CPU, is the
-step-15 build (BASE); step_p_r is production with step (r)'s switch.
+15) with the W13 arrival's gpu-scope fences as acq_rel fences (MKL_W13_ACQ_REL).
 
 What the W13 emit sub-span holds (the profiler's SUB_GEMV point, after gemv_block's round barrier, to the task's
 record), read in the harness build's SASS (nvcc 13.0, sm_90a, -split-compile=0): thread g < 44 sums its group's
@@ -44,13 +42,12 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from . import test_production_step18 as T18
+from . import test_production_step15 as T15
 from .sass_text import assert_spills_no_more_than, function_instances
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 from .test_w13_emit_lean import ATOMIC_ADD, IMAGE_LOAD, w13_arrival_spans
 
 STEP_R = {"MKL_CAMPAIGN_STEP": 20}
-BASE = {"MKL_CAMPAIGN_STEP": 15}  # step (r)'s base, production's code until promote18
 SWITCH = "MKL_W13_ACQ_REL"
 INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;")
 RELEASE_STORE = re.compile(r"\bSTG\.E\.STRONG\.SYS\b")  # st.global.wt: a release flag
@@ -58,23 +55,23 @@ FENCE = re.compile(r"\bMEMBAR\.(\w+)\.(\w+)\b")
 
 
 def test_step_20_is_production_with_the_w13_acq_rel_switch_alone():
-    T18.assert_step_is_step_15_with_its_switch_alone(20, SWITCH)
-    step = T18._switches(STEP_R)
+    T15.assert_step_is_production_with_its_switch_alone(20, SWITCH)
+    step = T15._switches(STEP_R)
     assert step["MKL_ATTN_MMA"] == step["MKL_COPY_AHEAD"] == step["MKL_W2_QUANT_AHEAD"] == 1  # on production
     assert step["MKL_W13_EMIT_LEAN"] == step["MKL_ROUTER_WIDE"] == step["MKL_CHUNK_LEAN"] == 0
     # step_p_r: -D stacks step (p)'s switch on step 20
-    both = T18._switches(dict(FA.candidate("step_p_r").defines))
+    both = T15._switches(dict(FA.candidate("step_p_r").defines))
     assert both[SWITCH] == both["MKL_ROUTER_WIDE"] == 1 and both["MKL_CHUNK_LEAN"] == 0
 
 
 def test_every_preprocessor_condition_of_the_family_reads_step_20_as_production_with_the_switch():
-    T18.assert_every_condition_reads_step_as_step_15_with(20, SWITCH)
+    T15.assert_every_condition_reads_step_as_production_with(20, SWITCH)
 
 
 def test_step_20_without_its_switch_is_production_line_for_line():
-    prod = T18._sass_lines(BASE, "test-mkl-step-15-sass")
-    T18._assert_same_sass(prod, T18._sass_lines({**STEP_R, SWITCH: 0}, "test-mkl-step-20-acq-rel-off"))
-    assert prod != T18._sass_lines(STEP_R, "test-mkl-step-20")
+    prod = T15._sass_lines(None, "test-mkl-step-default")
+    T15._assert_same_sass(prod, T15._sass_lines({**STEP_R, SWITCH: 0}, "test-mkl-step-20-acq-rel-off"))
+    assert prod != T15._sass_lines(STEP_R, "test-mkl-step-20")
 
 
 def _instructions(body: str) -> list[str]:
@@ -108,7 +105,7 @@ def _bodies(cubin) -> list[str]:
 
 @pytest.fixture(scope="module")
 def harness_builds():
-    return (family_cubin(BASE, "test-mkl-step-15-v", "-Xptxas=-v"),
+    return (family_cubin(None, "test-mkl-step-default-v", "-Xptxas=-v"),
             family_cubin(STEP_R, "test-mkl-step-20-v", "-Xptxas=-v"))
 
 
@@ -122,7 +119,7 @@ def test_step_20_w13_arrival_releases_and_acquires_with_acq_rel_fences_one_after
     instances, in the harness build and in its -DHZ_PROFILER build (the one the perf gate times)."""
     if profiled:
         prof = {"HZ_PROFILER": 1}
-        builds = (family_cubin({**BASE, **prof}, "test-mkl-step-15-prof"), family_cubin({**STEP_R, **prof}, "test-mkl-step-20-prof"))
+        builds = (family_cubin(prof, "test-mkl-step-default-prof"), family_cubin({**STEP_R, **prof}, "test-mkl-step-20-prof"))
     else:
         builds = harness_builds
     for body in _bodies(builds[0]):

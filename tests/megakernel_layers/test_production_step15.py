@@ -1,27 +1,23 @@
-"""Production is campaign step 18 (promote18; pending round 23's plain-build gate and promotion round): step 15 +
-step (p), candidate step_p's code.
-Step 15 (MKL_CAMPAIGN_STEP 15, candidate step_15: production from round 20 until step 18, promote15) is step 14 +
-step (m), candidate step_m's code.
+"""Production is campaign step 15 (promote15; faster in round 19, promoted in round 20): step 14 + step (m), candidate
+step_m's code.
 Step 14 (MKL_CAMPAIGN_STEP 14, candidate step_14: production from round 18 until step 15, promote14)
 is step 10 + step (l), candidate step_l's code. Step 10 (MKL_CAMPAIGN_STEP 10, candidate step_10:
 production from round 14 until step 14, promote10) is step (e) + step (g), candidate step_g_on_e's
 code (MKL_CAMPAIGN_STEP 8 with MKL_ATTN_AHEAD 0), without step (f) and step (h).
 
-On the CPU: production's campaign switches are step 15's plus MKL_ROUTER_WIDE and nothing else (step
-15's are step 14's plus MKL_ATTN_MMA, step 14's step 10's plus MKL_COPY_AHEAD), and every preprocessor
-condition of the family's sources reads the default build as step 15 with step (p)'s switch on (a raw
-`MKL_CAMPAIGN_STEP >= N` / `== N` must give 18 step 15's value; 15 reads as step 14 with step (m)'s
-switch on, 14 as step 10 with step (l)'s); steps 17 and 19 (steps (o) and (q)) stay step 15 with their
-own switch, not production's; the default build's code is step_p's (MKL_CAMPAIGN_STEP=18): its
-normalised PTX and its machine code (cuobjdump -sass, nvcc 13.0, sm_90a) line for line, and not step
-15's; its code (the harness build's PTX, its path-hashed names and line info read alike in every
-checkout) is the one pinned in production_ptx.json (the compiler's release, line count and sha256); a
-change that changes it updates the pin on purpose (UPDATE_COMMAND). The step-10 build keeps promote10's
-facts: every switch and condition takes step_g_on_e's value (step (e)'s but for step (g)'s switch), and
-its machine code is step_g_on_e's line for line. The catalog names the previous productions (step_15,
-step_14 and step_10, expected slower than production) and step_p as production's code (no-change); the
-GPU suite's prebuilt builds hold every build test_gpu.py compares. With the default left at 15
-(promote15's tree), the tests of production's switches, conditions, code and catalog entry fail.
+On the CPU: production's campaign switches are step 14's plus MKL_ATTN_MMA and nothing else (step
+14's are step 10's plus MKL_COPY_AHEAD), and every preprocessor condition of the family's sources
+reads the default build as step 14 with step (m)'s switch on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N`
+must give 15 step 14's value; step 14 reads as step 10 with step (l)'s switch on); the default
+build's machine code (cuobjdump -sass, nvcc 13.0, sm_90a) is step_m's (MKL_CAMPAIGN_STEP=15) line for
+line, and not step 14's, and its code (the harness build's PTX, its path-hashed names and line info read
+alike in every checkout) is the one pinned in production_ptx.json (the compiler's release, line count and
+sha256); a change that changes it updates the pin on purpose (UPDATE_COMMAND). The step-10 build keeps promote10's facts: every switch and condition takes
+step_g_on_e's value (step (e)'s but for step (g)'s switch), and its machine code is step_g_on_e's
+line for line. The catalog names the previous productions (step_14 and step_10, expected slower than
+production) and step_m as production's code (no-change); the GPU suite's prebuilt builds hold every
+build test_gpu.py compares. With the default left at 14 (promote14's tree), the tests of production's
+switches, conditions, machine code and catalog entry fail.
 """
 from __future__ import annotations
 
@@ -46,8 +42,6 @@ SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_ME
 STEP_G_ON_E = dict(FA.candidate("step_g_on_e").defines)
 STEP_10 = {"MKL_CAMPAIGN_STEP": 10}
 STEP_14 = {"MKL_CAMPAIGN_STEP": 14}
-STEP_15 = {"MKL_CAMPAIGN_STEP": 15}
-PRODUCTION_STEP = 18  # mkl_kernel.cuh's default MKL_CAMPAIGN_STEP since promote18
 
 
 def _eval(expr: str, env: dict[str, int]) -> int:
@@ -92,12 +86,6 @@ def switches_changed_from_step_14(defines: dict[str, int]) -> tuple[set[str], di
     return switches_changed_from_step(14, defines)
 
 
-def switches_changed_from_step_15(defines: dict[str, int]) -> tuple[set[str], dict[str, int], dict[str, int]]:
-    """(the switches the build of `defines` sets otherwise than step 15, step 15's, the build's): steps
-    (o)-(q)'s base."""
-    return switches_changed_from_step(15, defines)
-
-
 def _conditions(env: dict[str, int]) -> dict[str, int]:
     """{file:line: value} of every #if / #elif of the family's sources and probes over the switches alone."""
     out = {}
@@ -115,35 +103,28 @@ def _conditions(env: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def assert_step_is_step_15_with_its_switch_alone(step: int, switch: str) -> None:
-    """Campaign step `step` sets every switch as step 15 (production from round 20 until step 18, the base
-    of the twelfth session's candidates, steps (o), (p), (q)) does but `switch` (on) and the step number;
-    only that step turns `switch` on (steps 0-20), step 15 leaves it off, production (the default build,
-    step 18) has it on only if it is step (p)'s, and -D sets it either way beside any step."""
-    changed, base, got = switches_changed_from_step_15({"MKL_CAMPAIGN_STEP": step})
+def assert_step_is_production_with_its_switch_alone(step: int, switch: str) -> None:
+    """Campaign step `step` sets every switch as production does but `switch` (on) and the step number; only
+    that step turns `switch` on (steps 0-20), production leaves it off, and -D sets it either way beside any
+    step (a candidate on production: steps (o), (p), (q))."""
+    changed, prod, got = switches_changed_from_step(15, {"MKL_CAMPAIGN_STEP": step})
     assert changed == {"MKL_CAMPAIGN_STEP", switch}, changed
-    assert got[switch] == 1 and base[switch] == 0
-    assert _switches({})[switch] == (step == PRODUCTION_STEP), (step, switch, _switches({})[switch])
+    assert got[switch] == 1 and prod[switch] == 0 and _switches({})[switch] == 0
     assert [n for n in range(21) if _switches({"MKL_CAMPAIGN_STEP": n})[switch]] == [step]
     assert _switches({"MKL_CAMPAIGN_STEP": 15, switch: 1})[switch] == 1
     assert _switches({"MKL_CAMPAIGN_STEP": step, switch: 0})[switch] == 0
 
 
-def assert_every_condition_reads_step_as(step: int, base: int, switch: str) -> None:
-    """Every preprocessor condition of the family reads campaign step `step` as step `base`'s switches with
-    `switch` on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give the step what it gives `base`, step
-    number included), and some condition reads `switch` (the step's code differs from the base's)."""
+def assert_every_condition_reads_step_as_production_with(step: int, switch: str) -> None:
+    """Every preprocessor condition of the family reads campaign step `step` as production's switches with
+    `switch` on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give the step what it gives 15), and some
+    condition reads `switch` (the step's code differs from production's)."""
     got = _conditions(_switches({"MKL_CAMPAIGN_STEP": step}))
-    with_switch = _conditions({**_switches({"MKL_CAMPAIGN_STEP": base}), switch: 1})
+    with_switch = _conditions({**_switches({}), switch: 1})
     assert len(got) >= 30, len(got)  # the kernel's campaign #ifs were found
     assert got == with_switch, {k: (got[k], with_switch[k]) for k in got if got[k] != with_switch[k]}
-    before = _conditions(_switches({"MKL_CAMPAIGN_STEP": base}))
-    assert {k for k in got if got[k] != before[k]}, f"no condition reads {switch}"
-
-
-def assert_every_condition_reads_step_as_step_15_with(step: int, switch: str) -> None:
-    """Step `step` is read as step 15 (the base of steps (o)-(q)) with `switch` on."""
-    assert_every_condition_reads_step_as(step, 15, switch)
+    prod = _conditions(_switches({}))
+    assert {k for k in got if got[k] != prod[k]}, f"no condition reads {switch}"
 
 
 def test_step_10_takes_step_g_on_e_switches_and_step_e_but_for_step_g():
@@ -165,40 +146,17 @@ def test_step_14_takes_step_10_switches_and_step_l_alone():
     assert step14["MKL_COPY_AHEAD"] == 1 and step10["MKL_COPY_AHEAD"] == 0 and step14["MKL_ATTN_MMA"] == 0
 
 
-def test_step_15_takes_step_14_switches_and_step_m_alone():
-    step15 = _switches(STEP_15)
-    changed, _, _ = switches_changed_from_step_14(STEP_15)
-    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_ATTN_MMA"}, changed
-    assert step15["MKL_ATTN_MMA"] == 1 and step15["MKL_COPY_AHEAD"] == 1 and step15["MKL_W2_QUANT_AHEAD"] == 1
-    # steps (i), (j) and (k) stay off in step 15, and so does step (p)'s router
-    assert step15["MKL_GEMV_ONE_ROUND"] == step15["MKL_QKV_SPREAD"] == step15["MKL_L2_KEEP_QKV"] == 0
-    assert step15["MKL_ROUTER_WIDE"] == 0
-
-
-def test_production_takes_step_15_switches_and_step_p_alone():
+def test_production_takes_step_14_switches_and_step_m_alone():
     from hazards.megakernel_layers import model as M
 
     prod = _switches({})
-    assert prod["MKL_CAMPAIGN_STEP"] == PRODUCTION_STEP == 18 and _switches({"MKL_CAMPAIGN_STEP": 18}) == prod
-    assert M.DEFAULT_CAMPAIGN_STEP == 18  # the schedule model reads a build without -D as production
-    changed, _, _ = switches_changed_from_step_15({})
-    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_ROUTER_WIDE"}, changed
-    assert prod["MKL_ROUTER_WIDE"] == 1
-    assert prod["MKL_ATTN_MMA"] == prod["MKL_COPY_AHEAD"] == prod["MKL_W2_QUANT_AHEAD"] == 1
-    assert_step_is_step_15_with_its_switch_alone(18, "MKL_ROUTER_WIDE")
-    # the other candidates on step 15 stay off in production, and steps (i), (j), (k)
-    assert prod["MKL_W13_EMIT_LEAN"] == prod["MKL_CHUNK_LEAN"] == 0
+    assert prod["MKL_CAMPAIGN_STEP"] == 15 and _switches({"MKL_CAMPAIGN_STEP": 15}) == prod
+    assert M.DEFAULT_CAMPAIGN_STEP == 15  # the schedule model reads a build without -D as production
+    changed, _, _ = switches_changed_from_step_14({})
+    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_ATTN_MMA"}, changed
+    assert prod["MKL_ATTN_MMA"] == 1 and prod["MKL_COPY_AHEAD"] == 1 and prod["MKL_W2_QUANT_AHEAD"] == 1
+    # steps (i), (j) and (k) stay off in production
     assert prod["MKL_GEMV_ONE_ROUND"] == prod["MKL_QKV_SPREAD"] == prod["MKL_L2_KEEP_QKV"] == 0
-
-
-@pytest.mark.parametrize("step, switch", [(17, "MKL_W13_EMIT_LEAN"), (19, "MKL_CHUNK_LEAN")])
-def test_steps_17_and_19_stay_step_15_with_their_own_switch_not_production(step: int, switch: str):
-    """Steps (o) and (q) were written on step 15 (production then): they keep its switches, so neither has
-    step (p)'s router; -D MKL_ROUTER_WIDE=1 puts one on production."""
-    assert_step_is_step_15_with_its_switch_alone(step, switch)
-    got = _switches({"MKL_CAMPAIGN_STEP": step})
-    assert got["MKL_ROUTER_WIDE"] == 0
-    assert _switches({"MKL_CAMPAIGN_STEP": step, "MKL_ROUTER_WIDE": 1})["MKL_ROUTER_WIDE"] == 1
 
 
 def test_every_preprocessor_condition_of_the_family_reads_step_10_as_step_g_on_e():
@@ -209,22 +167,27 @@ def test_every_preprocessor_condition_of_the_family_reads_step_10_as_step_g_on_e
 
 
 def test_every_preprocessor_condition_of_the_family_reads_step_14_as_step_10_with_step_l():
-    """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 14 what it gives 10; step (l)'s conditions tell them apart."""
-    assert_every_condition_reads_step_as(14, 10, "MKL_COPY_AHEAD")
+    """Step 14's value of every condition is the one step 10's switches with MKL_COPY_AHEAD on give, step
+    number 10 included: a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 14 what it gives 10."""
+    step14 = _conditions(_switches(STEP_14))
+    with_l = _conditions({**_switches(STEP_10), "MKL_COPY_AHEAD": 1})
+    assert len(step14) >= 30, len(step14)
+    assert step14 == with_l, {k: (step14[k], with_l[k]) for k in step14 if step14[k] != with_l[k]}
+    # and step (l)'s own conditions are what tells step 14 from step 10
+    step10 = _conditions(_switches(STEP_10))
+    assert {k for k in step14 if step14[k] != step10[k]}, "no condition reads MKL_COPY_AHEAD"
 
 
-def test_every_preprocessor_condition_of_the_family_reads_step_15_as_step_14_with_step_m():
-    """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 15 what it gives 14; step (m)'s conditions tell them apart."""
-    assert_every_condition_reads_step_as(15, 14, "MKL_ATTN_MMA")
-
-
-def test_every_preprocessor_condition_of_the_family_reads_production_as_step_15_with_step_p():
-    """Production's value of every condition is the one step 15's switches with MKL_ROUTER_WIDE on give, step
-    number 15 included: a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 18 what it gives 15; and step (p)'s
-    own conditions are what tells production from step 15."""
+def test_every_preprocessor_condition_of_the_family_reads_production_as_step_14_with_step_m():
+    """Production's value of every condition is the one step 14's switches with MKL_ATTN_MMA on give, step
+    number 14 included: a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 15 what it gives 14."""
     prod = _conditions(_switches({}))
-    assert prod == _conditions(_switches({"MKL_CAMPAIGN_STEP": 18}))
-    assert_every_condition_reads_step_as_step_15_with(18, "MKL_ROUTER_WIDE")
+    with_m = _conditions({**_switches(STEP_14), "MKL_ATTN_MMA": 1})
+    assert len(prod) >= 30, len(prod)
+    assert prod == with_m, {k: (prod[k], with_m[k]) for k in prod if prod[k] != with_m[k]}
+    # and step (m)'s own conditions are what tells production from step 14
+    step14 = _conditions(_switches(STEP_14))
+    assert {k for k in prod if prod[k] != step14[k]}, "no condition reads MKL_ATTN_MMA"
 
 
 def _sass_lines(defines: dict[str, int] | None, label: str) -> list[str]:
@@ -257,11 +220,11 @@ def _assert_same_sass(a: list[str], b: list[str]) -> None:
 PIN = Path(__file__).with_name("production_ptx.json")
 UPDATE_PIN = "HZ_UPDATE_PRODUCTION_PIN"
 UPDATE_COMMAND = (f"{UPDATE_PIN}=1 PYTHONPATH=$PWD python -m pytest -q -p no:randomly "
-                  "tests/megakernel_layers/test_production_step18.py -k pinned")
+                  "tests/megakernel_layers/test_production_step15.py -k pinned")
 
 
-def _production_ptx_digest(defines: dict[str, int] | None = None, label: str = "test-mkl-production-ptx") -> dict[str, object]:
-    """The default build's (production's; or the build of `defines`) PTX, as nvcc's front end emits it with the harness build's flags
+def _production_ptx_digest() -> dict[str, object]:
+    """The default build's (production's) PTX, as nvcc's front end emits it with the harness build's flags
     (-split-compile=0 and -lineinfo among them), normalised so that it reads the same in every checkout:
     without the `.file` / `.loc` line-info directives and the debug string section (they name the checkout's
     folders and the hashed names as bytes) and with nvcc's
@@ -278,7 +241,7 @@ def _production_ptx_digest(defines: dict[str, int] | None = None, label: str = "
     from hazards.static.compile import compile_ptx
 
     try:
-        build = compile_ptx(LAYERED, defines=defines, label=label, extra_args=(f"-I{INCLUDE}",),
+        build = compile_ptx(LAYERED, defines=None, label="test-mkl-production-ptx", extra_args=(f"-I{INCLUDE}",),
                             harness_flags=True)
     except ToolchainMissing as e:
         pytest.skip(f"cannot build production's PTX: {e}")
@@ -313,33 +276,19 @@ def test_step_10_machine_code_is_step_g_on_e_line_for_line():
     _assert_same_sass(_sass_lines(STEP_10, "test-mkl-step-10"), _sass_lines(STEP_G_ON_E, "test-mkl-step-g-on-e"))
 
 
-def test_production_code_is_step_p_normalised_ptx_and_not_step_15():
-    """The pinned code is step 18's (-DMKL_CAMPAIGN_STEP=18, candidate step_p): the default build's normalised
-    PTX (_production_ptx_digest) equals that build's, and not step 15's (step (p)'s router is in it)."""
-    prod = _production_ptx_digest()
-    assert prod == _production_ptx_digest({"MKL_CAMPAIGN_STEP": 18}, "test-mkl-step-18-ptx")
-    assert prod["ptx_sha256"] != _production_ptx_digest(STEP_15, "test-mkl-step-15-ptx")["ptx_sha256"]
-
-
-def test_production_machine_code_is_step_p_line_for_line():
+def test_production_machine_code_is_step_m_line_for_line():
     prod = _sass_lines(None, "test-mkl-step-default")
-    _assert_same_sass(prod, _sass_lines({"MKL_CAMPAIGN_STEP": 18}, "test-mkl-step-18-sass"))
-    assert prod != _sass_lines(STEP_15, "test-mkl-step-15-sass")  # step (p)'s router_from_partials_wide is in it
+    _assert_same_sass(prod, _sass_lines({"MKL_CAMPAIGN_STEP": 15}, "test-mkl-step-15-sass"))
+    assert prod != _sass_lines(STEP_14, "test-mkl-step-l")  # step (m)'s tensor-core block loop is in it
 
 
 def test_the_catalog_names_the_previous_productions_and_production_code():
-    prod, step_15, step_p = FA.candidate("production"), FA.candidate("step_15"), FA.candidate("step_p")
-    assert prod.defines == () and "MKL_CAMPAIGN_STEP 18" in prod.what
-    assert dict(step_15.defines) == STEP_15 and step_15.expected == "slower"
-    assert "production from round 20 until step 18 (the previous production)" in step_15.what
-    assert "prediction" in step_15.what  # 'slower' is round 22's bench, not a measured gate verdict
-    assert "production's bits" in step_15.what  # step (p) keeps them: the promote round's SAME_STEP 15
-    assert dict(step_p.defines) == {"MKL_CAMPAIGN_STEP": 18}
-    assert step_p.expected == "no-change" and "production's code" in step_p.what
-    step_14, step_m = FA.candidate("step_14"), FA.candidate("step_m")
+    prod, step_14, step_m = FA.candidate("production"), FA.candidate("step_14"), FA.candidate("step_m")
+    assert prod.defines == () and "MKL_CAMPAIGN_STEP 15" in prod.what
     assert dict(step_14.defines) == STEP_14 and step_14.expected == "slower"
-    assert "production from round 18 until step 15" in step_14.what and "previous production" not in step_14.what
-    assert dict(step_m.defines) == STEP_15 and step_m.expected == "slower" and "step_15's" in step_m.what
+    assert "production from round 18 until step 15" in step_14.what
+    assert dict(step_m.defines) == {"MKL_CAMPAIGN_STEP": 15}
+    assert step_m.expected == "no-change" and "production's code" in step_m.what
     step_10, step_l = FA.candidate("step_10"), FA.candidate("step_l")
     assert dict(step_10.defines) == STEP_10 and step_10.expected == "slower"
     assert "production from round 14 until step 14" in step_10.what
@@ -348,18 +297,16 @@ def test_the_catalog_names_the_previous_productions_and_production_code():
     assert dict(step_d.defines) == {"MKL_CAMPAIGN_STEP": 5} and step_d.expected == "slower"
     assert "production from round 8 until step 10" in step_d.what
     assert g_on_e.expected == "slower" and "step 10's code" in g_on_e.what
-    # candidates whose expectation was against step 10 (no-change) read against step 14, then 15, then 18
+    # candidates whose expectation was against step 10 (no-change) read against step 14, then step 15
     assert FA.candidate("step_e").expected == "slower" and FA.candidate("step_g").expected == "slower"
     for name in ("step_i", "step_j", "step_k"):  # built on step 10, not on production
         assert "step 10 (its base, step_10)" in FA.candidate(name).what, name
-    for name in ("step_o", "step_p", "step_q"):  # built on step 15, production then
-        assert "step 15 (its base, production then; step_15)" in FA.candidate(name).what, name
 
 
 def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
     """final-gpu-tests.sh builds test_gpu.py's campaign builds in parallel before pytest (else each is
-    built inside pytest, 10-16 s each); step (d), step 10, step 14 and step 15 are named builds since step
-    18 is production."""
+    built inside pytest, 10-16 s each); step (d), step 10 and step 14 are named builds since step 15 is
+    production."""
     script = (ROOT / "ci" / "gpu" / "final-gpu-tests.sh").read_text()
     steps = script[script.index("steps = ["):script.index("]\n", script.index("steps = ["))]
     tests = (ROOT / "tests" / "megakernel_layers" / "test_gpu.py").read_text()
@@ -368,7 +315,7 @@ def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
         wanted |= {int(a), int(b)}
     for a, b in re.findall(r"for step in \((\d+), (\d+)\)", tests):
         wanted |= {int(a), int(b)}
-    assert {5, 10, 14, 15} <= wanted and 18 not in wanted  # steps (d), 10, 14, 15 named; production is the default build
+    assert {5, 10, 14} <= wanted and 15 not in wanted  # steps (d), 10 and 14 named; production is the default build
     for n in wanted:
         assert f'{{"MKL_CAMPAIGN_STEP": {n}}}' in steps, n
     assert '{"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}' in steps
