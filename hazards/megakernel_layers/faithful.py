@@ -201,7 +201,11 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "every wait production's (MKL_CAMPAIGN_STEP 18, MKL_ROUTER_WIDE; the same sums in the same order: "
               "production's bits; round 22 (an H100): router_topk 0.641 [0.620, 0.677] and the launch 0.984 [0.980, 0.989] "
               "(no-change: inside the gate's 2% minimum effect), but the default gate slower by oproj 1.051 "
-              "[1.016, 1.085], whose sub-spans did not move; the bench without the profiler 574.7 against 595.5 us)",
+              "[1.016, 1.085], whose sub-spans did not move; the bench without the profiler 574.7 against 595.5 us, "
+              "unpaired; round 23 (H100s): the plain launch 0.980 [0.976, 0.991] faster, 0.981 no-change in the "
+              "default gate (slower by attn_merge 1.080), the profiled one no-change; promoted by the launch "
+              "gate's faster and undone when the confirming gate said no-change, 0.980 [0.973, 0.987]: a ~2% step "
+              "on the 2% minimum effect)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 18),)),
     Candidate("step_p_topk_twice", "a diagnostic of step (p) (MKL_ROUTER_TOPK_REPS 2): the router block runs the "
               "same top-k code twice, the sub-spans' `topk` timing the second run (the first falls in `hn`): a "
@@ -239,7 +243,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "fences) with step (p)'s switch on (-DMKL_ROUTER_WIDE=1: the router's last block on a short chain); "
               "each has production's bits, so the pair does. Round 23 (an H100): the plain launch faster, 0.974 "
               "[0.970, 0.986] and 0.973 [0.970, 0.989] in two gates, the profiled one no-change (0.986, 0.984), "
-              "the default gate slower by attn_merge 1.049 (step (p) alone 0.980 and 0.981 on the plain launch, "
+              "the default gate slower by attn_merge (sumCTA 1.075) (step (p) alone 0.980 and 0.981 on the plain launch, "
               "step (r) alone no-change, in the same round): the promotion rule's launch items met once, not "
               "confirmed (no device time left for a second gate; step (p)'s confirming gate said no-change)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 20), ("MKL_ROUTER_WIDE", 1))),

@@ -159,6 +159,6 @@ def test_the_catalog_names_step_r_and_step_p_r_on_production():
     r, pr = FA.candidate("step_r"), FA.candidate("step_p_r")
     assert dict(r.defines) == STEP_R and r.params == ()
     assert dict(pr.defines) == {**STEP_R, "MKL_ROUTER_WIDE": 1} and pr.params == ()
-    for c in (r, pr):
-        assert c.expected == "faster" and "a prediction" in c.what and "production's bits" in c.what
+    for c in (r, pr):  # measured in round 23: step (r) rejected, the pair's launch items met once, unconfirmed
+        assert c.expected == "slower" and "round 23" in c.what.lower() and "production's bits" in c.what
     assert SWITCH in r.what and "MKL_ROUTER_WIDE" in pr.what
