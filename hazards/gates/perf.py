@@ -631,7 +631,8 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
              repeats: int = DEFAULT_REPEATS, conf: float = DEFAULT_CONF, min_effect: float = DEFAULT_MIN_EFFECT,
              min_us: float = DEFAULT_MIN_US, cos_min: float = DEFAULT_FAITHFUL_COS_MIN,
              tasks: Sequence[str] | None = None, timeout: float = 600.0, launches: int = 5,
-             plain_launches: int = DEFAULT_PLAIN_LAUNCHES, wait_s: float = 3600.0, cwd: str | None = None, store_path: str | Path | None = None,
+             plain_launches: int = DEFAULT_PLAIN_LAUNCHES, wait_s: float = 3600.0, cwd: str | None = None,
+             store_path: str | Path | None = None,
              lock_dir: str | None = None, exclusive: bool = True,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Lease a GPU, run the interleaved schedule as a 'gate-perf' campaign on the
