@@ -292,3 +292,12 @@ def test_a_real_plain_build_from_before_plain_launches_exits_before_replying_so_
         f.close()
     assert err.value.exited and str(err.value).startswith(
         f"the plain build from revision {rev.commit[:12]} exited (code 2) before its first MKL_PROFILE reply")
+
+
+def test_the_pythons_plain_launches_bound_is_the_harness_bound():
+    from hazards.kernel_sources import standalone_dir
+
+    cu = (Path(standalone_dir()) / "megakernel_layers" / "megakernel_layers.cu").read_text()
+    [(check, said)] = re.findall(r'req\.get\("plain_launches"\)\)\s*\{\s*if \(!v->is_integer\(\) \|\| v->num < 0 \|\| '
+                                 r'v->num > (\d+)\) throw hz::BadRequest\("plain_launches must be in \[0, (\d+)\]"\)', cu)
+    assert int(check) == int(said) == FA.MAX_PLAIN_LAUNCHES
