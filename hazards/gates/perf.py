@@ -477,10 +477,15 @@ def evaluate(baseline_label: str, candidate_label: str, pairs: Sequence[Pair], *
 
 def check_skipped(first: Sample, tasks: Sequence[str] | None, label: str) -> None:
     """Stop at a side's first run when a --task names a row that run left out, saying why (the
-    plain build of a revision from before plain launches: no `launch` row): GateError."""
+    plain build of a revision from before plain launches: no `launch` row): GateError. A
+    --task names the row by name or by id, as check_tasks takes it."""
+    from hazards.megakernel_layers.faithful import LAUNCH_TASK, LAUNCH_TASK_ID
+
+    ids = {LAUNCH_TASK: LAUNCH_TASK_ID}  # a skipped row's id: the runs name skipped rows by name only
     for wanted in tasks or ():
-        if wanted in first.skipped:
-            raise GateError(f"--task {wanted!r}: {label}'s first run did not measure it: {first.skipped[wanted]}")
+        for name, why in first.skipped.items():
+            if wanted in (name, str(ids.get(name))):
+                raise GateError(f"--task {wanted!r}: {label}'s first run did not measure it: {why}")
 
 
 def check_tasks(first: Sample, tasks: Sequence[str] | None) -> None:
@@ -626,7 +631,8 @@ def run_gate(baseline: str, candidates: Sequence[str], *, workers: Sequence[int]
              repeats: int = DEFAULT_REPEATS, conf: float = DEFAULT_CONF, min_effect: float = DEFAULT_MIN_EFFECT,
              min_us: float = DEFAULT_MIN_US, cos_min: float = DEFAULT_FAITHFUL_COS_MIN,
              tasks: Sequence[str] | None = None, timeout: float = 600.0, launches: int = 5,
-             plain_launches: int = DEFAULT_PLAIN_LAUNCHES, wait_s: float = 3600.0, cwd: str | None = None, store_path: str | Path | None = None,
+             plain_launches: int = DEFAULT_PLAIN_LAUNCHES, wait_s: float = 3600.0, cwd: str | None = None,
+             store_path: str | Path | None = None,
              lock_dir: str | None = None, exclusive: bool = True,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Lease a GPU, run the interleaved schedule as a 'gate-perf' campaign on the

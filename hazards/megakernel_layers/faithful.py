@@ -46,6 +46,7 @@ PLAIN_REPLY_KEYS = ("cos", "rel_err", "grid", "plain_us", *SHAPE_KEYS)
 LAUNCH_TASK_ID = 1 << 16
 LAUNCH_TASK = "launch"
 MAX_PLAIN_LAUNCHES = 1000  # the harness's bound
+PLAIN_REQUEST_FIELD = 'req.get("plain_launches")'  # how the harness reads the field (megakernel_layers.cu)
 BuildKey = tuple[tuple[tuple[str, int], ...], RevisionSources | None, bool]  # (defines, revision, profiled)
 
 
@@ -333,7 +334,7 @@ class Faithful:
         self.procs: dict[BuildKey, subprocess.Popen] = {}
         self.builds: dict[BuildKey, Path] = {}
         self.answered: set[int] = set()  # pids of binaries that replied once
-        self.no_plain: dict[BuildKey, str] = {}  # a revision's plain build that exited unasked: why
+        self.no_plain: dict[BuildKey, str] = {}  # a revision's plain build from before plain launches: why
         self.tmp = tempfile.TemporaryDirectory(prefix="hz-mkl-faithful-")
 
     def close(self) -> None:
@@ -460,9 +461,10 @@ class Faithful:
         """Check one launch, profile `launches` (of the binary built from `revision`'s
         sources when given); the per-task rows and the verdict. `plain_launches` > 0: then the
         plain build checks one launch and times that many, and its median is the `launch` row
-        (`launch_row`); a revision's plain build that does not take the request (it exits
-        before replying: a revision from before plain launches) leaves the row out, its reason
-        in `skipped_rows`."""
+        (`launch_row`); a revision from before plain launches (its harness never reads the
+        field: `plain_unknown`, from its sources, nothing built) leaves the row out, its reason
+        in `skipped_rows`; any other revision's plain build that exits before replying stops
+        (DeviceError for exit 3, else ProtocolMismatch), as its profiled build does."""
         reply, profiles = self.profile(cand, workers, launches, revision=revision)
         dropped = sum(p.dropped for p in profiles)
         if dropped:
@@ -478,22 +480,35 @@ class Faithful:
         mismatched = not reply["cos"] >= cos_min
         if plain_launches:
             key = (cand.defines, revision, False)
-            try:
-                if key in self.no_plain:
-                    raise ProtocolMismatch(self.no_plain[key], exited=True)
+            if revision is not None and key not in self.no_plain:
+                why = plain_unknown(revision)
+                if why:
+                    self.no_plain[key] = why
+            if key in self.no_plain:
+                skipped[LAUNCH_TASK] = f"not measured: {self.no_plain[key]}"
+            else:  # a build that knows plain launches: its exit or a bad reply stops the gate, as the profiled one's
                 plain = self.plain(cand, workers, plain_launches, revision=revision)
-            except ProtocolMismatch as exc:
-                if revision is None or not exc.exited:
-                    raise
-                self.no_plain[key] = str(exc)
-                skipped[LAUNCH_TASK] = (f"not measured: {exc} (a revision from before plain launches: its plain "
-                                        "build refuses --profile-serve)")
-            else:
                 out_rows.append(launch_row(plain, common, plain_launches, shape))
                 mismatched = mismatched or not plain["cos"] >= cos_min
         return {"rows": out_rows, "cos": reply["cos"], "rel_err": reply["rel_err"],
                 "mismatched": int(mismatched), "kernel_us": common["kernel_us"],
                 "profiles": profiles, "reply": reply, "skipped_rows": skipped}
+
+
+def plain_unknown(revision: RevisionSources) -> str | None:
+    """Why `revision`'s plain build cannot time plain launches (its harness's request parsing
+    never reads `plain_launches`: a revision from before them, whose plain build refuses
+    --profile-serve), decided from its sources before anything is built or started; None when
+    it can (then any early exit of its plain build is a fault, not a skipped row)."""
+    harness = revision.standalone / "megakernel_layers" / "megakernel_layers.cu"
+    try:
+        text = harness.read_text(errors="replace")
+    except OSError:
+        return None  # no harness to read: its build says why
+    if PLAIN_REQUEST_FIELD in text:
+        return None
+    return (f"revision {revision.commit[:12]}'s megakernel_layers.cu does not read {PLAIN_REQUEST_FIELD} (a "
+            "revision from before plain launches: its plain build refuses --profile-serve)")
 
 
 def launch_row(plain: dict[str, Any], common: dict[str, Any], plain_launches: int,

@@ -2664,11 +2664,21 @@ __device__ __forceinline__ bool w13_line_image_needed(const Params& p, int strid
 // leader serves as the acquire and the fan-out's release (nothing is loaded or stored between production's
 // two); the other threads' acquire fences are dropped: none of them reads another block's data before the
 // W2 wait's acquire poll and block barrier, which order every W2 read as in production. On gfx942 the
-// family's fences are already acquire / release (mkl_sync.cuh's HIP paths, the static model unchanged).
-__device__ __forceinline__ void w13_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// family's fences are already acquire / release (mkl_sync.cuh's HIP paths, the static model unchanged): a
+// HIP build takes those two (the PTX fence is NVIDIA-only), as mkl_sync.cuh separates its paths.
+__device__ __forceinline__ void w13_fence_acq_rel() {
+#if HZ_HIP
+  acquire_fence();
+  leader_release_fence();
+#else
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
 
-// block_arrive with the leader's release by an acq_rel fence: the same barriers and read-back.
+// block_arrive with the leader's release by an acq_rel fence: the same barriers and read-back (and, as
+// block_arrive, every wave's own release first on AMD; nothing on NVIDIA).
 __device__ __forceinline__ uint32_t w13_block_arrive_acq_rel(uint32_t* ctr, unsigned tid, uint32_t* s_word) {
+  block_release_fence();
   __syncthreads();
   if (tid == 0) {
     w13_fence_acq_rel();

@@ -143,6 +143,15 @@ def test_a_side_that_left_the_launch_row_out_stops_a_task_launch_gate_with_the_r
     assert "  launch: megakernel_layers:step_p: not measured" in perf.format_report(out)
 
 
+def test_a_task_naming_the_left_out_launch_row_by_id_stops_with_the_reason(fake_server, monkeypatch):
+    monkeypatch.setenv("FAKE_PLAIN_SKIPPED", "step_p")
+    with pytest.raises(perf.GateError) as err:
+        perf.run_gate("megakernel_layers:production", ["megakernel_layers:step_p"], repeats=6,
+                      tasks=[str(1 << 16)], **fake_server)
+    assert str(err.value) == ("--task '65536': megakernel_layers:step_p's first run did not measure it: not "
+                              "measured: the plain build from revision abababababab exited (code 2)")
+
+
 def test_the_cli_refuses_a_bad_plain_launches_in_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hazards", "gate", "perf", "--baseline", "megakernel_layers:production",
                         "--candidate", "megakernel_layers:step_p", "--plain-launches", "-1"], cwd=REPO,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import array
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -150,22 +151,95 @@ def test_a_plain_reply_without_the_field_from_a_revision_names_the_revision(fait
                          plain_launches=3)
 
 
+def revision_tree(tmp_path: Path, harness: str) -> RevisionSources:
+    """A revision whose megakernel_layers.cu is `harness`."""
+    cu = tmp_path / "rev" / "megakernel_layers" / "megakernel_layers.cu"
+    cu.parent.mkdir(parents=True, exist_ok=True)
+    cu.write_text(harness)
+    return RevisionSources("ab" * 20, tmp_path / "rev")
+
+
+OLD_HARNESS = 'if (const hz::json::Value* v = req.get("launches")) { /* no plain launches */ }\n'
+NEW_HARNESS = OLD_HARNESS + 'if (const hz::json::Value* v = req.get("plain_launches")) {}\n'
+
+
 def test_a_revisions_plain_build_from_before_plain_launches_leaves_the_row_out_and_says_why(faithful, monkeypatch,
                                                                                           tmp_path):
     built = []
     use_plain(monkeypatch, fake_plain(tmp_path, None, exit_code=2), built)
-    rev = RevisionSources("ab" * 20, tmp_path)
+    rev = revision_tree(tmp_path, OLD_HARNESS)
     for _ in range(2):
         res = faithful.measure(FA.candidate("production"), 132, 2, 0.99, rev, plain_launches=3)
         assert [r["task"] for r in res["rows"]] == ["qkv", "worker"]
         why = res["skipped_rows"]["launch"]
-        assert why.startswith("not measured: the plain build from revision abababababab exited (code 2) before its "
-                              "first MKL_PROFILE reply") and "\n" not in why
-    assert len(built) == 1  # asked once: the second sample knows it leaves the row out
+        assert why == ("not measured: revision abababababab's megakernel_layers.cu does not read "
+                       'req.get("plain_launches") (a revision from before plain launches: its plain build refuses '
+                       "--profile-serve)")
+    assert built == []  # decided from its sources: its plain build is neither built nor started
     reply = FA.handle(faithful, {"id": 1, "launches": 2, "params": {
         "candidate": "production", "workers": 132, "plain_launches": 3, "revision": rev.commit,
-        "sources": str(tmp_path)}})
+        "sources": str(rev.standalone)}})
     assert reply["status"] == "ok" and reply["metrics"]["skipped_rows"]["launch"] == why
+
+
+@pytest.mark.parametrize("how, words", [
+    ("sys.exit(2)", "exited (code 2) before its first MKL_PROFILE reply"),
+    ("sys.exit(1)", "exited (code 1) before its first MKL_PROFILE reply"),
+    ("os.kill(os.getpid(), signal.SIGSEGV)", "was ended by SIGSEGV before its first MKL_PROFILE reply"),
+])
+def test_a_revision_that_knows_plain_launches_whose_plain_build_exits_stops_not_skips_the_row(
+        faithful, monkeypatch, tmp_path, how, words):
+    exe = fake_plain(tmp_path, None)
+    exe.write_text(f"#!{sys.executable}\nimport os, signal, sys\nsys.stdin.readline()\n{how}\n")
+    use_plain(monkeypatch, exe)
+    rev = revision_tree(tmp_path, NEW_HARNESS)
+    with pytest.raises(FA.ProtocolMismatch, match=re.escape("the plain build from revision abababababab " + words)):
+        faithful.measure(FA.candidate("production"), 132, 2, 0.99, rev, plain_launches=3)
+    assert faithful.no_plain == {}  # nothing cached: a restarted plain build is asked again
+    reply = FA.handle(faithful, {"id": 1, "launches": 2, "params": {  # one line, as the profiled build's
+        "candidate": "production", "workers": 132, "plain_launches": 3, "revision": rev.commit,
+        "sources": str(rev.standalone)}})
+    assert reply["status"] == "bad_request" and reply["message"].startswith("ProtocolMismatch: ") and words in reply[
+        "message"] and "\n" not in reply["message"], reply
+
+
+def test_a_revisions_plain_build_restarted_after_a_crash_is_not_skipped_when_it_crashes_again(faithful, monkeypatch,
+                                                                                            tmp_path):
+    # the first process answers, then dies (killed here); its restart (a new pid) crashes before replying
+    count = tmp_path / "starts"
+    exe = fake_plain(tmp_path, None)
+    exe.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                   f"n = int(open({str(count)!r}).read()) if os.path.exists({str(count)!r}) else 0\n"
+                   f"open({str(count)!r}, 'w').write(str(n + 1))\n"
+                   "for line in sys.stdin:\n"
+                   "    if n: os.abort()\n"
+                   f"    print('MKL_PROFILE ' + {json.dumps(json.dumps(plain_reply()))}, flush=True)\n")
+    use_plain(monkeypatch, exe)
+    rev = revision_tree(tmp_path, NEW_HARNESS)
+    res = faithful.measure(FA.candidate("production"), 132, 2, 0.99, rev, plain_launches=3)
+    assert res["rows"][-1]["task"] == "launch" and res["skipped_rows"] == {}
+    [proc] = faithful.procs.values()
+    proc.kill()
+    proc.wait()
+    with pytest.raises(FA.ProtocolMismatch, match="was ended by SIGABRT"):
+        faithful.measure(FA.candidate("production"), 132, 2, 0.99, rev, plain_launches=3)
+    assert faithful.no_plain == {}
+
+
+def test_a_revisions_plain_build_exiting_with_the_device_fault_code_is_a_device_error(faithful, monkeypatch,
+                                                                                     tmp_path):
+    use_plain(monkeypatch, fake_plain(tmp_path, None, exit_code=3))
+    rev = revision_tree(tmp_path, NEW_HARNESS)
+    with pytest.raises(FA.DeviceError, match="exited [(]code 3[)] before replying"):
+        faithful.measure(FA.candidate("production"), 132, 2, 0.99, rev, plain_launches=3)
+
+
+def test_the_harness_reads_the_field_the_old_revision_check_looks_for():
+    from hazards.kernel_sources import standalone_dir
+
+    cu = Path(standalone_dir()) / "megakernel_layers" / "megakernel_layers.cu"
+    assert FA.PLAIN_REQUEST_FIELD in cu.read_text()
+    assert FA.plain_unknown(RevisionSources("ab" * 20, Path(standalone_dir()))) is None
 
 
 def test_todays_plain_build_exiting_is_a_device_fault_not_a_skipped_row(faithful, monkeypatch, tmp_path):
@@ -218,3 +292,12 @@ def test_a_real_plain_build_from_before_plain_launches_exits_before_replying_so_
         f.close()
     assert err.value.exited and str(err.value).startswith(
         f"the plain build from revision {rev.commit[:12]} exited (code 2) before its first MKL_PROFILE reply")
+
+
+def test_the_pythons_plain_launches_bound_is_the_harness_bound():
+    from hazards.kernel_sources import standalone_dir
+
+    cu = (Path(standalone_dir()) / "megakernel_layers" / "megakernel_layers.cu").read_text()
+    [(check, said)] = re.findall(r'req\.get\("plain_launches"\)\)\s*\{\s*if \(!v->is_integer\(\) \|\| v->num < 0 \|\| '
+                                 r'v->num > (\d+)\) throw hz::BadRequest\("plain_launches must be in \[0, (\d+)\]"\)', cu)
+    assert int(check) == int(said) == FA.MAX_PLAIN_LAUNCHES

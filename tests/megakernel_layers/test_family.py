@@ -2,6 +2,8 @@
 explainer (on synthetic snapshots) and the static checks on the sync layer's gfx942 code."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 
@@ -235,6 +237,51 @@ def test_a_merge_worker_arriving_without_its_release_is_flagged(arch):
     assert text.count(arrival) == 1
     found = _kernel_findings(arch, "mkl_static_merge", text.replace(arrival, arrival.replace("true", "false")))
     assert "release-order" in {f.check for f in found if f.fails}, [f.message for f in found]
+
+
+MKL_KERNEL = F.SYNC_STATIC.parent / "mkl_kernel.cuh"
+
+
+def step_r_block() -> str:
+    """mkl_kernel.cuh's `#if MKL_W13_ACQ_REL` block that defines step (r)'s fences."""
+    text = MKL_KERNEL.read_text()
+    start = text.index("#if MKL_W13_ACQ_REL\n")
+    assert "w13_fence_acq_rel" in text[start:text.index("#endif", start)]
+    depth, pos = 0, start
+    for m in re.finditer(r"^#\s*(if|ifdef|ifndef|endif)\b", text[start:], re.M):
+        depth += 1 if m.group(1) != "endif" else -1
+        if depth == 0:
+            pos = start + m.end()
+            break
+    return text[start:pos]
+
+
+def test_step_r_fences_compile_for_amd_and_release_in_order(arch):
+    """Step (r)'s W13 fences (MKL_W13_ACQ_REL, step 20) on AMD: the PTX fence is NVIDIA-only, so a HIP
+    build takes the family's acquire and release fences (mkl_sync.cuh's HIP paths). The step's block of
+    mkl_kernel.cuh, with the sync layer, compiles for the arch, and the checks read its arrival and
+    fan-out in release order at agent scope."""
+    from hazards.static import amdgcn
+    from hazards.static.compile import compile_amdgcn
+
+    text = ('#include "mkl_sync.cuh"\n#define MKL_W13_ACQ_REL 1\nnamespace mkl {\n' + step_r_block() + "\n}\n"
+            "__global__ void mkl_static_w13_acq_rel(uint32_t* sync, uint32_t* out) {\n"
+            "  __shared__ uint32_t word;\n"
+            "  const unsigned tid = hz_static_tid();\n"
+            "  out[hz_static_bid() * 256 + tid] = tid;  // the block's data\n"
+            "  uint32_t* ctr = mkl::word_at(sync, mkl::single_off(mkl::W_MERGE_CTR));\n"
+            "  const uint32_t old = mkl::w13_block_arrive_acq_rel(ctr, tid, &word);\n"
+            "  if (old + 1u == 4u && tid == 0) mkl::w13_release_fanout_acq_rel(sync, 0, 128, 1u);\n"
+            "}\n")
+    annotated, stmts = amdgcn.annotate_source(text)
+    build = compile_amdgcn(F.SYNC_STATIC, arch=arch, text=annotated, label=f"test-mkl-w13-acq-rel-{arch}")
+    found = amdgcn.check_listing(build.text, str(build.path), target=arch, stmts=stmts,
+                                 source_path=str(F.SYNC_STATIC))
+    assert not [f for f in found if f.fails], [f.message for f in found if f.fails]
+    assert "fence.acq_rel" not in build.text
+    scoped = [f.message for f in found if f.check == "sync-scope"]  # the checks read the arrival and the fan-out
+    assert any(m.startswith("flag `global_atomic_add`") for m in scoped), scoped
+    assert any(m.startswith("flag `global_store_dword`") for m in scoped), scoped
 
 
 def test_a_skew_shorter_than_a_layers_head_cannot_hang_the_snapshot_class():
