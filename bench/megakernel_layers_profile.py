@@ -2,7 +2,8 @@
 """Where one decode step of the layered megakernel spends its time: the per-task profiler.
 
     PYTHONPATH=$PWD python3 bench/megakernel_layers_profile.py [--candidate production ...]
-        [--set tripwire=off] [--workers 132] [--launches 5] [--subspans] [--out DIR]
+        [--set tripwire=off] [--define MKL_PREFETCH_W2_KB=0] [--workers 132] [--launches 5] [--subspans]
+        [--out DIR]
 
 For each candidate (hazards.megakernel_layers.faithful) the profiled binary checks one
 launch and profiles `--launches` more. Printed per candidate:
@@ -153,11 +154,27 @@ def report(name: str, reply: dict, profiles: list, rows: list[dict]) -> dict:
             "heads_us": heads, "layer_us": layer_us, "median_launch": median_i}
 
 
+def build_defines(items: list[str]) -> tuple[tuple[str, int], ...]:
+    """--define NAME=INT items as (name, value) pairs; anything else is a UserError (one line)."""
+    from hazards.engine.errors import UserError
+
+    out = []
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.isidentifier() or not value.lstrip("-").isdigit():
+            raise UserError(f"--define {item!r}: expected NAME=INTEGER, e.g. MKL_PREFETCH_W2_KB=0")
+        out.append((name, int(value)))
+    return tuple(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--candidate", action="append", help=f"repeatable; one of {', '.join(FA.CANDIDATES)}")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="another request field for every candidate (e.g. tripwire=off)")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=INT",
+                    help="a compile-time define added to every candidate's build (a diagnostic, e.g. "
+                         "MKL_PREFETCH_W2_KB=0); integers only")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--launches", type=int, default=5)
     ap.add_argument("--subspans", action="store_true",
@@ -168,6 +185,7 @@ def main() -> int:
     for item in a.set:
         k, _, v = item.partition("=")
         extra[k] = int(v) if v.lstrip("-").isdigit() else v
+    defines = build_defines(a.define)
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
     f = FA.Faithful()
@@ -175,9 +193,11 @@ def main() -> int:
     try:
         for name in a.candidate or ["production"]:
             cand = FA.candidate(name)
-            if a.subspans:
-                cand = dataclasses.replace(cand, defines=(*cand.defines, ("MKL_PROF_SUBSPANS", 1)))
-            label = name + "".join(f",{k}={v}" for k, v in extra.items()) + (",subspans" if a.subspans else "")
+            more = (*defines, *((("MKL_PROF_SUBSPANS", 1),) if a.subspans else ()))
+            if more:
+                cand = dataclasses.replace(cand, defines=(*cand.defines, *more))
+            label = (name + "".join(f",{k}={v}" for k, v in (*extra.items(), *defines))
+                     + (",subspans" if a.subspans else ""))
             ring = (a.out / f"ring_{label.replace(',', '_').replace('=', '-')}.bin") if a.out else None
             reply, profiles = f.profile(cand, a.workers, a.launches, ring=ring, params=extra)
             bad = [p.summary() for p in profiles if not p.complete]

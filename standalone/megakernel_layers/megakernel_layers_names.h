@@ -61,8 +61,11 @@ enum MklSubPoint {
   SUB_GEMV = 3,          // GEMV tasks: the rounds done; attn_chunk: thread 0's warp's block loop done;
                          // router_topk: the hn payload written (a block barrier)
   SUB_AFTER = 4,         // attn_chunk: every warp's loop (the block barrier before the combine); oproj: its
-                         // rows emitted (router partials next); router_topk: top-k done (thread 0's warp)
-  SUB_COMBINE = 5,       // attn_chunk: thread 0's share of the combine and the partial write
+                         // rows emitted (router partials next); router_topk: top-k done (thread 0's warp);
+                         // moe_w13: its SwiGLU outputs stored (gemv_block's last barrier passed)
+  SUB_COMBINE = 5,       // attn_chunk: thread 0's share of the combine and the partial write; moe_w13: the
+                         // arrival's atomic read back (block_arrive returned; the expert's release follows
+                         // only on its last arriver)
 };
 // Explicit points a task instance can stamp (its sub-spans: one more), by task id.
 #define MKL_SUB_POINTS_QKV 3
@@ -70,11 +73,11 @@ enum MklSubPoint {
 #define MKL_SUB_POINTS_ATTN_MERGE 2
 #define MKL_SUB_POINTS_OPROJ 4
 #define MKL_SUB_POINTS_ROUTER_TOPK 4
-#define MKL_SUB_POINTS_MOE_W13 3
+#define MKL_SUB_POINTS_MOE_W13 5
 #define MKL_SUB_POINTS_MOE_W2 3
 // Sub-span names per task id, in point order (sub-span k is the k-th name): the profiled binary
 // prints them with MKL_TASK_NAMES; bench/megakernel_layers_profile.py --subspans reads them.
 #define MKL_SUBSPAN_NAMES                                                                        \
   "2=wait,norm,gemv,emit;3=wait,q_copy,loop_w0,loop_all,combine_w0,arrive;4=wait,merge_w0,arrive;" \
-  "5=wait,copy,gemv,emit,router_part;6=fence,partials,hn,topk,publish;7=wait,hn_copy,gemv,emit;"   \
+  "5=wait,copy,gemv,emit,router_part;6=fence,partials,hn,topk,publish;7=wait,hn_copy,gemv,emit,arrive,release;" \
   "8=wait,quant,gemv,emit"

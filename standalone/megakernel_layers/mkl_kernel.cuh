@@ -230,8 +230,16 @@ constexpr int MERGE_OUT = 8;         // merged outputs per thread (NQ * HD <= TH
 // Bulk L2 prefetch windows per worker (bytes), sized so that all workers together stay well
 // inside the 60 MB L2: a whole-tile prefetch of the MoE phases (133 + 66 MB per layer) would
 // evict itself before the loads arrive.
-constexpr long long PREFETCH_W13 = 256 << 10;
-constexpr long long PREFETCH_W2 = 64 << 10;
+// MKL_PREFETCH_W13_KB / MKL_PREFETCH_W2_KB: diagnostics (0: no prefetch) that ask whether the MoE's
+// prefetch bursts (every worker's window at once: 34 MB) slow the L2 round trips of the W13 arrival.
+#ifndef MKL_PREFETCH_W13_KB
+#define MKL_PREFETCH_W13_KB 256
+#endif
+#ifndef MKL_PREFETCH_W2_KB
+#define MKL_PREFETCH_W2_KB 64
+#endif
+constexpr long long PREFETCH_W13 = (long long)MKL_PREFETCH_W13_KB << 10;
+constexpr long long PREFETCH_W2 = (long long)MKL_PREFETCH_W2_KB << 10;
 
 struct Params {
   Shape s;
@@ -3063,6 +3071,9 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
           out[(r + k) >> 1] = g / (1.f + expf(-g)) * up;
         }
       });
+      // the emit split three ways (sub-span builds only): the outputs stored, the arrival's atomic read back,
+      // the last arriver's release (round 22 measured the whole at 8 us a tile: which part grows under load?)
+      MKL_SUB_POINT(SUB_AFTER);
       uint32_t* ctr = word_at(p.sync, moe_counter_off(e, stride));
       uint32_t line_image[RELEASE_FANOUT];
 #if MKL_W13_EMIT_LEAN
@@ -3077,12 +3088,14 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       // step (r): the arrival's release, the last arriver's acquire and its fan-out's release by acq_rel fences,
       // the last two one fence of the leader
       const uint32_t old = w13_block_arrive_acq_rel(ctr, tid, &hd->word);
+      MKL_SUB_POINT(SUB_COMBINE);
       if ((old + 1u) % (uint32_t)p.T13 == 0u && tid == 0) {
         w13_release_fanout_acq_rel(p.sync, e, stride, w13_value);
         emulate_l2_writeback(p, e, stride, line_image, l);
       }
 #else
       const uint32_t old = block_arrive(ctr, true, tid, &hd->word);
+      MKL_SUB_POINT(SUB_COMBINE);
       if ((old + 1u) % (uint32_t)p.T13 == 0u) {
         acquire_fence();
         if (tid == 0) {

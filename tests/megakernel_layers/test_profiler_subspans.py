@@ -51,6 +51,8 @@ def test_the_names_header_names_every_sub_span_of_every_task_with_points():
     assert {tasks[t]: len(n) - 1 for t, n in names.items()} == points
     assert names[3] == ["wait", "q_copy", "loop_w0", "loop_all", "combine_w0", "arrive"]
     assert names[6] == ["fence", "partials", "hn", "topk", "publish"]
+    # the W13 tile's emit split three ways: outputs stored, the arrival read back, the last arriver's release
+    assert names[7] == ["wait", "hn_copy", "gemv", "emit", "arrive", "release"]
     # SUB_GEMV (gemv_block's stamp) is the third point of every GEMV task
     assert all(names[t][2] == "gemv" for t in (2, 5, 7, 8))
 
@@ -145,3 +147,26 @@ def test_the_profile_bench_refuses_an_unknown_candidate_in_one_line_without_a_tr
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]
     assert r.stderr.startswith("megakernel_layers_profile: unknown layered-megakernel candidate 'nosuch'")
+
+
+def test_the_profile_bench_takes_integer_defines_and_refuses_anything_else_in_one_line():
+    from hazards.engine.errors import UserError
+
+    bench = _bench()
+    assert bench.build_defines(["MKL_PREFETCH_W2_KB=0", "MKL_PREFETCH_W13_KB=-1"]) == (
+        ("MKL_PREFETCH_W2_KB", 0), ("MKL_PREFETCH_W13_KB", -1))
+    for bad in ("MKL_PREFETCH_W2_KB", "MKL_X=fast", "=3", "1X=2"):
+        with pytest.raises(UserError, match="expected NAME=INTEGER"):
+            bench.build_defines([bad])
+
+
+def test_the_w13_arrival_is_stamped_between_the_outputs_and_the_release_in_both_fence_forms():
+    """Both arrival forms (production's block_arrive, step (r)'s acq_rel one) stamp SUB_COMBINE right after
+    the atomic's read-back, and SUB_AFTER right after the tile's GEMV (its outputs stored)."""
+    src = (ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh").read_text()
+    w13 = src[src.index("// ---- expert W13 tiles"):src.index("// ---- expert W2 rows")]
+    assert w13.count("MKL_SUB_POINT(SUB_AFTER);") == 1
+    assert w13.index("gemv_block(") < w13.index("MKL_SUB_POINT(SUB_AFTER);") < w13.index("block_arrive")
+    for arrive in ("w13_block_arrive_acq_rel(ctr, tid, &hd->word);", "block_arrive(ctr, true, tid, &hd->word);"):
+        after = w13[w13.index(arrive) + len(arrive):]
+        assert after.lstrip().startswith("MKL_SUB_POINT(SUB_COMBINE);"), arrive
