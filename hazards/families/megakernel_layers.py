@@ -41,9 +41,11 @@ CLOCK_GHZ = 1.98
 # profile of the same code as a candidate; round 6's first step (d) on an H100: 63.1-67.5 us); the
 # middle of the H200's three. Who arrives before the bump did not change (the merge workers hold
 # QKV tiles), so only this number moved. Step 10 (step (e) + step (g); production from promote10
-# until step 14, which adds step (l)'s copies and keeps step 10's waits; step 15, production since
-# promote15, runs the attention chunk's block loop, inside the head, on tensor cores: round 19's
-# attn_chunk slowCTA 0.56 of step 14's, the same waits)
+# until step 14, which adds step (l)'s copies and keeps step 10's waits; step 15, production from
+# promote15 until step 21, runs the attention chunk's block loop, inside the head, on tensor cores:
+# round 19's attn_chunk slowCTA 0.56 of step 14's, the same waits; step 21, production since
+# promote21, changes only the router's last block, after the merge's bump that ends the head, and the
+# W13 arrival's fences, after the head too, and no wait)
 # keeps step (d)'s merge workers and waits; its head is step (e)'s (step (g) changes W2, after the
 # head), never measured on an H200: on H100s step (e)'s was 63.9-72.1 us in rounds 9, 10 and 13
 # (step (d)'s 62.6-64.3 in round 9's same run, 3-4 us shorter). Until an H200 profile of step 10,

@@ -67,9 +67,10 @@ class Candidate:
 
 
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
-    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 15: step 14 + step "
-              "(m), step_m's code; faster than step 14 by both gates in round 19, an H100, 2026-12-06; promoted "
-              "in round 20: the family check and the logit gate passed)", "no-change"),
+    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 21: step 15 + step "
+              "(p)'s router + step (r)'s W13 acq_rel fences, step_p_r's code, step 15's bits; promote21, merged only "
+              "if round 24's confirming gate step_15 -> production calls the plain launch faster and the profiled "
+              "worker not slower; then the promotion round's family check and logit gate)", "no-change"),
     Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
               defines=(("MKL_NOOP_CANDIDATE", 1),)),
     Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",
@@ -84,10 +85,12 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # step_e vs step (d), step_f vs step_e (what step (f) adds), step_g vs step_f (what step (g)
     # adds), step_h and step_g_on_e vs step_e (their base), step_i, step_j, step_k and step_l vs
     # step 10 (their base, production from round 14 until step 14; candidate step_10), step_m vs
-    # step 14 (its base, production from round 18 until step 15; candidate step_14).
-    # Production is step 15 (step 14 + step (m), step_m's code): its promotion round gates step_14
-    # (the production it replaces) -> production. `expected` is each one's verdict against today's
-    # production (step 15), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
+    # step 14 (its base, production from round 18 until step 15; candidate step_14), step_o, step_p,
+    # step_q and step_r vs step 15 (their base, production from round 20 until step 21; candidate step_15),
+    # step_p_r vs step 15 too (production's code since step 21).
+    # Production is step 21 (step 15 + step (p) + step (r), step_p_r's code): its promotion round gates
+    # step_15 (the production it replaces) -> production. `expected` is each one's verdict against today's
+    # production (step 21), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
     # texts keep their verdicts against their base, step_10. step_k_half's and step_k_setaside's were
     # never measured: their `expected` is the hypothesis they were written for, and their texts say so.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
@@ -119,7 +122,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "instead of 4, every load of a warp's rounds issued before its first amax (one dependent L2 round "
               "trip a warp; step (f)'s: ~7 a round, a spilled load ahead of each next, 3 rounds a warp; "
               "MKL_CAMPAIGN_STEP 8; step (f)'s bits; step 10 with step (f)'s copies, no-change against step 10 in "
-              "round 13's launch gate, so against step 14 (step 10 + step (l)) and production (step 14 + step (m)) slower)", "slower",
+              "round 13's launch gate, so against step 14 (step 10 + step (l)), step 15 (step 14 + step (m)) and production slower)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 8),)),
     Candidate("step_g_on_e", "step (g)'s W2 quantization on step (e), without step (f)'s attention copies "
               "(MKL_CAMPAIGN_STEP 8, MKL_ATTN_AHEAD 0): what step (g) gains where step (f) is not promoted; "
@@ -136,11 +139,20 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "step 14's bits; slower than step 14 by the launch's gate in round 17, step_l's worker 0.954, so "
               "slower than production)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 10),)),
-    Candidate("step_14", "campaign step 14, the production from round 18 until step 15 (the previous production): "
+    Candidate("step_14", "campaign step 14, the production from round 18 until step 15: "
               "step 10 + step (l), step_l's code, without step (m)'s tensor-core attention (MKL_CAMPAIGN_STEP 14; "
               "step 10's bits, not production's; slower than production by both gates in round 19, step_m's "
               "worker 0.901, the launch 0.907)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 14),)),
+    Candidate("step_15", "campaign step 15, the production from round 20 until step 21 (the previous production): "
+              "step 14 + step (m), step_m's code, without step (p)'s short router chain and step (r)'s acq_rel "
+              "fences (step 18's promotion over it in round 23 was undone by its confirming gate; MKL_CAMPAIGN_STEP 15; "
+              "production's bits: steps (p) and (r) keep them; 'slower' is a prediction from round 23 (an H100), "
+              "where step_p_r, production's code, against it gave the plain launch 0.974 [0.970, 0.986] and 0.973 "
+              "[0.970, 0.989], faster in two gates (the default gate called the pair slower by attn_merge, a task "
+              "neither step changes; router_topk the pair's change): promote21 is merged only if round 24's "
+              "confirming gate calls production faster on the plain launch again)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 15),)),
     Candidate("step_i", "campaign step (i), a candidate (round 15): step 10 (its base, step_10) with the GEMVs' row groups "
               "split into column parts of at most one round of the loop where a warp then takes fewer dependent "
               "rounds (gemv_kparts_rounds): the QKV tile 3 parts (3 rounds a warp, not 4), the O-projection 4 (2, "
@@ -174,48 +186,51 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "layer's critical path issuing a thread's loads before its stores (the attention's q, the RMSNorm's x "
               "and weight, the router's hn payload, W13's hn, the O-projection's attn_out and its and W2's output "
               "rows; in the harness build several waited for each load before the next), the same loads of the same "
-              "kind (MKL_CAMPAIGN_STEP 14; step 10's bits; faster than step 10 by the launch's gate in round 17; slower than production, step 14 + step (m))", "slower",
+              "kind (MKL_CAMPAIGN_STEP 14; step 10's bits; faster than step 10 by the launch's gate in round 17; slower than step 15, step 14 + step (m), and production)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 14),)),
-    Candidate("step_m", "campaign step (m) (round 19; production's code since step 15): step 14 (its base, step_14) with the "
+    Candidate("step_m", "campaign step (m) (round 19; production's code from step 15 until step 21, step_15's): step 14 (its base, step_14) with the "
               "attention chunk's 32-token block loop on tensor cores at the default shape (GQ 8): per block 16 "
               "mma.sync m16n8k16 bf16 for the scores and 16 for P.V, q and P split into bf16 hi + lo rows (fp32 "
               "accumulation; ~2^-17 relative a product), the softmax in registers (a head's max: 2 shuffles); the "
               "small shape (GQ 4) runs the same loop with half of the mma's rows zero dummies; the same loads' "
               "kinds, waits and sub-span points "
               "(MKL_CAMPAIGN_STEP 15, MKL_ATTN_MMA; other bits than step 14's: judged by closeness; faster than step 14 by "
-              "both gates in round 19: worker 0.901 [0.892, 0.910], attn_chunk 0.560, the launch 0.907)", "no-change",
+              "both gates in round 19: worker 0.901 [0.892, 0.910], attn_chunk 0.560, the launch 0.907; against production, "
+              "step 15 + steps (p) and (r), slower: step_15's prediction)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 15),)),
-    Candidate("step_o", "campaign step (o), a candidate: production (its base, step 15) with the W13 arrival's "
+    Candidate("step_o", "campaign step (o), a candidate: step 15 (its base, production then; step_15) with the W13 arrival's "
               "shared_line emulation image (8 strong L2 loads of the expert's release words by the leader, "
               "spilled at once, one dependent L2 round trip before every W13 arrival) loaded only where the "
               "emulation can store it back (writeback_ppm > 0 and the release words in the counter's 64-B line: "
               "the shared_line layout), so the fixed layout arrives with no load ahead (MKL_CAMPAIGN_STEP 17, "
-              "MKL_W13_EMIT_LEAN; no arithmetic changed: production's bits; written to shorten the moe_w13 emit by one L2 "
+              "MKL_W13_EMIT_LEAN; no arithmetic changed: step 15's bits, production's; written to shorten the moe_w13 emit by one L2 "
               "round trip; round 22 (an H100) judged it slower: moe_w13 1.031 [1.018, 1.042], the launch 1.020 "
               "[1.015, 1.025]; emit 8.1 us against production's 8.0: the loads were not the emit's time)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 17),)),
-    Candidate("step_p", "campaign step (p), a candidate: production with the router's last block on a short "
+    Candidate("step_p", "campaign step (p) (in production since step 21, with step (r)'s switch): step 15 (its base, "
+              "production then; step_15) with the router's last block on a short "
               "chain (router_from_partials_wide): every thread issues its partials (9 a pass, one pass at 132 "
-              "workers; production's remainder loop waited for up to 8 one at a time) and its payload elements of "
-              "h and norm before any add, one block barrier (production 3), the top-k and softmax from the lanes' "
+              "workers; step 15's remainder loop waited for up to 8 one at a time) and its payload elements of "
+              "h and norm before any add, one block barrier (step 15's 3), the top-k and softmax from the lanes' "
               "registers (no local memory, loops not unrolled); the caller's acquire, the ROUTING publish and "
-              "every wait production's (MKL_CAMPAIGN_STEP 18, MKL_ROUTER_WIDE; the same sums in the same order: "
-              "production's bits; round 22 (an H100): router_topk 0.641 [0.620, 0.677] and the launch 0.984 [0.980, 0.989] "
+              "every wait step 15's (MKL_CAMPAIGN_STEP 18, MKL_ROUTER_WIDE; the same sums in the same order: "
+              "step 15's bits; round 22 (an H100): router_topk 0.641 [0.620, 0.677] and the launch 0.984 [0.980, 0.989] "
               "(no-change: inside the gate's 2% minimum effect), but the default gate slower by oproj 1.051 "
               "[1.016, 1.085], whose sub-spans did not move; the bench without the profiler 574.7 against 595.5 us, "
               "unpaired; round 23 (H100s): the plain launch 0.980 [0.976, 0.991] faster, 0.981 no-change in the "
               "default gate (slower by attn_merge 1.080), the profiled one no-change; promoted by the launch "
               "gate's faster and undone when the confirming gate said no-change, 0.980 [0.973, 0.987]: a ~2% step "
-              "on the 2% minimum effect)",
-              "slower", defines=(("MKL_CAMPAIGN_STEP", 18),)),
+              "on the 2% minimum effect; against production, step 18 + step (r)'s switch, no-change: a prediction, "
+              "step (r) alone no-change on both launches in round 23)",
+              "no-change", defines=(("MKL_CAMPAIGN_STEP", 18),)),
     Candidate("step_p_topk_twice", "a diagnostic of step (p) (MKL_ROUTER_TOPK_REPS 2): the router block runs the "
               "same top-k code twice, the sub-spans' `topk` timing the second run (the first falls in `hn`): a "
               "top-k much faster run again was paying for cold code, not for its dependent chain (production's "
               "bits; round 22 (an H100): step (p)'s top-k run again 1.5 us against its first run's 2.1 (step_p), the "
-              "first run's cost in hn (2.5 us against step_p's 0.2): at most ~0.6 us of warm-up; production's "
+              "first run's cost in hn (2.5 us against step_p's 0.2): at most ~0.6 us of warm-up; step 15's "
               "top-k not run twice; gate not run)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 18), ("MKL_ROUTER_TOPK_REPS", 2))),
-    Candidate("step_q", "campaign step (q), a candidate: production (its base) with the attention chunk's and the "
+    Candidate("step_q", "campaign step (q), a candidate: step 15 (its base, production then; step_15) with the attention chunk's and the "
               "merge's fixed costs cut (MKL_CHUNK_LEAN): q read from qbuf beside the first block's K words (no copy to "
               "shared memory, no barrier), the combine of a kv head's warps in the registers of its first warp (the "
               "others' values through shared memory, one barrier; production: every warp's values stored, a barrier, "
@@ -229,25 +244,28 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "no-change 1.012 [1.008, 1.018]; the combine 1.7 us against 2.3, the q copy 0.5 against 0.9, the "
               "arrival 3.6 against 3.1)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 19),)),
-    Candidate("step_r", "campaign step (r), a candidate: production with the W13 arrival's gpu-scope fences as acq_rel "
+    Candidate("step_r", "campaign step (r), a candidate: step 15 (its base, production then; step_15) with the W13 arrival's gpu-scope fences as acq_rel "
               "fences (MKL_W13_ACQ_REL: fence.acq_rel.gpu, MEMBAR.ALL.GPU, in place of __threadfence's fence.sc.gpu, "
               "MEMBAR.SC.GPU): the leader's release before the arrival's atomic, and the expert's last arriver's "
-              "acquire and fan-out release as one fence of its leader (production: every thread's acquire fence, "
+              "acquire and fan-out release as one fence of its leader (step 15: every thread's acquire fence, "
               "then the leader's release fence, three MEMBAR.SC.GPU on the path to the release flags, one now); no "
-              "wait added or moved, no arithmetic changed (MKL_CAMPAIGN_STEP 20; production's bits). Written for "
+              "wait added or moved, no arithmetic changed (MKL_CAMPAIGN_STEP 20; step 15's bits). Written for "
               "faster (the W13 emit, 8.0 us a tile, read as the SC fence's wait); round 23 (an H100) measured the "
-              "W13 emit unmoved (8.0 us as production's), the plain launch no-change 0.993 [0.989, 1.004] and "
+              "W13 emit unmoved (8.0 us as step 15's), the plain launch no-change 0.993 [0.989, 1.004] and "
               "0.998, the profiled one 1.001 and 0.999, the default gate slower (attn_merge 1.075, router_topk "
-              "1.034, tasks it does not change): rejected", "slower",
+              "1.034, tasks it does not change): rejected alone; in production since step 21, with step (p)'s switch; "
+              "against production, step 20 + step (p)'s router, slower as step_15: a prediction)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 20),)),
-    Candidate("step_p_r", "steps (p) and (r) stacked: step (r)'s build (MKL_CAMPAIGN_STEP 20, the W13 arrival's acq_rel "
+    Candidate("step_p_r", "steps (p) and (r) stacked (production's code since step 21: the same switches, the "
+              "default build's PTX): step (r)'s build (MKL_CAMPAIGN_STEP 20, the W13 arrival's acq_rel "
               "fences) with step (p)'s switch on (-DMKL_ROUTER_WIDE=1: the router's last block on a short chain); "
-              "each has production's bits, so the pair does. Round 23 (an H100): the plain launch faster, 0.974 "
+              "each has step 15's bits, so the pair does. Round 23 (an H100): the plain launch faster, 0.974 "
               "[0.970, 0.986] and 0.973 [0.970, 0.989] in two gates, the profiled one no-change (0.986, 0.984), "
               "the default gate slower by attn_merge (sumCTA 1.075) (step (p) alone 0.980 and 0.981 on the plain launch, "
               "step (r) alone no-change, in the same round): the promotion rule's launch items met once, not "
-              "confirmed (no device time left for a second gate; step (p)'s confirming gate said no-change)",
-              "slower", defines=(("MKL_CAMPAIGN_STEP", 20), ("MKL_ROUTER_WIDE", 1))),
+              "confirmed (no device time left for a second gate; step (p)'s confirming gate said no-change); "
+              "promoted as step 21 by promote21, pending round 24's confirming gate)",
+              "no-change", defines=(("MKL_CAMPAIGN_STEP", 20), ("MKL_ROUTER_WIDE", 1))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

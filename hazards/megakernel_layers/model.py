@@ -92,7 +92,7 @@ def qkv_rows(s: Shape) -> int:
 # and `hazards explore` run the default build (production); a caller judging another build passes
 # its -D defines (the acceptance bench's --define, a GPU test's family_binary defines).
 QKV_TILE_ROWS_BY_STEP = {12: 40}
-DEFAULT_CAMPAIGN_STEP = 15  # mkl_kernel.cuh's default MKL_CAMPAIGN_STEP: production (step 15 since promote15)
+DEFAULT_CAMPAIGN_STEP = 21  # mkl_kernel.cuh's default MKL_CAMPAIGN_STEP: production (step 21 since promote21; step 15 from promote15)
 
 
 def qkv_tile_rows(defines: dict[str, int] | None = None) -> int:

@@ -120,8 +120,9 @@
 // (candidate step_10); step 14 is itself replaced by step 15 (candidate step_14). Where the comments
 // below and in the other sources say "production" for steps (i)-(l)'s base, they mean step 10; for
 // step (m)'s base, step 14.
-// 15 (production: faster in round 19, promoted in round 20, an H100, 2026-12-06: the family check
-// and the logit gate passed) step 14 + step (m): step 14 with attend_chunk's 32-token block loop on
+// 15 (production from round 20 until step 21: faster in round 19, promoted in round 20, an H100,
+// 2026-12-06: the family check and the logit gate passed; step 18 replaced it for one confirming gate in
+// round 23 and was undone) step 14 + step (m): step 14 with attend_chunk's 32-token block loop on
 // tensor cores at both head groupings, GQ = 8 and GQ = 4 (MKL_ATTN_MMA; mma.sync m16n8k16 bf16 with
 // fp32 accumulation, q and P split into bf16 hi + lo rows; at GQ = 4 the A rows of heads 4-7 are zero
 // dummies; the fragment maps in mkl_attn_mma.h): the same loads' kinds, the
@@ -129,26 +130,38 @@
 // step_m. It is production because round 19 judged step_m faster than step 14 on an H100 by both
 // gates (worker 0.901 [0.892, 0.910], attn_chunk 0.560; the launch's `--task worker` 0.907 [0.902,
 // 0.912]; bench 619.5 us against 683.2). The production it replaces is step 14 (candidate step_14),
-// which the promotion round gates against it; no earlier step has its bits.
+// which the promotion round gates against it; no earlier step has its bits. Steps 17-20 are the
+// twelfth and thirteenth sessions' candidates, each built on step 15 (production then) with one switch;
+// 16 was step (n), not landed, on step 14. Steps 17-20 keep that meaning: step 15 with their own switch
+// (steps (o), (p), (q), (r)); where the comments below say "production" for their base, they mean step 15.
+// 21 (production since promote21: merged only if round 24's confirming gate, step_15 -> production,
+// called the plain launch faster and the profiled worker not slower; then the promotion round's family
+// check and logit gate) step 15 + step (p) + step (r): step 15 with the router's last block on a short
+// chain (MKL_ROUTER_WIDE, router_from_partials_wide) and the W13 arrival's fences as acq_rel fences
+// (MKL_W13_ACQ_REL; NVIDIA PTX: a HIP build takes the family's acquire and release fences); the same
+// sums in the same order, step 15's bits; no wait added or moved. Candidate step_p_r's code (step 20
+// with -DMKL_ROUTER_WIDE=1): round 23 (an H100) measured it against step 15 on the plain launch 0.974
+// and 0.973 (faster in two gates), the profiled launch no-change; step (p) alone 0.980 and 0.981, step
+// (r) alone no-change. The production it replaces is step 15 (candidate step_15).
 #ifndef MKL_CAMPAIGN_STEP
-#define MKL_CAMPAIGN_STEP 15
+#define MKL_CAMPAIGN_STEP 21
 #endif
 #define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP >= 6)  // step (b)
 #define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
 #define MKL_MERGE_SPREAD (MKL_CAMPAIGN_STEP >= 5)                             // step (d)
 #define MKL_ROUTER_LATENCY (MKL_CAMPAIGN_STEP >= 6)                           // step (e)
 // Step (f) can be left out of a later step (candidate step_g_on_e: step (g)'s quantization on
-// step (e), -DMKL_ATTN_AHEAD=0), since round 12 judged step (f) no-change on the launch; steps 10
-// and 14 and production (15) leave it out.
+// step (e), -DMKL_ATTN_AHEAD=0), since round 12 judged step (f) no-change on the launch; steps 10,
+// 14 and 15 and production (21) leave it out.
 #ifndef MKL_ATTN_AHEAD
 #define MKL_ATTN_AHEAD (MKL_CAMPAIGN_STEP == 7 || MKL_CAMPAIGN_STEP == 8)     // step (f)
 #endif
-// Step (g) on step (f) (8), on step (e) alone (10: step_g_on_e's code) and in steps 11-15 (15: production)
-// and 17 on (candidates built on production; 16 was step (n), not landed, on step 14).
+// Step (g) on step (f) (8), on step (e) alone (10: step_g_on_e's code) and in steps 11-15 and 17 on (21:
+// production; 17-21: built on step 15, production until step 21; 16 was step (n), not landed, on step 14).
 #define MKL_W2_QUANT_AHEAD (MKL_CAMPAIGN_STEP == 8 || (MKL_CAMPAIGN_STEP >= 10 && MKL_CAMPAIGN_STEP <= 15) || MKL_CAMPAIGN_STEP >= 17)  // step (g)
 // Step (h) is built on step (e) alone (round 12 judged step (f) no-change on the launch, and
 // step (g) stayed its own candidate): the layer head's loads issued ahead of their use. Round 13
-// judged it slower than step (e): not in step 10 (nor in steps 14 and 15, production).
+// judged it slower than step (e): not in step 10 (nor in steps 14, 15 and 21, production).
 #define MKL_HEAD_AHEAD (MKL_CAMPAIGN_STEP == 9)                               // step (h)
 // Step (i) (11, a candidate, round 15) is step 10 (then production) with the GEMVs' rows split into
 // column parts of at most one round of the loop where that takes a warp fewer dependent rounds
@@ -170,38 +183,38 @@
 #ifndef MKL_L2_SET_ASIDE_MB
 #define MKL_L2_SET_ASIDE_MB 0
 #endif
-// Step (l) (14, production from round 18 until step 15; in production, 15) is step 10 with its critical
+// Step (l) (14, production from round 18 until step 15; in steps 15 and 21, production) is step 10 with its critical
 // path's copies issuing a thread's loads before its stores (copy_to_shared, rmsnorm_to, the GEMVs' emits).
 #define MKL_COPY_AHEAD (MKL_CAMPAIGN_STEP == 14 || MKL_CAMPAIGN_STEP == 15 || MKL_CAMPAIGN_STEP >= 17)  // step (l)
-// Step (m) (15, production since round 20's promotion round) is step 14 (then production:
+// Step (m) (15, production from round 20's promotion round until step 21; in production, 21) is step 14 (then production:
 // the "production's" below) with attend_chunk's block loop on tensor
 // cores (mma.sync m16n8k16 bf16, fp32 accumulate; q and P split into bf16 hi + lo) at GQ = 8 (the
 // default shape) and GQ = 4 (small: half of A's rows are zero dummies), one attention path at both
 // compiled head groupings. Other bits than production's (the sums' order): judged by closeness.
 #define MKL_ATTN_MMA (MKL_CAMPAIGN_STEP == 15 || MKL_CAMPAIGN_STEP >= 17)      // step (m)
-// Step (o) (17, a candidate) is production with the W13 arrival's shared_line emulation image loaded only
+// Step (o) (17, a candidate) is step 15 (production then) with the W13 arrival's shared_line emulation image loaded only
 // where that emulation can store it back (MKL_W13_EMIT_LEAN; w13_line_image_needed). -D combines it.
 #ifndef MKL_W13_EMIT_LEAN
 #define MKL_W13_EMIT_LEAN (MKL_CAMPAIGN_STEP == 17)                            // step (o)
 #endif
-// Step (p) (18, a candidate) is production with the router's last block on a short chain
-// (router_from_partials_wide: every load issued at its start, the top-k in registers); -D combines it.
+// Step (p) (18, a candidate; in production, 21) is step 15 (production then) with the router's last block on a
+// short chain (router_from_partials_wide: every load issued at its start, the top-k in registers); -D combines it.
 #ifndef MKL_ROUTER_WIDE
-#define MKL_ROUTER_WIDE (MKL_CAMPAIGN_STEP == 18)                             // step (p)
+#define MKL_ROUTER_WIDE (MKL_CAMPAIGN_STEP == 18 || MKL_CAMPAIGN_STEP == 21)  // step (p)
 #endif
-// Step (q) (19, a candidate) is production with the attention chunk's and the merge's fixed costs cut:
+// Step (q) (19, a candidate) is step 15 (production then) with the attention chunk's and the merge's fixed costs cut:
 // q read from qbuf beside the K words (no copy, no barrier), the warps' combine in registers, the partial
 // by float2 stores, the chunk's arrival without a read-back, the merge's batches in two register sets,
 // the last merger's publish with one fence (attend_chunk, the merge region: MKL_CHUNK_LEAN).
 #ifndef MKL_CHUNK_LEAN
 #define MKL_CHUNK_LEAN (MKL_CAMPAIGN_STEP == 19)                              // step (q)
 #endif
-// Step (r) (20, a candidate) is production with the W13 arrival's gpu-scope fences as acq_rel fences
+// Step (r) (20, a candidate; in production, 21) is step 15 (production then) with the W13 arrival's gpu-scope fences as acq_rel fences
 // (fence.acq_rel.gpu: MEMBAR.ALL.GPU) instead of __threadfence's sequentially consistent one (fence.sc.gpu:
 // MEMBAR.SC.GPU), and the expert's last arriver's acquire and its fan-out's release as one fence of its
 // leader (production: every thread's acquire fence, then the leader's release fence); -D combines it.
 #ifndef MKL_W13_ACQ_REL
-#define MKL_W13_ACQ_REL (MKL_CAMPAIGN_STEP == 20)                             // step (r)
+#define MKL_W13_ACQ_REL (MKL_CAMPAIGN_STEP == 20 || MKL_CAMPAIGN_STEP == 21)  // step (r)
 #endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
@@ -984,7 +997,7 @@ __device__ __forceinline__ void tw_mark(hz_tw_ctx* tw, int layer, int phase, int
 // while it really waits).
 // MKL_TW_WATCH_INLINE 1 (a diagnostic build for the tripwire's cost, the campaign's bound): inline
 // instead. Its plain instance is not the default build's machine code (ptxas compiles both instances
-// in one module), and on production (step 15, the harness build, ptxas -v) its tripwire body spills
+// in one module), and on step 15 (production then; the harness build, ptxas -v) its tripwire body spills
 // more than with the watch out of line (1384 against 1300 B of spill loads); what made the tripwire
 // body spill more than the plain one was the marks' thread index (tw_leader), not these calls.
 #ifndef MKL_TW_WATCH_INLINE
@@ -1312,7 +1325,7 @@ __device__ __forceinline__ void gemv_block_ahead(const __nv_bfloat16* w, long lo
 // (scores 0, P 1 or 0). Every lane still loads its K and V words (B's columns are tokens and dims,
 // not heads): the same loads as at GQ = 8, half of the tensor work idle.
 #if MKL_CHUNK_LEAN
-static_assert(MKL_ATTN_MMA && MKL_MERGE_SPREAD && MKL_COPY_AHEAD, "step (q) is built on production (step 15)");
+static_assert(MKL_ATTN_MMA && MKL_MERGE_SPREAD && MKL_COPY_AHEAD, "step (q) is built on step 15 (production then)");
 // Campaign step (q) (MKL_CAMPAIGN_STEP 19, MKL_CHUNK_LEAN): the combine of a chunk's warps in registers.
 // Production's combine (attend_chunk, below the block loop) has every warp store its (m, l, acc) per
 // head to shared memory, a block barrier, then every thread 8-9 rounds of: an integer division by
@@ -2312,6 +2325,7 @@ __device__ __noinline__ void router_from_partials(const Shape s, const float* h,
 #if MKL_ROUTER_WIDE
 static_assert(MKL_ROUTER_FOLDED && MKL_ROUTER_LATENCY && MKL_COPY_AHEAD,
               "step (p) replaces production's router tail (steps (b), (e), (l))");
+// (Step (p) is in production since step 21; "production" in this comment is step 15, its base.)
 // Campaign step (p) (MKL_CAMPAIGN_STEP 18): router_from_partials on a short chain, the same sums in the
 // same order (production's logits, routing and hn, bit for bit). Every worker's ROUTING wait is behind this
 // one block (round 20's sub-spans, H100: partials 1.6, hn 0.9, top-k 4.3, publish 0.6 us a layer). In
@@ -2654,6 +2668,7 @@ __device__ __forceinline__ bool w13_line_image_needed(const Params& p, int strid
 #endif
 
 #if MKL_W13_ACQ_REL
+// (Step (r) is in production since step 21; "production" in this comment is step 15, its base.)
 // Campaign step (r) (MKL_CAMPAIGN_STEP 20): the W13 arrival's fences. Production's are __threadfence(), PTX
 // fence.sc.gpu: MEMBAR.SC.GPU (+ ERRBAR, CGAERRBAR, CCTL.IVALL) in the harness build's SASS, three on the
 // expert's last arriver's path to its release flags: the leader's release before the arrival's atomic, then

@@ -145,7 +145,7 @@ MKL_HD bool serves_chunk(int w, const Schedule& sc, int hazard) {
   return hazard != HZ_PARTICIPANT_SET || w < sc.QT;
 }
 
-// Campaign step (d) (MKL_CAMPAIGN_STEP >= 5, in production since round 8: steps 5, 10, 14 and 15; mkl_kernel.cuh): workers [0, merge_workers) each merge
+// Campaign step (d) (MKL_CAMPAIGN_STEP >= 5, in production since round 8: steps 5, 10, 14, 15 and 21; mkl_kernel.cuh): workers [0, merge_workers) each merge
 // the attention heads w, w + merge_workers, ... (one a warp) once every chunk has arrived: as
 // few workers as give every head a warp (4 at 64 heads). A head's merge is latency-bound, so
 // more workers would not be faster; they would add arrivals to the merge counter, pollers of

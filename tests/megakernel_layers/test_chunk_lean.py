@@ -1,4 +1,5 @@
-"""Campaign step (q) (MKL_CAMPAIGN_STEP 19, switch MKL_CHUNK_LEAN, candidate step_q): production (step 15)
+"""Campaign step (q) (MKL_CAMPAIGN_STEP 19, switch MKL_CHUNK_LEAN, candidate step_q): step 15 (production then;
+"production" below: production's code until promote21, whose step 21 has step 15's chunk and merge)
 with the attention chunk's and the merge's fixed costs cut, read in the machine code the GPU runs (the
 harness build's flags, nvcc 13.0, sm_90a).
 
@@ -23,24 +24,24 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from . import test_production_step15 as P
+from . import test_production_step21 as P
 from .sass_text import function_instances, spills_by_function, spills_grown
 from .test_copy_ahead import _harness_build
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, listing_of
 
 STEP_Q = {"MKL_CAMPAIGN_STEP": 19}
-PROD = {"MKL_CAMPAIGN_STEP": 15}  # production's code (the default build's, test_production_step15.py)
+PROD = {"MKL_CAMPAIGN_STEP": 15}  # step 15's code, step (q)'s base (production's until promote21: test_production_step21.py)
 
 
 def test_step_19_is_production_with_the_lean_chunk_switch_alone():
-    P.assert_step_is_production_with_its_switch_alone(19, "MKL_CHUNK_LEAN")
+    P.assert_step_is_step_15_with_its_switch_alone(19, "MKL_CHUNK_LEAN")
     step = P._switches(STEP_Q)
     assert step["MKL_ATTN_MMA"] == step["MKL_COPY_AHEAD"] == step["MKL_MERGE_SPREAD"] == 1
 
 
 def test_every_preprocessor_condition_reads_step_19_as_production_with_the_lean_chunk():
-    """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 19 what it gives 15 (production)."""
-    P.assert_every_condition_reads_step_as_production_with(19, "MKL_CHUNK_LEAN")
+    """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 19 what it gives 15 (step (q)'s base)."""
+    P.assert_every_condition_reads_step_as_step_15_with(19, "MKL_CHUNK_LEAN")
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,13 @@ def test_clean_variants_are_clean_over_300_launches(binary: Path, tmp_path: Path
 
 @pytest.mark.parametrize("variant", HANGS)
 def test_seeded_hangs_are_named_by_barrier_layer_participants_and_cause(binary: Path, tmp_path: Path, variant: str):
-    r = run(binary, {"variant": variant, "launches": 20}, 6, tmp_path)
+    """A certain hang in 20 launches; an intermittent one (snapshot_epoch, the model's 0.23 a launch) in
+    launches_to_see's budget (75), which step (p)'s canary test took after round 22's whole-suite run saw its
+    build hang 0 of 20 (production's, step 15's, hung in the same run): production has step (p)'s code since
+    promote21 (step 21 = step 15 + steps (p) and (r)), and a run stops at its first hang."""
+    certain = F.predict({"variant": variant}).probability >= 1
+    n = 20 if certain else launches_to_see(variant)
+    r = run(binary, {"variant": variant, "launches": n}, 6 if certain else 6 + n * 0.1, tmp_path)
     assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
     sentence = r.evidence["tripwire"]["sentence"]
     assert "in layer" in sentence and "not the signature" not in sentence, sentence
@@ -247,6 +253,7 @@ def test_step_h_gives_step_e_bits(params: dict):
 # ---- campaign step (i) (MKL_CAMPAIGN_STEP 11, a candidate): column parts of one round --------------
 
 STEP_10 = {"MKL_CAMPAIGN_STEP": 10}  # the base of steps (i)-(l); production from round 14 until step 14
+STEP_15 = {"MKL_CAMPAIGN_STEP": 15}  # the base of steps (o)-(r); production from round 20 until step 21
 
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # QKV 3 parts, O-projection 4, W2 3
@@ -289,8 +296,8 @@ def run_beside_production(defines: dict, params: dict, base: dict | None = None)
     return out, out_p
 
 
-# ---- campaign step (m) (MKL_CAMPAIGN_STEP 15, production since round 20's promotion round):
-# the attention chunk on tensor cores, on step 14 (the production it replaced) ----------------------------
+# ---- campaign step (m) (MKL_CAMPAIGN_STEP 15, production from round 20's promotion round until step 21,
+# which keeps its bits): the attention chunk on tensor cores, on step 14 (the production it replaced) ---------
 
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # GQ 8: the mma loop (1025 tokens: a partial block)
@@ -299,7 +306,8 @@ def run_beside_production(defines: dict, params: dict, base: dict | None = None)
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
 def test_production_is_clean_and_close_to_step_14(params: dict):
-    """Production (step 15: step 14 + step (m)) sums the attention's scores and P.V on tensor cores (bf16
+    """Production (step 21: step 15 + steps (p) and (r), step 15's bits; step 15 is step 14 + step (m)) sums
+    the attention's scores and P.V on tensor cores (bf16
     hi + lo splits of q and P, fp32 accumulation): not step 14's bits, but every checked launch clean
     against the binary's reference (corrupted, with stale_descriptor on) and the output close to step
     14's: cos > 0.99999, the largest difference under 2e-3 of step 14's largest value, the family's
@@ -414,8 +422,8 @@ def test_step_d_hangs_show_the_merge_workers_beside_the_missing_chunk_ranks(bina
     assert "not the signature" not in sentence, sentence
 
 
-# ---- campaign step (q) (MKL_CAMPAIGN_STEP 19, a candidate): production with the attention chunk's and
-# the merge's fixed costs cut (q beside the first K words, the combine in registers, arrivals lean) ------
+# ---- campaign step (q) (MKL_CAMPAIGN_STEP 19, a candidate): step 15 (production then) with the attention
+# chunk's and the merge's fixed costs cut (q beside the first K words, the combine in registers, arrivals lean)
 
 STEP_Q = {"MKL_CAMPAIGN_STEP": 19}
 
@@ -428,13 +436,13 @@ STEP_Q = {"MKL_CAMPAIGN_STEP": 19}
     {"layers": 2, "seq": 1024, "model": "small"},                # GQ 4: 4 warps a kv head, dummy rows
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["9-chunks", "33-chunks", "129-chunks", "grid64", "small", "stale_descriptor"])
-def test_step_q_gives_production_bits(params: dict):
-    """Step (q) combines a chunk's warps in registers with production's operations in production's order
+def test_step_q_gives_step_15_bits(params: dict):
+    """Step (q) combines a chunk's warps in registers with step 15's operations in step 15's order
     (m the max from -inf, a weight 0 or expf(m_u - M), l and each output a sum from 0 of weight x value),
-    reads the same q, and changes only barriers, fences and which thread reads a count: production's
-    output bit for bit, clean, and with stale_descriptor on production's corrupted output."""
-    out, out_p = run_beside_production(STEP_Q, params)
-    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+    reads the same q, and changes only barriers, fences and which thread reads a count: step 15's
+    output bit for bit (production's too), clean, and with stale_descriptor on step 15's corrupted output."""
+    out, out_15 = run_beside_production(STEP_Q, params, base=STEP_15)
+    assert out.numel() == out_15.numel() and bool((out == out_15).all())
 
 
 @pytest.mark.parametrize("variant", ["participant_set", "chunk_supply"])
@@ -464,29 +472,31 @@ def test_step_q_clean_variants_are_clean_over_300_launches(tmp_path: Path, varia
     assert r.metrics.get("launches") == 300 and r.metrics.get("mismatched") == 0
 
 
-# ---- campaign step (p) (MKL_CAMPAIGN_STEP 18, a candidate): production with the router's last block on a
-# short chain (router_from_partials_wide) ---------------------------------------------------------------
+# ---- campaign step (p) (MKL_CAMPAIGN_STEP 18, a candidate; in production since promote21, with step (r)):
+# step 15 with the router's last block on a short chain (router_from_partials_wide) ----------------------
 
 STEP_P = {"MKL_CAMPAIGN_STEP": 18}
 
-
-@pytest.mark.parametrize("params", [
+PRODUCTION_SHAPES = pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # 132 workers: 9 and 8 partials a thread, one pass
     {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},        # 64 workers: 4-5 partials a thread, predicated adds
     {"layers": 2, "seq": 1024, "model": "small"},                # E 8: 56 groups (7 batches of group sums), K 2
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
-def test_step_p_gives_production_bits(params: dict):
-    """Step (p) sums the same partials, group sums and payload products in production's order and picks
-    with production's butterfly (its softmax: thread 0's sum in j order, from lane j's expf): production's
-    output bit for bit, clean, and with stale_descriptor on production's corrupted output."""
-    out, out_p = run_beside_production(STEP_P, params)
-    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+
+
+@PRODUCTION_SHAPES
+def test_step_p_gives_step_15_bits(params: dict):
+    """Step (p) sums the same partials, group sums and payload products in step 15's order and picks
+    with step 15's butterfly (its softmax: thread 0's sum in j order, from lane j's expf): step 15's
+    output bit for bit, clean, and with stale_descriptor on step 15's corrupted output."""
+    out, out_15 = run_beside_production(STEP_P, params, base=STEP_15)
+    assert out.numel() == out_15.numel() and bool((out == out_15).all())
 
 
 def test_step_p_snapshot_epoch_still_hangs_and_is_named(tmp_path: Path):
     """snapshot_epoch reads ROUTING's (and ATTN_RELEASE's) expected value at layer entry; step (p) publishes
-    ROUTING where production does, after the same acquire: the preset skew still hangs it and the
+    ROUTING where step 15 does, after the same acquire: the preset skew still hangs it and the
     explainer names it. Round 22's whole-suite run (an H100, main 8ff56a0) saw 0 hangs in 20 launches here,
     where the model's 0.23 a launch misses one in 0.5% of runs and production's canary test hung in the
     same run; step (p) changes only the router's last block, which no snapshot reads, so the test now
@@ -501,22 +511,38 @@ def test_step_p_snapshot_epoch_still_hangs_and_is_named(tmp_path: Path):
     assert "in layer" in sentence and "not the signature" not in sentence, sentence
 
 
-def test_step_p_routing_no_fence_stays_clean_on_nvidia_as_production():
+# ---- production (step 21 since promote21): step 15 + step (p)'s router + step (r)'s W13 fences -------------
+
+@PRODUCTION_SHAPES
+def test_production_gives_step_15_bits_clean_and_with_stale_descriptor(params: dict):
+    """Production (step 21: step 15 + steps (p) and (r), step_p_r's code) sums the same partials, group sums
+    and payload products in step 15's order and picks with step 15's butterfly (step (p)), and changes the W13
+    arrival's fences only (step (r)): step 15's output bit for bit, clean, and with stale_descriptor on step
+    15's corrupted output (the promote round's SAME_STEP 15 check on the GPU suite's shapes)."""
+    out_15, out = run_beside_production(STEP_15, params)  # (step 15's, production's)
+    assert out.numel() == out_15.numel() and bool((out == out_15).all())
+
+
+def test_production_routing_no_fence_stays_clean_on_nvidia_as_step_15():
     """routing_no_fence drops the fence before the ROUTING flag (an AMD hazard, flagged statically by the
-    family's gfx942 check of mkl_sync.cuh, which step (p) leaves alone); on this GPU it runs clean on step
-    (p)'s build as on production's, with production's bits."""
+    family's gfx942 check of mkl_sync.cuh, which steps (p) and (r) leave alone); on this GPU it runs clean on
+    production's build (step 21) as on step 15's, with step 15's bits. (snapshot_epoch on production's
+    build: test_seeded_hangs_are_named_by_barrier_layer_participants_and_cause, with step (p)'s 75 launches;
+    shared_line and stale_release on production's build, which has step (r)'s fences: the same test and
+    the corruption canaries.)"""
     from hazards.megakernel_layers.calibration import dump_run
     from hazards.stress_family import family_binary
 
     params = {"layers": 2, "seq": 1024, "hazard": "routing_no_fence"}
-    out, _, reply = dump_run(family_binary(FAM, defines=STEP_P), params)
-    out_p, _, reply_p = dump_run(family_binary(FAM), params)
-    assert reply.get("mismatched") == 0 and reply_p.get("mismatched") == 0, (reply, reply_p)
-    assert bool((out == out_p).all())
+    out, _, reply = dump_run(family_binary(FAM), params)
+    out_15, _, reply_15 = dump_run(family_binary(FAM, defines=STEP_15), params)
+    assert reply.get("mismatched") == 0 and reply_15.get("mismatched") == 0, (reply, reply_15)
+    assert bool((out == out_15).all())
 
 
-# ---- campaign step (r) (MKL_CAMPAIGN_STEP 20, a candidate): production with the W13 arrival's fences as
-# acq_rel fences (MKL_W13_ACQ_REL); step_p_r stacks step (p)'s switch on it ------------------------------
+# ---- campaign step (r) (MKL_CAMPAIGN_STEP 20, a candidate; in production since promote21, with step (p)):
+# step 15 (production then) with the W13 arrival's fences as acq_rel fences (MKL_W13_ACQ_REL); step_p_r stacks
+# step (p)'s switch on it (production's code since promote21); every build here has step 15's bits ----------
 
 STEP_R = {"MKL_CAMPAIGN_STEP": 20}
 STEP_P_R = {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}
@@ -529,12 +555,12 @@ STEP_P_R = {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}
     {"layers": 2, "seq": 1024, "model": "small"},                # E 8, K 2: other tiles and experts
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
-def test_step_r_gives_production_bits(defines: dict, params: dict):
-    """Step (r) changes the W13 arrival's fences only (no arithmetic, no value read); step (p) has production's
-    bits too: both builds give production's output bit for bit, clean, and with stale_descriptor on
-    production's corrupted output."""
-    out, out_p = run_beside_production(defines, params)
-    assert out.numel() == out_p.numel() and bool((out == out_p).all())
+def test_step_r_gives_step_15_bits(defines: dict, params: dict):
+    """Step (r) changes the W13 arrival's fences only (no arithmetic, no value read); step (p) has step 15's
+    bits too: both builds (step_p_r's is production's code) give step 15's output bit for bit, clean, and with
+    stale_descriptor on step 15's corrupted output."""
+    out, out_15 = run_beside_production(defines, params, base=STEP_15)
+    assert out.numel() == out_15.numel() and bool((out == out_15).all())
 
 
 def test_step_r_shared_line_still_hangs_with_the_reverted_release(tmp_path: Path):

@@ -5,7 +5,7 @@ Round 4's profile had the merge at 35 us a layer on the one block that arrived l
 gives every head a warp of the merge workers (mkl::merge_workers: 4 QKV-tile holders at 64
 heads), and the last merge arrival releases ATTN_RELEASE. On the CPU (nvcc 13.0, sm_90a, nvdisasm):
 the step (d) build of the family's own source compiles, its merge issues a batch's loads
-before any arithmetic and spills nothing, the default build (production, step 15) calls it
+before any arithmetic and spills nothing, the default build (production, step 21) calls it
 (step_b0's, round 8's previous production, does not), and the compiled static checks pass it with one acquire poll more than
 step_b0 (the merge workers' wait for the chunk count). Without a GPU: the schedule keeps the
 merge workers among the QKV holders (snapshot_epoch's vulnerable set is step_b0's) and the hang
@@ -109,7 +109,7 @@ def test_step_d_merge_computes_each_chunks_weight_once_not_in_every_lane(step_d)
 
 def test_production_calls_step_d_spread_merge_and_step_b0_merges_on_one_block():
     """Round 8's promotion made the default build (no define, what every family run, bench and gate
-    `production` builds) step (d), and steps 10 (production from promote10), 14 (production from promote14) and 15 (production since promote15) keep its spread merge;
+    `production` builds) step (d), and steps 10 (production from promote10), 14 (production from promote14), 15 (production from promote15) and 21 (production since promote21) keep its spread merge;
     step_b0 (MKL_CAMPAIGN_STEP 2, the production before round 8) still merges on the last chunk
     block. Before round 8 the default build had no merge_heads."""
     from hazards.megakernel_layers import faithful as FA
@@ -191,8 +191,8 @@ def test_production_tripwire_instance_has_its_out_of_line_wait_checked_and_acqui
     """The tripwire instance (mkl_megakernel<true>) waits through the out-of-line
     wait_ge_watched: its poll is reached only by a CALL (and its loop rebuilds the memory
     descriptor from SR_CgaCtaId for the watch's shared-memory stores); the compiled checks
-    found 0 polls in that instance before. Checked on production's build (the default: step 15
-    since promote15; written for step_b0, the production of its time)."""
+    found 0 polls in that instance before. Checked on production's build (the default: step 21
+    since promote21; written for step_b0, the production of its time)."""
     from hazards.engine.errors import ToolchainMissing
     from hazards.static import compiled
 

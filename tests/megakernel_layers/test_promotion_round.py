@@ -1,6 +1,7 @@
 """ci/gpu/layers-campaign.sh's `promote` mode (round 8; step 10's since promote10; the previous production
-named by PREV, PREV_STEP and SAME_STEP since the tenth session; SAME_STEP none since promote15, whose
-production keeps no earlier step's bits) read on the CPU:
+named by PREV, PREV_STEP and SAME_STEP since the tenth session; SAME_STEP none in promote15, whose
+production kept no earlier step's bits; 15 in promote18 and since promote21, whose productions keep step 15's)
+read on the CPU:
 the shell parses, it gates the previous production (PREV) against production both ways and runs
 the family check on production's build, it compares production's output with the step whose bits it
 keeps (or, with none, says so and judges closeness to PREV's alone), and the snapshot_epoch skews it
@@ -61,19 +62,26 @@ def test_the_promotion_gates_the_previous_production_both_ways():
 
 
 def test_the_promotion_compares_productions_bits_with_the_step_it_keeps_the_bits_of():
-    """With SAME_STEP a step: its build, and production's dump against its dump bit for bit. With none
-    (step 15: the attention on tensor cores sums in another order than every earlier step): neither the
-    build nor the check, the console says why, and production's closeness to PREV is what is judged."""
+    """With SAME_STEP a step: its build, and production's dump against its dump bit for bit (step 21: step
+    15's bits, PREV's). With none (step 15's promotion: the attention on tensor cores summed in another
+    order than every earlier step): neither the build nor the check, the console says why, and
+    production's closeness to PREV is what is judged."""
     mode = _promote_mode()
     prev, prev_step, same = _previous_production(mode)
     assert 'cmp -s "$W/dump_plain.f32" "$W/dump_same.f32"' in mode
     assert "[ \"$SAME_STEP\" = none ] || build same \"{'MKL_CAMPAIGN_STEP': $SAME_STEP}\" &" in mode
+    assert "production: no earlier step's bits to keep (SAME_STEP=none" in mode  # the none branch stays
     if same is None:
-        # production is step 15: no earlier step has its bits (step 14's, PREV's, are step 10's)
+        # step 15's promotion (round 20): no earlier step had its bits (step 14's, PREV's, are step 10's)
         assert (prev, prev_step) == ("step_14", 14)
-        assert "production: no earlier step's bits to keep (SAME_STEP=none" in mode
     else:
         assert any(dict(c.defines) == {"MKL_CAMPAIGN_STEP": same} for c in FA.CANDIDATES.values())
+        # production is step 21 (step 15 + step (p) + step (r): the same sums in the same order, other
+        # fences): PREV's bits
+        assert (prev, prev_step, same) == ("step_15", 15, 15)
+        assert "production's bits" in FA.candidate(prev).what
+    # the defaults name the production the catalog says production replaced
+    assert "(the previous production)" in FA.candidate(prev).what
     # the none branch runs no `same` launches, the other compares them
     start = mode.index('if [ "$SAME_STEP" = none ]; then')
     none_branch = mode[start:mode.index("\nelse\n", start)]

@@ -1,5 +1,7 @@
-"""Campaign step (p) (MKL_CAMPAIGN_STEP 18, candidate step_p, switch MKL_ROUTER_WIDE): production (step 15)
-with the router's last block on a short dependent chain.
+"""Campaign step (p) (MKL_CAMPAIGN_STEP 18, candidate step_p, switch MKL_ROUTER_WIDE; in production since promote21,
+step 21, with step (r)'s switch): step 15 (production then: "production" below, the step-15 build, PROD) with the
+router's last block on a short dependent chain. The default build is step 21's code since promote21
+(test_production_step21.py).
 
 Every worker's ROUTING wait is behind the one block that arrived last at OPROJ (round 20's sub-spans, an
 H100: partials 1.6, hn 0.9, top-k 4.3, publish 0.6 us a layer). In production's harness build
@@ -23,32 +25,37 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from . import test_production_step15 as P15
+from . import test_production_step21 as P21
 from .sass_text import function_instances, loop_bodies, spills_by_function, spills_grown
 from .test_merge_spread import _sass, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 
 STEP_P = {"MKL_CAMPAIGN_STEP": 18}
+PROD = 15  # step (p)'s base: production's step until promote21
 PART_AHEAD = 9        # mkl_kernel.cuh ROUTER_PART_AHEAD: partials a thread loads before its first add
 WORKERS, GROUPS = 132, 15  # the default grid; THREADS / (E + 1) groups of partials at E = 32
 GLOBAL_LOAD = r"\bLDG?\.E\b"  # a global (LDG) or generic (LD) load: the partials, h, norm
 FP_ADD = r"\bFADD\b"
 
 
-def test_step_18_is_production_with_the_wide_router_switch_alone():
-    """No other step (the other candidates of this session, 17 and 19, and the earlier ones) turns it on;
-    -D turns it on beside another step's switch."""
-    P15.assert_step_is_production_with_its_switch_alone(18, "MKL_ROUTER_WIDE")
-    assert P15._switches({"MKL_CAMPAIGN_STEP": 19, "MKL_ROUTER_WIDE": 1})["MKL_ROUTER_WIDE"] == 1
+def test_step_18_is_step_15_with_the_wide_router_switch_alone():
+    """No other step (the other candidates of the twelfth and thirteenth sessions, 17, 19 and 20, and the
+    earlier ones) turns it on; production (the default build, step 21 since promote21) has it; -D turns it on
+    beside another step's switch."""
+    P21.assert_step_is_step_15_with_its_switch_alone(18, "MKL_ROUTER_WIDE")
+    assert P21._switches({"MKL_CAMPAIGN_STEP": 19, "MKL_ROUTER_WIDE": 1})["MKL_ROUTER_WIDE"] == 1
 
 
-def test_every_preprocessor_condition_reads_step_18_as_production_with_the_wide_router():
-    """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 18 what it gives 15 (production)."""
-    P15.assert_every_condition_reads_step_as_production_with(18, "MKL_ROUTER_WIDE")
+def test_every_preprocessor_condition_reads_step_18_as_step_15_with_the_wide_router():
+    """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 18 what it gives 15 (its base)."""
+    P21.assert_every_condition_reads_step_as_step_15_with(18, "MKL_ROUTER_WIDE")
 
 
-def test_step_p_is_a_candidate_of_the_gate_judged_against_production():
+def test_step_p_is_a_candidate_of_the_gate_in_production_with_step_r():
     c = FA.candidate("step_p")
-    assert dict(c.defines) == STEP_P and c.params == () and c.expected == "slower"  # round 22: oproj
+    # against production (step 21 = step 18 + step (r)'s switch): no-change, a prediction (step (r) alone
+    # no-change on both launches in round 23); round 22's and 23's verdicts against step 15 kept
+    assert dict(c.defines) == STEP_P and c.params == () and c.expected == "no-change"
+    assert "in production since step 21" in c.what and "round 22" in c.what and "round 23" in c.what
     d = FA.candidate("step_p_topk_twice")
     assert dict(d.defines) == {**STEP_P, "MKL_ROUTER_TOPK_REPS": 2} and d.params == ()
 
@@ -76,14 +83,14 @@ def loads_before_first_add(sass: str) -> int:
 
 @pytest.fixture(scope="module")
 def routers() -> tuple[str, str]:
-    """(production's router_from_partials, step 18's router_from_partials_wide): the plain kernel's instance."""
-    prod = function_instances(_sass(None), "router_from_partials")
+    """(step 15's router_from_partials, step 18's router_from_partials_wide): the plain kernel's instance."""
+    prod = function_instances(_sass(PROD), "router_from_partials")
     wide = function_instances(_sass(18), "router_from_partials_wide")
     assert prod and wide, "a build lacks its router tail"
     return prod[0], wide[0]
 
 
-def test_production_sums_its_partials_one_dependent_load_at_a_time_and_step_18_in_one_pass(routers):
+def test_step_15_sums_its_partials_one_dependent_load_at_a_time_and_step_18_in_one_pass(routers):
     prod, wide = routers
     # production: the unroll-9 loop's remainder, one load and one add an iteration (8 at 132 workers for
     # groups 12-14: 132 = 15 x 8 + 12), then the payload's loads after the partials are summed
@@ -118,8 +125,8 @@ def test_step_18_top_k_is_the_warp_butterfly_from_registers(routers):
     assert not re.search(r"\bSTS\b", wide.split("BAR.SYNC", 1)[1])
 
 
-def test_step_18_spills_no_more_than_production_and_its_router_spills_nothing():
-    prod = spills_by_function(family_cubin(None, "test-mkl-spills-default", "-Xptxas=-v").log)
+def test_step_18_spills_no_more_than_step_15_and_its_router_spills_nothing():
+    prod = spills_by_function(family_cubin({"MKL_CAMPAIGN_STEP": PROD}, "test-mkl-step-15-v", "-Xptxas=-v").log)
     step = spills_by_function(family_cubin(STEP_P, "test-mkl-step-18", "-Xptxas=-v").log)
     assert any("mkl_megakernel" in k for k in prod), sorted(prod)
     assert not spills_grown({k: v for k, v in prod.items() if k in step}, step)
@@ -128,8 +135,8 @@ def test_step_18_spills_no_more_than_production_and_its_router_spills_nothing():
     assert wide and all(v == (0, 0) for v in wide), wide
 
 
-def test_step_18_passes_the_compiled_static_checks_with_production_polls():
-    assert_static_checks_pass_with_the_polls_of(18, 15)
+def test_step_18_passes_the_compiled_static_checks_with_step_15_polls():
+    assert_static_checks_pass_with_the_polls_of(18, PROD)
 
 
 def test_the_diagnostic_runs_the_same_top_k_code_twice_and_the_candidate_once():

@@ -1,5 +1,6 @@
-"""Campaign step (o) (MKL_CAMPAIGN_STEP 17, candidate step_o): production (step 15) with the W13 arrival's
-shared_line emulation image loaded only where the emulation can store it back (MKL_W13_EMIT_LEAN).
+"""Campaign step (o) (MKL_CAMPAIGN_STEP 17, candidate step_o): step 15 (production then; "production" below: the
+step-15 build, BASE, since promote21 made step 21 production) with the W13 arrival's shared_line emulation image
+loaded only where the emulation can store it back (MKL_W13_EMIT_LEAN).
 
 Production's leader loads the expert block's 8 release words (ld.volatile: LDG.E.STRONG.SYS) before every
 W13 arrival, for the shared_line variant's L2 write-back emulation (emulate_l2_writeback), and ptxas spills
@@ -35,11 +36,12 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from . import test_production_step15 as T15
+from . import test_production_step21 as T21
 from .sass_text import assert_spills_no_more_than, function_instances
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 
 STEP_O = {"MKL_CAMPAIGN_STEP": 17}
+BASE = {"MKL_CAMPAIGN_STEP": 15}  # step (o)'s base, production's code until promote21
 LEAN = "MKL_W13_EMIT_LEAN"
 IMAGE_LOAD = re.compile(r"\bLDG\.E\.STRONG\.SYS\b")   # ld.volatile.global: load_relaxed
 ATOMIC_ADD = re.compile(r"\bATOMG\.E\.ADD\b")
@@ -47,24 +49,24 @@ GUARD = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+@(!?)(P\d)\s+BRA\b")
 INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;")
 
 
-def test_step_17_is_production_with_the_lean_w13_emit_switch_alone():
-    T15.assert_step_is_production_with_its_switch_alone(17, LEAN)
-    step = T15._switches(STEP_O)
+def test_step_17_is_step_15_with_the_lean_w13_emit_switch_alone():
+    T21.assert_step_is_step_15_with_its_switch_alone(17, LEAN)
+    step = T21._switches(STEP_O)
     assert step["MKL_ATTN_MMA"] == step["MKL_COPY_AHEAD"] == step["MKL_W2_QUANT_AHEAD"] == 1  # on production
 
 
-def test_every_preprocessor_condition_of_the_family_reads_step_17_as_production_with_the_switch():
+def test_every_preprocessor_condition_of_the_family_reads_step_17_as_step_15_with_the_switch():
     """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 17 what it gives 15, and the step (o) conditions
     are what tells them apart."""
-    T15.assert_every_condition_reads_step_as_production_with(17, LEAN)
+    T21.assert_every_condition_reads_step_as_step_15_with(17, LEAN)
 
 
-def test_step_17_without_its_switch_is_production_line_for_line():
+def test_step_17_without_its_switch_is_step_15_line_for_line():
     """The switch is the whole of step (o): with it off the build is production's machine code (cuobjdump
     -sass, nvcc 13.0), with it on it is not."""
-    prod = T15._sass_lines(None, "test-mkl-step-default")
-    T15._assert_same_sass(prod, T15._sass_lines({**STEP_O, LEAN: 0}, "test-mkl-step-17-lean-off"))
-    assert prod != T15._sass_lines(STEP_O, "test-mkl-step-17")
+    prod = T21._sass_lines(BASE, "test-mkl-step-15-sass")
+    T21._assert_same_sass(prod, T21._sass_lines({**STEP_O, LEAN: 0}, "test-mkl-step-17-lean-off"))
+    assert prod != T21._sass_lines(STEP_O, "test-mkl-step-17")
 
 
 def w13_arrival_spans(lines: list[str]) -> list[tuple[int, int]]:
@@ -106,13 +108,13 @@ def _guards(window: list[str]) -> tuple[tuple[str, str], tuple[str, str], bool]:
 
 @pytest.fixture(scope="module")
 def harness_builds():
-    prod = family_cubin(None, "test-mkl-step-default-v", "-Xptxas=-v")
+    prod = family_cubin(BASE, "test-mkl-step-15-v", "-Xptxas=-v")
     step = family_cubin(STEP_O, "test-mkl-step-17-v", "-Xptxas=-v")
     return prod, step
 
 
 @pytest.mark.parametrize("profiled", [False, True], ids=["plain", "profiler"])
-def test_production_loads_the_line_image_before_every_w13_arrival_and_step_17_only_for_the_emulation(
+def test_step_15_loads_the_line_image_before_every_w13_arrival_and_step_17_only_for_the_emulation(
         harness_builds, profiled: bool):
     """Production: the branch that skips the 8 image loads is the arrival's leader test itself (the same
     predicate, not rewritten in between): every leader loads them, spills them (8 STL) and only then
@@ -121,7 +123,7 @@ def test_production_loads_the_line_image_before_every_w13_arrival_and_step_17_on
     harness build and in its -DHZ_PROFILER build, the one the perf gate times."""
     if profiled:
         prof = {"HZ_PROFILER": 1}
-        builds = (family_cubin(prof, "test-mkl-step-default-prof"), family_cubin({**STEP_O, **prof}, "test-mkl-step-17-prof"))
+        builds = (family_cubin({**BASE, **prof}, "test-mkl-step-15-prof"), family_cubin({**STEP_O, **prof}, "test-mkl-step-17-prof"))
     else:
         builds = harness_builds
     for cubin, leader_loads in ((builds[0], True), (builds[1], False)):
@@ -134,7 +136,7 @@ def test_production_loads_the_line_image_before_every_w13_arrival_and_step_17_on
             assert sum(" STL " in x or x.split()[1:2] == ["STL"] for x in window) >= 8  # spilled as they land
 
 
-def test_step_17_plain_instance_spills_no_more_than_production_tripwire_body_waived(harness_builds):
+def test_step_17_plain_instance_spills_no_more_than_step_15_tripwire_body_waived(harness_builds):
     """Per function at its worst copy (spills_by_function). The plain kernel and every out-of-line function
     spill no more than production's. The plain kernel is what the bench's compiled-out row times; the perf
     gate and the profiler time the tripwire instance of the -DHZ_PROFILER build. The tripwire instance's body
@@ -163,15 +165,15 @@ def test_a_layout_shares_every_release_word_with_the_counter_line_or_none_as_ste
         assert M.releases_sharing_counter_line(M.release_stride(hazard)) == []
 
 
-def test_step_17_passes_the_compiled_static_checks_with_production_polls():
+def test_step_17_passes_the_compiled_static_checks_with_step_15_polls():
     assert_static_checks_pass_with_the_polls_of(17, 15)
 
 
-def test_the_catalog_names_step_o_on_production():
+def test_the_catalog_names_step_o_on_step_15():
     c = FA.candidate("step_o")
     assert dict(c.defines) == STEP_O and c.params == ()
     assert c.expected == "slower" and "round 22" in c.what and LEAN in c.what  # measured: slower
-    assert "production's bits" in c.what
+    assert "step 15's bits, production's" in c.what and "step 15 (its base, production then; step_15)" in c.what
 
 
 # ---- on a GPU --------------------------------------------------------------------------------------
@@ -184,10 +186,10 @@ def test_the_catalog_names_step_o_on_production():
     {"layers": 2, "seq": 1024, "hazard": "shared_line", "writeback_ppm": 0},  # the image loaded by production only
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},         # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "shared_line_no_writeback", "stale_descriptor"])
-def test_step_17_gives_production_bits(params: dict):
+def test_step_17_gives_step_15_bits(params: dict):
     """Step (o) changes no arithmetic and no value a thread reads but the image it no longer loads: every
     checked launch clean against the binary's reference (corrupted, with stale_descriptor on; shared_line
-    without the write-back loses no release: clean) and the output production's bit for bit."""
+    without the write-back loses no release: clean) and the output step 15's (production's too) bit for bit."""
     from hazards.megakernel_layers.calibration import dump_run
     from hazards.stress_family import family_binary
 
@@ -195,7 +197,7 @@ def test_step_17_gives_production_bits(params: dict):
 
     corrupting = params.get("hazard") == "stale_descriptor"
     outs = []
-    for defines in (STEP_O, None):
+    for defines in (STEP_O, BASE):
         out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
         assert (reply.get("mismatched", 0) > 0) if corrupting else reply.get("mismatched") == 0, (defines, reply)
         outs.append(out)

@@ -1,23 +1,29 @@
-"""Production is campaign step 15 (promote15; faster in round 19, promoted in round 20): step 14 + step (m), candidate
+"""Production is campaign step 21 (promote21; merged only if round 24's confirming gate, step_15 -> production,
+calls the plain launch faster and the profiled worker not slower): step 15 + step (p)'s router switch + step (r)'s
+W13 acq_rel fences, candidate step_p_r's code (step 20 with -DMKL_ROUTER_WIDE=1).
+Step 15 (MKL_CAMPAIGN_STEP 15, candidate step_15: production from round 20 until step 21, promote15; step 18 held
+production for one confirming gate in round 23, promote18, and was undone) is step 14 + step (m), candidate
 step_m's code.
 Step 14 (MKL_CAMPAIGN_STEP 14, candidate step_14: production from round 18 until step 15, promote14)
 is step 10 + step (l), candidate step_l's code. Step 10 (MKL_CAMPAIGN_STEP 10, candidate step_10:
 production from round 14 until step 14, promote10) is step (e) + step (g), candidate step_g_on_e's
 code (MKL_CAMPAIGN_STEP 8 with MKL_ATTN_AHEAD 0), without step (f) and step (h).
 
-On the CPU: production's campaign switches are step 14's plus MKL_ATTN_MMA and nothing else (step
-14's are step 10's plus MKL_COPY_AHEAD), and every preprocessor condition of the family's sources
-reads the default build as step 14 with step (m)'s switch on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N`
-must give 15 step 14's value; step 14 reads as step 10 with step (l)'s switch on); the default
-build's machine code (cuobjdump -sass, nvcc 13.0, sm_90a) is step_m's (MKL_CAMPAIGN_STEP=15) line for
-line, and not step 14's, and its code (the harness build's PTX, its path-hashed names and line info read
-alike in every checkout) is the one pinned in production_ptx.json (the compiler's release, line count and
-sha256); a change that changes it updates the pin on purpose (UPDATE_COMMAND). The step-10 build keeps promote10's facts: every switch and condition takes
-step_g_on_e's value (step (e)'s but for step (g)'s switch), and its machine code is step_g_on_e's
-line for line. The catalog names the previous productions (step_14 and step_10, expected slower than
-production) and step_m as production's code (no-change); the GPU suite's prebuilt builds hold every
-build test_gpu.py compares. With the default left at 14 (promote14's tree), the tests of production's
-switches, conditions, machine code and catalog entry fail.
+On the CPU: production's campaign switches are step 15's plus MKL_ROUTER_WIDE and MKL_W13_ACQ_REL and nothing
+else (step 15's are step 14's plus MKL_ATTN_MMA, step 14's step 10's plus MKL_COPY_AHEAD), and every
+preprocessor condition of the family's sources reads the default build as step 15 with steps (p)'s and (r)'s
+switches on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 21 step 15's value; 15 reads as step 14 with step
+(m)'s switch on, 14 as step 10 with step (l)'s); steps 17-20 (steps (o), (p), (q), (r)) stay step 15 with their
+own switch alone; the default build's code is step_p_r's: its normalised PTX and its machine code (cuobjdump
+-sass, nvcc 13.0, sm_90a) line for line, and not step 15's, step 18's or step 20's; its code (the harness
+build's PTX, its path-hashed names and line info read alike in every checkout) is the one pinned in
+production_ptx.json (the compiler's release, line count and sha256); a change that changes it updates the pin
+on purpose (UPDATE_COMMAND). The step-10 build keeps promote10's facts: every switch and condition takes
+step_g_on_e's value (step (e)'s but for step (g)'s switch), and its machine code is step_g_on_e's line for
+line. The catalog names the previous productions (step_15, step_14 and step_10, expected slower than
+production) and step_p_r as production's code (no-change); the GPU suite's prebuilt builds hold every build
+test_gpu.py compares. With the default left at 15 (main before promote21) or at 18 (promote18's tree), the
+tests of production's switches, conditions, code and catalog entry fail.
 """
 from __future__ import annotations
 
@@ -42,6 +48,10 @@ SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_ME
 STEP_G_ON_E = dict(FA.candidate("step_g_on_e").defines)
 STEP_10 = {"MKL_CAMPAIGN_STEP": 10}
 STEP_14 = {"MKL_CAMPAIGN_STEP": 14}
+STEP_15 = {"MKL_CAMPAIGN_STEP": 15}
+STEP_P_R = dict(FA.candidate("step_p_r").defines)  # step 20 + -DMKL_ROUTER_WIDE=1: production's code
+PRODUCTION_STEP = 21  # mkl_kernel.cuh's default MKL_CAMPAIGN_STEP since promote21
+PRODUCTION_SWITCHES = ("MKL_ROUTER_WIDE", "MKL_W13_ACQ_REL")  # steps (p) and (r): what production adds to step 15
 
 
 def _eval(expr: str, env: dict[str, int]) -> int:
@@ -86,6 +96,12 @@ def switches_changed_from_step_14(defines: dict[str, int]) -> tuple[set[str], di
     return switches_changed_from_step(14, defines)
 
 
+def switches_changed_from_step_15(defines: dict[str, int]) -> tuple[set[str], dict[str, int], dict[str, int]]:
+    """(the switches the build of `defines` sets otherwise than step 15, step 15's, the build's): steps
+    (o)-(r)'s base, and production's."""
+    return switches_changed_from_step(15, defines)
+
+
 def _conditions(env: dict[str, int]) -> dict[str, int]:
     """{file:line: value} of every #if / #elif of the family's sources and probes over the switches alone."""
     out = {}
@@ -103,28 +119,41 @@ def _conditions(env: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def assert_step_is_production_with_its_switch_alone(step: int, switch: str) -> None:
-    """Campaign step `step` sets every switch as production does but `switch` (on) and the step number; only
-    that step turns `switch` on (steps 0-20), production leaves it off, and -D sets it either way beside any
-    step (a candidate on production: steps (o), (p), (q))."""
-    changed, prod, got = switches_changed_from_step(15, {"MKL_CAMPAIGN_STEP": step})
+def assert_step_is_step_15_with_its_switch_alone(step: int, switch: str) -> None:
+    """Campaign step `step` sets every switch as step 15 (production from round 20 until step 21, the base
+    of the twelfth and thirteenth sessions' candidates, steps (o), (p), (q), (r)) does but `switch` (on) and
+    the step number; of steps 0-21 only that step turns `switch` on, and production (step 21) if it is step
+    (p)'s or step (r)'s; step 15 leaves it off; -D sets it either way beside any step."""
+    changed, base, got = switches_changed_from_step_15({"MKL_CAMPAIGN_STEP": step})
     assert changed == {"MKL_CAMPAIGN_STEP", switch}, changed
-    assert got[switch] == 1 and prod[switch] == 0 and _switches({})[switch] == 0
-    assert [n for n in range(21) if _switches({"MKL_CAMPAIGN_STEP": n})[switch]] == [step]
+    assert got[switch] == 1 and base[switch] == 0
+    in_production = switch in PRODUCTION_SWITCHES
+    assert _switches({})[switch] == in_production, (step, switch, _switches({})[switch])
+    assert [n for n in range(PRODUCTION_STEP + 1) if _switches({"MKL_CAMPAIGN_STEP": n})[switch]] == \
+        [step, *([PRODUCTION_STEP] if in_production else [])]
     assert _switches({"MKL_CAMPAIGN_STEP": 15, switch: 1})[switch] == 1
     assert _switches({"MKL_CAMPAIGN_STEP": step, switch: 0})[switch] == 0
 
 
-def assert_every_condition_reads_step_as_production_with(step: int, switch: str) -> None:
-    """Every preprocessor condition of the family reads campaign step `step` as production's switches with
-    `switch` on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give the step what it gives 15), and some
-    condition reads `switch` (the step's code differs from production's)."""
+def assert_every_condition_reads_step_as(step: int, base: int, *switches: str) -> None:
+    """Every preprocessor condition of the family reads campaign step `step` as step `base`'s switches with
+    `switches` on (a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give the step what it gives `base`, step
+    number included), and for each switch some condition reads it (the step's code differs from the base's
+    by each one)."""
+    assert switches
     got = _conditions(_switches({"MKL_CAMPAIGN_STEP": step}))
-    with_switch = _conditions({**_switches({}), switch: 1})
+    with_switches = _conditions({**_switches({"MKL_CAMPAIGN_STEP": base}), **dict.fromkeys(switches, 1)})
     assert len(got) >= 30, len(got)  # the kernel's campaign #ifs were found
-    assert got == with_switch, {k: (got[k], with_switch[k]) for k in got if got[k] != with_switch[k]}
-    prod = _conditions(_switches({}))
-    assert {k for k in got if got[k] != prod[k]}, f"no condition reads {switch}"
+    assert got == with_switches, {k: (got[k], with_switches[k]) for k in got if got[k] != with_switches[k]}
+    before = _conditions(_switches({"MKL_CAMPAIGN_STEP": base}))
+    for switch in switches:
+        alone = _conditions({**_switches({"MKL_CAMPAIGN_STEP": base}), switch: 1})
+        assert {k for k in alone if alone[k] != before[k]}, f"no condition reads {switch}"
+
+
+def assert_every_condition_reads_step_as_step_15_with(step: int, switch: str) -> None:
+    """Step `step` is read as step 15 (the base of steps (o)-(r)) with `switch` on."""
+    assert_every_condition_reads_step_as(step, 15, switch)
 
 
 def test_step_10_takes_step_g_on_e_switches_and_step_e_but_for_step_g():
@@ -146,17 +175,46 @@ def test_step_14_takes_step_10_switches_and_step_l_alone():
     assert step14["MKL_COPY_AHEAD"] == 1 and step10["MKL_COPY_AHEAD"] == 0 and step14["MKL_ATTN_MMA"] == 0
 
 
-def test_production_takes_step_14_switches_and_step_m_alone():
+def test_step_15_takes_step_14_switches_and_step_m_alone():
+    step15 = _switches(STEP_15)
+    changed, _, _ = switches_changed_from_step_14(STEP_15)
+    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_ATTN_MMA"}, changed
+    assert step15["MKL_ATTN_MMA"] == 1 and step15["MKL_COPY_AHEAD"] == 1 and step15["MKL_W2_QUANT_AHEAD"] == 1
+    # steps (i), (j) and (k) stay off in step 15, and so does step (p)'s router
+    assert step15["MKL_GEMV_ONE_ROUND"] == step15["MKL_QKV_SPREAD"] == step15["MKL_L2_KEEP_QKV"] == 0
+    assert step15["MKL_ROUTER_WIDE"] == 0
+
+
+def test_production_takes_step_15_switches_and_steps_p_and_r_alone():
     from hazards.megakernel_layers import model as M
 
     prod = _switches({})
-    assert prod["MKL_CAMPAIGN_STEP"] == 15 and _switches({"MKL_CAMPAIGN_STEP": 15}) == prod
-    assert M.DEFAULT_CAMPAIGN_STEP == 15  # the schedule model reads a build without -D as production
-    changed, _, _ = switches_changed_from_step_14({})
-    assert changed == {"MKL_CAMPAIGN_STEP", "MKL_ATTN_MMA"}, changed
-    assert prod["MKL_ATTN_MMA"] == 1 and prod["MKL_COPY_AHEAD"] == 1 and prod["MKL_W2_QUANT_AHEAD"] == 1
-    # steps (i), (j) and (k) stay off in production
+    assert prod["MKL_CAMPAIGN_STEP"] == PRODUCTION_STEP == 21 and _switches({"MKL_CAMPAIGN_STEP": 21}) == prod
+    assert M.DEFAULT_CAMPAIGN_STEP == 21  # the schedule model reads a build without -D as production
+    changed, _, _ = switches_changed_from_step_15({})
+    assert changed == {"MKL_CAMPAIGN_STEP", *PRODUCTION_SWITCHES}, changed
+    assert prod["MKL_ROUTER_WIDE"] == prod["MKL_W13_ACQ_REL"] == 1
+    assert prod["MKL_ATTN_MMA"] == prod["MKL_COPY_AHEAD"] == prod["MKL_W2_QUANT_AHEAD"] == 1
+    # step_p_r's build (step 20 with step (p)'s switch by -D) sets every switch as production but the step number
+    p_r = _switches(STEP_P_R)
+    assert {k for k in SWITCHES if p_r[k] != prod[k]} == {"MKL_CAMPAIGN_STEP"}, p_r
+    # the other candidates on step 15 stay off in production, and steps (i), (j), (k)
+    assert prod["MKL_W13_EMIT_LEAN"] == prod["MKL_CHUNK_LEAN"] == 0
     assert prod["MKL_GEMV_ONE_ROUND"] == prod["MKL_QKV_SPREAD"] == prod["MKL_L2_KEEP_QKV"] == 0
+
+
+@pytest.mark.parametrize("step, switch", [(17, "MKL_W13_EMIT_LEAN"), (18, "MKL_ROUTER_WIDE"), (19, "MKL_CHUNK_LEAN"),
+                                          (20, "MKL_W13_ACQ_REL")])
+def test_steps_17_to_20_stay_step_15_with_their_own_switch_not_production(step: int, switch: str):
+    """Steps (o)-(r) were written on step 15 (production then): they keep its switches and their own alone,
+    so step 18 (step (p)) has no acq_rel fences and step 20 (step (r)) no wide router; -D stacks either on
+    any step (step_p_r: step 20 with -DMKL_ROUTER_WIDE=1, production's switches)."""
+    assert_step_is_step_15_with_its_switch_alone(step, switch)
+    got = _switches({"MKL_CAMPAIGN_STEP": step})
+    for other in PRODUCTION_SWITCHES:
+        if other != switch:
+            assert got[other] == 0, (step, other)
+            assert _switches({"MKL_CAMPAIGN_STEP": step, other: 1})[other] == 1
 
 
 def test_every_preprocessor_condition_of_the_family_reads_step_10_as_step_g_on_e():
@@ -167,27 +225,23 @@ def test_every_preprocessor_condition_of_the_family_reads_step_10_as_step_g_on_e
 
 
 def test_every_preprocessor_condition_of_the_family_reads_step_14_as_step_10_with_step_l():
-    """Step 14's value of every condition is the one step 10's switches with MKL_COPY_AHEAD on give, step
-    number 10 included: a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 14 what it gives 10."""
-    step14 = _conditions(_switches(STEP_14))
-    with_l = _conditions({**_switches(STEP_10), "MKL_COPY_AHEAD": 1})
-    assert len(step14) >= 30, len(step14)
-    assert step14 == with_l, {k: (step14[k], with_l[k]) for k in step14 if step14[k] != with_l[k]}
-    # and step (l)'s own conditions are what tells step 14 from step 10
-    step10 = _conditions(_switches(STEP_10))
-    assert {k for k in step14 if step14[k] != step10[k]}, "no condition reads MKL_COPY_AHEAD"
+    """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 14 what it gives 10; step (l)'s conditions tell them apart."""
+    assert_every_condition_reads_step_as(14, 10, "MKL_COPY_AHEAD")
 
 
-def test_every_preprocessor_condition_of_the_family_reads_production_as_step_14_with_step_m():
-    """Production's value of every condition is the one step 14's switches with MKL_ATTN_MMA on give, step
-    number 14 included: a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 15 what it gives 14."""
+def test_every_preprocessor_condition_of_the_family_reads_step_15_as_step_14_with_step_m():
+    """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 15 what it gives 14; step (m)'s conditions tell them apart."""
+    assert_every_condition_reads_step_as(15, 14, "MKL_ATTN_MMA")
+
+
+def test_every_preprocessor_condition_of_the_family_reads_production_as_step_15_with_steps_p_and_r():
+    """Production's value of every condition is the one step 15's switches with MKL_ROUTER_WIDE and
+    MKL_W13_ACQ_REL on give, step number 15 included: a raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 21 what
+    it gives 15; and step (p)'s and step (r)'s own conditions are what tell production from step 15. Every
+    condition reads production as step_p_r's build (step 20 with -DMKL_ROUTER_WIDE=1)."""
     prod = _conditions(_switches({}))
-    with_m = _conditions({**_switches(STEP_14), "MKL_ATTN_MMA": 1})
-    assert len(prod) >= 30, len(prod)
-    assert prod == with_m, {k: (prod[k], with_m[k]) for k in prod if prod[k] != with_m[k]}
-    # and step (m)'s own conditions are what tells production from step 14
-    step14 = _conditions(_switches(STEP_14))
-    assert {k for k in prod if prod[k] != step14[k]}, "no condition reads MKL_ATTN_MMA"
+    assert prod == _conditions(_switches({"MKL_CAMPAIGN_STEP": 21})) == _conditions(_switches(STEP_P_R))
+    assert_every_condition_reads_step_as(PRODUCTION_STEP, 15, *PRODUCTION_SWITCHES)
 
 
 def _sass_lines(defines: dict[str, int] | None, label: str) -> list[str]:
@@ -220,11 +274,11 @@ def _assert_same_sass(a: list[str], b: list[str]) -> None:
 PIN = Path(__file__).with_name("production_ptx.json")
 UPDATE_PIN = "HZ_UPDATE_PRODUCTION_PIN"
 UPDATE_COMMAND = (f"{UPDATE_PIN}=1 PYTHONPATH=$PWD python -m pytest -q -p no:randomly "
-                  "tests/megakernel_layers/test_production_step15.py -k pinned")
+                  "tests/megakernel_layers/test_production_step21.py -k pinned")
 
 
-def _production_ptx_digest() -> dict[str, object]:
-    """The default build's (production's) PTX, as nvcc's front end emits it with the harness build's flags
+def _production_ptx_digest(defines: dict[str, int] | None = None, label: str = "test-mkl-production-ptx") -> dict[str, object]:
+    """The default build's (production's; or the build of `defines`) PTX, as nvcc's front end emits it with the harness build's flags
     (-split-compile=0 and -lineinfo among them), normalised so that it reads the same in every checkout:
     without the `.file` / `.loc` line-info directives and the debug string section (they name the checkout's
     folders and the hashed names as bytes) and with nvcc's
@@ -241,7 +295,7 @@ def _production_ptx_digest() -> dict[str, object]:
     from hazards.static.compile import compile_ptx
 
     try:
-        build = compile_ptx(LAYERED, defines=None, label="test-mkl-production-ptx", extra_args=(f"-I{INCLUDE}",),
+        build = compile_ptx(LAYERED, defines=defines, label=label, extra_args=(f"-I{INCLUDE}",),
                             harness_flags=True)
     except ToolchainMissing as e:
         pytest.skip(f"cannot build production's PTX: {e}")
@@ -276,19 +330,41 @@ def test_step_10_machine_code_is_step_g_on_e_line_for_line():
     _assert_same_sass(_sass_lines(STEP_10, "test-mkl-step-10"), _sass_lines(STEP_G_ON_E, "test-mkl-step-g-on-e"))
 
 
-def test_production_machine_code_is_step_m_line_for_line():
+def test_production_code_is_step_p_r_normalised_ptx_and_not_step_15_18_or_20():
+    """The pinned code is step_p_r's (-DMKL_CAMPAIGN_STEP=20 -DMKL_ROUTER_WIDE=1, round 23's stacked candidate):
+    the default build's normalised PTX (_production_ptx_digest) equals that build's, and not step 15's, step
+    18's (step (p) alone: step (r)'s fences are in production) or step 20's (step (r) alone: step (p)'s router
+    is in production)."""
+    prod = _production_ptx_digest()
+    assert prod == _production_ptx_digest(STEP_P_R, "test-mkl-step-p-r-ptx")
+    for step in (15, 18, 20):
+        other = _production_ptx_digest({"MKL_CAMPAIGN_STEP": step}, f"test-mkl-step-{step}-ptx")
+        assert prod["ptx_sha256"] != other["ptx_sha256"], step
+
+
+def test_production_machine_code_is_step_p_r_line_for_line():
     prod = _sass_lines(None, "test-mkl-step-default")
-    _assert_same_sass(prod, _sass_lines({"MKL_CAMPAIGN_STEP": 15}, "test-mkl-step-15-sass"))
-    assert prod != _sass_lines(STEP_14, "test-mkl-step-l")  # step (m)'s tensor-core block loop is in it
+    _assert_same_sass(prod, _sass_lines(STEP_P_R, "test-mkl-step-p-r-sass"))
+    assert prod != _sass_lines(STEP_15, "test-mkl-step-15-sass")  # steps (p)'s router and (r)'s fences are in it
 
 
 def test_the_catalog_names_the_previous_productions_and_production_code():
-    prod, step_14, step_m = FA.candidate("production"), FA.candidate("step_14"), FA.candidate("step_m")
-    assert prod.defines == () and "MKL_CAMPAIGN_STEP 15" in prod.what
+    prod, step_15, step_p_r = FA.candidate("production"), FA.candidate("step_15"), FA.candidate("step_p_r")
+    assert prod.defines == () and "MKL_CAMPAIGN_STEP 21" in prod.what
+    assert dict(step_15.defines) == STEP_15 and step_15.expected == "slower"
+    assert "production from round 20 until step 21 (the previous production)" in step_15.what
+    assert "prediction" in step_15.what  # 'slower' is round 23's pair, not a confirmed gate verdict
+    assert "production's bits" in step_15.what  # steps (p) and (r) keep them: the promote round's SAME_STEP 15
+    assert dict(step_p_r.defines) == STEP_P_R == {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}
+    assert step_p_r.expected == "no-change" and "production's code since step 21" in step_p_r.what
+    # steps (p) and (r) alone keep their builds (step 15 with one switch): neither is production's code
+    step_p, step_r = FA.candidate("step_p"), FA.candidate("step_r")
+    assert dict(step_p.defines) == {"MKL_CAMPAIGN_STEP": 18} and dict(step_r.defines) == {"MKL_CAMPAIGN_STEP": 20}
+    assert "production's code" not in step_p.what and "production's code" not in step_r.what
+    step_14, step_m = FA.candidate("step_14"), FA.candidate("step_m")
     assert dict(step_14.defines) == STEP_14 and step_14.expected == "slower"
-    assert "production from round 18 until step 15" in step_14.what
-    assert dict(step_m.defines) == {"MKL_CAMPAIGN_STEP": 15}
-    assert step_m.expected == "no-change" and "production's code" in step_m.what
+    assert "production from round 18 until step 15" in step_14.what and "previous production" not in step_14.what
+    assert dict(step_m.defines) == STEP_15 and step_m.expected == "slower" and "step_15's" in step_m.what
     step_10, step_l = FA.candidate("step_10"), FA.candidate("step_l")
     assert dict(step_10.defines) == STEP_10 and step_10.expected == "slower"
     assert "production from round 14 until step 14" in step_10.what
@@ -297,16 +373,18 @@ def test_the_catalog_names_the_previous_productions_and_production_code():
     assert dict(step_d.defines) == {"MKL_CAMPAIGN_STEP": 5} and step_d.expected == "slower"
     assert "production from round 8 until step 10" in step_d.what
     assert g_on_e.expected == "slower" and "step 10's code" in g_on_e.what
-    # candidates whose expectation was against step 10 (no-change) read against step 14, then step 15
+    # candidates whose expectation was against step 10 (no-change) read against step 14, then 15, then 21
     assert FA.candidate("step_e").expected == "slower" and FA.candidate("step_g").expected == "slower"
     for name in ("step_i", "step_j", "step_k"):  # built on step 10, not on production
         assert "step 10 (its base, step_10)" in FA.candidate(name).what, name
+    for name in ("step_o", "step_p", "step_q", "step_r"):  # built on step 15, production then
+        assert "step 15 (its base, production then; step_15)" in FA.candidate(name).what, name
 
 
 def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
     """final-gpu-tests.sh builds test_gpu.py's campaign builds in parallel before pytest (else each is
-    built inside pytest, 10-16 s each); step (d), step 10 and step 14 are named builds since step 15 is
-    production."""
+    built inside pytest, 10-16 s each); step (d), step 10, step 14 and step 15 are named builds since step
+    21 is production."""
     script = (ROOT / "ci" / "gpu" / "final-gpu-tests.sh").read_text()
     steps = script[script.index("steps = ["):script.index("]\n", script.index("steps = ["))]
     tests = (ROOT / "tests" / "megakernel_layers" / "test_gpu.py").read_text()
@@ -315,7 +393,7 @@ def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
         wanted |= {int(a), int(b)}
     for a, b in re.findall(r"for step in \((\d+), (\d+)\)", tests):
         wanted |= {int(a), int(b)}
-    assert {5, 10, 14} <= wanted and 15 not in wanted  # steps (d), 10 and 14 named; production is the default build
+    assert {5, 10, 14, 15} <= wanted and 21 not in wanted  # steps (d), 10, 14, 15 named; production is the default build
     for n in wanted:
         assert f'{{"MKL_CAMPAIGN_STEP": {n}}}' in steps, n
     assert '{"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}' in steps
