@@ -253,6 +253,13 @@ constexpr int MERGE_OUT = 8;         // merged outputs per thread (NQ * HD <= TH
 #endif
 constexpr long long PREFETCH_W13 = (long long)MKL_PREFETCH_W13_KB << 10;
 constexpr long long PREFETCH_W2 = (long long)MKL_PREFETCH_W2_KB << 10;
+// Step (s) (MKL_HN_FIRST, a -D candidate on production; no step number): a W13 tile copies hn to shared memory
+// before it issues its tile's L2 prefetch (production: the prefetch first). Round 24's sub-spans (an H100)
+// put the hn copy at 3.0 us a tile with the prefetch first and 0.6 us with no W13 prefetch at all: the
+// 11.5 KB of hn (L2 hits, the router's fresh output) queue behind every worker's 256 KB prefetch burst.
+#ifndef MKL_HN_FIRST
+#define MKL_HN_FIRST 0
+#endif
 
 struct Params {
   Shape s;
@@ -3063,7 +3070,9 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       const int j = u / p.T13, t = u % p.T13, e = hd->ids[j];
       const int c0 = channel_begin(t, p.T13, s.I), c1 = channel_begin(t + 1, p.T13, s.I);
       const __nv_bfloat16* w13 = dptr<__nv_bfloat16>(hd, SLOT_W13) + (size_t)e * s.I * 2 * s.D;
+#if !MKL_HN_FIRST
       if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+#endif
       maybe_skew(p, w, l, 1);
       tw_mark<TW>(tw, l, PHASE_MOE_W13, u);
       MKL_PROF_STAMP(span);
@@ -3079,6 +3088,10 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         MKL_SUB_POINT(SUB_FILL);
         have_hn = true;
       }
+#if MKL_HN_FIRST
+      // step (s): the tile's prefetch once hn is in shared memory (the GEMV's own loads follow at once)
+      if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+#endif
       float* out = p.swiglu + (size_t)j * s.I;
       gemv_block(p.gemv_depth, &w13, 1, s.D, s.D, arena, 2 * c0, 2 * c1, hd->gemv, [&](int r, const float* a, int n) {
         for (int k = 0; k + 1 < n; k += 2) {  // rows 2c (gate), 2c + 1 (up)
