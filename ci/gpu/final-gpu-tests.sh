@@ -35,7 +35,9 @@ with cf.ThreadPoolExecutor(8) as pool:
              # this session's candidates: step (o) (test_w13_emit_lean.py), step (p) (test_gpu.py's step_p
              # tests), step (q) (test_gpu.py's step_q tests), step (r) and steps (p) + (r) (test_gpu.py's step_r tests)
              {"MKL_CAMPAIGN_STEP": 17}, {"MKL_CAMPAIGN_STEP": 18}, {"MKL_CAMPAIGN_STEP": 19},
-             {"MKL_CAMPAIGN_STEP": 20}, {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}]
+             {"MKL_CAMPAIGN_STEP": 20}, {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1},
+             # step (s) on production (test_hn_first.py)
+             {"MKL_HN_FIRST": 1}]
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)
@@ -47,7 +49,7 @@ PY
 tail -1 $R/build.txt
 timeout -s INT -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -v -rs -p no:cacheprovider -p no:randomly --durations=25 \
   tests/megakernel_layers/test_gpu.py tests/families/test_mma_pingpong_gpu.py tests/tripwire/test_deadlock_gpu.py \
-  tests/megakernel_layers/test_w13_emit_lean.py \
+  tests/megakernel_layers/test_w13_emit_lean.py tests/megakernel_layers/test_hn_first.py \
   tests/families/test_families_gpu.py tests/families/test_barrier_layout_runtime.py \
   tests/ragged_decode/test_gpu_kernel.py tests/ragged_decode/test_check_target.py tests/ragged_decode/test_profiler_gpu.py \
   tests/plugin/test_family_property_gpu.py tests/gates/test_layers_logit_gate.py tests/gates/test_perf_revision_gpu.py \

@@ -68,9 +68,10 @@ class Candidate:
 
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 21: step 15 + step "
-              "(p)'s router + step (r)'s W13 acq_rel fences, step_p_r's code, step 15's bits; promote21, merged only "
-              "if round 24's confirming gate step_15 -> production calls the plain launch faster and the profiled "
-              "worker not slower; then the promotion round's family check and logit gate)", "no-change"),
+              "(p)'s router + step (r)'s W13 acq_rel fences, step_p_r's code, step 15's bits; promoted in round 24: "
+              "its confirming gate, decided before it ran, production (step 15) -> step_p_r, called the plain launch "
+              "faster, 0.980 [0.975, 0.985], and the profiled worker no-change, 0.986 (an H100), the third faster "
+              "launch row of three on two cards)", "no-change"),
     Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
               defines=(("MKL_NOOP_CANDIDATE", 1),)),
     Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",
@@ -264,8 +265,16 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "the default gate slower by attn_merge (sumCTA 1.075) (step (p) alone 0.980 and 0.981 on the plain launch, "
               "step (r) alone no-change, in the same round): the promotion rule's launch items met once, not "
               "confirmed (no device time left for a second gate; step (p)'s confirming gate said no-change); "
-              "promoted as step 21 by promote21, pending round 24's confirming gate)",
+              "round 24's confirming gate (decided before it ran; an H100): the plain launch faster again, 0.980 "
+              "[0.975, 0.985], the profiled one no-change 0.986: promoted as step 21)",
               "no-change", defines=(("MKL_CAMPAIGN_STEP", 20), ("MKL_ROUTER_WIDE", 1))),
+    Candidate("step_s", "campaign step (s), a candidate on production (step 21; no step number: -DMKL_HN_FIRST=1): a "
+              "W13 tile copies hn to shared memory before it issues its tile's L2 prefetch (production: the prefetch "
+              "first). Round 24's sub-spans (an H100) put the hn copy at 3.0 us a tile with the prefetch first and "
+              "0.6 us with no W13 prefetch (MKL_PREFETCH_W13_KB=0), whose GEMV then took 4.8 us longer; the order "
+              "alone is changed: no wait added or moved, production's bits. Written for a shorter hn copy; expected "
+              "no-change (a prediction: the ~2 us a layer it may save is ~1.3% of a launch, inside the gate's 2% "
+              "minimum effect)", "no-change", defines=(("MKL_HN_FIRST", 1),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "
