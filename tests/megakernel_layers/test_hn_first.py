@@ -18,6 +18,7 @@ import pytest
 from hazards.megakernel_layers import faithful as FA
 
 from . import test_production_step21 as T21
+from .bits import assert_same_bits
 from .test_merge_spread import ROOT
 
 STEP_S = {"MKL_HN_FIRST": 1}
@@ -65,15 +66,4 @@ def test_the_catalog_names_step_s_on_production_with_its_switch_alone():
 def test_step_s_gives_production_bits(params: dict):
     """Every checked launch clean against the binary's reference (corrupted, with stale_descriptor on) and the
     output production's bit for bit."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    from .test_gpu import FAM
-
-    corrupting = params.get("hazard") == "stale_descriptor"
-    outs = []
-    for defines in (STEP_S, None):
-        out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
-        assert (reply.get("mismatched", 0) > 0) if corrupting else reply.get("mismatched") == 0, (defines, reply)
-        outs.append(out)
-    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+    assert_same_bits(STEP_S, None, params)

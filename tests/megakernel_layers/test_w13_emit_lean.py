@@ -37,6 +37,7 @@ import pytest
 from hazards.megakernel_layers import faithful as FA
 
 from . import test_production_step21 as T21
+from .bits import assert_same_bits
 from .sass_text import assert_spills_no_more_than, function_instances
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 
@@ -190,18 +191,7 @@ def test_step_17_gives_step_15_bits(params: dict):
     """Step (o) changes no arithmetic and no value a thread reads but the image it no longer loads: every
     checked launch clean against the binary's reference (corrupted, with stale_descriptor on; shared_line
     without the write-back loses no release: clean) and the output step 15's (production's too) bit for bit."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    from .test_gpu import FAM
-
-    corrupting = params.get("hazard") == "stale_descriptor"
-    outs = []
-    for defines in (STEP_O, BASE):
-        out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
-        assert (reply.get("mismatched", 0) > 0) if corrupting else reply.get("mismatched") == 0, (defines, reply)
-        outs.append(out)
-    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+    assert_same_bits(STEP_O, BASE, params)
 
 
 @pytest.mark.gpu
