@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -161,7 +162,7 @@ def build_defines(items: list[str]) -> tuple[tuple[str, int], ...]:
     out = []
     for item in items:
         name, eq, value = item.partition("=")
-        if not eq or not name.isidentifier() or not value.lstrip("-").isdigit():
+        if not eq or not name.isidentifier() or not re.fullmatch(r"-?\d+", value):
             raise UserError(f"--define {item!r}: expected NAME=INTEGER, e.g. MKL_PREFETCH_W2_KB=0")
         out.append((name, int(value)))
     return tuple(out)
@@ -184,7 +185,7 @@ def main() -> int:
     extra = {}
     for item in a.set:
         k, _, v = item.partition("=")
-        extra[k] = int(v) if v.lstrip("-").isdigit() else v
+        extra[k] = int(v) if re.fullmatch(r"-?\d+", v) else v
     defines = build_defines(a.define)
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)

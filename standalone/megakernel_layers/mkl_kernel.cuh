@@ -200,7 +200,7 @@
 // Step (p) (18, a candidate; in production, 21) is step 15 (production then) with the router's last block on a
 // short chain (router_from_partials_wide: every load issued at its start, the top-k in registers); -D combines it.
 #ifndef MKL_ROUTER_WIDE
-#define MKL_ROUTER_WIDE (MKL_CAMPAIGN_STEP == 18 || MKL_CAMPAIGN_STEP == 21)  // step (p)
+#define MKL_ROUTER_WIDE (MKL_CAMPAIGN_STEP == 18 || MKL_CAMPAIGN_STEP >= 21)  // step (p)
 #endif
 // Step (q) (19, a candidate) is step 15 (production then) with the attention chunk's and the merge's fixed costs cut:
 // q read from qbuf beside the K words (no copy, no barrier), the warps' combine in registers, the partial
@@ -214,7 +214,14 @@
 // MEMBAR.SC.GPU), and the expert's last arriver's acquire and its fan-out's release as one fence of its
 // leader (production: every thread's acquire fence, then the leader's release fence); -D combines it.
 #ifndef MKL_W13_ACQ_REL
-#define MKL_W13_ACQ_REL (MKL_CAMPAIGN_STEP == 20 || MKL_CAMPAIGN_STEP == 21)  // step (r)
+#define MKL_W13_ACQ_REL (MKL_CAMPAIGN_STEP >= 20)                             // step (r)
+#endif
+// Step (s) (MKL_HN_FIRST, a -D candidate on production; no step number): a W13 tile copies hn to shared memory
+// before it issues its tile's L2 prefetch (production: the prefetch first). Round 24's sub-spans (an H100)
+// put the hn copy at 3.0 us a tile with the prefetch first and 0.6 us with no W13 prefetch at all: the
+// 11.5 KB of hn (L2 hits, the router's fresh output) queue behind every worker's 256 KB prefetch burst.
+#ifndef MKL_HN_FIRST
+#define MKL_HN_FIRST 0
 #endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
@@ -253,13 +260,7 @@ constexpr int MERGE_OUT = 8;         // merged outputs per thread (NQ * HD <= TH
 #endif
 constexpr long long PREFETCH_W13 = (long long)MKL_PREFETCH_W13_KB << 10;
 constexpr long long PREFETCH_W2 = (long long)MKL_PREFETCH_W2_KB << 10;
-// Step (s) (MKL_HN_FIRST, a -D candidate on production; no step number): a W13 tile copies hn to shared memory
-// before it issues its tile's L2 prefetch (production: the prefetch first). Round 24's sub-spans (an H100)
-// put the hn copy at 3.0 us a tile with the prefetch first and 0.6 us with no W13 prefetch at all: the
-// 11.5 KB of hn (L2 hits, the router's fresh output) queue behind every worker's 256 KB prefetch burst.
-#ifndef MKL_HN_FIRST
-#define MKL_HN_FIRST 0
-#endif
+static_assert(MKL_PREFETCH_W13_KB >= 0 && MKL_PREFETCH_W2_KB >= 0, "a prefetch window is a size: 0 turns it off");
 
 struct Params {
   Shape s;
@@ -3070,7 +3071,11 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       const int j = u / p.T13, t = u % p.T13, e = hd->ids[j];
       const int c0 = channel_begin(t, p.T13, s.I), c1 = channel_begin(t + 1, p.T13, s.I);
       const __nv_bfloat16* w13 = dptr<__nv_bfloat16>(hd, SLOT_W13) + (size_t)e * s.I * 2 * s.D;
-#if !MKL_HN_FIRST
+#if MKL_HN_FIRST
+      // step (s): a later tile (hn already copied) prefetches where production does; the first one after its copy
+      if (have_hn && tid < 32)
+        prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+#else
       if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
 #endif
       maybe_skew(p, w, l, 1);
@@ -3085,13 +3090,13 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         for (int i = tid; i < s.D; i += THREADS) arena[i] = p.hn[i];
 #endif
         __syncthreads();
+#if MKL_HN_FIRST
+        // step (s): the first tile's prefetch once hn is in shared memory (the GEMV's own loads follow at once)
+        if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+#endif
         MKL_SUB_POINT(SUB_FILL);
         have_hn = true;
       }
-#if MKL_HN_FIRST
-      // step (s): the tile's prefetch once hn is in shared memory (the GEMV's own loads follow at once)
-      if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
-#endif
       float* out = p.swiglu + (size_t)j * s.I;
       gemv_block(p.gemv_depth, &w13, 1, s.D, s.D, arena, 2 * c0, 2 * c1, hd->gemv, [&](int r, const float* a, int n) {
         for (int k = 0; k + 1 < n; k += 2) {  // rows 2c (gate), 2c + 1 (up)

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 
-def assert_same_bits(candidate: dict | None, base: dict | None, params: dict) -> None:
-    """Both builds' checked launches clean against the binary's reference (corrupted, with stale_descriptor on)
-    and their outputs equal bit for bit."""
+def assert_same_bits(candidate: dict | None, base: dict | None, params: dict, corrupting: bool | None = None) -> None:
+    """Both builds' checked launches clean against the binary's reference (corrupted in both where `corrupting`;
+    by default, with stale_descriptor on) and their outputs equal bit for bit."""
     from hazards.families import get_family
     from hazards.megakernel_layers.calibration import dump_run
     from hazards.stress_family import family_binary
 
     fam = get_family("megakernel_layers")
-    corrupting = params.get("hazard") == "stale_descriptor"
+    if corrupting is None:
+        corrupting = params.get("hazard") == "stale_descriptor"
     outs = []
     for defines in (candidate, base):
         out, _, reply = dump_run(family_binary(fam, defines=defines), params)

@@ -33,13 +33,13 @@ STEP_Q = {"MKL_CAMPAIGN_STEP": 19}
 PROD = {"MKL_CAMPAIGN_STEP": 15}  # step 15's code, step (q)'s base (production's until promote21: test_production_step21.py)
 
 
-def test_step_19_is_production_with_the_lean_chunk_switch_alone():
+def test_step_19_is_step_15_with_the_lean_chunk_switch_alone():
     P.assert_step_is_step_15_with_its_switch_alone(19, "MKL_CHUNK_LEAN")
     step = P._switches(STEP_Q)
     assert step["MKL_ATTN_MMA"] == step["MKL_COPY_AHEAD"] == step["MKL_MERGE_SPREAD"] == 1
 
 
-def test_every_preprocessor_condition_reads_step_19_as_production_with_the_lean_chunk():
+def test_every_preprocessor_condition_reads_step_19_as_step_15_with_the_lean_chunk():
     """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 19 what it gives 15 (step (q)'s base)."""
     P.assert_every_condition_reads_step_as_step_15_with(19, "MKL_CHUNK_LEAN")
 
@@ -136,7 +136,7 @@ def test_step_q_last_merger_publishes_with_one_fence_of_its_leader(builds):
         assert [sum(o.startswith(k) for o in ops) for k in ("BAR.SYNC", "MEMBAR")] == [2, 2], ops
 
 
-def test_step_q_spills_no_more_than_production(builds):
+def test_step_q_spills_no_more_than_step_15(builds):
     """ptxas -v, the harness build: no function of step (q) spills more than production's (at 775b882 the
     plain kernel body 442 / 1492 B of spill stores / loads against 462 / 1516; attend_chunk and merge_heads as
     production; at 8ff56a0, before the tripwire change, 434 / 1712 against 454 / 1724). The tripwire
@@ -173,11 +173,11 @@ def test_step_q_merge_weighs_two_register_sets_in_turn_without_moving_a_batch(bu
         assert count(prod, k) > 0 and count(step, k) == 2 * count(prod, k), (k, count(prod, k), count(step, k))
 
 
-def test_step_q_passes_the_compiled_static_checks_with_production_polls():
+def test_step_q_passes_the_compiled_static_checks_with_step_15_polls():
     assert_static_checks_pass_with_the_polls_of(19, 15)
 
 
-def test_the_catalog_names_step_q_on_production():
+def test_the_catalog_names_step_q_on_step_15():
     c = FA.candidate("step_q")
     assert dict(c.defines) == STEP_Q and c.params == () and c.expected == "slower"  # round 22: attn_merge
     assert "MKL_CHUNK_LEAN" in c.what and "production's bits" in c.what

@@ -15,6 +15,8 @@ from hazards.families import get_family
 from hazards.families import megakernel_layers as F
 from hazards.kernel_sources import family_dir
 
+from . import bits
+
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)")]
 FAM = get_family("megakernel_layers")
@@ -172,19 +174,8 @@ def test_step_f_gives_step_e_bits(params: dict):
 def assert_same_bits(base_step: int, step: int, params: dict) -> None:
     """One checked launch of both campaign builds on `params`: clean in both (or, with a hazard on,
     corrupted in both) and the outputs equal bit for bit."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    outs, replies = [], []
-    for s in (base_step, step):
-        out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": s}), params)
-        outs.append(out)
-        replies.append(reply)
-    if "hazard" in params:
-        assert all(r.get("mismatched", 0) > 0 for r in replies), replies  # corrupted, in both
-    else:
-        assert all(r.get("mismatched") == 0 for r in replies), replies
-    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+    bits.assert_same_bits({"MKL_CAMPAIGN_STEP": step}, {"MKL_CAMPAIGN_STEP": base_step}, params,
+                          corrupting="hazard" in params)
 
 
 # ---- campaign step (g) (MKL_CAMPAIGN_STEP 8, a candidate): W2's quantization, loads together -----
@@ -263,7 +254,7 @@ STEP_15 = {"MKL_CAMPAIGN_STEP": 15}  # the base of steps (o)-(r); production fro
 ], ids=["default", "grid64", "small", "stale_descriptor"])
 def test_step_i_is_clean_and_close_to_step_10(params: dict):
     """Step (i) sums each row over other column parts than its base, step 10 (whose bits step 14 has;
-    production, step 15, sums the attention in another order too): not step 10's bits, but every
+    production, step 21, sums the attention in step 15's order, another too): not step 10's bits, but every
     checked launch clean against the binary's reference (corrupted, with stale_descriptor on) and the
     output within a quarter of the family's tolerance of step 10's."""
     assert_clean_and_close_to_production({"MKL_CAMPAIGN_STEP": 11}, params, base=STEP_10)
@@ -337,7 +328,7 @@ def test_production_is_clean_and_close_to_step_14(params: dict):
 def test_step_k_is_clean_and_gives_step_10_bits(params: dict):
     """Step (k) changes only L2 cache policies and prefetches of read-only weights of its base, step 10:
     every checked launch clean (corrupted, with stale_descriptor on) and the output step 10's (step 14's
-    too; production, step 15, sums the attention in another order) bit for bit."""
+    too; production, step 21, sums the attention in step 15's order, another) bit for bit."""
     out, out_10 = run_beside_production({"MKL_CAMPAIGN_STEP": 13}, params, base=STEP_10)
     assert out.numel() == out_10.numel() and bool((out == out_10).all())
 

@@ -3,9 +3,10 @@ normalised hidden state) to shared memory before it issues its tile's L2 prefetc
 prefetch first, and round 24's sub-spans put the hn copy at 3.0 us a tile behind every worker's prefetch burst
 (0.6 us with no W13 prefetch at all).
 
-On the CPU (nvcc 13.0, sm_90a): the switch off is production's machine code line for line, on it is not; in the
-kernel's source the W13 prefetch sits before the hn copy with the switch off and after it with the switch on,
-and nowhere else; the catalog names step_s on production with that one define. On a GPU (marker gpu): step (s)
+On the CPU (nvcc 13.0, sm_90a): step_s is production's switches with MKL_HN_FIRST on and nothing else, and
+other machine code; in the kernel's source a tile's W13 prefetch sits before the hn copy with the switch off,
+and with it on after the copy on the worker's first tile and at production's place on a later one (hn already
+copied); the catalog names step_s on production with that one define. On a GPU (marker gpu): step (s)
 gives production's bits (the order of a prefetch and a copy changes no value), clean and with stale_descriptor
 corrupting alike.
 """
@@ -25,30 +26,53 @@ STEP_S = {"MKL_HN_FIRST": 1}
 W13_PREFETCH = "prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);"
 
 
-def _w13_region() -> str:
+def _w13_region(hn_first: int) -> list[str]:
+    """The W13 loop's source lines with MKL_HN_FIRST's #if / #else / #endif resolved (other conditions kept)."""
     src = (ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh").read_text()
-    return src[src.index("// ---- expert W13 tiles"):src.index("// ---- expert W2 rows")]
+    region = src[src.index("// ---- expert W13 tiles"):src.index("// ---- expert W2 rows")].splitlines()
+    out, stack = [], []  # stack: per open #if, None (not ours) or whether its current branch is kept
+    for line in region:
+        s = line.strip()
+        if s.startswith("#if"):
+            stack.append(bool(hn_first) if s == "#if MKL_HN_FIRST" else None)
+            if stack[-1] is not None:
+                continue
+        elif s == "#else" and stack and stack[-1] is not None:
+            stack[-1] = not stack[-1]
+            continue
+        elif s.startswith("#endif"):
+            if stack.pop() is not None:
+                continue
+        if all(k is not False for k in stack):
+            out.append(s)
+    return out
 
 
-def test_the_w13_prefetch_is_issued_before_the_hn_copy_off_and_after_it_on():
-    w13 = _w13_region()
-    sites = [m.start() for m in re.finditer(re.escape(W13_PREFETCH), w13)]
-    assert len(sites) == 2, sites
-    copy = w13.index("copy_to_shared_block(arena, p.hn, s.D);")
-    first, second = sites
-    assert first < copy < second
-    # each site under its own side of the switch: the directive above its line (a comment between allowed)
-    lines = w13.splitlines()
-    at = [i for i, line in enumerate(lines) if W13_PREFETCH in line]
-    above = [next(lines[j].strip() for j in range(i - 1, -1, -1) if not lines[j].strip().startswith("//"))
-             for i in at]
-    assert above == ["#if !MKL_HN_FIRST", "#if MKL_HN_FIRST"]
+def _prefetches(lines: list[str]) -> list[int]:
+    return [i for i, s in enumerate(lines) if s.startswith(W13_PREFETCH) or s.endswith(W13_PREFETCH)]
 
 
-def test_step_s_off_is_production_line_for_line_and_on_is_not():
-    prod = T21._sass_lines(None, "test-mkl-step-default")
-    T21._assert_same_sass(prod, T21._sass_lines({"MKL_HN_FIRST": 0}, "test-mkl-hn-first-off"))
-    assert prod != T21._sass_lines(STEP_S, "test-mkl-hn-first")
+def test_production_prefetches_the_tile_before_the_hn_copy():
+    lines = _w13_region(0)
+    copy = lines.index("copy_to_shared_block(arena, p.hn, s.D);  // step (l): 1-2 float4s a thread, then the stores")
+    assert [lines[i] for i in _prefetches(lines)] == [f"if (tid < 32) {W13_PREFETCH}"]
+    assert _prefetches(lines)[0] < copy
+
+
+def test_step_s_prefetches_the_first_tile_after_the_hn_copy_and_a_later_tile_where_production_does():
+    lines = _w13_region(1)
+    copy = lines.index("copy_to_shared_block(arena, p.hn, s.D);  // step (l): 1-2 float4s a thread, then the stores")
+    later, first = _prefetches(lines)
+    assert lines[later - 1] == "if (have_hn && tid < 32)" and later < copy  # production's place, hn already copied
+    assert lines[first] == f"if (tid < 32) {W13_PREFETCH}"
+    assert copy < lines.index("__syncthreads();", copy) < first < lines.index("have_hn = true;")
+
+
+def test_step_s_is_production_with_its_switch_alone_and_other_machine_code():
+    prod, step = T21._switches({}), T21._switches(STEP_S)
+    assert prod["MKL_HN_FIRST"] == 0 and step["MKL_HN_FIRST"] == 1
+    assert {k: v for k, v in step.items() if k != "MKL_HN_FIRST"} == {k: v for k, v in prod.items() if k != "MKL_HN_FIRST"}
+    assert T21._sass_lines(None, "test-mkl-step-default") != T21._sass_lines(STEP_S, "test-mkl-hn-first")
 
 
 def test_the_catalog_names_step_s_on_production_with_its_switch_alone():

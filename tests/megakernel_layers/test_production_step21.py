@@ -27,10 +27,13 @@ tests of production's switches, conditions, code and catalog entry fail.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -38,13 +41,13 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from .test_merge_spread import INCLUDE, LAYERED, ROOT, family_cubin
+from .test_merge_spread import INCLUDE, LAYERED, ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin
 
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_MERGE_SPREAD", "MKL_ROUTER_LATENCY",
             "MKL_ATTN_AHEAD", "MKL_W2_QUANT_AHEAD", "MKL_HEAD_AHEAD", "MKL_GEMV_ONE_ROUND", "MKL_QKV_SPREAD", "MKL_L2_KEEP_QKV",
             "MKL_COPY_AHEAD", "MKL_ATTN_MMA", "MKL_W13_EMIT_LEAN", "MKL_ROUTER_WIDE", "MKL_CHUNK_LEAN",
-            "MKL_W13_ACQ_REL", "MKL_RESERVE_RING_SMEM")
+            "MKL_W13_ACQ_REL", "MKL_HN_FIRST", "MKL_RESERVE_RING_SMEM")
 STEP_G_ON_E = dict(FA.candidate("step_g_on_e").defines)
 STEP_10 = {"MKL_CAMPAIGN_STEP": 10}
 STEP_14 = {"MKL_CAMPAIGN_STEP": 14}
@@ -277,6 +280,27 @@ UPDATE_COMMAND = (f"{UPDATE_PIN}=1 PYTHONPATH=$PWD python -m pytest -q -p no:ran
                   "tests/megakernel_layers/test_production_step21.py -k pinned")
 
 
+STANDALONE = ROOT / "standalone"
+# The fixed folder the pinned PTX is compiled from (nvcc hashes the source's path into internal names).
+PIN_STAGE = Path("/tmp/hz-mkl-ptx-pin/standalone")
+
+
+@contextlib.contextmanager
+def _staged_sources():
+    """The family's sources and the headers they include, copied to PIN_STAGE (under a lock: pytest-xdist's
+    workers share the folder), yielding it for the compile."""
+    PIN_STAGE.parent.mkdir(parents=True, exist_ok=True)
+    with open(PIN_STAGE.parent / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            shutil.rmtree(PIN_STAGE, ignore_errors=True)
+            for folder in ("megakernel_layers", "include", "common", "tripwire_host"):
+                shutil.copytree(STANDALONE / folder, PIN_STAGE / folder)
+            yield PIN_STAGE
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _production_ptx_digest(defines: dict[str, int] | None = None, label: str = "test-mkl-production-ptx") -> dict[str, object]:
     """The default build's (production's; or the build of `defines`) PTX, as nvcc's front end emits it with the harness build's flags
     (-split-compile=0 and -lineinfo among them), normalised so that it reads the same in every checkout:
@@ -289,14 +313,17 @@ def _production_ptx_digest(defines: dict[str, int] | None = None, label: str = "
     callee to clone follow those path-hashed names, so the SASS of the same sources differs between
     checkouts (5 attend_chunk stores STG.E or ST.E at `8ff56a0`; 48 lines and a step-14 tripwire body's 4 B
     of spill stores at `7e746ac` between /work/wt/ci12 and /work/wt/ci12b): a SASS pin failed on a
-    checkout's name, not on a change. The PTX is everything the sources and flags decide."""
+    checkout's name, not on a change. NVVM follows the hashes too (step 15's PTX cloned gemv_round<4> in one
+    checkout and not in another: 19,964 against 19,228 lines), so the sources are compiled from one fixed
+    folder (_staged_sources), whatever the checkout's."""
     from hazards.engine import toolchain
     from hazards.engine.errors import ToolchainMissing
     from hazards.static.compile import compile_ptx
 
     try:
-        build = compile_ptx(LAYERED, defines=defines, label=label, extra_args=(f"-I{INCLUDE}",),
-                            harness_flags=True)
+        with _staged_sources() as standalone:
+            build = compile_ptx(standalone / LAYERED.relative_to(STANDALONE), defines=defines, label=label,
+                                extra_args=(f"-I{standalone / INCLUDE.relative_to(STANDALONE)}",), harness_flags=True)
     except ToolchainMissing as e:
         pytest.skip(f"cannot build production's PTX: {e}")
     text = build.path.read_text()
@@ -400,3 +427,16 @@ def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
     # the stacked candidates test_gpu.py compares bits of (two defines: the pattern above reads one)
     for stacked in re.findall(r'^STEP_\w+ = (\{"MKL_CAMPAIGN_STEP": \d+, [^}]*\})$', tests, re.M):
         assert stacked in steps, stacked
+    # the other GPU test files' builds (their module-level STEP_* / BASE dicts)
+    for name in ("test_w13_emit_lean.py", "test_hn_first.py"):
+        other = (ROOT / "tests" / "megakernel_layers" / name).read_text()
+        builds = re.findall(r'^(?:STEP_\w+|BASE) = (\{"MKL_\w+": \d+[^}]*\})', other, re.M)
+        assert builds, name
+        for build in builds:
+            assert build in steps, (name, build)
+
+
+def test_production_passes_the_compiled_static_checks_with_step_15s_polls():
+    """Steps (p) and (r) add no wait and move none: production's build passes the compiled static checks with
+    step 15's poll count."""
+    assert_static_checks_pass_with_the_polls_of(PRODUCTION_STEP, 15)

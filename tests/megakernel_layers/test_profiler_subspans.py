@@ -155,7 +155,7 @@ def test_the_profile_bench_takes_integer_defines_and_refuses_anything_else_in_on
     bench = _bench()
     assert bench.build_defines(["MKL_PREFETCH_W2_KB=0", "MKL_PREFETCH_W13_KB=-1"]) == (
         ("MKL_PREFETCH_W2_KB", 0), ("MKL_PREFETCH_W13_KB", -1))
-    for bad in ("MKL_PREFETCH_W2_KB", "MKL_X=fast", "=3", "1X=2"):
+    for bad in ("MKL_PREFETCH_W2_KB", "MKL_X=fast", "=3", "1X=2", "MKL_X=--5", "MKL_X=-"):
         with pytest.raises(UserError, match="expected NAME=INTEGER"):
             bench.build_defines([bad])
 

@@ -58,7 +58,7 @@ RELEASE_STORE = re.compile(r"\bSTG\.E\.STRONG\.SYS\b")  # st.global.wt: a releas
 FENCE = re.compile(r"\bMEMBAR\.(\w+)\.(\w+)\b")
 
 
-def test_step_20_is_production_with_the_w13_acq_rel_switch_alone():
+def test_step_20_is_step_15_with_the_w13_acq_rel_switch_alone():
     T21.assert_step_is_step_15_with_its_switch_alone(20, SWITCH)
     step = T21._switches(STEP_R)
     assert step["MKL_ATTN_MMA"] == step["MKL_COPY_AHEAD"] == step["MKL_W2_QUANT_AHEAD"] == 1  # on production
@@ -68,11 +68,11 @@ def test_step_20_is_production_with_the_w13_acq_rel_switch_alone():
     assert both[SWITCH] == both["MKL_ROUTER_WIDE"] == 1 and both["MKL_CHUNK_LEAN"] == 0
 
 
-def test_every_preprocessor_condition_of_the_family_reads_step_20_as_production_with_the_switch():
+def test_every_preprocessor_condition_of_the_family_reads_step_20_as_step_15_with_the_switch():
     T21.assert_every_condition_reads_step_as_step_15_with(20, SWITCH)
 
 
-def test_step_20_without_its_switch_is_production_line_for_line():
+def test_step_20_without_its_switch_is_step_15_line_for_line():
     prod = T21._sass_lines(BASE, "test-mkl-step-15-sass")
     T21._assert_same_sass(prod, T21._sass_lines({**STEP_R, SWITCH: 0}, "test-mkl-step-20-acq-rel-off"))
     assert prod != T21._sass_lines(STEP_R, "test-mkl-step-20")
@@ -146,14 +146,14 @@ def test_step_20_keeps_every_other_fence_of_the_kernel(harness_builds):
         assert s == Counter({"SC.GPU": p["SC.GPU"] - 3, "ALL.GPU": 2}), (p, s)
 
 
-def test_step_20_spills_no_more_than_production_anywhere_but_the_tripwire_body(harness_builds):
+def test_step_20_spills_no_more_than_step_15_anywhere_but_the_tripwire_body(harness_builds):
     """Per function at its worst copy (spills_by_function), the plain kernel body included (at 608bae7, nvcc
     13.0: 462 / 1512 B of spill stores / loads against production's 462 / 1516); the tripwire instance's body is
     judged against its own build's plain body (test_tripwire_watch.py: 418 / 1300, as production's)."""
     assert_spills_no_more_than(harness_builds[0].log, harness_builds[1].log)
 
 
-def test_step_20_passes_the_compiled_static_checks_with_production_polls():
+def test_step_20_passes_the_compiled_static_checks_with_step_15_polls():
     """An acq_rel MEMBAR of gpu scope is an acquire / release to the checks as the SC one is; no wait is added
     or moved."""
     assert_static_checks_pass_with_the_polls_of(20, 15)
