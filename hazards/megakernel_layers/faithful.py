@@ -148,11 +148,11 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("step_15", "campaign step 15, the production from round 20 until step 21 (the previous production): "
               "step 14 + step (m), step_m's code, without step (p)'s short router chain and step (r)'s acq_rel "
               "fences (step 18's promotion over it in round 23 was undone by its confirming gate; MKL_CAMPAIGN_STEP 15; "
-              "production's bits: steps (p) and (r) keep them; 'slower' is a prediction from round 23 (an H100), "
-              "where step_p_r, production's code, against it gave the plain launch 0.974 [0.970, 0.986] and 0.973 "
-              "[0.970, 0.989], faster in two gates (the default gate called the pair slower by attn_merge, a task "
-              "neither step changes; router_topk the pair's change): promote21 is merged only if round 24's "
-              "confirming gate calls production faster on the plain launch again)",
+              "production's bits: steps (p) and (r) keep them; 'slower' read from three gates of step_p_r, "
+              "production's code, against it on H100s: the plain launch faster, 0.974 [0.970, 0.986] and 0.973 "
+              "[0.970, 0.989] in round 23, 0.980 [0.975, 0.985] in round 24's confirming gate (the default gate "
+              "called the pair slower by attn_merge, a task neither step changes; router_topk 0.70-0.71 the pair's "
+              "change))",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 15),)),
     Candidate("step_i", "campaign step (i), a candidate (round 15): step 10 (its base, step_10) with the GEMVs' row groups "
               "split into column parts of at most one round of the loop where a warp then takes fewer dependent "

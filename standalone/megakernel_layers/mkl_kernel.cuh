@@ -134,9 +134,9 @@
 // twelfth and thirteenth sessions' candidates, each built on step 15 (production then) with one switch;
 // 16 was step (n), not landed, on step 14. Steps 17-20 keep that meaning: step 15 with their own switch
 // (steps (o), (p), (q), (r)); where the comments below say "production" for their base, they mean step 15.
-// 21 (production since promote21: merged only if round 24's confirming gate, step_15 -> production,
-// called the plain launch faster and the profiled worker not slower; then the promotion round's family
-// check and logit gate) step 15 + step (p) + step (r): step 15 with the router's last block on a short
+// 21 (production since promote21, round 24: its confirming gate, decided before it ran, production (step 15)
+// -> step_p_r, called the plain launch faster, 0.980, and the profiled worker no-change, 0.986, on an H100)
+// step 15 + step (p) + step (r): step 15 with the router's last block on a short
 // chain (MKL_ROUTER_WIDE, router_from_partials_wide) and the W13 arrival's fences as acq_rel fences
 // (MKL_W13_ACQ_REL; NVIDIA PTX: a HIP build takes the family's acquire and release fences); the same
 // sums in the same order, step 15's bits; no wait added or moved. Candidate step_p_r's code (step 20

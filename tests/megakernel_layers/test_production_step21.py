@@ -1,5 +1,5 @@
-"""Production is campaign step 21 (promote21; merged only if round 24's confirming gate, step_15 -> production,
-calls the plain launch faster and the profiled worker not slower): step 15 + step (p)'s router switch + step (r)'s
+"""Production is campaign step 21 (promote21; round 24's confirming gate, production (step 15) -> step_p_r, called
+the plain launch faster and the profiled worker not slower): step 15 + step (p)'s router switch + step (r)'s
 W13 acq_rel fences, candidate step_p_r's code (step 20 with -DMKL_ROUTER_WIDE=1).
 Step 15 (MKL_CAMPAIGN_STEP 15, candidate step_15: production from round 20 until step 21, promote15; step 18 held
 production for one confirming gate in round 23, promote18, and was undone) is step 14 + step (m), candidate
@@ -380,7 +380,7 @@ def test_the_catalog_names_the_previous_productions_and_production_code():
     assert prod.defines == () and "MKL_CAMPAIGN_STEP 21" in prod.what
     assert dict(step_15.defines) == STEP_15 and step_15.expected == "slower"
     assert "production from round 20 until step 21 (the previous production)" in step_15.what
-    assert "prediction" in step_15.what  # 'slower' is round 23's pair, not a confirmed gate verdict
+    assert "round 24" in step_15.what  # 'slower' read from the three gates of production's code against it
     assert "production's bits" in step_15.what  # steps (p) and (r) keep them: the promote round's SAME_STEP 15
     assert dict(step_p_r.defines) == STEP_P_R == {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}
     assert step_p_r.expected == "no-change" and "production's code since step 21" in step_p_r.what
