@@ -13,7 +13,11 @@ explainer reads step (d)'s waits (merge workers at CHUNK_MERGE, the rest at ATTN
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,16 +34,47 @@ LAYERED = ROOT / "standalone" / "megakernel_layers" / "megakernel_layers.cu"
 INCLUDE = ROOT / "standalone" / "include"
 
 
+# The folders the family's source includes from (standalone/<name>), copied by staged_sources.
+STAGED_FOLDERS = ("megakernel_layers", "include", "common", "tripwire_host")
+
+
+def staged_sources() -> Path:
+    """The family's sources (STAGED_FOLDERS) copied once to /tmp/hz-mkl-src-<hash of their content>/standalone,
+    returned. nvcc hashes the source's path into internal names, and ptxas's register allocation and NVVM's
+    cloning follow those names: the machine code of the same sources differed between checkouts (a step-15
+    body's spill loads 1724 B in one folder, 1512 in another), so a test comparing two builds' spills or
+    listings passed or failed by the checkout's folder. Compiled from a folder named by the content alone,
+    every checkout of the same sources gets the same machine code. (Not tempfile's folder: $TMPDIR varies.)"""
+    standalone = ROOT / "standalone"
+    files = sorted(f for name in STAGED_FOLDERS for f in (standalone / name).rglob("*") if f.is_file())
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(standalone)).encode() + b"\0" + f.read_bytes() + b"\0")
+    root = Path("/tmp") / f"hz-mkl-src-{digest.hexdigest()[:16]}"
+    if not root.exists():
+        tmp = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=root.parent))
+        for name in STAGED_FOLDERS:
+            shutil.copytree(standalone / name, tmp / "standalone" / name)
+        try:
+            os.rename(tmp, root)  # atomic: a pytest-xdist worker that lost the race uses the winner's copy
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root / "standalone"
+
+
 def family_cubin(defines: dict[str, int] | None, label: str, *extra_args: str):
     """The family's source compiled for sm_90a with the harness build's flags (stress.build.target_flags:
     the machine code of the binary the GPU runs, -split-compile=0 and -lineinfo among them), `defines`
     (None: the default, production's build) and `extra_args` (e.g. "-Xptxas=-v" for the spill lines in
-    its `.log`); build cache. The test skips without nvcc."""
+    its `.log`), from staged_sources' folder (the same machine code in every checkout); build cache. The
+    test skips without nvcc."""
     from hazards.engine.errors import ToolchainMissing
     from hazards.static.compile import compile_cubin
 
     try:
-        return compile_cubin(LAYERED, defines=defines, label=label, extra_args=(f"-I{INCLUDE}", *extra_args),
+        src = staged_sources()
+        return compile_cubin(src / LAYERED.relative_to(ROOT / "standalone"), defines=defines, label=label,
+                             extra_args=(f"-I{src / INCLUDE.relative_to(ROOT / 'standalone')}", *extra_args),
                              harness_flags=True)
     except ToolchainMissing as e:
         pytest.skip(f"cannot build the family's machine code: {e}")
