@@ -156,15 +156,20 @@ def report(name: str, reply: dict, profiles: list, rows: list[dict]) -> dict:
 
 
 def build_defines(items: list[str]) -> tuple[tuple[str, int], ...]:
-    """--define NAME=INT items as (name, value) pairs; anything else is a UserError (one line)."""
+    """--define NAME=INT items as (name, value) pairs, each read by the logit gate's parser (parse_defines);
+    anything else is a UserError (one line)."""
     from hazards.engine.errors import UserError
+    from hazards.gates.synthlm.megakernel import parse_defines
 
     out = []
     for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not name.isidentifier() or not re.fullmatch(r"-?\d+", value):
+        try:
+            parsed = parse_defines(item)
+        except UserError:
+            parsed = None
+        if not parsed:
             raise UserError(f"--define {item!r}: expected NAME=INTEGER, e.g. MKL_PREFETCH_W2_KB=0")
-        out.append((name, int(value)))
+        out += parsed.items()
     return tuple(out)
 
 

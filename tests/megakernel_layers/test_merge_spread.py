@@ -38,6 +38,13 @@ INCLUDE = ROOT / "standalone" / "include"
 STAGED_FOLDERS = ("megakernel_layers", "include", "common", "tripwire_host")
 
 
+def copy_sources(dest: Path) -> None:
+    """The family's source folders (STAGED_FOLDERS) copied under `dest` (a new folder), as they lie under
+    standalone/."""
+    for name in STAGED_FOLDERS:
+        shutil.copytree(ROOT / "standalone" / name, dest / name)
+
+
 def staged_sources() -> Path:
     """The family's sources (STAGED_FOLDERS) copied once to /tmp/hz-mkl-src-<hash of their content>/standalone,
     returned. nvcc hashes the source's path into internal names, and ptxas's register allocation and NVVM's
@@ -53,8 +60,7 @@ def staged_sources() -> Path:
     root = Path("/tmp") / f"hz-mkl-src-{digest.hexdigest()[:16]}"
     if not root.exists():
         tmp = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=root.parent))
-        for name in STAGED_FOLDERS:
-            shutil.copytree(standalone / name, tmp / "standalone" / name)
+        copy_sources(tmp / "standalone")
         try:
             os.rename(tmp, root)  # atomic: a pytest-xdist worker that lost the race uses the winner's copy
         except OSError:

@@ -41,7 +41,8 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from .test_merge_spread import INCLUDE, LAYERED, ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin
+from .test_merge_spread import (INCLUDE, LAYERED, ROOT, assert_static_checks_pass_with_the_polls_of, copy_sources,
+                                family_cubin)
 
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 SWITCHES = ("MKL_CAMPAIGN_STEP", "MKL_ROUTER_FOLDED", "MKL_WEIGHT_RING", "MKL_MERGE_SPREAD", "MKL_ROUTER_LATENCY",
@@ -294,8 +295,7 @@ def _staged_sources():
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             shutil.rmtree(PIN_STAGE, ignore_errors=True)
-            for folder in ("megakernel_layers", "include", "common", "tripwire_host"):
-                shutil.copytree(STANDALONE / folder, PIN_STAGE / folder)
+            copy_sources(PIN_STAGE)
             yield PIN_STAGE
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
