@@ -498,6 +498,13 @@ __device__ __forceinline__ void prefetch_l2_head(const void* p, long long bytes,
   prefetch_l2(p, bytes < window ? bytes : window);
 }
 
+// A W13 tile's L2 prefetch (warp 0 calls it): channels [c0, c1) of an expert's `w13` are its rows 2 c0 .. 2 c1
+// (gate and up interleaved, D bf16 each), the first PREFETCH_W13 bytes of them. The W13 task's one expression
+// for the three places that issue it (production's, before the hn copy; step (s)'s two, MKL_HN_FIRST).
+__device__ __forceinline__ void prefetch_w13_tile(const __nv_bfloat16* w13, int c0, int c1, int D) {
+  prefetch_l2_head(w13 + (size_t)2 * c0 * D, (long long)(c1 - c0) * 2 * D * 2, PREFETCH_W13);
+}
+
 #if MKL_L2_KEEP_QKV
 // ---- campaign step (k): the next layer's QKV weights kept in L2 across the MoE ---------------------
 //
@@ -3073,10 +3080,9 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       const __nv_bfloat16* w13 = dptr<__nv_bfloat16>(hd, SLOT_W13) + (size_t)e * s.I * 2 * s.D;
 #if MKL_HN_FIRST
       // step (s): a later tile (hn already copied) prefetches where production does; the first one after its copy
-      if (have_hn && tid < 32)
-        prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+      if (have_hn && tid < 32) prefetch_w13_tile(w13, c0, c1, s.D);
 #else
-      if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+      if (tid < 32) prefetch_w13_tile(w13, c0, c1, s.D);
 #endif
       maybe_skew(p, w, l, 1);
       tw_mark<TW>(tw, l, PHASE_MOE_W13, u);
@@ -3092,7 +3098,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         __syncthreads();
 #if MKL_HN_FIRST
         // step (s): the first tile's prefetch once hn is in shared memory (the GEMV's own loads follow at once)
-        if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+        if (tid < 32) prefetch_w13_tile(w13, c0, c1, s.D);
 #endif
         MKL_SUB_POINT(SUB_FILL);
         have_hn = true;
