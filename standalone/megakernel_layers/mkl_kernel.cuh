@@ -498,6 +498,13 @@ __device__ __forceinline__ void prefetch_l2_head(const void* p, long long bytes,
   prefetch_l2(p, bytes < window ? bytes : window);
 }
 
+// A W13 tile's L2 prefetch (warp 0 calls it): channels [c0, c1) of an expert's `w13` are its rows 2 c0 .. 2 c1
+// (gate and up interleaved, D bf16 each), the first PREFETCH_W13 bytes of them. The W13 task's one expression
+// for the three places that issue it (production's, before the hn copy; step (s)'s two, MKL_HN_FIRST).
+__device__ __forceinline__ void prefetch_w13_tile(const __nv_bfloat16* w13, int c0, int c1, int D) {
+  prefetch_l2_head(w13 + (size_t)2 * c0 * D, (long long)(c1 - c0) * 2 * D * 2, PREFETCH_W13);
+}
+
 #if MKL_L2_KEEP_QKV
 // ---- campaign step (k): the next layer's QKV weights kept in L2 across the MoE ---------------------
 //
@@ -2113,6 +2120,31 @@ __device__ __forceinline__ void select_topk(const Shape& s, const float* logits,
 }
 
 #if MKL_ROUTER_LATENCY
+// One pick of the warp's top-k: the body of select_topk_warp's and select_topk_warp_regs' loops over the
+// picks, written once. Lane l's candidates are logits i0 = l (value v0) and i1 = l + 32 (v1) while have0 /
+// have1 hold; it declares the warp's pick, v (its value) and i (its index), on every lane (5 butterfly steps,
+// then lane 0's result) and marks it taken; ABSENT is the caller's. A macro, not an inline function: each
+// inline helper tried (the pick, or its butterfly alone; by value or through references) changed
+// production's PTX (nvcc 13.0: two of the loop's registers swapped, or the butterfly's selects as branches),
+// while this text is the loops' own: both builds' PTX unchanged.
+#define MKL_TOPK_WARP_PICK(v, i, v0, v1, i0, i1, have0, have1)                                   \
+  /* this lane's candidate: its lower index unless the higher one is strictly larger */         \
+  const bool take1 = (have1) && (!(have0) || (v1) > (v0));                                      \
+  float v = take1 ? (v1) : (v0);                                                                \
+  int i = take1 ? (i1) : ((have0) ? (i0) : ABSENT);                                             \
+  _Pragma("unroll") for (int o = 16; o > 0; o >>= 1) {                                          \
+    const float vb = __shfl_xor_sync(0xffffffffu, v, o);                                        \
+    const int ib = __shfl_xor_sync(0xffffffffu, i, o);                                          \
+    if (ib != ABSENT && (i == ABSENT || vb > v || (vb == v && ib < i))) {                       \
+      v = vb;                                                                                   \
+      i = ib;                                                                                   \
+    }                                                                                           \
+  }                                                                                             \
+  v = __shfl_sync(0xffffffffu, v, 0);                                                           \
+  i = __shfl_sync(0xffffffffu, i, 0);                                                           \
+  if (i == (i0)) have0 = false;                                                                 \
+  if (i == (i1)) have1 = false
+
 // Campaign step (e): select_topk by one warp (every lane of it calls this; thread 0 writes).
 // Why: the thread's scan is K x E dependent steps (a shared-memory load of logits[best], a
 // compare, a select: ~40 cycles each, 128 of them at the default shape, ~2.6 us a layer on the
@@ -2132,23 +2164,7 @@ __device__ __forceinline__ void select_topk_warp(const Shape& s, const float* lo
   bool have0 = i0 < s.E, have1 = i1 < s.E;
   float sel[16];
   for (int j = 0; j < s.K; ++j) {
-    // this lane's candidate: its lower index unless the higher one is strictly larger
-    const bool take1 = have1 && (!have0 || v1 > v0);
-    float v = take1 ? v1 : v0;
-    int i = take1 ? i1 : (have0 ? i0 : ABSENT);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float vb = __shfl_xor_sync(0xffffffffu, v, o);
-      const int ib = __shfl_xor_sync(0xffffffffu, i, o);
-      if (ib != ABSENT && (i == ABSENT || vb > v || (vb == v && ib < i))) {
-        v = vb;
-        i = ib;
-      }
-    }
-    v = __shfl_sync(0xffffffffu, v, 0);
-    i = __shfl_sync(0xffffffffu, i, 0);
-    if (i == i0) have0 = false;
-    if (i == i1) have1 = false;
+    MKL_TOPK_WARP_PICK(v, i, v0, v1, i0, i1, have0, have1);
     sel[j] = v;
     if (lane == 0) routing_ids[j] = i;
   }
@@ -2362,9 +2378,7 @@ static_assert(SHAPE_DEFAULT.K <= 32 && SHAPE_SMALL.K <= 32 && SHAPE_DEFAULT.E <=
               "a pick a lane, two logits a lane");
 
 // select_topk_warp on logits held by the lanes (lane l: logits l and l + 32, `v0`, `v1`, each present iff
-// below E): the same picks; lane j < K writes pick j's id and weight. The pick's butterfly is written out
-// again, not shared with select_topk_warp: a shared inline helper changed production's machine code (32
-// more lines of SASS, nvcc 13.0; its pin in tests/megakernel_layers/production_sass.json).
+// below E): the same picks (select_topk_warp's, MKL_TOPK_WARP_PICK); lane j < K writes pick j's id and weight.
 __device__ __forceinline__ void select_topk_warp_regs(const Shape& s, float v0, float v1, int* routing_ids,
                                                       float* routing_w) {
   constexpr int ABSENT = 1 << 30;  // an index past every expert: loses every comparison
@@ -2377,22 +2391,7 @@ __device__ __forceinline__ void select_topk_warp_regs(const Shape& s, float v0, 
   int mine_id = 0;
 #pragma unroll 1
   for (int j = 0; j < s.K; ++j) {
-    const bool take1 = have1 && (!have0 || v1 > v0);
-    float v = take1 ? v1 : v0;
-    int i = take1 ? i1 : (have0 ? i0 : ABSENT);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float vb = __shfl_xor_sync(0xffffffffu, v, o);
-      const int ib = __shfl_xor_sync(0xffffffffu, i, o);
-      if (ib != ABSENT && (i == ABSENT || vb > v || (vb == v && ib < i))) {
-        v = vb;
-        i = ib;
-      }
-    }
-    v = __shfl_sync(0xffffffffu, v, 0);
-    i = __shfl_sync(0xffffffffu, i, 0);
-    if (i == i0) have0 = false;
-    if (i == i1) have1 = false;
+    MKL_TOPK_WARP_PICK(v, i, v0, v1, i0, i1, have0, have1);
     if (j == 0) sel0 = v;
     if (lane == j) {
       mine = v;
@@ -3073,10 +3072,9 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       const __nv_bfloat16* w13 = dptr<__nv_bfloat16>(hd, SLOT_W13) + (size_t)e * s.I * 2 * s.D;
 #if MKL_HN_FIRST
       // step (s): a later tile (hn already copied) prefetches where production does; the first one after its copy
-      if (have_hn && tid < 32)
-        prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+      if (have_hn && tid < 32) prefetch_w13_tile(w13, c0, c1, s.D);
 #else
-      if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+      if (tid < 32) prefetch_w13_tile(w13, c0, c1, s.D);
 #endif
       maybe_skew(p, w, l, 1);
       tw_mark<TW>(tw, l, PHASE_MOE_W13, u);
@@ -3092,7 +3090,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         __syncthreads();
 #if MKL_HN_FIRST
         // step (s): the first tile's prefetch once hn is in shared memory (the GEMV's own loads follow at once)
-        if (tid < 32) prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);
+        if (tid < 32) prefetch_w13_tile(w13, c0, c1, s.D);
 #endif
         MKL_SUB_POINT(SUB_FILL);
         have_hn = true;

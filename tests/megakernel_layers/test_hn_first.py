@@ -23,7 +23,7 @@ from .bits import assert_same_bits
 from .test_merge_spread import ROOT
 
 STEP_S = {"MKL_HN_FIRST": 1}
-W13_PREFETCH = "prefetch_l2_head(w13 + (size_t)2 * c0 * s.D, (long long)(c1 - c0) * 2 * s.D * 2, PREFETCH_W13);"
+W13_PREFETCH = "prefetch_w13_tile(w13, c0, c1, s.D);"  # the tile's prefetch, written once (prefetch_w13_tile)
 
 
 def _w13_region(hn_first: int) -> list[str]:
@@ -63,9 +63,20 @@ def test_step_s_prefetches_the_first_tile_after_the_hn_copy_and_a_later_tile_whe
     lines = _w13_region(1)
     copy = lines.index("copy_to_shared_block(arena, p.hn, s.D);  // step (l): 1-2 float4s a thread, then the stores")
     later, first = _prefetches(lines)
-    assert lines[later - 1] == "if (have_hn && tid < 32)" and later < copy  # production's place, hn already copied
+    assert lines[later] == f"if (have_hn && tid < 32) {W13_PREFETCH}" and later < copy  # production's place, hn copied
     assert lines[first] == f"if (tid < 32) {W13_PREFETCH}"
     assert copy < lines.index("__syncthreads();", copy) < first < lines.index("have_hn = true;")
+
+
+def test_the_w13_tile_prefetch_is_one_helper_that_every_place_calls():
+    """The tile's address and size are written once (prefetch_w13_tile), not at each of the three places that
+    issue the prefetch (production's and step (s)'s two), so that the places cannot prefetch different bytes."""
+    src = (ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh").read_text()
+    helper = src[src.index("__device__ __forceinline__ void prefetch_w13_tile("):]
+    helper = helper[:helper.index("\n}\n")]
+    assert "prefetch_l2_head(w13 + (size_t)2 * c0 * D, (long long)(c1 - c0) * 2 * D * 2, PREFETCH_W13);" in helper
+    assert src.count("PREFETCH_W13)") == 1 and src.count("prefetch_l2_head(w13") == 1
+    assert len(_prefetches(_w13_region(0))) == 1 and len(_prefetches(_w13_region(1))) == 2
 
 
 def test_step_s_is_production_with_its_switch_alone_and_other_machine_code():

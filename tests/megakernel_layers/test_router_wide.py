@@ -151,3 +151,16 @@ def test_the_diagnostic_runs_the_same_top_k_code_twice_and_the_candidate_once():
                        if l.strip() and not l.lstrip().startswith("//")]
     once = listing_of(family_cubin({**STEP_P, "MKL_ROUTER_TOPK_REPS": 1}, "test-mkl-step-18-topk-once"))
     assert strip(once) == strip(_sass(18))
+
+
+def test_the_wide_top_k_picks_by_step_15s_pick_written_once():
+    """select_topk_warp_regs (step (p), production's top-k) and select_topk_warp (step (e), step 15's) run one
+    text for a pick, MKL_TOPK_WARP_PICK (a macro: an inline helper changed production's PTX): the two cannot
+    pick differently by an edit to one of them."""
+    src = P21.KERNEL.read_text()
+    for fn in ("select_topk_warp", "select_topk_warp_regs"):
+        body = src[src.index(f"__device__ __forceinline__ void {fn}("):]
+        body = body[:body.index("\n}\n")]
+        assert body.count("MKL_TOPK_WARP_PICK(v, i, v0, v1, i0, i1, have0, have1);") == 1, fn
+        assert "__shfl_xor_sync" not in body, fn
+    assert src.count("const int ib = __shfl_xor_sync(0xffffffffu, i, o);") == 1
