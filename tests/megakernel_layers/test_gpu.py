@@ -70,13 +70,19 @@ def test_seeded_hangs_are_named_by_barrier_layer_participants_and_cause(binary: 
     launches_to_see's budget (75), which step (p)'s canary test took after round 22's whole-suite run saw its
     build hang 0 of 20 (production's, step 15's, hung in the same run): production has step (p)'s code since
     promote21 (step 21 = step 15 + steps (p) and (r)), and a run stops at its first hang."""
-    certain = F.predict({"variant": variant}).probability >= 1
-    n = 20 if certain else launches_to_see(variant)
+    n, certain = hang_launches(variant)
     r = run(binary, {"variant": variant, "launches": n}, 6 if certain else 6 + n * 0.1, tmp_path)
     assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
     sentence = r.evidence["tripwire"]["sentence"]
     assert "in layer" in sentence and "not the signature" not in sentence, sentence
     assert any(word in sentence for word in ("never arrived", "reverted")), sentence
+
+
+def hang_launches(variant: str) -> tuple[int, bool]:
+    """(launches, certain): 20 launches for a hang the model calls certain, launches_to_see's budget for an
+    intermittent one (the seeded-hang tests here and in test_gpu_tripwire_fastpath.py)."""
+    certain = F.predict({"variant": variant}).probability >= 1
+    return (20 if certain else launches_to_see(variant)), certain
 
 
 def launches_to_see(variant: str) -> int:

@@ -1,5 +1,5 @@
 """The layered family's GPU tests' helpers on the CPU: bits.py's comparison of two builds, with a fake build and a
-fake checked launch in place of family_binary and dump_run."""
+fake checked launch in place of family_binary and dump_run, and test_gpu.py's launch budget of a seeded hang."""
 from __future__ import annotations
 
 import json
@@ -110,3 +110,15 @@ def test_a_built_binary_is_launched_as_given_and_outputs_come_back_candidate_fir
     assert out.tolist() == [1.0] * 8 and out_base.tolist() == [2.0] * 8
     assert [binary for binary, _ in fake.launches] == ["prebuilt/step_d", 'build/{"MKL_CAMPAIGN_STEP": 15}']
 
+
+def test_a_certain_hang_gets_20_launches_and_an_intermittent_one_launches_to_see():
+    from hazards.families import megakernel_layers as F
+
+    from .test_gpu import HANGS, hang_launches, launches_to_see
+
+    certain = [v for v in HANGS if F.predict({"variant": v}).probability >= 1]
+    assert certain and "snapshot_epoch" in HANGS and "snapshot_epoch" not in certain
+    for variant in certain:
+        assert hang_launches(variant) == (20, True), variant
+    assert hang_launches("snapshot_epoch") == (launches_to_see("snapshot_epoch"), False)
+    assert launches_to_see("snapshot_epoch") > 20
