@@ -1,10 +1,15 @@
-"""Bit-for-bit comparisons of two builds of the layered megakernel on a GPU (the GPU tests' shared check)."""
+"""Bit-for-bit comparisons of two builds of the layered megakernel on a GPU (the GPU tests' shared check).
+
+A build is its defines (None: production, the default build) or a binary built already (a path)."""
 from __future__ import annotations
 
+import os
 
-def assert_same_bits(candidate: dict | None, base: dict | None, params: dict, corrupting: bool | None = None) -> None:
-    """Both builds' checked launches clean against the binary's reference (corrupted in both where `corrupting`;
-    by default, with stale_descriptor on) and their outputs equal bit for bit."""
+
+def checked_outputs(candidate: dict | os.PathLike | None, base: dict | os.PathLike | None, params: dict,
+                    corrupting: bool | None = None) -> tuple:
+    """(candidate's output, base's output): one checked launch of each build on `params`, both clean against
+    the binary's reference (corrupted in both where `corrupting`; by default, with stale_descriptor on)."""
     from hazards.families import get_family
     from hazards.megakernel_layers.calibration import dump_run
     from hazards.stress_family import family_binary
@@ -13,8 +18,24 @@ def assert_same_bits(candidate: dict | None, base: dict | None, params: dict, co
     if corrupting is None:
         corrupting = params.get("hazard") == "stale_descriptor"
     outs = []
-    for defines in (candidate, base):
-        out, _, reply = dump_run(family_binary(fam, defines=defines), params)
-        assert (reply.get("mismatched", 0) > 0) if corrupting else reply.get("mismatched") == 0, (defines, reply)
+    for build in (candidate, base):
+        binary = build if isinstance(build, os.PathLike) else family_binary(fam, defines=build)
+        out, _, reply = dump_run(binary, params)
+        assert (reply.get("mismatched", 0) > 0) if corrupting else reply.get("mismatched") == 0, (build, reply)
         outs.append(out)
-    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+    return outs[0], outs[1]
+
+
+def assert_same_bits(candidate: dict | os.PathLike | None, base: dict | os.PathLike | None, params: dict,
+                     corrupting: bool | None = None) -> None:
+    """Both builds' checked launches clean against the binary's reference (corrupted in both where `corrupting`;
+    by default, with stale_descriptor on) and their outputs equal bit for bit."""
+    out, out_base = checked_outputs(candidate, base, params, corrupting)
+    assert out.numel() == out_base.numel() and bool((out == out_base).all()), \
+        f"candidate {candidate} and base {base} differ on {params}: {_difference(out, out_base)}"
+
+
+def _difference(out, out_base) -> str:
+    if out.numel() != out_base.numel():
+        return f"{out.numel()} outputs against {out_base.numel()}"
+    return f"{int((out != out_base).sum())} of {out.numel()} outputs not the same bits"

@@ -70,13 +70,19 @@ def test_seeded_hangs_are_named_by_barrier_layer_participants_and_cause(binary: 
     launches_to_see's budget (75), which step (p)'s canary test took after round 22's whole-suite run saw its
     build hang 0 of 20 (production's, step 15's, hung in the same run): production has step (p)'s code since
     promote21 (step 21 = step 15 + steps (p) and (r)), and a run stops at its first hang."""
-    certain = F.predict({"variant": variant}).probability >= 1
-    n = 20 if certain else launches_to_see(variant)
+    n, certain = hang_launches(variant)
     r = run(binary, {"variant": variant, "launches": n}, 6 if certain else 6 + n * 0.1, tmp_path)
     assert r.outcome is Outcome.HANG, (r.reason, r.metrics)
     sentence = r.evidence["tripwire"]["sentence"]
     assert "in layer" in sentence and "not the signature" not in sentence, sentence
     assert any(word in sentence for word in ("never arrived", "reverted")), sentence
+
+
+def hang_launches(variant: str) -> tuple[int, bool]:
+    """(launches, certain): 20 launches for a hang the model calls certain, launches_to_see's budget for an
+    intermittent one (the seeded-hang tests here and in test_gpu_tripwire_fastpath.py)."""
+    certain = F.predict({"variant": variant}).probability >= 1
+    return (20 if certain else launches_to_see(variant)), certain
 
 
 def launches_to_see(variant: str) -> int:
@@ -141,12 +147,7 @@ def test_step_d_gives_the_bits_of_step_b0_the_production_it_replaced(step_d_bina
     step_b0's bit for bit (round 6, H100: the default point; round 7, H200: these four points, when
     step (d) was production). The chunk counts cover the merge's batch shapes (its next batch's
     loads run ahead of this one)."""
-    from hazards.megakernel_layers.calibration import dump_run
-
-    out, _, reply = dump_run(step_d_binary, params)
-    out_b0, _, reply_b0 = dump_run(step_b0_binary, params)
-    assert reply.get("mismatched") == 0 and reply_b0.get("mismatched") == 0, (reply, reply_b0)
-    assert out.numel() == out_b0.numel() and bool((out == out_b0).all())
+    bits.assert_same_bits(step_d_binary, step_b0_binary, params)
 
 
 # ---- campaign step (f) (MKL_CAMPAIGN_STEP 7, a candidate): V rows through shared memory ----------
@@ -160,15 +161,7 @@ def test_step_d_gives_the_bits_of_step_b0_the_production_it_replaced(step_d_bina
 def test_step_f_gives_step_e_bits(params: dict):
     """Step (f) reads each V word from the warp's shared-memory copy instead of a register and
     changes nothing else: step (e)'s output bit for bit, partial blocks included."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    outs = []
-    for step in (6, 7):
-        out, _, reply = dump_run(family_binary(FAM, defines={"MKL_CAMPAIGN_STEP": step}), params)
-        assert reply.get("mismatched") == 0, (step, reply)
-        outs.append(out)
-    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+    assert_same_bits(6, 7, params)
 
 
 def assert_same_bits(base_step: int, step: int, params: dict) -> None:
@@ -197,16 +190,8 @@ def test_step_g_on_step_e_gives_step_e_bits():
     """step_g_on_e (MKL_CAMPAIGN_STEP 8, MKL_ATTN_AHEAD 0): step (g)'s quantization without step
     (f)'s copies. Steps (f) and (g) each keep their predecessor's bits, so this build gives step
     (e)'s output bit for bit (2 layers, seq 1024)."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    params = {"layers": 2, "seq": 1024}
-    outs = []
-    for defines in ({"MKL_CAMPAIGN_STEP": 6}, {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}):
-        out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
-        assert reply.get("mismatched") == 0, (defines, reply)
-        outs.append(out)
-    assert outs[0].numel() == outs[1].numel() and bool((outs[0] == outs[1]).all())
+    bits.assert_same_bits({"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}, {"MKL_CAMPAIGN_STEP": 6},
+                          {"layers": 2, "seq": 1024})
 
 
 # ---- campaign step 14 (step 10 + step (l); production from round 18 until step 15, whose attention
@@ -267,24 +252,9 @@ def assert_clean_and_close_to_production(defines: dict, params: dict, base: dict
     tolerance."""
     from hazards.megakernel_layers import reference as R
 
-    out, out_p = run_beside_production(defines, params, base)
+    out, out_p = bits.checked_outputs(defines, base, params, corrupting="hazard" in params)
     if "hazard" not in params:
         assert R.rel_err(out, out_p) < FAM.defaults["tol_e6"] * 1e-6 / 4, R.rel_err(out, out_p)
-
-
-def run_beside_production(defines: dict, params: dict, base: dict | None = None):
-    """(output of the build of `defines`, output of production, the default build, or of the build of
-    `base`): one checked launch of each on `params`, both clean (or, with a hazard on, both corrupted)."""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    out, _, reply = dump_run(family_binary(FAM, defines=defines), params)
-    out_p, _, reply_p = dump_run(family_binary(FAM, defines=base), params)
-    if "hazard" in params:
-        assert reply.get("mismatched", 0) > 0 and reply_p.get("mismatched", 0) > 0, (reply, reply_p)
-    else:
-        assert reply.get("mismatched") == 0 and reply_p.get("mismatched") == 0, (reply, reply_p)
-    return out, out_p
 
 
 # ---- campaign step (m) (MKL_CAMPAIGN_STEP 15, production from round 20's promotion round until step 21,
@@ -307,7 +277,7 @@ def test_production_is_clean_and_close_to_step_14(params: dict):
 
     from hazards.megakernel_layers import reference as R
 
-    out_14, out = run_beside_production({"MKL_CAMPAIGN_STEP": 14}, params)  # (step 14's, production's)
+    out_14, out = bits.checked_outputs({"MKL_CAMPAIGN_STEP": 14}, None, params, corrupting="hazard" in params)
     if "hazard" in params:
         return
     a, b = out.double().flatten(), out_14.double().flatten()
@@ -329,16 +299,13 @@ def test_step_k_is_clean_and_gives_step_10_bits(params: dict):
     """Step (k) changes only L2 cache policies and prefetches of read-only weights of its base, step 10:
     every checked launch clean (corrupted, with stale_descriptor on) and the output step 10's (step 14's
     too; production, step 21, sums the attention in step 15's order, another) bit for bit."""
-    out, out_10 = run_beside_production({"MKL_CAMPAIGN_STEP": 13}, params, base=STEP_10)
-    assert out.numel() == out_10.numel() and bool((out == out_10).all())
+    bits.assert_same_bits({"MKL_CAMPAIGN_STEP": 13}, STEP_10, params)
 
 
 def test_step_k_with_a_persisting_l2_set_aside_gives_step_10_bits():
     """step_k_setaside's harness asks for a persisting-L2 set-aside (cudaDeviceSetLimit) before its first
     launch: the call succeeds (else the request fails) and the output is step 10's bit for bit."""
-    out, out_10 = run_beside_production({"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30}, {"layers": 3, "seq": 1024},
-                                        base=STEP_10)
-    assert out.numel() == out_10.numel() and bool((out == out_10).all())
+    bits.assert_same_bits({"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30}, STEP_10, {"layers": 3, "seq": 1024})
 
 
 # ---- campaign step (j) (MKL_CAMPAIGN_STEP 12, a candidate): 40-row QKV tiles on 128 workers ---------
@@ -432,8 +399,7 @@ def test_step_q_gives_step_15_bits(params: dict):
     (m the max from -inf, a weight 0 or expf(m_u - M), l and each output a sum from 0 of weight x value),
     reads the same q, and changes only barriers, fences and which thread reads a count: step 15's
     output bit for bit (production's too), clean, and with stale_descriptor on step 15's corrupted output."""
-    out, out_15 = run_beside_production(STEP_Q, params, base=STEP_15)
-    assert out.numel() == out_15.numel() and bool((out == out_15).all())
+    bits.assert_same_bits(STEP_Q, STEP_15, params)
 
 
 @pytest.mark.parametrize("variant", ["participant_set", "chunk_supply"])
@@ -481,8 +447,7 @@ def test_step_p_gives_step_15_bits(params: dict):
     """Step (p) sums the same partials, group sums and payload products in step 15's order and picks
     with step 15's butterfly (its softmax: thread 0's sum in j order, from lane j's expf): step 15's
     output bit for bit, clean, and with stale_descriptor on step 15's corrupted output."""
-    out, out_15 = run_beside_production(STEP_P, params, base=STEP_15)
-    assert out.numel() == out_15.numel() and bool((out == out_15).all())
+    bits.assert_same_bits(STEP_P, STEP_15, params)
 
 
 def test_step_p_snapshot_epoch_still_hangs_and_is_named(tmp_path: Path):
@@ -510,8 +475,7 @@ def test_production_gives_step_15_bits_clean_and_with_stale_descriptor(params: d
     and payload products in step 15's order and picks with step 15's butterfly (step (p)), and changes the W13
     arrival's fences only (step (r)): step 15's output bit for bit, clean, and with stale_descriptor on step
     15's corrupted output (the promote round's SAME_STEP 15 check on the GPU suite's shapes)."""
-    out_15, out = run_beside_production(STEP_15, params)  # (step 15's, production's)
-    assert out.numel() == out_15.numel() and bool((out == out_15).all())
+    bits.assert_same_bits(None, STEP_15, params)  # production, the default build, against step 15
 
 
 def test_production_routing_no_fence_stays_clean_on_nvidia_as_step_15():
@@ -521,14 +485,7 @@ def test_production_routing_no_fence_stays_clean_on_nvidia_as_step_15():
     build: test_seeded_hangs_are_named_by_barrier_layer_participants_and_cause, with step (p)'s 75 launches;
     shared_line and stale_release on production's build, which has step (r)'s fences: the same test and
     the corruption canaries.)"""
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    params = {"layers": 2, "seq": 1024, "hazard": "routing_no_fence"}
-    out, _, reply = dump_run(family_binary(FAM), params)
-    out_15, _, reply_15 = dump_run(family_binary(FAM, defines=STEP_15), params)
-    assert reply.get("mismatched") == 0 and reply_15.get("mismatched") == 0, (reply, reply_15)
-    assert bool((out == out_15).all())
+    bits.assert_same_bits(None, STEP_15, {"layers": 2, "seq": 1024, "hazard": "routing_no_fence"}, corrupting=False)
 
 
 # ---- campaign step (r) (MKL_CAMPAIGN_STEP 20, a candidate; in production since promote21, with step (p)):
@@ -550,8 +507,7 @@ def test_step_r_gives_step_15_bits(defines: dict, params: dict):
     """Step (r) changes the W13 arrival's fences only (no arithmetic, no value read); step (p) has step 15's
     bits too: both builds (step_p_r's is production's code) give step 15's output bit for bit, clean, and with
     stale_descriptor on step 15's corrupted output."""
-    out, out_15 = run_beside_production(defines, params, base=STEP_15)
-    assert out.numel() == out_15.numel() and bool((out == out_15).all())
+    bits.assert_same_bits(defines, STEP_15, params)
 
 
 def test_step_r_shared_line_still_hangs_with_the_reverted_release(tmp_path: Path):

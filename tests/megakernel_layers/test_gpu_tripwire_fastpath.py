@@ -11,9 +11,8 @@ import pytest
 
 from hazards.engine.gpus import gpu_available
 from hazards.engine.outcome import Outcome
-from hazards.families import megakernel_layers as F
 
-from .test_gpu import FAM, HANGS, launches_to_see, run
+from .test_gpu import FAM, HANGS, hang_launches, run
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no usable NVIDIA GPU (NVML/nvidia-smi found none)")]
@@ -32,8 +31,7 @@ def _named(sentence: str) -> tuple[tuple[str, ...] | None, list[str]]:
 def test_the_fastpath_build_names_each_seeded_hang_as_the_default_build(tmp_path: Path, variant: str):
     from hazards.stress_family import family_binary
 
-    certain = F.predict({"variant": variant}).probability >= 1.0
-    n = 20 if certain else launches_to_see(variant)
+    n, certain = hang_launches(variant)
     got = {}
     for name, defines in (("default", None), ("fastpath", FASTPATH)):
         (tmp_path / name).mkdir()
