@@ -274,7 +274,9 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "0.6 us with no W13 prefetch (MKL_PREFETCH_W13_KB=0), whose GEMV then took 4.8 us longer; the order "
               "alone is changed: no wait added or moved, production's bits. Written for a shorter hn copy; expected "
               "no-change (a prediction: the ~2 us a layer it may save is ~1.3% of a launch, inside the gate's 2% "
-              "minimum effect)", "no-change", defines=(("MKL_HN_FIRST", 1),)),
+              "minimum effect); round 25 (an H100): no-change, the plain launch 1.003 [1.000, 1.006], the profiled worker "
+              "1.016 [1.012, 1.019]: the hn copy 2.9 -> 2.3 us a tile, the W13 GEMV 38.2 -> 41.7 us: rejected)",
+              "no-change", defines=(("MKL_HN_FIRST", 1),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "
