@@ -152,6 +152,11 @@ Setup resolve_setup(const hz::Params& p, const hz::Device& d) {
                          ": rejected, as the PR's host guard does (no worker could serve them)");
   u.T13 = w13_tiles(u.G, u.s.K);
   u.n_rows = row_workers(u.G, u.s.D);
+  // The merge workers (campaign step (d); step (t), MKL_MERGE_SPLIT: one a head) hold QKV tiles, so every one
+  // of them arrives (at QKV) before the merge can release: the snapshot_epoch switch's vulnerable workers
+  // (those that arrive at nothing before ATTN_RELEASE) stay the ones without a tile or a chunk.
+  if (merge_workers(u.s.NQ, u.QT, u.G) > std::min(u.QT, u.G))
+    throw std::logic_error("merge workers outside the QKV-tile holders (mkl::merge_workers)");
   size_t free_b = 0, total_b = 0;
   HZ_CHECK(cudaMemGetInfo(&free_b, &total_b));
   if (model_bytes(u.s, u.L, u.seq) > total_b * 0.8)

@@ -223,6 +223,19 @@
 #ifndef MKL_HN_FIRST
 #define MKL_HN_FIRST 0
 #endif
+// Step (t) (MKL_MERGE_SPLIT, a -D candidate on production; no step number): the LSE merge one head a block
+// (merge_head_split) instead of one head a warp (merge_heads). Round 25 (an H100) measured the merge at 5.7 us
+// a layer plus 1.3 us for its arrival on the 4 merge workers, with every worker waiting for ATTN_RELEASE
+// behind it (Nsight Compute: the O-projection's wait a fifth of all warp-stall samples): a warp's merge is
+// a dependent chain through the head's 33 chunk partials in batches of 16. Here each head's 16 warps take
+// chunks warp, warp + 16, ... (2-3 at 33 chunks: one round trip of independent loads), each keeps its own
+// (m, l, acc), and one warp combines the 16 by the same LSE rule from shared memory and writes the head.
+// mkl_model.h's MERGE_HEADS_PER_WORKER (1, not 16) is the only count that changes: 64 merge workers at the
+// default shape, 16 at the small one, still QKV-tile holders (merge_workers caps them at min(QT, G); the
+// harness checks it). Other sums' order than production's: judged by closeness.
+#ifndef MKL_MERGE_SPLIT
+#define MKL_MERGE_SPLIT 0
+#endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -241,6 +254,8 @@
 namespace mkl {
 
 static_assert(QKV_TILE_ROWS == (MKL_QKV_SPREAD ? 40 : 64), "mkl_model.h's QKV tile rows follow MKL_QKV_SPREAD");
+static_assert(MERGE_HEADS_PER_WORKER == (MKL_MERGE_SPLIT ? 1 : 16), "mkl_model.h's merge heads follow MKL_MERGE_SPLIT");
+static_assert(!MKL_MERGE_SPLIT || MKL_MERGE_SPREAD, "step (t) splits step (d)'s merge workers' heads");
 constexpr int THREADS = 512;
 constexpr int NWARPS = THREADS / 32;
 constexpr int GEMV_ROWS = 4;         // rows per work item (loads in flight per lane: 4 x unroll 2)
@@ -1995,7 +2010,7 @@ template <int NQ>
 __device__ __noinline__ void merge_heads(const float* partials, float* attn_out, int C, int n0, int nstep,
                                          float* arena) {
   static_assert(HD == 64 && MERGE_BATCH <= 16, "one warp a head: lane = output pair; (m, l) of a batch in lanes");
-  static_assert(MERGE_HEADS_PER_WORKER == NWARPS, "mkl::merge_workers counts a head a warp");
+  static_assert(MKL_MERGE_SPLIT || MERGE_HEADS_PER_WORKER == NWARPS, "mkl::merge_workers counts a head a warp");
   __builtin_assume(__isShared(arena));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* wl = arena + warp * 2 * MERGE_BATCH;  // this warp's batch: weights [0, 16), l's [16, 32)
@@ -2061,6 +2076,88 @@ __device__ __noinline__ void merge_heads(const float* partials, float* attn_out,
     }
 #endif
     *reinterpret_cast<float2*>(attn_out + (size_t)n * HD + 2 * lane) = make_float2(a0 / run_l, a1 / run_l);
+  }
+}
+#endif
+
+#if MKL_MERGE_SPLIT
+// Campaign step (t) (MKL_MERGE_SPLIT): one head a block, its chunks split over the block's warps. Warp k
+// takes chunks k, k + NWARPS, ... (at 33 chunks warp 0 takes 3, the others 2; at C <= NWARPS a warp takes
+// at most one, and a warp past C none: its (m, l, acc) = (-inf, 0, 0) weighs 0), lane = output pair (2
+// lane, 2 lane + 1). A warp issues the loads of SPLIT_PASS chunks together (one L2 round trip a pass; one
+// pass up to NWARPS x SPLIT_PASS = 64 chunks: every chunk index past C clamped to the last chunk, loaded and
+// weighed 0, no load predicated) and weighs them by the LSE rule against the pass's max (merge_chunks' step:
+// alpha = exp(m_old - m_new), a chunk's weight exp(m_c - m_new), l and acc rescaled then one fmaf a chunk).
+// The warps' (m, l, acc) go to shared memory (2 + 64 floats a warp); after a block barrier warp 0 combines
+// the NWARPS of them by the same rule (the max by a butterfly, exact in any order; lane k computes warp k's
+// weight once and the lanes read it by shuffle; l and the outputs summed over k = 0 .. NWARPS - 1 in that
+// order by every lane, so every output of the head is divided by the same l) and writes the head's 64
+// outputs. Other sums' order than production's (whose warp walks the 33 chunks in order): other last bits.
+// Plain loads, as merge_heads: what they see depends on the merge workers' acquire poll before them.
+// With fewer merge workers than heads (a grid below NQ: merge_workers caps at min(QT, G)) a block merges
+// heads n0, n0 + nstep, ... one after another, a block barrier between two (the shared memory reused).
+constexpr int SPLIT_PASS = 4;  // chunks a warp loads per pass
+template <int NQ>
+__device__ __noinline__ void merge_head_split(const float* partials, float* attn_out, int C, int n0, int nstep,
+                                              float* arena) {
+  static_assert(HD == 64, "lane = output pair of the head");
+  static_assert(MERGE_HEADS_PER_WORKER == 1, "mkl::merge_workers counts a head a block");
+  constexpr int CSTRIDE = NQ * PART_W;  // floats from chunk c's row of a head to chunk c + 1's
+  __builtin_assume(__isShared(arena));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* sm_ml = arena;                // (NWARPS, 2): each warp's (m, l)
+  float* sm_acc = arena + 2 * NWARPS;  // (NWARPS, HD): each warp's acc
+  for (int n = n0; n < NQ; n += nstep) {
+    const float* ph = partials + (size_t)n * PART_W;
+    float run_m = -INFINITY, run_l = 0.f, a0 = 0.f, a1 = 0.f;
+    for (int c0 = warp; c0 < C; c0 += NWARPS * SPLIT_PASS) {
+      float2 ml[SPLIT_PASS], v[SPLIT_PASS];
+#pragma unroll
+      for (int k = 0; k < SPLIT_PASS; ++k) {
+        const float* row = ph + (size_t)min(c0 + k * NWARPS, C - 1) * CSTRIDE;
+        ml[k] = *reinterpret_cast<const float2*>(row);
+        v[k] = *reinterpret_cast<const float2*>(row + 2 + 2 * lane);
+      }
+      float mn = run_m;
+#pragma unroll
+      for (int k = 0; k < SPLIT_PASS; ++k)
+        if (c0 + k * NWARPS < C) mn = fmaxf(mn, ml[k].x);
+      const float al = run_m == -INFINITY ? 0.f : expf(run_m - mn);
+      float l = run_l * al;
+      a0 = a0 * al;
+      a1 = a1 * al;
+#pragma unroll
+      for (int k = 0; k < SPLIT_PASS; ++k)
+        if (c0 + k * NWARPS < C) {
+          const float wk = ml[k].x == -INFINITY ? 0.f : expf(ml[k].x - mn);
+          l = fmaf(wk, ml[k].y, l);
+          a0 = fmaf(wk, v[k].x, a0);
+          a1 = fmaf(wk, v[k].y, a1);
+        }
+      run_m = mn;
+      run_l = l;
+    }
+    if (lane == 0) *reinterpret_cast<float2*>(sm_ml + 2 * warp) = make_float2(run_m, run_l);
+    *reinterpret_cast<float2*>(sm_acc + warp * HD + 2 * lane) = make_float2(a0, a1);
+    __syncthreads();
+    if (warp == 0) {
+      const float2 mw = lane < NWARPS ? *reinterpret_cast<const float2*>(sm_ml + 2 * lane) : make_float2(-INFINITY, 0.f);
+      float m = mw.x;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      const float wt = mw.x == -INFINITY ? 0.f : expf(mw.x - m);  // lane k: warp k's weight
+      float l = 0.f, b0 = 0.f, b1 = 0.f;
+#pragma unroll
+      for (int k = 0; k < NWARPS; ++k) {
+        const float wk = __shfl_sync(0xffffffffu, wt, k);
+        const float2 a = *reinterpret_cast<const float2*>(sm_acc + k * HD + 2 * lane);
+        l = fmaf(wk, sm_ml[2 * k + 1], l);
+        b0 = fmaf(wk, a.x, b0);
+        b1 = fmaf(wk, a.y, b1);
+      }
+      *reinterpret_cast<float2*>(attn_out + (size_t)n * HD + 2 * lane) = make_float2(b0 / l, b1 / l);
+    }
+    if (n + nstep < NQ) __syncthreads();  // (block-uniform) the next head rewrites the shared memory
   }
 }
 #endif
@@ -2932,10 +3029,18 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       MKL_PROF_STAMP(span);
       MKL_SUB_POINT_AT(SUB_WAIT, span);
       // the two shapes (mkl::SHAPE_DEFAULT: 64 heads, SHAPE_SMALL: 16)
+#if MKL_MERGE_SPLIT
+      // step (t): head w (and w + nmerge, ... where fewer workers than heads), its chunks over the warps
+      if (s.NQ == 64) merge_head_split<64>(p.partials, p.attn_out, p.C, w, nmerge, arena);
+      else if (s.NQ == 16) merge_head_split<16>(p.partials, p.attn_out, p.C, w, nmerge, arena);
+      else __trap();  // no other shape exists (Shape constants in mkl_model.h)
+      MKL_SUB_POINT(SUB_FILL);  // the block's heads merged and written (thread 0's warp combines and writes them)
+#else
       if (s.NQ == 64) merge_heads<64>(p.partials, p.attn_out, p.C, w, nmerge, arena);
       else if (s.NQ == 16) merge_heads<16>(p.partials, p.attn_out, p.C, w, nmerge, arena);
       else __trap();  // no other shape exists (Shape constants in mkl_model.h)
       MKL_SUB_POINT(SUB_FILL);  // thread 0's warp's heads
+#endif
       const uint32_t old = block_arrive(sync_word(p, W_MERGE_CTR), true, tid, &hd->word);
       if (old + 1u == (uint32_t)nmerge * epoch) {
 #if MKL_CHUNK_LEAN

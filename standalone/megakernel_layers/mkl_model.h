@@ -154,7 +154,15 @@ MKL_HD bool serves_chunk(int w, const Schedule& sc, int hazard) {
 // every one of them already arrives (at QKV) before the merge can release, so the workers that
 // arrive at nothing before ATTN_RELEASE is bumped -- the snapshot_epoch switch's vulnerable
 // set -- are step 2's (the production before it).
+// Step (t) (MKL_MERGE_SPLIT, a -D candidate on production; mkl_kernel.cuh's switch block says why) merges
+// one head a block: its 16 warps split the head's chunks, so merge_workers is one worker a head (64 at
+// the default shape, 16 at the small one), still QKV-tile holders only. This constant is the one place
+// the count changes; hazards/megakernel_layers/model.py states it per build (merge_heads_per_worker).
+#if defined(MKL_MERGE_SPLIT) && MKL_MERGE_SPLIT
+constexpr int MERGE_HEADS_PER_WORKER = 1;   // step (t): one a block (its warps split the chunks)
+#else
 constexpr int MERGE_HEADS_PER_WORKER = 16;  // one a warp of the kernel's 512-thread blocks
+#endif
 MKL_HD int merge_workers(int NQ, int QT, int G) {
   const int holders = QT < G ? QT : G;
   const int want = (NQ + MERGE_HEADS_PER_WORKER - 1) / MERGE_HEADS_PER_WORKER;
