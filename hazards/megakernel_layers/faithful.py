@@ -277,6 +277,17 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "minimum effect); round 25 (an H100): no-change, the plain launch 1.003 [1.000, 1.006], the profiled worker "
               "1.016 [1.012, 1.019]: the hn copy 2.9 -> 2.3 us a tile, the W13 GEMV 38.2 -> 41.7 us: rejected)",
               "no-change", defines=(("MKL_HN_FIRST", 1),)),
+    Candidate("step_t", "campaign step (t), a candidate on production (step 21; no step number: -DMKL_MERGE_SPLIT=1): the "
+              "LSE merge one head a block (merge_head_split) instead of one head a warp (merge_heads): a head's 16 "
+              "warps take its chunks warp, warp + 16, ... (2-3 of 33: one round trip of loads), each keeps its own "
+              "(m, l, acc), and one warp combines the 16 by the same LSE rule from shared memory and writes the head; "
+              "mkl_model.h's MERGE_HEADS_PER_WORKER 1, not 16, the one count that changes: 64 merge workers at the "
+              "default shape (not 4), 16 at the small one, still QKV-tile holders. Round 25's sub-spans (an H100) "
+              "put the merge at 5.7 us + 1.3 us of arrival a layer on the 4 merge workers (a warp's dependent chain "
+              "through 33 partials), Nsight Compute the O-projection's wait for ATTN_RELEASE at a fifth of all stall "
+              "samples. Other sums' order: other last bits, judged by closeness. Expected faster (a prediction: the "
+              "merge ~2 us a layer, the plain launch ~0.98-0.99)",
+              "faster", defines=(("MKL_MERGE_SPLIT", 1),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

@@ -23,6 +23,7 @@ AMD_LINE = 64
 OWN_LINE_STRIDE = 128
 SHARED_LINE_STRIDE = 4
 MERGE_HEADS_PER_WORKER = 16  # campaign step (d): one head a warp of a 512-thread block
+MERGE_HEADS_PER_WORKER_SPLIT = 1  # campaign step (t) (-DMKL_MERGE_SPLIT=1): one head a block (merge_heads_per_worker)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +102,14 @@ def qkv_tile_rows(defines: dict[str, int] | None = None) -> int:
                                      QKV_TILE_ROWS)
 
 
+# Campaign step (t) (-DMKL_MERGE_SPLIT=1, a candidate on production): mkl_model.h's MERGE_HEADS_PER_WORKER is 1
+# in that build (a head's chunks split over a block's warps: 64 merge workers at the default shape, not 4), 16
+# in every other. As qkv_tile_rows: the default build unless a caller passes a build's -D defines.
+def merge_heads_per_worker(defines: dict[str, int] | None = None) -> int:
+    """Heads a merge worker takes in the build with these -D defines (None: the default build)."""
+    return MERGE_HEADS_PER_WORKER_SPLIT if int((defines or {}).get("MKL_MERGE_SPLIT", 0)) else MERGE_HEADS_PER_WORKER
+
+
 def qkv_tiles(s: Shape, tile_rows: int = QKV_TILE_ROWS) -> int:
     """QKV tiles; tile t belongs to worker t % G (the rank guard: ranks below QT hold one)."""
     return -(-qkv_rows(s) // tile_rows)
@@ -135,6 +144,7 @@ class Schedule:
     w13_tiles: int    # T13 per selected expert
     row_workers: int  # workers with O-projection / W2 rows
     hazard: str = "none"
+    merge_heads: int = MERGE_HEADS_PER_WORKER  # heads a merge worker takes (merge_heads_per_worker: the build's)
 
     def serves_chunk(self, w: int) -> bool:
         """Does worker w serve chunk w? (nested in the QKV guard under participant_set)."""
@@ -150,21 +160,23 @@ class Schedule:
 
     def merge_workers(self) -> int:
         """Campaign step (d)'s merge workers: ranks [0, this) merge heads w, w + this, ...
-        (mkl::merge_workers: a warp a head, QKV tile holders only)."""
-        return min(-(-self.shape.NQ // MERGE_HEADS_PER_WORKER), self.qkv_tiles, self.workers)
+        (mkl::merge_workers: a warp a head, or in step (t)'s build a block a head; QKV tile holders only)."""
+        return min(-(-self.shape.NQ // self.merge_heads), self.qkv_tiles, self.workers)
 
     def chunk_tokens(self, c: int) -> tuple[int, int]:
         return chunk_begin(c, self.chunks, self.tokens), chunk_begin(c + 1, self.chunks, self.tokens)
 
 
 def schedule(shape: Shape, *, seq: int, workers: int, chunk_tokens: int = 128, chunks: int = 0,
-             hazard: str = "none", tile_rows: int = QKV_TILE_ROWS) -> Schedule:
+             hazard: str = "none", tile_rows: int = QKV_TILE_ROWS,
+             merge_heads: int = MERGE_HEADS_PER_WORKER) -> Schedule:
     """The schedule the kernel runs for these parameters (mkl::Schedule as resolved by the host), in a
-    build of `tile_rows` QKV rows a tile (qkv_tile_rows)."""
+    build of `tile_rows` QKV rows a tile (qkv_tile_rows) and `merge_heads` heads a merge worker
+    (merge_heads_per_worker)."""
     tokens = seq + 1
     c = chunks if chunks > 0 else auto_chunks(tokens, chunk_tokens, workers)
     return Schedule(shape, workers, qkv_tiles(shape, tile_rows), c, tokens, w13_tiles(workers, shape.K),
-                    min(workers, shape.D), hazard)
+                    min(workers, shape.D), hazard, merge_heads)
 
 
 def epoch_of(step: int, layers: int, layer: int) -> int:
@@ -209,4 +221,5 @@ def describe(p: dict[str, Any], workers: int, defines: dict[str, int] | None = N
     """The schedule of a resolved parameter point at `workers` (grid 0 = one per SM) in the build with
     these -D defines (None: the default build)."""
     return schedule(SHAPES[p["model"]], seq=p["seq"], workers=workers, chunk_tokens=p["chunk_tokens"],
-                    chunks=p["chunks"], hazard=p["hazard"], tile_rows=qkv_tile_rows(defines))
+                    chunks=p["chunks"], hazard=p["hazard"], tile_rows=qkv_tile_rows(defines),
+                    merge_heads=merge_heads_per_worker(defines))
