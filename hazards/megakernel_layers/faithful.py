@@ -284,9 +284,10 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "mkl_model.h's MERGE_HEADS_PER_WORKER 1, not 16, the one count that changes: 64 merge workers at the "
               "default shape (not 4), 16 at the small one, still QKV-tile holders. Round 25's sub-spans (an H100) "
               "put the merge at 5.7 us + 1.3 us of arrival a layer on the 4 merge workers (a warp's dependent chain "
-              "through 33 partials), Nsight Compute the O-projection's wait for ATTN_RELEASE at a fifth of all stall "
-              "samples. Other sums' order: other last bits, judged by closeness. Expected faster (a prediction: the "
-              "merge ~2 us a layer, the plain launch ~0.98-0.99)",
+              "through 33 partials), Nsight Compute the O-projection's wait for ATTN_RELEASE (the whole layer head) at a fifth of all "
+              "stall samples. Other sums' order: other last bits, judged by closeness. Expected faster (a prediction, written before any run: "
+              "the merge ~1.8 us a layer, the plain launch ~0.975 (0.96-0.985)); not measured: round 25's last call "
+              "found no machine",
               "faster", defines=(("MKL_MERGE_SPLIT", 1),)),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.

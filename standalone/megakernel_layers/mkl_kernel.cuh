@@ -226,7 +226,8 @@
 // Step (t) (MKL_MERGE_SPLIT, a -D candidate on production; no step number): the LSE merge one head a block
 // (merge_head_split) instead of one head a warp (merge_heads). Round 25 (an H100) measured the merge at 5.7 us
 // a layer plus 1.3 us for its arrival on the 4 merge workers, with every worker waiting for ATTN_RELEASE
-// behind it (Nsight Compute: the O-projection's wait a fifth of all warp-stall samples): a warp's merge is
+// behind it (Nsight Compute: the O-projection's wait for it, the whole layer head, a fifth of all warp-stall
+// samples): a warp's merge is
 // a dependent chain through the head's 33 chunk partials in batches of 16. Here each head's 16 warps take
 // chunks warp, warp + 16, ... (2-3 at 33 chunks: one round trip of independent loads), each keeps its own
 // (m, l, acc), and one warp combines the 16 by the same LSE rule from shared memory and writes the head.
@@ -2097,6 +2098,8 @@ __device__ __noinline__ void merge_heads(const float* partials, float* attn_out,
 // With fewer merge workers than heads (a grid below NQ: merge_workers caps at min(QT, G)) a block merges
 // heads n0, n0 + nstep, ... one after another, a block barrier between two (the shared memory reused).
 constexpr int SPLIT_PASS = 4;  // chunks a warp loads per pass
+static_assert(2 * NWARPS + NWARPS * HD <= arena_floats(SHAPE_SMALL) && 2 * NWARPS + NWARPS * HD <= arena_floats(SHAPE_DEFAULT),
+              "merge_head_split's (m, l) and acc of every warp fit the arena");
 template <int NQ>
 __device__ __noinline__ void merge_head_split(const float* partials, float* attn_out, int C, int n0, int nstep,
                                               float* arena) {
@@ -2504,6 +2507,7 @@ __device__ __forceinline__ void select_topk_warp_regs(const Shape& s, float v0, 
     routing_w[lane] = x / den;
   }
 }
+#undef MKL_TOPK_WARP_PICK  // its two users are above
 
 __device__ __noinline__ void router_from_partials_wide(const Shape s, const float* h, const float* mlp_norm,
                                                        const float* part, int n_rows, float* hn_out,

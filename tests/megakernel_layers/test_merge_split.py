@@ -171,11 +171,12 @@ def test_the_catalog_names_step_t_on_production_with_its_switch_alone():
 @pytest.mark.gpu
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 4096},                                   # 33 chunks: warp 0 takes 3, the others 2
+    {"layers": 2, "seq": 16384},                                  # 129 chunks: warp 0 takes 3 passes (the rescale)
     {"layers": 2, "seq": 1024, "grid": 64, "chunks": 64},         # 64 workers, 64 chunks: 4 a warp, 64 mergers
     {"layers": 2, "seq": 1024, "model": "small"},                 # 16 heads, 16 merge workers, 9 chunks (idle warps)
     {"layers": 2, "seq": 1024, "grid": 32},                       # 32 merge workers: two heads a block, one after another
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},     # the stale KV and W2 pointers still corrupt
-], ids=["default", "grid64", "small", "grid32", "stale_descriptor"])
+], ids=["default", "seq16384", "grid64", "small", "grid32", "stale_descriptor"])
 def test_step_t_is_clean_and_close_to_production(params: dict):
     """Step (t) sums a head's chunks in another order than production (16 warps' partial sums, then their
     combine): not production's bits, but every checked launch clean against the binary's reference
