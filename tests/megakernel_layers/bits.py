@@ -1,4 +1,5 @@
-"""Bit-for-bit comparisons of two builds of the layered megakernel on a GPU (the GPU tests' shared check).
+"""Bit-for-bit and closeness comparisons of two builds of the layered megakernel on a GPU (the GPU tests'
+shared checks).
 
 A build is its defines (None: production, the default build) or a binary built already (a path)."""
 from __future__ import annotations
@@ -39,3 +40,19 @@ def _difference(out, out_base) -> str:
     if out.numel() != out_base.numel():
         return f"{out.numel()} outputs against {out_base.numel()}"
     return f"{int((out != out_base).sum())} of {out.numel()} outputs not the same bits"
+
+
+def assert_close(out, base) -> None:
+    """Two builds that sum in other orders: cos > 0.99999, the largest difference under 2e-3 of base's largest
+    value, and the family's relative error under a quarter of its tolerance."""
+    import torch
+
+    from hazards.families import get_family
+    from hazards.megakernel_layers import reference as R
+
+    a, b = out.double().flatten(), base.double().flatten()
+    cos = float(torch.nn.functional.cosine_similarity(a, b, dim=0))
+    worst = float((a - b).abs().max() / b.abs().max())
+    assert cos > 0.99999 and worst < 2e-3, (cos, worst)
+    tol = get_family("megakernel_layers").defaults["tol_e6"] * 1e-6
+    assert R.rel_err(out, base) < tol / 4, (R.rel_err(out, base), tol)

@@ -122,3 +122,31 @@ def test_a_certain_hang_gets_20_launches_and_an_intermittent_one_launches_to_see
         assert hang_launches(variant) == (20, True), variant
     assert hang_launches("snapshot_epoch") == (launches_to_see("snapshot_epoch"), False)
     assert launches_to_see("snapshot_epoch") > 20
+
+
+def test_close_outputs_pass_and_each_of_the_three_bounds_fails_alone(monkeypatch: pytest.MonkeyPatch):
+    """bits.assert_close: other last bits pass; a spread perturbation of relative size 4.8e-3 fails on cos alone,
+    one output off by 3e-3 of the largest on the largest difference alone, and a scale of 1e-3 on the relative error
+    alone under a tolerance of 1e-3 (at the family's 2e-2 the other two bounds imply it)."""
+    import types
+
+    import torch
+
+    import hazards.families
+
+    base = torch.zeros(4096, dtype=torch.float64)
+    base[0] = 1.0
+    bits.assert_close(base * (1 + 1e-7), base)
+    spread = base.clone()
+    spread[1:] = 4.8e-3 / 4095 ** 0.5  # cos 0.9999885, largest difference 7.5e-5, rel_err 4.8e-3
+    with pytest.raises(AssertionError, match=r"^\(0\.99998"):
+        bits.assert_close(spread, base)
+    spike = base.clone()
+    spike[7] = 3e-3  # cos 0.9999955, largest difference 3e-3, rel_err 3e-3
+    with pytest.raises(AssertionError, match=r"0\.003"):
+        bits.assert_close(spike, base)
+    real = hazards.families.get_family("megakernel_layers")
+    monkeypatch.setattr(hazards.families, "get_family",
+                        lambda name: types.SimpleNamespace(defaults={**real.defaults, "tol_e6": 1000}))
+    with pytest.raises(AssertionError, match=r"0\.001"):  # cos 1, largest difference 1e-3, rel_err 1e-3 > 2.5e-4
+        bits.assert_close(base * (1 + 1e-3), base)
