@@ -289,6 +289,31 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "the merge ~1.8 us a layer, the plain launch ~0.975 (0.96-0.985)); not measured: round 25's last call "
               "found no machine",
               "faster", defines=(("MKL_MERGE_SPLIT", 1),)),
+    Candidate("step_u", "campaign step (u), a candidate on production (step 21; no step number: -DMKL_OPROJ_STAGE=1): "
+              "a worker's O-projection rows (22 of Wo at 132 workers, 176 KB) copied into its shared memory by bulk "
+              "copies on an mbarrier, issued where production issues their L2 prefetch (before the merge), so they land "
+              "during the ATTN_RELEASE wait (~28 us on most workers); after the wait the GEMV (gemv_block_staged: "
+              "production's items, lanes, order and reductions, production's bits) reads them with ld.shared instead "
+              "of three dependent L2 rounds. An L1 prefetch cannot do it: the acquire poll's CCTL.IVALL empties L1. No "
+              "wait on another worker added or moved (who waits where: production's). Cost: the block asks for 215,424 "
+              "B of shared memory, not 52,848 (the 228-KB configuration: L1 28 KB, not ~192; ring_smem's 188-KB "
+              "reservation cost ~2%). Prediction, written before any run: the O-projection's gemv sub-span 7.0 -> ~1.0 "
+              "us a layer (0.7-2.0), the layer head ~5 us a layer shorter; the plain launch ~0.985 (0.965-1.01, the "
+              "carve-out's cost unknown at 28 KB of L1): faster or no-change on the 2% line",
+              "faster", defines=(("MKL_OPROJ_STAGE", 1),)),
+    Candidate("step_u16", "step (u) with 16 rows staged (-DMKL_OPROJ_STAGE=1 -DMKL_OPROJ_STAGE_ROWS=16: 128 KB; the "
+              "block asks for 166,272 B, the 164-KB configuration, L1 92 KB): the carve-out's other point; a worker's "
+              "last 1-2 row groups (rows 16-21) from L2 as production (one L2 round a warp after the staged items). "
+              "Prediction, written before any run: the O-projection's gemv sub-span 7.0 -> ~2.5 us a layer (1.5-3.5), "
+              "the plain launch ~0.985 (0.97-1.005); against step_u it says whether the carve-out or the last rounds "
+              "cost more",
+              "faster", defines=(("MKL_OPROJ_STAGE", 1), ("MKL_OPROJ_STAGE_ROWS", 16))),
+    Candidate("step_t_u", "steps (t) and (u) stacked on production (-DMKL_MERGE_SPLIT=1 -DMKL_OPROJ_STAGE=1): the merge "
+              "one head a block (64 merge workers), then the O-projection from its shared-memory stage; independent "
+              "switches (step (t)'s merge scratch, < 1,100 floats, lies below step (u)'s stage, which starts at 2 NQ * "
+              "HD floats of the arena). Prediction, written before any run: the merge ~1.8 us and the O-projection's "
+              "gemv ~1.0 us a layer, the plain launch ~0.965 (0.94-0.99)",
+              "faster", defines=(("MKL_MERGE_SPLIT", 1), ("MKL_OPROJ_STAGE", 1))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

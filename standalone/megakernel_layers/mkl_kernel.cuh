@@ -42,7 +42,7 @@
 #include "mkl_attn_mma.h"
 #include "mkl_model.h"
 #include "mkl_sync.cuh"
-#if MKL_CAMPAIGN_STEP == 4
+#if MKL_CAMPAIGN_STEP == 4 || (defined(MKL_OPROJ_STAGE) && MKL_OPROJ_STAGE)
 #include "../include/hz_async.cuh"
 #endif
 
@@ -237,6 +237,34 @@
 #ifndef MKL_MERGE_SPLIT
 #define MKL_MERGE_SPLIT 0
 #endif
+// Step (u) (MKL_OPROJ_STAGE, a -D candidate on production; no step number): a worker's O-projection rows copied
+// into its own shared memory (bulk copies on an mbarrier) while it waits for ATTN_RELEASE, and its GEMV reading
+// them from there. Round 25 (an H100) measured the O-projection's GEMV at 7.0 us a layer after the wait: ~180 KB
+// a worker (22 rows of Wo, 4096 bf16 each), prefetched to L2 but read in three dependent rounds of gemv_round<4>
+// by all 132 workers at once (23.6 MB from L2 in 7 us), on the layer head's chain (merge -> ATTN_RELEASE ->
+// O-projection -> router -> ROUTING). The wait is ~28 us on most workers. An L1 prefetch cannot carry the rows
+// across it: the acquire poll of ATTN_RELEASE (ld.acquire.gpu) is followed by CCTL.IVALL, which empties L1;
+// shared memory is kept. Here thread 0 issues one cp.async.bulk a row for the worker's first
+// MKL_OPROJ_STAGE_ROWS rows where production issues their L2 prefetch (before the merge), and after the wait
+// and the attn_out copy every thread waits on the stage's mbarrier (phase parity = layer & 1: one phase a layer)
+// and gemv_block_staged reads a row group from shared memory where all its rows are staged (from L2 as
+// production otherwise). Why it is correct: Wo is never written in a launch, so a copy issued early reads what
+// the GEMV would; the stage lies in the arena past what is live from the copies' issue to the GEMV's end (the
+// merge's scratch, the attn_out copy, the h rows: oproj_stage_offset); the phases that write it otherwise
+// (attention, W13, W2 scratch) come before the issue, ordered before the copies by every thread's
+// fence.proxy.async and a block barrier, or after the GEMV's last block barrier; the mbarrier's complete_tx makes the bytes visible to the
+// threads that observe the phase. The sums are production's (the same items, lanes, order and reductions:
+// production's bits). No wait on another worker is added or moved (the mbarrier is the block's own): every
+// hazard switch keeps its place and the Python model (who waits where) is production's. Cost: the block asks
+// for ~211 KB of shared memory, not ~53 KB (228 KB configuration: L1 28 KB, against production's ~192 KB; ring_smem's 188 KB
+// reservation cost ~2%); MKL_OPROJ_STAGE_ROWS=16 (128 KB, the 164 KB configuration, L1 92 KB) is the
+// carve-out's other point.
+#ifndef MKL_OPROJ_STAGE
+#define MKL_OPROJ_STAGE 0
+#endif
+#ifndef MKL_OPROJ_STAGE_ROWS
+#define MKL_OPROJ_STAGE_ROWS 22  // every row of a worker at the default shape on 132 workers (2880 / 132 <= 22)
+#endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -341,6 +369,9 @@ struct SmemHead {
   uint32_t word;
   int flag;
   uint32_t stuck_layer;  // HZ_STALE_RELEASE: written once at entry, never advanced
+#if MKL_OPROJ_STAGE
+  uint64_t stage_bar;    // step (u): the O-projection stage's bulk copies complete on it (one phase a layer)
+#endif
 #if HZ_PROF_ENABLED && MKL_PROF_SUBSPANS
   uint64_t sub[8];       // the profiler's sub-span points of the current task (thread 0's)
 #endif
@@ -354,9 +385,31 @@ __host__ __device__ constexpr size_t arena_floats(const Shape& s) {
   m = m > oproj ? m : oproj;
   return m + 64;  // + router logits
 }
+#if MKL_OPROJ_STAGE
+// Step (u): rows of the O-projection stage, its bytes and its place: in the arena, past what is live from the
+// copies' issue to the GEMV's last barrier (the merge's scratch, < NQ * HD floats; the O-projection's attn_out
+// copy, NQ * HD floats; its h rows, r1 - r0 <= D <= NQ * HD floats at both shapes), i.e. from 2 NQ * HD floats on,
+// over the attention's, the W13's and W2's scratch, which are written before the issue (ordered before the copies
+// by a proxy fence and a block barrier) or after the GEMV.
+constexpr int OPROJ_STAGE_ROWS = MKL_OPROJ_STAGE_ROWS;
+static_assert(OPROJ_STAGE_ROWS > 0, "step (u) stages at least one row");
+static_assert(SHAPE_DEFAULT.D <= SHAPE_DEFAULT.NQ * HD && SHAPE_SMALL.D <= SHAPE_SMALL.NQ * HD, "h rows below the stage");
+__host__ __device__ constexpr size_t oproj_stage_offset(int NQ) {
+  return RING_BYTES + ((sizeof(SmemHead) + 15) / 16) * 16 + (size_t)2 * NQ * HD * sizeof(float);
+}
+__host__ __device__ constexpr size_t oproj_stage_bytes(const Shape& s) {
+  return (size_t)OPROJ_STAGE_ROWS * s.NQ * HD * 2;
+}
+__host__ __device__ constexpr size_t smem_bytes(const Shape& s) {
+  const size_t arena_end = RING_BYTES + ((sizeof(SmemHead) + 15) / 16) * 16 + arena_floats(s) * sizeof(float);
+  const size_t stage_end = oproj_stage_offset(s.NQ) + oproj_stage_bytes(s);
+  return arena_end > stage_end ? arena_end : stage_end;
+}
+#else
 __host__ __device__ constexpr size_t smem_bytes(const Shape& s) {
   return RING_BYTES + ((sizeof(SmemHead) + 15) / 16) * 16 + arena_floats(s) * sizeof(float);
 }
+#endif
 static_assert(smem_bytes(SHAPE_DEFAULT) <= 227 * 1024 && smem_bytes(SHAPE_SMALL) <= 227 * 1024,
               "the ring and the arena exceed an sm_90 block's shared memory");
 
@@ -981,6 +1034,141 @@ __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const
     __syncthreads();
   }
 }
+
+#if MKL_OPROJ_STAGE
+// ---- campaign step (u): the O-projection's rows from a shared-memory stage ------------------------
+static_assert(MKL_MERGE_SPREAD && MKL_COPY_AHEAD && !MKL_HEAD_AHEAD && !MKL_WEIGHT_RING,
+              "step (u) is written on production's O-projection (step (d)'s prefetch place, step (l)'s copy)");
+#if HZ_HIP
+#error "step (u) (MKL_OPROJ_STAGE) issues sm_90 bulk copies (hz_async.cuh): no HIP spelling"
+#endif
+
+// Rows of [r0, r1) in the stage: the first min(r1 - r0, OPROJ_STAGE_ROWS).
+__device__ __forceinline__ int oproj_staged_rows(int r0, int r1) { return min(r1 - r0, OPROJ_STAGE_ROWS); }
+
+// The block (every thread; r1 > r0): the stage's copies of this worker's rows [r0, r0 + oproj_staged_rows) of
+// Wo (NQ * HD bf16 a row), issued by thread 0, one bulk copy a row, completing on the stage's mbarrier (one
+// arrive.expect_tx of their bytes: this layer's phase). First every thread's proxy fence and a block barrier:
+// the arena's earlier generic writes where the stage lies (attention, W13, W2 scratch) are ordered before the
+// copies' writes. Out of line, taking only what it cannot find itself: inlined (or with the stage's address,
+// Wo's pointer and the row count as arguments), ptxas spilled the kernel body's poll addresses, and the compiled
+// static checks then no longer read 4 of its 7 waits as polls.
+__device__ __noinline__ void oproj_stage_issue(SmemHead* hd, int NQ, int r0, int r1) {
+  extern __shared__ __align__(16) char smem_raw[];
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int ko = NQ * HD, ns = oproj_staged_rows(r0, r1);
+    const uint32_t row_bytes = (uint32_t)ko * 2u;
+    const __nv_bfloat16* wo = reinterpret_cast<const __nv_bfloat16*>(hd->desc[SLOT_WO]);
+    char* stage = smem_raw + oproj_stage_offset(NQ);
+    hz_mbar_arrive_expect_tx(&hd->stage_bar, row_bytes * (uint32_t)ns);
+    for (int j = 0; j < ns; ++j)
+      hz_bulk_g2s(stage + (size_t)j * row_bytes, wo + (size_t)(r0 + j) * ko, row_bytes, &hd->stage_bar);
+  }
+}
+
+// 16 B of the stage at a shared-window address (ld.shared: in the harness build, -split-compile=0, a pointer
+// argument of an out-of-line function is generic, and a generic load of shared memory is LD.E, not LDS).
+__device__ __forceinline__ uint4 ld_stage(uint32_t a) {
+  uint4 r;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
+  return r;
+}
+
+// gemv_round for one segment (row stride = seg_len, items per group = kparts) with the rows of a group read from
+// the stage where all of them (as clamped) are staged: the same items, lanes, chunk order and reductions, so the
+// same sums (production's bits). The stage (at shared-window address `stage`) holds rows [r0, r0 + ns). (12
+// arguments, as gemv_round: with 14, two went through the stack.) Its L2 path repeats gemv_round's loop rather
+// than sharing a helper with it: production's PTX is pinned (production_ptx.json), and a helper called from
+// gemv_round is a change to production's code that the pin would have to be re-recorded for.
+template <int DEPTH>
+__device__ __noinline__ void gemv_round_staged(const __nv_bfloat16* w, uint32_t stage, int ns, int seg_len,
+                                               const float* act, int r0, int r1, int g0, int items, int kparts,
+                                               int per_part, float* red) {
+  const long long row_stride = seg_len;
+  const int ipg = kparts;
+  __builtin_assume(__isShared(act));
+  __builtin_assume(__isShared(red));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nchunk = seg_len >> 3;
+  for (int it = warp; it < items; it += NWARPS) {
+    const int g = g0 + it / ipg, rest = it % ipg, kp = rest % kparts;  // (one segment)
+    const int rb = r0 + g * GEMV_ROWS;
+    const bool staged = min(rb + GEMV_ROWS - 1, r1 - 1) - r0 < ns;  // warp-uniform
+    const __nv_bfloat16* rows[GEMV_ROWS];  // (from L2)
+    uint32_t srows[GEMV_ROWS];             // (from the stage)
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) {
+      const int r = min(rb + j, r1 - 1);
+      rows[j] = w + (long long)r * row_stride;
+      srows[j] = stage + (uint32_t)(r - r0) * (uint32_t)row_stride * 2u;
+    }
+    float acc[GEMV_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = 0.f;
+    const int c1 = min(nchunk, (kp + 1) * per_part);
+    for (int c = kp * per_part + lane; c < c1; c += 32 * DEPTH) {
+      uint4 wv[DEPTH][GEMV_ROWS];
+      if (staged) {
+#pragma unroll
+        for (int u = 0; u < DEPTH; ++u) {
+          const int cu = min(c + 32 * u, c1 - 1);
+#pragma unroll
+          for (int j = 0; j < GEMV_ROWS; ++j) wv[u][j] = ld_stage(srows[j] + 16u * (uint32_t)cu);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < DEPTH; ++u) {
+          const int cu = min(c + 32 * u, c1 - 1);
+#pragma unroll
+          for (int j = 0; j < GEMV_ROWS; ++j) wv[u][j] = ld_weights(rows[j] + 8 * cu);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < DEPTH; ++u) {
+        const int cu = c + 32 * u;
+        if (cu < c1) {
+          const float4 a0 = *reinterpret_cast<const float4*>(act + 8 * cu);
+          const float4 a1 = *reinterpret_cast<const float4*>(act + 8 * cu + 4);
+#pragma unroll
+          for (int j = 0; j < GEMV_ROWS; ++j) acc[j] += dot8(wv[u][j], a0, a1);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; ++j) acc[j] = warp_sum(acc[j]);
+    if (lane == 0)
+#pragma unroll
+      for (int j = 0; j < GEMV_ROWS; ++j) red[it * GEMV_ROWS + j] = acc[j];
+  }
+}
+
+// gemv_block for one segment (the O-projection) with gemv_round_staged: production's kparts, rounds and sums.
+template <typename Emit>
+__device__ __forceinline__ void gemv_block_staged(int depth, const __nv_bfloat16* w, uint32_t stage,
+                                                  int ns, int seg_len, const float* act, int r0, int r1, float* red,
+                                                  Emit emit) {
+  const int nchunk = seg_len >> 3;
+  const int ngroups = (r1 - r0 + GEMV_ROWS - 1) / GEMV_ROWS;
+  if (ngroups <= 0) return;
+  const int kparts = gemv_block_kparts(depth, ngroups, 1, nchunk);
+  const int per_part = (nchunk + kparts - 1) / kparts;
+  const int ipg = kparts;
+  const int gpb = max(1, GEMV_MAX_ITEMS / ipg);
+  for (int g0 = 0; g0 < ngroups; g0 += gpb) {
+    const int gn = min(gpb, ngroups - g0);
+    if (depth >= 4)
+      gemv_round_staged<4>(w, stage, ns, seg_len, act, r0, r1, g0, gn * ipg, kparts, per_part, red);
+    else
+      gemv_round_staged<1>(w, stage, ns, seg_len, act, r0, r1, g0, gn * ipg, kparts, per_part, red);
+    __syncthreads();
+    MKL_SUB_POINT(SUB_GEMV);
+    gemv_sum_parts(red, gn, ipg, r0, r1, g0, emit);
+    __syncthreads();
+  }
+}
+#endif
 
 // ---- tripwire helpers (only the TW=true instance stores anything) -------------------------
 
@@ -2852,6 +3040,10 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
   if (tid == 0) {
     hd->tw = hz_tw_open(TW ? tw_arg : hz_tw_t{}, (uint32_t)w);
     hd->stuck_layer = 0u;  // HZ_STALE_RELEASE's slot: stored once, never advanced
+#if MKL_OPROJ_STAGE
+    hz_mbar_init(&hd->stage_bar, 1);  // step (u): thread 0's arrive.expect_tx a layer, then the copies' bytes
+    hz_mbar_init_fence();
+#endif
 #if MKL_WEIGHT_RING
     ring_init();
 #endif
@@ -3022,6 +3214,11 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_WO) + (size_t)r0 * s.NQ * HD, (long long)(r1 - r0) * s.NQ * HD * 2);
     else if (r1 > r0 && tid >= 32 && tid < 64 && w < s.E)  // the router's rows
       prefetch_l2(dptr<__nv_bfloat16>(hd, SLOT_ROUTER) + (size_t)w * s.D, (long long)s.D * 2);
+#if MKL_OPROJ_STAGE
+    // step (u): the first rows' copies to the stage go out with their L2 prefetch (the previous layer's GEMV read
+    // the stage before its last block barrier)
+    if (r1 > r0) oproj_stage_issue(hd, s.NQ, r0, r1);  // (block-uniform)
+#endif
     const int nmerge = merge_workers(s.NQ, p.QT, p.G);
     if (w < nmerge) {
       tw_mark<TW>(tw, l, PHASE_ATTN_MERGE, w);
@@ -3100,6 +3297,23 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       __syncthreads();
       MKL_SUB_POINT(SUB_FILL);
       float* hrows = arena + ko;  // this worker's h rows (step b's partial logits read them)
+#if MKL_OPROJ_STAGE
+      // step (u): the stage's rows have landed (this layer's phase), then production's GEMV and emit on them
+      hz_mbar_wait(&hd->stage_bar, (uint32_t)l & 1u);
+      const uint32_t stage = hz_smem_addr(smem_raw + oproj_stage_offset(s.NQ));
+      gemv_block_staged(p.gemv_depth, wo, stage, oproj_staged_rows(r0, r1), ko, arena, r0, r1, hd->gemv,
+                        [&](int r, const float* a, int n) {
+        float xr[GEMV_ROWS];  // a row past n: the last row's, loaded and not used
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j) xr[j] = xcur[r + min(j, n - 1)];
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; ++j)
+          if (j < n) {
+            p.h[r + j] = xr[j] + a[j];
+            if (MKL_ROUTER_FOLDED) hrows[r + j - r0] = xr[j] + a[j];
+          }
+      });
+#else
       gemv_block(p.gemv_depth, &wo, 1, ko, ko, arena, r0, r1, hd->gemv, [&](int r, const float* a, int n) {
         float xr[GEMV_ROWS];  // a row past n: the last row's, loaded and not used
 #pragma unroll
@@ -3111,6 +3325,7 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
             if (MKL_ROUTER_FOLDED) hrows[r + j - r0] = xr[j] + a[j];
           }
       });
+#endif  // MKL_OPROJ_STAGE
 #else
       for (int i = tid; i < ko; i += THREADS) arena[i] = p.attn_out[i];
       __syncthreads();
