@@ -299,7 +299,9 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "B of shared memory, not 52,848 (the 228-KB configuration: L1 28 KB, not ~192; ring_smem's 188-KB "
               "reservation cost ~2%). Prediction, written before any run: the O-projection's gemv sub-span 7.0 -> ~1.0 "
               "us a layer (0.7-2.0), the layer head ~5 us a layer shorter; the plain launch ~0.985 (0.965-1.01, the "
-              "carve-out's cost unknown at 28 KB of L1): faster or no-change on the 2% line",
+              "carve-out's cost unknown at 28 KB of L1): faster or no-change on the 2% line. (Read the gemv sub-span "
+              "knowing it includes the wait for the stage's copies, which may land late on the workers that issue "
+              "last: the last chunk workers, the merge worker that publishes ATTN_RELEASE.)",
               "faster", defines=(("MKL_OPROJ_STAGE", 1),)),
     Candidate("step_u16", "step (u) with 16 rows staged (-DMKL_OPROJ_STAGE=1 -DMKL_OPROJ_STAGE_ROWS=16: 128 KB; the "
               "block asks for 166,272 B, the 164-KB configuration, L1 92 KB): the carve-out's other point; a worker's "

@@ -387,7 +387,9 @@ __host__ __device__ constexpr size_t arena_floats(const Shape& s) {
 }
 #if MKL_OPROJ_STAGE
 // Step (u): rows of the O-projection stage, its bytes and its place: in the arena, past what is live from the
-// copies' issue to the GEMV's last barrier (the merge's scratch, < NQ * HD floats; the O-projection's attn_out
+// copies' issue to the GEMV's last barrier (the merge's scratch: merge_heads' NWARPS * 2 * MERGE_BATCH = 512
+// floats, merge_head_split's 2 NWARPS + NWARPS * HD = 1,056, more than NQ * HD at the small shape, below
+// 2 NQ * HD at both; the O-projection's attn_out
 // copy, NQ * HD floats; its h rows, r1 - r0 <= D <= NQ * HD floats at both shapes), i.e. from 2 NQ * HD floats on,
 // over the attention's, the W13's and W2's scratch, which are written before the issue (ordered before the copies
 // by a proxy fence and a block barrier) or after the GEMV.
@@ -400,6 +402,13 @@ __host__ __device__ constexpr size_t oproj_stage_offset(int NQ) {
 __host__ __device__ constexpr size_t oproj_stage_bytes(const Shape& s) {
   return (size_t)OPROJ_STAGE_ROWS * s.NQ * HD * 2;
 }
+static_assert(NWARPS * 2 * MERGE_BATCH <= 2 * SHAPE_SMALL.NQ * HD && 2 * NWARPS + NWARPS * HD <= 2 * SHAPE_SMALL.NQ * HD,
+              "the merge's scratch (step (t)'s or production's) below the stage");
+static_assert(oproj_stage_offset(SHAPE_SMALL.NQ) % 16 == 0 && oproj_stage_offset(SHAPE_DEFAULT.NQ) % 16 == 0 &&
+                  (SHAPE_SMALL.NQ * HD * 2) % 16 == 0 && (SHAPE_DEFAULT.NQ * HD * 2) % 16 == 0,
+              "cp.async.bulk: the stage and its rows 16-B aligned");
+static_assert(oproj_stage_bytes(SHAPE_DEFAULT) < (1u << 20) && oproj_stage_bytes(SHAPE_SMALL) < (1u << 20),
+              "one arrive.expect_tx a layer: the mbarrier's transaction count is below 2^20");
 __host__ __device__ constexpr size_t smem_bytes(const Shape& s) {
   const size_t arena_end = RING_BYTES + ((sizeof(SmemHead) + 15) / 16) * 16 + arena_floats(s) * sizeof(float);
   const size_t stage_end = oproj_stage_offset(s.NQ) + oproj_stage_bytes(s);
@@ -1037,8 +1046,9 @@ __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const
 
 #if MKL_OPROJ_STAGE
 // ---- campaign step (u): the O-projection's rows from a shared-memory stage ------------------------
-static_assert(MKL_MERGE_SPREAD && MKL_COPY_AHEAD && !MKL_HEAD_AHEAD && !MKL_WEIGHT_RING,
-              "step (u) is written on production's O-projection (step (d)'s prefetch place, step (l)'s copy)");
+static_assert(MKL_MERGE_SPREAD && MKL_COPY_AHEAD && !MKL_HEAD_AHEAD && !MKL_WEIGHT_RING && !MKL_L2_KEEP_QKV,
+              "step (u) is written on production's O-projection (step (d)'s prefetch place, step (l)'s copy; "
+              "step (k)'s L2 policy is not in its unstaged path)");
 #if HZ_HIP
 #error "step (u) (MKL_OPROJ_STAGE) issues sm_90 bulk copies (hz_async.cuh): no HIP spelling"
 #endif
