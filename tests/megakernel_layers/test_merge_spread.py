@@ -13,6 +13,7 @@ explainer reads step (d)'s waits (merge workers at CHUNK_MERGE, the rest at ATTN
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -68,20 +69,96 @@ def staged_sources() -> Path:
     return root / "standalone"
 
 
-def family_cubin(defines: dict[str, int] | None, label: str, *extra_args: str):
+# Suffixes of the C/C++ files canonical_sources writes without their comments and blank lines.
+C_SUFFIXES = (".c", ".cu", ".cuh", ".h", ".hpp")
+
+
+def without_comments(text: str) -> str:
+    """`text` (C/C++) without its comments, trailing blanks and blank lines: a comment becomes one space (a
+    block comment's newlines with it, as the preprocessor reads it), string and character literals are kept as
+    written, and a blank line that a backslash continues onto is kept. Two texts that differ in comments and
+    layout only give the same result."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                i += 2 if text.startswith("\\\n", i) else 1  # a backslash-newline continues a // comment
+            out.append(" ")
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            assert end >= 0, "unterminated block comment"
+            i = end + 2
+            out.append(" ")
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                assert text[j] != "\n", "unterminated literal"
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    lines, kept = "".join(out).split("\n"), []
+    for line in lines:
+        line = line.rstrip()
+        if line or (kept and kept[-1].endswith("\\")):
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+# Where canonical_sources writes the family's sources: one fixed folder for every checkout and content.
+CANONICAL_ROOT = Path("/tmp/hz-mkl-canon")
+
+
+@contextlib.contextmanager
+def canonical_sources():
+    """The family's sources (STAGED_FOLDERS) with their C/C++ files written without comments and blank lines
+    (without_comments) to CANONICAL_ROOT/standalone, yielded while this process holds that folder's lock (a
+    build from it must finish before another checkout or pytest-xdist worker rewrites it): for a test that
+    compares two builds' ptxas spills. Those spills follow the folder's path, not only the code: nvcc 13.0's
+    NVVM clones gemv_round<4> (a `$1` copy) for one path and not for another (ptxas reads the PTX the same
+    whatever its names and .file paths), and step 15's plain body then spills 454 / 1724 B (stores / loads)
+    or 462 / 1516 from the same sources (step 20's 454 / 1728 where step 15's was 454 / 1724, a failing
+    comparison; 462 / 1512 where it was 462 / 1516, a passing one). The staged_sources folder is
+    named by the content, so a comment-only edit moved it and re-rolled that. Here a comment-only edit gives
+    the same files in the same folder, so the same builds; every content is compiled from the same path."""
+    import fcntl
+
+    standalone = ROOT / "standalone"
+    files = sorted(f for name in STAGED_FOLDERS for f in (standalone / name).rglob("*") if f.is_file())
+    texts = {f.relative_to(standalone): (without_comments(f.read_text()).encode() if f.suffix in C_SUFFIXES
+                                         else f.read_bytes()) for f in files}
+    CANONICAL_ROOT.mkdir(exist_ok=True)
+    with open(CANONICAL_ROOT / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        dest = CANONICAL_ROOT / "standalone"
+        have = {f.relative_to(dest): f.read_bytes() for f in dest.rglob("*") if f.is_file()}
+        if have != texts:
+            shutil.rmtree(dest, ignore_errors=True)
+            for rel, data in texts.items():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                (dest / rel).write_bytes(data)
+        yield dest
+
+
+def family_cubin(defines: dict[str, int] | None, label: str, *extra_args: str, canonical: bool = False):
     """The family's source compiled for sm_90a with the harness build's flags (stress.build.target_flags:
     the machine code of the binary the GPU runs, -split-compile=0 and -lineinfo among them), `defines`
     (None: the default, production's build) and `extra_args` (e.g. "-Xptxas=-v" for the spill lines in
-    its `.log`), from staged_sources' folder (the same machine code in every checkout); build cache. The
-    test skips without nvcc."""
+    its `.log`), from staged_sources' folder (the same machine code in every checkout), or with `canonical`
+    from canonical_sources' folder (the same machine code for every comment and layout of the same code and
+    every checkout: for spill comparisons; its line numbers are not the checkout's); build cache. The test
+    skips without nvcc."""
     from hazards.engine.errors import ToolchainMissing
     from hazards.static.compile import compile_cubin
 
     try:
-        src = staged_sources()
-        return compile_cubin(src / LAYERED.relative_to(ROOT / "standalone"), defines=defines, label=label,
-                             extra_args=(f"-I{src / INCLUDE.relative_to(ROOT / 'standalone')}", *extra_args),
-                             harness_flags=True)
+        with canonical_sources() if canonical else contextlib.nullcontext(staged_sources()) as src:
+            return compile_cubin(src / LAYERED.relative_to(ROOT / "standalone"), defines=defines, label=label,
+                                 extra_args=(f"-I{src / INCLUDE.relative_to(ROOT / 'standalone')}", *extra_args),
+                                 harness_flags=True)
     except ToolchainMissing as e:
         pytest.skip(f"cannot build the family's machine code: {e}")
 

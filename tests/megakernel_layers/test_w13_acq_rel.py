@@ -47,9 +47,11 @@ from hazards.megakernel_layers import faithful as FA
 
 from . import test_production_step21 as T21
 from .sass_text import assert_spills_no_more_than, function_instances
-from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
+from .test_merge_spread import (ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of,
+                                without_comments)
 from .test_w13_emit_lean import ATOMIC_ADD, IMAGE_LOAD, w13_arrival_spans
 
+KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 STEP_R = {"MKL_CAMPAIGN_STEP": 20}
 BASE = {"MKL_CAMPAIGN_STEP": 15}  # step (r)'s base, production's code until promote21
 SWITCH = "MKL_W13_ACQ_REL"
@@ -146,11 +148,43 @@ def test_step_20_keeps_every_other_fence_of_the_kernel(harness_builds):
         assert s == Counter({"SC.GPU": p["SC.GPU"] - 3, "ALL.GPU": 2}), (p, s)
 
 
-def test_step_20_spills_no_more_than_step_15_anywhere_but_the_tripwire_body(harness_builds):
-    """Per function at its worst copy (spills_by_function), the plain kernel body included (at 608bae7, nvcc
-    13.0: 462 / 1512 B of spill stores / loads against production's 462 / 1516); the tripwire instance's body is
-    judged against its own build's plain body (test_tripwire_watch.py: 418 / 1300, as production's)."""
-    assert_spills_no_more_than(harness_builds[0].log, harness_builds[1].log)
+@pytest.fixture(scope="module")
+def spill_builds():
+    """Steps 15 and 20 in the harness build from canonical_sources (family_cubin's `canonical`): their spills
+    the same for any comment or layout of the same code and in any checkout (staged_sources' folder is named
+    by the content, and its name re-rolls NVVM's cloning: see canonical_sources)."""
+    return (family_cubin(BASE, "test-mkl-step-15-canon-v", "-Xptxas=-v", canonical=True),
+            family_cubin(STEP_R, "test-mkl-step-20-canon-v", "-Xptxas=-v", canonical=True))
+
+
+def test_step_20_spills_no_more_than_step_15_anywhere_but_the_tripwire_body(spill_builds):
+    """Per function at its worst copy (spills_by_function), the plain kernel body included, both builds from
+    canonical_sources (nvcc 13.0, at 608bae7: 462 / 1512 B of spill stores / loads against production's
+    462 / 1516; sources differing only in comments, from another folder: 454 / 1728 against 454 / 1724); the
+    tripwire instance's body is judged against its own build's plain body (test_tripwire_watch.py: 418 / 1300,
+    as production's)."""
+    assert_spills_no_more_than(spill_builds[0].log, spill_builds[1].log)
+
+
+def test_the_spill_builds_sources_are_the_same_after_a_comment_only_edit():
+    """What keeps the spill comparisons from flipping on a comment: canonical_sources' text of mkl_kernel.cuh
+    is the same with a comment line added, a trailing comment added, a comment's text changed and a blank line
+    dropped; string literals, a `//` inside one and backslash-continued lines are kept; code is not."""
+    text = KERNEL.read_text()
+    lines = text.splitlines(keepends=True)
+    at = next(n for n, x in enumerate(lines) if x.startswith("//") and n > 100)
+    blank = next(n for n, x in enumerate(lines) if not x.strip() and n > 100)
+    code = next(n for n, x in enumerate(lines) if x.endswith(";\n") and "//" not in x and '"' not in x and n > 100)
+    edits = (text + "// a comment\n", "/* a\n block */\n" + text,
+             "".join(lines[:at] + ["// other words\n"] + lines[at + 1:]),
+             "".join(lines[:blank] + lines[blank + 1:]),
+             "".join(lines[:code] + [lines[code][:-1] + "  // trailing\n"] + lines[code + 1:]))
+    for edited in edits:
+        assert edited != text and without_comments(edited) == without_comments(text)
+    assert without_comments(text.replace("THREADS", "THREADS + 0", 1)) != without_comments(text)
+    sample = '#define A(x) \\\n\n  x // c\nconst char* s = "a // b /* c */"; char c = \'"\'; /* d\n e */ int y;\n'
+    assert without_comments(sample) == ('#define A(x) \\\n\n  x\n'
+                                        'const char* s = "a // b /* c */"; char c = \'"\';   int y;\n')
 
 
 def test_step_20_passes_the_compiled_static_checks_with_step_15_polls():
