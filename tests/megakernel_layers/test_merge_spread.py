@@ -48,8 +48,9 @@ def copy_sources(dest: Path) -> None:
 
 def staged_sources() -> Path:
     """The family's sources (STAGED_FOLDERS) copied once to /tmp/hz-mkl-src-<hash of their content>/standalone,
-    returned. nvcc hashes the source's path into internal names, and ptxas's register allocation and NVVM's
-    cloning follow those names: the machine code of the same sources differed between checkouts (a step-15
+    returned. nvcc hashes the source's path into internal names, and NVVM's cloning follows the path (whether
+    gemv_round<4> is cloned; ptxas fed the same PTX renamed allocates the same): the machine code of the same
+    sources differed between checkouts (a step-15
     body's spill loads 1724 B in one folder, 1512 in another), so a test comparing two builds' spills or
     listings passed or failed by the checkout's folder. Compiled from a folder named by the content alone,
     every checkout of the same sources gets the same machine code. (Not tempfile's folder: $TMPDIR varies.)"""
