@@ -31,7 +31,7 @@ from hazards.kernel_sources import family_dir
 from . import bits
 from . import test_production_step21 as T21
 from .sass_text import function_listings
-from .test_merge_spread import LAYERED, ROOT, family_cubin, listing_of
+from .test_merge_spread import ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 from .test_model import DRIVER
 from .tripwire_fakes import NO_FEEDER, PHASE_ATTN_MERGE, PHASE_OPROJ, slot, snapshot
 
@@ -129,20 +129,7 @@ def test_step_t_issues_a_warps_chunk_loads_together_then_combines_the_warps_in_s
 
 
 def test_step_t_passes_the_compiled_static_checks_with_productions_polls():
-    from hazards.engine.errors import ToolchainMissing
-    from hazards.static import compiled
-
-    def static(flags: list[str]) -> tuple[list, int]:
-        try:
-            found = compiled.check_jobs(compiled.jobs_for_files([LAYERED], flags, archs=["sm_90a"]))
-        except ToolchainMissing as e:
-            pytest.skip(f"cannot run the compiled static checks: {e}")
-        [coverage] = [f.message for f in found if f.check == "coverage"]
-        return [f for f in found if f.fails], int(re.search(r"(\d+) poll\(s\) checked", coverage).group(1))
-
-    failing, polls = static(["-DMKL_MERGE_SPLIT=1"])
-    assert failing == [], [f.message for f in failing]
-    assert polls == static([])[1]  # no wait added or moved
+    assert_static_checks_pass_with_the_polls_of(["-DMKL_MERGE_SPLIT=1"], [])
 
 
 def test_step_t_participant_set_hang_names_its_64_merge_workers_and_the_missing_chunks():

@@ -240,14 +240,15 @@ def test_production_calls_step_d_spread_merge_and_step_b0_merges_on_one_block():
     assert FA.candidate("production").defines == ()
 
 
-def _static(step: int) -> tuple[list, int]:
-    """Failing findings and the polls checked of the compiled static checks (nvcc, sm_90a)."""
+def _static(build: int | list[str]) -> tuple[list, int]:
+    """Failing findings and the polls checked of the compiled static checks (nvcc, sm_90a) of a build: a
+    campaign step's number, or the nvcc flags of a switch on production (`[]`: production)."""
     from hazards.engine.errors import ToolchainMissing
     from hazards.static import compiled
 
+    flags = [f"-DMKL_CAMPAIGN_STEP={build}"] if isinstance(build, int) else list(build)
     try:
-        found = compiled.check_jobs(compiled.jobs_for_files([LAYERED], [f"-DMKL_CAMPAIGN_STEP={step}"],
-                                                            archs=["sm_90a"]))
+        found = compiled.check_jobs(compiled.jobs_for_files([LAYERED], flags, archs=["sm_90a"]))
     except ToolchainMissing as e:
         pytest.skip(f"cannot run the compiled static checks: {e}")
     [coverage] = [f.message for f in found if f.check == "coverage"]
@@ -255,8 +256,9 @@ def _static(step: int) -> tuple[list, int]:
     return [f for f in found if f.fails], polls
 
 
-def assert_static_checks_pass_with_the_polls_of(step: int, base: int) -> None:
-    """The compiled static checks pass on `step`'s build and count `base`'s polls: no wait added or moved."""
+def assert_static_checks_pass_with_the_polls_of(step: int | list[str], base: int | list[str]) -> None:
+    """The compiled static checks pass on `step`'s build and count `base`'s polls: no wait added or moved
+    (either a campaign step's number or nvcc flags, as `_static`)."""
     failing, polls = _static(step)
     assert failing == [], [f.message for f in failing]
     assert polls == _static(base)[1]  # no wait added or moved

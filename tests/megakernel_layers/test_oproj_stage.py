@@ -30,7 +30,7 @@ from hazards.megakernel_layers.explain import BAR_ATTN_RELEASE, BAR_CHUNK_MERGE
 from . import bits
 from . import test_production_step21 as T21
 from .sass_text import function_listings
-from .test_merge_spread import INCLUDE, LAYERED, ROOT, family_cubin, listing_of
+from .test_merge_spread import INCLUDE, LAYERED, ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 from .tripwire_fakes import NO_FEEDER, PHASE_ATTN_MERGE, PHASE_OPROJ, slot, snapshot
 
 STEP_U = {"MKL_OPROJ_STAGE": 1}
@@ -207,20 +207,7 @@ def test_the_shared_memory_each_build_asks_for_and_the_catalog_says(tmp_path):
 
 
 def test_step_u_passes_the_compiled_static_checks_with_productions_polls():
-    from hazards.engine.errors import ToolchainMissing
-    from hazards.static import compiled
-
-    def static(flags: list[str]) -> tuple[list, int]:
-        try:
-            found = compiled.check_jobs(compiled.jobs_for_files([LAYERED], flags, archs=["sm_90a"]))
-        except ToolchainMissing as e:
-            pytest.skip(f"cannot run the compiled static checks: {e}")
-        [coverage] = [f.message for f in found if f.check == "coverage"]
-        return [f for f in found if f.fails], int(re.search(r"(\d+) poll\(s\) checked", coverage).group(1))
-
-    failing, polls = static(["-DMKL_OPROJ_STAGE=1"])
-    assert failing == [], [f.message for f in failing]
-    assert polls == static([])[1]  # no wait added or moved
+    assert_static_checks_pass_with_the_polls_of(["-DMKL_OPROJ_STAGE=1"], [])
 
 
 def test_the_catalog_names_step_u_its_16_row_point_and_the_stack_with_step_t():
