@@ -330,23 +330,25 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "loads against production's 406 / 1,440, attend_chunk unchanged (0 / 12). Prediction, written before any "
               "run (reasoning: the fifteenth session's sub-spans, an H100, put the block loop at 8.5 us a layer on "
               "warp 0, two blocks a warp, each two dependent L2 round trips (K, then V after the scores): ~2 us a "
-              "round trip under the QKV stream's load; here a warp's first block has none and its second one (V), and "
-              "the shared-memory reads of 192 KB, K's with a 2-way bank conflict, take ~1.4 us of the SM's 128 B a "
-              "clock): the loop_w0 sub-span 8.5 -> ~3.0 us a layer (2.0-4.5), the layer head ~5 us a layer shorter "
-              "(4 layers: ~20 us of a ~600-us launch), the carve-out's cost unknown at 28 KB of L1 (the kernel "
-              "body's spill reloads); the plain launch ~0.97 (0.95-1.00): faster or no-change on the 2% line",
+              "round trip under the QKV stream's load; here a warp's first block has none and its second one (V); the "
+              "shared-memory pipe then bounds the loop: a warp's block reads q (production's 4 LDS.128, 16-way bank "
+              "conflicts: 64 wavefronts), K (8 LDS.128, conflict-free by the odd lanes' word order: 32) and a staged "
+              "V (8: 32), 3,584 wavefronts a chunk, ~2.0 us at one a clock, against production's 2,048): the loop_w0 "
+              "sub-span 8.5 -> ~3.5 us a layer (2.5-5.0), the layer head ~5 us a layer shorter (4 layers: ~20 us of a "
+              "~600-us launch), the carve-out's cost unknown at 28 KB of L1 (the kernel body's spill reloads); the "
+              "plain launch ~0.975 (0.95-1.00): faster or no-change on the 2% line",
               "faster", defines=(("MKL_ATTN_STAGE", 1),)),
     Candidate("step_v_k", "step (v) with K alone staged (-DMKL_ATTN_STAGE=1 -DMKL_ATTN_STAGE_V_BLOCKS=0: 128 KB; the "
               "block asks for 149,888 B, the 164-KB configuration, L1 92 KB): the carve-out's other point; every V "
               "word from L2 as production (one L2 round trip a block). Prediction, written before any run: the "
-              "loop_w0 sub-span 8.5 -> ~4.8 us a layer (3.5-6.0), the plain launch ~0.98 (0.965-1.00); against "
+              "loop_w0 sub-span 8.5 -> ~5.0 us a layer (3.5-6.0), the plain launch ~0.98 (0.965-1.00); against "
               "step_v it says whether V's blocks or the carve-out cost more",
               "faster", defines=(("MKL_ATTN_STAGE", 1), ("MKL_ATTN_STAGE_V_BLOCKS", 0))),
     Candidate("step_u_v", "steps (u) and (v) stacked on production (-DMKL_OPROJ_STAGE=1 -DMKL_ATTN_STAGE=1): the "
               "chunk's K/V from its stage, then the O-projection's rows from theirs, the two stages in the same bytes "
               "of the arena one after the other (each issue starts with every thread's proxy fence and a block "
               "barrier: the other stage's ld.shared reads done before the copies overwrite it); the block asks for "
-              "215,424 B, as each alone. Prediction, written before any run: the loop_w0 sub-span ~3.0 us and the "
+              "215,424 B, as each alone. Prediction, written before any run: the loop_w0 sub-span ~3.5 us and the "
               "O-projection's gemv ~1.0 us a layer, the plain launch ~0.96 (0.93-0.99)",
               "faster", defines=(("MKL_OPROJ_STAGE", 1), ("MKL_ATTN_STAGE", 1))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;

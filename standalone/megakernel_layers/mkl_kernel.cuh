@@ -1787,16 +1787,24 @@ __device__ __forceinline__ void attn_mma_load_k(uint4 (&kr)[4][2], const __nv_bf
 
 #if MKL_ATTN_STAGE
 // Step (v): the same words from the stage (shared-window address `stage`: the chunk's K rows from its first token
-// on; `rel` = base - t0), for a block all of whose tokens are staged.
+// on; `rel` = base - t0), for a block all of whose tokens are staged. A lane's two words are 32 B apart and its
+// token's row NKV * 128 B from the next lane group's (a multiple of 128: the same banks), so loaded in the same
+// order by every lane one load's 32 lanes hit 16 of the 32 banks (8 wavefronts, not 4); a lane with odd gid loads its
+// second word first (all 32 banks, 4 wavefronts a load) and the words go back to their places by selects: the
+// same values in kr.
 template <int NKV>
 __device__ __forceinline__ void attn_mma_load_k_staged(uint4 (&kr)[4][2], uint32_t stage, int rel, int ntok, int kvh,
                                                        int lane) {
+  static_assert((NKV * HD * 2) % 128 == 0, "a token's row is whole 128-B bank rows: the gid groups share banks");
+  const bool odd = (lane >> 2) & 1;
+  const uint32_t first = odd ? 16u : 0u;
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {
     const int tk = attn_mma_k_token(nt, lane);
     const uint32_t a = stage + (uint32_t)((((rel + (tk < ntok ? tk : 0)) * NKV + kvh) * HD + attn_mma_q_dim0(lane)) * 2);
-    kr[nt][0] = ld_stage(a);
-    kr[nt][1] = ld_stage(a + 16u);
+    const uint4 w0 = ld_stage(a + first), w1 = ld_stage(a + (first ^ 16u));
+    kr[nt][0] = odd ? w1 : w0;
+    kr[nt][1] = odd ? w0 : w1;
   }
 }
 #endif

@@ -131,6 +131,10 @@ def test_step_v_reads_the_stage_with_shared_loads_and_the_rest_from_l2(listings)
     # the blocks past the stage: production's L2 loads (K's 8, V's 8 a lane), plus the new token's row
     assert ldg(sc) >= ldg(pc), (ldg(sc), ldg(pc))
     assert not re.search(r"\bLD\.E\b", sc) and not re.search(r"\bSTL\b", sc)
+    # K's words in the odd lanes' order put back by selects (8 a token pair, 4 n-tiles): the loads stay per-lane
+    # addressed, conflict-free (ptxas did not fold the selects into the addresses)
+    sel = lambda s: len(re.findall(r"\bSEL\b", s))  # noqa: E731
+    assert sel(sc) >= sel(pc) + 32 * 4, (sel(sc), sel(pc))
     # the issue (bulk copies: UBLKCP) and the wait (SYNCS); production has neither
     assert re.search(r"\bUBLKCP\b", step) and not re.search(r"\bUBLKCP\b", prod)
     assert re.search(r"\bSYNCS\.PHASECHK\b", step) and not re.search(r"\bSYNCS\.PHASECHK\b", prod)
