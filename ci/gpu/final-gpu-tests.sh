@@ -40,7 +40,10 @@ with cf.ThreadPoolExecutor(8) as pool:
              {"MKL_HN_FIRST": 1}, {"MKL_MERGE_SPLIT": 1},
              # step (u) on production, its 16-row point and steps (t) + (u) (test_oproj_stage.py)
              {"MKL_OPROJ_STAGE": 1}, {"MKL_OPROJ_STAGE": 1, "MKL_OPROJ_STAGE_ROWS": 16},
-             {"MKL_MERGE_SPLIT": 1, "MKL_OPROJ_STAGE": 1}]
+             {"MKL_MERGE_SPLIT": 1, "MKL_OPROJ_STAGE": 1},
+             # step (v) on production, its K-only point and steps (u) + (v) (test_attn_stage.py)
+             {"MKL_ATTN_STAGE": 1}, {"MKL_ATTN_STAGE": 1, "MKL_ATTN_STAGE_V_BLOCKS": 0},
+             {"MKL_OPROJ_STAGE": 1, "MKL_ATTN_STAGE": 1}]
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)
@@ -53,7 +56,7 @@ tail -1 $R/build.txt
 timeout -s INT -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -v -rs -p no:cacheprovider -p no:randomly --durations=25 \
   tests/megakernel_layers/test_gpu.py tests/families/test_mma_pingpong_gpu.py tests/tripwire/test_deadlock_gpu.py \
   tests/megakernel_layers/test_w13_emit_lean.py tests/megakernel_layers/test_hn_first.py tests/megakernel_layers/test_merge_split.py \
-  tests/megakernel_layers/test_oproj_stage.py \
+  tests/megakernel_layers/test_oproj_stage.py tests/megakernel_layers/test_attn_stage.py \
   tests/families/test_families_gpu.py tests/families/test_barrier_layout_runtime.py \
   tests/ragged_decode/test_gpu_kernel.py tests/ragged_decode/test_check_target.py tests/ragged_decode/test_profiler_gpu.py \
   tests/plugin/test_family_property_gpu.py tests/gates/test_layers_logit_gate.py tests/gates/test_perf_revision_gpu.py \

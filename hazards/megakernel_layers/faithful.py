@@ -316,6 +316,41 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "HD floats of the arena). Prediction, written before any run: the merge ~1.8 us and the O-projection's "
               "gemv ~1.0 us a layer, the plain launch ~0.965 (0.94-0.99)",
               "faster", defines=(("MKL_MERGE_SPLIT", 1), ("MKL_OPROJ_STAGE", 1))),
+    Candidate("step_v", "campaign step (v), a candidate on production (step 21; no step number: -DMKL_ATTN_STAGE=1): "
+              "an attention chunk's K rows (its first 128 tokens, 128 KB) and its first 64 tokens' V rows (64 KB; "
+              "the small shape: all 128 tokens' K and V, 128 KB) copied into the chunk worker's shared memory by two "
+              "bulk copies on an mbarrier, issued at layer entry where production issues the chunk's K/V L2 prefetch, "
+              "so they land during its QKV tile and the QKV_EPOCH wait; the block loop (attend_blocks_mma) reads a "
+              "staged block's K (and V) words with ld.shared in production's fragment layout (production's bits), "
+              "other blocks (chunks past 128 tokens) from L2 as production. The new token's row (written by this "
+              "layer's QKV tiles) is not copied early: the chunk that holds it loads it beside the q copy after the "
+              "wait and stores it into its stage slot. No wait on another worker added or moved (who waits where: "
+              "production's). Cost: the block asks for 215,424 B of shared memory, not 52,848 (the 228-KB "
+              "configuration: L1 28 KB, as step (u)); ptxas -v: the plain kernel body 410 / 1,476 B of spill stores / "
+              "loads against production's 406 / 1,440, attend_chunk unchanged (0 / 12). Prediction, written before any "
+              "run (reasoning: the fifteenth session's sub-spans, an H100, put the block loop at 8.5 us a layer on "
+              "warp 0, two blocks a warp, each two dependent L2 round trips (K, then V after the scores): ~2 us a "
+              "round trip under the QKV stream's load; here a warp's first block has none and its second one (V); the "
+              "shared-memory pipe then bounds the loop: a warp's block reads q (production's 4 LDS.128, 16-way bank "
+              "conflicts: 64 wavefronts), K (8 LDS.128, conflict-free by the odd lanes' word order: 32) and a staged "
+              "V (8: 32), 3,584 wavefronts a chunk, ~2.0 us at one a clock, against production's 2,048): the loop_w0 "
+              "sub-span 8.5 -> ~3.5 us a layer (2.5-5.0), the layer head ~5 us a layer shorter (4 layers: ~20 us of a "
+              "~600-us launch), the carve-out's cost unknown at 28 KB of L1 (the kernel body's spill reloads); the "
+              "plain launch ~0.975 (0.95-1.00): faster or no-change on the 2% line",
+              "faster", defines=(("MKL_ATTN_STAGE", 1),)),
+    Candidate("step_v_k", "step (v) with K alone staged (-DMKL_ATTN_STAGE=1 -DMKL_ATTN_STAGE_V_BLOCKS=0: 128 KB; the "
+              "block asks for 149,888 B, the 164-KB configuration, L1 92 KB): the carve-out's other point; every V "
+              "word from L2 as production (one L2 round trip a block). Prediction, written before any run: the "
+              "loop_w0 sub-span 8.5 -> ~5.0 us a layer (3.5-6.0), the plain launch ~0.98 (0.965-1.00); against "
+              "step_v it says whether V's blocks or the carve-out cost more",
+              "faster", defines=(("MKL_ATTN_STAGE", 1), ("MKL_ATTN_STAGE_V_BLOCKS", 0))),
+    Candidate("step_u_v", "steps (u) and (v) stacked on production (-DMKL_OPROJ_STAGE=1 -DMKL_ATTN_STAGE=1): the "
+              "chunk's K/V from its stage, then the O-projection's rows from theirs, the two stages in the same bytes "
+              "of the arena one after the other (each issue starts with every thread's proxy fence and a block "
+              "barrier: the other stage's ld.shared reads done before the copies overwrite it); the block asks for "
+              "215,424 B, as each alone. Prediction, written before any run: the loop_w0 sub-span ~3.5 us and the "
+              "O-projection's gemv ~1.0 us a layer, the plain launch ~0.96 (0.93-0.99)",
+              "faster", defines=(("MKL_OPROJ_STAGE", 1), ("MKL_ATTN_STAGE", 1))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

@@ -42,7 +42,7 @@
 #include "mkl_attn_mma.h"
 #include "mkl_model.h"
 #include "mkl_sync.cuh"
-#if MKL_CAMPAIGN_STEP == 4 || (defined(MKL_OPROJ_STAGE) && MKL_OPROJ_STAGE)
+#if MKL_CAMPAIGN_STEP == 4 || (defined(MKL_OPROJ_STAGE) && MKL_OPROJ_STAGE) || (defined(MKL_ATTN_STAGE) && MKL_ATTN_STAGE)
 #include "../include/hz_async.cuh"
 #endif
 
@@ -265,6 +265,51 @@
 #ifndef MKL_OPROJ_STAGE_ROWS
 #define MKL_OPROJ_STAGE_ROWS 22  // every row of a worker at the default shape on 132 workers (2880 / 132 <= 22)
 #endif
+// Step (v) (MKL_ATTN_STAGE, a -D candidate on production; no step number): an attention chunk's K rows (and its
+// first V blocks) copied into the chunk worker's shared memory by bulk copies on an mbarrier, issued at layer entry
+// (where production issues the chunk's K/V L2 prefetch, before the worker's QKV tile and its waits), so they land
+// while the worker runs its QKV tile and waits for QKV_EPOCH; the block loop (attend_blocks_mma) then reads a
+// staged block's K words (and a staged block's V words) with ld.shared instead of ld_l2 / __ldcg. The fifteenth
+// session's sub-spans (an H100) put the chunk's block loop at 8.5 us a layer (warp 0) for 4 blocks of 32 tokens:
+// two dependent L2 round trips a block (K, then V after the scores), latency-bound, on the layer head's chain
+// (QKV -> chunks -> merge -> ATTN_RELEASE); registers cannot hold more loads in flight (V beside K spilled).
+// What is staged: the first MKL_ATTN_STAGE_K_BLOCKS (4: 128 tokens, a whole chunk at chunk_tokens 128) blocks' K
+// rows and the first attn_stage_v_tokens(shape) tokens' V rows (as many 32-token blocks as fit in the 227-KB
+// block: 2 at the default shape, every warp's first block (a kv head has 2 warps); 4 at the small one), all kv
+// heads of a token (a cache row, NKV * HD bf16: 1 KB, 512 B small), one bulk copy for K and one for V. A block
+// whose tokens all lie in the staged part reads the stage; others (chunks longer than the stage: grid 32, a long
+// seq, the chunks parameter) read L2 as production. The stage lies in the arena from NQ * HD floats on (past the q
+// copy), over the chunk's combine scratch (written only after a block barrier behind every warp's loop, added
+// here) and over the W13 / W2 scratch and step (u)'s stage (written or read before the issue: ordered before the
+// copies by every thread's proxy fence and a block barrier, as step (u)'s issue). Why it is correct: (1) the
+// context rows [0, seq) of the cache are never written in a launch, so a copy issued at layer entry reads what
+// the loop would; (2) the new token's row (seq, written by this layer's QKV tiles) is not in the bulk copies: the
+// chunk that holds it loads it from L2 after the QKV_EPOCH wait's acquire and barrier, beside the q copy, and
+// stores it into its stage slot before the q copy's block barrier (the generic proxy, other bytes than the
+// copies'); (3) every thread waits on the stage's mbarrier (phase parity = layer & 1: a chunk worker issues one
+// phase every layer, the same condition each layer) before the loop: complete_tx makes the copies' bytes visible
+// to the threads that observe the phase; (4) the stage is rewritten only at the next issue, after every thread's
+// proxy fence and a block barrier. With step (u) (step_u_v) the two stages share the arena (they end at the same
+// byte at the default shape): step (u)'s issue (after the chunk, before the merge) starts with every thread's
+// fence.proxy.async.shared::cta and a block barrier, which order the chunk's ld.shared reads of this stage (done:
+// their values consumed by the mma before the thread reaches the barrier) before its copies overwrite it; and
+// this stage's issue, at the next layer's entry, orders step (u)'s GEMV reads the same way. Two mbarriers
+// (stage_bar, attn_bar): each keeps one phase a layer. The values reach the same mma in the same order:
+// production's bits. No wait on another worker is added or moved (the mbarrier is the block's own): every hazard
+// switch keeps its place (stale_descriptor: the copies take the same refreshed, or stale, KV descriptor as the
+// loop; participant_set, chunk_supply: a chunk that no worker serves is neither staged nor waited on), and the
+// Python model (who waits where) is production's. Cost: the block asks for 215,424 B of shared memory, not 52,848 (the 228-KB
+// configuration, L1 28 KB), the same as step (u)'s; MKL_ATTN_STAGE_V_BLOCKS=0 (K only, 149,888 B: the
+// 164-KB configuration, L1 92 KB) is the carve-out's other point.
+#ifndef MKL_ATTN_STAGE
+#define MKL_ATTN_STAGE 0
+#endif
+#ifndef MKL_ATTN_STAGE_K_BLOCKS
+#define MKL_ATTN_STAGE_K_BLOCKS 4  // 128 tokens: a whole chunk at the family's chunk_tokens (128)
+#endif
+#ifndef MKL_ATTN_STAGE_V_BLOCKS
+#define MKL_ATTN_STAGE_V_BLOCKS 4  // at most (fewer where they do not fit: attn_stage_v_tokens)
+#endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -372,6 +417,9 @@ struct SmemHead {
 #if MKL_OPROJ_STAGE
   uint64_t stage_bar;    // step (u): the O-projection stage's bulk copies complete on it (one phase a layer)
 #endif
+#if MKL_ATTN_STAGE
+  uint64_t attn_bar;     // step (v): the attention stage's bulk copies complete on it (one phase a layer)
+#endif
 #if HZ_PROF_ENABLED && MKL_PROF_SUBSPANS
   uint64_t sub[8];       // the profiler's sub-span points of the current task (thread 0's)
 #endif
@@ -409,10 +457,56 @@ static_assert(oproj_stage_offset(SHAPE_SMALL.NQ) % 16 == 0 && oproj_stage_offset
               "cp.async.bulk: the stage and its rows 16-B aligned");
 static_assert(oproj_stage_bytes(SHAPE_DEFAULT) < (1u << 20) && oproj_stage_bytes(SHAPE_SMALL) < (1u << 20),
               "one arrive.expect_tx a layer: the mbarrier's transaction count is below 2^20");
+#endif
+#if MKL_ATTN_STAGE
+// Step (v): the attention stage's place and size. It starts past the q copy (NQ * HD floats of the arena: the QKV
+// tile's normed activations, D <= NQ * HD floats, lie below it too), over the chunk's combine scratch (written only
+// after the block barrier behind every warp's loop) and the arena's later phases (written before the issue, ordered
+// before the copies by a proxy fence and a block barrier); K's rows of ATTN_STAGE_K_TOKENS tokens, then V's of
+// attn_stage_v_tokens, a row all NKV heads of a token (NKV * HD bf16).
+constexpr int ATTN_STAGE_K_TOKENS = 32 * MKL_ATTN_STAGE_K_BLOCKS;
+constexpr size_t SMEM_BLOCK_MAX = 227 * 1024;  // an sm_90 block's dynamic shared memory (opt-in)
+static_assert(MKL_ATTN_STAGE_K_BLOCKS > 0 && MKL_ATTN_STAGE_V_BLOCKS >= 0, "step (v) stages K of at least one block");
+__host__ __device__ constexpr size_t attn_stage_offset(int NQ) {
+  return RING_BYTES + ((sizeof(SmemHead) + 15) / 16) * 16 + (size_t)NQ * HD * sizeof(float);
+}
+__host__ __device__ constexpr uint32_t attn_stage_row_bytes(int NKV) { return (uint32_t)NKV * HD * 2u; }
+// V's tokens: as many 32-token blocks as fit after K's rows in the block's 227 KB, at most MKL_ATTN_STAGE_V_BLOCKS
+__host__ __device__ constexpr int attn_stage_v_tokens(int NQ, int NKV) {
+  const size_t used = attn_stage_offset(NQ) + (size_t)ATTN_STAGE_K_TOKENS * attn_stage_row_bytes(NKV);
+  const size_t fit = used >= SMEM_BLOCK_MAX ? 0 : (SMEM_BLOCK_MAX - used) / ((size_t)32 * attn_stage_row_bytes(NKV));
+  const int blocks = (int)fit;
+  return 32 * (blocks < MKL_ATTN_STAGE_V_BLOCKS ? blocks : MKL_ATTN_STAGE_V_BLOCKS);
+}
+__host__ __device__ constexpr size_t attn_stage_bytes(const Shape& s) {
+  return (size_t)(ATTN_STAGE_K_TOKENS + attn_stage_v_tokens(s.NQ, s.NKV)) * attn_stage_row_bytes(s.NKV);
+}
+static_assert(attn_stage_offset(SHAPE_DEFAULT.NQ) + (size_t)ATTN_STAGE_K_TOKENS * attn_stage_row_bytes(SHAPE_DEFAULT.NKV) <=
+                      SMEM_BLOCK_MAX &&
+                  attn_stage_offset(SHAPE_SMALL.NQ) + (size_t)ATTN_STAGE_K_TOKENS * attn_stage_row_bytes(SHAPE_SMALL.NKV) <=
+                      SMEM_BLOCK_MAX,
+              "step (v): the K rows of MKL_ATTN_STAGE_K_BLOCKS blocks (32 tokens each) do not fit an sm_90 block's "
+              "227 KB of shared memory past the q copy: stage fewer blocks");
+static_assert(SHAPE_DEFAULT.D <= SHAPE_DEFAULT.NQ * HD && SHAPE_SMALL.D <= SHAPE_SMALL.NQ * HD,
+              "step (v): the QKV tile's normed activations (D floats) below the stage");
+static_assert(attn_stage_offset(SHAPE_SMALL.NQ) % 16 == 0 && attn_stage_offset(SHAPE_DEFAULT.NQ) % 16 == 0 &&
+                  attn_stage_row_bytes(SHAPE_SMALL.NKV) % 16 == 0 && attn_stage_row_bytes(SHAPE_DEFAULT.NKV) % 16 == 0,
+              "cp.async.bulk: the stage, its V part and a token's row 16-B aligned");
+static_assert(attn_stage_bytes(SHAPE_DEFAULT) < (1u << 20) && attn_stage_bytes(SHAPE_SMALL) < (1u << 20),
+              "one arrive.expect_tx a layer: the mbarrier's transaction count is below 2^20");
+#endif
+#if MKL_OPROJ_STAGE || MKL_ATTN_STAGE
+// the arena's end, or a stage's end if later (steps (u) and (v) share the arena's space: each stage is live at
+// other times; they end at the same byte at the default shape)
 __host__ __device__ constexpr size_t smem_bytes(const Shape& s) {
-  const size_t arena_end = RING_BYTES + ((sizeof(SmemHead) + 15) / 16) * 16 + arena_floats(s) * sizeof(float);
-  const size_t stage_end = oproj_stage_offset(s.NQ) + oproj_stage_bytes(s);
-  return arena_end > stage_end ? arena_end : stage_end;
+  size_t end = RING_BYTES + ((sizeof(SmemHead) + 15) / 16) * 16 + arena_floats(s) * sizeof(float);
+#if MKL_OPROJ_STAGE
+  end = end > oproj_stage_offset(s.NQ) + oproj_stage_bytes(s) ? end : oproj_stage_offset(s.NQ) + oproj_stage_bytes(s);
+#endif
+#if MKL_ATTN_STAGE
+  end = end > attn_stage_offset(s.NQ) + attn_stage_bytes(s) ? end : attn_stage_offset(s.NQ) + attn_stage_bytes(s);
+#endif
+  return end;
 }
 #else
 __host__ __device__ constexpr size_t smem_bytes(const Shape& s) {
@@ -1044,6 +1138,25 @@ __device__ __forceinline__ void gemv_block(int depth, const __nv_bfloat16* const
   }
 }
 
+#if MKL_OPROJ_STAGE || MKL_ATTN_STAGE
+// ---- steps (u) and (v): a stage of shared memory filled by bulk copies (the helpers both use) ----------
+// Before a stage's copies: every thread's proxy fence, then a block barrier. The generic proxy's earlier accesses
+// of the stage's bytes (the other phases' writes of the arena, a stage's ld.shared reads by any thread) are
+// ordered before the async proxy's writes of the copies that thread 0 issues after the barrier.
+__device__ __forceinline__ void stage_fence_barrier() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+}
+
+// 16 B of a stage at a shared-window address (ld.shared: in the harness build, -split-compile=0, a pointer
+// argument of an out-of-line function is generic, and a generic load of shared memory is LD.E, not LDS).
+__device__ __forceinline__ uint4 ld_stage(uint32_t a) {
+  uint4 r;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
+  return r;
+}
+#endif
+
 #if MKL_OPROJ_STAGE
 // ---- campaign step (u): the O-projection's rows from a shared-memory stage ------------------------
 static_assert(MKL_MERGE_SPREAD && MKL_COPY_AHEAD && !MKL_HEAD_AHEAD && !MKL_WEIGHT_RING && !MKL_L2_KEEP_QKV,
@@ -1065,8 +1178,7 @@ __device__ __forceinline__ int oproj_staged_rows(int r0, int r1) { return min(r1
 // static checks then no longer read 4 of its 7 waits as polls.
 __device__ __noinline__ void oproj_stage_issue(SmemHead* hd, int NQ, int r0, int r1) {
   extern __shared__ __align__(16) char smem_raw[];
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  __syncthreads();
+  stage_fence_barrier();
   if (threadIdx.x == 0) {
     const int ko = NQ * HD, ns = oproj_staged_rows(r0, r1);
     const uint32_t row_bytes = (uint32_t)ko * 2u;
@@ -1076,14 +1188,6 @@ __device__ __noinline__ void oproj_stage_issue(SmemHead* hd, int NQ, int r0, int
     for (int j = 0; j < ns; ++j)
       hz_bulk_g2s(stage + (size_t)j * row_bytes, wo + (size_t)(r0 + j) * ko, row_bytes, &hd->stage_bar);
   }
-}
-
-// 16 B of the stage at a shared-window address (ld.shared: in the harness build, -split-compile=0, a pointer
-// argument of an out-of-line function is generic, and a generic load of shared memory is LD.E, not LDS).
-__device__ __forceinline__ uint4 ld_stage(uint32_t a) {
-  uint4 r;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
-  return r;
 }
 
 // gemv_round for one segment (row stride = seg_len, items per group = kparts) with the rows of a group read from
@@ -1176,6 +1280,48 @@ __device__ __forceinline__ void gemv_block_staged(int depth, const __nv_bfloat16
     MKL_SUB_POINT(SUB_GEMV);
     gemv_sum_parts(red, gn, ipg, r0, r1, g0, emit);
     __syncthreads();
+  }
+}
+#endif
+
+#if MKL_ATTN_STAGE
+// ---- campaign step (v): the attention chunk's K rows (and first V blocks) from a shared-memory stage --------
+static_assert(MKL_ATTN_MMA && MKL_COPY_AHEAD && !MKL_CHUNK_LEAN && !MKL_HEAD_AHEAD && !MKL_ATTN_AHEAD && !MKL_WEIGHT_RING,
+              "step (v) is written on production's attention chunk (step (m)'s tensor-core loop, step (l)'s q copy "
+              "and its block barrier; not step (q)'s lean chunk)");
+#if HZ_HIP
+#error "step (v) (MKL_ATTN_STAGE) issues sm_90 bulk copies (hz_async.cuh): no HIP spelling"
+#endif
+// The staged context tokens of chunk [t0, t1) for a stage of `cap` tokens: [t0, t0 + n), never the new token's
+// row (tnew, written later this layer by a QKV tile) nor anything past it.
+__device__ __forceinline__ int attn_stage_ctx_tokens(int t0, int t1, int tnew, int cap) {
+  const int e = min(min(t1, tnew), t0 + cap);
+  return max(e - t0, 0);
+}
+
+// The block (every thread; t1 > t0): the stage's copies of chunk [t0, t1)'s context rows, K's first
+// ATTN_STAGE_K_TOKENS and V's first attn_stage_v_tokens, issued by thread 0, one bulk copy each (a chunk's rows of
+// a cache are contiguous), completing on attn_bar (one arrive.expect_tx of their bytes: this layer's phase; 0
+// bytes, a chunk of the new token alone: the arrival completes it). First stage_fence_barrier (the previous
+// layer's accesses of these bytes before the copies). Out of line, as oproj_stage_issue (the kernel body's
+// registers).
+__device__ __noinline__ void attn_stage_issue(SmemHead* hd, int NQ, int NKV, int t0, int t1, int tnew) {
+  extern __shared__ __align__(16) char smem_raw[];
+  stage_fence_barrier();
+  if (threadIdx.x == 0) {
+    const uint32_t row = attn_stage_row_bytes(NKV);
+    const int nk = attn_stage_ctx_tokens(t0, t1, tnew, ATTN_STAGE_K_TOKENS);
+    const int nv = attn_stage_ctx_tokens(t0, t1, tnew, attn_stage_v_tokens(NQ, NKV));
+    const size_t first = (size_t)t0 * NKV * HD;
+    char* stage = smem_raw + attn_stage_offset(NQ);
+    hz_mbar_arrive_expect_tx(&hd->attn_bar, row * (uint32_t)(nk + nv));
+    if (nk > 0)
+      hz_bulk_g2s(stage, reinterpret_cast<const __nv_bfloat16*>(hd->desc[SLOT_KCACHE]) + first, row * (uint32_t)nk,
+                  &hd->attn_bar);
+    if (nv > 0)
+      hz_bulk_g2s(stage + (size_t)ATTN_STAGE_K_TOKENS * row,
+                  reinterpret_cast<const __nv_bfloat16*>(hd->desc[SLOT_VCACHE]) + first, row * (uint32_t)nv,
+                  &hd->attn_bar);
   }
 }
 #endif
@@ -1639,6 +1785,45 @@ __device__ __forceinline__ void attn_mma_load_k(uint4 (&kr)[4][2], const __nv_bf
   }
 }
 
+#if MKL_ATTN_STAGE
+// Step (v): the same words from the stage (shared-window address `stage`: the chunk's K rows from its first token
+// on; `rel` = base - t0), for a block all of whose tokens are staged. A lane's two words are 32 B apart and its
+// token's row NKV * 128 B from the next lane group's (a multiple of 128: the same banks), so loaded in the same
+// order by every lane one load's 32 lanes hit 16 of the 32 banks (8 wavefronts, not 4); a lane with odd gid loads its
+// second word first (all 32 banks, 4 wavefronts a load) and the words go back to their places by selects: the
+// same values in kr.
+template <int NKV>
+__device__ __forceinline__ void attn_mma_load_k_staged(uint4 (&kr)[4][2], uint32_t stage, int rel, int ntok, int kvh,
+                                                       int lane) {
+  static_assert((NKV * HD * 2) % 128 == 0, "a token's row is whole 128-B bank rows: the gid groups share banks");
+  const bool odd = (lane >> 2) & 1;
+  const uint32_t first = odd ? 16u : 0u;
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const int tk = attn_mma_k_token(nt, lane);
+    const uint32_t a = stage + (uint32_t)((((rel + (tk < ntok ? tk : 0)) * NKV + kvh) * HD + attn_mma_q_dim0(lane)) * 2);
+    const uint4 w0 = ld_stage(a + first), w1 = ld_stage(a + (first ^ 16u));
+    kr[nt][0] = odd ? w1 : w0;
+    kr[nt][1] = odd ? w0 : w1;
+  }
+}
+#endif
+
+// The lane's V words of a block: vw[s][h][e] = word(tk) for token tk = attn_mma_v_token(s, h, lane, e) < ntok (past
+// the end: zero words), word(tk) loading its 8 dims attn_mma_v_dim0 (from L2 as production; step (v): the stage).
+template <typename Word>
+__device__ __forceinline__ void attn_mma_load_v(uint4 (&vw)[2][2][2], int ntok, int lane, Word word) {
+#pragma unroll
+  for (int s2 = 0; s2 < 2; ++s2)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int tk = attn_mma_v_token(s2, h, lane, e);
+        vw[s2][h][e] = tk < ntok ? word(tk) : make_uint4(0u, 0u, 0u, 0u);
+      }
+}
+
 __device__ __forceinline__ void attn_mma_16816(float c[4], const uint32_t a[4], const uint32_t b0, const uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
@@ -1665,9 +1850,22 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
   float o[8][4];                   // P.V's D, n-tiles 0..7: rows gid (P_hi) and gid + 8 (P_lo)
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+#if MKL_ATTN_STAGE
+  // step (v): the stage (attn_stage_issue's layout): K's rows of the chunk's first ATTN_STAGE_K_TOKENS tokens, then
+  // V's of its first attn_stage_v_tokens
+  extern __shared__ __align__(16) char smem_raw[];
+  constexpr int vcap = attn_stage_v_tokens(GQ * NKV, NKV);
+  const uint32_t kst = hz_smem_addr(smem_raw + attn_stage_offset(GQ * NKV));
+  const uint32_t vst = kst + (uint32_t)ATTN_STAGE_K_TOKENS * attn_stage_row_bytes(NKV);
+#endif
   for (int base = t0 + 32 * sub; base < t1; base += 32 * wpk) {
     const int ntok = min(32, t1 - base);
     uint4 kr[4][2];  // n-tile nt: the lane's 16 dims of token attn_mma_k_token(nt) (past the end: the block's first)
+#if MKL_ATTN_STAGE
+    if (base - t0 + ntok <= ATTN_STAGE_K_TOKENS)  // warp-uniform: every token of the block staged
+      attn_mma_load_k_staged<NKV>(kr, kst, base - t0, ntok, kvh, lane);
+    else
+#endif
     attn_mma_load_k<NKV>(kr, kc, base, ntok, kvh, lane);
     uint32_t qa[4][4];  // the scores' A, k-steps 0..3: [q_hi; q_lo] of head gid, the lane's dims (rebuilt a
                         // block from shared memory: 16 registers fewer across the loop)
@@ -1716,17 +1914,16 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
       }
     }
     uint4 vw[2][2][2];  // [s][h][e]: the lane's 8 dims of token attn_mma_v_token(s, h, e) (past the end: zero)
-#pragma unroll
-    for (int s2 = 0; s2 < 2; ++s2)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int tk = attn_mma_v_token(s2, h, lane, e);
-          vw[s2][h][e] = tk < ntok ? __ldcg(reinterpret_cast<const uint4*>(vc + ((size_t)(base + tk) * NKV + kvh) * HD +
-                                                                           attn_mma_v_dim0(lane)))
-                                   : make_uint4(0u, 0u, 0u, 0u);
-        }
+#if MKL_ATTN_STAGE
+    if (base - t0 + ntok <= vcap)  // warp-uniform: step (v), the block's V rows from the stage
+      attn_mma_load_v(vw, ntok, lane, [&](int tk) {
+        return ld_stage(vst + (uint32_t)((((base - t0 + tk) * NKV + kvh) * HD + attn_mma_v_dim0(lane)) * 2));
+      });
+    else
+#endif
+    attn_mma_load_v(vw, ntok, lane, [&](int tk) {
+      return __ldcg(reinterpret_cast<const uint4*>(vc + ((size_t)(base + tk) * NKV + kvh) * HD + attn_mma_v_dim0(lane)));
+    });
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));  // finite: the block's first token is valid
     const float mn = fmaxf(mh, mx);
@@ -1762,6 +1959,10 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
   // acc = hi row + lo row (a dummy lane: nothing; its slot would be another warp's)
   lh += __shfl_xor_sync(0xffffffffu, lh, 1);
   lh += __shfl_xor_sync(0xffffffffu, lh, 2);
+#if MKL_ATTN_STAGE
+  // step (v): the scratch below lies over the stage: every warp's loop has read the stage before any warp writes it
+  __syncthreads();
+#endif
 #if MKL_CHUNK_LEAN
   chunk_combine_lean<GQ, NKV>(scratch, part, mh, lh, o, kvh, sub, warp, lane);
   (void)real;
@@ -1795,7 +1996,11 @@ __device__ __forceinline__ void attend_blocks_mma(const float* q, const __nv_bfl
 // Out of line: its registers are its own (inlined, the P.V loop spilled).
 template <int GQ, int NKV>
 __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, const __nv_bfloat16* kc,
-                                          const __nv_bfloat16* vc, float* arena, int t0, int t1, float* part) {
+                                          const __nv_bfloat16* vc, float* arena, int t0, int t1, float* part
+#if MKL_ATTN_STAGE
+                                          , int tnew  // step (v): the new token's row (seq)
+#endif
+                                          ) {
   static_assert(GQ % 4 == 0, "P rows are read four heads at a time");
   __builtin_assume(__isShared(arena));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1835,10 +2040,34 @@ __device__ __noinline__ void attend_chunk(const Shape s, const float* qbuf, cons
   (void)q;
   (void)s;
 #else
+#if MKL_ATTN_STAGE
+  // Step (v): the new token's K and V rows (not in the bulk copies: this layer's QKV tiles wrote them) into their
+  // stage slots where the chunk holds it within the stage, loaded beside the q copy (after the same wait's
+  // acquire and barrier; one round trip for both) and stored before its block barrier. A 16-B word a thread.
+  constexpr int row_words = NKV * HD / 8;  // uint4 a row (64; small: 32)
+  static_assert(2 * row_words <= THREADS, "a thread a word of the two rows");
+  const int rel = tnew - t0;
+  const bool new_k = rel >= 0 && tnew < t1 && rel < ATTN_STAGE_K_TOKENS;
+  const bool new_v = rel >= 0 && tnew < t1 && rel < attn_stage_v_tokens(GQ * NKV, NKV);
+  const int nw = threadIdx.x < row_words ? threadIdx.x : threadIdx.x - row_words;
+  const bool mine = threadIdx.x < row_words ? new_k : (threadIdx.x < 2 * row_words && new_v);
+  uint4 nrow = make_uint4(0u, 0u, 0u, 0u);
+  if (mine) nrow = ld_l2((threadIdx.x < row_words ? kc : vc) + (size_t)tnew * NKV * HD + 8 * nw);
+#endif
 #if MKL_COPY_AHEAD
   copy_to_shared_n<GQ * NKV * HD>(q, qbuf);  // step (l): a thread's float4s (default 2), then its stores
 #else
   for (int i = threadIdx.x; i < s.NQ * HD; i += THREADS) q[i] = qbuf[i];
+#endif
+#if MKL_ATTN_STAGE
+  if (mine) {
+    extern __shared__ __align__(16) char smem_raw[];
+    const uint32_t slot = hz_smem_addr(smem_raw + attn_stage_offset(GQ * NKV)) +
+                          (threadIdx.x < row_words ? 0u : (uint32_t)ATTN_STAGE_K_TOKENS * attn_stage_row_bytes(NKV)) +
+                          (uint32_t)rel * attn_stage_row_bytes(NKV) + 16u * (uint32_t)nw;
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(slot), "r"(nrow.x), "r"(nrow.y), "r"(nrow.z), "r"(nrow.w)
+                 : "memory");
+  }
 #endif
   __syncthreads();
   MKL_SUB_POINT(SUB_FILL);
@@ -3054,6 +3283,10 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
     hz_mbar_init(&hd->stage_bar, 1);  // step (u): thread 0's arrive.expect_tx a layer, then the copies' bytes
     hz_mbar_init_fence();
 #endif
+#if MKL_ATTN_STAGE
+    hz_mbar_init(&hd->attn_bar, 1);  // step (v): thread 0's arrive.expect_tx a layer, then the copies' bytes
+    hz_mbar_init_fence();
+#endif
 #if MKL_WEIGHT_RING
     ring_init();
 #endif
@@ -3091,6 +3324,11 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
       prefetch_l2(dptr<__nv_bfloat16>(hd, tid < 32 ? SLOT_KCACHE : SLOT_VCACHE) + (size_t)t0 * s.NKV * HD,
                   (t1 - t0) * row_bytes);
     }
+#if MKL_ATTN_STAGE
+    // step (v): the chunk's context rows to its stage, beside their L2 prefetch (block-uniform; every layer the
+    // same condition: one mbarrier phase a layer)
+    if (chunk_worker && t1 > t0) attn_stage_issue(hd, s.NQ, s.NKV, t0, t1, p.seq);
+#endif
 
     // ---- QKV tiles -------------------------------------------------------------------------
     bool normed = false;
@@ -3166,9 +3404,16 @@ __global__ void __launch_bounds__(THREADS, 1) mkl_megakernel(const Params p, hz_
         // the two shapes (mkl::SHAPE_DEFAULT: 64 / 8 heads, SHAPE_SMALL: 16 / 4)
         const __nv_bfloat16* kcl = dptr<__nv_bfloat16>(hd, SLOT_KCACHE);
         const __nv_bfloat16* vcl = dptr<__nv_bfloat16>(hd, SLOT_VCACHE);
+#if MKL_ATTN_STAGE
+        hz_mbar_wait(&hd->attn_bar, (uint32_t)l & 1u);  // step (v): this layer's stage has landed
+        if (s.NKV == 8 && s.NQ == 64) attend_chunk<8, 8>(s, p.qbuf, kcl, vcl, arena, t0, t1, part, p.seq);
+        else if (s.NKV == 4 && s.NQ == 16) attend_chunk<4, 4>(s, p.qbuf, kcl, vcl, arena, t0, t1, part, p.seq);
+        else __trap();  // no other shape exists (Shape constants in mkl_model.h)
+#else
         if (s.NKV == 8 && s.NQ == 64) attend_chunk<8, 8>(s, p.qbuf, kcl, vcl, arena, t0, t1, part);
         else if (s.NKV == 4 && s.NQ == 16) attend_chunk<4, 4>(s, p.qbuf, kcl, vcl, arena, t0, t1, part);
         else __trap();  // no other shape exists (Shape constants in mkl_model.h)
+#endif
       } else {  // an empty chunk stamps LSE = -inf
         for (int i = tid; i < s.NQ * PART_W; i += THREADS) part[i] = (i % PART_W) == 0 ? -INFINITY : 0.f;
       }
