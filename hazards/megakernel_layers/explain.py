@@ -57,7 +57,13 @@ def explain(snapshot: Any, params: dict[str, Any], defines: dict[str, int] | Non
     by_bar: dict[tuple[int, int], list[Any]] = collections.defaultdict(list)  # (barrier, epoch) -> its waiters
     for s in waiting:
         by_bar[s.barrier, _epoch(s, sched)].append(s)
-    (bar, epoch), main = max(by_bar.items(), key=lambda group: len(group[1]))  # the first of the largest
+    # read the hang at its earliest epoch: every later wait depends on it (a worker waits only for tasks
+    # earlier in every worker's order), and how many workers each later group holds is an accident of which
+    # flag copy or rank stalled (a shared_line run left 52 at layer 0's W13_W2 and 52 at the next LAYER_END);
+    # within that epoch, the first of the largest group, which the clauses below take in with the group
+    # beside it (CHUNK_MERGE with ATTN_RELEASE)
+    first = min(e for _, e in by_bar)
+    (bar, epoch), main = max(((k, v) for k, v in by_bar.items() if k[1] == first), key=lambda group: len(group[1]))
     n_main = len(main)
     step, layer = _layer(epoch, layers)
     name = BARRIER_NAMES.get(bar, f"#{bar}")

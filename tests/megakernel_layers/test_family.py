@@ -162,6 +162,20 @@ def test_shared_line_hang_says_the_release_fired_and_was_reverted():
     assert "expert 17: all 33 W13 tiles arrived" in text and "reverted" in text
 
 
+def test_a_hang_is_read_at_its_earliest_wait_not_at_the_largest_group_after_it():
+    """A shared_line hang as a GPU run left it (the step-17 test, 2026-12-07): the reverted release stops the
+    52 workers that read its flag copy in layer 0's W2, and the other 80 go on to wait for that layer's end
+    (LAYER_END, listed first) or the next layer's merge. The groups tie at 52: the reading must start at the
+    earliest wait in the kernel's order (layer 0's W13_W2), which every later wait depends on."""
+    sl = [slot(w, layer=1, phase=PHASE_ATTN_CHUNK, barrier=1, observed=80, expected=132) for w in range(52)]
+    sl += [slot(w, layer=0, phase=PHASE_MOE_W2, barrier=7, observed=0, expected=1, aux=(33, 33, 17))
+           for w in range(52, 104)]
+    sl += [slot(w, layer=1, phase=PHASE_OPROJ, barrier=4, observed=1, expected=2) for w in range(104, 132)]
+    text = F.explain_hang(snapshot(132, sl), {"variant": "shared_line"})
+    assert "52 of 132 workers wait at W13_W2 in layer 0 (epoch 1)" in text, text
+    assert "expert 17: all 33 W13 tiles arrived" in text and "reverted" in text, text
+
+
 def test_evidence_that_does_not_fit_the_switch_is_not_blamed_on_it():
     sl = [slot(w, layer=0, phase=PHASE_MOE_W2, barrier=7, observed=0, expected=1, aux=(33, 33, 17))
           for w in range(132)]
