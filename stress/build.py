@@ -44,7 +44,7 @@ TARGETS: dict[str, GpuTarget] = {
     # (target_flags; tests/megakernel_layers/test_merge_spread.py's family_cubin). With them the
     # code also depends on the source's folder: the anonymous namespace's mangled name carries a
     # hash of its path, and ptxas then infers some address spaces otherwise (production: 5 stores of
-    # attend_chunk STG.E in one checkout, ST.E in another; test_production_step21.py's pin).
+    # attend_chunk STG.E in one checkout, ST.E in another; test_production_step22.py's pin).
     toolchain.SM90A: GpuTarget(toolchain.SM90A, "nvcc",
                                ("-O3", "-std=c++17", "-lineinfo", "-split-compile=0",
                                 *toolchain.nvcc_arch_flags(toolchain.SM90A))),

@@ -24,23 +24,25 @@ with cf.ThreadPoolExecutor(8) as pool:
     prof = pool.submit(family_binary, mkl, defines={"HZ_PROFILER": 1})
     # the campaign steps' builds tests/megakernel_layers/test_gpu.py compares bits of (its defines,
     # no profiler: else each is built one after another inside pytest, 10-16 s each)
-    # (production is step 21, the default build; step 15, the previous production, and steps 14, 10 and
-    # (d), the ones before it, are steps 15, 14, 10 and 5; steps (p) + (r) by name, below, are production's
-    # code, which test_gpu.py's step_r tests still name beside step (r))
+    # (production is step 22, the default build; step 21, the previous production, and steps 15, 14, 10 and
+    # (d), the ones before it, are steps 21, 15, 14, 10 and 5; steps (p) + (r) by name, below, are step 21's
+    # code, which test_gpu.py's step_r tests still name beside step (r); step (t) on step 21, below, is
+    # production's code, which test_gpu.py's production tests and test_merge_split.py compare)
     steps = [{"MKL_CAMPAIGN_STEP": 2}, {"MKL_CAMPAIGN_STEP": 5}, {"MKL_CAMPAIGN_STEP": 6}, {"MKL_CAMPAIGN_STEP": 7},
              {"MKL_CAMPAIGN_STEP": 8}, {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0},
              {"MKL_CAMPAIGN_STEP": 9}, {"MKL_CAMPAIGN_STEP": 10}, {"MKL_CAMPAIGN_STEP": 11},
              {"MKL_CAMPAIGN_STEP": 12}, {"MKL_CAMPAIGN_STEP": 13}, {"MKL_CAMPAIGN_STEP": 13, "MKL_L2_SET_ASIDE_MB": 30},
-             {"MKL_CAMPAIGN_STEP": 14}, {"MKL_CAMPAIGN_STEP": 15},
+             {"MKL_CAMPAIGN_STEP": 14}, {"MKL_CAMPAIGN_STEP": 15}, {"MKL_CAMPAIGN_STEP": 21},
              # this session's candidates: step (o) (test_w13_emit_lean.py), step (p) (test_gpu.py's step_p
              # tests), step (q) (test_gpu.py's step_q tests), step (r) and steps (p) + (r) (test_gpu.py's step_r tests)
              {"MKL_CAMPAIGN_STEP": 17}, {"MKL_CAMPAIGN_STEP": 18}, {"MKL_CAMPAIGN_STEP": 19},
              {"MKL_CAMPAIGN_STEP": 20}, {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1},
-             # step (s) on production (test_hn_first.py), step (t) on production (test_merge_split.py)
-             {"MKL_HN_FIRST": 1}, {"MKL_MERGE_SPLIT": 1},
-             # step (u) on production, its 16-row point and steps (t) + (u) (test_oproj_stage.py)
+             # step (s) on production (test_hn_first.py), step (t) on step 21, production's code (test_gpu.py,
+             # test_merge_split.py)
+             {"MKL_HN_FIRST": 1}, {"MKL_CAMPAIGN_STEP": 21, "MKL_MERGE_SPLIT": 1},
+             # step (u) on production, its 16-row point and steps (t) + (u) on step 21 (test_oproj_stage.py)
              {"MKL_OPROJ_STAGE": 1}, {"MKL_OPROJ_STAGE": 1, "MKL_OPROJ_STAGE_ROWS": 16},
-             {"MKL_MERGE_SPLIT": 1, "MKL_OPROJ_STAGE": 1},
+             {"MKL_CAMPAIGN_STEP": 21, "MKL_MERGE_SPLIT": 1, "MKL_OPROJ_STAGE": 1},
              # step (v) on production, its K-only point and steps (u) + (v) (test_attn_stage.py)
              {"MKL_ATTN_STAGE": 1}, {"MKL_ATTN_STAGE": 1, "MKL_ATTN_STAGE_V_BLOCKS": 0},
              {"MKL_OPROJ_STAGE": 1, "MKL_ATTN_STAGE": 1}]

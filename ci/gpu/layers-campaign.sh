@@ -6,7 +6,7 @@
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh ringsmem             # round 5's question, <= 60 s
 #     OUT=/tmp/out BUDGET=110 bash ci/gpu/layers-campaign.sh stepd-quick   # round 6: step (d), <= 110 s
 #     OUT=/tmp/out bash ci/gpu/layers-campaign.sh stepd-gate           # round 6's gate + profile, <= 40 s
-#     OUT=/tmp/out timeout 420 bash ci/gpu/layers-campaign.sh promote  # production's promotion over PREV (step_15; round 20: step_14, round 18: step_10, round 14: step_d) + the family check, <= 400 s
+#     OUT=/tmp/out timeout 420 bash ci/gpu/layers-campaign.sh promote  # production's promotion over PREV (step_21; promote21: step_15, round 20: step_14, round 18: step_10, round 14: step_d) + the family check, <= 400 s
 #     OUT=/tmp/out timeout 130 bash ci/gpu/layers-campaign.sh stepe-quick  # round 9: step (e), <= 120 s
 #     OUT=/tmp/out timeout 135 bash ci/gpu/layers-campaign.sh stepf-quick  # round 10: step (f), <= 125 s
 #     OUT=/tmp/out timeout 480 bash ci/gpu/layers-campaign.sh round10  # promote (lean) + stepe-quick + stepf-quick, <= 465 s
@@ -61,10 +61,12 @@
 #     step_d_chunks64 (round 6's stepd-quick could not judge: the profiler ring was sized for one
 #     merge span a layer).
 #   * `promote` (BUDGET 400 unless set; round 8's, step 10's in round 14, step 14's in round 18, step
-#     15's in round 20, step 18's in promote18's round, step 21's in promote21's; the previous production
-#     PREV / PREV_STEP and the step whose bits production keeps SAME_STEP, defaults step_15 / 15 / 15: step
-#     21 keeps step 15's bits (step (p) sums in step 15's order, step (r) changes fences alone), so the
-#     identical-bits check runs; round 20 ran it as
+#     15's in round 20, step 18's in promote18's round, step 21's in promote21's, step 22's in promote22's;
+#     the previous production PREV / PREV_STEP and the step whose bits production keeps SAME_STEP, defaults
+#     step_21 / 21 / none: step 22 keeps no earlier step's bits (step (t) sums the merge in another order),
+#     so no such build or bit check, only the closeness to PREV; promote21 ran it as step_15 / 15 / 15
+#     (step 21 kept step 15's bits: step (p) sums in step 15's order, step (r) changes fences alone, so the
+#     identical-bits check ran); round 20 ran it as
 #     step_14 / 14 / none (step 15 kept no earlier step's bits: no such build or bit check, only the
 #     closeness to PREV), round 18 as step_10 / 10 / 10, round 14 as step_d / 5 / 6): what promoting a step to
 #     production needs, on production's build (step 10 = step (e) + step (g), step_g_on_e's code;
@@ -144,7 +146,8 @@
 # (step (e) + step (g), step_g_on_e's code; promoted in round 14, an H100, 2026-12-06), since
 # promote14 step 14 (step 10 + step (l); round 18), from promote15 step 15 (step 14 + step (m);
 # round 19; promoted in round 20; step 18, step 15 + step (p), replaced it in promote18 until its
-# confirming gate undid it), and since promote21 step 21 (step 15 + step (p) + step (r)): the
+# confirming gate undid it), from promote21 step 21 (step 15 + step (p) + step (r)), and since
+# promote22 step 22 (step 21 + step (t); the seventeenth session, an H100, 2026-12-07): the
 # modes written before it that judge a candidate "against production" (gate, stepc, stepc-quick,
 # stepd-quick, stepd-gate, stepe-quick) now judge it against production (stepe-quick: step (e) against
 # production, which contains it); the modes that name their base (stepf-quick, stepg-quick,
@@ -517,13 +520,18 @@ elif [ "$WHAT" = promote ]; then
 # over step_14 (14) with no earlier step's bits (none: step (m) sums the attention's scores and P.V on
 # tensor cores, in another order), so no SAME_STEP build and no identical-bits check: production's
 # output is read beside PREV's (compare_dumps prints cos and the largest difference, asserts nothing:
-# the closeness gate is test_gpu.py's test_production_is_clean_and_close_to_step_14, in the GPU suite,
+# the closeness gate was test_gpu.py's test_production_is_clean_and_close_to_step_14, now
+# test_step_15_is_clean_and_close_to_step_14, in the GPU suite,
 # and every checked launch's tolerance against the binary's reference); promote18's round step 18, and
 # promote21's step 21, over step_15 (15) with step 15's bits (15: step (p) sums the same partials in the
 # same order, step (r) changes the W13 arrival's fences alone), so the SAME_STEP build is PREV's and the
-# identical-bits check runs again (test_gpu.py's
-# test_production_gives_step_15_bits_clean_and_with_stale_descriptor on the GPU suite's shapes).
-PREV=${PREV:-step_15}; PREV_STEP=${PREV_STEP:-15}; SAME_STEP=${SAME_STEP:-15}
+# identical-bits check ran again (test_gpu.py's
+# test_step_21_gives_step_15_bits_clean_and_with_stale_descriptor on the GPU suite's shapes); promote22's
+# step 22 over step_21 (21) with no earlier step's bits (none: step (t) merges a head's chunks over a block's
+# warps, another sum order), as round 20: production's output read beside PREV's (the closeness gate is
+# test_merge_split.py's test_step_t_is_clean_and_close_to_step_21, and test_gpu.py's
+# test_production_gives_step_t_bits_clean_and_with_stale_descriptor holds production to step_t's bits).
+PREV=${PREV:-step_21}; PREV_STEP=${PREV_STEP:-21}; SAME_STEP=${SAME_STEP:-none}
 log "builds: production and $PREV (MKL_CAMPAIGN_STEP $PREV_STEP), plain and profiled, step $SAME_STEP plain (none: no such build); beside them the tripwire bench, the torch.compile warm-up and the logit gate's model"
 export HZ_BUILD_DIR=${HZ_BUILD_DIR:-/tmp/hz-build}
 timeout "$(cap 100)" python3 bench/megakernel_layers_perf.py --compile-warmup-only --compile-mode default+graph \

@@ -43,9 +43,12 @@ CLOCK_GHZ = 1.98
 # QKV tiles), so only this number moved. Step 10 (step (e) + step (g); production from promote10
 # until step 14, which adds step (l)'s copies and keeps step 10's waits; step 15, production from
 # promote15 until step 21, runs the attention chunk's block loop, inside the head, on tensor cores:
-# round 19's attn_chunk slowCTA 0.56 of step 14's, the same waits; step 21, production since
-# promote21, changes only the router's last block, after the merge's bump that ends the head, and the
-# W13 arrival's fences, after the head too, and no wait)
+# round 19's attn_chunk slowCTA 0.56 of step 14's, the same waits; step 21, production from
+# promote21 until step 22, changes only the router's last block, after the merge's bump that ends the
+# head, and the W13 arrival's fences, after the head too, and no wait; step 22, production since
+# promote22, merges a head a block on 64 merge workers (step (t)), inside the head: its attn_merge
+# slowCTA 0.58 of step 21's on an H100, the merge workers still QKV-tile holders, so who arrives
+# before the bump is unchanged and only this number can move, shorter; not re-measured yet)
 # keeps step (d)'s merge workers and waits; its head is step (e)'s (step (g) changes W2, after the
 # head), never measured on an H200: on H100s step (e)'s was 63.9-72.1 us in rounds 9, 10 and 13
 # (step (d)'s 62.6-64.3 in round 9's same run, 3-4 us shorter). Until an H200 profile of step 10,

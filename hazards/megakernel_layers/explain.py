@@ -69,7 +69,7 @@ def explain(snapshot: Any, params: dict[str, Any], defines: dict[str, int] | Non
     name = BARRIER_NAMES.get(bar, f"#{bar}")
     head = f"{n_main} of {workers} workers wait at {name} in layer {layer} (epoch {epoch})"
     if bar in (BAR_ATTN_RELEASE, BAR_CHUNK_MERGE):
-        # campaign step (d) (MKL_CAMPAIGN_STEP >= 5, so steps 10, 14, 15 and 21, production, too): its merge workers
+        # campaign step (d) (MKL_CAMPAIGN_STEP >= 5, so steps 10, 14, 15, 21 and 22, production, too; 22 splits their heads): its merge workers
         # wait for the chunk count at CHUNK_MERGE, the others at ATTN_RELEASE; both watches carry
         # the chunk counter
         other = BAR_CHUNK_MERGE if bar == BAR_ATTN_RELEASE else BAR_ATTN_RELEASE

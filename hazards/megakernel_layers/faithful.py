@@ -67,11 +67,13 @@ class Candidate:
 
 
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
-    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 21: step 15 + step "
-              "(p)'s router + step (r)'s W13 acq_rel fences, step_p_r's code, step 15's bits; promoted in round 24: "
-              "its confirming gate, decided before it ran, production (step 15) -> step_p_r, called the plain launch "
-              "faster, 0.980 [0.975, 0.985], and the profiled worker no-change, 0.986 (an H100), the third faster "
-              "launch row of three on two cards)", "no-change"),
+    Candidate("production", "every switch off, the default configuration (MKL_CAMPAIGN_STEP 22: step 21 + step "
+              "(t)'s split merge, step_t's code; step 21 = step 15 + step (p)'s router + step (r)'s W13 acq_rel "
+              "fences, step_p_r's code. Promoted in the seventeenth session (promote22): two gates production "
+              "(step 21) -> step_t on an H100, 2026-12-07, the rule decided before them, both faster: the plain "
+              "launch 0.966 [0.960, 0.967] and 0.966 [0.964, 0.968], the profiled worker 0.974 [0.968, 0.980] and "
+              "0.978 [0.974, 0.982]; step (t) sums the merge in another order: not step 21's bits, cos against "
+              "the reference 0.99999988, step 21's 0.99998697)", "no-change"),
     Candidate("noop", "production from a separately compiled binary (an unused -D)", "no-change",
               defines=(("MKL_NOOP_CANDIDATE", 1),)),
     Candidate("depth1", "round 2's GEMV loop: one iteration's loads in flight (gemv_depth 1)", "slower",
@@ -88,10 +90,13 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     # step 10 (their base, production from round 14 until step 14; candidate step_10), step_m vs
     # step 14 (its base, production from round 18 until step 15; candidate step_14), step_o, step_p,
     # step_q and step_r vs step 15 (their base, production from round 20 until step 21; candidate step_15),
-    # step_p_r vs step 15 too (production's code since step 21).
-    # Production is step 21 (step 15 + step (p) + step (r), step_p_r's code): its promotion round gates
-    # step_15 (the production it replaces) -> production. `expected` is each one's verdict against today's
-    # production (step 21), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
+    # step_p_r vs step 15 too (step 21's code), step_s and step_t vs step 21 (their base, production from
+    # promote21 until step 22; candidate step_21; step_t's code is production's since step 22).
+    # Production is step 22 (step 21 + step (t), step_t's code): its promotion round gates step_21 (the
+    # production it replaces) -> production. Steps (u) and (v) (step_u, step_u16, step_t_u, step_v, step_v_k,
+    # step_u_v) are -D switches on the default build: written on step 21, on step 22 since promote22.
+    # `expected` is each one's verdict against today's
+    # production (step 22), but step_d_chunks64's (against step_d); step_i's, step_j's and step_k's
     # texts keep their verdicts against their base, step_10. step_k_half's and step_k_setaside's were
     # never measured: their `expected` is the hypothesis they were written for, and their texts say so.
     Candidate("round3", "round 3's kernel: the LSE merge and the router issue their loads one at a time "
@@ -145,15 +150,23 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "step 10's bits, not production's; slower than production by both gates in round 19, step_m's "
               "worker 0.901, the launch 0.907)",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 14),)),
-    Candidate("step_15", "campaign step 15, the production from round 20 until step 21 (the previous production): "
+    Candidate("step_15", "campaign step 15, the production from round 20 until step 21 (the production before step 21): "
               "step 14 + step (m), step_m's code, without step (p)'s short router chain and step (r)'s acq_rel "
               "fences (step 18's promotion over it in round 23 was undone by its confirming gate; MKL_CAMPAIGN_STEP 15; "
-              "production's bits: steps (p) and (r) keep them; 'slower' read from three gates of step_p_r, "
-              "production's code, against it on H100s: the plain launch faster, 0.974 [0.970, 0.986] and 0.973 "
+              "step 21's bits: steps (p) and (r) keep them; not production's since step 22, whose merge sums in "
+              "another order; 'slower' read from three gates of step_p_r, step 21's code, against it on H100s: the plain launch faster, 0.974 [0.970, 0.986] and 0.973 "
               "[0.970, 0.989] in round 23, 0.980 [0.975, 0.985] in round 24's confirming gate (the default gate "
               "called the pair slower by attn_merge, a task neither step changes; router_topk 0.70-0.71 the pair's "
               "change))",
               "slower", defines=(("MKL_CAMPAIGN_STEP", 15),)),
+    Candidate("step_21", "campaign step 21, the production from promote21 until step 22 (the previous production): "
+              "step 15 + step (p)'s router + step (r)'s W13 acq_rel fences, step_p_r's code, without step (t)'s "
+              "split merge (MKL_CAMPAIGN_STEP 21; step 15's bits, not production's: step (t) sums the merge in "
+              "another order, judged by closeness; 'slower' read from two gates of step_t, production's code, "
+              "against it on an H100, 2026-12-07: the plain launch faster, 0.966 [0.960, 0.967] and 0.966 [0.964, "
+              "0.968], the profiled worker 0.974 [0.968, 0.980] and 0.978 [0.974, 0.982], attn_merge's slowCTA "
+              "0.578 and 0.575, oproj 1.043 [1.029, 1.056] in the first)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 21),)),
     Candidate("step_i", "campaign step (i), a candidate (round 15): step 10 (its base, step_10) with the GEMVs' row groups "
               "split into column parts of at most one round of the loop where a warp then takes fewer dependent "
               "rounds (gemv_kparts_rounds): the QKV tile 3 parts (3 rounds a warp, not 4), the O-projection 4 (2, "
@@ -197,7 +210,7 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "kinds, waits and sub-span points "
               "(MKL_CAMPAIGN_STEP 15, MKL_ATTN_MMA; other bits than step 14's: judged by closeness; faster than step 14 by "
               "both gates in round 19: worker 0.901 [0.892, 0.910], attn_chunk 0.560, the launch 0.907; against production, "
-              "step 15 + steps (p) and (r), slower: step_15's prediction)", "slower",
+              "step 22, step 15 + steps (p), (r) and (t), slower: step_15's prediction)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 15),)),
     Candidate("step_o", "campaign step (o), a candidate: step 15 (its base, production then; step_15) with the W13 arrival's "
               "shared_line emulation image (8 strong L2 loads of the expert's release words by the leader, "
@@ -221,9 +234,10 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "unpaired; round 23 (H100s): the plain launch 0.980 [0.976, 0.991] faster, 0.981 no-change in the "
               "default gate (slower by attn_merge 1.080), the profiled one no-change; promoted by the launch "
               "gate's faster and undone when the confirming gate said no-change, 0.980 [0.973, 0.987]: a ~2% step "
-              "on the 2% minimum effect; against production, step 18 + step (r)'s switch, no-change: a prediction, "
-              "step (r) alone no-change on both launches in round 23)",
-              "no-change", defines=(("MKL_CAMPAIGN_STEP", 18),)),
+              "on the 2% minimum effect; against step 21 (step 18 + step (r)'s switch) no-change, a prediction: "
+              "step (r) alone no-change on both launches in round 23; against production, step 22, which adds step "
+              "(t)'s merge, slower as step_21: a prediction)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 18),)),
     Candidate("step_p_topk_twice", "a diagnostic of step (p) (MKL_ROUTER_TOPK_REPS 2): the router block runs the "
               "same top-k code twice, the sub-spans' `topk` timing the second run (the first falls in `hn`): a "
               "top-k much faster run again was paying for cold code, not for its dependent chain (production's "
@@ -255,10 +269,11 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "W13 emit unmoved (8.0 us as step 15's), the plain launch no-change 0.993 [0.989, 1.004] and "
               "0.998, the profiled one 1.001 and 0.999, the default gate slower (attn_merge 1.075, router_topk "
               "1.034, tasks it does not change): rejected alone; in production since step 21, with step (p)'s switch; "
-              "against production, step 20 + step (p)'s router, slower as step_15: a prediction)", "slower",
+              "against production (step 22: step 20 + step (p)'s router + step (t)'s merge), slower as step_15: a "
+              "prediction)", "slower",
               defines=(("MKL_CAMPAIGN_STEP", 20),)),
-    Candidate("step_p_r", "steps (p) and (r) stacked (production's code since step 21: the same switches, the "
-              "default build's PTX): step (r)'s build (MKL_CAMPAIGN_STEP 20, the W13 arrival's acq_rel "
+    Candidate("step_p_r", "steps (p) and (r) stacked (step 21's code, production's from step 21 until step 22: "
+              "the same switches as step 21, step_21's PTX): step (r)'s build (MKL_CAMPAIGN_STEP 20, the W13 arrival's acq_rel "
               "fences) with step (p)'s switch on (-DMKL_ROUTER_WIDE=1: the router's last block on a short chain); "
               "each has step 15's bits, so the pair does. Round 23 (an H100): the plain launch faster, 0.974 "
               "[0.970, 0.986] and 0.973 [0.970, 0.989] in two gates, the profiled one no-change (0.986, 0.984), "
@@ -266,9 +281,11 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "step (r) alone no-change, in the same round): the promotion rule's launch items met once, not "
               "confirmed (no device time left for a second gate; step (p)'s confirming gate said no-change); "
               "round 24's confirming gate (decided before it ran; an H100): the plain launch faster again, 0.980 "
-              "[0.975, 0.985], the profiled one no-change 0.986: promoted as step 21)",
-              "no-change", defines=(("MKL_CAMPAIGN_STEP", 20), ("MKL_ROUTER_WIDE", 1))),
-    Candidate("step_s", "campaign step (s), a candidate on production (step 21; no step number: -DMKL_HN_FIRST=1): a "
+              "[0.975, 0.985], the profiled one no-change 0.986: promoted as step 21; against production, step 22, "
+              "slower as step_21)",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 20), ("MKL_ROUTER_WIDE", 1))),
+    Candidate("step_s", "campaign step (s), a candidate on production (step 21 when measured, step 22 since promote22; "
+              "no step number: -DMKL_HN_FIRST=1): a "
               "W13 tile copies hn to shared memory before it issues its tile's L2 prefetch (production: the prefetch "
               "first). Round 24's sub-spans (an H100) put the hn copy at 3.0 us a tile with the prefetch first and "
               "0.6 us with no W13 prefetch (MKL_PREFETCH_W13_KB=0), whose GEMV then took 4.8 us longer; the order "
@@ -277,7 +294,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "minimum effect); round 25 (an H100): no-change, the plain launch 1.003 [1.000, 1.006], the profiled worker "
               "1.016 [1.012, 1.019]: the hn copy 2.9 -> 2.3 us a tile, the W13 GEMV 38.2 -> 41.7 us: rejected)",
               "no-change", defines=(("MKL_HN_FIRST", 1),)),
-    Candidate("step_t", "campaign step (t), a candidate on production (step 21; no step number: -DMKL_MERGE_SPLIT=1): the "
+    Candidate("step_t", "campaign step (t), production's code since step 22 (promote22): step 21 (its base, production "
+              "then; step_21) with -DMKL_MERGE_SPLIT=1 (no step number of its own; step 22 turns the switch on): the "
               "LSE merge one head a block (merge_head_split) instead of one head a warp (merge_heads): a head's 16 "
               "warps take its chunks warp, warp + 16, ... (2-3 of 33: one round trip of loads), each keeps its own "
               "(m, l, acc), and one warp combines the 16 by the same LSE rule from shared memory and writes the head; "
@@ -286,10 +304,15 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "put the merge at 5.7 us + 1.3 us of arrival a layer on the 4 merge workers (a warp's dependent chain "
               "through 33 partials), Nsight Compute the O-projection's wait for ATTN_RELEASE (the whole layer head) at a fifth of all "
               "stall samples. Other sums' order: other last bits, judged by closeness. Expected faster (a prediction, written before any run: "
-              "the merge ~1.8 us a layer, the plain launch ~0.975 (0.96-0.985)); not measured: round 25's last call "
-              "found no machine",
-              "faster", defines=(("MKL_MERGE_SPLIT", 1),)),
-    Candidate("step_u", "campaign step (u), a candidate on production (step 21; no step number: -DMKL_OPROJ_STAGE=1): "
+              "the merge ~1.8 us a layer, the plain launch ~0.975 (0.96-0.985)); measured: faster twice, promoted "
+              "(the seventeenth session, an H100, 2026-12-07, production (step 21) -> step_t: the plain launch 0.966 "
+              "[0.960, 0.967] and 0.966 [0.964, 0.968], the profiled worker 0.974 [0.968, 0.980] and 0.978 [0.974, "
+              "0.982], attn_merge's slowCTA 0.578 [0.546, 0.602] and 0.575 [0.558, 0.593], oproj 1.043 [1.029, 1.056] "
+              "in the first; cos against the reference 0.99999988, step 21's 0.99998697); against production, step "
+              "22, its own code: no-change",
+              "no-change", defines=(("MKL_CAMPAIGN_STEP", 21), ("MKL_MERGE_SPLIT", 1))),
+    Candidate("step_u", "campaign step (u), a candidate on production (written on step 21; step 22 since promote22, "
+              "which has step (t)'s merge: step_t_u's code; no step number: -DMKL_OPROJ_STAGE=1): "
               "a worker's O-projection rows (22 of Wo at 132 workers, 176 KB) copied into its shared memory by bulk "
               "copies on an mbarrier, issued where production issues their L2 prefetch (before the merge), so they land "
               "during the ATTN_RELEASE wait (~28 us on most workers); after the wait the GEMV (gemv_block_staged: "
@@ -310,13 +333,16 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "the plain launch ~0.985 (0.97-1.005); against step_u it says whether the carve-out or the last rounds "
               "cost more",
               "faster", defines=(("MKL_OPROJ_STAGE", 1), ("MKL_OPROJ_STAGE_ROWS", 16))),
-    Candidate("step_t_u", "steps (t) and (u) stacked on production (-DMKL_MERGE_SPLIT=1 -DMKL_OPROJ_STAGE=1): the merge "
+    Candidate("step_t_u", "steps (t) and (u) stacked on step 21 (-DMKL_CAMPAIGN_STEP=21 -DMKL_MERGE_SPLIT=1 "
+              "-DMKL_OPROJ_STAGE=1; step_u's code since step 22, production with step (t)): the merge "
               "one head a block (64 merge workers), then the O-projection from its shared-memory stage; independent "
               "switches (step (t)'s merge scratch, < 1,100 floats, lies below step (u)'s stage, which starts at 2 NQ * "
               "HD floats of the arena). Prediction, written before any run: the merge ~1.8 us and the O-projection's "
-              "gemv ~1.0 us a layer, the plain launch ~0.965 (0.94-0.99)",
-              "faster", defines=(("MKL_MERGE_SPLIT", 1), ("MKL_OPROJ_STAGE", 1))),
-    Candidate("step_v", "campaign step (v), a candidate on production (step 21; no step number: -DMKL_ATTN_STAGE=1): "
+              "gemv ~1.0 us a layer, the plain launch ~0.965 (0.94-0.99), against step 21)",
+              "faster", defines=(("MKL_CAMPAIGN_STEP", 21), ("MKL_MERGE_SPLIT", 1), ("MKL_OPROJ_STAGE", 1))),
+    Candidate("step_v", "campaign step (v), a candidate on production (written on step 21; step 22 since promote22, "
+              "whose split merge's scratch, the arena's first 1,056 floats, reaches 32 floats into the stage at the "
+              "small shape, written only after the chunk has read the stage; no step number: -DMKL_ATTN_STAGE=1): "
               "an attention chunk's K rows (its first 128 tokens, 128 KB) and its first 64 tokens' V rows (64 KB; "
               "the small shape: all 128 tokens' K and V, 128 KB) copied into the chunk worker's shared memory by two "
               "bulk copies on an mbarrier, issued at layer entry where production issues the chunk's K/V L2 prefetch, "
@@ -344,7 +370,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "loop_w0 sub-span 8.5 -> ~5.0 us a layer (3.5-6.0), the plain launch ~0.98 (0.965-1.00); against "
               "step_v it says whether V's blocks or the carve-out cost more",
               "faster", defines=(("MKL_ATTN_STAGE", 1), ("MKL_ATTN_STAGE_V_BLOCKS", 0))),
-    Candidate("step_u_v", "steps (u) and (v) stacked on production (-DMKL_OPROJ_STAGE=1 -DMKL_ATTN_STAGE=1): the "
+    Candidate("step_u_v", "steps (u) and (v) stacked on production (step 22 since promote22; -DMKL_OPROJ_STAGE=1 "
+              "-DMKL_ATTN_STAGE=1): the "
               "chunk's K/V from its stage, then the O-projection's rows from theirs, the two stages in the same bytes "
               "of the arena one after the other (each issue starts with every thread's proxy fence and a block "
               "barrier: the other stage's ld.shared reads done before the copies overwrite it); the block asks for "

@@ -23,7 +23,9 @@ AMD_LINE = 64
 OWN_LINE_STRIDE = 128
 SHARED_LINE_STRIDE = 4
 MERGE_HEADS_PER_WORKER = 16  # campaign step (d): one head a warp of a 512-thread block
-MERGE_HEADS_PER_WORKER_SPLIT = 1  # campaign step (t) (-DMKL_MERGE_SPLIT=1): one head a block (merge_heads_per_worker)
+MERGE_HEADS_PER_WORKER_SPLIT = 1  # campaign step (t) (MKL_MERGE_SPLIT): one head a block (merge_heads_per_worker)
+# production's (step 22 = step 21 + step (t) since promote22; step (d)'s 16 until step 22): a Schedule's default
+PRODUCTION_MERGE_HEADS = MERGE_HEADS_PER_WORKER_SPLIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +95,8 @@ def qkv_rows(s: Shape) -> int:
 # and `hazards explore` run the default build (production); a caller judging another build passes
 # its -D defines (the acceptance bench's --define, a GPU test's family_binary defines).
 QKV_TILE_ROWS_BY_STEP = {12: 40}
-DEFAULT_CAMPAIGN_STEP = 21  # mkl_kernel.cuh's default MKL_CAMPAIGN_STEP: production (step 21 since promote21; step 15 from promote15)
+DEFAULT_CAMPAIGN_STEP = 22  # mkl_kernel.cuh's default MKL_CAMPAIGN_STEP: production (step 22 since promote22; step 21 from promote21)
+MERGE_SPLIT_FROM_STEP = 22  # mkl_kernel.cuh's MKL_MERGE_SPLIT default: on from step 22 (step (t) in production)
 
 
 def qkv_tile_rows(defines: dict[str, int] | None = None) -> int:
@@ -102,12 +105,16 @@ def qkv_tile_rows(defines: dict[str, int] | None = None) -> int:
                                      QKV_TILE_ROWS)
 
 
-# Campaign step (t) (-DMKL_MERGE_SPLIT=1, a candidate on production): mkl_model.h's MERGE_HEADS_PER_WORKER is 1
-# in that build (a head's chunks split over a block's warps: 64 merge workers at the default shape, not 4), 16
-# in every other. As qkv_tile_rows: the default build unless a caller passes a build's -D defines.
+# Campaign step (t) (MKL_MERGE_SPLIT: on from step 22, production since promote22, or by -DMKL_MERGE_SPLIT=1 on any
+# step): mkl_model.h's MERGE_HEADS_PER_WORKER is 1 in that build (a head's chunks split over a block's warps: 64
+# merge workers at the default shape, not 4), 16 in every other (step 21 and before, or -DMKL_MERGE_SPLIT=0). As
+# qkv_tile_rows: the default build unless a caller passes a build's -D defines.
 def merge_heads_per_worker(defines: dict[str, int] | None = None) -> int:
     """Heads a merge worker takes in the build with these -D defines (None: the default build)."""
-    return MERGE_HEADS_PER_WORKER_SPLIT if int((defines or {}).get("MKL_MERGE_SPLIT", 0)) else MERGE_HEADS_PER_WORKER
+    d = defines or {}
+    split = int(d["MKL_MERGE_SPLIT"]) if "MKL_MERGE_SPLIT" in d else \
+        int(d.get("MKL_CAMPAIGN_STEP", DEFAULT_CAMPAIGN_STEP)) >= MERGE_SPLIT_FROM_STEP
+    return MERGE_HEADS_PER_WORKER_SPLIT if split else MERGE_HEADS_PER_WORKER
 
 
 def qkv_tiles(s: Shape, tile_rows: int = QKV_TILE_ROWS) -> int:
@@ -144,7 +151,7 @@ class Schedule:
     w13_tiles: int    # T13 per selected expert
     row_workers: int  # workers with O-projection / W2 rows
     hazard: str = "none"
-    merge_heads: int = MERGE_HEADS_PER_WORKER  # heads a merge worker takes (merge_heads_per_worker: the build's)
+    merge_heads: int = PRODUCTION_MERGE_HEADS  # heads a merge worker takes (merge_heads_per_worker: the build's)
 
     def serves_chunk(self, w: int) -> bool:
         """Does worker w serve chunk w? (nested in the QKV guard under participant_set)."""
@@ -169,7 +176,7 @@ class Schedule:
 
 def schedule(shape: Shape, *, seq: int, workers: int, chunk_tokens: int = 128, chunks: int = 0,
              hazard: str = "none", tile_rows: int = QKV_TILE_ROWS,
-             merge_heads: int = MERGE_HEADS_PER_WORKER) -> Schedule:
+             merge_heads: int = PRODUCTION_MERGE_HEADS) -> Schedule:
     """The schedule the kernel runs for these parameters (mkl::Schedule as resolved by the host), in a
     build of `tile_rows` QKV rows a tile (qkv_tile_rows) and `merge_heads` heads a merge worker
     (merge_heads_per_worker)."""

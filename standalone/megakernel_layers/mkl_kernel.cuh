@@ -134,8 +134,8 @@
 // twelfth and thirteenth sessions' candidates, each built on step 15 (production then) with one switch;
 // 16 was step (n), not landed, on step 14. Steps 17-20 keep that meaning: step 15 with their own switch
 // (steps (o), (p), (q), (r)); where the comments below say "production" for their base, they mean step 15.
-// 21 (production since promote21, round 24: its confirming gate, decided before it ran, production (step 15)
-// -> step_p_r, called the plain launch faster, 0.980, and the profiled worker no-change, 0.986, on an H100)
+// 21 (production from promote21 until step 22; round 24: its confirming gate, decided before it ran, production
+// (step 15) -> step_p_r, called the plain launch faster, 0.980, and the profiled worker no-change, 0.986, on an H100)
 // step 15 + step (p) + step (r): step 15 with the router's last block on a short
 // chain (MKL_ROUTER_WIDE, router_from_partials_wide) and the W13 arrival's fences as acq_rel fences
 // (MKL_W13_ACQ_REL; NVIDIA PTX: a HIP build takes the family's acquire and release fences); the same
@@ -143,8 +143,17 @@
 // with -DMKL_ROUTER_WIDE=1): round 23 (an H100) measured it against step 15 on the plain launch 0.974
 // and 0.973 (faster in two gates), the profiled launch no-change; step (p) alone 0.980 and 0.981, step
 // (r) alone no-change. The production it replaces is step 15 (candidate step_15).
+// 22 (production since promote22, the seventeenth session: two gates on an H100, 2026-12-07, production (step 21)
+// -> step_t, both faster: the plain launch 0.966 [0.960, 0.967] and 0.966 [0.964, 0.968], the profiled worker 0.974
+// and 0.978, attn_merge's slowCTA 0.578 and 0.575) step 21 + step (t): step 21 with the LSE merge one head a block
+// (MKL_MERGE_SPLIT, merge_head_split; mkl_model.h's MERGE_HEADS_PER_WORKER 1: 64 merge workers at the default
+// shape, 16 at the small one). Other sums' order than step 21's (the merge's): other bits, judged by closeness
+// (cos against the reference 0.99999988, step 21's 0.99998697). Candidate step_t's code (step 21 with
+// -DMKL_MERGE_SPLIT=1). The production it replaces is step 21 (candidate step_21). Every other switch and raw
+// `MKL_CAMPAIGN_STEP >= N` condition reads 22 as 21; steps (u) and (v) (MKL_OPROJ_STAGE, MKL_ATTN_STAGE) stay
+// -D switches on the default build, now step 22.
 #ifndef MKL_CAMPAIGN_STEP
-#define MKL_CAMPAIGN_STEP 21
+#define MKL_CAMPAIGN_STEP 22
 #endif
 #define MKL_ROUTER_FOLDED (MKL_CAMPAIGN_STEP == 3 || MKL_CAMPAIGN_STEP >= 6)  // step (b)
 #define MKL_WEIGHT_RING (MKL_CAMPAIGN_STEP == 4)                              // step (c)
@@ -223,7 +232,8 @@
 #ifndef MKL_HN_FIRST
 #define MKL_HN_FIRST 0
 #endif
-// Step (t) (MKL_MERGE_SPLIT, a -D candidate on production; no step number): the LSE merge one head a block
+// Step (t) (MKL_MERGE_SPLIT; in production since step 22, which turns it on: written as a -D candidate on step 21,
+// no step number of its own; measured faster twice, promoted): the LSE merge one head a block
 // (merge_head_split) instead of one head a warp (merge_heads). Round 25 (an H100) measured the merge at 5.7 us
 // a layer plus 1.3 us for its arrival on the 4 merge workers, with every worker waiting for ATTN_RELEASE
 // behind it (Nsight Compute: the O-projection's wait for it, the whole layer head, a fifth of all warp-stall
@@ -233,9 +243,10 @@
 // (m, l, acc), and one warp combines the 16 by the same LSE rule from shared memory and writes the head.
 // mkl_model.h's MERGE_HEADS_PER_WORKER (1, not 16) is the only count that changes: 64 merge workers at the
 // default shape, 16 at the small one, still QKV-tile holders (merge_workers caps them at min(QT, G); the
-// harness checks it). Other sums' order than production's: judged by closeness.
+// harness checks it). Other sums' order than step 21's: judged by closeness. ("Production" in this paragraph and
+// in merge_head_split's comment is step 21, its base.) mkl_model.h reads the same default (step 22 on, unless -D).
 #ifndef MKL_MERGE_SPLIT
-#define MKL_MERGE_SPLIT 0
+#define MKL_MERGE_SPLIT (MKL_CAMPAIGN_STEP >= 22)                             // step (t)
 #endif
 // Step (u) (MKL_OPROJ_STAGE, a -D candidate on production; no step number): a worker's O-projection rows copied
 // into its own shared memory (bulk copies on an mbarrier) while it waits for ATTN_RELEASE, and its GEMV reading
@@ -494,6 +505,14 @@ static_assert(attn_stage_offset(SHAPE_SMALL.NQ) % 16 == 0 && attn_stage_offset(S
               "cp.async.bulk: the stage, its V part and a token's row 16-B aligned");
 static_assert(attn_stage_bytes(SHAPE_DEFAULT) < (1u << 20) && attn_stage_bytes(SHAPE_SMALL) < (1u << 20),
               "one arrive.expect_tx a layer: the mbarrier's transaction count is below 2^20");
+// With step (t)'s merge (production since step 22) the merge's scratch (merge_head_split: 2 NWARPS + NWARPS * HD =
+// 1,056 floats from the arena's start) reaches past the stage's start at the small shape (NQ * HD = 1,024 floats;
+// at the default shape it ends below 4,096). The two are live at other times, as the chunk's combine scratch over
+// the stage: a merge worker merges after its own chunk, whose loop read the stage after the mbarrier wait (this
+// layer's copies complete), and the stage is rewritten only by the next layer's issue, after every thread's proxy
+// fence and a block barrier (the merge's generic stores ordered before the copies). A worker that issues no stage
+// (no chunk) waits on none. Stacked with step (u) too (step_u_v), the merge's scratch lies below step (u)'s stage
+// (asserted in step (u)'s block above), which is issued before the merge.
 #endif
 #if MKL_OPROJ_STAGE || MKL_ATTN_STAGE
 // the arena's end, or a stage's end if later (steps (u) and (v) share the arena's space: each stage is live at

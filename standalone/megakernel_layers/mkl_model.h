@@ -145,7 +145,7 @@ MKL_HD bool serves_chunk(int w, const Schedule& sc, int hazard) {
   return hazard != HZ_PARTICIPANT_SET || w < sc.QT;
 }
 
-// Campaign step (d) (MKL_CAMPAIGN_STEP >= 5, in production since round 8: steps 5, 10, 14, 15 and 21; mkl_kernel.cuh): workers [0, merge_workers) each merge
+// Campaign step (d) (MKL_CAMPAIGN_STEP >= 5, in production since round 8: steps 5, 10, 14, 15, 21 and 22, whose step (t) splits a worker's heads; mkl_kernel.cuh): workers [0, merge_workers) each merge
 // the attention heads w, w + merge_workers, ... (one a warp) once every chunk has arrived: as
 // few workers as give every head a warp (4 at 64 heads). A head's merge is latency-bound, so
 // more workers would not be faster; they would add arrivals to the merge counter, pollers of
@@ -154,11 +154,15 @@ MKL_HD bool serves_chunk(int w, const Schedule& sc, int hazard) {
 // every one of them already arrives (at QKV) before the merge can release, so the workers that
 // arrive at nothing before ATTN_RELEASE is bumped -- the snapshot_epoch switch's vulnerable
 // set -- are step 2's (the production before it).
-// Step (t) (MKL_MERGE_SPLIT, a -D candidate on production; mkl_kernel.cuh's switch block says why) merges
+// Step (t) (MKL_MERGE_SPLIT, in production since step 22; mkl_kernel.cuh's switch block says why) merges
 // one head a block: its 16 warps split the head's chunks, so merge_workers is one worker a head (64 at
 // the default shape, 16 at the small one), still QKV-tile holders only. This constant is the one place
 // the count changes; hazards/megakernel_layers/model.py states it per build (merge_heads_per_worker).
-#if defined(MKL_MERGE_SPLIT) && MKL_MERGE_SPLIT
+// This header is read before mkl_kernel.cuh's switch block, so it spells the switch's default itself: on
+// with -DMKL_MERGE_SPLIT=1, or without that -D at step 22 on (the default step, 22, when no
+// -DMKL_CAMPAIGN_STEP is given); mkl_kernel.cuh static_asserts that the two agree.
+#if (defined(MKL_MERGE_SPLIT) && MKL_MERGE_SPLIT) || \
+    (!defined(MKL_MERGE_SPLIT) && (!defined(MKL_CAMPAIGN_STEP) || MKL_CAMPAIGN_STEP >= 22))
 constexpr int MERGE_HEADS_PER_WORKER = 1;   // step (t): one a block (its warps split the chunks)
 #else
 constexpr int MERGE_HEADS_PER_WORKER = 16;  // one a warp of the kernel's 512-thread blocks

@@ -56,7 +56,7 @@ __global__ void mkl_static_chunk(uint32_t* sync, float* partials, int words, uin
   mkl::block_arrive(mkl::word_at(sync, mkl::single_off(mkl::W_CHUNK_CTR)), kPartialRelease, tid, &s_word);
 }
 
-// Merge worker (campaign step (d), in production since round 8: steps 5, 10, 14, 15 and 21): the leader polls the chunk count,
+// Merge worker (campaign step (d), in production since round 8: steps 5, 10, 14, 15, 21 and 22): the leader polls the chunk count,
 // the block merges its heads from every chunk's partials and arrives at MERGE; the block whose
 // arrival completes the count learns it from its own atomic, acquires the other merge workers'
 // heads and releases ATTN_RELEASE (the W13 fan-out's pattern). The merge workers always acquire:

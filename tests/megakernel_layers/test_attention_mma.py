@@ -13,7 +13,7 @@ own rounding (mkl_attn_mma.h's #else branch); the device's (__floats2bfloat162_r
 half) is read, not emulated: the GPU test covers it. Broken maps
 (the header text mutated: a wrong dim, token or half; at GQ 4 a dummy row read, kept or written)
 must make it fail. The build: step 15's attend_chunk<8,8> and <4,4> have the 32 HMMA a block (16
-scores, 16 P.V), step 14's none (step 15 was production's machine code from promote15 until step 21: test_production_step21.py);
+scores, 16 P.V), step 14's none (step 15 was production's machine code from promote15 until step 21: test_production_step22.py);
 step 15 changes no switch of step 14's but MKL_ATTN_MMA and the compiled static checks pass with
 step 14's polls.
 """
@@ -28,7 +28,7 @@ from hazards.megakernel_layers import faithful as FA
 
 from .sass_text import function_instances, spills_by_function, spills_grown
 from .test_merge_spread import ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
-from .test_production_step21 import switches_changed_from_step_14
+from .test_production_step22 import switches_changed_from_step_14
 
 FAMILY = ROOT / "standalone" / "megakernel_layers"
 HEADER = FAMILY / "mkl_attn_mma.h"

@@ -31,7 +31,7 @@ from hazards.megakernel_layers import faithful as FA
 from hazards.megakernel_layers import model as M
 
 from . import bits
-from . import test_production_step21 as T21
+from . import test_production_step22 as T22
 from .sass_text import function_listings, spills_by_function
 from .test_merge_spread import INCLUDE, LAYERED, ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 from .test_oproj_stage import BULK_COPY, PROXY_FENCE, _func, _ptx
@@ -44,8 +44,8 @@ KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 
 
 def test_step_v_is_production_with_its_switch_alone(monkeypatch):
-    monkeypatch.setattr(T21, "SWITCHES", (*T21.SWITCHES, "MKL_ATTN_STAGE"))
-    prod, step = T21._switches({}), T21._switches(STEP_V)
+    monkeypatch.setattr(T22, "SWITCHES", (*T22.SWITCHES, "MKL_ATTN_STAGE"))
+    prod, step = T22._switches({}), T22._switches(STEP_V)
     assert prod["MKL_ATTN_STAGE"] == 0 and step["MKL_ATTN_STAGE"] == 1
     assert {k: v for k, v in step.items() if k != "MKL_ATTN_STAGE"} == \
         {k: v for k, v in prod.items() if k != "MKL_ATTN_STAGE"}

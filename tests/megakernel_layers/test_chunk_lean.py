@@ -24,13 +24,13 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from . import test_production_step21 as P
+from . import test_production_step22 as P
 from .sass_text import function_instances, spills_by_function, spills_grown
 from .test_copy_ahead import _harness_build
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, listing_of
 
 STEP_Q = {"MKL_CAMPAIGN_STEP": 19}
-PROD = {"MKL_CAMPAIGN_STEP": 15}  # step 15's code, step (q)'s base (production's until promote21: test_production_step21.py)
+PROD = {"MKL_CAMPAIGN_STEP": 15}  # step 15's code, step (q)'s base (production's until promote21: test_production_step22.py)
 
 
 def test_step_19_is_step_15_with_the_lean_chunk_switch_alone():

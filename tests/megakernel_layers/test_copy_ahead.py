@@ -16,7 +16,7 @@ store comes after all of a thread's loads, and no load changes kind (plain, weak
 LD.E / LDG.E, no .CG, .NC or .STRONG). No function spills more than step 10's in that build, and the
 compiled static checks pass with step 10's polls (no wait added or moved). On the branch that added step
 (l), step 10 was production and its machine code was untouched (main 829ab29's, 79,188 lines of
-cuobjdump -sass); since promote14 production was step 14, from promote15 step 15, since promote21 step 21 (test_production_step21.py). Before step (l)
+cuobjdump -sass); since promote14 production was step 14, from promote15 step 15, from promote21 step 21, since promote22 step 22 (test_production_step22.py). Before step (l)
 MKL_CAMPAIGN_STEP 14 built step 10's kernel: the site tests fail there (no step (l) code; step 10's
 sites hold the loads behind stores).
 """
@@ -31,7 +31,7 @@ from hazards.megakernel_layers import faithful as FA
 
 from .sass_text import function_part, spills_by_function, spills_grown
 from .test_merge_spread import ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin
-from .test_production_step21 import switches_changed_from_step_10
+from .test_production_step22 import switches_changed_from_step_10
 
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 LOAD = re.compile(r"\b(LDG|LD)\.E\S*")               # a global (or generic) load

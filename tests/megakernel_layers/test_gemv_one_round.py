@@ -11,7 +11,7 @@ step 10's (16 weight loads a lane before the first FFMA), no function of the ste
 more than step 10's (ptxas -v), and the compiled static checks pass it with step 10's polls (no wait
 moved). On the branch that added step (i) step 10 was production and the default build's machine code
 was main d0217f6's, line for line (79,188 lines of cuobjdump -sass); what production's is now is
-test_production_step21.py's. Before this change MKL_CAMPAIGN_STEP 11 built step (e)'s kernel (no flag
+test_production_step22.py's. Before this change MKL_CAMPAIGN_STEP 11 built step (e)'s kernel (no flag
 read 11) and the probe had no gemv_block_kparts: the split tests fail there, and the step (i) split
 assertion fails on step 10's build.
 """
@@ -27,7 +27,7 @@ from hazards.megakernel_layers.model import SHAPES, HD, QKV_TILE_ROWS, row_begin
 
 from .sass_text import function_instances, longest_load_run, spills_by_function, spills_grown
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
-from .test_production_step21 import switches_changed_from_step_10
+from .test_production_step22 import switches_changed_from_step_10
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -230,6 +230,9 @@ def test_step_h_gives_step_e_bits(params: dict):
 
 STEP_10 = {"MKL_CAMPAIGN_STEP": 10}  # the base of steps (i)-(l); production from round 14 until step 14
 STEP_15 = {"MKL_CAMPAIGN_STEP": 15}  # the base of steps (o)-(r); production from round 20 until step 21
+STEP_21 = {"MKL_CAMPAIGN_STEP": 21}  # step 15's bits; production from promote21 until step 22
+# candidate step_t, the build the seventeenth session gated: production's code (step 22) built as step 21 + step (t)
+STEP_T = {"MKL_CAMPAIGN_STEP": 21, "MKL_MERGE_SPLIT": 1}
 
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # QKV 3 parts, O-projection 4, W2 3
@@ -238,8 +241,8 @@ STEP_15 = {"MKL_CAMPAIGN_STEP": 15}  # the base of steps (o)-(r); production fro
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
 def test_step_i_is_clean_and_close_to_step_10(params: dict):
-    """Step (i) sums each row over other column parts than its base, step 10 (whose bits step 14 has;
-    production, step 21, sums the attention in step 15's order, another too): not step 10's bits, but every
+    """Step (i) sums each row over other column parts than its base, step 10 (whose bits step 14 has; steps
+    15 and 21 sum the attention in another order, production, step 22, the merge too): not step 10's bits, but every
     checked launch clean against the binary's reference (corrupted, with stale_descriptor on) and the
     output within a quarter of the family's tolerance of step 10's."""
     assert_clean_and_close_to_production({"MKL_CAMPAIGN_STEP": 11}, params, base=STEP_10)
@@ -258,7 +261,8 @@ def assert_clean_and_close_to_production(defines: dict, params: dict, base: dict
 
 
 # ---- campaign step (m) (MKL_CAMPAIGN_STEP 15, production from round 20's promotion round until step 21,
-# which keeps its bits): the attention chunk on tensor cores, on step 14 (the production it replaced) ---------
+# which keeps its bits; step 22 merges in another order): the attention chunk on tensor cores, on step 14 (the
+# production it replaced) ---------
 
 @pytest.mark.parametrize("params", [
     {"layers": 2, "seq": 1024},                                  # GQ 8: the mma loop (1025 tokens: a partial block)
@@ -266,14 +270,15 @@ def assert_clean_and_close_to_production(defines: dict, params: dict, base: dict
     {"layers": 2, "seq": 1024, "model": "small"},                # GQ 4: the mma loop with 4 zero dummy heads a warp
     {"layers": 2, "seq": 1024, "hazard": "stale_descriptor"},    # the stale KV and W2 pointers still corrupt
 ], ids=["default", "grid64", "small", "stale_descriptor"])
-def test_production_is_clean_and_close_to_step_14(params: dict):
-    """Production (step 21: step 15 + steps (p) and (r), step 15's bits; step 15 is step 14 + step (m)) sums
-    the attention's scores and P.V on tensor cores (bf16
-    hi + lo splits of q and P, fp32 accumulation): not step 14's bits, but every checked launch clean
+def test_step_15_is_clean_and_close_to_step_14(params: dict):
+    """Step 15 (step 14 + step (m); step 21, production from promote21 until step 22, has its bits, checked by
+    test_step_21_gives_step_15_bits_clean_and_with_stale_descriptor) sums the attention's scores and P.V on
+    tensor cores (bf16 hi + lo splits of q and P, fp32 accumulation): not step 14's bits, but every checked launch clean
     against the binary's reference (corrupted, with stale_descriptor on) and the output close to step
     14's: cos > 0.99999, the largest difference under 2e-3 of step 14's largest value, the family's
-    relative error under a quarter of its tolerance."""
-    out_14, out = bits.checked_outputs({"MKL_CAMPAIGN_STEP": 14}, None, params, corrupting="hazard" in params)
+    relative error under a quarter of its tolerance. (Production, step 22, merges in step (t)'s order:
+    close to step 21 in test_merge_split.py, step_t's bits here.)"""
+    out_14, out = bits.checked_outputs({"MKL_CAMPAIGN_STEP": 14}, STEP_15, params, corrupting="hazard" in params)
     if "hazard" not in params:
         bits.assert_close(out, out_14)
 
@@ -289,7 +294,7 @@ def test_production_is_clean_and_close_to_step_14(params: dict):
 def test_step_k_is_clean_and_gives_step_10_bits(params: dict):
     """Step (k) changes only L2 cache policies and prefetches of read-only weights of its base, step 10:
     every checked launch clean (corrupted, with stale_descriptor on) and the output step 10's (step 14's
-    too; production, step 21, sums the attention in step 15's order, another) bit for bit."""
+    too; steps 15 and 21 sum the attention in another order, production, step 22, the merge too) bit for bit."""
     bits.assert_same_bits({"MKL_CAMPAIGN_STEP": 13}, STEP_10, params)
 
 
@@ -349,7 +354,8 @@ def test_step_14_gives_step_10_bits_clean_and_with_stale_descriptor(params: dict
 
 def test_production_profiles_every_merge_span_without_overflowing_the_ring():
     """Round 6's first gate on step (d) could not judge: the ring was sized for one merge span
-    a layer and step (d) records one per merge worker (RingTooSmall)."""
+    a layer and step (d) records one per merge worker (RingTooSmall). Production (step 22) has step (t)'s
+    64 merge workers (one a head) where step (d)'s had 4: 64 spans a layer."""
     from hazards.megakernel_layers import faithful as FA
 
     faithful = FA.Faithful()
@@ -358,7 +364,7 @@ def test_production_profiles_every_merge_span_without_overflowing_the_ring():
     finally:
         faithful.close()
     merges = [r for r in res["rows"] if r["task"] == "attn_merge"]
-    assert res["mismatched"] == 0 and merges and merges[0]["instances"] == 4 * 4, merges
+    assert res["mismatched"] == 0 and merges and merges[0]["instances"] == 64 * 4, merges
 
 
 @pytest.mark.parametrize("variant", ["participant_set", "chunk_supply"])
@@ -389,7 +395,7 @@ def test_step_q_gives_step_15_bits(params: dict):
     """Step (q) combines a chunk's warps in registers with step 15's operations in step 15's order
     (m the max from -inf, a weight 0 or expf(m_u - M), l and each output a sum from 0 of weight x value),
     reads the same q, and changes only barriers, fences and which thread reads a count: step 15's
-    output bit for bit (production's too), clean, and with stale_descriptor on step 15's corrupted output."""
+    output bit for bit (step 21's too), clean, and with stale_descriptor on step 15's corrupted output."""
     bits.assert_same_bits(STEP_Q, STEP_15, params)
 
 
@@ -458,30 +464,43 @@ def test_step_p_snapshot_epoch_still_hangs_and_is_named(tmp_path: Path):
     assert "in layer" in sentence and "not the signature" not in sentence, sentence
 
 
-# ---- production (step 21 since promote21): step 15 + step (p)'s router + step (r)'s W13 fences -------------
+# ---- step 21 (production from promote21 until step 22): step 15 + step (p)'s router + step (r)'s W13 fences;
+# production (step 22 since promote22): step 21 + step (t)'s split merge, step_t's code ---------------------
 
 @PRODUCTION_SHAPES
-def test_production_gives_step_15_bits_clean_and_with_stale_descriptor(params: dict):
-    """Production (step 21: step 15 + steps (p) and (r), step_p_r's code) sums the same partials, group sums
-    and payload products in step 15's order and picks with step 15's butterfly (step (p)), and changes the W13
-    arrival's fences only (step (r)): step 15's output bit for bit, clean, and with stale_descriptor on step
-    15's corrupted output (the promote round's SAME_STEP 15 check on the GPU suite's shapes)."""
-    bits.assert_same_bits(None, STEP_15, params)  # production, the default build, against step 15
+def test_step_21_gives_step_15_bits_clean_and_with_stale_descriptor(params: dict):
+    """Step 21 (step 15 + steps (p) and (r), step_p_r's code) sums the same partials, group sums and payload
+    products in step 15's order and picks with step 15's butterfly (step (p)), and changes the W13 arrival's
+    fences only (step (r)): step 15's output bit for bit, clean, and with stale_descriptor on step 15's
+    corrupted output (promote21's SAME_STEP 15 check on the GPU suite's shapes)."""
+    bits.assert_same_bits(STEP_21, STEP_15, params)
 
 
-def test_production_routing_no_fence_stays_clean_on_nvidia_as_step_15():
+@PRODUCTION_SHAPES
+def test_production_gives_step_t_bits_clean_and_with_stale_descriptor(params: dict):
+    """Production (step 22, the default build) is step_t's code (step 21 with -DMKL_MERGE_SPLIT=1, the build the
+    seventeenth session's gates measured): step_t's output bit for bit, clean, and with stale_descriptor on
+    step_t's corrupted output (promote22's SAME_STEP check; step (t) sums the merge in another order than
+    step 21, so no earlier step has production's bits: closeness to step 21 is test_merge_split.py's)."""
+    bits.assert_same_bits(None, STEP_T, params)  # production, the default build, against step_t
+
+
+def test_production_routing_no_fence_stays_clean_on_nvidia_as_step_21():
     """routing_no_fence drops the fence before the ROUTING flag (an AMD hazard, flagged statically by the
-    family's gfx942 check of mkl_sync.cuh, which steps (p) and (r) leave alone); on this GPU it runs clean on
-    production's build (step 21) as on step 15's, with step 15's bits. (snapshot_epoch on production's
-    build: test_seeded_hangs_are_named_by_barrier_layer_participants_and_cause, with step (p)'s 75 launches;
-    shared_line and stale_release on production's build, which has step (r)'s fences: the same test and
-    the corruption canaries.)"""
-    bits.assert_same_bits(None, STEP_15, {"layers": 2, "seq": 1024, "hazard": "routing_no_fence"}, corrupting=False)
+    family's gfx942 check of mkl_sync.cuh, which steps (p), (r) and (t) leave alone); on this GPU it runs clean
+    on production's build (step 22) with step_t's bits, and on step 21's with step 15's. (snapshot_epoch on
+    production's build: test_seeded_hangs_are_named_by_barrier_layer_participants_and_cause, with step (p)'s
+    75 launches; shared_line and stale_release on production's build, which has step (r)'s fences: the same
+    test and the corruption canaries.)"""
+    params = {"layers": 2, "seq": 1024, "hazard": "routing_no_fence"}
+    bits.assert_same_bits(None, STEP_T, params, corrupting=False)
+    bits.assert_same_bits(STEP_21, STEP_15, params, corrupting=False)
 
 
 # ---- campaign step (r) (MKL_CAMPAIGN_STEP 20, a candidate; in production since promote21, with step (p)):
 # step 15 (production then) with the W13 arrival's fences as acq_rel fences (MKL_W13_ACQ_REL); step_p_r stacks
-# step (p)'s switch on it (production's code since promote21); every build here has step 15's bits ----------
+# step (p)'s switch on it (step 21's code, production's from promote21 until step 22); every build here has
+# step 15's bits ----------
 
 STEP_R = {"MKL_CAMPAIGN_STEP": 20}
 STEP_P_R = {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}
@@ -496,7 +515,7 @@ STEP_P_R = {"MKL_CAMPAIGN_STEP": 20, "MKL_ROUTER_WIDE": 1}
 ], ids=["default", "grid64", "small", "stale_descriptor"])
 def test_step_r_gives_step_15_bits(defines: dict, params: dict):
     """Step (r) changes the W13 arrival's fences only (no arithmetic, no value read); step (p) has step 15's
-    bits too: both builds (step_p_r's is production's code) give step 15's output bit for bit, clean, and with
+    bits too: both builds (step_p_r's is step 21's code) give step 15's output bit for bit, clean, and with
     stale_descriptor on step 15's corrupted output."""
     bits.assert_same_bits(defines, STEP_15, params)
 

@@ -144,7 +144,7 @@ def test_step_h_passes_the_compiled_static_checks_with_step_e_polls():
 def test_step_h_is_a_candidate_of_the_gate():
     c = FA.candidate("step_h")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 9} and c.params == ()
-    assert c.expected == "slower"  # slower than step (e) in round 13; production (step 21) is step (e) + (g) + (l) + (m) + (p) + (r)
+    assert c.expected == "slower"  # slower than step (e) in round 13; production (step 22) is step (e) + (g) + (l) + (m) + (p) + (r) + (t)
 
 
 def test_the_step_h_round_gates_step_h_against_step_e_and_compares_bits_clean_and_with_stale_descriptor():

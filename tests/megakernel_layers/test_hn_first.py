@@ -18,7 +18,7 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from . import test_production_step21 as T21
+from . import test_production_step22 as T22
 from .bits import assert_same_bits
 from .test_merge_spread import ROOT
 
@@ -80,10 +80,10 @@ def test_the_w13_tile_prefetch_is_one_helper_that_every_place_calls():
 
 
 def test_step_s_is_production_with_its_switch_alone_and_other_machine_code():
-    prod, step = T21._switches({}), T21._switches(STEP_S)
+    prod, step = T22._switches({}), T22._switches(STEP_S)
     assert prod["MKL_HN_FIRST"] == 0 and step["MKL_HN_FIRST"] == 1
     assert {k: v for k, v in step.items() if k != "MKL_HN_FIRST"} == {k: v for k, v in prod.items() if k != "MKL_HN_FIRST"}
-    assert T21._sass_lines(None, "test-mkl-step-default") != T21._sass_lines(STEP_S, "test-mkl-hn-first")
+    assert T22._sass_lines(None, "test-mkl-step-default") != T22._sass_lines(STEP_S, "test-mkl-hn-first")
 
 
 def test_the_catalog_names_step_s_on_production_with_its_switch_alone():

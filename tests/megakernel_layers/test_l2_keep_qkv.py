@@ -11,7 +11,7 @@ no L2 policy). The loop keeps step 10's shape (16 weight loads a lane before the
 function spills more than in step 10 (ptxas -v), and the compiled static checks pass it with step 10's
 polls (no wait added or moved). On the branch that added step (k) step 10 was production and the
 default build was main 5bc3109's (79,188 lines of cuobjdump -sass); production's machine code now is
-test_production_step21.py's. Before this change MKL_CAMPAIGN_STEP 13 built step (e)'s kernel (no switch
+test_production_step22.py's. Before this change MKL_CAMPAIGN_STEP 13 built step (e)'s kernel (no switch
 read 13): the policy tests fail there.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hazards.megakernel_layers import faithful as FA
 
 from .test_gemv_one_round import assert_step_10_loop_and_no_more_spills
 from .test_merge_spread import INCLUDE, LAYERED, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
-from .test_production_step21 import KERNEL, _eval, _switches, switches_changed_from_step_10
+from .test_production_step22 import KERNEL, _eval, _switches, switches_changed_from_step_10
 
 KEEP = "createpolicy.fractional.L2::evict_last"
 STREAM = "createpolicy.fractional.L2::evict_first"

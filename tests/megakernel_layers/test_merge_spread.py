@@ -1,12 +1,13 @@
-"""Campaign step (d) (MKL_CAMPAIGN_STEP 5, production from round 8 until step 10; steps 10, 14 and 15 keep it): the
+"""Campaign step (d) (MKL_CAMPAIGN_STEP 5, production from round 8 until step 10; steps 10, 14, 15 and 21 keep it, step 22 splits its heads): the
 LSE merge spread over the QKV-tile workers.
 
 Round 4's profile had the merge at 35 us a layer on the one block that arrived last. Step (d)
 gives every head a warp of the merge workers (mkl::merge_workers: 4 QKV-tile holders at 64
 heads), and the last merge arrival releases ATTN_RELEASE. On the CPU (nvcc 13.0, sm_90a, nvdisasm):
 the step (d) build of the family's own source compiles, its merge issues a batch's loads
-before any arithmetic and spills nothing, the default build (production, step 21) calls it
-(step_b0's, round 8's previous production, does not), and the compiled static checks pass it with one acquire poll more than
+before any arithmetic and spills nothing, step 21's build (production from promote21 until step 22) calls it
+and the default build (production, step 22) calls step (t)'s merge_head_split instead (step_b0's, round 8's
+previous production, neither), and the compiled static checks pass it with one acquire poll more than
 step_b0 (the merge workers' wait for the chunk count). Without a GPU: the schedule keeps the
 merge workers among the QKV holders (snapshot_epoch's vulnerable set is step_b0's) and the hang
 explainer reads step (d)'s waits (merge workers at CHUNK_MERGE, the rest at ATTN_RELEASE).
@@ -226,15 +227,20 @@ def test_step_d_merge_computes_each_chunks_weight_once_not_in_every_lane(step_d)
     assert 0 < ex2 <= 2 * instances, (ex2, instances)
 
 
-def test_production_calls_step_d_spread_merge_and_step_b0_merges_on_one_block():
+def test_steps_5_to_21_call_step_d_spread_merge_production_splits_it_and_step_b0_merges_on_one_block():
     """Round 8's promotion made the default build (no define, what every family run, bench and gate
-    `production` builds) step (d), and steps 10 (production from promote10), 14 (production from promote14), 15 (production from promote15) and 21 (production since promote21) keep its spread merge;
-    step_b0 (MKL_CAMPAIGN_STEP 2, the production before round 8) still merges on the last chunk
-    block. Before round 8 the default build had no merge_heads."""
+    `production` builds) step (d), and steps 10 (production from promote10), 14 (production from promote14),
+    15 (production from promote15) and 21 (production from promote21 until step 22) keep its spread merge
+    (merge_heads, a head a warp); production since promote22 (step 22) keeps step (d)'s merge workers and
+    splits each one's heads over its warps (step (t): merge_head_split, a head a block); step_b0
+    (MKL_CAMPAIGN_STEP 2, the production before round 8) still merges on the last chunk block. Before round 8
+    the default build had no merge_heads."""
     from hazards.megakernel_layers import faithful as FA
 
-    calls = re.findall(r"\bCALL\.\S+\s+`?\(?(\S*merge_\w+)", _sass(None))
+    calls = re.findall(r"\bCALL\.\S+\s+`?\(?(\S*merge_\w+)", _sass(21))
     assert any("merge_heads" in c for c in calls), calls
+    calls = re.findall(r"\bCALL\.\S+\s+`?\(?(\S*merge_\w+)", _sass(None))
+    assert any("merge_head_split" in c for c in calls) and not any("merge_heads" in c for c in calls), calls
     assert "merge_heads" not in _sass(2)
     assert dict(FA.candidate("step_b0").defines) == {"MKL_CAMPAIGN_STEP": 2}
     assert FA.candidate("production").defines == ()
@@ -274,7 +280,7 @@ def test_step_d_passes_the_compiled_static_checks_with_the_merge_workers_acquire
 @pytest.mark.parametrize("workers", [16, 32, 64, 80, 132])
 @pytest.mark.parametrize("model", ["default", "small"])
 def test_merge_workers_hold_qkv_tiles_so_the_snapshot_class_keeps_its_vulnerable_workers(workers, model):
-    sc = M.describe(F.resolve({"model": model}), workers)
+    sc = M.describe(F.resolve({"model": model}), workers, {"MKL_CAMPAIGN_STEP": 21})  # step (d)'s merge: step 21's
     n = sc.merge_workers()
     assert n == -(-sc.shape.NQ // M.MERGE_HEADS_PER_WORKER)  # a warp a head, as few blocks as that needs
     assert all(sc.holds_qkv(w) for w in range(n))  # none of them arrived at nothing before
@@ -291,7 +297,8 @@ def test_step_d_participant_set_hang_counts_the_merge_workers_and_names_the_miss
                aux=(80, 129, NO_FEEDER)) for w in range(4)]
     sl += [slot(w, layer=0, phase=PHASE_OPROJ, barrier=BAR_ATTN_RELEASE, observed=0, expected=1,
                 aux=(80, 129, NO_FEEDER)) for w in range(4, 132)]
-    text = F.explain_hang(snapshot(132, sl), {"variant": "participant_set"})
+    # step 21's build: step (d)'s merge workers (production's, step 22, are one a head: test_merge_split.py)
+    text = F.explain_hang(snapshot(132, sl), {"variant": "participant_set"}, {"MKL_CAMPAIGN_STEP": 21})
     assert "128 of 132 workers wait at ATTN_RELEASE in layer 0 (epoch 1) and 4 at CHUNK_MERGE" in text
     assert "CHUNK_MERGE counted 80 of its 129" in text and "chunk ranks 80–128 never arrived" in text
     assert "nested inside the QKV rank guard" in text
@@ -303,7 +310,7 @@ def test_step_d_hang_read_from_the_merge_workers_alone_names_the_chunks_without_
     sl = [slot(w, layer=1, phase=PHASE_ATTN_MERGE, barrier=BAR_CHUNK_MERGE, observed=144, expected=160,
                aux=(144, 160, NO_FEEDER)) for w in range(4)]
     sl += [slot(w, layer=1, phase=PHASE_OPROJ, waiting=False) for w in range(4, 64)]
-    text = F.explain_hang(snapshot(64, sl), {"variant": "chunk_supply", "grid": 64})
+    text = F.explain_hang(snapshot(64, sl), {"variant": "chunk_supply", "grid": 64}, {"MKL_CAMPAIGN_STEP": 21})
     assert "4 of 64 workers wait at CHUNK_MERGE in layer 1 (epoch 2)" in text
     assert "chunk ranks 64–79 never arrived" in text and "have no worker (grid 64)" in text
 

@@ -1,5 +1,6 @@
-"""Campaign step (u) (candidate step_u, -DMKL_OPROJ_STAGE=1 on production; step_u16 with 16 rows staged; step_t_u
-stacked on step (t)): a worker's O-projection rows copied into its shared memory by bulk copies on an mbarrier,
+"""Campaign step (u) (candidate step_u, -DMKL_OPROJ_STAGE=1 on production: written on step 21, on step 22 since
+promote22; step_u16 with 16 rows staged; step_t_u stacked on step (t)'s build, step 21 with -DMKL_MERGE_SPLIT=1,
+step_u's code since step 22): a worker's O-projection rows copied into its shared memory by bulk copies on an mbarrier,
 issued where production issues their L2 prefetch (before the merge), so they land while it waits for
 ATTN_RELEASE; after the wait the GEMV (gemv_block_staged) reads them with ld.shared instead of three dependent L2
 rounds (round 25's sub-spans, an H100: the O-projection's gemv 7.0 us a layer, on the layer head's chain).
@@ -13,7 +14,7 @@ compiled static checks count production's polls (no wait added or moved) and the
 the explainer) is production's in this build; the catalog names step_u, step_u16 and step_t_u with their
 defines and predictions. On a GPU (marker gpu): production's bits on the default, three-layer (the mbarrier's
 phase parity wraps), grid-64 and grid-32 (rows past the stage from L2), small and gemv_depth-1 points,
-stale_descriptor still corrupting; step_u16 production's bits; step_t_u step_t's bits.
+stale_descriptor still corrupting; step_u16 production's bits; step_t_u step_t's bits (production's code).
 """
 from __future__ import annotations
 
@@ -28,14 +29,14 @@ from hazards.megakernel_layers import model as M
 from hazards.megakernel_layers.explain import BAR_ATTN_RELEASE, BAR_CHUNK_MERGE
 
 from . import bits
-from . import test_production_step21 as T21
+from . import test_production_step22 as T22
 from .sass_text import function_listings
 from .test_merge_spread import INCLUDE, LAYERED, ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 from .tripwire_fakes import NO_FEEDER, PHASE_ATTN_MERGE, PHASE_OPROJ, slot, snapshot
 
 STEP_U = {"MKL_OPROJ_STAGE": 1}
 STEP_U16 = {"MKL_OPROJ_STAGE": 1, "MKL_OPROJ_STAGE_ROWS": 16}
-STEP_T = {"MKL_MERGE_SPLIT": 1}
+STEP_T = {"MKL_CAMPAIGN_STEP": 21, "MKL_MERGE_SPLIT": 1}  # candidate step_t: production's code since step 22
 STEP_T_U = {**STEP_T, **STEP_U}
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 BULK_COPY = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -47,8 +48,8 @@ def _stage_rows_default() -> int:
 
 
 def test_step_u_is_production_with_its_switch_alone(monkeypatch):
-    monkeypatch.setattr(T21, "SWITCHES", (*T21.SWITCHES, "MKL_OPROJ_STAGE"))
-    prod, step = T21._switches({}), T21._switches(STEP_U)
+    monkeypatch.setattr(T22, "SWITCHES", (*T22.SWITCHES, "MKL_OPROJ_STAGE"))
+    prod, step = T22._switches({}), T22._switches(STEP_U)
     assert prod["MKL_OPROJ_STAGE"] == 0 and step["MKL_OPROJ_STAGE"] == 1
     assert {k: v for k, v in step.items() if k != "MKL_OPROJ_STAGE"} == \
         {k: v for k, v in prod.items() if k != "MKL_OPROJ_STAGE"}
@@ -75,6 +76,7 @@ def test_the_python_model_is_productions_in_step_us_build(workers, model):
     p = F.resolve({"model": model})
     assert M.describe(p, workers, STEP_U) == M.describe(p, workers)
     assert M.describe(p, workers, STEP_T_U) == M.describe(p, workers, STEP_T)
+    assert M.describe(p, workers, STEP_T_U) == M.describe(p, workers, STEP_U)  # production has step (t) since step 22
 
 
 def test_the_explainer_reads_step_us_build_as_productions():

@@ -130,7 +130,7 @@ def test_the_switch_build_stamps_the_clock_inside_the_tasks_functions(sub_listin
 
 
 def test_the_switch_without_the_profiler_is_production_line_for_line():
-    from .test_production_step21 import _sass_lines
+    from .test_production_step22 import _sass_lines
 
     prod = _sass_lines(None, "test-mkl-step-default")
     assert len(prod) > 10_000

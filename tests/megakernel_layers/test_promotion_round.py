@@ -1,6 +1,7 @@
 """ci/gpu/layers-campaign.sh's `promote` mode (round 8; step 10's since promote10; the previous production
 named by PREV, PREV_STEP and SAME_STEP since the tenth session; SAME_STEP none in promote15, whose
-production kept no earlier step's bits; 15 in promote18 and since promote21, whose productions keep step 15's)
+production kept no earlier step's bits; 15 in promote18 and promote21, whose productions kept step 15's; none
+again since promote22, whose production (step 22: step (t)'s merge in another sum order) keeps no earlier step's)
 read on the CPU:
 the shell parses, it gates the previous production (PREV) against production both ways and runs
 the family check on production's build, it compares production's output with the step whose bits it
@@ -64,19 +65,22 @@ def test_the_promotion_gates_the_previous_production_both_ways():
 def test_the_promotion_compares_productions_bits_with_the_step_it_keeps_the_bits_of():
     """With SAME_STEP a step: its build, and production's dump against its dump bit for bit (step 21: step
     15's bits, PREV's). With none (step 15's promotion: the attention on tensor cores summed in another
-    order than every earlier step): neither the build nor the check, the console says why, and
-    production's closeness to PREV is what is judged."""
+    order than every earlier step; step 22's: the merge split over a block's warps, another order than step
+    21's): neither the build nor the check, the console says why, and production's closeness to PREV is what
+    is judged."""
     mode = _promote_mode()
     prev, prev_step, same = _previous_production(mode)
     assert 'cmp -s "$W/dump_plain.f32" "$W/dump_same.f32"' in mode
     assert "[ \"$SAME_STEP\" = none ] || build same \"{'MKL_CAMPAIGN_STEP': $SAME_STEP}\" &" in mode
     assert "production: no earlier step's bits to keep (SAME_STEP=none" in mode  # the none branch stays
     if same is None:
-        # step 15's promotion (round 20): no earlier step had its bits (step 14's, PREV's, are step 10's)
-        assert (prev, prev_step) == ("step_14", 14)
+        # step 22's promotion (promote22): no earlier step has its bits (step 21's, PREV's, are step 15's; step
+        # (t)'s merge sums in another order); round 20's step 15 was the same case over step_14
+        assert (prev, prev_step) == ("step_21", 21)
+        assert "not production's" in FA.candidate(prev).what
     else:
         assert any(dict(c.defines) == {"MKL_CAMPAIGN_STEP": same} for c in FA.CANDIDATES.values())
-        # production is step 21 (step 15 + step (p) + step (r): the same sums in the same order, other
+        # step 21's promotion (promote21: step 15 + step (p) + step (r), the same sums in the same order, other
         # fences): PREV's bits
         assert (prev, prev_step, same) == ("step_15", 15, 15)
         assert "production's bits" in FA.candidate(prev).what

@@ -5,7 +5,7 @@ QKV tiles instead of 64 (mkl_model.h's QKV_TILE_ROWS; switch MKL_QKV_SPREAD in m
 At the default shape 5,120 QKV rows make 128 tiles of 40 on workers 0-127 instead of 80 of 64 (round 15's
 profile, H100: the QKV tile 28 us for 369 KB on each of 80 SMs while 52 SMs hold none). On the CPU (nvcc
 13.0, sm_90a): ring_probe.cu's qkv_tile_probe stores the build's tile rows, tiles and the tile's column
-parts (PTX constants): production (step 21, step 10's tiles) 64 rows, 80 / 24 tiles (default / small), 2 parts; step (j) 40 rows,
+parts (PTX constants): production (step 22, step 10's tiles) 64 rows, 80 / 24 tiles (default / small), 2 parts; step (j) 40 rows,
 128 / 39 tiles, 4 parts of 90 chunks (3 rounds of gemv_round<4> on the busiest warp, not 4). The Python
 schedule model states the same per build (model.qkv_tile_rows(defines)): participant_set still hangs on
 step (j)'s build (129 chunks > 128 tiles: chunk rank 128 is never served) and the explainer names that
@@ -28,7 +28,7 @@ from hazards.megakernel_layers.explain import BAR_ATTN_RELEASE, BAR_CHUNK_MERGE
 from .sass_text import spills_grown
 from .test_gemv_one_round import _spills, _warp_rounds, probe_stores
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of
-from .test_production_step21 import switches_changed_from_step_10
+from .test_production_step22 import switches_changed_from_step_10
 from .tripwire_fakes import NO_FEEDER, PHASE_ATTN_MERGE, PHASE_OPROJ, slot, snapshot
 
 STEP_J = {"MKL_CAMPAIGN_STEP": 12}

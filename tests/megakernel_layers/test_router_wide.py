@@ -1,7 +1,7 @@
 """Campaign step (p) (MKL_CAMPAIGN_STEP 18, candidate step_p, switch MKL_ROUTER_WIDE; in production since promote21,
 step 21, with step (r)'s switch): step 15 (production then: "production" below, the step-15 build, PROD) with the
 router's last block on a short dependent chain. The default build is step 21's code since promote21
-(test_production_step21.py).
+(test_production_step22.py).
 
 Every worker's ROUTING wait is behind the one block that arrived last at OPROJ (round 20's sub-spans, an
 H100: partials 1.6, hn 0.9, top-k 4.3, publish 0.6 us a layer). In production's harness build
@@ -25,7 +25,7 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from . import test_production_step21 as P21
+from . import test_production_step22 as P22
 from .sass_text import function_instances, loop_bodies, spills_by_function, spills_grown
 from .test_merge_spread import _sass, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
 
@@ -41,20 +41,21 @@ def test_step_18_is_step_15_with_the_wide_router_switch_alone():
     """No other step (the other candidates of the twelfth and thirteenth sessions, 17, 19 and 20, and the
     earlier ones) turns it on; production (the default build, step 21 since promote21) has it; -D turns it on
     beside another step's switch."""
-    P21.assert_step_is_step_15_with_its_switch_alone(18, "MKL_ROUTER_WIDE")
-    assert P21._switches({"MKL_CAMPAIGN_STEP": 19, "MKL_ROUTER_WIDE": 1})["MKL_ROUTER_WIDE"] == 1
+    P22.assert_step_is_step_15_with_its_switch_alone(18, "MKL_ROUTER_WIDE")
+    assert P22._switches({"MKL_CAMPAIGN_STEP": 19, "MKL_ROUTER_WIDE": 1})["MKL_ROUTER_WIDE"] == 1
 
 
 def test_every_preprocessor_condition_reads_step_18_as_step_15_with_the_wide_router():
     """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 18 what it gives 15 (its base)."""
-    P21.assert_every_condition_reads_step_as_step_15_with(18, "MKL_ROUTER_WIDE")
+    P22.assert_every_condition_reads_step_as_step_15_with(18, "MKL_ROUTER_WIDE")
 
 
 def test_step_p_is_a_candidate_of_the_gate_in_production_with_step_r():
     c = FA.candidate("step_p")
-    # against production (step 21 = step 18 + step (r)'s switch): no-change, a prediction (step (r) alone
-    # no-change on both launches in round 23); round 22's and 23's verdicts against step 15 kept
-    assert dict(c.defines) == STEP_P and c.params == () and c.expected == "no-change"
+    # against step 21 (step 18 + step (r)'s switch): no-change, a prediction (step (r) alone no-change on both
+    # launches in round 23); against production (step 22: step 21 + step (t)'s merge) slower as step_21, a
+    # prediction; round 22's and 23's verdicts against step 15 kept
+    assert dict(c.defines) == STEP_P and c.params == () and c.expected == "slower"
     assert "in production since step 21" in c.what and "round 22" in c.what and "round 23" in c.what
     d = FA.candidate("step_p_topk_twice")
     assert dict(d.defines) == {**STEP_P, "MKL_ROUTER_TOPK_REPS": 2} and d.params == ()
@@ -157,7 +158,7 @@ def test_the_wide_top_k_picks_by_step_15s_pick_written_once():
     """select_topk_warp_regs (step (p), production's top-k) and select_topk_warp (step (e), step 15's) run one
     text for a pick, MKL_TOPK_WARP_PICK (a macro: an inline helper changed production's PTX): the two cannot
     pick differently by an edit to one of them."""
-    src = P21.KERNEL.read_text()
+    src = P22.KERNEL.read_text()
     for fn in ("select_topk_warp", "select_topk_warp_regs"):
         body = src[src.index(f"__device__ __forceinline__ void {fn}("):]
         body = body[:body.index("\n}\n")]

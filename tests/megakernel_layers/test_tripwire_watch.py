@@ -96,22 +96,25 @@ def test_on_step_15_the_out_of_line_watch_spills_less_than_the_inlined_one():
     spills less with the out-of-line watch than with it inlined (ptxas -v, the harness build: 1300 B of loads
     against 1384): the watch stays out of line. On step 18 (step (p); not asserted) the two are within 8 B, the
     inlined one the lower: 370 / 1176 B of spill stores / loads against 374 / 1184 (plain bodies 406 / 1452 and
-    406 / 1448), and on step 21 (production since promote21) alike: 370 / 1176 against 374 / 1184 (plain bodies
-    406 / 1440 both), so the out-of-line watch stays as the rounds measured it."""
+    406 / 1448), and on step 21 (production from promote21 until step 22) alike: 370 / 1176 against 374 / 1184 (plain bodies
+    406 / 1440 both), so the out-of-line watch stays as the rounds measured it; on step 22 (production since
+    promote22) the inlined one is the higher: 386 / 1236 against 386 / 1224 (plain bodies 422 / 1464 and 422 /
+    1460)."""
     base = {"MKL_CAMPAIGN_STEP": 15}
     _, out_of_line = _build(base)
     _, inl_log = _build({**base, "MKL_TW_WATCH_INLINE": 1})
     assert _spills(inl_log, tw=True)[1] > _spills(out_of_line, tw=True)[1]
 
 
-@pytest.mark.parametrize("step, extra", [(None, {}), (15, {}), (14, {}), (10, {}), (17, {}), (18, {}), (19, {}), (20, {}),
-                                         (None, {"MKL_TW_NO_WATCH": 1}), (None, {"MKL_TW_FASTPATH": 1})],
-                         ids=["production", "step_15", "step_14", "step_10", "step_o", "step_p", "step_q", "step_r", "no_watch",
-                              "fastpath"])
+@pytest.mark.parametrize("step, extra", [(None, {}), (21, {}), (15, {}), (14, {}), (10, {}), (17, {}), (18, {}), (19, {}),
+                                         (20, {}), (None, {"MKL_TW_NO_WATCH": 1}), (None, {"MKL_TW_FASTPATH": 1})],
+                         ids=["production", "step_21", "step_15", "step_14", "step_10", "step_o", "step_p", "step_q", "step_r",
+                              "no_watch", "fastpath"])
 def test_the_tripwire_body_spills_no_more_than_the_plain_one(step, extra):
     """Spill stores and loads of the tripwire instance's body at most the plain body's (ptxas -v, nvcc 13.0,
-    the harness build; production is step 21, step_p_r's code, since promote21: 374 / 1184 against 406 /
-    1440, step_p_r's below). Before the marks read %tid.x again: step 15 (production then) 438 / 1756 B against 454 /
+    the harness build; production is step 22, step_t's code, since promote22: 386 / 1224 against 422 / 1460;
+    step 21, step_p_r's code, production from promote21 until step 22: 374 / 1184 against 406 / 1440, step_p_r's
+    below). Before the marks read %tid.x again: step 15 (production then) 438 / 1756 B against 454 /
     1724, step 14 418 / 1456 against 410 / 1424, step 10 484 / 1604 against 480 / 1516; now 418 / 1300 against
     462 / 1516, 414 / 1236 against 414 / 1380, 416 / 1260 against 480 / 1516. (Step (d), no GPU run's build
     since step 10's promotion: 444 / 1284 against 436 / 1444, 8 B more stores.) The candidates on step 15,

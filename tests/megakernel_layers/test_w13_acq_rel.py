@@ -2,7 +2,7 @@
 15) with the W13 arrival's gpu-scope fences as acq_rel fences (MKL_W13_ACQ_REL). Since promote21 production is
 step 21 (step 15 + step (p) + step (r), step_p_r's code); step 20 stays step 15 with its switch, so "production"
 below, on the CPU, is the step-15 build (BASE); production's own switches, conditions and code:
-test_production_step21.py.
+test_production_step22.py.
 
 What the W13 emit sub-span holds (the profiler's SUB_GEMV point, after gemv_block's round barrier, to the task's
 record), read in the harness build's SASS (nvcc 13.0, sm_90a, -split-compile=0): thread g < 44 sums its group's
@@ -45,7 +45,7 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from . import test_production_step21 as T21
+from . import test_production_step22 as T22
 from .sass_text import assert_spills_no_more_than, function_instances
 from .test_merge_spread import (ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of,
                                 without_comments)
@@ -61,23 +61,23 @@ FENCE = re.compile(r"\bMEMBAR\.(\w+)\.(\w+)\b")
 
 
 def test_step_20_is_step_15_with_the_w13_acq_rel_switch_alone():
-    T21.assert_step_is_step_15_with_its_switch_alone(20, SWITCH)
-    step = T21._switches(STEP_R)
+    T22.assert_step_is_step_15_with_its_switch_alone(20, SWITCH)
+    step = T22._switches(STEP_R)
     assert step["MKL_ATTN_MMA"] == step["MKL_COPY_AHEAD"] == step["MKL_W2_QUANT_AHEAD"] == 1  # on production
     assert step["MKL_W13_EMIT_LEAN"] == step["MKL_ROUTER_WIDE"] == step["MKL_CHUNK_LEAN"] == 0
     # step_p_r: -D stacks step (p)'s switch on step 20
-    both = T21._switches(dict(FA.candidate("step_p_r").defines))
+    both = T22._switches(dict(FA.candidate("step_p_r").defines))
     assert both[SWITCH] == both["MKL_ROUTER_WIDE"] == 1 and both["MKL_CHUNK_LEAN"] == 0
 
 
 def test_every_preprocessor_condition_of_the_family_reads_step_20_as_step_15_with_the_switch():
-    T21.assert_every_condition_reads_step_as_step_15_with(20, SWITCH)
+    T22.assert_every_condition_reads_step_as_step_15_with(20, SWITCH)
 
 
 def test_step_20_without_its_switch_is_step_15_line_for_line():
-    prod = T21._sass_lines(BASE, "test-mkl-step-15-sass")
-    T21._assert_same_sass(prod, T21._sass_lines({**STEP_R, SWITCH: 0}, "test-mkl-step-20-acq-rel-off"))
-    assert prod != T21._sass_lines(STEP_R, "test-mkl-step-20")
+    prod = T22._sass_lines(BASE, "test-mkl-step-15-sass")
+    T22._assert_same_sass(prod, T22._sass_lines({**STEP_R, SWITCH: 0}, "test-mkl-step-20-acq-rel-off"))
+    assert prod != T22._sass_lines(STEP_R, "test-mkl-step-20")
 
 
 def _instructions(body: str) -> list[str]:
@@ -193,12 +193,14 @@ def test_step_20_passes_the_compiled_static_checks_with_step_15_polls():
     assert_static_checks_pass_with_the_polls_of(20, 15)
 
 
-def test_the_catalog_names_step_r_on_step_15_and_step_p_r_as_production_code():
+def test_the_catalog_names_step_r_on_step_15_and_step_p_r_as_step_21_code():
     r, pr = FA.candidate("step_r"), FA.candidate("step_p_r")
     assert dict(r.defines) == STEP_R and r.params == ()
     assert dict(pr.defines) == {**STEP_R, "MKL_ROUTER_WIDE": 1} and pr.params == ()
     for c in (r, pr):  # measured in round 23: step (r) rejected alone, the pair's launch items met once
         assert "round 23" in c.what.lower() and "step 15's bits" in c.what
-    # against production (step 21, step_p_r's code): step (r) lacks step (p)'s router, the pair is production
-    assert r.expected == "slower" and pr.expected == "no-change" and "production's code since step 21" in pr.what
+    # against production (step 22: step 21, step_p_r's code, + step (t)'s merge): step (r) lacks step (p)'s router
+    # and step (t)'s merge, the pair step (t)'s merge (slower as step_21, its code)
+    assert r.expected == "slower" and pr.expected == "slower" and "step 21's code" in pr.what
+    assert "production's code" not in pr.what
     assert SWITCH in r.what and "MKL_ROUTER_WIDE" in pr.what

@@ -36,7 +36,7 @@ import pytest
 
 from hazards.megakernel_layers import faithful as FA
 
-from . import test_production_step21 as T21
+from . import test_production_step22 as T22
 from .bits import assert_same_bits
 from .sass_text import assert_spills_no_more_than, function_instances
 from .test_merge_spread import assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
@@ -51,23 +51,23 @@ INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;")
 
 
 def test_step_17_is_step_15_with_the_lean_w13_emit_switch_alone():
-    T21.assert_step_is_step_15_with_its_switch_alone(17, LEAN)
-    step = T21._switches(STEP_O)
+    T22.assert_step_is_step_15_with_its_switch_alone(17, LEAN)
+    step = T22._switches(STEP_O)
     assert step["MKL_ATTN_MMA"] == step["MKL_COPY_AHEAD"] == step["MKL_W2_QUANT_AHEAD"] == 1  # on production
 
 
 def test_every_preprocessor_condition_of_the_family_reads_step_17_as_step_15_with_the_switch():
     """A raw `MKL_CAMPAIGN_STEP >= N` / `== N` must give 17 what it gives 15, and the step (o) conditions
     are what tells them apart."""
-    T21.assert_every_condition_reads_step_as_step_15_with(17, LEAN)
+    T22.assert_every_condition_reads_step_as_step_15_with(17, LEAN)
 
 
 def test_step_17_without_its_switch_is_step_15_line_for_line():
     """The switch is the whole of step (o): with it off the build is production's machine code (cuobjdump
     -sass, nvcc 13.0), with it on it is not."""
-    prod = T21._sass_lines(BASE, "test-mkl-step-15-sass")
-    T21._assert_same_sass(prod, T21._sass_lines({**STEP_O, LEAN: 0}, "test-mkl-step-17-lean-off"))
-    assert prod != T21._sass_lines(STEP_O, "test-mkl-step-17")
+    prod = T22._sass_lines(BASE, "test-mkl-step-15-sass")
+    T22._assert_same_sass(prod, T22._sass_lines({**STEP_O, LEAN: 0}, "test-mkl-step-17-lean-off"))
+    assert prod != T22._sass_lines(STEP_O, "test-mkl-step-17")
 
 
 def w13_arrival_spans(lines: list[str]) -> list[tuple[int, int]]:

@@ -141,7 +141,7 @@ def test_step_g_on_e_is_step_g_quantization_without_step_f_attention_copies():
 
     c = FA.candidate("step_g_on_e")
     assert dict(c.defines) == {"MKL_CAMPAIGN_STEP": 8, "MKL_ATTN_AHEAD": 0}
-    assert c.expected == "slower"  # step 10's code (test_production_step21.py), production's until step 14
+    assert c.expected == "slower"  # step 10's code (test_production_step22.py), production's until step 14
     sass = listing_of(family_cubin(dict(c.defines), "test-mkl-step-g-on-e"))
     funcs = function_listings(sass, ("attend_chunk", "quantize_expert_input", "router_partials"))
     assert "router_partials" in funcs  # step (e)'s router

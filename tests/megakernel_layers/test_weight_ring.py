@@ -46,7 +46,7 @@ def _count(sass: str, pattern: str) -> int:
 @requires_nvdisasm
 @pytest.mark.parametrize("step", [15, 21], ids=["step_15", "production"])
 def test_step_15_and_production_stream_the_weights_with_global_loads(step: int):
-    funcs = _functions(step)  # step (d)'s GEMV, which is step 2's: step 15's and production's (step 21) too
+    funcs = _functions(step)  # step (d)'s GEMV, which is step 2's: step 15's, step 21's and production's (step 22) too
     assert "ring_units" not in funcs and "gemv_round" in funcs, sorted(funcs)
     every = "".join(funcs.values())
     assert _count(funcs["gemv_round"], r"\bLDG\.E\S*\.128\b") >= 16  # depth 4 x 4 rows in flight
