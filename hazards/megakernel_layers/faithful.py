@@ -324,22 +324,27 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "us a layer (0.7-2.0), the layer head ~5 us a layer shorter; the plain launch ~0.985 (0.965-1.01, the "
               "carve-out's cost unknown at 28 KB of L1): faster or no-change on the 2% line. (Read the gemv sub-span "
               "knowing it includes the wait for the stage's copies, which may land late on the workers that issue "
-              "last: the last chunk workers, the merge worker that publishes ATTN_RELEASE.)",
-              "faster", defines=(("MKL_OPROJ_STAGE", 1),)),
+              "last: the last chunk workers, the merge worker that publishes ATTN_RELEASE.) Measured (the seventeenth "
+              "session, an H100, against step 21): slower, the plain launch 1.084 [1.074, 1.086], the profiled worker "
+              "1.089 [1.083, 1.094], qkv 1.295, attn_chunk 1.170, oproj 0.949; the gemv sub-span 7.0 -> 5.8 us: rejected",
+              "slower", defines=(("MKL_OPROJ_STAGE", 1),)),
     Candidate("step_u16", "step (u) with 16 rows staged (-DMKL_OPROJ_STAGE=1 -DMKL_OPROJ_STAGE_ROWS=16: 128 KB; the "
               "block asks for 166,272 B, the 164-KB configuration, L1 92 KB): the carve-out's other point; a worker's "
               "last 1-2 row groups (rows 16-21) from L2 as production (one L2 round a warp after the staged items). "
               "Prediction, written before any run: the O-projection's gemv sub-span 7.0 -> ~2.5 us a layer (1.5-3.5), "
               "the plain launch ~0.985 (0.97-1.005); against step_u it says whether the carve-out or the last rounds "
-              "cost more",
-              "faster", defines=(("MKL_OPROJ_STAGE", 1), ("MKL_OPROJ_STAGE_ROWS", 16))),
+              "cost more. Measured (the seventeenth session, an H100, against step 21): slower, the plain launch 1.033 "
+              "[1.031, 1.044], the profiled worker 1.032 [1.029, 1.039], qkv 1.132, moe_w13 0.960; the gemv sub-span "
+              "6.6 us: rejected",
+              "slower", defines=(("MKL_OPROJ_STAGE", 1), ("MKL_OPROJ_STAGE_ROWS", 16))),
     Candidate("step_t_u", "steps (t) and (u) stacked on step 21 (-DMKL_CAMPAIGN_STEP=21 -DMKL_MERGE_SPLIT=1 "
               "-DMKL_OPROJ_STAGE=1; step_u's code since step 22, production with step (t)): the merge "
               "one head a block (64 merge workers), then the O-projection from its shared-memory stage; independent "
               "switches (step (t)'s merge scratch, < 1,100 floats, lies below step (u)'s stage, which starts at 2 NQ * "
               "HD floats of the arena). Prediction, written before any run: the merge ~1.8 us and the O-projection's "
-              "gemv ~1.0 us a layer, the plain launch ~0.965 (0.94-0.99), against step 21)",
-              "faster", defines=(("MKL_CAMPAIGN_STEP", 21), ("MKL_MERGE_SPLIT", 1), ("MKL_OPROJ_STAGE", 1))),
+              "gemv ~1.0 us a layer, the plain launch ~0.965 (0.94-0.99), against step 21). Not gated: step (u) was "
+              "slower alone (the seventeenth session); expected slower",
+              "slower", defines=(("MKL_CAMPAIGN_STEP", 21), ("MKL_MERGE_SPLIT", 1), ("MKL_OPROJ_STAGE", 1))),
     Candidate("step_v", "campaign step (v), a candidate on production (written on step 21; step 22 since promote22, "
               "whose split merge's scratch, the arena's first 1,056 floats, reaches 32 floats into the stage at the "
               "small shape, written only after the chunk has read the stage; no step number: -DMKL_ATTN_STAGE=1): "
@@ -353,7 +358,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "wait and stores it into its stage slot. No wait on another worker added or moved (who waits where: "
               "production's). Cost: the block asks for 215,424 B of shared memory, not 52,848 (the 228-KB "
               "configuration: L1 28 KB, as step (u)); ptxas -v: the plain kernel body 410 / 1,476 B of spill stores / "
-              "loads against production's 406 / 1,440, attend_chunk unchanged (0 / 12). Prediction, written before any "
+              "loads against production's 406 / 1,440 when written on step 21; on step 22 430 / 1,500 against 422 / "
+              "1,460 (the tripwire body 366 / 1,192 against 386 / 1,224), attend_chunk unchanged (0 / 12). Prediction, written before any "
               "run (reasoning: the fifteenth session's sub-spans, an H100, put the block loop at 8.5 us a layer on "
               "warp 0, two blocks a warp, each two dependent L2 round trips (K, then V after the scores): ~2 us a "
               "round trip under the QKV stream's load; here a warp's first block has none and its second one (V); the "
@@ -362,22 +368,25 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "V (8: 32), 3,584 wavefronts a chunk, ~2.0 us at one a clock, against production's 2,048): the loop_w0 "
               "sub-span 8.5 -> ~3.5 us a layer (2.5-5.0), the layer head ~5 us a layer shorter (4 layers: ~20 us of a "
               "~600-us launch), the carve-out's cost unknown at 28 KB of L1 (the kernel body's spill reloads); the "
-              "plain launch ~0.975 (0.95-1.00): faster or no-change on the 2% line",
-              "faster", defines=(("MKL_ATTN_STAGE", 1),)),
+              "plain launch ~0.975 (0.95-1.00): faster or no-change on the 2% line."
+              " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected slower",
+              "slower", defines=(("MKL_ATTN_STAGE", 1),)),
     Candidate("step_v_k", "step (v) with K alone staged (-DMKL_ATTN_STAGE=1 -DMKL_ATTN_STAGE_V_BLOCKS=0: 128 KB; the "
               "block asks for 149,888 B, the 164-KB configuration, L1 92 KB): the carve-out's other point; every V "
               "word from L2 as production (one L2 round trip a block). Prediction, written before any run: the "
               "loop_w0 sub-span 8.5 -> ~5.0 us a layer (3.5-6.0), the plain launch ~0.98 (0.965-1.00); against "
-              "step_v it says whether V's blocks or the carve-out cost more",
-              "faster", defines=(("MKL_ATTN_STAGE", 1), ("MKL_ATTN_STAGE_V_BLOCKS", 0))),
+              "step_v it says whether V's blocks or the carve-out cost more."
+              " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected no-change (149,888 B: step_u16's carve-out lost 3.3%, so nearer 1.0 than step_v, not faster)",
+              "no-change", defines=(("MKL_ATTN_STAGE", 1), ("MKL_ATTN_STAGE_V_BLOCKS", 0))),
     Candidate("step_u_v", "steps (u) and (v) stacked on production (step 22 since promote22; -DMKL_OPROJ_STAGE=1 "
               "-DMKL_ATTN_STAGE=1): the "
               "chunk's K/V from its stage, then the O-projection's rows from theirs, the two stages in the same bytes "
               "of the arena one after the other (each issue starts with every thread's proxy fence and a block "
               "barrier: the other stage's ld.shared reads done before the copies overwrite it); the block asks for "
               "215,424 B, as each alone. Prediction, written before any run: the loop_w0 sub-span ~3.5 us and the "
-              "O-projection's gemv ~1.0 us a layer, the plain launch ~0.96 (0.93-0.99)",
-              "faster", defines=(("MKL_OPROJ_STAGE", 1), ("MKL_ATTN_STAGE", 1))),
+              "O-projection's gemv ~1.0 us a layer, the plain launch ~0.96 (0.93-0.99)."
+              " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected slower",
+              "slower", defines=(("MKL_OPROJ_STAGE", 1), ("MKL_ATTN_STAGE", 1))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
     Candidate("step_d_chunks64", "step (d) with 64-token attention chunks (65 chunks, each on its own worker; the "

@@ -143,7 +143,8 @@ def test_step_v_reads_the_stage_with_shared_loads_and_the_rest_from_l2(listings)
 def test_attend_chunk_spills_no_more_than_productions():
     """ptxas -v from canonical_sources: attend_chunk (both groupings) and the issue spill no more than production's
     attend_chunk (nvcc 13.0: 0 / 12 B both). The plain kernel body's spills are reported in the catalog, not
-    bounded here (410 / 1,476 B against 406 / 1,440 at this commit: the body's allocation moves with any change)."""
+    bounded here (410 / 1,476 B against 406 / 1,440 on step 21, 430 / 1,500 against 422 / 1,460 on step 22: the
+    body's allocation moves with any change)."""
     base = spills_by_function(family_cubin(None, "test-mkl-prod-canon-v", "-Xptxas=-v", canonical=True).log)
     step = spills_by_function(family_cubin(STEP_V, "test-mkl-attn-stage-canon-v", "-Xptxas=-v", canonical=True).log)
     chunks = [k for k in base if "attend_chunk" in k]
@@ -225,7 +226,8 @@ def test_the_catalog_names_step_v_its_k_only_point_and_the_stack_with_step_u():
     for name, defines in (("step_v", STEP_V), ("step_v_k", STEP_V_K), ("step_u_v", STEP_U_V)):
         c = FA.candidate(name)
         assert dict(c.defines) == defines and c.params == (), name
-        assert c.expected == "faster" and "Prediction, written before any run" in c.what, name
+        assert "Prediction, written before any run" in c.what and "Revised before any run" in c.what, name
+        assert c.expected == {"step_v": "slower", "step_v_k": "no-change", "step_u_v": "slower"}[name], name
 
 
 @pytest.mark.gpu

@@ -86,7 +86,7 @@ def test_schedule_functions_match_the_c_header(c_values):
         assert M.auto_chunks(s, 128, 132) == n
     for st, l, e in rows["e"]:
         assert M.epoch_of(st, 8, l) == e
-    for g, default, small in rows["m"]:  # campaign step (d)'s merge workers
+    for g, default, small in rows["m"]:  # the default build's merge workers (step 22: one head a worker)
         assert [M.schedule(M.SHAPES[m], seq=4096, workers=g).merge_workers() for m in ("default", "small")] == \
             [default, small]
 

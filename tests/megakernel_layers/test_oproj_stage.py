@@ -216,7 +216,8 @@ def test_the_catalog_names_step_u_its_16_row_point_and_the_stack_with_step_t():
     for name, defines in (("step_u", STEP_U), ("step_u16", STEP_U16), ("step_t_u", STEP_T_U)):
         c = FA.candidate(name)
         assert dict(c.defines) == defines and c.params == (), name
-        assert c.expected == "faster" and "Prediction, written before any run" in c.what, name
+        assert "Prediction, written before any run" in c.what and c.expected == "slower", name
+        assert ("Measured (the seventeenth session" if name != "step_t_u" else "Not gated") in c.what, name
 
 
 @pytest.mark.gpu

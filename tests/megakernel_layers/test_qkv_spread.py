@@ -91,10 +91,13 @@ def test_40_rows_are_the_fewest_whole_row_groups_whose_tiles_fit_the_workers():
 @pytest.mark.parametrize("workers", [132, 64])
 def test_step_j_schedule_covers_every_qkv_row_once(model, workers):
     s = M.SHAPES[model]
-    sc = M.schedule(s, seq=4096, workers=workers, tile_rows=M.qkv_tile_rows(STEP_J))
+    sc = M.schedule(s, seq=4096, workers=workers, tile_rows=M.qkv_tile_rows(STEP_J),
+                    merge_heads=M.merge_heads_per_worker(STEP_J))
     rows = [r for t in range(sc.qkv_tiles) for r in range(t * 40, min((t + 1) * 40, M.qkv_rows(s)))]
     assert rows == list(range(M.qkv_rows(s)))
-    assert sc.merge_workers() == M.schedule(s, seq=4096, workers=workers).merge_workers()  # step (d)'s, unchanged
+    # step (d)'s merge workers, unchanged: step 21's (16 heads a worker), not production's (step 22: one a worker)
+    step_21 = M.schedule(s, seq=4096, workers=workers, merge_heads=M.merge_heads_per_worker({"MKL_CAMPAIGN_STEP": 21}))
+    assert sc.merge_workers() == step_21.merge_workers() < M.schedule(s, seq=4096, workers=workers).merge_workers()
 
 
 def test_participant_set_still_hangs_on_step_j_build_with_chunk_rank_128_unserved():
