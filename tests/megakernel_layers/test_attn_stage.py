@@ -43,8 +43,7 @@ STEP_U_V = {**STEP_U, **STEP_V}
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 
 
-def test_step_v_is_production_with_its_switch_alone(monkeypatch):
-    monkeypatch.setattr(T22, "SWITCHES", (*T22.SWITCHES, "MKL_ATTN_STAGE"))
+def test_step_v_is_production_with_its_switch_alone():
     prod, step = T22._switches({}), T22._switches(STEP_V)
     assert prod["MKL_ATTN_STAGE"] == 0 and step["MKL_ATTN_STAGE"] == 1
     assert {k: v for k, v in step.items() if k != "MKL_ATTN_STAGE"} == \

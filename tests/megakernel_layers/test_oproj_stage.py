@@ -47,8 +47,7 @@ def _stage_rows_default() -> int:
     return int(re.search(r"#define MKL_OPROJ_STAGE_ROWS (\d+)", KERNEL.read_text()).group(1))
 
 
-def test_step_u_is_production_with_its_switch_alone(monkeypatch):
-    monkeypatch.setattr(T22, "SWITCHES", (*T22.SWITCHES, "MKL_OPROJ_STAGE"))
+def test_step_u_is_production_with_its_switch_alone():
     prod, step = T22._switches({}), T22._switches(STEP_U)
     assert prod["MKL_OPROJ_STAGE"] == 0 and step["MKL_OPROJ_STAGE"] == 1
     assert {k: v for k, v in step.items() if k != "MKL_OPROJ_STAGE"} == \
