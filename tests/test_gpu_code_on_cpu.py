@@ -14,9 +14,12 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import os
 import pkgutil
 import re
+import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -242,3 +245,38 @@ def test_the_whole_gpu_suite_script_runs_every_gpu_marked_test_file():
     assert named and all((REPO / n).is_file() for n in named), sorted(n for n in named if not (REPO / n).is_file())
     marked = {str(p.relative_to(REPO)) for p in GPU_TESTS} - NOT_GPU_TESTS
     assert marked <= named, f"gpu-marked test files final-gpu-tests.sh's pytest command does not run: {sorted(marked - named)}"
+
+
+def _preamble(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    """Source ci/gpu/plan-preamble.sh as a device plan does (PLAN=p, OUT=tmp_path), then run `body`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PLAN", "LIMIT")} | {"OUT": str(tmp_path)}
+    return subprocess.run(["bash", "-c", f"PLAN=p source ci/gpu/plan-preamble.sh >/dev/null 2>&1\n{body}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_device_plan_gets_the_suites_prebuild_filtered_to_one_family_and_its_folder_as_one_tarball(tmp_path):
+    """A plan sources ci/gpu/plan-preamble.sh instead of copying its preamble: the prebuild it runs is
+    final-gpu-tests.sh's own (the layered campaign's builds with it), cut to one family when asked, and it writes
+    into the plan's folder, which comes back as one tarball (the device tool returns only a few files)."""
+    done = _preamble(tmp_path, "plan_prebuild_script megakernel_layers && cp /tmp/plan-prebuild.sh $PLAN_DIR/one.sh\n"
+                               "plan_prebuild_script && cp /tmp/plan-prebuild.sh $PLAN_DIR/all.sh")
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(tmp_path / "p.tar.gz") as tar:
+        one, every = (tar.extractfile(f"p/{n}.sh").read().decode() for n in ("one", "all"))
+        assert "p/env.txt" in tar.getnames()
+    assert not (tmp_path / "p").exists()
+    suite = (REPO / "ci" / "gpu" / "final-gpu-tests.sh").read_text()
+    python = suite[suite.index("timeout 120 python3 - "):suite.index("\nPY\n")]
+    assert every.startswith(python.split("\n", 1)[0].replace("$R/build.txt", f"{tmp_path}/p/build.txt"))
+    assert every.split("\n", 1)[1] == python.split("\n", 1)[1] + "\nPY\n"
+    assert 'if f.binary and f.name == "megakernel_layers"]' in one and one.count("\n") == every.count("\n")
+    compile(one.split("\n", 1)[1].rsplit("PY\n", 1)[0], "prebuild", "exec")
+
+
+def test_a_plans_prebuild_that_cannot_be_cut_out_is_an_error_and_a_group_without_time_is_not_started(tmp_path):
+    done = _preamble(tmp_path, "sed() { command sed \"$@\" | command sed 's/^fams = /families = /'; }\n"
+                               "plan_prebuild_script megakernel_layers")
+    assert done.returncode != 0 and "plan-preamble: no prebuild in final-gpu-tests.sh" in done.stderr
+    done = _preamble(tmp_path, "LIMIT=5; run_group late 60 tests/test_gpu_code_on_cpu.py")
+    assert done.returncode == 0 and "== group late not started" in done.stdout
+    assert not (tmp_path / "gpu-late.txt").exists()
