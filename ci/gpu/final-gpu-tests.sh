@@ -45,7 +45,10 @@ with cf.ThreadPoolExecutor(8) as pool:
              {"MKL_CAMPAIGN_STEP": 21, "MKL_MERGE_SPLIT": 1, "MKL_OPROJ_STAGE": 1},
              # step (v) on production, its K-only point and steps (u) + (v) (test_attn_stage.py)
              {"MKL_ATTN_STAGE": 1}, {"MKL_ATTN_STAGE": 1, "MKL_ATTN_STAGE_V_BLOCKS": 0},
-             {"MKL_OPROJ_STAGE": 1, "MKL_ATTN_STAGE": 1}]
+             {"MKL_OPROJ_STAGE": 1, "MKL_ATTN_STAGE": 1},
+             # the negative controls of steps (u) and (v) (not candidates: their stages never filled; the two
+             # files' CONTROL_U, CONTROL_V)
+             {"MKL_OPROJ_STAGE": 1, "MKL_STAGE_CONTROL_NO_COPY": 1}, {"MKL_ATTN_STAGE": 1, "MKL_STAGE_CONTROL_NO_COPY": 1}]
     cands = {str(d): pool.submit(family_binary, mkl, defines=d) for d in steps}
     for f, r in zip(fams, pool.map(family_binary, fams)):
         print(f.name, r)

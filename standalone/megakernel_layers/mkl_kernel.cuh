@@ -321,6 +321,20 @@
 #ifndef MKL_ATTN_STAGE_V_BLOCKS
 #define MKL_ATTN_STAGE_V_BLOCKS 4  // at most (fewer where they do not fit: attn_stage_v_tokens)
 #endif
+// A negative control for the tests, neither a campaign step nor a candidate (not in the catalog): it exists only so
+// that the GPU tests can prove they see the staged path. Steps (u) and (v) give production's bits by design, so a bit
+// test alone cannot tell a stage that was read from one that was never filled (a build whose copies never happen, or
+// whose reads fall back to L2). With step (u) (MKL_OPROJ_STAGE) and/or step (v) (MKL_ATTN_STAGE) on,
+// -DMKL_STAGE_CONTROL_NO_COPY=1 keeps the staged path whole (the issue's proxy fence and block barrier, the stage's
+// mbarrier, a phase a layer, every thread's wait on it, the GEMV's and the chunk loop's ld.shared reads of the
+// stage) but issues no bulk copy: the block stores 0xFF over the bytes the copies would have written (bf16 NaN, the
+// harness's poison of the new token's rows), then a block barrier, then thread 0 arrives on the stage's mbarrier
+// without a transaction (the phase completes on that arrival: no wait on bytes that never come). The reads see the
+// poison: the output is not production's (tests/megakernel_layers/test_oproj_stage.py, test_attn_stage.py). 0: no
+// code changes; on without a stage the build fails.
+#ifndef MKL_STAGE_CONTROL_NO_COPY
+#define MKL_STAGE_CONTROL_NO_COPY 0
+#endif
 // A diagnostic build, not a campaign step (gate candidate ring_smem): the code of whichever step
 // is built, with step (c)'s ring bytes reserved at the start of the dynamic shared memory and
 // never touched. The block then asks for step (c)'s 188 KB, so the SM keeps step (c)'s small L1:
@@ -337,6 +351,10 @@
 #endif
 
 namespace mkl {
+
+#if MKL_STAGE_CONTROL_NO_COPY && !MKL_OPROJ_STAGE && !MKL_ATTN_STAGE
+#error "MKL_STAGE_CONTROL_NO_COPY (the staged path's negative control) needs MKL_OPROJ_STAGE or MKL_ATTN_STAGE"
+#endif
 
 static_assert(QKV_TILE_ROWS == (MKL_QKV_SPREAD ? 40 : 64), "mkl_model.h's QKV tile rows follow MKL_QKV_SPREAD");
 static_assert(MERGE_HEADS_PER_WORKER == (MKL_MERGE_SPLIT ? 1 : 16), "mkl_model.h's merge heads follow MKL_MERGE_SPLIT");
@@ -1174,6 +1192,21 @@ __device__ __forceinline__ uint4 ld_stage(uint32_t a) {
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
   return r;
 }
+
+#if MKL_STAGE_CONTROL_NO_COPY
+// The negative control (MKL_STAGE_CONTROL_NO_COPY), in place of a stage's bulk copies: `bytes` (a multiple of 16)
+// from `dst` set to 0xFF by every thread's generic stores (after the issue's stage_fence_barrier, as the copies).
+__device__ __forceinline__ void stage_control_poison(char* dst, uint32_t bytes) {
+  for (uint32_t i = 16u * threadIdx.x; i < bytes; i += 16u * THREADS)
+    *reinterpret_cast<uint4*>(dst + i) = make_uint4(~0u, ~0u, ~0u, ~0u);
+}
+// Then every thread's stores before thread 0's arrival without a transaction: the phase completes on it (the
+// mbarrier counts one arrival), and a thread that observes the phase (the wait's acquire) sees the stores.
+__device__ __forceinline__ void stage_control_arrive(uint64_t* bar) {
+  __syncthreads();
+  if (threadIdx.x == 0) hz_mbar_arrive(bar);
+}
+#endif
 #endif
 
 #if MKL_OPROJ_STAGE
@@ -1198,6 +1231,11 @@ __device__ __forceinline__ int oproj_staged_rows(int r0, int r1) { return min(r1
 __device__ __noinline__ void oproj_stage_issue(SmemHead* hd, int NQ, int r0, int r1) {
   extern __shared__ __align__(16) char smem_raw[];
   stage_fence_barrier();
+#if MKL_STAGE_CONTROL_NO_COPY
+  // the negative control: the copies' bytes poisoned, no copy, an arrival without a transaction
+  stage_control_poison(smem_raw + oproj_stage_offset(NQ), (uint32_t)NQ * HD * 2u * (uint32_t)oproj_staged_rows(r0, r1));
+  stage_control_arrive(&hd->stage_bar);
+#else
   if (threadIdx.x == 0) {
     const int ko = NQ * HD, ns = oproj_staged_rows(r0, r1);
     const uint32_t row_bytes = (uint32_t)ko * 2u;
@@ -1207,6 +1245,7 @@ __device__ __noinline__ void oproj_stage_issue(SmemHead* hd, int NQ, int r0, int
     for (int j = 0; j < ns; ++j)
       hz_bulk_g2s(stage + (size_t)j * row_bytes, wo + (size_t)(r0 + j) * ko, row_bytes, &hd->stage_bar);
   }
+#endif
 }
 
 // gemv_round for one segment (row stride = seg_len, items per group = kparts) with the rows of a group read from
@@ -1327,6 +1366,17 @@ __device__ __forceinline__ int attn_stage_ctx_tokens(int t0, int t1, int tnew, i
 __device__ __noinline__ void attn_stage_issue(SmemHead* hd, int NQ, int NKV, int t0, int t1, int tnew) {
   extern __shared__ __align__(16) char smem_raw[];
   stage_fence_barrier();
+#if MKL_STAGE_CONTROL_NO_COPY
+  {  // the negative control: the copies' bytes (K's rows, V's rows) poisoned, no copy, an arrival without a transaction
+    const uint32_t row = attn_stage_row_bytes(NKV);
+    const int nk = attn_stage_ctx_tokens(t0, t1, tnew, ATTN_STAGE_K_TOKENS);
+    const int nv = attn_stage_ctx_tokens(t0, t1, tnew, attn_stage_v_tokens(NQ, NKV));
+    char* stage = smem_raw + attn_stage_offset(NQ);
+    stage_control_poison(stage, row * (uint32_t)nk);
+    stage_control_poison(stage + (size_t)ATTN_STAGE_K_TOKENS * row, row * (uint32_t)nv);
+    stage_control_arrive(&hd->attn_bar);
+  }
+#else
   if (threadIdx.x == 0) {
     const uint32_t row = attn_stage_row_bytes(NKV);
     const int nk = attn_stage_ctx_tokens(t0, t1, tnew, ATTN_STAGE_K_TOKENS);
@@ -1342,6 +1392,7 @@ __device__ __noinline__ void attn_stage_issue(SmemHead* hd, int NQ, int NKV, int
                   reinterpret_cast<const __nv_bfloat16*>(hd->desc[SLOT_VCACHE]) + first, row * (uint32_t)nv,
                   &hd->attn_bar);
   }
+#endif
 }
 #endif
 

@@ -11,20 +11,25 @@ def checked_outputs(candidate: dict | os.PathLike | None, base: dict | os.PathLi
                     corrupting: bool | None = None) -> tuple:
     """(candidate's output, base's output): one checked launch of each build on `params`, both clean against
     the binary's reference (corrupted in both where `corrupting`; by default, with stale_descriptor on)."""
-    from hazards.families import get_family
-    from hazards.megakernel_layers.calibration import dump_run
-    from hazards.stress_family import family_binary
-
-    fam = get_family("megakernel_layers")
     if corrupting is None:
         corrupting = params.get("hazard") == "stale_descriptor"
     outs = []
     for build in (candidate, base):
-        binary = build if isinstance(build, os.PathLike) else family_binary(fam, defines=build)
-        out, _, reply = dump_run(binary, params)
+        out, reply = _launch(build, params)
         assert (reply.get("mismatched", 0) > 0) if corrupting else reply.get("mismatched") == 0, (build, reply)
         outs.append(out)
     return outs[0], outs[1]
+
+
+def _launch(build: dict | os.PathLike | None, params: dict) -> tuple:
+    """(output, HZ_RESULT reply) of one checked launch of `build` on `params`."""
+    from hazards.families import get_family
+    from hazards.megakernel_layers.calibration import dump_run
+    from hazards.stress_family import family_binary
+
+    binary = build if isinstance(build, os.PathLike) else family_binary(get_family("megakernel_layers"), defines=build)
+    out, _, reply = dump_run(binary, params)
+    return out, reply
 
 
 def assert_same_bits(candidate: dict | os.PathLike | None, base: dict | os.PathLike | None, params: dict,
@@ -34,6 +39,19 @@ def assert_same_bits(candidate: dict | os.PathLike | None, base: dict | os.PathL
     out, out_base = checked_outputs(candidate, base, params, corrupting)
     assert out.numel() == out_base.numel() and bool((out == out_base).all()), \
         f"candidate {candidate} and base {base} differ on {params}: {_difference(out, out_base)}"
+
+
+def assert_not_same_bits(candidate: dict | os.PathLike | None, base: dict | os.PathLike | None, params: dict) -> None:
+    """A negative control (a build that must not pass assert_same_bits): base's checked launch clean against the
+    binary's reference and candidate's output not base's bits (some output differs; NaN differs from everything).
+    Candidate's own check is not asserted (a control is expected to fail it): its reply is in the message."""
+    out, reply = _launch(candidate, params)
+    out_base, reply_base = _launch(base, params)
+    assert reply_base.get("mismatched") == 0, (base, reply_base)
+    assert not (out.numel() == out_base.numel() and bool((out == out_base).all())), \
+        f"candidate {candidate} gives base {base}'s bits on {params} (its check: {reply})"
+    print(f"candidate {candidate} against base {base} on {params}: {_difference(out, out_base)}, "
+          f"{int((~out.isfinite()).sum())} not finite; its check mismatched {reply.get('mismatched')}")
 
 
 def _difference(out, out_base) -> str:

@@ -17,7 +17,11 @@ step_v_k and step_u_v with their defines and predictions. On a GPU (marker gpu):
 values reach the same mma in the same order) on the default, three-layer (the mbarrier's parity wraps), grid-64,
 grid-32 (129-token chunks: the block past the stage, the new token's among them, from L2), long-chunk (512
 tokens), small and gemv_depth-1 points, stale_descriptor still corrupting; step_v_k and step_u_v
-production's bits.
+production's bits. The negative control (CONTROL_V: -DMKL_STAGE_CONTROL_NO_COPY=1, a test-only switch, not a
+candidate): on the CPU its PTX issues no bulk copy, poisons the K and V rows and arrives without a transaction,
+and keeps step_v's shared loads; its build (and step (u)'s control's) compiles with the step's shared memory, and
+not without a stage; it is in no catalog and no campaign script; on a GPU it does not give production's bits (so
+the bit tests above see the staged path, not only its sums).
 """
 from __future__ import annotations
 
@@ -34,12 +38,15 @@ from . import bits
 from . import test_production_step22 as T22
 from .sass_text import function_listings, spills_by_function
 from .test_merge_spread import INCLUDE, LAYERED, ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
-from .test_oproj_stage import BULK_COPY, PROXY_FENCE, _func, _ptx
+from .test_oproj_stage import BULK_COPY, CONTROL_U, PROXY_FENCE, _func, _ptx, assert_poisons_the_stage_then_arrives
 
 STEP_V = {"MKL_ATTN_STAGE": 1}
 STEP_V_K = {"MKL_ATTN_STAGE": 1, "MKL_ATTN_STAGE_V_BLOCKS": 0}
 STEP_U = {"MKL_OPROJ_STAGE": 1}
 STEP_U_V = {**STEP_U, **STEP_V}
+# the negative control (not a candidate): step_v's reads of the stage, no copies into it (MKL_STAGE_CONTROL_NO_COPY)
+CONTROL_V = {"MKL_ATTN_STAGE": 1, "MKL_STAGE_CONTROL_NO_COPY": 1}
+CONTROL = "MKL_STAGE_CONTROL_NO_COPY"
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 
 
@@ -78,6 +85,18 @@ def ptxs() -> tuple[str, str]:
     return _ptx(None, "test-mkl-ptx-prod-v"), _ptx(STEP_V, "test-mkl-ptx-attn-stage")
 
 
+def _assert_issued_at_layer_entry_and_waited_before_the_chunk(ptx: str) -> None:
+    """Both kernel instances: the stage's mbarrier initialised once; the issue (the call) before the QKV tiles'
+    GEMV, and every thread's wait on the stage before attend_chunk's call."""
+    entries = re.findall(r"\.entry[^\n]*mkl_megakernel.*?\n}\n", ptx, flags=re.S)
+    assert len(entries) == 2
+    for body in entries:
+        assert body.count("mbarrier.init.shared") == 1
+        call = body.index("attn_stage_issue")
+        assert call < body.index("gemv_round") and call < body.index("mbarrier.try_wait.parity")
+        assert body.index("mbarrier.try_wait.parity") < body.index("attend_chunk")
+
+
 def test_step_v_issues_two_bulk_copies_at_layer_entry_and_production_none(ptxs):
     prod, step = ptxs
     for op in (BULK_COPY, PROXY_FENCE, "mbarrier.try_wait.parity", "attn_stage_issue"):
@@ -88,19 +107,61 @@ def test_step_v_issues_two_bulk_copies_at_layer_entry_and_production_none(ptxs):
     at = [issue.index(op) for op in (PROXY_FENCE, "bar.sync", "mbarrier.arrive.expect_tx", BULK_COPY)]
     assert at == sorted(at), at
     assert issue.count(BULK_COPY) == 2
-    # both kernel instances: the mbarrier initialised once; the copies issued (the call) before the QKV tiles'
-    # GEMV, and every thread's wait on the stage before attend_chunk's call
-    entries = re.findall(r"\.entry[^\n]*mkl_megakernel.*?\n}\n", step, flags=re.S)
-    assert len(entries) == 2
-    for body in entries:
-        assert body.count("mbarrier.init.shared") == 1
-        call = body.index("attn_stage_issue")
-        assert call < body.index("gemv_round") and call < body.index("mbarrier.try_wait.parity")
-        assert body.index("mbarrier.try_wait.parity") < body.index("attend_chunk")
+    _assert_issued_at_layer_entry_and_waited_before_the_chunk(step)
     # attend_chunk reads the stage with ld.shared (K's and V's words) and stores the new token's row into it
     chunk = _func(step, "attend_chunkILi8ELi8E")
     assert chunk.count("ld.shared.v4.u32") >= 16 and "st.shared.v4.u32" in chunk
     assert "ld.shared.v4.u32" not in _func(prod, "attend_chunkILi8ELi8E")
+
+
+@pytest.fixture(scope="module")
+def control_ptx() -> str:
+    return _ptx(CONTROL_V, "test-mkl-ptx-attn-stage-control")
+
+
+def test_the_negative_control_keeps_step_vs_reads_and_issues_no_copy(ptxs, control_ptx):
+    """The GPU tests' negative control (-DMKL_STAGE_CONTROL_NO_COPY=1 on step_v): no bulk copy anywhere; the issue
+    poisons the K rows and the V rows the two copies would have written and arrives without a transaction (the
+    wait has nothing left to wait for: no hang); the kernel still issues before the QKV tiles and waits on the
+    stage's mbarrier before attend_chunk, and attend_chunk (both groupings) reads the stage with step_v's shared
+    loads and stores the new token's row into it."""
+    step = ptxs[1]
+    assert_poisons_the_stage_then_arrives(control_ptx, step, "attn_stage_issue", 2)
+    _assert_issued_at_layer_entry_and_waited_before_the_chunk(control_ptx)
+    for grouping in ("attend_chunkILi8ELi8E", "attend_chunkILi4ELi4E"):
+        chunk, step_chunk = _func(control_ptx, grouping), _func(step, grouping)
+        for op in ("ld.shared.v4.u32", "st.shared.v4.u32"):
+            assert chunk.count(op) == step_chunk.count(op), (grouping, op)
+        assert chunk.count("ld.shared.v4.u32") >= 16
+
+
+def _assert_control_builds(defines: dict, label: str, issue: str) -> None:
+    """A negative control's harness build (the harness's flags, through ptxas) compiles, its stage issue spilling
+    nothing."""
+    spills = spills_by_function(family_cubin(defines, label, "-Xptxas=-v").log)
+    assert [spills[k] for k in spills if issue in k] == [(0, 0)], spills
+
+
+def test_the_negative_controls_build_with_their_steps_shared_memory_and_not_without_a_stage(tmp_path):
+    """Steps (v)'s and (u)'s controls' harness builds compile (their issues spilling nothing) and ask for their
+    steps' shared memory; on without a stage (production's build: nothing withheld, a control of nothing) the
+    build fails with its message."""
+    for control, step, issue in ((CONTROL_V, STEP_V, "attn_stage_issue"), (CONTROL_U, STEP_U, "oproj_stage_issue")):
+        _assert_control_builds(control, f"test-mkl-{issue}-control", issue)
+        assert _smem_bytes(tmp_path, control) == _smem_bytes(tmp_path, step), control
+    built, _ = _probe(tmp_path, {CONTROL: 1})
+    assert built.returncode != 0
+    assert f"{CONTROL} (the staged path's negative control) needs MKL_OPROJ_STAGE or MKL_ATTN_STAGE" in built.stderr
+
+
+def test_the_negative_control_is_off_by_default_and_no_campaign_switch_nor_candidate():
+    """A test-only switch: 0 unless -D; not in test_production_step22's SWITCHES (the campaign's switches), in no
+    catalog candidate's defines, and no GPU script but the GPU tests' prebuild (final-gpu-tests.sh) builds it."""
+    assert f"#ifndef {CONTROL}\n#define {CONTROL} 0\n#endif\n" in KERNEL.read_text()
+    assert CONTROL not in T22.SWITCHES
+    assert not [c.name for c in FA.CANDIDATES.values() if CONTROL in dict(c.defines)]
+    scripts = [f.name for f in sorted((ROOT / "ci" / "gpu").iterdir()) if f.is_file() and CONTROL in f.read_text()]
+    assert scripts == ["final-gpu-tests.sh"], scripts
 
 
 def test_the_stage_is_issued_after_productions_kv_prefetch():
@@ -245,6 +306,15 @@ def test_step_v_gives_productions_bits(params: dict):
     """Step (v) reads the same K and V words into the same mma in the same order: production's bits on every point
     (corrupted in both, with stale_descriptor on)."""
     bits.assert_same_bits(STEP_V, None, params)
+
+
+@pytest.mark.gpu
+def test_the_negative_control_does_not_give_productions_bits():
+    """The bit tests above see the staged path: step_v's build with MKL_STAGE_CONTROL_NO_COPY (its reads of the
+    stage, no copies into it: the staged K and V rows hold 0xFF, bf16 NaN) does not give production's bits at the
+    default point (33 chunks, all staged). A build whose staged reads were compiled out (or fell back to L2)
+    would, and fail here."""
+    bits.assert_not_same_bits(CONTROL_V, None, {"layers": 2, "seq": 4096})
 
 
 @pytest.mark.gpu

@@ -111,6 +111,22 @@ def test_a_built_binary_is_launched_as_given_and_outputs_come_back_candidate_fir
     assert [binary for binary, _ in fake.launches] == ["prebuilt/step_d", 'build/{"MKL_CAMPAIGN_STEP": 15}']
 
 
+def test_a_negative_control_passes_only_with_other_bits_than_a_clean_base(fake: FakeRunner):
+    """bits.assert_not_same_bits (steps (u)'s and (v)'s controls): the base's bits fail it; other bits pass, NaN
+    among them, with the control's own check failed or not; a base whose check fails fails it."""
+    control = {"MKL_ATTN_STAGE": 1, "MKL_STAGE_CONTROL_NO_COPY": 1}
+    with pytest.raises(AssertionError, match="gives base None's bits"):
+        bits.assert_not_same_bits(control, None, CLEAN)
+    assert [binary for binary, _ in fake.launches] == [f"build/{json.dumps(control, sort_keys=True)}", "build/null"]
+    fake.give(control, [float("nan")] * 8, mismatched=1)
+    bits.assert_not_same_bits(control, None, CLEAN)
+    fake.give(control, [1.0] * 7 + [1.0000001])
+    bits.assert_not_same_bits(control, None, CLEAN)
+    fake.give(None, mismatched=2)
+    with pytest.raises(AssertionError, match="mismatched': 2"):
+        bits.assert_not_same_bits(control, None, CLEAN)
+
+
 def test_a_certain_hang_gets_20_launches_and_an_intermittent_one_launches_to_see():
     from hazards.families import megakernel_layers as F
 

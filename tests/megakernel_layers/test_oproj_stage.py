@@ -15,6 +15,9 @@ the explainer) is production's in this build; the catalog names step_u, step_u16
 defines and predictions. On a GPU (marker gpu): production's bits on the default, three-layer (the mbarrier's
 phase parity wraps), grid-64 and grid-32 (rows past the stage from L2), small and gemv_depth-1 points,
 stale_descriptor still corrupting; step_u16 production's bits; step_t_u step_t's bits (production's code).
+The negative control (CONTROL_U: -DMKL_STAGE_CONTROL_NO_COPY=1, a test-only switch, not a candidate): on the CPU
+its PTX issues no bulk copy, poisons the stage and arrives without a transaction, and keeps step_u's shared loads;
+on a GPU it does not give production's bits (so the bit tests above see the staged path, not only its sums).
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ STEP_U = {"MKL_OPROJ_STAGE": 1}
 STEP_U16 = {"MKL_OPROJ_STAGE": 1, "MKL_OPROJ_STAGE_ROWS": 16}
 STEP_T = {"MKL_CAMPAIGN_STEP": 21, "MKL_MERGE_SPLIT": 1}  # candidate step_t: production's code since step 22
 STEP_T_U = {**STEP_T, **STEP_U}
+# the negative control (not a candidate): step_u's reads of the stage, no copies into it (MKL_STAGE_CONTROL_NO_COPY)
+CONTROL_U = {"MKL_OPROJ_STAGE": 1, "MKL_STAGE_CONTROL_NO_COPY": 1}
 KERNEL = ROOT / "standalone" / "megakernel_layers" / "mkl_kernel.cuh"
 BULK_COPY = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
 PROXY_FENCE = "fence.proxy.async.shared::cta"
@@ -111,6 +116,16 @@ def _func(ptx: str, name: str) -> str:
     return bodies[0]
 
 
+def _assert_issued_before_the_wait(ptx: str) -> None:
+    """Both kernel instances (the tripwire's and the plain one): the stage's mbarrier initialised once, the issue
+    (the call) before the O-projection's wait on the stage."""
+    entries = re.findall(r"\.entry[^\n]*mkl_megakernel.*?\n}\n", ptx, flags=re.S)
+    assert len(entries) == 2
+    for body in entries:
+        assert body.count("mbarrier.init.shared") == 1
+        assert body.index("oproj_stage_issue") < body.index("mbarrier.try_wait.parity")
+
+
 def test_step_u_issues_a_bulk_copy_a_row_after_a_proxy_fence_and_production_none(ptxs):
     prod, step = ptxs
     for op in (BULK_COPY, PROXY_FENCE, "mbarrier.try_wait.parity", "gemv_round_staged", "oproj_stage_issue"):
@@ -120,13 +135,45 @@ def test_step_u_issues_a_bulk_copy_a_row_after_a_proxy_fence_and_production_none
     issue = _func(step, "oproj_stage_issue")
     at = [issue.index(op) for op in (PROXY_FENCE, "bar.sync", "mbarrier.arrive.expect_tx", BULK_COPY)]
     assert at == sorted(at), at  # (nvcc unrolls the row loop: several copies of the instruction)
-    # both kernel instances (the tripwire's and the plain one): the mbarrier initialised once, the copies issued
-    # (the call) before the O-projection's wait on the stage
-    entries = re.findall(r"\.entry[^\n]*mkl_megakernel.*?\n}\n", step, flags=re.S)
-    assert len(entries) == 2
-    for body in entries:
-        assert body.count("mbarrier.init.shared") == 1
-        assert body.index("oproj_stage_issue") < body.index("mbarrier.try_wait.parity")
+    _assert_issued_before_the_wait(step)
+
+
+ARRIVE_NO_TX = "mbarrier.arrive.shared::cta.b64"  # an arrival without a transaction (not arrive.expect_tx)
+
+
+def assert_poisons_the_stage_then_arrives(control: str, step: str, name: str, stores: int) -> None:
+    """The negative control's PTX (MKL_STAGE_CONTROL_NO_COPY; `step`: the step's): no bulk copy and no transaction
+    anywhere; its stage issue (function `name`): the step's proxy fence and block barrier, then `stores` loops of
+    the block's stores of all ones (0xFF: bf16 NaN) into the stage, a block barrier, and thread 0's arrival without
+    a transaction (the step has none), last."""
+    assert BULK_COPY not in control and "expect_tx" not in control and ARRIVE_NO_TX not in step
+    issue = _func(control, name)
+    assert "cp.async.bulk" not in issue
+    ones = set(re.findall(r"mov\.u32\s+(%r\d+), -1;", issue))
+    poison = [m.start() for m in re.finditer(r"st\.shared\.v4\.u32\s+\[[^\]]+\], \{(%r\d+), \1, \1, \1\};", issue)
+              if m.group(1) in ones]
+    assert len(poison) == stores, poison
+    fence, arrive = issue.index(PROXY_FENCE), issue.index(ARRIVE_NO_TX)
+    assert fence < issue.index("bar.sync", fence) < poison[0]
+    assert poison[-1] < issue.index("bar.sync", poison[-1]) < arrive and issue.count(ARRIVE_NO_TX) == 1
+
+
+@pytest.fixture(scope="module")
+def control_ptx() -> str:
+    return _ptx(CONTROL_U, "test-mkl-ptx-oproj-stage-control")
+
+
+def test_the_negative_control_keeps_step_us_reads_and_issues_no_copy(ptxs, control_ptx):
+    """The GPU tests' negative control (-DMKL_STAGE_CONTROL_NO_COPY=1 on step_u): no bulk copy anywhere; the issue
+    poisons the rows the copies would have written and arrives without a transaction (the wait has nothing left to
+    wait for: no hang); the kernel still waits on the stage's mbarrier after issuing, and gemv_round_staged reads
+    the stage with step_u's shared loads."""
+    step = ptxs[1]
+    assert_poisons_the_stage_then_arrives(control_ptx, step, "oproj_stage_issue", 1)
+    _assert_issued_before_the_wait(control_ptx)
+    for depth in ("gemv_round_stagedILi4E", "gemv_round_stagedILi1E"):
+        reads = _func(control_ptx, depth).count("ld.shared.v4.u32")
+        assert reads == _func(step, depth).count("ld.shared.v4.u32") and reads >= 4, (depth, reads)
 
 
 def test_the_copies_follow_productions_two_prefetches_of_wo_and_the_router_rows():
@@ -233,6 +280,14 @@ def test_step_u_gives_productions_bits(params: dict):
     """Step (u) reads the same weights into the same sums in the same order: production's bits on every point
     (corrupted in both, with stale_descriptor on)."""
     bits.assert_same_bits(STEP_U, None, params)
+
+
+@pytest.mark.gpu
+def test_the_negative_control_does_not_give_productions_bits():
+    """The bit tests above see the staged path: step_u's build with MKL_STAGE_CONTROL_NO_COPY (its reads of the
+    stage, no copies into it: the stage's rows hold 0xFF, bf16 NaN) does not give production's bits at the
+    default point. A build whose staged reads were compiled out (or fell back to L2) would, and fail here."""
+    bits.assert_not_same_bits(CONTROL_U, None, {"layers": 2, "seq": 4096})
 
 
 @pytest.mark.gpu

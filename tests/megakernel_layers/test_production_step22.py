@@ -506,11 +506,12 @@ def test_the_gpu_suite_prebuilds_every_campaign_build_test_gpu_runs():
     # the stacked candidates test_gpu.py compares bits of (two defines: the pattern above reads one)
     for stacked in re.findall(r'^STEP_\w+ = (\{"MKL_CAMPAIGN_STEP": \d+, [^}]*\})$', tests, re.M):
         assert stacked in steps, stacked
-    # the other GPU test files' builds (their module-level STEP_* / BASE dicts)
+    # the other GPU test files' builds (their module-level STEP_* / BASE dicts, and steps (u)'s and (v)'s negative
+    # controls, CONTROL_*)
     for name in ("test_w13_emit_lean.py", "test_hn_first.py", "test_merge_split.py", "test_oproj_stage.py",
                  "test_attn_stage.py"):
         other = (ROOT / "tests" / "megakernel_layers" / name).read_text()
-        builds = re.findall(r'^(?:STEP_\w+|BASE) = (\{"MKL_\w+": \d+[^}]*\})', other, re.M)
+        builds = re.findall(r'^(?:STEP_\w+|BASE|CONTROL_\w+) = (\{"MKL_\w+": \d+[^}]*\})', other, re.M)
         assert builds, name
         for build in builds:
             assert build in steps, (name, build)
