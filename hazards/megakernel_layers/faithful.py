@@ -369,15 +369,22 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "sub-span 8.5 -> ~3.5 us a layer (2.5-5.0), the layer head ~5 us a layer shorter (4 layers: ~20 us of a "
               "~600-us launch), the carve-out's cost unknown at 28 KB of L1 (the kernel body's spill reloads); the "
               "plain launch ~0.975 (0.95-1.00): faster or no-change on the 2% line."
-              " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected slower",
+              " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected slower. Measured (the eighteenth "
+              "session, an H100, against step 22): slower, the plain launch 1.075 [1.073, 1.077], the profiled worker "
+              "1.079 [1.076, 1.083], qkv 1.204, moe_w2 1.111, router_topk 1.094, attn_chunk 1.022 [0.998, 1.038]: "
+              "rejected",
               "slower", defines=(("MKL_ATTN_STAGE", 1),)),
     Candidate("step_v_k", "step (v) with K alone staged (-DMKL_ATTN_STAGE=1 -DMKL_ATTN_STAGE_V_BLOCKS=0: 128 KB; the "
               "block asks for 149,888 B, the 164-KB configuration, L1 92 KB): the carve-out's other point; every V "
               "word from L2 as production (one L2 round trip a block). Prediction, written before any run: the "
               "loop_w0 sub-span 8.5 -> ~5.0 us a layer (3.5-6.0), the plain launch ~0.98 (0.965-1.00); against "
               "step_v it says whether V's blocks or the carve-out cost more."
-              " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected no-change (149,888 B: step_u16's carve-out lost 3.3%, so nearer 1.0 than step_v, not faster)",
-              "no-change", defines=(("MKL_ATTN_STAGE", 1), ("MKL_ATTN_STAGE_V_BLOCKS", 0))),
+              " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected no-change (149,888 B: step_u16's carve-out lost 3.3%, so nearer 1.0 than step_v, not faster). "
+              "Measured (the eighteenth session, an H100, against step 22): slower, the plain launch 1.025 [1.024, "
+              "1.026], the profiled worker 1.025 [1.021, 1.028], router_topk 1.085, moe_w2 1.035, qkv 1.029 [0.998, "
+              "1.058]; attn_chunk 0.969 [0.948, 0.986] and moe_w13 0.989 faster: the chunk is shorter, the launch "
+              "longer; rejected",
+              "slower", defines=(("MKL_ATTN_STAGE", 1), ("MKL_ATTN_STAGE_V_BLOCKS", 0))),
     Candidate("step_u_v", "steps (u) and (v) stacked on production (step 22 since promote22; -DMKL_OPROJ_STAGE=1 "
               "-DMKL_ATTN_STAGE=1): the "
               "chunk's K/V from its stage, then the O-projection's rows from theirs, the two stages in the same bytes "
@@ -385,7 +392,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               "barrier: the other stage's ld.shared reads done before the copies overwrite it); the block asks for "
               "215,424 B, as each alone. Prediction, written before any run: the loop_w0 sub-span ~3.5 us and the "
               "O-projection's gemv ~1.0 us a layer, the plain launch ~0.96 (0.93-0.99)."
-              " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected slower",
+              " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected slower."
+              " Not gated: steps (u) and (v) were each slower alone (the seventeenth and eighteenth sessions)",
               "slower", defines=(("MKL_OPROJ_STAGE", 1), ("MKL_ATTN_STAGE", 1))),
     # Round 4's chunks64 was sloughing because the one-block merge paid for twice the partials;
     # with the merge spread (step d) the shorter chunks may pay. Gated against step_d.
