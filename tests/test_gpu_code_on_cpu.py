@@ -258,13 +258,13 @@ def test_a_device_plan_gets_the_suites_prebuild_filtered_to_one_family_and_its_f
     """A plan sources ci/gpu/plan-preamble.sh instead of copying its preamble: the prebuild it runs is
     final-gpu-tests.sh's own (the layered campaign's builds with it), cut to one family when asked, and it writes
     into the plan's folder, which comes back as one tarball (the device tool returns only a few files)."""
-    done = _preamble(tmp_path, "plan_prebuild_script megakernel_layers && cp /tmp/plan-prebuild.sh $PLAN_DIR/one.sh\n"
-                               "plan_prebuild_script && cp /tmp/plan-prebuild.sh $PLAN_DIR/all.sh")
+    done = _preamble(tmp_path, "plan_prebuild_script megakernel_layers && cp $PLAN_PREBUILD $PLAN_DIR/one.sh\n"
+                               "plan_prebuild_script && cp $PLAN_PREBUILD $PLAN_DIR/all.sh\necho $PLAN_PREBUILD")
     assert done.returncode == 0, done.stderr
     with tarfile.open(tmp_path / "p.tar.gz") as tar:
         one, every = (tar.extractfile(f"p/{n}.sh").read().decode() for n in ("one", "all"))
         assert "p/env.txt" in tar.getnames()
-    assert not (tmp_path / "p").exists()
+    assert not (tmp_path / "p").exists() and not Path(done.stdout.split()[-1]).exists()  # nothing left behind
     suite = (REPO / "ci" / "gpu" / "final-gpu-tests.sh").read_text()
     python = suite[suite.index("timeout 120 python3 - "):suite.index("\nPY\n")]
     assert every.startswith(python.split("\n", 1)[0].replace("$R/build.txt", f"{tmp_path}/p/build.txt"))
