@@ -49,7 +49,8 @@ CLOCK_GHZ = 1.98
 # promote22, merges a head a block on 64 merge workers (step (t)), inside the head: its attn_merge
 # slowCTA 0.58 of step 21's on an H100, the merge workers still QKV-tile holders, so who arrives
 # before the bump is unchanged and only this number can move: 44.2-46.7 us on an H100 in the eighteenth
-# session's sub-spans (step 21's 44.9-50.9 on another H100), still between the 25- and 101-us skews below)
+# session's sub-spans (step 21's 44.9-50.9 on another H100): still between the 25- and 101-us skews below,
+# but 19 us above the 25-us one on that card, under the 20-us margin the skews were chosen with)
 # keeps step (d)'s merge workers and waits; its head is step (e)'s (step (g) changes W2, after the
 # head), never measured on an H200: on H100s step (e)'s was 63.9-72.1 us in rounds 9, 10 and 13
 # (step (d)'s 62.6-64.3 in round 9's same run, 3-4 us shorter). Until an H200 profile of step 10,

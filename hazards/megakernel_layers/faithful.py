@@ -382,8 +382,8 @@ CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
               " Revised before any run of step (v), after step (u)'s gate (the seventeenth session: slower, launch 1.084, qkv 1.295, with the same 215,424-B carve-out and copies at layer entry): expected no-change (149,888 B: step_u16's carve-out lost 3.3%, so nearer 1.0 than step_v, not faster). "
               "Measured (the eighteenth session, an H100, against step 22): slower, the plain launch 1.025 [1.024, "
               "1.026], the profiled worker 1.025 [1.021, 1.028], router_topk 1.085, moe_w2 1.035, qkv 1.029 [0.998, "
-              "1.058]; attn_chunk 0.969 [0.948, 0.986] and moe_w13 0.989 faster: the chunk is shorter, the launch "
-              "longer; rejected",
+              "1.058]; attn_chunk 0.969 [0.948, 0.986] faster (moe_w13 0.989, inside the 2% line): the chunk is "
+              "shorter, the launch longer; rejected",
               "slower", defines=(("MKL_ATTN_STAGE", 1), ("MKL_ATTN_STAGE_V_BLOCKS", 0))),
     Candidate("step_u_v", "steps (u) and (v) stacked on production (step 22 since promote22; -DMKL_OPROJ_STAGE=1 "
               "-DMKL_ATTN_STAGE=1): the "
