@@ -26,7 +26,6 @@ the bit tests above see the staged path, not only its sums).
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
@@ -37,8 +36,9 @@ from hazards.megakernel_layers import model as M
 from . import bits
 from . import test_production_step22 as T22
 from .sass_text import function_listings, spills_by_function
-from .test_merge_spread import INCLUDE, LAYERED, ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
-from .test_oproj_stage import BULK_COPY, CONTROL_U, PROXY_FENCE, _func, _ptx, assert_poisons_the_stage_then_arrives
+from .test_merge_spread import LAYERED, ROOT, assert_static_checks_pass_with_the_polls_of, family_cubin, listing_of
+from .test_oproj_stage import (BULK_COPY, CONTROL_U, PROXY_FENCE, _func, _probe, _ptx, _smem_bytes,
+                               assert_poisons_the_stage_then_arrives)
 
 STEP_V = {"MKL_ATTN_STAGE": 1}
 STEP_V_K = {"MKL_ATTN_STAGE": 1, "MKL_ATTN_STAGE_V_BLOCKS": 0}
@@ -214,37 +214,6 @@ def test_attend_chunk_spills_no_more_than_productions():
         assert step[sk][0] <= base[k][0] and step[sk][1] <= base[k][1], (k, base[k], step[sk])
     [issue] = [k for k in step if "attn_stage_issue" in k]
     assert step[issue] == (0, 0)
-
-
-PROBE = """#include "megakernel_layers/mkl_kernel.cuh"
-#include <cstdio>
-int main() { std::printf("%zu %zu\\n", mkl::smem_bytes(mkl::SHAPE_DEFAULT), mkl::smem_bytes(mkl::SHAPE_SMALL)); }
-"""
-
-
-def _probe(tmp_path, defines: dict | None) -> subprocess.CompletedProcess:
-    from hazards.engine import toolchain
-    from hazards.engine.errors import ToolchainMissing
-
-    try:
-        nvcc = str(toolchain.find_tool("nvcc", needed_for="the shared-memory probe"))
-    except ToolchainMissing as e:
-        pytest.skip(f"no nvcc: {e}")
-    tag = "_".join(f"{k}{v}" for k, v in (defines or {}).items()) or "prod"
-    src, exe = tmp_path / "probe.cu", tmp_path / f"probe_{tag}"
-    src.write_text(PROBE)
-    standalone = ROOT / "standalone"
-    flags = [f"-D{k}={v}" for k, v in (defines or {}).items()]
-    return subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", *flags, f"-I{standalone}", f"-I{INCLUDE}",
-                           f"-I{standalone / 'megakernel_layers'}", str(src), "-o", str(exe)],
-                          capture_output=True, text=True), exe
-
-
-def _smem_bytes(tmp_path, defines: dict | None) -> tuple[int, int]:
-    built, exe = _probe(tmp_path, defines)
-    assert built.returncode == 0, built.stderr
-    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
-    return int(out[0]), int(out[1])
 
 
 def test_the_shared_memory_each_build_asks_for_and_the_catalog_says(tmp_path):

@@ -217,7 +217,8 @@ int main() { std::printf("%zu %zu\\n", mkl::smem_bytes(mkl::SHAPE_DEFAULT), mkl:
 """
 
 
-def _smem_bytes(tmp_path, defines: dict | None) -> tuple[int, int]:
+def _probe(tmp_path, defines: dict | None) -> tuple[subprocess.CompletedProcess, object]:
+    """PROBE compiled with `defines` (the build's result, the executable): what the kernel's header asks for."""
     from hazards.engine import toolchain
     from hazards.engine.errors import ToolchainMissing
 
@@ -225,13 +226,20 @@ def _smem_bytes(tmp_path, defines: dict | None) -> tuple[int, int]:
         nvcc = str(toolchain.find_tool("nvcc", needed_for="the shared-memory probe"))
     except ToolchainMissing as e:
         pytest.skip(f"no nvcc: {e}")
-    src, exe = tmp_path / "probe.cu", tmp_path / f"probe{len(defines or {})}"
+    tag = "_".join(f"{k}{v}" for k, v in (defines or {}).items()) or "prod"
+    src, exe = tmp_path / "probe.cu", tmp_path / f"probe_{tag}"
     src.write_text(PROBE)
     standalone = ROOT / "standalone"
     flags = [f"-D{k}={v}" for k, v in (defines or {}).items()]
-    subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", *flags, f"-I{standalone}", f"-I{INCLUDE}",
-                    f"-I{standalone / 'megakernel_layers'}", str(src), "-o", str(exe)],
-                   check=True, capture_output=True, text=True)
+    return subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", *flags, f"-I{standalone}", f"-I{INCLUDE}",
+                           f"-I{standalone / 'megakernel_layers'}", str(src), "-o", str(exe)],
+                          capture_output=True, text=True), exe
+
+
+def _smem_bytes(tmp_path, defines: dict | None) -> tuple[int, int]:
+    """The dynamic shared memory a block asks for at the default and the small shape, with `defines`."""
+    built, exe = _probe(tmp_path, defines)
+    assert built.returncode == 0, built.stderr
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
     return int(out[0]), int(out[1])
 
